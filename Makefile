@@ -1,0 +1,80 @@
+# nvmock build. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+CC ?= gcc
+CACHE := $(CURDIR)/.cache
+BUILD := $(CURDIR)/build
+export PATH := $(CACHE)/bin:$(PATH)
+
+# The driver the mock reports; it matches the nvidia-smi Debian bookworm ships.
+DRIVER_VERSION := 535.261.03
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+NVML_H_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/pkg/nvml
+CFLAGS_LIB := -std=gnu11 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
+LIBDIR := $(BUILD)/driver/usr/lib64
+LIB := $(LIBDIR)/libnvidia-ml.so.$(DRIVER_VERSION)
+LIB_SRCS := $(wildcard libnvml/*.c)
+LIB_HDRS := $(wildcard libnvml/*.h)
+NVMOCK := $(BUILD)/bin/nvmock
+DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
+NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
+GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard libnvml/profile/builtin/*.yaml)
+
+.PHONY: help build lib cli test test-go test-c bench lint demo generate deps clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: lib cli ## build the CLI and the mock libnvidia-ml
+
+cli: $(NVMOCK)
+lib: $(LIB)
+
+$(NVMOCK): $(GO_SRCS)
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/nvmock
+
+$(DEFAULT_SNAPSHOT): $(NVMOCK)
+	$(NVMOCK) profile compile a100 --unseeded -o $@
+
+$(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
+	@mkdir -p $(LIBDIR)
+	$(CC) $(CFLAGS_LIB) -I$(NVML_H_DIR) -Ilibnvml -DNVMOCK_DEFAULT_SNAPSHOT='"$(DEFAULT_SNAPSHOT)"' \
+		-shared -Wl,-soname,libnvidia-ml.so.1 -Wl,-z,defs -Wl,--no-undefined \
+		-o $@.tmp $(LIB_SRCS) -lpthread -ldl
+	strip --strip-unneeded $@.tmp && mv $@.tmp $@
+	ln -sf libnvidia-ml.so.$(DRIVER_VERSION) $(LIBDIR)/libnvidia-ml.so.1
+	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
+
+deps: $(NVIDIA_SMI) ## fetch nvidia-smi and pynvml from Debian into .cache
+	hack/fetch-pynvml.sh $(CACHE)
+	hack/install-deps.sh
+
+$(NVIDIA_SMI):
+	hack/fetch-nvidia-smi.sh $(CACHE)
+
+generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
+	$(GO) run ./libnvml/gen/nvmlgen -header $(NVML_H_DIR)/nvml.h -out libnvml
+
+test: build deps ## run every test (Go, C, real nvidia-smi, go-nvml, fork, pynvml)
+	NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR) \
+		$(GO) test -count=1 -tags integration ./...
+
+bench: build deps ## benchmarks: Go (through the C ABI) and whole-process timings
+	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . -benchtime 2000000x ./libnvml/...
+	hack/bench.sh $(BUILD) $(NVIDIA_SMI)
+
+lint: ## gofmt, go vet, C warnings as errors, generate-diff check
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet -tags integration ./...
+	$(MAKE) -B lib
+	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
+
+demo: build $(NVIDIA_SMI) ## run the real nvidia-smi against 8 mock A100s
+	@echo '$$ nvidia-smi        # the real binary from Debian, mock libnvidia-ml'
+	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI)
+	@echo '$$ nvidia-smi -L'
+	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI) -L
+
+clean: ## remove build outputs (keeps the download cache)
+	rm -rf $(BUILD)

@@ -1,0 +1,48 @@
+// Command nvmock is the one user-facing binary: profiles, and later the
+// node overlay, local exec mode and the NRI plugin.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// version is set by the build (-ldflags "-X main.version=...").
+var version = "dev"
+
+const usage = `nvmock turns a Linux machine into a mock NVIDIA GPU node.
+
+Usage:
+  nvmock profile list                 list built-in profiles
+  nvmock profile show NAME|FILE       print a profile and its GPUs on this node
+  nvmock profile validate FILE        check a profile file
+  nvmock profile compile NAME|FILE -o SNAPSHOT [--gpus N] [--seed S]
+                                      compile a profile for the library
+  nvmock version                      print the version
+`
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "nvmock:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return fmt.Errorf("no command given")
+	}
+	switch args[0] {
+	case "version", "--version":
+		fmt.Println("nvmock", version)
+		return nil
+	case "profile":
+		return profileCmd(args[1:])
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

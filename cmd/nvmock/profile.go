@@ -1,0 +1,166 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+func profileCmd(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("profile: need list, show, validate or compile")
+	}
+	switch args[0] {
+	case "list":
+		for _, n := range profile.Builtins() {
+			p, err := profile.Builtin(n)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%-8s %s\n", n, p.Description)
+		}
+		return nil
+	case "show":
+		return profileShow(args[1:], os.Stdout)
+	case "validate":
+		if len(args) != 2 {
+			return fmt.Errorf("profile validate: need exactly one FILE")
+		}
+		if _, err := profile.Load(args[1]); err != nil {
+			return err
+		}
+		fmt.Printf("%s: ok\n", args[1])
+		return nil
+	case "compile":
+		return profileCompile(args[1:])
+	}
+	return fmt.Errorf("profile: unknown subcommand %q; use list, show, validate or compile", args[0])
+}
+
+// parseInterspersed lets flags follow the positional NAME, as users type them.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+type loadFlags struct {
+	gpus int
+	seed string
+}
+
+func (l *loadFlags) add(fs *flag.FlagSet) {
+	fs.IntVar(&l.gpus, "gpus", 0, "override the profile's GPU count")
+	fs.StringVar(&l.seed, "seed", "", "node seed (default: $NODE_NAME, else /etc/machine-id)")
+}
+
+func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
+	p, err := profile.Load(name)
+	if err != nil {
+		return nil, "", err
+	}
+	if l.gpus != 0 {
+		p.GPUs = l.gpus
+		if errs := p.Validate(); len(errs) > 0 {
+			return nil, "", fmt.Errorf("--gpus: %w", errs[0])
+		}
+	}
+	seed := l.seed
+	if seed == "" {
+		if seed, err = snapshot.NodeSeed(); err != nil {
+			return nil, "", err
+		}
+	}
+	return p, seed, nil
+}
+
+func profileShow(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("profile show", flag.ContinueOnError)
+	var lf loadFlags
+	lf.add(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("profile show: need exactly one NAME or FILE")
+	}
+	p, seed, err := lf.load(pos[0])
+	if err != nil {
+		return err
+	}
+	y, err := p.YAML()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s\n# GPUs on this node (seed %q):\n", strings.TrimSpace(string(y)), seed)
+	for _, id := range snapshot.Identities(p, seed) {
+		fmt.Fprintf(w, "#   %d  %s  serial %s  bus %s\n", id.Index, id.UUID, id.Serial, id.BusID)
+	}
+	return nil
+}
+
+func profileCompile(args []string) error {
+	fs := flag.NewFlagSet("profile compile", flag.ContinueOnError)
+	var lf loadFlags
+	lf.add(fs)
+	out := fs.String("o", "", "output snapshot file (required)")
+	unseeded := fs.Bool("unseeded", false, "leave identities to the library (for its built-in default)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *out == "" {
+		return fmt.Errorf("profile compile: need one NAME or FILE and -o SNAPSHOT")
+	}
+	if *unseeded && lf.seed == "" {
+		lf.seed = "unseeded"
+	}
+	p, seed, err := lf.load(pos[0])
+	if err != nil {
+		return err
+	}
+	data, err := snapshot.Compile(p, snapshot.Options{Seed: seed, Unseeded: *unseeded})
+	if err != nil {
+		return err
+	}
+	return writeAtomic(*out, data)
+}
+
+// writeAtomic replaces path in one rename, so a reader never sees half a file.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+// Shared helpers: strings, not-supported defaults, warnings.
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nvmock.h"
+
+nvmlReturn_t nvmock_str(char *dst, unsigned int len, const char *src)
+{
+	if (dst == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (src[0] == '\0')
+		return NVML_ERROR_NOT_SUPPORTED;
+	size_t n = strlen(src) + 1;
+	if (len < n)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	memcpy(dst, src, n);
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmock_not_supported(const char *fn)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (nvmock.trace)
+		nvmock_warn("%s: not supported", fn);
+	return NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmock_not_supported_dev(const char *fn, nvmlDevice_t h)
+{
+	DEV(h, d);
+	(void)d;
+	return nvmock_not_supported(fn);
+}
+
+// nvmock_warn writes one line to stderr; stdout belongs to the caller.
+void nvmock_warn(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "nvmock: %s\n", line);
+}

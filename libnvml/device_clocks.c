@@ -1,0 +1,215 @@
+// Clocks, performance state, power and temperatures.
+#include "nvmock.h"
+
+static nvmlReturn_t clock_of(const uint32_t set[4], nvmlClockType_t type, unsigned int *mhz)
+{
+	if ((unsigned)type >= 4)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvmock_u32(set[type], mhz);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+	DEV(device, d);
+	return clock_of(d->s->clock, type, clock);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+	DEV(device, d);
+	return clock_of(d->s->max_clock, type, clock);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
+{
+	DEV(device, d);
+	return clock_of(d->s->app_clock, clockType, clockMHz);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType,
+							    unsigned int *clockMHz)
+{
+	DEV(device, d);
+	return clock_of(d->s->default_app_clock, clockType, clockMHz);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device, nvmlClockType_t clockType,
+							 unsigned int *clockMHz)
+{
+	DEV(device, d);
+	return clock_of(d->s->max_boost_clock, clockType, clockMHz);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType, nvmlClockId_t clockId,
+					 unsigned int *clockMHz)
+{
+	DEV(device, d);
+	switch (clockId) {
+	case NVML_CLOCK_ID_CURRENT: return clock_of(d->s->clock, clockType, clockMHz);
+	case NVML_CLOCK_ID_APP_CLOCK_TARGET: return clock_of(d->s->app_clock, clockType, clockMHz);
+	case NVML_CLOCK_ID_APP_CLOCK_DEFAULT: return clock_of(d->s->default_app_clock, clockType, clockMHz);
+	case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX: return clock_of(d->s->max_boost_clock, clockType, clockMHz);
+	default: return NVML_ERROR_INVALID_ARGUMENT;
+	}
+}
+
+// copy_list fills a caller's array, or says how big it must be.
+static nvmlReturn_t copy_list(const uint32_t *src, unsigned n, unsigned int *count, unsigned int *dst)
+{
+	OUT(count);
+	if (n == 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (*count < n || dst == NULL) {
+		*count = n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	for (unsigned i = 0; i < n; i++)
+		dst[i] = src[i];
+	*count = n;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz)
+{
+	DEV(device, d);
+	return copy_list(nvmock.pool + d->s->supported_mem_first, d->s->supported_mem_count, count, clocksMHz);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned int memoryClockMHz,
+							   unsigned int *count, unsigned int *clocksMHz)
+{
+	DEV(device, d);
+	OUT(count);
+	const struct snap_device *s = d->s;
+	for (unsigned k = 0; k < s->supported_mem_count; k++)
+		if (nvmock.pool[s->supported_mem_first + k] == memoryClockMHz)
+			return copy_list(nvmock.pool + s->supported_gfx_first[k], s->supported_gfx_count[k], count, clocksMHz);
+	return s->supported_mem_count ? NVML_ERROR_NOT_FOUND : NVML_ERROR_NOT_SUPPORTED;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *clocksEventReasons)
+{
+	DEV(device, d);
+	OUT(clocksEventReasons);
+	// An idle board at its lowest clocks, as in the captures.
+	*clocksEventReasons = d->s->util_gpu == 0 ? nvmlClocksEventReasonGpuIdle : nvmlClocksEventReasonNone;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *clocksThrottleReasons)
+{
+	return nvmlDeviceGetCurrentClocksEventReasons(device, clocksThrottleReasons);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons)
+{
+	DEV(device, d);
+	(void)d;
+	OUT(supportedClocksEventReasons);
+	*supportedClocksEventReasons = nvmlClocksEventReasonAll;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t device, unsigned long long *supportedClocksThrottleReasons)
+{
+	return nvmlDeviceGetSupportedClocksEventReasons(device, supportedClocksThrottleReasons);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState)
+{
+	DEV(device, d);
+	OUT(pState);
+	*pState = (nvmlPstates_t)d->s->performance_state;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t *pState)
+{
+	return nvmlDeviceGetPerformanceState(device, pState);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->power_draw_mw, power);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+	DEV(device, d);
+	OUT(mode);
+	if (d->s->power_limit_mw == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*mode = NVML_FEATURE_ENABLED;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->power_limit_mw, limit);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->power_enforced_mw, limit);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *defaultLimit)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->power_default_mw, defaultLimit);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *minLimit,
+								   unsigned int *maxLimit)
+{
+	DEV(device, d);
+	if (minLimit == NULL || maxLimit == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->s->power_min_mw == NA32 || d->s->power_max_mw == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*minLimit = d->s->power_min_mw;
+	*maxLimit = d->s->power_max_mw;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy)
+{
+	DEV(device, d);
+	OUT(energy);
+	*energy = d->s->energy_mj;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
+{
+	DEV(device, d);
+	if (sensorType != NVML_TEMPERATURE_GPU)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvmock_u32(d->s->temp_gpu, temp);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType,
+							unsigned int *temp)
+{
+	DEV(device, d);
+	if ((unsigned)thresholdType >= 16)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvmock_u32(d->s->temp_threshold[thresholdType], temp);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->fan_speed, speed);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *numFans)
+{
+	DEV(device, d);
+	OUT(numFans);
+	*numFans = d->s->fan_speed == NA32 ? 0 : 1;
+	return NVML_SUCCESS;
+}

@@ -1,0 +1,148 @@
+package gen
+
+// The snapshot schema: one list of fields per record. From it come the C
+// header the library reads and the Go structs the compiler writes, so the two
+// cannot drift. Bump SnapshotVersion on any change.
+
+// SnapshotVersion is the layout version written into every snapshot.
+const SnapshotVersion = 1
+
+// Kind is the storage type of a field.
+type Kind int
+
+const (
+	U32  Kind = iota // uint32; 0xffffffff means "not available" unless noted
+	U64              // uint64; all ones means "not available"
+	Str              // NUL-terminated char[Count]; empty means "not available"
+	U32s             // uint32[Count]
+	U64s             // uint64[Count]
+)
+
+// Field is one member of a record.
+type Field struct {
+	Name  string // snake_case in C, CamelCase in Go
+	Kind  Kind
+	Count int // for Str, U32s and U64s
+	Doc   string
+}
+
+// Record is one fixed-layout struct of the snapshot file.
+type Record struct {
+	Name   string
+	Doc    string
+	Fields []Field
+}
+
+// MaxMemClocks bounds the supported memory clocks per device; graphics
+// clock lists live in the file's clock pool.
+const MaxMemClocks = 8
+
+// Schema is the snapshot layout: a Header, Header.DeviceCount Devices, then
+// Header.PoolCount uint32 values.
+var Schema = []Record{
+	{Name: "header", Doc: "starts the file", Fields: []Field{
+		{"magic", Str, 8, `"NVMOCKSS"`},
+		{"version", U32, 0, "SnapshotVersion"},
+		{"header_size", U32, 0, "sizeof header"},
+		{"device_size", U32, 0, "sizeof device"},
+		{"device_count", U32, 0, "devices on the node"},
+		{"pool_count", U32, 0, "uint32 values after the devices"},
+		{"flags", U32, 0, "FLAG_*"},
+		{"cuda_version", U32, 0, "e.g. 12020"},
+		{"node_seed_hash", U32, 0, "low bits of the seed hash, for display"},
+		{"driver_version", Str, 80, "e.g. 535.261.03"},
+		{"nvml_version", Str, 80, "e.g. 12.535.261.03"},
+		{"profile", Str, 64, "profile name"},
+	}},
+	{Name: "device", Doc: "one GPU of the node", Fields: []Field{
+		{"name", Str, 96, "product name"},
+		{"uuid", Str, 96, "GPU-..."},
+		{"serial", Str, 32, ""},
+		{"board_part_number", Str, 80, ""},
+		{"gpu_part_number", Str, 80, ""},
+		{"vbios_version", Str, 32, ""},
+		{"inforom_image", Str, 32, ""},
+		{"inforom_oem", Str, 16, ""},
+		{"inforom_ecc", Str, 16, ""},
+		{"inforom_power", Str, 16, ""},
+		{"gsp_firmware", Str, 40, ""},
+		{"pci_bus_id", Str, 32, "00000000:07:00.0"},
+		{"brand", U32, 0, "nvmlBrandType_t"},
+		{"architecture", U32, 0, "nvmlDeviceArchitecture_t"},
+		{"cc_major", U32, 0, ""},
+		{"cc_minor", U32, 0, ""},
+		{"minor", U32, 0, "/dev/nvidiaN"},
+		{"board_id", U32, 0, ""},
+		{"multi_gpu_board", U32, 0, ""},
+		{"module_id", U32, 0, ""},
+		{"pci_domain", U32, 0, ""},
+		{"pci_bus", U32, 0, ""},
+		{"pci_device", U32, 0, ""},
+		{"pci_device_id", U32, 0, "device<<16 | vendor"},
+		{"pci_subsystem_id", U32, 0, ""},
+		{"pci_base_class", U32, 0, ""},
+		{"pci_sub_class", U32, 0, ""},
+		{"pcie_max_gen", U32, 0, "max of GPU and host"},
+		{"pcie_gpu_max_gen", U32, 0, ""},
+		{"pcie_gen", U32, 0, "current"},
+		{"pcie_max_width", U32, 0, ""},
+		{"pcie_width", U32, 0, "current"},
+		{"pcie_tx_kbps", U32, 0, "throughput"},
+		{"pcie_rx_kbps", U32, 0, "throughput"},
+		{"clock", U32s, 4, "current MHz by nvmlClockType_t"},
+		{"app_clock", U32s, 4, ""},
+		{"default_app_clock", U32s, 4, ""},
+		{"max_clock", U32s, 4, ""},
+		{"max_boost_clock", U32s, 4, ""},
+		{"supported_mem_count", U32, 0, "entries in the pool"},
+		{"supported_mem_first", U32, 0, "pool index"},
+		{"supported_gfx_first", U32s, MaxMemClocks, "pool index per memory clock"},
+		{"supported_gfx_count", U32s, MaxMemClocks, ""},
+		{"power_draw_mw", U32, 0, ""},
+		{"power_limit_mw", U32, 0, "management limit"},
+		{"power_enforced_mw", U32, 0, ""},
+		{"power_default_mw", U32, 0, ""},
+		{"power_min_mw", U32, 0, ""},
+		{"power_max_mw", U32, 0, ""},
+		{"temp_gpu", U32, 0, "C"},
+		{"temp_memory", U32, 0, "C"},
+		{"temp_threshold", U32s, 16, "C by nvmlTemperatureThresholds_t"},
+		{"persistence_mode", U32, 0, ""},
+		{"compute_mode", U32, 0, ""},
+		{"ecc_current", U32, 0, ""},
+		{"ecc_pending", U32, 0, ""},
+		{"mig_current", U32, 0, "not available: not MIG capable"},
+		{"mig_pending", U32, 0, ""},
+		{"max_mig_devices", U32, 0, ""},
+		{"display_mode", U32, 0, ""},
+		{"display_active", U32, 0, ""},
+		{"virtualization_mode", U32, 0, ""},
+		{"performance_state", U32, 0, ""},
+		{"fan_speed", U32, 0, "%"},
+		{"util_gpu", U32, 0, "%"},
+		{"util_memory", U32, 0, "%"},
+		{"util_encoder", U32, 0, "%"},
+		{"util_decoder", U32, 0, "%"},
+		{"util_jpeg", U32, 0, "%"},
+		{"util_ofa", U32, 0, "%"},
+		{"retired_pages", U32, 0, "1: supported"},
+		{"remapped_rows", U32, 0, "1: supported"},
+		{"remapper_banks", U32, 0, "histogram max"},
+		{"accounting_mode", U32, 0, ""},
+		{"accounting_buffer", U32, 0, ""},
+		{"numa_node", U32, 0, ""},
+		{"nvlink_count", U32, 0, "0: no NVLink"},
+		{"nvlink_version", U32, 0, ""},
+		{"nvlink_speed_mbps", U32, 0, "per link"},
+		{"nvlink_remote", U32, 0, "nvmlIntNvLinkDeviceType_t"},
+		{"nvlink_remote_device_id", U32, 0, "PCI id of the peer (switch)"},
+		{"nvlink_remote_bus_first", U32, 0, "bus of the first peer switch"},
+		{"cpu_affinity", U64s, 16, "bit mask of CPUs"},
+		{"memory_total", U64, 0, "bytes"},
+		{"memory_reserved", U64, 0, "bytes"},
+		{"memory_used", U64, 0, "bytes"},
+		{"bar1_total", U64, 0, "bytes"},
+		{"bar1_used", U64, 0, "bytes"},
+		{"energy_mj", U64, 0, "total energy"},
+	}},
+}

@@ -1,0 +1,130 @@
+// Device enumeration and lookup: count, handles by index, UUID, serial and
+// PCI bus id, and the index of a handle.
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "nvmock.h"
+
+NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	OUT(count);
+	*count = nvmock.ndevs;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	OUT(device);
+	if (index >= nvmock.ndevs)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*device = nvmock_handle(&nvmock.devs[index]);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+	return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (uuid == NULL || device == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned i = 0; i < nvmock.ndevs; i++) {
+		if (strcasecmp(nvmock.devs[i].uuid, uuid) == 0) {
+			*device = nvmock_handle(&nvmock.devs[i]);
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (serial == NULL || device == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned i = 0; i < nvmock.ndevs; i++) {
+		if (strcmp(nvmock.devs[i].serial, serial) == 0) {
+			*device = nvmock_handle(&nvmock.devs[i]);
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+// parse_bus_id reads "domain:bus:device.function" with a 4- or 8-digit
+// domain (or none), any case.
+static int parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn)
+{
+	unsigned a, b, c, d;
+	int n = 0;
+	if (sscanf(s, "%x:%x:%x.%x%n", &a, &b, &c, &d, &n) == 4 && s[n] == '\0') {
+		*dom = a, *bus = b, *dev = c, *fn = d;
+		return 1;
+	}
+	n = 0;
+	if (sscanf(s, "%x:%x.%x%n", &b, &c, &d, &n) == 3 && s[n] == '\0') {
+		*dom = 0, *bus = b, *dev = c, *fn = d;
+		return 1;
+	}
+	return 0;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (pciBusId == NULL || device == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned dom, bus, dev, fn;
+	if (!parse_bus_id(pciBusId, &dom, &bus, &dev, &fn))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned i = 0; i < nvmock.ndevs; i++) {
+		const struct snap_device *s = nvmock.devs[i].s;
+		if (s->pci_domain == dom && s->pci_bus == bus && s->pci_device == dev && fn == 0) {
+			*device = nvmock_handle(&nvmock.devs[i]);
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+{
+	return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+	DEV(device, d);
+	OUT(index);
+	*index = d->index;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->minor, minorNumber);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard)
+{
+	DEV(device1, a);
+	DEV(device2, b);
+	OUT(onSameBoard);
+	*onSameBoard = a == b;
+	return NVML_SUCCESS;
+}

@@ -1,0 +1,20 @@
+package profile
+
+// NVML enum values for the words profiles use (values from nvml.h).
+var (
+	Brands = map[string]uint32{
+		"Unknown": 0, "Quadro": 1, "Tesla": 2, "NVS": 3, "GeForce": 5, "Titan": 6,
+		"Quadro RTX": 12, "NVIDIA RTX": 13, "NVIDIA": 14,
+	}
+	Architectures = map[string]uint32{
+		"Kepler": 2, "Maxwell": 3, "Pascal": 4, "Volta": 5, "Turing": 6,
+		"Ampere": 7, "Ada Lovelace": 8, "Hopper": 9, "Blackwell": 10,
+	}
+	ComputeModes = map[string]uint32{
+		"Default": 0, "Prohibited": 2, "Exclusive_Process": 3,
+	}
+	VirtualizationModes = map[string]uint32{
+		"None": 0, "Pass-Through": 1, "VGPU": 2, "Host VGPU": 3, "Host VSGA": 4,
+	}
+	NVLinkRemotes = map[string]uint32{"gpu": 0, "switch": 2}
+)

@@ -1,0 +1,164 @@
+package profile
+
+import (
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed builtin/*.yaml
+var builtinFS embed.FS
+
+// Builtins lists the names of the built-in profiles.
+func Builtins() []string {
+	ents, _ := builtinFS.ReadDir("builtin")
+	var names []string
+	for _, e := range ents {
+		names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Builtin returns a built-in profile by name.
+func Builtin(name string) (*Profile, error) {
+	data, err := builtinFS.ReadFile(path.Join("builtin", name+".yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("no built-in profile %q; choose one of %s", name, strings.Join(Builtins(), ", "))
+	}
+	return Parse("builtin/"+name+".yaml", data)
+}
+
+// Load reads a profile by built-in name or from a YAML file.
+func Load(nameOrFile string) (*Profile, error) {
+	if !strings.ContainsAny(nameOrFile, "/.") {
+		return Builtin(nameOrFile)
+	}
+	data, err := os.ReadFile(nameOrFile)
+	if err != nil {
+		return nil, fmt.Errorf("read profile: %w", err)
+	}
+	return Parse(nameOrFile, data)
+}
+
+var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+) into Go struct field \w+\.(\S+) of type (\S+)`)
+
+// Parse decodes and validates a profile; file names the source in errors.
+func Parse(file string, data []byte) (*Profile, error) {
+	var raw any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
+	}
+	if errs := unknownFields(reflect.TypeOf(Profile{}), raw, ""); len(errs) > 0 {
+		return nil, prefixed(file, errs)
+	}
+	var p Profile
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		msg := err.Error()
+		if m := jsonTypeErr.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("%s: expected %s, got %s", m[2], kindName(m[3]), m[1])
+		} else if i := strings.LastIndex(msg, "json: "); i >= 0 {
+			msg = msg[i+len("json: "):]
+		}
+		return nil, fmt.Errorf("profile %s: %s", file, msg)
+	}
+	if errs := p.Validate(); len(errs) > 0 {
+		return nil, prefixed(file, errs)
+	}
+	return &p, nil
+}
+
+func prefixed(file string, errs []error) error {
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = fmt.Errorf("profile %s: %w", file, e)
+	}
+	return errors.Join(out...)
+}
+
+func kindName(goType string) string {
+	switch {
+	case strings.Contains(goType, "int"):
+		return "a whole number"
+	case strings.Contains(goType, "float"):
+		return "a number"
+	case goType == "bool":
+		return "true or false"
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	}
+	return "an object"
+}
+
+// unknownFields walks decoded YAML against the struct's json tags, so an
+// unknown or misspelt key is reported with its full path.
+func unknownFields(t reflect.Type, v any, at string) []error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch val := v.(type) {
+	case map[string]any:
+		if t.Kind() != reflect.Struct {
+			return nil // a type error; the decoder reports it
+		}
+		fields := map[string]reflect.Type{}
+		var known []string
+		for i := 0; i < t.NumField(); i++ {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			fields[name] = t.Field(i).Type
+			known = append(known, name)
+		}
+		keys := make([]string, 0, len(val))
+		for k := range val {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var errs []error
+		for _, k := range keys {
+			ft, ok := fields[k]
+			if !ok {
+				errs = append(errs, fmt.Errorf("%s: unknown field; known fields here: %s", join(at, k), strings.Join(known, ", ")))
+				continue
+			}
+			errs = append(errs, unknownFields(ft, val[k], join(at, k))...)
+		}
+		return errs
+	case []any:
+		if t.Kind() != reflect.Slice {
+			return nil
+		}
+		var errs []error
+		for i, e := range val {
+			errs = append(errs, unknownFields(t.Elem(), e, fmt.Sprintf("%s[%d]", at, i))...)
+		}
+		return errs
+	}
+	return nil
+}
+
+func join(at, k string) string {
+	if at == "" {
+		return k
+	}
+	return at + "." + k
+}
+
+// YAML renders a profile the way users write it.
+func (p *Profile) YAML() ([]byte, error) {
+	j, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	return yaml.JSONToYAML(j)
+}

@@ -1,0 +1,192 @@
+package profile
+
+// Profile describes one node: how many GPUs of which board, with which driver.
+// A field left out means the board reports it as N/A.
+type Profile struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	GPUs        int      `json:"gpus"`
+	Driver      Driver   `json:"driver"`
+	Board       Board    `json:"board"`
+	Topology    Topology `json:"topology"`
+}
+
+// Driver is what the mock driver reports about itself.
+type Driver struct {
+	Version     string `json:"version"`     // e.g. 535.261.03
+	CUDAVersion string `json:"cudaVersion"` // e.g. "12.2"
+	NVMLVersion string `json:"nvmlVersion"` // e.g. 12.535.261.03
+}
+
+// Board holds what every GPU of the node shares.
+type Board struct {
+	ProductName        string       `json:"productName"`
+	Brand              string       `json:"brand"`
+	Architecture       string       `json:"architecture"`
+	ComputeCapability  string       `json:"computeCapability"`
+	SerialPrefix       string       `json:"serialPrefix"`
+	VBIOSVersion       string       `json:"vbiosVersion,omitempty"`
+	BoardPartNumber    string       `json:"boardPartNumber,omitempty"`
+	GPUPartNumber      string       `json:"gpuPartNumber,omitempty"`
+	BoardID            *uint32      `json:"boardId,omitempty"`
+	MultiGPUBoard      bool         `json:"multiGpuBoard"`
+	GSPFirmwareVersion string       `json:"gspFirmwareVersion,omitempty"`
+	Inforom            Inforom      `json:"inforom"`
+	PCI                PCI          `json:"pci"`
+	Memory             Memory       `json:"memory"`
+	BAR1               BAR1         `json:"bar1"`
+	Clocks             Clocks       `json:"clocks"`
+	Power              Power        `json:"power"`
+	Thermal            Thermal      `json:"thermal"`
+	Modes              Modes        `json:"modes"`
+	Utilization        Utilization  `json:"utilization"`
+	MemoryErrors       MemoryErrors `json:"memoryErrors"`
+	NVLink             *NVLink      `json:"nvlink,omitempty"`
+}
+
+// Inforom versions; empty means N/A.
+type Inforom struct {
+	Image string `json:"image,omitempty"`
+	OEM   string `json:"oem,omitempty"`
+	ECC   string `json:"ecc,omitempty"`
+	Power string `json:"power,omitempty"`
+}
+
+// PCI identity and link state.
+type PCI struct {
+	DeviceID      Hex32   `json:"deviceId"`    // device<<16 | vendor, e.g. 0x20B010DE
+	SubsystemID   Hex32   `json:"subsystemId"` // e.g. 0x134F10DE
+	BaseClass     uint32  `json:"baseClass"`
+	SubClass      uint32  `json:"subClass"`
+	MaxLinkGen    uint32  `json:"maxLinkGen"`
+	GPUMaxLinkGen uint32  `json:"gpuMaxLinkGen"`
+	LinkGen       uint32  `json:"linkGen"`
+	MaxLinkWidth  uint32  `json:"maxLinkWidth"`
+	LinkWidth     uint32  `json:"linkWidth"`
+	TxKBps        *uint32 `json:"txKBps,omitempty"`
+	RxKBps        *uint32 `json:"rxKBps,omitempty"`
+}
+
+// Memory is the framebuffer as NVML reports it, in bytes.
+type Memory struct {
+	Total    Quantity `json:"total"`
+	Reserved Quantity `json:"reserved"`
+	Used     Quantity `json:"used"`
+}
+
+// BAR1 memory in bytes.
+type BAR1 struct {
+	Total Quantity `json:"total"`
+	Used  Quantity `json:"used"`
+}
+
+// ClockSet is one clock per domain, in MHz; a missing domain is N/A.
+type ClockSet struct {
+	Graphics *uint32 `json:"graphics,omitempty"`
+	SM       *uint32 `json:"sm,omitempty"`
+	Memory   *uint32 `json:"memory,omitempty"`
+	Video    *uint32 `json:"video,omitempty"`
+}
+
+// Clocks in MHz.
+type Clocks struct {
+	Current             ClockSet          `json:"current"`
+	Applications        ClockSet          `json:"applications"`
+	DefaultApplications ClockSet          `json:"defaultApplications"`
+	Max                 ClockSet          `json:"max"`
+	MaxBoost            ClockSet          `json:"maxBoost"`
+	Supported           []SupportedClocks `json:"supported,omitempty"`
+}
+
+// SupportedClocks lists the graphics clocks allowed at one memory clock,
+// either explicitly or as a range from Max down to Min by Step.
+type SupportedClocks struct {
+	Memory   uint32   `json:"memory"`
+	Graphics []uint32 `json:"graphics,omitempty"`
+	Max      uint32   `json:"max,omitempty"`
+	Min      uint32   `json:"min,omitempty"`
+	Step     uint32   `json:"step,omitempty"`
+}
+
+// Power in watts.
+type Power struct {
+	Draw          *float64 `json:"draw,omitempty"`
+	Limit         *float64 `json:"limit,omitempty"`
+	EnforcedLimit *float64 `json:"enforcedLimit,omitempty"`
+	DefaultLimit  *float64 `json:"defaultLimit,omitempty"`
+	MinLimit      *float64 `json:"minLimit,omitempty"`
+	MaxLimit      *float64 `json:"maxLimit,omitempty"`
+}
+
+// Thermal readings and thresholds in degrees C.
+type Thermal struct {
+	GPU       *uint32 `json:"gpu,omitempty"`
+	Memory    *uint32 `json:"memory,omitempty"`
+	Shutdown  *uint32 `json:"shutdown,omitempty"`
+	Slowdown  *uint32 `json:"slowdown,omitempty"`
+	GPUMax    *uint32 `json:"gpuMax,omitempty"`
+	MemoryMax *uint32 `json:"memoryMax,omitempty"`
+}
+
+// Modes are the GPU's settings; enums take nvidia-smi's words.
+type Modes struct {
+	Persistence      bool    `json:"persistence"`
+	ComputeMode      string  `json:"computeMode"`      // Default, Exclusive_Process, Prohibited
+	Virtualization   string  `json:"virtualization"`   // None, Pass-Through, VGPU, Host VGPU, Host VSGA
+	PerformanceState string  `json:"performanceState"` // P0..P15
+	DisplayMode      bool    `json:"displayMode"`
+	DisplayActive    bool    `json:"displayActive"`
+	ECC              *ECC    `json:"ecc,omitempty"` // absent: no ECC
+	MIG              *MIG    `json:"mig,omitempty"` // absent: not MIG capable
+	FanSpeed         *uint32 `json:"fanSpeed,omitempty"`
+	Accounting       bool    `json:"accounting"`
+	AccountingBuffer *uint32 `json:"accountingBuffer,omitempty"`
+}
+
+// ECC modes.
+type ECC struct {
+	Current bool `json:"current"`
+	Pending bool `json:"pending"`
+}
+
+// MIG modes and capacity.
+type MIG struct {
+	Current    bool   `json:"current"`
+	Pending    bool   `json:"pending"`
+	MaxDevices uint32 `json:"maxDevices"`
+}
+
+// Utilization in percent; absent means N/A.
+type Utilization struct {
+	GPU     *uint32 `json:"gpu,omitempty"`
+	Memory  *uint32 `json:"memory,omitempty"`
+	Encoder *uint32 `json:"encoder,omitempty"`
+	Decoder *uint32 `json:"decoder,omitempty"`
+	JPEG    *uint32 `json:"jpeg,omitempty"`
+	OFA     *uint32 `json:"ofa,omitempty"`
+}
+
+// MemoryErrors says which page-retirement mechanism the board has.
+type MemoryErrors struct {
+	RetiredPages  bool    `json:"retiredPages"`
+	RemappedRows  bool    `json:"remappedRows"`
+	RemapperBanks *uint32 `json:"remapperBanks,omitempty"`
+}
+
+// NVLink of every GPU.
+type NVLink struct {
+	Version   uint32 `json:"version"`
+	Links     uint32 `json:"links"`
+	SpeedMBps uint32 `json:"speedMBps"` // per link
+	Remote    string `json:"remote"`    // switch or gpu
+	// RemoteDeviceID is the PCI id of the NVSwitch the links reach.
+	RemoteDeviceID Hex32 `json:"remoteDeviceId,omitempty"`
+}
+
+// Topology places the GPUs. Lists shorter than the GPU count repeat: GPU i
+// takes entry i mod len, and its PCI domain is i / len(busIds).
+type Topology struct {
+	BusIDs      []Hex32  `json:"busIds"`      // PCI bus numbers
+	NUMANodes   []uint32 `json:"numaNodes"`   // one per GPU
+	CPUAffinity []string `json:"cpuAffinity"` // CPU lists, e.g. "0-63,128-191"
+}

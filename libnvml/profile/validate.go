@@ -1,0 +1,306 @@
+package profile
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Limits of the snapshot's fixed-size fields and sane bounds.
+const (
+	MaxGPUs         = 4096
+	MaxMemClocks    = 8
+	maxNameLen      = 95
+	maxVersionLen   = 79
+	maxPartLen      = 79
+	maxShortStrLen  = 15
+	maxMidStrLen    = 31
+	maxSerialPrefix = 12
+)
+
+var (
+	driverVersionRE = regexp.MustCompile(`^\d+\.\d+(\.\d+)?$`)
+	majorMinorRE    = regexp.MustCompile(`^(\d+)\.(\d+)$`)
+	pstateRE        = regexp.MustCompile(`^P([0-9]|1[0-5])$`)
+	digitsRE        = regexp.MustCompile(`^[0-9]*$`)
+)
+
+type checker struct{ errs []error }
+
+func (c *checker) fail(field, format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+func (c *checker) str(field, v string, maxLen int, required bool) {
+	switch {
+	case required && v == "":
+		c.fail(field, "is required")
+	case len(v) > maxLen:
+		c.fail(field, "%q is longer than %d characters", v, maxLen)
+	}
+}
+
+func (c *checker) enum(field, v string, m map[string]uint32) {
+	if _, ok := m[v]; !ok {
+		c.fail(field, "%q is not one of %s", v, keys(m))
+	}
+}
+
+func (c *checker) percent(field string, v *uint32) {
+	if v != nil && *v > 100 {
+		c.fail(field, "%d is over 100%%", *v)
+	}
+}
+
+func keys(m map[string]uint32) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, strconv.Quote(k))
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ", ")
+}
+
+// Validate returns every problem of the profile, each naming its field.
+func (p *Profile) Validate() []error {
+	c := &checker{}
+	c.str("name", p.Name, 63, true)
+	if p.GPUs < 1 || p.GPUs > MaxGPUs {
+		c.fail("gpus", "%d is out of range; use 1 to %d", p.GPUs, MaxGPUs)
+	}
+	if !driverVersionRE.MatchString(p.Driver.Version) || len(p.Driver.Version) > maxVersionLen {
+		c.fail("driver.version", "%q is not a driver version such as \"535.261.03\"", p.Driver.Version)
+	}
+	if _, err := CUDAVersionNumber(p.Driver.CUDAVersion); err != nil {
+		c.fail("driver.cudaVersion", "%v", err)
+	}
+	c.str("driver.nvmlVersion", p.Driver.NVMLVersion, maxVersionLen, true)
+	p.Board.validate(c)
+	p.Topology.validate(c)
+	return c.errs
+}
+
+// CUDAVersionNumber turns "12.2" into NVML's 12020.
+func CUDAVersionNumber(s string) (uint32, error) {
+	m := majorMinorRE.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a CUDA version such as \"12.2\"", s)
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	if major > 99 || minor > 99 {
+		return 0, fmt.Errorf("%q is out of range", s)
+	}
+	return uint32(major*1000 + minor*10), nil
+}
+
+// ComputeCapability splits "8.0".
+func (b *Board) ComputeCapabilityParts() (major, minor uint32, err error) {
+	m := majorMinorRE.FindStringSubmatch(b.ComputeCapability)
+	if m == nil {
+		return 0, 0, fmt.Errorf("%q is not a compute capability such as \"8.0\"", b.ComputeCapability)
+	}
+	ma, _ := strconv.Atoi(m[1])
+	mi, _ := strconv.Atoi(m[2])
+	return uint32(ma), uint32(mi), nil
+}
+
+func (b *Board) validate(c *checker) {
+	c.str("board.productName", b.ProductName, maxNameLen, true)
+	c.enum("board.brand", b.Brand, Brands)
+	c.enum("board.architecture", b.Architecture, Architectures)
+	if _, _, err := b.ComputeCapabilityParts(); err != nil {
+		c.fail("board.computeCapability", "%v", err)
+	}
+	if !digitsRE.MatchString(b.SerialPrefix) || len(b.SerialPrefix) > maxSerialPrefix {
+		c.fail("board.serialPrefix", "%q must be at most %d digits", b.SerialPrefix, maxSerialPrefix)
+	}
+	c.str("board.vbiosVersion", b.VBIOSVersion, maxMidStrLen, false)
+	c.str("board.boardPartNumber", b.BoardPartNumber, maxPartLen, false)
+	c.str("board.gpuPartNumber", b.GPUPartNumber, maxPartLen, false)
+	c.str("board.gspFirmwareVersion", b.GSPFirmwareVersion, 39, false)
+	c.str("board.inforom.image", b.Inforom.Image, maxMidStrLen, false)
+	c.str("board.inforom.oem", b.Inforom.OEM, maxShortStrLen, false)
+	c.str("board.inforom.ecc", b.Inforom.ECC, maxShortStrLen, false)
+	c.str("board.inforom.power", b.Inforom.Power, maxShortStrLen, false)
+
+	pci := b.PCI
+	if pci.DeviceID&0xffff != 0x10de {
+		c.fail("board.pci.deviceId", "0x%08X does not end in NVIDIA's vendor id 10DE", uint32(pci.DeviceID))
+	}
+	for _, g := range []struct {
+		f string
+		v uint32
+	}{{"maxLinkGen", pci.MaxLinkGen}, {"gpuMaxLinkGen", pci.GPUMaxLinkGen}, {"linkGen", pci.LinkGen}} {
+		if g.v < 1 || g.v > 6 {
+			c.fail("board.pci."+g.f, "%d is not a PCIe generation (1 to 6)", g.v)
+		}
+	}
+	if pci.LinkGen > pci.MaxLinkGen {
+		c.fail("board.pci.linkGen", "%d is above maxLinkGen %d", pci.LinkGen, pci.MaxLinkGen)
+	}
+	for _, w := range []struct {
+		f string
+		v uint32
+	}{{"maxLinkWidth", pci.MaxLinkWidth}, {"linkWidth", pci.LinkWidth}} {
+		switch w.v {
+		case 1, 2, 4, 8, 16, 32:
+		default:
+			c.fail("board.pci."+w.f, "%d is not a PCIe link width (1, 2, 4, 8, 16 or 32)", w.v)
+		}
+	}
+	if pci.LinkWidth > pci.MaxLinkWidth {
+		c.fail("board.pci.linkWidth", "%d is above maxLinkWidth %d", pci.LinkWidth, pci.MaxLinkWidth)
+	}
+
+	m := b.Memory
+	if m.Total == 0 {
+		c.fail("board.memory.total", "is required and must be above 0")
+	}
+	if m.Reserved > m.Total {
+		c.fail("board.memory.reserved", "%d is above total %d", m.Reserved, m.Total)
+	} else if m.Used > m.Total-m.Reserved {
+		c.fail("board.memory.used", "%d is above total minus reserved (%d)", m.Used, m.Total-m.Reserved)
+	}
+	if b.BAR1.Used > b.BAR1.Total {
+		c.fail("board.bar1.used", "%d is above total %d", b.BAR1.Used, b.BAR1.Total)
+	}
+
+	b.Clocks.validate(c)
+	b.Power.validate(c)
+	t := b.Thermal
+	if t.Shutdown != nil && t.Slowdown != nil && *t.Slowdown > *t.Shutdown {
+		c.fail("board.thermal.slowdown", "%d C is above shutdown %d C", *t.Slowdown, *t.Shutdown)
+	}
+	if t.GPU != nil && t.Shutdown != nil && *t.GPU >= *t.Shutdown {
+		c.fail("board.thermal.gpu", "%d C is at or above shutdown %d C", *t.GPU, *t.Shutdown)
+	}
+
+	md := b.Modes
+	c.enum("board.modes.computeMode", md.ComputeMode, ComputeModes)
+	c.enum("board.modes.virtualization", md.Virtualization, VirtualizationModes)
+	if !pstateRE.MatchString(md.PerformanceState) {
+		c.fail("board.modes.performanceState", "%q is not P0 to P15", md.PerformanceState)
+	}
+	if md.MIG != nil && (md.MIG.MaxDevices < 1 || md.MIG.MaxDevices > 7) {
+		c.fail("board.modes.mig.maxDevices", "%d is out of range; use 1 to 7", md.MIG.MaxDevices)
+	}
+	c.percent("board.modes.fanSpeed", md.FanSpeed)
+	u := b.Utilization
+	c.percent("board.utilization.gpu", u.GPU)
+	c.percent("board.utilization.memory", u.Memory)
+	c.percent("board.utilization.encoder", u.Encoder)
+	c.percent("board.utilization.decoder", u.Decoder)
+	c.percent("board.utilization.jpeg", u.JPEG)
+	c.percent("board.utilization.ofa", u.OFA)
+	if b.MemoryErrors.RetiredPages && b.MemoryErrors.RemappedRows {
+		c.fail("board.memoryErrors", "a board has either retiredPages or remappedRows, not both")
+	}
+	if l := b.NVLink; l != nil {
+		if l.Links < 1 || l.Links > 18 {
+			c.fail("board.nvlink.links", "%d is out of range; use 1 to 18", l.Links)
+		}
+		if l.Version < 1 || l.Version > 5 {
+			c.fail("board.nvlink.version", "%d is out of range; use 1 to 5", l.Version)
+		}
+		c.enum("board.nvlink.remote", l.Remote, NVLinkRemotes)
+	}
+}
+
+func (cl *Clocks) validate(c *checker) {
+	max := map[string]*uint32{"graphics": cl.Max.Graphics, "sm": cl.Max.SM, "memory": cl.Max.Memory, "video": cl.Max.Video}
+	for name, cur := range map[string]*uint32{"graphics": cl.Current.Graphics, "sm": cl.Current.SM, "memory": cl.Current.Memory, "video": cl.Current.Video} {
+		if cur != nil && max[name] != nil && *cur > *max[name] {
+			c.fail("board.clocks.current."+name, "%d MHz is above max %d MHz", *cur, *max[name])
+		}
+	}
+	if len(cl.Supported) > MaxMemClocks {
+		c.fail("board.clocks.supported", "has %d memory clocks; at most %d", len(cl.Supported), MaxMemClocks)
+	}
+	for i, s := range cl.Supported {
+		f := fmt.Sprintf("board.clocks.supported[%d]", i)
+		if s.Memory == 0 {
+			c.fail(f+".memory", "is required")
+		}
+		ranged := s.Max != 0 || s.Min != 0 || s.Step != 0
+		switch {
+		case ranged && len(s.Graphics) > 0:
+			c.fail(f, "give either graphics or max/min/step, not both")
+		case ranged && (s.Step == 0 || s.Min == 0 || s.Max < s.Min):
+			c.fail(f, "max %d, min %d, step %d is not a range; need max >= min > 0 and step > 0", s.Max, s.Min, s.Step)
+		case !ranged && len(s.Graphics) == 0:
+			c.fail(f+".graphics", "is required (or max/min/step)")
+		}
+	}
+}
+
+func (pw *Power) validate(c *checker) {
+	for _, f := range []struct {
+		n string
+		v *float64
+	}{{"draw", pw.Draw}, {"limit", pw.Limit}, {"enforcedLimit", pw.EnforcedLimit}, {"defaultLimit", pw.DefaultLimit}, {"minLimit", pw.MinLimit}, {"maxLimit", pw.MaxLimit}} {
+		if f.v != nil && (*f.v < 0 || *f.v > 100000) {
+			c.fail("board.power."+f.n, "%g W is out of range; use 0 to 100000", *f.v)
+		}
+	}
+	if pw.MinLimit != nil && pw.MaxLimit != nil {
+		if *pw.MinLimit > *pw.MaxLimit {
+			c.fail("board.power.minLimit", "%g W is above maxLimit %g W", *pw.MinLimit, *pw.MaxLimit)
+		}
+		for _, f := range []struct {
+			n string
+			v *float64
+		}{{"limit", pw.Limit}, {"defaultLimit", pw.DefaultLimit}, {"enforcedLimit", pw.EnforcedLimit}} {
+			if f.v != nil && (*f.v < *pw.MinLimit || *f.v > *pw.MaxLimit) {
+				c.fail("board.power."+f.n, "%g W is outside minLimit..maxLimit (%g..%g W)", *f.v, *pw.MinLimit, *pw.MaxLimit)
+			}
+		}
+	}
+}
+
+func (t *Topology) validate(c *checker) {
+	if len(t.BusIDs) == 0 {
+		c.fail("topology.busIds", "is required (PCI bus numbers, e.g. [\"0x07\", \"0x0F\"])")
+	}
+	seen := map[Hex32]bool{}
+	for i, b := range t.BusIDs {
+		if b > 0xff {
+			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "0x%X is not a PCI bus number (0x00 to 0xFF)", uint32(b))
+		}
+		if seen[b] {
+			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "0x%02X appears twice", uint32(b))
+		}
+		seen[b] = true
+	}
+	for i, s := range t.CPUAffinity {
+		if _, err := ParseCPUList(s); err != nil {
+			c.fail(fmt.Sprintf("topology.cpuAffinity[%d]", i), "%v", err)
+		}
+	}
+}
+
+// MaxCPUs is the size of the CPU affinity mask in the snapshot.
+const MaxCPUs = 1024
+
+// ParseCPUList reads "0-63,128-191" into a bit mask.
+func ParseCPUList(s string) ([MaxCPUs / 64]uint64, error) {
+	var mask [MaxCPUs / 64]uint64
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a < 0 || b < a || b >= MaxCPUs {
+			return mask, fmt.Errorf("%q is not a CPU list such as \"0-63,128-191\" (CPUs 0 to %d)", s, MaxCPUs-1)
+		}
+		for cpu := a; cpu <= b; cpu++ {
+			mask[cpu/64] |= 1 << (cpu % 64)
+		}
+	}
+	return mask, nil
+}

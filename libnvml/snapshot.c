@@ -1,0 +1,144 @@
+// Finding, mapping and checking the snapshot file.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nvmock.h"
+
+// The default node (8 x A100-SXM4-40GB), embedded at build time; its
+// identities are derived at init from the node it runs on.
+extern const unsigned char nvmock_default_snapshot[] __attribute__((visibility("hidden")));
+extern const unsigned char nvmock_default_snapshot_end[] __attribute__((visibility("hidden")));
+__asm__(".section .rodata\n"
+	".balign 8\n"
+	"nvmock_default_snapshot:\n"
+	".incbin \"" NVMOCK_DEFAULT_SNAPSHOT "\"\n"
+	"nvmock_default_snapshot_end:\n"
+	".previous\n");
+
+static void *map_addr;
+static size_t map_len;
+
+// snap_check validates everything the getters trust, so they need no checks.
+static const char *snap_check(const unsigned char *p, size_t len)
+{
+	const struct snap_header *h = (const void *)p;
+	if (len < sizeof *h || memcmp(h->magic, "NVMOCKSS", 8) != 0)
+		return "not an nvmock snapshot (bad magic)";
+	if (h->version != SNAPSHOT_VERSION)
+		return "wrong snapshot version; recompile it with this nvmock (nvmock profile compile)";
+	if (h->header_size != sizeof *h || h->device_size != sizeof(struct snap_device))
+		return "record sizes do not match this library";
+	uint64_t want = sizeof *h + (uint64_t)h->device_count * sizeof(struct snap_device) + (uint64_t)h->pool_count * 4;
+	if (len != want)
+		return "file size does not match its header (truncated or padded)";
+	if (memchr(h->driver_version, 0, sizeof h->driver_version) == NULL ||
+	    memchr(h->nvml_version, 0, sizeof h->nvml_version) == NULL ||
+	    memchr(h->profile, 0, sizeof h->profile) == NULL)
+		return "header string is not terminated";
+	const struct snap_device *d = (const void *)(p + sizeof *h);
+	for (uint32_t i = 0; i < h->device_count; i++) {
+		for (const struct snap_string *s = snap_device_strings; s->len; s++)
+			if (memchr((const char *)&d[i] + s->off, 0, s->len) == NULL)
+				return "device string is not terminated";
+		if (d[i].supported_mem_count > SNAPSHOT_MAX_MEM_CLOCKS ||
+		    (uint64_t)d[i].supported_mem_first + d[i].supported_mem_count > h->pool_count)
+			return "supported clocks out of range";
+		for (uint32_t k = 0; k < d[i].supported_mem_count; k++)
+			if ((uint64_t)d[i].supported_gfx_first[k] + d[i].supported_gfx_count[k] > h->pool_count)
+				return "supported clocks out of range";
+	}
+	return NULL;
+}
+
+// snapshot_path finds the file: NVMOCK_SNAPSHOT, else <driver root>/etc/nvmock/snapshot
+// next to this library. It returns 0 when there is none (use the default).
+static int snapshot_path(char *out, size_t size, int *explicit)
+{
+	const char *env = getenv("NVMOCK_SNAPSHOT");
+	*explicit = env != NULL && env[0] != '\0';
+	if (*explicit) {
+		snprintf(out, size, "%s", env);
+		return 1;
+	}
+	Dl_info info;
+	if (dladdr((void *)&snap_check, &info) == 0 || info.dli_fname == NULL)
+		return 0;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof dir, "%s", info.dli_fname);
+	char *slash = strrchr(dir, '/');
+	if (slash == NULL)
+		return 0;
+	*slash = '\0';
+	static const char *const libdirs[] = {"/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib", "/lib64", NULL};
+	for (const char *const *l = libdirs; *l; l++) {
+		size_t dl = strlen(dir), ll = strlen(*l);
+		if (dl >= ll && strcmp(dir + dl - ll, *l) == 0) {
+			dir[dl - ll] = '\0';
+			snprintf(out, size, "%s/etc/nvmock/snapshot", dir);
+			return access(out, F_OK) == 0; // absent: use the default
+		}
+	}
+	return 0;
+}
+
+nvmlReturn_t nvmock_load(void)
+{
+	char path[PATH_MAX];
+	int explicit;
+	if (!snapshot_path(path, sizeof path, &explicit)) {
+		const unsigned char *p = nvmock_default_snapshot;
+		size_t len = (size_t)(nvmock_default_snapshot_end - nvmock_default_snapshot);
+		const char *bad = snap_check(p, len);
+		if (bad != NULL) {
+			nvmock_warn("built-in snapshot: %s", bad);
+			return NVML_ERROR_UNKNOWN;
+		}
+		nvmock.hdr = (const void *)p;
+		return NVML_SUCCESS;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		nvmock_warn("snapshot %s%s: %s", path, explicit ? " (NVMOCK_SNAPSHOT)" : "", strerror(errno));
+		return NVML_ERROR_UNKNOWN;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+		nvmock_warn("snapshot %s: not a regular, non-empty file", path);
+		close(fd);
+		return NVML_ERROR_UNKNOWN;
+	}
+	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED) {
+		nvmock_warn("snapshot %s: mmap: %s", path, strerror(errno));
+		return NVML_ERROR_UNKNOWN;
+	}
+	const char *bad = snap_check(m, (size_t)st.st_size);
+	if (bad != NULL) {
+		nvmock_warn("snapshot %s: %s", path, bad);
+		munmap(m, (size_t)st.st_size);
+		return NVML_ERROR_UNKNOWN;
+	}
+	map_addr = m;
+	map_len = (size_t)st.st_size;
+	nvmock.hdr = m;
+	return NVML_SUCCESS;
+}
+
+void nvmock_unload(void)
+{
+	if (map_addr != NULL)
+		munmap(map_addr, map_len);
+	map_addr = NULL;
+	map_len = 0;
+	nvmock.hdr = NULL;
+}

@@ -1,0 +1,231 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/nvmock/nvmock/libnvml/profile"
+)
+
+// Options change how a profile compiles.
+type Options struct {
+	Seed     string // node seed; ignored when Unseeded
+	Unseeded bool   // leave identities to the library (its built-in default)
+}
+
+// Compile turns a validated profile into snapshot bytes.
+func Compile(p *profile.Profile, opt Options) ([]byte, error) {
+	if errs := p.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, errs[0])
+	}
+	cuda, _ := profile.CUDAVersionNumber(p.Driver.CUDAVersion)
+	h := Header{
+		Version:     Version,
+		HeaderSize:  HeaderSize,
+		DeviceSize:  DeviceSize,
+		DeviceCount: uint32(p.GPUs),
+		CudaVersion: cuda,
+	}
+	copy(h.Magic[:], "NVMOCKSS")
+	put(h.DriverVersion[:], p.Driver.Version)
+	put(h.NvmlVersion[:], p.Driver.NVMLVersion)
+	put(h.Profile[:], p.Name)
+	if opt.Unseeded {
+		h.Flags |= FlagUnseeded
+	} else {
+		h.NodeSeedHash = uint32(hash(opt.Seed))
+	}
+
+	var pool []uint32
+	devs := make([]Device, p.GPUs)
+	for i := range devs {
+		d, err := device(p, opt, i, &pool)
+		if err != nil {
+			return nil, err
+		}
+		devs[i] = d
+	}
+	h.PoolCount = uint32(len(pool))
+
+	var buf bytes.Buffer
+	buf.Grow(HeaderSize + len(devs)*DeviceSize + 4*len(pool))
+	for _, v := range []any{&h, devs, pool} {
+		if err := binary.Write(&buf, binary.LittleEndian, v); err != nil {
+			return nil, fmt.Errorf("encode snapshot: %w", err)
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+func put(dst []byte, s string) { copy(dst[:len(dst)-1], s) }
+
+func opt32(v *uint32) uint32 {
+	if v == nil {
+		return NA
+	}
+	return *v
+}
+
+func milliwatts(w *float64) uint32 {
+	if w == nil {
+		return NA
+	}
+	return uint32(math.Round(*w * 1000))
+}
+
+func bool32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func clockSet(c profile.ClockSet) [4]uint32 {
+	return [4]uint32{opt32(c.Graphics), opt32(c.SM), opt32(c.Memory), opt32(c.Video)}
+}
+
+func device(p *profile.Profile, opt Options, i int, pool *[]uint32) (Device, error) {
+	b := &p.Board
+	t := &p.Topology
+	var d Device
+	put(d.Name[:], b.ProductName)
+	if opt.Unseeded {
+		put(d.Serial[:], b.SerialPrefix) // the library derives the rest
+	} else {
+		put(d.UUID[:], UUID(p.Name, opt.Seed, i))
+		put(d.Serial[:], Serial(b.SerialPrefix, p.Name, opt.Seed, i))
+	}
+	put(d.BoardPartNumber[:], b.BoardPartNumber)
+	put(d.GPUPartNumber[:], b.GPUPartNumber)
+	put(d.VbiosVersion[:], b.VBIOSVersion)
+	put(d.InforomImage[:], b.Inforom.Image)
+	put(d.InforomOem[:], b.Inforom.OEM)
+	put(d.InforomECC[:], b.Inforom.ECC)
+	put(d.InforomPower[:], b.Inforom.Power)
+	put(d.GspFirmware[:], b.GSPFirmwareVersion)
+
+	d.PCIDomain = uint32(i / len(t.BusIDs))
+	d.PCIBus = uint32(t.BusIDs[i%len(t.BusIDs)])
+	d.PCIDevice = 0
+	put(d.PCIBusID[:], BusID(p, i))
+	d.Brand = profile.Brands[b.Brand]
+	d.Architecture = profile.Architectures[b.Architecture]
+	d.CcMajor, d.CcMinor, _ = b.ComputeCapabilityParts()
+	d.Minor = uint32(i)
+	d.BoardID = opt32(b.BoardID)
+	d.MultiGPUBoard = bool32(b.MultiGPUBoard)
+	d.ModuleID = NA
+	d.PCIDeviceID = uint32(b.PCI.DeviceID)
+	d.PCISubsystemID = uint32(b.PCI.SubsystemID)
+	d.PCIBaseClass = b.PCI.BaseClass
+	d.PCISubClass = b.PCI.SubClass
+	d.PcieMaxGen = b.PCI.MaxLinkGen
+	d.PcieGPUMaxGen = b.PCI.GPUMaxLinkGen
+	d.PcieGen = b.PCI.LinkGen
+	d.PcieMaxWidth = b.PCI.MaxLinkWidth
+	d.PcieWidth = b.PCI.LinkWidth
+	d.PcieTxKbps = opt32(b.PCI.TxKBps)
+	d.PcieRxKbps = opt32(b.PCI.RxKBps)
+
+	c := &b.Clocks
+	d.Clock = clockSet(c.Current)
+	d.AppClock = clockSet(c.Applications)
+	d.DefaultAppClock = clockSet(c.DefaultApplications)
+	d.MaxClock = clockSet(c.Max)
+	d.MaxBoostClock = clockSet(c.MaxBoost)
+	d.SupportedMemCount = uint32(len(c.Supported))
+	d.SupportedMemFirst = uint32(len(*pool))
+	for _, s := range c.Supported {
+		*pool = append(*pool, s.Memory)
+	}
+	for k, s := range c.Supported {
+		gfx := s.Graphics
+		if len(gfx) == 0 {
+			for f := s.Max; f >= s.Min && f > 0; f -= s.Step {
+				gfx = append(gfx, f)
+				if f < s.Step {
+					break
+				}
+			}
+		}
+		d.SupportedGfxFirst[k] = uint32(len(*pool))
+		d.SupportedGfxCount[k] = uint32(len(gfx))
+		*pool = append(*pool, gfx...)
+	}
+
+	pw := &b.Power
+	d.PowerDrawMW = milliwatts(pw.Draw)
+	d.PowerLimitMW = milliwatts(pw.Limit)
+	d.PowerEnforcedMW = milliwatts(pw.EnforcedLimit)
+	d.PowerDefaultMW = milliwatts(pw.DefaultLimit)
+	d.PowerMinMW = milliwatts(pw.MinLimit)
+	d.PowerMaxMW = milliwatts(pw.MaxLimit)
+
+	th := &b.Thermal
+	d.TempGPU = opt32(th.GPU)
+	d.TempMemory = opt32(th.Memory)
+	for k := range d.TempThreshold {
+		d.TempThreshold[k] = NA
+	}
+	// Indices are nvmlTemperatureThresholds_t.
+	d.TempThreshold[0] = opt32(th.Shutdown)
+	d.TempThreshold[1] = opt32(th.Slowdown)
+	d.TempThreshold[2] = opt32(th.MemoryMax)
+	d.TempThreshold[3] = opt32(th.GPUMax)
+
+	m := &b.Modes
+	d.PersistenceMode = bool32(m.Persistence)
+	d.ComputeMode = profile.ComputeModes[m.ComputeMode]
+	d.ECCCurrent, d.ECCPending = NA, NA
+	if m.ECC != nil {
+		d.ECCCurrent, d.ECCPending = bool32(m.ECC.Current), bool32(m.ECC.Pending)
+	}
+	d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = NA, NA, 0
+	if m.MIG != nil {
+		d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = bool32(m.MIG.Current), bool32(m.MIG.Pending), m.MIG.MaxDevices
+	}
+	d.DisplayMode = bool32(m.DisplayMode)
+	d.DisplayActive = bool32(m.DisplayActive)
+	d.VirtualizationMode = profile.VirtualizationModes[m.Virtualization]
+	fmt.Sscanf(m.PerformanceState, "P%d", &d.PerformanceState)
+	d.FanSpeed = opt32(m.FanSpeed)
+	d.AccountingMode = bool32(m.Accounting)
+	d.AccountingBuffer = opt32(m.AccountingBuffer)
+
+	u := &b.Utilization
+	d.UtilGPU, d.UtilMemory = opt32(u.GPU), opt32(u.Memory)
+	d.UtilEncoder, d.UtilDecoder = opt32(u.Encoder), opt32(u.Decoder)
+	d.UtilJpeg, d.UtilOFA = opt32(u.JPEG), opt32(u.OFA)
+	d.RetiredPages = bool32(b.MemoryErrors.RetiredPages)
+	d.RemappedRows = bool32(b.MemoryErrors.RemappedRows)
+	d.RemapperBanks = opt32(b.MemoryErrors.RemapperBanks)
+
+	d.NUMANode = NA
+	if len(t.NUMANodes) > 0 {
+		d.NUMANode = t.NUMANodes[i%len(t.NUMANodes)]
+	}
+	if len(t.CPUAffinity) > 0 {
+		mask, err := profile.ParseCPUList(t.CPUAffinity[i%len(t.CPUAffinity)])
+		if err != nil {
+			return d, fmt.Errorf("topology.cpuAffinity: %w", err)
+		}
+		d.CPUAffinity = mask
+	}
+	if l := b.NVLink; l != nil {
+		d.NvlinkCount = l.Links
+		d.NvlinkVersion = l.Version
+		d.NvlinkSpeedMbps = l.SpeedMBps
+		d.NvlinkRemote = profile.NVLinkRemotes[l.Remote]
+		d.NvlinkRemoteDeviceID = uint32(l.RemoteDeviceID)
+	}
+
+	d.MemoryTotal = uint64(b.Memory.Total)
+	d.MemoryReserved = uint64(b.Memory.Reserved)
+	d.MemoryUsed = uint64(b.Memory.Used)
+	d.Bar1Total = uint64(b.BAR1.Total)
+	d.Bar1Used = uint64(b.BAR1.Used)
+	d.EnergyMJ = 0
+	return d, nil
+}

@@ -1,0 +1,157 @@
+// System queries, error strings and the private export table.
+#include <stdio.h>
+#include <string.h>
+
+#include "nvmock.h"
+
+NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	return nvmock_str(version, length, nvmock.hdr->driver_version);
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	return nvmock_str(version, length, nvmock.hdr->nvml_version);
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	OUT(cudaDriverVersion);
+	*cudaDriverVersion = (int)nvmock.hdr->cuda_version;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+	return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (name == NULL || length == 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/%u/comm", pid);
+	FILE *f = fopen(path, "re");
+	if (f == NULL)
+		return NVML_ERROR_NOT_FOUND;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	if (strlen(buf) + 1 > length)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	memcpy(name, buf, strlen(buf) + 1);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetHicVersion(unsigned int *hwbcCount, nvmlHwbcEntry_t *hwbcEntries)
+{
+	(void)hwbcEntries;
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	OUT(hwbcCount);
+	*hwbcCount = 0;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int *deviceCount)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	OUT(deviceCount);
+	*deviceCount = 0;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info)
+{
+	(void)index;
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	OUT(info);
+	return NVML_ERROR_INVALID_ARGUMENT; // there are none
+}
+
+// The old names of the two calls above, still exported by the real library.
+NVML_API nvmlReturn_t nvmlGetBlacklistDeviceCount(unsigned int *deviceCount)
+{
+	return nvmlGetExcludedDeviceCount(deviceCount);
+}
+
+NVML_API nvmlReturn_t nvmlGetBlacklistDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info)
+{
+	return nvmlGetExcludedDeviceInfoByIndex(index, info);
+}
+
+NVML_API nvmlReturn_t nvmlUnitGetCount(unsigned int *unitCount)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	OUT(unitCount);
+	*unitCount = 0;
+	return NVML_SUCCESS;
+}
+
+// nvidia-smi 535 asks for this table right after init and quits with
+// "Mismatch in versions" without it. A table holding only its own size (8)
+// makes every private entry absent, which each view tried accepts; private
+// slots are not emulated because a wrong one crashes nvidia-smi.
+static const uint64_t export_table[1] = {sizeof export_table};
+static const unsigned char smi_table_id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+					       0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+
+NVML_API nvmlReturn_t nvmlInternalGetExportTable(const void **table, const void *id)
+{
+	if (table == NULL || id == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (memcmp(id, smi_table_id, sizeof smi_table_id) != 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*table = export_table;
+	return NVML_SUCCESS;
+}
+
+NVML_API const char *nvmlErrorString(nvmlReturn_t result)
+{
+	switch (result) {
+	case NVML_SUCCESS: return "Success";
+	case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+	case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+	case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+	case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+	case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+	case NVML_ERROR_NOT_FOUND: return "Not Found";
+	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+	case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+	case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+	case NVML_ERROR_TIMEOUT: return "Timeout";
+	case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
+	case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+	case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+	case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+	case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+	case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+	case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
+	case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+	case NVML_ERROR_IN_USE: return "In use by another client";
+	case NVML_ERROR_MEMORY: return "Insufficient Memory";
+	case NVML_ERROR_NO_DATA: return "No data";
+	case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "ECC is not supported on vGPU";
+	case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient Resources";
+	case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Frequency not supported";
+	case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+	case NVML_ERROR_DEPRECATED: return "Requested functionality has been deprecated";
+	case NVML_ERROR_NOT_READY: return "System is not ready";
+	case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
+	case NVML_ERROR_INVALID_STATE: return "Invalid state";
+	default: return "Unknown Error";
+	}
+}

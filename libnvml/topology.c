@@ -1,0 +1,272 @@
+// Where GPUs sit: CPU and NUMA affinity, PCIe ancestry, P2P, NVLink and the
+// field values that report NVLink and memory temperature.
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "nvmock.h"
+
+NVML_API nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet)
+{
+	DEV(device, d);
+	if (cpuSet == NULL || cpuSetSize == 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned n = sizeof d->s->cpu_affinity / sizeof d->s->cpu_affinity[0];
+	for (unsigned i = 0; i < cpuSetSize; i++)
+		cpuSet[i] = i < n ? (unsigned long)d->s->cpu_affinity[i] : 0;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize,
+							  unsigned long *cpuSet, nvmlAffinityScope_t scope)
+{
+	if (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET)
+		return nvmock_ready() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
+	return nvmlDeviceGetCpuAffinity(device, cpuSetSize, cpuSet);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize, unsigned long *nodeSet,
+						  nvmlAffinityScope_t scope)
+{
+	DEV(device, d);
+	if (nodeSet == NULL || nodeSetSize == 0 || (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned node = d->s->numa_node;
+	if (node == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	memset(nodeSet, 0, nodeSetSize * sizeof *nodeSet);
+	unsigned bits = 8 * sizeof *nodeSet;
+	if (node / bits < nodeSetSize)
+		nodeSet[node / bits] = 1ul << (node % bits);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->numa_node, node);
+}
+
+// ancestor models a two-socket board: GPUs share a host bridge on the same
+// NUMA node and meet at the system level otherwise.
+static nvmlGpuTopologyLevel_t ancestor(const struct nvmock_dev *a, const struct nvmock_dev *b)
+{
+	if (a == b)
+		return NVML_TOPOLOGY_INTERNAL;
+	if (a->s->numa_node != NA32 && a->s->numa_node == b->s->numa_node)
+		return NVML_TOPOLOGY_NODE;
+	return NVML_TOPOLOGY_SYSTEM;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+							  nvmlGpuTopologyLevel_t *pathInfo)
+{
+	DEV(device1, a);
+	DEV(device2, b);
+	OUT(pathInfo);
+	*pathInfo = ancestor(a, b);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level,
+						       unsigned int *count, nvmlDevice_t *deviceArray)
+{
+	DEV(device, d);
+	OUT(count);
+	unsigned n = 0;
+	for (unsigned i = 0; i < nvmock.ndevs; i++) {
+		const struct nvmock_dev *o = &nvmock.devs[i];
+		if (o == d || ancestor(d, o) > level)
+			continue;
+		if (deviceArray != NULL && n < *count)
+			deviceArray[n] = nvmock_handle(o);
+		n++;
+	}
+	if (deviceArray == NULL || *count < n) {
+		nvmlReturn_t r = (*count == 0 || deviceArray == NULL) ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+		*count = n;
+		return r;
+	}
+	*count = n;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count, nvmlDevice_t *deviceArray)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	OUT(count);
+	if (cpuNumber >= 1024)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned n = 0;
+	for (unsigned i = 0; i < nvmock.ndevs; i++) {
+		const struct nvmock_dev *o = &nvmock.devs[i];
+		if (!(o->s->cpu_affinity[cpuNumber / 64] >> (cpuNumber % 64) & 1))
+			continue;
+		if (deviceArray != NULL && n < *count)
+			deviceArray[n] = nvmock_handle(o);
+		n++;
+	}
+	if (deviceArray != NULL && *count < n) {
+		*count = n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	*count = n;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex,
+					     nvmlGpuP2PStatus_t *p2pStatus)
+{
+	DEV(device1, a);
+	DEV(device2, b);
+	OUT(p2pStatus);
+	if ((unsigned)p2pIndex > NVML_P2P_CAPS_INDEX_UNKNOWN)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (a == b)
+		*p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
+	else if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK)
+		*p2pStatus = a->s->nvlink_count && b->s->nvlink_count ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+	else
+		*p2pStatus = NVML_P2P_STATUS_OK;
+	return NVML_SUCCESS;
+}
+
+// link_of validates an NVLink index for the device.
+#define LINK(d, link)                                              \
+	do {                                                       \
+		if ((d)->s->nvlink_count == 0)                     \
+			return NVML_ERROR_NOT_SUPPORTED;           \
+		if ((link) >= (d)->s->nvlink_count)                \
+			return NVML_ERROR_INVALID_ARGUMENT;        \
+	} while (0)
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
+{
+	DEV(device, d);
+	OUT(isActive);
+	LINK(d, link);
+	*isActive = NVML_FEATURE_ENABLED;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version)
+{
+	DEV(device, d);
+	OUT(version);
+	LINK(d, link);
+	*version = d->s->nvlink_version;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link, nvmlNvLinkCapability_t capability,
+						    unsigned int *capResult)
+{
+	DEV(device, d);
+	OUT(capResult);
+	LINK(d, link);
+	if ((unsigned)capability >= NVML_NVLINK_CAP_COUNT)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*capResult = capability != NVML_NVLINK_CAP_SLI_BRIDGE && capability != NVML_NVLINK_CAP_VALID ? 1 : capability == NVML_NVLINK_CAP_VALID;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+							  nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType)
+{
+	DEV(device, d);
+	OUT(pNvLinkDeviceType);
+	LINK(d, link);
+	*pNvLinkDeviceType = (nvmlIntNvLinkDeviceType_t)d->s->nvlink_remote;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+	DEV(device, d);
+	OUT(pci);
+	LINK(d, link);
+	const struct snap_device *s = d->s;
+	if (s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_GPU) {
+		// Direct GPU links form a ring: link l reaches GPU index+1+l/2.
+		unsigned peer = (d->index + 1 + link / 2) % nvmock.ndevs;
+		nvmock_pci_info(nvmock.devs[peer].s, pci);
+		return NVML_SUCCESS;
+	}
+	// An NVSwitch board: the links spread over six switches on their own buses.
+	memset(pci, 0, sizeof *pci);
+	pci->domain = s->pci_domain;
+	pci->bus = 0xc0 + link % 6;
+	pci->pciDeviceId = s->nvlink_remote_device_id;
+	pci->pciSubSystemId = s->nvlink_remote_device_id;
+	snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:00.0", pci->domain, pci->bus);
+	snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:00.0", pci->domain & 0xffff, pci->bus);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+	return nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, nvmlNvLinkErrorCounter_t counter,
+						      unsigned long long *counterValue)
+{
+	DEV(device, d);
+	OUT(counterValue);
+	LINK(d, link);
+	if ((unsigned)counter >= NVML_NVLINK_ERROR_COUNT)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*counterValue = 0;
+	return NVML_SUCCESS;
+}
+
+static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
+{
+	const struct snap_device *s = d->s;
+	unsigned id = v->fieldId;
+	v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+	if (id == NVML_FI_DEV_MEMORY_TEMP) {
+		if (s->temp_memory == NA32)
+			return NVML_ERROR_NOT_SUPPORTED;
+		v->value.uiVal = s->temp_memory;
+		return NVML_SUCCESS;
+	}
+	if (s->nvlink_count == 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (id == NVML_FI_DEV_NVLINK_LINK_COUNT) {
+		v->value.uiVal = s->nvlink_count;
+		return NVML_SUCCESS;
+	}
+	if (id == NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON ||
+	    (id >= NVML_FI_DEV_NVLINK_SPEED_MBPS_L0 && id <= NVML_FI_DEV_NVLINK_SPEED_MBPS_L5) ||
+	    (id >= NVML_FI_DEV_NVLINK_SPEED_MBPS_L6 && id <= NVML_FI_DEV_NVLINK_SPEED_MBPS_L11) ||
+	    id == NVML_FI_DEV_NVLINK_GET_SPEED) {
+		v->value.uiVal = s->nvlink_speed_mbps;
+		return NVML_SUCCESS;
+	}
+	if (id == NVML_FI_DEV_NVLINK_GET_STATE) {
+		v->value.uiVal = v->scopeId < s->nvlink_count ? NVML_NVLINK_STATE_ACTIVE : NVML_NVLINK_STATE_INACTIVE;
+		return NVML_SUCCESS;
+	}
+	if (id == NVML_FI_DEV_NVLINK_GET_VERSION) {
+		v->value.uiVal = s->nvlink_version;
+		return NVML_SUCCESS;
+	}
+	return NVML_ERROR_NOT_SUPPORTED;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+	DEV(device, d);
+	if (values == NULL || valuesCount < 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	for (int i = 0; i < valuesCount; i++) {
+		values[i].timestamp = (long long)tv.tv_sec * 1000000 + tv.tv_usec;
+		values[i].latencyUsec = 0;
+		values[i].nvmlReturn = field(d, &values[i]);
+	}
+	return NVML_SUCCESS;
+}
