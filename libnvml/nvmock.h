@@ -96,6 +96,9 @@ void nvmock_unload(void);
 void nvmock_derive_identity(const char *profile, const char *seed, unsigned index,
 			    const char *serial_prefix, char uuid[96], char serial[32]);
 void nvmock_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// nvmock_ancestor models a two-socket board: GPUs on the same NUMA node
+// meet at a host bridge interconnect, others at the system level.
+nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b);
 void nvmock_pci_info(const struct snap_device *s, nvmlPciInfo_t *pci);
 
 #endif

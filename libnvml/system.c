@@ -101,24 +101,6 @@ NVML_API nvmlReturn_t nvmlUnitGetCount(unsigned int *unitCount)
 	return NVML_SUCCESS;
 }
 
-// nvidia-smi 535 asks for this table right after init and quits with
-// "Mismatch in versions" without it. A table holding only its own size (8)
-// makes every private entry absent, which each view tried accepts; private
-// slots are not emulated because a wrong one crashes nvidia-smi.
-static const uint64_t export_table[1] = {sizeof export_table};
-static const unsigned char smi_table_id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
-					       0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
-
-NVML_API nvmlReturn_t nvmlInternalGetExportTable(const void **table, const void *id)
-{
-	if (table == NULL || id == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	if (memcmp(id, smi_table_id, sizeof smi_table_id) != 0)
-		return NVML_ERROR_NOT_SUPPORTED;
-	*table = export_table;
-	return NVML_SUCCESS;
-}
-
 NVML_API const char *nvmlErrorString(nvmlReturn_t result)
 {
 	switch (result) {

@@ -47,15 +47,18 @@ NVML_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int 
 	return nvmock_u32(d->s->numa_node, node);
 }
 
-// ancestor models a two-socket board: GPUs share a host bridge on the same
-// NUMA node and meet at the system level otherwise.
-static nvmlGpuTopologyLevel_t ancestor(const struct nvmock_dev *a, const struct nvmock_dev *b)
+nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b)
 {
 	if (a == b)
 		return NVML_TOPOLOGY_INTERNAL;
-	if (a->s->numa_node != NA32 && a->s->numa_node == b->s->numa_node)
+	if (a->numa_node != NA32 && a->numa_node == b->numa_node)
 		return NVML_TOPOLOGY_NODE;
 	return NVML_TOPOLOGY_SYSTEM;
+}
+
+static nvmlGpuTopologyLevel_t ancestor(const struct nvmock_dev *a, const struct nvmock_dev *b)
+{
+	return nvmock_ancestor(a->s, b->s);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
@@ -132,13 +135,15 @@ NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t 
 	return NVML_SUCCESS;
 }
 
-// link_of validates an NVLink index for the device.
+// LINK validates an NVLink index. Links the board lacks are "not
+// supported", not invalid: nvidia-smi walks all NVML_NVLINK_MAX_LINKS and
+// gives up on any other error.
 #define LINK(d, link)                                              \
 	do {                                                       \
-		if ((d)->s->nvlink_count == 0)                     \
-			return NVML_ERROR_NOT_SUPPORTED;           \
-		if ((link) >= (d)->s->nvlink_count)                \
+		if ((link) >= NVML_NVLINK_MAX_LINKS)               \
 			return NVML_ERROR_INVALID_ARGUMENT;        \
+		if ((link) >= (d)->s->nvlink_count)                \
+			return NVML_ERROR_NOT_SUPPORTED;           \
 	} while (0)
 
 NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
@@ -221,6 +226,32 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsig
 	return NVML_SUCCESS;
 }
 
+// power_field answers the power fields nvidia-smi 535 reads for -q; only the
+// GPU scope exists (module and memory power are N/A on these boards).
+static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v)
+{
+	if (v->scopeId != NVML_POWER_SCOPE_GPU)
+		return NVML_ERROR_NOT_SUPPORTED;
+	uint32_t mw;
+	switch (v->fieldId) {
+	case NVML_FI_DEV_POWER_INSTANT: mw = s->power_draw_mw; break;
+	case NVML_FI_DEV_POWER_MIN_LIMIT: mw = s->power_min_mw; break;
+	case NVML_FI_DEV_POWER_MAX_LIMIT: mw = s->power_max_mw; break;
+	case NVML_FI_DEV_POWER_DEFAULT_LIMIT: mw = s->power_default_mw; break;
+	case NVML_FI_DEV_POWER_CURRENT_LIMIT: mw = s->power_enforced_mw; break;
+	case NVML_FI_DEV_POWER_REQUESTED_LIMIT: mw = s->power_limit_mw; break;
+	case NVML_FI_DEV_ENERGY:
+		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+		v->value.ullVal = s->energy_mj;
+		return NVML_SUCCESS;
+	default: return NVML_ERROR_NOT_SUPPORTED; // average power: not on GA100
+	}
+	if (mw == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	v->value.uiVal = mw;
+	return NVML_SUCCESS;
+}
+
 static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 {
 	const struct snap_device *s = d->s;
@@ -232,8 +263,19 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		v->value.uiVal = s->temp_memory;
 		return NVML_SUCCESS;
 	}
+	if (id == NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER) {
+		v->value.uiVal = 0;
+		return NVML_SUCCESS;
+	}
+	if (id >= NVML_FI_DEV_POWER_INSTANT && id <= NVML_FI_DEV_POWER_REQUESTED_LIMIT)
+		return power_field(s, v);
 	if (s->nvlink_count == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
+	if (id == NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT) {
+		// nvidia-smi topo -m reads NV# for switch-connected pairs from this.
+		v->value.uiVal = s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_SWITCH ? s->nvlink_count : 0;
+		return NVML_SUCCESS;
+	}
 	if (id == NVML_FI_DEV_NVLINK_LINK_COUNT) {
 		v->value.uiVal = s->nvlink_count;
 		return NVML_SUCCESS;
@@ -267,6 +309,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCo
 		values[i].timestamp = (long long)tv.tv_sec * 1000000 + tv.tv_usec;
 		values[i].latencyUsec = 0;
 		values[i].nvmlReturn = field(d, &values[i]);
+		if (values[i].nvmlReturn == NVML_ERROR_NOT_SUPPORTED && nvmock.trace)
+			nvmock_warn("nvmlDeviceGetFieldValues: field %u (scope %u) not supported", values[i].fieldId,
+				    values[i].scopeId);
 	}
 	return NVML_SUCCESS;
 }

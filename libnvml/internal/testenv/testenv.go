@@ -1,0 +1,151 @@
+// Package testenv finds what integration tests need (the built library, the
+// real nvidia-smi, compilers) and makes snapshots for them. A missing
+// prerequisite fails the test under CI=true and skips it otherwise.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+// Missing stops a test whose prerequisite is absent: a failure in CI, a skip
+// (with the reason) on a developer's machine.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("prerequisite missing (CI=true): "+format, args...)
+	}
+	t.Skipf("prerequisite missing: "+format, args...)
+}
+
+// Root is the repository root.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+func dirFromEnv(env, def string) string {
+	if d := os.Getenv(env); d != "" {
+		return d
+	}
+	return filepath.Join(Root(), def)
+}
+
+// BuildDir is where `make build` puts its outputs ($NVMOCK_BUILD).
+func BuildDir() string { return dirFromEnv("NVMOCK_BUILD", "build") }
+
+// CacheDir holds downloads such as nvidia-smi ($NVMOCK_CACHE).
+func CacheDir() string { return dirFromEnv("NVMOCK_CACHE", ".cache") }
+
+// LibDir is the directory holding libnvidia-ml.so.1 (run `make build`).
+func LibDir(t testing.TB) string {
+	t.Helper()
+	d := filepath.Join(BuildDir(), "driver", "usr", "lib64")
+	if _, err := os.Stat(filepath.Join(d, "libnvidia-ml.so.1")); err != nil {
+		Missing(t, "mock library %s/libnvidia-ml.so.1 (run make build)", d)
+	}
+	return d
+}
+
+// Lib is the path of the built libnvidia-ml.so.1.
+func Lib(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(LibDir(t), "libnvidia-ml.so.1")
+}
+
+// NvidiaSMI is the real nvidia-smi fetched from Debian (make deps).
+func NvidiaSMI(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(CacheDir(), "bin", "nvidia-smi")
+	if _, err := os.Stat(p); err != nil {
+		Missing(t, "real nvidia-smi at %s (run make deps)", p)
+	}
+	return p
+}
+
+// Tool finds a program on PATH.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, "%s not on PATH", name)
+	}
+	return p
+}
+
+// NVMLHeaderDir is go-nvml's pkg/nvml ($NVML_H_DIR, set by the Makefile).
+func NVMLHeaderDir(t testing.TB) string {
+	t.Helper()
+	d := os.Getenv("NVML_H_DIR")
+	if d == "" {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
+		if err != nil {
+			Missing(t, "go-nvml module dir: %v", err)
+		}
+		d = filepath.Join(string(out[:len(out)-1]), "pkg", "nvml")
+	}
+	if _, err := os.Stat(filepath.Join(d, "nvml.h")); err != nil {
+		Missing(t, "nvml.h in %s", d)
+	}
+	return d
+}
+
+// Seed is the node seed tests compile snapshots with.
+const Seed = "test-node"
+
+// Snapshot compiles a built-in profile with n GPUs (0: the profile's count)
+// into a temporary file and returns its path.
+func Snapshot(t testing.TB, name string, n int) (string, *profile.Profile) {
+	t.Helper()
+	p, err := profile.Builtin(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 {
+		p.GPUs = n
+	}
+	data, err := snapshot.Compile(p, snapshot.Options{Seed: Seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "snapshot")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, p
+}
+
+// Env is a clean environment for a child that uses the mock: the library
+// on LD_LIBRARY_PATH, the given snapshot, and no inherited visibility
+// settings or dev root that would change what it sees.
+func Env(t testing.TB, snapshotPath string, extra ...string) []string {
+	t.Helper()
+	var env []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := cut(kv); k {
+		case "LD_LIBRARY_PATH", "NVMOCK_SNAPSHOT", "NVIDIA_VISIBLE_DEVICES", "NVMOCK_DEV_ROOT", "NVMOCK_TRACE":
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "LD_LIBRARY_PATH="+LibDir(t), "NVMOCK_DEV_ROOT="+t.TempDir())
+	if snapshotPath != "" {
+		env = append(env, "NVMOCK_SNAPSHOT="+snapshotPath)
+	}
+	return append(env, extra...)
+}
+
+func cut(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
