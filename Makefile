@@ -10,7 +10,8 @@ export PATH := $(CACHE)/bin:$(PATH)
 DRIVER_VERSION := 535.261.03
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-NVML_H_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/pkg/nvml
+# go-nvml's nvml.h is the ABI source of truth; read it from the module cache.
+NVML_H_DIR = $(shell $(GO) mod download -json github.com/NVIDIA/go-nvml | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/pkg/nvml
 CFLAGS_LIB := -std=gnu11 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
 LIBDIR := $(BUILD)/driver/usr/lib64
 LIB := $(LIBDIR)/libnvidia-ml.so.$(DRIVER_VERSION)
@@ -46,21 +47,19 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	ln -sf libnvidia-ml.so.$(DRIVER_VERSION) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
-deps: $(NVIDIA_SMI) ## fetch nvidia-smi and pynvml from Debian into .cache
-	hack/fetch-pynvml.sh $(CACHE)
+deps: ## install missing Debian packages; fetch nvidia-smi and pynvml into .cache
 	hack/install-deps.sh
-
-$(NVIDIA_SMI):
 	hack/fetch-nvidia-smi.sh $(CACHE)
+	hack/fetch-pynvml.sh $(CACHE)
 
 generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
 	$(GO) run ./libnvml/gen/nvmlgen -header $(NVML_H_DIR)/nvml.h -out libnvml
 
-test: build deps ## run every test (Go, C, real nvidia-smi, go-nvml, fork, pynvml)
+test: deps build ## run every test (Go, C, real nvidia-smi, go-nvml, fork, pynvml)
 	NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR) \
 		$(GO) test -count=1 -tags integration ./...
 
-bench: build deps ## benchmarks: Go (through the C ABI) and whole-process timings
+bench: deps build ## benchmarks: Go (through the C ABI) and whole-process timings
 	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . -benchtime 2000000x ./libnvml/...
 	hack/bench.sh $(BUILD) $(NVIDIA_SMI)
 
@@ -70,7 +69,7 @@ lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	$(MAKE) -B lib
 	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
 
-demo: build $(NVIDIA_SMI) ## run the real nvidia-smi against 8 mock A100s
+demo: deps build ## run the real nvidia-smi against 8 mock A100s
 	@echo '$$ nvidia-smi        # the real binary from Debian, mock libnvidia-ml'
 	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI)
 	@echo '$$ nvidia-smi -L'

@@ -158,3 +158,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvm
 	values->max = d->s->remapper_banks;
 	return NVML_SUCCESS;
 }
+
+NVML_API nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+	DEV(device, d);
+	(void)d;
+	OUT(memory);
+	// Confidential computing is off: the protected region is empty.
+	memory->total = memory->used = memory->free = 0;
+	return NVML_SUCCESS;
+}

@@ -4,7 +4,7 @@
 # /var/lib/apt/lists and /var/cache/apt are never touched.
 
 DEBAPT_SUITE=bookworm
-DEBAPT_COMPONENTS="main contrib non-free"  # pynvml is in contrib, nvidia-smi in non-free
+DEBAPT_COMPONENTS="contrib non-free"  # pynvml is in contrib, nvidia-smi in non-free; main (18 MB of lists) is not needed
 
 debapt_log() { echo "${0##*/}: $*" >&2; }
 debapt_die() { debapt_log "error: $*"; exit 1; }

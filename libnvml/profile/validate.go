@@ -138,7 +138,7 @@ func (b *Board) validate(c *checker) {
 			c.fail("board.pci."+g.f, "%d is not a PCIe generation (1 to 6)", g.v)
 		}
 	}
-	if pci.LinkGen > pci.MaxLinkGen {
+	if pci.LinkGen <= 6 && pci.LinkGen > pci.MaxLinkGen {
 		c.fail("board.pci.linkGen", "%d is above maxLinkGen %d", pci.LinkGen, pci.MaxLinkGen)
 	}
 	for _, w := range []struct {
@@ -151,7 +151,7 @@ func (b *Board) validate(c *checker) {
 			c.fail("board.pci."+w.f, "%d is not a PCIe link width (1, 2, 4, 8, 16 or 32)", w.v)
 		}
 	}
-	if pci.LinkWidth > pci.MaxLinkWidth {
+	if pci.LinkWidth <= 32 && pci.LinkWidth > pci.MaxLinkWidth {
 		c.fail("board.pci.linkWidth", "%d is above maxLinkWidth %d", pci.LinkWidth, pci.MaxLinkWidth)
 	}
 

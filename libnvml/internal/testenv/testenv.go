@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,11 +85,12 @@ func NVMLHeaderDir(t testing.TB) string {
 	t.Helper()
 	d := os.Getenv("NVML_H_DIR")
 	if d == "" {
-		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
-		if err != nil {
+		out, err := exec.Command("go", "mod", "download", "-json", "github.com/NVIDIA/go-nvml").Output()
+		var m struct{ Dir string }
+		if err != nil || json.Unmarshal(out, &m) != nil || m.Dir == "" {
 			Missing(t, "go-nvml module dir: %v", err)
 		}
-		d = filepath.Join(string(out[:len(out)-1]), "pkg", "nvml")
+		d = filepath.Join(m.Dir, "pkg", "nvml")
 	}
 	if _, err := os.Stat(filepath.Join(d, "nvml.h")); err != nil {
 		Missing(t, "nvml.h in %s", d)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Whole-process benchmarks of the mock library (medians; see README).
+# Usage: hack/bench.sh BUILD_DIR NVIDIA_SMI
+set -euo pipefail
+build=${1:?build dir}
+smi=${2:?nvidia-smi}
+root=$(cd "$(dirname "$0")/.." && pwd)
+lib="$build/driver/usr/lib64"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+nvml_h="$(go mod download -json github.com/NVIDIA/go-nvml | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/pkg/nvml"
+gcc -O2 -I"$nvml_h" -o "$tmp/bench" "$root/libnvml/bench/bench.c" -L"$lib" -l:libnvidia-ml.so.1 -Wl,-rpath,"$lib"
+go build -o "$tmp/benchproc" "$root/hack/benchproc"
+"$build/bin/nvmock" profile compile a100 --seed bench -o "$tmp/a100-8"
+"$build/bin/nvmock" profile compile a100 --seed bench --gpus 64 -o "$tmp/a100-64"
+
+# A dev root with no nodes: every GPU visible, whatever the host has.
+export NVMOCK_DEV_ROOT="$tmp" LD_LIBRARY_PATH="$lib"
+unset NVIDIA_VISIBLE_DEVICES
+NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 50 -label "process start, no NVML call (baseline)" -- "$tmp/bench" noop
+NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 50 -label "init+count, fresh process, 8 GPUs" -- "$tmp/bench" init
+NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 5 -label "getters, ns per call" -- "$tmp/bench" getters 10000000
+NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, 8 GPUs" -- "$smi" -q
+NVMOCK_SNAPSHOT="$tmp/a100-64" "$tmp/benchproc" -n 10 -label "nvidia-smi -q, 64 GPUs" -- "$smi" -q
+NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi (default view), 8 GPUs" -- "$smi"

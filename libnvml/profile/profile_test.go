@@ -1,0 +1,127 @@
+package profile
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEveryBuiltinProfileIsValid(t *testing.T) {
+	if len(Builtins()) == 0 {
+		t.Fatal("no built-in profiles")
+	}
+	for _, name := range Builtins() {
+		p, err := Builtin(name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if p.Name != name {
+			t.Errorf("builtin/%s.yaml is named %q", name, p.Name)
+		}
+	}
+}
+
+func TestBuiltinA100MatchesTheRealBoard(t *testing.T) {
+	p, err := Builtin("a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Values from shared/reference/hardware/qx-a100.xml.
+	if p.GPUs != 8 || p.Board.ProductName != "NVIDIA A100-SXM4-40GB" || p.Board.Memory.Total != 40960<<20 ||
+		uint32(p.Board.PCI.DeviceID) != 0x20B010DE || *p.Board.Power.MaxLimit != 400 || *p.Board.Thermal.Shutdown != 92 {
+		t.Errorf("a100 profile drifted from the capture: %+v", p.Board)
+	}
+}
+
+// mutate edits the a100 YAML so each case differs from a valid profile in one place.
+func a100YAML(t *testing.T) string {
+	t.Helper()
+	data, err := builtinFS.ReadFile("builtin/a100.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		old, new_ string
+		want      []string
+	}{
+		{"an unknown field is named with its path", "  productName:", "  productNam: x\n  productName:", []string{"bad.yaml", "board.productNam", "unknown field"}},
+		{"a misspelt nested field is named with its path", "    reserved:", "    reservd: 1\n    reserved:", []string{"board.memory.reservd", "unknown field"}},
+		{"a string where a number belongs names the field", "gpus: 8", "gpus: eight", []string{"bad.yaml", "gpus", "expected a whole number, got string"}},
+		{"a size that is not a quantity says how to write one", "total: 40960Mi", "total: 40GB", []string{"\"40GB\" is not a quantity", "80Gi"}},
+		{"zero GPUs is out of range", "gpus: 8", "gpus: 0", []string{"gpus: 0 is out of range"}},
+		{"reserved memory above total is impossible", "reserved: 518Mi", "reserved: 50000Mi", []string{"board.memory.reserved", "above total"}},
+		{"a current clock above max is impossible", "current: {graphics: 210,", "current: {graphics: 2000,", []string{"board.clocks.current.graphics", "above max"}},
+		{"a PCIe generation of 9 does not exist", "linkGen: 4", "linkGen: 9", []string{"board.pci.linkGen", "not a PCIe generation"}},
+		{"an unknown brand lists the known ones", "brand: NVIDIA", "brand: Nvidya", []string{"board.brand", "\"Nvidya\" is not one of", "\"NVIDIA\""}},
+		{"a power limit outside min..max is impossible", "defaultLimit: 400", "defaultLimit: 500", []string{"board.power.defaultLimit", "outside minLimit..maxLimit"}},
+		{"a bad CPU list names its index", "cpuAffinity: [\"0-63,128-191\"", "cpuAffinity: [\"63-0\"", []string{"topology.cpuAffinity[0]", "not a CPU list"}},
+		{"a bad device id names the vendor", "deviceId: \"0x20B010DE\"", "deviceId: \"0x20B01234\"", []string{"board.pci.deviceId", "10DE"}},
+		{"broken YAML says so", "gpus: 8", "gpus: [8", []string{"bad.yaml", "not valid YAML"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := a100YAML(t)
+			if !strings.Contains(src, c.old) {
+				t.Fatalf("test setup: %q not in a100.yaml", c.old)
+			}
+			_, err := Parse("bad.yaml", []byte(strings.Replace(src, c.old, c.new_, 1)))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if strings.Count(msg, "\n") != 0 {
+				t.Errorf("want one line, got:\n%s", msg)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
+	src := strings.NewReplacer("gpus: 8", "gpus: 0", "linkGen: 4", "linkGen: 9").Replace(a100YAML(t))
+	_, err := Parse("two.yaml", []byte(src))
+	if err == nil || !strings.Contains(err.Error(), "gpus") || !strings.Contains(err.Error(), "linkGen") {
+		t.Errorf("want both problems reported, got %v", err)
+	}
+}
+
+func TestShownProfileParsesBackToTheSame(t *testing.T) {
+	p, err := Builtin("a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := p.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Parse("shown.yaml", y)
+	if err != nil {
+		t.Fatalf("shown profile does not parse: %v\n%s", err, y)
+	}
+	y2, _ := q.YAML()
+	if string(y) != string(y2) {
+		t.Errorf("round trip changed the profile:\n%s\n---\n%s", y, y2)
+	}
+}
+
+func TestQuantities(t *testing.T) {
+	for in, want := range map[string]Quantity{"1024": 1024, "1Ki": 1024, "40960Mi": 40960 << 20, "80Gi": 80 << 30, "1Ti": 1 << 40} {
+		got, err := ParseQuantity(in)
+		if err != nil || got != want {
+			t.Errorf("ParseQuantity(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "80GB", "-1", "1.5Gi", "99999999999999Ti"} {
+		if _, err := ParseQuantity(in); err == nil {
+			t.Errorf("ParseQuantity(%q) accepted", in)
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/binary"
+	"regexp"
+	"testing"
+
+	"github.com/nvmock/nvmock/libnvml/profile"
+)
+
+func decode(t *testing.T, data []byte) (Header, []Device, []uint32) {
+	t.Helper()
+	r := bytes.NewReader(data)
+	var h Header
+	if err := binary.Read(r, binary.LittleEndian, &h); err != nil {
+		t.Fatal(err)
+	}
+	devs := make([]Device, h.DeviceCount)
+	pool := make([]uint32, h.PoolCount)
+	if err := binary.Read(r, binary.LittleEndian, devs); err != nil {
+		t.Fatal(err)
+	}
+	if err := binary.Read(r, binary.LittleEndian, pool); err != nil {
+		t.Fatal(err)
+	}
+	if r.Len() != 0 {
+		t.Fatalf("%d trailing bytes", r.Len())
+	}
+	return h, devs, pool
+}
+
+func cstr(b []byte) string { return string(b[:bytes.IndexByte(b, 0)]) }
+
+func a100(t *testing.T, gpus int) *profile.Profile {
+	t.Helper()
+	p, err := profile.Builtin("a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpus > 0 {
+		p.GPUs = gpus
+	}
+	return p
+}
+
+func TestCompiledSnapshotCarriesTheProfile(t *testing.T) {
+	p := a100(t, 0)
+	data, err := Compile(p, Options{Seed: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, devs, pool := decode(t, data)
+	if string(h.Magic[:]) != "NVMOCKSS" || h.Version != Version || h.CudaVersion != 12020 || cstr(h.DriverVersion[:]) != p.Driver.Version {
+		t.Errorf("header: %+v", h)
+	}
+	d := devs[3]
+	if cstr(d.Name[:]) != p.Board.ProductName || d.MemoryTotal != uint64(p.Board.Memory.Total) || d.PowerMaxMW != 400000 ||
+		d.Minor != 3 || cstr(d.PCIBusID[:]) != "00000000:4E:00.0" || d.TempThreshold[0] != 92 {
+		t.Errorf("device 3 does not carry the profile: %+v", d)
+	}
+	mem := pool[d.SupportedMemFirst : d.SupportedMemFirst+d.SupportedMemCount]
+	gfx := pool[d.SupportedGfxFirst[0] : d.SupportedGfxFirst[0]+d.SupportedGfxCount[0]]
+	// 1410 down to 210 by 15 MHz, as in the capture.
+	if len(mem) != 1 || mem[0] != 1215 || len(gfx) != 81 || gfx[0] != 1410 || gfx[80] != 210 {
+		t.Errorf("supported clocks: mem %v, %d graphics clocks from %d", mem, len(gfx), gfx[0])
+	}
+}
+
+var uuidRE = regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+func TestIdentitiesAreUniquePerNodeAndStable(t *testing.T) {
+	p := a100(t, 64)
+	seen := map[string]bool{}
+	for _, seed := range []string{"node-a", "node-b"} {
+		for _, id := range Identities(p, seed) {
+			if !uuidRE.MatchString(id.UUID) || len(id.Serial) != 13 {
+				t.Errorf("bad identity %+v", id)
+			}
+			if seen[id.UUID] || seen[id.BusID+seed] {
+				t.Errorf("duplicate %s or %s", id.UUID, id.BusID)
+			}
+			seen[id.UUID], seen[id.BusID+seed] = true, true
+		}
+	}
+	if UUID("a100", "node-a", 5) != UUID("a100", "node-a", 5) {
+		t.Error("UUID not deterministic")
+	}
+}
+
+func TestUnseededSnapshotLeavesIdentitiesToTheLibrary(t *testing.T) {
+	data, err := Compile(a100(t, 2), Options{Unseeded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, devs, _ := decode(t, data)
+	if h.Flags&FlagUnseeded == 0 || cstr(devs[0].UUID[:]) != "" || cstr(devs[0].Serial[:]) != "1650" {
+		t.Errorf("unseeded: flags %d uuid %q serial %q", h.Flags, cstr(devs[0].UUID[:]), cstr(devs[0].Serial[:]))
+	}
+}
+
+func TestCompileRejectsAnInvalidProfile(t *testing.T) {
+	p := a100(t, 0)
+	p.GPUs = 0
+	if _, err := Compile(p, Options{Seed: "x"}); err == nil {
+		t.Error("compiled a profile with 0 GPUs")
+	}
+}
+
+func BenchmarkCompile64(b *testing.B) {
+	p, _ := profile.Builtin("a100")
+	p.GPUs = 64
+	for i := 0; i < b.N; i++ {
+		if _, err := Compile(p, Options{Seed: "bench"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
