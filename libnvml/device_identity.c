@@ -61,8 +61,8 @@ NVML_API nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device)
 NVML_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
 {
 	DEV(device, d);
-	// The caller's buffer is NVML_GSP_FIRMWARE_VERSION_BUF_SIZE (0x40) by contract.
-	return nvmock_str(version, 0x40, d->s->gsp_firmware);
+	// The caller's buffer holds NVML_GSP_FIRMWARE_VERSION_BUF_SIZE bytes by contract.
+	return nvmock_str(version, NVML_GSP_FIRMWARE_VERSION_BUF_SIZE, d->s->gsp_firmware);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled, unsigned int *defaultMode)

@@ -79,7 +79,7 @@ static int match_entry(const char *e, size_t n, const char (*uuids)[96], unsigne
 		*out = v;
 		return 1;
 	}
-	if (n < 5 || strncasecmp(e, "GPU-", 4) != 0)
+	if (n < 4 || strncasecmp(e, "GPU-", 4) != 0)
 		return 0;
 	long found = -1;
 	for (unsigned i = 0; i < count; i++) {

@@ -31,8 +31,10 @@ static size_t map_len;
 static const char *snap_check(const unsigned char *p, size_t len)
 {
 	const struct snap_header *h = (const void *)p;
-	if (len < sizeof *h || memcmp(h->magic, "NVMOCKSS", 8) != 0)
+	if (len < sizeof h->magic || memcmp(h->magic, "NVMOCKSS", 8) != 0)
 		return "not an nvmock snapshot (bad magic)";
+	if (len < sizeof *h)
+		return "truncated: shorter than its header";
 	if (h->version != SNAPSHOT_VERSION)
 		return "wrong snapshot version; recompile it with this nvmock (nvmock profile compile)";
 	if (h->header_size != sizeof *h || h->device_size != sizeof(struct snap_device))

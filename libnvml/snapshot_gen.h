@@ -117,7 +117,7 @@ struct snap_device {
 	uint32_t accounting_buffer;
 	uint32_t numa_node;
 	uint32_t nvlink_count; // 0: no NVLink
-	uint32_t nvlink_version;
+	uint32_t nvlink_version; // nvmlNvlinkVersion_t
 	uint32_t nvlink_speed_mbps; // per link
 	uint32_t nvlink_remote; // nvmlIntNvLinkDeviceType_t
 	uint32_t nvlink_remote_device_id; // PCI id of the peer (switch)

@@ -132,7 +132,7 @@ var Schema = []Record{
 		{"accounting_buffer", U32, 0, ""},
 		{"numa_node", U32, 0, ""},
 		{"nvlink_count", U32, 0, "0: no NVLink"},
-		{"nvlink_version", U32, 0, ""},
+		{"nvlink_version", U32, 0, "nvmlNvlinkVersion_t"},
 		{"nvlink_speed_mbps", U32, 0, "per link"},
 		{"nvlink_remote", U32, 0, "nvmlIntNvLinkDeviceType_t"},
 		{"nvlink_remote_device_id", U32, 0, "PCI id of the peer (switch)"},

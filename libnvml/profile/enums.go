@@ -17,4 +17,9 @@ var (
 		"None": 0, "Pass-Through": 1, "VGPU": 2, "Host VGPU": 3, "Host VSGA": 4,
 	}
 	NVLinkRemotes = map[string]uint32{"gpu": 0, "switch": 2}
+	// NVLinkVersions are nvmlNvlinkVersion_t codes, not generations: a real
+	// A100 reports 5 ("3.1").
+	NVLinkVersions = map[string]uint32{
+		"1.0": 1, "2.0": 2, "2.2": 3, "3.0": 4, "3.1": 5, "4.0": 6, "5.0": 7, "6.0": 8,
+	}
 )

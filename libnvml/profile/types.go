@@ -175,7 +175,7 @@ type MemoryErrors struct {
 
 // NVLink of every GPU.
 type NVLink struct {
-	Version   uint32 `json:"version"`
+	Version   string `json:"version"` // as NVML reports it: "3.1" on A100
 	Links     uint32 `json:"links"`
 	SpeedMBps uint32 `json:"speedMBps"` // per link
 	Remote    string `json:"remote"`    // switch or gpu

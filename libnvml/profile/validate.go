@@ -202,9 +202,7 @@ func (b *Board) validate(c *checker) {
 		if l.Links < 1 || l.Links > 18 {
 			c.fail("board.nvlink.links", "%d is out of range; use 1 to 18", l.Links)
 		}
-		if l.Version < 1 || l.Version > 5 {
-			c.fail("board.nvlink.version", "%d is out of range; use 1 to 5", l.Version)
-		}
+		c.enum("board.nvlink.version", l.Version, NVLinkVersions)
 		c.enum("board.nvlink.remote", l.Remote, NVLinkRemotes)
 	}
 }

@@ -215,7 +215,7 @@ func device(p *profile.Profile, opt Options, i int, pool *[]uint32) (Device, err
 	}
 	if l := b.NVLink; l != nil {
 		d.NvlinkCount = l.Links
-		d.NvlinkVersion = l.Version
+		d.NvlinkVersion = profile.NVLinkVersions[l.Version]
 		d.NvlinkSpeedMbps = l.SpeedMBps
 		d.NvlinkRemote = profile.NVLinkRemotes[l.Remote]
 		d.NvlinkRemoteDeviceID = uint32(l.RemoteDeviceID)

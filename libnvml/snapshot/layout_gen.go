@@ -121,8 +121,8 @@ type Device struct {
 	AccountingMode       uint32
 	AccountingBuffer     uint32
 	NUMANode             uint32
-	NvlinkCount          uint32 // 0: no NVLink
-	NvlinkVersion        uint32
+	NvlinkCount          uint32     // 0: no NVLink
+	NvlinkVersion        uint32     // nvmlNvlinkVersion_t
 	NvlinkSpeedMbps      uint32     // per link
 	NvlinkRemote         uint32     // nvmlIntNvLinkDeviceType_t
 	NvlinkRemoteDeviceID uint32     // PCI id of the peer (switch)
