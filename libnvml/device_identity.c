@@ -212,19 +212,22 @@ NVML_API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsign
 	return nvmock_u32(0, value);
 }
 
+// pcie_speed gives a generation's per-lane rate in MB/s, as nvml.h's
+// NVML_PCIE_LINK_MAX_SPEED_* values.
+static nvmlReturn_t pcie_speed(uint32_t gen, unsigned int *out)
+{
+	static const unsigned speed[] = {0, 2500, 5000, 8000, 16000, 32000, 64000};
+	return nvmock_u32(gen < sizeof speed / sizeof speed[0] ? speed[gen] : NA32, out);
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t device, unsigned int *maxSpeed)
 {
-	// MB/s per lane by generation, as nvml.h's NVML_PCIE_LINK_MAX_SPEED_* values.
-	static const unsigned speed[] = {0, 2500, 5000, 8000, 16000, 32000, 64000};
 	DEV(device, d);
-	unsigned g = d->s->pcie_max_gen;
-	return nvmock_u32(g < 7 ? speed[g] : NA32, maxSpeed);
+	return pcie_speed(d->s->pcie_max_gen, maxSpeed);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *pcieSpeed)
 {
-	static const unsigned speed[] = {0, 2500, 5000, 8000, 16000, 32000, 64000};
 	DEV(device, d);
-	unsigned g = d->s->pcie_gen;
-	return nvmock_u32(g < 7 ? speed[g] : NA32, pcieSpeed);
+	return pcie_speed(d->s->pcie_gen, pcieSpeed);
 }

@@ -82,6 +82,19 @@ NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsign
 	return NVML_SUCCESS;
 }
 
+NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
+{
+	DEV(device, d);
+	OUT(migDevice);
+	if (d->s->mig_current == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (index >= d->s->max_mig_devices)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	// MIG is never enabled on the mock, so every slot is empty; go-nvlib
+	// (nvidia-ctk, the device plugin) skips NOT_FOUND and fails on anything else.
+	return NVML_ERROR_NOT_FOUND;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
 {
 	DEV(device, d);
