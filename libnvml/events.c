@@ -1,7 +1,6 @@
 // Event sets. No event ever fires on a mock GPU, but clients (nvidia-smi's
 // default view, the device plugin's health check) need the calls to work.
 #include <poll.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "nvmock.h"
@@ -10,20 +9,18 @@ struct nvmlEventSet_st {
 	int unused;
 };
 
-// Live sets are kept in a table so a foreign handle is recognised without
-// dereferencing it.
+// Live sets sit in a table so a foreign handle is recognised without
+// dereferencing it. The table is lock-free: a mutex held by another thread
+// at fork() would stay locked forever in the child.
 #define MAX_SETS 256
 static struct nvmlEventSet_st *sets[MAX_SETS];
-static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int set_ok(nvmlEventSet_t set)
 {
-	int ok = 0;
-	pthread_mutex_lock(&sets_lock);
 	for (int i = 0; i < MAX_SETS && set.handle != NULL; i++)
-		ok |= sets[i] == set.handle;
-	pthread_mutex_unlock(&sets_lock);
-	return ok;
+		if (__atomic_load_n(&sets[i], __ATOMIC_ACQUIRE) == set.handle)
+			return 1;
+	return 0;
 }
 
 NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
@@ -34,38 +31,29 @@ NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 	struct nvmlEventSet_st *s = malloc(sizeof *s);
 	if (s == NULL)
 		return NVML_ERROR_MEMORY;
-	pthread_mutex_lock(&sets_lock);
-	int slot = -1;
-	for (int i = 0; i < MAX_SETS && slot < 0; i++)
-		if (sets[i] == NULL)
-			slot = i;
-	if (slot >= 0)
-		sets[slot] = s;
-	pthread_mutex_unlock(&sets_lock);
-	if (slot < 0) {
-		free(s);
-		return NVML_ERROR_INSUFFICIENT_RESOURCES;
+	for (int i = 0; i < MAX_SETS; i++) {
+		struct nvmlEventSet_st *empty = NULL;
+		if (__atomic_compare_exchange_n(&sets[i], &empty, s, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+			set->handle = s;
+			return NVML_SUCCESS;
+		}
 	}
-	set->handle = s;
-	return NVML_SUCCESS;
+	free(s);
+	return NVML_ERROR_INSUFFICIENT_RESOURCES;
 }
 
 NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
 	if (!nvmock_ready())
 		return NVML_ERROR_UNINITIALIZED;
-	pthread_mutex_lock(&sets_lock);
-	int slot = -1;
-	for (int i = 0; i < MAX_SETS && set.handle != NULL; i++)
-		if (sets[i] == set.handle)
-			slot = i;
-	if (slot >= 0)
-		sets[slot] = NULL;
-	pthread_mutex_unlock(&sets_lock);
-	if (slot < 0)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	free(set.handle);
-	return NVML_SUCCESS;
+	for (int i = 0; i < MAX_SETS && set.handle != NULL; i++) {
+		struct nvmlEventSet_st *live = set.handle;
+		if (__atomic_compare_exchange_n(&sets[i], &live, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+			free(set.handle);
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_INVALID_ARGUMENT;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)

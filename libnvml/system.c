@@ -134,6 +134,7 @@ NVML_API const char *nvmlErrorString(nvmlReturn_t result)
 	case NVML_ERROR_NOT_READY: return "System is not ready";
 	case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
 	case NVML_ERROR_INVALID_STATE: return "Invalid state";
+	case NVML_ERROR_RESET_TYPE_NOT_SUPPORTED: return "Reset not supported for given device/parameters";
 	default: return "Unknown Error";
 	}
 }

@@ -27,7 +27,7 @@ func Generate(header string) (map[string][]byte, error) {
 	return map[string][]byte{
 		"exports_gen.txt":        Exports(funcs),
 		"defaults_gen.c":         Defaults(funcs),
-		"test/torture_gen.c":     Torture(funcs),
+		"test/c/torture_gen.c":   Torture(funcs),
 		"snapshot_gen.h":         snapC,
 		"snapshot/layout_gen.go": snapGo,
 	}, nil

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+func TestProfileCompileWritesASnapshotForTheNode(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "snap")
+	if err := run([]string{"profile", "compile", "a100", "--gpus", "3", "--seed", "n1", "-o", out}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := snapshot.HeaderSize + 3*snapshot.DeviceSize; len(data) < want || string(data[:8]) != "NVMOCKSS" {
+		t.Fatalf("snapshot of %d bytes, want at least %d with the magic", len(data), want)
+	}
+	if !bytes.Contains(data, []byte(snapshot.UUID("a100", "n1", 2))) {
+		t.Error("snapshot lacks GPU 2's UUID for seed n1")
+	}
+	// Compiling again replaces the file in one rename and leaves no temp file.
+	if err := run([]string{"profile", "compile", "a100", "--seed", "n1", "-o", out}); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(out)); len(ents) != 1 {
+		t.Errorf("%d files after two compiles, want 1", len(ents))
+	}
+}
+
+func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: x\ngpus: 1\nbord: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an unknown built-in names the choices", []string{"profile", "show", "z100"}, `no built-in profile "z100"; choose one of a100`},
+		{"a misspelt field names file and path", []string{"profile", "validate", bad}, "profile " + bad + ": bord: unknown field"},
+		{"compile without -o says what is missing", []string{"profile", "compile", "a100"}, "need one NAME or FILE and -o SNAPSHOT"},
+		{"an impossible GPU count names the flag", []string{"profile", "compile", "a100", "--gpus", "-2", "--seed", "s", "-o", "/dev/null"}, "--gpus: gpus: -2 is out of range"},
+		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := run(c.args)
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %v, want one line containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestProfileShowListsTheGPUsOfThisNode(t *testing.T) {
+	var b bytes.Buffer
+	if err := profileShow([]string{"a100", "--gpus", "2", "--seed", "n1"}, &b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"productName: NVIDIA A100-SXM4-40GB", snapshot.UUID("a100", "n1", 1), "bus 00000000:0F:00.0"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("show output lacks %q:\n%s", want, b.String())
+		}
+	}
+}
