@@ -55,11 +55,12 @@ static int smi_pcie_path(const char *bus_a, const char *bus_b, int *level)
 }
 
 static const uint64_t table_min[1] = {sizeof table_min};
-// smi_tlimit answers "no T.Limit sensor", as boards before Hopper do; it
-// does not touch its arguments.
-static int smi_tlimit(void)
+// smi_tlimit gives the GPU's margin below T.Limit, or "no T.Limit sensor"
+// as boards before Ada do; nvidia-smi then shows absolute thresholds.
+static int smi_tlimit(nvmlDevice_t device, unsigned int *temp)
 {
-	return NVML_ERROR_NOT_SUPPORTED;
+	DEV(device, d);
+	return nvmock_u32(d->s->temp_tlimit, temp);
 }
 
 static const uint64_t table_smi535[0x790 / 8] = {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 1
+#define SNAPSHOT_VERSION 2
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 
 // snap_header starts the file.
@@ -92,6 +92,18 @@ struct snap_device {
 	uint32_t temp_gpu; // C
 	uint32_t temp_memory; // C
 	uint32_t temp_threshold[16]; // C by nvmlTemperatureThresholds_t
+	uint32_t temp_tlimit; // C below T.Limit; not available: no T.Limit sensor
+	uint32_t tlimit_offset_mask; // bit k: tlimit_offset[k] is set
+	uint32_t tlimit_offset[4]; // int32 C relative to T.Limit: shutdown, slowdown, mem max, gpu max
+	uint32_t module_power_draw_mw; // module (GPU+CPU+memory) power; not available: none
+	uint32_t module_power_limit_mw;
+	uint32_t module_power_default_mw;
+	uint32_t module_power_min_mw;
+	uint32_t module_power_max_mw;
+	uint32_t fabric_state; // nvmlGpuFabricState_t; not available: no fabric
+	uint32_t fabric_status; // nvmlReturn_t
+	uint32_t fabric_clique;
+	uint32_t fabric_cluster_uuid[4]; // 16 raw bytes
 	uint32_t persistence_mode;
 	uint32_t compute_mode;
 	uint32_t ecc_current;
@@ -130,7 +142,7 @@ struct snap_device {
 	uint64_t bar1_used; // bytes
 	uint64_t energy_mj; // total energy
 };
-_Static_assert(sizeof(struct snap_device) == 1200, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 1272, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -183,43 +195,55 @@ _Static_assert(offsetof(struct snap_device, power_max_mw) == 828, "snapshot layo
 _Static_assert(offsetof(struct snap_device, temp_gpu) == 832, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, temp_memory) == 836, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, temp_threshold) == 840, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, persistence_mode) == 904, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, compute_mode) == 908, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_current) == 912, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_pending) == 916, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_current) == 920, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_pending) == 924, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, max_mig_devices) == 928, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_mode) == 932, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_active) == 936, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, virtualization_mode) == 940, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, performance_state) == 944, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fan_speed) == 948, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_gpu) == 952, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_memory) == 956, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_encoder) == 960, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_decoder) == 964, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_jpeg) == 968, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_ofa) == 972, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, retired_pages) == 976, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapped_rows) == 980, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapper_banks) == 984, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_mode) == 988, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_buffer) == 992, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_node) == 996, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_count) == 1000, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_version) == 1004, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1008, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1012, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1016, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1020, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1024, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 1152, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 1160, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 1168, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 1176, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 1184, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, energy_mj) == 1192, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, temp_tlimit) == 904, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, tlimit_offset_mask) == 908, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, tlimit_offset) == 912, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_draw_mw) == 928, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_limit_mw) == 932, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_default_mw) == 936, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_min_mw) == 940, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_max_mw) == 944, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_state) == 948, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_status) == 952, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_clique) == 956, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_cluster_uuid) == 960, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, persistence_mode) == 976, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, compute_mode) == 980, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_current) == 984, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_pending) == 988, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_current) == 992, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_pending) == 996, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, max_mig_devices) == 1000, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_mode) == 1004, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_active) == 1008, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1012, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, performance_state) == 1016, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fan_speed) == 1020, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_gpu) == 1024, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_memory) == 1028, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_encoder) == 1032, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_decoder) == 1036, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_jpeg) == 1040, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_ofa) == 1044, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, retired_pages) == 1048, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapped_rows) == 1052, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapper_banks) == 1056, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_mode) == 1060, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1064, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_node) == 1068, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_count) == 1072, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_version) == 1076, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1080, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1084, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1088, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1092, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1096, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 1224, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 1232, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 1240, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 1248, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 1256, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, energy_mj) == 1264, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {

@@ -226,20 +226,21 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsig
 	return NVML_SUCCESS;
 }
 
-// power_field answers the power fields nvidia-smi 535 reads for -q; only the
-// GPU scope exists (module and memory power are N/A on these boards).
+// power_field answers the power fields nvidia-smi 535 reads for -q, for the
+// GPU scope and, on Grace boards, the module scope (GPU, CPU and memory).
 static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v)
 {
-	if (v->scopeId != NVML_POWER_SCOPE_GPU)
+	int module = v->scopeId == NVML_POWER_SCOPE_MODULE;
+	if (v->scopeId != NVML_POWER_SCOPE_GPU && !module)
 		return NVML_ERROR_NOT_SUPPORTED;
 	uint32_t mw;
 	switch (v->fieldId) {
-	case NVML_FI_DEV_POWER_INSTANT: mw = s->power_draw_mw; break;
-	case NVML_FI_DEV_POWER_MIN_LIMIT: mw = s->power_min_mw; break;
-	case NVML_FI_DEV_POWER_MAX_LIMIT: mw = s->power_max_mw; break;
-	case NVML_FI_DEV_POWER_DEFAULT_LIMIT: mw = s->power_default_mw; break;
-	case NVML_FI_DEV_POWER_CURRENT_LIMIT: mw = s->power_enforced_mw; break;
-	case NVML_FI_DEV_POWER_REQUESTED_LIMIT: mw = s->power_limit_mw; break;
+	case NVML_FI_DEV_POWER_INSTANT: mw = module ? s->module_power_draw_mw : s->power_draw_mw; break;
+	case NVML_FI_DEV_POWER_MIN_LIMIT: mw = module ? s->module_power_min_mw : s->power_min_mw; break;
+	case NVML_FI_DEV_POWER_MAX_LIMIT: mw = module ? s->module_power_max_mw : s->power_max_mw; break;
+	case NVML_FI_DEV_POWER_DEFAULT_LIMIT: mw = module ? s->module_power_default_mw : s->power_default_mw; break;
+	case NVML_FI_DEV_POWER_CURRENT_LIMIT: mw = module ? s->module_power_limit_mw : s->power_enforced_mw; break;
+	case NVML_FI_DEV_POWER_REQUESTED_LIMIT: mw = module ? s->module_power_limit_mw : s->power_limit_mw; break;
 	case NVML_FI_DEV_ENERGY:
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
 		v->value.ullVal = s->energy_mj;
@@ -269,6 +270,14 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	}
 	if (id >= NVML_FI_DEV_POWER_INSTANT && id <= NVML_FI_DEV_POWER_REQUESTED_LIMIT)
 		return power_field(s, v);
+	if (id >= NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT && id <= NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT) {
+		unsigned k = id - NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT;
+		if (!(s->tlimit_offset_mask >> k & 1))
+			return NVML_ERROR_NOT_SUPPORTED;
+		v->valueType = NVML_VALUE_TYPE_SIGNED_INT;
+		v->value.siVal = (int)s->tlimit_offset[k];
+		return NVML_SUCCESS;
+	}
 	if (s->nvlink_count == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (id == NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT) {
@@ -313,5 +322,42 @@ NVML_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCo
 			nvmock_warn("nvmlDeviceGetFieldValues: field %u (scope %u) not supported", values[i].fieldId,
 				    values[i].scopeId);
 	}
+	return NVML_SUCCESS;
+}
+
+static void fabric_fill(const struct snap_device *s, unsigned char uuid[16], nvmlReturn_t *status, unsigned *clique,
+			nvmlGpuFabricState_t *state)
+{
+	memcpy(uuid, s->fabric_cluster_uuid, 16);
+	*status = (nvmlReturn_t)s->fabric_status;
+	*clique = s->fabric_clique;
+	*state = (nvmlGpuFabricState_t)s->fabric_state;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
+{
+	DEV(device, d);
+	OUT(gpuFabricInfo);
+	if (d->s->fabric_state == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	fabric_fill(d->s, gpuFabricInfo->clusterUuid, &gpuFabricInfo->status, &gpuFabricInfo->cliqueId,
+		    &gpuFabricInfo->state);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
+{
+	DEV(device, d);
+	OUT(gpuFabricInfo);
+	// v2 and v3 share their leading fields; v3 adds the health summary.
+	nvmlGpuFabricInfo_v3_t *v = (nvmlGpuFabricInfo_v3_t *)gpuFabricInfo;
+	if (v->version != nvmlGpuFabricInfo_v2 && v->version != nvmlGpuFabricInfo_v3)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (d->s->fabric_state == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	fabric_fill(d->s, v->clusterUuid, &v->status, &v->cliqueId, &v->state);
+	v->healthMask = 0;
+	if (v->version == nvmlGpuFabricInfo_v3)
+		v->healthSummary = NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY;
 	return NVML_SUCCESS;
 }

@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 1
+const SnapshotVersion = 2
 
 // Kind is the storage type of a field.
 type Kind int
@@ -107,6 +107,18 @@ var Schema = []Record{
 		{"temp_gpu", U32, 0, "C"},
 		{"temp_memory", U32, 0, "C"},
 		{"temp_threshold", U32s, 16, "C by nvmlTemperatureThresholds_t"},
+		{"temp_tlimit", U32, 0, "C below T.Limit; not available: no T.Limit sensor"},
+		{"tlimit_offset_mask", U32, 0, "bit k: tlimit_offset[k] is set"},
+		{"tlimit_offset", U32s, 4, "int32 C relative to T.Limit: shutdown, slowdown, mem max, gpu max"},
+		{"module_power_draw_mw", U32, 0, "module (GPU+CPU+memory) power; not available: none"},
+		{"module_power_limit_mw", U32, 0, ""},
+		{"module_power_default_mw", U32, 0, ""},
+		{"module_power_min_mw", U32, 0, ""},
+		{"module_power_max_mw", U32, 0, ""},
+		{"fabric_state", U32, 0, "nvmlGpuFabricState_t; not available: no fabric"},
+		{"fabric_status", U32, 0, "nvmlReturn_t"},
+		{"fabric_clique", U32, 0, ""},
+		{"fabric_cluster_uuid", U32s, 4, "16 raw bytes"},
 		{"persistence_mode", U32, 0, ""},
 		{"compute_mode", U32, 0, ""},
 		{"ecc_current", U32, 0, ""},

@@ -132,10 +132,10 @@ func TestGettersMatchProfile(t *testing.T) {
 			check(t, "GetCudaComputeCapability", [2]int{major, minorCC}, ret, [2]int{int(ccMajor), int(ccMinor)})
 
 			pci, ret := d.GetPciInfo()
-			nb := len(topo.BusIDs)
-			check(t, "GetPciInfo.Domain", pci.Domain, ret, uint32(i/nb))
-			check(t, "GetPciInfo.Bus", pci.Bus, ret, uint32(topo.BusIDs[i%nb]))
-			check(t, "GetPciInfo.Device", pci.Device, ret, 0)
+			addr := snapshot.PCIAddress(p, i)
+			check(t, "GetPciInfo.Domain", pci.Domain, ret, addr.Domain)
+			check(t, "GetPciInfo.Bus", pci.Bus, ret, addr.Bus)
+			check(t, "GetPciInfo.Device", pci.Device, ret, addr.Device)
 			check(t, "GetPciInfo.PciDeviceId", pci.PciDeviceId, ret, uint32(b.PCI.DeviceID))
 			check(t, "GetPciInfo.PciSubSystemId", pci.PciSubSystemId, ret, uint32(b.PCI.SubsystemID))
 			check(t, "GetPciInfo.BusId", cstr(pci.BusId[:]), ret, busID)
@@ -376,8 +376,8 @@ func nvlink(t *testing.T, p *profile.Profile, i int, d nvml.Device) {
 		links = int(l.Links)
 	}
 	gpuBuses := map[uint32]bool{}
-	for _, b := range p.Topology.BusIDs {
-		gpuBuses[uint32(b)] = true
+	for k := range p.GPUs {
+		gpuBuses[snapshot.PCIAddress(p, k).Bus] = true
 	}
 	var link0 uint32
 	for link := 0; link < links; link++ {
@@ -409,7 +409,7 @@ func nvlink(t *testing.T, p *profile.Profile, i int, d nvml.Device) {
 			if pci.PciDeviceId != uint32(l.RemoteDeviceID) {
 				t.Errorf("GetNvLinkRemotePciInfo(%d).PciDeviceId = %#x, want the switch %#x", link, pci.PciDeviceId, uint32(l.RemoteDeviceID))
 			}
-			if want := uint32(i / len(p.Topology.BusIDs)); pci.Domain != want || gpuBuses[pci.Bus] {
+			if want := snapshot.PCIAddress(p, i).Domain; pci.Domain != want || gpuBuses[pci.Bus] {
 				t.Errorf("GetNvLinkRemotePciInfo(%d) = %s, want a switch in domain %d off the GPUs' buses", link, cstr(pci.BusId[:]), want)
 			}
 		case "gpu":

@@ -17,6 +17,9 @@ var (
 		"None": 0, "Pass-Through": 1, "VGPU": 2, "Host VGPU": 3, "Host VSGA": 4,
 	}
 	NVLinkRemotes = map[string]uint32{"gpu": 0, "switch": 2}
+	FabricStates  = map[string]uint32{"Not Supported": 0, "Not Started": 1, "In Progress": 2, "Completed": 3}
+	// FabricStatuses are the nvmlReturn_t a finished registration reports.
+	FabricStatuses = map[string]uint32{"Success": 0, "Not Supported": 3, "Unknown Error": 999}
 	// NVLinkVersions are nvmlNvlinkVersion_t codes, not generations: a real
 	// A100 reports 5 ("3.1").
 	NVLinkVersions = map[string]uint32{

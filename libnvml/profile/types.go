@@ -42,6 +42,16 @@ type Board struct {
 	Utilization        Utilization  `json:"utilization"`
 	MemoryErrors       MemoryErrors `json:"memoryErrors"`
 	NVLink             *NVLink      `json:"nvlink,omitempty"`
+	ModulePower        *Power       `json:"modulePower,omitempty"` // Grace boards: GPU+CPU+memory
+	Fabric             *Fabric      `json:"fabric,omitempty"`      // NVLink fabric (NVSwitch, NVL72)
+}
+
+// Fabric is the GPU's registration with the NVLink fabric manager.
+type Fabric struct {
+	State       string `json:"state"`       // Completed, In Progress, Not Started
+	Status      string `json:"status"`      // Success, or an NVML error name
+	CliqueID    uint32 `json:"cliqueId"`    // NVLink clique (partition)
+	ClusterUUID string `json:"clusterUuid"` // e.g. 00000001-0000-0000-0000-000000000001
 }
 
 // Inforom versions; empty means N/A.
@@ -118,23 +128,35 @@ type Power struct {
 	MaxLimit      *float64 `json:"maxLimit,omitempty"`
 }
 
-// Thermal readings and thresholds in degrees C.
+// Thermal readings and thresholds in degrees C. Boards from Ada and Hopper
+// on report the margin to their T.Limit and thresholds relative to it
+// instead of absolute thresholds.
 type Thermal struct {
-	GPU       *uint32 `json:"gpu,omitempty"`
-	Memory    *uint32 `json:"memory,omitempty"`
-	Shutdown  *uint32 `json:"shutdown,omitempty"`
-	Slowdown  *uint32 `json:"slowdown,omitempty"`
-	GPUMax    *uint32 `json:"gpuMax,omitempty"`
-	MemoryMax *uint32 `json:"memoryMax,omitempty"`
+	GPU           *uint32        `json:"gpu,omitempty"`
+	Memory        *uint32        `json:"memory,omitempty"`
+	Shutdown      *uint32        `json:"shutdown,omitempty"`
+	Slowdown      *uint32        `json:"slowdown,omitempty"`
+	GPUMax        *uint32        `json:"gpuMax,omitempty"`
+	MemoryMax     *uint32        `json:"memoryMax,omitempty"`
+	TLimit        *uint32        `json:"tlimit,omitempty"`        // margin below T.Limit
+	TLimitOffsets *TLimitOffsets `json:"tlimitOffsets,omitempty"` // thresholds relative to T.Limit
+}
+
+// TLimitOffsets are thresholds in degrees relative to T.Limit (often negative).
+type TLimitOffsets struct {
+	Shutdown  *int32 `json:"shutdown,omitempty"`
+	Slowdown  *int32 `json:"slowdown,omitempty"`
+	GPUMax    *int32 `json:"gpuMax,omitempty"`
+	MemoryMax *int32 `json:"memoryMax,omitempty"`
 }
 
 // Modes are the GPU's settings; enums take nvidia-smi's words.
 type Modes struct {
 	Persistence      bool    `json:"persistence"`
-	ComputeMode      string  `json:"computeMode"`      // Default, Exclusive_Process, Prohibited
-	Virtualization   string  `json:"virtualization"`   // None, Pass-Through, VGPU, Host VGPU, Host VSGA
-	PerformanceState string  `json:"performanceState"` // P0..P15
-	DisplayMode      bool    `json:"displayMode"`
+	ComputeMode      string  `json:"computeMode"`           // Default, Exclusive_Process, Prohibited
+	Virtualization   string  `json:"virtualization"`        // None, Pass-Through, VGPU, Host VGPU, Host VSGA
+	PerformanceState string  `json:"performanceState"`      // P0..P15
+	DisplayMode      *bool   `json:"displayMode,omitempty"` // absent: N/A (deprecated from Hopper on)
 	DisplayActive    bool    `json:"displayActive"`
 	ECC              *ECC    `json:"ecc,omitempty"` // absent: no ECC
 	MIG              *MIG    `json:"mig,omitempty"` // absent: not MIG capable
@@ -184,9 +206,9 @@ type NVLink struct {
 }
 
 // Topology places the GPUs. Lists shorter than the GPU count repeat: GPU i
-// takes entry i mod len, and its PCI domain is i / len(busIds).
+// takes entry i mod len; repeats of busIds move to PCI domain + 0x10000 * (i / len).
 type Topology struct {
-	BusIDs      []Hex32  `json:"busIds"`      // PCI bus numbers
+	BusIDs      []string `json:"busIds"`      // PCI addresses, e.g. "0000:07:00.0"
 	NUMANodes   []uint32 `json:"numaNodes"`   // one per GPU
 	CPUAffinity []string `json:"cpuAffinity"` // CPU lists, e.g. "0-63,128-191"
 }

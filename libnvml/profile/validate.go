@@ -169,7 +169,17 @@ func (b *Board) validate(c *checker) {
 	}
 
 	b.Clocks.validate(c)
-	b.Power.validate(c)
+	b.Power.validate(c, "board.power.")
+	if b.ModulePower != nil {
+		b.ModulePower.validate(c, "board.modulePower.")
+	}
+	if f := b.Fabric; f != nil {
+		c.enum("board.fabric.state", f.State, FabricStates)
+		c.enum("board.fabric.status", f.Status, FabricStatuses)
+		if _, err := ParseUUID(f.ClusterUUID); err != nil {
+			c.fail("board.fabric.clusterUuid", "%v", err)
+		}
+	}
 	t := b.Thermal
 	if t.Shutdown != nil && t.Slowdown != nil && *t.Slowdown > *t.Shutdown {
 		c.fail("board.thermal.slowdown", "%d C is above shutdown %d C", *t.Slowdown, *t.Shutdown)
@@ -234,25 +244,25 @@ func (cl *Clocks) validate(c *checker) {
 	}
 }
 
-func (pw *Power) validate(c *checker) {
+func (pw *Power) validate(c *checker, at string) {
 	for _, f := range []struct {
 		n string
 		v *float64
 	}{{"draw", pw.Draw}, {"limit", pw.Limit}, {"enforcedLimit", pw.EnforcedLimit}, {"defaultLimit", pw.DefaultLimit}, {"minLimit", pw.MinLimit}, {"maxLimit", pw.MaxLimit}} {
 		if f.v != nil && (*f.v < 0 || *f.v > 100000) {
-			c.fail("board.power."+f.n, "%g W is out of range; use 0 to 100000", *f.v)
+			c.fail(at+f.n, "%g W is out of range; use 0 to 100000", *f.v)
 		}
 	}
 	if pw.MinLimit != nil && pw.MaxLimit != nil {
 		if *pw.MinLimit > *pw.MaxLimit {
-			c.fail("board.power.minLimit", "%g W is above maxLimit %g W", *pw.MinLimit, *pw.MaxLimit)
+			c.fail(at+"minLimit", "%g W is above maxLimit %g W", *pw.MinLimit, *pw.MaxLimit)
 		}
 		for _, f := range []struct {
 			n string
 			v *float64
 		}{{"limit", pw.Limit}, {"defaultLimit", pw.DefaultLimit}, {"enforcedLimit", pw.EnforcedLimit}} {
 			if f.v != nil && (*f.v < *pw.MinLimit || *f.v > *pw.MaxLimit) {
-				c.fail("board.power."+f.n, "%g W is outside minLimit..maxLimit (%g..%g W)", *f.v, *pw.MinLimit, *pw.MaxLimit)
+				c.fail(at+f.n, "%g W is outside minLimit..maxLimit (%g..%g W)", *f.v, *pw.MinLimit, *pw.MaxLimit)
 			}
 		}
 	}
@@ -260,17 +270,19 @@ func (pw *Power) validate(c *checker) {
 
 func (t *Topology) validate(c *checker) {
 	if len(t.BusIDs) == 0 {
-		c.fail("topology.busIds", "is required (PCI bus numbers, e.g. [\"0x07\", \"0x0F\"])")
+		c.fail("topology.busIds", "is required (PCI addresses, e.g. [\"0000:07:00.0\", \"0000:0F:00.0\"])")
 	}
-	seen := map[Hex32]bool{}
-	for i, b := range t.BusIDs {
-		if b > 0xff {
-			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "0x%X is not a PCI bus number (0x00 to 0xFF)", uint32(b))
+	seen := map[PCIAddress]bool{}
+	for i, s := range t.BusIDs {
+		a, err := ParsePCIAddress(s)
+		if err != nil {
+			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "%v", err)
+			continue
 		}
-		if seen[b] {
-			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "0x%02X appears twice", uint32(b))
+		if seen[a] {
+			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "%q appears twice", s)
 		}
-		seen[b] = true
+		seen[a] = true
 	}
 	for i, s := range t.CPUAffinity {
 		if _, err := ParseCPUList(s); err != nil {
@@ -301,4 +313,45 @@ func ParseCPUList(s string) ([MaxCPUs / 64]uint64, error) {
 		}
 	}
 	return mask, nil
+}
+
+// PCIAddress is a PCI function's location.
+type PCIAddress struct{ Domain, Bus, Device, Function uint32 }
+
+var pciAddressRE = regexp.MustCompile(`^(?:([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$`)
+
+// ParsePCIAddress reads "0000:07:00.0", "00000000:07:00.0" or "07:00.0".
+func ParsePCIAddress(s string) (PCIAddress, error) {
+	m := pciAddressRE.FindStringSubmatch(s)
+	if m == nil {
+		return PCIAddress{}, fmt.Errorf("%q is not a PCI address such as \"0000:07:00.0\"", s)
+	}
+	var a PCIAddress
+	for i, p := range []*uint32{&a.Domain, &a.Bus, &a.Device, &a.Function} {
+		if m[i+1] != "" {
+			v, _ := strconv.ParseUint(m[i+1], 16, 32)
+			*p = uint32(v)
+		}
+	}
+	if a.Device > 0x1f {
+		return a, fmt.Errorf("%q: device %02x is above 1f", s, a.Device)
+	}
+	return a, nil
+}
+
+// ParseUUID reads a UUID such as 00000001-0000-0000-0000-000000000001.
+func ParseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	h := strings.ReplaceAll(s, "-", "")
+	if len(s) != 36 || len(h) != 32 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, fmt.Errorf("%q is not a UUID such as 00000001-0000-0000-0000-000000000001", s)
+	}
+	for i := range u {
+		v, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return u, fmt.Errorf("%q is not a UUID such as 00000001-0000-0000-0000-000000000001", s)
+		}
+		u[i] = byte(v)
+	}
+	return u, nil
 }

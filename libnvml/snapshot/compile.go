@@ -106,9 +106,8 @@ func device(p *profile.Profile, opt Options, i int, pool *[]uint32) (Device, err
 	put(d.InforomPower[:], b.Inforom.Power)
 	put(d.GspFirmware[:], b.GSPFirmwareVersion)
 
-	d.PCIDomain = uint32(i / len(t.BusIDs))
-	d.PCIBus = uint32(t.BusIDs[i%len(t.BusIDs)])
-	d.PCIDevice = 0
+	addr := PCIAddress(p, i)
+	d.PCIDomain, d.PCIBus, d.PCIDevice = addr.Domain, addr.Bus, addr.Device
 	put(d.PCIBusID[:], BusID(p, i))
 	d.Brand = profile.Brands[b.Brand]
 	d.Architecture = profile.Architectures[b.Architecture]
@@ -174,6 +173,34 @@ func device(p *profile.Profile, opt Options, i int, pool *[]uint32) (Device, err
 	d.TempThreshold[1] = opt32(th.Slowdown)
 	d.TempThreshold[2] = opt32(th.MemoryMax)
 	d.TempThreshold[3] = opt32(th.GPUMax)
+	d.TempTlimit = opt32(th.TLimit)
+	if o := th.TLimitOffsets; o != nil {
+		// Order as NVML's fields 193..196: shutdown, slowdown, memory max, GPU max.
+		for k, v := range []*int32{o.Shutdown, o.Slowdown, o.MemoryMax, o.GPUMax} {
+			if v != nil {
+				d.TlimitOffsetMask |= 1 << k
+				d.TlimitOffset[k] = uint32(*v)
+			}
+		}
+	}
+	d.ModulePowerDrawMW, d.ModulePowerLimitMW, d.ModulePowerDefaultMW, d.ModulePowerMinMW, d.ModulePowerMaxMW = NA, NA, NA, NA, NA
+	if mp := b.ModulePower; mp != nil {
+		d.ModulePowerDrawMW = milliwatts(mp.Draw)
+		d.ModulePowerLimitMW = milliwatts(mp.Limit)
+		d.ModulePowerDefaultMW = milliwatts(mp.DefaultLimit)
+		d.ModulePowerMinMW = milliwatts(mp.MinLimit)
+		d.ModulePowerMaxMW = milliwatts(mp.MaxLimit)
+	}
+	d.FabricState = NA
+	if f := b.Fabric; f != nil {
+		d.FabricState = profile.FabricStates[f.State]
+		d.FabricStatus = profile.FabricStatuses[f.Status]
+		d.FabricClique = f.CliqueID
+		u, _ := profile.ParseUUID(f.ClusterUUID) // validated
+		for k := range d.FabricClusterUUID {
+			d.FabricClusterUUID[k] = binary.LittleEndian.Uint32(u[4*k:])
+		}
+	}
 
 	m := &b.Modes
 	d.PersistenceMode = bool32(m.Persistence)
@@ -186,7 +213,10 @@ func device(p *profile.Profile, opt Options, i int, pool *[]uint32) (Device, err
 	if m.MIG != nil {
 		d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = bool32(m.MIG.Current), bool32(m.MIG.Pending), m.MIG.MaxDevices
 	}
-	d.DisplayMode = bool32(m.DisplayMode)
+	d.DisplayMode = NA
+	if m.DisplayMode != nil {
+		d.DisplayMode = bool32(*m.DisplayMode)
+	}
 	d.DisplayActive = bool32(m.DisplayActive)
 	d.VirtualizationMode = profile.VirtualizationModes[m.Virtualization]
 	fmt.Sscanf(m.PerformanceState, "P%d", &d.PerformanceState)

@@ -101,8 +101,17 @@ func Identities(p *profile.Profile, seed string) []Identity {
 	return ids
 }
 
-// BusID places GPU i: bus from the profile's list, domain i / len(list).
-func BusID(p *profile.Profile, i int) string {
+// PCIAddress places GPU i: entry i mod len of the profile's list, moved to
+// PCI domain + 0x10000 per repeat so that large counts stay unique.
+func PCIAddress(p *profile.Profile, i int) profile.PCIAddress {
 	n := len(p.Topology.BusIDs)
-	return fmt.Sprintf("%08X:%02X:00.0", i/n, uint32(p.Topology.BusIDs[i%n]))
+	a, _ := profile.ParsePCIAddress(p.Topology.BusIDs[i%n]) // validated
+	a.Domain += uint32(i/n) << 16
+	return a
+}
+
+// BusID is GPU i's bus id as NVML spells it: "00000000:07:00.0".
+func BusID(p *profile.Profile, i int) string {
+	a := PCIAddress(p, i)
+	return fmt.Sprintf("%08X:%02X:%02X.%X", a.Domain, a.Bus, a.Device, a.Function)
 }

@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 1
+const Version = 2
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -97,6 +97,18 @@ type Device struct {
 	TempGPU              uint32     // C
 	TempMemory           uint32     // C
 	TempThreshold        [16]uint32 // C by nvmlTemperatureThresholds_t
+	TempTlimit           uint32     // C below T.Limit; not available: no T.Limit sensor
+	TlimitOffsetMask     uint32     // bit k: tlimit_offset[k] is set
+	TlimitOffset         [4]uint32  // int32 C relative to T.Limit: shutdown, slowdown, mem max, gpu max
+	ModulePowerDrawMW    uint32     // module (GPU+CPU+memory) power; not available: none
+	ModulePowerLimitMW   uint32
+	ModulePowerDefaultMW uint32
+	ModulePowerMinMW     uint32
+	ModulePowerMaxMW     uint32
+	FabricState          uint32 // nvmlGpuFabricState_t; not available: no fabric
+	FabricStatus         uint32 // nvmlReturn_t
+	FabricClique         uint32
+	FabricClusterUUID    [4]uint32 // 16 raw bytes
 	PersistenceMode      uint32
 	ComputeMode          uint32
 	ECCCurrent           uint32
@@ -137,7 +149,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 1200
+const DeviceSize = 1272
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -193,41 +205,53 @@ var DeviceLayout = []FieldOffset{
 	{"temp_gpu", "TempGPU", 832},
 	{"temp_memory", "TempMemory", 836},
 	{"temp_threshold", "TempThreshold", 840},
-	{"persistence_mode", "PersistenceMode", 904},
-	{"compute_mode", "ComputeMode", 908},
-	{"ecc_current", "ECCCurrent", 912},
-	{"ecc_pending", "ECCPending", 916},
-	{"mig_current", "MIGCurrent", 920},
-	{"mig_pending", "MIGPending", 924},
-	{"max_mig_devices", "MaxMIGDevices", 928},
-	{"display_mode", "DisplayMode", 932},
-	{"display_active", "DisplayActive", 936},
-	{"virtualization_mode", "VirtualizationMode", 940},
-	{"performance_state", "PerformanceState", 944},
-	{"fan_speed", "FanSpeed", 948},
-	{"util_gpu", "UtilGPU", 952},
-	{"util_memory", "UtilMemory", 956},
-	{"util_encoder", "UtilEncoder", 960},
-	{"util_decoder", "UtilDecoder", 964},
-	{"util_jpeg", "UtilJpeg", 968},
-	{"util_ofa", "UtilOFA", 972},
-	{"retired_pages", "RetiredPages", 976},
-	{"remapped_rows", "RemappedRows", 980},
-	{"remapper_banks", "RemapperBanks", 984},
-	{"accounting_mode", "AccountingMode", 988},
-	{"accounting_buffer", "AccountingBuffer", 992},
-	{"numa_node", "NUMANode", 996},
-	{"nvlink_count", "NvlinkCount", 1000},
-	{"nvlink_version", "NvlinkVersion", 1004},
-	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1008},
-	{"nvlink_remote", "NvlinkRemote", 1012},
-	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1016},
-	{"nvlink_remote_bus_first", "NvlinkRemoteBusFirst", 1020},
-	{"cpu_affinity", "CPUAffinity", 1024},
-	{"memory_total", "MemoryTotal", 1152},
-	{"memory_reserved", "MemoryReserved", 1160},
-	{"memory_used", "MemoryUsed", 1168},
-	{"bar1_total", "Bar1Total", 1176},
-	{"bar1_used", "Bar1Used", 1184},
-	{"energy_mj", "EnergyMJ", 1192},
+	{"temp_tlimit", "TempTlimit", 904},
+	{"tlimit_offset_mask", "TlimitOffsetMask", 908},
+	{"tlimit_offset", "TlimitOffset", 912},
+	{"module_power_draw_mw", "ModulePowerDrawMW", 928},
+	{"module_power_limit_mw", "ModulePowerLimitMW", 932},
+	{"module_power_default_mw", "ModulePowerDefaultMW", 936},
+	{"module_power_min_mw", "ModulePowerMinMW", 940},
+	{"module_power_max_mw", "ModulePowerMaxMW", 944},
+	{"fabric_state", "FabricState", 948},
+	{"fabric_status", "FabricStatus", 952},
+	{"fabric_clique", "FabricClique", 956},
+	{"fabric_cluster_uuid", "FabricClusterUUID", 960},
+	{"persistence_mode", "PersistenceMode", 976},
+	{"compute_mode", "ComputeMode", 980},
+	{"ecc_current", "ECCCurrent", 984},
+	{"ecc_pending", "ECCPending", 988},
+	{"mig_current", "MIGCurrent", 992},
+	{"mig_pending", "MIGPending", 996},
+	{"max_mig_devices", "MaxMIGDevices", 1000},
+	{"display_mode", "DisplayMode", 1004},
+	{"display_active", "DisplayActive", 1008},
+	{"virtualization_mode", "VirtualizationMode", 1012},
+	{"performance_state", "PerformanceState", 1016},
+	{"fan_speed", "FanSpeed", 1020},
+	{"util_gpu", "UtilGPU", 1024},
+	{"util_memory", "UtilMemory", 1028},
+	{"util_encoder", "UtilEncoder", 1032},
+	{"util_decoder", "UtilDecoder", 1036},
+	{"util_jpeg", "UtilJpeg", 1040},
+	{"util_ofa", "UtilOFA", 1044},
+	{"retired_pages", "RetiredPages", 1048},
+	{"remapped_rows", "RemappedRows", 1052},
+	{"remapper_banks", "RemapperBanks", 1056},
+	{"accounting_mode", "AccountingMode", 1060},
+	{"accounting_buffer", "AccountingBuffer", 1064},
+	{"numa_node", "NUMANode", 1068},
+	{"nvlink_count", "NvlinkCount", 1072},
+	{"nvlink_version", "NvlinkVersion", 1076},
+	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1080},
+	{"nvlink_remote", "NvlinkRemote", 1084},
+	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1088},
+	{"nvlink_remote_bus_first", "NvlinkRemoteBusFirst", 1092},
+	{"cpu_affinity", "CPUAffinity", 1096},
+	{"memory_total", "MemoryTotal", 1224},
+	{"memory_reserved", "MemoryReserved", 1232},
+	{"memory_used", "MemoryUsed", 1240},
+	{"bar1_total", "Bar1Total", 1248},
+	{"bar1_used", "Bar1Used", 1256},
+	{"energy_mj", "EnergyMJ", 1264},
 }
