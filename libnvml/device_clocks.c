@@ -125,7 +125,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPst
 
 NVML_API nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t *pState)
 {
-	return nvmlDeviceGetPerformanceState(device, pState);
+	DEV(device, d);
+	return nvmock_u32(d->s->power_state, (unsigned int *)pState);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)

@@ -9,6 +9,8 @@ static nvmlReturn_t enable_state(uint32_t v, nvmlEnableState_t *out)
 	OUT(out);
 	if (v == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
+	if (v == DEP32)
+		return NVML_ERROR_DEPRECATED;
 	*out = v ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
 	return NVML_SUCCESS;
 }
@@ -113,12 +115,10 @@ NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlG
 NVML_API nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressingMode_t *mode)
 {
 	DEV(device, d);
-	(void)d;
 	OUT(mode);
 	if (mode->version != nvmlDeviceAddressingMode_v1)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-	mode->value = NVML_DEVICE_ADDRESSING_MODE_HMM;
-	return NVML_SUCCESS;
+	return nvmock_u32(d->s->addressing_mode, &mode->value);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)

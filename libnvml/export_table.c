@@ -4,10 +4,12 @@
 //
 // The table starts with its size in bytes; nvidia-smi treats an entry past
 // the size, or a NULL entry, as absent. A table of size 8 makes every entry
-// absent, which every view accepts, but two views then differ from a real
+// absent, which every view accepts, but some views then differ from a real
 // board: the multi-GPU `topo -m` matrix fails without entry 0xb8 (the PCIe
-// path between two bus ids), and without entry 0x780 (T.Limit temperature)
-// `-q` shows T.Limit thresholds as N/A instead of the board's thresholds.
+// path between two bus ids); `-q` needs 0x780 (T.Limit temperature: without
+// it thresholds show as N/A), 0x738 (GPU part number), 0x790 (addressing
+// mode) and 0x798 (sparse operation mode). Each entry's arguments were read
+// off its call site in the disassembly.
 // That table is served only to an executable carrying "535.261.03", the
 // nvidia-smi it was verified against: every call site below its size checks
 // for NULL (disassembly), and the tests run every view. A slot whose meaning
@@ -63,10 +65,34 @@ static int smi_tlimit(nvmlDevice_t device, unsigned int *temp)
 	return nvmock_u32(d->s->temp_tlimit, temp);
 }
 
-static const uint64_t table_smi535[0x790 / 8] = {
+// smi_part_number gives the GPU (chip) part number, e.g. 2330-885-A1.
+static int smi_part_number(nvmlDevice_t device, char *buf, unsigned int len)
+{
+	DEV(device, d);
+	return nvmock_str(buf, len, d->s->gpu_part_number);
+}
+
+// smi_addressing_mode gives an nvmlDeviceAddressingModeType_t: None, HMM, ATS.
+static int smi_addressing_mode(nvmlDevice_t device, unsigned int *mode)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->addressing_mode, mode);
+}
+
+// smi_sparse_mode says whether sparse operation is enabled.
+static int smi_sparse_mode(nvmlDevice_t device, unsigned int *enabled)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->sparse_mode, enabled);
+}
+
+static const uint64_t table_smi535[0x7a0 / 8] = {
 	[0] = sizeof table_smi535,
 	[0xb8 / 8] = (uint64_t)(uintptr_t)smi_pcie_path,
+	[0x738 / 8] = (uint64_t)(uintptr_t)smi_part_number,
 	[0x780 / 8] = (uint64_t)(uintptr_t)smi_tlimit,
+	[0x790 / 8] = (uint64_t)(uintptr_t)smi_addressing_mode,
+	[0x798 / 8] = (uint64_t)(uintptr_t)smi_sparse_mode,
 };
 
 static const unsigned char smi_table_id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,

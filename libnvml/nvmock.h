@@ -12,7 +12,8 @@
 #define NVML_API __attribute__((visibility("default")))
 #define NVML_DEFAULT __attribute__((visibility("default"), weak))
 
-#define NA32 0xffffffffu
+#define NA32 0xffffffffu  // not supported by the board
+#define DEP32 0xfffffffeu // deprecated by the driver
 #define SNAP_FLAG_UNSEEDED 1u
 
 // One visible GPU; a device handle points at one of these.
@@ -83,6 +84,8 @@ static inline nvmlReturn_t nvmock_u32(uint32_t v, unsigned int *out)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (v == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
+	if (v == DEP32)
+		return NVML_ERROR_DEPRECATED;
 	*out = v;
 	return NVML_SUCCESS;
 }

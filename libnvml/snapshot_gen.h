@@ -115,6 +115,7 @@ struct snap_device {
 	uint32_t display_active;
 	uint32_t virtualization_mode;
 	uint32_t performance_state;
+	uint32_t power_state; // P-state of the power readings, or deprecated
 	uint32_t fan_speed; // %
 	uint32_t util_gpu; // %
 	uint32_t util_memory; // %
@@ -134,6 +135,9 @@ struct snap_device {
 	uint32_t nvlink_remote; // nvmlIntNvLinkDeviceType_t
 	uint32_t nvlink_remote_device_id; // PCI id of the peer (switch)
 	uint32_t nvlink_remote_bus_first; // bus of the first peer switch
+	uint32_t addressing_mode; // nvmlDeviceAddressingModeType_t
+	uint32_t sparse_mode; // sparse operation mode: 0 disabled, 1 enabled
+	uint32_t pad0; // keeps cpu_affinity 8-aligned
 	uint64_t cpu_affinity[16]; // bit mask of CPUs
 	uint64_t memory_total; // bytes
 	uint64_t memory_reserved; // bytes
@@ -142,7 +146,7 @@ struct snap_device {
 	uint64_t bar1_used; // bytes
 	uint64_t energy_mj; // total energy
 };
-_Static_assert(sizeof(struct snap_device) == 1272, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 1288, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -218,32 +222,36 @@ _Static_assert(offsetof(struct snap_device, display_mode) == 1004, "snapshot lay
 _Static_assert(offsetof(struct snap_device, display_active) == 1008, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, virtualization_mode) == 1012, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, performance_state) == 1016, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fan_speed) == 1020, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_gpu) == 1024, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_memory) == 1028, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_encoder) == 1032, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_decoder) == 1036, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_jpeg) == 1040, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_ofa) == 1044, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, retired_pages) == 1048, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapped_rows) == 1052, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapper_banks) == 1056, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_mode) == 1060, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1064, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_node) == 1068, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_count) == 1072, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_version) == 1076, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1080, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1084, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1088, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1092, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1096, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 1224, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 1232, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 1240, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 1248, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 1256, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, energy_mj) == 1264, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_state) == 1020, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fan_speed) == 1024, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_gpu) == 1028, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_memory) == 1032, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_encoder) == 1036, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_decoder) == 1040, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_jpeg) == 1044, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_ofa) == 1048, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, retired_pages) == 1052, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapped_rows) == 1056, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapper_banks) == 1060, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_mode) == 1064, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1068, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_node) == 1072, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_count) == 1076, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_version) == 1080, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1084, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1088, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1092, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1096, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, addressing_mode) == 1100, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, sparse_mode) == 1104, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pad0) == 1108, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1112, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 1240, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 1248, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 1256, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 1264, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 1272, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, energy_mj) == 1280, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {

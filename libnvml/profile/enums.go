@@ -1,5 +1,8 @@
 package profile
 
+// Deprecated marks a snapshot value NVML answers with NVML_ERROR_DEPRECATED.
+const Deprecated = 0xfffffffe
+
 // NVML enum values for the words profiles use (values from nvml.h).
 var (
 	Brands = map[string]uint32{
@@ -17,7 +20,11 @@ var (
 		"None": 0, "Pass-Through": 1, "VGPU": 2, "Host VGPU": 3, "Host VSGA": 4,
 	}
 	NVLinkRemotes = map[string]uint32{"gpu": 0, "switch": 2}
-	FabricStates  = map[string]uint32{"Not Supported": 0, "Not Started": 1, "In Progress": 2, "Completed": 3}
+	// FeatureStates are answers about a feature; Deprecated is the newer
+	// drivers' NVML_ERROR_DEPRECATED.
+	FeatureStates = map[string]uint32{"Disabled": 0, "Enabled": 1, "Deprecated": Deprecated}
+	AddressingModes = map[string]uint32{"None": 0, "HMM": 1, "ATS": 2}
+	FabricStates    = map[string]uint32{"Not Supported": 0, "Not Started": 1, "In Progress": 2, "Completed": 3}
 	// FabricStatuses are the nvmlReturn_t a finished registration reports.
 	FabricStatuses = map[string]uint32{"Success": 0, "Not Supported": 3, "Unknown Error": 999}
 	// NVLinkVersions are nvmlNvlinkVersion_t codes, not generations: a real

@@ -52,35 +52,93 @@ func Load(nameOrFile string) (*Profile, error) {
 
 var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+) into Go struct field \w+\.(\S+) of type (\S+)`)
 
-// Parse decodes and validates a profile; file names the source in errors.
+// Parse decodes and validates a profile; file names the source in errors,
+// which carry the line of the field where it can be found.
 func Parse(file string, data []byte) (*Profile, error) {
 	var raw any
 	if err := yaml.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
 	}
+	top, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("profile %s: not a profile: the file must be a mapping of fields such as name, gpus and board", file)
+	}
 	if errs := unknownFields(reflect.TypeOf(Profile{}), raw, ""); len(errs) > 0 {
-		return nil, prefixed(file, errs)
+		return nil, located(file, data, errs)
+	}
+	if b, ok := top["base"]; ok {
+		merged, err := onBase(b, top)
+		if err != nil {
+			return nil, located(file, data, []error{err})
+		}
+		top = merged
+	}
+	merged, err := json.Marshal(top)
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", file, err)
 	}
 	var p Profile
-	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+	if err := yaml.UnmarshalStrict(merged, &p); err != nil {
 		msg := err.Error()
 		if m := jsonTypeErr.FindStringSubmatch(msg); m != nil {
 			msg = fmt.Sprintf("%s: expected %s, got %s", m[2], kindName(m[3]), m[1])
 		} else if i := strings.LastIndex(msg, "json: "); i >= 0 {
 			msg = msg[i+len("json: "):]
 		}
-		return nil, fmt.Errorf("profile %s: %s", file, msg)
+		return nil, located(file, data, []error{errors.New(msg)})
 	}
 	if errs := p.Validate(); len(errs) > 0 {
-		return nil, prefixed(file, errs)
+		return nil, located(file, data, errs)
 	}
 	return &p, nil
 }
 
-func prefixed(file string, errs []error) error {
+// onBase lays a profile over the built-in it names: maps merge key by key,
+// anything else (lists included) replaces the base's value.
+func onBase(name any, top map[string]any) (map[string]any, error) {
+	n, ok := name.(string)
+	if !ok {
+		return nil, fmt.Errorf("base: expected the name of a built-in profile, got %v", name)
+	}
+	data, err := builtinFS.ReadFile(path.Join("builtin", n+".yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("base: no built-in profile %q; choose one of %s", n, strings.Join(Builtins(), ", "))
+	}
+	var base map[string]any
+	if err := yaml.Unmarshal(data, &base); err != nil {
+		return nil, fmt.Errorf("base: built-in %s: %w", n, err)
+	}
+	return mergeMaps(base, top), nil
+}
+
+func mergeMaps(base, over map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		bm, ok1 := out[k].(map[string]any)
+		om, ok2 := v.(map[string]any)
+		if ok1 && ok2 {
+			out[k] = mergeMaps(bm, om)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// located prefixes each error with file and, where the field's path is
+// found in the source, its line: "profile h100.yaml:12: board.memory...".
+func located(file string, data []byte, errs []error) error {
 	out := make([]error, len(errs))
 	for i, e := range errs {
-		out[i] = fmt.Errorf("profile %s: %w", file, e)
+		field, _, _ := strings.Cut(e.Error(), ":")
+		if line := lineOf(data, field); line > 0 {
+			out[i] = fmt.Errorf("profile %s:%d: %w", file, line, e)
+		} else {
+			out[i] = fmt.Errorf("profile %s: %w", file, e)
+		}
 	}
 	return errors.Join(out...)
 }
@@ -106,6 +164,9 @@ func kindName(goType string) string {
 func unknownFields(t reflect.Type, v any, at string) []error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if t == reflect.TypeOf(BoardPatch{}) {
+		t = reflect.TypeOf(Board{})
 	}
 	switch val := v.(type) {
 	case map[string]any:

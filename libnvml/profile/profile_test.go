@@ -125,3 +125,55 @@ func TestQuantities(t *testing.T) {
 		}
 	}
 }
+
+func TestAProfileOnABaseChangesOnlyWhatItNames(t *testing.T) {
+	p, err := Parse("big.yaml", []byte("base: a100\nname: a100-big\ngpus: 16\nboard:\n  memory: {total: 81920Mi}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := Builtin("a100")
+	if p.GPUs != 16 || p.Board.Memory.Total != 81920<<20 || p.Board.Memory.Reserved != a.Board.Memory.Reserved ||
+		p.Board.ProductName != a.Board.ProductName || len(p.Topology.BusIDs) != len(a.Topology.BusIDs) {
+		t.Errorf("merged profile: %+v", p)
+	}
+}
+
+func TestDeviceOverridesChangeOneGPU(t *testing.T) {
+	src := "base: a100\nname: hot\ndevices:\n  - index: 3\n    board:\n      thermal: {gpu: 80}\n      memory: {used: 10Gi}\n"
+	p, err := Parse("hot.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boards, errs := p.Boards()
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if *boards[3].Thermal.GPU != 80 || boards[3].Memory.Used != 10<<30 || *boards[2].Thermal.GPU != 33 || *boards[3].Thermal.Shutdown != 92 {
+		t.Errorf("gpu 3: %d C, %d used; gpu 2: %d C", *boards[3].Thermal.GPU, boards[3].Memory.Used, *boards[2].Thermal.GPU)
+	}
+}
+
+func TestBadOverridesAndBasesAreNamedWithTheirLine(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"an override of a GPU the node lacks", "base: a100\nname: x\ndevices:\n  - index: 9\n    board: {}\n", []string{"x.yaml:4: devices[0].index: 9 is not a GPU of this node (0 to 7)"}},
+		{"an impossible value in an override", "base: a100\nname: x\ndevices:\n  - index: 1\n    board:\n      memory: {used: 99Gi}\n", []string{"devices[0].board.memory.used", "above total minus reserved"}},
+		{"a misspelt field in an override", "base: a100\nname: x\ndevices:\n  - index: 1\n    board:\n      memroy: {}\n", []string{"x.yaml:6: devices[0].board.memroy: unknown field"}},
+		{"an unknown base", "base: a200\nname: x\n", []string{"x.yaml:1: base: no built-in profile \"a200\""}},
+		{"a misspelt nested field", "base: a100\nname: x\nboard:\n  thermal:\n    shutdwn: 90\n", []string{"x.yaml:5: board.thermal.shutdwn: unknown field"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(c.src))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}

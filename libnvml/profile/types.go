@@ -1,14 +1,41 @@
 package profile
 
+import "encoding/json"
+
 // Profile describes one node: how many GPUs of which board, with which driver.
 // A field left out means the board reports it as N/A.
 type Profile struct {
-	Name        string   `json:"name"`
-	Description string   `json:"description,omitempty"`
-	GPUs        int      `json:"gpus"`
-	Driver      Driver   `json:"driver"`
-	Board       Board    `json:"board"`
-	Topology    Topology `json:"topology"`
+	Name        string           `json:"name"`
+	Description string           `json:"description,omitempty"`
+	Base        string           `json:"base,omitempty"` // built-in this profile changes
+	GPUs        int              `json:"gpus"`
+	Driver      Driver           `json:"driver"`
+	Board       Board            `json:"board"`
+	Devices     []DeviceOverride `json:"devices,omitempty"` // per-GPU changes to board
+	Topology    Topology         `json:"topology"`
+}
+
+// DeviceOverride changes some board fields of one GPU (by node index).
+type DeviceOverride struct {
+	Index int        `json:"index"`
+	Board BoardPatch `json:"board"`
+}
+
+// BoardPatch is a partial board, laid over Board for one GPU.
+type BoardPatch json.RawMessage
+
+// MarshalJSON writes the patch as it was given.
+func (b BoardPatch) MarshalJSON() ([]byte, error) {
+	if b == nil {
+		return []byte("{}"), nil
+	}
+	return b, nil
+}
+
+// UnmarshalJSON keeps the patch raw; Boards applies it.
+func (b *BoardPatch) UnmarshalJSON(data []byte) error {
+	*b = append((*b)[:0], data...)
+	return nil
 }
 
 // Driver is what the mock driver reports about itself.
@@ -31,6 +58,7 @@ type Board struct {
 	BoardID            *uint32      `json:"boardId,omitempty"`
 	MultiGPUBoard      bool         `json:"multiGpuBoard"`
 	GSPFirmwareVersion string       `json:"gspFirmwareVersion,omitempty"`
+	AddressingMode     string       `json:"addressingMode,omitempty"` // None, HMM, ATS
 	Inforom            Inforom      `json:"inforom"`
 	PCI                PCI          `json:"pci"`
 	Memory             Memory       `json:"memory"`
@@ -152,17 +180,21 @@ type TLimitOffsets struct {
 
 // Modes are the GPU's settings; enums take nvidia-smi's words.
 type Modes struct {
-	Persistence      bool    `json:"persistence"`
-	ComputeMode      string  `json:"computeMode"`           // Default, Exclusive_Process, Prohibited
-	Virtualization   string  `json:"virtualization"`        // None, Pass-Through, VGPU, Host VGPU, Host VSGA
-	PerformanceState string  `json:"performanceState"`      // P0..P15
-	DisplayMode      *bool   `json:"displayMode,omitempty"` // absent: N/A (deprecated from Hopper on)
-	DisplayActive    bool    `json:"displayActive"`
-	ECC              *ECC    `json:"ecc,omitempty"` // absent: no ECC
-	MIG              *MIG    `json:"mig,omitempty"` // absent: not MIG capable
-	FanSpeed         *uint32 `json:"fanSpeed,omitempty"`
-	Accounting       bool    `json:"accounting"`
-	AccountingBuffer *uint32 `json:"accountingBuffer,omitempty"`
+	Persistence      bool   `json:"persistence"`
+	ComputeMode      string `json:"computeMode"`               // Default, Exclusive_Process, Prohibited
+	Virtualization   string `json:"virtualization"`            // None, Pass-Through, VGPU, Host VGPU, Host VSGA
+	PerformanceState string `json:"performanceState"`          // P0..P15
+	DisplayMode      string `json:"displayMode,omitempty"`     // Enabled, Disabled, Deprecated; absent: N/A
+	SparseOperation  string `json:"sparseOperation,omitempty"` // Enabled, Disabled; absent: N/A
+	// PowerStateDeprecated makes the power-state readings answer "deprecated",
+	// as drivers from 570 on do for newer boards.
+	PowerStateDeprecated bool    `json:"powerStateDeprecated,omitempty"`
+	DisplayActive        bool    `json:"displayActive"`
+	ECC                  *ECC    `json:"ecc,omitempty"` // absent: no ECC
+	MIG                  *MIG    `json:"mig,omitempty"` // absent: not MIG capable
+	FanSpeed             *uint32 `json:"fanSpeed,omitempty"`
+	Accounting           bool    `json:"accounting"`
+	AccountingBuffer     *uint32 `json:"accountingBuffer,omitempty"`
 }
 
 // ECC modes.

@@ -78,6 +78,7 @@ func (p *Profile) Validate() []error {
 	}
 	c.str("driver.nvmlVersion", p.Driver.NVMLVersion, maxVersionLen, true)
 	p.Board.validate(c)
+	p.validateDevices(c)
 	p.Topology.validate(c)
 	return c.errs
 }
@@ -190,6 +191,15 @@ func (b *Board) validate(c *checker) {
 
 	md := b.Modes
 	c.enum("board.modes.computeMode", md.ComputeMode, ComputeModes)
+	if md.DisplayMode != "" {
+		c.enum("board.modes.displayMode", md.DisplayMode, FeatureStates)
+	}
+	if md.SparseOperation != "" {
+		c.enum("board.modes.sparseOperation", md.SparseOperation, FeatureStates)
+	}
+	if b.AddressingMode != "" {
+		c.enum("board.addressingMode", b.AddressingMode, AddressingModes)
+	}
 	c.enum("board.modes.virtualization", md.Virtualization, VirtualizationModes)
 	if !pstateRE.MatchString(md.PerformanceState) {
 		c.fail("board.modes.performanceState", "%q is not P0 to P15", md.PerformanceState)

@@ -38,10 +38,11 @@ func Compile(p *profile.Profile, opt Options) ([]byte, error) {
 		h.NodeSeedHash = uint32(hash(opt.Seed))
 	}
 
+	boards, _ := p.Boards() // validated above
 	var pool []uint32
 	devs := make([]Device, p.GPUs)
 	for i := range devs {
-		d, err := device(p, opt, i, &pool)
+		d, err := device(p, &boards[i], opt, i, &pool)
 		if err != nil {
 			return nil, err
 		}
@@ -86,8 +87,7 @@ func clockSet(c profile.ClockSet) [4]uint32 {
 	return [4]uint32{opt32(c.Graphics), opt32(c.SM), opt32(c.Memory), opt32(c.Video)}
 }
 
-func device(p *profile.Profile, opt Options, i int, pool *[]uint32) (Device, error) {
-	b := &p.Board
+func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]uint32) (Device, error) {
 	t := &p.Topology
 	var d Device
 	put(d.Name[:], b.ProductName)
@@ -214,12 +214,24 @@ func device(p *profile.Profile, opt Options, i int, pool *[]uint32) (Device, err
 		d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = bool32(m.MIG.Current), bool32(m.MIG.Pending), m.MIG.MaxDevices
 	}
 	d.DisplayMode = NA
-	if m.DisplayMode != nil {
-		d.DisplayMode = bool32(*m.DisplayMode)
+	if m.DisplayMode != "" {
+		d.DisplayMode = profile.FeatureStates[m.DisplayMode]
 	}
 	d.DisplayActive = bool32(m.DisplayActive)
 	d.VirtualizationMode = profile.VirtualizationModes[m.Virtualization]
 	fmt.Sscanf(m.PerformanceState, "P%d", &d.PerformanceState)
+	d.SparseMode = NA
+	if m.SparseOperation != "" {
+		d.SparseMode = profile.FeatureStates[m.SparseOperation]
+	}
+	d.AddressingMode = NA
+	if b.AddressingMode != "" {
+		d.AddressingMode = profile.AddressingModes[b.AddressingMode]
+	}
+	d.PowerState = d.PerformanceState
+	if m.PowerStateDeprecated {
+		d.PowerState = profile.Deprecated
+	}
 	d.FanSpeed = opt32(m.FanSpeed)
 	d.AccountingMode = bool32(m.Accounting)
 	d.AccountingBuffer = opt32(m.AccountingBuffer)

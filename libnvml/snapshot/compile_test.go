@@ -116,3 +116,18 @@ func BenchmarkCompile64(b *testing.B) {
 		}
 	}
 }
+
+func TestDeviceOverridesReachTheirGPU(t *testing.T) {
+	p, err := profile.Parse("hot.yaml", []byte("base: a100\nname: hot\ndevices:\n  - index: 5\n    board:\n      thermal: {gpu: 81}\n      productName: NVIDIA A100 (hot)\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := Compile(p, Options{Seed: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, devs, _ := decode(t, data)
+	if devs[5].TempGPU != 81 || cstr(devs[5].Name[:]) != "NVIDIA A100 (hot)" || devs[4].TempGPU != 33 {
+		t.Errorf("gpu 5: %d C %q; gpu 4: %d C", devs[5].TempGPU, cstr(devs[5].Name[:]), devs[4].TempGPU)
+	}
+}

@@ -120,6 +120,7 @@ type Device struct {
 	DisplayActive        uint32
 	VirtualizationMode   uint32
 	PerformanceState     uint32
+	PowerState           uint32 // P-state of the power readings, or deprecated
 	FanSpeed             uint32 // %
 	UtilGPU              uint32 // %
 	UtilMemory           uint32 // %
@@ -139,6 +140,9 @@ type Device struct {
 	NvlinkRemote         uint32     // nvmlIntNvLinkDeviceType_t
 	NvlinkRemoteDeviceID uint32     // PCI id of the peer (switch)
 	NvlinkRemoteBusFirst uint32     // bus of the first peer switch
+	AddressingMode       uint32     // nvmlDeviceAddressingModeType_t
+	SparseMode           uint32     // sparse operation mode: 0 disabled, 1 enabled
+	Pad0                 uint32     // keeps cpu_affinity 8-aligned
 	CPUAffinity          [16]uint64 // bit mask of CPUs
 	MemoryTotal          uint64     // bytes
 	MemoryReserved       uint64     // bytes
@@ -149,7 +153,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 1272
+const DeviceSize = 1288
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -228,30 +232,34 @@ var DeviceLayout = []FieldOffset{
 	{"display_active", "DisplayActive", 1008},
 	{"virtualization_mode", "VirtualizationMode", 1012},
 	{"performance_state", "PerformanceState", 1016},
-	{"fan_speed", "FanSpeed", 1020},
-	{"util_gpu", "UtilGPU", 1024},
-	{"util_memory", "UtilMemory", 1028},
-	{"util_encoder", "UtilEncoder", 1032},
-	{"util_decoder", "UtilDecoder", 1036},
-	{"util_jpeg", "UtilJpeg", 1040},
-	{"util_ofa", "UtilOFA", 1044},
-	{"retired_pages", "RetiredPages", 1048},
-	{"remapped_rows", "RemappedRows", 1052},
-	{"remapper_banks", "RemapperBanks", 1056},
-	{"accounting_mode", "AccountingMode", 1060},
-	{"accounting_buffer", "AccountingBuffer", 1064},
-	{"numa_node", "NUMANode", 1068},
-	{"nvlink_count", "NvlinkCount", 1072},
-	{"nvlink_version", "NvlinkVersion", 1076},
-	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1080},
-	{"nvlink_remote", "NvlinkRemote", 1084},
-	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1088},
-	{"nvlink_remote_bus_first", "NvlinkRemoteBusFirst", 1092},
-	{"cpu_affinity", "CPUAffinity", 1096},
-	{"memory_total", "MemoryTotal", 1224},
-	{"memory_reserved", "MemoryReserved", 1232},
-	{"memory_used", "MemoryUsed", 1240},
-	{"bar1_total", "Bar1Total", 1248},
-	{"bar1_used", "Bar1Used", 1256},
-	{"energy_mj", "EnergyMJ", 1264},
+	{"power_state", "PowerState", 1020},
+	{"fan_speed", "FanSpeed", 1024},
+	{"util_gpu", "UtilGPU", 1028},
+	{"util_memory", "UtilMemory", 1032},
+	{"util_encoder", "UtilEncoder", 1036},
+	{"util_decoder", "UtilDecoder", 1040},
+	{"util_jpeg", "UtilJpeg", 1044},
+	{"util_ofa", "UtilOFA", 1048},
+	{"retired_pages", "RetiredPages", 1052},
+	{"remapped_rows", "RemappedRows", 1056},
+	{"remapper_banks", "RemapperBanks", 1060},
+	{"accounting_mode", "AccountingMode", 1064},
+	{"accounting_buffer", "AccountingBuffer", 1068},
+	{"numa_node", "NUMANode", 1072},
+	{"nvlink_count", "NvlinkCount", 1076},
+	{"nvlink_version", "NvlinkVersion", 1080},
+	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1084},
+	{"nvlink_remote", "NvlinkRemote", 1088},
+	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1092},
+	{"nvlink_remote_bus_first", "NvlinkRemoteBusFirst", 1096},
+	{"addressing_mode", "AddressingMode", 1100},
+	{"sparse_mode", "SparseMode", 1104},
+	{"pad0", "Pad0", 1108},
+	{"cpu_affinity", "CPUAffinity", 1112},
+	{"memory_total", "MemoryTotal", 1240},
+	{"memory_reserved", "MemoryReserved", 1248},
+	{"memory_used", "MemoryUsed", 1256},
+	{"bar1_total", "Bar1Total", 1264},
+	{"bar1_used", "Bar1Used", 1272},
+	{"energy_mj", "EnergyMJ", 1280},
 }

@@ -1,0 +1,69 @@
+package profile
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Boards returns each GPU's board: the profile's board with that GPU's
+// override, if any, laid over it. Errors name the override's fields.
+func (p *Profile) Boards() ([]Board, []error) {
+	boards := make([]Board, max(p.GPUs, 0))
+	for i := range boards {
+		boards[i] = p.Board
+	}
+	if len(p.Devices) == 0 {
+		return boards, nil
+	}
+	base, err := json.Marshal(p.Board)
+	if err != nil {
+		return nil, []error{fmt.Errorf("board: %w", err)}
+	}
+	var baseMap map[string]any
+	if err := json.Unmarshal(base, &baseMap); err != nil {
+		return nil, []error{fmt.Errorf("board: %w", err)}
+	}
+	var errs []error
+	seen := map[int]bool{}
+	for k, o := range p.Devices {
+		at := fmt.Sprintf("devices[%d]", k)
+		if o.Index < 0 || o.Index >= p.GPUs {
+			errs = append(errs, fmt.Errorf("%s.index: %d is not a GPU of this node (0 to %d)", at, o.Index, p.GPUs-1))
+			continue
+		}
+		if seen[o.Index] {
+			errs = append(errs, fmt.Errorf("%s.index: GPU %d already has an override", at, o.Index))
+			continue
+		}
+		seen[o.Index] = true
+		var patch map[string]any
+		if err := json.Unmarshal(o.Board, &patch); err != nil {
+			errs = append(errs, fmt.Errorf("%s.board: expected an object of board fields", at))
+			continue
+		}
+		merged, _ := json.Marshal(mergeMaps(baseMap, patch))
+		var b Board
+		if err := yaml.UnmarshalStrict(merged, &b); err != nil {
+			errs = append(errs, fmt.Errorf("%s.board: %v", at, err))
+			continue
+		}
+		c := &checker{}
+		b.validate(c)
+		for _, e := range c.errs {
+			errs = append(errs, fmt.Errorf("%s.%s", at, e.Error()))
+		}
+		boards[o.Index] = b
+	}
+	return boards, errs
+}
+
+// validateDevices adds the overrides' problems to a profile check.
+func (p *Profile) validateDevices(c *checker) {
+	if p.GPUs < 1 {
+		return
+	}
+	_, errs := p.Boards()
+	c.errs = append(c.errs, errs...)
+}
