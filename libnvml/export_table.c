@@ -7,8 +7,9 @@
 // absent, which every view accepts, but some views then differ from a real
 // board: the multi-GPU `topo -m` matrix fails without entry 0xb8 (the PCIe
 // path between two bus ids); `-q` needs 0x780 (T.Limit temperature: without
-// it thresholds show as N/A), 0x738 (GPU part number), 0x790 (addressing
-// mode) and 0x798 (sparse operation mode). Each entry's arguments were read
+// it thresholds show as N/A), 0x710 (PCIe atomics), 0x730 (host's max PCIe
+// generation), 0x738 (GPU part number), 0x790 (addressing mode) and 0x798
+// (sparse operation mode). Each entry's arguments were read
 // off its call site in the disassembly.
 // That table is served only to an executable carrying "535.261.03", the
 // nvidia-smi it was verified against: every call site below its size checks
@@ -86,9 +87,31 @@ static int smi_sparse_mode(nvmlDevice_t device, unsigned int *enabled)
 	return nvmock_u32(d->s->sparse_mode, enabled);
 }
 
+// smi_host_max_gen gives the maximum PCIe generation of the host's side.
+static int smi_host_max_gen(nvmlDevice_t device, unsigned int *gen)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->pcie_host_max_gen, gen);
+}
+
+// smi_atomics gives the PCIe atomic ops masks: {outbound, inbound}. The
+// caller's struct may be larger; only these two words are written.
+static int smi_atomics(nvmlDevice_t device, unsigned int caps[2])
+{
+	DEV(device, d);
+	OUT(caps);
+	if (d->s->pcie_atomics_out == NA32 && d->s->pcie_atomics_in == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	caps[0] = d->s->pcie_atomics_out == NA32 ? 0 : d->s->pcie_atomics_out;
+	caps[1] = d->s->pcie_atomics_in == NA32 ? 0 : d->s->pcie_atomics_in;
+	return NVML_SUCCESS;
+}
+
 static const uint64_t table_smi535[0x7a0 / 8] = {
 	[0] = sizeof table_smi535,
 	[0xb8 / 8] = (uint64_t)(uintptr_t)smi_pcie_path,
+	[0x710 / 8] = (uint64_t)(uintptr_t)smi_atomics,
+	[0x730 / 8] = (uint64_t)(uintptr_t)smi_host_max_gen,
 	[0x738 / 8] = (uint64_t)(uintptr_t)smi_part_number,
 	[0x780 / 8] = (uint64_t)(uintptr_t)smi_tlimit,
 	[0x790 / 8] = (uint64_t)(uintptr_t)smi_addressing_mode,

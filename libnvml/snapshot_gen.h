@@ -72,6 +72,10 @@ struct snap_device {
 	uint32_t pcie_gen; // current
 	uint32_t pcie_max_width;
 	uint32_t pcie_width; // current
+	uint32_t pcie_host_max_gen; // max generation of the host side of the link
+	uint32_t pcie_atomics_out; // outbound atomic ops: bit 0 FETCHADD_32 .. bit 6 CAS_128
+	uint32_t pcie_atomics_in; // inbound atomic ops, same bits
+	uint32_t pad1; // keeps the layout 8-aligned
 	uint32_t pcie_tx_kbps; // throughput
 	uint32_t pcie_rx_kbps; // throughput
 	uint32_t clock[4]; // current MHz by nvmlClockType_t
@@ -146,7 +150,7 @@ struct snap_device {
 	uint64_t bar1_used; // bytes
 	uint64_t energy_mj; // total energy
 };
-_Static_assert(sizeof(struct snap_device) == 1288, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 1304, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -179,79 +183,83 @@ _Static_assert(offsetof(struct snap_device, pcie_gpu_max_gen) == 632, "snapshot 
 _Static_assert(offsetof(struct snap_device, pcie_gen) == 636, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, pcie_max_width) == 640, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, pcie_width) == 644, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_tx_kbps) == 648, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_rx_kbps) == 652, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, clock) == 656, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, app_clock) == 672, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, default_app_clock) == 688, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, max_clock) == 704, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, max_boost_clock) == 720, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, supported_mem_count) == 736, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, supported_mem_first) == 740, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, supported_gfx_first) == 744, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, supported_gfx_count) == 776, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_draw_mw) == 808, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_limit_mw) == 812, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_enforced_mw) == 816, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_default_mw) == 820, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_min_mw) == 824, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_max_mw) == 828, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, temp_gpu) == 832, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, temp_memory) == 836, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, temp_threshold) == 840, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, temp_tlimit) == 904, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, tlimit_offset_mask) == 908, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, tlimit_offset) == 912, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_draw_mw) == 928, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_limit_mw) == 932, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_default_mw) == 936, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_min_mw) == 940, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_max_mw) == 944, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_state) == 948, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_status) == 952, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_clique) == 956, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_cluster_uuid) == 960, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, persistence_mode) == 976, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, compute_mode) == 980, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_current) == 984, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_pending) == 988, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_current) == 992, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_pending) == 996, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, max_mig_devices) == 1000, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_mode) == 1004, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_active) == 1008, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1012, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, performance_state) == 1016, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_state) == 1020, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fan_speed) == 1024, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_gpu) == 1028, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_memory) == 1032, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_encoder) == 1036, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_decoder) == 1040, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_jpeg) == 1044, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_ofa) == 1048, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, retired_pages) == 1052, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapped_rows) == 1056, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapper_banks) == 1060, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_mode) == 1064, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1068, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_node) == 1072, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_count) == 1076, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_version) == 1080, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1084, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1088, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1092, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1096, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, addressing_mode) == 1100, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, sparse_mode) == 1104, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pad0) == 1108, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1112, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 1240, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 1248, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 1256, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 1264, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 1272, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, energy_mj) == 1280, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_host_max_gen) == 648, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_atomics_out) == 652, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_atomics_in) == 656, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pad1) == 660, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_tx_kbps) == 664, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_rx_kbps) == 668, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, clock) == 672, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, app_clock) == 688, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, default_app_clock) == 704, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, max_clock) == 720, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, max_boost_clock) == 736, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, supported_mem_count) == 752, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, supported_mem_first) == 756, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, supported_gfx_first) == 760, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, supported_gfx_count) == 792, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_draw_mw) == 824, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_limit_mw) == 828, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_enforced_mw) == 832, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_default_mw) == 836, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_min_mw) == 840, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_max_mw) == 844, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, temp_gpu) == 848, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, temp_memory) == 852, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, temp_threshold) == 856, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, temp_tlimit) == 920, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, tlimit_offset_mask) == 924, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, tlimit_offset) == 928, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_draw_mw) == 944, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_limit_mw) == 948, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_default_mw) == 952, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_min_mw) == 956, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_max_mw) == 960, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_state) == 964, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_status) == 968, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_clique) == 972, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_cluster_uuid) == 976, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, persistence_mode) == 992, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, compute_mode) == 996, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_current) == 1000, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_pending) == 1004, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_current) == 1008, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_pending) == 1012, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, max_mig_devices) == 1016, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_mode) == 1020, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_active) == 1024, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1028, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, performance_state) == 1032, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_state) == 1036, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fan_speed) == 1040, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_gpu) == 1044, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_memory) == 1048, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_encoder) == 1052, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_decoder) == 1056, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_jpeg) == 1060, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_ofa) == 1064, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, retired_pages) == 1068, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapped_rows) == 1072, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapper_banks) == 1076, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_mode) == 1080, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1084, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_node) == 1088, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_count) == 1092, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_version) == 1096, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1100, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1104, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1108, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1112, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, addressing_mode) == 1116, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, sparse_mode) == 1120, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pad0) == 1124, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1128, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 1256, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 1264, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 1272, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 1280, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 1288, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, energy_mj) == 1296, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {

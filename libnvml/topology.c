@@ -245,7 +245,13 @@ static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
 		v->value.ullVal = s->energy_mj;
 		return NVML_SUCCESS;
-	default: return NVML_ERROR_NOT_SUPPORTED; // average power: not on GA100
+	case NVML_FI_DEV_POWER_AVERAGE:
+		// nvidia-smi 535 shows a Grace module's draw from its average.
+		if (!module)
+			return NVML_ERROR_NOT_SUPPORTED; // GPU average: not on GA100
+		mw = s->module_power_draw_mw;
+		break;
+	default: return NVML_ERROR_NOT_SUPPORTED;
 	}
 	if (mw == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
@@ -268,7 +274,7 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		v->value.uiVal = 0;
 		return NVML_SUCCESS;
 	}
-	if (id >= NVML_FI_DEV_POWER_INSTANT && id <= NVML_FI_DEV_POWER_REQUESTED_LIMIT)
+	if (id >= NVML_FI_DEV_POWER_AVERAGE && id <= NVML_FI_DEV_POWER_REQUESTED_LIMIT)
 		return power_field(s, v);
 	if (id >= NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT && id <= NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT) {
 		unsigned k = id - NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT;

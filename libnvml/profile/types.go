@@ -92,17 +92,26 @@ type Inforom struct {
 
 // PCI identity and link state.
 type PCI struct {
-	DeviceID      Hex32   `json:"deviceId"`    // device<<16 | vendor, e.g. 0x20B010DE
-	SubsystemID   Hex32   `json:"subsystemId"` // e.g. 0x134F10DE
-	BaseClass     uint32  `json:"baseClass"`
-	SubClass      uint32  `json:"subClass"`
-	MaxLinkGen    uint32  `json:"maxLinkGen"`
-	GPUMaxLinkGen uint32  `json:"gpuMaxLinkGen"`
-	LinkGen       uint32  `json:"linkGen"`
-	MaxLinkWidth  uint32  `json:"maxLinkWidth"`
-	LinkWidth     uint32  `json:"linkWidth"`
-	TxKBps        *uint32 `json:"txKBps,omitempty"`
-	RxKBps        *uint32 `json:"rxKBps,omitempty"`
+	DeviceID       Hex32      `json:"deviceId"`    // device<<16 | vendor, e.g. 0x20B010DE
+	SubsystemID    Hex32      `json:"subsystemId"` // e.g. 0x134F10DE
+	BaseClass      uint32     `json:"baseClass"`
+	SubClass       uint32     `json:"subClass"`
+	MaxLinkGen     uint32     `json:"maxLinkGen"`
+	GPUMaxLinkGen  uint32     `json:"gpuMaxLinkGen"`
+	LinkGen        uint32     `json:"linkGen"`
+	MaxLinkWidth   uint32     `json:"maxLinkWidth"`
+	LinkWidth      uint32     `json:"linkWidth"`
+	HostMaxLinkGen *uint32    `json:"hostMaxLinkGen,omitempty"` // the host side's maximum
+	AtomicCaps     *AtomicOps `json:"atomicCaps,omitempty"`
+	TxKBps         *uint32    `json:"txKBps,omitempty"`
+	RxKBps         *uint32    `json:"rxKBps,omitempty"`
+}
+
+// AtomicOps lists the PCIe atomic operations each way, by nvidia-smi's names:
+// FETCHADD_32, FETCHADD_64, SWAP_32, SWAP_64, CAS_32, CAS_64, CAS_128.
+type AtomicOps struct {
+	Inbound  []string `json:"inbound,omitempty"`
+	Outbound []string `json:"outbound,omitempty"`
 }
 
 // Memory is the framebuffer as NVML reports it, in bytes.

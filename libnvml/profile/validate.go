@@ -139,6 +139,16 @@ func (b *Board) validate(c *checker) {
 			c.fail("board.pci."+g.f, "%d is not a PCIe generation (1 to 6)", g.v)
 		}
 	}
+	if g := pci.HostMaxLinkGen; g != nil && (*g < 1 || *g > 6) {
+		c.fail("board.pci.hostMaxLinkGen", "%d is not a PCIe generation (1 to 6)", *g)
+	}
+	if a := pci.AtomicCaps; a != nil {
+		for dir, ops := range map[string][]string{"inbound": a.Inbound, "outbound": a.Outbound} {
+			for i, op := range ops {
+				c.enum(fmt.Sprintf("board.pci.atomicCaps.%s[%d]", dir, i), op, AtomicOpBits)
+			}
+		}
+	}
 	if pci.LinkGen <= 6 && pci.LinkGen > pci.MaxLinkGen {
 		c.fail("board.pci.linkGen", "%d is above maxLinkGen %d", pci.LinkGen, pci.MaxLinkGen)
 	}

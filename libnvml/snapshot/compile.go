@@ -76,6 +76,18 @@ func milliwatts(w *float64) uint32 {
 	return uint32(math.Round(*w * 1000))
 }
 
+// atomicBits is the caps mask; no ops at all is N/A, as real boards say.
+func atomicBits(ops []string) uint32 {
+	if len(ops) == 0 {
+		return NA
+	}
+	var m uint32
+	for _, op := range ops {
+		m |= profile.AtomicOpBits[op]
+	}
+	return m
+}
+
 func bool32(b bool) uint32 {
 	if b {
 		return 1
@@ -125,6 +137,11 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	d.PcieGen = b.PCI.LinkGen
 	d.PcieMaxWidth = b.PCI.MaxLinkWidth
 	d.PcieWidth = b.PCI.LinkWidth
+	d.PcieHostMaxGen = opt32(b.PCI.HostMaxLinkGen)
+	d.PcieAtomicsOut, d.PcieAtomicsIn = NA, NA
+	if a := b.PCI.AtomicCaps; a != nil {
+		d.PcieAtomicsOut, d.PcieAtomicsIn = atomicBits(a.Outbound), atomicBits(a.Inbound)
+	}
 	d.PcieTxKbps = opt32(b.PCI.TxKBps)
 	d.PcieRxKbps = opt32(b.PCI.RxKBps)
 
