@@ -11,4 +11,5 @@ require (
 require (
 	github.com/google/uuid v1.6.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )

@@ -45,7 +45,7 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		want string
 	}{
 		{"an unknown built-in names the choices", []string{"profile", "show", "z100"}, `no built-in profile "z100"; choose one of a100`},
-		{"a misspelt field names file and path", []string{"profile", "validate", bad}, "profile " + bad + ": bord: unknown field"},
+		{"a misspelt field names file and path", []string{"profile", "validate", bad}, "profile " + bad + ":3: bord: unknown field"},
 		{"compile without -o says what is missing", []string{"profile", "compile", "a100"}, "need one NAME or FILE and -o SNAPSHOT"},
 		{"an impossible GPU count names the flag", []string{"profile", "compile", "a100", "--gpus", "-2", "--seed", "s", "-o", "/dev/null"}, "--gpus: gpus: -2 is out of range"},
 		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"`},
