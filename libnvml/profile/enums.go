@@ -22,14 +22,14 @@ var (
 	NVLinkRemotes = map[string]uint32{"gpu": 0, "switch": 2}
 	// FeatureStates are answers about a feature; Deprecated is the newer
 	// drivers' NVML_ERROR_DEPRECATED.
-	FeatureStates = map[string]uint32{"Disabled": 0, "Enabled": 1, "Deprecated": Deprecated}
+	FeatureStates   = map[string]uint32{"Disabled": 0, "Enabled": 1, "Deprecated": Deprecated}
 	AddressingModes = map[string]uint32{"None": 0, "HMM": 1, "ATS": 2}
 	// AtomicOpBits are the bits nvidia-smi 535 names PCIe atomic ops by.
 	AtomicOpBits = map[string]uint32{
 		"FETCHADD_32": 1 << 0, "FETCHADD_64": 1 << 1, "SWAP_32": 1 << 2, "SWAP_64": 1 << 3,
 		"CAS_32": 1 << 4, "CAS_64": 1 << 5, "CAS_128": 1 << 6,
 	}
-	FabricStates    = map[string]uint32{"Not Supported": 0, "Not Started": 1, "In Progress": 2, "Completed": 3}
+	FabricStates = map[string]uint32{"Not Supported": 0, "Not Started": 1, "In Progress": 2, "Completed": 3}
 	// FabricStatuses are the nvmlReturn_t a finished registration reports.
 	FabricStatuses = map[string]uint32{"Success": 0, "Not Supported": 3, "Unknown Error": 999}
 	// NVLinkVersions are nvmlNvlinkVersion_t codes, not generations: a real

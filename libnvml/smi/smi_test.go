@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/nvmock/nvmock/libnvml/internal/testenv"
+	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 )
 
@@ -62,34 +63,46 @@ var views = []struct {
 	{"nvlink", []string{"nvlink", "-s"}},
 }
 
+// Every view of the a100 profile, and the node-level views (default, -L,
+// topo -m, nvlink -s) of every built-in profile, against golden files: what a
+// user of that node sees.
 func TestEveryViewMatchesItsGoldenFile(t *testing.T) {
-	snap, _ := testenv.Snapshot(t, "a100", 0)
-	for _, v := range views {
-		t.Run(v.name, func(t *testing.T) {
-			out, code := smi(t, snap, nil, v.args...)
-			if code != 0 {
-				t.Fatalf("nvidia-smi %v exited %d:\n%s", v.args, code, out)
+	nodeViews := map[string]bool{"default": true, "list": true, "topo": true, "nvlink": true}
+	for _, name := range profile.Builtins() {
+		snap, _ := testenv.Snapshot(t, name, 0)
+		for _, v := range views {
+			if name != "a100" && !nodeViews[v.name] {
+				continue
 			}
-			for _, bad := range []string{"Unknown Error", "Function Not Found", "nvmock:"} {
-				if strings.Contains(out, bad) {
-					t.Errorf("output contains %q", bad)
+			t.Run(name+"/"+v.name, func(t *testing.T) {
+				out, code := smi(t, snap, nil, v.args...)
+				if code != 0 {
+					t.Fatalf("nvidia-smi %v exited %d:\n%s", v.args, code, out)
 				}
-			}
-			golden := filepath.Join("testdata", "a100-"+v.name+".golden")
-			got := normalize(out)
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
+				for _, bad := range []string{"Unknown Error", "Function Not Found", "nvmock:"} {
+					if strings.Contains(out, bad) {
+						t.Errorf("output contains %q", bad)
+					}
 				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -tags integration ./libnvml/smi -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("nvidia-smi %v differs from %s:\n%s", v.args, golden, diff(string(want), got))
-			}
-		})
+				checkGolden(t, filepath.Join("testdata", name+"-"+v.name+".golden"), normalize(out))
+			})
+		}
+	}
+}
+
+func checkGolden(t *testing.T, golden, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -tags integration ./libnvml/smi -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s:\n%s", golden, diff(string(want), got))
 	}
 }
 

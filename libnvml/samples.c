@@ -1,0 +1,73 @@
+// Sampled readings. A mock GPU is steady, so each buffer holds the same
+// reading every 100 ms over the last second: what a monitor polling an idle
+// real GPU sees.
+#include <sys/time.h>
+
+#include "nvmock.h"
+
+#define SAMPLES 10
+#define SAMPLE_PERIOD_US 100000ull
+
+static uint32_t sample_value(const struct snap_device *s, nvmlSamplingType_t type)
+{
+	switch (type) {
+	case NVML_TOTAL_POWER_SAMPLES: return s->power_draw_mw;
+	case NVML_GPU_UTILIZATION_SAMPLES: return s->util_gpu;
+	case NVML_MEMORY_UTILIZATION_SAMPLES: return s->util_memory;
+	case NVML_ENC_UTILIZATION_SAMPLES: return s->util_encoder;
+	case NVML_DEC_UTILIZATION_SAMPLES: return s->util_decoder;
+	case NVML_PROCESSOR_CLK_SAMPLES: return s->clock[NVML_CLOCK_GRAPHICS];
+	case NVML_MEMORY_CLK_SAMPLES: return s->clock[NVML_CLOCK_MEM];
+	case NVML_MODULE_POWER_SAMPLES: return s->module_power_draw_mw;
+	case NVML_JPG_UTILIZATION_SAMPLES: return s->util_jpeg;
+	case NVML_OFA_UTILIZATION_SAMPLES: return s->util_ofa;
+	default: return NA32;
+	}
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type, unsigned long long lastSeenTimeStamp,
+					   nvmlValueType_t *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples)
+{
+	DEV(device, d);
+	if (sampleValType == NULL || sampleCount == NULL || (unsigned)type >= NVML_SAMPLINGTYPE_COUNT)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	uint32_t v = sample_value(d->s, type);
+	if (v == NA32 || v == DEP32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	unsigned long long now = (unsigned long long)tv.tv_sec * 1000000ull + (unsigned long long)tv.tv_usec;
+	now -= now % SAMPLE_PERIOD_US;
+	// The samples newer than lastSeenTimeStamp, oldest first.
+	unsigned n = 0;
+	for (unsigned k = 0; k < SAMPLES; k++)
+		n += now - (SAMPLES - 1 - k) * SAMPLE_PERIOD_US > lastSeenTimeStamp;
+	*sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
+	if (samples == NULL) {
+		*sampleCount = SAMPLES; // the buffer size to allocate
+		return NVML_SUCCESS;
+	}
+	if (n == 0)
+		return NVML_ERROR_NOT_FOUND;
+	if (*sampleCount < n)
+		n = *sampleCount;
+	for (unsigned k = 0; k < n; k++) {
+		samples[k].timeStamp = now - (n - 1 - k) * SAMPLE_PERIOD_US;
+		samples[k].sampleValue.uiVal = v;
+	}
+	*sampleCount = n;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+						      unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
+{
+	(void)utilization;
+	(void)lastSeenTimeStamp;
+	DEV(device, d);
+	(void)d;
+	OUT(processSamplesCount);
+	// No process ever runs on a mock GPU.
+	*processSamplesCount = 0;
+	return NVML_SUCCESS;
+}
