@@ -63,6 +63,19 @@ NVML_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnabl
 	return NVML_SUCCESS;
 }
 
+// ecc_count reads the profile's counters: DRAM (device memory) and SRAM;
+// the board's other memories (caches, register files) count nothing.
+uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
+			  nvmlMemoryLocation_t loc)
+{
+	const uint32_t *c = &s->ecc_count[4 * (counter == NVML_AGGREGATE_ECC) + 2 * (type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)];
+	switch (loc) {
+	case NVML_MEMORY_LOCATION_DRAM: return c[0]; // also DEVICE_MEMORY
+	case NVML_MEMORY_LOCATION_SRAM: return c[1];
+	default: return 0;
+	}
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
 						  nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
 {
@@ -72,7 +85,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemor
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d->s->ecc_current != 1)
 		return NVML_ERROR_NOT_SUPPORTED;
-	*eccCounts = 0;
+	*eccCounts = nvmock_ecc_count(d->s, errorType, counterType, NVML_MEMORY_LOCATION_DRAM) +
+		     nvmock_ecc_count(d->s, errorType, counterType, NVML_MEMORY_LOCATION_SRAM);
 	return NVML_SUCCESS;
 }
 
@@ -87,7 +101,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlM
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d->s->ecc_current != 1)
 		return NVML_ERROR_NOT_SUPPORTED;
-	*count = 0;
+	*count = nvmock_ecc_count(d->s, errorType, counterType, locationType);
 	return NVML_SUCCESS;
 }
 

@@ -102,6 +102,8 @@ void nvmock_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // nvmock_ancestor models a two-socket board: GPUs on the same NUMA node
 // meet at a host bridge interconnect, others at the system level.
 nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b);
+uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
+			  nvmlMemoryLocation_t loc);
 void nvmock_pci_info(const struct snap_device *s, nvmlPciInfo_t *pci);
 
 #endif

@@ -127,6 +127,7 @@ struct snap_device {
 	uint32_t util_decoder; // %
 	uint32_t util_jpeg; // %
 	uint32_t util_ofa; // %
+	uint32_t ecc_count[8]; // [volatile, aggregate][corrected, uncorrected][DRAM, SRAM]
 	uint32_t retired_pages; // 1: supported
 	uint32_t remapped_rows; // 1: supported
 	uint32_t remapper_banks; // histogram max
@@ -150,7 +151,7 @@ struct snap_device {
 	uint64_t bar1_used; // bytes
 	uint64_t energy_mj; // total energy
 };
-_Static_assert(sizeof(struct snap_device) == 1304, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 1336, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -238,28 +239,29 @@ _Static_assert(offsetof(struct snap_device, util_encoder) == 1052, "snapshot lay
 _Static_assert(offsetof(struct snap_device, util_decoder) == 1056, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, util_jpeg) == 1060, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, util_ofa) == 1064, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, retired_pages) == 1068, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapped_rows) == 1072, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapper_banks) == 1076, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_mode) == 1080, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1084, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_node) == 1088, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_count) == 1092, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_version) == 1096, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1100, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1104, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1108, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1112, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, addressing_mode) == 1116, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, sparse_mode) == 1120, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pad0) == 1124, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1128, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 1256, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 1264, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 1272, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 1280, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 1288, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, energy_mj) == 1296, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_count) == 1068, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, retired_pages) == 1100, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapped_rows) == 1104, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapper_banks) == 1108, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_mode) == 1112, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1116, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_node) == 1120, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_count) == 1124, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_version) == 1128, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1132, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1136, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1140, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1144, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, addressing_mode) == 1148, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, sparse_mode) == 1152, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pad0) == 1156, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1160, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 1288, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 1296, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 1304, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 1312, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 1320, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, energy_mj) == 1328, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {

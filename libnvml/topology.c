@@ -259,18 +259,71 @@ static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v
 	return NVML_SUCCESS;
 }
 
+// memory_field answers the ECC, page retirement and row remapping fields.
+static nvmlReturn_t memory_field(const struct snap_device *s, unsigned id, nvmlFieldValue_t *v)
+{
+	v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+	if (id == NVML_FI_DEV_ECC_CURRENT || id == NVML_FI_DEV_ECC_PENDING) {
+		if (s->ecc_current == NA32)
+			return NVML_ERROR_NOT_SUPPORTED;
+		v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+		v->value.uiVal = id == NVML_FI_DEV_ECC_CURRENT ? s->ecc_current : s->ecc_pending;
+		return NVML_SUCCESS;
+	}
+	if (id >= NVML_FI_DEV_ECC_SBE_VOL_TOTAL && id <= NVML_FI_DEV_ECC_DBE_AGG_TOTAL) {
+		if (s->ecc_current != 1)
+			return NVML_ERROR_NOT_SUPPORTED;
+		nvmlMemoryErrorType_t type = (id - NVML_FI_DEV_ECC_SBE_VOL_TOTAL) % 2 ? NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+									      : NVML_MEMORY_ERROR_TYPE_CORRECTED;
+		nvmlEccCounterType_t counter = id >= NVML_FI_DEV_ECC_SBE_AGG_TOTAL ? NVML_AGGREGATE_ECC : NVML_VOLATILE_ECC;
+		v->value.ullVal = nvmock_ecc_count(s, type, counter, NVML_MEMORY_LOCATION_DRAM) +
+				  nvmock_ecc_count(s, type, counter, NVML_MEMORY_LOCATION_SRAM);
+		return NVML_SUCCESS;
+	}
+	switch (id) {
+	case NVML_FI_DEV_RETIRED_SBE:
+	case NVML_FI_DEV_RETIRED_DBE:
+	case NVML_FI_DEV_RETIRED_PENDING:
+	case NVML_FI_DEV_RETIRED_PENDING_SBE:
+	case NVML_FI_DEV_RETIRED_PENDING_DBE:
+		if (s->retired_pages != 1)
+			return NVML_ERROR_NOT_SUPPORTED;
+		v->value.ullVal = 0;
+		return NVML_SUCCESS;
+	case NVML_FI_DEV_REMAPPED_COR:
+	case NVML_FI_DEV_REMAPPED_UNC:
+	case NVML_FI_DEV_REMAPPED_PENDING:
+	case NVML_FI_DEV_REMAPPED_FAILURE:
+		if (s->remapped_rows != 1)
+			return NVML_ERROR_NOT_SUPPORTED;
+		v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+		v->value.uiVal = 0;
+		return NVML_SUCCESS;
+	}
+	return NVML_ERROR_NOT_SUPPORTED;
+}
+
 static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 {
 	const struct snap_device *s = d->s;
 	unsigned id = v->fieldId;
+	if (id <= NVML_FI_DEV_ECC_DBE_AGG_TOTAL || (id >= NVML_FI_DEV_RETIRED_SBE && id <= NVML_FI_DEV_RETIRED_PENDING) ||
+	    id == NVML_FI_DEV_RETIRED_PENDING_SBE || id == NVML_FI_DEV_RETIRED_PENDING_DBE ||
+	    (id >= NVML_FI_DEV_REMAPPED_COR && id <= NVML_FI_DEV_REMAPPED_FAILURE))
+		return memory_field(s, id, v);
 	v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+	if (id == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) {
+		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+		v->value.ullVal = s->energy_mj;
+		return NVML_SUCCESS;
+	}
 	if (id == NVML_FI_DEV_MEMORY_TEMP) {
 		if (s->temp_memory == NA32)
 			return NVML_ERROR_NOT_SUPPORTED;
 		v->value.uiVal = s->temp_memory;
 		return NVML_SUCCESS;
 	}
-	if (id == NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER) {
+	if (id == NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER || id == NVML_FI_DEV_PCIE_REPLAY_COUNTER) {
 		v->value.uiVal = 0;
 		return NVML_SUCCESS;
 	}
@@ -304,6 +357,13 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	}
 	if (id == NVML_FI_DEV_NVLINK_GET_STATE) {
 		v->value.uiVal = v->scopeId < s->nvlink_count ? NVML_NVLINK_STATE_ACTIVE : NVML_NVLINK_STATE_INACTIVE;
+		return NVML_SUCCESS;
+	}
+	if (id == NVML_FI_DEV_NVLINK_REMOTE_NVLINK_ID) {
+		// Each GPU link lands on the peer's (or switch port's) link of the same number.
+		if (v->scopeId >= s->nvlink_count)
+			return NVML_ERROR_NOT_SUPPORTED;
+		v->value.uiVal = v->scopeId;
 		return NVML_SUCCESS;
 	}
 	if (id == NVML_FI_DEV_NVLINK_GET_VERSION) {

@@ -142,6 +142,7 @@ var Schema = []Record{
 		{"util_decoder", U32, 0, "%"},
 		{"util_jpeg", U32, 0, "%"},
 		{"util_ofa", U32, 0, "%"},
+		{"ecc_count", U32s, 8, "[volatile, aggregate][corrected, uncorrected][DRAM, SRAM]"},
 		{"retired_pages", U32, 0, "1: supported"},
 		{"remapped_rows", U32, 0, "1: supported"},
 		{"remapper_banks", U32, 0, "histogram max"},

@@ -140,6 +140,10 @@ func TestGettersMatchProfile(t *testing.T) {
 			check(t, "GetPciInfo.PciSubSystemId", pci.PciSubSystemId, ret, uint32(b.PCI.SubsystemID))
 			check(t, "GetPciInfo.BusId", cstr(pci.BusId[:]), ret, busID)
 			check(t, "GetPciInfo.BusIdLegacy", cstr(pci.BusIdLegacy[:]), ret, busID[4:])
+			boardID, ret := d.GetBoardId()
+			check(t, "GetBoardId", boardID, ret, addr.Domain<<16|addr.Bus<<8|addr.Device)
+			multi, ret := d.GetMultiGpuBoard()
+			check(t, "GetMultiGpuBoard", multi, ret, boolInt(b.MultiGPUBoard))
 
 			mem, ret := d.GetMemoryInfo()
 			total, reserved, used := uint64(b.Memory.Total), uint64(b.Memory.Reserved), uint64(b.Memory.Used)

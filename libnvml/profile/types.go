@@ -55,7 +55,7 @@ type Board struct {
 	VBIOSVersion       string       `json:"vbiosVersion,omitempty"`
 	BoardPartNumber    string       `json:"boardPartNumber,omitempty"`
 	GPUPartNumber      string       `json:"gpuPartNumber,omitempty"`
-	BoardID            *uint32      `json:"boardId,omitempty"`
+	BoardID            *uint32      `json:"boardId,omitempty"` // default: from the PCI address
 	MultiGPUBoard      bool         `json:"multiGpuBoard"`
 	GSPFirmwareVersion string       `json:"gspFirmwareVersion,omitempty"`
 	AddressingMode     string       `json:"addressingMode,omitempty"` // None, HMM, ATS
@@ -229,11 +229,28 @@ type Utilization struct {
 	OFA     *uint32 `json:"ofa,omitempty"`
 }
 
-// MemoryErrors says which page-retirement mechanism the board has.
+// MemoryErrors says which page-retirement mechanism the board has, and
+// the ECC errors it has counted.
 type MemoryErrors struct {
-	RetiredPages  bool    `json:"retiredPages"`
-	RemappedRows  bool    `json:"remappedRows"`
-	RemapperBanks *uint32 `json:"remapperBanks,omitempty"`
+	RetiredPages  bool       `json:"retiredPages"`
+	RemappedRows  bool       `json:"remappedRows"`
+	RemapperBanks *uint32    `json:"remapperBanks,omitempty"`
+	ECC           *ECCCounts `json:"ecc,omitempty"`
+}
+
+// ECCCounts are ECC error counters: volatile (since boot) and aggregate
+// (over the board's life).
+type ECCCounts struct {
+	Volatile  ECCCount `json:"volatile"`
+	Aggregate ECCCount `json:"aggregate"`
+}
+
+// ECCCount counts errors by kind and memory.
+type ECCCount struct {
+	DRAMCorrected   uint32 `json:"dramCorrected,omitempty"`
+	DRAMUncorrected uint32 `json:"dramUncorrected,omitempty"`
+	SRAMCorrected   uint32 `json:"sramCorrected,omitempty"`
+	SRAMUncorrected uint32 `json:"sramUncorrected,omitempty"`
 }
 
 // NVLink of every GPU.

@@ -125,7 +125,11 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	d.Architecture = profile.Architectures[b.Architecture]
 	d.CcMajor, d.CcMinor, _ = b.ComputeCapabilityParts()
 	d.Minor = uint32(i)
-	d.BoardID = opt32(b.BoardID)
+	// Real boards' ids follow their PCI address: domain<<16 | bus<<8 | device.
+	d.BoardID = addr.Domain<<16 | addr.Bus<<8 | addr.Device
+	if b.BoardID != nil {
+		d.BoardID = *b.BoardID
+	}
 	d.MultiGPUBoard = bool32(b.MultiGPUBoard)
 	d.ModuleID = NA
 	d.PCIDeviceID = uint32(b.PCI.DeviceID)
@@ -257,6 +261,12 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	d.UtilGPU, d.UtilMemory = opt32(u.GPU), opt32(u.Memory)
 	d.UtilEncoder, d.UtilDecoder = opt32(u.Encoder), opt32(u.Decoder)
 	d.UtilJpeg, d.UtilOFA = opt32(u.JPEG), opt32(u.OFA)
+	if e := b.MemoryErrors.ECC; e != nil {
+		for k, c := range []profile.ECCCount{e.Volatile, e.Aggregate} {
+			d.ECCCount[4*k+0], d.ECCCount[4*k+1] = c.DRAMCorrected, c.SRAMCorrected
+			d.ECCCount[4*k+2], d.ECCCount[4*k+3] = c.DRAMUncorrected, c.SRAMUncorrected
+		}
+	}
 	d.RetiredPages = bool32(b.MemoryErrors.RetiredPages)
 	d.RemappedRows = bool32(b.MemoryErrors.RemappedRows)
 	d.RemapperBanks = opt32(b.MemoryErrors.RemapperBanks)

@@ -124,17 +124,18 @@ type Device struct {
 	DisplayActive        uint32
 	VirtualizationMode   uint32
 	PerformanceState     uint32
-	PowerState           uint32 // P-state of the power readings, or deprecated
-	FanSpeed             uint32 // %
-	UtilGPU              uint32 // %
-	UtilMemory           uint32 // %
-	UtilEncoder          uint32 // %
-	UtilDecoder          uint32 // %
-	UtilJpeg             uint32 // %
-	UtilOFA              uint32 // %
-	RetiredPages         uint32 // 1: supported
-	RemappedRows         uint32 // 1: supported
-	RemapperBanks        uint32 // histogram max
+	PowerState           uint32    // P-state of the power readings, or deprecated
+	FanSpeed             uint32    // %
+	UtilGPU              uint32    // %
+	UtilMemory           uint32    // %
+	UtilEncoder          uint32    // %
+	UtilDecoder          uint32    // %
+	UtilJpeg             uint32    // %
+	UtilOFA              uint32    // %
+	ECCCount             [8]uint32 // [volatile, aggregate][corrected, uncorrected][DRAM, SRAM]
+	RetiredPages         uint32    // 1: supported
+	RemappedRows         uint32    // 1: supported
+	RemapperBanks        uint32    // histogram max
 	AccountingMode       uint32
 	AccountingBuffer     uint32
 	NUMANode             uint32
@@ -157,7 +158,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 1304
+const DeviceSize = 1336
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -248,26 +249,27 @@ var DeviceLayout = []FieldOffset{
 	{"util_decoder", "UtilDecoder", 1056},
 	{"util_jpeg", "UtilJpeg", 1060},
 	{"util_ofa", "UtilOFA", 1064},
-	{"retired_pages", "RetiredPages", 1068},
-	{"remapped_rows", "RemappedRows", 1072},
-	{"remapper_banks", "RemapperBanks", 1076},
-	{"accounting_mode", "AccountingMode", 1080},
-	{"accounting_buffer", "AccountingBuffer", 1084},
-	{"numa_node", "NUMANode", 1088},
-	{"nvlink_count", "NvlinkCount", 1092},
-	{"nvlink_version", "NvlinkVersion", 1096},
-	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1100},
-	{"nvlink_remote", "NvlinkRemote", 1104},
-	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1108},
-	{"nvlink_remote_bus_first", "NvlinkRemoteBusFirst", 1112},
-	{"addressing_mode", "AddressingMode", 1116},
-	{"sparse_mode", "SparseMode", 1120},
-	{"pad0", "Pad0", 1124},
-	{"cpu_affinity", "CPUAffinity", 1128},
-	{"memory_total", "MemoryTotal", 1256},
-	{"memory_reserved", "MemoryReserved", 1264},
-	{"memory_used", "MemoryUsed", 1272},
-	{"bar1_total", "Bar1Total", 1280},
-	{"bar1_used", "Bar1Used", 1288},
-	{"energy_mj", "EnergyMJ", 1296},
+	{"ecc_count", "ECCCount", 1068},
+	{"retired_pages", "RetiredPages", 1100},
+	{"remapped_rows", "RemappedRows", 1104},
+	{"remapper_banks", "RemapperBanks", 1108},
+	{"accounting_mode", "AccountingMode", 1112},
+	{"accounting_buffer", "AccountingBuffer", 1116},
+	{"numa_node", "NUMANode", 1120},
+	{"nvlink_count", "NvlinkCount", 1124},
+	{"nvlink_version", "NvlinkVersion", 1128},
+	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1132},
+	{"nvlink_remote", "NvlinkRemote", 1136},
+	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1140},
+	{"nvlink_remote_bus_first", "NvlinkRemoteBusFirst", 1144},
+	{"addressing_mode", "AddressingMode", 1148},
+	{"sparse_mode", "SparseMode", 1152},
+	{"pad0", "Pad0", 1156},
+	{"cpu_affinity", "CPUAffinity", 1160},
+	{"memory_total", "MemoryTotal", 1288},
+	{"memory_reserved", "MemoryReserved", 1296},
+	{"memory_used", "MemoryUsed", 1304},
+	{"bar1_total", "Bar1Total", 1312},
+	{"bar1_used", "Bar1Used", 1320},
+	{"energy_mj", "EnergyMJ", 1328},
 }
