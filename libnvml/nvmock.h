@@ -99,8 +99,9 @@ void nvmock_unload(void);
 void nvmock_derive_identity(const char *profile, const char *seed, unsigned index,
 			    const char *serial_prefix, char uuid[96], char serial[32]);
 void nvmock_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-// nvmock_ancestor models a two-socket board: GPUs on the same NUMA node
-// meet at a host bridge interconnect, others at the system level.
+// nvmock_ancestor is where two GPUs' PCIe paths meet: their shared switch
+// (at the profile's level), else the NUMA node's host bridges, else the
+// system interconnect.
 nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b);
 uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
 			  nvmlMemoryLocation_t loc);

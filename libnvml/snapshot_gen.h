@@ -142,7 +142,9 @@ struct snap_device {
 	uint32_t nvlink_remote_bus_first; // bus of the first peer switch
 	uint32_t addressing_mode; // nvmlDeviceAddressingModeType_t
 	uint32_t sparse_mode; // sparse operation mode: 0 disabled, 1 enabled
-	uint32_t pad0; // keeps cpu_affinity 8-aligned
+	uint32_t c2c_mode; // chip-to-chip link to the CPU: 0 disabled, 1 enabled
+	uint32_t pcie_switch; // PCIe switch group; not available: none shared
+	uint32_t pcie_switch_level; // nvmlGpuTopologyLevel_t between GPUs of one switch group
 	uint64_t cpu_affinity[16]; // bit mask of CPUs
 	uint64_t memory_total; // bytes
 	uint64_t memory_reserved; // bytes
@@ -151,7 +153,7 @@ struct snap_device {
 	uint64_t bar1_used; // bytes
 	uint64_t energy_mj; // total energy
 };
-_Static_assert(sizeof(struct snap_device) == 1336, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 1344, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -254,14 +256,16 @@ _Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1140, "s
 _Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1144, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, addressing_mode) == 1148, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, sparse_mode) == 1152, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pad0) == 1156, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1160, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 1288, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 1296, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 1304, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 1312, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 1320, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, energy_mj) == 1328, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_mode) == 1156, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch) == 1160, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_level) == 1164, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1168, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 1296, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 1304, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 1312, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 1320, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 1328, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, energy_mj) == 1336, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {

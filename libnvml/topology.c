@@ -51,6 +51,8 @@ nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct
 {
 	if (a == b)
 		return NVML_TOPOLOGY_INTERNAL;
+	if (a->pcie_switch != NA32 && a->pcie_switch == b->pcie_switch)
+		return (nvmlGpuTopologyLevel_t)a->pcie_switch_level;
 	if (a->numa_node != NA32 && a->numa_node == b->numa_node)
 		return NVML_TOPOLOGY_NODE;
 	return NVML_TOPOLOGY_SYSTEM;
@@ -426,4 +428,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFa
 	if (v->version == nvmlGpuFabricInfo_v3)
 		v->healthSummary = NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY;
 	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo)
+{
+	DEV(device, d);
+	OUT(c2cModeInfo);
+	return nvmock_u32(d->s->c2c_mode, &c2cModeInfo->isC2cEnabled);
 }

@@ -333,6 +333,8 @@ func TestGettersMatchProfile(t *testing.T) {
 				switch {
 				case j == i:
 					want = nvml.TOPOLOGY_INTERNAL
+				case len(topo.PCIeSwitches) > 0 && topo.PCIeSwitches[i%len(topo.PCIeSwitches)] == topo.PCIeSwitches[j%len(topo.PCIeSwitches)]:
+					want = nvml.GpuTopologyLevel(profile.PCIeSwitchLevels[topo.PCIeSwitchLevel]) // one switch (complex)
 				case len(topo.NUMANodes) > 0 && topo.NUMANodes[i%len(topo.NUMANodes)] == topo.NUMANodes[j%len(topo.NUMANodes)]:
 					want = nvml.TOPOLOGY_NODE // GPUs on one NUMA node meet at its host bridge
 				}

@@ -59,6 +59,7 @@ type Board struct {
 	MultiGPUBoard      bool         `json:"multiGpuBoard"`
 	GSPFirmwareVersion string       `json:"gspFirmwareVersion,omitempty"`
 	AddressingMode     string       `json:"addressingMode,omitempty"` // None, HMM, ATS
+	C2C                string       `json:"c2c,omitempty"`            // chip-to-chip link to a Grace CPU: Enabled, Disabled
 	Inforom            Inforom      `json:"inforom"`
 	PCI                PCI          `json:"pci"`
 	Memory             Memory       `json:"memory"`
@@ -269,4 +270,9 @@ type Topology struct {
 	BusIDs      []string `json:"busIds"`      // PCI addresses, e.g. "0000:07:00.0"
 	NUMANodes   []uint32 `json:"numaNodes"`   // one per GPU
 	CPUAffinity []string `json:"cpuAffinity"` // CPU lists, e.g. "0-63,128-191"
+	// PCIeSwitches groups GPUs behind one PCIe switch (same number, same
+	// switch); PCIeSwitchLevel is what nvidia-smi calls the path between
+	// two of them: PIX (one switch) or PXB (a switch complex).
+	PCIeSwitches    []uint32 `json:"pcieSwitches,omitempty"`
+	PCIeSwitchLevel string   `json:"pcieSwitchLevel,omitempty"`
 }

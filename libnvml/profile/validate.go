@@ -207,6 +207,9 @@ func (b *Board) validate(c *checker) {
 	if md.SparseOperation != "" {
 		c.enum("board.modes.sparseOperation", md.SparseOperation, FeatureStates)
 	}
+	if b.C2C != "" {
+		c.enum("board.c2c", b.C2C, FeatureStates)
+	}
 	if b.AddressingMode != "" {
 		c.enum("board.addressingMode", b.AddressingMode, AddressingModes)
 	}
@@ -303,6 +306,12 @@ func (t *Topology) validate(c *checker) {
 			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "%q appears twice", s)
 		}
 		seen[a] = true
+	}
+	if len(t.PCIeSwitches) > 0 && t.PCIeSwitchLevel != "" {
+		c.enum("topology.pcieSwitchLevel", t.PCIeSwitchLevel, PCIeSwitchLevels)
+	}
+	if len(t.PCIeSwitches) == 0 && t.PCIeSwitchLevel != "" {
+		c.fail("topology.pcieSwitchLevel", "is set but topology.pcieSwitches is empty")
 	}
 	for i, s := range t.CPUAffinity {
 		if _, err := ParseCPUList(s); err != nil {

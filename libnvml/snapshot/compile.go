@@ -275,6 +275,19 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	if len(t.NUMANodes) > 0 {
 		d.NUMANode = t.NUMANodes[i%len(t.NUMANodes)]
 	}
+	d.PcieSwitch, d.PcieSwitchLevel = NA, NA
+	if n := len(t.PCIeSwitches); n > 0 {
+		// Repeats of the list (more GPUs than entries) get switches of their own.
+		d.PcieSwitch = t.PCIeSwitches[i%n] + uint32(i/n)<<16
+		d.PcieSwitchLevel = profile.PCIeSwitchLevels["PIX"]
+		if t.PCIeSwitchLevel != "" {
+			d.PcieSwitchLevel = profile.PCIeSwitchLevels[t.PCIeSwitchLevel]
+		}
+	}
+	d.C2cMode = NA
+	if b.C2C != "" {
+		d.C2cMode = profile.FeatureStates[b.C2C]
+	}
 	if len(t.CPUAffinity) > 0 {
 		mask, err := profile.ParseCPUList(t.CPUAffinity[i%len(t.CPUAffinity)])
 		if err != nil {

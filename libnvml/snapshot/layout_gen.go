@@ -147,7 +147,9 @@ type Device struct {
 	NvlinkRemoteBusFirst uint32     // bus of the first peer switch
 	AddressingMode       uint32     // nvmlDeviceAddressingModeType_t
 	SparseMode           uint32     // sparse operation mode: 0 disabled, 1 enabled
-	Pad0                 uint32     // keeps cpu_affinity 8-aligned
+	C2cMode              uint32     // chip-to-chip link to the CPU: 0 disabled, 1 enabled
+	PcieSwitch           uint32     // PCIe switch group; not available: none shared
+	PcieSwitchLevel      uint32     // nvmlGpuTopologyLevel_t between GPUs of one switch group
 	CPUAffinity          [16]uint64 // bit mask of CPUs
 	MemoryTotal          uint64     // bytes
 	MemoryReserved       uint64     // bytes
@@ -158,7 +160,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 1336
+const DeviceSize = 1344
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -264,12 +266,14 @@ var DeviceLayout = []FieldOffset{
 	{"nvlink_remote_bus_first", "NvlinkRemoteBusFirst", 1144},
 	{"addressing_mode", "AddressingMode", 1148},
 	{"sparse_mode", "SparseMode", 1152},
-	{"pad0", "Pad0", 1156},
-	{"cpu_affinity", "CPUAffinity", 1160},
-	{"memory_total", "MemoryTotal", 1288},
-	{"memory_reserved", "MemoryReserved", 1296},
-	{"memory_used", "MemoryUsed", 1304},
-	{"bar1_total", "Bar1Total", 1312},
-	{"bar1_used", "Bar1Used", 1320},
-	{"energy_mj", "EnergyMJ", 1328},
+	{"c2c_mode", "C2cMode", 1156},
+	{"pcie_switch", "PcieSwitch", 1160},
+	{"pcie_switch_level", "PcieSwitchLevel", 1164},
+	{"cpu_affinity", "CPUAffinity", 1168},
+	{"memory_total", "MemoryTotal", 1296},
+	{"memory_reserved", "MemoryReserved", 1304},
+	{"memory_used", "MemoryUsed", 1312},
+	{"bar1_total", "Bar1Total", 1320},
+	{"bar1_used", "Bar1Used", 1328},
+	{"energy_mj", "EnergyMJ", 1336},
 }
