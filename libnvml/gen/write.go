@@ -52,6 +52,9 @@ func Defaults(funcs []Func) []byte {
 	return b.Bytes()
 }
 
+// lifecycle functions are left to the torture driver, which calls them in order.
+var lifecycle = map[string]bool{"nvmlInit": true, "nvmlInit_v2": true, "nvmlInitWithFlags": true, "nvmlShutdown": true}
+
 // Torture is a C table that calls every function with arguments built from a
 // mode: NULL or scratch pointers, zero/0xff/valid handles and scalars.
 func Torture(funcs []Func) []byte {
@@ -59,7 +62,7 @@ func Torture(funcs []Func) []byte {
 	fmt.Fprintf(&b, "// %s\n\n#include \"torture.h\"\n\n", banner)
 	b.WriteString("#pragma GCC diagnostic ignored \"-Wdeprecated-declarations\"\n\n")
 	for _, f := range funcs {
-		if f.Name == "nvmlInit" || f.Name == "nvmlInit_v2" || f.Name == "nvmlInitWithFlags" || f.Name == "nvmlShutdown" {
+		if lifecycle[f.Name] {
 			continue // the driver calls these itself
 		}
 		fmt.Fprintf(&b, "static void call_%s(const struct mode *m)\n{\n", f.Name)
@@ -81,10 +84,9 @@ func Torture(funcs []Func) []byte {
 	}
 	b.WriteString("const struct call calls[] = {\n")
 	for _, f := range funcs {
-		if f.Name == "nvmlInit" || f.Name == "nvmlInit_v2" || f.Name == "nvmlInitWithFlags" || f.Name == "nvmlShutdown" {
-			continue
+		if !lifecycle[f.Name] {
+			fmt.Fprintf(&b, "\t{%q, call_%s},\n", f.Name, f.Name)
 		}
-		fmt.Fprintf(&b, "\t{%q, call_%s},\n", f.Name, f.Name)
 	}
 	b.WriteString("\t{0, 0},\n};\n")
 	return b.Bytes()
