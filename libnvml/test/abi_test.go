@@ -130,19 +130,24 @@ func checkTorture(t *testing.T, out string, code int) {
 // tortureRuns are the environments the torture driver runs in: the
 // handle table the library validates against differs between them.
 var tortureRuns = []struct {
-	name string
-	env  []string
+	name, profile string
+	gpus          int // 0: the profile's; the driver needs at least 2
+	env           []string
 }{
-	{"every function survives hostile arguments with all 8 GPUs visible", nil},
-	{"every function survives hostile arguments with GPUs 1, 3 and 6 of 8 visible",
+	{"every function survives hostile arguments with all 8 GPUs visible", "a100", 0, nil},
+	{"every function survives hostile arguments with GPUs 1, 3 and 6 of 8 visible", "a100", 0,
 		[]string{"NVIDIA_VISIBLE_DEVICES=1,3,6"}},
+	// Grace boards and PCIe boards reach other paths: fabric, C2C, module
+	// power, T.Limit; retired pages and ECC counters.
+	{"every function survives hostile arguments on a Grace board", "gb200", 0, nil},
+	{"every function survives hostile arguments on a PCIe board", "t4", 2, nil},
 }
 
 func TestTorture(t *testing.T) {
 	bin := buildTorture(t, testenv.LibDir(t))
-	snap, _ := testenv.Snapshot(t, "a100", gpus)
 	for _, tt := range tortureRuns {
 		t.Run(tt.name, func(t *testing.T) {
+			snap, _ := testenv.Snapshot(t, tt.profile, tt.gpus)
 			out, code := run(t, 2*time.Minute, testenv.Env(t, snap, tt.env...), bin)
 			checkTorture(t, out, code)
 		})
@@ -199,9 +204,9 @@ func buildSanitizedLib(t *testing.T) string {
 func TestTortureASan(t *testing.T) {
 	libDir := buildSanitizedLib(t)
 	bin := buildTorture(t, libDir, sanitizerFlags...)
-	snap, _ := testenv.Snapshot(t, "a100", gpus)
 	for _, tt := range tortureRuns {
 		t.Run(tt.name, func(t *testing.T) {
+			snap, _ := testenv.Snapshot(t, tt.profile, tt.gpus)
 			env := func(leaks int) []string {
 				return testenv.Env(t, snap, append([]string{
 					"LD_LIBRARY_PATH=" + libDir, // later entries win over Env's
