@@ -6,7 +6,8 @@
 // the size, or a NULL entry, as absent. A table of size 8 makes every entry
 // absent, which every view accepts, but some views then differ from a real
 // board: the multi-GPU `topo -m` matrix fails without entry 0xb8 (the PCIe
-// path between two bus ids); `-q` needs 0x780 (T.Limit temperature: without
+// path between two bus ids); --query-gpu=enforced.power.limit needs 0x360;
+// `-q` needs 0x780 (T.Limit temperature: without
 // it thresholds show as N/A), 0x710 (PCIe atomics), 0x730 (host's max PCIe
 // generation), 0x738 (GPU part number), 0x790 (addressing mode) and 0x798
 // (sparse operation mode). Each entry's arguments were read
@@ -107,9 +108,18 @@ static int smi_atomics(nvmlDevice_t device, unsigned int caps[2])
 	return NVML_SUCCESS;
 }
 
+// smi_enforced_limit gives the enforced power limit in mW
+// (--query-gpu=enforced.power.limit).
+static int smi_enforced_limit(nvmlDevice_t device, unsigned int *mw)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->power_enforced_mw, mw);
+}
+
 static const uint64_t table_smi535[0x7a0 / 8] = {
 	[0] = sizeof table_smi535,
 	[0xb8 / 8] = (uint64_t)(uintptr_t)smi_pcie_path,
+	[0x360 / 8] = (uint64_t)(uintptr_t)smi_enforced_limit,
 	[0x710 / 8] = (uint64_t)(uintptr_t)smi_atomics,
 	[0x730 / 8] = (uint64_t)(uintptr_t)smi_host_max_gen,
 	[0x738 / 8] = (uint64_t)(uintptr_t)smi_part_number,

@@ -299,3 +299,12 @@ func TestSixtyFourGPUsAllAppear(t *testing.T) {
 		t.Errorf("-q over 64 GPUs exited %d", code)
 	}
 }
+
+// nvidia-smi 535 reads the enforced limit through its export table (0x360).
+func TestEnforcedPowerLimitQueryComesFromTheProfile(t *testing.T) {
+	snap, p := testenv.Snapshot(t, "h100", 0)
+	out, code := smi(t, snap, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "--query-gpu=enforced.power.limit", "--format=csv,noheader")
+	if want := fmt.Sprintf("%.2f W\n", *p.Board.Power.EnforcedLimit); code != 0 || out != want {
+		t.Errorf("exit %d, got %q, want %q", code, out, want)
+	}
+}
