@@ -22,12 +22,17 @@ DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard libnvml/profile/builtin/*.yaml)
 
-.PHONY: help build lib cli test test-go test-c bench lint demo generate deps clean
+.PHONY: help build lib cli driver test bench lint demo generate deps clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: lib cli ## build the CLI and the mock libnvidia-ml
+
+# driver: the complete driver tree hostprep and exec install (the real
+# nvidia-smi beside the library); needs make deps.
+driver: build
+	hack/package-driver.sh $(BUILD) $(NVIDIA_SMI)
 
 cli: $(NVMOCK)
 lib: $(LIB)
@@ -55,11 +60,11 @@ deps: ## install missing Debian packages; fetch nvidia-smi and pynvml into .cach
 generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
 	$(GO) run ./libnvml/gen/nvmlgen -header $(NVML_H_DIR)/nvml.h -out libnvml
 
-test: deps build ## run every test (Go, C, real nvidia-smi, go-nvml, fork, pynvml)
+test: deps driver ## run every test (Go, C, real nvidia-smi, go-nvml, fork, pynvml)
 	NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR) \
 		$(GO) test -count=1 -tags integration ./...
 
-bench: deps build ## benchmarks: Go (through the C ABI) and whole-process timings
+bench: deps driver ## benchmarks: Go (through the C ABI) and whole-process timings
 	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/...
 	hack/bench.sh $(BUILD) $(NVIDIA_SMI)
 
@@ -69,11 +74,15 @@ lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	$(MAKE) -B lib
 	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
 
-demo: deps build ## run the real nvidia-smi against 8 mock A100s
-	@echo '$$ nvidia-smi        # the real binary from Debian, mock libnvidia-ml'
+demo: deps driver ## the real nvidia-smi on mock GPUs: 8 A100s, then an H100 node through nvmock exec
+	@echo '$$ nvidia-smi        # the real binary from Debian, mock libnvidia-ml (8 x A100, the default)'
 	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI)
 	@echo '$$ nvidia-smi -L'
 	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI) -L
+	@echo '$$ nvmock exec --profile h100 -- nvidia-smi          # a private mock node: no env vars, /dev/nvidia*'
+	@$(NVMOCK) exec --profile h100 -- nvidia-smi
+	@echo '$$ nvmock exec --profile h100 -- nvidia-smi topo -m'
+	@$(NVMOCK) exec --profile h100 -- nvidia-smi topo -m
 
 clean: ## remove build outputs (keeps the download cache)
 	rm -rf $(BUILD)

@@ -26,3 +26,11 @@ NVMOCK_SNAPSHOT="$tmp/a100-64" "$tmp/benchproc" -n 10 -label "nvidia-smi -q, 64 
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi (default view), 8 GPUs" -- "$smi"
 "$build/bin/nvmock" profile compile b200 --seed bench -o "$tmp/b200"
 NVMOCK_SNAPSHOT="$tmp/b200" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, b200 (8 GPUs)" -- "$smi" -q
+
+# hostprep and exec (root: device nodes, mount namespaces).
+if [ "$(id -u)" = 0 ]; then
+	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, from scratch" -- sh -c "rm -rf '$tmp/root'; '$build/bin/nvmock' hostprep install --root '$tmp/root' --cdi-dir '$tmp/cdi' --nfd-dir '$tmp/nfd' --node-name bench >/dev/null 2>&1"
+	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, unchanged" -- "$build/bin/nvmock" hostprep install --root "$tmp/root" --cdi-dir "$tmp/cdi" --nfd-dir "$tmp/nfd" --node-name bench
+	"$tmp/benchproc" -n 10 -label "true (baseline)" -- true
+	"$tmp/benchproc" -n 10 -label "nvmock exec -- true" -- "$build/bin/nvmock" exec -- true
+fi

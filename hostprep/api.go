@@ -1,9 +1,17 @@
 package hostprep
 
 import (
+	"bytes"
+	"debug/elf"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
 )
 
 // Options say what to render.
@@ -12,15 +20,220 @@ type Options struct {
 	NodeName          string           // node seed for identities
 	Assets            string           // a built driver tree: usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi
 	RealDeviceNumbers bool             // NVIDIA's real majors instead of inert /dev/null numbers
+	// PlainDevFiles makes empty regular files instead of character devices,
+	// for renders without CAP_MKNOD (an unprivileged `nvmock exec`): the
+	// library only checks that a node exists.
+	PlainDevFiles bool
 }
 
 // Overlay is a rendered tree: Dir/driver is the driver root (usr/lib64,
 // usr/bin, etc/nvmock/snapshot, dev, proc/driver/nvidia).
 type Overlay struct {
-	Dir string
+	Dir        string
+	GPUs       []snapshot.Identity // what each GPU is called on this node
+	DevNodes   []DevNode           // the nodes under driver/dev
+	Snapshot   []byte              // the compiled snapshot as written
+	InputsHash string              // hash of everything the tree derives from (Hash)
 }
+
+// Driver is the driver root inside the overlay.
+func (o *Overlay) Driver() string { return filepath.Join(o.Dir, "driver") }
+
+// SMIRPath is the DT_RPATH nvidia-smi carries (hack/package-driver.sh sets
+// it), so it finds the library next to it; the library resolves its own path
+// before looking for the snapshot beside it.
+const SMIRPath = "$ORIGIN/../lib64"
+
+// renderFormat changes whenever Render lays out a tree differently, so an
+// upgrade re-renders even when profile and assets are the same.
+const renderFormat = "nvmock-overlay-1"
+
+const libName = "libnvidia-ml.so"
 
 // Render writes a complete overlay into dir, which must be empty or absent.
 func Render(dir string, o Options) (*Overlay, error) {
-	return nil, errors.New("hostprep: Render is not implemented yet")
+	in, err := gather(o)
+	if err != nil {
+		return nil, err
+	}
+	return in.render(dir)
+}
+
+// inputs is everything an overlay derives from, read once.
+type inputs struct {
+	opt      Options
+	lib, smi []byte
+	snap     []byte
+	ids      []snapshot.Identity
+	nodes    []DevNode
+	boards   []profile.Board
+	hash     string
+}
+
+func gather(o Options) (*inputs, error) {
+	p := o.Profile
+	if p == nil {
+		return nil, errors.New("render overlay: no profile")
+	}
+	if o.NodeName == "" {
+		return nil, errors.New("render overlay: no node name (the seed of GPU identities)")
+	}
+	if errs := p.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, errors.Join(errs...))
+	}
+	in := &inputs{opt: o}
+	var err error
+	if in.lib, in.smi, err = readAssets(o.Assets); err != nil {
+		return nil, err
+	}
+	if in.snap, err = snapshot.Compile(p, snapshot.Options{Seed: o.NodeName}); err != nil {
+		return nil, err
+	}
+	in.ids = snapshot.Identities(p, o.NodeName)
+	in.boards, _ = p.Boards() // validated above
+	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
+	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles))
+	return in, nil
+}
+
+// readAssets reads the library (through its symlink chain) and nvidia-smi
+// from a built driver tree.
+func readAssets(assets string) (lib, smi []byte, err error) {
+	if assets == "" {
+		return nil, nil, errors.New("render overlay: no assets directory (a built driver tree; run make build)")
+	}
+	so1 := filepath.Join(assets, "usr", "lib64", libName+".1")
+	file, err := filepath.EvalSymlinks(so1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("assets %s: no %s (run make build, or pass --assets): %w", assets, so1, errors.Unwrap(err))
+	}
+	if lib, err = os.ReadFile(file); err != nil {
+		return nil, nil, fmt.Errorf("assets %s: read library: %w", assets, err)
+	}
+	smiPath := filepath.Join(assets, "usr", "bin", "nvidia-smi")
+	if smi, err = os.ReadFile(smiPath); err != nil {
+		return nil, nil, fmt.Errorf("assets %s: no usr/bin/nvidia-smi (run hack/package-driver.sh): %w", assets, errors.Unwrap(err))
+	}
+	if err := checkRPath(smiPath, smi); err != nil {
+		return nil, nil, err
+	}
+	return lib, smi, nil
+}
+
+// checkRPath refuses an ELF nvidia-smi that would not find the mock library
+// next to it: it would run against the built-in default, silently.
+func checkRPath(path string, data []byte) error {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return nil // not ELF (a wrapper script): it finds the library its own way
+	}
+	defer f.Close()
+	rp, _ := f.DynString(elf.DT_RPATH)
+	if len(rp) != 1 || rp[0] != SMIRPath {
+		return fmt.Errorf("assets: %s has RPATH %q, want %q; rebuild it with hack/package-driver.sh", path, strings.Join(rp, ":"), SMIRPath)
+	}
+	return nil
+}
+
+// entry is one path of the tree: a file, a symlink or a device node.
+type entry struct {
+	path  string // relative to the overlay dir
+	data  []byte
+	mode  os.FileMode
+	link  string   // symlink target
+	node  *DevNode // device node
+	plain bool     // node as an empty regular file
+}
+
+// entries lists the tree, parents before children.
+func (in *inputs) entries() []entry {
+	p := in.opt.Profile
+	lib64 := filepath.Join("driver", "usr", "lib64")
+	versioned := libName + "." + p.Driver.Version
+	es := []entry{
+		{path: filepath.Join(lib64, versioned), data: in.lib, mode: 0o755},
+		{path: filepath.Join(lib64, libName+".1"), link: versioned},
+		{path: filepath.Join(lib64, libName), link: libName + ".1"},
+		{path: filepath.Join("driver", "usr", "bin", "nvidia-smi"), data: in.smi, mode: 0o755},
+		{path: filepath.Join("driver", "etc", "nvmock", "snapshot"), data: in.snap, mode: 0o644},
+		{path: filepath.Join("driver", "proc", "driver", "nvidia", "version"), data: []byte(ProcVersion(p.Driver.Version)), mode: 0o444},
+	}
+	for i, id := range in.ids {
+		bus := ProcBusID(snapshot.PCIAddress(p, i))
+		es = append(es, entry{path: filepath.Join("driver", "proc", "driver", "nvidia", "gpus", bus, "information"),
+			data: []byte(ProcInformation(&in.boards[i], id, i)), mode: 0o444})
+	}
+	for i := range in.nodes {
+		es = append(es, entry{path: filepath.Join("driver", "dev", in.nodes[i].Name), node: &in.nodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})
+	}
+	return es
+}
+
+func (in *inputs) render(dir string) (*Overlay, error) {
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return nil, fmt.Errorf("render overlay in %s: directory is not empty", dir)
+	}
+	for _, e := range in.entries() {
+		p := filepath.Join(dir, e.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
+		}
+		var err error
+		switch {
+		case e.link != "":
+			err = os.Symlink(e.link, p)
+		case e.node != nil:
+			err = makeDevNode(p, *e.node, e.plain)
+		default:
+			err = writeFile(p, e.data, e.mode)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
+		}
+	}
+	return &Overlay{Dir: dir, GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}, nil
+}
+
+// verify checks that dir holds the tree render would write (extra files
+// are not looked for), so that install repairs a damaged overlay instead of
+// calling it unchanged.
+func (in *inputs) verify(dir string) error {
+	for _, e := range in.entries() {
+		p := filepath.Join(dir, e.path)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case e.link != "":
+			if t, err := os.Readlink(p); err != nil || t != e.link {
+				return fmt.Errorf("%s: not a symlink to %s", p, e.link)
+			}
+		case e.node != nil:
+			if err := checkDevNode(p, fi, *e.node, e.plain); err != nil {
+				return err
+			}
+		default:
+			if !fi.Mode().IsRegular() || fi.Mode().Perm() != e.mode || !fileIs(p, e.data) {
+				return fmt.Errorf("%s: content or mode differs", p)
+			}
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, bytes.NewReader(data)); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(mode); err != nil { // umask may have narrowed it
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -74,8 +74,11 @@ static int snapshot_path(char *out, size_t size, int *explicit)
 	Dl_info info;
 	if (dladdr((void *)&snap_check, &info) == 0 || info.dli_fname == NULL)
 		return 0;
+	// Resolve the path: the loader may spell it ".../usr/bin/../lib64" (an
+	// RPATH of $ORIGIN/../lib64) or reach it through symlinks.
 	char dir[PATH_MAX];
-	snprintf(dir, sizeof dir, "%s", info.dli_fname);
+	if (realpath(info.dli_fname, dir) == NULL)
+		snprintf(dir, sizeof dir, "%s", info.dli_fname);
 	char *slash = strrchr(dir, '/');
 	if (slash == NULL)
 		return 0;

@@ -1,5 +1,5 @@
-// Command nvmock is the one user-facing binary: profiles, and later the
-// node overlay, local exec mode and the NRI plugin.
+// Command nvmock is the one user-facing binary: profiles, the node overlay,
+// and the local exec mode.
 package main
 
 import (
@@ -18,6 +18,13 @@ Usage:
   nvmock profile validate FILE        check a profile file
   nvmock profile compile NAME|FILE -o SNAPSHOT [--gpus N] [--seed S]
                                       compile a profile for the library
+  nvmock hostprep install [--root DIR] [--profile P] [--gpus N] ...
+                                      install the mock node overlay (root)
+  nvmock hostprep uninstall [--root DIR]
+                                      remove everything install created
+  nvmock exec [--profile P] [--gpus N] [--seed S] [--assets DIR] -- CMD ARGS...
+                                      run CMD on a private mock node (root, or
+                                      unprivileged user namespaces)
   nvmock version                      print the version
 `
 
@@ -39,6 +46,12 @@ func run(args []string) error {
 		return nil
 	case "profile":
 		return profileCmd(args[1:])
+	case "hostprep":
+		return hostprepCmd(args[1:])
+	case "exec":
+		return execCmd(args[1:])
+	case execChildArg: // hidden: nvmock exec's child, already in its new mount namespace
+		return execChild(args[1:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil

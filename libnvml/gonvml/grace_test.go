@@ -8,7 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/nvmock/nvmock/libnvml/internal/testenv"
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // A Grace board answers what only Grace boards have: the C2C link to the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/nvmock/nvmock/libnvml/internal/testenv"
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/profile"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvmock/nvmock/libnvml/internal/testenv"
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/profile"
 )
 

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvmock/nvmock/libnvml/internal/testenv"
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 )

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmock/nvmock/libnvml/internal/testenv"
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 )

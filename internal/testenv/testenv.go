@@ -28,7 +28,7 @@ func Missing(t testing.TB, format string, args ...any) {
 // Root is the repository root.
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 func dirFromEnv(env, def string) string {

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/libnvml/profile"
+)
+
+const hostprepUsage = `Usage:
+  nvmock hostprep install [--root DIR] [--profile NAME|FILE] [--gpus N] [--node-name NAME]
+                          [--assets DIR] [--cdi-dir DIR] [--nfd-dir DIR]
+                          [--real-device-numbers] [--force]
+  nvmock hostprep uninstall [--root DIR]
+`
+
+// hostprepCmd installs or removes the mock node overlay.
+func hostprepCmd(args []string) error {
+	return hostprepRun(args, os.Stdout, os.Stderr, "")
+}
+
+// hostprepRun is hostprepCmd with its outputs and /proc injectable (tests).
+func hostprepRun(args []string, stdout, stderr io.Writer, procRoot string) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, hostprepUsage)
+		return errors.New("hostprep: need install or uninstall")
+	}
+	switch args[0] {
+	case "install":
+		return hostprepInstall(args[1:], stdout, stderr, procRoot)
+	case "uninstall":
+		return hostprepUninstall(args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("hostprep: unknown subcommand %q; use install or uninstall", args[0])
+}
+
+func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) error {
+	fs := flag.NewFlagSet("hostprep install", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", hostprep.DefaultRoot, "directory that holds the overlays and the driver symlink")
+	prof := fs.String("profile", "a100", "built-in profile NAME or profile FILE")
+	gpus := fs.Int("gpus", 0, "GPUs on the node (default: the profile's)")
+	node := fs.String("node-name", "", "node name, the seed of GPU identities (default: $NODE_NAME, else the hostname)")
+	assets := fs.String("assets", "", "built driver tree with usr/lib64 and usr/bin (default: ../driver next to the nvmock executable)")
+	cdiDir := fs.String("cdi-dir", hostprep.DefaultCDIDir, "directory for the CDI spec "+hostprep.CDIFile)
+	nfdDir := fs.String("nfd-dir", hostprep.DefaultNFDDir, "node-feature-discovery features.d directory")
+	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511) instead of /dev/null's 1:3")
+	force := fs.Bool("force", false, "install even where a real NVIDIA driver is loaded")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("hostprep install: unexpected argument %q", fs.Arg(0))
+	}
+	p, err := profile.Load(*prof)
+	if err != nil {
+		return fmt.Errorf("hostprep install: %w", err)
+	}
+	gpusSet := false
+	fs.Visit(func(f *flag.Flag) { gpusSet = gpusSet || f.Name == "gpus" })
+	if gpusSet {
+		if *gpus < 1 || *gpus > 4096 {
+			return fmt.Errorf("hostprep install: --gpus %d: a node has 1 to 4096 GPUs", *gpus)
+		}
+		p.GPUs = *gpus
+		if errs := p.Validate(); len(errs) > 0 {
+			return fmt.Errorf("hostprep install: --gpus %d: %w", *gpus, errs[0])
+		}
+	}
+	name := *node
+	if name == "" {
+		name = os.Getenv("NODE_NAME")
+	}
+	if name == "" {
+		if name, err = os.Hostname(); err != nil || name == "" {
+			return fmt.Errorf("hostprep install: no node name: pass --node-name or set NODE_NAME")
+		}
+	}
+	if *assets == "" {
+		if *assets, err = defaultAssets(); err != nil {
+			return err
+		}
+	}
+	res, err := hostprep.Install(hostprep.InstallOptions{
+		Render:   hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers},
+		Root:     *root,
+		CDIDir:   *cdiDir,
+		NFDDir:   *nfdDir,
+		ProcRoot: procRoot,
+		Force:    *force,
+		Progress: stderr,
+	})
+	if err != nil {
+		return fmt.Errorf("hostprep install: %w", err)
+	}
+	state := "installed"
+	if res.Unchanged {
+		state = "unchanged"
+	}
+	fmt.Fprintf(stdout, "%s: %d x %s (profile %s, node %s) at %s (overlay %s)\n",
+		state, len(res.GPUs), p.Board.ProductName, p.Name, name, res.Driver, res.Hash)
+	return nil
+}
+
+// defaultAssets is $NVMOCK_ASSETS, else the built driver tree beside the
+// binary: build/driver for build/bin/nvmock.
+func defaultAssets() (string, error) {
+	if d := os.Getenv("NVMOCK_ASSETS"); d != "" {
+		return d, nil
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return "", fmt.Errorf("cannot find the nvmock executable to locate ../driver: %w; pass --assets", err)
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "driver"), nil
+}
+
+func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hostprep uninstall", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", hostprep.DefaultRoot, "directory install used")
+	// Accepted so that install's command line works here too; the manifest
+	// in the root records where install wrote, and only that is removed.
+	fs.String("cdi-dir", hostprep.DefaultCDIDir, "ignored: the root's manifest says where the CDI spec is")
+	fs.String("nfd-dir", hostprep.DefaultNFDDir, "ignored: the root's manifest says where the NFD file is")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("hostprep uninstall: unexpected argument %q", fs.Arg(0))
+	}
+	res, err := hostprep.Uninstall(*root, stderr)
+	if err != nil {
+		return fmt.Errorf("hostprep uninstall: %w", err)
+	}
+	if res.Nothing {
+		fmt.Fprintf(stdout, "nothing to uninstall: no %s in %s\n", hostprep.ManifestFile, *root)
+		return nil
+	}
+	fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths (overlay, driver symlink, manifest, CDI spec, NFD file, directories install created)\n", *root, len(res.Removed))
+	return nil
+}

@@ -1,0 +1,515 @@
+package hostprep
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+// Defaults of the install command.
+const (
+	DefaultRoot   = "/var/lib/nvmock"
+	DefaultCDIDir = "/var/run/cdi"
+	DefaultNFDDir = "/etc/kubernetes/node-feature-discovery/features.d"
+)
+
+// ManifestFile, in the root, lists what install created, for uninstall.
+const ManifestFile = "hostprep.json"
+
+// InstallOptions say what to install where.
+type InstallOptions struct {
+	Render   Options
+	Root     string    // holds overlays/<hash>, the driver symlink and the manifest
+	CDIDir   string    // gets CDIFile
+	NFDDir   string    // gets NFDFile
+	ProcRoot string    // where a loaded NVIDIA driver shows (ProcRoot/driver/nvidia); "" is /proc
+	Force    bool      // install even where a real NVIDIA driver is loaded
+	Progress io.Writer // one line per step; nil for none
+}
+
+// Result says what install did.
+type Result struct {
+	Unchanged bool   // the same inputs were already installed; nothing was touched
+	Driver    string // Root/driver, the driver root to point tools at
+	Overlay   string // Root/overlays/<hash>
+	Hash      string
+	CDIFile   string
+	NFDFile   string
+	GPUs      []snapshot.Identity
+	Removed   []string // old overlays and files replaced by this install
+}
+
+// Manifest is what install created, so that uninstall removes exactly that.
+type Manifest struct {
+	Version int      `json:"version"`
+	Overlay string   `json:"overlay"` // overlays/<hash>, relative to the root
+	Files   []string `json:"files"`   // absolute: the CDI spec and the NFD file
+	Dirs    []string `json:"dirs"`    // absolute: directories install created, parents first
+}
+
+var overlayName = regexp.MustCompile(`^([0-9a-f]{16}|\.render-.*)$`)
+
+// Install renders the overlay into Root/overlays/<hash of inputs>, points
+// Root/driver at it with one rename(2), writes the CDI spec and NFD file
+// (each temp + rename) and removes the overlay it replaced. With the same
+// inputs installed already it touches nothing and says Unchanged.
+func Install(o InstallOptions) (res *Result, err error) {
+	log := progress{o.Progress}
+	if o.Root == "" || o.CDIDir == "" || o.NFDDir == "" {
+		return nil, errors.New("root, CDI and NFD directories are required")
+	}
+	root, err := filepath.Abs(o.Root)
+	if err != nil {
+		return nil, fmt.Errorf("root %s: %w", o.Root, err)
+	}
+	if err := checkNoRealDriver(o.ProcRoot, o.Force); err != nil {
+		return nil, err
+	}
+	in, err := gather(o.Render)
+	if err != nil {
+		return nil, err
+	}
+
+	created, err := mkdirAll(root)
+	if err != nil {
+		return nil, fmt.Errorf("create root %s: %w", root, err)
+	}
+	var fresh string // an overlay this call rendered and nothing points at yet
+	defer func() {
+		if err != nil { // leave nothing behind a failed install: no new overlay, no empty directories
+			if fresh != "" {
+				os.RemoveAll(fresh)
+			}
+			removeEmpty(created)
+		}
+	}()
+	unlock, err := lock(root)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	old, err := readManifest(root)
+	if err != nil {
+		return nil, err
+	}
+	driverLink := filepath.Join(root, "driver")
+	if fi, err := os.Lstat(driverLink); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+		return nil, fmt.Errorf("%s exists and is not nvmock's symlink; move it away", driverLink)
+	}
+	rel := filepath.Join("overlays", in.hash)
+	ov := &Overlay{Dir: filepath.Join(root, rel), GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}
+	cdiPath := filepath.Join(o.CDIDir, CDIFile)
+	nfdPath := filepath.Join(o.NFDDir, NFDFile)
+	if cdiPath, err = filepath.Abs(cdiPath); err != nil {
+		return nil, err
+	}
+	if nfdPath, err = filepath.Abs(nfdPath); err != nil {
+		return nil, err
+	}
+	cdiData, err := CDIYAML(CDISpec(ov, driverLink))
+	if err != nil {
+		return nil, err
+	}
+	nfdData := []byte(NFDFeatures(o.Render.Profile))
+	res = &Result{Driver: driverLink, Overlay: ov.Dir, Hash: in.hash, CDIFile: cdiPath, NFDFile: nfdPath, GPUs: in.ids}
+
+	if old != nil && old.Overlay == rel && linkIs(driverLink, filepath.Join(rel, "driver")) &&
+		in.verify(ov.Dir) == nil && slices.Equal(old.Files, []string{cdiPath, nfdPath}) &&
+		fileIs(cdiPath, cdiData) && fileIs(nfdPath, nfdData) {
+		res.Unchanged = true
+		return res, nil
+	}
+
+	// Stage the CDI spec and NFD file next to their final names; check the
+	// spec as a CDI runtime will read it before anything switches.
+	var staged []string
+	defer func() {
+		for _, s := range staged {
+			os.Remove(s)
+		}
+	}()
+	stage := func(path string, data []byte) (string, error) {
+		if fileIs(path, data) {
+			return "", nil // already right: leave it (and its mtime) alone
+		}
+		c, err := mkdirAll(filepath.Dir(path))
+		if err != nil {
+			return "", fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+		}
+		created = append(created, c...)
+		tmp, err := tempFile(path, data, 0o644)
+		if err != nil {
+			return "", err
+		}
+		staged = append(staged, tmp)
+		return tmp, nil
+	}
+	cdiTmp, err := stage(cdiPath, cdiData)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cdi.ReadSpec(cmp.Or(cdiTmp, cdiPath), 0); err != nil {
+		return nil, fmt.Errorf("CDI spec for %s does not validate: %w", cdiPath, err)
+	}
+	nfdTmp, err := stage(nfdPath, nfdData)
+	if err != nil {
+		return nil, err
+	}
+
+	// Render beside the final place, then rename: a half-written overlay
+	// never carries a hash name.
+	overlays := filepath.Join(root, "overlays")
+	c, err := mkdirAll(overlays)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", overlays, err)
+	}
+	created = append(created, c...)
+	verr := in.verify(ov.Dir)
+	if verr == nil {
+		log.printf("overlay %s already rendered", ov.Dir)
+	} else {
+		tmp, err := os.MkdirTemp(overlays, ".render-"+in.hash+"-")
+		if err != nil {
+			return nil, fmt.Errorf("render overlay in %s: %w", overlays, err)
+		}
+		log.printf("rendering %d GPUs (%s) into %s", len(in.ids), o.Render.Profile.Name, ov.Dir)
+		if err := renderInto(in, tmp, ov.Dir); err != nil {
+			os.RemoveAll(tmp)
+			return nil, err
+		}
+		if !linkIs(driverLink, filepath.Join(rel, "driver")) {
+			fresh = ov.Dir
+		}
+	}
+
+	// Switch: one rename of a fresh symlink.
+	target := filepath.Join(rel, "driver")
+	if !linkIs(driverLink, target) {
+		tmpLink := filepath.Join(root, ".driver-"+in.hash)
+		os.Remove(tmpLink)
+		if err := os.Symlink(target, tmpLink); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmpLink, driverLink); err != nil {
+			os.Remove(tmpLink)
+			return nil, fmt.Errorf("switch %s: %w", driverLink, err)
+		}
+		log.printf("switched %s -> %s", driverLink, target)
+	}
+	fresh = ""
+	for _, f := range [][2]string{{cdiTmp, cdiPath}, {nfdTmp, nfdPath}} {
+		if f[0] == "" {
+			continue
+		}
+		if err := os.Rename(f[0], f[1]); err != nil {
+			return nil, err
+		}
+		log.printf("wrote %s", f[1])
+	}
+	staged = nil
+
+	m := Manifest{Version: 1, Overlay: rel, Files: []string{cdiPath, nfdPath}}
+	if old != nil {
+		m.Dirs = old.Dirs
+	}
+	for _, d := range created {
+		if !slices.Contains(m.Dirs, d) {
+			m.Dirs = append(m.Dirs, d)
+		}
+	}
+	mb, _ := json.MarshalIndent(m, "", "  ")
+	if err := writeAtomic(filepath.Join(root, ManifestFile), append(mb, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	created = nil // recorded: uninstall removes them
+
+	// Only now is the old overlay unreferenced.
+	if old != nil {
+		for _, f := range old.Files {
+			if !slices.Contains(m.Files, f) && os.Remove(f) == nil {
+				res.Removed = append(res.Removed, f)
+				log.printf("removed %s", f)
+			}
+		}
+	}
+	ents, _ := os.ReadDir(overlays)
+	for _, e := range ents {
+		if e.Name() != in.hash && overlayName.MatchString(e.Name()) {
+			p := filepath.Join(overlays, e.Name())
+			if err := os.RemoveAll(p); err != nil {
+				log.printf("could not remove old overlay %s: %v", p, err)
+				continue
+			}
+			res.Removed = append(res.Removed, p)
+			log.printf("removed old overlay %s", p)
+		}
+	}
+	return res, nil
+}
+
+// UninstallResult says what uninstall removed.
+type UninstallResult struct {
+	Nothing bool     // no manifest: nothing of nvmock's was installed in the root
+	Removed []string // paths removed
+}
+
+// Uninstall removes what the root's manifest says install created: the CDI
+// spec and NFD file, the driver symlink, the overlays, the manifest, and the
+// directories install created if they are empty.
+func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
+	log := progress{progressTo}
+	root, err := filepath.Abs(rootDir)
+	if err != nil {
+		return nil, fmt.Errorf("root %s: %w", rootDir, err)
+	}
+	if !isDir(root) {
+		return &UninstallResult{Nothing: true}, nil
+	}
+	unlock, err := lock(root)
+	if err != nil {
+		return nil, err
+	}
+	m, err := readManifest(root)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	if m == nil {
+		unlock()
+		return &UninstallResult{Nothing: true}, nil
+	}
+	res := &UninstallResult{}
+	var errs []error
+	rm := func(p string, all bool) {
+		var err error
+		if all {
+			if _, err = os.Lstat(p); err == nil {
+				err = os.RemoveAll(p)
+			}
+		} else {
+			err = os.Remove(p)
+		}
+		switch {
+		case err == nil:
+			res.Removed = append(res.Removed, p)
+			log.printf("removed %s", p)
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range m.Files {
+		rm(f, false)
+	}
+	driverLink := filepath.Join(root, "driver")
+	if fi, err := os.Lstat(driverLink); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		rm(driverLink, false)
+	}
+	overlays := filepath.Join(root, "overlays")
+	ents, _ := os.ReadDir(overlays)
+	for _, e := range ents {
+		if overlayName.MatchString(e.Name()) {
+			rm(filepath.Join(overlays, e.Name()), true)
+		}
+	}
+	if len(errs) == 0 {
+		rm(filepath.Join(root, ManifestFile), false)
+	}
+	unlock()
+	for _, d := range removeEmpty(m.Dirs) {
+		res.Removed = append(res.Removed, d)
+		log.printf("removed %s", d)
+	}
+	if len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return res, errors.New(strings.Join(msgs, "; "))
+	}
+	return res, nil
+}
+
+// renderInto renders in tmp and moves the tree to dir. A damaged overlay
+// already at dir (one that failed verify) is swapped out in one
+// renameat2(RENAME_EXCHANGE), so the driver symlink never dangles, and
+// removed.
+func renderInto(in *inputs, tmp, dir string) error {
+	if _, err := in.render(tmp); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(dir); err != nil {
+		return os.Rename(tmp, dir)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE); err != nil {
+		// No exchange on this file system: move the damaged tree aside first.
+		aside := tmp + "-damaged"
+		if err := os.Rename(dir, aside); err != nil {
+			return fmt.Errorf("replace damaged overlay %s: %w", dir, err)
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			return err
+		}
+		return os.RemoveAll(aside)
+	}
+	return os.RemoveAll(tmp) // now the damaged tree
+}
+
+// checkNoRealDriver refuses to shadow a loaded NVIDIA kernel module.
+func checkNoRealDriver(procRoot string, force bool) error {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	p := filepath.Join(procRoot, "driver", "nvidia")
+	if _, err := os.Stat(p); err != nil || force {
+		return nil
+	}
+	return fmt.Errorf("a real NVIDIA driver is loaded (%s exists); installing the mock would shadow it; pass --force to install anyway", p)
+}
+
+type progress struct{ w io.Writer }
+
+func (p progress) printf(format string, args ...any) {
+	if p.w != nil {
+		fmt.Fprintf(p.w, "hostprep: "+format+"\n", args...)
+	}
+}
+
+// lock serializes installs and uninstalls of one root (flock on the
+// directory itself, so no lock file is left to clean up).
+func lock(root string) (func(), error) {
+	f, err := os.Open(root)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", root, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", root, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+func readManifest(root string) (*Manifest, error) {
+	p := filepath.Join(root, ManifestFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Version != 1 {
+		return nil, fmt.Errorf("%s is not an nvmock hostprep manifest (version 1); remove it by hand if nvmock did not write it", p)
+	}
+	return &m, nil
+}
+
+// mkdirAll is os.MkdirAll that returns the directories it created, parents
+// first.
+func mkdirAll(dir string) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	slices.Reverse(missing)
+	var created []string
+	for _, d := range missing {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) && isDir(d) {
+				continue
+			}
+			removeEmpty(created)
+			return nil, err
+		}
+		created = append(created, d)
+	}
+	return created, nil
+}
+
+// removeEmpty removes the given directories, children first, where empty.
+func removeEmpty(dirs []string) []string {
+	var removed []string
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if os.Remove(dirs[i]) == nil {
+			removed = append(removed, dirs[i])
+		}
+	}
+	return removed
+}
+
+// tempFile writes data beside path, under a name starting with ".", and
+// returns the name.
+func tempFile(path string, data []byte, mode os.FileMode) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Name(), nil
+}
+
+// writeAtomic replaces path in one rename, so a reader never sees half a file.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := tempFile(path, data, mode)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func linkIs(link, target string) bool {
+	t, err := os.Readlink(link)
+	return err == nil && t == target
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+func fileIs(p string, data []byte) bool {
+	b, err := os.ReadFile(p)
+	return err == nil && bytes.Equal(b, data)
+}

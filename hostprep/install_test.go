@@ -1,0 +1,418 @@
+package hostprep_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+func TestTheRealNvidiaSMIFromTheInstalledDriverRootListsTheProfilesGPUs(t *testing.T) {
+	needRoot(t)
+	assets := realAssets(t)
+	for _, tc := range []struct {
+		name    string
+		profile string
+		gpus    int
+	}{
+		{"three A100s", "a100", 3},
+		{"two H100s", "h100", 2},
+		{"one T4", "t4", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSite(t)
+			p := builtin(t, tc.profile, tc.gpus)
+			res := install(t, s.options(p, assets))
+			smi := filepath.Join(res.Driver, "usr", "bin", "nvidia-smi")
+			cmd := exec.Command(smi, "-L")
+			cmd.Env = cleanEnv("NVMOCK_DEV_ROOT=" + filepath.Join(res.Driver, "dev"))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s -L: %v\n%s", smi, err, out)
+			}
+			var want strings.Builder
+			for _, id := range snapshot.Identities(p, node) {
+				want.WriteString("GPU " + itoa(id.Index) + ": " + p.Board.ProductName + " (UUID: " + id.UUID + ")\n")
+			}
+			if string(out) != want.String() {
+				t.Errorf("nvidia-smi -L:\n%s\nwant:\n%s", out, want.String())
+			}
+		})
+	}
+}
+
+// cleanEnv drops whatever would point the child at another library,
+// snapshot or device set.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "LD_LIBRARY_PATH", "LD_PRELOAD", "NVMOCK_SNAPSHOT", "NVIDIA_VISIBLE_DEVICES", "NVMOCK_DEV_ROOT", "NVMOCK_TRACE":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestInstallingTheSameInputsTwiceChangesNothing(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	o := s.options(builtin(t, "a100", 2), fakeAssets(t))
+	first := install(t, o)
+	if first.Unchanged {
+		t.Fatal("first install says unchanged")
+	}
+	before := tree(t, s.root, s.cdi, s.nfd)
+	time.Sleep(10 * time.Millisecond) // a rewrite would show in mtimes
+	second := install(t, o)
+	if !second.Unchanged {
+		t.Error("second install with the same inputs did not say unchanged")
+	}
+	if second.Hash != first.Hash {
+		t.Errorf("hash changed: %s then %s", first.Hash, second.Hash)
+	}
+	after := tree(t, s.root, s.cdi, s.nfd)
+	for p, v := range before {
+		if after[p] != v {
+			t.Errorf("%s changed: %s -> %s", p, v, after[p])
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			t.Errorf("%s appeared", p)
+		}
+	}
+}
+
+func TestInstallingWithNewInputsReplacesTheOverlay(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	assets := fakeAssets(t)
+	first := install(t, s.options(builtin(t, "a100", 2), assets))
+	for _, tc := range []struct {
+		name   string
+		change func(o *hostprep.InstallOptions)
+		nodes  int
+	}{
+		{"more GPUs give a new overlay with their nodes", func(o *hostprep.InstallOptions) { o.Render.Profile.GPUs = 3 }, 3},
+		{"another node name gives new identities", func(o *hostprep.InstallOptions) { o.Render.NodeName = "other-node" }, 2},
+		{"real device numbers give a new overlay", func(o *hostprep.InstallOptions) { o.Render.RealDeviceNumbers = true }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := s.options(builtin(t, "a100", 2), assets)
+			tc.change(&o)
+			res := install(t, o)
+			if res.Unchanged || res.Hash == first.Hash {
+				t.Fatalf("new inputs gave unchanged=%v hash %s (first %s)", res.Unchanged, res.Hash, first.Hash)
+			}
+			target, err := os.Readlink(filepath.Join(s.root, "driver"))
+			if err != nil || target != filepath.Join("overlays", res.Hash, "driver") {
+				t.Errorf("driver -> %q (%v), want overlays/%s/driver", target, err, res.Hash)
+			}
+			ents, _ := os.ReadDir(filepath.Join(s.root, "overlays"))
+			if len(ents) != 1 || ents[0].Name() != res.Hash {
+				t.Errorf("overlays holds %v, want only %s", names(ents), res.Hash)
+			}
+			for i := 0; i < tc.nodes; i++ {
+				if _, err := os.Stat(filepath.Join(res.Driver, "dev", "nvidia"+itoa(i))); err != nil {
+					t.Error(err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(res.Driver, "dev", "nvidia"+itoa(tc.nodes))); err == nil {
+				t.Errorf("nvidia%d exists for a %d-GPU node", tc.nodes, tc.nodes)
+			}
+		})
+	}
+}
+
+func TestADamagedOverlayIsRepairedNotCalledUnchanged(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	o := s.options(builtin(t, "a100", 2), fakeAssets(t))
+	first := install(t, o)
+	must(t, os.Remove(filepath.Join(first.Driver, "dev", "nvidia1")))
+	res := install(t, o)
+	if res.Unchanged {
+		t.Fatal("install called a damaged overlay unchanged")
+	}
+	if _, err := os.Stat(filepath.Join(res.Driver, "dev", "nvidia1")); err != nil {
+		t.Errorf("not repaired: %v", err)
+	}
+	if !install(t, o).Unchanged {
+		t.Error("third install after the repair is not unchanged")
+	}
+}
+
+func TestUninstallRemovesExactlyWhatInstallCreated(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	// What was there before install must stay.
+	must(t, os.MkdirAll(s.root, 0o755))
+	must(t, os.WriteFile(filepath.Join(s.root, "keep"), []byte("mine\n"), 0o644))
+	must(t, os.MkdirAll(s.cdi, 0o755))
+	must(t, os.WriteFile(filepath.Join(s.cdi, "vendor.com-other.yaml"), []byte("other\n"), 0o644))
+	before := tree(t, filepath.Dir(s.root), s.cdi)
+	top := filepath.Dir(filepath.Dir(s.nfd)) // the temp dir: etc/ is install's
+
+	assets := fakeAssets(t)
+	install(t, s.options(builtin(t, "a100", 2), assets))
+	install(t, s.options(builtin(t, "a100", 3), assets)) // a replaced overlay is covered too
+	res, err := hostprep.Uninstall(s.root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Nothing || len(res.Removed) == 0 {
+		t.Fatalf("uninstall removed nothing: %+v", res)
+	}
+	after := tree(t, filepath.Dir(s.root), s.cdi)
+	for p, v := range before {
+		if p == s.root || p == s.cdi { // their mtimes move with entries added and removed
+			continue
+		}
+		if after[p] != v {
+			t.Errorf("%s: %s -> %s", p, v, after[p])
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			t.Errorf("%s left behind", p)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(top, "etc")); err == nil {
+		t.Errorf("%s/etc, created by install for the NFD dir, left behind", top)
+	}
+	again, err := hostprep.Uninstall(s.root, nil)
+	if err != nil || !again.Nothing {
+		t.Errorf("second uninstall: %+v, %v; want nothing to do", again, err)
+	}
+}
+
+func TestInstallRefusesANodeWithARealDriverUnlessForced(t *testing.T) {
+	needRoot(t)
+	assets := fakeAssets(t)
+	for _, tc := range []struct {
+		name       string
+		realDriver bool
+		force      bool
+		wantErr    string
+	}{
+		{"a node without a loaded NVIDIA driver installs", false, false, ""},
+		{"a node with a loaded NVIDIA driver is refused", true, false, "a real NVIDIA driver is loaded"},
+		{"--force installs over a loaded NVIDIA driver", true, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSite(t)
+			if tc.realDriver {
+				must(t, os.MkdirAll(filepath.Join(s.proc, "driver", "nvidia"), 0o755))
+			}
+			o := s.options(builtin(t, "a100", 1), assets)
+			o.Force = tc.force
+			_, err := hostprep.Install(o)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("install: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("install: %v, want an error containing %q", err, tc.wantErr)
+			case tc.wantErr != "":
+				if strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "--force") {
+					t.Errorf("refusal %q is not one line naming --force", err)
+				}
+				if _, err := os.Stat(s.root); err == nil {
+					t.Errorf("a refused install created %s", s.root)
+				}
+			}
+		})
+	}
+}
+
+func TestBadInputsLeaveTheOldOverlayIntact(t *testing.T) {
+	needRoot(t)
+	assets := fakeAssets(t)
+	noSMI := t.TempDir()
+	must(t, os.CopyFS(noSMI, os.DirFS(assets)))
+	must(t, os.Remove(filepath.Join(noSMI, "usr", "bin", "nvidia-smi")))
+	wrongRPath := t.TempDir()
+	must(t, os.CopyFS(wrongRPath, os.DirFS(assets)))
+	trueBin, err := exec.LookPath("true")
+	must(t, err)
+	data, err := os.ReadFile(trueBin) // an ELF binary with no RPATH
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(wrongRPath, "usr", "bin", "nvidia-smi"), data, 0o755))
+
+	for _, tc := range []struct {
+		name    string
+		change  func(t *testing.T, s site, o *hostprep.InstallOptions)
+		wantErr string
+	}{
+		{"zero GPUs", func(t *testing.T, s site, o *hostprep.InstallOptions) { o.Render.Profile.GPUs = 0 }, "gpus"},
+		{"a profile without a driver version", func(t *testing.T, s site, o *hostprep.InstallOptions) { o.Render.Profile.Driver.Version = "" }, "driver.version"},
+		{"assets without nvidia-smi", func(t *testing.T, s site, o *hostprep.InstallOptions) { o.Render.Assets = noSMI }, "nvidia-smi"},
+		{"an nvidia-smi that would not find the library", func(t *testing.T, s site, o *hostprep.InstallOptions) { o.Render.Assets = wrongRPath }, "RPATH"},
+		{"no assets at all", func(t *testing.T, s site, o *hostprep.InstallOptions) {
+			o.Render.Assets = filepath.Join(t.TempDir(), "none")
+		}, "make build"},
+		{"a CDI directory that cannot be created", func(t *testing.T, s site, o *hostprep.InstallOptions) {
+			f := filepath.Join(t.TempDir(), "file")
+			must(t, os.WriteFile(f, nil, 0o644))
+			o.CDIDir = filepath.Join(f, "cdi")
+		}, "not a directory"},
+		{"a read-only root", func(t *testing.T, s site, o *hostprep.InstallOptions) {
+			readOnly(t, s.root)
+		}, "read-only file system"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSite(t)
+			good := install(t, s.options(builtin(t, "a100", 2), assets))
+			before := contents(t, s.root, s.cdi, s.nfd)
+			o := s.options(builtin(t, "a100", 3), assets)
+			tc.change(t, s, &o)
+			_, err := hostprep.Install(o)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("install: %v, want an error containing %q", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error is not one line: %q", err)
+			}
+			after := contents(t, s.root, s.cdi, s.nfd)
+			for p, v := range before {
+				if after[p] != v {
+					t.Errorf("%s: %s -> %s", p, v, after[p])
+				}
+			}
+			for p := range after {
+				if _, ok := before[p]; !ok {
+					t.Errorf("%s left behind", p)
+				}
+			}
+			if target, _ := os.Readlink(filepath.Join(s.root, "driver")); target != filepath.Join("overlays", good.Hash, "driver") {
+				t.Errorf("driver -> %s, want the old overlay %s", target, good.Hash)
+			}
+		})
+	}
+}
+
+// readOnly bind-mounts dir read-only over itself until the test ends.
+func readOnly(t *testing.T, dir string) {
+	t.Helper()
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		testenv.Missing(t, "a bind mount to make %s read-only: %v", dir, err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if err := syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+		testenv.Missing(t, "a read-only remount of %s: %v", dir, err)
+	}
+}
+
+func TestTheCDISpecValidatesAndNamesEveryGPUByIndexAndUUID(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	p := builtin(t, "a100", 3)
+	res := install(t, s.options(p, fakeAssets(t)))
+	spec, err := cdi.ReadSpec(res.CDIFile, 0)
+	if err != nil {
+		t.Fatalf("CDI spec does not validate: %v", err)
+	}
+	if spec.Kind != hostprep.CDIKind {
+		t.Errorf("kind %q, want %q", spec.Kind, hostprep.CDIKind)
+	}
+	var got, want []string
+	for _, d := range spec.Devices {
+		got = append(got, d.Name)
+	}
+	for _, id := range snapshot.Identities(p, node) {
+		want = append(want, itoa(id.Index))
+	}
+	for _, id := range snapshot.Identities(p, node) {
+		want = append(want, id.UUID)
+	}
+	want = append(want, "all")
+	if !slices.Equal(got, want) {
+		t.Errorf("devices %v, want %v", got, want)
+	}
+
+	// What a CDI runtime gives a container that asks for one device.
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(s.cdi), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := snapshot.Identities(p, node)
+	control := []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}
+	for _, tc := range []struct {
+		name    string
+		devices []string
+		nodes   []string
+	}{
+		{"GPU 1 by index brings its node and the control nodes", []string{"nvmock.io/gpu=1"}, append([]string{"/dev/nvidia1"}, control...)},
+		{"GPU 2 by UUID brings its node and the control nodes", []string{"nvmock.io/gpu=" + ids[2].UUID}, append([]string{"/dev/nvidia2"}, control...)},
+		{"all brings every GPU node and the control nodes", []string{"nvmock.io/gpu=all"}, append([]string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"}, control...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+			if _, err := cache.InjectDevices(o, tc.devices...); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, d := range o.Linux.Devices {
+				got = append(got, d.Path)
+				if d.Major != 1 || d.Minor != 3 {
+					t.Errorf("%s is %d:%d, want the inert 1:3", d.Path, d.Major, d.Minor)
+				}
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(tc.nodes))
+			if !slices.Equal(got, want) {
+				t.Errorf("device nodes %v, want %v", got, want)
+			}
+			if !slices.Contains(o.Process.Env, "NVIDIA_VISIBLE_DEVICES=void") {
+				t.Errorf("env %v lacks NVIDIA_VISIBLE_DEVICES=void", o.Process.Env)
+			}
+		})
+	}
+}
+
+func TestTheNFDFileHasTheGPULabels(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		name, profile string
+		gpus          int
+		want          string
+	}{
+		{"eight A100s", "a100", 8, "nvidia.com/gpu.present=true\nnvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB\nnvidia.com/gpu.count=8\nnvidia.com/gpu.memory=40960\nnvidia.com/gpu.family=ampere\n"},
+		{"two H100s", "h100", 2, "nvidia.com/gpu.present=true\nnvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3\nnvidia.com/gpu.count=2\nnvidia.com/gpu.memory=81559\nnvidia.com/gpu.family=hopper\n"},
+		{"one L40S", "l40s", 1, "nvidia.com/gpu.present=true\nnvidia.com/gpu.product=NVIDIA-L40S\nnvidia.com/gpu.count=1\nnvidia.com/gpu.memory=46068\nnvidia.com/gpu.family=ada-lovelace\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSite(t)
+			res := install(t, s.options(builtin(t, tc.profile, tc.gpus), fakeAssets(t)))
+			got, err := os.ReadFile(res.NFDFile)
+			must(t, err)
+			if string(got) != tc.want {
+				t.Errorf("NFD file:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+func names(ents []os.DirEntry) []string {
+	var n []string
+	for _, e := range ents {
+		n = append(n, e.Name())
+	}
+	return n
+}

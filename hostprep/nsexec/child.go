@@ -1,0 +1,239 @@
+package nsexec
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// statusFD is the pipe on which the child reports a setup failure to Run.
+const statusFD = 3
+
+const (
+	prCapAmbient         = 47 // PR_CAP_AMBIENT
+	prCapAmbientClearAll = 4  // PR_CAP_AMBIENT_CLEAR_ALL
+)
+
+// Child is the re-executed half of Run, already in its new mount
+// namespace: it makes the overlay appear and executes the command in place
+// of itself, so signals and the exit status are the command's own. It
+// returns only if it was not started by Run; any other failure is reported
+// to Run and ends the process.
+func Child(args []string) error {
+	if len(args) < 2 || args[1] != "--" {
+		return errors.New("nsexec: child started without a specification (it is run by nvmock exec)")
+	}
+	var s spec
+	if err := json.Unmarshal([]byte(args[0]), &s); err != nil {
+		return fmt.Errorf("nsexec: bad child specification: %w", err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/self/fd/%d", statusFD)); err != nil {
+		return errors.New("nsexec: child started without its status pipe (it is run by nvmock exec)")
+	}
+	syscall.CloseOnExec(statusFD)
+	status := os.NewFile(statusFD, "nsexec-status")
+	fail := func(code int, err error) {
+		fmt.Fprintf(status, "%d %v", code, err)
+		os.Exit(code)
+	}
+	// The nodes and directories made keep the overlay's modes; the
+	// command gets the caller's umask back.
+	umask := syscall.Umask(0)
+	if err := setup(s); err != nil {
+		fail(StatusSetup, err)
+	}
+	syscall.Umask(umask)
+	argv := args[2:]
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		fail(StatusNotFound, err)
+	}
+	if s.UserNS {
+		// The command runs without the capability the setup needed.
+		if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientClearAll, 0, 0, 0, 0); e != 0 {
+			fail(StatusSetup, fmt.Errorf("drop ambient capabilities: %w", e))
+		}
+	}
+	err = syscall.Exec(path, argv, os.Environ())
+	code := StatusNotRunnable
+	if errors.Is(err, syscall.ENOENT) {
+		code = StatusNotFound
+	}
+	fail(code, fmt.Errorf("%s: %w", argv[0], err))
+	return nil
+}
+
+// setup makes the overlay appear at the standard places in this namespace.
+func setup(s spec) error {
+	// Nothing mounted below may reach the host.
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		if s.UserNS && errors.Is(err, syscall.EPERM) {
+			// Ubuntu 23.10 and later make such namespaces powerless.
+			return fmt.Errorf("make mounts private: %w: this user namespace may not mount (AppArmor's kernel.apparmor_restrict_unprivileged_userns=1?); run as root", err)
+		}
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if _, err := os.Stat("/etc/ld.so.cache"); err != nil {
+		return fmt.Errorf("loader cache: this system has no /etc/ld.so.cache to stand in for (run ldconfig once as root): %w", err)
+	}
+	if err := bind(s.Cache, "/etc/ld.so.cache", true); err != nil {
+		return fmt.Errorf("loader cache: %w", err)
+	}
+	devs, err := os.ReadDir(filepath.Join(s.Driver, "dev"))
+	if err != nil {
+		return fmt.Errorf("overlay dev nodes: %w", err)
+	}
+	nullDev := filepath.Join(s.Work, "stage", "dev", "null")
+	err = mirror("/dev", filepath.Join(s.Work, "stage", "dev"), !s.UserNS, false, func() error {
+		for _, d := range devs {
+			if err := devNode(filepath.Join(s.Driver, "dev", d.Name()), filepath.Join("/dev", d.Name()), nullDev, s.UserNS); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("/dev: %w", err)
+	}
+	err = mirror("/proc/driver", filepath.Join(s.Work, "stage", "proc"), false, true, func() error {
+		if err := os.Mkdir("/proc/driver/nvidia", 0o555); err != nil {
+			return err
+		}
+		return bind(filepath.Join(s.Driver, "proc", "driver", "nvidia"), "/proc/driver/nvidia", true)
+	})
+	if err != nil {
+		return fmt.Errorf("/proc/driver: %w", err)
+	}
+	return nil
+}
+
+// mirror covers dir with a tmpfs holding the same entries (bind mounts of
+// the originals, symlinks copied) except the NVIDIA ones, then lets add put
+// the overlay's in. stage is an empty directory to reach the original
+// through meanwhile. The rest of dir keeps working: /dev/null, /dev/pts,
+// /dev/shm are the host's. devices allows device nodes on the tmpfs;
+// readonly remounts it read-only when done.
+func mirror(dir, stage string, devices, readonly bool, add func() error) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Mount(dir, stage, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("reach the original: %w", err)
+	}
+	defer syscall.Unmount(stage, syscall.MNT_DETACH)
+	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NOEXEC)
+	if !devices {
+		flags |= syscall.MS_NODEV
+	}
+	// Writable by its maker until filled: an unprivileged child has no
+	// CAP_DAC_OVERRIDE.
+	opts := fmt.Sprintf("mode=%o,size=1m", st.Mode().Perm()|0o700)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, opts); err != nil {
+		return fmt.Errorf("mount tmpfs: %w", err)
+	}
+	ents, err := os.ReadDir(stage)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		// The overlay defines the NVIDIA set: a real node's extra GPUs
+		// must not show through.
+		if strings.HasPrefix(e.Name(), "nvidia") {
+			continue
+		}
+		if err := copyEntry(filepath.Join(stage, e.Name()), filepath.Join(dir, e.Name()), devices); err != nil {
+			return fmt.Errorf("%s: %w", e.Name(), err)
+		}
+	}
+	if err := add(); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, st.Mode().Perm()); err != nil {
+		return err
+	}
+	if !readonly {
+		return nil
+	}
+	return syscall.Mount("", dir, "", syscall.MS_REMOUNT|flags|syscall.MS_RDONLY, opts)
+}
+
+func copyEntry(src, dst string, devices bool) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	switch m := fi.Mode(); {
+	case m&os.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	case m.IsDir():
+		if err := os.Mkdir(dst, m.Perm()); err != nil {
+			return err
+		}
+		return bind(src, dst, false)
+	case m&os.ModeCharDevice != 0 && filepath.Base(src) == "ptmx":
+		// Opening a bind-mounted ptmx fails (the kernel looks for pts/
+		// beside the node it opened), so make a node of our own here, or
+		// point at the devpts one as containers do.
+		st := fi.Sys().(*syscall.Stat_t)
+		if devices && syscall.Mknod(dst, st.Mode, int(st.Rdev)) == nil {
+			return os.Lchown(dst, int(st.Uid), int(st.Gid))
+		}
+		return os.Symlink("pts/ptmx", dst)
+	}
+	if err := touch(dst); err != nil {
+		return err
+	}
+	return bind(src, dst, false)
+}
+
+// devNode makes one of the overlay's device nodes at dst: the same node
+// when allowed to make nodes, else a bind mount of /dev/null (its inert
+// numbers), else a plain file, which is all the library checks for.
+func devNode(src, dst, null string, userns bool) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if st := fi.Sys().(*syscall.Stat_t); !userns && fi.Mode()&os.ModeCharDevice != 0 {
+		if err := syscall.Mknod(dst, st.Mode, int(st.Rdev)); err == nil {
+			return nil
+		}
+	}
+	if err := touch(dst); err != nil {
+		return err
+	}
+	_ = bind(null, dst, false) // a plain file still counts as present
+	return nil
+}
+
+func touch(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// bind mounts src on dst (recursively), read-only if asked.
+func bind(src, dst string, ro bool) error {
+	if err := syscall.Mount(src, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+	}
+	if !ro {
+		return nil
+	}
+	if err := syscall.Mount("", dst, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", dst, err)
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package nsexec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Exit statuses for failures before the command runs, as shells and
+// container runtimes use them.
+const (
+	StatusSetup       = 125 // the namespace could not be set up
+	StatusNotRunnable = 126 // the command exists but cannot be executed
+	StatusNotFound    = 127 // the command is not on the namespace's PATH
+)
+
+// capSysAdmin is CAP_SYS_ADMIN, which the unprivileged child keeps (as an
+// ambient capability) only until it executes the command.
+const capSysAdmin = 21
+
+// Options say what to run and over which overlay.
+type Options struct {
+	Driver string   // rendered driver root: usr/lib64, usr/bin, dev, proc/driver/nvidia
+	Work   string   // scratch directory (loader cache, mount staging); the caller removes it
+	Args   []string // the command and its arguments
+	Env    []string // the command's environment; nil means this process's
+	// Self re-executes this program into Child, e.g.
+	// {"/proc/self/exe", "__exec-child"}; the program's main must pass the
+	// arguments that follow to Child before doing anything else.
+	Self           []string
+	Stdin          io.Reader    // nil: this process's
+	Stdout, Stderr io.Writer    // nil: this process's
+	Note           func(string) // told how the namespace was made when not as root; may be nil
+	TempDir        string       // RunRendered's parent directory; "" means os.TempDir()
+	forceUserNS    bool         // tests: take the unprivileged path as root
+	sigs           chan os.Signal
+}
+
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// RunRendered makes a private temporary directory, has render write an
+// overlay into dir (absent) and return its driver root, runs o.Args over it
+// as Run does, and removes the directory afterwards, also when a signal
+// ended the command.
+func RunRendered(render func(dir string) (driver string, err error), o Options) (int, error) {
+	tmp, err := os.MkdirTemp(o.TempDir, "nvmock-exec-")
+	if err != nil {
+		return StatusSetup, fmt.Errorf("make temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	// From here a signal must not end this process before the cleanup.
+	o.sigs = make(chan os.Signal, 4)
+	signal.Notify(o.sigs, forwarded...)
+	defer signal.Stop(o.sigs)
+	// Programs in the namespace may switch users; they must still reach
+	// the library.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return StatusSetup, fmt.Errorf("make temp dir: %w", err)
+	}
+	o.Driver, err = render(filepath.Join(tmp, "overlay"))
+	if err != nil {
+		return StatusSetup, err
+	}
+	o.Work = filepath.Join(tmp, "ns")
+	return Run(o)
+}
+
+// spec is what the parent hands the child on its command line.
+type spec struct {
+	Driver string `json:"driver"`
+	Work   string `json:"work"`
+	Cache  string `json:"cache"`
+	UserNS bool   `json:"userns"`
+}
+
+// Run runs o.Args in a private mount namespace showing the overlay and
+// waits for it. It returns the command's exit status (128+n if signal n
+// ended it). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process are
+// passed on. A failure before the command starts returns a status above 124
+// and an error saying why.
+func Run(o Options) (int, error) {
+	if len(o.Args) == 0 {
+		return StatusSetup, errors.New("no command given")
+	}
+	if len(o.Self) == 0 {
+		return StatusSetup, errors.New("nsexec: Options.Self is empty")
+	}
+	if _, err := os.Stat(filepath.Join(o.Driver, "usr", "lib64", "libnvidia-ml.so.1")); err != nil {
+		return StatusSetup, fmt.Errorf("overlay %s has no library: %w", o.Driver, err)
+	}
+	for _, d := range []string{"stage/dev", "stage/proc"} {
+		if err := os.MkdirAll(filepath.Join(o.Work, d), 0o755); err != nil {
+			return StatusSetup, fmt.Errorf("prepare %s: %w", o.Work, err)
+		}
+	}
+	cache, err := LoaderCache(filepath.Join(o.Driver, "usr", "lib64"), o.Work)
+	if err != nil {
+		return StatusSetup, err
+	}
+	env := o.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = CommandEnv(env, filepath.Join(o.Driver, "usr", "bin"))
+
+	userns := os.Geteuid() != 0 || o.forceUserNS
+	if !userns {
+		status, err := start(o, spec{o.Driver, o.Work, cache, false}, env)
+		// Root without CAP_SYS_ADMIN (an unprivileged container) may still
+		// own a user namespace.
+		if !errors.Is(err, syscall.EPERM) {
+			return status, err
+		}
+		userns = true
+	}
+	status, err := start(o, spec{o.Driver, o.Work, cache, true}, env)
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EACCES) {
+		return StatusSetup, fmt.Errorf("cannot create a private mount namespace: run as root, or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1, kernel.apparmor_restrict_unprivileged_userns=0): %w", err)
+	}
+	return status, err
+}
+
+// start runs the child once; a clone failure comes back unwrapped enough
+// for errors.Is.
+func start(o Options, s spec, env []string) (int, error) {
+	js, err := json.Marshal(s)
+	if err != nil {
+		return StatusSetup, err
+	}
+	args := append(append(append([]string{}, o.Self[1:]...), string(js), "--"), o.Args...)
+	cmd := exec.Command(o.Self[0], args...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
+	if cmd.Stdin == nil {
+		cmd.Stdin = os.Stdin
+	}
+	if cmd.Stdout == nil {
+		cmd.Stdout = os.Stdout
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
+	// The child reports a setup failure on this pipe; it closes on exec.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return StatusSetup, err
+	}
+	defer r.Close()
+	cmd.ExtraFiles = []*os.File{w}
+	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	if s.UserNS {
+		uid, gid := os.Geteuid(), os.Getegid()
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		attr.AmbientCaps = []uintptr{capSysAdmin}
+	}
+	cmd.SysProcAttr = attr
+
+	// Pdeathsig follows the thread that started the child; keep it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	sigs := o.sigs
+	if sigs == nil {
+		sigs = make(chan os.Signal, 4)
+		signal.Notify(sigs, forwarded...)
+		defer signal.Stop(sigs)
+	}
+	select {
+	case s := <-sigs: // while rendering
+		w.Close()
+		return 128 + int(s.(syscall.Signal)), fmt.Errorf("interrupted by %v", s)
+	default:
+	}
+
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return StatusSetup, err
+	}
+	w.Close()
+	if s.UserNS && o.Note != nil {
+		o.Note("no CAP_SYS_ADMIN: running in a user namespace, where /dev/nvidia* are bind mounts of /dev/null (mknod is not allowed there)")
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				_ = cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	report, _ := io.ReadAll(r)
+	werr := cmd.Wait()
+	if len(report) > 0 {
+		code, msg, _ := strings.Cut(string(report), " ")
+		n, err := strconv.Atoi(code)
+		if err != nil {
+			n = StatusSetup
+		}
+		return n, errors.New(msg)
+	}
+	var ee *exec.ExitError
+	if werr != nil && !errors.As(werr, &ee) {
+		return StatusSetup, werr
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
+}
+
+// CommandEnv is the command's environment: the overlay's bin directory
+// first on PATH, and without the variables that would point the library
+// away from the overlay (NVMOCK_SNAPSHOT wins over the driver root's
+// snapshot; NVMOCK_DEV_ROOT over /dev).
+func CommandEnv(env []string, bin string) []string {
+	out := make([]string, 0, len(env)+1)
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "NVMOCK_SNAPSHOT", "NVMOCK_DEV_ROOT":
+			continue
+		case "PATH":
+			path = v
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "PATH="+bin+":"+path)
+}
+
+// LoaderCache writes work/ld.so.cache: the dynamic loader's cache with lib
+// listed before every directory the host's /etc/ld.so.conf names, so that
+// dlopen("libnvidia-ml.so.1") finds the overlay's library first.
+func LoaderCache(lib, work string) (string, error) {
+	conf := filepath.Join(work, "ld.so.conf")
+	var b bytes.Buffer
+	fmt.Fprintln(&b, lib)
+	if _, err := os.Stat("/etc/ld.so.conf"); err == nil {
+		fmt.Fprintln(&b, "include /etc/ld.so.conf")
+	}
+	if err := os.WriteFile(conf, b.Bytes(), 0o644); err != nil {
+		return "", fmt.Errorf("write loader config: %w", err)
+	}
+	ldconfig, err := findLdconfig()
+	if err != nil {
+		return "", err
+	}
+	cache := filepath.Join(work, "ld.so.cache")
+	// -X: leave the library directories' links alone.
+	out, err := exec.Command(ldconfig, "-X", "-C", cache, "-f", conf).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build loader cache with %s: %w: %s", ldconfig, err, bytes.TrimSpace(out))
+	}
+	return cache, nil
+}
+
+func findLdconfig() (string, error) {
+	if p, err := exec.LookPath("ldconfig"); err == nil {
+		return p, nil
+	}
+	// Users' PATH often lacks the sbin directories.
+	for _, p := range []string{"/sbin/ldconfig", "/usr/sbin/ldconfig"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("ldconfig not found (install libc-bin): it builds the loader cache that points at the mock library")
+}

@@ -1,0 +1,114 @@
+package hostprep_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nvmock/nvmock/hostprep"
+)
+
+func TestTheRenderedTreeMatchesTheGoldenFiles(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	res := install(t, s.options(builtin(t, "a100", 2), fakeAssets(t)))
+	proc := filepath.Join(res.Driver, "proc", "driver", "nvidia")
+	for _, tc := range []struct {
+		name, file, golden string
+	}{
+		{"the driver version reads as the proprietary module's", filepath.Join(proc, "version"), "proc-version.golden"},
+		{"GPU 0's information reads as the kernel module's", filepath.Join(proc, "gpus", "0000:07:00.0", "information"), "proc-information-0.golden"},
+		{"GPU 1's information has its own UUID, bus and minor", filepath.Join(proc, "gpus", "0000:0f:00.0", "information"), "proc-information-1.golden"},
+		{"the CDI spec names each GPU by index and UUID", res.CDIFile, "cdi-a100-2.golden"},
+		{"the NFD file carries the GPU labels", res.NFDFile, "nfd-a100-2.golden"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := os.ReadFile(tc.file)
+			must(t, err)
+			golden(t, tc.golden, []byte(strings.ReplaceAll(string(b), s.root, "ROOT")))
+		})
+	}
+}
+
+func TestDeviceNodesAreInertUnlessRealNumbersAreAsked(t *testing.T) {
+	needRoot(t)
+	assets := fakeAssets(t)
+	for _, tc := range []struct {
+		name string
+		real bool
+		want map[string][2]uint32
+	}{
+		{"by default every node is /dev/null's 1:3", false, map[string][2]uint32{
+			"nvidia0": {1, 3}, "nvidia1": {1, 3}, "nvidiactl": {1, 3}, "nvidia-uvm": {1, 3}, "nvidia-uvm-tools": {1, 3}, "nvidia-modeset": {1, 3},
+		}},
+		{"with real numbers the nodes take NVIDIA's majors", true, map[string][2]uint32{
+			"nvidia0": {195, 0}, "nvidia1": {195, 1}, "nvidiactl": {195, 255}, "nvidia-uvm": {511, 0}, "nvidia-uvm-tools": {511, 1}, "nvidia-modeset": {195, 254},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
+				Profile: builtin(t, "a100", 2), NodeName: node, Assets: assets, RealDeviceNumbers: tc.real,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev := filepath.Join(ov.Driver(), "dev")
+			ents, err := os.ReadDir(dev)
+			must(t, err)
+			got := map[string][2]uint32{}
+			for _, e := range ents {
+				var st syscall.Stat_t
+				must(t, syscall.Lstat(filepath.Join(dev, e.Name()), &st))
+				if st.Mode&syscall.S_IFMT != syscall.S_IFCHR || st.Mode&0o777 != 0o666 {
+					t.Errorf("%s: mode %o, want a character device rw for all", e.Name(), st.Mode)
+				}
+				got[e.Name()] = [2]uint32{uint32((st.Rdev >> 8) & 0xfff), uint32(st.Rdev&0xff | (st.Rdev>>12)&^0xff)}
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("nodes %v, want %v", got, tc.want)
+			}
+			for n, w := range tc.want {
+				if got[n] != w {
+					t.Errorf("%s is %d:%d, want %d:%d", n, got[n][0], got[n][1], w[0], w[1])
+				}
+			}
+		})
+	}
+}
+
+func TestRenderWithPlainDevFilesNeedsNoPrivilege(t *testing.T) {
+	ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
+		Profile: builtin(t, "t4", 1), NodeName: node, Assets: fakeAssets(t), PlainDevFiles: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"} {
+		fi, err := os.Lstat(filepath.Join(ov.Driver(), "dev", n))
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s: %v, %v; want an empty regular file", n, fi, err)
+		}
+	}
+	for _, l := range []struct{ name, target string }{
+		{"libnvidia-ml.so.1", "libnvidia-ml.so.535.261.03"},
+		{"libnvidia-ml.so", "libnvidia-ml.so.1"},
+	} {
+		if got, err := os.Readlink(filepath.Join(ov.Driver(), "usr", "lib64", l.name)); err != nil || got != l.target {
+			t.Errorf("%s -> %q (%v), want %q", l.name, got, err, l.target)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ov.Driver(), "etc", "nvmock", "snapshot")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestRenderRefusesADirectoryThatIsNotEmpty(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "x"), nil, 0o644))
+	_, err := hostprep.Render(dir, hostprep.Options{Profile: builtin(t, "t4", 1), NodeName: node, Assets: fakeAssets(t), PlainDevFiles: true})
+	if err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("render into a non-empty dir: %v, want a refusal", err)
+	}
+}
