@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -72,14 +73,9 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 			return fmt.Errorf("hostprep install: --gpus %d: %w", *gpus, errs[0])
 		}
 	}
-	name := *node
+	name := nodeNameOr(*node)
 	if name == "" {
-		name = os.Getenv("NODE_NAME")
-	}
-	if name == "" {
-		if name, err = os.Hostname(); err != nil || name == "" {
-			return fmt.Errorf("hostprep install: no node name: pass --node-name or set NODE_NAME")
-		}
+		return fmt.Errorf("hostprep install: no node name: pass --node-name or set NODE_NAME")
 	}
 	if *assets == "" {
 		if *assets, err = defaultAssets(); err != nil {
@@ -96,6 +92,11 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 		Progress: stderr,
 	})
 	if err != nil {
+		return fmt.Errorf("hostprep install: %w", err)
+	}
+	if err := nodeLabels(name, stderr, func(c *hostprep.KubeClient) error {
+		return c.ApplyLabels(context.Background(), name, p, false)
+	}); err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
 	}
 	state := "installed"
@@ -131,6 +132,7 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	// in the root records where install wrote, and only that is removed.
 	fs.String("cdi-dir", hostprep.DefaultCDIDir, "ignored: the root's manifest says where the CDI spec is")
 	fs.String("nfd-dir", hostprep.DefaultNFDDir, "ignored: the root's manifest says where the NFD file is")
+	node := fs.String("node-name", "", "node whose labels to remove in a cluster (default: $NODE_NAME, else the hostname)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -141,10 +143,46 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("hostprep uninstall: %w", err)
 	}
+	name := nodeNameOr(*node)
+	if err := nodeLabels(name, stderr, func(c *hostprep.KubeClient) error {
+		return c.RemoveLabels(context.Background(), name)
+	}); err != nil {
+		return fmt.Errorf("hostprep uninstall: %w", err)
+	}
 	if res.Nothing {
 		fmt.Fprintf(stdout, "nothing to uninstall: no %s in %s\n", hostprep.ManifestFile, *root)
 		return nil
 	}
 	fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths (overlay, driver symlink, manifest, CDI spec, NFD file, directories install created)\n", *root, len(res.Removed))
 	return nil
+}
+
+// nodeLabels runs do against the API server when this runs in a cluster;
+// outside one there are no node labels to change (NFD's file still carries
+// them).
+func nodeLabels(node string, progress io.Writer, do func(*hostprep.KubeClient) error) error {
+	c, ok, err := hostprep.InClusterClient()
+	if !ok {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if node == "" {
+		return fmt.Errorf("node labels: no node name; pass --node-name or set NODE_NAME")
+	}
+	fmt.Fprintf(progress, "node labels: updating node %s through the API server\n", node)
+	return do(c)
+}
+
+// nodeNameOr is name, else $NODE_NAME, else the hostname.
+func nodeNameOr(name string) string {
+	if name != "" {
+		return name
+	}
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h
 }
