@@ -52,10 +52,11 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	ln -sf libnvidia-ml.so.$(DRIVER_VERSION) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
-deps: ## install missing Debian packages; fetch nvidia-smi and pynvml into .cache
+deps: ## install missing Debian packages; fetch nvidia-smi, pynvml and NVIDIA's tools into .cache
 	hack/install-deps.sh
 	hack/fetch-nvidia-smi.sh $(CACHE)
 	hack/fetch-pynvml.sh $(CACHE)
+	hack/fetch-nvidia-tools.sh $(CACHE)
 
 generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
 	$(GO) run ./libnvml/gen/nvmlgen -header $(NVML_H_DIR)/nvml.h -out libnvml

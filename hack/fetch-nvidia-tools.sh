@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Build NVIDIA's own NVML clients from the Go module proxy into a cache dir, for
+# the integration tests that check the mock node is accepted by them:
+#   nvidia-ctk             (github.com/NVIDIA/nvidia-container-toolkit)
+#   nvidia-device-plugin   (github.com/NVIDIA/k8s-device-plugin)
+#   gpu-feature-discovery  (github.com/NVIDIA/k8s-device-plugin)
+# Usage: hack/fetch-nvidia-tools.sh [CACHE_DIR]   (default: <repo>/.cache)
+# Result: CACHE_DIR/bin/{nvidia-ctk,nvidia-device-plugin,gpu-feature-discovery};
+# the device plugin's source is copied to CACHE_DIR/src/k8s-device-plugin@VERSION.
+# Needs go and gcc (the tools use cgo). Idempotent: a binary that exists and
+# answers --version is kept.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+CTK_MODULE=github.com/NVIDIA/nvidia-container-toolkit
+CTK_VERSION=v1.20.2
+DP_MODULE=github.com/NVIDIA/k8s-device-plugin
+DP_VERSION=v0.18.2
+
+log() { echo "fetch-nvidia-tools: $*" >&2; }
+die() { echo "fetch-nvidia-tools: error: $*" >&2; exit 1; }
+
+mkdir -p "${1:-$here/../.cache}"
+cache=$(cd "${1:-$here/../.cache}" && pwd)
+bin=$cache/bin
+mkdir -p "$bin"
+command -v go >/dev/null || die "go not found in PATH"
+
+# works BINARY: true if it exists and prints a version.
+works() { [ -x "$1" ] && "$1" --version >/dev/null 2>&1; }
+
+# run_logged WHAT LOG CMD...: a build's output goes to LOG; on failure one
+# line: its last meaningful line and where the rest is.
+run_logged() {
+  local what=$1 logf=$2; shift 2
+  if ! "$@" >"$logf" 2>&1; then
+    die "$what failed: $(grep -v -e '^[[:space:]]*$' -e '^exit status' "$logf" | tail -n 1 | sed 's/^[[:space:]]*//') (full log: $logf)"
+  fi
+}
+
+if works "$bin/nvidia-ctk"; then
+  log "already present: $bin/nvidia-ctk"
+else
+  log "building nvidia-ctk $CTK_VERSION (go install; takes a few minutes the first time)"
+  run_logged "go install nvidia-ctk@$CTK_VERSION" "$cache/nvidia-ctk.build.log" \
+    env -C / GOBIN="$bin" GOWORK=off CGO_ENABLED=1 go install \
+      -ldflags "-X $CTK_MODULE/internal/info.version=$CTK_VERSION" "$CTK_MODULE/cmd/nvidia-ctk@$CTK_VERSION"
+  works "$bin/nvidia-ctk" || die "$bin/nvidia-ctk was built but does not answer --version"
+  log "done: $bin/nvidia-ctk"
+fi
+
+if works "$bin/nvidia-device-plugin" && works "$bin/gpu-feature-discovery"; then
+  log "already present: $bin/nvidia-device-plugin, $bin/gpu-feature-discovery"
+  exit 0
+fi
+
+# `go install $DP_MODULE/...@$DP_VERSION` fails: the proxy answers 403 for the
+# module's @v/list. Downloading the exact version works, so build from a copy.
+log "downloading $DP_MODULE@$DP_VERSION"
+# From / so that no go.mod or go.work of the caller's takes part.
+json=$(env -C / GOWORK=off go mod download -json "$DP_MODULE@$DP_VERSION" 2>&1) ||
+  die "go mod download $DP_MODULE@$DP_VERSION: $(echo "$json" | sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/\1/p' | sed 's/\\n\\t/; /g' | grep . || echo "$json" | tail -n 1)"
+moddir=$(echo "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+[ -d "$moddir" ] || die "go mod download $DP_MODULE@$DP_VERSION gave no module dir"
+
+src=$cache/src/k8s-device-plugin@$DP_VERSION
+if [ ! -f "$src/go.mod" ]; then
+  rm -rf "$src.tmp"
+  mkdir -p "$cache/src"
+  cp -r "$moddir" "$src.tmp"
+  chmod -R u+w "$src.tmp"
+  mv "$src.tmp" "$src"
+fi
+
+for cmd in nvidia-device-plugin gpu-feature-discovery; do
+  if works "$bin/$cmd"; then
+    log "already present: $bin/$cmd"
+    continue
+  fi
+  log "building $cmd $DP_VERSION"
+  # The copy is a main module of its own: keep our GOFLAGS (e.g. -mod) out.
+  run_logged "go build $cmd $DP_VERSION" "$cache/$cmd.build.log" \
+    env -C "$src" GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=1 \
+      go build -ldflags "-X $DP_MODULE/internal/info.version=$DP_VERSION" -o "$bin/$cmd.tmp" "./cmd/$cmd"
+  mv "$bin/$cmd.tmp" "$bin/$cmd"
+  works "$bin/$cmd" || die "$bin/$cmd was built but does not answer --version"
+  log "done: $bin/$cmd"
+done

@@ -1,0 +1,450 @@
+//go:build integration
+
+package hostprep_test
+
+// NVIDIA's own NVML clients, built from the Go module proxy by
+// hack/fetch-nvidia-tools.sh, accept an installed node overlay: nvidia-ctk
+// writes a CDI spec for it, gpu-feature-discovery labels it as a real node of
+// the board, and the device plugin registers with a (stand-in) kubelet and
+// allocates its GPUs.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/libnvml/profile"
+)
+
+// nvidiaTool is a binary hack/fetch-nvidia-tools.sh built into the cache.
+func nvidiaTool(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(testenv.CacheDir(), "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		testenv.Missing(t, "%s (run make deps, or hack/fetch-nvidia-tools.sh %s)", p, testenv.CacheDir())
+	}
+	return p
+}
+
+// installNode installs a fresh overlay for a built-in profile with n GPUs.
+func installNode(t *testing.T, name string, n int) (*hostprep.Result, *profile.Profile) {
+	t.Helper()
+	p := builtin(t, name, n)
+	return install(t, newSite(t).options(p, realAssets(t))), p
+}
+
+// toolEnv runs a tool against the overlay's library and device nodes only.
+func toolEnv(res *hostprep.Result) []string {
+	return cleanEnv(
+		"LD_LIBRARY_PATH="+filepath.Join(res.Driver, "usr", "lib64"),
+		"NVMOCK_DEV_ROOT="+filepath.Join(res.Driver, "dev"),
+	)
+}
+
+// runTool runs a tool to completion, bounded by timeout.
+func runTool(t *testing.T, timeout time.Duration, env []string, bin string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s: no exit within %v\n%s", filepath.Base(bin), strings.Join(args, " "), timeout, out)
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+var toolCases = []struct {
+	name    string
+	profile string
+	gpus    int
+}{
+	{"eight A100s", "a100", 8},
+	{"eight H100s", "h100", 8},
+	{"eight B200s", "b200", 8},
+	{"four GB200s", "gb200", 4},
+	{"one L40S", "l40s", 1},
+	{"one T4", "t4", 1},
+}
+
+func TestNvidiaCTKGeneratesACDISpecNamingEveryMockGPUByIndexAndUUID(t *testing.T) {
+	needRoot(t)
+	ctk := nvidiaTool(t, "nvidia-ctk")
+	for _, tc := range toolCases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, _ := installNode(t, tc.profile, tc.gpus)
+			out := filepath.Join(t.TempDir(), "nvidia.yaml")
+			log := runTool(t, 2*time.Minute, cleanEnv(), ctk, "cdi", "generate",
+				"--driver-root", res.Driver, "--dev-root", res.Driver, "--output", out)
+			// ReadSpec parses the YAML (sigs.k8s.io/yaml) and validates it as
+			// container runtimes do.
+			spec, err := cdi.ReadSpec(out, 0)
+			if err != nil {
+				t.Fatalf("read the generated spec: %v\nnvidia-ctk said:\n%s", err, log)
+			}
+			if spec.Kind != "nvidia.com/gpu" {
+				t.Errorf("kind %q, want nvidia.com/gpu", spec.Kind)
+			}
+
+			var names, want []string
+			for _, d := range spec.Devices {
+				names = append(names, d.Name)
+			}
+			for _, id := range res.GPUs {
+				want = append(want, strconv.Itoa(id.Index), id.UUID)
+			}
+			want = append(want, "all")
+			slices.Sort(names)
+			slices.Sort(want)
+			if !slices.Equal(names, want) {
+				t.Errorf("devices in the spec:\n  %v\nwant every GPU by index and by UUID, and all:\n  %v", names, want)
+			}
+
+			// Both names of a GPU get its own device node, from the overlay.
+			nodeOf := func(name string) []string {
+				d := spec.GetDevice(name)
+				if d == nil {
+					return nil
+				}
+				var nodes []string
+				for _, n := range d.ContainerEdits.DeviceNodes {
+					nodes = append(nodes, n.Path+" from "+n.HostPath)
+				}
+				slices.Sort(nodes)
+				return nodes
+			}
+			for _, id := range res.GPUs {
+				dev := fmt.Sprintf("/dev/nvidia%d", id.Index)
+				want := []string{dev + " from " + filepath.Join(res.Driver, dev)}
+				for _, name := range []string{strconv.Itoa(id.Index), id.UUID} {
+					if got := nodeOf(name); !slices.Equal(got, want) {
+						t.Errorf("device %s: nodes %v, want %v", name, got, want)
+					}
+				}
+			}
+
+			// The control nodes every GPU container needs come with any device.
+			var common []string
+			for _, n := range spec.ContainerEdits.DeviceNodes {
+				common = append(common, n.Path)
+			}
+			for _, n := range []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} {
+				if !slices.Contains(common, n) {
+					t.Errorf("spec-wide device nodes %v lack %s", common, n)
+				}
+			}
+		})
+	}
+}
+
+// gfdLabels are the labels gpu-feature-discovery gives a real node of the
+// profile's board with driver 535.261.03 (see internal/lm in k8s-device-plugin).
+func gfdLabels(p *profile.Profile, machine string) map[string]string {
+	b := p.Board
+	major, minor, _ := strings.Cut(b.ComputeCapability, ".")
+	drv := strings.SplitN(p.Driver.Version, ".", 3)
+	cudaMajor, cudaMinor, _ := strings.Cut(p.Driver.CUDAVersion, ".")
+	l := map[string]string{
+		"gpu.product":                  strings.ReplaceAll(b.ProductName, " ", "-"),
+		"gpu.count":                    strconv.Itoa(p.GPUs),
+		"gpu.memory":                   strconv.FormatUint(uint64(b.Memory.Total)>>20, 10),
+		"gpu.compute.major":            major,
+		"gpu.compute.minor":            minor,
+		"gpu.family":                   strings.ToLower(strings.ReplaceAll(b.Architecture, " ", "-")),
+		"gpu.machine":                  strings.ReplaceAll(machine, " ", "-"),
+		"cuda.driver-version.full":     p.Driver.Version,
+		"cuda.driver-version.major":    drv[0],
+		"cuda.driver-version.minor":    drv[1],
+		"cuda.driver-version.revision": drv[2],
+		"cuda.driver.major":            drv[0],
+		"cuda.driver.minor":            drv[1],
+		"cuda.driver.rev":              drv[2],
+		"cuda.runtime-version.full":    p.Driver.CUDAVersion,
+		"cuda.runtime-version.major":   cudaMajor,
+		"cuda.runtime-version.minor":   cudaMinor,
+		"cuda.runtime.major":           cudaMajor,
+		"cuda.runtime.minor":           cudaMinor,
+		"mig.capable":                  strconv.FormatBool(b.Modes.MIG != nil),
+		"vgpu.present":                 "false",
+		"gpu.sharing-strategy":         "none",
+		"gpu.replicas":                 "1",
+		"mps.capable":                  "false",
+	}
+	out := map[string]string{}
+	for k, v := range l {
+		out["nvidia.com/"+k] = v
+	}
+	return out
+}
+
+func TestGPUFeatureDiscoveryLabelsTheNodeAsARealNodeOfTheBoard(t *testing.T) {
+	needRoot(t)
+	gfd := nvidiaTool(t, "gpu-feature-discovery")
+	for _, tc := range toolCases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, p := installNode(t, tc.profile, tc.gpus)
+			dir := t.TempDir()
+			machine := "NVIDIA DGX " + p.Name
+			mt := filepath.Join(dir, "product_name")
+			must(t, os.WriteFile(mt, []byte(machine+"\n"), 0o644))
+			labels := filepath.Join(dir, "labels")
+			log := runTool(t, 2*time.Minute, toolEnv(res), gfd,
+				"--oneshot", "--no-timestamp", "--output-file", labels, "--machine-type-file", mt)
+			got := readLabels(t, labels)
+			var diffs []string
+			want := gfdLabels(p, machine)
+			for k, v := range want {
+				if g, ok := got[k]; !ok {
+					diffs = append(diffs, fmt.Sprintf("%s missing, want %q", k, v))
+				} else if g != v {
+					diffs = append(diffs, fmt.Sprintf("%s=%q, want %q", k, g, v))
+				}
+			}
+			if len(diffs) > 0 {
+				slices.Sort(diffs)
+				t.Errorf("labels differ from a real %s node:\n  %s\nall labels: %v\ngpu-feature-discovery said:\n%s",
+					p.Board.ProductName, strings.Join(diffs, "\n  "), got, log)
+			}
+		})
+	}
+}
+
+func readLabels(t *testing.T, path string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// devicePluginCaseEnv carries a case into the re-executed test binary that
+// runs inside a private mount namespace.
+const devicePluginCaseEnv = "NVMOCK_TEST_DEVICE_PLUGIN_CASE"
+
+// hostMountNSEnv names the parent's mount namespace, so the child can check
+// that it has a private one before mounting anything.
+const hostMountNSEnv = "NVMOCK_TEST_HOST_MOUNT_NS"
+
+// The plugin's own socket directory is hard-coded to
+// /var/lib/kubelet/device-plugins/, so the test re-executes itself in a
+// private mount namespace with a tmpfs there: nothing lands in the host's
+// /var/lib, and a real kubelet on the machine is not disturbed.
+func TestTheDevicePluginRegistersWithTheKubeletAndAllocatesTheMockGPUs(t *testing.T) {
+	if c := os.Getenv(devicePluginCaseEnv); c != "" {
+		devicePluginInNamespace(t, c)
+		return
+	}
+	needRoot(t)
+	nvidiaTool(t, "nvidia-device-plugin")
+	realAssets(t)
+	hostNS, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		testenv.Missing(t, "mount namespaces (%v)", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		profile string
+		gpus    int
+	}{
+		{"eight A100s", "a100", 8},
+		{"two H100s", "h100", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+strings.Split(t.Name(), "/")[0]+"$", "-test.v", "-test.timeout=150s")
+			cmd.Env = append(cleanEnv(), fmt.Sprintf("%s=%s:%d", devicePluginCaseEnv, tc.profile, tc.gpus), hostMountNSEnv+"="+hostNS)
+			// Go makes / recursively private in the child's new namespace.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			switch {
+			case err != nil && !errors.As(err, &exit) && errors.Is(err, syscall.EPERM):
+				testenv.Missing(t, "a private mount namespace (CAP_SYS_ADMIN): %v", err)
+			case err != nil:
+				t.Fatalf("in a private mount namespace: %v\n%s", err, out)
+			case bytes.Contains(out, []byte("--- SKIP")):
+				t.Skipf("skipped in the mount namespace:\n%s", out)
+			case !bytes.Contains(out, []byte("--- PASS")):
+				t.Fatalf("no test ran in the mount namespace:\n%s", out)
+			}
+			t.Logf("in a private mount namespace:\n%s", out)
+		})
+	}
+}
+
+// devicePluginInNamespace is the test proper: kubelet's side of the
+// device-plugin protocol against the real plugin on the mock node.
+func devicePluginInNamespace(t *testing.T, c string) {
+	name, n, _ := strings.Cut(c, ":")
+	gpus, err := strconv.Atoi(n)
+	if err != nil {
+		t.Fatalf("%s=%q: want profile:gpus", devicePluginCaseEnv, c)
+	}
+	privateKubeletDir(t)
+	dp := nvidiaTool(t, "nvidia-device-plugin")
+	res, _ := installNode(t, name, gpus)
+
+	kubelet := startKubelet(t, pluginapi.KubeletSocket)
+	var log syncBuffer
+	cmd := exec.Command(dp,
+		"--kubelet-socket", pluginapi.KubeletSocket,
+		"--driver-root", res.Driver, "--dev-root", res.Driver)
+	cmd.Env = toolEnv(res)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	// Should this process die first, the plugin must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("the device plugin ignored SIGTERM for 15s:\n%s", log.String())
+		}
+	})
+
+	reg := kubelet.waitRegister(t, time.Minute, exited, log.String)
+	if reg.Version != pluginapi.Version || reg.ResourceName != "nvidia.com/gpu" || reg.Endpoint != "nvidia-gpu.sock" {
+		t.Fatalf("Register %+v, want version %s, resource nvidia.com/gpu, endpoint nvidia-gpu.sock", reg, pluginapi.Version)
+	}
+	t.Logf("registered: %+v", reg)
+
+	plugin := dialPlugin(t, filepath.Join(pluginapi.DevicePluginPath, reg.Endpoint))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := plugin.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatalf("ListAndWatch: %v\n%s", err, log.String())
+	}
+	list, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("ListAndWatch: first response: %v\n%s", err, log.String())
+	}
+	var got, want []string
+	for _, d := range list.Devices {
+		got = append(got, d.ID+" "+d.Health)
+	}
+	for _, id := range res.GPUs {
+		want = append(want, id.UUID+" "+pluginapi.Healthy)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ListAndWatch devices:\n  %v\nwant every mock GPU by UUID, healthy:\n  %v", got, want)
+	}
+	t.Logf("ListAndWatch: %v", got)
+
+	// The kubelet asks where to place a multi-GPU request first; the plugin
+	// answers from the GPUs' topology (NVLink, PCIe ancestry).
+	if len(res.GPUs) >= 2 {
+		var all []string
+		for _, id := range res.GPUs {
+			all = append(all, id.UUID)
+		}
+		pref, err := plugin.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: all, AllocationSize: 2}},
+		})
+		if err != nil {
+			t.Fatalf("GetPreferredAllocation: %v\n%s", err, log.String())
+		}
+		if len(pref.ContainerResponses) != 1 || len(pref.ContainerResponses[0].DeviceIDs) != 2 {
+			t.Fatalf("GetPreferredAllocation of 2: %v", pref)
+		}
+		for _, id := range pref.ContainerResponses[0].DeviceIDs {
+			if !slices.Contains(all, id) {
+				t.Errorf("GetPreferredAllocation offers %s, not a mock GPU", id)
+			}
+		}
+		t.Logf("GetPreferredAllocation of 2: %v", pref.ContainerResponses[0].DeviceIDs)
+	}
+
+	pick := res.GPUs[len(res.GPUs)-1].UUID
+	alloc, err := plugin.Allocate(ctx, &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIDs: []string{pick}}},
+	})
+	if err != nil {
+		t.Fatalf("Allocate %s: %v\n%s", pick, err, log.String())
+	}
+	if len(alloc.ContainerResponses) != 1 {
+		t.Fatalf("Allocate: %d container responses, want 1", len(alloc.ContainerResponses))
+	}
+	if env := alloc.ContainerResponses[0].Envs; env["NVIDIA_VISIBLE_DEVICES"] != pick {
+		t.Errorf("Allocate %s: env %v, want NVIDIA_VISIBLE_DEVICES=%s", pick, env, pick)
+	}
+	t.Logf("Allocate %s: %v", pick, alloc.ContainerResponses[0])
+}
+
+// privateKubeletDir puts a tmpfs on /var/lib/kubelet (or on /var/lib where
+// the host has no kubelet dir: a mount point must exist) and creates
+// device-plugins/ in it. It refuses to run in the parent test's mount
+// namespace (named by hostMountNSEnv).
+func privateKubeletDir(t *testing.T) {
+	t.Helper()
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	host := os.Getenv(hostMountNSEnv)
+	if err != nil || host == "" || self == host {
+		t.Fatalf("refusing to mount over /var/lib outside a private mount namespace (self %q, parent %q, %v)", self, host, err)
+	}
+	target := "/var/lib/kubelet"
+	if _, err := os.Stat(target); err != nil {
+		target = "/var/lib"
+	}
+	if err := syscall.Mount("tmpfs", target, "tmpfs", 0, "mode=0755"); err != nil {
+		t.Fatalf("mount tmpfs on %s in the private namespace: %v", target, err)
+	}
+	must(t, os.MkdirAll(pluginapi.DevicePluginPath, 0o755))
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
