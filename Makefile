@@ -84,6 +84,9 @@ demo: deps driver ## the real nvidia-smi on mock GPUs: 8 A100s, then an H100 nod
 	@$(NVMOCK) exec --profile h100 -- nvidia-smi
 	@echo '$$ nvmock exec --profile h100 -- nvidia-smi topo -m'
 	@$(NVMOCK) exec --profile h100 -- nvidia-smi topo -m
+	@$(GO) build -o $(BUILD)/bin/nvml-list ./hack/nvml-list
+	@echo '$$ nvmock exec --profile h100 -- nvml-list             # a go-nvml program, unmodified'
+	@$(NVMOCK) exec --profile h100 -- $(BUILD)/bin/nvml-list
 
 clean: ## remove build outputs (keeps the download cache)
 	rm -rf $(BUILD)
