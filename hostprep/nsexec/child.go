@@ -78,12 +78,6 @@ func setup(s spec) error {
 		}
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	if _, err := os.Stat("/etc/ld.so.cache"); err != nil {
-		return fmt.Errorf("loader cache: this system has no /etc/ld.so.cache to stand in for (run ldconfig once as root): %w", err)
-	}
-	if err := bind(s.Cache, "/etc/ld.so.cache", true); err != nil {
-		return fmt.Errorf("loader cache: %w", err)
-	}
 	devs, err := os.ReadDir(filepath.Join(s.Driver, "dev"))
 	if err != nil {
 		return fmt.Errorf("overlay dev nodes: %w", err)
@@ -95,10 +89,17 @@ func setup(s spec) error {
 				return err
 			}
 		}
-		return nil
+		// The driver root at a fixed place, for the loader cache.
+		if err := os.MkdirAll(NamespaceDriver, 0o755); err != nil {
+			return err
+		}
+		return bind(s.Driver, NamespaceDriver, true)
 	})
 	if err != nil {
 		return fmt.Errorf("/dev: %w", err)
+	}
+	if err := loaderCache(s); err != nil {
+		return fmt.Errorf("loader cache: %w", err)
 	}
 	err = mirror("/proc/driver", filepath.Join(s.Work, "stage", "proc"), false, true, func() error {
 		if err := os.Mkdir("/proc/driver/nvidia", 0o555); err != nil {
@@ -236,4 +237,25 @@ func bind(src, dst string, ro bool) error {
 		return fmt.Errorf("make %s read-only: %w", dst, err)
 	}
 	return nil
+}
+
+// loaderCache shows s.Cache as /etc/ld.so.cache, making it first if no
+// earlier run has: ldconfig must see the library at NamespaceDriver, which
+// exists only in here.
+func loaderCache(s spec) error {
+	if _, err := os.Stat(s.Cache); err != nil {
+		if err := os.MkdirAll(filepath.Dir(s.Cache), 0o755); err != nil {
+			return err
+		}
+		tmp := fmt.Sprintf("%s.%d", s.Cache, os.Getpid())
+		// -X: leave the library directories' links alone.
+		if out, err := exec.Command(s.Ldconfig, "-X", "-C", tmp, "-f", s.CacheConf).CombinedOutput(); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("%s: %w: %s", s.Ldconfig, err, strings.TrimSpace(string(out)))
+		}
+		if err := os.Rename(tmp, s.Cache); err != nil { // atomic: concurrent runs make the same file
+			return err
+		}
+	}
+	return bind(s.Cache, "/etc/ld.so.cache", true)
 }

@@ -1,7 +1,7 @@
 package nsexec
 
 import (
-	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,10 +77,12 @@ func RunRendered(render func(dir string) (driver string, err error), o Options) 
 
 // spec is what the parent hands the child on its command line.
 type spec struct {
-	Driver string `json:"driver"`
-	Work   string `json:"work"`
-	Cache  string `json:"cache"`
-	UserNS bool   `json:"userns"`
+	Driver    string `json:"driver"`
+	Work      string `json:"work"`
+	Cache     string `json:"cache"`     // the loader cache to show, made on first use
+	CacheConf string `json:"cacheConf"` // ldconfig's configuration to make it from
+	Ldconfig  string `json:"ldconfig"`
+	UserNS    bool   `json:"userns"`
 }
 
 // Run runs o.Args in a private mount namespace showing the overlay and
@@ -103,7 +105,7 @@ func Run(o Options) (int, error) {
 			return StatusSetup, fmt.Errorf("prepare %s: %w", o.Work, err)
 		}
 	}
-	cache, err := LoaderCache(filepath.Join(o.Driver, "usr", "lib64"), o.Work)
+	plan, err := planLoaderCache(o.Work)
 	if err != nil {
 		return StatusSetup, err
 	}
@@ -115,7 +117,8 @@ func Run(o Options) (int, error) {
 
 	userns := os.Geteuid() != 0 || o.forceUserNS
 	if !userns {
-		status, err := start(o, spec{o.Driver, o.Work, cache, false}, env)
+		plan.Driver, plan.Work = o.Driver, o.Work
+		status, err := start(o, plan, env)
 		// Root without CAP_SYS_ADMIN (an unprivileged container) may still
 		// own a user namespace.
 		if !errors.Is(err, syscall.EPERM) {
@@ -123,7 +126,8 @@ func Run(o Options) (int, error) {
 		}
 		userns = true
 	}
-	status, err := start(o, spec{o.Driver, o.Work, cache, true}, env)
+	plan.Driver, plan.Work, plan.UserNS = o.Driver, o.Work, true
+	status, err := start(o, plan, env)
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EACCES) {
 		return StatusSetup, fmt.Errorf("cannot create a private mount namespace: run as root, or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1, kernel.apparmor_restrict_unprivileged_userns=0): %w", err)
 	}
@@ -245,30 +249,42 @@ func CommandEnv(env []string, bin string) []string {
 	return append(out, "PATH="+bin+":"+path)
 }
 
-// LoaderCache writes work/ld.so.cache: the dynamic loader's cache with lib
-// listed before every directory the host's /etc/ld.so.conf names, so that
-// dlopen("libnvidia-ml.so.1") finds the overlay's library first.
-func LoaderCache(lib, work string) (string, error) {
-	conf := filepath.Join(work, "ld.so.conf")
-	var b bytes.Buffer
-	fmt.Fprintln(&b, lib)
+// NamespaceDriver is where the child shows the overlay's driver root: a
+// fixed path, so the loader cache that points at its library can be made
+// once and kept (ldconfig takes most of a run's start-up).
+const NamespaceDriver = "/dev/.nvmock/driver"
+
+// planLoaderCache says which loader cache the child shows: one that lists
+// NamespaceDriver's lib64 before every directory the host's
+// /etc/ld.so.conf names, so dlopen("libnvidia-ml.so.1") finds the mock
+// first. It is kept in the user's cache directory under a name that changes
+// with the host's own cache, and made by the first child that needs it.
+func planLoaderCache(work string) (spec, error) {
+	conf := NamespaceDriver + "/usr/lib64\n"
 	if _, err := os.Stat("/etc/ld.so.conf"); err == nil {
-		fmt.Fprintln(&b, "include /etc/ld.so.conf")
+		conf += "include /etc/ld.so.conf\n"
 	}
-	if err := os.WriteFile(conf, b.Bytes(), 0o644); err != nil {
-		return "", fmt.Errorf("write loader config: %w", err)
+	confPath := filepath.Join(work, "ld.so.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return spec{}, fmt.Errorf("write loader config: %w", err)
 	}
 	ldconfig, err := findLdconfig()
 	if err != nil {
-		return "", err
+		return spec{}, err
 	}
-	cache := filepath.Join(work, "ld.so.cache")
-	// -X: leave the library directories' links alone.
-	out, err := exec.Command(ldconfig, "-X", "-C", cache, "-f", conf).CombinedOutput()
+	host, err := os.ReadFile("/etc/ld.so.cache")
 	if err != nil {
-		return "", fmt.Errorf("build loader cache with %s: %w: %s", ldconfig, err, bytes.TrimSpace(out))
+		return spec{}, fmt.Errorf("loader cache: this system has no /etc/ld.so.cache to stand in for (run ldconfig once as root): %w", err)
 	}
-	return cache, nil
+	h := sha256.New()
+	h.Write(host)
+	h.Write([]byte(conf))
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("nvmock-cache-%d", os.Geteuid()))
+	}
+	cache := filepath.Join(dir, "nvmock", fmt.Sprintf("ld.so.cache-%x", h.Sum(nil)[:8]))
+	return spec{Cache: cache, CacheConf: confPath, Ldconfig: ldconfig}, nil
 }
 
 func findLdconfig() (string, error) {
