@@ -1,0 +1,262 @@
+package inject
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// CDI kinds whose devices name this node's GPUs.
+const (
+	CDIKindMock   = "nvmock.io/gpu"
+	CDIKindNVIDIA = "nvidia.com/gpu"
+)
+
+// choose marks in sel the GPUs the container gets, first source that says
+// wins:
+//
+//  1. GPUs already in the spec: CDI devices of the two GPU kinds and
+//     /dev/nvidiaN nodes (together). They come before the environment
+//     because a CDI spec sets NVIDIA_VISIBLE_DEVICES=void beside its nodes.
+//  2. NVIDIA_VISIBLE_DEVICES: all; void or none (nothing); node indices and
+//     UUIDs (or unique UUID prefixes, as the library accepts). Empty or
+//     unset falls through.
+//  3. The pod annotation nvmock.io/gpus (request grammar, parseRequest).
+//  4. Config.DefaultGPUs, "all" when empty.
+//
+// It returns why a source is bad, or "" when sel is the answer (all false
+// for none). Nothing a pod says becomes a path: values only select among
+// the node's GPUs.
+func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) string {
+	found := false
+	for _, name := range ctr.CDIDevices {
+		kind, dev, _ := strings.Cut(name, "=")
+		if kind != CDIKindMock && kind != CDIKindNVIDIA {
+			continue
+		}
+		found = true
+		if dev == "all" {
+			setAll(sel)
+			continue
+		}
+		i, why := node.lookup(dev)
+		if why != "" {
+			return fmt.Sprintf("CDI device %s %s", quote(name), why)
+		}
+		sel[i] = true
+	}
+	for _, d := range ctr.Devices {
+		if !isGPUNode(d.Path) {
+			continue
+		}
+		found = true
+		i := node.byPath(d.Path)
+		if i < 0 {
+			return fmt.Sprintf("device node %s is no GPU of this node", quote(d.Path))
+		}
+		sel[i] = true
+	}
+	if found {
+		return ""
+	}
+
+	if v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv); ok && strings.TrimSpace(v) != "" {
+		switch t := strings.TrimSpace(v); t {
+		case "all":
+			setAll(sel)
+		case "void", "none":
+		default:
+			if why := node.selectList(t, sel); why != "" {
+				return fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
+			}
+		}
+		return ""
+	}
+
+	if v, ok := pod.Annotations[GPUsAnnotation]; ok && strings.TrimSpace(v) != "" {
+		if why := node.selectRequest(v, sel); why != "" {
+			return fmt.Sprintf("annotation %s=%s %s", GPUsAnnotation, quote(v), why)
+		}
+		return ""
+	}
+
+	def := cfg.DefaultGPUs
+	if def == "" {
+		def = "all"
+	}
+	if why := node.selectRequest(def, sel); why != "" {
+		return fmt.Sprintf("config default GPUs %s %s", quote(def), why)
+	}
+	return ""
+}
+
+func setAll(sel []bool) {
+	for i := range sel {
+		sel[i] = true
+	}
+}
+
+// isGPUNode says whether p is /dev/nvidia<digits>.
+func isGPUNode(p string) bool {
+	const pre = "/dev/nvidia"
+	return len(p) > len(pre) && p[:len(pre)] == pre && digits(p[len(pre):])
+}
+
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func (n *NodeState) byPath(p string) int {
+	for i := range n.GPUs {
+		if n.GPUs[i].Node.Path == p {
+			return i
+		}
+	}
+	return -1
+}
+
+// lookup finds a GPU by node index, UUID or unique UUID prefix.
+func (n *NodeState) lookup(s string) (int, string) {
+	if digits(s) {
+		v, err := strconv.Atoi(s)
+		if err != nil || v >= len(n.GPUs) {
+			return -1, fmt.Sprintf("names index %s; the node has GPUs 0-%d", quote(s), len(n.GPUs)-1)
+		}
+		return v, ""
+	}
+	if strings.HasPrefix(s, "GPU-") {
+		found := -1
+		for i := range n.GPUs {
+			u := n.GPUs[i].UUID
+			if u == s {
+				return i, ""
+			}
+			if len(s) > len("GPU-") && strings.HasPrefix(u, s) {
+				if found >= 0 {
+					return -1, fmt.Sprintf("names %s, a prefix of more than one GPU's UUID", quote(s))
+				}
+				found = i
+			}
+		}
+		if found >= 0 {
+			return found, ""
+		}
+		return -1, fmt.Sprintf("names %s, no GPU of this node", quote(s))
+	}
+	return -1, fmt.Sprintf("has %s, neither a GPU index nor a UUID", quote(s))
+}
+
+// selectList marks a comma list of indices and UUIDs; empty entries are
+// skipped, but at least one entry must be there.
+func (n *NodeState) selectList(list string, sel []bool) string {
+	named := false
+	for list != "" {
+		var e string
+		e, list, _ = strings.Cut(list, ",")
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		i, why := n.lookup(e)
+		if why != "" {
+			return why
+		}
+		sel[i] = true
+		named = true
+	}
+	if !named {
+		return "names no GPU"
+	}
+	return ""
+}
+
+// selectRequest marks what a request asks for: "all"; "none"; a count N
+// (a bare number: the N least used GPUs, lower index first on a tie); or a
+// comma list of indices and UUIDs. A bare number is always a count: to name
+// the single GPU with index 2, write "2," or its UUID.
+func (n *NodeState) selectRequest(v string, sel []bool) string {
+	v = strings.TrimSpace(v)
+	switch {
+	case v == "all":
+		setAll(sel)
+	case v == "none":
+	case digits(v):
+		c, err := strconv.Atoi(v)
+		if err != nil || c > len(n.GPUs) {
+			return fmt.Sprintf("asks for more GPUs than the node's %d", len(n.GPUs))
+		}
+		n.leastUsed(c, sel)
+	case strings.Contains(v, ",") || strings.HasPrefix(v, "GPU-"):
+		return n.selectList(v, sel)
+	default:
+		return "is not all, none, a count or a comma list of GPU indices and UUIDs"
+	}
+	return ""
+}
+
+// leastUsed marks the c GPUs with the lowest use counts, lower index first.
+func (n *NodeState) leastUsed(c int, sel []bool) {
+	for k := 0; k < c; k++ {
+		best := -1
+		for i := range sel {
+			if sel[i] {
+				continue
+			}
+			if best < 0 || n.use(i) < n.use(best) {
+				best = i
+			}
+		}
+		sel[best] = true
+	}
+}
+
+func (n *NodeState) use(i int) int {
+	if n.InUse == nil {
+		return 0
+	}
+	return n.InUse[i]
+}
+
+// quote quotes a value for a message, cut to a length a log line can bear.
+func quote(s string) string {
+	const max = 64
+	if len(s) > max {
+		return strconv.Quote(s[:max]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+// ValidateRequest checks a request's grammar (all, none, a count, a comma
+// list of indices and UUIDs) without a node, for Config.DefaultGPUs.
+func ValidateRequest(v string) error {
+	t := strings.TrimSpace(v)
+	switch {
+	case t == "all", t == "none", digits(t):
+		return nil
+	case strings.Contains(t, ",") || strings.HasPrefix(t, "GPU-"):
+		named := false
+		for _, e := range strings.Split(t, ",") {
+			e = strings.TrimSpace(e)
+			if e == "" {
+				continue
+			}
+			if !digits(e) && !(strings.HasPrefix(e, "GPU-") && len(e) > len("GPU-")) {
+				return fmt.Errorf("%q: entry %q is neither a GPU index nor a UUID", v, e)
+			}
+			named = true
+		}
+		if named {
+			return nil
+		}
+	}
+	return errors.New(strconv.Quote(v) + " is not all, none, a count or a comma list of GPU indices and UUIDs")
+}

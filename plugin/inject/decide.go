@@ -1,0 +1,295 @@
+package inject
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Decide returns what to change in one container, or ok=false to leave it
+// untouched. ok is true exactly when the Adjustment holds an edit. A bad
+// request (annotation, env, CDI name) never blocks the container: it gets no
+// GPUs (ok=false) and adj.Warnings says why; the caller logs and counts the
+// warnings whatever ok is. err is non-nil only for a node state that cannot
+// be injected safely or a failing extension; ok is then false as well.
+func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, bool, error) {
+	if !wanted(&cfg, &node, &pod, &ctr) {
+		return Adjustment{}, false, nil
+	}
+	if len(node.GPUs) == 0 && node.Library == "" {
+		return Adjustment{}, false, nil // no overlay on this node: nothing to give
+	}
+	if err := node.check(); err != nil {
+		return Adjustment{}, false, fmt.Errorf("pod %s/%s container %s: %w", pod.Namespace, pod.Name, ctr.Name, err)
+	}
+
+	var buf [128]bool // selection without an allocation on nodes up to 128 GPUs
+	sel := buf[:0]
+	if n := len(node.GPUs); n <= len(buf) {
+		sel = buf[:n]
+	} else {
+		sel = make([]bool, n)
+	}
+	if bad := choose(&cfg, &node, &pod, &ctr, sel); bad != "" {
+		// Why fail open: a typo in a pod must not stop it; it runs without GPUs.
+		return Adjustment{Warnings: []string{fmt.Sprintf("pod %s/%s container %s: %s; giving it no GPUs", pod.Namespace, pod.Name, ctr.Name, bad)}}, false, nil
+	}
+	adj := build(&cfg, &node, &ctr, sel)
+	if len(adj.GPUs) == 0 {
+		return Adjustment{}, false, nil // "none": nothing GPU-related at all
+	}
+	if len(cfg.Extensions) > 0 {
+		in := Input{Node: node, Pod: pod, Ctr: ctr, GPUs: adj.GPUs}
+		for _, ext := range cfg.Extensions {
+			if err := ext.Apply(in, &adj); err != nil {
+				return Adjustment{}, false, fmt.Errorf("pod %s/%s container %s: extension %s: %w", pod.Namespace, pod.Name, ctr.Name, ext.Name, err)
+			}
+		}
+	}
+	if err := checkRealMajor(&node, &adj); err != nil {
+		return Adjustment{}, false, fmt.Errorf("pod %s/%s container %s: %w", pod.Namespace, pod.Name, ctr.Name, err)
+	}
+	return adj, true, nil
+}
+
+// wanted says whether the container may be injected at all.
+func wanted(cfg *Config, node *NodeState, pod *Pod, ctr *Container) bool {
+	if ctr.Sandbox {
+		return false
+	}
+	ns := pod.Namespace
+	if ns == "kube-system" || ns == cfg.OwnNamespace || ns == "" {
+		return false
+	}
+	if !node.OptedIn[ns] && !allowlisted(cfg.Namespaces, ns) {
+		return false
+	}
+	if v, ok := pod.Annotations[InjectAnnotation]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
+		return false
+	}
+	// Why nothing by default on a real driver: the mock would shadow real GPUs.
+	return !node.RealDriver || cfg.AllowWithRealDriver
+}
+
+func allowlisted(list []string, ns string) bool {
+	for _, n := range list {
+		if n == ns || n == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// realMajor is the NVIDIA driver's registered character major.
+const realMajor = 195
+
+// checkRealMajor refuses a device node with NVIDIA's real major that is not
+// one of the overlay's own nodes (an extension's mistake, say).
+func checkRealMajor(node *NodeState, adj *Adjustment) error {
+	for _, d := range adj.Devices {
+		if d.Major != realMajor {
+			continue
+		}
+		if !node.hasNode(d) {
+			return fmt.Errorf("device %s has NVIDIA's real major %d:%d, which the node's overlay does not have", d.Path, d.Major, d.Minor)
+		}
+	}
+	for _, r := range adj.DeviceRules {
+		if r.Major == realMajor && r.Allow && !node.hasNumbers(r.Major, r.Minor) {
+			return fmt.Errorf("device rule allows NVIDIA's real major %d:%d, which the node's overlay does not have", r.Major, r.Minor)
+		}
+	}
+	return nil
+}
+
+func (n *NodeState) hasNode(d DeviceNode) bool {
+	for i := range n.GPUs {
+		if n.GPUs[i].Node == d {
+			return true
+		}
+	}
+	for _, c := range n.Control {
+		if c == d {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *NodeState) hasNumbers(major, minor int64) bool {
+	for i := range n.GPUs {
+		if g := n.GPUs[i].Node; g.Major == major && g.Minor == minor {
+			return true
+		}
+	}
+	for _, c := range n.Control {
+		if c.Major == major && c.Minor == minor {
+			return true
+		}
+	}
+	return false
+}
+
+// check refuses a node state the decision cannot inject safely.
+func (n *NodeState) check() error {
+	var missing []string
+	for _, p := range [...][2]string{{"library", n.Library}, {"nvidia-smi", n.NvidiaSMI}, {"snapshot", n.Snapshot}} {
+		if !strings.HasPrefix(p[1], "/") {
+			missing = append(missing, p[0])
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("node state: no absolute host path for the overlay's %s", strings.Join(missing, ", "))
+	}
+	if len(n.GPUs) == 0 {
+		return fmt.Errorf("node state: overlay %s has no GPUs", n.DriverRoot)
+	}
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		if g.Index != i || g.UUID == "" || !strings.HasPrefix(g.Node.Path, "/dev/") {
+			return fmt.Errorf("node state: GPU %d: want index %d, a UUID and a /dev node (have %d, %q, %q)", i, i, g.Index, g.UUID, g.Node.Path)
+		}
+	}
+	ctl := false
+	for _, c := range n.Control {
+		if !strings.HasPrefix(c.Path, "/dev/") {
+			return fmt.Errorf("node state: control node %q is not under /dev", c.Path)
+		}
+		ctl = ctl || c.Path == "/dev/nvidiactl"
+	}
+	if !ctl {
+		// Without nvidiactl in the container the library would show every GPU.
+		return fmt.Errorf("node state: no /dev/nvidiactl control node")
+	}
+	if n.InUse != nil && len(n.InUse) != len(n.GPUs) {
+		return fmt.Errorf("node state: use counts for %d GPUs, the node has %d", len(n.InUse), len(n.GPUs))
+	}
+	return nil
+}
+
+// bindOptions are the options of every mount: read-only, no devices, no setuid.
+var bindOptions = [...]string{"bind", "ro", "nosuid", "nodev"}
+
+// build makes the edits that give the selected GPUs.
+func build(cfg *Config, node *NodeState, ctr *Container, sel []bool) Adjustment {
+	count := 0
+	for _, s := range sel {
+		if s {
+			count++
+		}
+	}
+	if count == 0 {
+		return Adjustment{}
+	}
+	var adj Adjustment
+	adj.GPUs = make([]int, 0, count)
+	uuidLen := 0
+	for i, s := range sel {
+		if s {
+			adj.GPUs = append(adj.GPUs, i)
+			uuidLen += len(node.GPUs[i].UUID) + 1
+		}
+	}
+
+	libs := cfg.LibraryPaths
+	if libs == nil {
+		libs = DefaultLibraryPaths
+	}
+	opts := make([]string, len(bindOptions))
+	copy(opts, bindOptions[:])
+	opts = opts[:len(opts):len(opts)] // mounts share it; an append copies
+	adj.Mounts = make([]Mount, 0, 2*len(libs)+1)
+	for _, l := range libs {
+		adj.Mounts = append(adj.Mounts, Mount{Source: node.Library, Destination: l, Type: "bind", Options: opts})
+	}
+	firstSnap := ""
+	for _, l := range libs {
+		sp, ok := SnapshotPathFor(l)
+		if !ok || hasDestination(adj.Mounts, sp) {
+			continue // Validate refuses the first; the second is a duplicate
+		}
+		if firstSnap == "" {
+			firstSnap = sp
+		}
+		adj.Mounts = append(adj.Mounts, Mount{Source: node.Snapshot, Destination: sp, Type: "bind", Options: opts})
+	}
+	adj.Mounts = append(adj.Mounts, Mount{Source: node.NvidiaSMI, Destination: NvidiaSMIPath, Type: "bind", Options: opts})
+
+	adj.Devices = make([]DeviceNode, 0, count+len(node.Control))
+	for _, i := range adj.GPUs {
+		adj.Devices = append(adj.Devices, node.GPUs[i].Node)
+	}
+	adj.Devices = append(adj.Devices, node.Control...)
+	adj.DeviceRules = make([]DeviceRule, 0, len(adj.Devices))
+	for _, d := range adj.Devices {
+		if !hasRule(adj.DeviceRules, d) {
+			adj.DeviceRules = append(adj.DeviceRules, DeviceRule{Allow: true, Type: d.Type, Major: d.Major, Minor: d.Minor, Access: "rwm"})
+		}
+	}
+
+	var b strings.Builder
+	b.Grow(uuidLen)
+	for k, i := range adj.GPUs {
+		if k > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(node.GPUs[i].UUID)
+	}
+	adj.Env = make([]EnvVar, 0, 2)
+	adj.Env = append(adj.Env, EnvVar{Key: VisibleDevicesEnv, Value: b.String()})
+	if _, set := lookupEnv(ctr.Env, SnapshotEnv); !set && firstSnap != "" {
+		// A fallback for a library reached by another path; the user's own setting wins.
+		adj.Env = append(adj.Env, EnvVar{Key: SnapshotEnv, Value: firstSnap})
+	}
+	return adj
+}
+
+func hasDestination(ms []Mount, dst string) bool {
+	for i := range ms {
+		if ms[i].Destination == dst {
+			return true
+		}
+	}
+	return false
+}
+
+func hasRule(rs []DeviceRule, d DeviceNode) bool {
+	for _, r := range rs {
+		if r.Type == d.Type && r.Major == d.Major && r.Minor == d.Minor {
+			return true
+		}
+	}
+	return false
+}
+
+// lookupEnv finds the last KEY=value of key, as runtimes resolve duplicates.
+func lookupEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		kv := env[i]
+		if len(kv) > len(key) && kv[len(key)] == '=' && kv[:len(key)] == key {
+			return kv[len(key)+1:], true
+		}
+	}
+	return "", false
+}
+
+// libDirs are the directories libnvml/snapshot.c recognises, in its order.
+var libDirs = [...]string{"/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib", "/lib64"}
+
+// SnapshotPathFor is where the library reads its snapshot when loaded from
+// libPath (already resolved, as realpath(3) gives it), mirroring
+// snapshot_path() in libnvml/snapshot.c: the library's directory minus a
+// standard library directory suffix, plus /etc/nvmock/snapshot. ok is false
+// when the directory is not one the library recognises.
+func SnapshotPathFor(libPath string) (string, bool) {
+	slash := strings.LastIndexByte(libPath, '/')
+	if slash < 0 {
+		return "", false
+	}
+	dir := libPath[:slash]
+	for _, l := range libDirs {
+		if strings.HasSuffix(dir, l) {
+			return dir[:len(dir)-len(l)] + "/etc/nvmock/snapshot", true
+		}
+	}
+	return "", false
+}

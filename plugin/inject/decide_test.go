@@ -1,0 +1,583 @@
+package inject
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+const (
+	testSeed   = "inject-test-node"
+	testDriver = "/var/lib/nvmock/driver"
+)
+
+// testNode is an installed overlay of n GPUs as NodeStateFromOverlay reads
+// it: inert /dev/null numbers, or NVIDIA's real ones (--real-device-numbers).
+func testNode(n int, real bool) NodeState {
+	node := NodeState{
+		DriverRoot: testDriver,
+		Overlay:    "/var/lib/nvmock/overlays/0123456789abcdef/driver",
+		Library:    testDriver + "/usr/lib64/libnvidia-ml.so.1",
+		NvidiaSMI:  testDriver + "/usr/bin/nvidia-smi",
+		Snapshot:   testDriver + "/etc/nvmock/snapshot",
+		OptedIn:    map[string]bool{"ml": true, "kube-system": true, "nvmock": true},
+	}
+	dev := func(name string, major, minor int64) DeviceNode {
+		if !real {
+			major, minor = 1, 3
+		}
+		return DeviceNode{Path: "/dev/" + name, Type: "c", Major: major, Minor: minor, FileMode: 0o666}
+	}
+	for i := 0; i < n; i++ {
+		node.GPUs = append(node.GPUs, GPU{Index: i, UUID: snapshot.UUID("a100", testSeed, i), Node: dev("nvidia"+strconv.Itoa(i), 195, int64(i))})
+	}
+	node.Control = []DeviceNode{dev("nvidiactl", 195, 255), dev("nvidia-uvm", 511, 0), dev("nvidia-uvm-tools", 511, 1)}
+	return node
+}
+
+func uuid(i int) string { return snapshot.UUID("a100", testSeed, i) }
+
+var testConfig = Config{OwnNamespace: "nvmock"}
+
+func pod(ns string, ann ...string) Pod {
+	p := Pod{Namespace: ns, Name: "train", Annotations: map[string]string{}}
+	for i := 0; i+1 < len(ann); i += 2 {
+		p.Annotations[ann[i]] = ann[i+1]
+	}
+	return p
+}
+
+var ctr = Container{Name: "trainer", Env: []string{"PATH=/usr/bin:/bin", "HOME=/root"}}
+
+func withEnv(c Container, kv ...string) Container {
+	c.Env = append(append([]string(nil), c.Env...), kv...)
+	return c
+}
+
+var ro = []string{"bind", "ro", "nosuid", "nodev"}
+
+// gave is the adjustment that gives the GPUs with the default library paths.
+func gave(node NodeState, gpus ...int) Adjustment {
+	a := Adjustment{
+		GPUs: gpus,
+		Mounts: []Mount{
+			{Source: node.Library, Destination: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", Type: "bind", Options: ro},
+			{Source: node.Library, Destination: "/usr/lib64/libnvidia-ml.so.1", Type: "bind", Options: ro},
+			{Source: node.Snapshot, Destination: "/etc/nvmock/snapshot", Type: "bind", Options: ro},
+			{Source: node.NvidiaSMI, Destination: "/usr/bin/nvidia-smi", Type: "bind", Options: ro},
+		},
+	}
+	var uuids []string
+	for _, i := range gpus {
+		a.Devices = append(a.Devices, node.GPUs[i].Node)
+		uuids = append(uuids, node.GPUs[i].UUID)
+	}
+	a.Devices = append(a.Devices, node.Control...)
+	seen := map[[2]int64]bool{}
+	for _, d := range a.Devices {
+		if !seen[[2]int64{d.Major, d.Minor}] {
+			seen[[2]int64{d.Major, d.Minor}] = true
+			a.DeviceRules = append(a.DeviceRules, DeviceRule{Allow: true, Type: "c", Major: d.Major, Minor: d.Minor, Access: "rwm"})
+		}
+	}
+	a.Env = []EnvVar{{VisibleDevicesEnv, strings.Join(uuids, ",")}, {SnapshotEnv, "/etc/nvmock/snapshot"}}
+	return a
+}
+
+func all(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+func warned(msg string) Adjustment { return Adjustment{Warnings: []string{msg}} }
+
+type decideCase struct {
+	name string
+	cfg  Config
+	node NodeState
+	pod  Pod
+	ctr  Container
+	want Adjustment
+	ok   bool
+	err  string // substring of the error; "" for none
+}
+
+func runDecide(t *testing.T, cases []decideCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok, err := Decide(c.cfg, c.node, c.pod, c.ctr)
+			switch {
+			case c.err == "" && err != nil:
+				t.Fatalf("error: %v", err)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+				t.Fatalf("error %v, want one containing %q", err, c.err)
+			}
+			if ok != c.ok {
+				t.Errorf("ok = %v, want %v", ok, c.ok)
+			}
+			if d := diff(got, c.want); d != "" {
+				t.Errorf("adjustment differs:\n%s", d)
+			}
+			checkInvariants(t, c.node, got, ok)
+		})
+	}
+}
+
+// checkInvariants holds for every answer: ok says there are edits; nothing
+// touches the loader's environment; mounts come only from the overlay;
+// nothing carries NVIDIA's real major unless the overlay's nodes do.
+func checkInvariants(t *testing.T, node NodeState, a Adjustment, ok bool) {
+	t.Helper()
+	if ok == a.Empty() {
+		t.Errorf("ok = %v but Empty() = %v", ok, a.Empty())
+	}
+	for _, e := range a.Env {
+		if strings.HasPrefix(e.Key, "LD_") {
+			t.Errorf("sets %s: a musl or static image could break", e.Key)
+		}
+	}
+	for _, m := range a.Mounts {
+		if m.Source != node.Library && m.Source != node.NvidiaSMI && m.Source != node.Snapshot && !strings.HasPrefix(m.Source, "/sys/") {
+			t.Errorf("mount source %s is not one of the overlay's files", m.Source)
+		}
+		if !strings.Contains(strings.Join(m.Options, ","), "ro") {
+			t.Errorf("mount %s is not read-only", m.Destination)
+		}
+	}
+	for _, d := range a.Devices {
+		if d.Major == 195 && !node.hasNode(d) {
+			t.Errorf("device %s has the real major without the overlay having it", d.Path)
+		}
+	}
+}
+
+func TestDecideWhoIsInjected(t *testing.T) {
+	n8 := testNode(8, false)
+	realDriver := testNode(8, false)
+	realDriver.RealDriver = true
+	allowlist := testConfig
+	allowlist.Namespaces = []string{"ci"}
+	star := testConfig
+	star.Namespaces = []string{"*"}
+	allowReal := testConfig
+	allowReal.AllowWithRealDriver = true
+	sandbox := ctr
+	sandbox.Sandbox = true
+
+	runDecide(t, []decideCase{
+		{name: "a container in an opted-in namespace gets every GPU by default",
+			cfg: testConfig, node: n8, pod: pod("ml"), ctr: ctr, want: gave(n8, all(8)...), ok: true},
+		{name: "a container in a namespace nobody opted in is left untouched",
+			cfg: testConfig, node: n8, pod: pod("web"), ctr: ctr},
+		{name: "a namespace on the config allowlist is injected without a label",
+			cfg: allowlist, node: n8, pod: pod("ci"), ctr: ctr, want: gave(n8, all(8)...), ok: true},
+		{name: "the allowlist does not open other namespaces",
+			cfg: allowlist, node: n8, pod: pod("web"), ctr: ctr},
+		{name: "an allowlist of star injects any namespace",
+			cfg: star, node: n8, pod: pod("web"), ctr: ctr, want: gave(n8, all(8)...), ok: true},
+		{name: "kube-system is never injected even when labelled and allowlisted by star",
+			cfg: star, node: n8, pod: pod("kube-system"), ctr: ctr},
+		{name: "the plugin's own namespace is never injected even when labelled",
+			cfg: star, node: n8, pod: pod("nvmock"), ctr: ctr},
+		{name: "a pod annotated nvmock.io/inject=false is left untouched",
+			cfg: testConfig, node: n8, pod: pod("ml", InjectAnnotation, "false"), ctr: ctr},
+		{name: "the opt-out ignores case and spaces",
+			cfg: testConfig, node: n8, pod: pod("ml", InjectAnnotation, " False "), ctr: ctr},
+		{name: "an inject annotation other than false changes nothing",
+			cfg: testConfig, node: n8, pod: pod("ml", InjectAnnotation, "true"), ctr: ctr, want: gave(n8, all(8)...), ok: true},
+		{name: "a pod sandbox is never touched",
+			cfg: testConfig, node: n8, pod: pod("ml"), ctr: sandbox},
+		{name: "a node with a real NVIDIA driver injects nothing by default",
+			cfg: testConfig, node: realDriver, pod: pod("ml"), ctr: ctr},
+		{name: "a node with a real NVIDIA driver injects when the config allows it",
+			cfg: allowReal, node: realDriver, pod: pod("ml"), ctr: ctr, want: gave(realDriver, all(8)...), ok: true},
+		{name: "a node without an overlay leaves containers untouched",
+			cfg: testConfig, node: NodeState{OptedIn: map[string]bool{"ml": true}}, pod: pod("ml"), ctr: ctr},
+		{name: "a pod without a namespace is left untouched",
+			cfg: star, node: n8, pod: pod(""), ctr: ctr},
+	})
+}
+
+func TestDecideGivesTheOverlayPieces(t *testing.T) {
+	// One answer written out in full, so the shape is pinned without gave().
+	n8 := testNode(8, true)
+	c := withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1,3")
+	got, ok, err := Decide(testConfig, n8, pod("ml"), c)
+	if err != nil || !ok {
+		t.Fatalf("Decide = ok %v, err %v", ok, err)
+	}
+	opts := []string{"bind", "ro", "nosuid", "nodev"}
+	want := Adjustment{
+		GPUs: []int{1, 3},
+		Mounts: []Mount{
+			{Source: "/var/lib/nvmock/driver/usr/lib64/libnvidia-ml.so.1", Destination: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", Type: "bind", Options: opts},
+			{Source: "/var/lib/nvmock/driver/usr/lib64/libnvidia-ml.so.1", Destination: "/usr/lib64/libnvidia-ml.so.1", Type: "bind", Options: opts},
+			{Source: "/var/lib/nvmock/driver/etc/nvmock/snapshot", Destination: "/etc/nvmock/snapshot", Type: "bind", Options: opts},
+			{Source: "/var/lib/nvmock/driver/usr/bin/nvidia-smi", Destination: "/usr/bin/nvidia-smi", Type: "bind", Options: opts},
+		},
+		Devices: []DeviceNode{
+			{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: 0o666},
+			{Path: "/dev/nvidia3", Type: "c", Major: 195, Minor: 3, FileMode: 0o666},
+			{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255, FileMode: 0o666},
+			{Path: "/dev/nvidia-uvm", Type: "c", Major: 511, Minor: 0, FileMode: 0o666},
+			{Path: "/dev/nvidia-uvm-tools", Type: "c", Major: 511, Minor: 1, FileMode: 0o666},
+		},
+		DeviceRules: []DeviceRule{
+			{Allow: true, Type: "c", Major: 195, Minor: 1, Access: "rwm"},
+			{Allow: true, Type: "c", Major: 195, Minor: 3, Access: "rwm"},
+			{Allow: true, Type: "c", Major: 195, Minor: 255, Access: "rwm"},
+			{Allow: true, Type: "c", Major: 511, Minor: 0, Access: "rwm"},
+			{Allow: true, Type: "c", Major: 511, Minor: 1, Access: "rwm"},
+		},
+		Env: []EnvVar{
+			{Key: "NVIDIA_VISIBLE_DEVICES", Value: uuid(1) + "," + uuid(3)},
+			{Key: "NVMOCK_SNAPSHOT", Value: "/etc/nvmock/snapshot"},
+		},
+	}
+	if d := diff(got, want); d != "" {
+		t.Errorf("adjustment differs:\n%s", d)
+	}
+	// The inert overlay's nodes all share /dev/null's numbers: one rule.
+	inert, _, _ := Decide(testConfig, testNode(8, false), pod("ml"), c)
+	if want := []DeviceRule{{Allow: true, Type: "c", Major: 1, Minor: 3, Access: "rwm"}}; diff(inert.DeviceRules, want) != "" {
+		t.Errorf("inert rules = %+v, want %+v", inert.DeviceRules, want)
+	}
+}
+
+func TestDecideWhichGPUs(t *testing.T) {
+	n8 := testNode(8, false)
+	used := testNode(8, false)
+	used.InUse = []int{2, 1, 0, 1, 0, 3, 0, 1}
+	twins := testNode(2, false)
+	twins.GPUs[0].UUID, twins.GPUs[1].UUID = "GPU-aaaa-0001", "GPU-aaaa-0002"
+	defNone := testConfig
+	defNone.DefaultGPUs = "none"
+	defTwo := testConfig
+	defTwo.DefaultGPUs = "2"
+	defBad := testConfig
+	defBad.DefaultGPUs = "0,9"
+	ml := pod("ml")
+	gpus := func(v string) Pod { return pod("ml", GPUsAnnotation, v) }
+	cdi := func(names ...string) Container { c := ctr; c.CDIDevices = names; return c }
+	devs := func(c Container, nodes ...DeviceNode) Container { c.Devices = nodes; return c }
+	w := func(msg string) Adjustment {
+		return warned("pod ml/train container trainer: " + msg + "; giving it no GPUs")
+	}
+
+	runDecide(t, []decideCase{
+		// (a) the environment
+		{name: "NVIDIA_VISIBLE_DEVICES with node indices gives those GPUs",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=3,1"), want: gave(n8, 1, 3), ok: true},
+		{name: "NVIDIA_VISIBLE_DEVICES with UUIDs and a unique prefix gives those GPUs",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+uuid(5)+", "+uuid(2)[:14]), want: gave(n8, 2, 5), ok: true},
+		{name: "NVIDIA_VISIBLE_DEVICES=all gives every GPU",
+			cfg: defNone, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), want: gave(n8, all(8)...), ok: true},
+		{name: "NVIDIA_VISIBLE_DEVICES=void gives nothing at all",
+			cfg: testConfig, node: n8, pod: gpus("all"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void")},
+		{name: "NVIDIA_VISIBLE_DEVICES=none gives nothing at all",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=none")},
+		{name: "an empty NVIDIA_VISIBLE_DEVICES falls through to the annotation",
+			cfg: testConfig, node: n8, pod: gpus("0,"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="), want: gave(n8, 0), ok: true},
+		{name: "the last NVIDIA_VISIBLE_DEVICES in the spec counts",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=4"), want: gave(n8, 4), ok: true},
+		{name: "the environment wins over the annotation",
+			cfg: testConfig, node: n8, pod: gpus("none"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=6"), want: gave(n8, 6), ok: true},
+		{name: "NVIDIA_VISIBLE_DEVICES naming an index the node lacks gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1,9"),
+			want: w(`env NVIDIA_VISIBLE_DEVICES="1,9" names index "9"; the node has GPUs 0-7`)},
+		{name: "NVIDIA_VISIBLE_DEVICES naming an unknown UUID gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=GPU-nope"),
+			want: w(`env NVIDIA_VISIBLE_DEVICES="GPU-nope" names "GPU-nope", no GPU of this node`)},
+		{name: "NVIDIA_VISIBLE_DEVICES with a MIG name gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=0:1"),
+			want: w(`env NVIDIA_VISIBLE_DEVICES="0:1" has "0:1", neither a GPU index nor a UUID`)},
+		{name: "a UUID prefix shared by two GPUs gives no GPUs with a warning",
+			cfg: testConfig, node: twins, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=GPU-aaaa"),
+			want: w(`env NVIDIA_VISIBLE_DEVICES="GPU-aaaa" names "GPU-aaaa", a prefix of more than one GPU's UUID`)},
+		{name: "a bare GPU- names no GPU and gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=GPU-"),
+			want: w(`env NVIDIA_VISIBLE_DEVICES="GPU-" names "GPU-", no GPU of this node`)},
+
+		// (a) CDI devices and device nodes already in the spec
+		{name: "a CDI nvidia.com/gpu device by index gives that GPU despite the spec's void",
+			cfg: testConfig, node: n8, pod: gpus("all"), ctr: withEnv(cdi("nvidia.com/gpu=0"), "NVIDIA_VISIBLE_DEVICES=void"), want: gave(n8, 0), ok: true},
+		{name: "CDI nvmock.io/gpu devices by UUID give those GPUs",
+			cfg: testConfig, node: n8, pod: ml, ctr: cdi("nvmock.io/gpu="+uuid(7), "nvmock.io/gpu=2"), want: gave(n8, 2, 7), ok: true},
+		{name: "a CDI all device gives every GPU",
+			cfg: defNone, node: n8, pod: ml, ctr: cdi("nvmock.io/gpu=all"), want: gave(n8, all(8)...), ok: true},
+		{name: "CDI devices of other kinds are not GPUs and fall through",
+			cfg: testConfig, node: n8, pod: gpus("1"), ctr: cdi("example.com/nic=eth1"), want: gave(n8, 0), ok: true},
+		{name: "a CDI GPU device naming no GPU of the node gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: ml, ctr: cdi("nvidia.com/gpu=gpu0"),
+			want: w(`CDI device "nvidia.com/gpu=gpu0" has "gpu0", neither a GPU index nor a UUID`)},
+		{name: "a /dev/nvidia node from a device plugin gives that GPU with the overlay's numbers",
+			cfg: testConfig, node: n8, pod: ml, ctr: devs(ctr, DeviceNode{Path: "/dev/nvidia2", Type: "c", Major: 195, Minor: 2}), want: gave(n8, 2), ok: true},
+		{name: "device nodes and CDI devices in the spec add up",
+			cfg: testConfig, node: n8, pod: ml, ctr: devs(cdi("nvidia.com/gpu=5"), DeviceNode{Path: "/dev/nvidia2"}), want: gave(n8, 2, 5), ok: true},
+		{name: "control nodes in the spec are not GPUs and fall through",
+			cfg: testConfig, node: n8, pod: gpus("3,"), ctr: devs(ctr, DeviceNode{Path: "/dev/nvidiactl"}, DeviceNode{Path: "/dev/nvidia-uvm"}), want: gave(n8, 3), ok: true},
+		{name: "a /dev/nvidia node the overlay lacks gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: ml, ctr: devs(ctr, DeviceNode{Path: "/dev/nvidia12"}),
+			want: w(`device node "/dev/nvidia12" is no GPU of this node`)},
+
+		// (b) the annotation
+		{name: "the annotation all gives every GPU over a default of none",
+			cfg: defNone, node: n8, pod: gpus("all"), ctr: ctr, want: gave(n8, all(8)...), ok: true},
+		{name: "the annotation none gives nothing at all",
+			cfg: testConfig, node: n8, pod: gpus("none"), ctr: ctr},
+		{name: "a count of 0 gives nothing at all",
+			cfg: testConfig, node: n8, pod: gpus("0"), ctr: ctr},
+		{name: "a count picks the least used GPUs, lower index on a tie",
+			cfg: testConfig, node: used, pod: gpus("3"), ctr: ctr, want: gave(used, 2, 4, 6), ok: true},
+		{name: "a count on an idle node picks the first GPUs",
+			cfg: testConfig, node: n8, pod: gpus(" 2 "), ctr: ctr, want: gave(n8, 0, 1), ok: true},
+		{name: "a count of every GPU gives them all",
+			cfg: testConfig, node: used, pod: gpus("8"), ctr: ctr, want: gave(used, all(8)...), ok: true},
+		{name: "a list of indices and UUIDs gives those GPUs once each",
+			cfg: testConfig, node: n8, pod: gpus("5, 0," + uuid(5)), ctr: ctr, want: gave(n8, 0, 5), ok: true},
+		{name: "a single UUID gives that GPU",
+			cfg: testConfig, node: n8, pod: gpus(uuid(4)), ctr: ctr, want: gave(n8, 4), ok: true},
+		{name: "a single index with a trailing comma gives that GPU",
+			cfg: testConfig, node: n8, pod: gpus("7,"), ctr: ctr, want: gave(n8, 7), ok: true},
+		{name: "an empty annotation falls through to the default",
+			cfg: defTwo, node: n8, pod: gpus(""), ctr: ctr, want: gave(n8, 0, 1), ok: true},
+		{name: "a count above the node's GPUs gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: gpus("9"), ctr: ctr,
+			want: w(`annotation nvmock.io/gpus="9" asks for more GPUs than the node's 8`)},
+		{name: "a negative count gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: gpus("-1"), ctr: ctr,
+			want: w(`annotation nvmock.io/gpus="-1" is not all, none, a count or a comma list of GPU indices and UUIDs`)},
+		{name: "a word gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: gpus("lots"), ctr: ctr,
+			want: w(`annotation nvmock.io/gpus="lots" is not all, none, a count or a comma list of GPU indices and UUIDs`)},
+		{name: "a path never becomes a path and gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: gpus("../../etc/passwd,0"), ctr: ctr,
+			want: w(`annotation nvmock.io/gpus="../../etc/passwd,0" has "../../etc/passwd", neither a GPU index nor a UUID`)},
+		{name: "a list of nothing but commas gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: gpus(",,"), ctr: ctr,
+			want: w(`annotation nvmock.io/gpus=",," names no GPU`)},
+		{name: "a huge count gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: gpus("99999999999999999999999"), ctr: ctr,
+			want: w(`annotation nvmock.io/gpus="99999999999999999999999" asks for more GPUs than the node's 8`)},
+		{name: "a very long bad value is cut in the warning",
+			cfg: testConfig, node: n8, pod: gpus(strings.Repeat("x", 100)), ctr: ctr,
+			want: w(`annotation nvmock.io/gpus="` + strings.Repeat("x", 64) + `"... is not all, none, a count or a comma list of GPU indices and UUIDs`)},
+
+		// (c) the default
+		{name: "a default of none leaves containers without a request untouched",
+			cfg: defNone, node: n8, pod: ml, ctr: ctr},
+		{name: "a default count picks GPUs like the annotation",
+			cfg: defTwo, node: used, pod: ml, ctr: ctr, want: gave(used, 2, 4), ok: true},
+		{name: "a default the node cannot meet gives no GPUs with a warning",
+			cfg: defBad, node: n8, pod: ml, ctr: ctr,
+			want: w(`config default GPUs "0,9" names index "9"; the node has GPUs 0-7`)},
+	})
+}
+
+func TestDecideEnvironmentAndLibraryPaths(t *testing.T) {
+	n2 := testNode(2, false)
+	custom := testConfig
+	custom.LibraryPaths = []string{"/usr/lib64/libnvidia-ml.so.1", "/opt/nv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}
+	ownSnap := gave(n2, 0, 1)
+	ownSnap.Env = ownSnap.Env[:1]
+	customWant := gave(n2, 0, 1)
+	customWant.Mounts = []Mount{
+		{Source: n2.Library, Destination: "/usr/lib64/libnvidia-ml.so.1", Type: "bind", Options: ro},
+		{Source: n2.Library, Destination: "/opt/nv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", Type: "bind", Options: ro},
+		{Source: n2.Snapshot, Destination: "/etc/nvmock/snapshot", Type: "bind", Options: ro},
+		{Source: n2.Snapshot, Destination: "/opt/nv/etc/nvmock/snapshot", Type: "bind", Options: ro},
+		{Source: n2.NvidiaSMI, Destination: "/usr/bin/nvidia-smi", Type: "bind", Options: ro},
+	}
+	runDecide(t, []decideCase{
+		{name: "a container's own NVMOCK_SNAPSHOT is kept",
+			cfg: testConfig, node: n2, pod: pod("ml"), ctr: withEnv(ctr, "NVMOCK_SNAPSHOT=/data/h100"), want: ownSnap, ok: true},
+		{name: "each configured library path gets the snapshot where the library looks",
+			cfg: custom, node: n2, pod: pod("ml"), ctr: ctr, want: customWant, ok: true},
+	})
+}
+
+// infiniband is an extension as a later InfiniBand package would write one.
+var infiniband = Extension{Name: "infiniband", Apply: func(in Input, adj *Adjustment) error {
+	uverbs := DeviceNode{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192, FileMode: 0o666}
+	adj.Devices = append(adj.Devices, uverbs)
+	adj.DeviceRules = append(adj.DeviceRules, DeviceRule{Allow: true, Type: "c", Major: 231, Minor: 192, Access: "rwm"})
+	adj.Env = append(adj.Env, EnvVar{"NVMOCK_IB_GPUS", strconv.Itoa(len(in.GPUs))})
+	return nil
+}}
+
+func TestDecideExtensions(t *testing.T) {
+	n8 := testNode(8, false)
+	ib := testConfig
+	ib.Extensions = []Extension{infiniband}
+	failing := testConfig
+	failing.Extensions = []Extension{infiniband, {Name: "pcie", Apply: func(Input, *Adjustment) error { return errors.New("no sysfs") }}}
+	fakeReal := testConfig
+	fakeReal.Extensions = []Extension{{Name: "bad", Apply: func(_ Input, adj *Adjustment) error {
+		adj.Devices = append(adj.Devices, DeviceNode{Path: "/dev/nvidia9", Type: "c", Major: 195, Minor: 9})
+		return nil
+	}}}
+	fakeRule := testConfig
+	fakeRule.Extensions = []Extension{{Name: "bad", Apply: func(_ Input, adj *Adjustment) error {
+		adj.DeviceRules = append(adj.DeviceRules, DeviceRule{Allow: true, Type: "c", Major: 195, Minor: 0, Access: "rwm"})
+		return nil
+	}}}
+	withIB := gave(n8, 0, 1)
+	withIB.Devices = append(withIB.Devices, DeviceNode{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192, FileMode: 0o666})
+	withIB.DeviceRules = append(withIB.DeviceRules, DeviceRule{Allow: true, Type: "c", Major: 231, Minor: 192, Access: "rwm"})
+	withIB.Env = append(withIB.Env, EnvVar{"NVMOCK_IB_GPUS", "2"})
+
+	runDecide(t, []decideCase{
+		{name: "an extension adds its edits after the GPU edits and sees the chosen GPUs",
+			cfg: ib, node: n8, pod: pod("ml", GPUsAnnotation, "2"), ctr: ctr, want: withIB, ok: true},
+		{name: "an extension is not run for a container given no GPUs",
+			cfg: ib, node: n8, pod: pod("ml", GPUsAnnotation, "none"), ctr: ctr},
+		{name: "a failing extension leaves the container untouched with an error",
+			cfg: failing, node: n8, pod: pod("ml"), ctr: ctr, err: "pod ml/train container trainer: extension pcie: no sysfs"},
+		{name: "an extension adding NVIDIA's real major the overlay lacks is refused",
+			cfg: fakeReal, node: n8, pod: pod("ml"), ctr: ctr, err: "device /dev/nvidia9 has NVIDIA's real major 195:9"},
+		{name: "an extension allowing NVIDIA's real major the overlay lacks is refused",
+			cfg: fakeRule, node: n8, pod: pod("ml"), ctr: ctr, err: "device rule allows NVIDIA's real major 195:0"},
+	})
+}
+
+func TestDecideRefusesAnUnsafeNodeState(t *testing.T) {
+	noCtl := testNode(2, false)
+	noCtl.Control = noCtl.Control[1:]
+	badUse := testNode(2, false)
+	badUse.InUse = []int{1}
+	noLib := testNode(2, false)
+	noLib.Library = ""
+	relSMI := testNode(2, false)
+	relSMI.NvidiaSMI = "driver/usr/bin/nvidia-smi"
+	noUUID := testNode(2, false)
+	noUUID.GPUs[1].UUID = ""
+	gap := testNode(2, false)
+	gap.GPUs = gap.GPUs[1:]
+	noGPUs := testNode(0, false)
+	runDecide(t, []decideCase{
+		{name: "a node without nvidiactl is refused: the library would show every GPU",
+			cfg: testConfig, node: noCtl, pod: pod("ml"), ctr: ctr, err: "no /dev/nvidiactl control node"},
+		{name: "use counts for the wrong number of GPUs are refused",
+			cfg: testConfig, node: badUse, pod: pod("ml"), ctr: ctr, err: "use counts for 1 GPUs, the node has 2"},
+		{name: "a node without the library's host path is refused",
+			cfg: testConfig, node: noLib, pod: pod("ml"), ctr: ctr, err: "no absolute host path for the overlay's library"},
+		{name: "a relative host path is refused",
+			cfg: testConfig, node: relSMI, pod: pod("ml"), ctr: ctr, err: "overlay's nvidia-smi"},
+		{name: "a GPU without a UUID is refused",
+			cfg: testConfig, node: noUUID, pod: pod("ml"), ctr: ctr, err: "GPU 1: want index 1, a UUID"},
+		{name: "GPUs out of index order are refused",
+			cfg: testConfig, node: gap, pod: pod("ml"), ctr: ctr, err: "GPU 0: want index 0"},
+		{name: "an overlay without GPUs is refused",
+			cfg: testConfig, node: noGPUs, pod: pod("ml"), ctr: ctr, err: "has no GPUs"},
+		{name: "an unsafe node state does not matter to a container that is not injected",
+			cfg: testConfig, node: noCtl, pod: pod("web"), ctr: ctr},
+	})
+}
+
+func TestDecideDoesNotShareStateBetweenCalls(t *testing.T) {
+	n8 := testNode(8, false)
+	a, _, _ := Decide(testConfig, n8, pod("ml"), ctr)
+	a.Mounts[0].Options = append(a.Mounts[0].Options, "rw")
+	a.Devices[0].Path = "/dev/changed"
+	b, _, _ := Decide(testConfig, n8, pod("ml"), ctr)
+	if d := diff(b, gave(n8, all(8)...)); d != "" {
+		t.Errorf("changing one answer changed the next:\n%s", d)
+	}
+	if n8.GPUs[0].Node.Path != "/dev/nvidia0" {
+		t.Errorf("changing an answer changed the node state")
+	}
+}
+
+func TestSnapshotPathForMirrorsTheLibrary(t *testing.T) {
+	for _, c := range []struct {
+		lib, want string
+		ok        bool
+	}{
+		{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/etc/nvmock/snapshot", true},
+		{"/usr/lib64/libnvidia-ml.so.1", "/etc/nvmock/snapshot", true},
+		{"/usr/lib/libnvidia-ml.so.1", "/etc/nvmock/snapshot", true},
+		{"/lib64/libnvidia-ml.so.1", "/etc/nvmock/snapshot", true},
+		{"/var/lib/nvmock/driver/usr/lib64/libnvidia-ml.so.1", "/var/lib/nvmock/driver/etc/nvmock/snapshot", true},
+		{"/usr/local/nvmock/lib/libnvidia-ml.so.1", "", false},
+		{"libnvidia-ml.so.1", "", false},
+	} {
+		got, ok := SnapshotPathFor(c.lib)
+		if got != c.want || ok != c.ok {
+			t.Errorf("SnapshotPathFor(%q) = %q, %v; want %q, %v", c.lib, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want []string // substrings; none for a valid config
+	}{
+		{name: "the zero config is valid", cfg: Config{}},
+		{name: "a full config is valid", cfg: Config{Namespaces: []string{"*"}, OwnNamespace: "nvmock", DefaultGPUs: "0, GPU-abc",
+			LibraryPaths: []string{"/usr/lib64/libnvidia-ml.so.1"}, Extensions: []Extension{infiniband}}},
+		{name: "every problem is named at once", cfg: Config{Namespaces: []string{""}, DefaultGPUs: "lots",
+			LibraryPaths: []string{"usr/lib64/libnvidia-ml.so.1", "/usr/local/lib/libnvidia-ml.so.1", "/usr/lib64/../lib64/libnvidia-ml.so.1"},
+			Extensions:   []Extension{{Name: "x"}}},
+			want: []string{`default GPUs: "lots" is not all`, "namespaces[0]: empty", `library paths[0]: "usr/lib64`, `library paths[1]: "/usr/local/lib/libnvidia-ml.so.1" is not in a directory`,
+				"library paths[2]", "extensions[0]: needs a name and an Apply function"}},
+		{name: "a default list with a bad entry is refused", cfg: Config{DefaultGPUs: "0,x"}, want: []string{`entry "x"`}},
+		{name: "an empty library path list is refused", cfg: Config{LibraryPaths: []string{}}, want: []string{"library paths: empty"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.cfg.Validate()
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate passed; want %q", c.want)
+			}
+			for _, s := range c.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error lacks %q:\n%v", s, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecide is one container of an annotated pod, with an ordinary
+// environment, on an 8-GPU node with half its GPUs in use.
+func BenchmarkDecide(b *testing.B) {
+	node := testNode(8, true)
+	node.InUse = []int{1, 1, 0, 1, 0, 1, 0, 1}
+	for i := 0; i < 50; i++ {
+		node.OptedIn["ns"+strconv.Itoa(i)] = true
+	}
+	p := pod("ml", GPUsAnnotation, "2", "app.kubernetes.io/name", "trainer", "kubectl.kubernetes.io/last-applied-configuration", strings.Repeat("x", 500))
+	c := withEnv(ctr, "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", "KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443", "TERM=xterm")
+	cfg := Config{OwnNamespace: "nvmock", Extensions: nil}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok, err := Decide(cfg, node, p, c); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}
+
+// BenchmarkDecideAll gives all 8 GPUs by default (the largest answer).
+func BenchmarkDecideAll(b *testing.B) {
+	node := testNode(8, true)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok, err := Decide(testConfig, node, pod("ml"), ctr); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package inject
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+// ControlNodes are the overlay's nodes every container with a GPU gets.
+var ControlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+
+// NodeStateFromOverlay reads the overlay that `nvmock hostprep install`
+// put under root (default /var/lib/nvmock): the GPUs from its snapshot and
+// the device numbers from stat(2) of root/driver/dev/*. Host paths go
+// through the stable root/driver symlink, as the CDI spec's do; Overlay
+// records what it pointed at, so a caller can notice a switch and probe
+// again. RealDriver is read from /proc; the caller fills InUse and OptedIn.
+func NodeStateFromOverlay(root string) (NodeState, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return NodeState{}, fmt.Errorf("probe overlay in %s: %w", root, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, hostprep.ManifestFile)); err != nil {
+		return NodeState{}, fmt.Errorf("probe overlay in %s: no %s (run nvmock hostprep install): %w", root, hostprep.ManifestFile, errors.Unwrap(err))
+	}
+	driver := filepath.Join(root, "driver")
+	resolved, err := filepath.EvalSymlinks(driver)
+	if err != nil {
+		return NodeState{}, fmt.Errorf("probe overlay in %s: %w", root, err)
+	}
+	n := NodeState{
+		DriverRoot: driver,
+		Overlay:    resolved,
+		Library:    filepath.Join(driver, "usr", "lib64", "libnvidia-ml.so.1"),
+		NvidiaSMI:  filepath.Join(driver, "usr", "bin", "nvidia-smi"),
+		Snapshot:   filepath.Join(driver, "etc", "nvmock", "snapshot"),
+		RealDriver: RealDriverLoaded("/proc"),
+	}
+	for _, p := range []string{n.Library, n.NvidiaSMI} {
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			return NodeState{}, fmt.Errorf("probe overlay in %s: %s is missing or not a file; reinstall with nvmock hostprep install", root, p)
+		}
+	}
+	data, err := os.ReadFile(n.Snapshot)
+	if err != nil {
+		return NodeState{}, fmt.Errorf("probe overlay in %s: %w", root, err)
+	}
+	gpus, err := DecodeGPUs(data)
+	if err != nil {
+		return NodeState{}, fmt.Errorf("probe overlay in %s: snapshot %s: %w", root, n.Snapshot, err)
+	}
+	dev := filepath.Join(driver, "dev")
+	for i := range gpus {
+		name := "nvidia" + strconv.Itoa(int(gpus[i].Node.Minor))
+		if gpus[i].Node, err = statNode(dev, name); err != nil {
+			return NodeState{}, fmt.Errorf("probe overlay in %s: GPU %d: %w", root, i, err)
+		}
+	}
+	n.GPUs = gpus
+	for _, name := range ControlNodes {
+		c, err := statNode(dev, name)
+		if err != nil {
+			return NodeState{}, fmt.Errorf("probe overlay in %s: %w", root, err)
+		}
+		n.Control = append(n.Control, c)
+	}
+	return n, nil
+}
+
+// statNode reads one character device of the overlay; its container path is
+// /dev/<name>.
+func statNode(dev, name string) (DeviceNode, error) {
+	p := filepath.Join(dev, name)
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return DeviceNode{}, fmt.Errorf("device node %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return DeviceNode{}, fmt.Errorf("device node %s: not a character device (an unprivileged render?); reinstall as root", p)
+	}
+	return DeviceNode{
+		Path:     "/dev/" + name,
+		Type:     "c",
+		Major:    int64(unix.Major(st.Rdev)),
+		Minor:    int64(unix.Minor(st.Rdev)),
+		FileMode: st.Mode & 0o7777,
+	}, nil
+}
+
+// DecodeGPUs reads the GPUs' indices, UUIDs and device minors from snapshot
+// bytes (libnvml/snapshot's layout). Node holds only the minor.
+func DecodeGPUs(data []byte) ([]GPU, error) {
+	var h snapshot.Header
+	if len(data) < snapshot.HeaderSize {
+		return nil, fmt.Errorf("%d bytes, shorter than a header", len(data))
+	}
+	if err := binary.Read(bytes.NewReader(data[:snapshot.HeaderSize]), binary.LittleEndian, &h); err != nil {
+		return nil, err
+	}
+	switch {
+	case string(h.Magic[:]) != "NVMOCKSS":
+		return nil, errors.New("not an nvmock snapshot")
+	case h.Version != snapshot.Version || h.HeaderSize != snapshot.HeaderSize || h.DeviceSize != snapshot.DeviceSize:
+		return nil, fmt.Errorf("layout version %d (sizes %d/%d), want %d (%d/%d); install with this nvmock",
+			h.Version, h.HeaderSize, h.DeviceSize, snapshot.Version, snapshot.HeaderSize, snapshot.DeviceSize)
+	case h.Flags&snapshot.FlagUnseeded != 0:
+		return nil, errors.New("unseeded: the library derives UUIDs at init, so they are not in the file")
+	case uint64(len(data)) < uint64(snapshot.HeaderSize)+uint64(h.DeviceCount)*snapshot.DeviceSize:
+		return nil, fmt.Errorf("%d bytes, too short for %d devices", len(data), h.DeviceCount)
+	}
+	gpus := make([]GPU, h.DeviceCount)
+	var d snapshot.Device
+	for i := range gpus {
+		off := snapshot.HeaderSize + i*snapshot.DeviceSize
+		if err := binary.Read(bytes.NewReader(data[off:off+snapshot.DeviceSize]), binary.LittleEndian, &d); err != nil {
+			return nil, err
+		}
+		uuid := cstring(d.UUID[:])
+		if uuid == "" {
+			return nil, fmt.Errorf("device %d has no UUID", i)
+		}
+		gpus[i] = GPU{Index: i, UUID: uuid, Node: DeviceNode{Minor: int64(d.Minor)}}
+	}
+	return gpus, nil
+}
+
+func cstring(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// RealDriverLoaded says whether a real NVIDIA kernel driver shows under
+// procRoot (procRoot/driver/nvidia), the test hostprep install makes.
+func RealDriverLoaded(procRoot string) bool {
+	_, err := os.Stat(filepath.Join(procRoot, "driver", "nvidia"))
+	return !errors.Is(err, fs.ErrNotExist) && err == nil
+}

@@ -1,0 +1,214 @@
+package inject
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+const probeNode = "inject-probe-node"
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (CAP_MKNOD) to install an overlay with device nodes")
+	}
+}
+
+func builtin(t *testing.T, name string, gpus int) *profile.Profile {
+	t.Helper()
+	p, err := profile.Builtin(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.GPUs = gpus
+	return p
+}
+
+// fakeAssets is a driver tree with a stand-in library and nvidia-smi (a
+// script, which hostprep copies without checking its RPATH).
+func fakeAssets(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	lib64, bin := filepath.Join(d, "usr", "lib64"), filepath.Join(d, "usr", "bin")
+	for _, dir := range []string{lib64, bin} {
+		must(t, os.MkdirAll(dir, 0o755))
+	}
+	must(t, os.WriteFile(filepath.Join(lib64, "libnvidia-ml.so.535.261.03"), []byte("not really a library\n"), 0o755))
+	must(t, os.Symlink("libnvidia-ml.so.535.261.03", filepath.Join(lib64, "libnvidia-ml.so.1")))
+	must(t, os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\necho fake nvidia-smi\n"), 0o755))
+	return d
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// installOverlay runs hostprep.Install into a temporary root and returns it.
+func installOverlay(t *testing.T, p *profile.Profile, assets string, realNumbers bool) string {
+	t.Helper()
+	d := t.TempDir()
+	root := filepath.Join(d, "var", "lib", "nvmock")
+	_, err := hostprep.Install(hostprep.InstallOptions{
+		Render:   hostprep.Options{Profile: p, NodeName: probeNode, Assets: assets, RealDeviceNumbers: realNumbers},
+		Root:     root,
+		CDIDir:   filepath.Join(d, "run", "cdi"),
+		NFDDir:   filepath.Join(d, "etc", "features.d"),
+		ProcRoot: filepath.Join(d, "proc"),
+	})
+	if err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	return root
+}
+
+func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
+	needRoot(t)
+	for _, c := range []struct {
+		name string
+		real bool
+	}{
+		{"an inert overlay gives /dev/null's numbers", false},
+		{"an overlay with real device numbers gives NVIDIA's", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := builtin(t, "h100", 3)
+			root := installOverlay(t, p, fakeAssets(t), c.real)
+			got, err := NodeStateFromOverlay(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			driver := filepath.Join(root, "driver")
+			resolved, err := filepath.EvalSymlinks(driver)
+			must(t, err)
+			want := NodeState{
+				DriverRoot: driver,
+				Overlay:    resolved,
+				Library:    driver + "/usr/lib64/libnvidia-ml.so.1",
+				NvidiaSMI:  driver + "/usr/bin/nvidia-smi",
+				Snapshot:   driver + "/etc/nvmock/snapshot",
+				RealDriver: RealDriverLoaded("/proc"),
+			}
+			nums := hostprep.DevNodes(3, c.real)
+			node := func(n hostprep.DevNode) DeviceNode {
+				return DeviceNode{Path: "/dev/" + n.Name, Type: "c", Major: int64(n.Major), Minor: int64(n.Minor), FileMode: 0o666}
+			}
+			for _, id := range snapshot.Identities(p, probeNode) {
+				want.GPUs = append(want.GPUs, GPU{Index: id.Index, UUID: id.UUID, Node: node(nums[id.Index])})
+			}
+			want.Control = []DeviceNode{node(nums[3]), node(nums[4]), node(nums[5])}
+			if d := diff(got, want); d != "" {
+				t.Errorf("node state differs:\n%s", d)
+			}
+
+			// The probed state injects, and every mount source is a file.
+			got.OptedIn = map[string]bool{"ml": true}
+			adj, ok, err := Decide(Config{}, got, pod("ml"), ctr)
+			if err != nil || !ok {
+				t.Fatalf("Decide on the probed state: ok %v, err %v", ok, err)
+			}
+			for _, m := range adj.Mounts {
+				if fi, err := os.Stat(m.Source); err != nil || !fi.Mode().IsRegular() {
+					t.Errorf("mount source %s is not a file: %v", m.Source, err)
+				}
+			}
+		})
+	}
+}
+
+func TestNodeStateFromOverlayRefusesWhatIsNotAnOverlay(t *testing.T) {
+	needRoot(t)
+	p := builtin(t, "a100", 2)
+	assets := fakeAssets(t)
+	for _, c := range []struct {
+		name    string
+		breakIt func(root string)
+		want    string
+	}{
+		{"a root without a manifest was never installed", func(root string) { os.Remove(filepath.Join(root, hostprep.ManifestFile)) },
+			"no hostprep.json (run nvmock hostprep install)"},
+		{"a missing GPU node is named", func(root string) { os.Remove(filepath.Join(root, "driver", "dev", "nvidia1")) },
+			"GPU 1: device node " + "ROOT/driver/dev/nvidia1"},
+		{"a plain file for a control node is refused", func(root string) {
+			p := filepath.Join(root, "driver", "dev", "nvidia-uvm")
+			os.Remove(p)
+			os.WriteFile(p, nil, 0o666)
+		}, "nvidia-uvm: not a character device"},
+		{"a corrupt snapshot is refused", func(root string) {
+			os.WriteFile(filepath.Join(root, "driver", "etc", "nvmock", "snapshot"), []byte("garbage"), 0o644)
+		}, "7 bytes, shorter than a header"},
+		{"a missing library is named", func(root string) { os.Remove(filepath.Join(root, "driver", "usr", "lib64", "libnvidia-ml.so.1")) },
+			"libnvidia-ml.so.1 is missing or not a file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := installOverlay(t, p, assets, false)
+			c.breakIt(root)
+			_, err := NodeStateFromOverlay(root)
+			want := strings.ReplaceAll(c.want, "ROOT", root)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("error %v, want one containing %q", err, want)
+			}
+		})
+	}
+}
+
+func TestDecodeGPUs(t *testing.T) {
+	p := builtin(t, "a100", 4)
+	data, err := snapshot.Compile(p, snapshot.Options{Seed: probeNode})
+	must(t, err)
+	got, err := DecodeGPUs(data)
+	must(t, err)
+	var want []GPU
+	for i, id := range snapshot.Identities(p, probeNode) {
+		want = append(want, GPU{Index: i, UUID: id.UUID, Node: DeviceNode{Minor: int64(i)}})
+	}
+	if d := diff(got, want); d != "" {
+		t.Errorf("decoded GPUs differ:\n%s", d)
+	}
+
+	unseeded, err := snapshot.Compile(p, snapshot.Options{Unseeded: true})
+	must(t, err)
+	newer := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint32(newer[8:], snapshot.Version+1)
+	magic := append([]byte(nil), data...)
+	copy(magic, "NOTMOCKS")
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"a truncated device table is refused", data[:snapshot.HeaderSize+snapshot.DeviceSize], "too short for 4 devices"},
+		{"a short file is refused", data[:10], "shorter than a header"},
+		{"another magic is refused", magic, "not an nvmock snapshot"},
+		{"another layout version is refused", newer, "layout version " + strconv.Itoa(snapshot.Version+1)},
+		{"an unseeded snapshot has no UUIDs to read", unseeded, "unseeded"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := DecodeGPUs(c.data); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestRealDriverLoaded(t *testing.T) {
+	proc := t.TempDir()
+	if RealDriverLoaded(proc) {
+		t.Error("an empty proc shows a driver")
+	}
+	must(t, os.MkdirAll(filepath.Join(proc, "driver", "nvidia"), 0o755))
+	if !RealDriverLoaded(proc) {
+		t.Error("proc/driver/nvidia does not show a driver")
+	}
+}

@@ -1,0 +1,165 @@
+package inject
+
+// Annotations and labels the decision reads.
+const (
+	// InjectLabel on a namespace, with value InjectEnabled, opts its pods in.
+	InjectLabel   = "nvmock.io/inject"
+	InjectEnabled = "enabled"
+	// InjectAnnotation "false" on a pod opts it out.
+	InjectAnnotation = "nvmock.io/inject"
+	// GPUsAnnotation on a pod asks for GPUs: all, none, a count, or a list.
+	GPUsAnnotation = "nvmock.io/gpus"
+)
+
+// VisibleDevicesEnv is the variable device plugins set and the library filters on.
+const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
+// SnapshotEnv points the library at its snapshot; set as a fallback only.
+const SnapshotEnv = "NVMOCK_SNAPSHOT"
+
+// Container paths. The library resolves its own path with realpath(3) and,
+// when it sits in one of the standard library directories, reads the
+// snapshot at <that dir minus the library directory>/etc/nvmock/snapshot;
+// a bind-mounted file's realpath is its mount point, so a library mounted at
+// /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 reads /etc/nvmock/snapshot.
+const (
+	NvidiaSMIPath = "/usr/bin/nvidia-smi"
+)
+
+// DefaultLibraryPaths are where the library is mounted unless configured:
+// Debian's and Fedora's glibc search these without a loader cache entry, so
+// unmodified programs that clear their environment dlopen it by name.
+var DefaultLibraryPaths = []string{
+	"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+	"/usr/lib64/libnvidia-ml.so.1",
+}
+
+// Config is the plugin's configuration, validated once at start (Validate).
+type Config struct {
+	// Namespaces are injected without a namespace label: the allowlist for
+	// running without a cluster. "*" means every namespace.
+	Namespaces []string
+	// OwnNamespace is the plugin's namespace, never injected.
+	OwnNamespace string
+	// DefaultGPUs is what a container gets when nothing else says: the
+	// annotation's grammar; "" means "all".
+	DefaultGPUs string
+	// AllowWithRealDriver injects even where a real NVIDIA driver is loaded.
+	AllowWithRealDriver bool
+	// LibraryPaths are the container paths the library is mounted at; nil
+	// means DefaultLibraryPaths. Each must sit in a directory the library
+	// recognises (SnapshotPathFor), so that it finds its snapshot.
+	LibraryPaths []string
+	// Extensions add more to a container given GPUs (InfiniBand, PCIe...),
+	// in order, after the GPU edits.
+	Extensions []Extension
+}
+
+// Extension adds edits to a container that gets GPUs. Apply may append to
+// adj's slices; an error leaves the container untouched (Decide returns it).
+type Extension struct {
+	Name  string
+	Apply func(in Input, adj *Adjustment) error
+}
+
+// Input is what an Extension sees: the decision's inputs and the chosen GPUs.
+type Input struct {
+	Node NodeState
+	Pod  Pod
+	Ctr  Container
+	GPUs []int // node indices given to the container, ascending
+}
+
+// DeviceNode is a device node: in NodeState, the overlay's node with its
+// numbers and the path it gets in a container; in a Container, one already
+// in the spec.
+type DeviceNode struct {
+	Path         string // in the container: /dev/nvidia0
+	Type         string // "c"
+	Major, Minor int64
+	FileMode     uint32 // permission bits, 0666 as the NVIDIA driver makes them
+}
+
+// GPU is one GPU of the node.
+type GPU struct {
+	Index int    // node index (and minor of its /dev/nvidia node)
+	UUID  string // as the library reports it on this node
+	Node  DeviceNode
+}
+
+// NodeState is what the decision needs to know about the node; a prober
+// (NodeStateFromOverlay, plus the caller's cluster watch and bookkeeping)
+// gathers it.
+type NodeState struct {
+	// Host paths of the overlay's files, as bind-mount sources.
+	DriverRoot string // <root>/driver, the stable symlink
+	Overlay    string // what DriverRoot resolved to when probed (to notice a switch)
+	Library    string // DriverRoot/usr/lib64/libnvidia-ml.so.1
+	NvidiaSMI  string // DriverRoot/usr/bin/nvidia-smi
+	Snapshot   string // DriverRoot/etc/nvmock/snapshot
+
+	GPUs    []GPU        // in index order
+	Control []DeviceNode // nvidiactl, nvidia-uvm, nvidia-uvm-tools: given with any GPU
+
+	// InUse[i] counts the containers currently given GPUs[i]; nil is all
+	// zero. The caller keeps it from the GPUs of the Adjustments it applied.
+	InUse []int
+	// RealDriver says a real NVIDIA kernel driver is loaded.
+	RealDriver bool
+	// OptedIn is the set of namespaces labelled nvmock.io/inject=enabled.
+	OptedIn map[string]bool
+}
+
+// Pod is the pod a container belongs to.
+type Pod struct {
+	Namespace, Name string
+	Annotations     map[string]string
+}
+
+// Container is the container being created, as its spec stands.
+type Container struct {
+	Name string
+	// Sandbox marks a pod sandbox (pause) container: never touched.
+	Sandbox bool
+	Env     []string // KEY=value, as in the OCI spec
+	// CDIDevices are fully qualified CDI names already requested
+	// (nvidia.com/gpu=0), from the CRI request or cdi.k8s.io annotations.
+	CDIDevices []string
+	Devices    []DeviceNode // device nodes already in the spec
+}
+
+// Mount is a bind mount into the container.
+type Mount struct {
+	Source      string // host path
+	Destination string // container path
+	Type        string // "bind"
+	Options     []string
+}
+
+// DeviceRule is a device cgroup rule.
+type DeviceRule struct {
+	Allow        bool
+	Type         string // "c"
+	Major, Minor int64
+	Access       string // "rwm"
+}
+
+// EnvVar is one variable to set (replacing any of the same name).
+type EnvVar struct{ Key, Value string }
+
+// Adjustment is what to change in one container. Decide returns ok=true
+// exactly when it holds an edit; Warnings can come with either answer and
+// are for the caller to log and count.
+type Adjustment struct {
+	GPUs        []int // node indices given, ascending; the caller records them in InUse
+	Mounts      []Mount
+	Devices     []DeviceNode
+	DeviceRules []DeviceRule
+	Env         []EnvVar
+	Warnings    []string
+}
+
+// Empty says the adjustment changes nothing (warnings aside).
+func (a *Adjustment) Empty() bool {
+	return len(a.GPUs) == 0 && len(a.Mounts) == 0 && len(a.Devices) == 0 && len(a.DeviceRules) == 0 && len(a.Env) == 0
+}
