@@ -1,5 +1,5 @@
 // Command nvmock is the one user-facing binary: profiles, the node overlay,
-// and the local exec mode.
+// the local exec mode and the NRI plugin.
 package main
 
 import (
@@ -25,6 +25,10 @@ Usage:
   nvmock exec [--profile P] [--gpus N] [--seed S] [--assets DIR] -- CMD ARGS...
                                       run CMD on a private mock node (root, or
                                       unprivileged user namespaces)
+  nvmock nri [--socket PATH] [--idx NN] [--overlay-root DIR] [--namespaces NS,NS|*]
+             [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
+             [--allow-real-driver] [--listen ADDR]
+                                      run the NRI plugin (connects to the runtime's NRI socket)
   nvmock version                      print the version
 `
 
@@ -50,6 +54,8 @@ func run(args []string) error {
 		return hostprepCmd(args[1:])
 	case "exec":
 		return execCmd(args[1:])
+	case "nri":
+		return nriCmd(args[1:])
 	case execChildArg: // hidden: nvmock exec's child, already in its new mount namespace
 		return execChild(args[1:])
 	case "help", "-h", "--help":

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/plugin/inject"
+	nriplugin "github.com/nvmock/nvmock/plugin/nri"
+)
+
+const nriUsage = `Usage:
+  nvmock nri [--socket PATH] [--idx NN] [--overlay-root DIR] [--namespaces NS,NS|*]
+             [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
+             [--allow-real-driver] [--listen ADDR] [--log-level LEVEL]
+`
+
+// nriCmd runs the NRI plugin until SIGTERM or SIGINT.
+func nriCmd(args []string) error {
+	fs := flag.NewFlagSet("nri", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // a bad flag is one line (returned), not the usage
+	socket := fs.String("socket", nriplugin.DefaultSocket, "NRI socket to connect to")
+	idx := fs.String("idx", nriplugin.DefaultPluginIdx, "plugin index when not launched by the runtime ($NRI_PLUGIN_IDX wins)")
+	root := fs.String("overlay-root", hostprep.DefaultRoot, "directory nvmock hostprep install used")
+	namespaces := fs.String("namespaces", "", "comma list of namespaces injected without the "+inject.InjectLabel+"="+inject.InjectEnabled+" label; * is all")
+	defGPUs := fs.String("default-gpus", "all", "GPUs a container gets when nothing else says: all, none, a count, or a list")
+	ownNS := fs.String("plugin-namespace", os.Getenv("POD_NAMESPACE"), "the plugin's own namespace, never injected")
+	realDriver := fs.Bool("allow-real-driver", false, "inject even where a real NVIDIA driver is loaded")
+	listen := fs.String("listen", ":9464", "address for /healthz, /readyz and /metrics; empty disables")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fmt.Print(nriUsage)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("nri: %w (see nvmock nri --help)", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("nri: unexpected argument %q (see nvmock nri --help)", fs.Arg(0))
+	}
+
+	logger := logrus.New()
+	logger.SetOutput(os.Stderr)
+	lvl, err := logrus.ParseLevel(*level)
+	if err != nil {
+		return fmt.Errorf("nri: --log-level %q: use debug, info, warn or error", *level)
+	}
+	logger.SetLevel(lvl)
+	log := logrus.NewEntry(logger).WithField("component", "nri")
+
+	cfg := inject.Config{
+		Namespaces:          splitList(*namespaces),
+		OwnNamespace:        *ownNS,
+		DefaultGPUs:         *defGPUs,
+		AllowWithRealDriver: *realDriver,
+	}
+	opt := nriplugin.Options{Socket: *socket, PluginIdx: *idx, OverlayRoot: *root, Inject: cfg, Log: log}
+	kube, inCluster, err := hostprep.InClusterClient()
+	if err != nil {
+		return fmt.Errorf("nri: %w", err)
+	}
+	if inCluster {
+		opt.Kube = kube
+	}
+	p, err := nriplugin.New(opt)
+	if err != nil {
+		return fmt.Errorf("nri: %w", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var srv *http.Server
+	if *listen != "" {
+		l, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("nri: --listen %s: %w", *listen, err)
+		}
+		srv = &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.WithError(err).Error("health and metrics server stopped")
+			}
+		}()
+	}
+	log.WithFields(logrus.Fields{"socket": *socket, "overlay_root": *root, "namespaces": cfg.Namespaces,
+		"in_cluster": inCluster, "listen": *listen}).Info("starting")
+	err = p.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	if err != nil {
+		return fmt.Errorf("nri: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// splitList splits a comma list, dropping spaces around entries; "" is nil.
+func splitList(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	out := strings.Split(s, ",")
+	for i := range out {
+		out[i] = strings.TrimSpace(out[i])
+	}
+	return out
+}

@@ -1,0 +1,379 @@
+package nri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/plugin/inject"
+)
+
+// PluginName is the name the plugin registers with.
+const PluginName = "nvmock"
+
+// Defaults of Options.
+const (
+	DefaultSocket           = api.DefaultSocketPath
+	DefaultPluginIdx        = "10"
+	DefaultNamespaceRefresh = 30 * time.Second
+	DefaultRecheck          = time.Second
+)
+
+// Options configure a Plugin.
+type Options struct {
+	Socket      string // NRI socket; "" is DefaultSocket
+	PluginIdx   string // used when the runtime did not launch us (NRI_PLUGIN_IDX unset); "" is DefaultPluginIdx
+	OverlayRoot string // where hostprep installed the overlay; "" is hostprep.DefaultRoot
+	Inject      inject.Config
+
+	// Kube lists opted-in namespaces; nil outside a cluster, where only
+	// Inject.Namespaces applies.
+	Kube             *hostprep.KubeClient
+	NamespaceRefresh time.Duration // "" is DefaultNamespaceRefresh
+	// Recheck is how often the overlay's driver link is compared with the
+	// probed one (a probe error is retried on every container); 0 is
+	// DefaultRecheck, negative is on every container.
+	Recheck time.Duration
+
+	// Backoff bounds the wait between reconnects; zero values are 100ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+
+	Log *logrus.Entry // nil logs to logrus' standard logger
+}
+
+// Plugin is the NRI plugin. Create it with New, run it with Run.
+type Plugin struct {
+	opt     Options
+	log     *logrus.Entry
+	metrics *metrics
+	node    *nodeCache
+
+	optedIn atomic.Pointer[map[string]bool]
+	synced  atomic.Bool // registered and synchronized with a runtime
+
+	// fdMode: the runtime launched us on an inherited socket; after a
+	// disconnect it launches a new process, so Run returns instead.
+	fdMode bool
+
+	// syncedC is signalled (non-blocking) after each Synchronize: tests wait on it.
+	syncedC chan struct{}
+}
+
+// New checks the options and builds a plugin; a bad option is an error
+// here, at start, never later.
+func New(opt Options) (*Plugin, error) {
+	if err := opt.Inject.Validate(); err != nil {
+		// One line: a bad start is reported as one line (errors.Join has one per problem).
+		return nil, fmt.Errorf("nri plugin config: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if opt.Socket == "" {
+		opt.Socket = DefaultSocket
+	}
+	if opt.PluginIdx == "" {
+		opt.PluginIdx = DefaultPluginIdx
+	}
+	if _, _, err := api.ParsePluginName(opt.PluginIdx + "-" + PluginName); err != nil {
+		return nil, fmt.Errorf("nri plugin config: plugin index %q: use two digits, such as 10 (%w)", opt.PluginIdx, err)
+	}
+	if opt.OverlayRoot == "" {
+		opt.OverlayRoot = hostprep.DefaultRoot
+	}
+	if opt.NamespaceRefresh <= 0 {
+		opt.NamespaceRefresh = DefaultNamespaceRefresh
+	}
+	if opt.Recheck == 0 {
+		opt.Recheck = DefaultRecheck
+	}
+	if opt.MinBackoff <= 0 {
+		opt.MinBackoff = 100 * time.Millisecond
+	}
+	if opt.MaxBackoff < opt.MinBackoff {
+		opt.MaxBackoff = max(10*time.Second, opt.MinBackoff)
+	}
+	log := opt.Log
+	if log == nil {
+		log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	p := &Plugin{
+		opt:     opt,
+		log:     log,
+		metrics: newMetrics(),
+		node:    newNodeCache(opt.OverlayRoot, opt.Recheck),
+		fdMode:  os.Getenv(api.PluginSocketEnvVar) != "",
+		syncedC: make(chan struct{}, 1),
+	}
+	return p, nil
+}
+
+// Run connects to the runtime and handles its events until ctx ends,
+// reconnecting with backoff whenever the runtime goes away. It returns nil
+// when ctx is cancelled, or an error the stub cannot be built with.
+func (p *Plugin) Run(ctx context.Context) error {
+	if p.opt.Kube != nil {
+		go p.watchNamespaces(ctx)
+	}
+	backoff := p.opt.MinBackoff
+	for {
+		closed := make(chan struct{})
+		var once sync.Once
+		opts := []stub.Option{
+			stub.WithPluginName(PluginName),
+			stub.WithSocketPath(p.opt.Socket),
+			stub.WithLogger(stubLogger{p.log}),
+			stub.WithOnClose(func() { once.Do(func() { close(closed) }) }),
+		}
+		if os.Getenv(api.PluginIdxEnvVar) == "" { // the runtime launched us with our index otherwise
+			opts = append(opts, stub.WithPluginIdx(p.opt.PluginIdx))
+		}
+		s, err := stub.New(&handler{p}, opts...)
+		if err != nil {
+			return fmt.Errorf("nri plugin: %w", err)
+		}
+		err = p.start(ctx, s)
+		if errors.Is(err, errStartHung) {
+			return err
+		}
+		if err == nil {
+			backoff = p.opt.MinBackoff
+			select {
+			case <-ctx.Done():
+				p.synced.Store(false)
+				s.Stop()
+				return nil
+			case <-closed:
+				p.synced.Store(false)
+				if p.fdMode {
+					return errors.New("nri plugin: the runtime closed the connection it launched us with")
+				}
+				p.log.Warn("runtime connection closed; reconnecting")
+			}
+		} else {
+			p.synced.Store(false)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if p.fdMode {
+				return fmt.Errorf("nri plugin: %w", err)
+			}
+			p.log.WithError(err).WithField("retry_in", backoff).Warn("cannot register with the runtime")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, p.opt.MaxBackoff)
+	}
+}
+
+// startTimeout bounds a registration: the stub waits for the runtime's
+// Configure without a deadline of its own.
+const startTimeout = 30 * time.Second
+
+var errStartHung = fmt.Errorf("nri plugin: registration with the runtime did not finish within %v; exiting to be restarted", startTimeout)
+
+// start is s.Start with a deadline. A hung stub holds its lock and cannot
+// be stopped, so past the deadline Run gives up and the process exits (the
+// kubelet or the runtime starts a new one) rather than stay unregistered.
+func (p *Plugin) start(ctx context.Context, s stub.Stub) error {
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	t := time.NewTimer(startTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errStartHung
+	}
+}
+
+// Ready says the plugin is registered with a runtime and the overlay is present.
+func (p *Plugin) Ready() error {
+	if !p.synced.Load() {
+		return errors.New("not registered with the runtime")
+	}
+	p.node.mu.Lock()
+	p.node.refresh(time.Now())
+	err := p.node.err
+	p.node.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	return nil
+}
+
+// watchNamespaces refreshes the opted-in namespaces until ctx ends. On an
+// error it keeps the last list: a flaky API server must not flip pods.
+func (p *Plugin) watchNamespaces(ctx context.Context) {
+	t := time.NewTicker(p.opt.NamespaceRefresh)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		set, err := listOptedIn(rctx, p.opt.Kube)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.metrics.errors.WithLabelValues(reasonNamespaces).Inc()
+			p.log.WithError(err).Warn("keeping the last list of opted-in namespaces")
+		} else {
+			p.optedIn.Store(&set)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// handler carries the stub's callbacks; its method set is exactly the
+// events the plugin subscribes to.
+type handler struct{ p *Plugin }
+
+// Synchronize rebuilds the GPU use counts from the running containers.
+func (h handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	h.p.synchronize(ctrs)
+	h.p.synced.Store(true)
+	select {
+	case h.p.syncedC <- struct{}{}:
+	default:
+	}
+	h.p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs)}).Info("synchronized with the runtime")
+	return nil, nil
+}
+
+// CreateContainer decides and returns the container's adjustment.
+func (h handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	return h.p.create(pod, ctr), nil, nil
+}
+
+// StopContainer frees the container's GPUs.
+func (h handler) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	h.p.release(ctr.GetId())
+	return nil, nil
+}
+
+// RemoveContainer frees the container's GPUs (if Stop was missed).
+func (h handler) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	h.p.release(ctr.GetId())
+	return nil
+}
+
+func (p *Plugin) release(id string) {
+	p.node.mu.Lock()
+	p.node.forget(id)
+	p.node.mu.Unlock()
+}
+
+// synchronize rebuilds the per-container GPUs from the containers' env, as
+// the plugin set it, replacing what was remembered.
+func (p *Plugin) synchronize(ctrs []*api.Container) {
+	defer func() {
+		if r := recover(); r != nil {
+			// Why recover: a bad sync must not stop registration; counts start empty.
+			p.metrics.errors.WithLabelValues(reasonSync).Inc()
+			p.log.WithField("panic", r).WithField("stack", string(debug.Stack())).Error("rebuilding GPU use counts")
+		}
+	}()
+	c := p.node
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gpus = map[string]given{}
+	for _, ctr := range ctrs {
+		switch ctr.GetState() {
+		case api.ContainerState_CONTAINER_STOPPED:
+			continue
+		}
+		if v, ok := lastEnv(ctr.GetEnv(), inject.VisibleDevicesEnv); ok && v != "" {
+			c.gpus[ctr.GetId()] = given{visible: v}
+		}
+	}
+	c.refresh(time.Now())
+	c.rebuildUse()
+}
+
+// create is CreateContainer's body: any failure leaves the container
+// untouched (nil adjustment), logged and counted.
+func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.ContainerAdjustment) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			// Why recover: a bug here must not block a pod; it starts untouched.
+			out = nil
+			p.metrics.errors.WithLabelValues(reasonPanic).Inc()
+			p.metrics.skipFailed.Inc()
+			p.fields(pod, ctr).WithField("panic", r).WithField("stack", string(debug.Stack())).Error("handling container panicked; leaving it untouched")
+		}
+		p.metrics.decision.Observe(time.Since(start).Seconds())
+	}()
+
+	c := p.node
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refresh(start)
+	if c.err != nil {
+		if errors.Is(c.err, errNoOverlay) {
+			p.metrics.skipNoOverlay.Inc()
+			return nil
+		}
+		// Why fail open: an unreadable overlay must not block pods; they run without GPUs.
+		p.metrics.errors.WithLabelValues(reasonProbe).Inc()
+		p.metrics.skipFailed.Inc()
+		p.fields(pod, ctr).WithError(c.err).Error("cannot read the node overlay; leaving the container untouched")
+		return nil
+	}
+	node := c.node
+	if set := p.optedIn.Load(); set != nil {
+		node.OptedIn = *set
+	}
+	adj, ok, err := inject.Decide(p.opt.Inject, node, toPod(pod), toContainer(pod, ctr))
+	for _, w := range adj.Warnings {
+		p.metrics.warnings.Inc()
+		p.fields(pod, ctr).Warn(w)
+	}
+	if err != nil {
+		// Why fail open: see Decide; the container runs without GPUs.
+		p.metrics.errors.WithLabelValues(reasonDecide).Inc()
+		p.metrics.skipFailed.Inc()
+		p.fields(pod, ctr).WithError(err).Error("leaving the container untouched")
+		return nil
+	}
+	if !ok {
+		p.metrics.skipNotSelected.Inc()
+		return nil
+	}
+	out = toNRI(&adj)
+	visible := ""
+	if len(adj.Env) > 0 && adj.Env[0].Key == inject.VisibleDevicesEnv {
+		visible = adj.Env[0].Value
+	}
+	c.record(ctr.GetId(), adj.GPUs, visible)
+	p.metrics.injections.Inc()
+	if p.log.Logger.IsLevelEnabled(logrus.InfoLevel) {
+		p.fields(pod, ctr).WithField("gpus", visible).Info("injected")
+	}
+	return out
+}
+
+func (p *Plugin) fields(pod *api.PodSandbox, ctr *api.Container) *logrus.Entry {
+	return p.log.WithFields(logrus.Fields{
+		"namespace": pod.GetNamespace(), "pod": pod.GetName(), "pod_uid": pod.GetUid(),
+		"container": ctr.GetName(), "container_id": ctr.GetId(),
+	})
+}

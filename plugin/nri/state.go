@@ -1,0 +1,151 @@
+package nri
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nvmock/nvmock/plugin/inject"
+)
+
+// errNoOverlay says the node has no overlay installed: not an error, just
+// nothing to inject.
+var errNoOverlay = errors.New("no overlay installed")
+
+// nodeCache keeps the probed node state and the GPUs given to containers.
+// Its lock is held across a decision, so that concurrent creates spread
+// over the GPUs as serial ones do.
+type nodeCache struct {
+	mu sync.Mutex
+
+	root    string
+	recheck time.Duration // how often the driver link is re-read
+	probe   func(root string) (inject.NodeState, error)
+
+	node    inject.NodeState // InUse is kept here; OptedIn is set per decision
+	err     error            // the last probe's error (errNoOverlay wrapped when absent)
+	link    string           // root/driver's target when probed
+	checked time.Time        // when link was last compared
+	probed  bool
+
+	// gpus is what each live container was given, by container ID.
+	gpus map[string]given
+}
+
+// given is one container's GPUs: node indices, and the NVIDIA_VISIBLE_DEVICES
+// value (UUIDs) they came from, to map them again after a re-probe.
+type given struct {
+	idx     []int
+	visible string
+}
+
+func newNodeCache(root string, recheck time.Duration) *nodeCache {
+	return &nodeCache{root: root, recheck: recheck, probe: inject.NodeStateFromOverlay, gpus: map[string]given{}}
+}
+
+// refresh re-probes when the driver link changed, the last probe failed,
+// or nothing was probed yet; the link is read at most once per recheck.
+// The caller holds mu.
+func (c *nodeCache) refresh(now time.Time) {
+	if c.probed && c.err == nil && now.Sub(c.checked) < c.recheck {
+		return
+	}
+	c.checked = now
+	link, lerr := os.Readlink(filepath.Join(c.root, "driver"))
+	if c.probed && c.err == nil && lerr == nil && link == c.link {
+		return
+	}
+	n, err := c.probe(c.root)
+	c.probed = true
+	c.link = link
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && lerr != nil {
+			err = errors.Join(errNoOverlay, err)
+		}
+		c.node, c.err = inject.NodeState{}, err
+		return
+	}
+	c.node, c.err = n, nil
+	c.rebuildUse()
+}
+
+// rebuildUse recomputes the use counts for the current node's GPUs from
+// the UUIDs each container was given. The caller holds mu.
+func (c *nodeCache) rebuildUse() {
+	if len(c.node.GPUs) == 0 {
+		c.node.InUse = nil
+		return
+	}
+	c.node.InUse = make([]int, len(c.node.GPUs))
+	for id, g := range c.gpus {
+		g.idx = indicesOf(&c.node, g.visible)
+		c.gpus[id] = g
+		for _, i := range g.idx {
+			c.node.InUse[i]++
+		}
+	}
+}
+
+// record remembers the GPUs given to a container. The caller holds mu.
+func (c *nodeCache) record(id string, idx []int, visible string) {
+	if id == "" || len(idx) == 0 {
+		return
+	}
+	c.forget(id)
+	c.gpus[id] = given{idx: idx, visible: visible}
+	if len(c.node.InUse) == len(c.node.GPUs) {
+		for _, i := range idx {
+			if i < len(c.node.InUse) {
+				c.node.InUse[i]++
+			}
+		}
+	}
+}
+
+// forget frees a container's GPUs. The caller holds mu.
+func (c *nodeCache) forget(id string) bool {
+	g, ok := c.gpus[id]
+	if !ok {
+		return false
+	}
+	delete(c.gpus, id)
+	for _, i := range g.idx {
+		if i < len(c.node.InUse) && c.node.InUse[i] > 0 {
+			c.node.InUse[i]--
+		}
+	}
+	return true
+}
+
+// indicesOf maps an NVIDIA_VISIBLE_DEVICES value of UUIDs (as the plugin
+// sets it) to the node's GPU indices; entries naming no GPU are dropped.
+func indicesOf(node *inject.NodeState, visible string) []int {
+	var out []int
+	for _, u := range strings.Split(visible, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		for i := range node.GPUs {
+			if node.GPUs[i].UUID == u {
+				out = append(out, i)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// lastEnv is the value of the last KEY=value of key in env.
+func lastEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}

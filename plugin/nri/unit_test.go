@@ -1,0 +1,98 @@
+package nri
+
+import (
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nvmock/nvmock/plugin/inject"
+)
+
+// fakePlugin is a plugin on syntheticNode(gpus), no root or runtime needed.
+func fakePlugin(t *testing.T, gpus int, cfg inject.Config) *Plugin {
+	t.Helper()
+	p, err := New(Options{OverlayRoot: t.TempDir(), Recheck: time.Hour, Log: testLog(t), Inject: cfg})
+	must(t, err)
+	n := syntheticNode(gpus)
+	p.node.probe = func(string) (inject.NodeState, error) { return n, nil }
+	return p
+}
+
+func TestToNRIConvertsTheWholeAdjustment(t *testing.T) {
+	opts := []string{"bind", "ro", "nosuid", "nodev"}
+	in := inject.Adjustment{
+		GPUs:        []int{1},
+		Mounts:      []inject.Mount{{Source: "/o/lib.so.1", Destination: "/usr/lib64/libnvidia-ml.so.1", Type: "bind", Options: opts}},
+		Devices:     []inject.DeviceNode{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: 0o666}},
+		DeviceRules: []inject.DeviceRule{{Allow: true, Type: "c", Major: 195, Minor: 1, Access: "rwm"}},
+		Env:         []inject.EnvVar{{Key: "NVIDIA_VISIBLE_DEVICES", Value: "GPU-1"}},
+	}
+	want := &api.ContainerAdjustment{}
+	want.AddMount(&api.Mount{Source: "/o/lib.so.1", Destination: "/usr/lib64/libnvidia-ml.so.1", Type: "bind", Options: opts})
+	want.AddDevice(&api.LinuxDevice{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: api.FileMode(uint32(0o666))})
+	want.Linux.Resources = &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{
+		{Allow: true, Type: "c", Major: api.Int64(int64(195)), Minor: api.Int64(int64(1)), Access: "rwm"}}}
+	want.AddEnv("NVIDIA_VISIBLE_DEVICES", "GPU-1")
+	if got := toNRI(&in); !proto.Equal(got, want) {
+		t.Errorf("toNRI:\n got %v\nwant %v", got, want)
+	}
+	if got := toNRI(&inject.Adjustment{}); !proto.Equal(got, &api.ContainerAdjustment{}) {
+		t.Errorf("toNRI of nothing: %v", got)
+	}
+}
+
+func TestCreateHonoursNamespaceLabels(t *testing.T) {
+	p := fakePlugin(t, 2, inject.Config{})
+	set := map[string]bool{"ml": true}
+	p.optedIn.Store(&set)
+	for _, tc := range []struct {
+		ns   string
+		want bool
+	}{{"ml", true}, {"web", false}} {
+		pd := &api.PodSandbox{Name: "p", Namespace: tc.ns}
+		if got := p.create(pd, &api.Container{Id: tc.ns, Name: "c"}) != nil; got != tc.want {
+			t.Errorf("namespace %s: injected %v, want %v", tc.ns, got, tc.want)
+		}
+	}
+}
+
+func TestCreateCountsWarningsAndLeavesTheContainerAlone(t *testing.T) {
+	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}})
+	pd := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{inject.GPUsAnnotation: "lots"}}
+	if p.create(pd, &api.Container{Id: "c", Name: "c"}) != nil {
+		t.Error("injected a pod with a bad request")
+	}
+	rec := scrape(t, p)
+	if !strings.Contains(rec, "nvmock_nri_warnings_total 1") {
+		t.Errorf("warnings not counted:\n%s", grep(rec, "nvmock_nri_"))
+	}
+}
+
+func TestCreateReadsCDIDevicesFromAnnotations(t *testing.T) {
+	p := fakePlugin(t, 4, inject.Config{Namespaces: []string{"*"}})
+	pd := &api.PodSandbox{Name: "p", Namespace: "ml"}
+	c := &api.Container{Id: "c", Name: "c", Annotations: map[string]string{"cdi.k8s.io/nvmock": "nvmock.io/gpu=2, nvmock.io/gpu=3"}}
+	adj := p.create(pd, c)
+	if v, _ := envOf(adj, inject.VisibleDevicesEnv); v != syntheticNode(4).GPUs[2].UUID+","+syntheticNode(4).GPUs[3].UUID {
+		t.Errorf("%s = %q, want GPUs 2 and 3", inject.VisibleDevicesEnv, v)
+	}
+}
+
+func TestCreateSkipsQuietlyWithoutAnOverlay(t *testing.T) {
+	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}})
+	p.node.probe = func(root string) (inject.NodeState, error) {
+		return inject.NodeState{}, fmt.Errorf("probe overlay in %s: no hostprep.json: %w", root, fs.ErrNotExist)
+	}
+	if p.create(&api.PodSandbox{Name: "p", Namespace: "ml"}, &api.Container{Id: "c", Name: "c"}) != nil {
+		t.Error("injected without an overlay")
+	}
+	m := scrape(t, p)
+	if !strings.Contains(m, `nvmock_nri_skipped_total{reason="no_overlay"} 1`) || !strings.Contains(m, `nvmock_nri_errors_total{reason="probe"} 0`) {
+		t.Errorf("want one no_overlay skip and no error:\n%s", grep(m, "nvmock_nri_"))
+	}
+}
