@@ -2,7 +2,7 @@
 # Installs the Debian packages the build and tests need, only those missing,
 # so a second run is quick and touches nothing.
 set -euo pipefail
-pkgs=(gcc libc6-dev binutils make python3 ca-certificates patchelf)
+pkgs=(gcc libc6-dev binutils make python3 ca-certificates patchelf busybox-static)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

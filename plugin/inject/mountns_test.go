@@ -79,8 +79,62 @@ func TestTheRealNvidiaSMIInAContainerMadeFromTheAdjustmentSeesItsGPUs(t *testing
 	}
 }
 
-// runInRootfs builds the root file system, applies adj and runs argv in it.
+// TestAStaticImageIsUnharmed gives GPUs to a container whose image is one
+// static busybox, with no glibc and no /usr/lib: the added files and nodes
+// appear, the environment holds nothing that changes how its programs load,
+// and its programs run as before.
+func TestAStaticImageIsUnharmed(t *testing.T) {
+	needRoot(t)
+	for _, tool := range []string{"unshare", "chroot", "mount", "mknod", "busybox"} {
+		testenv.Tool(t, tool)
+	}
+	busybox, _ := exec.LookPath("busybox")
+	if out, err := exec.Command("file", "-L", busybox).Output(); err == nil && !strings.Contains(string(out), "statically linked") {
+		testenv.Missing(t, "a static busybox (Debian's busybox-static) at %s: %s", busybox, out)
+	}
+	p := builtin(t, "h100", 2)
+	node, err := NodeStateFromOverlay(installOverlay(t, p, fakeAssets(t), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.OptedIn = map[string]bool{"ml": true}
+	adj, ok, err := Decide(Config{}, node, pod("ml", GPUsAnnotation, "all"), ctr)
+	if err != nil || !ok {
+		t.Fatalf("Decide: ok %v, err %v", ok, err)
+	}
+	static := func(line func(string, ...any), q func(string) string, r string) {
+		line("mkdir -p %s && cp %s %s", q(r+"/bin"), q(busybox), q(r+"/bin/busybox"))
+		line("chroot %s /bin/busybox --install -s /bin", q(r)) // env, ls, grep...
+	}
+	check := `set -e; echo loads; ls /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl >/dev/null; ` +
+		`test -f /usr/bin/nvidia-smi; env | grep -c '^LD_' || true; env | grep '^NVIDIA_VISIBLE_DEVICES=GPU-' >/dev/null; echo done`
+	out := runIn(t, static, adj, true, "/bin/busybox", "sh", "-c", check)
+	if out != "loads\n0\ndone\n" {
+		t.Errorf("in the static image:\n%s", out)
+	}
+}
+
+// runInRootfs builds a root file system of the host's /usr and /etc,
+// applies adj and runs argv in it.
 func runInRootfs(t *testing.T, adj Adjustment, withEnv bool, argv ...string) string {
+	t.Helper()
+	hostUsr := func(line func(string, ...any), q func(string) string, r string) {
+		tmp := filepath.Dir(r)
+		for _, d := range []string{"usr", "etc"} {
+			line("mkdir -p %s %s %s", q(filepath.Join(r, d)), q(filepath.Join(tmp, "up", d)), q(filepath.Join(tmp, "work", d)))
+			line("mount -t overlay overlay -o lowerdir=/%s,upperdir=%s,workdir=%s %s", d, filepath.Join(tmp, "up", d), filepath.Join(tmp, "work", d), q(filepath.Join(r, d)))
+		}
+		for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
+			line("ln -s usr/%s %s", l, q(filepath.Join(r, l)))
+		}
+	}
+	return runIn(t, hostUsr, adj, withEnv, argv...)
+}
+
+// runIn lays the image with base, applies adj as a runtime would (bind
+// mounts, device nodes, environment) in a private mount namespace, and runs
+// argv in it.
+func runIn(t *testing.T, base func(line func(string, ...any), q func(string) string, r string), adj Adjustment, withEnv bool, argv ...string) string {
 	t.Helper()
 	tmp := t.TempDir()
 	r := filepath.Join(tmp, "rootfs")
@@ -88,13 +142,7 @@ func runInRootfs(t *testing.T, adj Adjustment, withEnv bool, argv ...string) str
 	q := func(p string) string { return "'" + p + "'" }
 	line := func(format string, args ...any) { fmt.Fprintf(&s, format+"\n", args...) }
 	line("set -e")
-	for _, d := range []string{"usr", "etc"} {
-		line("mkdir -p %s %s %s", q(filepath.Join(r, d)), q(filepath.Join(tmp, "up", d)), q(filepath.Join(tmp, "work", d)))
-		line("mount -t overlay overlay -o lowerdir=/%s,upperdir=%s,workdir=%s %s", d, filepath.Join(tmp, "up", d), filepath.Join(tmp, "work", d), q(filepath.Join(r, d)))
-	}
-	for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
-		line("ln -s usr/%s %s", l, q(filepath.Join(r, l)))
-	}
+	base(line, q, r)
 	line("mkdir -p %s %s %s", q(r+"/dev"), q(r+"/proc"), q(r+"/tmp"))
 	line("mount -t tmpfs tmpfs %s", q(r+"/dev"))
 	line("mount --rbind /proc %s", q(r+"/proc"))
