@@ -40,7 +40,7 @@ type Options struct {
 	// Kube lists opted-in namespaces; nil outside a cluster, where only
 	// Inject.Namespaces applies.
 	Kube             *hostprep.KubeClient
-	NamespaceRefresh time.Duration // "" is DefaultNamespaceRefresh
+	NamespaceRefresh time.Duration // wait before listing again after a failure; 0 is DefaultNamespaceRefresh
 	// Recheck is how often the overlay's driver link is compared with the
 	// probed one (a probe error is retried on every container); 0 is
 	// DefaultRecheck, negative is on every container.
@@ -216,28 +216,44 @@ func (p *Plugin) Ready() error {
 	return nil
 }
 
-// watchNamespaces refreshes the opted-in namespaces until ctx ends. On an
-// error it keeps the last list: a flaky API server must not flip pods.
+// watchNamespaces keeps the opted-in namespaces current until ctx ends: it
+// lists them, then watches for changes, and lists again when the watch ends
+// (after NamespaceRefresh when it failed). On an error it keeps the last
+// list: a flaky API server must not flip pods.
 func (p *Plugin) watchNamespaces(ctx context.Context) {
-	t := time.NewTicker(p.opt.NamespaceRefresh)
-	defer t.Stop()
-	for {
+	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		set, err := listOptedIn(rctx, p.opt.Kube)
+		set, rv, err := listOptedInAt(rctx, p.opt.Kube)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			p.metrics.errors.WithLabelValues(reasonNamespaces).Inc()
-			p.log.WithError(err).Warn("keeping the last list of opted-in namespaces")
-		} else {
+		if err == nil {
 			p.optedIn.Store(&set)
+			err = watchOptedIn(ctx, p.opt.Kube, rv, func(name string, in bool) {
+				next := map[string]bool{}
+				if cur := p.optedIn.Load(); cur != nil {
+					for k := range *cur {
+						next[k] = true
+					}
+				}
+				if in {
+					next[name] = true
+				} else {
+					delete(next, name)
+				}
+				p.optedIn.Store(&next)
+			})
+			if err == nil {
+				continue // the server ended the watch: list again now
+			}
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		p.metrics.errors.WithLabelValues(reasonNamespaces).Inc()
+		p.log.WithError(err).Warn("keeping the last list of opted-in namespaces")
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(p.opt.NamespaceRefresh):
 		}
 	}
 }
