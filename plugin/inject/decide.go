@@ -51,8 +51,11 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	return adj, true, nil
 }
 
-// wanted says whether the container may be injected at all.
-func wanted(cfg *Config, node *NodeState, pod *Pod, ctr *Container) bool {
+// Selected says whether a container is one the plugin handles at all, from
+// the pod alone: not a sandbox, not in kube-system or the plugin's own
+// namespace, in an opted-in or allowlisted namespace, not opted out. It
+// needs no node state, so callers can skip others before probing the node.
+func Selected(cfg Config, optedIn map[string]bool, pod Pod, ctr Container) bool {
 	if ctr.Sandbox {
 		return false
 	}
@@ -60,10 +63,16 @@ func wanted(cfg *Config, node *NodeState, pod *Pod, ctr *Container) bool {
 	if ns == "kube-system" || ns == cfg.OwnNamespace || ns == "" {
 		return false
 	}
-	if !node.OptedIn[ns] && !allowlisted(cfg.Namespaces, ns) {
+	if !optedIn[ns] && !allowlisted(cfg.Namespaces, ns) {
 		return false
 	}
-	if v, ok := pod.Annotations[InjectAnnotation]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
+	v, ok := pod.Annotations[InjectAnnotation]
+	return !ok || !strings.EqualFold(strings.TrimSpace(v), "false")
+}
+
+// wanted says whether the container may be injected at all.
+func wanted(cfg *Config, node *NodeState, pod *Pod, ctr *Container) bool {
+	if !Selected(*cfg, node.OptedIn, *pod, *ctr) {
 		return false
 	}
 	// Why nothing by default on a real driver: the mock would shadow real GPUs.

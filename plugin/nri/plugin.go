@@ -339,6 +339,16 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 		p.metrics.decision.Observe(time.Since(start).Seconds())
 	}()
 
+	var optedIn map[string]bool
+	if set := p.optedIn.Load(); set != nil {
+		optedIn = *set
+	}
+	ipod, ictr := toPod(pod), toContainer(pod, ctr)
+	if !inject.Selected(p.opt.Inject, optedIn, ipod, ictr) {
+		// Not ours: no node probe, nothing counted against the overlay.
+		p.metrics.skipNotSelected.Inc()
+		return nil
+	}
 	c := p.node
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -355,10 +365,8 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 		return nil
 	}
 	node := c.node
-	if set := p.optedIn.Load(); set != nil {
-		node.OptedIn = *set
-	}
-	adj, ok, err := inject.Decide(p.opt.Inject, node, toPod(pod), toContainer(pod, ctr))
+	node.OptedIn = optedIn
+	adj, ok, err := inject.Decide(p.opt.Inject, node, ipod, ictr)
 	for _, w := range adj.Warnings {
 		p.metrics.warnings.Inc()
 		p.fields(pod, ctr).Warn(w)

@@ -1,6 +1,7 @@
 package nri
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -94,5 +95,21 @@ func TestCreateSkipsQuietlyWithoutAnOverlay(t *testing.T) {
 	m := scrape(t, p)
 	if !strings.Contains(m, `nvmock_nri_skipped_total{reason="no_overlay"} 1`) || !strings.Contains(m, `nvmock_nri_errors_total{reason="probe"} 0`) {
 		t.Errorf("want one no_overlay skip and no error:\n%s", grep(m, "nvmock_nri_"))
+	}
+}
+
+// A broken overlay is counted once per container the plugin would handle,
+// not for every container on the node.
+func TestContainersNotSelectedAreNotCountedAgainstABrokenOverlay(t *testing.T) {
+	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"ml"}})
+	p.node.probe = func(string) (inject.NodeState, error) { return inject.NodeState{}, errors.New("corrupt snapshot") }
+	for _, ns := range []string{"kube-system", "web", "ml"} {
+		if p.create(&api.PodSandbox{Name: "p", Namespace: ns}, &api.Container{Id: ns, Name: "c"}) != nil {
+			t.Errorf("namespace %s: injected with a broken overlay", ns)
+		}
+	}
+	m := scrape(t, p)
+	if !strings.Contains(m, `nvmock_nri_errors_total{reason="probe"} 1`) {
+		t.Errorf("want one probe error (namespace ml only):\n%s", grep(m, "nvmock_nri_errors_total"))
 	}
 }
