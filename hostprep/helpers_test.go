@@ -26,25 +26,6 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// fakeAssets is a driver tree with a stand-in library and nvidia-smi (a
-// script, which Render copies without checking its RPATH).
-func fakeAssets(t *testing.T) string {
-	t.Helper()
-	d := t.TempDir()
-	lib64 := filepath.Join(d, "usr", "lib64")
-	bin := filepath.Join(d, "usr", "bin")
-	for _, dir := range []string{lib64, bin} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(t, os.WriteFile(filepath.Join(lib64, "libnvidia-ml.so.535.261.03"), []byte("not really a library\n"), 0o755))
-	must(t, os.Symlink("libnvidia-ml.so.535.261.03", filepath.Join(lib64, "libnvidia-ml.so.1")))
-	must(t, os.Symlink("libnvidia-ml.so.1", filepath.Join(lib64, "libnvidia-ml.so")))
-	must(t, os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\necho fake nvidia-smi\n"), 0o755))
-	return d
-}
-
 // realAssets is the built driver tree (make build, hack/package-driver.sh).
 func realAssets(t *testing.T) string {
 	t.Helper()
@@ -56,16 +37,6 @@ func realAssets(t *testing.T) string {
 		testenv.Missing(t, "%s/usr/bin/nvidia-smi (run make build, or hack/package-driver.sh build .cache/bin/nvidia-smi)", d)
 	}
 	return d
-}
-
-func builtin(t *testing.T, name string, gpus int) *profile.Profile {
-	t.Helper()
-	p, err := profile.Builtin(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.GPUs = gpus
-	return p
 }
 
 // site is one place install writes to, in a test's temporary directory.

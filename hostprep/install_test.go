@@ -34,7 +34,7 @@ func TestTheRealNvidiaSMIFromTheInstalledDriverRootListsTheProfilesGPUs(t *testi
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSite(t)
-			p := builtin(t, tc.profile, tc.gpus)
+			p := testenv.Profile(t, tc.profile, tc.gpus)
 			res := install(t, s.options(p, assets))
 			smi := filepath.Join(res.Driver, "usr", "bin", "nvidia-smi")
 			cmd := exec.Command(smi, "-L")
@@ -74,7 +74,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func TestInstallingTheSameInputsTwiceChangesNothing(t *testing.T) {
 	needRoot(t)
 	s := newSite(t)
-	o := s.options(builtin(t, "a100", 2), fakeAssets(t))
+	o := s.options(testenv.Profile(t, "a100", 2), testenv.FakeDriverAssets(t))
 	first := install(t, o)
 	if first.Unchanged {
 		t.Fatal("first install says unchanged")
@@ -104,8 +104,8 @@ func TestInstallingTheSameInputsTwiceChangesNothing(t *testing.T) {
 func TestInstallingWithNewInputsReplacesTheOverlay(t *testing.T) {
 	needRoot(t)
 	s := newSite(t)
-	assets := fakeAssets(t)
-	first := install(t, s.options(builtin(t, "a100", 2), assets))
+	assets := testenv.FakeDriverAssets(t)
+	first := install(t, s.options(testenv.Profile(t, "a100", 2), assets))
 	for _, tc := range []struct {
 		name   string
 		change func(o *hostprep.InstallOptions)
@@ -116,7 +116,7 @@ func TestInstallingWithNewInputsReplacesTheOverlay(t *testing.T) {
 		{"real device numbers give a new overlay", func(o *hostprep.InstallOptions) { o.Render.RealDeviceNumbers = true }, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := s.options(builtin(t, "a100", 2), assets)
+			o := s.options(testenv.Profile(t, "a100", 2), assets)
 			tc.change(&o)
 			res := install(t, o)
 			if res.Unchanged || res.Hash == first.Hash {
@@ -145,7 +145,7 @@ func TestInstallingWithNewInputsReplacesTheOverlay(t *testing.T) {
 func TestADamagedOverlayIsRepairedNotCalledUnchanged(t *testing.T) {
 	needRoot(t)
 	s := newSite(t)
-	o := s.options(builtin(t, "a100", 2), fakeAssets(t))
+	o := s.options(testenv.Profile(t, "a100", 2), testenv.FakeDriverAssets(t))
 	first := install(t, o)
 	must(t, os.Remove(filepath.Join(first.Driver, "dev", "nvidia1")))
 	res := install(t, o)
@@ -171,9 +171,9 @@ func TestUninstallRemovesExactlyWhatInstallCreated(t *testing.T) {
 	before := tree(t, filepath.Dir(s.root), s.cdi)
 	top := filepath.Dir(filepath.Dir(s.nfd)) // the temp dir: etc/ is install's
 
-	assets := fakeAssets(t)
-	install(t, s.options(builtin(t, "a100", 2), assets))
-	install(t, s.options(builtin(t, "a100", 3), assets)) // a replaced overlay is covered too
+	assets := testenv.FakeDriverAssets(t)
+	install(t, s.options(testenv.Profile(t, "a100", 2), assets))
+	install(t, s.options(testenv.Profile(t, "a100", 3), assets)) // a replaced overlay is covered too
 	res, err := hostprep.Uninstall(s.root, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestUninstallRemovesExactlyWhatInstallCreated(t *testing.T) {
 
 func TestInstallRefusesANodeWithARealDriverUnlessForced(t *testing.T) {
 	needRoot(t)
-	assets := fakeAssets(t)
+	assets := testenv.FakeDriverAssets(t)
 	for _, tc := range []struct {
 		name       string
 		realDriver bool
@@ -222,7 +222,7 @@ func TestInstallRefusesANodeWithARealDriverUnlessForced(t *testing.T) {
 			if tc.realDriver {
 				must(t, os.MkdirAll(filepath.Join(s.proc, "driver", "nvidia"), 0o755))
 			}
-			o := s.options(builtin(t, "a100", 1), assets)
+			o := s.options(testenv.Profile(t, "a100", 1), assets)
 			o.Force = tc.force
 			_, err := hostprep.Install(o)
 			switch {
@@ -244,7 +244,7 @@ func TestInstallRefusesANodeWithARealDriverUnlessForced(t *testing.T) {
 
 func TestBadInputsLeaveTheOldOverlayIntact(t *testing.T) {
 	needRoot(t)
-	assets := fakeAssets(t)
+	assets := testenv.FakeDriverAssets(t)
 	noSMI := t.TempDir()
 	must(t, os.CopyFS(noSMI, os.DirFS(assets)))
 	must(t, os.Remove(filepath.Join(noSMI, "usr", "bin", "nvidia-smi")))
@@ -279,9 +279,9 @@ func TestBadInputsLeaveTheOldOverlayIntact(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSite(t)
-			good := install(t, s.options(builtin(t, "a100", 2), assets))
+			good := install(t, s.options(testenv.Profile(t, "a100", 2), assets))
 			before := contents(t, s.root, s.cdi, s.nfd)
-			o := s.options(builtin(t, "a100", 3), assets)
+			o := s.options(testenv.Profile(t, "a100", 3), assets)
 			tc.change(t, s, &o)
 			_, err := hostprep.Install(o)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -323,8 +323,8 @@ func readOnly(t *testing.T, dir string) {
 func TestTheCDISpecValidatesAndNamesEveryGPUByIndexAndUUID(t *testing.T) {
 	needRoot(t)
 	s := newSite(t)
-	p := builtin(t, "a100", 3)
-	res := install(t, s.options(p, fakeAssets(t)))
+	p := testenv.Profile(t, "a100", 3)
+	res := install(t, s.options(p, testenv.FakeDriverAssets(t)))
 	spec, err := cdi.ReadSpec(res.CDIFile, 0)
 	if err != nil {
 		t.Fatalf("CDI spec does not validate: %v", err)
@@ -400,7 +400,7 @@ func TestTheNFDFileHasTheGPULabels(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSite(t)
-			res := install(t, s.options(builtin(t, tc.profile, tc.gpus), fakeAssets(t)))
+			res := install(t, s.options(testenv.Profile(t, tc.profile, tc.gpus), testenv.FakeDriverAssets(t)))
 			got, err := os.ReadFile(res.NFDFile)
 			must(t, err)
 			// NFD reads key=value lines; their order carries nothing.

@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 func TestTheRenderedTreeMatchesTheGoldenFiles(t *testing.T) {
 	needRoot(t)
 	s := newSite(t)
-	res := install(t, s.options(builtin(t, "a100", 2), fakeAssets(t)))
+	res := install(t, s.options(testenv.Profile(t, "a100", 2), testenv.FakeDriverAssets(t)))
 	proc := filepath.Join(res.Driver, "proc", "driver", "nvidia")
 	for _, tc := range []struct {
 		name, file, golden string
@@ -34,7 +35,7 @@ func TestTheRenderedTreeMatchesTheGoldenFiles(t *testing.T) {
 
 func TestDeviceNodesAreInertUnlessRealNumbersAreAsked(t *testing.T) {
 	needRoot(t)
-	assets := fakeAssets(t)
+	assets := testenv.FakeDriverAssets(t)
 	for _, tc := range []struct {
 		name string
 		real bool
@@ -49,7 +50,7 @@ func TestDeviceNodesAreInertUnlessRealNumbersAreAsked(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
-				Profile: builtin(t, "a100", 2), NodeName: node, Assets: assets, RealDeviceNumbers: tc.real,
+				Profile: testenv.Profile(t, "a100", 2), NodeName: node, Assets: assets, RealDeviceNumbers: tc.real,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -80,7 +81,7 @@ func TestDeviceNodesAreInertUnlessRealNumbersAreAsked(t *testing.T) {
 
 func TestRenderWithPlainDevFilesNeedsNoPrivilege(t *testing.T) {
 	ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
-		Profile: builtin(t, "t4", 1), NodeName: node, Assets: fakeAssets(t), PlainDevFiles: true,
+		Profile: testenv.Profile(t, "t4", 1), NodeName: node, Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func TestRenderWithPlainDevFilesNeedsNoPrivilege(t *testing.T) {
 func TestRenderRefusesADirectoryThatIsNotEmpty(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "x"), nil, 0o644))
-	_, err := hostprep.Render(dir, hostprep.Options{Profile: builtin(t, "t4", 1), NodeName: node, Assets: fakeAssets(t), PlainDevFiles: true})
+	_, err := hostprep.Render(dir, hostprep.Options{Profile: testenv.Profile(t, "t4", 1), NodeName: node, Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true})
 	if err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("render into a non-empty dir: %v, want a refusal", err)
 	}

@@ -46,7 +46,7 @@ func nvidiaTool(t *testing.T, name string) string {
 // installNode installs a fresh overlay for a built-in profile with n GPUs.
 func installNode(t *testing.T, name string, n int) (*hostprep.Result, *profile.Profile) {
 	t.Helper()
-	p := builtin(t, name, n)
+	p := testenv.Profile(t, name, n)
 	return install(t, newSite(t).options(p, realAssets(t))), p
 }
 

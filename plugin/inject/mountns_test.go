@@ -31,7 +31,7 @@ func TestTheRealNvidiaSMIInAContainerMadeFromTheAdjustmentSeesItsGPUs(t *testing
 	if fi, err := os.Lstat("/lib64"); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		testenv.Missing(t, "a merged-/usr host (/lib64 a symlink), to build a root file system from /usr")
 	}
-	p := builtin(t, "h100", 4)
+	p := testenv.Profile(t, "h100", 4)
 	root := installOverlay(t, p, assets, false)
 	node, err := NodeStateFromOverlay(root)
 	if err != nil {
@@ -92,8 +92,8 @@ func TestAStaticImageIsUnharmed(t *testing.T) {
 	if out, err := exec.Command("file", "-L", busybox).Output(); err == nil && !strings.Contains(string(out), "statically linked") {
 		testenv.Missing(t, "a static busybox (Debian's busybox-static) at %s: %s", busybox, out)
 	}
-	p := builtin(t, "h100", 2)
-	node, err := NodeStateFromOverlay(installOverlay(t, p, fakeAssets(t), false))
+	p := testenv.Profile(t, "h100", 2)
+	node, err := NodeStateFromOverlay(installOverlay(t, p, testenv.FakeDriverAssets(t), false))
 	if err != nil {
 		t.Fatal(err)
 	}

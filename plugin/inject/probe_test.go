@@ -23,31 +23,6 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func builtin(t *testing.T, name string, gpus int) *profile.Profile {
-	t.Helper()
-	p, err := profile.Builtin(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.GPUs = gpus
-	return p
-}
-
-// fakeAssets is a driver tree with a stand-in library and nvidia-smi (a
-// script, which hostprep copies without checking its RPATH).
-func fakeAssets(t *testing.T) string {
-	t.Helper()
-	d := t.TempDir()
-	lib64, bin := filepath.Join(d, "usr", "lib64"), filepath.Join(d, "usr", "bin")
-	for _, dir := range []string{lib64, bin} {
-		must(t, os.MkdirAll(dir, 0o755))
-	}
-	must(t, os.WriteFile(filepath.Join(lib64, "libnvidia-ml.so.535.261.03"), []byte("not really a library\n"), 0o755))
-	must(t, os.Symlink("libnvidia-ml.so.535.261.03", filepath.Join(lib64, "libnvidia-ml.so.1")))
-	must(t, os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\necho fake nvidia-smi\n"), 0o755))
-	return d
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -83,8 +58,8 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 		{"an overlay with real device numbers gives NVIDIA's", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := builtin(t, "h100", 3)
-			root := installOverlay(t, p, fakeAssets(t), c.real)
+			p := testenv.Profile(t, "h100", 3)
+			root := installOverlay(t, p, testenv.FakeDriverAssets(t), c.real)
 			got, err := NodeStateFromOverlay(root)
 			if err != nil {
 				t.Fatal(err)
@@ -129,8 +104,8 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 
 func TestNodeStateFromOverlayRefusesWhatIsNotAnOverlay(t *testing.T) {
 	needRoot(t)
-	p := builtin(t, "a100", 2)
-	assets := fakeAssets(t)
+	p := testenv.Profile(t, "a100", 2)
+	assets := testenv.FakeDriverAssets(t)
 	for _, c := range []struct {
 		name    string
 		breakIt func(root string)
@@ -164,7 +139,7 @@ func TestNodeStateFromOverlayRefusesWhatIsNotAnOverlay(t *testing.T) {
 }
 
 func TestDecodeGPUs(t *testing.T) {
-	p := builtin(t, "a100", 4)
+	p := testenv.Profile(t, "a100", 4)
 	data, err := snapshot.Compile(p, snapshot.Options{Seed: probeNode})
 	must(t, err)
 	got, err := DecodeGPUs(data)

@@ -1,0 +1,50 @@
+package testenv
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nvmock/nvmock/libnvml/profile"
+)
+
+// Profile is a built-in profile with gpus GPUs (0: the profile's count).
+func Profile(t testing.TB, name string, gpus int) *profile.Profile {
+	t.Helper()
+	p, err := profile.Builtin(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpus > 0 {
+		p.GPUs = gpus
+	}
+	return p
+}
+
+// FakeDriverAssets is a driver tree with a stand-in library and nvidia-smi
+// (a script, which hostprep copies without checking its RPATH), for tests
+// that render overlays but run nothing from them.
+func FakeDriverAssets(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	lib64, bin := filepath.Join(d, "usr", "lib64"), filepath.Join(d, "usr", "bin")
+	for _, f := range []struct {
+		path, data string
+	}{
+		{filepath.Join(lib64, "libnvidia-ml.so.535.261.03"), "not really a library\n"},
+		{filepath.Join(bin, "nvidia-smi"), "#!/bin/sh\necho fake nvidia-smi\n"},
+	} {
+		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f.path, []byte(f.data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range [][2]string{{"libnvidia-ml.so.535.261.03", "libnvidia-ml.so.1"}, {"libnvidia-ml.so.1", "libnvidia-ml.so"}} {
+		if err := os.Symlink(l[0], filepath.Join(lib64, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
