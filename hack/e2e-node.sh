@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# A real containerd node for the e2e tests, private to one work dir.
+#
+#   hack/e2e-node.sh up        install what is missing, start containerd and the plugin
+#   hack/e2e-node.sh down      stop all it started, unmount, remove the work dir
+#   hack/e2e-node.sh plugin start|stop|kill
+#   hack/e2e-node.sh containerd restart
+#
+# Everything lives in $NVMOCK_E2E_DIR (default /tmp/nvmock-e2e; keep it short,
+# unix socket paths are limited to 108 bytes) except what containerd hard-wires:
+# shim sockets in /run/containerd/s. Tools come from Debian (runc) and from the
+# Go module proxy (containerd, crictl) into $NVMOCK_CACHE/e2e/bin. `up` writes
+# $W/e2e.env, which the tests read. Root only. Idempotent: `up` on a running
+# node tears it down first; `down` on nothing does nothing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+CONTAINERD_VERSION=v2.4.2
+CRICTL_VERSION=v1.37.0
+W=${NVMOCK_E2E_DIR:-/tmp/nvmock-e2e}
+CACHE=${NVMOCK_CACHE:-$repo/.cache}
+BUILD=${NVMOCK_BUILD:-$repo/build}
+PROFILE=${NVMOCK_E2E_PROFILE:-a100}
+PORT=${NVMOCK_E2E_PORT:-19464}
+# Namespaces the plugin injects (the allowlist: no cluster here to label them).
+NAMESPACES=nvmock-e2e,nvmock-e2e-2
+bin=$CACHE/e2e/bin
+nvmock=$BUILD/bin/nvmock
+
+log() { echo "e2e-node: $*" >&2; }
+die() { echo "e2e-node: error: $*" >&2; exit 1; }
+ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+cri() { "$bin/crictl" --config "$W/etc/crictl.yaml" "$@"; }
+
+# wait_for WHAT SECONDS CMD...: poll CMD every 50 ms; die with the log's tail.
+wait_for() {
+  local what=$1 secs=$2 logf=$3; shift 3
+  local end=$(( $(date +%s) + secs ))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$end" ]; then
+      tail -n 20 "$logf" >&2 || true
+      die "$what not ready after ${secs}s (log above: $logf)"
+    fi
+    sleep 0.05
+  done
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# stop_pid PIDFILE SIGNAL: signal, wait up to 10 s, then SIGKILL.
+stop_pid() {
+  local f=$1 sig=${2:-TERM} pid i
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -s "$sig" "$pid" 2>/dev/null || true
+    for i in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+install_tools() {
+  if ! command -v runc >/dev/null; then
+    log "installing runc from Debian"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runc >/dev/null 2>&1 ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runc >/dev/null; }
+  fi
+  mkdir -p "$bin"
+  # A stamp per version: a binary from an older pin is rebuilt.
+  if [ ! -f "$bin/.containerd-$CONTAINERD_VERSION" ]; then
+    log "building containerd $CONTAINERD_VERSION (go install; about 2-5 min the first time)"
+    local t; t=$(date +%s%N)
+    env -C / GOBIN="$bin" GOWORK=off CGO_ENABLED=0 go install \
+      github.com/containerd/containerd/v2/cmd/{containerd,ctr,containerd-shim-runc-v2}@$CONTAINERD_VERSION \
+      >"$CACHE/e2e/containerd.build.log" 2>&1 || die "go install containerd failed (log: $CACHE/e2e/containerd.build.log)"
+    touch "$bin/.containerd-$CONTAINERD_VERSION"
+    log "containerd built in $(ms "$t") ms"
+  fi
+  if [ ! -f "$bin/.crictl-$CRICTL_VERSION" ]; then
+    log "building crictl $CRICTL_VERSION (go install)"
+    env -C / GOBIN="$bin" GOWORK=off CGO_ENABLED=0 go install sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION \
+      >"$CACHE/e2e/crictl.build.log" 2>&1 || die "go install crictl failed (log: $CACHE/e2e/crictl.build.log)"
+    touch "$bin/.crictl-$CRICTL_VERSION"
+  fi
+}
+
+write_config() {
+  cat >"$W/etc/config.toml" <<EOF
+version = 3
+root = '$W/root'
+state = '$W/state'
+[grpc]
+  address = '$W/state/containerd.sock'
+[ttrpc]
+  address = '$W/state/containerd.sock.ttrpc'
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = 'localhost/nvmock-e2e/pause:local'
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = true
+  cdi_spec_dirs = ['$W/cdi']
+  # Root here lacks CAP_SYS_RESOURCE; runc fails on CRI's oom_score_adj -998.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = '$(command -v runc)'
+      Root = '$W/state/runc'
+      SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['$W/cni/bin']
+    conf_dir = '$W/cni/net.d'
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = '$W/nri/nri.sock'
+  plugin_path = '$W/nri/plugins'
+  plugin_config_path = '$W/nri/conf.d'
+EOF
+  cat >"$W/etc/crictl.yaml" <<EOF
+runtime-endpoint: unix://$W/state/containerd.sock
+image-endpoint: unix://$W/state/containerd.sock
+timeout: 20
+pull-image-on-create: false
+disable-pull-on-run: true
+EOF
+}
+
+containerd_start() {
+  rm -f "$W/nri/nri.sock"
+  [ -d /run/containerd ] || { mkdir -p /run/containerd && touch "$W/made-run-containerd"; }
+  PATH=$bin:$PATH setsid "$bin/containerd" --config "$W/etc/config.toml" >>"$W/logs/containerd.log" 2>&1 </dev/null &
+  echo $! >"$W/containerd.pid"
+  wait_for containerd 60 "$W/logs/containerd.log" cri version
+  wait_for "containerd's NRI socket" 30 "$W/logs/containerd.log" test -S "$W/nri/nri.sock"
+}
+
+# ready: the plugin's /readyz answers 200 (registered with the runtime).
+ready() { curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$PORT/readyz"; }
+
+plugin_start() {
+  alive "$W/plugin.pid" && die "the plugin is already running (pid $(cat "$W/plugin.pid"))"
+  setsid "$nvmock" nri --socket "$W/nri/nri.sock" --overlay-root "$W/overlay" \
+    --namespaces "$NAMESPACES" --listen "127.0.0.1:$PORT" --log-level debug \
+    >>"$W/logs/plugin.log" 2>&1 </dev/null &
+  echo $! >"$W/plugin.pid"
+  wait_for "nvmock nri" 30 "$W/logs/plugin.log" ready
+}
+
+# build_images: the test images, from this machine's files and this repo's
+# programs, imported into containerd's k8s.io namespace. No registry.
+build_images() {
+  local img=$W/img r
+  rm -rf "$img" && mkdir -p "$img"
+  go build -o "$img/mkimage" "$repo/hack/mkimage"
+  CGO_ENABLED=0 go build -o "$img/pause" "$repo/e2e/images/pause"
+  CGO_ENABLED=0 go build -o "$img/probe" "$repo/e2e/images/probe"
+  go build -o "$img/nvmlprobe" "$repo/e2e/images/nvmlprobe"
+
+  r=$img/rootfs-pause && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/pause" "$r/pause"
+  mkimage pause '["/pause"]' "$r"
+
+  # glibc: Debian's own binaries and the libraries they load, merged-/usr.
+  r=$img/rootfs-glibc && glibc_rootfs "$r"
+  mkimage glibc '["/bin/sh","-c"]' "$r"
+  r=$img/rootfs-gonvml && glibc_rootfs "$r" && cp "$img/nvmlprobe" "$r/usr/local/bin/nvmlprobe"
+  mkimage gonvml '["/usr/local/bin/nvmlprobe"]' "$r"
+
+  # busybox: a static binary, relative applet links (absolute ones would point at the host's merged /usr).
+  r=$img/rootfs-busybox && mkdir -p "$r"/{bin,dev,proc,sys,etc,tmp}
+  cp /bin/busybox "$r/bin/busybox"
+  for a in $(/bin/busybox --list); do [ -e "$r/bin/$a" ] || ln -s busybox "$r/bin/$a"; done
+  printf 'root:x:0:0:root:/:/bin/sh\n' >"$r/etc/passwd"; printf 'root:x:0:\n' >"$r/etc/group"
+  mkimage busybox '["/bin/sh","-c"]' "$r"
+
+  r=$img/rootfs-static && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/probe" "$r/probe"
+  mkimage static '["/probe"]' "$r"
+}
+
+mkimage() {
+  "$W/img/mkimage" -name "localhost/nvmock-e2e/$1:local" -entrypoint "$2" -o "$W/img/$1.tar" "$3"
+  "$bin/ctr" -a "$W/state/containerd.sock" -n k8s.io images import "$W/img/$1.tar" >/dev/null 2>>"$W/logs/ctr.log"
+}
+
+# glibc_rootfs DIR: a merged-/usr Debian-like root: all of libc6's libraries
+# (as the package installs them), a few of Debian's tools and what they load.
+glibc_rootfs() {
+  local r=$1 f l
+  mkdir -p "$r"/usr/{bin,sbin,lib/x86_64-linux-gnu,lib64,local/bin} "$r"/{dev,proc,sys,tmp,etc/ld.so.conf.d,root}
+  for l in bin sbin lib lib64; do ln -s "usr/$l" "$r/$l"; done
+  for f in sh dash bash env cat ls sleep grep head tr wc readlink id true; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  cp /sbin/ldconfig "$r/usr/sbin/ldconfig"
+  cp /etc/ld.so.conf "$r/etc/" && cp /etc/ld.so.conf.d/x86_64-linux-gnu.conf "$r/etc/ld.so.conf.d/"
+  for l in $(dpkg -L libc6 | grep -E '^/lib/x86_64-linux-gnu/[^/]*\.so[.0-9]*$'); do
+    cp -L "$l" "$r/usr/lib/x86_64-linux-gnu/"
+  done
+  cp -L /lib64/ld-linux-x86-64.so.2 "$r/usr/lib64/ld-linux-x86-64.so.2"
+  for l in $(ldd "$r"/usr/bin/* 2>/dev/null | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do
+    [ -e "$r/usr/lib/x86_64-linux-gnu/${l##*/}" ] || [[ $l == */ld-linux-x86-64.so.2 ]] || cp -L "$l" "$r/usr/lib/x86_64-linux-gnu/"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"; printf 'root:x:0:\n' >"$r/etc/group"
+}
+
+write_env() {
+  cat >"$W/e2e.env.tmp" <<EOF
+NVMOCK_E2E_DIR=$W
+CONTAINERD_SOCK=$W/state/containerd.sock
+NRI_SOCK=$W/nri/nri.sock
+OVERLAY_ROOT=$W/overlay
+CDI_DIR=$W/cdi
+POD_LOG_DIR=$W/podlogs
+PLUGIN_LOG=$W/logs/plugin.log
+PLUGIN_URL=http://127.0.0.1:$PORT
+NAMESPACES=$NAMESPACES
+PROFILE=$PROFILE
+NODE_SCRIPT=$here/e2e-node.sh
+NVIDIA_SMI=$W/overlay/driver/usr/bin/nvidia-smi
+IMAGE_PREFIX=localhost/nvmock-e2e/
+EOF
+  mv "$W/e2e.env.tmp" "$W/e2e.env"
+}
+
+up() {
+  [ "$(id -u)" = 0 ] || die "needs root (it runs containerd)"
+  [ -x "$nvmock" ] && [ -d "$BUILD/driver/usr/lib64" ] || die "no $nvmock or $BUILD/driver: run make driver first"
+  [ -e "$W" ] && down
+  local t0; t0=$(date +%s%N)
+  install_tools
+  mkdir -p "$W"/{etc,logs,podlogs,cdi,nfd,nri/plugins,nri/conf.d,cni/bin,cni/net.d}
+  log "installing the $PROFILE overlay"
+  "$nvmock" hostprep install --root "$W/overlay" --profile "$PROFILE" --node-name nvmock-e2e \
+    --assets "$BUILD/driver" --cdi-dir "$W/cdi" --nfd-dir "$W/nfd" >"$W/logs/hostprep.log" 2>&1 ||
+    { cat "$W/logs/hostprep.log" >&2; die "hostprep install failed"; }
+  write_config
+  local t; t=$(date +%s%N)
+  containerd_start
+  log "containerd up in $(ms "$t") ms"
+  t=$(date +%s%N)
+  build_images
+  log "5 images built and imported in $(ms "$t") ms"
+  plugin_start
+  write_env
+  log "node up in $(ms "$t0") ms: CRI at $W/state/containerd.sock, env in $W/e2e.env"
+}
+
+down() {
+  [ -e "$W" ] || return 0
+  set +e
+  if [ -S "$W/state/containerd.sock" ] && alive "$W/containerd.pid"; then
+    for p in $(cri pods -q 2>/dev/null); do cri stopp "$p"; cri rmp -f "$p"; done >/dev/null 2>&1
+  fi
+  stop_pid "$W/plugin.pid" TERM
+  stop_pid "$W/containerd.pid" TERM
+  # Shims outlive containerd by design; ours are the ones on our socket.
+  pkill -f "containerd-shim-runc-v2 .*$W/state/containerd.sock" 2>/dev/null
+  grep -o " $W/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+  [ -x "$nvmock" ] && [ -d "$W/overlay" ] && "$nvmock" hostprep uninstall --root "$W/overlay" >/dev/null 2>&1
+  if [ -f "$W/made-run-containerd" ]; then rmdir /run/containerd/s /run/containerd 2>/dev/null; fi
+  # Logs outlive the node, in the build dir, for a failed run's post-mortem.
+  mkdir -p "$BUILD/e2e-logs" && cp "$W"/logs/*.log "$BUILD/e2e-logs/" 2>/dev/null
+  rm -rf "$W"
+  set -e
+  log "down"
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  plugin)
+    case ${2:-} in
+      start) plugin_start ;;
+      stop) stop_pid "$W/plugin.pid" TERM ;;
+      kill) stop_pid "$W/plugin.pid" KILL ;;
+      *) die "usage: $0 plugin start|stop|kill" ;;
+    esac ;;
+  containerd)
+    [ "${2:-}" = restart ] || die "usage: $0 containerd restart"
+    stop_pid "$W/containerd.pid" TERM
+    containerd_start ;;
+  *) die "usage: $0 up|down|plugin start|stop|kill|containerd restart" ;;
+esac
