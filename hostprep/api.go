@@ -46,7 +46,7 @@ const SMIRPath = "$ORIGIN/../lib64"
 
 // renderFormat changes whenever Render lays out a tree differently, so an
 // upgrade re-renders even when profile and assets are the same.
-const renderFormat = "nvmock-overlay-1"
+const renderFormat = "nvmock-overlay-2"
 
 const libName = "libnvidia-ml.so"
 
@@ -156,6 +156,12 @@ func (in *inputs) entries() []entry {
 		{path: filepath.Join(lib64, libName), link: libName + ".1"},
 		{path: filepath.Join("driver", "usr", "bin", "nvidia-smi"), data: in.smi, mode: 0o755},
 		{path: filepath.Join("driver", "etc", "nvmock", "snapshot"), data: in.snap, mode: 0o644},
+		// A loader cache as a real driver root has, for tools that read it (nvidia-ctk).
+		{path: filepath.Join("driver", "etc", "ld.so.conf"), data: []byte("/usr/lib64\n"), mode: 0o644},
+		{path: filepath.Join("driver", "etc", "ld.so.cache"), data: LoaderCache(map[string]string{
+			libName + ".1": "/usr/lib64/" + libName + ".1",
+			libName:        "/usr/lib64/" + libName,
+		}), mode: 0o644},
 		{path: filepath.Join("driver", "proc", "driver", "nvidia", "version"), data: []byte(ProcVersion(p.Driver.Version)), mode: 0o444},
 	}
 	for i, id := range in.ids {
