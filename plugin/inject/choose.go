@@ -19,16 +19,20 @@ const (
 //  1. GPUs already in the spec: CDI devices of the two GPU kinds and
 //     /dev/nvidiaN nodes (together). They come before the environment
 //     because a CDI spec sets NVIDIA_VISIBLE_DEVICES=void beside its nodes.
-//  2. NVIDIA_VISIBLE_DEVICES: all; void or none (nothing); node indices and
-//     UUIDs (or unique UUID prefixes, as the library accepts). Empty or
-//     unset falls through.
-//  3. The pod annotation nvmock.io/gpus (request grammar, parseRequest).
-//  4. Config.DefaultGPUs, "all" when empty.
+//  2. NVIDIA_VISIBLE_DEVICES: all; none (the driver without GPUs); void
+//     (nothing); node indices and UUIDs (or unique UUID prefixes, as the
+//     library accepts). Empty or unset falls through.
+//  3. The pod annotation nvmock.io/gpus (request grammar, selectRequest);
+//     none is the driver without GPUs, like the variable's none.
+//  4. Config.DefaultGPUs, "all" when empty; its none is nothing at all, since
+//     the pod asked for nothing.
 //
-// It returns why a source is bad, or "" when sel is the answer (all false
-// for none). Nothing a pod says becomes a path: values only select among
-// the node's GPUs.
-func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) string {
+// driver says the pod asked for none explicitly: the driver (library,
+// nvidia-smi, control nodes) without GPUs, as NVIDIA's runtime gives it.
+// bad says why a source is bad, "" when sel is the answer (all false for
+// none and void). Nothing a pod says becomes a path: values only select
+// among the node's GPUs.
+func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) (driver bool, bad string) {
 	found := false
 	for _, name := range ctr.CDIDevices {
 		kind, dev, _ := strings.Cut(name, "=")
@@ -42,7 +46,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) 
 		}
 		i, why := node.lookup(dev)
 		if why != "" {
-			return fmt.Sprintf("CDI device %s %s", quote(name), why)
+			return false, fmt.Sprintf("CDI device %s %s", quote(name), why)
 		}
 		sel[i] = true
 	}
@@ -53,32 +57,37 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) 
 		found = true
 		i := node.byPath(d.Path)
 		if i < 0 {
-			return fmt.Sprintf("device node %s is no GPU of this node", quote(d.Path))
+			return false, fmt.Sprintf("device node %s is no GPU of this node", quote(d.Path))
 		}
 		sel[i] = true
 	}
 	if found {
-		return ""
+		return false, ""
 	}
 
 	if v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv); ok && strings.TrimSpace(v) != "" {
 		switch t := strings.TrimSpace(v); t {
 		case "all":
 			setAll(sel)
-		case "void", "none":
+		case "none":
+			return true, ""
+		case "void":
 		default:
 			if why := node.selectList(t, sel); why != "" {
-				return fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
+				return false, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
 			}
 		}
-		return ""
+		return false, ""
 	}
 
 	if v, ok := pod.Annotations[GPUsAnnotation]; ok && strings.TrimSpace(v) != "" {
-		if why := node.selectRequest(v, sel); why != "" {
-			return fmt.Sprintf("annotation %s=%s %s", GPUsAnnotation, quote(v), why)
+		if strings.TrimSpace(v) == "none" {
+			return true, ""
 		}
-		return ""
+		if why := node.selectRequest(v, sel); why != "" {
+			return false, fmt.Sprintf("annotation %s=%s %s", GPUsAnnotation, quote(v), why)
+		}
+		return false, ""
 	}
 
 	def := cfg.DefaultGPUs
@@ -86,9 +95,9 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) 
 		def = "all"
 	}
 	if why := node.selectRequest(def, sel); why != "" {
-		return fmt.Sprintf("config default GPUs %s %s", quote(def), why)
+		return false, fmt.Sprintf("config default GPUs %s %s", quote(def), why)
 	}
-	return ""
+	return false, ""
 }
 
 func setAll(sel []bool) {

@@ -29,15 +29,23 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	} else {
 		sel = make([]bool, n)
 	}
-	if bad := choose(&cfg, &node, &pod, &ctr, sel); bad != "" {
+	driver, bad := choose(&cfg, &node, &pod, &ctr, sel)
+	if bad != "" {
 		// Why fail open: a typo in a pod must not stop it; it runs without GPUs.
 		return Adjustment{Warnings: []string{fmt.Sprintf("pod %s/%s container %s: %s; giving it no GPUs", pod.Namespace, pod.Name, ctr.Name, bad)}}, false, nil
 	}
-	adj := build(&cfg, &node, &ctr, sel)
-	if len(adj.GPUs) == 0 {
-		return Adjustment{}, false, nil // "none": nothing GPU-related at all
+	count := 0
+	for _, s := range sel {
+		if s {
+			count++
+		}
 	}
-	if len(cfg.Extensions) > 0 {
+	if count == 0 && !driver {
+		return Adjustment{}, false, nil // void, or nothing asked for: nothing GPU-related at all
+	}
+	adj := build(&cfg, &node, &ctr, sel, count)
+	// Why not for the driver alone: extensions pair devices with GPUs, and there are none.
+	if count > 0 && len(cfg.Extensions) > 0 {
 		in := Input{Node: node, Pod: pod, Ctr: ctr, GPUs: adj.GPUs}
 		for _, ext := range cfg.Extensions {
 			if err := ext.Apply(in, &adj); err != nil {
@@ -178,24 +186,19 @@ func (n *NodeState) check() error {
 // bindOptions are the options of every mount: read-only, no devices, no setuid.
 var bindOptions = [...]string{"bind", "ro", "nosuid", "nodev"}
 
-// build makes the edits that give the selected GPUs.
-func build(cfg *Config, node *NodeState, ctr *Container, sel []bool) Adjustment {
-	count := 0
-	for _, s := range sel {
-		if s {
-			count++
-		}
-	}
-	if count == 0 {
-		return Adjustment{}
-	}
+// build makes the edits that give the count GPUs selected, or the driver
+// alone when count is 0, leaving out what the spec already has: a CDI spec
+// (nvidia-ctk cdi generate) brings the library, nvidia-smi and device nodes.
+func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) Adjustment {
 	var adj Adjustment
-	adj.GPUs = make([]int, 0, count)
 	uuidLen := 0
-	for i, s := range sel {
-		if s {
-			adj.GPUs = append(adj.GPUs, i)
-			uuidLen += len(node.GPUs[i].UUID) + 1
+	if count > 0 {
+		adj.GPUs = make([]int, 0, count)
+		for i, s := range sel {
+			if s {
+				adj.GPUs = append(adj.GPUs, i)
+				uuidLen += len(node.GPUs[i].UUID) + 1
+			}
 		}
 	}
 
@@ -207,27 +210,52 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool) Adjustment 
 	copy(opts, bindOptions[:])
 	opts = opts[:len(opts):len(opts)] // mounts share it; an append copies
 	adj.Mounts = make([]Mount, 0, 2*len(libs)+1)
-	for _, l := range libs {
-		adj.Mounts = append(adj.Mounts, Mount{Source: node.Library, Destination: l, Type: "bind", Options: opts})
+	// Why none of ours beside the spec's library: a CDI hook links
+	// libnvidia-ml.so.1 to it, and our mount over that link would fight it.
+	specLib := hasLibrary(ctr.Mounts)
+	snapFor := libs
+	if specLib {
+		snapFor = ctr.Mounts
+	} else {
+		for _, l := range libs {
+			if !contains(ctr.Mounts, l) {
+				adj.Mounts = append(adj.Mounts, Mount{Source: node.Library, Destination: l, Type: "bind", Options: opts})
+			}
+		}
 	}
 	firstSnap := ""
-	for _, l := range libs {
+	for _, l := range snapFor {
+		if specLib && !isLibrary(l) {
+			continue
+		}
 		sp, ok := SnapshotPathFor(l)
-		if !ok || hasDestination(adj.Mounts, sp) {
-			continue // Validate refuses the first; the second is a duplicate
+		if !ok {
+			continue // Validate refuses it in libs
 		}
 		if firstSnap == "" {
 			firstSnap = sp
 		}
-		adj.Mounts = append(adj.Mounts, Mount{Source: node.Snapshot, Destination: sp, Type: "bind", Options: opts})
+		if !hasDestination(adj.Mounts, sp) && !contains(ctr.Mounts, sp) {
+			adj.Mounts = append(adj.Mounts, Mount{Source: node.Snapshot, Destination: sp, Type: "bind", Options: opts})
+		}
 	}
-	adj.Mounts = append(adj.Mounts, Mount{Source: node.NvidiaSMI, Destination: NvidiaSMIPath, Type: "bind", Options: opts})
+	if !contains(ctr.Mounts, NvidiaSMIPath) {
+		adj.Mounts = append(adj.Mounts, Mount{Source: node.NvidiaSMI, Destination: NvidiaSMIPath, Type: "bind", Options: opts})
+	}
 
+	// A node already in the spec came with its cgroup rule: neither is added.
+	// One at the same path with other numbers (a device plugin's) is replaced.
 	adj.Devices = make([]DeviceNode, 0, count+len(node.Control))
 	for _, i := range adj.GPUs {
-		adj.Devices = append(adj.Devices, node.GPUs[i].Node)
+		if !hasNode(ctr.Devices, node.GPUs[i].Node) {
+			adj.Devices = append(adj.Devices, node.GPUs[i].Node)
+		}
 	}
-	adj.Devices = append(adj.Devices, node.Control...)
+	for _, c := range node.Control {
+		if !hasNode(ctr.Devices, c) {
+			adj.Devices = append(adj.Devices, c)
+		}
+	}
 	adj.DeviceRules = make([]DeviceRule, 0, len(adj.Devices))
 	for _, d := range adj.Devices {
 		if !hasRule(adj.DeviceRules, d) {
@@ -235,21 +263,67 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool) Adjustment 
 		}
 	}
 
-	var b strings.Builder
-	b.Grow(uuidLen)
-	for k, i := range adj.GPUs {
-		if k > 0 {
-			b.WriteByte(',')
+	// Set even over a CDI spec's void: the library filters on it.
+	visible := "none"
+	if count > 0 {
+		var b strings.Builder
+		b.Grow(uuidLen)
+		for k, i := range adj.GPUs {
+			if k > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(node.GPUs[i].UUID)
 		}
-		b.WriteString(node.GPUs[i].UUID)
+		visible = b.String()
 	}
 	adj.Env = make([]EnvVar, 0, 2)
-	adj.Env = append(adj.Env, EnvVar{Key: VisibleDevicesEnv, Value: b.String()})
+	adj.Env = append(adj.Env, EnvVar{Key: VisibleDevicesEnv, Value: visible})
 	if _, set := lookupEnv(ctr.Env, SnapshotEnv); !set && firstSnap != "" {
 		// A fallback for a library reached by another path; the user's own setting wins.
 		adj.Env = append(adj.Env, EnvVar{Key: SnapshotEnv, Value: firstSnap})
 	}
 	return adj
+}
+
+// hasLibrary says whether the spec mounts a libnvidia-ml.so* where the
+// library finds its snapshot.
+func hasLibrary(mounts []string) bool {
+	for _, m := range mounts {
+		if isLibrary(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// isLibrary says whether p is a libnvidia-ml.so* in a directory the library
+// recognises (SnapshotPathFor).
+func isLibrary(p string) bool {
+	base := p[strings.LastIndexByte(p, '/')+1:]
+	if base != "libnvidia-ml.so" && !strings.HasPrefix(base, "libnvidia-ml.so.") {
+		return false
+	}
+	_, ok := SnapshotPathFor(p)
+	return ok
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// hasNode says whether ds has d's path with d's numbers (file mode aside).
+func hasNode(ds []DeviceNode, d DeviceNode) bool {
+	for i := range ds {
+		if ds[i].Path == d.Path && ds[i].Major == d.Major && ds[i].Minor == d.Minor {
+			return true
+		}
+	}
+	return false
 }
 
 func hasDestination(ms []Mount, dst string) bool {

@@ -87,6 +87,13 @@ func gave(node NodeState, gpus ...int) Adjustment {
 	return a
 }
 
+// driverOnly is the adjustment that gives the driver without GPUs ("none").
+func driverOnly(node NodeState) Adjustment {
+	a := gave(node)
+	a.Env[0].Value = "none"
+	return a
+}
+
 func all(n int) []int {
 	s := make([]int, n)
 	for i := range s {
@@ -281,8 +288,8 @@ func TestDecideWhichGPUs(t *testing.T) {
 			cfg: defNone, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), want: gave(n8, all(8)...), ok: true},
 		{name: "NVIDIA_VISIBLE_DEVICES=void gives nothing at all",
 			cfg: testConfig, node: n8, pod: gpus("all"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void")},
-		{name: "NVIDIA_VISIBLE_DEVICES=none gives nothing at all",
-			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=none")},
+		{name: "NVIDIA_VISIBLE_DEVICES=none gives the driver without GPUs",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=none"), want: driverOnly(n8), ok: true},
 		{name: "an empty NVIDIA_VISIBLE_DEVICES falls through to the annotation",
 			cfg: testConfig, node: n8, pod: gpus("0,"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="), want: gave(n8, 0), ok: true},
 		{name: "the last NVIDIA_VISIBLE_DEVICES in the spec counts",
@@ -330,8 +337,8 @@ func TestDecideWhichGPUs(t *testing.T) {
 		// (b) the annotation
 		{name: "the annotation all gives every GPU over a default of none",
 			cfg: defNone, node: n8, pod: gpus("all"), ctr: ctr, want: gave(n8, all(8)...), ok: true},
-		{name: "the annotation none gives nothing at all",
-			cfg: testConfig, node: n8, pod: gpus("none"), ctr: ctr},
+		{name: "the annotation none gives the driver without GPUs",
+			cfg: testConfig, node: n8, pod: gpus("none"), ctr: ctr, want: driverOnly(n8), ok: true},
 		{name: "a count of 0 gives nothing at all",
 			cfg: testConfig, node: n8, pod: gpus("0"), ctr: ctr},
 		{name: "a count picks the least used GPUs, lower index on a tie",
@@ -403,6 +410,100 @@ func TestDecideEnvironmentAndLibraryPaths(t *testing.T) {
 	})
 }
 
+func TestDecideNoneGivesTheDriverWithoutGPUs(t *testing.T) {
+	n8 := testNode(8, true)
+	defNone := testConfig
+	defNone.DefaultGPUs = "none"
+	ctl := ctr
+	ctl.Devices = []DeviceNode{n8.Control[0]}
+	ctlWant := driverOnly(n8)
+	ctlWant.Devices = n8.Control[1:]
+	ctlWant.DeviceRules = ctlWant.DeviceRules[1:]
+
+	runDecide(t, []decideCase{
+		{name: "the annotation none gives the library, nvidia-smi and control nodes but no GPU node",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, " none "), ctr: ctr, want: driverOnly(n8), ok: true},
+		{name: "NVIDIA_VISIBLE_DEVICES=none gives the driver even when the annotation asks for all",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "all"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=none"), want: driverOnly(n8), ok: true},
+		{name: "NVIDIA_VISIBLE_DEVICES=void leaves the container untouched",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "none"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void")},
+		{name: "a default of none leaves a container that asked for nothing untouched",
+			cfg: defNone, node: n8, pod: pod("ml"), ctr: ctr},
+		{name: "a CDI GPU in the spec wins over the annotation none",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "none"), ctr: Container{Name: "trainer", CDIDevices: []string{"nvidia.com/gpu=2"}}, want: gave(n8, 2), ok: true},
+		{name: "the driver alone adds only the control nodes the spec lacks",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "none"), ctr: ctl, want: ctlWant, ok: true},
+	})
+}
+
+// cdiSpec is a container as containerd creates it after applying the CDI
+// spec `nvidia-ctk cdi generate` writes for GPU 1: its libraries,
+// nvidia-smi, /dev/nvidia1 and the control nodes, NVIDIA_VISIBLE_DEVICES=void
+// (and a hook linking libnvidia-ml.so.1, which the spec does not show).
+func cdiSpec(node NodeState) Container {
+	return Container{
+		Name:       "trainer",
+		Env:        []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=void"},
+		CDIDevices: []string{"nvidia.com/gpu=1"},
+		Devices:    []DeviceNode{node.GPUs[1].Node, node.Control[0], node.Control[1], node.Control[2]},
+		Mounts: []string{"/proc", "/dev", "/dev/pts", "/sys", "/etc/hostname", "/etc/resolv.conf",
+			"/usr/lib64/libnvidia-ml.so.535.261.03", "/usr/lib64/libcuda.so.535.261.03", "/usr/bin/nvidia-smi"},
+	}
+}
+
+func TestDecideAddsOnlyWhatTheSpecLacks(t *testing.T) {
+	n8 := testNode(8, true)
+	ml := pod("ml")
+	mounts := func(c Container, m ...string) Container {
+		c.Mounts = append(append([]string(nil), c.Mounts...), m...)
+		return c
+	}
+
+	cdiWant := Adjustment{
+		GPUs:   []int{1},
+		Mounts: []Mount{{Source: n8.Snapshot, Destination: "/etc/nvmock/snapshot", Type: "bind", Options: ro}},
+		Env:    []EnvVar{{VisibleDevicesEnv, uuid(1)}, {SnapshotEnv, "/etc/nvmock/snapshot"}},
+	}
+	optLib := cdiSpec(n8)
+	optLib.Mounts = []string{"/opt/nvidia/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}
+	optWant := gave(n8, 1)
+	optWant.Mounts = []Mount{{Source: n8.Snapshot, Destination: "/opt/nvidia/etc/nvmock/snapshot", Type: "bind", Options: ro},
+		{Source: n8.NvidiaSMI, Destination: "/usr/bin/nvidia-smi", Type: "bind", Options: ro}}
+	optWant.Devices, optWant.DeviceRules = nil, nil
+	optWant.Env[1].Value = "/opt/nvidia/etc/nvmock/snapshot"
+
+	partial := ctr
+	partial.Devices = []DeviceNode{n8.Control[0], n8.Control[1]}
+	partialWant := gave(n8, 0)
+	partialWant.Devices = []DeviceNode{n8.GPUs[0].Node, n8.Control[2]}
+	partialWant.DeviceRules = []DeviceRule{{Allow: true, Type: "c", Major: 195, Minor: 0, Access: "rwm"}, {Allow: true, Type: "c", Major: 511, Minor: 1, Access: "rwm"}}
+
+	smiOnly := gave(n8, 0)
+	smiOnly.Mounts = smiOnly.Mounts[:3]
+	snapThere := gave(n8, 0)
+	snapThere.Mounts = snapThere.Mounts[3:]
+	ownPath := gave(n8, 0)
+	ownPath.Mounts = ownPath.Mounts[2:]
+	elsewhere := gave(n8, 0)
+
+	runDecide(t, []decideCase{
+		{name: "a CDI spec from nvidia-ctk gets only the snapshot beside its library and the GPU's UUID over void",
+			cfg: testConfig, node: n8, pod: ml, ctr: cdiSpec(n8), want: cdiWant, ok: true},
+		{name: "a spec's library elsewhere in a recognised tree gets the snapshot where that library looks",
+			cfg: testConfig, node: n8, pod: ml, ctr: optLib, want: optWant, ok: true},
+		{name: "a spec with some control nodes gets only the missing nodes and their rules",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "0,"), ctr: partial, want: partialWant, ok: true},
+		{name: "a spec mounting nvidia-smi gets everything but nvidia-smi",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "0,"), ctr: mounts(ctr, "/usr/bin/nvidia-smi"), want: smiOnly, ok: true},
+		{name: "a spec mounting the snapshot and a library gets neither again",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "0,"), ctr: mounts(ctr, "/etc/nvmock/snapshot", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so"), want: snapThere, ok: true},
+		{name: "a spec mounting libnvidia-ml.so.1 at one of our paths gets no library mount",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "0,"), ctr: mounts(ctr, "/usr/lib64/libnvidia-ml.so.1"), want: ownPath, ok: true},
+		{name: "a library where the mock cannot find its snapshot does not count",
+			cfg: testConfig, node: n8, pod: pod("ml", GPUsAnnotation, "0,"), ctr: mounts(ctr, "/usr/local/nvidia/lib/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.sox"), want: elsewhere, ok: true},
+	})
+}
+
 // infiniband is an extension as a later InfiniBand package would write one.
 var infiniband = Extension{Name: "infiniband", Apply: func(in Input, adj *Adjustment) error {
 	uverbs := DeviceNode{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192, FileMode: 0o666}
@@ -436,8 +537,10 @@ func TestDecideExtensions(t *testing.T) {
 	runDecide(t, []decideCase{
 		{name: "an extension adds its edits after the GPU edits and sees the chosen GPUs",
 			cfg: ib, node: n8, pod: pod("ml", GPUsAnnotation, "2"), ctr: ctr, want: withIB, ok: true},
-		{name: "an extension is not run for a container given no GPUs",
-			cfg: ib, node: n8, pod: pod("ml", GPUsAnnotation, "none"), ctr: ctr},
+		{name: "an extension is not run for a container given the driver alone",
+			cfg: ib, node: n8, pod: pod("ml", GPUsAnnotation, "none"), ctr: ctr, want: driverOnly(n8), ok: true},
+		{name: "an extension is not run for a container given nothing",
+			cfg: ib, node: n8, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void")},
 		{name: "a failing extension leaves the container untouched with an error",
 			cfg: failing, node: n8, pod: pod("ml"), ctr: ctr, err: "pod ml/train container trainer: extension pcie: no sysfs"},
 		{name: "an extension adding NVIDIA's real major the overlay lacks is refused",

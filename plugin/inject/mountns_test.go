@@ -64,9 +64,20 @@ func TestTheRealNvidiaSMIInAContainerMadeFromTheAdjustmentSeesItsGPUs(t *testing
 		})
 	}
 
+	// The driver alone ("none"): the library loads and finds no GPU. The
+	// real nvidia-smi then fails with exit 6; with -L it words it otherwise
+	// and succeeds.
+	adj, ok, err := Decide(Config{}, node, pod("ml", GPUsAnnotation, "none"), ctr)
+	if err != nil || !ok {
+		t.Fatalf("Decide for none: ok %v, err %v", ok, err)
+	}
+	if out := runInRootfs(t, adj, true, "/bin/sh", "-c", "/usr/bin/nvidia-smi; echo exit $?; /usr/bin/nvidia-smi -L"); out != "No devices were found\nexit 6\nNo devices found.\n" {
+		t.Errorf("nvidia-smi and nvidia-smi -L given the driver alone:\n%s", out)
+	}
+
 	// The check above can fail: without the snapshot mount the library
 	// falls back to its built-in A100s.
-	adj, _, _ := Decide(Config{}, node, pod("ml", GPUsAnnotation, "0,2"), ctr)
+	adj, _, _ = Decide(Config{}, node, pod("ml", GPUsAnnotation, "0,2"), ctr)
 	var noSnap []Mount
 	for _, m := range adj.Mounts {
 		if m.Source != node.Snapshot {

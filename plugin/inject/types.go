@@ -7,7 +7,8 @@ const (
 	InjectEnabled = "enabled"
 	// InjectAnnotation "false" on a pod opts it out.
 	InjectAnnotation = "nvmock.io/inject"
-	// GPUsAnnotation on a pod asks for GPUs: all, none, a count, or a list.
+	// GPUsAnnotation on a pod asks for GPUs: all, none (the driver without
+	// GPUs, as NVIDIA_VISIBLE_DEVICES=none), a count, or a list.
 	GPUsAnnotation = "nvmock.io/gpus"
 )
 
@@ -55,8 +56,9 @@ type Config struct {
 	Extensions []Extension
 }
 
-// Extension adds edits to a container that gets GPUs. Apply may append to
-// adj's slices; an error leaves the container untouched (Decide returns it).
+// Extension adds edits to a container that gets GPUs, not to one given the
+// driver alone ("none"). Apply may append to adj's slices; an error leaves
+// the container untouched (Decide returns it).
 type Extension struct {
 	Name  string
 	Apply func(in Input, adj *Adjustment) error
@@ -126,6 +128,9 @@ type Container struct {
 	// (nvidia.com/gpu=0), from the CRI request or cdi.k8s.io annotations.
 	CDIDevices []string
 	Devices    []DeviceNode // device nodes already in the spec
+	// Mounts are the container paths of mounts already in the spec (a CDI
+	// spec's library and nvidia-smi, say): build adds only what is missing.
+	Mounts []string
 }
 
 // Mount is a bind mount into the container.

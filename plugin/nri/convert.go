@@ -22,10 +22,17 @@ func toPod(pod *api.PodSandbox) inject.Pod {
 }
 
 // toContainer is the decision's view of an NRI container: its env, the
-// device nodes already in its spec and the CDI devices it asked for (from
-// the CRI request or cdi.k8s.io annotations on it or its pod).
+// device nodes and mount destinations already in its spec and the CDI
+// devices it asked for (from the CRI request or cdi.k8s.io annotations on it
+// or its pod).
 func toContainer(pod *api.PodSandbox, ctr *api.Container) inject.Container {
 	c := inject.Container{Name: ctr.GetName(), Env: ctr.GetEnv()}
+	if ms := ctr.GetMounts(); len(ms) > 0 {
+		c.Mounts = make([]string, len(ms))
+		for i, m := range ms {
+			c.Mounts[i] = m.GetDestination()
+		}
+	}
 	if devs := ctr.GetLinux().GetDevices(); len(devs) > 0 {
 		c.Devices = make([]inject.DeviceNode, 0, len(devs))
 		for _, d := range devs {

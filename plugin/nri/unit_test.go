@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -112,4 +113,74 @@ func TestContainersNotSelectedAreNotCountedAgainstABrokenOverlay(t *testing.T) {
 	if !strings.Contains(m, `nvmock_nri_errors_total{reason="probe"} 1`) {
 		t.Errorf("want one probe error (namespace ml only):\n%s", grep(m, "nvmock_nri_errors_total"))
 	}
+}
+
+func TestToContainerReadsTheSpec(t *testing.T) {
+	c := &api.Container{Name: "c", Env: []string{"A=1"},
+		Mounts: []*api.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/usr/lib64/libnvidia-ml.so.535.261.03", Type: "bind", Source: "/var/lib/nvmock/driver/usr/lib64/libnvidia-ml.so.535.261.03"},
+		},
+		Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
+			{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: api.FileMode(uint32(0o666))}}},
+		CDIDevices: []*api.CDIDevice{{Name: "nvidia.com/gpu=1"}},
+	}
+	want := inject.Container{Name: "c", Env: []string{"A=1"},
+		CDIDevices: []string{"nvidia.com/gpu=1"},
+		Devices:    []inject.DeviceNode{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: 0o666}},
+		Mounts:     []string{"/proc", "/usr/lib64/libnvidia-ml.so.535.261.03"},
+	}
+	if got := toContainer(&api.PodSandbox{}, c); !reflect.DeepEqual(got, want) {
+		t.Errorf("toContainer:\n got %+v\nwant %+v", got, want)
+	}
+	if got := toContainer(&api.PodSandbox{}, &api.Container{Name: "c"}); got.Mounts != nil {
+		t.Errorf("a spec without mounts gave %q", got.Mounts)
+	}
+}
+
+// A container given the driver alone ("none") holds no GPU: use counts,
+// Synchronize and release all leave the GPUs to others.
+func TestTheDriverAloneHoldsNoGPU(t *testing.T) {
+	p := fakePlugin(t, 4, inject.Config{Namespaces: []string{"*"}})
+	node := syntheticNode(4)
+	u := func(i int) string { return node.GPUs[i].UUID }
+	inUse := func(want ...int) {
+		t.Helper()
+		p.node.mu.Lock()
+		defer p.node.mu.Unlock()
+		if !reflect.DeepEqual(p.node.node.InUse, want) {
+			t.Errorf("use counts %v, want %v", p.node.node.InUse, want)
+		}
+	}
+	running := api.ContainerState_CONTAINER_RUNNING
+	p.synchronize([]*api.Container{
+		{Id: "a", State: running, Env: []string{inject.VisibleDevicesEnv + "=" + u(0) + "," + u(1)}},
+		{Id: "b", State: running, Env: []string{inject.VisibleDevicesEnv + "=none"}},
+	})
+	inUse(1, 1, 0, 0)
+
+	none := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{inject.GPUsAnnotation: "none"}}
+	adj := p.create(none, &api.Container{Id: "d", Name: "c"})
+	if v, _ := envOf(adj, inject.VisibleDevicesEnv); v != "none" {
+		t.Errorf("%s = %q, want none", inject.VisibleDevicesEnv, v)
+	}
+	var paths []string
+	for _, d := range adj.GetLinux().GetDevices() {
+		paths = append(paths, d.GetPath())
+	}
+	if want := []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}; !reflect.DeepEqual(paths, want) {
+		t.Errorf("devices %q, want the control nodes alone", paths)
+	}
+	inUse(1, 1, 0, 0)
+
+	one := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{inject.GPUsAnnotation: "1"}}
+	if v, _ := envOf(p.create(one, &api.Container{Id: "e", Name: "c"}), inject.VisibleDevicesEnv); v != u(2) {
+		t.Errorf("got %q, want GPU 2, the first unused", v)
+	}
+	inUse(1, 1, 1, 0)
+	p.release("d")
+	p.release("b")
+	inUse(1, 1, 1, 0)
+	p.release("a")
+	inUse(0, 0, 1, 0)
 }
