@@ -22,7 +22,7 @@ DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard libnvml/profile/builtin/*.yaml)
 
-.PHONY: help build lib cli driver test bench lint demo generate deps clean
+.PHONY: help build lib cli driver test e2e bench lint demo generate deps clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -61,9 +61,13 @@ deps: ## install missing Debian packages; fetch nvidia-smi, pynvml and NVIDIA's 
 generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
 	$(GO) run ./libnvml/gen/nvmlgen -header $(NVML_H_DIR)/nvml.h -out libnvml
 
-test: deps driver ## run every test (Go, C, real nvidia-smi, go-nvml, fork, pynvml)
-	NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR) \
-		$(GO) test -count=1 -tags integration ./...
+TEST_ENV = NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR)
+
+test: deps driver ## run every test (Go, C, real nvidia-smi, go-nvml, pynvml; as root also the e2e suite on a real containerd)
+	$(TEST_ENV) hack/test.sh
+
+e2e: deps driver ## the end-to-end suite alone: a real containerd with NRI and CDI, the plugin, real containers (root)
+	$(TEST_ENV) hack/test.sh e2e
 
 bench: deps driver ## benchmarks: Go (through the C ABI) and whole-process timings
 	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/...

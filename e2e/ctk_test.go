@@ -1,0 +1,146 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// nvidiaCTKSpec runs NVIDIA's nvidia-ctk cdi generate against the node's
+// overlay, into containerd's CDI directory, and removes the spec at cleanup.
+func nvidiaCTKSpec(t *testing.T) {
+	t.Helper()
+	n := theNode
+	ctk, err := filepath.Abs(filepath.Join(testenv.CacheDir(), "bin", "nvidia-ctk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ctk); err != nil {
+		testenv.Missing(t, "nvidia-ctk at %s (run make deps)", ctk)
+	}
+	// nvidia-ctk resolves the libraries' symlinks and drops any that end up
+	// outside the driver root it was given, so give it the resolved root.
+	root, err := filepath.EvalSymlinks(filepath.Join(n.env["OVERLAY_ROOT"], "driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(n.env["CDI_DIR"], "nvidia.yaml")
+	// The hooks in the spec run nvidia-ctk itself (nvidia-ctk hook ...).
+	out, err := exec.Command(ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root,
+		"--nvidia-cdi-hook-path", ctk, "--output", spec).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nvidia-ctk cdi generate: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { os.Remove(spec) })
+	if _, err := os.Stat(spec); err != nil {
+		t.Fatalf("nvidia-ctk wrote no spec to the CDI dir: %v\n%s", err, out)
+	}
+}
+
+// ociSpec is the part of a runtime spec the CDI test reads.
+type ociSpec struct {
+	Process struct {
+		Env []string `json:"env"`
+	} `json:"process"`
+	Mounts []struct {
+		Destination string `json:"destination"`
+		Source      string `json:"source"`
+	} `json:"mounts"`
+	Linux struct {
+		Devices []struct {
+			Path string `json:"path"`
+		} `json:"devices"`
+	} `json:"linux"`
+}
+
+// NVIDIA's container toolkit at runtime level: a spec from nvidia-ctk,
+// applied by containerd's own CDI injection (nothing asks nvmock), gives the
+// container exactly the GPU asked for; the plugin recognises the CDI device
+// and adds only what the spec lacks: the snapshot that names the GPU as the
+// node does.
+func TestNvidiaCTKSpecInjectedByContainerdShowsExactlyTheRequestedGPU(t *testing.T) {
+	n := theNode
+	nvidiaCTKSpec(t)
+	c := ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}, cdi: []string{"nvidia.com/gpu=1"}}
+	p := n.runPod(t, optedIn, nil)
+
+	// containerd picks new spec files up by inotify; give it a moment.
+	var r result
+	for start := time.Now(); ; {
+		r = n.run(t, p, c)
+		if r.code == 0 || time.Since(start) > 10*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if want := n.smiLine(1, 0); strings.TrimSpace(r.out) != want || r.code != 0 {
+		t.Errorf("CDI nvidia.com/gpu=1: nvidia-smi -L exited %d and printed:\n%s\nwant only:\n%s", r.code, r.out, want)
+	}
+
+	var spec ociSpec
+	if err := json.Unmarshal(specOf(t, p, c), &spec); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, m := range spec.Mounts {
+		count[m.Destination]++
+	}
+	for _, d := range spec.Linux.Devices {
+		count[d.Path]++
+	}
+	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/libnvidia-ml.so.535.261.03", "/etc/nvmock/snapshot", "/dev/nvidia1", "/dev/nvidiactl"} {
+		if count[want] != 1 {
+			t.Errorf("%s is in the spec %d times, want once", want, count[want])
+		}
+	}
+	for _, unwanted := range []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1", "/dev/nvidia0"} {
+		if count[unwanted] != 0 {
+			t.Errorf("%s is in the spec; the CDI spec's hooks make the library links and GPU 1 alone was asked for", unwanted)
+		}
+	}
+	if !contains(spec.Process.Env, "NVIDIA_VISIBLE_DEVICES="+n.uuid(1)) {
+		t.Errorf("env %v: want NVIDIA_VISIBLE_DEVICES=%s", spec.Process.Env, n.uuid(1))
+	}
+}
+
+// Without the plugin (a namespace that did not opt in) the same request
+// still gets one GPU, but the library cannot find the node's snapshot and
+// reports a built-in board: what the plugin adds above is needed.
+func TestNvidiaCTKSpecWithoutThePluginLacksTheNodesIdentity(t *testing.T) {
+	n := theNode
+	nvidiaCTKSpec(t)
+	p := n.runPod(t, plain, nil)
+	c := ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}, cdi: []string{"nvidia.com/gpu=1"}}
+	var r result
+	for start := time.Now(); ; {
+		r = n.run(t, p, c)
+		if r.code == 0 || time.Since(start) > 10*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := uuidsListed(r.out)
+	if r.code != 0 || len(got) != 1 {
+		t.Fatalf("CDI nvidia.com/gpu=1 without the plugin: nvidia-smi -L exited %d:\n%s\nwant one GPU", r.code, r.out)
+	}
+	if got[0] == n.uuid(1) {
+		t.Errorf("without the plugin the container still sees the node's UUID %s; the test above proves nothing", got[0])
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,165 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Namespaces of the node: the plugin injects the first (hack/e2e-node.sh
+// allowlists it), never the second.
+const (
+	optedIn = "nvmock-e2e"
+	plain   = "nvmock-e2e-plain"
+)
+
+func TestUnmodifiedGlibcContainerListsTheNodesGPUs(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}})
+	if r.code != 0 {
+		t.Fatalf("nvidia-smi -L exited %d:\n%s", r.code, r.out)
+	}
+	if got := lines(r.out); !slices.Equal(got, n.smiL) {
+		t.Errorf("nvidia-smi -L in the container:\n%s\nwant what the node shows:\n%s", r.out, strings.Join(n.smiL, "\n"))
+	}
+}
+
+// smiLog is the part of nvidia-smi -q -x the tests read.
+type smiLog struct {
+	Driver string `xml:"driver_version"`
+	Count  int    `xml:"attached_gpus"`
+	GPUs   []struct {
+		ID      string `xml:"id,attr"`
+		Product string `xml:"product_name"`
+		UUID    string `xml:"uuid"`
+		Minor   string `xml:"minor_number"`
+	} `xml:"gpu"`
+}
+
+func TestUnmodifiedGlibcContainerQueriesEveryGPU(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"nvidia-smi", "-q", "-x"}})
+	if r.code != 0 {
+		t.Fatalf("nvidia-smi -q -x exited %d:\n%s", r.code, r.out)
+	}
+	var log smiLog
+	if err := xml.Unmarshal([]byte(r.out), &log); err != nil {
+		t.Fatalf("nvidia-smi -q -x printed no XML: %v\n%s", err, r.out)
+	}
+	if log.Driver != "535.261.03" || log.Count != len(n.gpus) || len(log.GPUs) != len(n.gpus) {
+		t.Fatalf("driver %q, attached_gpus %d, %d <gpu> elements; want 535.261.03 and %d GPUs", log.Driver, log.Count, len(log.GPUs), len(n.gpus))
+	}
+	for i, g := range log.GPUs {
+		if g.UUID != n.uuid(i) || !strings.Contains(n.smiL[i], g.Product) || g.Minor != itoa(i) {
+			t.Errorf("GPU %d: uuid %s, product %q, minor %s; want %s, the product in %q, minor %d", i, g.UUID, g.Product, g.Minor, n.uuid(i), n.smiL[i], i)
+		}
+	}
+}
+
+// probe is what e2e/images/nvmlprobe prints.
+type probe struct {
+	Driver string `json:"driver"`
+	Count  int    `json:"count"`
+	GPUs   []struct {
+		Index int    `json:"index"`
+		UUID  string `json:"uuid"`
+		Name  string `json:"name"`
+		Minor int    `json:"minor"`
+	} `json:"gpus"`
+}
+
+func runProbe(t *testing.T, p *pod, cmd []string) probe {
+	t.Helper()
+	r := theNode.run(t, p, ctr{image: "gonvml", cmd: cmd})
+	if r.code != 0 {
+		t.Fatalf("the go-nvml probe exited %d:\n%s", r.code, r.out)
+	}
+	var pr probe
+	if err := json.Unmarshal([]byte(r.out), &pr); err != nil {
+		t.Fatalf("the go-nvml probe printed no JSON: %v\n%s", err, r.out)
+	}
+	return pr
+}
+
+func TestGoNVMLProgramInAnotherContainerSeesTheSameGPUs(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, nil)
+	pr := runProbe(t, p, nil) // the image's own entrypoint
+	if pr.Driver != "535.261.03" || pr.Count != len(n.gpus) {
+		t.Fatalf("driver %q, %d GPUs; want 535.261.03 and %d", pr.Driver, pr.Count, len(n.gpus))
+	}
+	for i, g := range pr.GPUs {
+		if g.UUID != n.uuid(i) || g.Minor != i || !strings.Contains(n.smiL[i], g.Name) {
+			t.Errorf("GPU %d: %+v; want UUID %s, minor %d, the name in %q", i, g, n.uuid(i), i, n.smiL[i])
+		}
+	}
+}
+
+func TestVisibleDevicesUUIDShowsExactlyThatGPUAsIndexZero(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"},
+		env: map[string]string{"NVIDIA_VISIBLE_DEVICES": n.uuid(3)}})
+	if want := n.smiLine(3, 0); strings.TrimSpace(r.out) != want || r.code != 0 {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=<GPU 3's UUID>: nvidia-smi -L exited %d and printed:\n%s\nwant only:\n%s", r.code, r.out, want)
+	}
+}
+
+// uuidsListed are the UUIDs in nvidia-smi -L output, in order.
+func uuidsListed(out string) []string {
+	var ids []string
+	for _, l := range lines(out) {
+		if _, rest, ok := strings.Cut(l, "(UUID: "); ok {
+			ids = append(ids, strings.TrimSuffix(rest, ")"))
+		}
+	}
+	return ids
+}
+
+func TestGPUCountAnnotationGivesTwoContainersDisjointGPUs(t *testing.T) {
+	n := theNode
+	var got [2][]string
+	for k := range got {
+		p := n.runPod(t, optedIn, map[string]string{"nvmock.io/gpus": "2"})
+		id := n.start(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", "nvidia-smi -L; echo done; exec sleep 600"}})
+		got[k] = uuidsListed(n.waitOutput(t, id, "done\n"))
+		if len(got[k]) != 2 {
+			t.Fatalf("container %d with nvmock.io/gpus=2 lists %d GPUs: %v", k, len(got[k]), got[k])
+		}
+	}
+	for _, u := range got[0] {
+		if slices.Contains(got[1], u) {
+			t.Errorf("both running containers got GPU %s: %v and %v", u, got[0], got[1])
+		}
+	}
+}
+
+func TestGPUsAnnotationNoneShowsNoDevices(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, map[string]string{"nvmock.io/gpus": "none"})
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"nvidia-smi"}})
+	if !strings.Contains(r.out, "No devices were found") {
+		t.Errorf("nvmock.io/gpus=none: nvidia-smi exited %d and printed:\n%s\nwant \"No devices were found\"", r.code, r.out)
+	}
+}
+
+// A program that clears its environment still finds nvidia-smi on the
+// default PATH and libnvidia-ml.so.1 by name: nothing rests on LD_* or PATH.
+func TestClearedEnvironmentStillFindsNvidiaSMIAndTheLibrary(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"env", "-i", "/bin/sh", "-c", "nvidia-smi -L"}})
+	if got := lines(r.out); r.code != 0 || !slices.Equal(got, n.smiL) {
+		t.Errorf("env -i sh -c 'nvidia-smi -L' exited %d:\n%s\nwant:\n%s", r.code, r.out, strings.Join(n.smiL, "\n"))
+	}
+	pr := runProbe(t, p, []string{"env", "-i", "/usr/local/bin/nvmlprobe"})
+	if pr.Count != len(n.gpus) || pr.GPUs[0].UUID != n.uuid(0) {
+		t.Errorf("env -i nvmlprobe: %d GPUs, first %+v; want %d, first %s", pr.Count, pr.GPUs, len(n.gpus), n.uuid(0))
+	}
+}

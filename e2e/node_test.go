@@ -1,0 +1,343 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nvmock/nvmock/plugin/inject"
+)
+
+// node is the running e2e node, as hack/e2e-node.sh up described it.
+type node struct {
+	env  map[string]string
+	rt   cri.RuntimeServiceClient
+	gpus []inject.GPU // the overlay's GPUs, from its snapshot
+	smiL []string     // nvidia-smi -L on the host against the overlay: the truth
+}
+
+var theNode *node
+
+func TestMain(m *testing.M) {
+	n, err := connect()
+	if err != nil {
+		msg := "e2e: no e2e node (" + err.Error() + "); run make e2e, or hack/e2e-node.sh up as root"
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "FAIL:", msg)
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "SKIP:", msg)
+		os.Exit(0)
+	}
+	theNode = n
+	os.Exit(m.Run())
+}
+
+func connect() (*node, error) {
+	dir := os.Getenv("NVMOCK_E2E_DIR")
+	if dir == "" {
+		dir = "/tmp/nvmock-e2e"
+	}
+	env, err := readEnv(filepath.Join(dir, "e2e.env"))
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient("unix://"+env["CONTAINERD_SOCK"], grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
+		}))
+	if err != nil {
+		return nil, err
+	}
+	n := &node{env: env, rt: cri.NewRuntimeServiceClient(conn)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := n.rt.Version(ctx, &cri.VersionRequest{}); err != nil {
+		return nil, fmt.Errorf("CRI at %s: %w", env["CONTAINERD_SOCK"], err)
+	}
+	snap, err := os.ReadFile(filepath.Join(env["OVERLAY_ROOT"], "driver", "etc", "nvmock", "snapshot"))
+	if err != nil {
+		return nil, err
+	}
+	if n.gpus, err = inject.DecodeGPUs(snap); err != nil {
+		return nil, err
+	}
+	out, err := exec.Command(env["NVIDIA_SMI"], "-L").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("nvidia-smi -L on the host: %v: %s", err, out)
+	}
+	n.smiL = lines(string(out))
+	return n, nil
+}
+
+func readEnv(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			env[k] = v
+		}
+	}
+	return env, sc.Err()
+}
+
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+var seq atomic.Int64
+
+// pod is one pod sandbox (host network: no CNI on this node).
+type pod struct {
+	id  string
+	cfg *cri.PodSandboxConfig
+}
+
+// runPod starts a pod in namespace ns; it is stopped and removed at cleanup.
+func (n *node) runPod(t testing.TB, ns string, annotations map[string]string) *pod {
+	t.Helper()
+	name := fmt.Sprintf("p%d-%d", os.Getpid(), seq.Add(1))
+	cfg := &cri.PodSandboxConfig{
+		Metadata:     &cri.PodSandboxMetadata{Name: name, Namespace: ns, Uid: name + "-uid"},
+		LogDirectory: filepath.Join(n.env["POD_LOG_DIR"], name),
+		Annotations:  annotations,
+		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
+			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
+	}
+	r, err := n.rt.RunPodSandbox(ctx(t), &cri.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		t.Fatalf("run pod in %s: %v", ns, err)
+	}
+	p := &pod{id: r.PodSandboxId, cfg: cfg}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_, _ = n.rt.StopPodSandbox(c, &cri.StopPodSandboxRequest{PodSandboxId: p.id})
+		_, _ = n.rt.RemovePodSandbox(c, &cri.RemovePodSandboxRequest{PodSandboxId: p.id})
+	})
+	return p
+}
+
+// ctr says what container to make: an image of IMAGE_PREFIX, its command and
+// environment, and CDI devices asked for through CRI.
+type ctr struct {
+	image string // glibc, gonvml, busybox, static
+	cmd   []string
+	env   map[string]string
+	cdi   []string
+	name  string // default: c<seq>
+}
+
+func (n *node) create(t testing.TB, p *pod, c ctr) string {
+	t.Helper()
+	if c.name == "" {
+		c.name = fmt.Sprintf("c%d", seq.Add(1))
+	}
+	cfg := &cri.ContainerConfig{
+		Metadata: &cri.ContainerMetadata{Name: c.name},
+		Image:    &cri.ImageSpec{Image: n.env["IMAGE_PREFIX"] + c.image + ":local"},
+		Command:  c.cmd,
+		LogPath:  c.name + ".log",
+		Linux:    &cri.LinuxContainerConfig{},
+	}
+	for k, v := range c.env {
+		cfg.Envs = append(cfg.Envs, &cri.KeyValue{Key: k, Value: v})
+	}
+	for _, d := range c.cdi {
+		cfg.CDIDevices = append(cfg.CDIDevices, &cri.CDIDevice{Name: d})
+	}
+	r, err := n.rt.CreateContainer(ctx(t), &cri.CreateContainerRequest{PodSandboxId: p.id, Config: cfg, SandboxConfig: p.cfg})
+	if err != nil {
+		t.Fatalf("create container %s (%s): %v", c.name, c.image, err)
+	}
+	return r.ContainerId
+}
+
+// start creates and starts a container and returns its ID.
+func (n *node) start(t testing.TB, p *pod, c ctr) string {
+	t.Helper()
+	id := n.create(t, p, c)
+	if _, err := n.rt.StartContainer(ctx(t), &cri.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatalf("start container %s: %v", id, err)
+	}
+	return id
+}
+
+// result is what a container did: its output (stdout and stderr, in order)
+// and exit code.
+type result struct {
+	out  string
+	code int32
+}
+
+// run starts a container, waits for it to exit and removes it.
+func (n *node) run(t testing.TB, p *pod, c ctr) result {
+	t.Helper()
+	id := n.start(t, p, c)
+	code := n.wait(t, id)
+	r := result{out: n.logs(t, id), code: code}
+	_, _ = n.rt.RemoveContainer(ctx(t), &cri.RemoveContainerRequest{ContainerId: id})
+	return r
+}
+
+// wait waits for a container to exit and returns its exit code.
+func (n *node) wait(t testing.TB, id string) int32 {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := n.rt.ContainerStatus(ctx(t), &cri.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			t.Fatalf("status of %s: %v", id, err)
+		}
+		if s.Status.State == cri.ContainerState_CONTAINER_EXITED {
+			return s.Status.ExitCode
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container %s still %s after 60 s; output so far:\n%s", id, s.Status.State, n.logs(t, id))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logs reads a container's CRI log file: "<time> <stream> <P|F> <text>".
+func (n *node) logs(t testing.TB, id string) string {
+	t.Helper()
+	s, err := n.rt.ContainerStatus(ctx(t), &cri.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		t.Fatalf("status of %s: %v", id, err)
+	}
+	data, err := os.ReadFile(s.Status.LogPath)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatalf("log of %s: %v", id, err)
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(string(data), "\n") {
+		f := strings.SplitN(strings.TrimSuffix(l, "\n"), " ", 4)
+		if len(f) < 4 {
+			continue
+		}
+		b.WriteString(f[3])
+		if f[2] == "F" {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// waitOutput waits until a running container has printed want.
+func (n *node) waitOutput(t testing.TB, id, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := n.logs(t, id)
+		if strings.Contains(out, want) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container %s did not print %q in 30 s; it printed:\n%s", id, want, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// spec is the OCI runtime spec containerd made for a container (CRI's
+// verbose status), exactly as containerd serialised it.
+func (n *node) spec(t testing.TB, id string) []byte {
+	t.Helper()
+	s, err := n.rt.ContainerStatus(ctx(t), &cri.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		t.Fatalf("status of %s: %v", id, err)
+	}
+	var info struct {
+		RuntimeSpec json.RawMessage `json:"runtimeSpec"`
+	}
+	if err := json.Unmarshal([]byte(s.Info["info"]), &info); err != nil || len(info.RuntimeSpec) == 0 {
+		t.Fatalf("no runtime spec in the verbose status of %s: %v", id, err)
+	}
+	return info.RuntimeSpec
+}
+
+// script runs hack/e2e-node.sh with args (plugin start, containerd restart...).
+func (n *node) script(t testing.TB, args ...string) {
+	t.Helper()
+	out, err := exec.Command(n.env["NODE_SCRIPT"], args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("e2e-node.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// pluginRunning makes sure the plugin runs when the test ends, whatever the
+// test did to it, so later tests find the node as it was.
+func (n *node) pluginRunning(t testing.TB) {
+	t.Cleanup(func() {
+		if !n.pluginReady() {
+			out, err := exec.Command(n.env["NODE_SCRIPT"], "plugin", "start").CombinedOutput()
+			if err != nil {
+				t.Errorf("restart the plugin after the test: %v\n%s", err, out)
+			}
+		}
+	})
+}
+
+func (n *node) pluginReady() bool {
+	c := http.Client{Timeout: time.Second}
+	r, err := c.Get(n.env["PLUGIN_URL"] + "/readyz")
+	if err != nil {
+		return false
+	}
+	r.Body.Close()
+	return r.StatusCode == http.StatusOK
+}
+
+// uuid is the node's UUID of GPU i.
+func (n *node) uuid(i int) string { return n.gpus[i].UUID }
+
+// smiLine is nvidia-smi -L's line for node GPU i shown at index k.
+func (n *node) smiLine(i, k int) string {
+	_, rest, _ := strings.Cut(n.smiL[i], ": ")
+	return fmt.Sprintf("GPU %d: %s", k, rest)
+}
+
+func itoa(i int) string { return fmt.Sprint(i) }
+
+// exited says whether a container has exited.
+func (n *node) exited(t testing.TB, id string) bool {
+	s, err := n.rt.ContainerStatus(ctx(t), &cri.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		t.Fatalf("status of %s: %v", id, err)
+	}
+	return s.Status.State == cri.ContainerState_CONTAINER_EXITED
+}
