@@ -448,3 +448,39 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Given the resolved driver root (nvidia-ctk resolves the libraries'
+// symlinks and drops those that leave the root it was given, so the
+// overlay's stable driver symlink does not do), nvidia-ctk finds the library
+// through the root's loader cache and mounts it with its links made by hook.
+func TestNvidiaCTKMountsTheLibraryFromTheResolvedDriverRoot(t *testing.T) {
+	needRoot(t)
+	ctk := nvidiaTool(t, "nvidia-ctk")
+	res, _ := installNode(t, "a100", 2)
+	root, err := filepath.EvalSymlinks(res.Driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "nvidia.yaml")
+	log := runTool(t, 2*time.Minute, cleanEnv(), ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root, "--output", out)
+	spec, err := cdi.ReadSpec(out, 0)
+	if err != nil {
+		t.Fatalf("read the generated spec: %v\nnvidia-ctk said:\n%s", err, log)
+	}
+	var mounts, hooks []string
+	for _, m := range spec.ContainerEdits.Mounts {
+		mounts = append(mounts, m.ContainerPath+" from "+m.HostPath)
+	}
+	for _, h := range spec.ContainerEdits.Hooks {
+		hooks = append(hooks, strings.Join(h.Args, " "))
+	}
+	lib := "/usr/lib64/libnvidia-ml.so.535.261.03"
+	if want := lib + " from " + filepath.Join(root, lib); !slices.Contains(mounts, want) {
+		t.Errorf("mounts %v lack %s", mounts, want)
+	}
+	if !slices.ContainsFunc(hooks, func(h string) bool {
+		return strings.Contains(h, "create-symlinks") && strings.Contains(h, "libnvidia-ml.so.535.261.03::/usr/lib64/libnvidia-ml.so.1")
+	}) {
+		t.Errorf("no hook links libnvidia-ml.so.1 to the library: %v", hooks)
+	}
+}
