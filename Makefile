@@ -79,7 +79,7 @@ lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	$(MAKE) -B lib
 	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
 
-demo: deps driver ## the real nvidia-smi on mock GPUs: 8 A100s, then an H100 node through nvmock exec
+demo: deps driver ## the real nvidia-smi on mock GPUs: 8 A100s, an H100 node through nvmock exec, then (as root) in a real container
 	@echo '$$ nvidia-smi        # the real binary from Debian, mock libnvidia-ml (8 x A100, the default)'
 	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI)
 	@echo '$$ nvidia-smi -L'
@@ -91,6 +91,11 @@ demo: deps driver ## the real nvidia-smi on mock GPUs: 8 A100s, then an H100 nod
 	@$(GO) build -o $(BUILD)/bin/nvml-list ./hack/nvml-list
 	@echo '$$ nvmock exec --profile h100 -- nvml-list             # a go-nvml program, unmodified'
 	@$(NVMOCK) exec --profile h100 -- $(BUILD)/bin/nvml-list
+	@if [ "$$(id -u)" != 0 ]; then echo '(as root, make demo ends with a real container on a real containerd)'; exit 0; fi; \
+	echo '$$ hack/e2e-node.sh up   # a private containerd 2.4 with NRI and CDI, runc, the nvmock plugin; 2-5 min the first time'; \
+	trap 'hack/e2e-node.sh down 2>/dev/null' EXIT; \
+	hack/e2e-node.sh up 2>$(BUILD)/e2e-up.log || { cat $(BUILD)/e2e-up.log; exit 1; }; \
+	hack/e2e-node.sh demo
 
 clean: ## remove build outputs (keeps the download cache)
 	rm -rf $(BUILD)

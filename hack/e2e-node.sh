@@ -3,6 +3,7 @@
 #
 #   hack/e2e-node.sh up        install what is missing, start containerd and the plugin
 #   hack/e2e-node.sh down      stop all it started, unmount, remove the work dir
+#   hack/e2e-node.sh demo      an unmodified container runs nvidia-smi on it
 #   hack/e2e-node.sh plugin start|stop|kill
 #   hack/e2e-node.sh containerd restart
 #
@@ -265,8 +266,32 @@ down() {
   log "down"
 }
 
+# demo: an unmodified container in an opted-in namespace runs nvidia-smi.
+demo() {
+  alive "$W/containerd.pid" || die "no node running: hack/e2e-node.sh up first"
+  cat >"$W/etc/demo-pod.json" <<EOF
+{"metadata": {"name": "demo", "namespace": "nvmock-e2e", "uid": "demo-uid"},
+ "log_directory": "$W/podlogs/demo",
+ "linux": {"security_context": {"namespace_options": {"network": 2}}}}
+EOF
+  cat >"$W/etc/demo-ctr.json" <<EOF
+{"metadata": {"name": "smi"}, "image": {"image": "localhost/nvmock-e2e/glibc:local"},
+ "command": ["nvidia-smi"], "log_path": "smi.log", "linux": {}}
+EOF
+  echo '$ crictl run demo-ctr.json demo-pod.json   # an unmodified Debian-glibc image in namespace nvmock-e2e; its command: nvidia-smi'
+  local id i
+  id=$(cri run "$W/etc/demo-ctr.json" "$W/etc/demo-pod.json" 2>>"$W/logs/crictl.log") ||
+    die "crictl run failed (log: $W/logs/crictl.log)"
+  for i in $(seq 200); do
+    [ "$(cri inspect -o go-template --template '{{.status.state}}' "$id" 2>/dev/null)" = CONTAINER_EXITED ] && break
+    sleep 0.05
+  done
+  cri logs "$id" 2>&1
+}
+
 case ${1:-} in
   up) up ;;
+  demo) demo ;;
   down) down ;;
   plugin)
     case ${2:-} in
@@ -279,5 +304,5 @@ case ${1:-} in
     [ "${2:-}" = restart ] || die "usage: $0 containerd restart"
     stop_pid "$W/containerd.pid" TERM
     containerd_start ;;
-  *) die "usage: $0 up|down|plugin start|stop|kill|containerd restart" ;;
+  *) die "usage: $0 up|down|demo|plugin start|stop|kill|containerd restart" ;;
 esac

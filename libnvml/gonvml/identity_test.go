@@ -24,35 +24,43 @@ import (
 
 const helperEnv = "NVMOCK_GONVML_HELPER"
 
-// TestHelperInit is not a test: other tests re-execute the test binary to
-// run it in a process of its own, where the library's stderr can be read.
-// It prints "init=<code>" and, on success, "uuid=<uuid>" per GPU.
-func TestHelperInit(t *testing.T) {
-	if os.Getenv(helperEnv) != "1" {
-		t.Skip("helper process for other tests")
+// TestMain turns the test binary into the helper when re-executed by
+// runHelper: in a process of its own, the library's stderr can be read.
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(helperInit())
 	}
-	lib := newLib(t)
+	os.Exit(m.Run())
+}
+
+// helperInit prints "init=<code>" and, on success, "uuid=<uuid>" per GPU.
+func helperInit() int {
+	lib := nvml.New(nvml.WithLibraryPath(filepath.Join(testenv.BuildDir(), "driver", "usr", "lib64", "libnvidia-ml.so.1")))
 	ret := lib.Init()
 	fmt.Printf("init=%d\n", int32(ret))
 	if ret != nvml.SUCCESS {
-		return
+		return 0
 	}
 	defer lib.Shutdown()
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
-		t.Fatalf("DeviceGetCount: %v", ret)
+		fmt.Fprintf(os.Stderr, "DeviceGetCount: %v\n", ret)
+		return 1
 	}
 	for i := 0; i < n; i++ {
 		d, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			t.Fatalf("DeviceGetHandleByIndex(%d): %v", i, ret)
+			fmt.Fprintf(os.Stderr, "DeviceGetHandleByIndex(%d): %v\n", i, ret)
+			return 1
 		}
 		u, ret := d.GetUUID()
 		if ret != nvml.SUCCESS {
-			t.Fatalf("GetUUID(%d): %v", i, ret)
+			fmt.Fprintf(os.Stderr, "GetUUID(%d): %v\n", i, ret)
+			return 1
 		}
 		fmt.Printf("uuid=%s\n", u)
 	}
+	return 0
 }
 
 type helperResult struct {
@@ -61,11 +69,11 @@ type helperResult struct {
 	stderr string
 }
 
-// runHelper runs TestHelperInit in a new process on snapshotPath, with a
+// runHelper runs helperInit in a new process on snapshotPath, with a
 // clean environment (testenv.Env) plus extra.
 func runHelper(t *testing.T, snapshotPath string, extra ...string) helperResult {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperInit$", "-test.count=1")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = testenv.Env(t, snapshotPath, append([]string{helperEnv + "=1"}, extra...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -237,4 +237,4 @@ func touch(t *testing.T, path string) {
 	}
 }
 
-// helperEnv marks the re-executed test binary that runs TestHelperInit.
+// helperEnv marks the re-executed test binary that runs helperInit.
