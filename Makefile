@@ -69,9 +69,12 @@ test: deps driver ## run every test (Go, C, real nvidia-smi, go-nvml, pynvml; as
 e2e: deps driver ## the end-to-end suite alone: a real containerd with NRI and CDI, the plugin, real containers (root)
 	$(TEST_ENV) hack/test.sh e2e
 
-bench: deps driver ## benchmarks: Go (through the C ABI) and whole-process timings
+bench: deps driver ## benchmarks: Go (through the C ABI), whole-process timings, and (as root) containers on a real containerd
 	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/...
 	hack/bench.sh $(BUILD) $(NVIDIA_SMI)
+	@if [ "$$(id -u)" != 0 ]; then echo 'e2e benchmarks: not run (need root: they start containerd)'; exit 0; fi; \
+	trap 'hack/e2e-node.sh down' EXIT; hack/e2e-node.sh up && \
+	NVMOCK_CACHE=$(CACHE) $(GO) test -tags e2e -run '^$$' -bench . -benchtime=20x ./e2e/
 
 lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
@@ -92,9 +95,9 @@ demo: deps driver ## the real nvidia-smi on mock GPUs: 8 A100s, an H100 node thr
 	@echo '$$ nvmock exec --profile h100 -- nvml-list             # a go-nvml program, unmodified'
 	@$(NVMOCK) exec --profile h100 -- $(BUILD)/bin/nvml-list
 	@if [ "$$(id -u)" != 0 ]; then echo '(as root, make demo ends with a real container on a real containerd)'; exit 0; fi; \
-	echo '$$ hack/e2e-node.sh up   # a private containerd 2.4 with NRI and CDI, runc, the nvmock plugin; 2-5 min the first time'; \
+	echo '$$ NVMOCK_E2E_PROFILE=h100 hack/e2e-node.sh up   # a private containerd 2.4 with NRI and CDI, runc, the nvmock plugin (2-5 min the first time)'; \
 	trap 'hack/e2e-node.sh down 2>/dev/null' EXIT; \
-	hack/e2e-node.sh up 2>$(BUILD)/e2e-up.log || { cat $(BUILD)/e2e-up.log; exit 1; }; \
+	NVMOCK_E2E_PROFILE=h100 hack/e2e-node.sh up 2>$(BUILD)/e2e-up.log || { cat $(BUILD)/e2e-up.log; exit 1; }; \
 	hack/e2e-node.sh demo
 
 clean: ## remove build outputs (keeps the download cache)

@@ -139,7 +139,15 @@ containerd_start() {
 }
 
 # ready: the plugin's /readyz answers 200 (registered with the runtime).
-ready() { curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$PORT/readyz"; }
+# Bash's /dev/tcp, so that no HTTP client needs installing.
+ready() {
+  local status
+  exec 3<>"/dev/tcp/127.0.0.1/$PORT" || return 1
+  printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  read -r -t 1 status <&3
+  exec 3<&-
+  [[ $status == "HTTP/1."?" 200"* ]]
+}
 
 plugin_start() {
   alive "$W/plugin.pid" && die "the plugin is already running (pid $(cat "$W/plugin.pid"))"
@@ -255,7 +263,10 @@ down() {
   stop_pid "$W/plugin.pid" TERM
   stop_pid "$W/containerd.pid" TERM
   # Shims outlive containerd by design; ours are the ones on our socket.
-  pkill -f "containerd-shim-runc-v2 .*$W/state/containerd.sock" 2>/dev/null
+  local p
+  for p in /proc/[0-9]*; do
+    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q "containerd-shim-runc-v2 .*$W/state/containerd.sock" && kill -9 "${p#/proc/}" 2>/dev/null
+  done
   grep -o " $W/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
   [ -x "$nvmock" ] && [ -d "$W/overlay" ] && "$nvmock" hostprep uninstall --root "$W/overlay" >/dev/null 2>&1
   if [ -f "$W/made-run-containerd" ]; then rmdir /run/containerd/s /run/containerd 2>/dev/null; fi
