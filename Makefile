@@ -79,6 +79,7 @@ bench: deps driver ## benchmarks: Go (through the C ABI), whole-process timings,
 lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet -tags integration ./...
+	$(GO) vet -tags e2e ./e2e/
 	$(MAKE) -B lib
 	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
 
