@@ -22,7 +22,8 @@ import (
 )
 
 const nriUsage = `Usage:
-  nvmock nri [--socket PATH] [--idx NN] [--overlay-root DIR] [--namespaces NS,NS|*]
+  nvmock nri [--socket PATH] [--idx NN] [--overlay-root DIR]
+             [--namespace-label KEY=VALUE] [--namespaces NS,NS|*]
              [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
              [--allow-real-driver] [--listen ADDR] [--log-level LEVEL]
 `
@@ -34,7 +35,8 @@ func nriCmd(args []string) error {
 	socket := fs.String("socket", nriplugin.DefaultSocket, "NRI socket to connect to")
 	idx := fs.String("idx", nriplugin.DefaultPluginIdx, "plugin index when not launched by the runtime ($NRI_PLUGIN_IDX wins)")
 	root := fs.String("overlay-root", hostprep.DefaultRoot, "directory nvmock hostprep install used")
-	namespaces := fs.String("namespaces", "", "comma list of namespaces injected without the "+inject.InjectLabel+"="+inject.InjectEnabled+" label; * is all")
+	nsLabel := fs.String("namespace-label", nriplugin.DefaultNamespaceLabel, "KEY=VALUE label that opts a namespace in (in a cluster)")
+	namespaces := fs.String("namespaces", "", "comma list of namespaces injected without the namespace label; * is all")
 	defGPUs := fs.String("default-gpus", "all", "GPUs a container gets when nothing else says: all, none, a count, or a list")
 	ownNS := fs.String("plugin-namespace", os.Getenv("POD_NAMESPACE"), "the plugin's own namespace, never injected")
 	realDriver := fs.Bool("allow-real-driver", false, "inject even where a real NVIDIA driver is loaded")
@@ -68,7 +70,7 @@ func nriCmd(args []string) error {
 		DefaultGPUs:         *defGPUs,
 		AllowWithRealDriver: *realDriver,
 	}
-	opt := nriplugin.Options{Socket: *socket, PluginIdx: *idx, OverlayRoot: *root, Inject: cfg, Log: log}
+	opt := nriplugin.Options{Socket: *socket, PluginIdx: *idx, OverlayRoot: *root, Inject: cfg, NamespaceLabel: *nsLabel, Log: log}
 	kube, inCluster, err := hostprep.InClusterClient()
 	if err != nil {
 		return fmt.Errorf("nri: %w", err)

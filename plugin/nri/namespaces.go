@@ -9,25 +9,55 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strings"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
-// optedInSelector selects the namespaces whose pods are injected.
-var optedInSelector = inject.InjectLabel + "=" + inject.InjectEnabled
+// DefaultNamespaceLabel selects the namespaces whose pods are injected.
+const DefaultNamespaceLabel = inject.InjectLabel + "=" + inject.InjectEnabled
 
-// listOptedIn lists the namespaces labelled nvmock.io/inject=enabled with a
-// plain GET, as hostprep labels nodes: a list and a watch do not need
-// client-go.
-func listOptedIn(ctx context.Context, c *hostprep.KubeClient) (map[string]bool, error) {
-	set, _, err := listOptedInAt(ctx, c)
+// labelPart is a label key's name or a label value; a key may carry a DNS
+// subdomain prefix and a slash.
+var (
+	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+)
+
+// ValidateNamespaceLabel checks a KEY=VALUE namespace label.
+func ValidateNamespaceLabel(s string) error {
+	key, value, ok := strings.Cut(s, "=")
+	name := key
+	if prefix, n, slash := strings.Cut(key, "/"); slash {
+		if !labelPrefix.MatchString(prefix) {
+			return fmt.Errorf("namespace label %q: key prefix %q is not a DNS subdomain", s, prefix)
+		}
+		name = n
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("namespace label %q: want KEY=VALUE, e.g. %s", s, DefaultNamespaceLabel)
+	case !labelName.MatchString(name):
+		return fmt.Errorf("namespace label %q: key %q is not a label name (letters, digits, -_. inside, 63 at most)", s, key)
+	case value != "" && !labelName.MatchString(value):
+		return fmt.Errorf("namespace label %q: value %q is not a label value (letters, digits, -_. inside, 63 at most)", s, value)
+	}
+	return nil
+}
+
+// listOptedIn lists the namespaces with the label selector sel (KEY=VALUE)
+// with a plain GET, as hostprep labels nodes: a list and a watch do not
+// need client-go.
+func listOptedIn(ctx context.Context, c *hostprep.KubeClient, sel string) (map[string]bool, error) {
+	set, _, err := listOptedInAt(ctx, c, sel)
 	return set, err
 }
 
 // listOptedInAt also returns the list's resourceVersion, where a watch starts.
-func listOptedInAt(ctx context.Context, c *hostprep.KubeClient) (map[string]bool, string, error) {
-	u := c.Server + "/api/v1/namespaces?labelSelector=" + url.QueryEscape(optedInSelector)
+func listOptedInAt(ctx context.Context, c *hostprep.KubeClient, sel string) (map[string]bool, string, error) {
+	u := c.Server + "/api/v1/namespaces?labelSelector=" + url.QueryEscape(sel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("list namespaces: %w", err)
@@ -69,8 +99,8 @@ func listOptedInAt(ctx context.Context, c *hostprep.KubeClient) (map[string]bool
 // ends or fails, calling update with each namespace that starts (true) or
 // stops (false) matching the label. A label-selected watch reports a
 // namespace that loses the label as DELETED.
-func watchOptedIn(ctx context.Context, c *hostprep.KubeClient, rv string, update func(name string, in bool)) error {
-	q := url.Values{"labelSelector": {optedInSelector}, "watch": {"1"}, "resourceVersion": {rv}, "timeoutSeconds": {"300"}}
+func watchOptedIn(ctx context.Context, c *hostprep.KubeClient, sel, rv string, update func(name string, in bool)) error {
+	q := url.Values{"labelSelector": {sel}, "watch": {"1"}, "resourceVersion": {rv}, "timeoutSeconds": {"300"}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Server+"/api/v1/namespaces?"+q.Encode(), nil)
 	if err != nil {
 		return fmt.Errorf("watch namespaces: %w", err)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,10 +18,20 @@ import (
 // follows a namespace being labelled and another losing its label as the
 // watch reports them, without waiting for a refresh.
 func TestNamespacesAreWatchedNotPolled(t *testing.T) {
+	for _, label := range []string{"", "team.example.com/gpu=yes"} {
+		t.Run("label "+label, func(t *testing.T) { watchedNotPolled(t, label) })
+	}
+}
+
+func watchedNotPolled(t *testing.T, label string) {
+	want := label
+	if want == "" {
+		want = "nvmock.io/inject=enabled"
+	}
 	events := make(chan string)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		if q.Get("labelSelector") != "nvmock.io/inject=enabled" {
+		if q.Get("labelSelector") != want {
 			http.Error(w, "bad selector", http.StatusBadRequest)
 			return
 		}
@@ -46,6 +57,9 @@ func TestNamespacesAreWatchedNotPolled(t *testing.T) {
 	defer srv.Close()
 
 	p := fakePlugin(t, 2, inject.Config{})
+	if label != "" {
+		p.opt.NamespaceLabel = label
+	}
 	p.opt.Kube = &hostprep.KubeClient{Server: srv.URL, Token: "tok", HTTP: srv.Client()}
 	p.opt.NamespaceRefresh = time.Hour // only the watch can make changes in time
 	ctx, cancel := context.WithCancel(context.Background())
@@ -68,4 +82,25 @@ func TestNamespacesAreWatchedNotPolled(t *testing.T) {
 	waitFor(map[string]bool{"ml": true, "ci": true})
 	events <- `{"type":"DELETED","object":{"metadata":{"name":"ml"}}}`
 	waitFor(map[string]bool{"ci": true})
+}
+
+func TestNamespaceLabelMustBeKeyEqualsValue(t *testing.T) {
+	for _, tc := range []struct{ label, err string }{
+		{"nvmock.io/inject=enabled", ""},
+		{"gpu=", ""},
+		{"example.com/team-a.gpu=on_1", ""},
+		{"nvmock.io/inject", "want KEY=VALUE"},
+		{"=enabled", "is not a label name"},
+		{"Bad_Prefix!/x=y", "not a DNS subdomain"},
+		{"a=b c", "is not a label value"},
+		{"-a=b", "is not a label name"},
+	} {
+		err := ValidateNamespaceLabel(tc.label)
+		if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: error %v, want one saying %q", tc.label, err, tc.err)
+		}
+	}
+	if _, err := New(Options{NamespaceLabel: "no-equals", OverlayRoot: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "want KEY=VALUE") {
+		t.Errorf("New with a bad label: %v", err)
+	}
 }

@@ -40,6 +40,7 @@ type Options struct {
 	// Kube lists opted-in namespaces; nil outside a cluster, where only
 	// Inject.Namespaces applies.
 	Kube             *hostprep.KubeClient
+	NamespaceLabel   string        // KEY=VALUE that opts a namespace in; "" is DefaultNamespaceLabel
 	NamespaceRefresh time.Duration // wait before listing again after a failure; 0 is DefaultNamespaceRefresh
 	// Recheck is how often the overlay's driver link is compared with the
 	// probed one (a probe error is retried on every container); 0 is
@@ -88,6 +89,12 @@ func New(opt Options) (*Plugin, error) {
 	}
 	if opt.OverlayRoot == "" {
 		opt.OverlayRoot = hostprep.DefaultRoot
+	}
+	if opt.NamespaceLabel == "" {
+		opt.NamespaceLabel = DefaultNamespaceLabel
+	}
+	if err := ValidateNamespaceLabel(opt.NamespaceLabel); err != nil {
+		return nil, fmt.Errorf("nri plugin config: %w", err)
 	}
 	if opt.NamespaceRefresh <= 0 {
 		opt.NamespaceRefresh = DefaultNamespaceRefresh
@@ -223,11 +230,11 @@ func (p *Plugin) Ready() error {
 func (p *Plugin) watchNamespaces(ctx context.Context) {
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		set, rv, err := listOptedInAt(rctx, p.opt.Kube)
+		set, rv, err := listOptedInAt(rctx, p.opt.Kube, p.opt.NamespaceLabel)
 		cancel()
 		if err == nil {
 			p.optedIn.Store(&set)
-			err = watchOptedIn(ctx, p.opt.Kube, rv, func(name string, in bool) {
+			err = watchOptedIn(ctx, p.opt.Kube, p.opt.NamespaceLabel, rv, func(name string, in bool) {
 				next := map[string]bool{}
 				if cur := p.optedIn.Load(); cur != nil {
 					for k := range *cur {

@@ -265,7 +265,7 @@ func TestOptedInNamespacesFromTheAPIServer(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	set, err := listOptedIn(ctx, &hostprep.KubeClient{Server: srv.URL, Token: "tok", HTTP: srv.Client()})
+	set, err := listOptedIn(ctx, &hostprep.KubeClient{Server: srv.URL, Token: "tok", HTTP: srv.Client()}, DefaultNamespaceLabel)
 	must(t, err)
 	if !set["ml"] || !set["ci"] || len(set) != 2 {
 		t.Errorf("set %v, want ml and ci", set)
