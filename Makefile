@@ -22,7 +22,7 @@ DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard libnvml/profile/builtin/*.yaml)
 
-.PHONY: help build lib cli driver test e2e bench lint demo generate deps clean
+.PHONY: help build lib cli driver image test e2e bench lint demo generate deps clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -37,8 +37,10 @@ driver: build
 cli: $(NVMOCK)
 lib: $(LIB)
 
+# Static: the same binary runs on the host, in the image (which has no libc)
+# and in tests.
 $(NVMOCK): $(GO_SRCS)
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/nvmock
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/nvmock
 
 $(DEFAULT_SNAPSHOT): $(NVMOCK)
 	$(NVMOCK) profile compile a100 --unseeded -o $@
@@ -58,18 +60,24 @@ deps: ## install missing Debian packages; fetch nvidia-smi, pynvml and NVIDIA's 
 	hack/fetch-pynvml.sh $(CACHE)
 	hack/fetch-nvidia-tools.sh $(CACHE)
 
+# The image's tag follows the chart's appVersion, so the chart's defaults find it.
+IMAGE ?= ghcr.io/nvmock/nvmock:$(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/nvmock/Chart.yaml 2>/dev/null || echo dev)
+
+image: driver ## the nvmock image as an OCI archive, build/nvmock-image.tar (no Docker; the Dockerfile builds the same)
+	hack/image.sh $(BUILD) $(IMAGE)
+
 generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
 	$(GO) run ./libnvml/gen/nvmlgen -header $(NVML_H_DIR)/nvml.h -out libnvml
 
 TEST_ENV = NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR)
 
-test: deps driver ## run every test (Go, C, real nvidia-smi, go-nvml, pynvml; as root also the e2e suite on a real containerd)
+test: deps driver image ## run every test (Go, C, real nvidia-smi, go-nvml, pynvml; as root also the e2e suite on a real containerd)
 	$(TEST_ENV) hack/test.sh
 
-e2e: deps driver ## the end-to-end suite alone: a real containerd with NRI and CDI, the plugin, real containers (root)
+e2e: deps driver image ## the end-to-end suite alone: a real containerd with NRI and CDI, the plugin, real containers (root)
 	$(TEST_ENV) hack/test.sh e2e
 
-bench: deps driver ## benchmarks: Go (through the C ABI), whole-process timings, and (as root) containers on a real containerd
+bench: deps driver image ## benchmarks: Go (through the C ABI), whole-process timings, and (as root) containers on a real containerd
 	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/...
 	hack/bench.sh $(BUILD) $(NVIDIA_SMI)
 	@if [ "$$(id -u)" != 0 ]; then echo 'e2e benchmarks: not run (need root: they start containerd)'; exit 0; fi; \
@@ -83,7 +91,7 @@ lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	$(MAKE) -B lib
 	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
 
-demo: deps driver ## the real nvidia-smi on mock GPUs: 8 A100s, an H100 node through nvmock exec, then (as root) in a real container
+demo: deps driver image ## the real nvidia-smi on mock GPUs: 8 A100s, an H100 node through nvmock exec, then (as root) in a real container
 	@echo '$$ nvidia-smi        # the real binary from Debian, mock libnvidia-ml (8 x A100, the default)'
 	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI)
 	@echo '$$ nvidia-smi -L'

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -100,16 +101,26 @@ func BenchmarkFiftyConcurrentCreates(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// pluginPID is the PID of the plugin container (the chart's pod, run by
+// hack/chartpod), from CRI's verbose status.
 func pluginPID(b *testing.B) int {
-	data, err := os.ReadFile(filepath.Join(theNode.env["NVMOCK_E2E_DIR"], "plugin.pid"))
+	data, err := os.ReadFile(filepath.Join(theNode.env["NVMOCK_E2E_DIR"], "chartpod", "chartpod.json"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	var st struct{ Containers map[string]string }
+	if err := json.Unmarshal(data, &st); err != nil || st.Containers["nri"] == "" {
+		b.Fatalf("no plugin container in %s (%v)", data, err)
+	}
+	s, err := theNode.rt.ContainerStatus(ctx(b), &cri.ContainerStatusRequest{ContainerId: st.Containers["nri"], Verbose: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return pid
+	var info struct{ Pid int }
+	if err := json.Unmarshal([]byte(s.Info["info"]), &info); err != nil || info.Pid == 0 {
+		b.Fatalf("no pid in the plugin container's status: %v", err)
+	}
+	return info.Pid
 }
 
 // procStatusKB reads a kB field of /proc/PID/status.

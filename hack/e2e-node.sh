@@ -23,7 +23,7 @@ W=${NVMOCK_E2E_DIR:-/tmp/nvmock-e2e}
 CACHE=${NVMOCK_CACHE:-$repo/.cache}
 BUILD=${NVMOCK_BUILD:-$repo/build}
 PROFILE=${NVMOCK_E2E_PROFILE:-a100}
-PORT=${NVMOCK_E2E_PORT:-19464}
+PORT=9464 # the chart's metrics port; the plugin pod has the host's network here
 # Namespaces the plugin injects (the allowlist: no cluster here to label them).
 NAMESPACES=nvmock-e2e,nvmock-e2e-2
 bin=$CACHE/e2e/bin
@@ -149,13 +149,32 @@ ready() {
   [[ $status == "HTTP/1."?" 200"* ]]
 }
 
+# chartpod runs the chart's pod from the image through CRI, as the kubelet
+# would: the tested plugin is the shipped one.
+chartpod() {
+  "$BUILD/bin/chartpod" -cri "$W/state/containerd.sock" -chart "$repo/charts/nvmock" \
+    -values "$W/etc/values.yaml" -node nvmock-e2e -dir "$W/chartpod" "$@"
+}
+
+write_values() {
+  cat >"$W/etc/values.yaml" <<EOF
+pools:
+  - name: e2e
+    profile: $PROFILE
+injection:
+  namespaces: [${NAMESPACES//,/, }]
+nri:
+  socketPath: $W/nri/nri.sock
+overlayRoot: $W/overlay
+cdiDir: $W/cdi
+nfdDir: $W/nfd
+logLevel: debug
+EOF
+}
+
 plugin_start() {
-  alive "$W/plugin.pid" && die "the plugin is already running (pid $(cat "$W/plugin.pid"))"
-  setsid "$nvmock" nri --socket "$W/nri/nri.sock" --overlay-root "$W/overlay" \
-    --namespaces "$NAMESPACES" --listen "127.0.0.1:$PORT" --log-level debug \
-    >>"$W/logs/plugin.log" 2>&1 </dev/null &
-  echo $! >"$W/plugin.pid"
-  wait_for "nvmock nri" 30 "$W/logs/plugin.log" ready
+  chartpod start >>"$W/logs/chartpod.log" 2>&1 || { tail -5 "$W/logs/chartpod.log" >&2; die "chartpod start failed"; }
+  wait_for "the plugin container" 30 "$W/chartpod/logs/nri.log" ready
 }
 
 # build_images: the test images, from this machine's files and this repo's
@@ -220,7 +239,7 @@ NRI_SOCK=$W/nri/nri.sock
 OVERLAY_ROOT=$W/overlay
 CDI_DIR=$W/cdi
 POD_LOG_DIR=$W/podlogs
-PLUGIN_LOG=$W/logs/plugin.log
+PLUGIN_LOG=$W/chartpod/logs/nri.log
 PLUGIN_URL=http://127.0.0.1:$PORT
 NAMESPACES=$NAMESPACES
 PROFILE=$PROFILE
@@ -233,23 +252,26 @@ EOF
 
 up() {
   [ "$(id -u)" = 0 ] || die "needs root (it runs containerd)"
-  [ -x "$nvmock" ] && [ -d "$BUILD/driver/usr/lib64" ] || die "no $nvmock or $BUILD/driver: run make driver first"
+  [ -x "$nvmock" ] && [ -f "$BUILD/nvmock-image.tar" ] || die "no $nvmock or $BUILD/nvmock-image.tar: run make image first"
   [ -e "$W" ] && down
   local t0; t0=$(date +%s%N)
   install_tools
   mkdir -p "$W"/{etc,logs,podlogs,cdi,nfd,nri/plugins,nri/conf.d,cni/bin,cni/net.d}
-  log "installing the $PROFILE overlay"
-  "$nvmock" hostprep install --root "$W/overlay" --profile "$PROFILE" --node-name nvmock-e2e \
-    --assets "$BUILD/driver" --cdi-dir "$W/cdi" --nfd-dir "$W/nfd" >"$W/logs/hostprep.log" 2>&1 ||
-    { cat "$W/logs/hostprep.log" >&2; die "hostprep install failed"; }
+  go build -o "$BUILD/bin/chartpod" "$repo/hack/chartpod"
   write_config
+  write_values
   local t; t=$(date +%s%N)
   containerd_start
   log "containerd up in $(ms "$t") ms"
   t=$(date +%s%N)
   build_images
-  log "5 images built and imported in $(ms "$t") ms"
-  plugin_start
+  "$bin/ctr" -a "$W/state/containerd.sock" -n k8s.io images import "$BUILD/nvmock-image.tar" >/dev/null 2>>"$W/logs/ctr.log"
+  log "5 test images built, and the nvmock image, imported in $(ms "$t") ms"
+  t=$(date +%s%N)
+  log "running the chart's pod: hostprep install ($PROFILE), then the plugin"
+  chartpod up >"$W/logs/chartpod.log" 2>&1 || { cat "$W/logs/chartpod.log" >&2; die "the chart's pod did not start"; }
+  wait_for "the plugin container" 30 "$W/chartpod/logs/nri.log" ready
+  log "chart pod up in $(ms "$t") ms"
   write_env
   log "node up in $(ms "$t0") ms: CRI at $W/state/containerd.sock, env in $W/e2e.env"
 }
@@ -257,23 +279,31 @@ up() {
 down() {
   [ -e "$W" ] || return 0
   set +e
+  local failed=""
   if [ -S "$W/state/containerd.sock" ] && alive "$W/containerd.pid"; then
+    # The chart's pod first, as a pod deletion: its preStop hook uninstalls.
+    if [ -f "$W/chartpod/chartpod.json" ]; then
+      chartpod down >>"$W/logs/chartpod.log" 2>&1 || failed="the chart pod's removal failed (log: $BUILD/e2e-logs/chartpod.log)"
+      if [ -z "$failed" ] && [ -e "$W/overlay/driver" -o -e "$W/cdi/nvmock.io-gpu.yaml" ]; then
+        failed="the chart's preStop hook left the overlay or its CDI spec behind"
+      fi
+    fi
     for p in $(cri pods -q 2>/dev/null); do cri stopp "$p"; cri rmp -f "$p"; done >/dev/null 2>&1
   fi
-  stop_pid "$W/plugin.pid" TERM
   stop_pid "$W/containerd.pid" TERM
   # Shims outlive containerd by design; ours are the ones on our socket.
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q "containerd-shim-runc-v2 .*$W/state/containerd.sock" && kill -9 "${p#/proc/}" 2>/dev/null
+    { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q "containerd-shim-runc-v2 .*$W/state/containerd.sock" && kill -9 "${p#/proc/}" 2>/dev/null
   done
   grep -o " $W/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
   [ -x "$nvmock" ] && [ -d "$W/overlay" ] && "$nvmock" hostprep uninstall --root "$W/overlay" >/dev/null 2>&1
   if [ -f "$W/made-run-containerd" ]; then rmdir /run/containerd/s /run/containerd 2>/dev/null; fi
   # Logs outlive the node, in the build dir, for a failed run's post-mortem.
-  mkdir -p "$BUILD/e2e-logs" && cp "$W"/logs/*.log "$BUILD/e2e-logs/" 2>/dev/null
+  rm -rf "$BUILD/e2e-logs" && mkdir -p "$BUILD/e2e-logs" && cp "$W"/logs/*.log "$W"/chartpod/logs/*.log "$BUILD/e2e-logs/" 2>/dev/null
   rm -rf "$W"
   set -e
+  [ -z "$failed" ] || die "$failed"
   log "down"
 }
 
@@ -307,8 +337,7 @@ case ${1:-} in
   plugin)
     case ${2:-} in
       start) plugin_start ;;
-      stop) stop_pid "$W/plugin.pid" TERM ;;
-      kill) stop_pid "$W/plugin.pid" KILL ;;
+      stop|kill) chartpod "$2" >>"$W/logs/chartpod.log" 2>&1 || die "chartpod $2 failed (log: $W/logs/chartpod.log)" ;;
       *) die "usage: $0 plugin start|stop|kill" ;;
     esac ;;
   containerd)

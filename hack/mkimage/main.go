@@ -1,7 +1,8 @@
 // Command mkimage writes a directory as a one-layer OCI image archive (an OCI
-// layout in a tar) that `ctr images import` takes, so the e2e tests need no
-// registry and no Docker. The archive is reproducible: entries are sorted,
-// owned by root and dated at the epoch.
+// layout in a tar) that `ctr images import`, skopeo and crane take, so
+// neither the e2e tests nor make image need a registry or Docker. The image
+// is reproducible: entries are sorted, owned by root and dated at the epoch.
+// go-containerregistry does the image format.
 //
 //	mkimage -name localhost/nvmock-e2e/glibc:local -entrypoint '["/bin/sh","-c"]' -o out.tar ROOTFS
 package main
@@ -9,8 +10,6 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -22,6 +21,14 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	gcrname "github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 func main() {
@@ -40,67 +47,61 @@ func run(name, entry, env, out string, args []string) error {
 	if name == "" || out == "" || len(args) != 1 {
 		return errors.New("usage: mkimage -name NAME [-entrypoint JSON] [-env K=V,...] -o OUT.tar ROOTFS")
 	}
+	if _, err := gcrname.ParseReference(name); err != nil {
+		return fmt.Errorf("-name %q: %v", name, err)
+	}
 	var ep []string
 	if entry != "" {
 		if err := json.Unmarshal([]byte(entry), &ep); err != nil {
 			return fmt.Errorf("-entrypoint %q: not a JSON array of strings: %v", entry, err)
 		}
 	}
-	layer, err := tarDir(args[0])
+	data, err := tarDir(args[0])
 	if err != nil {
 		return err
 	}
-	blobs := map[string][]byte{}
-	add := func(b []byte) (string, int) {
-		d := digest(b)
-		blobs[d] = b
-		return d, len(b)
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return err
 	}
-	ld, lsize := add(layer)
-	cfg, _ := json.Marshal(map[string]any{
-		"architecture": "amd64",
-		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": ep, "Env": splitEnv(env)},
-		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{ld}},
-	})
-	cd, csize := add(cfg)
-	man, _ := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
-		"config":        map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": csize},
-		"layers":        []any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": lsize}},
-	})
-	md, msize := add(man)
-	tag := name[strings.LastIndexByte(name, ':')+1:]
-	index, _ := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"manifests": []any{map[string]any{
-			"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": msize,
-			"annotations": map[string]string{"io.containerd.image.name": name, "org.opencontainers.image.ref.name": tag},
-		}},
-	})
+	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), layer)
+	if err != nil {
+		return err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config.Entrypoint, cf.Config.Env = ep, splitEnv(env)
+	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return err
+	}
 
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	file := func(p string, b []byte) {
-		_ = tw.WriteHeader(&tar.Header{Name: p, Mode: 0o644, Size: int64(len(b)), ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg})
-		_, _ = tw.Write(b)
+	dir, err := os.MkdirTemp(filepath.Dir(out), ".mkimage-")
+	if err != nil {
+		return err
 	}
-	file("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
-	file("index.json", index)
-	keys := make([]string, 0, len(blobs))
-	for k := range blobs {
-		keys = append(keys, k)
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		file("blobs/sha256/"+strings.TrimPrefix(k, "sha256:"), blobs[k])
+	tag := name[strings.LastIndexByte(name, ':')+1:]
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+		"io.containerd.image.name": name, "org.opencontainers.image.ref.name": tag,
+	})); err != nil {
+		return err
 	}
-	if err := tw.Close(); err != nil {
+	archive, err := tarDir(dir)
+	if err != nil {
 		return err
 	}
 	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(tmp, archive, 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, out)
@@ -111,11 +112,6 @@ func splitEnv(s string) []string {
 		return nil
 	}
 	return strings.Split(s, ",")
-}
-
-func digest(b []byte) string {
-	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
 }
 
 // tarDir archives root's tree: directories, regular files and symlinks,

@@ -1,0 +1,186 @@
+// Command chartpod runs the Helm chart's pod on a CRI runtime without a
+// cluster, as the kubelet would, so the e2e suite tests the shipped chart
+// and image: hostprep install with exactly the arguments the chart renders,
+// then the plugin container.
+//
+//	chartpod -cri SOCK -chart DIR -values FILE -node NAME -dir DIR up|start|stop|kill|down
+//
+// up runs the pod: init containers to completion, then the containers.
+// stop and kill end the containers (SIGTERM, SIGKILL); start starts them
+// again in the same pod. down runs each running container's preStop hook,
+// as the kubelet does when the pod is deleted, then removes the pod; a
+// failing hook fails down.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// state is what up leaves for the other subcommands.
+type state struct {
+	PodID      string            `json:"podID"`
+	Containers map[string]string `json:"containers"` // name -> ID of the running ones
+}
+
+func main() {
+	sock := flag.String("cri", "", "CRI socket")
+	chart := flag.String("chart", "charts/nvmock", "chart directory")
+	values := flag.String("values", "", "values file")
+	node := flag.String("node", "", "node name (spec.nodeName)")
+	dir := flag.String("dir", "", "work directory: ConfigMap files, logs, state")
+	release := flag.String("release", "nvmock", "release name")
+	ns := flag.String("namespace", "nvmock", "release namespace")
+	flag.Parse()
+	if *sock == "" || *node == "" || *dir == "" || flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: chartpod -cri SOCK -chart DIR -values FILE -node NAME -dir DIR up|start|stop|kill|down")
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, flag.Arg(0), *sock, *chart, *values, *node, *dir, *release, *ns); err != nil {
+		fmt.Fprintln(os.Stderr, "chartpod:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cmd, sock, chart, values, node, dir, release, ns string) error {
+	r, err := render(chart, values, release, ns)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
+		}))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rt := cri.NewRuntimeServiceClient(conn)
+	p := &pod{r: r, node: node, dir: dir}
+	statePath := filepath.Join(dir, "chartpod.json")
+
+	var st state
+	if cmd != "up" {
+		data, err := os.ReadFile(statePath)
+		if err != nil {
+			return fmt.Errorf("%s: no pod (run up first): %w", cmd, err)
+		}
+		if err := json.Unmarshal(data, &st); err != nil {
+			return err
+		}
+	}
+	switch cmd {
+	case "up":
+		sb := p.sandboxConfig()
+		resp, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sb})
+		if err != nil {
+			return fmt.Errorf("run pod %s: %w", p.name(), err)
+		}
+		st = state{PodID: resp.PodSandboxId, Containers: map[string]string{}}
+		if err := save(statePath, st); err != nil {
+			return err
+		}
+		for _, c := range r.ds.Spec.Template.Spec.InitContainers {
+			cfg, err := p.containerConfig(c)
+			if err != nil {
+				return err
+			}
+			if err := runToCompletion(ctx, rt, st.PodID, sb, cfg); err != nil {
+				return err
+			}
+		}
+		err = startAll(ctx, rt, p, &st)
+		if serr := save(statePath, st); err == nil {
+			err = serr
+		}
+		return err
+	case "start":
+		err := startAll(ctx, rt, p, &st)
+		if serr := save(statePath, st); err == nil {
+			err = serr
+		}
+		return err
+	case "stop", "kill":
+		timeout := int64(10)
+		if cmd == "kill" {
+			timeout = 0
+		}
+		for name, id := range st.Containers {
+			if _, err := rt.StopContainer(ctx, &cri.StopContainerRequest{ContainerId: id, Timeout: timeout}); err != nil {
+				return fmt.Errorf("stop %s: %w", name, err)
+			}
+			if _, err := rt.RemoveContainer(ctx, &cri.RemoveContainerRequest{ContainerId: id}); err != nil {
+				return fmt.Errorf("remove %s: %w", name, err)
+			}
+			delete(st.Containers, name)
+		}
+		return save(statePath, st)
+	case "down":
+		var errs []error
+		for _, c := range r.ds.Spec.Template.Spec.Containers {
+			id, ok := st.Containers[c.Name]
+			if !ok || c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil {
+				continue
+			}
+			res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: c.Lifecycle.PreStop.Exec.Command, Timeout: 60})
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("preStop of %s: %w", c.Name, err))
+			case res.ExitCode != 0:
+				errs = append(errs, fmt.Errorf("preStop of %s exited %d: %s%s", c.Name, res.ExitCode, res.Stdout, res.Stderr))
+			default:
+				fmt.Printf("preStop of %s:\n%s%s", c.Name, res.Stdout, res.Stderr)
+			}
+		}
+		if _, err := rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: st.PodID}); err != nil {
+			errs = append(errs, err)
+		}
+		if _, err := rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: st.PodID}); err != nil {
+			errs = append(errs, err)
+		}
+		os.Remove(statePath)
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("unknown subcommand %q: use up, start, stop, kill or down", cmd)
+}
+
+func startAll(ctx context.Context, rt cri.RuntimeServiceClient, p *pod, st *state) error {
+	sb := p.sandboxConfig()
+	for _, c := range p.r.ds.Spec.Template.Spec.Containers {
+		if _, running := st.Containers[c.Name]; running {
+			return fmt.Errorf("container %s is already running", c.Name)
+		}
+		cfg, err := p.containerConfig(c)
+		if err != nil {
+			return err
+		}
+		id, err := createStart(ctx, rt, st.PodID, sb, cfg)
+		if err != nil {
+			return err
+		}
+		st.Containers[c.Name] = id
+	}
+	return nil
+}
+
+func save(path string, st state) error {
+	data, _ := json.Marshal(st)
+	return os.WriteFile(path, data, 0o644)
+}
