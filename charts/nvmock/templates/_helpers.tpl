@@ -1,0 +1,38 @@
+{{/* Names and labels shared by every object. */}}
+
+{{- define "nvmock.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nvmock.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "nvmock.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The built-in profiles (libnvml/profile/builtin); the chart tests keep
+this list, the schema's enum and the library's in step. */}}
+{{- define "nvmock.builtinProfiles" -}}
+a100 b200 gb200 gb300 h100 l40s t4
+{{- end -}}
+
+{{/* The profile file of one pool: its base, GPU count and overrides. */}}
+{{- define "nvmock.profile" -}}
+base: {{ .profile }}
+{{- with .gpus }}
+gpus: {{ . }}
+{{- end }}
+{{- with .overrides }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

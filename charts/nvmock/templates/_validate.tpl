@@ -1,0 +1,43 @@
+{{/*
+Checks what the schema cannot: values that are each valid but contradict
+one another. Each failure names the field and the fix.
+*/}}
+{{- define "nvmock.validate" -}}
+{{- $builtins := splitList " " (include "nvmock.builtinProfiles" .) -}}
+{{- $pools := .Values.pools | default list -}}
+{{- if not $pools -}}
+{{- fail "pools: empty, so nothing would be deployed; add a pool, e.g. pools: [{name: default, profile: a100}]" -}}
+{{- end -}}
+{{- $names := dict -}}
+{{- range $i, $p := $pools -}}
+{{- if not (has $p.profile $builtins) -}}
+{{- fail (printf "pools[%d] (%s): profile %q is not a built-in profile; choose one of %s" $i $p.name (toString $p.profile) (join ", " $builtins)) -}}
+{{- end -}}
+{{- if hasKey $names $p.name -}}
+{{- fail (printf "pools[%d]: name %q is already pools[%d]'s; give each pool its own name (it names the pool's DaemonSet and ConfigMap)" $i $p.name (get $names $p.name)) -}}
+{{- end -}}
+{{- $_ := set $names $p.name $i -}}
+{{- end -}}
+{{- range $i, $a := $pools -}}
+{{- range $j, $b := $pools -}}
+{{- if lt $i $j -}}
+{{- $sa := $a.nodeSelector | default dict -}}
+{{- $sb := $b.nodeSelector | default dict -}}
+{{- if eq (toJson $sa) (toJson $sb) -}}
+{{- fail (printf "pools[%d] (%s) and pools[%d] (%s) have the same nodeSelector %s, so both would install on the same nodes and overwrite each other's overlay; give each pool a nodeSelector that tells its nodes apart, e.g. {nvmock.io/pool: %s}" $i $a.name $j $b.name (toJson $sa) $b.name) -}}
+{{- end -}}
+{{- range $pair := list (list $i $a $sa $j $b $sb) (list $j $b $sb $i $a $sa) -}}
+{{- $sub := true -}}
+{{- range $k, $v := index $pair 2 -}}
+{{- if not (and (hasKey (index $pair 5) $k) (eq (toString (get (index $pair 5) $k)) (toString $v))) -}}
+{{- $sub = false -}}
+{{- end -}}
+{{- end -}}
+{{- if $sub -}}
+{{- fail (printf "pools[%d] (%s): its nodeSelector %s also selects every node of pools[%d] (%s, nodeSelector %s), so two pools would install on those nodes and overwrite each other's overlay; add a label to pools[%d]'s nodeSelector that pools[%d]'s nodes lack" (index $pair 0) (index $pair 1).name (toJson (index $pair 2)) (index $pair 3) (index $pair 4).name (toJson (index $pair 5)) (index $pair 0) (index $pair 3)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

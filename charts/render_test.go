@@ -1,0 +1,297 @@
+package charts
+
+import (
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/nvmock/nvmock/libnvml/profile"
+)
+
+// pool is what a scenario expects of one pool.
+type pool struct {
+	name, profile string
+	gpus          int // GPUs the rendered profile must give
+	selector      map[string]string
+	overridden    bool // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
+}
+
+// fleetValues is a heterogeneous fleet: A100 and T4 nodes told apart by a
+// label, the T4s tainted, with a board override.
+const fleetValues = `
+pools:
+  - name: a100
+    profile: a100
+    gpus: 8
+    nodeSelector: {nvmock.io/pool: a100}
+  - name: t4
+    profile: t4
+    gpus: 2
+    overrides:
+      board:
+        power: {draw: 31}
+      devices:
+        - index: 1
+          board:
+            thermal: {gpu: 61}
+    nodeSelector: {nvmock.io/pool: t4, kubernetes.io/arch: amd64}
+    tolerations:
+      - {key: nvmock.io/t4, operator: Exists, effect: NoSchedule}
+injection:
+  namespaces: [ml, ci]
+  defaultGPUs: "1"
+logLevel: debug
+`
+
+func TestChartRendersAndMatchesGoldens(t *testing.T) {
+	type scenario struct {
+		name, values string
+		pools        []pool
+	}
+	scenarios := []scenario{
+		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
+		{"fleet", fleetValues, []pool{
+			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}},
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true},
+		}},
+	}
+	for _, name := range profile.Builtins() {
+		b, err := profile.Builtin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scenarios = append(scenarios, scenario{"profile-" + name,
+			"pools: [{name: " + name + ", profile: " + name + "}]",
+			[]pool{{name: name, profile: name, gpus: b.GPUs}}})
+	}
+	for _, s := range scenarios {
+		t.Run(s.name, func(t *testing.T) {
+			files, err := render(t, s.values)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			objs := decode(t, files)
+			checkPools(t, objs, s.pools)
+			checkRBAC(t, objs)
+			golden(t, s.name, manifest(files))
+		})
+	}
+}
+
+// checkPools checks each pool's DaemonSet and ConfigMap beyond the golden:
+// arguments that the real flag sets accept, a profile the library accepts,
+// the mounts those arguments need, and the containers' privileges.
+func checkPools(t *testing.T, o objects, pools []pool) {
+	t.Helper()
+	if len(o.daemonSets) != len(pools) || len(o.configMaps) != len(pools) {
+		t.Fatalf("%d DaemonSets and %d ConfigMaps for %d pools", len(o.daemonSets), len(o.configMaps), len(pools))
+	}
+	sort.Slice(pools, func(i, j int) bool { return pools[i].name < pools[j].name })
+	for i, p := range pools {
+		ds, cm := o.daemonSets[i], o.configMaps[i]
+		if want := "nvmock-" + p.name; ds.Name != want || cm.Name != want {
+			t.Errorf("pool %s: DaemonSet %q and ConfigMap %q, want both %q", p.name, ds.Name, cm.Name, want)
+		}
+		checkProfile(t, p, cm)
+		checkDaemonSet(t, p, ds)
+	}
+}
+
+func checkProfile(t *testing.T, p pool, cm corev1.ConfigMap) {
+	t.Helper()
+	data, ok := cm.Data["profile.yaml"]
+	if !ok {
+		t.Fatalf("ConfigMap %s: no profile.yaml", cm.Name)
+	}
+	prof, err := profile.Parse("ConfigMap "+cm.Name, []byte(data))
+	if err != nil {
+		t.Fatalf("the rendered profile does not load:\n%s\n%v", data, err)
+	}
+	if errs := prof.Validate(); len(errs) > 0 {
+		t.Fatalf("the rendered profile does not validate: %v", errs)
+	}
+	if prof.Name != p.profile || prof.GPUs != p.gpus {
+		t.Errorf("ConfigMap %s: profile %s with %d GPUs, want %s with %d", cm.Name, prof.Name, prof.GPUs, p.profile, p.gpus)
+	}
+	if p.overridden {
+		boards, errs := prof.Boards()
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		if d := boards[0].Power.Draw; d == nil || *d != 31 {
+			t.Errorf("t4 GPU 0 power draw %v, want the override 31", d)
+		}
+		if g := boards[1].Thermal.GPU; g == nil || *g != 61 {
+			t.Errorf("t4 GPU 1 temperature %v, want the override 61", g)
+		}
+	}
+}
+
+func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if !reflect.DeepEqual(spec.NodeSelector, p.selector) {
+		t.Errorf("%s: nodeSelector %v, want %v", ds.Name, spec.NodeSelector, p.selector)
+	}
+	if len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
+		t.Fatalf("%s: %d init containers and %d containers, want 1 and 1", ds.Name, len(spec.InitContainers), len(spec.Containers))
+	}
+	init, main := spec.InitContainers[0], spec.Containers[0]
+	for _, c := range []corev1.Container{init, main} {
+		if len(c.Command) != 1 || c.Command[0] != "/opt/nvmock/bin/nvmock" {
+			t.Errorf("%s: container %s runs %q, want the image's /opt/nvmock/bin/nvmock", ds.Name, c.Name, c.Command)
+		}
+		if env := fieldRefs(c); env["NODE_NAME"] != "spec.nodeName" {
+			t.Errorf("%s: container %s: NODE_NAME from %q, want spec.nodeName", ds.Name, c.Name, env["NODE_NAME"])
+		}
+	}
+
+	// hostprep install: exactly the flags cmd/nvmock accepts, the profile
+	// from the pool's ConfigMap, and every directory it writes mounted.
+	if len(init.Args) < 2 || init.Args[0] != "hostprep" || init.Args[1] != "install" {
+		t.Fatalf("%s: init args %q, want hostprep install ...", ds.Name, init.Args)
+	}
+	set := parseArgs(t, "init container", sourceFlags(t, "hostprep.go", "hostprepInstall"), init.Args[2:])
+	want := map[string]string{
+		"root": "/var/lib/nvmock", "profile": "/etc/nvmock/profile.yaml", "node-name": "$(NODE_NAME)",
+		"cdi-dir": "/var/run/cdi", "nfd-dir": "/etc/kubernetes/node-feature-discovery/features.d",
+	}
+	if !reflect.DeepEqual(set, want) {
+		t.Errorf("%s: hostprep install flags %v, want %v", ds.Name, set, want)
+	}
+	mounts := mountsOf(spec, init)
+	for _, dir := range []string{set["root"], set["cdi-dir"], set["nfd-dir"]} {
+		if mounts[dir] != "hostPath:"+dir {
+			t.Errorf("%s: init container: %s is mounted from %q, want the node's %s", ds.Name, dir, mounts[dir], dir)
+		}
+	}
+	if mounts["/etc/nvmock"] != "configMap:"+ds.Name {
+		t.Errorf("%s: /etc/nvmock is mounted from %q, want the pool's ConfigMap", ds.Name, mounts["/etc/nvmock"])
+	}
+
+	// nvmock nri: the real flags, the overlay and the socket's directory.
+	if len(main.Args) < 1 || main.Args[0] != "nri" {
+		t.Fatalf("%s: main args %q, want nri ...", ds.Name, main.Args)
+	}
+	nri := parseArgs(t, "main container", sourceFlags(t, "nri.go", "nriCmd"), main.Args[1:])
+	if nri["namespace-label"] != "nvmock.io/inject=enabled" || nri["plugin-namespace"] != "$(POD_NAMESPACE)" {
+		t.Errorf("%s: nri flags %v", ds.Name, nri)
+	}
+	if env := fieldRefs(main); env["POD_NAMESPACE"] != "metadata.namespace" {
+		t.Errorf("%s: POD_NAMESPACE from %q, want metadata.namespace", ds.Name, env["POD_NAMESPACE"])
+	}
+	mounts = mountsOf(spec, main)
+	if mounts["/var/lib/nvmock"] != "hostPath:/var/lib/nvmock" || mounts["/var/run/nri"] != "hostPath:/var/run/nri" {
+		t.Errorf("%s: nri container mounts %v, want the overlay root and the socket directory", ds.Name, mounts)
+	}
+
+	// preStop: hostprep uninstall with its real flags, and what it removes mounted.
+	hook := main.Lifecycle.PreStop.Exec.Command
+	if len(hook) < 3 || hook[0] != "/opt/nvmock/bin/nvmock" || hook[1] != "hostprep" || hook[2] != "uninstall" {
+		t.Fatalf("%s: preStop %q, want nvmock hostprep uninstall", ds.Name, hook)
+	}
+	un := parseArgs(t, "preStop", sourceFlags(t, "hostprep.go", "hostprepUninstall"), hook[3:])
+	if un["root"] != set["root"] {
+		t.Errorf("%s: uninstall --root %q, install --root %q", ds.Name, un["root"], set["root"])
+	}
+	for _, dir := range []string{set["cdi-dir"], set["nfd-dir"]} {
+		if mounts[dir] != "hostPath:"+dir {
+			t.Errorf("%s: preStop removes files in %s, which the nri container does not mount", ds.Name, dir)
+		}
+	}
+
+	// Privileges: the init container only adds MKNOD; the plugin adds none.
+	for _, c := range []struct {
+		ctr corev1.Container
+		add []corev1.Capability
+	}{{init, []corev1.Capability{"MKNOD"}}, {main, nil}} {
+		sc := c.ctr.SecurityContext
+		if sc == nil || sc.Capabilities == nil {
+			t.Fatalf("%s: container %s has no securityContext capabilities", ds.Name, c.ctr.Name)
+		}
+		if sc.Privileged != nil && *sc.Privileged ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			!reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+			!reflect.DeepEqual(sc.Capabilities.Add, c.add) {
+			t.Errorf("%s: container %s: securityContext %+v, want unprivileged, ALL dropped, adding only %v", ds.Name, c.ctr.Name, sc, c.add)
+		}
+	}
+}
+
+// fieldRefs maps a container's env names to their downward API field paths.
+func fieldRefs(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			m[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	return m
+}
+
+// mountsOf maps a container's mount paths to "hostPath:PATH" or
+// "configMap:NAME".
+func mountsOf(spec corev1.PodSpec, c corev1.Container) map[string]string {
+	vols := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v
+	}
+	m := map[string]string{}
+	for _, vm := range c.VolumeMounts {
+		v := vols[vm.Name]
+		switch {
+		case v.HostPath != nil:
+			m[vm.MountPath] = "hostPath:" + v.HostPath.Path
+		case v.ConfigMap != nil:
+			m[vm.MountPath] = "configMap:" + v.ConfigMap.Name
+		default:
+			m[vm.MountPath] = "unknown volume " + vm.Name
+		}
+	}
+	return m
+}
+
+// checkRBAC: the ServiceAccount the pods run as may get and patch nodes and
+// list and watch namespaces, and nothing else.
+func checkRBAC(t *testing.T, o objects) {
+	t.Helper()
+	if len(o.accounts) != 1 || len(o.roles) != 1 || len(o.roleBindings) != 1 {
+		t.Fatalf("%d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings; want one each", len(o.accounts), len(o.roles), len(o.roleBindings))
+	}
+	var got []string
+	for _, r := range o.roles[0].Rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule %+v: resourceNames and nonResourceURLs are not expected", r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					got = append(got, g+"/"+res+":"+v)
+				}
+			}
+		}
+	}
+	sort.Strings(got)
+	want := []string{"/namespaces:list", "/namespaces:watch", "/nodes:get", "/nodes:patch"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ClusterRole grants %v, want exactly %v", got, want)
+	}
+	sa, b := o.accounts[0], o.roleBindings[0]
+	if b.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: o.roles[0].Name}) ||
+		!reflect.DeepEqual(b.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: releaseNS}}) {
+		t.Errorf("ClusterRoleBinding %+v does not bind ClusterRole %s to ServiceAccount %s/%s", b, o.roles[0].Name, releaseNS, sa.Name)
+	}
+	for _, ds := range o.daemonSets {
+		if ds.Spec.Template.Spec.ServiceAccountName != sa.Name {
+			t.Errorf("%s runs as ServiceAccount %q, want %q", ds.Name, ds.Spec.Template.Spec.ServiceAccountName, sa.Name)
+		}
+	}
+	if !strings.HasPrefix(sa.Name, "nvmock") {
+		t.Errorf("ServiceAccount %q", sa.Name)
+	}
+}

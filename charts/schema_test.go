@@ -1,0 +1,217 @@
+package charts
+
+import (
+	"encoding/json"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/libnvml/profile"
+)
+
+func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
+	const a100 = "{name: a, profile: a100, nodeSelector: {pool: a}}"
+	tests := []struct {
+		name, values string
+		mention      []string // every one must be in the error
+	}{
+		{"a pool of zero GPUs", "pools: [{name: a, profile: a100, gpus: 0}]", []string{"/pools/0/gpus", "minimum"}},
+		{"a pool of more GPUs than a node has", "pools: [{name: a, profile: a100, gpus: 5000}]", []string{"/pools/0/gpus", "maximum"}},
+		{"GPUs as a word", "pools: [{name: a, profile: a100, gpus: eight}]", []string{"/pools/0/gpus", "integer"}},
+		{"an unknown profile", "pools: [{name: a, profile: a200}]", []string{"/pools/0/profile", "a100"}},
+		{"a pool without a profile", "pools: [{name: a}]", []string{"/pools/0", "profile"}},
+		{"a pool name that is not a DNS label", "pools: [{name: GPU_pool, profile: t4}]", []string{"/pools/0/name"}},
+		{"an unknown top-level key", "pool: [{name: a, profile: a100}]", []string{"pool"}},
+		{"a misspelt pool key", "pools: [{name: a, profile: a100, nodeselector: {x: y}}]", []string{"/pools/0", "nodeselector"}},
+		{"gpus among the overrides", "pools: [{name: a, profile: a100, overrides: {gpus: 2}}]", []string{"/pools/0/overrides", "gpus"}},
+		{"a node selector value that is a number", "pools: [{name: a, profile: a100, nodeSelector: {rack: 7}}]", []string{"/pools/0/nodeSelector/rack", "string"}},
+		{"a misspelt topology field in the overrides", "pools: [{name: a, profile: a100, overrides: {topology: {busID: [\"0000:07:00.0\"]}}}]", []string{"/pools/0/overrides/topology", "busID"}},
+		{"no pools", "pools: []", []string{"/pools", "minItems"}},
+		{"pools as a map", "pools: {a: {profile: a100}}", []string{"/pools", "array"}},
+		{"an unknown log level", "logLevel: verbose", []string{"/logLevel", "info"}},
+		{"an unknown pull policy", "image: {pullPolicy: Sometimes}", []string{"/image/pullPolicy", "IfNotPresent"}},
+		{"a relative overlay root", "overlayRoot: var/lib/nvmock", []string{"/overlayRoot"}},
+		{"a three-digit plugin index", `nri: {pluginIndex: "100"}`, []string{"/nri/pluginIndex"}},
+		{"default GPUs as a boolean", "injection: {defaultGPUs: true}", []string{"/injection/defaultGPUs"}},
+		{"a namespace label key with a space", `injection: {namespaceLabel: {key: "nvmock inject"}}`, []string{"/injection/namespaceLabel/key"}},
+		{"a toleration with an unknown operator", "pools: [{name: a, profile: a100, tolerations: [{operator: Maybe}]}]", []string{"/pools/0/tolerations/0/operator"}},
+		// Each value valid, together contradictory: the templates say so.
+		{"two pools with one name", "pools: [" + a100 + ", {name: a, profile: t4, nodeSelector: {pool: b}}]",
+			[]string{`pools[1]: name "a" is already pools[0]'s`}},
+		{"two pools with identical node selectors", "pools: [" + a100 + ", {name: b, profile: t4, nodeSelector: {pool: a}}]",
+			[]string{"pools[0] (a) and pools[1] (b) have the same nodeSelector", "nodeSelector that tells its nodes apart"}},
+		{"two pools without node selectors", "pools: [{name: a, profile: a100}, {name: b, profile: t4}]",
+			[]string{"pools[0] (a) and pools[1] (b) have the same nodeSelector {}"}},
+		{"a pool selecting every node of another", "pools: [{name: a, profile: a100, nodeSelector: {gpu: mock}}, {name: b, profile: t4, nodeSelector: {gpu: mock, board: t4}}]",
+			[]string{`pools[0] (a): its nodeSelector {"gpu":"mock"} also selects every node of pools[1] (b`}},
+	}
+	// Helm logs "skipped value ... Not a table" for pools as a map; the
+	// schema's error is what the user sees.
+	log.SetOutput(io.Discard)
+	defer log.SetOutput(os.Stderr)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := render(t, tt.values)
+			if err == nil {
+				t.Fatalf("values %s rendered; want an error", tt.values)
+			}
+			for _, m := range tt.mention {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("error does not mention %q:\n%v", m, err)
+				}
+			}
+		})
+	}
+}
+
+// The templates check the profile name too, for a user who skips schema
+// validation (helm --skip-schema-validation).
+func TestTemplatesRejectAnUnknownProfileWithoutTheSchema(t *testing.T) {
+	_, err := renderWith(t, "pools: [{name: a, profile: a200}]", true)
+	want := `pools[0] (a): profile "a200" is not a built-in profile; choose one of a100, b200, gb200, gb300, h100, l40s, t4`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want an error saying %q", err, want)
+	}
+}
+
+// The schema's enum, the templates' list and the library's built-ins must
+// name the same profiles.
+func TestProfileListsAgreeWithTheLibrary(t *testing.T) {
+	want := profile.Builtins()
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Properties struct {
+			Pools struct {
+				Items struct {
+					Properties struct {
+						Profile struct{ Enum []string }
+					}
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Properties.Pools.Items.Properties.Profile.Enum; !reflect.DeepEqual(got, want) {
+		t.Errorf("values.schema.json pools[].profile enum %v, want the built-ins %v", got, want)
+	}
+	helpers, err := os.ReadFile(filepath.Join(chartDir, "templates", "_helpers.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`define "nvmock.builtinProfiles" -}}\n(.*)\n`).FindSubmatch(helpers)
+	if m == nil {
+		t.Fatal("_helpers.tpl: no nvmock.builtinProfiles")
+	}
+	if got := strings.Fields(string(m[1])); !reflect.DeepEqual(got, want) {
+		t.Errorf("_helpers.tpl nvmock.builtinProfiles %v, want the built-ins %v", got, want)
+	}
+}
+
+// Every property in the schema has a description, a type and, where it is
+// an object with fixed properties, additionalProperties false.
+func TestSchemaDescribesEveryProperty(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root map[string]any
+	if err := json.Unmarshal(data, &root); err != nil {
+		t.Fatalf("values.schema.json: %v", err)
+	}
+	var walk func(at string, s map[string]any)
+	walk = func(at string, s map[string]any) {
+		if at != "" {
+			if d, _ := s["description"].(string); d == "" {
+				t.Errorf("schema %s: no description", at)
+			}
+		}
+		if _, ok := s["type"]; !ok {
+			t.Errorf("schema %s: no type", at)
+		}
+		if props, ok := s["properties"].(map[string]any); ok {
+			if s["additionalProperties"] != false {
+				t.Errorf("schema %s: has properties but allows others; set additionalProperties: false", at)
+			}
+			for k, v := range props {
+				walk(at+"/"+k, v.(map[string]any))
+			}
+		}
+		if items, ok := s["items"].(map[string]any); ok {
+			walk(at+"/items", items)
+		}
+		if ap, ok := s["additionalProperties"].(map[string]any); ok {
+			walk(at+"/*", ap)
+		}
+	}
+	walk("", root)
+}
+
+// The overrides' fixed fields in the schema are the profile's own (less
+// base and gpus, which are the pool's), so the schema cannot refuse a field
+// nvmock accepts, nor accept one it refuses.
+func TestOverridesSchemaFollowsTheProfileTypes(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root struct {
+		Properties struct {
+			Pools struct {
+				Items struct {
+					Properties struct {
+						Overrides schemaNode
+					}
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(data, &root); err != nil {
+		t.Fatal(err)
+	}
+	ov := root.Properties.Pools.Items.Properties.Overrides
+	check := func(at string, s schemaNode, typ reflect.Type, leaveOut ...string) {
+		want := jsonFields(typ, leaveOut...)
+		var got []string
+		for k := range s.Properties {
+			got = append(got, k)
+		}
+		sort.Strings(got)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("schema %s: properties %v, want the profile's %v", at, got, want)
+		}
+	}
+	check("overrides", ov, reflect.TypeOf(profile.Profile{}), "base", "gpus")
+	check("overrides/driver", ov.Properties["driver"], reflect.TypeOf(profile.Driver{}))
+	check("overrides/topology", ov.Properties["topology"], reflect.TypeOf(profile.Topology{}))
+	check("overrides/devices/items", *ov.Properties["devices"].Items, reflect.TypeOf(profile.DeviceOverride{}))
+}
+
+type schemaNode struct {
+	Properties map[string]schemaNode
+	Items      *schemaNode
+}
+
+// jsonFields lists a struct's JSON field names, sorted, less leaveOut.
+func jsonFields(typ reflect.Type, leaveOut ...string) []string {
+	var out []string
+	for i := 0; i < typ.NumField(); i++ {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && !slices.Contains(leaveOut, name) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
