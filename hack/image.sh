@@ -20,4 +20,4 @@ cp -a "$build/driver" "$root/opt/nvmock/driver"
 go build -o "$build/bin/mkimage" ./hack/mkimage
 "$build/bin/mkimage" -name "$name" -entrypoint '["/opt/nvmock/bin/nvmock"]' -env "PATH=/opt/nvmock/bin" \
   -o "$build/nvmock-image.tar" "$root"
-echo "image: $name in $build/nvmock-image.tar ($(du -h "$build/nvmock-image.tar" | cut -f1)); load it with ctr -n k8s.io images import, or push it with crane or skopeo"
+echo "image: $name in $build/nvmock-image.tar ($(du -h "$build/nvmock-image.tar" | cut -f1)); load it with ctr -n k8s.io images import, or push it with skopeo copy oci-archive:..."

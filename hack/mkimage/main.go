@@ -1,5 +1,5 @@
 // Command mkimage writes a directory as a one-layer OCI image archive (an OCI
-// layout in a tar) that `ctr images import`, skopeo and crane take, so
+// layout in a tar) that `ctr images import` and skopeo take, so
 // neither the e2e tests nor make image need a registry or Docker. The image
 // is reproducible: entries are sorted, owned by root and dated at the epoch.
 // go-containerregistry does the image format.
