@@ -159,6 +159,9 @@ type ctr struct {
 	env   map[string]string
 	cdi   []string
 	name  string // default: c<seq>
+	// mounts and devices are asked of CRI directly.
+	mounts  []cri.Mount
+	devices [][2]string // host path, container path
 }
 
 func (n *node) create(t testing.TB, p *pod, c ctr) string {
@@ -178,6 +181,12 @@ func (n *node) create(t testing.TB, p *pod, c ctr) string {
 	}
 	for _, d := range c.cdi {
 		cfg.CDIDevices = append(cfg.CDIDevices, &cri.CDIDevice{Name: d})
+	}
+	for i := range c.mounts {
+		cfg.Mounts = append(cfg.Mounts, &c.mounts[i])
+	}
+	for _, d := range c.devices {
+		cfg.Devices = append(cfg.Devices, &cri.Device{ContainerPath: d[1], HostPath: d[0], Permissions: "rwm"})
 	}
 	r, err := n.rt.CreateContainer(ctx(t), &cri.CreateContainerRequest{PodSandboxId: p.id, Config: cfg, SandboxConfig: p.cfg})
 	if err != nil {

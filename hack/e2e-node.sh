@@ -168,7 +168,7 @@ nri:
 overlayRoot: $W/overlay
 cdiDir: $W/cdi
 nfdDir: $W/nfd
-logLevel: debug
+logLevel: info
 EOF
 }
 
