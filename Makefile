@@ -104,7 +104,7 @@ demo: deps driver image ## the real nvidia-smi on mock GPUs: 8 A100s, an H100 no
 	@echo '$$ nvmock exec --profile h100 -- nvml-list             # a go-nvml program, unmodified'
 	@$(NVMOCK) exec --profile h100 -- $(BUILD)/bin/nvml-list
 	@if [ "$$(id -u)" != 0 ]; then echo '(as root, make demo ends with a real container on a real containerd)'; exit 0; fi; \
-	echo '$$ NVMOCK_E2E_PROFILE=h100 hack/e2e-node.sh up   # a private containerd 2.4 with NRI and CDI, runc, the nvmock plugin (2-5 min the first time)'; \
+	echo '$$ NVMOCK_E2E_PROFILE=h100 hack/e2e-node.sh up   # a private containerd 2.4 with NRI and CDI, runc, and the Helm chart's pod from make image (2-5 min the first time)'; \
 	trap 'hack/e2e-node.sh down 2>/dev/null' EXIT; \
 	NVMOCK_E2E_PROFILE=h100 hack/e2e-node.sh up 2>$(BUILD)/e2e-up.log || { cat $(BUILD)/e2e-up.log; exit 1; }; \
 	hack/e2e-node.sh demo
