@@ -38,8 +38,10 @@ func Labels(p *profile.Profile) map[string]string {
 // ServiceAccountDir is where Kubernetes mounts a pod's API credentials.
 const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
-// KubeClient changes node labels through the API server. One PATCH is all
-// hostprep needs, so it speaks HTTP itself rather than pull in client-go.
+// KubeClient changes node labels through the API server, and reads the
+// DaemonSet and node uninstall asks about (Leaving). One PATCH and two GETs
+// are all hostprep needs, so it speaks HTTP itself rather than pull in
+// client-go.
 type KubeClient struct {
 	Server string // https://host:port
 	Token  string

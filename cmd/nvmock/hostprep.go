@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/libnvml/profile"
@@ -17,7 +19,7 @@ const hostprepUsage = `Usage:
   nvmock hostprep install [--root DIR] [--profile NAME|FILE] [--gpus N] [--node-name NAME]
                           [--assets DIR] [--cdi-dir DIR] [--nfd-dir DIR]
                           [--real-device-numbers] [--force]
-  nvmock hostprep uninstall [--root DIR]
+  nvmock hostprep uninstall [--root DIR] [--unless-daemonset NAMESPACE/NAME]
 `
 
 // hostprepCmd installs or removes the mock node overlay.
@@ -133,17 +135,30 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	fs.String("cdi-dir", hostprep.DefaultCDIDir, "ignored: the root's manifest says where the CDI spec is")
 	fs.String("nfd-dir", hostprep.DefaultNFDDir, "ignored: the root's manifest says where the NFD file is")
 	node := fs.String("node-name", "", "node whose labels to remove in a cluster (default: $NODE_NAME, else the hostname)")
+	unless := fs.String("unless-daemonset", "", "NAMESPACE/NAME: in a cluster, keep everything while this DaemonSet still runs on the node (its pod is restarting, not leaving)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("hostprep uninstall: unexpected argument %q", fs.Arg(0))
 	}
+	var dsNS, dsName string
+	if *unless != "" {
+		var ok bool
+		dsNS, dsName, ok = strings.Cut(*unless, "/")
+		if !ok || dsNS == "" || dsName == "" || strings.Contains(dsName, "/") {
+			return fmt.Errorf("hostprep uninstall: --unless-daemonset %q: want NAMESPACE/NAME, e.g. nvmock/nvmock-default", *unless)
+		}
+	}
+	name := nodeNameOr(*node)
+	if dsName != "" && !leavingPool(dsNS, dsName, name, stderr) {
+		fmt.Fprintf(stdout, "kept the overlay in %s: DaemonSet %s/%s still runs on node %s; its next pod installs over it\n", *root, dsNS, dsName, name)
+		return nil
+	}
 	res, err := hostprep.Uninstall(*root, stderr)
 	if err != nil {
 		return fmt.Errorf("hostprep uninstall: %w", err)
 	}
-	name := nodeNameOr(*node)
 	if err := nodeLabels(name, stderr, func(c *hostprep.KubeClient) error {
 		return c.RemoveLabels(context.Background(), name)
 	}); err != nil {
@@ -157,11 +172,39 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// inClusterClient is hostprep.InClusterClient; tests point it at a stand-in.
+var inClusterClient = hostprep.InClusterClient
+
+// leavingPool asks the API server whether node leaves DaemonSet ns/name's
+// pool. Outside a cluster there is no DaemonSet to ask: it leaves.
+func leavingPool(ns, name, node string, progress io.Writer) bool {
+	c, ok, err := inClusterClient()
+	if !ok {
+		return true
+	}
+	if err == nil {
+		// The hook shares the pod's grace period (30s by default) with
+		// the uninstall that may follow.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var leave bool
+		var reason string
+		if leave, reason, err = c.Leaving(ctx, ns, name, node); err == nil {
+			fmt.Fprintf(progress, "unless-daemonset: %s\n", reason)
+			return leave
+		}
+	}
+	// Uninstall as before: an API server that is briefly unreachable must
+	// not leave a node with a stale overlay.
+	fmt.Fprintf(progress, "warning: cannot tell whether node %s leaves DaemonSet %s/%s, uninstalling: %v\n", node, ns, name, err)
+	return true
+}
+
 // nodeLabels runs do against the API server when this runs in a cluster;
 // outside one there are no node labels to change (NFD's file still carries
 // them).
 func nodeLabels(node string, progress io.Writer, do func(*hostprep.KubeClient) error) error {
-	c, ok, err := hostprep.InClusterClient()
+	c, ok, err := inClusterClient()
 	if !ok {
 		return nil
 	}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// installed installs an overlay with stand-in driver files into a temporary
+// root and returns the root; uninstall's arguments name the same places.
+func installed(t *testing.T) (root string, args []string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (CAP_MKNOD) to create device nodes")
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // install labels no real node
+	d := t.TempDir()
+	root = filepath.Join(d, "var", "lib", "nvmock")
+	args = []string{"--root=" + root, "--node-name=node-7"}
+	var out, errs bytes.Buffer
+	if err := hostprepRun(append([]string{"install", "--profile=a100", "--gpus=1", "--assets=" + testenv.FakeDriverAssets(t),
+		"--cdi-dir=" + filepath.Join(d, "cdi"), "--nfd-dir=" + filepath.Join(d, "nfd")}, args...),
+		&out, &errs, filepath.Join(d, "proc")); err != nil {
+		t.Fatalf("install: %v\n%s", err, errs.String())
+	}
+	return root, args
+}
+
+func TestUninstallUnlessDaemonSetOutsideAClusterUninstalls(t *testing.T) {
+	root, args := installed(t)
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // no API server to ask
+	var out, errs bytes.Buffer
+	if err := hostprepRun(append([]string{"uninstall", "--unless-daemonset=nvmock/nvmock-default"}, args...), &out, &errs, ""); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, errs.String())
+	}
+	if !strings.HasPrefix(out.String(), "uninstalled from "+root) {
+		t.Errorf("output %q, want uninstalled from %s", out.String(), root)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "driver")); err == nil {
+		t.Error("the driver symlink is still there")
+	}
+}
+
+// In a cluster (a stand-in API server): kept while the DaemonSet runs on the
+// node; uninstalled, with a warning, when the API server fails.
+func TestUninstallUnlessDaemonSetInACluster(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		status  int
+		keep    bool
+		stdout  string
+		warning string
+	}{
+		{"a DaemonSet that still runs on the node keeps the overlay", http.StatusOK, true,
+			"kept the overlay in ROOT: DaemonSet nvmock/nvmock-default still runs on node node-7; its next pod installs over it\n", ""},
+		{"an API error uninstalls with a warning", http.StatusInternalServerError, false,
+			"uninstalled from ROOT", "warning: cannot tell whether node node-7 leaves DaemonSet nvmock/nvmock-default, uninstalling: get DaemonSet nvmock/nvmock-default: API server answered 500"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root, args := installed(t)
+			var paths []string
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				paths = append(paths, r.Method+" "+r.URL.Path)
+				switch {
+				case r.Header.Get("Authorization") != "Bearer secret":
+					http.Error(w, "Unauthorized", http.StatusUnauthorized)
+				case r.Method == http.MethodGet && r.URL.Path == "/apis/apps/v1/namespaces/nvmock/daemonsets/nvmock-default":
+					w.WriteHeader(c.status)
+					w.Write([]byte(`{"metadata":{},"spec":{"template":{"spec":{}}}}`))
+				case r.Method == http.MethodPatch && r.URL.Path == "/api/v1/nodes/node-7":
+					w.Write([]byte("{}"))
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			defer func(f func() (*hostprep.KubeClient, bool, error)) { inClusterClient = f }(inClusterClient)
+			inClusterClient = func() (*hostprep.KubeClient, bool, error) {
+				return &hostprep.KubeClient{Server: srv.URL, Token: "secret", HTTP: srv.Client()}, true, nil
+			}
+
+			var out, errs bytes.Buffer
+			if err := hostprepRun(append([]string{"uninstall", "--unless-daemonset=nvmock/nvmock-default"}, args...), &out, &errs, ""); err != nil {
+				t.Fatalf("uninstall: %v\n%s", err, errs.String())
+			}
+			if want := strings.ReplaceAll(c.stdout, "ROOT", root); !strings.HasPrefix(out.String(), want) {
+				t.Errorf("output %q, want %q", out.String(), want)
+			}
+			if c.warning != "" && !strings.Contains(errs.String(), c.warning) {
+				t.Errorf("stderr lacks %q:\n%s", c.warning, errs.String())
+			}
+			_, err := os.Lstat(filepath.Join(root, "driver"))
+			if kept := err == nil; kept != c.keep {
+				t.Errorf("driver symlink there: %v, want %v (%v)", kept, c.keep, err)
+			}
+			wantPaths := []string{"GET /apis/apps/v1/namespaces/nvmock/daemonsets/nvmock-default"}
+			if !c.keep {
+				wantPaths = append(wantPaths, "PATCH /api/v1/nodes/node-7") // the labels go too
+			}
+			if strings.Join(paths, ",") != strings.Join(wantPaths, ",") {
+				t.Errorf("requests %q, want %q", paths, wantPaths)
+			}
+		})
+	}
+}
+
+func TestUninstallRejectsAMalformedDaemonSetWithOneLine(t *testing.T) {
+	for _, v := range []string{"no-slash", "/name", "ns/", "a/b/c"} {
+		err := hostprepRun([]string{"uninstall", "--root=" + t.TempDir(), "--unless-daemonset=" + v}, &bytes.Buffer{}, &bytes.Buffer{}, "")
+		if err == nil || !strings.Contains(err.Error(), "--unless-daemonset") || !strings.Contains(err.Error(), "NAMESPACE/NAME") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: got %v, want one line naming --unless-daemonset", v, err)
+		}
+	}
+}
