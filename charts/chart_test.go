@@ -88,6 +88,8 @@ type objects struct {
 	accounts     []corev1.ServiceAccount
 	roles        []rbacv1.ClusterRole
 	roleBindings []rbacv1.ClusterRoleBinding
+	nsRoles      []rbacv1.Role
+	nsBindings   []rbacv1.RoleBinding
 }
 
 // decode decodes every object of every rendered manifest into its k8s.io/api
@@ -124,6 +126,12 @@ func decode(t *testing.T, files map[string]string) objects {
 			case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
 				o.roleBindings = append(o.roleBindings, rbacv1.ClusterRoleBinding{})
 				into = &o.roleBindings[len(o.roleBindings)-1]
+			case "rbac.authorization.k8s.io/v1 Role":
+				o.nsRoles = append(o.nsRoles, rbacv1.Role{})
+				into = &o.nsRoles[len(o.nsRoles)-1]
+			case "rbac.authorization.k8s.io/v1 RoleBinding":
+				o.nsBindings = append(o.nsBindings, rbacv1.RoleBinding{})
+				into = &o.nsBindings[len(o.nsBindings)-1]
 			default:
 				t.Fatalf("%s doc %d: unexpected object %s %s", name, i, meta.APIVersion, meta.Kind)
 			}

@@ -199,6 +199,11 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	if un["root"] != set["root"] {
 		t.Errorf("%s: uninstall --root %q, install --root %q", ds.Name, un["root"], set["root"])
 	}
+	// Rendered, not $(VAR): hooks get no expansion. Its own DaemonSet, so a
+	// restart keeps the overlay and only leaving the pool removes it.
+	if want := releaseNS + "/" + ds.Name; un["unless-daemonset"] != want || ds.Namespace != releaseNS {
+		t.Errorf("%s (namespace %s): uninstall --unless-daemonset %q, want its own DaemonSet %q", ds.Name, ds.Namespace, un["unless-daemonset"], want)
+	}
 	for _, dir := range []string{set["cdi-dir"], set["nfd-dir"]} {
 		if mounts[dir] != "hostPath:"+dir {
 			t.Errorf("%s: preStop removes files in %s, which the nri container does not mount", ds.Name, dir)
@@ -257,30 +262,31 @@ func mountsOf(spec corev1.PodSpec, c corev1.Container) map[string]string {
 }
 
 // checkRBAC: the ServiceAccount the pods run as may patch nodes (hostprep
-// labels its node with one PATCH) and
-// list and watch namespaces, and nothing else.
+// labels its node with one PATCH), get nodes (preStop reads its node's
+// labels), list and watch namespaces, and get DaemonSets in the release
+// namespace only (preStop asks whether its pool still runs on the node), and
+// nothing else.
 func checkRBAC(t *testing.T, o objects) {
 	t.Helper()
-	if len(o.accounts) != 1 || len(o.roles) != 1 || len(o.roleBindings) != 1 {
-		t.Fatalf("%d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings; want one each", len(o.accounts), len(o.roles), len(o.roleBindings))
+	if len(o.accounts) != 1 || len(o.roles) != 1 || len(o.roleBindings) != 1 || len(o.nsRoles) != 1 || len(o.nsBindings) != 1 {
+		t.Fatalf("%d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d Roles, %d RoleBindings; want one each",
+			len(o.accounts), len(o.roles), len(o.roleBindings), len(o.nsRoles), len(o.nsBindings))
 	}
-	var got []string
-	for _, r := range o.roles[0].Rules {
-		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
-			t.Errorf("rule %+v: resourceNames and nonResourceURLs are not expected", r)
-		}
-		for _, g := range r.APIGroups {
-			for _, res := range r.Resources {
-				for _, v := range r.Verbs {
-					got = append(got, g+"/"+res+":"+v)
-				}
-			}
-		}
-	}
-	sort.Strings(got)
-	want := []string{"/namespaces:list", "/namespaces:watch", "/nodes:patch"}
+	got := grants(t, o.roles[0].Rules)
+	want := []string{"/namespaces:list", "/namespaces:watch", "/nodes:get", "/nodes:patch"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ClusterRole grants %v, want exactly %v", got, want)
+	}
+	role := o.nsRoles[0]
+	if got, want := grants(t, role.Rules), []string{"apps/daemonsets:get"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Role grants %v, want exactly %v", got, want)
+	}
+	if role.Namespace != releaseNS || o.nsBindings[0].Namespace != releaseNS {
+		t.Errorf("Role in %q and RoleBinding in %q, want both in the release namespace %q", role.Namespace, o.nsBindings[0].Namespace, releaseNS)
+	}
+	if rb := o.nsBindings[0]; rb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name}) ||
+		!reflect.DeepEqual(rb.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: o.accounts[0].Name, Namespace: releaseNS}}) {
+		t.Errorf("RoleBinding %+v does not bind Role %s to ServiceAccount %s/%s", rb, role.Name, releaseNS, o.accounts[0].Name)
 	}
 	sa, b := o.accounts[0], o.roleBindings[0]
 	if b.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: o.roles[0].Name}) ||
@@ -295,4 +301,25 @@ func checkRBAC(t *testing.T, o objects) {
 	if !strings.HasPrefix(sa.Name, "nvmock") {
 		t.Errorf("ServiceAccount %q", sa.Name)
 	}
+}
+
+// grants flattens rules into sorted "group/resource:verb" strings; a rule
+// that names resources or non-resource URLs is an error.
+func grants(t *testing.T, rules []rbacv1.PolicyRule) []string {
+	t.Helper()
+	var got []string
+	for _, r := range rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule %+v: resourceNames and nonResourceURLs are not expected", r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					got = append(got, g+"/"+res+":"+v)
+				}
+			}
+		}
+	}
+	sort.Strings(got)
+	return got
 }
