@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nvmock/nvmock/internal/testenv"
 )
@@ -72,15 +75,8 @@ func TestNvidiaCTKSpecInjectedByContainerdShowsExactlyTheRequestedGPU(t *testing
 	c := ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}, cdi: []string{"nvidia.com/gpu=1"}}
 	p := n.runPod(t, optedIn, nil)
 
-	// containerd picks new spec files up by inotify; give it a moment.
-	var r result
-	for start := time.Now(); ; {
-		r = n.run(t, p, c)
-		if r.code == 0 || time.Since(start) > 10*time.Second {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitForCDI(t, p, c)
+	r := n.run(t, p, c)
 	if want := n.smiLine(1, 0); strings.TrimSpace(r.out) != want || r.code != 0 {
 		t.Errorf("CDI nvidia.com/gpu=1: nvidia-smi -L exited %d and printed:\n%s\nwant only:\n%s", r.code, r.out, want)
 	}
@@ -106,7 +102,7 @@ func TestNvidiaCTKSpecInjectedByContainerdShowsExactlyTheRequestedGPU(t *testing
 			t.Errorf("%s is in the spec; the CDI spec's hooks make the library links and GPU 1 alone was asked for", unwanted)
 		}
 	}
-	if !contains(spec.Process.Env, "NVIDIA_VISIBLE_DEVICES="+n.uuid(1)) {
+	if !slices.Contains(spec.Process.Env, "NVIDIA_VISIBLE_DEVICES="+n.uuid(1)) {
 		t.Errorf("env %v: want NVIDIA_VISIBLE_DEVICES=%s", spec.Process.Env, n.uuid(1))
 	}
 }
@@ -119,14 +115,8 @@ func TestNvidiaCTKSpecWithoutThePluginLacksTheNodesIdentity(t *testing.T) {
 	nvidiaCTKSpec(t)
 	p := n.runPod(t, plain, nil)
 	c := ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}, cdi: []string{"nvidia.com/gpu=1"}}
-	var r result
-	for start := time.Now(); ; {
-		r = n.run(t, p, c)
-		if r.code == 0 || time.Since(start) > 10*time.Second {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitForCDI(t, p, c)
+	r := n.run(t, p, c)
 	got := uuidsListed(r.out)
 	if r.code != 0 || len(got) != 1 {
 		t.Fatalf("CDI nvidia.com/gpu=1 without the plugin: nvidia-smi -L exited %d:\n%s\nwant one GPU", r.code, r.out)
@@ -136,11 +126,22 @@ func TestNvidiaCTKSpecWithoutThePluginLacksTheNodesIdentity(t *testing.T) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
+// waitForCDI waits until containerd resolves c's CDI devices: it reads new
+// spec files on an inotify event, so a create right after nvidia-ctk wrote
+// one can fail with "unresolvable CDI devices".
+func waitForCDI(t *testing.T, p *pod, c ctr) {
+	t.Helper()
+	n := theNode
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		id, err := n.tryCreate(t, p, c)
+		if err == nil {
+			_, _ = n.rt.RemoveContainer(ctx(t), &cri.RemoveContainerRequest{ContainerId: id})
+			return
 		}
+		if !strings.Contains(err.Error(), "CDI") || time.Now().After(deadline) {
+			t.Fatalf("create a container asking for CDI devices %v: %v", c.cdi, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return false
 }

@@ -166,6 +166,16 @@ type ctr struct {
 
 func (n *node) create(t testing.TB, p *pod, c ctr) string {
 	t.Helper()
+	id, err := n.tryCreate(t, p, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// tryCreate creates a container; an error is the runtime's answer.
+func (n *node) tryCreate(t testing.TB, p *pod, c ctr) (string, error) {
+	t.Helper()
 	if c.name == "" {
 		c.name = fmt.Sprintf("c%d", seq.Add(1))
 	}
@@ -190,9 +200,9 @@ func (n *node) create(t testing.TB, p *pod, c ctr) string {
 	}
 	r, err := n.rt.CreateContainer(ctx(t), &cri.CreateContainerRequest{PodSandboxId: p.id, Config: cfg, SandboxConfig: p.cfg})
 	if err != nil {
-		t.Fatalf("create container %s (%s): %v", c.name, c.image, err)
+		return "", fmt.Errorf("create container %s (%s): %w", c.name, c.image, err)
 	}
-	return r.ContainerId
+	return r.ContainerId, nil
 }
 
 // start creates and starts a container and returns its ID.

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -218,7 +219,7 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) 
 		snapFor = ctr.Mounts
 	} else {
 		for _, l := range libs {
-			if !contains(ctr.Mounts, l) {
+			if !slices.Contains(ctr.Mounts, l) {
 				adj.Mounts = append(adj.Mounts, Mount{Source: node.Library, Destination: l, Type: "bind", Options: opts})
 			}
 		}
@@ -235,11 +236,11 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) 
 		if firstSnap == "" {
 			firstSnap = sp
 		}
-		if !hasDestination(adj.Mounts, sp) && !contains(ctr.Mounts, sp) {
+		if !hasDestination(adj.Mounts, sp) && !slices.Contains(ctr.Mounts, sp) {
 			adj.Mounts = append(adj.Mounts, Mount{Source: node.Snapshot, Destination: sp, Type: "bind", Options: opts})
 		}
 	}
-	if !contains(ctr.Mounts, NvidiaSMIPath) {
+	if !slices.Contains(ctr.Mounts, NvidiaSMIPath) {
 		adj.Mounts = append(adj.Mounts, Mount{Source: node.NvidiaSMI, Destination: NvidiaSMIPath, Type: "bind", Options: opts})
 	}
 
@@ -305,15 +306,6 @@ func isLibrary(p string) bool {
 	}
 	_, ok := SnapshotPathFor(p)
 	return ok
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // hasNode says whether ds has d's path with d's numbers (file mode aside).

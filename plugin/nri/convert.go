@@ -1,6 +1,7 @@
 package nri
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -59,21 +60,12 @@ func appendCDIAnnotations(out []string, ann map[string]string) []string {
 			continue
 		}
 		for _, name := range strings.Split(v, ",") {
-			if name = strings.TrimSpace(name); name != "" && !contains(out, name) {
+			if name = strings.TrimSpace(name); name != "" && !slices.Contains(out, name) {
 				out = append(out, name)
 			}
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // adjustmentArena holds the fixed parts of one NRI adjustment, allocated
