@@ -24,6 +24,7 @@ CACHE=${NVMOCK_CACHE:-$repo/.cache}
 BUILD=${NVMOCK_BUILD:-$repo/build}
 PROFILE=${NVMOCK_E2E_PROFILE:-a100}
 PORT=9464 # the chart's metrics port; the plugin pod has the host's network here
+CONTAINERD_METRICS_PORT=19465
 # Namespaces the plugin injects (the allowlist: no cluster here to label them).
 NAMESPACES=nvmock-e2e,nvmock-e2e-2
 bin=$CACHE/e2e/bin
@@ -96,6 +97,9 @@ state = '$W/state'
   address = '$W/state/containerd.sock'
 [ttrpc]
   address = '$W/state/containerd.sock.ttrpc'
+[metrics]
+  # containerd's own NRI figures (plugin latency per operation) for make bench.
+  address = '127.0.0.1:$CONTAINERD_METRICS_PORT'
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = 'overlayfs'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -241,6 +245,7 @@ CDI_DIR=$W/cdi
 POD_LOG_DIR=$W/podlogs
 PLUGIN_LOG=$W/chartpod/logs/nri.log
 PLUGIN_URL=http://127.0.0.1:$PORT
+CONTAINERD_METRICS_URL=http://127.0.0.1:$CONTAINERD_METRICS_PORT/v1/metrics
 NAMESPACES=$NAMESPACES
 PROFILE=$PROFILE
 NODE_SCRIPT=$here/e2e-node.sh
