@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the e2e test images without a registry or Docker, from this
+# machine's files and this repo's programs, and imports them into the e2e
+# node's containerd (k8s.io namespace). hack/e2e-node.sh up runs it.
+# Env: W (the node's work dir, with a running containerd), CTR (ctr binary).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+: "${W:?}" "${CTR:?}"
+
+# build_images: the test images, from this machine's files and this repo's
+# programs, imported into containerd's k8s.io namespace. No registry.
+build_images() {
+  local img=$W/img r
+  rm -rf "$img" && mkdir -p "$img"
+  go build -o "$img/mkimage" "$repo/hack/mkimage"
+  CGO_ENABLED=0 go build -o "$img/pause" "$repo/e2e/images/pause"
+  CGO_ENABLED=0 go build -o "$img/probe" "$repo/e2e/images/probe"
+  go build -o "$img/nvmlprobe" "$repo/e2e/images/nvmlprobe"
+
+  r=$img/rootfs-pause && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/pause" "$r/pause"
+  mkimage pause '["/pause"]' "$r"
+
+  # glibc: Debian's own binaries and the libraries they load, merged-/usr.
+  r=$img/rootfs-glibc && glibc_rootfs "$r"
+  mkimage glibc '["/bin/sh","-c"]' "$r"
+  r=$img/rootfs-gonvml && glibc_rootfs "$r" && cp "$img/nvmlprobe" "$r/usr/local/bin/nvmlprobe"
+  mkimage gonvml '["/usr/local/bin/nvmlprobe"]' "$r"
+
+  # busybox: a static binary, relative applet links (absolute ones would point at the host's merged /usr).
+  r=$img/rootfs-busybox && mkdir -p "$r"/{bin,dev,proc,sys,etc,tmp}
+  cp /bin/busybox "$r/bin/busybox"
+  for a in $(/bin/busybox --list); do [ -e "$r/bin/$a" ] || ln -s busybox "$r/bin/$a"; done
+  printf 'root:x:0:0:root:/:/bin/sh\n' >"$r/etc/passwd"; printf 'root:x:0:\n' >"$r/etc/group"
+  mkimage busybox '["/bin/sh","-c"]' "$r"
+
+  r=$img/rootfs-static && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/probe" "$r/probe"
+  mkimage static '["/probe"]' "$r"
+}
+
+mkimage() {
+  "$W/img/mkimage" -name "localhost/nvmock-e2e/$1:local" -entrypoint "$2" -o "$W/img/$1.tar" "$3"
+  "$CTR" -a "$W/state/containerd.sock" -n k8s.io images import "$W/img/$1.tar" >/dev/null 2>>"$W/logs/ctr.log"
+}
+
+# glibc_rootfs DIR: a merged-/usr Debian-like root: all of libc6's libraries
+# (as the package installs them), a few of Debian's tools and what they load.
+glibc_rootfs() {
+  local r=$1 f l
+  mkdir -p "$r"/usr/{bin,sbin,lib/x86_64-linux-gnu,lib64,local/bin} "$r"/{dev,proc,sys,tmp,etc/ld.so.conf.d,root}
+  for l in bin sbin lib lib64; do ln -s "usr/$l" "$r/$l"; done
+  for f in sh dash bash env cat ls sleep grep head tr wc readlink id true; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  cp /sbin/ldconfig "$r/usr/sbin/ldconfig"
+  cp /etc/ld.so.conf "$r/etc/" && cp /etc/ld.so.conf.d/x86_64-linux-gnu.conf "$r/etc/ld.so.conf.d/"
+  for l in $(dpkg -L libc6 | grep -E '^/lib/x86_64-linux-gnu/[^/]*\.so[.0-9]*$'); do
+    cp -L "$l" "$r/usr/lib/x86_64-linux-gnu/"
+  done
+  cp -L /lib64/ld-linux-x86-64.so.2 "$r/usr/lib64/ld-linux-x86-64.so.2"
+  for l in $(ldd "$r"/usr/bin/* 2>/dev/null | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do
+    [ -e "$r/usr/lib/x86_64-linux-gnu/${l##*/}" ] || [[ $l == */ld-linux-x86-64.so.2 ]] || cp -L "$l" "$r/usr/lib/x86_64-linux-gnu/"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"; printf 'root:x:0:\n' >"$r/etc/group"
+}
+
+build_images
