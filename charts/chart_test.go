@@ -20,6 +20,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -112,26 +114,19 @@ func decode(t *testing.T, files map[string]string) objects {
 			var into any
 			switch meta.APIVersion + " " + meta.Kind {
 			case "apps/v1 DaemonSet":
-				o.daemonSets = append(o.daemonSets, appsv1.DaemonSet{})
-				into = &o.daemonSets[len(o.daemonSets)-1]
+				into = addNew(&o.daemonSets)
 			case "v1 ConfigMap":
-				o.configMaps = append(o.configMaps, corev1.ConfigMap{})
-				into = &o.configMaps[len(o.configMaps)-1]
+				into = addNew(&o.configMaps)
 			case "v1 ServiceAccount":
-				o.accounts = append(o.accounts, corev1.ServiceAccount{})
-				into = &o.accounts[len(o.accounts)-1]
+				into = addNew(&o.accounts)
 			case "rbac.authorization.k8s.io/v1 ClusterRole":
-				o.roles = append(o.roles, rbacv1.ClusterRole{})
-				into = &o.roles[len(o.roles)-1]
+				into = addNew(&o.roles)
 			case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
-				o.roleBindings = append(o.roleBindings, rbacv1.ClusterRoleBinding{})
-				into = &o.roleBindings[len(o.roleBindings)-1]
+				into = addNew(&o.roleBindings)
 			case "rbac.authorization.k8s.io/v1 Role":
-				o.nsRoles = append(o.nsRoles, rbacv1.Role{})
-				into = &o.nsRoles[len(o.nsRoles)-1]
+				into = addNew(&o.nsRoles)
 			case "rbac.authorization.k8s.io/v1 RoleBinding":
-				o.nsBindings = append(o.nsBindings, rbacv1.RoleBinding{})
-				into = &o.nsBindings[len(o.nsBindings)-1]
+				into = addNew(&o.nsBindings)
 			default:
 				t.Fatalf("%s doc %d: unexpected object %s %s", name, i, meta.APIVersion, meta.Kind)
 			}
@@ -171,24 +166,12 @@ func golden(t *testing.T, name, got string) {
 		t.Fatalf("%v (run go test ./charts -update to create it)", err)
 	}
 	if !bytes.Equal(want, []byte(got)) {
-		t.Errorf("rendered chart differs from %s (go test ./charts -update rewrites it after a deliberate change):\n%s", path, firstDiff(string(want), got))
+		t.Errorf("rendered chart differs from %s (go test ./charts -update rewrites it after a deliberate change):\n%s", path, testenv.FirstDiff(string(want), got))
 	}
 }
 
-// firstDiff shows the first differing line with a little context.
-func firstDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			return fmt.Sprintf("line %d:\n  want %q\n  got  %q", i+1, wl, gl)
-		}
-	}
-	return "(no line differs; trailing bytes)"
+// addNew appends a zero object to a list and returns it to decode into.
+func addNew[T any](list *[]T) *T {
+	*list = append(*list, *new(T))
+	return &(*list)[len(*list)-1]
 }

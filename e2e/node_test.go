@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,10 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	cricli "github.com/nvmock/nvmock/internal/cri"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
@@ -58,14 +56,11 @@ func connect() (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient("unix://"+env["CONTAINERD_SOCK"], grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
-		}))
+	rt, _, err := cricli.Dial(env["CONTAINERD_SOCK"])
 	if err != nil {
 		return nil, err
 	}
-	n := &node{env: env, rt: cri.NewRuntimeServiceClient(conn)}
+	n := &node{env: env, rt: rt}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := n.rt.Version(ctx, &cri.VersionRequest{}); err != nil {
@@ -251,7 +246,7 @@ func (n *node) wait(t testing.TB, id string) int32 {
 	}
 }
 
-// logs reads a container's CRI log file: "<time> <stream> <P|F> <text>".
+// logs reads what a container wrote, from its CRI log file.
 func (n *node) logs(t testing.TB, id string) string {
 	t.Helper()
 	s, err := n.rt.ContainerStatus(ctx(t), &cri.ContainerStatusRequest{ContainerId: id})
@@ -262,18 +257,7 @@ func (n *node) logs(t testing.TB, id string) string {
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatalf("log of %s: %v", id, err)
 	}
-	var b strings.Builder
-	for _, l := range strings.SplitAfter(string(data), "\n") {
-		f := strings.SplitN(strings.TrimSuffix(l, "\n"), " ", 4)
-		if len(f) < 4 {
-			continue
-		}
-		b.WriteString(f[3])
-		if f[2] == "F" {
-			b.WriteByte('\n')
-		}
-	}
-	return b.String()
+	return cricli.Log(data)
 }
 
 // waitOutput waits until a running container has printed want.

@@ -6,11 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	cricli "github.com/nvmock/nvmock/internal/cri"
 )
 
 // pod turns the DaemonSet's pod template into CRI configs as the kubelet
@@ -184,9 +185,9 @@ func runToCompletion(ctx context.Context, rt cri.RuntimeServiceClient, podID str
 		if s.Status.State == cri.ContainerState_CONTAINER_EXITED {
 			log, _ := os.ReadFile(s.Status.LogPath)
 			if s.Status.ExitCode != 0 {
-				return fmt.Errorf("init container %s exited %d:\n%s", cfg.Metadata.Name, s.Status.ExitCode, criLog(log))
+				return fmt.Errorf("init container %s exited %d:\n%s", cfg.Metadata.Name, s.Status.ExitCode, cricli.Log(log))
 			}
-			fmt.Print(criLog(log))
+			fmt.Print(cricli.Log(log))
 			_, err := rt.RemoveContainer(ctx, &cri.RemoveContainerRequest{ContainerId: id})
 			return err
 		}
@@ -207,16 +208,4 @@ func createStart(ctx context.Context, rt cri.RuntimeServiceClient, podID string,
 		return "", fmt.Errorf("start container %s: %w", cfg.Metadata.Name, err)
 	}
 	return r.ContainerId, nil
-}
-
-// criLog strips the CRI log format's "<time> <stream> <tag> " prefixes.
-func criLog(data []byte) string {
-	var b strings.Builder
-	for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
-		if f := strings.SplitN(l, " ", 4); len(f) == 4 {
-			b.WriteString(f[3])
-			b.WriteByte('\n')
-		}
-	}
-	return b.String()
 }

@@ -18,15 +18,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	cricli "github.com/nvmock/nvmock/internal/cri"
 )
 
 // state is what up leaves for the other subcommands.
@@ -57,22 +55,22 @@ func main() {
 }
 
 func run(ctx context.Context, cmd, sock, chart, values, node, dir, release, ns string) error {
-	r, err := render(chart, values, release, ns)
-	if err != nil {
-		return err
+	// stop and kill need only the state; rendering is the slow part.
+	var r *rendered
+	if cmd != "stop" && cmd != "kill" {
+		var err error
+		if r, err = render(chart, values, release, ns); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
-		}))
+	rt, conn, err := cricli.Dial(sock)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	rt := cri.NewRuntimeServiceClient(conn)
 	p := &pod{r: r, node: node, dir: dir}
 	statePath := filepath.Join(dir, "chartpod.json")
 

@@ -5,10 +5,12 @@ package testenv
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/nvmock/nvmock/libnvml/profile"
@@ -150,4 +152,23 @@ func cut(kv string) (string, string, bool) {
 		}
 	}
 	return kv, "", false
+}
+
+// FirstDiff shows the first line where got differs from want, for golden
+// file failures.
+func FirstDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("first difference at line %d:\n  want %q\n  got  %q", i+1, wl, gl)
+		}
+	}
+	return "(no line differs)"
 }

@@ -102,25 +102,8 @@ func checkGolden(t *testing.T, golden, got string) {
 		t.Fatalf("%v (run go test -tags integration ./libnvml/smi -update)", err)
 	}
 	if got != string(want) {
-		t.Errorf("output differs from %s:\n%s", golden, diff(string(want), got))
+		t.Errorf("output differs from %s:\n%s", golden, testenv.FirstDiff(string(want), got))
 	}
-}
-
-func diff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var a, b string
-		if i < len(w) {
-			a = w[i]
-		}
-		if i < len(g) {
-			b = g[i]
-		}
-		if a != b {
-			return fmt.Sprintf("first difference at line %d:\n  want %q\n  got  %q", i+1, a, b)
-		}
-	}
-	return ""
 }
 
 type xmlLog struct {
