@@ -21,17 +21,17 @@ import (
 )
 
 // Labels are what GPU feature discovery would put on a node with these GPUs
-// (product and family in label-value spelling, memory in MiB); install
-// applies them to the node and writes them as NFD's feature file.
+// (product and family sanitised as GFD does, memory in MiB); install applies
+// them to the node and writes them as NFD's feature file. Profile validation
+// has checked that the product's label is one Kubernetes accepts.
 func Labels(p *profile.Profile) map[string]string {
 	b := p.Board
-	labelValue := func(s string) string { return strings.Join(strings.Fields(s), "-") }
 	return map[string]string{
 		"nvidia.com/gpu.present": "true",
-		"nvidia.com/gpu.product": labelValue(b.ProductName),
+		"nvidia.com/gpu.product": profile.ProductLabel(b.ProductName),
 		"nvidia.com/gpu.count":   fmt.Sprint(p.GPUs),
 		"nvidia.com/gpu.memory":  fmt.Sprint(uint64(b.Memory.Total) >> 20),
-		"nvidia.com/gpu.family":  strings.ToLower(labelValue(b.Architecture)),
+		"nvidia.com/gpu.family":  strings.ToLower(profile.ProductLabel(b.Architecture)),
 	}
 }
 

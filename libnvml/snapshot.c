@@ -121,6 +121,14 @@ nvmlReturn_t nvmock_load(void)
 		close(fd);
 		return NVML_ERROR_UNKNOWN;
 	}
+	// No profile compiles to more (nvmock profile compile refuses to);
+	// a larger file is not ours, and mapping it would cost every process.
+	if (st.st_size > SNAPSHOT_MAX_BYTES) {
+		nvmock_warn("snapshot %s: %lld bytes, over the limit of %d; recompile it with nvmock profile compile",
+			    path, (long long)st.st_size, SNAPSHOT_MAX_BYTES);
+		close(fd);
+		return NVML_ERROR_UNKNOWN;
+	}
 	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED) {

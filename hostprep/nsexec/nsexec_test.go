@@ -126,7 +126,7 @@ func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "LD_LIBRARY_PATH", "LD_PRELOAD", "NVMOCK_SNAPSHOT", "NVMOCK_DEV_ROOT", "NVIDIA_VISIBLE_DEVICES":
+		case "LD_LIBRARY_PATH", "LD_PRELOAD", "NVMOCK_SNAPSHOT", "NVMOCK_DEV_ROOT", "NVIDIA_VISIBLE_DEVICES", "NVMOCK_VISIBLE_DEVICES":
 			continue
 		}
 		env = append(env, kv)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -14,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Exit statuses for failures before the command runs, as shells and
@@ -257,8 +260,8 @@ const NamespaceDriver = "/dev/.nvmock/driver"
 // planLoaderCache says which loader cache the child shows: one that lists
 // NamespaceDriver's lib64 before every directory the host's
 // /etc/ld.so.conf names, so dlopen("libnvidia-ml.so.1") finds the mock
-// first. It is kept in the user's cache directory under a name that changes
-// with the host's own cache, and made by the first child that needs it.
+// first. It is kept (see loaderCacheDir) under a name that changes with the
+// host's own cache, and made by the first child that needs it.
 func planLoaderCache(work string) (spec, error) {
 	conf := NamespaceDriver + "/usr/lib64\n"
 	if _, err := os.Stat("/etc/ld.so.conf"); err == nil {
@@ -279,12 +282,57 @@ func planLoaderCache(work string) (spec, error) {
 	h := sha256.New()
 	h.Write(host)
 	h.Write([]byte(conf))
-	dir, err := os.UserCacheDir()
+	dir, err := loaderCacheDir(work)
 	if err != nil {
-		dir = filepath.Join(os.TempDir(), fmt.Sprintf("nvmock-cache-%d", os.Geteuid()))
+		return spec{}, err
 	}
-	cache := filepath.Join(dir, "nvmock", fmt.Sprintf("ld.so.cache-%x", h.Sum(nil)[:8]))
+	cache := filepath.Join(dir, fmt.Sprintf("ld.so.cache-%x", h.Sum(nil)[:8]))
 	return spec{Cache: cache, CacheConf: confPath, Ldconfig: ldconfig}, nil
+}
+
+// loaderCacheDir is the directory the loader cache is kept in, made here so
+// the child only fills it. It is nvmock/ in the user's cache directory; a
+// user without a usable one (nobody, whose HOME is /nonexistent) gets
+// nvmock-<uid> in the temporary directory, used only while it is this
+// user's own with mode 0700, since another user could plant a cache there
+// that the command's programs would load libraries by; failing that, a
+// private directory in work, which goes with it.
+func loaderCacheDir(work string) (string, error) {
+	if base, err := os.UserCacheDir(); err == nil {
+		if d := filepath.Join(base, "nvmock"); userDir(base) && userDir(d) {
+			return d, nil
+		}
+	}
+	if d := filepath.Join(os.TempDir(), fmt.Sprintf("nvmock-%d", os.Geteuid())); privateDir(d) {
+		return d, nil
+	}
+	d := filepath.Join(work, "loader-cache")
+	if err := os.Mkdir(d, 0o700); err != nil {
+		return "", fmt.Errorf("loader cache: %w", err)
+	}
+	return d, nil
+}
+
+// userDir makes d if its parent exists (never a missing HOME) and says
+// whether this user may write in it.
+func userDir(d string) bool {
+	if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false
+	}
+	return unix.Access(d, unix.W_OK|unix.X_OK) == nil
+}
+
+// privateDir makes d with mode 0700, or finds it so: a directory (not a
+// link) owned by this user that no one else may enter.
+func privateDir(d string) bool {
+	if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(d, &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == os.Geteuid() && st.Mode&0o077 == 0
 }
 
 func findLdconfig() (string, error) {

@@ -43,11 +43,11 @@ func installOverlay(t *testing.T) string {
 	return root
 }
 
-// reinstall installs an overlay with n GPUs over the one in root, which
-// switches root/driver to it.
-func reinstall(t *testing.T, root string, n int) {
+// reinstall installs an overlay of n GPUs of a built-in profile over the one
+// in root, which switches root/driver to it.
+func reinstall(t *testing.T, root, name string, n int) {
 	t.Helper()
-	p, err := profile.Builtin("a100")
+	p, err := profile.Builtin(name)
 	must(t, err)
 	p.GPUs = n
 	install(t, root, p)

@@ -27,7 +27,6 @@ const (
 	DefaultSocket           = api.DefaultSocketPath
 	DefaultPluginIdx        = "10"
 	DefaultNamespaceRefresh = 30 * time.Second
-	DefaultRecheck          = time.Second
 )
 
 // Options configure a Plugin.
@@ -42,10 +41,6 @@ type Options struct {
 	Kube             *hostprep.KubeClient
 	NamespaceLabel   string        // KEY=VALUE that opts a namespace in; "" is DefaultNamespaceLabel
 	NamespaceRefresh time.Duration // wait before listing again after a failure; 0 is DefaultNamespaceRefresh
-	// Recheck is how often the overlay's driver link is compared with the
-	// probed one (a probe error is retried on every container); 0 is
-	// DefaultRecheck, negative is on every container.
-	Recheck time.Duration
 
 	// Backoff bounds the wait between reconnects; zero values are 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
@@ -99,9 +94,6 @@ func New(opt Options) (*Plugin, error) {
 	if opt.NamespaceRefresh <= 0 {
 		opt.NamespaceRefresh = DefaultNamespaceRefresh
 	}
-	if opt.Recheck == 0 {
-		opt.Recheck = DefaultRecheck
-	}
 	if opt.MinBackoff <= 0 {
 		opt.MinBackoff = 100 * time.Millisecond
 	}
@@ -116,7 +108,7 @@ func New(opt Options) (*Plugin, error) {
 		opt:     opt,
 		log:     log,
 		metrics: newMetrics(),
-		node:    newNodeCache(opt.OverlayRoot, opt.Recheck),
+		node:    newNodeCache(opt.OverlayRoot),
 		fdMode:  os.Getenv(api.PluginSocketEnvVar) != "",
 		syncedC: make(chan struct{}, 1),
 	}
@@ -214,7 +206,7 @@ func (p *Plugin) Ready() error {
 		return errors.New("not registered with the runtime")
 	}
 	p.node.mu.Lock()
-	p.node.refresh(time.Now())
+	p.node.refresh()
 	err := p.node.err
 	p.node.mu.Unlock()
 	if err != nil {
@@ -327,7 +319,7 @@ func (p *Plugin) synchronize(ctrs []*api.Container) {
 			c.gpus[ctr.GetId()] = given{visible: v}
 		}
 	}
-	c.refresh(time.Now())
+	c.refresh()
 	c.rebuildUse()
 }
 
@@ -359,7 +351,7 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 	c := p.node
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.refresh(start)
+	c.refresh() // every time: see refresh
 	if c.err != nil {
 		if errors.Is(c.err, errNoOverlay) {
 			p.metrics.skipNoOverlay.Inc()

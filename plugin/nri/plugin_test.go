@@ -2,6 +2,7 @@ package nri
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -108,20 +109,31 @@ func TestPluginInjectsContainersThroughTheRuntime(t *testing.T) {
 	}
 }
 
+// A container created the moment a reinstall has switched root/driver gets
+// the new overlay's GPUs: the UUIDs its snapshot holds (with the old ones
+// its nvmlInit fails).
 func TestPluginProbesAgainWhenTheOverlaySwitches(t *testing.T) {
 	root := installOverlay(t)
 	sock := socketPath(t)
 	r := startRuntime(t, sock)
 	defer r.Stop()
-	p := startPlugin(t, Options{Socket: sock, OverlayRoot: root, Recheck: -1, Inject: inject.Config{Namespaces: []string{"*"}}})
+	p := startPlugin(t, Options{Socket: sock, OverlayRoot: root, Inject: inject.Config{Namespaces: []string{"*"}}})
 	registered(t, p, r)
 	jobs := pod("gpu-jobs", "train", nil)
-	if n := len(create(t, r, jobs, ctr(jobs, "c1")).GetLinux().GetDevices()); n != 4+3 {
+	if n := len(create(t, r, jobs, ctr(jobs, "c0")).GetLinux().GetDevices()); n != 4+3 {
 		t.Fatalf("%d devices, want 4 GPUs and 3 control nodes", n)
 	}
-	reinstall(t, root, 2)
-	if n := len(create(t, r, jobs, ctr(jobs, "c2")).GetLinux().GetDevices()); n != 2+3 {
-		t.Errorf("after switching to a 2-GPU overlay: %d devices, want 2 GPUs and 3 control nodes", n)
+	for i, next := range []struct {
+		profile string
+		gpus    int
+	}{{"a100", 2}, {"h100", 2}, {"a100", 4}} {
+		reinstall(t, root, next.profile, next.gpus)
+		adj := create(t, r, jobs, ctr(jobs, fmt.Sprint("c", i+1)))
+		want := strings.Join(nodeUUIDs(t, root), ",")
+		if v, _ := envOf(adj, inject.VisibleDevicesEnv); v != want || len(adj.GetLinux().GetDevices()) != next.gpus+3 {
+			t.Errorf("right after switching to %d %s GPUs: %s=%q and %d devices; want %q and %d", next.gpus, next.profile,
+				inject.VisibleDevicesEnv, v, len(adj.GetLinux().GetDevices()), want, next.gpus+3)
+		}
 	}
 }
 
@@ -248,9 +260,6 @@ func TestReadyzAndMetricsOverHTTP(t *testing.T) {
 	}
 
 	must(t, os.Remove(filepath.Join(root, "driver")))
-	p.node.mu.Lock()
-	p.node.checked = time.Time{} // look at the link again now
-	p.node.mu.Unlock()
 	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "overlay") {
 		t.Errorf("/readyz %d %q without the overlay, want 503 naming the overlay", code, body)
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nvmock/nvmock/plugin/inject"
 )
@@ -22,15 +21,14 @@ var errNoOverlay = errors.New("no overlay installed")
 type nodeCache struct {
 	mu sync.Mutex
 
-	root    string
-	recheck time.Duration // how often the driver link is re-read
-	probe   func(root string) (inject.NodeState, error)
+	root     string
+	linkPath string // root/driver
+	probe    func(root string) (inject.NodeState, error)
 
-	node    inject.NodeState // InUse is kept here; OptedIn is set per decision
-	err     error            // the last probe's error (errNoOverlay wrapped when absent)
-	link    string           // root/driver's target when probed
-	checked time.Time        // when link was last compared
-	probed  bool
+	node   inject.NodeState // InUse is kept here; OptedIn is set per decision
+	err    error            // the last probe's error (errNoOverlay wrapped when absent)
+	link   string           // root/driver's target when probed ("" if it was no link)
+	probed bool
 
 	// gpus is what each live container was given, by container ID.
 	gpus map[string]given
@@ -43,20 +41,20 @@ type given struct {
 	visible string
 }
 
-func newNodeCache(root string, recheck time.Duration) *nodeCache {
-	return &nodeCache{root: root, recheck: recheck, probe: inject.NodeStateFromOverlay, gpus: map[string]given{}}
+func newNodeCache(root string) *nodeCache {
+	return &nodeCache{root: root, linkPath: filepath.Join(root, "driver"), probe: inject.NodeStateFromOverlay, gpus: map[string]given{}}
 }
 
 // refresh re-probes when the driver link changed, the last probe failed,
-// or nothing was probed yet; the link is read at most once per recheck.
-// The caller holds mu.
-func (c *nodeCache) refresh(now time.Time) {
-	if c.probed && c.err == nil && now.Sub(c.checked) < c.recheck {
-		return
-	}
-	c.checked = now
-	link, lerr := os.Readlink(filepath.Join(c.root, "driver"))
-	if c.probed && c.err == nil && lerr == nil && link == c.link {
+// or nothing was probed yet. It reads the link on every call, that is on
+// every container creation: a container created right after a reinstall
+// switched the link must get the new overlay's GPUs, whose UUIDs the new
+// snapshot holds (with the old ones its nvmlInit fails). An unchanged
+// overlay costs that one readlink (BenchmarkRefreshUnchanged). The caller
+// holds mu.
+func (c *nodeCache) refresh() {
+	link, lerr := os.Readlink(c.linkPath)
+	if c.probed && c.err == nil && link == c.link {
 		return
 	}
 	n, err := c.probe(c.root)

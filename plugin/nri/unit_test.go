@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"google.golang.org/protobuf/proto"
@@ -18,7 +17,7 @@ import (
 // fakePlugin is a plugin on syntheticNode(gpus), no root or runtime needed.
 func fakePlugin(t *testing.T, gpus int, cfg inject.Config) *Plugin {
 	t.Helper()
-	p, err := New(Options{OverlayRoot: t.TempDir(), Recheck: time.Hour, Log: testLog(t), Inject: cfg})
+	p, err := New(Options{OverlayRoot: t.TempDir(), Log: testLog(t), Inject: cfg})
 	must(t, err)
 	n := syntheticNode(gpus)
 	p.node.probe = func(string) (inject.NodeState, error) { return n, nil }

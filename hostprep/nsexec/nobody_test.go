@@ -1,0 +1,124 @@
+//go:build integration
+
+package nsexec
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// nobodyHelperEnv makes TestExecAsNobodyHelper, in a re-executed test
+// binary, run a command the way nvmock exec does.
+const nobodyHelperEnv = "NVMOCK_NSEXEC_NOBODY_HELPER"
+
+type nobodyHelper struct {
+	Driver string   `json:"driver"`
+	Args   []string `json:"args"`
+}
+
+// TestExecAsNobodyHelper is not a test: run with nobodyHelperEnv set, it is
+// the process the test below starts as nobody.
+func TestExecAsNobodyHelper(t *testing.T) {
+	spec := os.Getenv(nobodyHelperEnv)
+	if spec == "" {
+		return
+	}
+	var h nobodyHelper
+	if err := json.Unmarshal([]byte(spec), &h); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(2)
+	}
+	status, err := RunRendered(func(string) (string, error) { return h.Driver, nil }, Options{
+		Args: h.Args, Self: []string{"/proc/self/exe", childArg}, Stdin: strings.NewReader(""),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nsexec:", err)
+	}
+	os.Exit(status)
+}
+
+// nobody's HOME is /nonexistent: exec used to fail making its loader cache
+// there ("mkdir /nonexistent: permission denied").
+func TestExecWorksForAUserWithoutAWritableHome(t *testing.T) {
+	needRoot(t)
+	const nobody = 65534
+	// Everything nobody reads is under a directory others may enter;
+	// t.TempDir's are not.
+	base, err := os.MkdirTemp("", "nsexec-nobody-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	must(t, os.Chmod(base, 0o755))
+	driver := fixture(t, base, "t4", 0)
+	run := func(t *testing.T) (status int, stdout, stderr string) {
+		t.Helper()
+		tmp := filepath.Join(base, "tmp") // nobody's TMPDIR
+		spec, _ := json.Marshal(nobodyHelper{Driver: driver, Args: []string{"nvidia-smi", "-L"}})
+		// /proc/self/exe: nobody may not search go test's build directory.
+		cmd := exec.Command("/proc/self/exe", "-test.run=^TestExecAsNobodyHelper$")
+		cmd.Env = append(cleanEnv(), nobodyHelperEnv+"="+string(spec), "HOME=/nonexistent", "XDG_CACHE_HOME=", "TMPDIR="+tmp, "USER=nobody")
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), out.String(), errb.String()
+		}
+		must(t, err)
+		return 0, out.String(), errb.String()
+	}
+	tmp := filepath.Join(base, "tmp")
+	cache := filepath.Join(tmp, fmt.Sprint("nvmock-", nobody))
+	for _, tc := range []struct {
+		name    string
+		plant   func(t *testing.T)
+		private string // where the loader cache must be, as nobody's own with mode 0700; "" in the run's own directory
+	}{
+		{"the first run makes the cache in a private directory in TMPDIR", nil, cache},
+		{"the next run finds it there", nil, cache},
+		{"a directory planted at that name by another user is not used", func(t *testing.T) {
+			must(t, os.RemoveAll(cache))
+			must(t, os.Mkdir(cache, 0o777))
+			must(t, os.Chmod(cache, 0o777))
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must(t, os.MkdirAll(tmp, 0o755))
+			must(t, os.Chmod(tmp, 0o1777))
+			if tc.plant != nil {
+				tc.plant(t)
+			}
+			status, stdout, stderr := run(t)
+			if status != 0 || !strings.HasPrefix(stdout, "GPU 0: Tesla T4 (UUID: GPU-") {
+				t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", status, stdout, stderr)
+			}
+			if _, err := os.Stat("/nonexistent"); err == nil {
+				t.Error("/nonexistent was created")
+			}
+			ents, err := os.ReadDir(cache)
+			must(t, err)
+			if tc.private == "" {
+				if len(ents) != 0 {
+					t.Errorf("wrote %d entries into the planted %s", len(ents), cache)
+				}
+				return
+			}
+			var st syscall.Stat_t
+			must(t, syscall.Lstat(tc.private, &st))
+			if st.Uid != nobody || st.Mode&0o7777 != 0o700 || len(ents) != 1 || !strings.HasPrefix(ents[0].Name(), "ld.so.cache-") {
+				t.Errorf("%s: owner %d, mode %o, entries %v; want nobody's, 0700, one ld.so.cache-*", tc.private, st.Uid, st.Mode&0o7777, ents)
+			}
+		})
+	}
+	// Each run's directory (and a cache made in it) is gone.
+	if ents, _ := os.ReadDir(tmp); len(ents) != 1 {
+		t.Errorf("left in TMPDIR: %v", ents)
+	}
+}

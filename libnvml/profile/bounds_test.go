@@ -1,0 +1,130 @@
+package profile
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/validate/content"
+)
+
+// Inputs found in review (issue 11): each is refused with exactly one line
+// naming the file, the field and the problem, before anything is compiled
+// or installed.
+func TestBoundsAreOneLineNamingFileAndField(t *testing.T) {
+	long := "NVIDIA " + strings.Repeat("Ultra ", 13) + "GPU" // 88 characters
+	for _, c := range []struct {
+		name, src, want string
+	}{
+		{"a clock range of three thousand entries",
+			"base: a100\nname: x\nboard:\n  clocks:\n    supported:\n      - {memory: 1215, max: 3000, min: 1, step: 1}\n",
+			"profile x.yaml:6: board.clocks.supported[0]: range 3000 MHz down to 1 by 1 gives 3000 clocks; at most 1024"},
+		{"a graphics clock list longer than any board's",
+			"base: a100\nname: x\nboard:\n  clocks:\n    supported:\n      - {memory: 1215, graphics: [" + clockList(1025) + "]}\n",
+			"profile x.yaml:6: board.clocks.supported[0].graphics: has 1025 clocks; at most 1024"},
+		{"a long range in one GPU's override",
+			"base: a100\nname: x\ndevices:\n  - index: 2\n    board:\n      clocks:\n        supported:\n          - {memory: 1215, max: 4000000, min: 1, step: 1}\n",
+			"profile x.yaml:8: devices[0].board.clocks.supported[0]: range 4000000 MHz down to 1 by 1 gives 4000000 clocks; at most 1024"},
+		{"more GPUs than nvidia-smi can show",
+			"base: a100\nname: x\ngpus: 65\n",
+			"profile x.yaml:3: gpus: 65 is out of range; use 1 to 64"},
+		{"4096 GPUs, the old bound",
+			"base: a100\nname: x\ngpus: 4096\n",
+			"profile x.yaml:3: gpus: 4096 is out of range; use 1 to 64"},
+		{"a product name too long for a node label",
+			"base: a100\nname: x\nboard:\n  productName: " + long + "\n",
+			`profile x.yaml:4: board.productName: "` + long + `" makes the node label nvidia.com/gpu.product="` +
+				strings.ReplaceAll(long, " ", "-") + `", which Kubernetes refuses (88 characters; Kubernetes allows at most 63); shorten the name`},
+		{"a product name whose label would end in a dash",
+			"base: a100\nname: x\nboard:\n  productName: \"NVIDIA A100 -\"\n",
+			`profile x.yaml:4: board.productName: "NVIDIA A100 -" makes the node label nvidia.com/gpu.product="NVIDIA-A100--", which Kubernetes refuses (it must start and end with a letter or digit); shorten the name`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(c.src))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if err.Error() != c.want {
+				t.Errorf("got\n  %s\nwant\n  %s", err, c.want)
+			}
+		})
+	}
+}
+
+func clockList(n int) string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprint(2000 - i)
+	}
+	return strings.Join(s, ", ")
+}
+
+func TestBoundsAdmitTheirLimit(t *testing.T) {
+	for _, src := range []string{
+		"base: a100\nname: x\ngpus: 64\n",
+		"base: a100\nname: x\nboard:\n  clocks:\n    supported:\n      - {memory: 1215, max: 2023, min: 1000, step: 1}\n",
+		"base: a100\nname: x\nboard:\n  clocks:\n    supported:\n      - {memory: 1215, graphics: [" + clockList(1024) + "]}\n",
+		"base: a100\nname: x\nboard:\n  productName: NVIDIA " + strings.Repeat("x", 56) + "\n", // 63 characters
+		"base: a100\nname: x\nboard:\n  productName: \"NVIDIA A100 (hot) \u00e9dition\"\n",
+	} {
+		if _, err := Parse("x.yaml", []byte(src)); err != nil {
+			t.Errorf("%q: %v", src, err)
+		}
+	}
+}
+
+// ProductLabel must give what gpu-feature-discovery gives (sanitise in
+// k8s-device-plugin v0.18.2 internal/lm/resource.go: drop characters other
+// than [A-Za-z0-9-_. ], then join the words with "-").
+func TestProductLabelIsGFDs(t *testing.T) {
+	for name, want := range map[string]string{
+		"NVIDIA A100-SXM4-40GB":          "NVIDIA-A100-SXM4-40GB",
+		"NVIDIA H100 80GB HBM3":          "NVIDIA-H100-80GB-HBM3",
+		"NVIDIA GB200":                   "NVIDIA-GB200",
+		"Tesla T4":                       "Tesla-T4",
+		"NVIDIA L40S":                    "NVIDIA-L40S",
+		"NVIDIA RTX 6000 Ada Generation": "NVIDIA-RTX-6000-Ada-Generation",
+		"NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition",
+		"Quadro RTX 6000 with Max-Q Design":                       "Quadro-RTX-6000-with-Max-Q-Design",
+		"NVIDIA A100 (hot)":                                       "NVIDIA-A100-hot",
+		"  NVIDIA   A100\t80GB ":                                  "NVIDIA-A10080GB", // GFD drops a tab before it splits words
+		"GeForce GTX 1080/PCIe/SSE2":                              "GeForce-GTX-1080PCIeSSE2",
+		"NVIDIA GH200 480GB, v1.0_a":                              "NVIDIA-GH200-480GB-v1.0_a",
+		"GPU \u00e9 X":                                            "GPU-X",
+	} {
+		if got := ProductLabel(name); got != want {
+			t.Errorf("ProductLabel(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// gfdSanitise restates GFD's sanitise (k8s-device-plugin v0.18.2
+// internal/lm/resource.go), the reference ProductLabel must agree with.
+func gfdSanitise(input string) string {
+	input = regexp.MustCompile("[^A-Za-z0-9-_. ]").ReplaceAllString(input, "")
+	return strings.Join(strings.Fields(input), "-")
+}
+
+func TestProductLabelAgreesWithGFDOnEveryCharacter(t *testing.T) {
+	for r := rune(0); r < 0x3100; r++ {
+		for _, in := range []string{"A" + string(r) + "B", " " + string(r) + " x" + string(r) + string(r) + " "} {
+			if got, want := ProductLabel(in), gfdSanitise(in); got != want {
+				t.Errorf("ProductLabel(%q) = %q, GFD gives %q", in, got, want)
+			}
+		}
+	}
+}
+
+func TestEveryBuiltinBoardMakesAValidProductLabel(t *testing.T) {
+	for _, name := range Builtins() {
+		p, err := Builtin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := ProductLabel(p.Board.ProductName)
+		if errs := content.IsLabelValue(v); len(errs) > 0 || v != strings.ReplaceAll(p.Board.ProductName, " ", "-") {
+			t.Errorf("%s: %q gives %q: %v", name, p.Board.ProductName, v, errs)
+		}
+	}
+}
