@@ -6,14 +6,16 @@ CACHE := $(CURDIR)/.cache
 BUILD := $(CURDIR)/build
 export PATH := $(CACHE)/bin:$(PATH)
 
-# The driver the mock reports; it matches the nvidia-smi Debian bookworm ships.
-DRIVER_VERSION := 535.261.03
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 # go-nvml's nvml.h is the ABI source of truth; read it from the module cache.
 NVML_H_DIR = $(shell $(GO) mod download -json github.com/NVIDIA/go-nvml | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/pkg/nvml
 CFLAGS_LIB := -std=gnu11 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
 LIBDIR := $(BUILD)/driver/usr/lib64
+# The built tree names the library after the driver of its built-in default
+# (the a100 profile), as nvidia-ctk expects; hostprep renames it after each
+# overlay's profile.
+DRIVER_VERSION := $(shell awk '/^driver:/ {d = 1} d && $$1 == "version:" {print $$2; exit}' libnvml/profile/builtin/a100.yaml)
 LIB := $(LIBDIR)/libnvidia-ml.so.$(DRIVER_VERSION)
 LIB_SRCS := $(wildcard libnvml/*.c)
 LIB_HDRS := $(wildcard libnvml/*.h)
@@ -51,7 +53,8 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 		-shared -Wl,-soname,libnvidia-ml.so.1 -Wl,-z,defs -Wl,--no-undefined \
 		-o $@.tmp $(LIB_SRCS) -lpthread -ldl
 	strip --strip-unneeded $@.tmp && mv $@.tmp $@
-	ln -sf libnvidia-ml.so.$(DRIVER_VERSION) $(LIBDIR)/libnvidia-ml.so.1
+	find $(LIBDIR) -name 'libnvidia-ml.so.*.*' ! -name $(@F) -delete
+	ln -sf $(@F) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
 deps: ## install missing Debian packages; fetch nvidia-smi, pynvml and NVIDIA's tools into .cache
@@ -92,22 +95,7 @@ lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
 
 demo: deps driver image ## the real nvidia-smi on mock GPUs: 8 A100s, an H100 node through nvmock exec, then (as root) in a real container
-	@echo '$$ nvidia-smi        # the real binary from Debian, mock libnvidia-ml (8 x A100, the default)'
-	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI)
-	@echo '$$ nvidia-smi -L'
-	@LD_LIBRARY_PATH=$(LIBDIR) $(NVIDIA_SMI) -L
-	@echo '$$ nvmock exec --profile h100 -- nvidia-smi          # a private mock node: no env vars, /dev/nvidia*'
-	@$(NVMOCK) exec --profile h100 -- nvidia-smi
-	@echo '$$ nvmock exec --profile h100 -- nvidia-smi topo -m'
-	@$(NVMOCK) exec --profile h100 -- nvidia-smi topo -m
-	@$(GO) build -o $(BUILD)/bin/nvml-list ./hack/nvml-list
-	@echo '$$ nvmock exec --profile h100 -- nvml-list             # a go-nvml program, unmodified'
-	@$(NVMOCK) exec --profile h100 -- $(BUILD)/bin/nvml-list
-	@if [ "$$(id -u)" != 0 ]; then echo '(as root, make demo ends with a real container on a real containerd)'; exit 0; fi; \
-	echo '$$ NVMOCK_E2E_PROFILE=h100 hack/e2e-node.sh up   # a private containerd 2.4 with NRI and CDI, runc, and the Helm chart's pod from make image (2-5 min the first time)'; \
-	trap 'hack/e2e-node.sh down 2>/dev/null' EXIT; \
-	NVMOCK_E2E_PROFILE=h100 hack/e2e-node.sh up 2>$(BUILD)/e2e-up.log || { cat $(BUILD)/e2e-up.log; exit 1; }; \
-	hack/e2e-node.sh demo
+	hack/demo.sh $(BUILD) $(NVIDIA_SMI)
 
 clean: ## remove build outputs (keeps the download cache)
 	rm -rf $(BUILD)

@@ -92,7 +92,7 @@ func TestNvidiaCTKSpecInjectedByContainerdShowsExactlyTheRequestedGPU(t *testing
 	for _, d := range spec.Linux.Devices {
 		count[d.Path]++
 	}
-	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/libnvidia-ml.so.535.261.03", "/etc/nvmock/snapshot", "/dev/nvidia1", "/dev/nvidiactl"} {
+	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/" + n.versionedLib(t), "/etc/nvmock/snapshot", "/dev/nvidia1", "/dev/nvidiactl"} {
 		if count[want] != 1 {
 			t.Errorf("%s is in the spec %d times, want once", want, count[want])
 		}

@@ -81,6 +81,17 @@ func connect() (*node, error) {
 	return n, nil
 }
 
+// versionedLib is the overlay's library file, named after the driver
+// version its profile reports: libnvidia-ml.so.<version>.
+func (n *node) versionedLib(t testing.TB) string {
+	t.Helper()
+	libs, _ := filepath.Glob(filepath.Join(n.env["OVERLAY_ROOT"], "driver", "usr", "lib64", "libnvidia-ml.so.*.*"))
+	if len(libs) != 1 {
+		t.Fatalf("the overlay has %d versioned libraries (%v), want 1", len(libs), libs)
+	}
+	return filepath.Base(libs[0])
+}
+
 func readEnv(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -17,7 +17,7 @@ go build -o "$tmp/benchproc" "$root/hack/benchproc"
 
 # A dev root with no nodes: every GPU visible, whatever the host has.
 export NVMOCK_DEV_ROOT="$tmp" LD_LIBRARY_PATH="$lib"
-unset NVIDIA_VISIBLE_DEVICES
+unset NVIDIA_VISIBLE_DEVICES NVMOCK_VISIBLE_DEVICES
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 50 -label "process start, no NVML call (baseline)" -- "$tmp/bench" noop
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 50 -label "init+count, fresh process, 8 GPUs" -- "$tmp/bench" init
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 5 -label "getters, ns per call" -- "$tmp/bench" getters 10000000

@@ -1,29 +1,52 @@
 #!/usr/bin/env bash
-# Fetch the real nvidia-smi binary from Debian bookworm non-free (package
-# nvidia-smi) into a cache dir, to run against the mock libnvidia-ml.
-# Nothing is installed and no system apt state is touched (see lib/debapt.sh).
+# Fetch the real nvidia-smi binaries Debian ships, to run against the mock
+# libnvidia-ml: 470 (nvidia-tesla-470-smi, bookworm), 535 (bookworm), 550
+# (trixie) and 555 (experimental). Nothing is installed and no system apt
+# state is touched (see lib/debapt.sh).
 # Usage: hack/fetch-nvidia-smi.sh [CACHE_DIR]   (default: <repo>/.cache)
-# Result: CACHE_DIR/bin/nvidia-smi (extracted package in CACHE_DIR/nvidia-smi/)
+# Result: CACHE_DIR/smi/<version>/nvidia-smi for each, and CACHE_DIR/bin/nvidia-smi,
+# the bookworm 535 that the driver tree and the image carry.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib/debapt.sh source-path=SCRIPTDIR
 . "$here/lib/debapt.sh"
 
+# package/suite and the binary's path inside the package.
+releases=(
+  "nvidia-tesla-470-smi/bookworm usr/lib/nvidia/tesla-470/nvidia-smi"
+  "nvidia-smi/bookworm usr/lib/nvidia/current/nvidia-smi"
+  "nvidia-smi/trixie usr/lib/nvidia/current/nvidia-smi"
+  "nvidia-smi/experimental usr/lib/nvidia/current/nvidia-smi"
+)
+default=nvidia-smi/bookworm
+
 mkdir -p "${1:-$here/../.cache}"
 cache=$(cd "${1:-$here/../.cache}" && pwd)
-bin=$cache/bin/nvidia-smi
-if debapt_is_elf "$bin"; then
-  debapt_log "already present: $bin"
+stamp=$cache/smi/.releases
+if debapt_is_elf "$cache/bin/nvidia-smi" && [ "$(cat "$stamp" 2>/dev/null)" = "${releases[*]}" ]; then
+  debapt_log "already present: $(cd "$cache/smi" && echo */nvidia-smi)"
   exit 0
 fi
 
 debapt_init "$cache"
-deb=$(debapt_download nvidia-smi)
-debapt_extract "$deb" "$cache/nvidia-smi"
-src=$cache/nvidia-smi/usr/lib/nvidia/current/nvidia-smi
-debapt_is_elf "$src" || debapt_die "no ELF binary at ${src#"$cache"/} in ${deb##*/}"
-# Copy (not symlink) so bin/ stays valid on its own; tmp+mv keeps it atomic.
-mkdir -p "$cache/bin"
-cp "$src" "$bin.tmp"
-mv "$bin.tmp" "$bin"
-debapt_log "done: $bin (from ${deb##*/})"
+rm -rf "$cache/smi"
+mkdir -p "$cache/smi" "$cache/bin" "$cache/apt/x"
+for r in "${releases[@]}"; do
+  read -r spec path <<<"$r"
+  deb=$(debapt_download "$spec")
+  version=${deb##*/}; version=${version#*_}; version=${version%%-*}
+  x=$cache/apt/x/${spec%%/*}-$version
+  debapt_extract "$deb" "$x"
+  debapt_is_elf "$x/$path" || debapt_die "no ELF binary at $path in ${deb##*/}"
+  mkdir -p "$cache/smi/$version"
+  # Copy (not symlink) so each stays valid on its own; tmp+mv keeps it atomic.
+  cp "$x/$path" "$cache/smi/$version/nvidia-smi.tmp"
+  mv "$cache/smi/$version/nvidia-smi.tmp" "$cache/smi/$version/nvidia-smi"
+  if [ "$spec" = "$default" ]; then
+    cp "$x/$path" "$cache/bin/nvidia-smi.tmp"
+    mv "$cache/bin/nvidia-smi.tmp" "$cache/bin/nvidia-smi"
+  fi
+  rm -rf "$x"
+  debapt_log "done: smi/$version/nvidia-smi (from ${deb##*/})"
+done
+echo "${releases[*]}" >"$stamp"

@@ -19,7 +19,7 @@ if [[ -f $pydir/pynvml.py || -f $pydir/pynvml/__init__.py ]]; then
 fi
 
 debapt_init "$cache"
-deb=$(debapt_download python3-pynvml)
+deb=$(debapt_download python3-pynvml/bookworm)
 # Extract to a temp dir and rename, so a half-done run never looks complete.
 debapt_extract "$deb" "$cache/pynvml.tmp"
 rm -rf "$cache/pynvml"

@@ -167,7 +167,7 @@ func (in *inputs) entries() []entry {
 	for i, id := range in.ids {
 		bus := ProcBusID(snapshot.PCIAddress(p, i))
 		es = append(es, entry{path: filepath.Join("driver", "proc", "driver", "nvidia", "gpus", bus, "information"),
-			data: []byte(ProcInformation(&in.boards[i], id, i)), mode: 0o444})
+			data: []byte(ProcInformation(&in.boards[i], p.Driver.Version, id, i)), mode: 0o444})
 	}
 	for i := range in.nodes {
 		es = append(es, entry{path: filepath.Join("driver", "dev", in.nodes[i].Name), node: &in.nodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})

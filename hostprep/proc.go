@@ -32,7 +32,7 @@ func ProcBusID(a profile.PCIAddress) string {
 
 // ProcInformation is /proc/driver/nvidia/gpus/<bus id>/information, in the
 // kernel module's layout (nv-procfs.c: label, tabs, one space, value).
-func ProcInformation(b *profile.Board, id snapshot.Identity, minor int) string {
+func ProcInformation(b *profile.Board, driver string, id snapshot.Identity, minor int) string {
 	na := func(s string) string {
 		if s == "" {
 			return "N/A"
@@ -50,7 +50,7 @@ func ProcInformation(b *profile.Board, id snapshot.Identity, minor int) string {
 	fmt.Fprintf(&s, "DMA Mask: \t 0x7fffffffffff\n")
 	fmt.Fprintf(&s, "Bus Location: \t %s\n", ProcBusID(a))
 	fmt.Fprintf(&s, "Device Minor: \t %d\n", minor)
-	fmt.Fprintf(&s, "GPU Firmware: \t %s\n", na(b.GSPFirmwareVersion))
+	fmt.Fprintf(&s, "GPU Firmware: \t %s\n", na(b.GSPVersion(driver)))
 	fmt.Fprintf(&s, "GPU Excluded:\t No\n")
 	return s.String()
 }

@@ -93,7 +93,7 @@ func TestRenderWithPlainDevFilesNeedsNoPrivilege(t *testing.T) {
 		}
 	}
 	for _, l := range []struct{ name, target string }{
-		{"libnvidia-ml.so.1", "libnvidia-ml.so.535.261.03"},
+		{"libnvidia-ml.so.1", "libnvidia-ml.so.595.91.07"}, // the t4 profile's driver
 		{"libnvidia-ml.so", "libnvidia-ml.so.1"},
 	} {
 		if got, err := os.Readlink(filepath.Join(ov.Driver(), "usr", "lib64", l.name)); err != nil || got != l.target {

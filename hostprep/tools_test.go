@@ -453,34 +453,61 @@ func (s *syncBuffer) String() string {
 // symlinks and drops those that leave the root it was given, so the
 // overlay's stable driver symlink does not do), nvidia-ctk finds the library
 // through the root's loader cache and mounts it with its links made by hook.
+// The driver version it finds the library by is the one NVML reports, which
+// /proc/driver/nvidia/version and nvidia-smi's header also carry: a Blackwell
+// board on its 580 driver, and an A100 whose driver --driver-version set.
 func TestNvidiaCTKMountsTheLibraryFromTheResolvedDriverRoot(t *testing.T) {
 	needRoot(t)
 	ctk := nvidiaTool(t, "nvidia-ctk")
-	res, _ := installNode(t, "a100", 2)
-	root, err := filepath.EvalSymlinks(res.Driver)
-	if err != nil {
+	a100 := testenv.Profile(t, "a100", 2)
+	if err := a100.SetDriver("535.261.03"); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "nvidia.yaml")
-	log := runTool(t, 2*time.Minute, cleanEnv(), ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root, "--output", out)
-	spec, err := cdi.ReadSpec(out, 0)
-	if err != nil {
-		t.Fatalf("read the generated spec: %v\nnvidia-ctk said:\n%s", err, log)
-	}
-	var mounts, hooks []string
-	for _, m := range spec.ContainerEdits.Mounts {
-		mounts = append(mounts, m.ContainerPath+" from "+m.HostPath)
-	}
-	for _, h := range spec.ContainerEdits.Hooks {
-		hooks = append(hooks, strings.Join(h.Args, " "))
-	}
-	lib := "/usr/lib64/libnvidia-ml.so.535.261.03"
-	if want := lib + " from " + filepath.Join(root, lib); !slices.Contains(mounts, want) {
-		t.Errorf("mounts %v lack %s", mounts, want)
-	}
-	if !slices.ContainsFunc(hooks, func(h string) bool {
-		return strings.Contains(h, "create-symlinks") && strings.Contains(h, "libnvidia-ml.so.535.261.03::/usr/lib64/libnvidia-ml.so.1")
-	}) {
-		t.Errorf("no hook links libnvidia-ml.so.1 to the library: %v", hooks)
+	for _, c := range []struct {
+		name    string
+		p       *profile.Profile
+		version string
+	}{
+		{"b200 on its driver 580.105.08", testenv.Profile(t, "b200", 2), "580.105.08"},
+		{"a100 on driver 535.261.03 by override", a100, "535.261.03"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := install(t, newSite(t).options(c.p, realAssets(t)))
+			root, err := filepath.EvalSymlinks(res.Driver)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "nvidia.yaml")
+			log := runTool(t, 2*time.Minute, cleanEnv(), ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root, "--output", out)
+			spec, err := cdi.ReadSpec(out, 0)
+			if err != nil {
+				t.Fatalf("read the generated spec: %v\nnvidia-ctk said:\n%s", err, log)
+			}
+			var mounts, hooks []string
+			for _, m := range spec.ContainerEdits.Mounts {
+				mounts = append(mounts, m.ContainerPath+" from "+m.HostPath)
+			}
+			for _, h := range spec.ContainerEdits.Hooks {
+				hooks = append(hooks, strings.Join(h.Args, " "))
+			}
+			lib := "/usr/lib64/libnvidia-ml.so." + c.version
+			if want := lib + " from " + filepath.Join(root, lib); !slices.Contains(mounts, want) {
+				t.Errorf("mounts %v lack %s", mounts, want)
+			}
+			if !slices.ContainsFunc(hooks, func(h string) bool {
+				return strings.Contains(h, "create-symlinks") && strings.Contains(h, "libnvidia-ml.so."+c.version+"::/usr/lib64/libnvidia-ml.so.1")
+			}) {
+				t.Errorf("no hook links libnvidia-ml.so.1 to the library: %v", hooks)
+			}
+			proc, err := os.ReadFile(filepath.Join(root, "proc", "driver", "nvidia", "version"))
+			if err != nil || !strings.Contains(string(proc), "Kernel Module  "+c.version+"  ") {
+				t.Errorf("/proc/driver/nvidia/version: %v\n%s", err, proc)
+			}
+			smi := runTool(t, time.Minute, toolEnv(res), filepath.Join(root, "usr", "bin", "nvidia-smi"),
+				"--query-gpu=driver_version", "--format=csv,noheader")
+			if got := strings.TrimSpace(string(smi)); got != c.version+"\n"+c.version && got != c.version {
+				t.Errorf("nvidia-smi --query-gpu=driver_version printed %q, want %s per GPU", got, c.version)
+			}
+		})
 	}
 }

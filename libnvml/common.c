@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "nvmock.h"
 
@@ -32,6 +33,21 @@ nvmlReturn_t nvmock_not_supported_dev(const char *fn, nvmlDevice_t h)
 	DEV(h, d);
 	(void)d;
 	return nvmock_not_supported(fn);
+}
+
+// nvmock_energy_mj is the energy counter: the board has drawn its modelled
+// power since the node booted (when the driver loaded), so the counter grows
+// with power over time, never goes back, and reads the same in every process.
+nvmlReturn_t nvmock_energy_mj(const struct snap_device *s, unsigned long long *mj)
+{
+	if (s->power_draw_mw == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	struct timespec ts;
+	if (clock_gettime(CLOCK_BOOTTIME, &ts) != 0)
+		return NVML_ERROR_UNKNOWN;
+	unsigned long long ms = (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000;
+	*mj = (unsigned long long)s->power_draw_mw * ms / 1000;
+	return NVML_SUCCESS;
 }
 
 // nvmock_warn writes one line to stderr; stdout belongs to the caller.

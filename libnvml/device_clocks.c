@@ -91,8 +91,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device
 {
 	DEV(device, d);
 	OUT(clocksEventReasons);
+	if (d->s->clock_reasons_supported == 0)
+		return NVML_ERROR_NOT_SUPPORTED;
 	// An idle board at its lowest clocks, as in the captures.
-	*clocksEventReasons = d->s->util_gpu == 0 ? nvmlClocksEventReasonGpuIdle : nvmlClocksEventReasonNone;
+	*clocksEventReasons = d->s->util_gpu == 0 ? nvmlClocksEventReasonGpuIdle & d->s->clock_reasons_supported
+						  : nvmlClocksEventReasonNone;
 	return NVML_SUCCESS;
 }
 
@@ -104,9 +107,10 @@ NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev
 NVML_API nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons)
 {
 	DEV(device, d);
-	(void)d;
 	OUT(supportedClocksEventReasons);
-	*supportedClocksEventReasons = nvmlClocksEventReasonAll;
+	if (d->s->clock_reasons_supported == 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*supportedClocksEventReasons = d->s->clock_reasons_supported;
 	return NVML_SUCCESS;
 }
 
@@ -180,8 +184,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, u
 {
 	DEV(device, d);
 	OUT(energy);
-	*energy = d->s->energy_mj;
-	return NVML_SUCCESS;
+	return nvmock_energy_mj(d->s, energy);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)

@@ -57,10 +57,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnabl
 {
 	DEV(device, d);
 	OUT(defaultMode);
-	if (d->s->ecc_current == NA32)
-		return NVML_ERROR_NOT_SUPPORTED;
-	*defaultMode = NVML_FEATURE_ENABLED;
-	return NVML_SUCCESS;
+	return nvmock_u32(d->s->ecc_default, (unsigned int *)defaultMode);
 }
 
 // ecc_count reads the profile's counters: DRAM (device memory) and SRAM;

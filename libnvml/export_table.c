@@ -1,23 +1,29 @@
-// nvmlInternalGetExportTable: the private table nvidia-smi 535 asks for
-// right after init (id 6c3efec4-8fc9-4e6c-a327-ee696e12f7c4); without it,
+// nvmlInternalGetExportTable: the private table nvidia-smi asks for right
+// after init (id 6c3efec4-8fc9-4e6c-a327-ee696e12f7c4); without it,
 // nvidia-smi quits with "Mismatch in versions".
 //
-// The table starts with its size in bytes; nvidia-smi treats an entry past
-// the size, or a NULL entry, as absent. A table of size 8 makes every entry
-// absent, which every view accepts, but some views then differ from a real
-// board: the multi-GPU `topo -m` matrix fails without entry 0xb8 (the PCIe
-// path between two bus ids); --query-gpu=enforced.power.limit needs 0x360;
-// `-q` needs 0x780 (T.Limit temperature: without
-// it thresholds show as N/A), 0x710 (PCIe atomics), 0x730 (host's max PCIe
-// generation), 0x738 (GPU part number), 0x790 (addressing mode) and 0x798
-// (sparse operation mode). Each entry's arguments were read
-// off its call site in the disassembly.
-// That table is served only to an executable carrying "535.261.03", the
-// nvidia-smi it was verified against: every call site below its size checks
-// for NULL (disassembly), and the tests run every view. A slot whose meaning
-// differs in another version would crash that nvidia-smi.
+// The table starts with its size in bytes, then function pointers. Every
+// call site in nvidia-smi 470.256.02, 535.261.03, 550.163.01 and 555.58.02
+// (90 to 114 each, checked mechanically from the disassembly) tests the table
+// pointer, requires size > offset, and tests the entry for NULL: an entry
+// past the size reads as "Uninitialized", a NULL entry as "N/A" or "Not
+// Supported", what a real board without the feature prints.
+//
+// Each release gets a table as large as its largest size check, holding the
+// entries whose arguments were read off their call sites in that binary and
+// confirmed by running every view against it (docs/fidelity.md lists them).
+// A release is recognised by its version string in the calling executable.
+// Any other caller gets the generic table. Across the four releases a slot
+// has only ever been added or retired, never given another meaning (every
+// offset two releases read has the same arguments and context in both), so
+// the generic table is the union of the four, larger than any of them: what
+// an unknown release reads past them is NULL ("N/A"), never "Uninitialized".
+// Every view of the four releases works on it too (tested by forcing it with
+// NVMOCK_SMI_TABLE=generic). Should an unknown release read a slot with a
+// new meaning, NVMOCK_SMI_TABLE=minimal serves the size-8 table instead.
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
@@ -26,7 +32,7 @@
 
 #include "nvmock.h"
 
-// PCIe levels as nvidia-smi 535 indexes its names: PIX, PXB, PHB, NODE, SYS.
+// PCIe levels as nvidia-smi indexes its names: PIX, PXB, PHB, NODE, SYS.
 enum { SMI_PIX, SMI_PXB, SMI_PHB, SMI_NODE, SMI_SYS };
 
 static const struct snap_device *by_bus_id(const char *bus)
@@ -39,6 +45,8 @@ static const struct snap_device *by_bus_id(const char *bus)
 	return NULL;
 }
 
+// 0xb8 (all): the PCIe path between two bus ids, for every cell of topo -m;
+// any error fails the whole matrix.
 static int smi_pcie_path(const char *bus_a, const char *bus_b, int *level)
 {
 	if (bus_a == NULL || bus_b == NULL || level == NULL)
@@ -58,45 +66,125 @@ static int smi_pcie_path(const char *bus_a, const char *bus_b, int *level)
 	return NVML_SUCCESS;
 }
 
-static const uint64_t table_min[1] = {sizeof table_min};
-// smi_tlimit gives the GPU's margin below T.Limit, or "no T.Limit sensor"
-// as boards before Ada do; nvidia-smi then shows absolute thresholds.
-static int smi_tlimit(nvmlDevice_t device, unsigned int *temp)
+// 0x60 (all): parse a bus id for -i; the device matches only with function 0.
+static int smi_parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn)
 {
-	DEV(device, d);
-	return nvmock_u32(d->s->temp_tlimit, temp);
+	if (s == NULL || dom == NULL || bus == NULL || dev == NULL || fn == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvmock_parse_bus_id(s, dom, bus, dev, fn) ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 
-// smi_part_number gives the GPU (chip) part number, e.g. 2330-885-A1.
-static int smi_part_number(nvmlDevice_t device, char *buf, unsigned int len)
+// 0x258 (all): the PCI location of the GPU at an NVML index, for -i.
+static int smi_index_location(unsigned index, unsigned *dom, unsigned *bus, unsigned *dev)
 {
-	DEV(device, d);
-	return nvmock_str(buf, len, d->s->gpu_part_number);
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (index >= nvmock.ndevs || dom == NULL || bus == NULL || dev == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const struct snap_device *s = nvmock.devs[index].s;
+	*dom = s->pci_domain, *bus = s->pci_bus, *dev = s->pci_device;
+	return NVML_SUCCESS;
 }
 
-// smi_addressing_mode gives an nvmlDeviceAddressingModeType_t: None, HMM, ATS.
-static int smi_addressing_mode(nvmlDevice_t device, unsigned int *mode)
+// 0x240 (all): whether the device takes part in monitoring (dmon, pmon) and
+// clock control; every data-center board does.
+static int smi_monitoring(nvmlDevice_t device, unsigned *supported)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->addressing_mode, mode);
+	(void)d;
+	OUT(supported);
+	*supported = 1;
+	return NVML_SUCCESS;
 }
 
-// smi_sparse_mode says whether sparse operation is enabled.
-static int smi_sparse_mode(nvmlDevice_t device, unsigned int *enabled)
+// 0x360 (all): the enforced power limit in mW (--query-gpu=enforced.power.limit).
+static int smi_enforced_limit(nvmlDevice_t device, unsigned int *mw)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->sparse_mode, enabled);
+	return nvmock_u32(d->s->power_enforced_mw, mw);
 }
 
-// smi_host_max_gen gives the maximum PCIe generation of the host's side.
-static int smi_host_max_gen(nvmlDevice_t device, unsigned int *gen)
+// 0x528 (all): private field values, laid out as nvmlFieldValue_t. Ids: 1
+// relaxed ordering mode (N/A on every captured board), 2 and 3 NVLink lanes
+// and sublink CRC errors (not modelled), 4 and 5 (555) the GPU reset status
+// nvmlDeviceGetFieldValues gives as fields 226 and 227.
+static int smi_fields(nvmlDevice_t device, unsigned count, nvmlFieldValue_t *values)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->pcie_host_max_gen, gen);
+	if (values == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned i = 0; i < count; i++) {
+		nvmlFieldValue_t *v = &values[i];
+		unsigned id = v->fieldId;
+		if (id == 4 || id == 5) {
+			v->fieldId = id == 4 ? NVML_FI_DEV_RESET_STATUS : NVML_FI_DEV_DRAIN_AND_RESET_STATUS;
+			nvmlDeviceGetFieldValues(nvmock_handle(d), 1, v);
+			v->fieldId = id;
+		} else {
+			v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+		}
+	}
+	return NVML_SUCCESS;
 }
 
-// smi_atomics gives the PCIe atomic ops masks: {outbound, inbound}. The
-// caller's struct may be larger; only these two words are written.
+// 0x678 (470): the module id; 535 on ask nvmlDeviceGetModuleId.
+static int smi_module_id(nvmlDevice_t device, unsigned *id)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->module_id, id);
+}
+
+// 0x680 (all; read by 470's nvlink -e on Ampere and later): the per-lane ECC
+// correction counts of one link (bit 31: overflow). No errors are modelled.
+static int smi_lane_ecc(nvmlDevice_t device, unsigned link, unsigned counter, unsigned lanes,
+			unsigned long long *out)
+{
+	(void)counter;
+	DEV(device, d);
+	OUT(out);
+	if (link >= d->s->nvlink_count)
+		return NVML_ERROR_NOT_SUPPORTED;
+	memset(out, 0, (size_t)(lanes < 8 ? lanes : 8) * sizeof *out);
+	return NVML_SUCCESS;
+}
+
+// 0x698 (470): the GSP firmware version into a 64-byte buffer
+// (NVML_GSP_FIRMWARE_VERSION_BUF_SIZE); 535 on ask the public call.
+static int smi_gsp_version(nvmlDevice_t device, char *buf)
+{
+	DEV(device, d);
+	return nvmock_str(buf, NVML_GSP_FIRMWARE_VERSION_BUF_SIZE, d->s->gsp_firmware);
+}
+
+// 0x6a8, 0x6b0, 0x6b8 (535 on): compute, MPS and graphics processes, in
+// 0x1020-byte records {pid, pad, used bytes, GI id, CI id, 8 bytes, name}.
+// Without this, --query-compute-apps prints a row of N/A per GPU where an
+// idle board prints none. No processes are modelled yet.
+static int smi_processes(nvmlDevice_t device, unsigned *count, void *records)
+{
+	(void)records;
+	DEV(device, d);
+	(void)d;
+	OUT(count);
+	*count = 0;
+	return NVML_SUCCESS;
+}
+
+// 0x6f8 (535 on): the NUMA nodes nearest the GPU (topo -C), the shape of
+// nvmlDeviceGetMemoryAffinity.
+static int smi_numa_nodes(nvmlDevice_t device, unsigned size, unsigned long *set, unsigned scope)
+{
+	return nvmlDeviceGetMemoryAffinity(device, size, set, (nvmlAffinityScope_t)scope);
+}
+
+// 0x788 (535): the GPU's own NUMA node (topo -m "GPU NUMA ID"); later
+// releases ask nvmlDeviceGetNumaNodeId.
+static int smi_numa_id(nvmlDevice_t device, unsigned *node)
+{
+	return nvmlDeviceGetNumaNodeId(device, node);
+}
+
+// 0x710 (535 on): the PCIe atomic ops masks {outbound, inbound}, 8 bytes.
 static int smi_atomics(nvmlDevice_t device, unsigned int caps[2])
 {
 	DEV(device, d);
@@ -108,55 +196,127 @@ static int smi_atomics(nvmlDevice_t device, unsigned int caps[2])
 	return NVML_SUCCESS;
 }
 
-// smi_enforced_limit gives the enforced power limit in mW
-// (--query-gpu=enforced.power.limit).
-static int smi_enforced_limit(nvmlDevice_t device, unsigned int *mw)
+// 0x730 (535 on): the maximum PCIe generation of the host's side.
+static int smi_host_max_gen(nvmlDevice_t device, unsigned int *gen)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->power_enforced_mw, mw);
+	return nvmock_u32(d->s->pcie_host_max_gen, gen);
 }
 
-static const uint64_t table_smi535[0x7a0 / 8] = {
-	[0] = sizeof table_smi535,
-	[0xb8 / 8] = (uint64_t)(uintptr_t)smi_pcie_path,
-	[0x360 / 8] = (uint64_t)(uintptr_t)smi_enforced_limit,
-	[0x710 / 8] = (uint64_t)(uintptr_t)smi_atomics,
-	[0x730 / 8] = (uint64_t)(uintptr_t)smi_host_max_gen,
-	[0x738 / 8] = (uint64_t)(uintptr_t)smi_part_number,
-	[0x780 / 8] = (uint64_t)(uintptr_t)smi_tlimit,
-	[0x790 / 8] = (uint64_t)(uintptr_t)smi_addressing_mode,
-	[0x798 / 8] = (uint64_t)(uintptr_t)smi_sparse_mode,
+// 0x738 (535 on): the GPU (chip) part number, e.g. 2330-885-A1.
+static int smi_part_number(nvmlDevice_t device, char *buf, unsigned int len)
+{
+	DEV(device, d);
+	return nvmock_str(buf, len, d->s->gpu_part_number);
+}
+
+// 0x780 (535 on): the margin below T.Limit, or "no T.Limit sensor" as boards
+// before Ada answer; nvidia-smi then shows absolute thresholds.
+static int smi_tlimit(nvmlDevice_t device, unsigned int *temp)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->temp_tlimit, temp);
+}
+
+// 0x790 (535 on): the addressing mode: None, HMM, ATS.
+static int smi_addressing_mode(nvmlDevice_t device, unsigned int *mode)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->addressing_mode, mode);
+}
+
+// 0x798 (535) and 0x7c8 (550, 555): whether sparse operation is enabled.
+static int smi_sparse_mode(nvmlDevice_t device, unsigned int *enabled)
+{
+	DEV(device, d);
+	return nvmock_u32(d->s->sparse_mode, enabled);
+}
+
+#define E(off, fn) [(off) / 8] = (uint64_t)(uintptr_t)(fn)
+
+// Entries by the releases that read them (each table is as large as its
+// release's largest size check, plus the entry).
+#define ALL_FOUR                                                                                   \
+	E(0x60, smi_parse_bus_id), E(0xb8, smi_pcie_path), E(0x240, smi_monitoring),                \
+		E(0x258, smi_index_location), E(0x360, smi_enforced_limit), E(0x528, smi_fields),      \
+		E(0x680, smi_lane_ecc)
+#define ONLY_470 E(0x678, smi_module_id), E(0x698, smi_gsp_version)
+#define SINCE_535                                                                                  \
+	E(0x6a8, smi_processes), E(0x6b0, smi_processes), E(0x6b8, smi_processes), E(0x6f8, smi_numa_nodes), \
+		E(0x710, smi_atomics), E(0x730, smi_host_max_gen), E(0x738, smi_part_number),           \
+		E(0x780, smi_tlimit), E(0x790, smi_addressing_mode)
+#define ONLY_535 E(0x788, smi_numa_id), E(0x798, smi_sparse_mode)
+#define SINCE_550 E(0x7c8, smi_sparse_mode)
+
+static const uint64_t table_470[0x6a0 / 8] = {[0] = sizeof table_470, ALL_FOUR, ONLY_470};
+static const uint64_t table_535[0x7a8 / 8] = {[0] = sizeof table_535, ALL_FOUR, SINCE_535, ONLY_535};
+static const uint64_t table_550[0x7d8 / 8] = {[0] = sizeof table_550, ALL_FOUR, SINCE_535, SINCE_550};
+static const uint64_t table_555[0x7e0 / 8] = {[0] = sizeof table_555, ALL_FOUR, SINCE_535, SINCE_550};
+static const uint64_t table_generic[0x800 / 8] = {
+	[0] = sizeof table_generic, ALL_FOUR, ONLY_470, SINCE_535, ONLY_535, SINCE_550,
+};
+static const uint64_t table_minimal[1] = {sizeof table_minimal};
+
+static const struct {
+	const char *version;
+	const uint64_t *table;
+} verified[] = {
+	{"470.256.02", table_470},
+	{"535.261.03", table_535},
+	{"550.163.01", table_550},
+	{"555.58.02", table_555},
 };
 
 static const unsigned char smi_table_id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
 					       0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
 
-// is_verified_smi looks for the verified version in the calling executable.
-static int is_verified_smi(void)
+// caller_table finds the verified release's version string in the calling
+// executable (each carries only its own); anything else gets the generic
+// table.
+static const uint64_t *caller_table(void)
 {
-	static const char want[] = "535.261.03";
+	const char *force = getenv("NVMOCK_SMI_TABLE");
+	if (force != NULL && strcmp(force, "generic") == 0)
+		return table_generic;
+	if (force != NULL && strcmp(force, "minimal") == 0)
+		return table_minimal;
+	const uint64_t *t = table_generic;
 	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return 0;
+		return t;
 	struct stat st;
-	int found = 0;
 	if (fstat(fd, &st) == 0 && st.st_size > 0) {
 		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (m != MAP_FAILED) {
-			found = memmem(m, (size_t)st.st_size, want, sizeof want) != NULL;
+			for (size_t i = 0; i < sizeof verified / sizeof verified[0]; i++) {
+				const char *v = verified[i].version;
+				if (memmem(m, (size_t)st.st_size, v, strlen(v) + 1) != NULL) {
+					t = verified[i].table;
+					break;
+				}
+			}
 			munmap(m, (size_t)st.st_size);
 		}
 	}
 	close(fd);
-	return found;
+	return t;
 }
 
 NVML_API nvmlReturn_t nvmlInternalGetExportTable(const void **table, const void *id)
 {
+	// nvidia-smi asks again from several helpers; the executable does not
+	// change, so the answer is decided once (a racing first call decides
+	// the same).
+	static const uint64_t *chosen;
 	if (table == NULL || id == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (memcmp(id, smi_table_id, sizeof smi_table_id) != 0)
 		return NVML_ERROR_NOT_SUPPORTED;
-	*table = is_verified_smi() ? (const void *)table_smi535 : (const void *)table_min;
+	const uint64_t *t = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+	if (t == NULL) {
+		t = caller_table();
+		__atomic_store_n(&chosen, t, __ATOMIC_RELEASE);
+	}
+	*table = t;
 	return NVML_SUCCESS;
 }

@@ -64,9 +64,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice
 	return NVML_ERROR_NOT_FOUND;
 }
 
-// parse_bus_id reads "domain:bus:device.function" with a 4- or 8-digit
-// domain (or none), any case.
-static int parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn)
+// nvmock_parse_bus_id reads "domain:bus:device.function" with a 4- or
+// 8-digit domain (or none), any case.
+int nvmock_parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn)
 {
 	unsigned a, b, c, d;
 	int n = 0;
@@ -89,7 +89,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvm
 	if (pciBusId == NULL || device == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned dom, bus, dev, fn;
-	if (!parse_bus_id(pciBusId, &dom, &bus, &dev, &fn))
+	if (!nvmock_parse_bus_id(pciBusId, &dom, &bus, &dev, &fn))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	for (unsigned i = 0; i < nvmock.ndevs; i++) {
 		const struct snap_device *s = nvmock.devs[i].s;

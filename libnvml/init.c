@@ -42,9 +42,9 @@ static void node_seed(char *out, size_t size)
 	out[strcspn(out, " \t\r\n")] = '\0';
 }
 
-// dev_visible applies the device-node rule: where the control node exists
-// (a container, or a dev root given by NVMOCK_DEV_ROOT), a GPU is visible only
-// if its /dev/nvidiaN exists; with no control node at all, every GPU is.
+// dev_filter says whether device nodes decide visibility: where the control
+// node exists (a container, or a dev root given by NVMOCK_DEV_ROOT), a GPU is
+// visible only if its /dev/nvidiaN exists, as with the real driver.
 static int dev_filter(const char **root)
 {
 	const char *r = getenv("NVMOCK_DEV_ROOT");
@@ -61,7 +61,7 @@ static int dev_node_exists(const char *root, unsigned minor)
 	return access(p, F_OK) == 0;
 }
 
-// match_entry resolves one NVIDIA_VISIBLE_DEVICES entry to a node index.
+// match_entry resolves one NVMOCK_VISIBLE_DEVICES entry to a node index.
 static int match_entry(const char *e, size_t n, const char (*uuids)[96], unsigned count, long *out)
 {
 	int digits = n > 0;
@@ -95,16 +95,21 @@ static int match_entry(const char *e, size_t n, const char (*uuids)[96], unsigne
 	return 1;
 }
 
-// env_filter marks the GPUs NVIDIA_VISIBLE_DEVICES names. all, void, none,
-// empty or unset do not filter: infrastructure pods set void and mount nodes.
+// env_filter marks the GPUs NVMOCK_VISIBLE_DEVICES names, in a process with
+// no control node (a plain process on a laptop), where nothing else narrows
+// the node. The real libnvidia-ml ignores NVIDIA_VISIBLE_DEVICES (the runtime
+// acts on it by choosing device nodes), and so does the mock. Unset, empty
+// or "all" keep every GPU; "none" keeps none.
 static nvmlReturn_t env_filter(unsigned count, const char (*uuids)[96], unsigned char *keep)
 {
-	const char *v = getenv("NVIDIA_VISIBLE_DEVICES");
-	if (v == NULL || v[0] == '\0' || strcmp(v, "all") == 0 || strcmp(v, "void") == 0 || strcmp(v, "none") == 0) {
+	const char *v = getenv("NVMOCK_VISIBLE_DEVICES");
+	if (v == NULL || v[0] == '\0' || strcmp(v, "all") == 0) {
 		memset(keep, 1, count);
 		return NVML_SUCCESS;
 	}
 	memset(keep, 0, count);
+	if (strcmp(v, "none") == 0)
+		return NVML_SUCCESS;
 	for (const char *p = v; *p;) {
 		size_t n = strcspn(p, ",");
 		const char *e = p;
@@ -117,7 +122,7 @@ static nvmlReturn_t env_filter(unsigned count, const char (*uuids)[96], unsigned
 			long idx;
 			int m = match_entry(e, en, uuids, count, &idx);
 			if (m <= 0) {
-				nvmock_warn("NVIDIA_VISIBLE_DEVICES=%s: entry \"%.*s\" %s", v, (int)en, e,
+				nvmock_warn("NVMOCK_VISIBLE_DEVICES=%s: entry \"%.*s\" %s", v, (int)en, e,
 					    m < 0 ? "matches more than one GPU; give more of the UUID"
 						  : "names no GPU on this node (use indices, UUIDs or unique UUID prefixes)");
 				return NVML_ERROR_UNKNOWN;
@@ -141,7 +146,7 @@ static nvmlReturn_t build_devices(void)
 	char seed[256] = "";
 	if (h->flags & SNAP_FLAG_UNSEEDED)
 		node_seed(seed, sizeof seed);
-	// Identities first: NVIDIA_VISIBLE_DEVICES may name UUIDs.
+	// Identities first: NVMOCK_VISIBLE_DEVICES may name UUIDs.
 	char (*uuids)[96] = calloc(count ? count : 1, 96);
 	char (*serials)[32] = calloc(count ? count : 1, 32);
 	unsigned char *keep = calloc(count ? count : 1, 1);
@@ -157,13 +162,15 @@ static nvmlReturn_t build_devices(void)
 			memcpy(serials[i], s->serial, 32);
 		}
 	}
-	ret = env_filter(count, (const char (*)[96])uuids, keep);
-	if (ret != NVML_SUCCESS)
-		goto out;
 	const char *root;
-	if (dev_filter(&root))
+	if (dev_filter(&root)) {
 		for (unsigned i = 0; i < count; i++)
-			keep[i] &= dev_node_exists(root, nvmock.node[i].minor);
+			keep[i] = dev_node_exists(root, nvmock.node[i].minor);
+	} else {
+		ret = env_filter(count, (const char (*)[96])uuids, keep);
+		if (ret != NVML_SUCCESS)
+			goto out;
+	}
 
 	unsigned n = 0;
 	for (unsigned i = 0; i < count; i++)

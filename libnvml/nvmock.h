@@ -106,5 +106,7 @@ nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct
 uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
 			  nvmlMemoryLocation_t loc);
 void nvmock_pci_info(const struct snap_device *s, nvmlPciInfo_t *pci);
+int nvmock_parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn);
+nvmlReturn_t nvmock_energy_mj(const struct snap_device *s, unsigned long long *mj);
 
 #endif

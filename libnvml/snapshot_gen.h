@@ -6,8 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 2
+#define SNAPSHOT_VERSION 3
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
+// The library maps no larger file (libnvml/gen/limits.go).
+#define SNAPSHOT_MAX_BYTES 8388608
 
 // snap_header starts the file.
 struct snap_header {
@@ -108,10 +110,13 @@ struct snap_device {
 	uint32_t fabric_status; // nvmlReturn_t
 	uint32_t fabric_clique;
 	uint32_t fabric_cluster_uuid[4]; // 16 raw bytes
+	uint32_t fabric_health_mask; // NVML_GPU_FABRIC_HEALTH_MASK_* bits
+	uint32_t fabric_health_summary; // NVML_GPU_FABRIC_HEALTH_SUMMARY_*
 	uint32_t persistence_mode;
 	uint32_t compute_mode;
 	uint32_t ecc_current;
 	uint32_t ecc_pending;
+	uint32_t ecc_default; // as the board ships
 	uint32_t mig_current; // not available: not MIG capable
 	uint32_t mig_pending;
 	uint32_t max_mig_devices;
@@ -139,21 +144,26 @@ struct snap_device {
 	uint32_t nvlink_speed_mbps; // per link
 	uint32_t nvlink_remote; // nvmlIntNvLinkDeviceType_t
 	uint32_t nvlink_remote_device_id; // PCI id of the peer (switch)
-	uint32_t nvlink_remote_bus_first; // bus of the first peer switch
+	uint32_t nvlink_remote_addr[18]; // per link: the NVSwitch's domain<<16 | bus<<8 | device<<3 | function; not available: not on the node
 	uint32_t addressing_mode; // nvmlDeviceAddressingModeType_t
 	uint32_t sparse_mode; // sparse operation mode: 0 disabled, 1 enabled
 	uint32_t c2c_mode; // chip-to-chip link to the CPU: 0 disabled, 1 enabled
 	uint32_t pcie_switch; // PCIe switch group; not available: none shared
 	uint32_t pcie_switch_level; // nvmlGpuTopologyLevel_t between GPUs of one switch group
+	uint32_t clock_reasons_supported; // nvmlClocksEventReason* bits
+	uint32_t memory_bus_width; // bits
+	uint32_t gpu_cores; // CUDA cores
+	uint32_t bus_type; // nvmlBusType_t
+	uint32_t power_source; // nvmlPowerSource_t
+	uint32_t egm; // extended GPU memory: 0 disabled, 1 enabled
 	uint64_t cpu_affinity[16]; // bit mask of CPUs
 	uint64_t memory_total; // bytes
 	uint64_t memory_reserved; // bytes
 	uint64_t memory_used; // bytes
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
-	uint64_t energy_mj; // total energy
 };
-_Static_assert(sizeof(struct snap_device) == 1344, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 1440, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -222,50 +232,58 @@ _Static_assert(offsetof(struct snap_device, fabric_state) == 964, "snapshot layo
 _Static_assert(offsetof(struct snap_device, fabric_status) == 968, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, fabric_clique) == 972, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, fabric_cluster_uuid) == 976, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, persistence_mode) == 992, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, compute_mode) == 996, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_current) == 1000, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_pending) == 1004, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_current) == 1008, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_pending) == 1012, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, max_mig_devices) == 1016, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_mode) == 1020, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_active) == 1024, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1028, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, performance_state) == 1032, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_state) == 1036, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fan_speed) == 1040, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_gpu) == 1044, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_memory) == 1048, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_encoder) == 1052, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_decoder) == 1056, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_jpeg) == 1060, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_ofa) == 1064, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_count) == 1068, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, retired_pages) == 1100, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapped_rows) == 1104, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapper_banks) == 1108, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_mode) == 1112, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1116, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_node) == 1120, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_count) == 1124, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_version) == 1128, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1132, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1136, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1140, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_bus_first) == 1144, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, addressing_mode) == 1148, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, sparse_mode) == 1152, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_mode) == 1156, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch) == 1160, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_level) == 1164, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1168, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 1296, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 1304, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 1312, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 1320, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 1328, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, energy_mj) == 1336, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_health_mask) == 992, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_health_summary) == 996, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, persistence_mode) == 1000, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, compute_mode) == 1004, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_current) == 1008, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_pending) == 1012, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_default) == 1016, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_current) == 1020, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_pending) == 1024, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, max_mig_devices) == 1028, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_mode) == 1032, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_active) == 1036, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1040, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, performance_state) == 1044, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_state) == 1048, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fan_speed) == 1052, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_gpu) == 1056, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_memory) == 1060, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_encoder) == 1064, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_decoder) == 1068, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_jpeg) == 1072, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_ofa) == 1076, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_count) == 1080, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, retired_pages) == 1112, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapped_rows) == 1116, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapper_banks) == 1120, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_mode) == 1124, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1128, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_node) == 1132, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_count) == 1136, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_version) == 1140, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1144, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1148, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1152, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1156, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, addressing_mode) == 1228, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, sparse_mode) == 1232, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_mode) == 1236, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch) == 1240, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_level) == 1244, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 1248, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_bus_width) == 1252, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_cores) == 1256, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bus_type) == 1260, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_source) == 1264, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, egm) == 1268, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1272, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 1400, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 1408, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 1416, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 1424, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 1432, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {

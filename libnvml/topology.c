@@ -1,6 +1,7 @@
 // Where GPUs sit: CPU and NUMA affinity, PCIe ancestry, P2P, NVLink and the
 // field values that report NVLink and memory temperature.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -41,10 +42,14 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned 
 	return NVML_SUCCESS;
 }
 
+// The GPU's own NUMA node exists only where its memory is one (coherent
+// Grace boards), which no profile models yet; x86 nodes answer N/A.
 NVML_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->numa_node, node);
+	(void)d;
+	OUT(node);
+	return NVML_ERROR_NOT_SUPPORTED;
 }
 
 nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b)
@@ -120,6 +125,32 @@ NVML_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsign
 	return NVML_SUCCESS;
 }
 
+// p2p_status follows the modelled topology: NVLink peers (every pair on an
+// NVSwitch board) do everything over NVLink; otherwise reads and writes go
+// over PCIe within one CPU socket (NODE or closer), while across sockets the
+// inter-socket link carries no peer traffic ("CNS"), and PCIe peers have no
+// atomics.
+static nvmlGpuP2PStatus_t p2p_status(const struct snap_device *a, const struct snap_device *b, nvmlGpuP2PCapsIndex_t i)
+{
+	if (a == b)
+		return NVML_P2P_STATUS_NOT_SUPPORTED;
+	int nvlink = a->nvlink_count && b->nvlink_count;
+	int pcie = nvmock_ancestor(a, b) <= NVML_TOPOLOGY_NODE;
+	switch (i) {
+	case NVML_P2P_CAPS_INDEX_NVLINK:
+		return nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+	case NVML_P2P_CAPS_INDEX_ATOMICS:
+		return nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+	case NVML_P2P_CAPS_INDEX_READ:
+	case NVML_P2P_CAPS_INDEX_WRITE:
+		return nvlink || pcie ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED;
+	case NVML_P2P_CAPS_INDEX_PCI:
+		return pcie ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED;
+	default:
+		return NVML_P2P_STATUS_UNKNOWN;
+	}
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex,
 					     nvmlGpuP2PStatus_t *p2pStatus)
 {
@@ -128,12 +159,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t 
 	OUT(p2pStatus);
 	if ((unsigned)p2pIndex > NVML_P2P_CAPS_INDEX_UNKNOWN)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (a == b)
-		*p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
-	else if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK)
-		*p2pStatus = a->s->nvlink_count && b->s->nvlink_count ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
-	else
-		*p2pStatus = NVML_P2P_STATUS_OK;
+	*p2pStatus = p2p_status(a->s, b->s, p2pIndex);
 	return NVML_SUCCESS;
 }
 
@@ -195,19 +221,26 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, u
 	LINK(d, link);
 	const struct snap_device *s = d->s;
 	if (s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_GPU) {
-		// Direct GPU links form a ring: link l reaches GPU index+1+l/2.
-		unsigned peer = (d->index + 1 + link / 2) % nvmock.ndevs;
-		nvmock_pci_info(nvmock.devs[peer].s, pci);
+		// Direct GPU links form a ring over the node's GPUs, whichever this
+		// process sees: link l reaches GPU node_index+1+l/2.
+		unsigned n = nvmock.hdr->device_count;
+		nvmock_pci_info(&nvmock.node[(d->node_index + 1 + link / 2) % n], pci);
 		return NVML_SUCCESS;
 	}
-	// An NVSwitch board: the links spread over six switches on their own buses.
+	// An NVSwitch the profile places on the node; switches outside it (an
+	// NVL72 tray's switch trays) are no PCI device of this node.
+	uint32_t a = s->nvlink_remote_addr[link];
+	if (a == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
 	memset(pci, 0, sizeof *pci);
-	pci->domain = s->pci_domain;
-	pci->bus = 0xc0 + link % 6;
+	pci->domain = a >> 16;
+	pci->bus = a >> 8 & 0xff;
+	pci->device = a >> 3 & 0x1f;
 	pci->pciDeviceId = s->nvlink_remote_device_id;
 	pci->pciSubSystemId = s->nvlink_remote_device_id;
-	snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:00.0", pci->domain, pci->bus);
-	snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:00.0", pci->domain & 0xffff, pci->bus);
+	snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", pci->domain, pci->bus, pci->device, a & 7);
+	snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", pci->domain, pci->bus, pci->device,
+		 a & 7);
 	return NVML_SUCCESS;
 }
 
@@ -245,8 +278,7 @@ static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v
 	case NVML_FI_DEV_POWER_REQUESTED_LIMIT: mw = module ? s->module_power_limit_mw : s->power_limit_mw; break;
 	case NVML_FI_DEV_ENERGY:
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-		v->value.ullVal = s->energy_mj;
-		return NVML_SUCCESS;
+		return module ? NVML_ERROR_NOT_SUPPORTED : nvmock_energy_mj(s, &v->value.ullVal);
 	case NVML_FI_DEV_POWER_AVERAGE:
 		// nvidia-smi 535 shows a Grace module's draw from its average.
 		if (!module)
@@ -316,13 +348,20 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
 	if (id == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) {
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-		v->value.ullVal = s->energy_mj;
-		return NVML_SUCCESS;
+		return nvmock_energy_mj(s, &v->value.ullVal);
 	}
 	if (id == NVML_FI_DEV_MEMORY_TEMP) {
 		if (s->temp_memory == NA32)
 			return NVML_ERROR_NOT_SUPPORTED;
 		v->value.uiVal = s->temp_memory;
+		return NVML_SUCCESS;
+	}
+	if (id == NVML_FI_DEV_RESET_STATUS || id == NVML_FI_DEV_DRAIN_AND_RESET_STATUS) {
+		// Deprecated for the GPU recovery action from driver 570 on (the
+		// A100 capture's 570 prints so); before, no reset is needed.
+		if (atoi(nvmock.hdr->driver_version) >= 570)
+			return NVML_ERROR_DEPRECATED;
+		v->value.uiVal = 0;
 		return NVML_SUCCESS;
 	}
 	if (id == NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER || id == NVML_FI_DEV_PCIE_REPLAY_COUNTER) {
@@ -424,9 +463,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFa
 	if (d->s->fabric_state == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
 	fabric_fill(d->s, v->clusterUuid, &v->status, &v->cliqueId, &v->state);
-	v->healthMask = 0;
+	v->healthMask = d->s->fabric_health_mask;
 	if (v->version == nvmlGpuFabricInfo_v3)
-		v->healthSummary = NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY;
+		v->healthSummary = (unsigned char)d->s->fabric_health_summary;
 	return NVML_SUCCESS;
 }
 

@@ -48,6 +48,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	root := fs.String("root", hostprep.DefaultRoot, "directory that holds the overlays and the driver symlink")
 	prof := fs.String("profile", "a100", "built-in profile NAME or profile FILE")
 	gpus := fs.Int("gpus", 0, "GPUs on the node (default: the profile's)")
+	driver := fs.String("driver-version", "", "the driver version the node reports (default: the profile's; CUDA and NVML versions follow it)")
 	node := fs.String("node-name", "", "node name, the seed of GPU identities (default: $NODE_NAME, else the hostname)")
 	assets := fs.String("assets", "", "built driver tree with usr/lib64 and usr/bin (default: ../driver next to the nvmock executable)")
 	cdiDir := fs.String("cdi-dir", hostprep.DefaultCDIDir, "directory for the CDI spec "+hostprep.CDIFile)
@@ -67,12 +68,22 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	gpusSet := false
 	fs.Visit(func(f *flag.Flag) { gpusSet = gpusSet || f.Name == "gpus" })
 	if gpusSet {
-		if *gpus < 1 || *gpus > 4096 {
-			return fmt.Errorf("hostprep install: --gpus %d: a node has 1 to 4096 GPUs", *gpus)
+		if *gpus < 1 || *gpus > profile.MaxGPUs {
+			return fmt.Errorf("hostprep install: --gpus %d: a node has 1 to %d GPUs", *gpus, profile.MaxGPUs)
 		}
 		p.GPUs = *gpus
 		if errs := p.Validate(); len(errs) > 0 {
 			return fmt.Errorf("hostprep install: --gpus %d: %w", *gpus, errs[0])
+		}
+	}
+	if *driver != "" {
+		if err := p.SetDriver(*driver); err != nil {
+			return fmt.Errorf("hostprep install: --driver-version: %w", err)
+		}
+	}
+	if *driver != "" {
+		if err := p.SetDriver(*driver); err != nil {
+			return fmt.Errorf("hostprep install: --driver-version: %w", err)
 		}
 	}
 	name := nodeNameOr(*node)

@@ -59,13 +59,15 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 type loadFlags struct {
-	gpus int
-	seed string
+	gpus   int
+	seed   string
+	driver string
 }
 
 func (l *loadFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&l.gpus, "gpus", 0, "override the profile's GPU count")
 	fs.StringVar(&l.seed, "seed", "", "node seed (default: $NODE_NAME, else /etc/machine-id)")
+	fs.StringVar(&l.driver, "driver-version", "", "override the profile's driver version (CUDA and NVML versions follow it)")
 }
 
 func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
@@ -77,6 +79,11 @@ func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
 		p.GPUs = l.gpus
 		if errs := p.Validate(); len(errs) > 0 {
 			return nil, "", fmt.Errorf("--gpus: %w", errs[0])
+		}
+	}
+	if l.driver != "" {
+		if err := p.SetDriver(l.driver); err != nil {
+			return nil, "", fmt.Errorf("--driver-version: %w", err)
 		}
 	}
 	seed := l.seed

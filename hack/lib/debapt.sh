@@ -1,9 +1,11 @@
 # shellcheck shell=bash
-# Shared by hack/fetch-*.sh: download single .deb files from Debian bookworm
-# with a private apt state under <cache>/apt/, so the machine's apt config,
+# Shared by hack/fetch-*.sh: download single .deb files from Debian
+# (bookworm, and trixie and experimental for newer nvidia-smi releases) with a
+# private apt state under <cache>/apt/, so the machine's apt config,
 # /var/lib/apt/lists and /var/cache/apt are never touched.
 
-DEBAPT_SUITE=bookworm
+DEBAPT_SUITE=bookworm  # the machine's own release: its mirror entry is looked up by it
+DEBAPT_SUITES="bookworm trixie experimental"
 DEBAPT_COMPONENTS="contrib non-free"  # pynvml is in contrib, nvidia-smi in non-free; main (18 MB of lists) is not needed
 
 debapt_log() { echo "${0##*/}: $*" >&2; }
@@ -85,7 +87,7 @@ debapt_init() {
   cat >"$DEBAPT_DIR/sources.sources" <<EOF
 Types: deb
 URIs: $uri
-Suites: $DEBAPT_SUITE
+Suites: $DEBAPT_SUITES
 Components: $DEBAPT_COMPONENTS
 Architectures: $(dpkg --print-architecture)
 Targets: Packages
@@ -109,19 +111,20 @@ EOF
   )
   export TMPDIR=$DEBAPT_DIR/tmp  # gpgv and friends put temp files here
 
-  debapt_log "updating private package lists ($uri $DEBAPT_SUITE $DEBAPT_COMPONENTS)"
+  debapt_log "updating private package lists ($uri $DEBAPT_SUITES $DEBAPT_COMPONENTS)"
   # --error-on=any: otherwise a failed fetch only warns and exits 0.
   apt-get "${DEBAPT_OPTS[@]}" --error-on=any update >&2 ||
     debapt_die "apt-get update failed (mirror $uri)"
 }
 
-# Download package $1 into <cache>/apt/debs and print the .deb path.
+# Download package $1 (NAME, or NAME/SUITE for that suite's version) into
+# <cache>/apt/debs and print the .deb path.
 debapt_download() {
-  local pkg=$1 deb
+  local spec=$1 pkg=${1%%/*} deb
   rm -f "$DEBAPT_DIR/debs/${pkg}_"*.deb
-  debapt_log "downloading $pkg"
-  (cd "$DEBAPT_DIR/debs" && apt-get "${DEBAPT_OPTS[@]}" download "$pkg" >&2) ||
-    debapt_die "apt-get download $pkg failed"
+  debapt_log "downloading $spec"
+  (cd "$DEBAPT_DIR/debs" && apt-get "${DEBAPT_OPTS[@]}" download "$spec" >&2) ||
+    debapt_die "apt-get download $spec failed"
   deb=$(compgen -G "$DEBAPT_DIR/debs/${pkg}_*.deb" | head -n 1) ||
     debapt_die "no .deb for $pkg after download"
   echo "$deb"

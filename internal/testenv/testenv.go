@@ -72,6 +72,28 @@ func NvidiaSMI(t testing.TB) string {
 	return p
 }
 
+// SMIVersions are the nvidia-smi releases make deps fetches from Debian.
+var SMIVersions = []string{"470.256.02", "535.261.03", "550.163.01", "555.58.02"}
+
+// SMI is one real nvidia-smi release.
+type SMI struct{ Version, Path string }
+
+// NvidiaSMIs are every real nvidia-smi make deps fetched, oldest first:
+// $NVMOCK_CACHE/smi/<version>/nvidia-smi. Each missing one counts as a
+// missing prerequisite.
+func NvidiaSMIs(t testing.TB) []SMI {
+	t.Helper()
+	var out []SMI
+	for _, v := range SMIVersions {
+		p := filepath.Join(CacheDir(), "smi", v, "nvidia-smi")
+		if _, err := os.Stat(p); err != nil {
+			Missing(t, "nvidia-smi %s at %s (run make deps)", v, p)
+		}
+		out = append(out, SMI{v, p})
+	}
+	return out
+}
+
 // Tool finds a program on PATH.
 func Tool(t testing.TB, name string) string {
 	t.Helper()
@@ -133,7 +155,7 @@ func Env(t testing.TB, snapshotPath string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch k, _, _ := cut(kv); k {
-		case "LD_LIBRARY_PATH", "NVMOCK_SNAPSHOT", "NVIDIA_VISIBLE_DEVICES", "NVMOCK_DEV_ROOT", "NVMOCK_TRACE":
+		case "LD_LIBRARY_PATH", "NVMOCK_SNAPSHOT", "NVIDIA_VISIBLE_DEVICES", "NVMOCK_VISIBLE_DEVICES", "NVMOCK_DEV_ROOT", "NVMOCK_TRACE":
 			continue
 		}
 		env = append(env, kv)

@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 2
+const SnapshotVersion = 3
 
 // Kind is the storage type of a field.
 type Kind int
@@ -123,10 +123,13 @@ var Schema = []Record{
 		{"fabric_status", U32, 0, "nvmlReturn_t"},
 		{"fabric_clique", U32, 0, ""},
 		{"fabric_cluster_uuid", U32s, 4, "16 raw bytes"},
+		{"fabric_health_mask", U32, 0, "NVML_GPU_FABRIC_HEALTH_MASK_* bits"},
+		{"fabric_health_summary", U32, 0, "NVML_GPU_FABRIC_HEALTH_SUMMARY_*"},
 		{"persistence_mode", U32, 0, ""},
 		{"compute_mode", U32, 0, ""},
 		{"ecc_current", U32, 0, ""},
 		{"ecc_pending", U32, 0, ""},
+		{"ecc_default", U32, 0, "as the board ships"},
 		{"mig_current", U32, 0, "not available: not MIG capable"},
 		{"mig_pending", U32, 0, ""},
 		{"max_mig_devices", U32, 0, ""},
@@ -154,18 +157,23 @@ var Schema = []Record{
 		{"nvlink_speed_mbps", U32, 0, "per link"},
 		{"nvlink_remote", U32, 0, "nvmlIntNvLinkDeviceType_t"},
 		{"nvlink_remote_device_id", U32, 0, "PCI id of the peer (switch)"},
-		{"nvlink_remote_bus_first", U32, 0, "bus of the first peer switch"},
+		{"nvlink_remote_addr", U32s, 18, "per link: the NVSwitch's domain<<16 | bus<<8 | device<<3 | function; not available: not on the node"},
 		{"addressing_mode", U32, 0, "nvmlDeviceAddressingModeType_t"},
 		{"sparse_mode", U32, 0, "sparse operation mode: 0 disabled, 1 enabled"},
 		{"c2c_mode", U32, 0, "chip-to-chip link to the CPU: 0 disabled, 1 enabled"},
 		{"pcie_switch", U32, 0, "PCIe switch group; not available: none shared"},
 		{"pcie_switch_level", U32, 0, "nvmlGpuTopologyLevel_t between GPUs of one switch group"},
+		{"clock_reasons_supported", U32, 0, "nvmlClocksEventReason* bits"},
+		{"memory_bus_width", U32, 0, "bits"},
+		{"gpu_cores", U32, 0, "CUDA cores"},
+		{"bus_type", U32, 0, "nvmlBusType_t"},
+		{"power_source", U32, 0, "nvmlPowerSource_t"},
+		{"egm", U32, 0, "extended GPU memory: 0 disabled, 1 enabled"},
 		{"cpu_affinity", U64s, 16, "bit mask of CPUs"},
 		{"memory_total", U64, 0, "bytes"},
 		{"memory_reserved", U64, 0, "bytes"},
 		{"memory_used", U64, 0, "bytes"},
 		{"bar1_total", U64, 0, "bytes"},
 		{"bar1_used", U64, 0, "bytes"},
-		{"energy_mj", U64, 0, "total energy"},
 	}},
 }

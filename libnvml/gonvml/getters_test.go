@@ -403,6 +403,12 @@ func nvlink(t *testing.T, p *profile.Profile, i int, d nvml.Device) {
 			t.Errorf("GetNvLinkVersion(%d) = %d, link 0 has %d", link, ver, link0)
 		}
 		pci, ret := d.GetNvLinkRemotePciInfo(link)
+		switches := p.Topology.LinkSwitches(uint32(links))
+		if l.Remote == "switch" && switches == nil {
+			// The switches are outside the node (an NVL72 tray): no PCI device of it.
+			checkRet(t, fmt.Sprintf("GetNvLinkRemotePciInfo(%d) with no switch on the node", link), ret, nvml.ERROR_NOT_SUPPORTED)
+			continue
+		}
 		if ret != nvml.SUCCESS {
 			t.Errorf("GetNvLinkRemotePciInfo(%d): %v", link, ret)
 			continue
@@ -415,8 +421,9 @@ func nvlink(t *testing.T, p *profile.Profile, i int, d nvml.Device) {
 			if pci.PciDeviceId != uint32(l.RemoteDeviceID) {
 				t.Errorf("GetNvLinkRemotePciInfo(%d).PciDeviceId = %#x, want the switch %#x", link, pci.PciDeviceId, uint32(l.RemoteDeviceID))
 			}
-			if want := snapshot.PCIAddress(p, i).Domain; pci.Domain != want || gpuBuses[pci.Bus] {
-				t.Errorf("GetNvLinkRemotePciInfo(%d) = %s, want a switch in domain %d off the GPUs' buses", link, cstr(pci.BusId[:]), want)
+			want, _ := profile.ParsePCIAddress(p.Topology.NVSwitches[switches[link]])
+			if pci.Domain != want.Domain || pci.Bus != want.Bus || pci.Device != want.Device || gpuBuses[pci.Bus] {
+				t.Errorf("GetNvLinkRemotePciInfo(%d) = %s, want switch %d of the topology, %s", link, cstr(pci.BusId[:]), switches[link], p.Topology.NVSwitches[switches[link]])
 			}
 		case "gpu":
 			if !gpuBuses[pci.Bus] || pci.PciDeviceId != uint32(p.Board.PCI.DeviceID) {

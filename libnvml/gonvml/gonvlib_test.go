@@ -20,7 +20,7 @@ func TestGoNvlibWalksDevicesAsNvidiaToolsDo(t *testing.T) {
 	snap, p := testenv.Snapshot(t, "a100", 0)
 	t.Setenv("NVMOCK_SNAPSHOT", snap)
 	t.Setenv("NVMOCK_DEV_ROOT", t.TempDir())
-	t.Setenv("NVIDIA_VISIBLE_DEVICES", "")
+	t.Setenv("NVMOCK_VISIBLE_DEVICES", "")
 	lib := nvml.New(nvml.WithLibraryPath(testenv.Lib(t)))
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		t.Fatalf("Init: %v", ret)

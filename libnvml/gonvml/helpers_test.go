@@ -28,7 +28,7 @@ func unsetenv(t testing.TB, key string) {
 
 // cleanEnv points the library at snapshotPath (unset when empty) with an
 // empty dev root, so the host's /dev cannot filter, and no
-// NVIDIA_VISIBLE_DEVICES. It returns the dev root.
+// NVIDIA_VISIBLE_DEVICES or NVMOCK_VISIBLE_DEVICES. It returns the dev root.
 func cleanEnv(t testing.TB, snapshotPath string) string {
 	t.Helper()
 	if snapshotPath == "" {
@@ -39,6 +39,7 @@ func cleanEnv(t testing.TB, snapshotPath string) string {
 	root := t.TempDir()
 	t.Setenv("NVMOCK_DEV_ROOT", root)
 	unsetenv(t, "NVIDIA_VISIBLE_DEVICES")
+	unsetenv(t, "NVMOCK_VISIBLE_DEVICES")
 	unsetenv(t, "NVMOCK_TRACE")
 	return root
 }

@@ -112,43 +112,42 @@ func TestVisibility(t *testing.T) {
 	}
 	unset := "<unset>"
 
-	cases := []struct {
+	type visCase struct {
 		name     string
 		ctl      bool   // $NVMOCK_DEV_ROOT/nvidiactl exists
 		nodes    []int  // $NVMOCK_DEV_ROOT/nvidia<minor> that exist
-		visible  string // NVIDIA_VISIBLE_DEVICES
+		nvidia   string // NVIDIA_VISIBLE_DEVICES, which the library ignores
+		visible  string // NVMOCK_VISIBLE_DEVICES
 		want     []int  // node GPUs seen, in index order
 		wantInit nvml.Return
-	}{
-		{name: "a process without any device nodes sees every GPU", visible: unset, want: all},
-		{name: "a dev root with nvidiactl, nvidia1 and nvidia3 sees exactly GPUs 1 and 3", ctl: true, nodes: []int{1, 3}, visible: unset, want: []int{1, 3}},
-		{name: "a dev root with only nvidiactl sees no GPU", ctl: true, visible: unset, want: []int{}},
-		{name: "a dev root with every node sees every GPU", ctl: true, nodes: all, visible: unset, want: all},
-		{name: "device nodes without nvidiactl do not filter", nodes: []int{1, 3}, visible: unset, want: all},
-		{name: "NVIDIA_VISIBLE_DEVICES=2,5 sees GPUs 2 and 5", visible: "2,5", want: []int{2, 5}},
-		{name: "NVIDIA_VISIBLE_DEVICES in another order keeps the node's order", visible: "5,2", want: []int{2, 5}},
-		{name: "a full UUID selects its GPU", visible: uuid(6), want: []int{6}},
-		{name: "a unique UUID prefix selects its GPU", visible: unique, want: []int{4}},
-		{name: "an index and a UUID mix in one list", visible: "0," + uuid(7), want: []int{0, 7}},
-		{name: "dev nodes 1 and 3 with NVIDIA_VISIBLE_DEVICES=3 see only GPU 3", ctl: true, nodes: []int{1, 3}, visible: "3", want: []int{3}},
-		{name: "NVIDIA_VISIBLE_DEVICES=all does not filter", visible: "all", want: all},
-		{name: "NVIDIA_VISIBLE_DEVICES=void does not filter", visible: "void", want: all},
-		{name: "NVIDIA_VISIBLE_DEVICES=none does not filter", visible: "none", want: all},
-		{name: "an empty NVIDIA_VISIBLE_DEVICES does not filter", visible: "", want: all},
-		{name: "an index past the node's GPUs fails Init", visible: "17", wantInit: nvml.ERROR_UNKNOWN},
-		{name: "a UUID of no GPU on the node fails Init", visible: unknownUUID, wantInit: nvml.ERROR_UNKNOWN},
-		{name: "one bad entry among good ones fails Init", visible: "2,17", wantInit: nvml.ERROR_UNKNOWN},
-		{name: "the bare prefix GPU- fails Init", visible: "GPU-", wantInit: nvml.ERROR_UNKNOWN},
+	}
+	cases := []visCase{
+		{name: "a process without any device nodes sees every GPU", nvidia: unset, visible: unset, want: all},
+		{name: "a dev root with nvidiactl, nvidia1 and nvidia3 sees exactly GPUs 1 and 3", ctl: true, nodes: []int{1, 3}, nvidia: unset, visible: unset, want: []int{1, 3}},
+		{name: "a dev root with only nvidiactl sees no GPU", ctl: true, nvidia: unset, visible: unset, want: []int{}},
+		{name: "a dev root with every node sees every GPU", ctl: true, nodes: all, nvidia: unset, visible: unset, want: all},
+		{name: "device nodes without nvidiactl do not filter", nodes: []int{1, 3}, nvidia: unset, visible: unset, want: all},
+		// The real libnvidia-ml ignores NVIDIA_VISIBLE_DEVICES: the runtime acts on it.
+		{name: "NVIDIA_VISIBLE_DEVICES=3 on a host still sees every GPU", nvidia: "3", visible: unset, want: all},
+		{name: "NVIDIA_VISIBLE_DEVICES naming a MIG device still initializes", nvidia: "MIG-4f6d2a3e-1c2b-5d7e-9f00-123456789abc", visible: unset, want: all},
+		{name: "NVIDIA_VISIBLE_DEVICES naming no GPU still initializes", nvidia: "17", visible: unset, want: all},
+		{name: "dev nodes 1 and 3 with NVIDIA_VISIBLE_DEVICES=3 see GPUs 1 and 3", ctl: true, nodes: []int{1, 3}, nvidia: "3", visible: unset, want: []int{1, 3}},
+		{name: "NVMOCK_VISIBLE_DEVICES=2,5 sees GPUs 2 and 5", nvidia: unset, visible: "2,5", want: []int{2, 5}},
+		{name: "NVMOCK_VISIBLE_DEVICES in another order keeps the node's order", nvidia: unset, visible: "5,2", want: []int{2, 5}},
+		{name: "a full UUID selects its GPU", nvidia: unset, visible: uuid(6), want: []int{6}},
+		{name: "a unique UUID prefix selects its GPU", nvidia: unset, visible: unique, want: []int{4}},
+		{name: "an index and a UUID mix in one list", nvidia: unset, visible: "0," + uuid(7), want: []int{0, 7}},
+		{name: "device nodes decide where the control node exists, not NVMOCK_VISIBLE_DEVICES", ctl: true, nodes: []int{1, 3}, nvidia: unset, visible: "3", want: []int{1, 3}},
+		{name: "NVMOCK_VISIBLE_DEVICES=all does not filter", nvidia: unset, visible: "all", want: all},
+		{name: "NVMOCK_VISIBLE_DEVICES=none hides every GPU", nvidia: unset, visible: "none", want: []int{}},
+		{name: "an empty NVMOCK_VISIBLE_DEVICES does not filter", nvidia: unset, visible: "", want: all},
+		{name: "an index past the node's GPUs fails Init", nvidia: unset, visible: "17", wantInit: nvml.ERROR_UNKNOWN},
+		{name: "a UUID of no GPU on the node fails Init", nvidia: unset, visible: unknownUUID, wantInit: nvml.ERROR_UNKNOWN},
+		{name: "one bad entry among good ones fails Init", nvidia: unset, visible: "2,17", wantInit: nvml.ERROR_UNKNOWN},
+		{name: "the bare prefix GPU- fails Init", nvidia: unset, visible: "GPU-", wantInit: nvml.ERROR_UNKNOWN},
 	}
 	if shared != "" {
-		cases = append(cases, struct {
-			name     string
-			ctl      bool
-			nodes    []int
-			visible  string
-			want     []int
-			wantInit nvml.Return
-		}{name: "a prefix two GPUs share (" + shared + ") fails Init", visible: shared, wantInit: nvml.ERROR_UNKNOWN})
+		cases = append(cases, visCase{name: "a prefix two GPUs share (" + shared + ") fails Init", nvidia: unset, visible: shared, wantInit: nvml.ERROR_UNKNOWN})
 	} else {
 		t.Logf("no two of the %d UUIDs share a hex digit after GPU-; only the bare prefix tests ambiguity", p.GPUs)
 	}
@@ -162,8 +161,11 @@ func TestVisibility(t *testing.T) {
 			for _, m := range c.nodes {
 				touch(t, filepath.Join(root, fmt.Sprintf("nvidia%d", m)))
 			}
+			if c.nvidia != unset {
+				t.Setenv("NVIDIA_VISIBLE_DEVICES", c.nvidia)
+			}
 			if c.visible != unset {
-				t.Setenv("NVIDIA_VISIBLE_DEVICES", c.visible)
+				t.Setenv("NVMOCK_VISIBLE_DEVICES", c.visible)
 			}
 			lib := newLib(t)
 			if c.wantInit != nvml.SUCCESS {
@@ -205,7 +207,7 @@ func TestVisibility(t *testing.T) {
 	}
 }
 
-// TestVisibilityErrorsNameTheEntry runs failing NVIDIA_VISIBLE_DEVICES
+// TestVisibilityErrorsNameTheEntry runs failing NVMOCK_VISIBLE_DEVICES
 // settings in a process of their own to read the library's one stderr line.
 func TestVisibilityErrorsNameTheEntry(t *testing.T) {
 	path, _ := testenv.Snapshot(t, "a100", 0)
@@ -216,15 +218,15 @@ func TestVisibilityErrorsNameTheEntry(t *testing.T) {
 		{"an unknown UUID is named as no GPU", "GPU-ffffffff-dead", `"GPU-ffffffff-dead"`, "names no gpu"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runHelper(t, path, "NVIDIA_VISIBLE_DEVICES="+c.visible)
+			r := runHelper(t, path, "NVMOCK_VISIBLE_DEVICES="+c.visible)
 			checkRet(t, "Init", r.init, nvml.ERROR_UNKNOWN)
 			line, rest, _ := strings.Cut(r.stderr, "\n")
 			if rest != "" || !strings.HasSuffix(r.stderr, "\n") {
 				t.Errorf("stderr is not exactly one line:\n%s", r.stderr)
 			}
-			if !strings.Contains(line, "NVIDIA_VISIBLE_DEVICES") || !strings.Contains(line, c.entry) ||
+			if !strings.Contains(line, "NVMOCK_VISIBLE_DEVICES") || !strings.Contains(line, c.entry) ||
 				!strings.Contains(strings.ToLower(line), c.problem) {
-				t.Errorf("stderr line %q does not name NVIDIA_VISIBLE_DEVICES, the entry %s and the problem (%q)", line, c.entry, c.problem)
+				t.Errorf("stderr line %q does not name NVMOCK_VISIBLE_DEVICES, the entry %s and the problem (%q)", line, c.entry, c.problem)
 			}
 		})
 	}

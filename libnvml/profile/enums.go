@@ -34,9 +34,23 @@ var (
 	FabricStates = map[string]uint32{"Not Supported": 0, "Not Started": 1, "In Progress": 2, "Completed": 3}
 	// FabricStatuses are the nvmlReturn_t a finished registration reports.
 	FabricStatuses = map[string]uint32{"Success": 0, "Not Supported": 3, "Unknown Error": 999}
+	// FabricHealthSummaries are NVML_GPU_FABRIC_HEALTH_SUMMARY_* by name.
+	FabricHealthSummaries = map[string]uint32{"Healthy": 1, "Unhealthy": 2, "Limited Capacity": 3}
 	// NVLinkVersions are nvmlNvlinkVersion_t codes, not generations: a real
 	// A100 reports 5 ("3.1").
 	NVLinkVersions = map[string]uint32{
 		"1.0": 1, "2.0": 2, "2.2": 3, "3.0": 4, "3.1": 5, "4.0": 6, "5.0": 7, "6.0": 8,
+	}
+)
+
+// Chip facts by NVML's names.
+var (
+	BusTypes     = map[string]uint32{"PCI": 1, "PCIe": 2, "FPCI": 3, "AGP": 4}
+	PowerSources = map[string]uint32{"AC": 0, "Battery": 1, "Undersized": 2}
+	// ClockEventReasonBits are nvmlClocksEventReason* bits by name.
+	ClockEventReasonBits = map[string]uint32{
+		"GpuIdle": 0x1, "ApplicationsClocksSetting": 0x2, "SwPowerCap": 0x4, "HwSlowdown": 0x8,
+		"SyncBoost": 0x10, "SwThermalSlowdown": 0x20, "HwThermalSlowdown": 0x40,
+		"HwPowerBrakeSlowdown": 0x80, "DisplayClockSetting": 0x100,
 	}
 )

@@ -87,6 +87,7 @@ func Parse(file string, data []byte) (*Profile, error) {
 		}
 		return nil, located(file, data, []error{errors.New(msg)})
 	}
+	p.Driver.resolve()
 	if errs := p.Validate(); len(errs) > 0 {
 		return nil, located(file, data, errs)
 	}
@@ -94,7 +95,9 @@ func Parse(file string, data []byte) (*Profile, error) {
 }
 
 // onBase lays a profile over the built-in it names: maps merge key by key,
-// anything else (lists included) replaces the base's value.
+// anything else (lists included) replaces the base's value. The driver
+// block is replaced whole: a profile naming another driver version takes the
+// CUDA and NVML versions of that driver, not the base's.
 func onBase(name any, top map[string]any) (map[string]any, error) {
 	n, ok := name.(string)
 	if !ok {
@@ -107,6 +110,9 @@ func onBase(name any, top map[string]any) (map[string]any, error) {
 	var base map[string]any
 	if err := yaml.Unmarshal(data, &base); err != nil {
 		return nil, fmt.Errorf("base: built-in %s: %w", n, err)
+	}
+	if d, ok := top["driver"]; ok {
+		base["driver"] = d
 	}
 	return mergeMaps(base, top), nil
 }

@@ -26,7 +26,7 @@ func TestBuiltinA100MatchesTheRealBoard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Values from shared/reference/hardware/qx-a100.xml.
+	// Values from libnvml/smi/testdata/hardware/qx-a100.xml.
 	if p.GPUs != 8 || p.Board.ProductName != "NVIDIA A100-SXM4-40GB" || p.Board.Memory.Total != 40960<<20 ||
 		uint32(p.Board.PCI.DeviceID) != 0x20B010DE || *p.Board.Power.MaxLimit != 400 || *p.Board.Thermal.Shutdown != 92 {
 		t.Errorf("a100 profile drifted from the capture: %+v", p.Board)

@@ -38,11 +38,12 @@ func (b *BoardPatch) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Driver is what the mock driver reports about itself.
+// Driver is what the mock driver reports about itself. CUDA and NVML
+// versions follow from the driver's branch when left out.
 type Driver struct {
-	Version     string `json:"version"`     // e.g. 535.261.03
-	CUDAVersion string `json:"cudaVersion"` // e.g. "12.2"
-	NVMLVersion string `json:"nvmlVersion"` // e.g. 12.535.261.03
+	Version     string `json:"version"`               // e.g. 580.105.08
+	CUDAVersion string `json:"cudaVersion,omitempty"` // e.g. "13.0"
+	NVMLVersion string `json:"nvmlVersion,omitempty"` // e.g. 13.580.105.08
 }
 
 // Board holds what every GPU of the node shares.
@@ -57,9 +58,10 @@ type Board struct {
 	GPUPartNumber      string       `json:"gpuPartNumber,omitempty"`
 	BoardID            *uint32      `json:"boardId,omitempty"` // default: from the PCI address
 	MultiGPUBoard      bool         `json:"multiGpuBoard"`
-	GSPFirmwareVersion string       `json:"gspFirmwareVersion,omitempty"`
-	AddressingMode     string       `json:"addressingMode,omitempty"` // None, HMM, ATS
-	C2C                string       `json:"c2c,omitempty"`            // chip-to-chip link to a Grace CPU: Enabled, Disabled
+	GSPFirmware        bool         `json:"gspFirmware,omitempty"`        // runs the driver's GSP firmware: its version is the driver's
+	GSPFirmwareVersion string       `json:"gspFirmwareVersion,omitempty"` // another GSP firmware version than the driver's
+	AddressingMode     string       `json:"addressingMode,omitempty"`     // None, HMM, ATS
+	C2C                string       `json:"c2c,omitempty"`                // chip-to-chip link to a Grace CPU: Enabled, Disabled
 	Inforom            Inforom      `json:"inforom"`
 	PCI                PCI          `json:"pci"`
 	Memory             Memory       `json:"memory"`
@@ -73,6 +75,15 @@ type Board struct {
 	NVLink             *NVLink      `json:"nvlink,omitempty"`
 	ModulePower        *Power       `json:"modulePower,omitempty"` // Grace boards: GPU+CPU+memory
 	Fabric             *Fabric      `json:"fabric,omitempty"`      // NVLink fabric (NVSwitch, NVL72)
+	// What the chip is, from public specifications; absent: N/A.
+	MemoryBusWidth *uint32 `json:"memoryBusWidth,omitempty"` // bits
+	CUDACores      *uint32 `json:"cudaCores,omitempty"`      // SMs x cores per SM
+	BusType        string  `json:"busType,omitempty"`        // PCIe, PCI, AGP, FPCI
+	PowerSource    string  `json:"powerSource,omitempty"`    // AC, Battery, Undersized
+	EGM            string  `json:"egm,omitempty"`            // extended GPU memory: Enabled, Disabled
+	// ClockEventReasons are the clock event (throttle) reasons the board
+	// reports, by nvidia-smi's names; others show as N/A.
+	ClockEventReasons []string `json:"clockEventReasons,omitempty"`
 }
 
 // Fabric is the GPU's registration with the NVLink fabric manager.
@@ -81,6 +92,13 @@ type Fabric struct {
 	Status      string `json:"status"`      // Success, or an NVML error name
 	CliqueID    uint32 `json:"cliqueId"`    // NVLink clique (partition)
 	ClusterUUID string `json:"clusterUuid"` // e.g. 00000001-0000-0000-0000-000000000001
+	// HealthMask is NVML's fabric health mask (NVML_GPU_FABRIC_HEALTH_MASK_*:
+	// two bits each for degraded bandwidth, route recovery, route unhealthy,
+	// access-timeout recovery, then four for the configuration); 0: none
+	// reported. HealthSummary is Healthy, Unhealthy or Limited Capacity;
+	// absent: not reported.
+	HealthMask    Hex32  `json:"healthMask,omitempty"`
+	HealthSummary string `json:"healthSummary,omitempty"`
 }
 
 // Inforom versions; empty means N/A.
@@ -144,6 +162,10 @@ type Clocks struct {
 	Max                 ClockSet          `json:"max"`
 	MaxBoost            ClockSet          `json:"maxBoost"`
 	Supported           []SupportedClocks `json:"supported,omitempty"`
+	// ApplicationsDeprecated makes the application clocks (current and
+	// default) answer "deprecated", as drivers from 570 on do on boards
+	// without settable application clocks.
+	ApplicationsDeprecated bool `json:"applicationsDeprecated,omitempty"`
 }
 
 // SupportedClocks lists the graphics clocks allowed at one memory clock,
@@ -211,6 +233,7 @@ type Modes struct {
 type ECC struct {
 	Current bool `json:"current"`
 	Pending bool `json:"pending"`
+	Default bool `json:"default"` // as the board ships
 }
 
 // MIG modes and capacity.
@@ -275,4 +298,10 @@ type Topology struct {
 	// two of them: PIX (one switch) or PXB (a switch complex).
 	PCIeSwitches    []uint32 `json:"pcieSwitches,omitempty"`
 	PCIeSwitchLevel string   `json:"pcieSwitchLevel,omitempty"`
+	// NVSwitches are the node's NVLink switches as PCI devices. Every GPU's
+	// links spread over them in order, in blocks of LinksPerSwitch (default:
+	// an even split). Empty where the switches are outside the node (an
+	// NVL72 compute tray): a link's remote PCI device is then not reported.
+	NVSwitches     []string `json:"nvswitches,omitempty"`
+	LinksPerSwitch []uint32 `json:"linksPerSwitch,omitempty"`
 }

@@ -6,18 +6,29 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/validate/content"
 )
 
 // Limits of the snapshot's fixed-size fields and sane bounds.
 const (
-	MaxGPUs         = 4096
-	MaxMemClocks    = 8
-	maxNameLen      = 95
-	maxVersionLen   = 79
-	maxPartLen      = 79
-	maxShortStrLen  = 15
-	maxMidStrLen    = 31
-	maxSerialPrefix = 12
+	// MaxGPUs: a real node has at most 32 (NV_MAX_DEVICES in NVIDIA's
+	// nvlimits.h); the real nvidia-smi 535 handles 64 mock GPUs and no more
+	// (topo -m crashes and topo -p2p fails at 65), and GPU minors must stay
+	// below nvidia-modeset's 254 and nvidiactl's 255.
+	MaxGPUs      = 64
+	MaxMemClocks = 8
+	// MaxGraphicsClocks bounds the graphics clocks per memory clock, so a
+	// mistyped range (min 1, step 1) cannot compile into megabytes. Real
+	// boards list at most 261 (GB300; 260 on GB200, 247 on B200): 1024
+	// leaves four times that. nvidia-smi 535 shows only lists of up to 256.
+	MaxGraphicsClocks = 1024
+	maxNameLen        = 95
+	maxVersionLen     = 79
+	maxPartLen        = 79
+	maxShortStrLen    = 15
+	maxMidStrLen      = 31
+	maxSerialPrefix   = 12
 )
 
 var (
@@ -70,16 +81,13 @@ func (p *Profile) Validate() []error {
 	if p.GPUs < 1 || p.GPUs > MaxGPUs {
 		c.fail("gpus", "%d is out of range; use 1 to %d", p.GPUs, MaxGPUs)
 	}
-	if !driverVersionRE.MatchString(p.Driver.Version) || len(p.Driver.Version) > maxVersionLen {
-		c.fail("driver.version", "%q is not a driver version such as \"535.261.03\"", p.Driver.Version)
-	}
-	if _, err := CUDAVersionNumber(p.Driver.CUDAVersion); err != nil {
-		c.fail("driver.cudaVersion", "%v", err)
-	}
-	c.str("driver.nvmlVersion", p.Driver.NVMLVersion, maxVersionLen, true)
+	p.Driver.validate(c)
+	p.validateDriverRunsBoard(c)
 	p.Board.validate(c)
+	p.Board.validateLabel(c)
 	p.validateDevices(c)
 	p.Topology.validate(c)
+	p.validateNVSwitches(c)
 	return c.errs
 }
 
@@ -180,6 +188,7 @@ func (b *Board) validate(c *checker) {
 	}
 
 	b.Clocks.validate(c)
+	b.validateChip(c)
 	b.Power.validate(c, "board.power.")
 	if b.ModulePower != nil {
 		b.ModulePower.validate(c, "board.modulePower.")
@@ -190,6 +199,7 @@ func (b *Board) validate(c *checker) {
 		if _, err := ParseUUID(f.ClusterUUID); err != nil {
 			c.fail("board.fabric.clusterUuid", "%v", err)
 		}
+		f.validateHealth(c)
 	}
 	t := b.Thermal
 	if t.Shutdown != nil && t.Slowdown != nil && *t.Slowdown > *t.Shutdown {
@@ -261,10 +271,53 @@ func (cl *Clocks) validate(c *checker) {
 			c.fail(f, "give either graphics or max/min/step, not both")
 		case ranged && (s.Step == 0 || s.Min == 0 || s.Max < s.Min):
 			c.fail(f, "max %d, min %d, step %d is not a range; need max >= min > 0 and step > 0", s.Max, s.Min, s.Step)
+		case ranged && RangeLen(s) > MaxGraphicsClocks:
+			c.fail(f, "range %d MHz down to %d by %d gives %d clocks; at most %d", s.Max, s.Min, s.Step, RangeLen(s), MaxGraphicsClocks)
 		case !ranged && len(s.Graphics) == 0:
 			c.fail(f+".graphics", "is required (or max/min/step)")
+		case len(s.Graphics) > MaxGraphicsClocks:
+			c.fail(f+".graphics", "has %d clocks; at most %d", len(s.Graphics), MaxGraphicsClocks)
 		}
 	}
+}
+
+// RangeLen is how many graphics clocks a max/min/step range gives.
+func RangeLen(s SupportedClocks) uint64 {
+	if s.Step == 0 || s.Max < s.Min {
+		return 0
+	}
+	return uint64(s.Max-s.Min)/uint64(s.Step) + 1
+}
+
+// ProductLabel is the node label value gpu-feature-discovery makes of a
+// product name (sanitise in k8s-device-plugin's internal/lm): it drops
+// every character but letters, digits, '-', '_', '.' and spaces, and joins
+// the words with '-'. It does not shorten: GFD's label for a longer name is
+// one Kubernetes refuses, which validation rejects.
+func ProductLabel(name string) string {
+	kept := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == ' ':
+			return r
+		}
+		return -1
+	}, name)
+	return strings.Join(strings.Fields(kept), "-")
+}
+
+// validateLabel rejects a product name whose node label (nvidia.com/gpu.product,
+// set by hostprep install as GFD would) Kubernetes would refuse: the install
+// would fail on every try, after the overlay is in place.
+func (b *Board) validateLabel(c *checker) {
+	v := ProductLabel(b.ProductName)
+	if len(content.IsLabelValue(v)) == 0 {
+		return
+	}
+	why := "it must start and end with a letter or digit"
+	if len(v) > content.LabelValueMaxLength {
+		why = fmt.Sprintf("%d characters; Kubernetes allows at most %d", len(v), content.LabelValueMaxLength)
+	}
+	c.fail("board.productName", "%q makes the node label nvidia.com/gpu.product=%q, which Kubernetes refuses (%s); shorten the name", b.ProductName, v, why)
 }
 
 func (pw *Power) validate(c *checker, at string) {

@@ -3,83 +3,153 @@
 package smi
 
 import (
-	"os"
+	"bytes"
+	"flag"
+	"fmt"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/nvmock/nvmock/internal/fidelity"
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/profile"
 )
 
-// minFidelity is the share of static `nvidia-smi -q -x` fields that must
-// match the real board's capture (shared/reference/hardware).
-const minFidelity = 95.0
+// minFidelity is the floor: the percentage of static `nvidia-smi -q -x`
+// fields of a profile's first GPU that must match the real capture of its
+// board (testdata/hardware), for every built-in profile and every nvidia-smi
+// scored. Besides, no static field may be N/A where the board has a value.
+const minFidelity = 98.0
 
-var fidelityRE = regexp.MustCompile(`(?m)^static fidelity ([0-9.]+)%$`)
-
-// unrenderable are fields nvidia-smi 535 cannot print as the captures' newer
-// drivers do, whatever NVML returns; each is left out of the score, said so
-// in the test output, and listed with its evidence in docs/fidelity.md.
-var unrenderable = []struct {
-	element, reason string
-}{
-	{"<product_architecture>Unknown</product_architecture>",
-		"nvidia-smi 535 predates Blackwell and prints Unknown for NVML_DEVICE_ARCH_BLACKWELL (10)"},
+// An smiBuild is one real nvidia-smi to render the mock with.
+type smiBuild struct {
+	version string // its own version, 535.261.03; the mock's driver stays 535.261.03
+	path    string
 }
 
-// TestEveryProfileMatchesItsRealBoard renders GPU 0 of each built-in profile
-// with the real nvidia-smi 535 and scores it with shared/tools/nvsmi-fidelity
-// against the capture of the physical board.
-func TestEveryProfileMatchesItsRealBoard(t *testing.T) {
-	tool := filepath.Join(testenv.Root(), "..", "shared", "tools", "nvsmi-fidelity")
-	if _, err := os.Stat(tool); err != nil {
-		testenv.Missing(t, "fidelity tool %s (shared/ beside the checkout)", tool)
+var fidelitySMIList = flag.String("fidelity-smi", "",
+	"score with these nvidia-smi builds instead of the one make deps fetches: VERSION=PATH,...")
+
+// fidelitySMIs are the nvidia-smi builds to score with: those given with
+// -fidelity-smi, else every release make deps fetches.
+func fidelitySMIs(t *testing.T) []smiBuild {
+	t.Helper()
+	if *fidelitySMIList == "" {
+		var builds []smiBuild
+		for _, s := range testenv.NvidiaSMIs(t) {
+			builds = append(builds, smiBuild{s.Version, s.Path})
+		}
+		return builds
 	}
-	python := testenv.Tool(t, "python3")
-	for _, name := range profile.Builtins() {
-		t.Run(name, func(t *testing.T) {
-			capture := filepath.Join(testenv.Root(), "..", "shared", "reference", "hardware", "qx-"+name+".xml")
-			if _, err := os.Stat(capture); err != nil {
-				testenv.Missing(t, "capture %s", capture)
-			}
-			snap, _ := testenv.Snapshot(t, name, 0)
-			out, code := smi(t, snap, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "-q", "-x")
-			if code != 0 {
-				t.Fatalf("nvidia-smi -q -x exited %d:\n%s", code, out)
-			}
-			for _, u := range unrenderable {
-				if strings.Contains(out, u.element) {
-					out = strings.ReplaceAll(out, u.element, "")
-					t.Logf("left out of the score: %s (%s)", u.element, u.reason)
-				}
-			}
-			mock := filepath.Join(t.TempDir(), "mock.xml")
-			if err := os.WriteFile(mock, []byte(out), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			report, err := exec.Command(python, tool, mock, capture, "--list").CombinedOutput()
-			if err != nil {
-				t.Fatalf("%s: %v\n%s", tool, err, report)
-			}
-			m := fidelityRE.FindSubmatch(report)
-			if m == nil {
-				t.Fatalf("no score in:\n%s", report)
-			}
-			score, _ := strconv.ParseFloat(string(m[1]), 64)
-			t.Logf("%s: static fidelity %.1f%%", name, score)
-			if score < minFidelity {
-				t.Errorf("static fidelity %.1f%% is below %.0f%%:\n%s", score, minFidelity, report)
-			}
-			// The worst miss: N/A where the real board has a value.
-			for _, l := range strings.Split(string(report), "\n") {
-				if strings.HasPrefix(l, "mock_na\tstatic") {
-					t.Errorf("mock says N/A where the board has a value: %s", l)
-				}
+	var builds []smiBuild
+	for _, item := range strings.Split(*fidelitySMIList, ",") {
+		version, path, ok := strings.Cut(item, "=")
+		if !ok || version == "" || path == "" {
+			t.Fatalf("-fidelity-smi: %q is not VERSION=PATH", item)
+		}
+		builds = append(builds, smiBuild{version, path})
+	}
+	return builds
+}
+
+// TestEveryProfileMatchesItsRealBoard renders every built-in profile with
+// the real nvidia-smi -q -x and scores its first GPU against the capture of
+// the physical board (internal/fidelity). The log gives, per nvidia-smi and
+// board, the score and every static field that misses, then a table of the
+// scores (go test -v, or on failure).
+func TestEveryProfileMatchesItsRealBoard(t *testing.T) {
+	scoreEveryProfile(t, fidelitySMIs(t))
+}
+
+// scoreEveryProfile scores every built-in profile with each nvidia-smi.
+func scoreEveryProfile(t *testing.T, builds []smiBuild) {
+	boards := profile.Builtins()
+	snapshots := map[string]string{}
+	captures := map[string]fidelity.Leaves{}
+	for _, board := range boards {
+		snapshots[board], _ = testenv.Snapshot(t, board, 0)
+		capture, err := fidelity.FirstGPUFile(filepath.Join("testdata", "hardware", "qx-"+board+".xml"))
+		if err != nil {
+			t.Fatalf("capture of %s: %v", board, err)
+		}
+		captures[board] = capture
+	}
+	scores := map[smiBuild]map[string]float64{}
+	for _, build := range builds {
+		scores[build] = map[string]float64{}
+		t.Run(build.version, func(t *testing.T) {
+			for _, board := range boards {
+				t.Run(board, func(t *testing.T) {
+					r := scoreProfile(t, build, snapshots[board], captures[board])
+					scores[build][board] = r.Score
+				})
 			}
 		})
 	}
+	t.Log(scoreTable(builds, boards, scores))
+}
+
+// scoreProfile renders a snapshot with one nvidia-smi, scores its first GPU
+// against the capture and fails the test where the score falls short.
+func scoreProfile(t *testing.T, build smiBuild, snapshot string, capture fidelity.Leaves) fidelity.Report {
+	// Every GPU is rendered and the first scored: no visibility variable,
+	// the mock's or NVIDIA's, is needed to pick it.
+	cmd := exec.Command(build.path, "-q", "-x")
+	cmd.Env = testenv.Env(t, snapshot)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s -q -x: %v\n%s%s", build.path, err, out, &stderr)
+	}
+	mock, err := fidelity.FirstGPU(bytes.NewReader(out))
+	if err != nil {
+		t.Fatalf("%s -q -x: %v", build.path, err)
+	}
+	for _, e := range fidelity.Exclude(mock, capture, fidelity.Unrenderable) {
+		t.Logf("left out of the score: %s", e)
+	}
+	r := fidelity.Compare(mock, capture)
+	t.Logf("static fidelity %.1f%% (floor %.0f%%): %d of %d static fields match; %v",
+		r.Score, minFidelity, r.Static.Same, r.Static.Total(), r.Static)
+	// The static fields that miss, the worst kind first: what to fix.
+	for _, o := range []fidelity.Outcome{fidelity.MockNA, fidelity.Diff, fidelity.HardwareNA, fidelity.BothNA} {
+		for _, row := range r.Select(fidelity.Static, o) {
+			t.Logf("  %-7s %s: mock %q, board %q", o, row.Path, row.Mock, row.Hardware)
+		}
+	}
+	if r.Score < minFidelity {
+		t.Errorf("static fidelity %.1f%% is below the floor of %.0f%%", r.Score, minFidelity)
+	}
+	// The worst miss: N/A where the real board has a value.
+	for _, row := range r.Select(fidelity.Static, fidelity.MockNA) {
+		t.Errorf("N/A where the board has a value: %s: mock %q, board %q", row.Path, row.Mock, row.Hardware)
+	}
+	return r
+}
+
+// scoreTable lays the scores out with a row per board and a column per
+// nvidia-smi; "-" where a board was not scored.
+func scoreTable(builds []smiBuild, boards []string, scores map[smiBuild]map[string]float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "static fidelity (floor %.0f%%)\n%-8s", minFidelity, "board")
+	for _, build := range builds {
+		fmt.Fprintf(&b, " %12s", build.version)
+	}
+	for _, board := range boards {
+		fmt.Fprintf(&b, "\n%-8s", board)
+		for _, build := range builds {
+			score, ok := scores[build][board]
+			cell := "-"
+			if ok {
+				cell = fmt.Sprintf("%.1f%%", score)
+				if score < minFidelity {
+					cell = "below " + cell
+				}
+			}
+			fmt.Fprintf(&b, " %12s", cell)
+		}
+	}
+	return b.String()
 }

@@ -229,9 +229,11 @@ func TestVisibilityAsContainersSeeIt(t *testing.T) {
 		{"a container given GPUs 1 and 3 sees exactly those", []string{"NVMOCK_DEV_ROOT=" + devRoot(t, "nvidiactl", "nvidia1", "nvidia3")}, []int{1, 3}},
 		{"a container given no GPU sees none", []string{"NVMOCK_DEV_ROOT=" + devRoot(t, "nvidiactl")}, nil},
 		{"a pod mounting the node's device nodes with void sees all", []string{"NVMOCK_DEV_ROOT=" + devRoot(t, "nvidiactl", "nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidia4", "nvidia5", "nvidia6", "nvidia7"), "NVIDIA_VISIBLE_DEVICES=void"}, []int{0, 1, 2, 3, 4, 5, 6, 7}},
-		{"NVIDIA_VISIBLE_DEVICES by index restricts further", []string{"NVIDIA_VISIBLE_DEVICES=6,2"}, []int{2, 6}},
-		{"NVIDIA_VISIBLE_DEVICES by UUID", []string{"NVIDIA_VISIBLE_DEVICES=" + ids[5].UUID}, []int{5}},
-		{"device nodes and NVIDIA_VISIBLE_DEVICES combine", []string{"NVMOCK_DEV_ROOT=" + devRoot(t, "nvidiactl", "nvidia1", "nvidia3"), "NVIDIA_VISIBLE_DEVICES=3,4"}, []int{3}},
+		// The real libnvidia-ml ignores NVIDIA_VISIBLE_DEVICES: on a host, a real node lists all 8.
+		{"NVIDIA_VISIBLE_DEVICES on a host does not hide GPUs", []string{"NVIDIA_VISIBLE_DEVICES=3"}, []int{0, 1, 2, 3, 4, 5, 6, 7}},
+		{"a container's device nodes decide, not NVIDIA_VISIBLE_DEVICES", []string{"NVMOCK_DEV_ROOT=" + devRoot(t, "nvidiactl", "nvidia1", "nvidia3"), "NVIDIA_VISIBLE_DEVICES=3,4"}, []int{1, 3}},
+		{"NVMOCK_VISIBLE_DEVICES by index narrows a host process", []string{"NVMOCK_VISIBLE_DEVICES=6,2"}, []int{2, 6}},
+		{"NVMOCK_VISIBLE_DEVICES by UUID", []string{"NVMOCK_VISIBLE_DEVICES=" + ids[5].UUID}, []int{5}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.want == nil {
@@ -261,8 +263,8 @@ func TestVisibilityAsContainersSeeIt(t *testing.T) {
 
 func TestBadVisibleDevicesEntryFailsInitWithOneLine(t *testing.T) {
 	snap, _ := testenv.Snapshot(t, "a100", 0)
-	out, code := smi(t, snap, []string{"NVIDIA_VISIBLE_DEVICES=0,17"}, "-L")
-	if code == 0 || !strings.Contains(out, `nvmock: NVIDIA_VISIBLE_DEVICES=0,17: entry "17" names no GPU`) {
+	out, code := smi(t, snap, []string{"NVMOCK_VISIBLE_DEVICES=0,17"}, "-L")
+	if code == 0 || !strings.Contains(out, `nvmock: NVMOCK_VISIBLE_DEVICES=0,17: entry "17" names no GPU`) {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
 }
@@ -286,7 +288,7 @@ func TestSixtyFourGPUsAllAppear(t *testing.T) {
 // nvidia-smi 535 reads the enforced limit through its export table (0x360).
 func TestEnforcedPowerLimitQueryComesFromTheProfile(t *testing.T) {
 	snap, p := testenv.Snapshot(t, "h100", 0)
-	out, code := smi(t, snap, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "--query-gpu=enforced.power.limit", "--format=csv,noheader")
+	out, code := smi(t, snap, []string{"NVMOCK_VISIBLE_DEVICES=0"}, "--query-gpu=enforced.power.limit", "--format=csv,noheader")
 	if want := fmt.Sprintf("%.2f W\n", *p.Board.Power.EnforcedLimit); code != 0 || out != want {
 		t.Errorf("exit %d, got %q, want %q", code, out, want)
 	}

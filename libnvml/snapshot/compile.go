@@ -39,6 +39,9 @@ func Compile(p *profile.Profile, opt Options) ([]byte, error) {
 	}
 
 	boards, _ := p.Boards() // validated above
+	if err := checkSize(p.Name, Size(boards)); err != nil {
+		return nil, err
+	}
 	var pool []uint32
 	devs := make([]Device, p.GPUs)
 	for i := range devs {
@@ -58,6 +61,27 @@ func Compile(p *profile.Profile, opt Options) ([]byte, error) {
 		}
 	}
 	return buf.Bytes(), nil
+}
+
+// Size is the length of the snapshot of these GPUs' boards: the header,
+// a record per GPU, and the pool of their supported clocks.
+func Size(boards []profile.Board) uint64 {
+	n := uint64(HeaderSize) + uint64(len(boards))*DeviceSize
+	for i := range boards {
+		for _, s := range boards[i].Clocks.Supported {
+			n += 4 * (1 + uint64(len(s.Graphics)) + profile.RangeLen(s))
+		}
+	}
+	return n
+}
+
+// checkSize refuses a snapshot over MaxBytes, which the library would not
+// map; it is checked before anything is built.
+func checkSize(name string, n uint64) error {
+	if n <= MaxBytes {
+		return nil
+	}
+	return fmt.Errorf("profile %s: the snapshot would be %d bytes, over the limit of %d (%d MiB) the library maps; use fewer GPUs or shorter board.clocks.supported lists", name, n, MaxBytes, MaxBytes>>20)
 }
 
 func put(dst []byte, s string) { copy(dst[:len(dst)-1], s) }
@@ -116,7 +140,7 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	put(d.InforomOem[:], b.Inforom.OEM)
 	put(d.InforomECC[:], b.Inforom.ECC)
 	put(d.InforomPower[:], b.Inforom.Power)
-	put(d.GspFirmware[:], b.GSPFirmwareVersion)
+	put(d.GspFirmware[:], b.GSPVersion(p.Driver.Version))
 
 	addr := PCIAddress(p, i)
 	d.PCIDomain, d.PCIBus, d.PCIDevice = addr.Domain, addr.Bus, addr.Device
@@ -153,6 +177,11 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	d.Clock = clockSet(c.Current)
 	d.AppClock = clockSet(c.Applications)
 	d.DefaultAppClock = clockSet(c.DefaultApplications)
+	if c.ApplicationsDeprecated {
+		for k := range d.AppClock {
+			d.AppClock[k], d.DefaultAppClock[k] = profile.Deprecated, profile.Deprecated
+		}
+	}
 	d.MaxClock = clockSet(c.Max)
 	d.MaxBoostClock = clockSet(c.MaxBoost)
 	d.SupportedMemCount = uint32(len(c.Supported))
@@ -217,7 +246,9 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 		d.FabricState = profile.FabricStates[f.State]
 		d.FabricStatus = profile.FabricStatuses[f.Status]
 		d.FabricClique = f.CliqueID
-		u, _ := profile.ParseUUID(f.ClusterUUID) // validated
+		d.FabricHealthMask = uint32(f.HealthMask)
+		d.FabricHealthSummary = profile.FabricHealthSummaries[f.HealthSummary] // absent: 0, not supported
+		u, _ := profile.ParseUUID(f.ClusterUUID)                               // validated
 		for k := range d.FabricClusterUUID {
 			d.FabricClusterUUID[k] = binary.LittleEndian.Uint32(u[4*k:])
 		}
@@ -226,9 +257,9 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	m := &b.Modes
 	d.PersistenceMode = bool32(m.Persistence)
 	d.ComputeMode = profile.ComputeModes[m.ComputeMode]
-	d.ECCCurrent, d.ECCPending = NA, NA
+	d.ECCCurrent, d.ECCPending, d.ECCDefault = NA, NA, NA
 	if m.ECC != nil {
-		d.ECCCurrent, d.ECCPending = bool32(m.ECC.Current), bool32(m.ECC.Pending)
+		d.ECCCurrent, d.ECCPending, d.ECCDefault = bool32(m.ECC.Current), bool32(m.ECC.Pending), bool32(m.ECC.Default)
 	}
 	d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = NA, NA, 0
 	if m.MIG != nil {
@@ -302,12 +333,35 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 		d.NvlinkRemote = profile.NVLinkRemotes[l.Remote]
 		d.NvlinkRemoteDeviceID = uint32(l.RemoteDeviceID)
 	}
+	for k := range d.NvlinkRemoteAddr {
+		d.NvlinkRemoteAddr[k] = NA
+	}
+	var links uint32
+	if b.NVLink != nil {
+		links = b.NVLink.Links
+	}
+	for link, sw := range t.LinkSwitches(links) {
+		a, _ := profile.ParsePCIAddress(t.NVSwitches[sw]) // validated
+		d.NvlinkRemoteAddr[link] = a.Domain<<16 | a.Bus<<8 | a.Device<<3 | a.Function
+	}
+	d.ClockReasonsSupported = b.ClockEventReasonMask()
+	d.MemoryBusWidth = opt32(b.MemoryBusWidth)
+	d.GPUCores = opt32(b.CUDACores)
+	d.BusType, d.PowerSource, d.Egm = NA, NA, NA
+	if b.BusType != "" {
+		d.BusType = profile.BusTypes[b.BusType]
+	}
+	if b.PowerSource != "" {
+		d.PowerSource = profile.PowerSources[b.PowerSource]
+	}
+	if b.EGM != "" {
+		d.Egm = profile.FeatureStates[b.EGM]
+	}
 
 	d.MemoryTotal = uint64(b.Memory.Total)
 	d.MemoryReserved = uint64(b.Memory.Reserved)
 	d.MemoryUsed = uint64(b.Memory.Used)
 	d.Bar1Total = uint64(b.BAR1.Total)
 	d.Bar1Used = uint64(b.BAR1.Used)
-	d.EnergyMJ = 0
 	return d, nil
 }

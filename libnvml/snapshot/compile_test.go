@@ -51,7 +51,7 @@ func TestCompiledSnapshotCarriesTheProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, devs, pool := decode(t, data)
-	if string(h.Magic[:]) != "NVMOCKSS" || h.Version != Version || h.CudaVersion != 12020 || cstr(h.DriverVersion[:]) != p.Driver.Version {
+	if string(h.Magic[:]) != "NVMOCKSS" || h.Version != Version || h.CudaVersion != 12080 || cstr(h.DriverVersion[:]) != p.Driver.Version {
 		t.Errorf("header: %+v", h)
 	}
 	d := devs[3]

@@ -3,10 +3,14 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 2
+const Version = 3
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
+
+// MaxBytes bounds a snapshot file: Compile writes and the library maps no
+// larger one (libnvml/gen/limits.go).
+const MaxBytes = 8388608
 
 // Header starts the file.
 type Header struct {
@@ -45,122 +49,130 @@ var HeaderLayout = []FieldOffset{
 
 // Device one GPU of the node.
 type Device struct {
-	Name                 [96]byte // product name
-	UUID                 [96]byte // GPU-...
-	Serial               [32]byte
-	BoardPartNumber      [80]byte
-	GPUPartNumber        [80]byte
-	VbiosVersion         [32]byte
-	InforomImage         [32]byte
-	InforomOem           [16]byte
-	InforomECC           [16]byte
-	InforomPower         [16]byte
-	GspFirmware          [40]byte
-	PCIBusID             [32]byte // 00000000:07:00.0
-	Brand                uint32   // nvmlBrandType_t
-	Architecture         uint32   // nvmlDeviceArchitecture_t
-	CcMajor              uint32
-	CcMinor              uint32
-	Minor                uint32 // /dev/nvidiaN
-	BoardID              uint32
-	MultiGPUBoard        uint32
-	ModuleID             uint32
-	PCIDomain            uint32
-	PCIBus               uint32
-	PCIDevice            uint32
-	PCIDeviceID          uint32 // device<<16 | vendor
-	PCISubsystemID       uint32
-	PCIBaseClass         uint32
-	PCISubClass          uint32
-	PcieMaxGen           uint32 // max of GPU and host
-	PcieGPUMaxGen        uint32
-	PcieGen              uint32 // current
-	PcieMaxWidth         uint32
-	PcieWidth            uint32    // current
-	PcieHostMaxGen       uint32    // max generation of the host side of the link
-	PcieAtomicsOut       uint32    // outbound atomic ops: bit 0 FETCHADD_32 .. bit 6 CAS_128
-	PcieAtomicsIn        uint32    // inbound atomic ops, same bits
-	Pad1                 uint32    // keeps the layout 8-aligned
-	PcieTxKbps           uint32    // throughput
-	PcieRxKbps           uint32    // throughput
-	Clock                [4]uint32 // current MHz by nvmlClockType_t
-	AppClock             [4]uint32
-	DefaultAppClock      [4]uint32
-	MaxClock             [4]uint32
-	MaxBoostClock        [4]uint32
-	SupportedMemCount    uint32    // entries in the pool
-	SupportedMemFirst    uint32    // pool index
-	SupportedGfxFirst    [8]uint32 // pool index per memory clock
-	SupportedGfxCount    [8]uint32
-	PowerDrawMW          uint32
-	PowerLimitMW         uint32 // management limit
-	PowerEnforcedMW      uint32
-	PowerDefaultMW       uint32
-	PowerMinMW           uint32
-	PowerMaxMW           uint32
-	TempGPU              uint32     // C
-	TempMemory           uint32     // C
-	TempThreshold        [16]uint32 // C by nvmlTemperatureThresholds_t
-	TempTlimit           uint32     // C below T.Limit; not available: no T.Limit sensor
-	TlimitOffsetMask     uint32     // bit k: tlimit_offset[k] is set
-	TlimitOffset         [4]uint32  // int32 C relative to T.Limit: shutdown, slowdown, mem max, gpu max
-	ModulePowerDrawMW    uint32     // module (GPU+CPU+memory) power; not available: none
-	ModulePowerLimitMW   uint32
-	ModulePowerDefaultMW uint32
-	ModulePowerMinMW     uint32
-	ModulePowerMaxMW     uint32
-	FabricState          uint32 // nvmlGpuFabricState_t; not available: no fabric
-	FabricStatus         uint32 // nvmlReturn_t
-	FabricClique         uint32
-	FabricClusterUUID    [4]uint32 // 16 raw bytes
-	PersistenceMode      uint32
-	ComputeMode          uint32
-	ECCCurrent           uint32
-	ECCPending           uint32
-	MIGCurrent           uint32 // not available: not MIG capable
-	MIGPending           uint32
-	MaxMIGDevices        uint32
-	DisplayMode          uint32
-	DisplayActive        uint32
-	VirtualizationMode   uint32
-	PerformanceState     uint32
-	PowerState           uint32    // P-state of the power readings, or deprecated
-	FanSpeed             uint32    // %
-	UtilGPU              uint32    // %
-	UtilMemory           uint32    // %
-	UtilEncoder          uint32    // %
-	UtilDecoder          uint32    // %
-	UtilJpeg             uint32    // %
-	UtilOFA              uint32    // %
-	ECCCount             [8]uint32 // [volatile, aggregate][corrected, uncorrected][DRAM, SRAM]
-	RetiredPages         uint32    // 1: supported
-	RemappedRows         uint32    // 1: supported
-	RemapperBanks        uint32    // histogram max
-	AccountingMode       uint32
-	AccountingBuffer     uint32
-	NUMANode             uint32
-	NvlinkCount          uint32     // 0: no NVLink
-	NvlinkVersion        uint32     // nvmlNvlinkVersion_t
-	NvlinkSpeedMbps      uint32     // per link
-	NvlinkRemote         uint32     // nvmlIntNvLinkDeviceType_t
-	NvlinkRemoteDeviceID uint32     // PCI id of the peer (switch)
-	NvlinkRemoteBusFirst uint32     // bus of the first peer switch
-	AddressingMode       uint32     // nvmlDeviceAddressingModeType_t
-	SparseMode           uint32     // sparse operation mode: 0 disabled, 1 enabled
-	C2cMode              uint32     // chip-to-chip link to the CPU: 0 disabled, 1 enabled
-	PcieSwitch           uint32     // PCIe switch group; not available: none shared
-	PcieSwitchLevel      uint32     // nvmlGpuTopologyLevel_t between GPUs of one switch group
-	CPUAffinity          [16]uint64 // bit mask of CPUs
-	MemoryTotal          uint64     // bytes
-	MemoryReserved       uint64     // bytes
-	MemoryUsed           uint64     // bytes
-	Bar1Total            uint64     // bytes
-	Bar1Used             uint64     // bytes
-	EnergyMJ             uint64     // total energy
+	Name                  [96]byte // product name
+	UUID                  [96]byte // GPU-...
+	Serial                [32]byte
+	BoardPartNumber       [80]byte
+	GPUPartNumber         [80]byte
+	VbiosVersion          [32]byte
+	InforomImage          [32]byte
+	InforomOem            [16]byte
+	InforomECC            [16]byte
+	InforomPower          [16]byte
+	GspFirmware           [40]byte
+	PCIBusID              [32]byte // 00000000:07:00.0
+	Brand                 uint32   // nvmlBrandType_t
+	Architecture          uint32   // nvmlDeviceArchitecture_t
+	CcMajor               uint32
+	CcMinor               uint32
+	Minor                 uint32 // /dev/nvidiaN
+	BoardID               uint32
+	MultiGPUBoard         uint32
+	ModuleID              uint32
+	PCIDomain             uint32
+	PCIBus                uint32
+	PCIDevice             uint32
+	PCIDeviceID           uint32 // device<<16 | vendor
+	PCISubsystemID        uint32
+	PCIBaseClass          uint32
+	PCISubClass           uint32
+	PcieMaxGen            uint32 // max of GPU and host
+	PcieGPUMaxGen         uint32
+	PcieGen               uint32 // current
+	PcieMaxWidth          uint32
+	PcieWidth             uint32    // current
+	PcieHostMaxGen        uint32    // max generation of the host side of the link
+	PcieAtomicsOut        uint32    // outbound atomic ops: bit 0 FETCHADD_32 .. bit 6 CAS_128
+	PcieAtomicsIn         uint32    // inbound atomic ops, same bits
+	Pad1                  uint32    // keeps the layout 8-aligned
+	PcieTxKbps            uint32    // throughput
+	PcieRxKbps            uint32    // throughput
+	Clock                 [4]uint32 // current MHz by nvmlClockType_t
+	AppClock              [4]uint32
+	DefaultAppClock       [4]uint32
+	MaxClock              [4]uint32
+	MaxBoostClock         [4]uint32
+	SupportedMemCount     uint32    // entries in the pool
+	SupportedMemFirst     uint32    // pool index
+	SupportedGfxFirst     [8]uint32 // pool index per memory clock
+	SupportedGfxCount     [8]uint32
+	PowerDrawMW           uint32
+	PowerLimitMW          uint32 // management limit
+	PowerEnforcedMW       uint32
+	PowerDefaultMW        uint32
+	PowerMinMW            uint32
+	PowerMaxMW            uint32
+	TempGPU               uint32     // C
+	TempMemory            uint32     // C
+	TempThreshold         [16]uint32 // C by nvmlTemperatureThresholds_t
+	TempTlimit            uint32     // C below T.Limit; not available: no T.Limit sensor
+	TlimitOffsetMask      uint32     // bit k: tlimit_offset[k] is set
+	TlimitOffset          [4]uint32  // int32 C relative to T.Limit: shutdown, slowdown, mem max, gpu max
+	ModulePowerDrawMW     uint32     // module (GPU+CPU+memory) power; not available: none
+	ModulePowerLimitMW    uint32
+	ModulePowerDefaultMW  uint32
+	ModulePowerMinMW      uint32
+	ModulePowerMaxMW      uint32
+	FabricState           uint32 // nvmlGpuFabricState_t; not available: no fabric
+	FabricStatus          uint32 // nvmlReturn_t
+	FabricClique          uint32
+	FabricClusterUUID     [4]uint32 // 16 raw bytes
+	FabricHealthMask      uint32    // NVML_GPU_FABRIC_HEALTH_MASK_* bits
+	FabricHealthSummary   uint32    // NVML_GPU_FABRIC_HEALTH_SUMMARY_*
+	PersistenceMode       uint32
+	ComputeMode           uint32
+	ECCCurrent            uint32
+	ECCPending            uint32
+	ECCDefault            uint32 // as the board ships
+	MIGCurrent            uint32 // not available: not MIG capable
+	MIGPending            uint32
+	MaxMIGDevices         uint32
+	DisplayMode           uint32
+	DisplayActive         uint32
+	VirtualizationMode    uint32
+	PerformanceState      uint32
+	PowerState            uint32    // P-state of the power readings, or deprecated
+	FanSpeed              uint32    // %
+	UtilGPU               uint32    // %
+	UtilMemory            uint32    // %
+	UtilEncoder           uint32    // %
+	UtilDecoder           uint32    // %
+	UtilJpeg              uint32    // %
+	UtilOFA               uint32    // %
+	ECCCount              [8]uint32 // [volatile, aggregate][corrected, uncorrected][DRAM, SRAM]
+	RetiredPages          uint32    // 1: supported
+	RemappedRows          uint32    // 1: supported
+	RemapperBanks         uint32    // histogram max
+	AccountingMode        uint32
+	AccountingBuffer      uint32
+	NUMANode              uint32
+	NvlinkCount           uint32     // 0: no NVLink
+	NvlinkVersion         uint32     // nvmlNvlinkVersion_t
+	NvlinkSpeedMbps       uint32     // per link
+	NvlinkRemote          uint32     // nvmlIntNvLinkDeviceType_t
+	NvlinkRemoteDeviceID  uint32     // PCI id of the peer (switch)
+	NvlinkRemoteAddr      [18]uint32 // per link: the NVSwitch's domain<<16 | bus<<8 | device<<3 | function; not available: not on the node
+	AddressingMode        uint32     // nvmlDeviceAddressingModeType_t
+	SparseMode            uint32     // sparse operation mode: 0 disabled, 1 enabled
+	C2cMode               uint32     // chip-to-chip link to the CPU: 0 disabled, 1 enabled
+	PcieSwitch            uint32     // PCIe switch group; not available: none shared
+	PcieSwitchLevel       uint32     // nvmlGpuTopologyLevel_t between GPUs of one switch group
+	ClockReasonsSupported uint32     // nvmlClocksEventReason* bits
+	MemoryBusWidth        uint32     // bits
+	GPUCores              uint32     // CUDA cores
+	BusType               uint32     // nvmlBusType_t
+	PowerSource           uint32     // nvmlPowerSource_t
+	Egm                   uint32     // extended GPU memory: 0 disabled, 1 enabled
+	CPUAffinity           [16]uint64 // bit mask of CPUs
+	MemoryTotal           uint64     // bytes
+	MemoryReserved        uint64     // bytes
+	MemoryUsed            uint64     // bytes
+	Bar1Total             uint64     // bytes
+	Bar1Used              uint64     // bytes
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 1344
+const DeviceSize = 1440
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -232,48 +244,56 @@ var DeviceLayout = []FieldOffset{
 	{"fabric_status", "FabricStatus", 968},
 	{"fabric_clique", "FabricClique", 972},
 	{"fabric_cluster_uuid", "FabricClusterUUID", 976},
-	{"persistence_mode", "PersistenceMode", 992},
-	{"compute_mode", "ComputeMode", 996},
-	{"ecc_current", "ECCCurrent", 1000},
-	{"ecc_pending", "ECCPending", 1004},
-	{"mig_current", "MIGCurrent", 1008},
-	{"mig_pending", "MIGPending", 1012},
-	{"max_mig_devices", "MaxMIGDevices", 1016},
-	{"display_mode", "DisplayMode", 1020},
-	{"display_active", "DisplayActive", 1024},
-	{"virtualization_mode", "VirtualizationMode", 1028},
-	{"performance_state", "PerformanceState", 1032},
-	{"power_state", "PowerState", 1036},
-	{"fan_speed", "FanSpeed", 1040},
-	{"util_gpu", "UtilGPU", 1044},
-	{"util_memory", "UtilMemory", 1048},
-	{"util_encoder", "UtilEncoder", 1052},
-	{"util_decoder", "UtilDecoder", 1056},
-	{"util_jpeg", "UtilJpeg", 1060},
-	{"util_ofa", "UtilOFA", 1064},
-	{"ecc_count", "ECCCount", 1068},
-	{"retired_pages", "RetiredPages", 1100},
-	{"remapped_rows", "RemappedRows", 1104},
-	{"remapper_banks", "RemapperBanks", 1108},
-	{"accounting_mode", "AccountingMode", 1112},
-	{"accounting_buffer", "AccountingBuffer", 1116},
-	{"numa_node", "NUMANode", 1120},
-	{"nvlink_count", "NvlinkCount", 1124},
-	{"nvlink_version", "NvlinkVersion", 1128},
-	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1132},
-	{"nvlink_remote", "NvlinkRemote", 1136},
-	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1140},
-	{"nvlink_remote_bus_first", "NvlinkRemoteBusFirst", 1144},
-	{"addressing_mode", "AddressingMode", 1148},
-	{"sparse_mode", "SparseMode", 1152},
-	{"c2c_mode", "C2cMode", 1156},
-	{"pcie_switch", "PcieSwitch", 1160},
-	{"pcie_switch_level", "PcieSwitchLevel", 1164},
-	{"cpu_affinity", "CPUAffinity", 1168},
-	{"memory_total", "MemoryTotal", 1296},
-	{"memory_reserved", "MemoryReserved", 1304},
-	{"memory_used", "MemoryUsed", 1312},
-	{"bar1_total", "Bar1Total", 1320},
-	{"bar1_used", "Bar1Used", 1328},
-	{"energy_mj", "EnergyMJ", 1336},
+	{"fabric_health_mask", "FabricHealthMask", 992},
+	{"fabric_health_summary", "FabricHealthSummary", 996},
+	{"persistence_mode", "PersistenceMode", 1000},
+	{"compute_mode", "ComputeMode", 1004},
+	{"ecc_current", "ECCCurrent", 1008},
+	{"ecc_pending", "ECCPending", 1012},
+	{"ecc_default", "ECCDefault", 1016},
+	{"mig_current", "MIGCurrent", 1020},
+	{"mig_pending", "MIGPending", 1024},
+	{"max_mig_devices", "MaxMIGDevices", 1028},
+	{"display_mode", "DisplayMode", 1032},
+	{"display_active", "DisplayActive", 1036},
+	{"virtualization_mode", "VirtualizationMode", 1040},
+	{"performance_state", "PerformanceState", 1044},
+	{"power_state", "PowerState", 1048},
+	{"fan_speed", "FanSpeed", 1052},
+	{"util_gpu", "UtilGPU", 1056},
+	{"util_memory", "UtilMemory", 1060},
+	{"util_encoder", "UtilEncoder", 1064},
+	{"util_decoder", "UtilDecoder", 1068},
+	{"util_jpeg", "UtilJpeg", 1072},
+	{"util_ofa", "UtilOFA", 1076},
+	{"ecc_count", "ECCCount", 1080},
+	{"retired_pages", "RetiredPages", 1112},
+	{"remapped_rows", "RemappedRows", 1116},
+	{"remapper_banks", "RemapperBanks", 1120},
+	{"accounting_mode", "AccountingMode", 1124},
+	{"accounting_buffer", "AccountingBuffer", 1128},
+	{"numa_node", "NUMANode", 1132},
+	{"nvlink_count", "NvlinkCount", 1136},
+	{"nvlink_version", "NvlinkVersion", 1140},
+	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1144},
+	{"nvlink_remote", "NvlinkRemote", 1148},
+	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1152},
+	{"nvlink_remote_addr", "NvlinkRemoteAddr", 1156},
+	{"addressing_mode", "AddressingMode", 1228},
+	{"sparse_mode", "SparseMode", 1232},
+	{"c2c_mode", "C2cMode", 1236},
+	{"pcie_switch", "PcieSwitch", 1240},
+	{"pcie_switch_level", "PcieSwitchLevel", 1244},
+	{"clock_reasons_supported", "ClockReasonsSupported", 1248},
+	{"memory_bus_width", "MemoryBusWidth", 1252},
+	{"gpu_cores", "GPUCores", 1256},
+	{"bus_type", "BusType", 1260},
+	{"power_source", "PowerSource", 1264},
+	{"egm", "Egm", 1268},
+	{"cpu_affinity", "CPUAffinity", 1272},
+	{"memory_total", "MemoryTotal", 1400},
+	{"memory_reserved", "MemoryReserved", 1408},
+	{"memory_used", "MemoryUsed", 1416},
+	{"bar1_total", "Bar1Total", 1424},
+	{"bar1_used", "Bar1Used", 1432},
 }

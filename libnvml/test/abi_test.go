@@ -136,7 +136,7 @@ var tortureRuns = []struct {
 }{
 	{"every function survives hostile arguments with all 8 GPUs visible", "a100", 0, nil},
 	{"every function survives hostile arguments with GPUs 1, 3 and 6 of 8 visible", "a100", 0,
-		[]string{"NVIDIA_VISIBLE_DEVICES=1,3,6"}},
+		[]string{"NVMOCK_VISIBLE_DEVICES=1,3,6"}},
 	// Grace boards and PCIe boards reach other paths: fabric, C2C, module
 	// power, T.Limit; retired pages and ECC counters.
 	{"every function survives hostile arguments on a Grace board", "gb200", 0, nil},

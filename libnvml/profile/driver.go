@@ -1,0 +1,104 @@
+package profile
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// cudaOfBranch is the CUDA version each driver branch reports through
+// nvmlSystemGetCudaDriverVersion: the newest CUDA it runs. Facts from
+// NVIDIA's CUDA toolkit release notes (minimum driver per toolkit) and the
+// reference captures (570: 12.8, 580: 13.0, 595: 13.2).
+var cudaOfBranch = map[int]string{
+	470: "11.4", 510: "11.6", 515: "11.7", 520: "11.8", 525: "12.0",
+	530: "12.1", 535: "12.2", 545: "12.3", 550: "12.4", 555: "12.5",
+	560: "12.6", 565: "12.7", 570: "12.8", 575: "12.9", 580: "13.0",
+	590: "13.1", 595: "13.2",
+}
+
+// firstBranch is the first driver branch that runs each architecture (the
+// CUDA release that added its compute capability, and that release's
+// driver): a real node with an older driver shows no GPU.
+var firstBranch = map[string]int{
+	"Volta": 384, "Turing": 410, "Ampere": 450, "Ada Lovelace": 520, "Hopper": 520, "Blackwell": 570,
+}
+
+// driverBranch is the branch of a driver version: 580 for 580.105.08.
+func driverBranch(version string) int {
+	major, _, _ := strings.Cut(version, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// CUDAForDriver is the CUDA version a driver reports, if its branch is known.
+func CUDAForDriver(version string) (string, bool) {
+	c, ok := cudaOfBranch[driverBranch(version)]
+	return c, ok
+}
+
+// resolve fills what the driver version decides when a profile leaves it
+// out: the CUDA version its branch reports, and NVML's version string
+// (<CUDA major>.<driver version>, as nvmlSystemGetNVMLVersion gives it).
+func (d *Driver) resolve() {
+	if d.CUDAVersion == "" {
+		d.CUDAVersion, _ = CUDAForDriver(d.Version)
+	}
+	if d.NVMLVersion == "" && d.CUDAVersion != "" {
+		major, _, _ := strings.Cut(d.CUDAVersion, ".")
+		d.NVMLVersion = major + "." + d.Version
+	}
+}
+
+// SetDriver replaces the profile's driver with version (as --driver-version
+// does): the CUDA and NVML versions follow it, as on a real node.
+func (p *Profile) SetDriver(version string) error {
+	p.Driver = Driver{Version: version}
+	p.Driver.resolve()
+	return errors.Join(p.Validate()...)
+}
+
+func (d *Driver) validate(c *checker) {
+	if !driverVersionRE.MatchString(d.Version) || len(d.Version) > maxVersionLen {
+		c.fail("driver.version", "%q is not a driver version such as \"580.105.08\"", d.Version)
+		return
+	}
+	if d.CUDAVersion == "" {
+		c.fail("driver.cudaVersion", "is required: driver %s is of no branch nvmock knows the CUDA version of; give it, such as \"13.0\"", d.Version)
+		return
+	}
+	if _, err := CUDAVersionNumber(d.CUDAVersion); err != nil {
+		c.fail("driver.cudaVersion", "%v", err)
+		return
+	}
+	// A real driver reports exactly its branch's CUDA version.
+	if want, ok := CUDAForDriver(d.Version); ok && want != d.CUDAVersion {
+		c.fail("driver.cudaVersion", "%q, but driver %s reports CUDA %s; leave cudaVersion out to take it from the driver", d.CUDAVersion, d.Version, want)
+	}
+	c.str("driver.nvmlVersion", d.NVMLVersion, maxVersionLen, true)
+}
+
+// validateDriverRunsBoard checks that the driver knows the board at all.
+func (p *Profile) validateDriverRunsBoard(c *checker) {
+	if !driverVersionRE.MatchString(p.Driver.Version) {
+		return // driver.version says what is wrong
+	}
+	if first, ok := firstBranch[p.Board.Architecture]; ok && driverBranch(p.Driver.Version) < first {
+		c.fail("driver.version", "%s: %s GPUs need a %d-series driver or newer", p.Driver.Version, p.Board.Architecture, first)
+	}
+}
+
+// GSPVersion is the GSP firmware version the board reports under driver:
+// the driver's own where the board runs GSP firmware, "" (N/A) where not.
+func (b *Board) GSPVersion(driver string) string {
+	switch {
+	case b.GSPFirmwareVersion != "":
+		return b.GSPFirmwareVersion
+	case b.GSPFirmware:
+		return driver
+	}
+	return ""
+}
