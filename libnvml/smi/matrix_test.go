@@ -46,7 +46,7 @@ const why470Links = "nvidia-smi 470 knows at most 12 NVLinks (its link-to-field 
 
 var knownLimits = []knownLimit{
 	{nil, []string{"gb200", "gb300"}, "query", "Unknown Error", 0,
-		"these nvidia-smi ask for at most 256 graphics clocks per memory clock, the board lists 260 " +
+		"these nvidia-smi ask for at most 256 graphics clocks per memory clock, the board lists 260 or 261 " +
 			"(its capture): NVML answers INSUFFICIENT_SIZE as the real library does, and nvidia-smi prints Unknown Error"},
 	{[]string{"470.256.02"}, nvlink18, "nvlink-status", "", 2, why470Links + ": it stops at link 12"},
 	{[]string{"470.256.02"}, nvlink18, "topo", "", 0, why470Links + ": its matrix shows the PCIe path instead of NV18"},
