@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -51,7 +52,7 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 			return NodeState{}, fmt.Errorf("probe overlay in %s: %s is missing or not a file; reinstall with nvmock hostprep install", root, p)
 		}
 	}
-	data, err := os.ReadFile(n.Snapshot)
+	data, err := readSnapshot(n.Snapshot)
 	if err != nil {
 		return NodeState{}, fmt.Errorf("probe overlay in %s: %w", root, err)
 	}
@@ -95,6 +96,23 @@ func statNode(dev, name string) (DeviceNode, error) {
 		Minor:    int64(unix.Minor(st.Rdev)),
 		FileMode: st.Mode & 0o7777,
 	}, nil
+}
+
+// readSnapshot reads a snapshot no larger than the library would map.
+func readSnapshot(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, snapshot.MaxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > snapshot.MaxBytes {
+		return nil, fmt.Errorf("snapshot %s is over the limit of %d bytes the library maps", path, snapshot.MaxBytes)
+	}
+	return data, nil
 }
 
 // DecodeGPUs reads the GPUs' indices, UUIDs and device minors from snapshot

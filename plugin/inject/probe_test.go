@@ -187,3 +187,19 @@ func TestRealDriverLoaded(t *testing.T) {
 		t.Error("proc/driver/nvidia does not show a driver")
 	}
 }
+
+// A snapshot the library would refuse to map is refused before it is read
+// whole, with the limit named.
+func TestReadSnapshotRefusesOneOverTheLimit(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	must(t, os.WriteFile(big, make([]byte, snapshot.MaxBytes+1), 0o644))
+	if _, err := readSnapshot(big); err == nil || !strings.Contains(err.Error(), "over the limit of "+strconv.Itoa(snapshot.MaxBytes)) {
+		t.Errorf("readSnapshot of %d bytes: %v", snapshot.MaxBytes+1, err)
+	}
+	ok := filepath.Join(dir, "ok")
+	must(t, os.WriteFile(ok, make([]byte, snapshot.MaxBytes), 0o644))
+	if data, err := readSnapshot(ok); err != nil || len(data) != snapshot.MaxBytes {
+		t.Errorf("readSnapshot at the limit: %d bytes, %v", len(data), err)
+	}
+}
