@@ -159,14 +159,14 @@ func TestNvidiaCTKGeneratesACDISpecNamingEveryMockGPUByIndexAndUUID(t *testing.T
 }
 
 // gfdLabels are the labels gpu-feature-discovery gives a real node of the
-// profile's board with driver 535.261.03 (see internal/lm in k8s-device-plugin).
+// profile's board with the profile's driver (see internal/lm in k8s-device-plugin).
 func gfdLabels(p *profile.Profile, machine string) map[string]string {
 	b := p.Board
 	major, minor, _ := strings.Cut(b.ComputeCapability, ".")
 	drv := strings.SplitN(p.Driver.Version, ".", 3)
 	cudaMajor, cudaMinor, _ := strings.Cut(p.Driver.CUDAVersion, ".")
 	l := map[string]string{
-		"gpu.product":                  strings.ReplaceAll(b.ProductName, " ", "-"),
+		"gpu.product":                  profile.ProductLabel(b.ProductName),
 		"gpu.count":                    strconv.Itoa(p.GPUs),
 		"gpu.memory":                   strconv.FormatUint(uint64(b.Memory.Total)>>20, 10),
 		"gpu.compute.major":            major,
