@@ -52,8 +52,8 @@ func TestUnmodifiedGlibcContainerQueriesEveryGPU(t *testing.T) {
 	if err := xml.Unmarshal([]byte(r.out), &log); err != nil {
 		t.Fatalf("nvidia-smi -q -x printed no XML: %v\n%s", err, r.out)
 	}
-	if log.Driver != "535.261.03" || log.Count != len(n.gpus) || len(log.GPUs) != len(n.gpus) {
-		t.Fatalf("driver %q, attached_gpus %d, %d <gpu> elements; want 535.261.03 and %d GPUs", log.Driver, log.Count, len(log.GPUs), len(n.gpus))
+	if want := n.driverVersion(t); log.Driver != want || log.Count != len(n.gpus) || len(log.GPUs) != len(n.gpus) {
+		t.Fatalf("driver %q, attached_gpus %d, %d <gpu> elements; want %s and %d GPUs", log.Driver, log.Count, len(log.GPUs), want, len(n.gpus))
 	}
 	for i, g := range log.GPUs {
 		if g.UUID != n.uuid(i) || !strings.Contains(n.smiL[i], g.Product) || g.Minor != itoa(i) {
@@ -91,8 +91,8 @@ func TestGoNVMLProgramInAnotherContainerSeesTheSameGPUs(t *testing.T) {
 	n := theNode
 	p := n.runPod(t, optedIn, nil)
 	pr := runProbe(t, p, nil) // the image's own entrypoint
-	if pr.Driver != "535.261.03" || pr.Count != len(n.gpus) {
-		t.Fatalf("driver %q, %d GPUs; want 535.261.03 and %d", pr.Driver, pr.Count, len(n.gpus))
+	if want := n.driverVersion(t); pr.Driver != want || pr.Count != len(n.gpus) {
+		t.Fatalf("driver %q, %d GPUs; want %s and %d", pr.Driver, pr.Count, want, len(n.gpus))
 	}
 	for i, g := range pr.GPUs {
 		if g.UUID != n.uuid(i) || g.Minor != i || !strings.Contains(n.smiL[i], g.Name) {

@@ -92,6 +92,13 @@ func (n *node) versionedLib(t testing.TB) string {
 	return filepath.Base(libs[0])
 }
 
+// driverVersion is the driver the overlay's profile reports, as its library's
+// file name carries it.
+func (n *node) driverVersion(t testing.TB) string {
+	t.Helper()
+	return strings.TrimPrefix(n.versionedLib(t), "libnvidia-ml.so.")
+}
+
 func readEnv(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
