@@ -24,6 +24,12 @@ NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 5 -label "getters, ns per call
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, 8 GPUs" -- "$smi" -q
 NVMOCK_SNAPSHOT="$tmp/a100-64" "$tmp/benchproc" -n 10 -label "nvidia-smi -q, 64 GPUs" -- "$smi" -q
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi (default view), 8 GPUs" -- "$smi"
+# Every release make deps fetched (CACHE/smi/<version>, beside CACHE/bin).
+for other in "$(dirname "$smi")"/../smi/*/nvidia-smi; do
+	[ -x "$other" ] || continue
+	v=$(basename "$(dirname "$other")")
+	NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi $v -q, 8 GPUs" -- "$other" -q
+done
 "$build/bin/nvmock" profile compile b200 --seed bench -o "$tmp/b200"
 NVMOCK_SNAPSHOT="$tmp/b200" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, b200 (8 GPUs)" -- "$smi" -q
 
