@@ -407,6 +407,16 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		v->value.uiVal = v->scopeId;
 		return NVML_SUCCESS;
 	}
+	if (id >= NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX && id <= NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX) {
+		// KiB moved since the driver loaded (nvlink -gt): no traffic is
+		// modelled, so an idle link's count. The legacy utilization
+		// counters (nvlink -g) are deprecated for these and stay N/A.
+		if (v->scopeId >= s->nvlink_count)
+			return NVML_ERROR_NOT_SUPPORTED;
+		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+		v->value.ullVal = 0;
+		return NVML_SUCCESS;
+	}
 	if (id == NVML_FI_DEV_NVLINK_GET_VERSION) {
 		v->value.uiVal = s->nvlink_version;
 		return NVML_SUCCESS;

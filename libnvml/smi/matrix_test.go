@@ -80,6 +80,7 @@ var fixedViews = []matrixView{
 	{name: "nvlink-status", args: []string{"nvlink", "-s"}},
 	{name: "nvlink-caps", args: []string{"nvlink", "-c"}},
 	{name: "nvlink-errors", args: []string{"nvlink", "-e"}},
+	{name: "nvlink-throughput", args: []string{"nvlink", "-gt", "d"}},
 	{name: "dmon", args: []string{"dmon", "-c", "2"}},
 	{name: "pmon", args: []string{"pmon", "-c", "1"}},
 	// nvidia-smi refuses -d with -x before it asks NVML anything.
