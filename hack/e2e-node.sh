@@ -281,6 +281,9 @@ EOF
   cri logs "$id" 2>&1
 }
 
+# hack/k8s-node.sh sources this file for the pins and install_tools: define only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
+
 case ${1:-} in
   up) up ;;
   demo) demo ;;

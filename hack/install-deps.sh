@@ -2,7 +2,9 @@
 # Installs the Debian packages the build and tests need, only those missing,
 # so a second run is quick and touches nothing.
 set -euo pipefail
-pkgs=(gcc libc6-dev binutils make python3 ca-certificates patchelf busybox-static)
+# iptables and conntrack: the kubelet and kube-proxy of hack/k8s-node.sh; nftables and
+# nfacct: its down removes the nf_tables tables iptables made, and kube-proxy's counters.
+pkgs=(gcc libc6-dev binutils make python3 ca-certificates patchelf busybox-static iptables conntrack nftables nfacct)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
