@@ -37,8 +37,11 @@ func nvidiaCTKSpec(t *testing.T) {
 	}
 	spec := filepath.Join(n.env["CDI_DIR"], "nvidia.yaml")
 	// The hooks in the spec run nvidia-ctk itself (nvidia-ctk hook ...).
+	// Devices by index and by UUID, the names device plugins put in
+	// NVIDIA_VISIBLE_DEVICES for NVIDIA's runtime.
 	out, err := exec.Command(ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root,
-		"--nvidia-cdi-hook-path", ctk, "--output", spec).CombinedOutput()
+		"--nvidia-cdi-hook-path", ctk, "--device-name-strategy", "index", "--device-name-strategy", "uuid",
+		"--output", spec).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nvidia-ctk cdi generate: %v\n%s", err, out)
 	}

@@ -142,6 +142,12 @@ type pod struct {
 // runPod starts a pod in namespace ns; it is stopped and removed at cleanup.
 func (n *node) runPod(t testing.TB, ns string, annotations map[string]string) *pod {
 	t.Helper()
+	return n.runPodWith(t, ns, annotations, "")
+}
+
+// runPodWith starts a pod under a runtime handler ("" for runc).
+func (n *node) runPodWith(t testing.TB, ns string, annotations map[string]string, handler string) *pod {
+	t.Helper()
 	name := fmt.Sprintf("p%d-%d", os.Getpid(), seq.Add(1))
 	cfg := &cri.PodSandboxConfig{
 		Metadata:     &cri.PodSandboxMetadata{Name: name, Namespace: ns, Uid: name + "-uid"},
@@ -150,7 +156,7 @@ func (n *node) runPod(t testing.TB, ns string, annotations map[string]string) *p
 		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
 			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
 	}
-	r, err := n.rt.RunPodSandbox(ctx(t), &cri.RunPodSandboxRequest{Config: cfg})
+	r, err := n.rt.RunPodSandbox(ctx(t), &cri.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
 	if err != nil {
 		t.Fatalf("run pod in %s: %v", ns, err)
 	}

@@ -88,7 +88,44 @@ install_tools() {
   fi
 }
 
+# nvidia_runtime DIR: NVIDIA's container runtime (make deps builds it) in CDI
+# mode, as the GPU operator configures it: its config and a wrapper that
+# points it there, under DIR; prints containerd's runtime section for it,
+# handler "nvidia". It applies DIR/cdi's nvidia.com/gpu spec to containers
+# with NVIDIA_VISIBLE_DEVICES and then runs runc.
+nvidia_runtime() {
+  local dir=$1 runc
+  runc=$(command -v runc)
+  mkdir -p "$dir/bin" "$dir/etc" "$dir/logs"
+  cat >"$dir/etc/nvidia-container-runtime.toml" <<EOF
+[nvidia-container-runtime]
+log-level = "info"
+debug = "$dir/logs/nvidia-container-runtime.log"
+mode = "cdi"
+runtimes = ["$runc"]
+[nvidia-container-runtime.modes.cdi]
+default-kind = "nvidia.com/gpu"
+spec-dirs = ["$dir/cdi"]
+annotation-prefixes = ["cdi.k8s.io/"]
+[nvidia-ctk]
+path = "$CACHE/bin/nvidia-ctk"
+EOF
+  printf '#!/bin/sh\nNVIDIA_CTK_CONFIG_FILE_PATH=%s exec %s "$@"\n' \
+    "$dir/etc/nvidia-container-runtime.toml" "$CACHE/bin/nvidia-container-runtime" >"$dir/bin/nvidia-container-runtime"
+  chmod 0755 "$dir/bin/nvidia-container-runtime"
+  cat <<EOF
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
+    runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
+      BinaryName = '$dir/bin/nvidia-container-runtime'
+      Root = '$dir/state/runc'
+      SystemdCgroup = false
+EOF
+}
+
 write_config() {
+  local nvidia
+  nvidia=$(nvidia_runtime "$W")
   cat >"$W/etc/config.toml" <<EOF
 version = 3
 root = '$W/root'
@@ -115,6 +152,7 @@ state = '$W/state'
       BinaryName = '$(command -v runc)'
       Root = '$W/state/runc'
       SystemdCgroup = false
+$nvidia
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ['$W/cni/bin']
     conf_dir = '$W/cni/net.d'
@@ -185,6 +223,7 @@ write_env() {
   cat >"$W/e2e.env.tmp" <<EOF
 NVMOCK_E2E_DIR=$W
 CONTAINERD_SOCK=$W/state/containerd.sock
+STATE_DIR=$W/state
 NRI_SOCK=$W/nri/nri.sock
 OVERLAY_ROOT=$W/overlay
 CDI_DIR=$W/cdi

@@ -2,10 +2,11 @@
 # Build NVIDIA's own NVML clients from the Go module proxy into a cache dir, for
 # the integration tests that check the mock node is accepted by them:
 #   nvidia-ctk             (github.com/NVIDIA/nvidia-container-toolkit)
+#   nvidia-container-runtime (the same module; run in CDI mode by the e2e nodes)
 #   nvidia-device-plugin   (github.com/NVIDIA/k8s-device-plugin)
 #   gpu-feature-discovery  (github.com/NVIDIA/k8s-device-plugin)
 # Usage: hack/fetch-nvidia-tools.sh [CACHE_DIR]   (default: <repo>/.cache)
-# Result: CACHE_DIR/bin/{nvidia-ctk,nvidia-device-plugin,gpu-feature-discovery};
+# Result: CACHE_DIR/bin/{nvidia-ctk,nvidia-container-runtime,nvidia-device-plugin,gpu-feature-discovery};
 # the device plugin's source is copied to CACHE_DIR/src/k8s-device-plugin@VERSION.
 # Needs go and gcc (the tools use cgo). Idempotent: a binary that exists and
 # answers --version is kept.
@@ -47,6 +48,17 @@ else
       -ldflags "-X $CTK_MODULE/internal/info.version=$CTK_VERSION" "$CTK_MODULE/cmd/nvidia-ctk@$CTK_VERSION"
   works "$bin/nvidia-ctk" || die "$bin/nvidia-ctk was built but does not answer --version"
   log "done: $bin/nvidia-ctk"
+fi
+
+if works "$bin/nvidia-container-runtime"; then
+  log "already present: $bin/nvidia-container-runtime"
+else
+  log "building nvidia-container-runtime $CTK_VERSION (go install)"
+  run_logged "go install nvidia-container-runtime@$CTK_VERSION" "$cache/nvidia-container-runtime.build.log" \
+    env -C / GOBIN="$bin" GOWORK=off CGO_ENABLED=1 go install \
+      -ldflags "-X $CTK_MODULE/internal/info.version=$CTK_VERSION" "$CTK_MODULE/cmd/nvidia-container-runtime@$CTK_VERSION"
+  works "$bin/nvidia-container-runtime" || die "$bin/nvidia-container-runtime was built but does not answer --version"
+  log "done: $bin/nvidia-container-runtime"
 fi
 
 if works "$bin/nvidia-device-plugin" && works "$bin/gpu-feature-discovery"; then

@@ -40,6 +40,8 @@ func nriCmd(args []string) error {
 	defGPUs := fs.String("default-gpus", "all", "GPUs a container gets when nothing else says: all, none, a count, or a list")
 	ownNS := fs.String("plugin-namespace", os.Getenv("POD_NAMESPACE"), "the plugin's own namespace, never injected")
 	realDriver := fs.Bool("allow-real-driver", false, "inject even where a real NVIDIA driver is loaded")
+	nvRuntimes := fs.String("nvidia-runtime-handlers", strings.Join(inject.DefaultNvidiaRuntimeHandlers, ","),
+		"comma list of runtime handlers that run NVIDIA's container runtime in CDI mode: their pods get only the snapshot from the plugin; empty: none")
 	listen := fs.String("listen", ":9464", "address for /healthz, /readyz and /metrics; empty disables")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -69,6 +71,8 @@ func nriCmd(args []string) error {
 		OwnNamespace:        *ownNS,
 		DefaultGPUs:         *defGPUs,
 		AllowWithRealDriver: *realDriver,
+		// Not splitList's nil for "": an empty flag means no handler at all.
+		NvidiaRuntimeHandlers: append([]string{}, splitList(*nvRuntimes)...),
 	}
 	opt := nriplugin.Options{Socket: *socket, PluginIdx: *idx, OverlayRoot: *root, Inject: cfg, NamespaceLabel: *nsLabel, Log: log}
 	kube, inCluster, err := hostprep.InClusterClient()

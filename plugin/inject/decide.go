@@ -44,6 +44,9 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	if count == 0 && !driver {
 		return Adjustment{}, false, nil // void, or nothing asked for: nothing GPU-related at all
 	}
+	if byNvidiaRuntime(&cfg, &pod, &ctr) {
+		return deferred(&node, &ctr, sel, count), true, nil
+	}
 	adj := build(&cfg, &node, &ctr, sel, count)
 	// Why not for the driver alone: extensions pair devices with GPUs, and there are none.
 	if count > 0 && len(cfg.Extensions) > 0 {
@@ -58,6 +61,43 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 		return Adjustment{}, false, fmt.Errorf("pod %s/%s container %s: %w", pod.Namespace, pod.Name, ctr.Name, err)
 	}
 	return adj, true, nil
+}
+
+// byNvidiaRuntime says NVIDIA's runtime will give the container its GPUs:
+// the pod runs under one of its handlers and the container names GPUs in
+// NVIDIA_VISIBLE_DEVICES, as a device plugin sets it.
+func byNvidiaRuntime(cfg *Config, pod *Pod, ctr *Container) bool {
+	handlers := cfg.NvidiaRuntimeHandlers
+	if handlers == nil {
+		handlers = DefaultNvidiaRuntimeHandlers
+	}
+	if pod.RuntimeHandler == "" || !slices.Contains(handlers, pod.RuntimeHandler) {
+		return false
+	}
+	v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv)
+	v = strings.TrimSpace(v)
+	return ok && v != "" && v != "void"
+}
+
+// deferred is what a container NVIDIA's runtime will equip still lacks: the
+// snapshot where the library the runtime mounts from this overlay's CDI spec
+// (in /usr/lib64) looks for it. The GPUs are recorded, as the runtime will
+// give exactly those.
+func deferred(node *NodeState, ctr *Container, sel []bool, count int) Adjustment {
+	var adj Adjustment
+	if count > 0 {
+		adj.GPUs = make([]int, 0, count)
+		for i, s := range sel {
+			if s {
+				adj.GPUs = append(adj.GPUs, i)
+			}
+		}
+	}
+	sp, _ := SnapshotPathFor("/usr/lib64/libnvidia-ml.so.1")
+	if !slices.Contains(ctr.Mounts, sp) {
+		adj.Mounts = []Mount{{Source: node.Snapshot, Destination: sp, Type: "bind", Options: slices.Clone(bindOptions[:])}}
+	}
+	return adj
 }
 
 // Selected says whether a container is one the plugin handles at all, from

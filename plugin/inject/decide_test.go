@@ -684,3 +684,59 @@ func BenchmarkDecideAll(b *testing.B) {
 		}
 	}
 }
+
+// Under NVIDIA's runtime (a RuntimeClass handler it is registered as, in CDI
+// mode with a spec made from this overlay), the runtime gives a container
+// that names GPUs its devices, library and nvidia-smi after NRI has run; the
+// plugin adds only what the runtime cannot, the snapshot, so every edit is
+// in the spec once.
+func TestDecideLeavesGPUsToNvidiasRuntime(t *testing.T) {
+	n8 := testNode(8, true)
+	snap := Mount{Source: n8.Snapshot, Destination: "/etc/nvmock/snapshot", Type: "bind", Options: ro}
+	nvidia := func(p Pod) Pod { p.RuntimeHandler = "nvidia"; return p }
+	for _, c := range []struct {
+		name   string
+		cfg    Config
+		pod    Pod
+		ctr    Container
+		want   Adjustment
+		wantOK bool
+	}{
+		{"a device plugin's GPU under the nvidia handler gets only the snapshot",
+			testConfig, nvidia(pod("ml")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+uuid(2)),
+			Adjustment{GPUs: []int{2}, Mounts: []Mount{snap}}, true},
+		{"indices name the GPUs the runtime will give",
+			testConfig, nvidia(pod("ml")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1,5"),
+			Adjustment{GPUs: []int{1, 5}, Mounts: []Mount{snap}}, true},
+		{"none under the nvidia handler: the driver from the runtime, the snapshot from the plugin",
+			testConfig, nvidia(pod("ml")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=none"),
+			Adjustment{Mounts: []Mount{snap}}, true},
+		{"a snapshot already mounted is not mounted again",
+			testConfig, nvidia(pod("ml")), Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, Mounts: []string{"/etc/nvmock/snapshot"}},
+			Adjustment{GPUs: []int{0}}, true},
+		{"without NVIDIA_VISIBLE_DEVICES the runtime gives nothing and the plugin everything",
+			testConfig, nvidia(pod("ml", GPUsAnnotation, "1")), ctr, gave(n8, 0), true},
+		{"void under the nvidia handler leaves the container untouched",
+			testConfig, nvidia(pod("ml")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), Adjustment{}, false},
+		{"another handler is the plugin's to equip",
+			testConfig, Pod{Namespace: "ml", Name: "train", RuntimeHandler: "runc"}, withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+uuid(2)), gave(n8, 2), true},
+		{"a handler configured as NVIDIA's is deferred to",
+			Config{OwnNamespace: "nvmock", NvidiaRuntimeHandlers: []string{"nvidia-cdi"}}, Pod{Namespace: "ml", Name: "t", RuntimeHandler: "nvidia-cdi"},
+			withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=3"), Adjustment{GPUs: []int{3}, Mounts: []Mount{snap}}, true},
+		{"an empty handler list defers to none",
+			Config{OwnNamespace: "nvmock", NvidiaRuntimeHandlers: []string{}}, nvidia(pod("ml")),
+			withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+uuid(2)), gave(n8, 2), true},
+		{"an unlabelled namespace is left alone whatever its handler",
+			testConfig, nvidia(pod("other")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=0"), Adjustment{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok, err := Decide(c.cfg, n8, c.pod, c.ctr)
+			if err != nil || ok != c.wantOK {
+				t.Fatalf("Decide = ok %v, err %v; want ok %v", ok, err, c.wantOK)
+			}
+			if d := diff(got, c.want); d != "" {
+				t.Errorf("adjustment differs:\n%s", d)
+			}
+		})
+	}
+}

@@ -12,7 +12,7 @@ const (
 	GPUsAnnotation = "nvmock.io/gpus"
 )
 
-// VisibleDevicesEnv is the variable device plugins set and the library filters on.
+// VisibleDevicesEnv is the variable device plugins set and NVIDIA's runtime acts on.
 const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
 
 // SnapshotEnv points the library at its snapshot; set as a fallback only.
@@ -54,7 +54,17 @@ type Config struct {
 	// Extensions add more to a container given GPUs (InfiniBand, PCIe...),
 	// in order, after the GPU edits.
 	Extensions []Extension
+	// NvidiaRuntimeHandlers are the runtime handlers (RuntimeClasses) that
+	// run NVIDIA's container runtime in CDI mode, with a CDI spec made from
+	// this overlay: it gives a container with NVIDIA_VISIBLE_DEVICES its
+	// devices, library and nvidia-smi after the plugin has run, so the
+	// plugin adds only the snapshot. nil means DefaultNvidiaRuntimeHandlers.
+	NvidiaRuntimeHandlers []string
 }
+
+// DefaultNvidiaRuntimeHandlers is the handler the GPU operator and
+// nvidia-ctk runtime configure register NVIDIA's runtime under.
+var DefaultNvidiaRuntimeHandlers = []string{"nvidia"}
 
 // Extension adds edits to a container that gets GPUs, not to one given the
 // driver alone ("none"). Apply may append to adj's slices; an error leaves
@@ -116,6 +126,7 @@ type NodeState struct {
 type Pod struct {
 	Namespace, Name string
 	Annotations     map[string]string
+	RuntimeHandler  string // the pod's runtime handler ("" for the default runtime)
 }
 
 // Container is the container being created, as its spec stands.

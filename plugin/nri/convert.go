@@ -16,9 +16,10 @@ const cdiAnnotationPrefix = "cdi.k8s.io/"
 // toPod is the decision's view of an NRI pod.
 func toPod(pod *api.PodSandbox) inject.Pod {
 	return inject.Pod{
-		Namespace:   pod.GetNamespace(),
-		Name:        pod.GetName(),
-		Annotations: pod.GetAnnotations(),
+		Namespace:      pod.GetNamespace(),
+		Name:           pod.GetName(),
+		Annotations:    pod.GetAnnotations(),
+		RuntimeHandler: pod.GetRuntimeHandler(),
 	}
 }
 

@@ -1,0 +1,110 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// nvidiaHandler is the runtime handler hack/e2e-node.sh registers NVIDIA's
+// container runtime under, in CDI mode, as the GPU operator does.
+const nvidiaHandler = "nvidia"
+
+// bundleSpec is the spec runc ran: NVIDIA's runtime edits the bundle's
+// config.json after containerd and NRI made it, so this is where its edits
+// show. The container must still be running.
+func (n *node) bundleSpec(t *testing.T, id string) ociSpec {
+	t.Helper()
+	path := filepath.Join(n.env["STATE_DIR"], "io.containerd.runtime.v2.task", "k8s.io", id, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the bundle's spec: %v", err)
+	}
+	var s ociSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return s
+}
+
+// runUnderNvidia runs `nvidia-smi -L` in a pod of namespace ns under NVIDIA's
+// runtime, with NVIDIA_VISIBLE_DEVICES as a device plugin sets it, and
+// returns what it printed and the spec runc ran.
+func runUnderNvidia(t *testing.T, ns, visible string) (string, ociSpec) {
+	t.Helper()
+	n := theNode
+	nvidiaCTKSpec(t)
+	p := n.runPodWith(t, ns, nil, nvidiaHandler)
+	c := ctr{image: "glibc", cmd: []string{"sh", "-c", "nvidia-smi -L; echo done; sleep 60"},
+		env: map[string]string{"NVIDIA_VISIBLE_DEVICES": visible}}
+	waitForSpecs(t, p, c)
+	id := n.start(t, p, c)
+	t.Cleanup(func() {
+		_, _ = n.rt.StopContainer(ctx(t), &cri.StopContainerRequest{ContainerId: id, Timeout: 0})
+	})
+	out := n.waitOutput(t, id, "done")
+	return strings.TrimSuffix(out, "done\n"), n.bundleSpec(t, id)
+}
+
+// waitForSpecs creates and removes c until containerd and NVIDIA's runtime
+// both read the new CDI spec (each watches the directory on its own).
+func waitForSpecs(t *testing.T, p *pod, c ctr) {
+	t.Helper()
+	n := theNode
+	id, err := n.tryCreate(t, p, c)
+	if err != nil {
+		t.Fatalf("create under %s: %v", nvidiaHandler, err)
+	}
+	_, _ = n.rt.RemoveContainer(ctx(t), &cri.RemoveContainerRequest{ContainerId: id})
+}
+
+// NVIDIA's container runtime, as GPU-operator clusters run pods: a pod under
+// its handler with a device plugin's NVIDIA_VISIBLE_DEVICES gets exactly that
+// GPU from the runtime (CDI mode, the spec nvidia-ctk made from the overlay);
+// the nvmock plugin adds only the snapshot, so every edit is in the spec once
+// and the GPU keeps the node's UUID.
+func TestNvidiaRuntimeGivesExactlyTheDevicePluginsGPU(t *testing.T) {
+	n := theNode
+	out, spec := runUnderNvidia(t, optedIn, n.uuid(2))
+	if want := n.smiLine(2, 0); strings.TrimSpace(out) != want {
+		t.Errorf("nvidia-smi -L under NVIDIA's runtime printed:\n%s\nwant only:\n%s", out, want)
+	}
+	count := map[string]int{}
+	for _, m := range spec.Mounts {
+		count[m.Destination]++
+	}
+	for _, d := range spec.Linux.Devices {
+		count[d.Path]++
+	}
+	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/" + n.versionedLib(t), "/etc/nvmock/snapshot", "/dev/nvidia2", "/dev/nvidiactl"} {
+		if count[want] != 1 {
+			t.Errorf("%s is in the spec runc ran %d times, want once", want, count[want])
+		}
+	}
+	for _, unwanted := range []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/dev/nvidia0", "/dev/nvidia3"} {
+		if count[unwanted] != 0 {
+			t.Errorf("%s is in the spec runc ran; the runtime gives GPU 2's edits and the plugin only the snapshot", unwanted)
+		}
+	}
+}
+
+// Without the plugin the runtime alone still gives one GPU, but its library
+// finds no snapshot and reports a built-in board: what the plugin adds above
+// is needed, and the test above can fail.
+func TestNvidiaRuntimeWithoutThePluginLacksTheNodesIdentity(t *testing.T) {
+	n := theNode
+	out, _ := runUnderNvidia(t, plain, n.uuid(2))
+	got := uuidsListed(out)
+	if len(got) != 1 {
+		t.Fatalf("NVIDIA's runtime without the plugin: nvidia-smi -L printed:\n%s\nwant one GPU", out)
+	}
+	if got[0] == n.uuid(2) {
+		t.Errorf("without the plugin the container still sees the node's UUID %s", got[0])
+	}
+}
