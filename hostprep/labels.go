@@ -1,18 +1,9 @@
 package hostprep
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -35,65 +26,22 @@ func Labels(p *profile.Profile) map[string]string {
 	}
 }
 
-// ServiceAccountDir is where Kubernetes mounts a pod's API credentials.
-const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+// labelTimeout bounds SetLabels.
+const labelTimeout = 10 * time.Second
 
-// KubeClient changes node labels through the API server, and reads the
-// DaemonSet and node uninstall asks about (Leaving). One PATCH and two GETs
-// are all hostprep needs, so it speaks HTTP itself rather than pull in
-// client-go.
-type KubeClient struct {
-	Server string // https://host:port
-	Token  string
-	HTTP   *http.Client
-}
-
-// InClusterClient is the client of the pod this runs in, from the service
-// account Kubernetes mounts; ok is false outside a cluster.
-func InClusterClient() (c *KubeClient, ok bool, err error) {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if host == "" || port == "" {
-		return nil, false, nil
-	}
-	token, err := os.ReadFile(filepath.Join(ServiceAccountDir, "token"))
-	if err != nil {
-		return nil, true, fmt.Errorf("in-cluster credentials: %w", err)
-	}
-	ca, err := os.ReadFile(filepath.Join(ServiceAccountDir, "ca.crt"))
-	if err != nil {
-		return nil, true, fmt.Errorf("in-cluster credentials: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, true, fmt.Errorf("in-cluster credentials: %s/ca.crt holds no certificate", ServiceAccountDir)
-	}
-	return &KubeClient{
-		Server: "https://" + net.JoinHostPort(host, port),
-		Token:  strings.TrimSpace(string(token)),
-		HTTP:   &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}},
-	}, true, nil
-}
-
-// SetLabels sets labels on a node; a nil value removes that label.
+// SetLabels sets labels on a node with one strategic-merge PATCH; a nil
+// value removes that label (removing an absent one is no change). It gives
+// up after labelTimeout: install and the preStop hook must not hang on an
+// API server that does not answer.
 func (c *KubeClient) SetLabels(ctx context.Context, node string, labels map[string]*string) error {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, c.Server+"/api/v1/nodes/"+url.PathEscape(node), bytes.NewReader(body))
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, labelTimeout)
+	defer cancel()
+	if err := c.patchNode(ctx, node, body); err != nil {
 		return fmt.Errorf("label node %s: %w", node, err)
-	}
-	req.Header.Set("Content-Type", "application/strategic-merge-patch+json")
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return fmt.Errorf("label node %s: %w", node, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("label node %s: API server answered %s: %s", node, resp.Status, bytes.TrimSpace(msg))
 	}
 	return nil
 }

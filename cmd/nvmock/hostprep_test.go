@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
@@ -48,8 +51,10 @@ func TestUninstallUnlessDaemonSetOutsideAClusterUninstalls(t *testing.T) {
 	}
 }
 
-// In a cluster (a stand-in API server): kept while the DaemonSet runs on the
-// node; uninstalled, with a warning, when the API server fails.
+// In a cluster (a stand-in API server: the real one cannot be made to fail
+// on demand; hostprep's tests run Leaving against a real one): kept while
+// the DaemonSet runs on the node; uninstalled, with a warning, when the API
+// server fails.
 func TestUninstallUnlessDaemonSetInACluster(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -61,13 +66,14 @@ func TestUninstallUnlessDaemonSetInACluster(t *testing.T) {
 		{"a DaemonSet that still runs on the node keeps the overlay", http.StatusOK, true,
 			"kept the overlay in ROOT: DaemonSet nvmock/nvmock-default still runs on node node-7; its next pod installs over it\n", ""},
 		{"an API error uninstalls with a warning", http.StatusInternalServerError, false,
-			"uninstalled from ROOT", "warning: cannot tell whether node node-7 leaves DaemonSet nvmock/nvmock-default, uninstalling: get DaemonSet nvmock/nvmock-default: API server answered 500"},
+			"uninstalled from ROOT", "warning: cannot tell whether node node-7 leaves DaemonSet nvmock/nvmock-default, uninstalling: get DaemonSet nvmock/nvmock-default: an error on the server"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root, args := installed(t)
 			var paths []string
 			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				paths = append(paths, r.Method+" "+r.URL.Path)
+				w.Header().Set("Content-Type", "application/json")
 				switch {
 				case r.Header.Get("Authorization") != "Bearer secret":
 					http.Error(w, "Unauthorized", http.StatusUnauthorized)
@@ -83,7 +89,9 @@ func TestUninstallUnlessDaemonSetInACluster(t *testing.T) {
 			defer srv.Close()
 			defer func(f func() (*hostprep.KubeClient, bool, error)) { inClusterClient = f }(inClusterClient)
 			inClusterClient = func() (*hostprep.KubeClient, bool, error) {
-				return &hostprep.KubeClient{Server: srv.URL, Token: "secret", HTTP: srv.Client()}, true, nil
+				c, err := hostprep.NewKubeClient(&rest.Config{Host: srv.URL, BearerToken: "secret",
+					TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}})
+				return c, true, err
 			}
 
 			var out, errs bytes.Buffer

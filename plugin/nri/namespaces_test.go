@@ -2,86 +2,92 @@ package nri
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nvmock/nvmock/hostprep"
-	"github.com/nvmock/nvmock/plugin/inject"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
-// TestNamespacesAreWatchedNotPolled lists the opted-in namespaces, then
-// follows a namespace being labelled and another losing its label as the
-// watch reports them, without waiting for a refresh.
-func TestNamespacesAreWatchedNotPolled(t *testing.T) {
-	for _, label := range []string{"", "team.example.com/gpu=yes"} {
-		t.Run("label "+label, func(t *testing.T) { watchedNotPolled(t, label) })
+// A 410 that answers the watch request itself (rather than arriving as an
+// event in the stream, as kube-apiserver sends it) ends the watch too, so
+// that the caller lists again; client-go's RetryWatcher alone would ask
+// again forever from the same expired version. The API server tests are in
+// namespaces_kube_test.go.
+func TestAWatchRequestAnswered410EndsTheWatch(t *testing.T) {
+	ns := &watchOnly{errs: []error{apierrors.NewResourceExpired("too old resource version: 5 (9)")}}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	var outcomes []error
+	err := watchOptedIn(ctx, ns, DefaultNamespaceLabel, "5", time.Second,
+		func(string, bool) { t.Error("an update from a failed watch") },
+		func(err error) { outcomes = append(outcomes, err) })
+	if !errors.Is(err, errWatchExpired) || !strings.Contains(err.Error(), "too old resource version: 5 (9)") {
+		t.Errorf("error %v, want errWatchExpired quoting the API server", err)
+	}
+	if ns.calls != 1 || len(outcomes) != 0 {
+		t.Errorf("%d watch requests, outcomes %v; want one, reported to nobody (a 410 is no failure)", ns.calls, outcomes)
 	}
 }
 
-func watchedNotPolled(t *testing.T, label string) {
-	want := label
-	if want == "" {
-		want = "nvmock.io/inject=enabled"
-	}
-	events := make(chan string)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		if q.Get("labelSelector") != want {
-			http.Error(w, "bad selector", http.StatusBadRequest)
-			return
-		}
-		if q.Get("watch") != "1" {
-			fmt.Fprint(w, `{"kind":"NamespaceList","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"ml"}}]}`)
-			return
-		}
-		if q.Get("resourceVersion") != "5" {
-			http.Error(w, "watch not from the list's version", http.StatusBadRequest)
-			return
-		}
-		w.(http.Flusher).Flush()
-		for {
-			select {
-			case ev := <-events:
-				fmt.Fprintln(w, ev)
-				w.(http.Flusher).Flush()
-			case <-r.Context().Done():
-				return
-			}
-		}
-	}))
-	defer srv.Close()
-
-	p := fakePlugin(t, 2, inject.Config{})
-	if label != "" {
-		p.opt.NamespaceLabel = label
-	}
-	p.opt.Kube = &hostprep.KubeClient{Server: srv.URL, Token: "tok", HTTP: srv.Client()}
-	p.opt.NamespaceRefresh = time.Hour // only the watch can make changes in time
-	ctx, cancel := context.WithCancel(context.Background())
+// A watch refused (403: an API server that is starting answers so until
+// its RBAC cache is filled) is reported and retried, where the RetryWatcher
+// alone would end the watch.
+func TestARefusedWatchIsRetried(t *testing.T) {
+	ns := &watchOnly{errs: []error{apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "", errors.New("RBAC: clusterrole not found")), nil}}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	go p.watchNamespaces(ctx)
-
-	waitFor := func(want map[string]bool) {
-		t.Helper()
-		deadline := time.Now().Add(wait)
-		for time.Now().Before(deadline) {
-			if cur := p.optedIn.Load(); cur != nil && reflect.DeepEqual(*cur, want) {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
+	var outcomes []string
+	updated := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- watchOptedIn(ctx, ns, DefaultNamespaceLabel, "5", 10*time.Millisecond,
+			func(name string, in bool) { updated <- fmt.Sprintf("%s %v", name, in) },
+			func(err error) { outcomes = append(outcomes, fmt.Sprint(err)) })
+	}()
+	select {
+	case u := <-updated:
+		if u != "ml true" {
+			t.Errorf("update %q, want ml true", u)
 		}
-		t.Fatalf("opted-in namespaces %v, want %v", p.optedIn.Load(), want)
+	case err := <-done:
+		t.Fatalf("the watch ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no update after the refusal")
 	}
-	waitFor(map[string]bool{"ml": true})
-	events <- `{"type":"ADDED","object":{"metadata":{"name":"ci"}}}`
-	waitFor(map[string]bool{"ml": true, "ci": true})
-	events <- `{"type":"DELETED","object":{"metadata":{"name":"ml"}}}`
-	waitFor(map[string]bool{"ci": true})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("watch: %v", err)
+	}
+	if len(outcomes) != 2 || !strings.Contains(outcomes[0], "forbidden") || outcomes[1] != "<nil>" {
+		t.Errorf("outcomes %q, want the refusal, then a watch that started", outcomes)
+	}
+}
+
+// watchOnly is a namespace client whose Watch answers errs in turn, and
+// after a nil one a watch with one namespace, ml; it has no other method.
+type watchOnly struct {
+	corev1client.NamespaceInterface
+	errs  []error
+	calls int
+}
+
+func (w *watchOnly) Watch(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	w.calls++
+	err := w.errs[min(w.calls, len(w.errs))-1]
+	if err != nil {
+		return nil, err
+	}
+	fw := watch.NewFakeWithChanSize(1, false)
+	fw.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", ResourceVersion: "6"}})
+	return fw, nil
 }
 
 func TestNamespaceLabelMustBeKeyEqualsValue(t *testing.T) {

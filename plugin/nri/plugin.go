@@ -13,7 +13,9 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
+	"k8s.io/klog/v2"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/plugin/inject"
@@ -36,11 +38,11 @@ type Options struct {
 	OverlayRoot string // where hostprep installed the overlay; "" is hostprep.DefaultRoot
 	Inject      inject.Config
 
-	// Kube lists opted-in namespaces; nil outside a cluster, where only
-	// Inject.Namespaces applies.
+	// Kube lists and watches opted-in namespaces; nil outside a cluster,
+	// where only Inject.Namespaces applies.
 	Kube             *hostprep.KubeClient
 	NamespaceLabel   string        // KEY=VALUE that opts a namespace in; "" is DefaultNamespaceLabel
-	NamespaceRefresh time.Duration // wait before listing again after a failure; 0 is DefaultNamespaceRefresh
+	NamespaceRefresh time.Duration // the longest wait before asking again after a failure; 0 is DefaultNamespaceRefresh
 
 	// Backoff bounds the wait between reconnects; zero values are 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
@@ -216,45 +218,80 @@ func (p *Plugin) Ready() error {
 }
 
 // watchNamespaces keeps the opted-in namespaces current until ctx ends: it
-// lists them, then watches for changes, and lists again when the watch ends
-// (after NamespaceRefresh when it failed). On an error it keeps the last
-// list: a flaky API server must not flip pods.
+// lists them, then follows the watch (watchOptedIn). On an error it keeps
+// the last list, as a flaky API server must not flip pods, and asks again
+// after a back-off that doubles from a second to NamespaceRefresh; a watch
+// that expired (410 Gone) lists again at once.
 func (p *Plugin) watchNamespaces(ctx context.Context) {
+	backoff := time.Duration(0)
+	ns := p.opt.Kube.Namespaces()
+	log := p.log.WithField("namespace_label", p.opt.NamespaceLabel)
+	// client-go's own lines (the RetryWatcher's) go to our logger, at debug
+	// level: what matters is counted and logged below, once.
+	ctx = klog.NewContext(ctx, logr.New(klogSink{l: log}))
 	for ctx.Err() == nil {
+		listed := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		set, rv, err := listOptedInAt(rctx, p.opt.Kube, p.opt.NamespaceLabel)
+		set, rv, err := listOptedIn(rctx, ns, p.opt.NamespaceLabel)
 		cancel()
 		if err == nil {
+			backoff = 0
 			p.optedIn.Store(&set)
-			err = watchOptedIn(ctx, p.opt.Kube, p.opt.NamespaceLabel, rv, func(name string, in bool) {
-				next := map[string]bool{}
-				if cur := p.optedIn.Load(); cur != nil {
-					for k := range *cur {
-						next[k] = true
+			log.WithFields(logrus.Fields{"namespaces": len(set), "resource_version": rv}).Debug("listed the opted-in namespaces")
+			failing := false
+			err = watchOptedIn(ctx, ns, p.opt.NamespaceLabel, rv, p.opt.NamespaceRefresh, p.setOptedIn, func(err error) {
+				switch {
+				case err != nil:
+					p.metrics.errors.WithLabelValues(reasonNamespaces).Inc()
+					if !failing { // once, not at every retry
+						log.WithError(err).Warn("cannot watch namespaces; keeping the last list and retrying")
 					}
+					failing = true
+				case failing:
+					log.Info("watching namespaces again")
+					failing = false
 				}
-				if in {
-					next[name] = true
-				} else {
-					delete(next, name)
-				}
-				p.optedIn.Store(&next)
 			})
-			if err == nil {
-				continue // the server ended the watch: list again now
+			if errors.Is(err, errWatchExpired) {
+				// Why at once: the watch cannot resume, only a list can
+				// catch up, and until then the set misses changes. At most
+				// once a second, should a server expire every watch.
+				log.WithError(err).Info("listing the opted-in namespaces again")
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Until(listed.Add(time.Second))):
+				}
+				continue
 			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		backoff = min(max(2*backoff, time.Second), p.opt.NamespaceRefresh)
 		p.metrics.errors.WithLabelValues(reasonNamespaces).Inc()
-		p.log.WithError(err).Warn("keeping the last list of opted-in namespaces")
+		log.WithError(err).WithField("retry_in", backoff).Warn("keeping the last list of opted-in namespaces")
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(p.opt.NamespaceRefresh):
+		case <-time.After(backoff):
 		}
 	}
+}
+
+// setOptedIn records that namespace name matches the label (in) or not.
+func (p *Plugin) setOptedIn(name string, in bool) {
+	next := map[string]bool{}
+	if cur := p.optedIn.Load(); cur != nil {
+		for k := range *cur {
+			next[k] = true
+		}
+	}
+	if in {
+		next[name] = true
+	} else {
+		delete(next, name)
+	}
+	p.optedIn.Store(&next)
 }
 
 // handler carries the stub's callbacks; its method set is exactly the

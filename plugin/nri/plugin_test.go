@@ -15,7 +15,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
@@ -262,25 +261,6 @@ func TestReadyzAndMetricsOverHTTP(t *testing.T) {
 	must(t, os.Remove(filepath.Join(root, "driver")))
 	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "overlay") {
 		t.Errorf("/readyz %d %q without the overlay, want 503 naming the overlay", code, body)
-	}
-}
-
-func TestOptedInNamespacesFromTheAPIServer(t *testing.T) {
-	var gotQuery, gotAuth string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gotQuery, gotAuth = r.URL.Query().Get("labelSelector"), r.Header.Get("Authorization")
-		_, _ = w.Write([]byte(`{"kind":"NamespaceList","items":[{"metadata":{"name":"ml"}},{"metadata":{"name":"ci"}}]}`))
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	set, err := listOptedIn(ctx, &hostprep.KubeClient{Server: srv.URL, Token: "tok", HTTP: srv.Client()}, DefaultNamespaceLabel)
-	must(t, err)
-	if !set["ml"] || !set["ci"] || len(set) != 2 {
-		t.Errorf("set %v, want ml and ci", set)
-	}
-	if gotQuery != "nvmock.io/inject=enabled" || gotAuth != "Bearer tok" {
-		t.Errorf("query %q auth %q", gotQuery, gotAuth)
 	}
 }
 

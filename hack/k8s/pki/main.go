@@ -1,70 +1,40 @@
 // Command pki writes the certificates, keys and kubeconfigs of the one-node
-// test cluster of hack/k8s-node.sh: a CA, the API server's and the kubelet's
-// serving certificates, a client certificate per component (embedded in its
-// kubeconfig), and the service-account signing key. ECDSA P-256 throughout:
-// instant to generate, and every component takes it. Test-cluster grade: the
-// CA key stays beside the certificates.
+// test cluster of hack/k8s-node.sh (internal/pki says what they are).
 //
 //	pki -dir DIR -node NAME -node-ip IP -service-ip IP -server URL
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
-	"math/big"
+	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/nvmock/nvmock/internal/pki"
 )
 
-// config is what the certificates name.
-type config struct {
-	Dir       string
-	Node      string // the node's name: the kubelet's identity and serving name
-	NodeIP    net.IP // where the API server is advertised and the kubelet serves
-	ServiceIP net.IP // the kubernetes Service's ClusterIP
-	Server    string // the API server URL the kubeconfigs point at
-}
-
-// client is one component's identity: its kubeconfig is <Name>.kubeconfig,
-// or, without Kubeconfig, <Name>.crt and <Name>.key.
-type client struct {
-	Name       string
-	CN         string
-	O          []string
-	Kubeconfig bool
-}
-
-func clients(node string) []client {
-	return []client{
-		{"admin", "kubernetes-admin", []string{"system:masters"}, true},
-		{"controller-manager", "system:kube-controller-manager", nil, true},
-		{"scheduler", "system:kube-scheduler", nil, true},
-		{"kube-proxy", "system:kube-proxy", nil, true},
-		{"kubelet", "system:node:" + node, []string{"system:nodes"}, true},
-		// The API server's identity towards the kubelet (logs, exec).
-		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, false},
-	}
-}
-
 func main() {
-	var c config
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// run parses the flags and writes; it returns the exit status: 2 for bad
+// flags (every problem in one pass), 1 when writing fails.
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pki", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c pki.Config
 	var nodeIP, serviceIP string
-	flag.StringVar(&c.Dir, "dir", "", "output directory")
-	flag.StringVar(&c.Node, "node", "", "node name")
-	flag.StringVar(&nodeIP, "node-ip", "", "node IP")
-	flag.StringVar(&serviceIP, "service-ip", "10.96.0.1", "the kubernetes Service's ClusterIP")
-	flag.StringVar(&c.Server, "server", "https://127.0.0.1:6443", "API server URL for the kubeconfigs")
-	flag.Parse()
+	fs.StringVar(&c.Dir, "dir", "", "output directory")
+	fs.StringVar(&c.Node, "node", "", "node name")
+	fs.StringVar(&nodeIP, "node-ip", "", "node IP")
+	fs.StringVar(&serviceIP, "service-ip", "10.96.0.1", "the kubernetes Service's ClusterIP")
+	fs.StringVar(&c.Server, "server", "https://127.0.0.1:6443", "API server URL for the kubeconfigs")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
 	c.NodeIP, c.ServiceIP = net.ParseIP(nodeIP), net.ParseIP(serviceIP)
 	var errs []error
 	if c.Dir == "" || c.Node == "" {
@@ -77,179 +47,12 @@ func main() {
 		errs = append(errs, fmt.Errorf("-service-ip %q is not an IP address", serviceIP))
 	}
 	if err := errors.Join(errs...); err != nil {
-		fmt.Fprintln(os.Stderr, "pki:", err)
-		os.Exit(2)
+		fmt.Fprintln(stderr, "pki:", err)
+		return 2
 	}
-	if err := write(c, time.Now()); err != nil {
-		fmt.Fprintln(os.Stderr, "pki:", err)
-		os.Exit(1)
+	if err := pki.Write(c, time.Now()); err != nil {
+		fmt.Fprintln(stderr, "pki:", err)
+		return 1
 	}
-}
-
-// write creates everything in c.Dir.
-func write(c config, now time.Time) error {
-	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
-		return err
-	}
-	caKey, err := newKey()
-	if err != nil {
-		return err
-	}
-	caTmpl := template(pkix.Name{CommonName: "nvmock-k8s-ca"}, now, 10)
-	caTmpl.IsCA, caTmpl.BasicConstraintsValid = true, true
-	caTmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return fmt.Errorf("create the CA: %w", err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	if err := writePair(c.Dir, "ca", caDER, caKey); err != nil {
-		return err
-	}
-	sign := func(tmpl *x509.Certificate) ([]byte, *ecdsa.PrivateKey, error) {
-		key, err := newKey()
-		if err != nil {
-			return nil, nil, err
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sign %s: %w", tmpl.Subject.CommonName, err)
-		}
-		return der, key, nil
-	}
-
-	servers := []struct {
-		name string
-		tmpl *x509.Certificate
-	}{
-		{"apiserver", serving("kube-apiserver", now,
-			[]net.IP{net.IPv4(127, 0, 0, 1), c.NodeIP, c.ServiceIP},
-			[]string{"localhost", c.Node, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})},
-		{"kubelet-serving", serving(c.Node, now, []net.IP{net.IPv4(127, 0, 0, 1), c.NodeIP}, []string{"localhost", c.Node})},
-	}
-	for _, s := range servers {
-		der, key, err := sign(s.tmpl)
-		if err != nil {
-			return err
-		}
-		if err := writePair(c.Dir, s.name, der, key); err != nil {
-			return err
-		}
-	}
-
-	for _, cl := range clients(c.Node) {
-		tmpl := template(pkix.Name{CommonName: cl.CN, Organization: cl.O}, now, 1)
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-		der, key, err := sign(tmpl)
-		if err != nil {
-			return err
-		}
-		if !cl.Kubeconfig {
-			if err := writePair(c.Dir, cl.Name, der, key); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := writeKubeconfig(c, cl.Name, caDER, der, key); err != nil {
-			return err
-		}
-	}
-
-	saKey, err := newKey()
-	if err != nil {
-		return err
-	}
-	if err := writeKey(filepath.Join(c.Dir, "sa.key"), saKey); err != nil {
-		return err
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(c.Dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644)
-}
-
-func newKey() (*ecdsa.PrivateKey, error) {
-	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-}
-
-// template starts a certificate valid from an hour ago (clock skew) for years.
-func template(subject pkix.Name, now time.Time, years int) *x509.Certificate {
-	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	return &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      subject,
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(years, 0, 0),
-	}
-}
-
-func serving(cn string, now time.Time, ips []net.IP, names []string) *x509.Certificate {
-	t := template(pkix.Name{CommonName: cn}, now, 1)
-	t.KeyUsage = x509.KeyUsageDigitalSignature
-	t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	t.IPAddresses, t.DNSNames = ips, names
-	return t
-}
-
-func certPEM(der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
-func keyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
-}
-
-func writeKey(path string, key *ecdsa.PrivateKey) error {
-	b, err := keyPEM(key)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o600)
-}
-
-// writePair writes NAME.crt and NAME.key.
-func writePair(dir, name string, der []byte, key *ecdsa.PrivateKey) error {
-	if err := os.WriteFile(filepath.Join(dir, name+".crt"), certPEM(der), 0o644); err != nil {
-		return err
-	}
-	return writeKey(filepath.Join(dir, name+".key"), key)
-}
-
-// writeKubeconfig writes NAME.kubeconfig with the CA and the client's
-// certificate and key embedded, so that it can be copied elsewhere.
-func writeKubeconfig(c config, name string, caDER, der []byte, key *ecdsa.PrivateKey) error {
-	k, err := keyPEM(key)
-	if err != nil {
-		return err
-	}
-	b64 := base64.StdEncoding.EncodeToString
-	doc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: nvmock-k8s
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: %s
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-contexts:
-- name: nvmock-k8s
-  context:
-    cluster: nvmock-k8s
-    user: %s
-current-context: nvmock-k8s
-`, c.Server, b64(certPEM(caDER)), name, b64(certPEM(der)), b64(k), name)
-	return os.WriteFile(filepath.Join(c.Dir, name+".kubeconfig"), []byte(doc), 0o600)
+	return 0
 }
