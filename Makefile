@@ -24,7 +24,7 @@ DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard libnvml/profile/builtin/*.yaml)
 
-.PHONY: help build lib cli driver image test e2e bench lint demo generate deps clean
+.PHONY: help build lib cli driver image test e2e bench lint demo generate deps k8s-tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ deps: ## install missing Debian packages; fetch nvidia-smi, pynvml and NVIDIA's 
 	hack/fetch-pynvml.sh $(CACHE)
 	hack/fetch-nvidia-tools.sh $(CACHE)
 
+k8s-tools: ## build etcd, Kubernetes v1.37, kubectl and the CNI plugins into .cache/k8s (once per version; 30 min cold, minutes with a warm Go cache)
+	hack/k8s-node.sh build
+
 # The image's tag follows the chart's appVersion, so the chart's defaults find it.
 IMAGE ?= ghcr.io/nvmock/nvmock:$(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/nvmock/Chart.yaml 2>/dev/null || echo dev)
 
@@ -74,7 +77,7 @@ generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
 
 TEST_ENV = NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR)
 
-test: deps driver image ## run every test (Go, C, real nvidia-smi, go-nvml, pynvml; as root also the e2e suite on a real containerd)
+test: deps k8s-tools driver image ## run every test (Go, C, real nvidia-smi, go-nvml, pynvml; as root also the e2e suite on a real containerd)
 	$(TEST_ENV) hack/test.sh
 
 e2e: deps driver image ## the end-to-end suite alone: a real containerd with NRI and CDI, the plugin, real containers (root)
