@@ -39,27 +39,22 @@ run_logged() {
   fi
 }
 
-if works "$bin/nvidia-ctk"; then
-  log "already present: $bin/nvidia-ctk"
-else
-  log "building nvidia-ctk $CTK_VERSION (go install; takes a few minutes the first time)"
-  run_logged "go install nvidia-ctk@$CTK_VERSION" "$cache/nvidia-ctk.build.log" \
+# toolkit_cmd NAME: one command of the container toolkit module, unless built.
+toolkit_cmd() {
+  local name=$1
+  if works "$bin/$name"; then
+    log "already present: $bin/$name"
+    return
+  fi
+  log "building $name $CTK_VERSION (go install; takes a few minutes the first time)"
+  run_logged "go install $name@$CTK_VERSION" "$cache/$name.build.log" \
     env -C / GOBIN="$bin" GOWORK=off CGO_ENABLED=1 go install \
-      -ldflags "-X $CTK_MODULE/internal/info.version=$CTK_VERSION" "$CTK_MODULE/cmd/nvidia-ctk@$CTK_VERSION"
-  works "$bin/nvidia-ctk" || die "$bin/nvidia-ctk was built but does not answer --version"
-  log "done: $bin/nvidia-ctk"
-fi
-
-if works "$bin/nvidia-container-runtime"; then
-  log "already present: $bin/nvidia-container-runtime"
-else
-  log "building nvidia-container-runtime $CTK_VERSION (go install)"
-  run_logged "go install nvidia-container-runtime@$CTK_VERSION" "$cache/nvidia-container-runtime.build.log" \
-    env -C / GOBIN="$bin" GOWORK=off CGO_ENABLED=1 go install \
-      -ldflags "-X $CTK_MODULE/internal/info.version=$CTK_VERSION" "$CTK_MODULE/cmd/nvidia-container-runtime@$CTK_VERSION"
-  works "$bin/nvidia-container-runtime" || die "$bin/nvidia-container-runtime was built but does not answer --version"
-  log "done: $bin/nvidia-container-runtime"
-fi
+      -ldflags "-X $CTK_MODULE/internal/info.version=$CTK_VERSION" "$CTK_MODULE/cmd/$name@$CTK_VERSION"
+  works "$bin/$name" || die "$bin/$name was built but does not answer --version"
+  log "done: $bin/$name"
+}
+toolkit_cmd nvidia-ctk
+toolkit_cmd nvidia-container-runtime
 
 if works "$bin/nvidia-device-plugin" && works "$bin/gpu-feature-discovery"; then
   log "already present: $bin/nvidia-device-plugin, $bin/gpu-feature-discovery"
