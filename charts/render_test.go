@@ -210,6 +210,19 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 		}
 	}
 
+	// Least privilege: each container mounts read-write only what it (or
+	// its hook) writes. hostprep writes the overlay, the CDI spec and the
+	// NFD file; the plugin only reads the overlay and connects to the
+	// runtime's socket (a read-only mount allows connect), but its preStop
+	// uninstall removes what hostprep wrote.
+	wantRW := []string{set["root"], set["cdi-dir"], set["nfd-dir"]}
+	sort.Strings(wantRW)
+	for _, c := range []corev1.Container{init, main} {
+		if got := writable(spec, c); !reflect.DeepEqual(got, wantRW) {
+			t.Errorf("%s: container %s mounts %v read-write, want exactly %v", ds.Name, c.Name, got, wantRW)
+		}
+	}
+
 	// Privileges: the init container only adds MKNOD; the plugin adds none.
 	for _, c := range []struct {
 		ctr corev1.Container
@@ -237,6 +250,23 @@ func fieldRefs(c corev1.Container) map[string]string {
 		}
 	}
 	return m
+}
+
+// writable are the paths a container mounts read-write, sorted; ConfigMaps
+// are read-only whatever the mount says.
+func writable(spec corev1.PodSpec, c corev1.Container) []string {
+	vols := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v
+	}
+	var rw []string
+	for _, vm := range c.VolumeMounts {
+		if !vm.ReadOnly && vols[vm.Name].ConfigMap == nil {
+			rw = append(rw, vm.MountPath)
+		}
+	}
+	sort.Strings(rw)
+	return rw
 }
 
 // mountsOf maps a container's mount paths to "hostPath:PATH" or

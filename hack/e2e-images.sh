@@ -35,6 +35,32 @@ build_images() {
 
   r=$img/rootfs-static && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/probe" "$r/probe"
   mkimage static '["/probe"]' "$r"
+
+  nvidia_image
+}
+
+# nvidia_image: NVIDIA's device plugin and GPU feature discovery (v0.18.2,
+# built by hack/fetch-nvidia-tools.sh; they use cgo) in a glibc root, laid
+# out as NVIDIA's image nvcr.io/nvidia/k8s-device-plugin is (its Dockerfile:
+# the binaries in /usr/bin, the same ENV and ENTRYPOINT), so that NVIDIA's
+# Helm chart runs it unchanged. Skipped when the tools were not built (make
+# deps builds them); the Kubernetes suite (e2e/k8s) says so then.
+nvidia_image() {
+  local cache=${NVMOCK_CACHE:-$repo/.cache} r=$img/rootfs-nvidia f
+  for f in nvidia-device-plugin gpu-feature-discovery; do
+    [ -x "$cache/bin/$f" ] || { echo "e2e-images: no $cache/bin/$f (make deps builds it): no k8s-device-plugin image" >&2; return 0; }
+  done
+  glibc_rootfs "$r"
+  for f in nvidia-device-plugin gpu-feature-discovery; do
+    # Without the debug info (30 and 68 MB with it): a smaller import.
+    objcopy --strip-debug "$cache/bin/$f" "$r/usr/bin/$f"
+  done
+  # Its NVIDIA_DRIVER_CAPABILITIES=compute,utility is left out: mkimage's
+  # -env is a comma list, and nvmock does not read the variable.
+  "$img/mkimage" -name localhost/nvmock-e2e/k8s-device-plugin:local -entrypoint '["nvidia-device-plugin"]' \
+    -env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin,NVIDIA_DISABLE_REQUIRE=true,NVIDIA_VISIBLE_DEVICES=all" \
+    -o "$img/k8s-device-plugin.tar" "$r"
+  "$CTR" -a "$W/state/containerd.sock" -n k8s.io images import "$img/k8s-device-plugin.tar" >/dev/null 2>>"$W/logs/ctr.log"
 }
 
 mkimage() {
@@ -61,4 +87,5 @@ glibc_rootfs() {
   printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"; printf 'root:x:0:\n' >"$r/etc/group"
 }
 
-build_images
+# Sourced (hack/k8s/dra-images.sh), it only defines the functions.
+[ "${BASH_SOURCE[0]}" != "$0" ] || build_images

@@ -57,9 +57,13 @@ net.bridge.bridge-nf-call-ip6tables net.netfilter.nf_conntrack_max
 net.netfilter.nf_conntrack_tcp_timeout_established net.netfilter.nf_conntrack_tcp_timeout_close_wait"
 # Host paths the components create if missing; down removes the ones up
 # created, if empty. The kubelet's device plugin socket is hard-wired in
-# /var/lib/kubelet/device-plugins, whatever its root dir.
+# /var/lib/kubelet/device-plugins, whatever its root dir. The last line:
+# hostPaths that NVIDIA's device plugin chart hard-wires (its CDI and MPS
+# dirs, GPU feature discovery's features.d), which the kubelet or
+# containerd create when the Kubernetes suite (e2e/k8s) installs it.
 HOST_DIRS="/run/containerd /run/containerd/s /run/containerd/fifo /var/log/containers /var/lib/cni
-/var/lib/cni/results /var/lib/kubelet /var/lib/kubelet/device-plugins"
+/var/lib/cni/results /var/lib/kubelet /var/lib/kubelet/device-plugins
+/var/run/cdi /run/nvidia /run/nvidia/mps /run/nvidia/mps/shm /etc/kubernetes /etc/kubernetes/node-feature-discovery /etc/kubernetes/node-feature-discovery/features.d"
 DEVICE_PLUGINS=/var/lib/kubelet/device-plugins
 
 kbin=$CACHE/k8s/bin
@@ -563,6 +567,9 @@ KUBELET_ROOT=$W/kubelet
 POD_LOG_DIR=$W/podlogs
 IMAGE_PREFIX=localhost/nvmock-e2e/
 NODE_SCRIPT=$here/k8s-node.sh
+CTR=$ebin/ctr
+CRICTL=$ebin/crictl
+LOG_DIR=$W/logs
 EOF
   mv "$W/k8s.env.tmp" "$W/k8s.env"
 }
