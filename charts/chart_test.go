@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -92,16 +93,23 @@ type objects struct {
 	roleBindings []rbacv1.ClusterRoleBinding
 	nsRoles      []rbacv1.Role
 	nsBindings   []rbacv1.RoleBinding
+	jobs         []batchv1.Job
+	// hooks are the pre-delete hook's objects (templates/predelete.yaml).
+	hooks *objects
 }
 
 // decode decodes every object of every rendered manifest into its k8s.io/api
 // type; an unknown field, a duplicate key or an unexpected kind is an error.
 func decode(t *testing.T, files map[string]string) objects {
 	t.Helper()
-	var o objects
+	o := objects{hooks: &objects{}}
 	for name, body := range files {
 		if strings.HasSuffix(name, "NOTES.txt") {
 			continue
+		}
+		dst := &o
+		if strings.HasSuffix(name, "/predelete.yaml") {
+			dst = o.hooks
 		}
 		for i, doc := range docSep.Split(body, -1) {
 			if strings.TrimSpace(stripComments(doc)) == "" {
@@ -114,19 +122,21 @@ func decode(t *testing.T, files map[string]string) objects {
 			var into any
 			switch meta.APIVersion + " " + meta.Kind {
 			case "apps/v1 DaemonSet":
-				into = addNew(&o.daemonSets)
+				into = addNew(&dst.daemonSets)
 			case "v1 ConfigMap":
-				into = addNew(&o.configMaps)
+				into = addNew(&dst.configMaps)
 			case "v1 ServiceAccount":
-				into = addNew(&o.accounts)
+				into = addNew(&dst.accounts)
 			case "rbac.authorization.k8s.io/v1 ClusterRole":
-				into = addNew(&o.roles)
+				into = addNew(&dst.roles)
 			case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
-				into = addNew(&o.roleBindings)
+				into = addNew(&dst.roleBindings)
 			case "rbac.authorization.k8s.io/v1 Role":
-				into = addNew(&o.nsRoles)
+				into = addNew(&dst.nsRoles)
 			case "rbac.authorization.k8s.io/v1 RoleBinding":
-				into = addNew(&o.nsBindings)
+				into = addNew(&dst.nsBindings)
+			case "batch/v1 Job":
+				into = addNew(&dst.jobs)
 			default:
 				t.Fatalf("%s doc %d: unexpected object %s %s", name, i, meta.APIVersion, meta.Kind)
 			}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +55,13 @@ func sourceFlags(t *testing.T, file, fn string) *flag.FlagSet {
 				fs.Int(name, 0, "")
 			case "Bool":
 				fs.Bool(name, false, "")
+			case "Duration":
+				fs.Duration(name, 0, "")
+			case "Func":
+				// A repeatable flag: the values, comma-joined.
+				var vals []string
+				fs.Func(name, "", func(v string) error { vals = append(vals, v); return nil })
+				fs.Lookup(name).Value = joinedValue{&vals}
 			}
 			return true
 		})
@@ -78,3 +86,15 @@ func parseArgs(t *testing.T, what string, fs *flag.FlagSet, args []string) map[s
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
 	return set
 }
+
+// joinedValue shows a repeatable flag's values comma-joined.
+type joinedValue struct{ vals *[]string }
+
+func (j joinedValue) String() string {
+	if j.vals == nil {
+		return ""
+	}
+	return strings.Join(*j.vals, ",")
+}
+
+func (j joinedValue) Set(v string) error { *j.vals = append(*j.vals, v); return nil }

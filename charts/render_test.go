@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvmock/nvmock/libnvml/profile"
 )
@@ -78,6 +79,7 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 			objs := decode(t, files)
 			checkPools(t, objs, s.pools)
 			checkRBAC(t, objs)
+			checkPreDelete(t, objs, s.pools)
 			golden(t, s.name, manifest(files))
 		})
 	}
@@ -138,11 +140,11 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	if !reflect.DeepEqual(spec.NodeSelector, p.selector) {
 		t.Errorf("%s: nodeSelector %v, want %v", ds.Name, spec.NodeSelector, p.selector)
 	}
-	if len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
-		t.Fatalf("%s: %d init containers and %d containers, want 1 and 1", ds.Name, len(spec.InitContainers), len(spec.Containers))
+	if len(spec.InitContainers) != 1 || len(spec.Containers) != 2 {
+		t.Fatalf("%s: %d init containers and %d containers, want 1 and 2", ds.Name, len(spec.InitContainers), len(spec.Containers))
 	}
-	init, main := spec.InitContainers[0], spec.Containers[0]
-	for _, c := range []corev1.Container{init, main} {
+	init, main, unc := spec.InitContainers[0], spec.Containers[0], spec.Containers[1]
+	for _, c := range []corev1.Container{init, main, unc} {
 		if len(c.Command) != 1 || c.Command[0] != "/opt/nvmock/bin/nvmock" {
 			t.Errorf("%s: container %s runs %q, want the image's /opt/nvmock/bin/nvmock", ds.Name, c.Name, c.Command)
 		}
@@ -189,9 +191,20 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	if mounts["/var/lib/nvmock"] != "hostPath:/var/lib/nvmock" || mounts["/var/run/nri"] != "hostPath:/var/run/nri" {
 		t.Errorf("%s: nri container mounts %v, want the overlay root and the socket directory", ds.Name, mounts)
 	}
+	if main.Lifecycle != nil {
+		t.Errorf("%s: the nri container has a lifecycle hook; the uninstall container holds the preStop", ds.Name)
+	}
 
-	// preStop: hostprep uninstall with its real flags, and what it removes mounted.
-	hook := main.Lifecycle.PreStop.Exec.Command
+	// The uninstall container waits (hostprep wait) and holds the preStop:
+	// hostprep uninstall with its real flags, and what it removes mounted.
+	if !reflect.DeepEqual(unc.Args, []string{"hostprep", "wait"}) {
+		t.Errorf("%s: uninstall container args %q, want hostprep wait", ds.Name, unc.Args)
+	}
+	mounts = mountsOf(spec, unc)
+	if unc.Lifecycle == nil || unc.Lifecycle.PreStop == nil || unc.Lifecycle.PreStop.Exec == nil {
+		t.Fatalf("%s: the uninstall container has no preStop exec", ds.Name)
+	}
+	hook := unc.Lifecycle.PreStop.Exec.Command
 	if len(hook) < 3 || hook[0] != "/opt/nvmock/bin/nvmock" || hook[1] != "hostprep" || hook[2] != "uninstall" {
 		t.Fatalf("%s: preStop %q, want nvmock hostprep uninstall", ds.Name, hook)
 	}
@@ -206,28 +219,31 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	}
 	for _, dir := range []string{set["cdi-dir"], set["nfd-dir"]} {
 		if mounts[dir] != "hostPath:"+dir {
-			t.Errorf("%s: preStop removes files in %s, which the nri container does not mount", ds.Name, dir)
+			t.Errorf("%s: preStop removes files in %s, which the uninstall container does not mount", ds.Name, dir)
 		}
 	}
 
 	// Least privilege: each container mounts read-write only what it (or
-	// its hook) writes. hostprep writes the overlay, the CDI spec and the
-	// NFD file; the plugin only reads the overlay and connects to the
-	// runtime's socket (a read-only mount allows connect), but its preStop
-	// uninstall removes what hostprep wrote.
+	// its hook) writes. hostprep install writes the overlay, the CDI spec
+	// and the NFD file, and the uninstall container's preStop removes them;
+	// the plugin only reads the overlay and connects to the runtime's
+	// socket (a read-only mount allows connect).
 	wantRW := []string{set["root"], set["cdi-dir"], set["nfd-dir"]}
 	sort.Strings(wantRW)
-	for _, c := range []corev1.Container{init, main} {
-		if got := writable(spec, c); !reflect.DeepEqual(got, wantRW) {
-			t.Errorf("%s: container %s mounts %v read-write, want exactly %v", ds.Name, c.Name, got, wantRW)
+	for _, c := range []struct {
+		ctr  corev1.Container
+		want []string
+	}{{init, wantRW}, {unc, wantRW}, {main, nil}} {
+		if got := writable(spec, c.ctr); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: container %s mounts %v read-write, want exactly %v", ds.Name, c.ctr.Name, got, c.want)
 		}
 	}
 
-	// Privileges: the init container only adds MKNOD; the plugin adds none.
+	// Privileges: the init container only adds MKNOD; the others add none.
 	for _, c := range []struct {
 		ctr corev1.Container
 		add []corev1.Capability
-	}{{init, []corev1.Capability{"MKNOD"}}, {main, nil}} {
+	}{{init, []corev1.Capability{"MKNOD"}}, {main, nil}, {unc, nil}} {
 		sc := c.ctr.SecurityContext
 		if sc == nil || sc.Capabilities == nil {
 			t.Fatalf("%s: container %s has no securityContext capabilities", ds.Name, c.ctr.Name)
@@ -352,4 +368,64 @@ func grants(t *testing.T, rules []rbacv1.PolicyRule) []string {
 	}
 	sort.Strings(got)
 	return got
+}
+
+// checkPreDelete checks the pre-delete hook: a Job, as its own ServiceAccount
+// allowed only to get and delete the pools' DaemonSets, runs hostprep
+// pre-delete with its real flags on each of them, unprivileged.
+func checkPreDelete(t *testing.T, o objects, pools []pool) {
+	t.Helper()
+	h := o.hooks
+	if len(h.accounts) != 1 || len(h.nsRoles) != 1 || len(h.nsBindings) != 1 || len(h.jobs) != 1 ||
+		len(h.roles)+len(h.roleBindings)+len(h.daemonSets)+len(h.configMaps) != 0 {
+		t.Fatalf("pre-delete hook: %d ServiceAccounts, %d Roles, %d RoleBindings, %d Jobs and %d other objects; want one each of the first four",
+			len(h.accounts), len(h.nsRoles), len(h.nsBindings), len(h.jobs), len(h.roles)+len(h.roleBindings)+len(h.daemonSets)+len(h.configMaps))
+	}
+	sa, role, rb, job := h.accounts[0], h.nsRoles[0], h.nsBindings[0], h.jobs[0]
+	for _, m := range []metav1.ObjectMeta{sa.ObjectMeta, role.ObjectMeta, rb.ObjectMeta, job.ObjectMeta} {
+		if m.Annotations["helm.sh/hook"] != "pre-delete" || m.Namespace != releaseNS {
+			t.Errorf("pre-delete hook object %s: hook %q in namespace %q, want pre-delete in %q", m.Name, m.Annotations["helm.sh/hook"], m.Namespace, releaseNS)
+		}
+	}
+	var want []string
+	for _, p := range pools {
+		want = append(want, "nvmock-"+p.name)
+	}
+	sort.Strings(want)
+	if len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0].APIGroups, []string{"apps"}) ||
+		!reflect.DeepEqual(role.Rules[0].Resources, []string{"daemonsets"}) ||
+		!reflect.DeepEqual(role.Rules[0].Verbs, []string{"get", "delete"}) ||
+		!reflect.DeepEqual(sorted(role.Rules[0].ResourceNames), want) {
+		t.Errorf("pre-delete Role rules %+v, want get and delete on the DaemonSets %v only", role.Rules, want)
+	}
+	if rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 || rb.Subjects[0].Name != sa.Name {
+		t.Errorf("pre-delete RoleBinding %+v does not bind %s to %s", rb, role.Name, sa.Name)
+	}
+	spec := job.Spec.Template.Spec
+	if spec.ServiceAccountName != sa.Name || len(spec.Containers) != 1 {
+		t.Fatalf("pre-delete Job runs as %q with %d containers, want %s and one", spec.ServiceAccountName, len(spec.Containers), sa.Name)
+	}
+	c := spec.Containers[0]
+	if len(c.Args) < 2 || c.Args[0] != "hostprep" || c.Args[1] != "pre-delete" {
+		t.Fatalf("pre-delete Job args %q, want hostprep pre-delete ...", c.Args)
+	}
+	set := parseArgs(t, "pre-delete Job", sourceFlags(t, "hostprep.go", "hostprepPreDelete"), c.Args[2:])
+	var sets []string
+	for _, n := range want {
+		sets = append(sets, releaseNS+"/"+n)
+	}
+	if got := sorted(strings.Split(set["daemonset"], ",")); !reflect.DeepEqual(got, sets) {
+		t.Errorf("pre-delete Job deletes %v, want %v", got, sets)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.Capabilities == nil ||
+		!reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("pre-delete Job securityContext %+v, want non-root with every capability dropped", sc)
+	}
+}
+
+func sorted(s []string) []string {
+	s = append([]string(nil), s...)
+	sort.Strings(s)
+	return s
 }

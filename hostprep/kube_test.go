@@ -52,6 +52,74 @@ func TestWithARealAPIServer(t *testing.T) {
 		t.Parallel()
 		leaving(t, s, client(t, s.PodConfig(t, releaseNS, sa)))
 	})
+	t.Run("the pre-delete hook waits until a DaemonSet is gone", func(t *testing.T) {
+		t.Parallel()
+		preDelete(t, s)
+	})
+}
+
+// preDelete deletes DaemonSets in the foreground. This API server runs no
+// garbage collector, so the foregroundDeletion finalizer stays until the
+// test removes it, as the collector does once the pods are gone.
+func preDelete(t *testing.T, s *kubetest.Server) {
+	c := client(t, s.Config)
+	admin, err := appsv1client.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "default"
+	create := func(name string) {
+		sel := map[string]string{"app": name}
+		_, err := admin.DaemonSets(ns).Create(ctx(t), &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: sel},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.DeleteDaemonSetAndWait(ctx(t), ns, "never-was", 10*time.Millisecond); err != nil {
+		t.Errorf("a DaemonSet already gone: %v, want no error", err)
+	}
+
+	create("held")
+	short, cancel := context.WithTimeout(ctx(t), time.Second)
+	defer cancel()
+	err = c.DeleteDaemonSetAndWait(short, ns, "held", 50*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "DaemonSet default/held is still being deleted") {
+		t.Errorf("a DaemonSet whose pods never go: %v, want still being deleted", err)
+	}
+
+	create("released")
+	done := make(chan error, 1)
+	go func() { done <- c.DeleteDaemonSetAndWait(ctx(t), ns, "released", 20*time.Millisecond) }()
+	for {
+		ds, err := admin.DaemonSets(ns).Get(ctx(t), "released", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds.DeletionTimestamp != nil {
+			if len(ds.Finalizers) != 1 || ds.Finalizers[0] != metav1.FinalizerDeleteDependents {
+				t.Errorf("finalizers %v, want the foreground deletion's %s", ds.Finalizers, metav1.FinalizerDeleteDependents)
+			}
+			ds.Finalizers = nil
+			if _, err := admin.DaemonSets(ns).Update(ctx(t), ds, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("after the DaemonSet went: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("DeleteDaemonSetAndWait did not return within 10 s of the DaemonSet going")
+	}
 }
 
 func client(t *testing.T, cfg *rest.Config) *hostprep.KubeClient {

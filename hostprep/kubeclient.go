@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -128,4 +129,27 @@ func (c *KubeClient) getDaemonSet(ctx context.Context, namespace, name string) (
 	var ds appsv1.DaemonSet
 	err := c.apps.Get().Namespace(namespace).Resource("daemonsets").Name(name).Do(ctx).Into(&ds)
 	return &ds, err
+}
+
+// DeleteDaemonSetAndWait deletes a DaemonSet in the foreground (its pods
+// first, each through its preStop hook) and returns once it is gone, or when
+// ctx ends. A DaemonSet already gone is no error.
+func (c *KubeClient) DeleteDaemonSetAndWait(ctx context.Context, namespace, name string, poll time.Duration) error {
+	fg := metav1.DeletePropagationForeground
+	err := c.apps.Delete().Namespace(namespace).Resource("daemonsets").Name(name).
+		Body(&metav1.DeleteOptions{PropagationPolicy: &fg}).Do(ctx).Error()
+	for {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("delete DaemonSet %s/%s: %w", namespace, name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("DaemonSet %s/%s is still being deleted: %w", namespace, name, ctx.Err())
+		case <-time.After(poll):
+		}
+		_, err = c.getDaemonSet(ctx, namespace, name)
+	}
 }

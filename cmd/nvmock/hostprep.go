@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nvmock/nvmock/hostprep"
@@ -20,6 +22,8 @@ const hostprepUsage = `Usage:
                           [--assets DIR] [--cdi-dir DIR] [--nfd-dir DIR]
                           [--real-device-numbers] [--force]
   nvmock hostprep uninstall [--root DIR] [--unless-daemonset NAMESPACE/NAME]
+  nvmock hostprep wait
+  nvmock hostprep pre-delete --daemonset NAMESPACE/NAME... [--timeout DURATION]
 `
 
 // hostprepCmd installs or removes the mock node overlay.
@@ -38,8 +42,12 @@ func hostprepRun(args []string, stdout, stderr io.Writer, procRoot string) error
 		return hostprepInstall(args[1:], stdout, stderr, procRoot)
 	case "uninstall":
 		return hostprepUninstall(args[1:], stdout, stderr)
+	case "wait":
+		return hostprepWait(args[1:])
+	case "pre-delete":
+		return hostprepPreDelete(args[1:], stdout, stderr)
 	}
-	return fmt.Errorf("hostprep: unknown subcommand %q; use install or uninstall", args[0])
+	return fmt.Errorf("hostprep: unknown subcommand %q; use install, uninstall, wait or pre-delete", args[0])
 }
 
 func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) error {
@@ -180,6 +188,64 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths (overlay, driver symlink, manifest, CDI spec, NFD file, directories install created)\n", *root, len(res.Removed))
+	return nil
+}
+
+// hostprepWait blocks until SIGTERM or SIGINT: the main process of the
+// chart's container that holds the overlay's read-write mounts for its
+// preStop uninstall, so that the plugin's container needs none. The image
+// has no shell or sleep.
+func hostprepWait(args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("hostprep wait: unexpected argument %q", args[0])
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	<-ctx.Done()
+	return nil
+}
+
+// hostprepPreDelete runs as the chart's pre-delete hook: it deletes the
+// pools' DaemonSets in the foreground and waits until they are gone, so that
+// each pod's preStop uninstall (files and node labels) runs while the
+// release's ServiceAccount and RBAC still exist; helm deletes those with the
+// DaemonSets otherwise, and the labels stay.
+func hostprepPreDelete(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hostprep pre-delete", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sets []string
+	fs.Func("daemonset", "NAMESPACE/NAME of a pool's DaemonSet (repeat for each pool)", func(v string) error {
+		ns, name, ok := strings.Cut(v, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return fmt.Errorf("want NAMESPACE/NAME, e.g. nvmock/nvmock-default")
+		}
+		sets = append(sets, v)
+		return nil
+	})
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 || len(sets) == 0 {
+		return fmt.Errorf("hostprep pre-delete: need --daemonset NAMESPACE/NAME and no other argument")
+	}
+	c, ok, err := inClusterClient()
+	if !ok {
+		return fmt.Errorf("hostprep pre-delete: not in a cluster: it runs as the chart's pre-delete hook")
+	}
+	if err != nil {
+		return fmt.Errorf("hostprep pre-delete: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	for _, s := range sets {
+		ns, name, _ := strings.Cut(s, "/")
+		start := time.Now()
+		if err := c.DeleteDaemonSetAndWait(ctx, ns, name, 500*time.Millisecond); err != nil {
+			return fmt.Errorf("hostprep pre-delete: %w", err)
+		}
+		fmt.Fprintf(stdout, "deleted DaemonSet %s and its pods in %s\n", s, time.Since(start).Round(100*time.Millisecond))
+	}
 	return nil
 }
 

@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/pem"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -125,5 +129,64 @@ func TestUninstallRejectsAMalformedDaemonSetWithOneLine(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "--unless-daemonset") || !strings.Contains(err.Error(), "NAMESPACE/NAME") || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%q: got %v, want one line naming --unless-daemonset", v, err)
 		}
+	}
+}
+
+// hostprep wait, the chart's uninstall container's main process, returns on
+// SIGTERM (the kubelet's stop, after the preStop) with no error.
+func TestHostprepWaitReturnsOnSIGTERM(t *testing.T) {
+	done := make(chan error, 1)
+	go func() { done <- hostprepRun([]string{"wait"}, io.Discard, io.Discard, "") }()
+	// Until its handler is installed a SIGTERM would end the test binary:
+	// send it once the signal is being caught.
+	deadline := time.Now().Add(5 * time.Second)
+	for !signalCaught(syscall.SIGTERM) {
+		if time.Now().After(deadline) {
+			t.Fatal("hostprep wait did not catch SIGTERM within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("hostprep wait: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("hostprep wait did not return within 5 s of SIGTERM")
+	}
+}
+
+// signalCaught says whether this process catches sig (SigCgt in status).
+func signalCaught(sig syscall.Signal) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigCgt:\t"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
+func TestHostprepPreDeleteNeedsItsDaemonSetsAndACluster(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"", "hostprep pre-delete: need --daemonset NAMESPACE/NAME"},
+		{"--daemonset nvmock", `invalid value "nvmock" for flag -daemonset: want NAMESPACE/NAME`},
+		{"--daemonset nvmock/a/b", `invalid value "nvmock/a/b" for flag -daemonset: want NAMESPACE/NAME`},
+		{"--daemonset nvmock/nvmock-default", "hostprep pre-delete: not in a cluster: it runs as the chart's pre-delete hook"},
+	} {
+		t.Run(c.args, func(t *testing.T) {
+			args := append([]string{"pre-delete"}, strings.Fields(c.args)...)
+			err := hostprepRun(args, io.Discard, io.Discard, "")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("hostprep %s: %v, want %q", strings.Join(args, " "), err, c.want)
+			}
+		})
 	}
 }
