@@ -280,10 +280,9 @@ static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
 		return module ? NVML_ERROR_NOT_SUPPORTED : nvmock_energy_mj(s, &v->value.ullVal);
 	case NVML_FI_DEV_POWER_AVERAGE:
-		// nvidia-smi 535 shows a Grace module's draw from its average.
-		if (!module)
-			return NVML_ERROR_NOT_SUPPORTED; // GPU average: not on GA100
-		mw = s->module_power_draw_mw;
+		// nvidia-smi shows a Grace module's draw from its average; the
+		// GPU's is the board's (N/A on GA100 and Turing).
+		mw = module ? s->module_power_draw_mw : s->power_average_mw;
 		break;
 	default: return NVML_ERROR_NOT_SUPPORTED;
 	}

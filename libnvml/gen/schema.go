@@ -103,6 +103,8 @@ var Schema = []Record{
 		{"supported_gfx_first", U32s, MaxMemClocks, "pool index per memory clock"},
 		{"supported_gfx_count", U32s, MaxMemClocks, ""},
 		{"power_draw_mw", U32, 0, ""},
+		{"power_average_mw", U32, 0, "1 s average"},
+		{"pad2", U32, 0, "keeps the layout 8-aligned"},
 		{"power_limit_mw", U32, 0, "management limit"},
 		{"power_enforced_mw", U32, 0, ""},
 		{"power_default_mw", U32, 0, ""},

@@ -181,6 +181,7 @@ type SupportedClocks struct {
 // Power in watts.
 type Power struct {
 	Draw          *float64 `json:"draw,omitempty"`
+	Average       *float64 `json:"average,omitempty"` // the 1 s average; absent: N/A (GA100, Turing)
 	Limit         *float64 `json:"limit,omitempty"`
 	EnforcedLimit *float64 `json:"enforcedLimit,omitempty"`
 	DefaultLimit  *float64 `json:"defaultLimit,omitempty"`

@@ -206,6 +206,7 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 
 	pw := &b.Power
 	d.PowerDrawMW = milliwatts(pw.Draw)
+	d.PowerAverageMW = milliwatts(pw.Average)
 	d.PowerLimitMW = milliwatts(pw.Limit)
 	d.PowerEnforcedMW = milliwatts(pw.EnforcedLimit)
 	d.PowerDefaultMW = milliwatts(pw.DefaultLimit)
