@@ -5,7 +5,7 @@
 # state is touched (see lib/debapt.sh).
 # Usage: hack/fetch-nvidia-smi.sh [CACHE_DIR]   (default: <repo>/.cache)
 # Result: CACHE_DIR/smi/<version>/nvidia-smi for each, and CACHE_DIR/bin/nvidia-smi,
-# the bookworm 535 that the driver tree and the image carry.
+# the release the driver tree, the image and single-release tests carry.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib/debapt.sh source-path=SCRIPTDIR
@@ -18,12 +18,15 @@ releases=(
   "nvidia-smi/trixie usr/lib/nvidia/current/nvidia-smi"
   "nvidia-smi/experimental usr/lib/nvidia/current/nvidia-smi"
 )
-default=nvidia-smi/bookworm
+# The driver tree, the image and the single-release tests carry trixie's 550:
+# the newest release in a stable suite, and, like the 570-595 drivers the
+# boards run, it answers --version (NVIDIA's DRA driver waits on it).
+default=nvidia-smi/trixie
 
 mkdir -p "${1:-$here/../.cache}"
 cache=$(cd "${1:-$here/../.cache}" && pwd)
 stamp=$cache/smi/.releases
-if debapt_is_elf "$cache/bin/nvidia-smi" && [ "$(cat "$stamp" 2>/dev/null)" = "${releases[*]}" ]; then
+if debapt_is_elf "$cache/bin/nvidia-smi" && [ "$(cat "$stamp" 2>/dev/null)" = "${releases[*]} default=$default" ]; then
   debapt_log "already present: $(cd "$cache/smi" && echo */nvidia-smi)"
   exit 0
 fi
@@ -49,4 +52,4 @@ for r in "${releases[@]}"; do
   rm -rf "$x"
   debapt_log "done: smi/$version/nvidia-smi (from ${deb##*/})"
 done
-echo "${releases[*]}" >"$stamp"
+echo "${releases[*]} default=$default" >"$stamp"

@@ -24,7 +24,7 @@ const minFidelity = 98.0
 
 // An smiBuild is one real nvidia-smi to render the mock with.
 type smiBuild struct {
-	version string // its own version, 535.261.03; the mock's driver stays 535.261.03
+	version string // its own version, such as 550.163.01; the driver is the profile's
 	path    string
 }
 

@@ -129,7 +129,7 @@ type xmlGPU struct {
 	Minor    string `xml:"minor_number"`
 	VBIOS    string `xml:"vbios_version"`
 	FBTotal  string `xml:"fb_memory_usage>total"`
-	Draw     string `xml:"gpu_power_readings>power_draw"`
+	Draw     string `xml:"gpu_power_readings>instant_power_draw"`
 	MaxLimit string `xml:"gpu_power_readings>max_power_limit"`
 	Shutdown string `xml:"temperature>gpu_temp_max_threshold"`
 	MaxSM    string `xml:"max_clocks>sm_clock"`
@@ -285,7 +285,7 @@ func TestSixtyFourGPUsAllAppear(t *testing.T) {
 	}
 }
 
-// nvidia-smi 535 reads the enforced limit through its export table (0x360).
+// nvidia-smi reads the enforced limit through its export table (0x360).
 func TestEnforcedPowerLimitQueryComesFromTheProfile(t *testing.T) {
 	snap, p := testenv.Snapshot(t, "h100", 0)
 	out, code := smi(t, snap, []string{"NVMOCK_VISIBLE_DEVICES=0"}, "--query-gpu=enforced.power.limit", "--format=csv,noheader")
