@@ -63,8 +63,10 @@ deps: ## install missing Debian packages; fetch nvidia-smi, pynvml and NVIDIA's 
 	hack/fetch-pynvml.sh $(CACHE)
 	hack/fetch-nvidia-tools.sh $(CACHE)
 
-k8s-tools: ## build etcd, Kubernetes v1.37, kubectl and the CNI plugins into .cache/k8s (once per version; 30 min cold, minutes with a warm Go cache)
+k8s-tools: ## build Kubernetes v1.37 (etcd, control plane, kubelet, kubectl, CNI) and NVIDIA's DRA driver with its image into .cache (once per version; 30 min cold, minutes with a warm Go cache)
 	hack/k8s-node.sh build
+	hack/fetch-dra-driver.sh $(CACHE)
+	NVMOCK_CACHE=$(CACHE) hack/k8s/dra-images.sh build
 
 # The image's tag follows the chart's appVersion, so the chart's defaults find it.
 IMAGE ?= ghcr.io/nvmock/nvmock:$(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/nvmock/Chart.yaml 2>/dev/null || echo dev)

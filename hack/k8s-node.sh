@@ -465,6 +465,10 @@ up() {
   trap 'exit 130' INT
   trap 'exit 143' TERM
   mkdir -p "$W" && touch "$W/.nvmock-k8s"
+  # Volumes with mountPropagation (NVIDIA's DRA driver: its driver root
+  # HostToContainer, its plugins dir Bidirectional) need their host path on a
+  # shared or slave mount, as / is under systemd; here / may be private.
+  mount --bind "$W" "$W" && mount --make-shared "$W"
   mkdir -p "$W"/{etc,logs,pids,podlogs,cdi,nri/plugins,nri/conf.d,cni/net.d,cni/ipam,kubelet}
   save_host_state
   go build -o "$BUILD/bin/k8s-pki" "$here/k8s/pki"
@@ -632,6 +636,8 @@ down() {
   [ -f "$W/host/sysctl" ] && sysctl -q -p "$W/host/sysctl" >/dev/null 2>>"$W/logs/down.log"
   # Logs outlive the cluster, in the build dir, for a failed run's post-mortem.
   rm -rf "$BUILD/k8s-logs" && mkdir -p "$BUILD/k8s-logs" && cp "$W"/logs/*.log "$BUILD/k8s-logs/" 2>/dev/null
+  # up's shared bind of $W onto itself (the same files: nothing moves).
+  awk -v w="$W" '$2 == w {found = 1} END {exit !found}' /proc/self/mounts && umount -l "$W"
   rm -rf "$W"
   # Anything left is a bug of this script: say so.
   for d in $(cgroup_dirs); do log "warning: cgroup $d is left"; done

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the test suites and ends with one line: N passed, N failed, N skipped
 # (also written to $NVMOCK_BUILD/test-summary.txt).
-#   hack/test.sh       Go, C and tool tests, then the e2e suite on a real
-#                      containerd when root (CI must be root: it fails otherwise)
+#   hack/test.sh       Go, C and tool tests, then, as root, the e2e suite on a
+#                      real containerd and the Kubernetes suite on a real node
+#                      (CI must be root: it fails otherwise)
 #   hack/test.sh e2e   the e2e suite alone
 # The e2e node is always taken down, even when a test fails or on Ctrl-C.
 set -uo pipefail
@@ -37,6 +38,11 @@ if [ "$(id -u)" = 0 ]; then
   fi
   hack/e2e-node.sh down
   trap 'rm -f "$tally"' EXIT
+  # The Kubernetes node and its suite (e2e/k8s): k8s-e2e.sh holds the node's
+  # lock and always takes it down.
+  if [ "${1:-all}" != e2e ]; then
+    hack/k8s-e2e.sh -tally "$tally" || { rc=1; echo "k8s: the node's and the suite's logs are in $BUILD/k8s-logs and $BUILD/k8s-e2e"; }
+  fi
 elif [ "${CI:-}" = true ] || [ "${1:-all}" = e2e ]; then
   rc=1
   fail e2e "the e2e suite needs root (it runs containerd); run as root"

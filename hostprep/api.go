@@ -46,7 +46,7 @@ const SMIRPath = "$ORIGIN/../lib64"
 
 // renderFormat changes whenever Render lays out a tree differently, so an
 // upgrade re-renders even when profile and assets are the same.
-const renderFormat = "nvmock-overlay-2"
+const renderFormat = "nvmock-overlay-3"
 
 const libName = "libnvidia-ml.so"
 
@@ -150,6 +150,7 @@ func (in *inputs) entries() []entry {
 	p := in.opt.Profile
 	lib64 := filepath.Join("driver", "usr", "lib64")
 	versioned := libName + "." + p.Driver.Version
+	caps := filepath.Join("driver", "proc", "driver", "nvidia", "capabilities")
 	es := []entry{
 		{path: filepath.Join(lib64, versioned), data: in.lib, mode: 0o755},
 		{path: filepath.Join(lib64, libName+".1"), link: versioned},
@@ -163,6 +164,11 @@ func (in *inputs) entries() []entry {
 			libName:        "/usr/lib64/" + libName,
 		}), mode: 0o644},
 		{path: filepath.Join("driver", "proc", "driver", "nvidia", "version"), data: []byte(ProcVersion(p.Driver.Version)), mode: 0o444},
+		// What NVIDIA's DRA driver reads of the kernel module (docs/dra.md).
+		{path: filepath.Join("driver", "proc", "devices"), data: []byte(ProcDevices()), mode: 0o444},
+		{path: filepath.Join(caps, "mig", "config"), data: []byte(ProcCapability(capMigConfigMinor, 0o400)), mode: 0o444},
+		{path: filepath.Join(caps, "mig", "monitor"), data: []byte(ProcCapability(capMigMonitorMinor, 0o444)), mode: 0o444},
+		{path: filepath.Join(caps, "fabric-imex-mgmt"), data: []byte(ProcCapability(capFabricIMEXMinor, 0o400)), mode: 0o444},
 	}
 	for i, id := range in.ids {
 		bus := ProcBusID(snapshot.PCIAddress(p, i))

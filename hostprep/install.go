@@ -80,6 +80,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err := checkNoRealDriver(o.ProcRoot, o.Force); err != nil {
 		return nil, err
 	}
+	if err := checkMajors(o.ProcRoot); err != nil {
+		return nil, err
+	}
 	in, err := gather(o.Render)
 	if err != nil {
 		return nil, err

@@ -242,6 +242,35 @@ func TestInstallRefusesANodeWithARealDriverUnlessForced(t *testing.T) {
 	}
 }
 
+func TestInstallRefusesANodeWhereAnotherDriverHoldsTheIMEXMajors(t *testing.T) {
+	needRoot(t)
+	assets := testenv.FakeDriverAssets(t)
+	for _, tc := range []struct {
+		name, devices, wantErr string
+	}{
+		{"free majors install", "Character devices:\n  1 mem\n254 gpiochip\n508 trace\n\nBlock devices:\n509 blkext\n", ""},
+		{"another driver at 510 is refused", "Character devices:\n  1 mem\n510 mmpmem\n\nBlock devices:\n", "major 510 is mmpmem's"},
+		{"another driver at 509 is refused", "Character devices:\n509 gdrdrv\n\nBlock devices:\n", "major 509 is gdrdrv's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSite(t)
+			must(t, os.MkdirAll(s.proc, 0o755))
+			must(t, os.WriteFile(filepath.Join(s.proc, "devices"), []byte(tc.devices), 0o644))
+			_, err := hostprep.Install(s.options(testenv.Profile(t, "a100", 1), assets))
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("install: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("install: %v, want an error containing %q", err, tc.wantErr)
+			case tc.wantErr != "":
+				if _, err := os.Stat(s.root); err == nil {
+					t.Errorf("a refused install created %s", s.root)
+				}
+			}
+		})
+	}
+}
+
 func TestBadInputsLeaveTheOldOverlayIntact(t *testing.T) {
 	needRoot(t)
 	assets := testenv.FakeDriverAssets(t)

@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/nvmock/nvmock/libnvml/profile"
@@ -73,4 +76,74 @@ func Hash(parts ...any) string {
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Majors the NVIDIA modules take from the kernel's dynamic range when they
+// load (register_chrdev with 0: from 511 down once 254-234 are used). They
+// differ from node to node (a GB200 NVL72 tray shows 497 nvidia-caps and 498
+// nvidia-caps-imex-channels, an HGX node 510 nvidia-uvm); the overlay names
+// 509 and 510, beside nvidia-uvm's 511 (DevNodes), which a node without
+// NVIDIA's modules leaves free (Install checks).
+const (
+	capsMajor         = 509
+	imexChannelsMajor = 510
+)
+
+// ProcDevices is /proc/devices as the kernel prints it ("%3d %s" per
+// register_chrdev name) with NVIDIA's modules loaded, NVIDIA's lines only.
+// NVIDIA's DRA driver reads the nvidia-caps and nvidia-caps-imex-channels
+// majors from it (the compute-domain plugin: the IMEX channel and
+// fabric-imex-mgmt device nodes it gives containers; given the overlay's
+// file as ALT_PROC_DEVICES_PATH, its chart's altProcDevices).
+func ProcDevices() string {
+	return fmt.Sprintf("Character devices:\n%3d nvidia-frontend\n%3d nvidia-caps\n%3d nvidia-caps-imex-channels\n%3d nvidia-uvm\n\nBlock devices:\n",
+		nvidiaMajor, capsMajor, imexChannelsMajor, uvmMajor)
+}
+
+// Minors of /dev/nvidia-caps/nvidia-cap<minor> (nv-caps.c): mig/config 1,
+// mig/monitor 2, then one per GPU instance and compute instance of up to 32
+// GPUs (32 x 15 x (1 + 8) = 4320: /proc/driver/nvidia-caps/mig-minors), then
+// fabric-imex-mgmt, 4323 as on a real GB200 tray.
+const (
+	capMigConfigMinor  = 1
+	capMigMonitorMinor = 2
+	capFabricIMEXMinor = 4323
+)
+
+// ProcCapability is a file of /proc/driver/nvidia/capabilities: the minor of
+// the capability's /dev/nvidia-caps node, its mode (decimal, as the module
+// prints it), and whether the driver may create and fix the node
+// (NVreg_ModifyDeviceFiles, 1 by default).
+func ProcCapability(minor int, mode os.FileMode) string {
+	return fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n", minor, mode)
+}
+
+// checkMajors refuses a node where another driver holds a major the overlay
+// names for nvidia-caps or the IMEX channels: NVIDIA's DRA driver makes
+// device nodes from these numbers in containers, which would then open that
+// driver's devices. No /proc/devices (a test's proc root): nothing is taken.
+func checkMajors(procRoot string) error {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	p := filepath.Join(procRoot, "devices")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil
+	}
+	chars := string(data)
+	if i := strings.Index(chars, "Block devices:"); i >= 0 {
+		chars = chars[:i]
+	}
+	for _, l := range strings.Split(chars, "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		if n, err := strconv.Atoi(f[0]); err == nil && (n == capsMajor || n == imexChannelsMajor) {
+			return fmt.Errorf("%s: major %d is %s's; the overlay names it for NVIDIA's %s, so containers given IMEX channels would open %s's devices", p, n, f[1],
+				map[int]string{capsMajor: "nvidia-caps", imexChannelsMajor: "nvidia-caps-imex-channels"}[n], f[1])
+		}
+	}
+	return nil
 }

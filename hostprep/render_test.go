@@ -22,6 +22,8 @@ func TestTheRenderedTreeMatchesTheGoldenFiles(t *testing.T) {
 		{"the driver version reads as the proprietary module's", filepath.Join(proc, "version"), "proc-version.golden"},
 		{"GPU 0's information reads as the kernel module's", filepath.Join(proc, "gpus", "0000:07:00.0", "information"), "proc-information-0.golden"},
 		{"GPU 1's information has its own UUID, bus and minor", filepath.Join(proc, "gpus", "0000:0f:00.0", "information"), "proc-information-1.golden"},
+		{"proc/devices lists the majors of NVIDIA's modules", filepath.Join(res.Driver, "proc", "devices"), "proc-devices.golden"},
+		{"the fabric-imex-mgmt capability reads as the kernel module's", filepath.Join(proc, "capabilities", "fabric-imex-mgmt"), "proc-capability-fabric-imex-mgmt.golden"},
 		{"the CDI spec names each GPU by index and UUID", res.CDIFile, "cdi-a100-2.golden"},
 		{"the NFD file carries the GPU labels", res.NFDFile, "nfd-a100-2.golden"},
 	} {

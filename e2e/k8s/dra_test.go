@@ -1,0 +1,1063 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// NVIDIA's DRA driver for GPUs (sigs.k8s.io/dra-driver-nvidia-gpu v0.4.0),
+// deployed with its own Helm chart on the node nvmock's chart made: its
+// ResourceSlices describe the overlay's GPUs, and pods that claim GPUs
+// through ResourceClaims see exactly the GPUs the scheduler allocated to
+// them. hack/fetch-dra-driver.sh builds the driver, hack/k8s/dra-images.sh
+// imports its image; docs/dra.md says what the driver needs of the node.
+
+const (
+	draVersion = "v0.4.0"
+	draRelease = "nvidia-dra-driver-gpu"
+	draNS      = "nvidia-dra-driver-gpu"
+	// The image hack/k8s/dra-images.sh imports.
+	draImage = "localhost/nvmock-e2e/dra-driver-nvidia-gpu"
+	// The driver's names: its kubelet plugins, the DeviceClass its chart
+	// makes, the CDI vendor of its per-claim specs.
+	draGPUDriver = "gpu.nvidia.com"
+	draCDDriver  = "compute-domain.nvidia.com"
+	draGPUClass  = "gpu.nvidia.com"
+	draCDISpecs  = "k8s.gpu.nvidia.com-claim_"
+	// The hostPath the chart gives its CDI volume, whatever the node's
+	// runtime reads (v0.4.0 has no value for it).
+	draChartCDIDir = "/var/run/cdi"
+)
+
+// draGPUScript prints the GPUs a container sees and keeps it running.
+const draGPUScript = "nvidia-smi -L; echo started; exec sleep 3600"
+
+// draGPU is one GPU as the host's nvidia-smi (against the overlay) names it.
+type draGPU struct {
+	uuid, name, arch, cc string
+	memMiB               int64
+	line                 string // its nvidia-smi -L line
+}
+
+// draEnv is the deployed driver.
+type draEnv struct {
+	c      *cluster
+	gpus   []draGPU // the overlay's GPUs, in index order
+	driver string   // the overlay's driver version
+	// computeDomains: the compute-domain kubelet plugin runs (the overlay
+	// has what it needs, see draProcDevices).
+	computeDomains bool
+}
+
+// TestDRADriver deploys the DRA driver once and runs its checks as
+// subtests; it uninstalls the driver at the end (NVMOCK_K8S_KEEP keeps it).
+func TestDRADriver(t *testing.T) {
+	d := draDeploy(t, theCluster)
+	t.Run("ResourceSlicesListOneDevicePerGPUWithItsAttributes", d.testResourceSlices)
+	t.Run("APodWithAClaimTemplateSeesItsOneGPU", d.testClaimTemplate)
+	t.Run("WithoutInjectionTheContainerLacksTheNodesSnapshot", d.testWithoutInjection)
+	t.Run("TwoPodsSharingAClaimSeeTheSameGPU", d.testSharedClaim)
+	t.Run("APodWithTwoClaimsSeesTwoGPUs", d.testTwoClaims)
+	t.Run("ACELSelectorOnTheArchitectureMatches", d.testCELArchitecture)
+	t.Run("ACELSelectorOnAnUnknownProductLeavesThePodPending", d.testCELNoMatch)
+	t.Run("ClaimsCreatedAndDeletedTenTimesLeaveNothingBehind", d.testNoLeaks)
+	t.Run("TheComputeDomainPluginPublishesChannelZeroAndADaemon", d.testComputeDomainSlices)
+	t.Run("AComputeDomainRunsItsDaemonAndItsPod", d.testComputeDomainWorkload)
+}
+
+// ---------------------------------------------------------------- deploy
+
+// draDriverRoot is the driver root the DRA driver is given: the overlay's
+// stable symlink, as for NVIDIA's device plugin (docs/dra.md says why not
+// the resolved root nvidia-ctk needs).
+func (c *cluster) draDriverRoot() string { return filepath.Join(c.overlayRoot(), "driver") }
+
+// draProcDevices is the overlay's /proc/devices, which the compute-domain
+// plugin reads for the nvidia-caps and nvidia-caps-imex-channels majors of
+// the driver (given to it as ALT_PROC_DEVICES_PATH, the chart's
+// altProcDevices; docs/dra.md).
+func (c *cluster) draProcDevices() string { return filepath.Join(c.draDriverRoot(), "proc", "devices") }
+
+func draDeploy(t *testing.T, c *cluster) *draEnv {
+	t.Helper()
+	cache := testenv.CacheDir()
+	if _, err := os.Stat(filepath.Join(cache, "dra", "bin", ".dra-driver-"+draVersion)); err != nil {
+		testenv.Missing(t, "NVIDIA's DRA driver %s in %s (hack/fetch-dra-driver.sh builds it; NVMOCK_DRA_SRC names its source)", draVersion, filepath.Join(cache, "dra"))
+	}
+	chartDir := filepath.Join(cache, "dra", "src", draVersion, "deployments", "helm", "dra-driver-nvidia-gpu")
+
+	// The chart mounts the driver root with mountPropagation HostToContainer
+	// (and the kubelet's plugins dir Bidirectional, which the kubelet makes
+	// shared itself): the runtime refuses that on a private mount.
+	if err := draSharedMount(c.overlayRoot()); err != nil {
+		t.Fatalf("the DRA driver's chart cannot mount the driver root: %v; on a systemd node / is shared, here hack/k8s-node.sh up must make $NVMOCK_K8S_DIR a shared mount (docs/dra.md)", err)
+	}
+
+	// The chart's init container waits, forever, for the driver root's
+	// nvidia-smi to answer --version (550.163.01 does, 535.261.03 does not).
+	smi, lib := filepath.Join(c.draDriverRoot(), "usr", "bin", "nvidia-smi"), filepath.Join(c.draDriverRoot(), "usr", "lib64", "libnvidia-ml.so.1")
+	if out, err := exec.Command("env", "-i", "LD_PRELOAD="+lib, smi, "--version").CombinedOutput(); err != nil {
+		t.Fatalf("the overlay's nvidia-smi does not answer --version (%v: %s), which the DRA driver's init container waits for; the overlay needs an nvidia-smi that has it, as 550.163.01 (docs/dra.md)",
+			err, strings.TrimSpace(string(out)))
+	}
+
+	script := filepath.Join(testenv.Root(), "hack", "k8s", "dra-images.sh")
+	cmd := exec.Command(script)
+	cmd.Env = append(os.Environ(), "NVMOCK_K8S_DIR="+c.dir, "NVMOCK_CACHE="+cache)
+	if ctr := c.env["CTR"]; ctr != "" {
+		cmd.Env = append(cmd.Env, "CTR="+ctr)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+
+	d := &draEnv{c: c, gpus: c.draHostGPUs(t)}
+	if v, err := exec.Command(smi, "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0").Output(); err != nil {
+		t.Fatalf("%s --query-gpu=driver_version: %v", smi, err)
+	} else {
+		d.driver = strings.TrimSpace(string(v))
+	}
+	_, err := os.Stat(c.draProcDevices())
+	d.computeDomains = err == nil
+	if !d.computeDomains {
+		t.Logf("the overlay has no %s: the compute-domain plugin cannot start; installing without compute domains (docs/dra.md)", c.draProcDevices())
+	}
+
+	ctx := ctxT(t, 5*time.Minute)
+	start := time.Now()
+	if err := c.draInstall(ctx, chartDir, d.values()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("NVMOCK_K8S_KEEP") != "" {
+			return
+		}
+		if err := c.draUninstall(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := c.draWaitSlices(ctx, draGPUDriver, len(d.gpus)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("DRA driver %s deployed, its %d GPUs published, in %.1f s", draVersion, len(d.gpus), time.Since(start).Seconds())
+	return d
+}
+
+// values are the chart's values for this node.
+func (d *draEnv) values() map[string]any {
+	c := d.c
+	kubelet := c.env["KUBELET_ROOT"]
+	v := map[string]any{
+		"image": map[string]any{"repository": draImage, "tag": draVersion, "pullPolicy": "Never"},
+		// The overlay's driver root; the chart mounts it at /driver-root
+		// and its parent at /driver-root-parent (the init container).
+		"nvidiaDriverRoot": c.draDriverRoot(),
+		// DRA plugins follow the kubelet's root dir (hack/k8s-node.sh).
+		"kubeletPlugin": map[string]any{
+			"kubeletRegistrarDirectoryPath": filepath.Join(kubelet, "plugins_registry"),
+			"kubeletPluginsDirectoryPath":   filepath.Join(kubelet, "plugins"),
+		},
+		// GPUs through DRA beside NVIDIA's device plugin (which other tests
+		// install): the chart refuses unless told; the tests never ask both
+		// for the same GPU.
+		"gpuResourcesEnabledOverride": true,
+		"resources": map[string]any{
+			"gpus":           map[string]any{"enabled": true},
+			"computeDomains": map[string]any{"enabled": d.computeDomains},
+		},
+	}
+	if d.computeDomains {
+		v["altProcDevices"] = c.draProcDevices()
+	}
+	return v
+}
+
+// draCDIDir points the chart's CDI volume at the runtime's CDI directory: a
+// Helm post-renderer, as the chart has no value for it.
+type draCDIDir string
+
+func (dir draCDIDir) Run(in *bytes.Buffer) (*bytes.Buffer, error) {
+	var out bytes.Buffer
+	for _, doc := range strings.Split(in.String(), "\n---") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return nil, fmt.Errorf("post-render: %w", err)
+		}
+		if obj == nil {
+			continue
+		}
+		if obj["kind"] == "DaemonSet" {
+			spec, _ := obj["spec"].(map[string]any)
+			tmpl, _ := spec["template"].(map[string]any)
+			pod, _ := tmpl["spec"].(map[string]any)
+			vols, _ := pod["volumes"].([]any)
+			for _, v := range vols {
+				vol, _ := v.(map[string]any)
+				hp, _ := vol["hostPath"].(map[string]any)
+				if vol["name"] == "cdi" && hp["path"] == draChartCDIDir {
+					hp["path"] = string(dir)
+				}
+			}
+		}
+		b, err := yaml.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		out.WriteString("---\n")
+		out.Write(b)
+	}
+	return &out, nil
+}
+
+// draInstall installs the chart (helm install --wait: its DaemonSet and
+// Deployment ready).
+func (c *cluster) draInstall(ctx context.Context, chartDir string, vals map[string]any) error {
+	cfg, err := c.helmConfig(draNS)
+	if err != nil {
+		return err
+	}
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return fmt.Errorf("load chart %s: %w", chartDir, err)
+	}
+	// A release left by a run that kept it (NVMOCK_K8S_KEEP) is replaced.
+	if _, err := action.NewStatus(cfg).Run(draRelease); err == nil {
+		if err := c.draUninstall(ctx); err != nil {
+			return err
+		}
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace, in.CreateNamespace = draRelease, draNS, true
+	in.Wait, in.Timeout = true, 3*time.Minute
+	in.PostRenderer = draCDIDir(c.cdiDir())
+	if _, err := in.RunWithContext(ctx, ch, vals); err != nil {
+		return fmt.Errorf("helm install %s %s -n %s: %w%s", draRelease, chartDir, draNS, err, c.podLogs(draNS, ""))
+	}
+	return nil
+}
+
+// draUninstall removes the ComputeDomains and the release, waits for its
+// pods to go, and removes what Helm leaves: the namespace and the chart's
+// CRDs.
+func (c *cluster) draUninstall(ctx context.Context) error {
+	// As upstream says: ComputeDomains first, while the controller that
+	// removes their finalizers (and their daemons') still runs.
+	if err := c.draDeleteComputeDomains(ctx, ""); err != nil {
+		return err
+	}
+	if err := c.helmUninstall(ctx, draRelease, draNS); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(c.cfg)
+	if err != nil {
+		return err
+	}
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, n := range []string{"computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com"} {
+		if err := dyn.Resource(crds).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete CRD %s: %w", n, err)
+		}
+	}
+	if err := c.cs.CoreV1().Namespaces().Delete(ctx, draNS, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	// Gone, so that an install right after can create it again.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		_, err := c.cs.CoreV1().Namespaces().Get(ctx, draNS, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %s still there: %v", draNS, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// draSharedMount says why the mount holding path is neither shared nor a
+// slave (nil if it is one), as the runtime checks it for a volume with
+// mountPropagation (containerd: "is mounted on / but it is not a shared or
+// slave mount").
+func draSharedMount(path string) error {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	best, opts := "", ""
+	for _, l := range lines(string(data)) {
+		// id parent major:minor root mountpoint options optional... - type source super
+		f := strings.Fields(l)
+		if len(f) < 7 {
+			continue
+		}
+		mp := f[4]
+		if (path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= len(best) {
+			best, opts = mp, ""
+			for _, o := range f[6:] {
+				if o == "-" {
+					break
+				}
+				opts += " " + o
+			}
+		}
+	}
+	if strings.Contains(opts, "shared:") || strings.Contains(opts, "master:") {
+		return nil
+	}
+	return fmt.Errorf("%s is on the mount %s, which is private", path, best)
+}
+
+// draSlices are the devices of a driver's ResourceSlices on the node.
+func (c *cluster) draSlices(ctx context.Context, driverName string) ([]resourcev1.Device, error) {
+	l, err := c.cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + c.node + ",spec.driver=" + driverName})
+	if err != nil {
+		return nil, err
+	}
+	var devs []resourcev1.Device
+	for _, s := range l.Items {
+		devs = append(devs, s.Spec.Devices...)
+	}
+	return devs, nil
+}
+
+// draWaitSlices waits until a driver's slices on the node list at least n
+// devices; it stops early if a pod of the driver is stuck.
+func (c *cluster) draWaitSlices(ctx context.Context, driverName string, n int) error {
+	var last []resourcev1.Device
+	var err error
+	for {
+		if last, err = c.draSlices(ctx, driverName); err == nil && len(last) >= n {
+			return nil
+		}
+		if pods, perr := c.cs.CoreV1().Pods(draNS).List(ctx, metav1.ListOptions{}); perr == nil {
+			for _, p := range pods.Items {
+				if serr := stuck(&p); serr != nil {
+					return fmt.Errorf("ResourceSlices of %s: %v%s", driverName, serr, c.podLogs(draNS, ""))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ResourceSlices of %s on %s: %d devices (%v), want %d%s", driverName, c.node, len(last), err, n,
+				c.podLogs(draNS, ""))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// draHostGPUs is the truth: the real nvidia-smi on the host, against the
+// overlay.
+func (c *cluster) draHostGPUs(t testing.TB) []draGPU {
+	t.Helper()
+	smi := filepath.Join(c.draDriverRoot(), "usr", "bin", "nvidia-smi")
+	q, err := exec.Command(smi, "--query-gpu=uuid,name,compute_cap,memory.total", "--format=csv,noheader,nounits").Output()
+	if err != nil {
+		t.Fatalf("%s --query-gpu on the host: %v", smi, err)
+	}
+	x, err := exec.Command(smi, "-q", "-x").Output()
+	if err != nil {
+		t.Fatalf("%s -q -x on the host: %v", smi, err)
+	}
+	var log struct {
+		GPUs []struct {
+			UUID string `xml:"uuid"`
+			Arch string `xml:"product_architecture"`
+		} `xml:"gpu"`
+	}
+	if err := xml.Unmarshal(x, &log); err != nil {
+		t.Fatalf("%s -q -x: %v", smi, err)
+	}
+	arch := map[string]string{}
+	for _, g := range log.GPUs {
+		arch[g.UUID] = g.Arch
+	}
+	var gpus []draGPU
+	for i, l := range lines(string(q)) {
+		f := strings.Split(l, ", ")
+		if len(f) != 4 {
+			t.Fatalf("nvidia-smi --query-gpu printed %q", l)
+		}
+		mem, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			t.Fatalf("nvidia-smi --query-gpu: memory.total %q", f[3])
+		}
+		gpus = append(gpus, draGPU{uuid: f[0], name: f[1], cc: f[2], memMiB: mem, arch: arch[f[0]],
+			line: fmt.Sprintf("GPU %d: %s (UUID: %s)", i, f[1], f[0])})
+	}
+	if len(gpus) == 0 || !slices.Equal(uuidsIn(strings.Join(c.gpuLines(), "\n")), draUUIDs(gpus)) {
+		t.Fatalf("nvidia-smi on the host: --query-gpu lists %v, -L %v", draUUIDs(gpus), c.gpuLines())
+	}
+	return gpus
+}
+
+func draUUIDs(gpus []draGPU) []string {
+	var u []string
+	for _, g := range gpus {
+		u = append(u, g.uuid)
+	}
+	return u
+}
+
+// ---------------------------------------------------------------- claims and pods
+
+// draTemplate is a ResourceClaimTemplate for count GPUs of the driver's
+// class, with a CEL selector if cel is not empty.
+func draTemplate(name, cel string, count int64) *resourcev1.ResourceClaimTemplate {
+	return &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: draClaimSpec(cel, count)},
+	}
+}
+
+func draClaimSpec(cel string, count int64) resourcev1.ResourceClaimSpec {
+	req := &resourcev1.ExactDeviceRequest{DeviceClassName: draGPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: count}
+	if cel != "" {
+		req.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: cel}}}
+	}
+	return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: req}}}}
+}
+
+// draPod is a pod of the glibc test image whose container uses the claims:
+// template names (from a ResourceClaimTemplate) or, prefixed "claim:",
+// ResourceClaim names.
+func (c *cluster) draPod(name, script string, claims ...string) *corev1.Pod {
+	p := c.pod(name, script, 0)
+	for i, cl := range claims {
+		rc := corev1.PodResourceClaim{Name: fmt.Sprintf("gpu%d", i)}
+		if n, ok := strings.CutPrefix(cl, "claim:"); ok {
+			rc.ResourceClaimName = &n
+		} else {
+			rc.ResourceClaimTemplateName = &cl
+		}
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, rc)
+		p.Spec.Containers[0].Resources.Claims = append(p.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: rc.Name})
+	}
+	return p
+}
+
+func (c *cluster) draCreateTemplate(t testing.TB, ns string, tmpl *resourcev1.ResourceClaimTemplate) {
+	t.Helper()
+	if _, err := c.cs.ResourceV1().ResourceClaimTemplates(ns).Create(ctxT(t, 10*time.Second), tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ResourceClaimTemplate %s/%s: %v", ns, tmpl.Name, err)
+	}
+}
+
+func (c *cluster) draCreateClaim(t testing.TB, ns, name string, spec resourcev1.ResourceClaimSpec) {
+	t.Helper()
+	cl := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	if _, err := c.cs.ResourceV1().ResourceClaims(ns).Create(ctxT(t, 10*time.Second), cl, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ResourceClaim %s/%s: %v", ns, name, err)
+	}
+}
+
+// allocated are the UUIDs of the GPUs the scheduler allocated to a pod's
+// claims, in the order of its spec, read from the claims' allocation and
+// the ResourceSlices (device name -> uuid attribute).
+func (d *draEnv) allocated(t testing.TB, ns, pod string) []string {
+	t.Helper()
+	c := d.c
+	ctx := ctxT(t, 10*time.Second)
+	p, err := c.cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := c.draSlices(ctx, draGPUDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuidOf := map[string]string{}
+	for _, dev := range devs {
+		if a, ok := dev.Attributes["uuid"]; ok && a.StringValue != nil {
+			uuidOf[dev.Name] = *a.StringValue
+		}
+	}
+	var uuids []string
+	for _, rc := range p.Spec.ResourceClaims {
+		name := ""
+		if rc.ResourceClaimName != nil {
+			name = *rc.ResourceClaimName
+		}
+		for _, s := range p.Status.ResourceClaimStatuses {
+			if s.Name == rc.Name && s.ResourceClaimName != nil {
+				name = *s.ResourceClaimName
+			}
+		}
+		cl, err := c.cs.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod %s: claim %s (%q): %v", pod, rc.Name, name, err)
+		}
+		if cl.Status.Allocation == nil {
+			t.Fatalf("pod %s: claim %s is not allocated", pod, name)
+		}
+		for _, r := range cl.Status.Allocation.Devices.Results {
+			if r.Driver != draGPUDriver || r.Pool != c.node {
+				t.Errorf("claim %s: device %s/%s/%s, want one of %s on %s", name, r.Driver, r.Pool, r.Device, draGPUDriver, c.node)
+			}
+			uuids = append(uuids, uuidOf[r.Device])
+		}
+	}
+	return uuids
+}
+
+// seesItsAllocation checks that a pod printed (nvidia-smi -L) exactly the
+// GPUs the scheduler allocated to it, each as the node's nvidia-smi names
+// it, renumbered from 0 in node order, and returns their UUIDs.
+func (d *draEnv) seesItsAllocation(t testing.TB, ns, pod, out string) []string {
+	t.Helper()
+	seen, alloc := uuidsIn(out), d.allocated(t, ns, pod)
+	if len(seen) == 0 || !draSameSet(seen, alloc) {
+		t.Errorf("pod %s sees %v; the scheduler allocated %v. It printed:\n%s", pod, seen, alloc, out)
+		return seen
+	}
+	var want []string
+	for _, g := range d.gpus {
+		if slices.Contains(seen, g.uuid) {
+			_, rest, _ := strings.Cut(g.line, ": ")
+			want = append(want, fmt.Sprintf("GPU %d: %s", len(want), rest))
+		}
+	}
+	if got := lines(out); !slices.Equal(got[:min(len(got), len(want))], want) {
+		t.Errorf("pod %s printed:\n%s\nwant first:\n%s", pod, out, strings.Join(want, "\n"))
+	}
+	return seen
+}
+
+func draSameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// namespace is a namespace for one subtest (c.namespace); when the subtest
+// ends, after its pods and the namespace are deleted, it waits until the
+// GPU plugin has unprepared every claim. The tests delete pods at once
+// (grace period 0): the API frees a claim's GPU then, before the kubelet
+// has unprepared it, and the next subtest's claim could get that GPU while
+// the plugin still holds it for the old claim; the plugin refuses ("already
+// allocated to different claim") and the kubelet retries the prepare with
+// back-off, about a minute. Subtests run one at a time, so none is left.
+func (d *draEnv) namespace(t *testing.T, optedIn bool) string {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := d.c.draWaitUnprepared(t, 2*time.Minute); err != nil {
+			t.Error(err)
+		}
+	})
+	return d.c.namespace(t, optedIn)
+}
+
+// draWaitUnprepared waits until the GPU plugin's checkpoint lists no claim.
+func (c *cluster) draWaitUnprepared(t testing.TB, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := c.draPrepared(t)
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("claims still prepared %v after their pods were deleted: %v", timeout, left)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// ---------------------------------------------------------------- the checks
+
+func (d *draEnv) testResourceSlices(t *testing.T) {
+	c := d.c
+	devs, err := c.draSlices(ctxT(t, 10*time.Second), draGPUDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != len(d.gpus) {
+		t.Errorf("ResourceSlices of %s list %d devices, want one per GPU: %d", draGPUDriver, len(devs), len(d.gpus))
+	}
+	byUUID := map[string]resourcev1.Device{}
+	for _, dev := range devs {
+		a := dev.Attributes
+		if s := a["type"].StringValue; s == nil || *s != "gpu" {
+			t.Errorf("device %s: type %v, want gpu", dev.Name, s)
+		}
+		if u := a["uuid"].StringValue; u != nil {
+			byUUID[*u] = dev
+		}
+	}
+	for _, g := range d.gpus {
+		dev, ok := byUUID[g.uuid]
+		if !ok {
+			t.Errorf("no device with uuid %s (%s); devices: %v", g.uuid, g.name, slices.Sorted(maps.Keys(byUUID)))
+			continue
+		}
+		a := dev.Attributes
+		str := func(k string) string {
+			if v := a[resourcev1.QualifiedName(k)].StringValue; v != nil {
+				return *v
+			}
+			return "<unset>"
+		}
+		ver := func(k string) string {
+			if v := a[resourcev1.QualifiedName(k)].VersionValue; v != nil {
+				return *v
+			}
+			return "<unset>"
+		}
+		for _, f := range []struct{ attr, got, want string }{
+			{"productName", str("productName"), g.name},
+			{"architecture", str("architecture"), g.arch},
+			// semver of nvidia-smi's compute_cap: 9.0 is 9.0.0.
+			{"cudaComputeCapability", ver("cudaComputeCapability"), g.cc + ".0"},
+		} {
+			if f.got != f.want {
+				t.Errorf("device %s (%s): %s %q, want %q (nvidia-smi on the host)", dev.Name, g.uuid, f.attr, f.got, f.want)
+			}
+		}
+		mem, ok := dev.Capacity["memory"]
+		if got := mem.Value.Value() >> 20; !ok || got != g.memMiB {
+			t.Errorf("device %s (%s): memory capacity %s (%d MiB), want %d MiB (nvidia-smi on the host)", dev.Name, g.uuid, mem.Value.String(), got, g.memMiB)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	// The rest of what it publishes, for the log (docs/dra.md quotes it).
+	dev := byUUID[d.gpus[0].uuid]
+	var attrs []string
+	for k, v := range dev.Attributes {
+		b, _ := json.Marshal(v)
+		attrs = append(attrs, fmt.Sprintf("%s=%s", k, b))
+	}
+	slices.Sort(attrs)
+	mem := dev.Capacity["memory"].Value
+	t.Logf("device %s: %s; capacity memory=%s", dev.Name, strings.Join(attrs, " "), mem.String())
+}
+
+func (d *draEnv) testClaimTemplate(t *testing.T) {
+	c := d.c
+	ns := d.namespace(t, true)
+	c.draCreateTemplate(t, ns, draTemplate("one-gpu", "", 1))
+	out := c.running(t, ns, c.draPod("one", draGPUScript, "one-gpu"), "started")
+	if seen := d.seesItsAllocation(t, ns, "one", out); len(seen) != 1 {
+		t.Errorf("pod one sees %d GPUs, want 1", len(seen))
+	}
+	dev, err := c.exec(t, ns, "one", "main", "sh", "-c", "ls /dev | grep '^nvidia[0-9]'")
+	if err != nil || len(lines(dev)) != 1 {
+		t.Errorf("the pod's GPU device nodes: %v:\n%s\nwant one", err, dev)
+	}
+	// The library is the driver root's, mounted by the DRA driver's CDI spec
+	// where the driver root has it (its hook links libnvidia-ml.so.1 to it);
+	// nvmock's plugin adds none of its own beside it, only the snapshot.
+	lib, err := c.exec(t, ns, "one", "main", "sh", "-c", "readlink -f /usr/lib64/libnvidia-ml.so.1; ls /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 2>&1; ls /etc/nvmock")
+	if want := "/usr/lib64/libnvidia-ml.so." + d.driver; err != nil || !strings.HasPrefix(lib, want+"\n") || !strings.Contains(lib, "No such file") {
+		t.Errorf("the pod's library: %v:\n%s\nwant libnvidia-ml.so.1 -> %s from the CDI spec, and no other", err, lib, want)
+	}
+	t.Logf("the claim's CDI spec: %s", c.draSpecSummary(t, d.claimUIDs(t, ns, "one")))
+}
+
+// claimUIDs are the UIDs of a pod's claims.
+func (d *draEnv) claimUIDs(t testing.TB, ns, pod string) []string {
+	t.Helper()
+	p, err := d.c.cs.CoreV1().Pods(ns).Get(ctxT(t, 10*time.Second), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uids []string
+	for _, st := range p.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName == nil {
+			continue
+		}
+		cl, err := d.c.cs.ResourceV1().ResourceClaims(ns).Get(ctxT(t, 10*time.Second), *st.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, string(cl.UID))
+	}
+	return uids
+}
+
+// draSpecSummary is what the GPU plugin's CDI spec for claims gives a
+// container: device nodes, mounts (container paths), hooks, environment.
+func (c *cluster) draSpecSummary(t testing.TB, uids []string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, uid := range uids {
+		p := filepath.Join(c.cdiDir(), draCDISpecs+uid+".yaml")
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Errorf("the claim's CDI spec: %v", err)
+			continue
+		}
+		var spec cdispec.Spec
+		if err := yaml.Unmarshal(data, &spec); err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		edits := []cdispec.ContainerEdits{spec.ContainerEdits}
+		for _, dev := range spec.Devices {
+			edits = append(edits, dev.ContainerEdits)
+		}
+		var nodes, mounts, hooks, env []string
+		for _, e := range edits {
+			for _, n := range e.DeviceNodes {
+				nodes = append(nodes, n.Path+" <- "+n.HostPath)
+			}
+			for _, m := range e.Mounts {
+				mounts = append(mounts, m.ContainerPath+" <- "+m.HostPath)
+			}
+			for _, h := range e.Hooks {
+				hooks = append(hooks, h.HookName+": "+strings.Join(h.Args, " "))
+			}
+			env = append(env, e.Env...)
+		}
+		fmt.Fprintf(&b, "\n%s (kind %s):\n  device nodes: %s\n  mounts: %s\n  hooks: %s\n  env: %s", filepath.Base(p), spec.Kind,
+			strings.Join(nodes, ", "), strings.Join(mounts, ", "), strings.Join(hooks, "; "), strings.Join(env, " "))
+	}
+	return b.String()
+}
+
+// Without nvmock's injection (a namespace that did not opt in) the driver's
+// CDI spec still gives the container the library, nvidia-smi and one GPU's
+// device node, but not the node's snapshot (the mock's stand-in for the
+// kernel driver's state): the library reports a built-in board. What
+// nvmock's plugin adds to the spec is needed (docs/dra.md).
+func (d *draEnv) testWithoutInjection(t *testing.T) {
+	c := d.c
+	ns := d.namespace(t, false)
+	c.draCreateTemplate(t, ns, draTemplate("one-gpu", "", 1))
+	out := c.running(t, ns, c.draPod("plain", draGPUScript, "one-gpu"), "started")
+	got := uuidsIn(out)
+	if len(got) != 1 {
+		t.Fatalf("without injection: nvidia-smi -L printed:\n%s\nwant one GPU", out)
+	}
+	if slices.Contains(draUUIDs(d.gpus), got[0]) {
+		t.Errorf("without injection the container still sees the node's UUID %s; the opted-in checks prove nothing", got[0])
+	}
+}
+
+func (d *draEnv) testSharedClaim(t *testing.T) {
+	c := d.c
+	ns := d.namespace(t, true)
+	c.draCreateClaim(t, ns, "shared", draClaimSpec("", 1))
+	var seen [][]string
+	for _, p := range []string{"a", "b"} {
+		c.create(t, ns, c.draPod(p, draGPUScript, "claim:shared"))
+	}
+	for _, p := range []string{"a", "b"} {
+		c.waitPod(t, ns, p, 2*time.Minute, "Running", podRunning)
+		seen = append(seen, d.seesItsAllocation(t, ns, p, c.waitLog(t, ns, p, "started")))
+	}
+	if len(seen[0]) != 1 || !slices.Equal(seen[0], seen[1]) {
+		t.Errorf("pods sharing a claim see %v and %v, want the same one GPU", seen[0], seen[1])
+	}
+	cl, err := c.cs.ResourceV1().ResourceClaims(ns).Get(ctxT(t, 10*time.Second), "shared", metav1.GetOptions{})
+	if err != nil || len(cl.Status.ReservedFor) != 2 {
+		t.Errorf("claim shared: %v, reserved for %v, want both pods", err, cl.Status.ReservedFor)
+	}
+}
+
+func (d *draEnv) testTwoClaims(t *testing.T) {
+	c := d.c
+	ns := d.namespace(t, true)
+	c.draCreateTemplate(t, ns, draTemplate("one-gpu", "", 1))
+	out := c.running(t, ns, c.draPod("two", draGPUScript, "one-gpu", "one-gpu"), "started")
+	seen := d.seesItsAllocation(t, ns, "two", out)
+	if len(seen) != 2 || seen[0] == seen[1] {
+		t.Errorf("a pod with two claims sees %v, want two distinct GPUs", seen)
+	}
+}
+
+func (d *draEnv) testCELArchitecture(t *testing.T) {
+	c := d.c
+	ns := d.namespace(t, true)
+	arch := d.gpus[0].arch
+	c.draCreateTemplate(t, ns, draTemplate("arch", fmt.Sprintf("device.attributes[%q].architecture == %q", draGPUDriver, arch), 1))
+	out := c.running(t, ns, c.draPod("arch", draGPUScript, "arch"), "started")
+	if seen := d.seesItsAllocation(t, ns, "arch", out); len(seen) != 1 {
+		t.Errorf("a claim for one %s GPU: the pod sees %v", arch, seen)
+	}
+}
+
+func (d *draEnv) testCELNoMatch(t *testing.T) {
+	c := d.c
+	ns := d.namespace(t, true)
+	const product = "NVIDIA Imaginary 1TB"
+	c.draCreateTemplate(t, ns, draTemplate("none", fmt.Sprintf("device.attributes[%q].productName == %q", draGPUDriver, product), 1))
+	c.create(t, ns, c.draPod("pending", draGPUScript, "none"))
+	// The scheduler says it cannot allocate the claim, and the pod stays so.
+	p := c.waitPod(t, ns, "pending", time.Minute, "unschedulable", func(p *corev1.Pod) (bool, error) {
+		if p.Status.Phase != corev1.PodPending {
+			return false, fmt.Errorf("pod is %s", p.Status.Phase)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	msg := ""
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodScheduled {
+			msg = cond.Message
+		}
+	}
+	time.Sleep(5 * time.Second)
+	p, err := c.cs.CoreV1().Pods(ns).Get(ctxT(t, 10*time.Second), "pending", metav1.GetOptions{})
+	if err != nil || p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" {
+		t.Errorf("a claim for a %q: pod %v, phase %s on %q; want Pending, unscheduled", product, err, p.Status.Phase, p.Spec.NodeName)
+	}
+	t.Logf("the scheduler: %s", msg)
+}
+
+// Ten rounds of a claim, a pod that uses it, and both deleted: no
+// ResourceClaim is left, the kubelet plugin's checkpoint lists no prepared
+// claim and no per-claim CDI spec stays in the runtime's CDI directory.
+func (d *draEnv) testNoLeaks(t *testing.T) {
+	c := d.c
+	ns := d.namespace(t, true)
+	cdiBefore := c.draClaimSpecs(t)
+	for i := range 10 {
+		name := fmt.Sprintf("round-%d", i)
+		c.draCreateClaim(t, ns, name, draClaimSpec("", 1))
+		r := c.run(t, ns, c.draPod(name, "nvidia-smi -L", "claim:"+name))
+		if r.phase != corev1.PodSucceeded || len(uuidsIn(r.out)) != 1 {
+			t.Fatalf("round %d: pod %s printed:\n%s", i, r.phase, r.out)
+		}
+		c.deletePod(ns, name)
+		if err := c.cs.ResourceV1().ResourceClaims(ns).Delete(ctxT(t, 10*time.Second), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := ctxT(t, time.Minute)
+	var claims, prepared, specs []string
+	for {
+		claims, prepared, specs = c.draClaimsIn(t, ns), c.draPrepared(t), c.draClaimSpecs(t)
+		if len(claims) == 0 && len(prepared) == 0 && len(specs) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after 10 rounds: ResourceClaims left %v; prepared claims in the plugin's checkpoint %v; CDI claim specs %v (before: %v)",
+				claims, prepared, specs, cdiBefore)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) draClaimsIn(t testing.TB, ns string) []string {
+	t.Helper()
+	l, err := c.cs.ResourceV1().ResourceClaims(ns).List(ctxT(t, 10*time.Second), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n []string
+	for _, cl := range l.Items {
+		n = append(n, cl.Name)
+	}
+	return n
+}
+
+// draPrepared are the claims the GPU kubelet plugin's checkpoint lists as
+// prepared or being prepared, as "UID (state)" (a completed entry keeps no
+// name or namespace).
+func (c *cluster) draPrepared(t testing.TB) []string {
+	t.Helper()
+	p := filepath.Join(c.env["KUBELET_ROOT"], "plugins", draGPUDriver, "checkpoint.json")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("the GPU plugin's checkpoint: %v", err)
+	}
+	var cp struct {
+		V2 struct {
+			PreparedClaims map[string]struct {
+				State string `json:"checkpointState"`
+			} `json:"preparedClaims"`
+		} `json:"v2"`
+	}
+	if err := json.Unmarshal(data, &cp); err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	var n []string
+	for uid, cl := range cp.V2.PreparedClaims {
+		n = append(n, uid+" ("+cl.State+")")
+	}
+	slices.Sort(n)
+	return n
+}
+
+// draClaimSpecs are the per-claim CDI specs in the runtime's CDI directory.
+func (c *cluster) draClaimSpecs(t testing.TB) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(c.cdiDir(), draCDISpecs+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// The compute-domain plugin, where the overlay lets it start, publishes the
+// node's own devices: IMEX channel 0 and one daemon (the other channels,
+// up to the driver's 2048, are not per node; its controller hands them out).
+func (d *draEnv) testComputeDomainSlices(t *testing.T) {
+	c := d.c
+	if !d.computeDomains {
+		testenv.Missing(t, "the overlay's %s (hostprep does not render it yet; docs/dra.md)", c.draProcDevices())
+	}
+	ctx := ctxT(t, time.Minute)
+	if err := c.draWaitSlices(ctx, draCDDriver, 2); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := c.draSlices(ctx, draCDDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, dev := range devs {
+		typ, id := "<unset>", int64(-1)
+		if s := dev.Attributes["type"].StringValue; s != nil {
+			typ = *s
+		}
+		if v := dev.Attributes["id"].IntValue; v != nil {
+			id = *v
+		}
+		got = append(got, fmt.Sprintf("%s %s %d", dev.Name, typ, id))
+	}
+	slices.Sort(got)
+	if want := []string{"channel-0 channel 0", "daemon-0 daemon 0"}; !slices.Equal(got, want) {
+		t.Errorf("ResourceSlices of %s list %q, want %q", draCDDriver, got, want)
+	}
+}
+
+// A ComputeDomain on this node runs its IMEX daemon pod (the controller's
+// DaemonSet, on the node the workload landed on) and becomes Ready, and the
+// pod that claims its channel starts. The board has no multi-node NVLink
+// fabric (its cluster UUID is zero, as on a real HGX node), so the driver
+// starts no IMEX daemon process and, as it does there, gives the pod no
+// IMEX channel device node. Deleting the ComputeDomain removes its
+// daemons and the node's label.
+func (d *draEnv) testComputeDomainWorkload(t *testing.T) {
+	c := d.c
+	if !d.computeDomains {
+		testenv.Missing(t, "the overlay's %s (hostprep does not render it yet; docs/dra.md)", c.draProcDevices())
+	}
+	// Not opted in: the pod asks for no GPU, and nvmock would give it all.
+	ns := d.namespace(t, false)
+	dyn, err := dynamic.NewForConfig(c.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+		"metadata": map[string]any{"name": "cd"},
+		"spec":     map[string]any{"numNodes": int64(0), "channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": "cd-channel"}}},
+	}}
+	created, err := dyn.Resource(draComputeDomains).Namespace(ns).Create(ctxT(t, 10*time.Second), cd, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create ComputeDomain: %v", err)
+	}
+	label := draCDLabel + "=" + string(created.GetUID())
+	// Before the namespace goes: the controller removes the daemons and
+	// then its finalizer.
+	t.Cleanup(func() {
+		if err := c.draDeleteComputeDomains(context.Background(), ns); err != nil {
+			t.Error(err)
+		}
+		if err := c.waitNoPods(context.Background(), draNS, label); err != nil {
+			t.Error(err)
+		}
+		n, err := c.cs.CoreV1().Nodes().Get(context.Background(), c.node, metav1.GetOptions{})
+		if err == nil && n.Labels[draCDLabel] != "" {
+			t.Errorf("node %s keeps the label %s=%s after the ComputeDomain is gone", c.node, draCDLabel, n.Labels[draCDLabel])
+		}
+	})
+	const script = "ls -l /dev/nvidia-caps-imex-channels 2>&1; echo started; exec sleep 3600"
+	c.create(t, ns, c.draPod("imex", script, "cd-channel"))
+	c.waitPod(t, ns, "imex", 3*time.Minute, "Running", podRunning)
+	out := c.waitLog(t, ns, "imex", "started")
+	if !strings.Contains(out, "No such file or directory") {
+		t.Errorf("the ComputeDomain's pod on a node without a fabric clique lists IMEX channels:\n%s", out)
+	}
+	got, err := dyn.Resource(draComputeDomains).Namespace(ns).Get(ctxT(t, 10*time.Second), "cd", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := unstructured.NestedString(got.Object, "status", "status"); st != "Ready" {
+		t.Errorf("ComputeDomain status %q, want Ready", st)
+	}
+	daemons, err := c.cs.CoreV1().Pods(draNS).List(ctxT(t, 10*time.Second), metav1.ListOptions{LabelSelector: label})
+	if err != nil || len(daemons.Items) != 1 || daemons.Items[0].Spec.NodeName != c.node {
+		t.Errorf("IMEX daemon pods of the ComputeDomain (%s): %v %v, want one on %s", label, err, daemons, c.node)
+	}
+}
+
+var draComputeDomains = schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}
+
+// draCDLabel marks the nodes of a ComputeDomain (its UID), and its daemon pods.
+const draCDLabel = "resource.nvidia.com/computeDomain"
+
+// draDeleteComputeDomains deletes the ComputeDomains in ns (all: "") and
+// waits until they are gone, while the driver's controller, which removes
+// their finalizers, runs. No CRD: nothing to delete.
+func (c *cluster) draDeleteComputeDomains(ctx context.Context, ns string) error {
+	dyn, err := dynamic.NewForConfig(c.cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		l, err := dyn.Resource(draComputeDomains).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) || err == nil && len(l.Items) == 0 {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list ComputeDomains: %w", err)
+		}
+		for _, cd := range l.Items {
+			if cd.GetDeletionTimestamp() == nil {
+				if err := dyn.Resource(draComputeDomains).Namespace(cd.GetNamespace()).Delete(ctx, cd.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("delete ComputeDomain %s/%s: %w", cd.GetNamespace(), cd.GetName(), err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ComputeDomains still there: %d (%v)", len(l.Items), ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
