@@ -387,6 +387,8 @@ state = '$W/state'
       BinaryName = '$(command -v runc)'
       Root = '$W/state/runc'
       SystemdCgroup = false
+  # NVIDIA's runtime in CDI mode (nvidia_runtime in hack/e2e-node.sh).
+$(w=$W && source "$here/e2e-node.sh" && nvidia_runtime "$w")
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ['$cnibin']
     conf_dir = '$W/cni/net.d'
