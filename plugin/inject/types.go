@@ -62,9 +62,10 @@ type Config struct {
 	NvidiaRuntimeHandlers []string
 }
 
-// DefaultNvidiaRuntimeHandlers is the handler the GPU operator and
-// nvidia-ctk runtime configure register NVIDIA's runtime under.
-var DefaultNvidiaRuntimeHandlers = []string{"nvidia"}
+// DefaultNvidiaRuntimeHandlers are the handlers the GPU operator and
+// nvidia-ctk runtime configure register NVIDIA's runtime under in CDI mode
+// (nvidia-legacy runs nvidia-container-cli, which needs the kernel driver).
+var DefaultNvidiaRuntimeHandlers = []string{"nvidia", "nvidia-cdi"}
 
 // Extension adds edits to a container that gets GPUs, not to one given the
 // driver alone ("none"). Apply may append to adj's slices; an error leaves
