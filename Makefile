@@ -85,17 +85,20 @@ test: deps k8s-tools driver image ## run every test (Go, C, real nvidia-smi, go-
 e2e: deps driver image ## the end-to-end suite alone: a real containerd with NRI and CDI, the plugin, real containers (root)
 	$(TEST_ENV) hack/test.sh e2e
 
-bench: deps driver image ## benchmarks: Go (through the C ABI), whole-process timings, and (as root) containers on a real containerd
+bench: deps k8s-tools driver image ## benchmarks: Go (through the C ABI), whole-process timings, and (as root) containers on a real containerd and pod startup on the Kubernetes node
 	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/...
 	hack/bench.sh $(BUILD) $(NVIDIA_SMI)
-	@if [ "$$(id -u)" != 0 ]; then echo 'e2e benchmarks: not run (need root: they start containerd)'; exit 0; fi; \
+	@if [ "$$(id -u)" != 0 ]; then echo 'e2e and Kubernetes benchmarks: not run (need root: they start containerd)'; exit 0; fi; \
 	trap 'hack/e2e-node.sh down' EXIT; hack/e2e-node.sh up && \
-	NVMOCK_CACHE=$(CACHE) $(GO) test -tags e2e -run '^$$' -bench . -benchtime=20x ./e2e/
+	NVMOCK_CACHE=$(CACHE) $(GO) test -tags e2e -run '^$$' -bench . -benchtime=20x ./e2e/ && \
+	hack/e2e-node.sh down && \
+	NVMOCK_K8S_BENCH_PODS=20 hack/k8s-e2e.sh -run 'TestPodStartupWithAndWithoutInjection'
 
 lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet -tags integration ./...
 	$(GO) vet -tags e2e ./e2e/
+	$(GO) vet -tags k8s ./e2e/k8s/
 	$(MAKE) -B lib
 	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
 
