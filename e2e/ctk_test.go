@@ -3,9 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,53 +15,11 @@ import (
 )
 
 // nvidiaCTKSpec runs NVIDIA's nvidia-ctk cdi generate against the node's
-// overlay, into containerd's CDI directory, and removes the spec at cleanup.
+// overlay, into containerd's CDI directory; the spec goes at cleanup.
 func nvidiaCTKSpec(t *testing.T) {
 	t.Helper()
 	n := theNode
-	ctk, err := filepath.Abs(filepath.Join(testenv.CacheDir(), "bin", "nvidia-ctk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(ctk); err != nil {
-		testenv.Missing(t, "nvidia-ctk at %s (run make deps)", ctk)
-	}
-	// nvidia-ctk resolves the libraries' symlinks and drops any that end up
-	// outside the driver root it was given, so give it the resolved root.
-	root, err := filepath.EvalSymlinks(filepath.Join(n.env["OVERLAY_ROOT"], "driver"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := filepath.Join(n.env["CDI_DIR"], "nvidia.yaml")
-	// The hooks in the spec run nvidia-ctk itself (nvidia-ctk hook ...).
-	// Devices by index and by UUID, the names device plugins put in
-	// NVIDIA_VISIBLE_DEVICES for NVIDIA's runtime.
-	out, err := exec.Command(ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root,
-		"--nvidia-cdi-hook-path", ctk, "--device-name-strategy", "index", "--device-name-strategy", "uuid",
-		"--output", spec).CombinedOutput()
-	if err != nil {
-		t.Fatalf("nvidia-ctk cdi generate: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { os.Remove(spec) })
-	if _, err := os.Stat(spec); err != nil {
-		t.Fatalf("nvidia-ctk wrote no spec to the CDI dir: %v\n%s", err, out)
-	}
-}
-
-// ociSpec is the part of a runtime spec the CDI test reads.
-type ociSpec struct {
-	Process struct {
-		Env []string `json:"env"`
-	} `json:"process"`
-	Mounts []struct {
-		Destination string `json:"destination"`
-		Source      string `json:"source"`
-	} `json:"mounts"`
-	Linux struct {
-		Devices []struct {
-			Path string `json:"path"`
-		} `json:"devices"`
-	} `json:"linux"`
+	testenv.NvidiaCTKSpec(t, filepath.Join(n.env["OVERLAY_ROOT"], "driver"), filepath.Join(n.env["CDI_DIR"], "nvidia.yaml"))
 }
 
 // NVIDIA's container toolkit at runtime level: a spec from nvidia-ctk,
@@ -84,17 +39,8 @@ func TestNvidiaCTKSpecInjectedByContainerdShowsExactlyTheRequestedGPU(t *testing
 		t.Errorf("CDI nvidia.com/gpu=1: nvidia-smi -L exited %d and printed:\n%s\nwant only:\n%s", r.code, r.out, want)
 	}
 
-	var spec ociSpec
-	if err := json.Unmarshal(specOf(t, p, c), &spec); err != nil {
-		t.Fatal(err)
-	}
-	count := map[string]int{}
-	for _, m := range spec.Mounts {
-		count[m.Destination]++
-	}
-	for _, d := range spec.Linux.Devices {
-		count[d.Path]++
-	}
+	spec := testenv.ParseSpec(t, specOf(t, p, c))
+	count := testenv.Edits(spec)
 	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/" + n.versionedLib(t), "/etc/nvmock/snapshot", "/dev/nvidia1", "/dev/nvidiactl"} {
 		if count[want] != 1 {
 			t.Errorf("%s is in the spec %d times, want once", want, count[want])

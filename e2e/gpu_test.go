@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // Namespaces of the node: the plugin injects the first (hack/e2e-node.sh
@@ -24,7 +26,7 @@ func TestUnmodifiedGlibcContainerListsTheNodesGPUs(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("nvidia-smi -L exited %d:\n%s", r.code, r.out)
 	}
-	if got := lines(r.out); !slices.Equal(got, n.smiL) {
+	if got := testenv.Lines(r.out); !slices.Equal(got, n.smiL) {
 		t.Errorf("nvidia-smi -L in the container:\n%s\nwant what the node shows:\n%s", r.out, strings.Join(n.smiL, "\n"))
 	}
 }
@@ -114,7 +116,7 @@ func TestVisibleDevicesUUIDShowsExactlyThatGPUAsIndexZero(t *testing.T) {
 // uuidsListed are the UUIDs in nvidia-smi -L output, in order.
 func uuidsListed(out string) []string {
 	var ids []string
-	for _, l := range lines(out) {
+	for _, l := range testenv.Lines(out) {
 		if _, rest, ok := strings.Cut(l, "(UUID: "); ok {
 			ids = append(ids, strings.TrimSuffix(rest, ")"))
 		}
@@ -155,7 +157,7 @@ func TestClearedEnvironmentStillFindsNvidiaSMIAndTheLibrary(t *testing.T) {
 	n := theNode
 	p := n.runPod(t, optedIn, nil)
 	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"env", "-i", "/bin/sh", "-c", "nvidia-smi -L"}})
-	if got := lines(r.out); r.code != 0 || !slices.Equal(got, n.smiL) {
+	if got := testenv.Lines(r.out); r.code != 0 || !slices.Equal(got, n.smiL) {
 		t.Errorf("env -i sh -c 'nvidia-smi -L' exited %d:\n%s\nwant:\n%s", r.code, r.out, strings.Join(n.smiL, "\n"))
 	}
 	pr := runProbe(t, p, []string{"env", "-i", "/usr/local/bin/nvmlprobe"})

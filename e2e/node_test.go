@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	cricli "github.com/nvmock/nvmock/internal/cri"
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
@@ -52,7 +52,7 @@ func connect() (*node, error) {
 	if dir == "" {
 		dir = "/tmp/nvmock-e2e"
 	}
-	env, err := readEnv(filepath.Join(dir, "e2e.env"))
+	env, err := testenv.ReadEnvFile(filepath.Join(dir, "e2e.env"))
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func connect() (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nvidia-smi -L on the host: %v: %s", err, out)
 	}
-	n.smiL = lines(string(out))
+	n.smiL = testenv.Lines(string(out))
 	return n, nil
 }
 
@@ -97,32 +97,6 @@ func (n *node) versionedLib(t testing.TB) string {
 func (n *node) driverVersion(t testing.TB) string {
 	t.Helper()
 	return strings.TrimPrefix(n.versionedLib(t), "libnvidia-ml.so.")
-}
-
-func readEnv(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
-	}
-	return env, sc.Err()
-}
-
-func lines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		if l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 func ctx(t testing.TB) context.Context {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // startWithGPUs starts a long-running container in a pod asking for count
@@ -77,7 +79,7 @@ func TestPluginReconnectsAfterContainerdRestarts(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if got := lines(r.out); !slices.Equal(got, n.smiL) {
+	if got := testenv.Lines(r.out); !slices.Equal(got, n.smiL) {
 		t.Fatalf("30 s after containerd restarted, a new container is still not injected:\n%s", r.out)
 	}
 	t.Logf("injecting again %v after containerd restarted", time.Since(restarted).Round(time.Millisecond))

@@ -3,40 +3,23 @@
 package e2e
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // nvidiaHandler is the runtime handler hack/e2e-node.sh registers NVIDIA's
 // container runtime under, in CDI mode, as the GPU operator does.
 const nvidiaHandler = "nvidia"
 
-// bundleSpec is the spec runc ran: NVIDIA's runtime edits the bundle's
-// config.json after containerd and NRI made it, so this is where its edits
-// show. The container must still be running.
-func (n *node) bundleSpec(t *testing.T, id string) ociSpec {
-	t.Helper()
-	path := filepath.Join(n.env["STATE_DIR"], "io.containerd.runtime.v2.task", "k8s.io", id, "config.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("the bundle's spec: %v", err)
-	}
-	var s ociSpec
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return s
-}
-
 // runUnderNvidia runs `nvidia-smi -L` in a pod of namespace ns under NVIDIA's
 // runtime, with NVIDIA_VISIBLE_DEVICES as a device plugin sets it, and
 // returns what it printed and the spec runc ran.
-func runUnderNvidia(t *testing.T, ns, visible string) (string, ociSpec) {
+func runUnderNvidia(t *testing.T, ns, visible string) (string, *specs.Spec) {
 	t.Helper()
 	n := theNode
 	nvidiaCTKSpec(t)
@@ -49,7 +32,7 @@ func runUnderNvidia(t *testing.T, ns, visible string) (string, ociSpec) {
 		_, _ = n.rt.StopContainer(ctx(t), &cri.StopContainerRequest{ContainerId: id, Timeout: 0})
 	})
 	out := n.waitOutput(t, id, "done")
-	return strings.TrimSuffix(out, "done\n"), n.bundleSpec(t, id)
+	return strings.TrimSuffix(out, "done\n"), testenv.BundleSpec(t, n.env["STATE_DIR"], id)
 }
 
 // waitForSpecs creates and removes c until containerd and NVIDIA's runtime
@@ -75,13 +58,7 @@ func TestNvidiaRuntimeGivesExactlyTheDevicePluginsGPU(t *testing.T) {
 	if want := n.smiLine(2, 0); strings.TrimSpace(out) != want {
 		t.Errorf("nvidia-smi -L under NVIDIA's runtime printed:\n%s\nwant only:\n%s", out, want)
 	}
-	count := map[string]int{}
-	for _, m := range spec.Mounts {
-		count[m.Destination]++
-	}
-	for _, d := range spec.Linux.Devices {
-		count[d.Path]++
-	}
+	count := testenv.Edits(spec)
 	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/" + n.versionedLib(t), "/etc/nvmock/snapshot", "/dev/nvidia2", "/dev/nvidiactl"} {
 		if count[want] != 1 {
 			t.Errorf("%s is in the spec runc ran %d times, want once", want, count[want])

@@ -20,7 +20,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -315,7 +314,7 @@ func devicePluginInNamespace(t *testing.T, c string) {
 	res, _ := installNode(t, name, gpus)
 
 	kubelet := startKubelet(t, pluginapi.KubeletSocket)
-	var log syncBuffer
+	var log testenv.SyncBuffer
 	cmd := exec.Command(dp,
 		"--kubelet-socket", pluginapi.KubeletSocket,
 		"--driver-root", res.Driver, "--dev-root", res.Driver)
@@ -429,24 +428,6 @@ func privateKubeletDir(t *testing.T) {
 		t.Fatalf("mount tmpfs on %s in the private namespace: %v", target, err)
 	}
 	must(t, os.MkdirAll(pluginapi.DevicePluginPath, 0o755))
-}
-
-// syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Given the resolved driver root (nvidia-ctk resolves the libraries'

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // The chart's tests: the release TestMain installed, helm upgrade and helm
@@ -91,7 +92,7 @@ func TestChartMakesTheNodeAGPUNodeAndItsPluginRegisters(t *testing.T) {
 	// An unmodified container in an opted-in namespace sees the node's GPUs.
 	ns := c.namespace(t, true)
 	r := c.run(t, ns, c.pod("smi", "nvidia-smi -L", 0))
-	if r.phase != corev1.PodSucceeded || !slices.Equal(lines(r.out), c.gpuLines()) {
+	if r.phase != corev1.PodSucceeded || !slices.Equal(testenv.Lines(r.out), c.gpuLines()) {
 		t.Errorf("nvidia-smi -L in a pod (%s):\n%s\nwant the node's GPUs:\n%s", r.phase, r.out, strings.Join(c.gpuLines(), "\n"))
 	}
 }
@@ -152,7 +153,7 @@ func TestHelmUpgradeRollsThePluginAndLeavesRunningGPUPodsAlone(t *testing.T) {
 	}
 	// And the new plugin serves new containers.
 	r := c.run(t, ns, c.pod("after", "nvidia-smi -L", 0))
-	if !slices.Equal(lines(r.out), c.gpuLines()) {
+	if !slices.Equal(testenv.Lines(r.out), c.gpuLines()) {
 		t.Errorf("nvidia-smi -L in a pod created after the upgrade:\n%s\nwant the node's GPUs", r.out)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // NVIDIA's device plugin and GPU feature discovery, deployed with NVIDIA's
@@ -113,7 +115,7 @@ func TestAPodWithOneGPUSeesTheGPUTheDevicePluginAllocated(t *testing.T) {
 	out := c.running(t, ns, c.pod("one", gpuScript, 1), "started")
 	c.seesItsAllocation(t, ns, "one", out)
 	dev, err := c.exec(t, ns, "one", "main", "sh", "-c", "ls /dev | grep '^nvidia[0-9]'")
-	if err != nil || len(lines(dev)) != 1 {
+	if err != nil || len(testenv.Lines(dev)) != 1 {
 		t.Errorf("the pod's GPU device nodes: %v:\n%s\nwant one", err, dev)
 	}
 }

@@ -3,9 +3,6 @@
 package k8s
 
 import (
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,7 +25,8 @@ func TestNvidiaRuntimeClassGivesThePodItsAllocatedGPU(t *testing.T) {
 	c := theCluster
 	c.nvidiaPlugin(t)
 	c.runtimeClass(t)
-	c.nvidiaCTKSpec(t)
+	names := testenv.NvidiaCTKSpec(t, filepath.Join(c.overlayRoot(), "driver"), filepath.Join(c.cdiDir(), "nvidia.yaml"))
+	t.Logf("nvidia-ctk named the devices %v", names)
 	ns := c.namespace(t, true)
 	p := c.pod("runtime-class", gpuScript, 1)
 	p.Spec.RuntimeClassName = ptrTo("nvidia")
@@ -40,14 +38,7 @@ func TestNvidiaRuntimeClassGivesThePodItsAllocatedGPU(t *testing.T) {
 		t.Fatalf("pod status: %v", err)
 	}
 	id := strings.TrimPrefix(got.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	spec := c.bundleSpec(t, id)
-	count := map[string]int{}
-	for _, m := range spec.Mounts {
-		count[m.Destination]++
-	}
-	for _, d := range spec.Linux.Devices {
-		count[d.Path]++
-	}
+	count := testenv.Edits(testenv.BundleSpec(t, filepath.Join(c.dir, "state"), id))
 	lib := "/usr/lib64/libnvidia-ml.so." + c.driverVersion(t)
 	for _, want := range []string{"/usr/bin/nvidia-smi", lib, "/etc/nvmock/snapshot", "/dev/nvidiactl"} {
 		if count[want] != 1 {
@@ -80,46 +71,6 @@ func (c *cluster) runtimeClass(t *testing.T) {
 	}
 }
 
-// nvidiaCTKSpec runs nvidia-ctk cdi generate against the overlay into the
-// node's CDI directory (devices by index and by UUID, the names device
-// plugins put in NVIDIA_VISIBLE_DEVICES), as the GPU operator does; the spec
-// goes when the test ends.
-func (c *cluster) nvidiaCTKSpec(t *testing.T) {
-	t.Helper()
-	ctk, err := filepath.Abs(filepath.Join(testenv.CacheDir(), "bin", "nvidia-ctk"))
-	if err == nil {
-		_, err = os.Stat(ctk)
-	}
-	if err != nil {
-		testenv.Missing(t, "nvidia-ctk in %s (make deps)", filepath.Dir(ctk))
-	}
-	// nvidia-ctk drops libraries whose links leave the root it is given.
-	root, err := filepath.EvalSymlinks(filepath.Join(c.overlayRoot(), "driver"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := filepath.Join(c.cdiDir(), "nvidia.yaml")
-	out, err := exec.Command(ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root, "--nvidia-cdi-hook-path", ctk,
-		"--device-name-strategy", "index", "--device-name-strategy", "uuid", "--output", spec).CombinedOutput()
-	if err != nil {
-		t.Fatalf("nvidia-ctk cdi generate: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { os.Remove(spec) })
-	b, _ := os.ReadFile(spec)
-	t.Logf("nvidia-ctk named the devices %v", cdiNames(b))
-}
-
-// cdiNames are the device names in a CDI spec, for failure messages.
-func cdiNames(spec []byte) []string {
-	var names []string
-	for _, l := range strings.Split(string(spec), "\n") {
-		if n, ok := strings.CutPrefix(strings.TrimSpace(l), "- name: "); ok {
-			names = append(names, n)
-		}
-	}
-	return names
-}
-
 // driverVersion is the overlay's driver, as its library's file name says.
 func (c *cluster) driverVersion(t *testing.T) string {
 	t.Helper()
@@ -128,32 +79,4 @@ func (c *cluster) driverVersion(t *testing.T) string {
 		t.Fatalf("the overlay has %d versioned libraries (%v), want 1", len(libs), libs)
 	}
 	return strings.TrimPrefix(filepath.Base(libs[0]), "libnvidia-ml.so.")
-}
-
-// ociSpec is the part of a runtime spec the test reads.
-type ociSpec struct {
-	Mounts []struct {
-		Destination string `json:"destination"`
-	} `json:"mounts"`
-	Linux struct {
-		Devices []struct {
-			Path string `json:"path"`
-		} `json:"devices"`
-	} `json:"linux"`
-}
-
-// bundleSpec is the spec runc ran for a running container: NVIDIA's runtime
-// edits the bundle's config.json after containerd and NRI made it.
-func (c *cluster) bundleSpec(t *testing.T, id string) ociSpec {
-	t.Helper()
-	path := filepath.Join(c.dir, "state", "io.containerd.runtime.v2.task", "k8s.io", id, "config.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("the bundle's spec: %v", err)
-	}
-	var s ociSpec
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return s
 }

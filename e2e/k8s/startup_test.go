@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // TestPodStartupWithAndWithoutInjection measures what a user waits for:
@@ -47,7 +49,7 @@ func TestPodStartupWithAndWithoutInjection(t *testing.T) {
 	// The injected side really was injected.
 	c.create(t, sides[1].ns, c.pod("check", "exec sleep 3600", 0))
 	c.waitPod(t, sides[1].ns, "check", time.Minute, "Running", podRunning)
-	if out, err := c.exec(t, sides[1].ns, "check", "main", "nvidia-smi", "-L"); err != nil || !slices.Equal(lines(out), c.gpuLines()) {
+	if out, err := c.exec(t, sides[1].ns, "check", "main", "nvidia-smi", "-L"); err != nil || !slices.Equal(testenv.Lines(out), c.gpuLines()) {
 		t.Errorf("a pod of the injected side: %v:\n%s", err, out)
 	}
 
