@@ -15,14 +15,14 @@ LIBDIR := $(BUILD)/driver/usr/lib64
 # The built tree names the library after the driver of its built-in default
 # (the a100 profile), as nvidia-ctk expects; hostprep renames it after each
 # overlay's profile.
-DRIVER_VERSION := $(shell awk '/^driver:/ {d = 1} d && $$1 == "version:" {print $$2; exit}' libnvml/profile/builtin/a100.yaml)
+DRIVER_VERSION := $(shell awk '/^driver:/ {d = 1} d && $$1 == "version:" {print $$2; exit}' profile/builtin/a100.yaml)
 LIB := $(LIBDIR)/libnvidia-ml.so.$(DRIVER_VERSION)
 LIB_SRCS := $(wildcard libnvml/*.c)
 LIB_HDRS := $(wildcard libnvml/*.h)
 NVMOCK := $(BUILD)/bin/nvmock
 DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
-GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard libnvml/profile/builtin/*.yaml)
+GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard profile/builtin/*.yaml)
 
 .PHONY: help build lib cli driver image test e2e bench lint demo generate deps k8s-tools clean
 

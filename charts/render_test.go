@@ -11,7 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // pool is what a scenario expects of one pool.

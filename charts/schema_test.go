@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
@@ -33,6 +33,8 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 		{"gpus among the overrides", "pools: [{name: a, profile: a100, overrides: {gpus: 2}}]", []string{"/pools/0/overrides", "gpus"}},
 		{"a node selector value that is a number", "pools: [{name: a, profile: a100, nodeSelector: {rack: 7}}]", []string{"/pools/0/nodeSelector/rack", "string"}},
 		{"a misspelt topology field in the overrides", "pools: [{name: a, profile: a100, overrides: {topology: {busID: [\"0000:07:00.0\"]}}}]", []string{"/pools/0/overrides/topology", "busID"}},
+		{"a NIC without its address", "pools: [{name: a, profile: h100, overrides: {pcie: {nics: [{vendor: \"0x15b3\", device: \"0x1021\"}]}}}]", []string{"/pools/0/overrides/pcie/nics/0", "bdf"}},
+		{"a PCIe link of 3 lanes", "pools: [{name: a, profile: h100, overrides: {pcie: {rootPort: {vendor: \"0x8086\", device: \"0x1bbe\", linkWidth: 3}}}}]", []string{"/pools/0/overrides/pcie/rootPort/linkWidth"}},
 		{"no pools", "pools: []", []string{"/pools", "minItems"}},
 		{"pools as a map", "pools: {a: {profile: a100}}", []string{"/pools", "array"}},
 		{"an unknown log level", "logLevel: verbose", []string{"/logLevel", "info"}},
@@ -197,6 +199,15 @@ func TestOverridesSchemaFollowsTheProfileTypes(t *testing.T) {
 	check("overrides", ov, reflect.TypeOf(profile.Profile{}), "base", "gpus")
 	check("overrides/driver", ov.Properties["driver"], reflect.TypeOf(profile.Driver{}))
 	check("overrides/topology", ov.Properties["topology"], reflect.TypeOf(profile.Topology{}))
+	pcie := ov.Properties["pcie"]
+	check("overrides/pcie", pcie, reflect.TypeOf(profile.PCIe{}))
+	for _, m := range []string{"rootPort", "switch", "nvswitchDevice"} {
+		check("overrides/pcie/"+m, pcie.Properties[m], reflect.TypeOf(profile.PCIModel{}))
+	}
+	check("overrides/pcie/nics/items", *pcie.Properties["nics"].Items, reflect.TypeOf(profile.NIC{}))
+	rc := *pcie.Properties["rootComplexes"].Items
+	check("overrides/pcie/rootComplexes/items", rc, reflect.TypeOf(profile.RootComplex{}))
+	check("overrides/pcie/rootComplexes/items/ports/items", *rc.Properties["ports"].Items, reflect.TypeOf(profile.PCIePort{}))
 	check("overrides/devices/items", *ov.Properties["devices"].Items, reflect.TypeOf(profile.DeviceOverride{}))
 }
 
@@ -205,11 +216,15 @@ type schemaNode struct {
 	Items      *schemaNode
 }
 
-// jsonFields lists a struct's JSON field names, sorted, less leaveOut.
+// jsonFields lists a struct's JSON field names, embedded structs' included,
+// sorted, less leaveOut.
 func jsonFields(typ reflect.Type, leaveOut ...string) []string {
 	var out []string
-	for i := 0; i < typ.NumField(); i++ {
-		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+	for _, f := range reflect.VisibleFields(typ) {
+		if f.Anonymous {
+			continue // its fields are visible too
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name != "" && name != "-" && !slices.Contains(leaveOut, name) {
 			out = append(out, name)
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/nvmock/nvmock/hostprep"
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

@@ -20,7 +20,7 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/kubetest"
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // The chart's release and namespace: the client runs as the chart's

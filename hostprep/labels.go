@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // Labels are what GPU feature discovery would put on a node with these GPUs

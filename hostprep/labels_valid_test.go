@@ -10,7 +10,7 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 func checkLabel(t *testing.T, k, v string) {

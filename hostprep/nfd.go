@@ -1,6 +1,6 @@
 package hostprep
 
-import "github.com/nvmock/nvmock/libnvml/profile"
+import "github.com/nvmock/nvmock/profile"
 
 // NFDFile is the feature file's name in NFD's features.d directory.
 const NFDFile = "nvmock"

@@ -29,7 +29,7 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // nvidiaTool is a binary hack/fetch-nvidia-tools.sh built into the cache.

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 3
+#define SNAPSHOT_VERSION 4
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 // The library maps no larger file (libnvml/gen/limits.go).
 #define SNAPSHOT_MAX_BYTES 8388608
@@ -150,8 +150,10 @@ struct snap_device {
 	uint32_t addressing_mode; // nvmlDeviceAddressingModeType_t
 	uint32_t sparse_mode; // sparse operation mode: 0 disabled, 1 enabled
 	uint32_t c2c_mode; // chip-to-chip link to the CPU: 0 disabled, 1 enabled
-	uint32_t pcie_switch; // PCIe switch group; not available: none shared
-	uint32_t pcie_switch_level; // nvmlGpuTopologyLevel_t between GPUs of one switch group
+	uint32_t pcie_root; // the GPU's PCI host bridge, numbered over the node
+	uint32_t pcie_switch_top; // the top-most PCIe switch above the GPU; not available: none
+	uint32_t pcie_switch_leaf; // the nearest PCIe switch above the GPU; not available: none
+	uint32_t pad3; // keeps the layout 8-aligned
 	uint32_t clock_reasons_supported; // nvmlClocksEventReason* bits
 	uint32_t memory_bus_width; // bits
 	uint32_t gpu_cores; // CUDA cores
@@ -165,7 +167,7 @@ struct snap_device {
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
 };
-_Static_assert(sizeof(struct snap_device) == 1448, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 1456, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -274,20 +276,22 @@ _Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1164, "snapsh
 _Static_assert(offsetof(struct snap_device, addressing_mode) == 1236, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, sparse_mode) == 1240, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, c2c_mode) == 1244, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch) == 1248, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_level) == 1252, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 1256, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_bus_width) == 1260, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_cores) == 1264, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bus_type) == 1268, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_source) == 1272, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, egm) == 1276, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1280, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 1408, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 1416, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 1424, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 1432, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 1440, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_root) == 1248, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 1252, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 1256, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pad3) == 1260, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 1264, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_bus_width) == 1268, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_cores) == 1272, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bus_type) == 1276, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_source) == 1280, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, egm) == 1284, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1288, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 1416, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 1424, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 1432, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 1440, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 1448, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {

@@ -56,8 +56,14 @@ nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct
 {
 	if (a == b)
 		return NVML_TOPOLOGY_INTERNAL;
-	if (a->pcie_switch != NA32 && a->pcie_switch == b->pcie_switch)
-		return (nvmlGpuTopologyLevel_t)a->pcie_switch_level;
+	// The PCIe tree's levels, as nvidia-smi names them: one switch between
+	// them (PIX), a switch hierarchy (PXB), the host bridge (PHB).
+	if (a->pcie_switch_leaf != NA32 && a->pcie_switch_leaf == b->pcie_switch_leaf)
+		return NVML_TOPOLOGY_SINGLE;
+	if (a->pcie_switch_top != NA32 && a->pcie_switch_top == b->pcie_switch_top)
+		return NVML_TOPOLOGY_MULTIPLE;
+	if (a->pcie_root != NA32 && a->pcie_root == b->pcie_root)
+		return NVML_TOPOLOGY_HOSTBRIDGE;
 	if (a->numa_node != NA32 && a->numa_node == b->numa_node)
 		return NVML_TOPOLOGY_NODE;
 	return NVML_TOPOLOGY_SYSTEM;

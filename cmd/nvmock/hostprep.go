@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/nvmock/nvmock/hostprep"
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 const hostprepUsage = `Usage:

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/profile"
 )
 
 const childArg = "__nsexec-child"

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // Missing stops a test whose prerequisite is absent: a failure in CI, a skip

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // TestLibraryExportsExactlyTheGeneratedList compares the built library's

@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 3
+const SnapshotVersion = 4
 
 // Kind is the storage type of a field.
 type Kind int
@@ -163,8 +163,10 @@ var Schema = []Record{
 		{"addressing_mode", U32, 0, "nvmlDeviceAddressingModeType_t"},
 		{"sparse_mode", U32, 0, "sparse operation mode: 0 disabled, 1 enabled"},
 		{"c2c_mode", U32, 0, "chip-to-chip link to the CPU: 0 disabled, 1 enabled"},
-		{"pcie_switch", U32, 0, "PCIe switch group; not available: none shared"},
-		{"pcie_switch_level", U32, 0, "nvmlGpuTopologyLevel_t between GPUs of one switch group"},
+		{"pcie_root", U32, 0, "the GPU's PCI host bridge, numbered over the node"},
+		{"pcie_switch_top", U32, 0, "the top-most PCIe switch above the GPU; not available: none"},
+		{"pcie_switch_leaf", U32, 0, "the nearest PCIe switch above the GPU; not available: none"},
+		{"pad3", U32, 0, "keeps the layout 8-aligned"},
 		{"clock_reasons_supported", U32, 0, "nvmlClocksEventReason* bits"},
 		{"memory_bus_width", U32, 0, "bits"},
 		{"gpu_cores", U32, 0, "CUDA cores"},

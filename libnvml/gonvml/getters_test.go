@@ -5,6 +5,7 @@ package gonvml
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +13,18 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/profile"
 )
 
 func TestGettersMatchProfile(t *testing.T) {
 	lib, p := startSnapshot(t, 0)
 	b := &p.Board
 	topo := &p.Topology
+	node, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	n, ret := lib.DeviceGetCount()
 	check(t, "DeviceGetCount", n, ret, p.GPUs)
@@ -329,15 +334,7 @@ func TestGettersMatchProfile(t *testing.T) {
 				check(t, "GetMemoryAffinity", fmt.Sprint(nodes), ret, fmt.Sprint(want))
 			}
 			for j, o := range devs {
-				want := nvml.TOPOLOGY_SYSTEM
-				switch {
-				case j == i:
-					want = nvml.TOPOLOGY_INTERNAL
-				case len(topo.PCIeSwitches) > 0 && topo.PCIeSwitches[i%len(topo.PCIeSwitches)] == topo.PCIeSwitches[j%len(topo.PCIeSwitches)]:
-					want = nvml.GpuTopologyLevel(profile.PCIeSwitchLevels[topo.PCIeSwitchLevel]) // one switch (complex)
-				case len(topo.NUMANodes) > 0 && topo.NUMANodes[i%len(topo.NUMANodes)] == topo.NUMANodes[j%len(topo.NUMANodes)]:
-					want = nvml.TOPOLOGY_NODE // GPUs on one NUMA node meet at its host bridge
-				}
+				want := treeLevel(node.GPUs[i].Function, node.GPUs[j].Function)
 				lvl, ret := d.GetTopologyCommonAncestor(o)
 				check(t, fmt.Sprintf("GetTopologyCommonAncestor(GPU %d)", j), lvl, ret, want)
 			}
@@ -374,6 +371,47 @@ func TestGettersMatchProfile(t *testing.T) {
 
 // nvlink checks the links the profile gives GPU i, and that the first link
 // past them is not supported (nvidia-smi walks all of them).
+// treeLevel is NVML's level between two GPUs, read off the PCIe tree: where
+// their paths up meet. They meet inside a switch (an upstream port): one
+// switch if neither path passes another on the way down (PIX), else a
+// hierarchy of them (PXB); at a host bridge (PHB); else at the CPUs.
+func treeLevel(a, b *profile.PCIFunction) nvml.GpuTopologyLevel {
+	if a == b {
+		return nvml.TOPOLOGY_INTERNAL
+	}
+	up := func(f *profile.PCIFunction) []*profile.PCIFunction {
+		var path []*profile.PCIFunction
+		for ; f != nil; f = f.Parent {
+			path = append(path, f)
+		}
+		return path
+	}
+	pa, pb := up(a), up(b)
+	for ia, x := range pa {
+		ib := slices.Index(pb, x)
+		if ib < 0 {
+			continue
+		}
+		switches := 0
+		for _, f := range append(slices.Clone(pa[:ia]), pb[:ib]...) {
+			if f.Role == profile.RoleSwitchUp {
+				switches++
+			}
+		}
+		if switches == 0 {
+			return nvml.TOPOLOGY_SINGLE
+		}
+		return nvml.TOPOLOGY_MULTIPLE
+	}
+	switch {
+	case a.Root == b.Root:
+		return nvml.TOPOLOGY_HOSTBRIDGE
+	case a.NUMANode >= 0 && a.NUMANode == b.NUMANode:
+		return nvml.TOPOLOGY_NODE
+	}
+	return nvml.TOPOLOGY_SYSTEM
+}
+
 func nvlink(t *testing.T, p *profile.Profile, i int, d nvml.Device) {
 	t.Helper()
 	l := p.Board.NVLink

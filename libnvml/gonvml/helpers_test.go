@@ -11,7 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // The library reads its environment at nvmlInit when it is not initialised,

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nvmock/nvmock/internal/fidelity"
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // minFidelity is the floor: the percentage of static `nvidia-smi -q -x`

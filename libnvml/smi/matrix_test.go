@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // broken is what no view of a healthy real board prints: nvidia-smi's words

@@ -16,8 +16,8 @@ import (
 	"testing"
 
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/profile"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

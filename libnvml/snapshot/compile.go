@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // Options change how a profile compiles.
@@ -38,14 +38,25 @@ func Compile(p *profile.Profile, opt Options) ([]byte, error) {
 		h.NodeSeedHash = uint32(hash(opt.Seed))
 	}
 
-	boards, _ := p.Boards() // validated above
+	node, err := p.Node()
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+	}
+	boards := make([]profile.Board, len(node.GPUs))
+	for i := range node.GPUs {
+		boards[i] = *node.GPUs[i].Board
+	}
 	if err := checkSize(p.Name, Size(boards)); err != nil {
 		return nil, err
+	}
+	roots := map[*profile.PCIRoot]uint32{}
+	for i, r := range node.PCIe.Roots {
+		roots[r] = uint32(i)
 	}
 	var pool []uint32
 	devs := make([]Device, p.GPUs)
 	for i := range devs {
-		d, err := device(p, &boards[i], opt, i, &pool)
+		d, err := device(p, &node.GPUs[i], roots, opt, &pool)
 		if err != nil {
 			return nil, err
 		}
@@ -123,8 +134,8 @@ func clockSet(c profile.ClockSet) [4]uint32 {
 	return [4]uint32{opt32(c.Graphics), opt32(c.SM), opt32(c.Memory), opt32(c.Video)}
 }
 
-func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]uint32) (Device, error) {
-	t := &p.Topology
+func device(p *profile.Profile, g *profile.GPU, roots map[*profile.PCIRoot]uint32, opt Options, pool *[]uint32) (Device, error) {
+	b, i := g.Board, g.Index
 	var d Device
 	put(d.Name[:], b.ProductName)
 	if opt.Unseeded {
@@ -142,9 +153,9 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	put(d.InforomPower[:], b.Inforom.Power)
 	put(d.GspFirmware[:], b.GSPVersion(p.Driver.Version))
 
-	addr := PCIAddress(p, i)
+	addr := g.Address
 	d.PCIDomain, d.PCIBus, d.PCIDevice = addr.Domain, addr.Bus, addr.Device
-	put(d.PCIBusID[:], BusID(p, i))
+	put(d.PCIBusID[:], addr.BusID())
 	d.Brand = profile.Brands[b.Brand]
 	d.Architecture = profile.Architectures[b.Architecture]
 	d.CcMajor, d.CcMinor, _ = b.ComputeCapabilityParts()
@@ -304,28 +315,25 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	d.RemapperBanks = opt32(b.MemoryErrors.RemapperBanks)
 
 	d.NUMANode = NA
-	if len(t.NUMANodes) > 0 {
-		d.NUMANode = t.NUMANodes[i%len(t.NUMANodes)]
+	if g.NUMANode >= 0 {
+		d.NUMANode = uint32(g.NUMANode)
 	}
-	d.PcieSwitch, d.PcieSwitchLevel = NA, NA
-	if n := len(t.PCIeSwitches); n > 0 {
-		// Repeats of the list (more GPUs than entries) get switches of their own.
-		d.PcieSwitch = t.PCIeSwitches[i%n] + uint32(i/n)<<16
-		d.PcieSwitchLevel = profile.PCIeSwitchLevels["PIX"]
-		if t.PCIeSwitchLevel != "" {
-			d.PcieSwitchLevel = profile.PCIeSwitchLevels[t.PCIeSwitchLevel]
+	// Switches are numbered by their upstream port's address.
+	swID := func(f *profile.PCIFunction) uint32 {
+		if f == nil {
+			return NA
 		}
+		a := f.Address
+		return (a.Domain&0xff)<<16 | a.Bus<<8 | a.Device<<3 | a.Function
 	}
+	root, top, leaf := g.Function.Placement()
+	d.PcieRoot, d.PcieSwitchTop, d.PcieSwitchLeaf = roots[root], swID(top), swID(leaf)
 	d.C2cMode = NA
 	if b.C2C != "" {
 		d.C2cMode = profile.FeatureStates[b.C2C]
 	}
-	if len(t.CPUAffinity) > 0 {
-		mask, err := profile.ParseCPUList(t.CPUAffinity[i%len(t.CPUAffinity)])
-		if err != nil {
-			return d, fmt.Errorf("topology.cpuAffinity: %w", err)
-		}
-		d.CPUAffinity = mask
+	if g.CPUs != nil {
+		d.CPUAffinity = *g.CPUs
 	}
 	if l := b.NVLink; l != nil {
 		d.NvlinkCount = l.Links
@@ -337,12 +345,7 @@ func device(p *profile.Profile, b *profile.Board, opt Options, i int, pool *[]ui
 	for k := range d.NvlinkRemoteAddr {
 		d.NvlinkRemoteAddr[k] = NA
 	}
-	var links uint32
-	if b.NVLink != nil {
-		links = b.NVLink.Links
-	}
-	for link, sw := range t.LinkSwitches(links) {
-		a, _ := profile.ParsePCIAddress(t.NVSwitches[sw]) // validated
+	for link, a := range g.NVLinkSwitches {
 		d.NvlinkRemoteAddr[link] = a.Domain<<16 | a.Bus<<8 | a.Device<<3 | a.Function
 	}
 	d.ClockReasonsSupported = b.ClockEventReasonMask()

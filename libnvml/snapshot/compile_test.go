@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 func decode(t *testing.T, data []byte) (Header, []Device, []uint32) {

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // NA marks a number the board reports as not available.
@@ -101,17 +101,11 @@ func Identities(p *profile.Profile, seed string) []Identity {
 	return ids
 }
 
-// PCIAddress places GPU i: entry i mod len of the profile's list, moved to
-// PCI domain + 0x10000 per repeat so that large counts stay unique.
+// PCIAddress is GPU i's PCI address in a validated profile.
 func PCIAddress(p *profile.Profile, i int) profile.PCIAddress {
-	n := len(p.Topology.BusIDs)
-	a, _ := profile.ParsePCIAddress(p.Topology.BusIDs[i%n]) // validated
-	a.Domain += uint32(i/n) << 16
+	a, _ := p.GPUAddress(i) // validated
 	return a
 }
 
 // BusID is GPU i's bus id as NVML spells it: "00000000:07:00.0".
-func BusID(p *profile.Profile, i int) string {
-	a := PCIAddress(p, i)
-	return fmt.Sprintf("%08X:%02X:%02X.%X", a.Domain, a.Bus, a.Device, a.Function)
-}
+func BusID(p *profile.Profile, i int) string { return PCIAddress(p, i).BusID() }

@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 3
+const Version = 4
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -157,8 +157,10 @@ type Device struct {
 	AddressingMode        uint32     // nvmlDeviceAddressingModeType_t
 	SparseMode            uint32     // sparse operation mode: 0 disabled, 1 enabled
 	C2cMode               uint32     // chip-to-chip link to the CPU: 0 disabled, 1 enabled
-	PcieSwitch            uint32     // PCIe switch group; not available: none shared
-	PcieSwitchLevel       uint32     // nvmlGpuTopologyLevel_t between GPUs of one switch group
+	PcieRoot              uint32     // the GPU's PCI host bridge, numbered over the node
+	PcieSwitchTop         uint32     // the top-most PCIe switch above the GPU; not available: none
+	PcieSwitchLeaf        uint32     // the nearest PCIe switch above the GPU; not available: none
+	Pad3                  uint32     // keeps the layout 8-aligned
 	ClockReasonsSupported uint32     // nvmlClocksEventReason* bits
 	MemoryBusWidth        uint32     // bits
 	GPUCores              uint32     // CUDA cores
@@ -174,7 +176,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 1448
+const DeviceSize = 1456
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -286,18 +288,20 @@ var DeviceLayout = []FieldOffset{
 	{"addressing_mode", "AddressingMode", 1236},
 	{"sparse_mode", "SparseMode", 1240},
 	{"c2c_mode", "C2cMode", 1244},
-	{"pcie_switch", "PcieSwitch", 1248},
-	{"pcie_switch_level", "PcieSwitchLevel", 1252},
-	{"clock_reasons_supported", "ClockReasonsSupported", 1256},
-	{"memory_bus_width", "MemoryBusWidth", 1260},
-	{"gpu_cores", "GPUCores", 1264},
-	{"bus_type", "BusType", 1268},
-	{"power_source", "PowerSource", 1272},
-	{"egm", "Egm", 1276},
-	{"cpu_affinity", "CPUAffinity", 1280},
-	{"memory_total", "MemoryTotal", 1408},
-	{"memory_reserved", "MemoryReserved", 1416},
-	{"memory_used", "MemoryUsed", 1424},
-	{"bar1_total", "Bar1Total", 1432},
-	{"bar1_used", "Bar1Used", 1440},
+	{"pcie_root", "PcieRoot", 1248},
+	{"pcie_switch_top", "PcieSwitchTop", 1252},
+	{"pcie_switch_leaf", "PcieSwitchLeaf", 1256},
+	{"pad3", "Pad3", 1260},
+	{"clock_reasons_supported", "ClockReasonsSupported", 1264},
+	{"memory_bus_width", "MemoryBusWidth", 1268},
+	{"gpu_cores", "GPUCores", 1272},
+	{"bus_type", "BusType", 1276},
+	{"power_source", "PowerSource", 1280},
+	{"egm", "Egm", 1284},
+	{"cpu_affinity", "CPUAffinity", 1288},
+	{"memory_total", "MemoryTotal", 1416},
+	{"memory_reserved", "MemoryReserved", 1424},
+	{"memory_used", "MemoryUsed", 1432},
+	{"bar1_total", "Bar1Total", 1440},
+	{"bar1_used", "Bar1Used", 1448},
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvmock/nvmock/libnvml/profile"
+	"github.com/nvmock/nvmock/profile"
 )
 
 func TestSizeIsTheCompiledLength(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // gpus is how many GPUs the tests' snapshots have.

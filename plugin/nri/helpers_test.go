@@ -18,8 +18,8 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
-	"github.com/nvmock/nvmock/libnvml/profile"
 	"github.com/nvmock/nvmock/plugin/inject"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // wait bounds every wait in these tests.

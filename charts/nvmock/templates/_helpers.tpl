@@ -20,7 +20,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* The built-in profiles (libnvml/profile/builtin); the chart tests keep
+{{/* The built-in profiles (profile/builtin); the chart tests keep
 this list, the schema's enum and the library's in step. */}}
 {{- define "nvmock.builtinProfiles" -}}
 a100 b200 gb200 gb300 h100 l40s t4

@@ -88,6 +88,13 @@ func (p *Profile) Validate() []error {
 	p.validateDevices(c)
 	p.Topology.validate(c)
 	p.validateNVSwitches(c)
+	p.validatePCIe(c)
+	if len(c.errs) == 0 {
+		// The bus numbering and NUMA agreement show only when resolving.
+		if _, err := p.Node(); err != nil {
+			c.errs = append(c.errs, err)
+		}
+	}
 	return c.errs
 }
 
@@ -359,12 +366,6 @@ func (t *Topology) validate(c *checker) {
 			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "%q appears twice", s)
 		}
 		seen[a] = true
-	}
-	if len(t.PCIeSwitches) > 0 && t.PCIeSwitchLevel != "" {
-		c.enum("topology.pcieSwitchLevel", t.PCIeSwitchLevel, PCIeSwitchLevels)
-	}
-	if len(t.PCIeSwitches) == 0 && t.PCIeSwitchLevel != "" {
-		c.fail("topology.pcieSwitchLevel", "is set but topology.pcieSwitches is empty")
 	}
 	for i, s := range t.CPUAffinity {
 		if _, err := ParseCPUList(s); err != nil {

@@ -13,6 +13,7 @@ type Profile struct {
 	Board       Board            `json:"board"`
 	Devices     []DeviceOverride `json:"devices,omitempty"` // per-GPU changes to board
 	Topology    Topology         `json:"topology"`
+	PCIe        *PCIe            `json:"pcie,omitempty"` // absent: each GPU alone on a root bus
 }
 
 // DeviceOverride changes some board fields of one GPU (by node index).
@@ -294,11 +295,6 @@ type Topology struct {
 	BusIDs      []string `json:"busIds"`      // PCI addresses, e.g. "0000:07:00.0"
 	NUMANodes   []uint32 `json:"numaNodes"`   // one per GPU
 	CPUAffinity []string `json:"cpuAffinity"` // CPU lists, e.g. "0-63,128-191"
-	// PCIeSwitches groups GPUs behind one PCIe switch (same number, same
-	// switch); PCIeSwitchLevel is what nvidia-smi calls the path between
-	// two of them: PIX (one switch) or PXB (a switch complex).
-	PCIeSwitches    []uint32 `json:"pcieSwitches,omitempty"`
-	PCIeSwitchLevel string   `json:"pcieSwitchLevel,omitempty"`
 	// NVSwitches are the node's NVLink switches as PCI devices. Every GPU's
 	// links spread over them in order, in blocks of LinksPerSwitch (default:
 	// an even split). Empty where the switches are outside the node (an

@@ -114,6 +114,16 @@ func onBase(name any, top map[string]any) (map[string]any, error) {
 	if d, ok := top["driver"]; ok {
 		base["driver"] = d
 	}
+	// The base's PCIe tree names the base's addresses: a profile that moves
+	// its GPUs or NVSwitches and gives no tree of its own gets the default.
+	if t, ok := top["topology"].(map[string]any); ok && top["pcie"] == nil {
+		if _, moved := t["busIds"]; moved {
+			delete(base, "pcie")
+		}
+		if _, moved := t["nvswitches"]; moved {
+			delete(base, "pcie")
+		}
+	}
 	return mergeMaps(base, top), nil
 }
 
@@ -181,9 +191,13 @@ func unknownFields(t reflect.Type, v any, at string) []error {
 		}
 		fields := map[string]reflect.Type{}
 		var known []string
-		for i := 0; i < t.NumField(); i++ {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			fields[name] = t.Field(i).Type
+		// VisibleFields flattens embedded structs, as encoding/json does.
+		for _, f := range reflect.VisibleFields(t) {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.Anonymous || name == "" || name == "-" {
+				continue
+			}
+			fields[name] = f.Type
 			known = append(known, name)
 		}
 		keys := make([]string, 0, len(val))

@@ -24,8 +24,6 @@ var (
 	// drivers' NVML_ERROR_DEPRECATED.
 	FeatureStates   = map[string]uint32{"Disabled": 0, "Enabled": 1, "Deprecated": Deprecated}
 	AddressingModes = map[string]uint32{"None": 0, "HMM": 1, "ATS": 2}
-	// PCIeSwitchLevels are nvmlGpuTopologyLevel_t values by nvidia-smi's names.
-	PCIeSwitchLevels = map[string]uint32{"PIX": 10, "PXB": 20}
 	// AtomicOpBits are the bits nvidia-smi 535 names PCIe atomic ops by.
 	AtomicOpBits = map[string]uint32{
 		"FETCHADD_32": 1 << 0, "FETCHADD_64": 1 << 1, "SWAP_32": 1 << 2, "SWAP_64": 1 << 3,

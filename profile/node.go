@@ -1,0 +1,107 @@
+package profile
+
+import "fmt"
+
+// Node is a valid profile resolved for one node into typed values: each
+// GPU's board, PCI address, NUMA node and CPUs, and the PCIe tree that holds
+// the GPUs, NICs and NVSwitches. Every part of nvmock renders from it (the
+// library's snapshot, pcisim, hostprep), so none parses the profile's
+// strings again and they cannot disagree.
+type Node struct {
+	Profile *Profile
+	GPUs    []GPU
+	PCIe    *PCITree
+}
+
+// GPU is one GPU of the node.
+type GPU struct {
+	Index    int
+	Board    *Board
+	Address  PCIAddress
+	NUMANode int     // -1: not reported
+	CPUs     *CPUSet // nil: not reported
+	// NVLinkSwitches are, per NVLink, the PCI address of the NVSwitch it
+	// reaches; nil where the switches are not PCI devices of the node.
+	NVLinkSwitches []PCIAddress
+	// Function is the GPU in the PCIe tree.
+	Function *PCIFunction
+}
+
+// CPUSet is a CPU bit mask, CPU n at bit n%64 of word n/64.
+type CPUSet [MaxCPUs / 64]uint64
+
+// Node resolves a validated profile. Its errors are the tree's: bus
+// numbers that do not fit, NUMA nodes that disagree.
+func (p *Profile) Node() (*Node, error) {
+	if p.GPUs < 1 || p.GPUs > MaxGPUs || len(p.Topology.BusIDs) == 0 {
+		return nil, fmt.Errorf("gpus: %d GPUs on %d bus ids cannot be placed", p.GPUs, len(p.Topology.BusIDs))
+	}
+	boards, errs := p.Boards()
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	t := &p.Topology
+	n := &Node{Profile: p, GPUs: make([]GPU, p.GPUs)}
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		links := uint32(0)
+		if l := boards[i].NVLink; l != nil {
+			links = l.Links
+		}
+		g.Index, g.Board, g.NUMANode = i, &boards[i], -1
+		a, err := p.GPUAddress(i)
+		if err != nil {
+			return nil, err
+		}
+		g.Address = a
+		if len(t.NUMANodes) > 0 {
+			g.NUMANode = int(t.NUMANodes[i%len(t.NUMANodes)])
+		}
+		if len(t.CPUAffinity) > 0 {
+			m, err := ParseCPUList(t.CPUAffinity[i%len(t.CPUAffinity)])
+			if err != nil {
+				return nil, fmt.Errorf("topology.cpuAffinity: %w", err)
+			}
+			cs := CPUSet(m)
+			g.CPUs = &cs
+		}
+		for _, sw := range t.LinkSwitches(links) {
+			s, err := ParsePCIAddress(t.NVSwitches[sw])
+			if err != nil {
+				return nil, fmt.Errorf("topology.nvswitches: %w", err)
+			}
+			g.NVLinkSwitches = append(g.NVLinkSwitches, s)
+		}
+	}
+	tree, err := buildTree(p, n.GPUs)
+	if err != nil {
+		return nil, err
+	}
+	n.PCIe = tree
+	return n, nil
+}
+
+// GPUAddress places GPU i: entry i mod len of topology.busIds, moved to
+// PCI domain + 0x10000 per repeat so that large counts stay unique.
+func (p *Profile) GPUAddress(i int) (PCIAddress, error) {
+	ids := p.Topology.BusIDs
+	if len(ids) == 0 {
+		return PCIAddress{}, fmt.Errorf("topology.busIds: is empty")
+	}
+	a, err := ParsePCIAddress(ids[i%len(ids)])
+	if err != nil {
+		return a, fmt.Errorf("topology.busIds: %w", err)
+	}
+	a.Domain += uint32(i/len(ids)) << 16
+	return a, nil
+}
+
+// BusID is the GPU's bus id as NVML spells it: "00000000:07:00.0".
+func (a PCIAddress) BusID() string {
+	return fmt.Sprintf("%08X:%02X:%02X.%X", a.Domain, a.Bus, a.Device, a.Function)
+}
+
+// String is the address as sysfs names it: "0000:07:00.0".
+func (a PCIAddress) String() string {
+	return fmt.Sprintf("%04x:%02x:%02x.%x", a.Domain, a.Bus, a.Device, a.Function)
+}

@@ -1,0 +1,256 @@
+package profile
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// PCIe is the node's PCI Express tree as the profile writes it: root
+// complexes, the root ports and switches under them, and the endpoints
+// (GPUs, NICs, NVSwitches) by PCI address. Bridges get their bus numbers
+// when the tree is resolved, depth first as firmware numbers them.
+type PCIe struct {
+	RootPort       *PCIModel     `json:"rootPort,omitempty"`       // the CPU's root port bridges
+	Switch         *PCIModel     `json:"switch,omitempty"`         // PCIe switch ports, upstream and downstream
+	NVSwitchDevice *PCIModel     `json:"nvswitchDevice,omitempty"` // the NVSwitches' PCI function
+	NICs           []NIC         `json:"nics,omitempty"`
+	RootComplexes  []RootComplex `json:"rootComplexes"`
+}
+
+// PCIModel is what a PCI function says it is; ids are hex strings such as
+// "0x10de". Link fields are the port's maximum; absent: the class default.
+type PCIModel struct {
+	Vendor          string `json:"vendor"`
+	Device          string `json:"device"`
+	SubsystemVendor string `json:"subsystemVendor,omitempty"`
+	SubsystemDevice string `json:"subsystemDevice,omitempty"`
+	Class           string `json:"class,omitempty"` // 24 bits, "0x060400"
+	Revision        string `json:"revision,omitempty"`
+	LinkGen         uint32 `json:"linkGen,omitempty"`
+	LinkWidth       uint32 `json:"linkWidth,omitempty"`
+}
+
+// NIC is a network adapter beside the GPUs.
+type NIC struct {
+	BDF  string `json:"bdf"`
+	Name string `json:"name,omitempty"` // its RDMA device name, e.g. mlx5_0
+	PCIModel
+}
+
+// RootComplex is one PCI host bridge (sysfs pciDDDD:BB) and what hangs off
+// its root bus.
+type RootComplex struct {
+	Bus      string     `json:"bus"` // "0000:40": domain and root bus
+	NUMANode *uint32    `json:"numaNode,omitempty"`
+	CPUs     string     `json:"cpus,omitempty"`    // local CPUs; default: those of its node's GPUs
+	Devices  []string   `json:"devices,omitempty"` // endpoints on the root bus itself (no root port)
+	Ports    []PCIePort `json:"ports,omitempty"`   // root ports
+}
+
+// PCIePort is a root or downstream port: it leads to one endpoint (Device)
+// or to a switch, whose downstream ports Switch lists.
+type PCIePort struct {
+	Device string     `json:"device,omitempty"`
+	Switch []PCIePort `json:"switch,omitempty"`
+}
+
+// Class codes of the functions pcisim renders.
+const (
+	ClassBridgePCI  = 0x060400
+	ClassHostBridge = 0x060000
+	ClassNVSwitch   = 0x068000
+	ClassIB         = 0x020700
+	ClassEthernet   = 0x020000
+)
+
+func (m *PCIModel) validate(c *checker, at string, needClass bool) {
+	c.hex(at+".vendor", m.Vendor, 16, true)
+	c.hex(at+".device", m.Device, 16, true)
+	c.hex(at+".subsystemVendor", m.SubsystemVendor, 16, false)
+	c.hex(at+".subsystemDevice", m.SubsystemDevice, 16, false)
+	c.hex(at+".class", m.Class, 24, needClass)
+	c.hex(at+".revision", m.Revision, 8, false)
+	if m.LinkGen > 6 {
+		c.fail(at+".linkGen", "%d: PCIe generations go from 1 to 6", m.LinkGen)
+	}
+	switch m.LinkWidth {
+	case 0, 1, 2, 4, 8, 16, 32:
+	default:
+		c.fail(at+".linkWidth", "%d is not a PCIe link width (1, 2, 4, 8, 16 or 32)", m.LinkWidth)
+	}
+}
+
+// hex checks an id written as "0x..." of at most bits bits.
+func (c *checker) hex(field, v string, bits int, required bool) {
+	if v == "" {
+		if required {
+			c.fail(field, "is required (hex, such as \"0x10de\")")
+		}
+		return
+	}
+	if _, err := parseHex(v, bits); err != nil {
+		c.fail(field, "%v", err)
+	}
+}
+
+func parseHex(v string, bits int) (uint32, error) {
+	digits, ok := strings.CutPrefix(strings.ToLower(v), "0x")
+	n, err := strconv.ParseUint(digits, 16, bits)
+	if !ok || err != nil || digits == "" {
+		return 0, fmt.Errorf("%q is not a %d-bit hex id such as \"0x%0*x\"", v, bits, bits/4, 0x10de&(1<<bits-1))
+	}
+	return uint32(n), nil
+}
+
+// validatePCIe checks the block alone and against the GPUs, NICs and
+// NVSwitches it places; the bus numbering is checked when resolving.
+func (p *Profile) validatePCIe(c *checker) {
+	x := p.PCIe
+	if x == nil {
+		return
+	}
+	for _, m := range []struct {
+		at string
+		m  *PCIModel
+	}{{"pcie.rootPort", x.RootPort}, {"pcie.switch", x.Switch}, {"pcie.nvswitchDevice", x.NVSwitchDevice}} {
+		if m.m != nil {
+			m.m.validate(c, m.at, false)
+		}
+	}
+	// What an endpoint address may name.
+	kinds := map[PCIAddress]string{}
+	for _, s := range p.Topology.BusIDs {
+		if a, err := ParsePCIAddress(s); err == nil {
+			kinds[a] = "GPU"
+		}
+	}
+	for _, s := range p.Topology.NVSwitches {
+		if a, err := ParsePCIAddress(s); err == nil {
+			kinds[a] = "NVSwitch"
+		}
+	}
+	for i, n := range x.NICs {
+		at := fmt.Sprintf("pcie.nics[%d]", i)
+		n.validate(c, at, true)
+		a, err := ParsePCIAddress(n.BDF)
+		switch {
+		case err != nil:
+			c.fail(at+".bdf", "%v", err)
+		case kinds[a] != "":
+			c.fail(at+".bdf", "%s is already a %s", n.BDF, kinds[a])
+		default:
+			kinds[a] = "NIC"
+		}
+		if len(n.Name) > maxMidStrLen {
+			c.fail(at+".name", "%q is longer than %d characters", n.Name, maxMidStrLen)
+		}
+	}
+	if len(x.RootComplexes) == 0 {
+		c.fail("pcie.rootComplexes", "is required: at least one root complex (host bridge)")
+	}
+	placed := map[PCIAddress]string{}
+	roots := map[[2]uint32]int{}
+	for i, rc := range x.RootComplexes {
+		at := fmt.Sprintf("pcie.rootComplexes[%d]", i)
+		dom, bus, err := parseRootBus(rc.Bus)
+		if err != nil {
+			c.fail(at+".bus", "%v", err)
+		} else if j, dup := roots[[2]uint32{dom, bus}]; dup {
+			c.fail(at+".bus", "%s is already pcie.rootComplexes[%d]", rc.Bus, j)
+		} else {
+			roots[[2]uint32{dom, bus}] = i
+		}
+		if rc.CPUs != "" {
+			if _, err := ParseCPUList(rc.CPUs); err != nil {
+				c.fail(at+".cpus", "%v", err)
+			}
+		}
+		if len(rc.Devices) == 0 && len(rc.Ports) == 0 {
+			c.fail(at, "has neither devices nor ports")
+		}
+		place := func(field, s string) {
+			a, err := ParsePCIAddress(s)
+			if err != nil {
+				c.fail(field, "%v", err)
+				return
+			}
+			if a.Function != 0 && kinds[a] == "NIC" {
+				c.fail(field, "%s: place function 0 of the NIC; its other functions come with it", s)
+				return
+			}
+			if kinds[a] == "" {
+				c.fail(field, "%s is not a GPU (topology.busIds), NIC (pcie.nics) or NVSwitch (topology.nvswitches) of the profile", s)
+				return
+			}
+			if prev, dup := placed[a]; dup {
+				c.fail(field, "%s is already placed at %s", s, prev)
+				return
+			}
+			placed[a] = field
+			if kinds[a] == "NVSwitch" && x.NVSwitchDevice == nil {
+				c.fail(field, "NVSwitch %s needs pcie.nvswitchDevice (its PCI ids)", s)
+			}
+			if a.Domain != dom {
+				c.fail(field, "%s is in PCI domain %04x, its root complex %s in %04x", s, a.Domain, rc.Bus, dom)
+			}
+		}
+		for k, d := range rc.Devices {
+			place(fmt.Sprintf("%s.devices[%d]", at, k), d)
+		}
+		var walk func(at string, ports []PCIePort)
+		walk = func(at string, ports []PCIePort) {
+			for k, pt := range ports {
+				pat := fmt.Sprintf("%s[%d]", at, k)
+				switch {
+				case pt.Device != "" && pt.Switch != nil:
+					c.fail(pat, "has both device and switch; a port leads to one of them")
+				case pt.Device != "":
+					place(pat+".device", pt.Device)
+				case len(pt.Switch) == 0:
+					c.fail(pat, "leads nowhere: give a device, or a switch with its downstream ports")
+				default:
+					if x.Switch == nil {
+						c.fail(pat+".switch", "needs pcie.switch (the switch's PCI ids)")
+					}
+					walk(pat+".switch", pt.Switch)
+				}
+			}
+		}
+		if len(rc.Ports) > 0 && x.RootPort == nil {
+			c.fail(at+".ports", "need pcie.rootPort (the root ports' PCI ids)")
+		}
+		walk(at+".ports", rc.Ports)
+	}
+	for i, s := range p.Topology.BusIDs {
+		if a, err := ParsePCIAddress(s); err == nil && placed[a] == "" && len(x.RootComplexes) > 0 {
+			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "GPU %s is nowhere in the pcie tree", s)
+		}
+	}
+	for i, n := range x.NICs {
+		a, err := ParsePCIAddress(n.BDF)
+		if err == nil && a.Function != 0 {
+			// Another function of a multi-function NIC sits beside function 0.
+			f0 := a
+			f0.Function = 0
+			if kinds[f0] != "NIC" {
+				c.fail(fmt.Sprintf("pcie.nics[%d].bdf", i), "NIC function %s needs function 0 of its device among pcie.nics", n.BDF)
+			}
+			continue
+		}
+		if err == nil && placed[a] == "" && len(x.RootComplexes) > 0 {
+			c.fail(fmt.Sprintf("pcie.nics[%d].bdf", i), "NIC %s is nowhere in the pcie tree", n.BDF)
+		}
+	}
+}
+
+// parseRootBus reads a root complex's "DDDD:BB".
+func parseRootBus(s string) (domain, bus uint32, err error) {
+	d, b, ok := strings.Cut(s, ":")
+	dv, err1 := strconv.ParseUint(d, 16, 32)
+	bv, err2 := strconv.ParseUint(b, 16, 8)
+	if !ok || err1 != nil || err2 != nil || (len(d) != 4 && len(d) != 8) || len(b) != 2 {
+		return 0, 0, fmt.Errorf("%q is not a root bus such as \"0000:40\" (domain:bus)", s)
+	}
+	return uint32(dv), uint32(bv), nil
+}

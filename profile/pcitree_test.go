@@ -1,0 +1,230 @@
+package profile
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// treeText draws a tree one function per line, indented by depth, with
+// roles and bridge bus ranges: the shape a test can compare whole.
+func treeText(t *PCITree) string {
+	var b strings.Builder
+	var walk func(fs []*PCIFunction, depth int)
+	walk = func(fs []*PCIFunction, depth int) {
+		for _, f := range fs {
+			fmt.Fprintf(&b, "%s%s %s %04x:%04x", strings.Repeat("  ", depth), f.Address, roleNames[f.Role], f.Vendor, f.Device)
+			if f.Role.IsBridge() {
+				fmt.Fprintf(&b, " [%02x-%02x]", f.Secondary, f.Subordinate)
+			}
+			b.WriteString("\n")
+			walk(f.Children, depth+1)
+		}
+	}
+	for _, r := range t.Roots {
+		fmt.Fprintf(&b, "pci%04x:%02x numa %d\n", r.Domain, r.Bus, r.NUMANode)
+		walk(r.Functions, 1)
+	}
+	return b.String()
+}
+
+var roleNames = map[PCIRole]string{RoleRootPort: "root-port", RoleSwitchUp: "switch-up", RoleSwitchDown: "switch-down",
+	RoleGPU: "gpu", RoleNIC: "nic", RoleNVSwitch: "nvswitch"}
+
+func node(t *testing.T, name, src string) *Node {
+	t.Helper()
+	p, err := Parse(name+".yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A tree as firmware would number it: a bridge's children sit on its
+// secondary bus, everything below it within its range, and no bus is used
+// by two bridges or two roots. The kernel refuses trees that break this,
+// and lspci draws them wrong.
+func TestEveryBuiltinTreeIsNumberedAsFirmwareWould(t *testing.T) {
+	for _, name := range Builtins() {
+		t.Run(name, func(t *testing.T) {
+			for _, gpus := range []int{1, 8, 64} {
+				n := node(t, name, fmt.Sprintf("base: %s\nname: x\ngpus: %d\n", name, gpus))
+				seen := map[PCIAddress]bool{}
+				owner := map[[2]uint32]string{} // domain, bus -> who has it
+				claim := func(dom, bus uint32, who string) {
+					if prev, ok := owner[[2]uint32{dom, bus}]; ok && prev != who {
+						t.Errorf("%d GPUs: bus %04x:%02x is both %s's and %s's", gpus, dom, bus, prev, who)
+					}
+					owner[[2]uint32{dom, bus}] = who
+				}
+				var walk func(fs []*PCIFunction, bus uint32, lo, hi uint32)
+				walk = func(fs []*PCIFunction, bus, lo, hi uint32) {
+					for _, f := range fs {
+						if seen[f.Address] {
+							t.Errorf("%d GPUs: %s twice", gpus, f.Address)
+						}
+						seen[f.Address] = true
+						if f.Address.Bus != bus {
+							t.Errorf("%d GPUs: %s is on bus %02x, its parent leads to %02x", gpus, f.Address, f.Address.Bus, bus)
+						}
+						if !f.Role.IsBridge() {
+							continue
+						}
+						if f.Secondary <= bus || f.Subordinate < f.Secondary || f.Secondary < lo || f.Subordinate > hi {
+							t.Errorf("%d GPUs: %s has buses [%02x-%02x], outside its parent's [%02x-%02x]", gpus, f.Address, f.Secondary, f.Subordinate, lo, hi)
+						}
+						claim(f.Address.Domain, f.Secondary, f.Address.String())
+						walk(f.Children, f.Secondary, f.Secondary, f.Subordinate)
+					}
+				}
+				for _, r := range n.PCIe.Roots {
+					claim(r.Domain, r.Bus, fmt.Sprintf("pci%04x:%02x", r.Domain, r.Bus))
+					walk(r.Functions, r.Bus, r.Bus, 0xff)
+				}
+				for _, g := range n.GPUs {
+					if g.Function == nil || g.Function.Address != g.Address || g.Function.Role != RoleGPU {
+						t.Errorf("%d GPUs: GPU %d at %s has no function of its own in the tree", gpus, g.Index, g.Address)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The layouts of the real systems, as their vendors document them.
+func TestBuiltinTreesAreTheRealSystems(t *testing.T) {
+	type rel struct {
+		a, b string // PCI addresses
+		want string // deepest thing they share
+	}
+	for _, c := range []struct {
+		board string
+		rels  []rel
+	}{
+		// DGX A100: 4 switch complexes, each with 2 GPUs and 2 ConnectX-6.
+		{"a100", []rel{{"0000:07:00.0", "0000:0f:00.0", "top switch"}, {"0000:07:00.0", "0000:0c:00.0", "top switch"},
+			{"0000:07:00.0", "0000:12:00.0", "top switch"}, {"0000:07:00.0", "0000:47:00.0", "numa"}, {"0000:07:00.0", "0000:87:00.0", "nothing"}}},
+		// HGX H100: per GPU a host bridge, its ConnectX-7 beside it under one switch.
+		{"h100", []rel{{"0000:53:00.0", "0000:50:00.0", "top switch"}, {"0000:53:00.0", "0000:64:00.0", "numa"}}},
+		// HGX B200: two GPUs per leaf switch, two ConnectX-7 beside them.
+		{"b200", []rel{{"0000:8f:00.0", "0000:90:00.0", "leaf switch"}, {"0000:8f:00.0", "0000:8b:00.0", "top switch"}}},
+	} {
+		t.Run(c.board, func(t *testing.T) {
+			n := node(t, c.board, "base: "+c.board+"\nname: x\n")
+			fns := map[string]*PCIFunction{}
+			var walk func(fs []*PCIFunction)
+			walk = func(fs []*PCIFunction) {
+				for _, f := range fs {
+					fns[f.Address.String()] = f
+					walk(f.Children)
+				}
+			}
+			for _, r := range n.PCIe.Roots {
+				walk(r.Functions)
+			}
+			for _, r := range c.rels {
+				a, b := fns[r.a], fns[r.b]
+				if a == nil || b == nil {
+					t.Fatalf("%s or %s is not in the tree:\n%s", r.a, r.b, treeText(n.PCIe))
+				}
+				if got := shared(a, b); got != r.want {
+					t.Errorf("%s and %s share %s, want %s", r.a, r.b, got, r.want)
+				}
+			}
+		})
+	}
+}
+
+// shared names the deepest thing two endpoints have in common, from their
+// parent chains, not from Placement, so that it checks Placement's input.
+func shared(a, b *PCIFunction) string {
+	up := func(f *PCIFunction) []*PCIFunction {
+		var s []*PCIFunction
+		for p := f.Parent; p != nil; p = p.Parent {
+			if p.Role == RoleSwitchUp {
+				s = append(s, p)
+			}
+		}
+		return s
+	}
+	sa, sb := up(a), up(b)
+	if len(sa) > 0 && len(sb) > 0 && sa[0] == sb[0] {
+		return "leaf switch"
+	}
+	for _, x := range sa {
+		for _, y := range sb {
+			if x == y {
+				return "top switch"
+			}
+		}
+	}
+	switch {
+	case a.Root == b.Root:
+		return "root"
+	case a.Root.NUMANode == b.Root.NUMANode && a.Root.NUMANode >= 0:
+		return "numa"
+	}
+	return "nothing"
+}
+
+func TestWithoutAPCIeBlockEachGPUHasARootBusOfItsOwn(t *testing.T) {
+	n := node(t, "x", "base: h100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:1b:00.0\", \"0000:43:00.0\"]\n  numaNodes: [0, 1]\n")
+	want := "pci0000:1b numa 0\n  0000:1b:00.0 gpu 10de:2330\npci0000:43 numa 1\n  0000:43:00.0 gpu 10de:2330\n"
+	if got := treeText(n.PCIe); got != want {
+		t.Errorf("got\n%swant\n%s", got, want)
+	}
+}
+
+// Sixteen GPUs of an eight-GPU board: the tree repeats one PCI domain up,
+// as a second baseboard behind its own host bridges would.
+func TestRepeatedGPUsGetTheTreeAgainInTheNextDomain(t *testing.T) {
+	n := node(t, "x", "base: b200\nname: x\ngpus: 16\n")
+	if got, want := n.GPUs[8].Address.String(), "10000:8f:00.0"; got != want {
+		t.Errorf("GPU 8 at %s, want %s", got, want)
+	}
+	if r := n.GPUs[8].Function.Root; r.Domain != 0x10000 || r.Bus != 0x88 {
+		t.Errorf("GPU 8 under pci%04x:%02x, want pci10000:88", r.Domain, r.Bus)
+	}
+	if len(n.PCIe.Roots)%2 != 0 {
+		t.Errorf("%d roots for two copies of one tree", len(n.PCIe.Roots))
+	}
+}
+
+func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
+	const head = "base: h100\nname: x\ngpus: 1\ntopology:\n  busIds: [\"0000:53:00.0\"]\n  numaNodes: [0]\npcie:\n"
+	const ids = "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  switch: {vendor: \"0x1000\", device: \"0xc030\"}\n  nics: []\n"
+	for _, c := range []struct{ name, src, want string }{
+		{"a device that is not in the GPU list", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:54:00.0\"\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:14: pcie.rootComplexes[0].ports[0].device: 0000:54:00.0 is not a GPU (topology.busIds), NIC (pcie.nics) or NVSwitch (topology.nvswitches) of the profile"},
+		{"a GPU under two root complexes", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n    - bus: \"0000:52\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:17: pcie.rootComplexes[1].ports[0].device: 0000:53:00.0 is already placed at pcie.rootComplexes[0].ports[0].device"},
+		{"a GPU nowhere in the tree", "base: h100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:53:00.0\", \"0000:64:00.0\"]\n  numaNodes: [0, 0]\npcie:\n" + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:5: topology.busIds[1]: GPU 0000:64:00.0 is nowhere in the pcie tree"},
+		{"a root bus in the wrong form", head + ids + "  rootComplexes:\n    - bus: \"4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			`profile x.yaml:12: pcie.rootComplexes[0].bus: "4d" is not a root bus such as "0000:40" (domain:bus)`},
+		{"a switch without its ids", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  switch: null\n  nics: []\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - switch:\n            - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:14: pcie.rootComplexes[0].ports[0].switch: needs pcie.switch (the switch's PCI ids)"},
+		{"a vendor id that is not hex", head + "  rootPort: {vendor: \"intel\", device: \"0x352a\"}\n  nics: []\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			`profile x.yaml:8: pcie.rootPort.vendor: "intel" is not a 16-bit hex id such as "0x10de"`},
+		{"a GPU in another domain than its root", head + ids + "  rootComplexes:\n    - bus: \"0001:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:14: pcie.rootComplexes[0].ports[0].device: 0000:53:00.0 is in PCI domain 0000, its root complex 0001:4d in 0001"},
+		{"a GPU below its root bus", head + ids + "  rootComplexes:\n    - bus: \"0000:60\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:12: pcie.rootComplexes[0]: ports[0]: 0000:53:00.0: bus 53 is taken; firmware numbers depth first, so this endpoint needs a bus above 60"},
+		{"a NIC function without function 0", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:50:00.1\", vendor: \"0x15b3\", device: \"0x1021\", class: \"0x020700\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:10: pcie.nics[0].bdf: NIC function 0000:50:00.1 needs function 0 of its device among pcie.nics"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(c.src))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if got := err.Error(); got != c.want {
+				t.Errorf("got\n  %s\nwant\n  %s", got, c.want)
+			}
+		})
+	}
+}
