@@ -20,6 +20,7 @@ LIB := $(LIBDIR)/libnvidia-ml.so.$(DRIVER_VERSION)
 LIB_SRCS := $(wildcard libnvml/*.c)
 LIB_HDRS := $(wildcard libnvml/*.h)
 NVMOCK := $(BUILD)/bin/nvmock
+HOOK := $(BUILD)/bin/nvmock-hook
 DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard profile/builtin/*.yaml)
@@ -36,13 +37,20 @@ build: lib cli ## build the CLI and the mock libnvidia-ml
 driver: build
 	hack/package-driver.sh $(BUILD) $(NVIDIA_SMI)
 
-cli: $(NVMOCK)
+cli: $(NVMOCK) $(HOOK)
 lib: $(LIB)
 
 # Static: the same binary runs on the host, in the image (which has no libc)
 # and in tests.
 $(NVMOCK): $(GO_SRCS)
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/nvmock
+
+# The runtime hook that shows the PCI tree in the containers the plugin
+# edits; hostprep installs it in the overlay. C and static: it runs once per
+# container creation, on hosts of any libc.
+$(HOOK): pcisim/hook/hook.c
+	@mkdir -p $(dir $@)
+	$(CC) -static -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(DEFAULT_SNAPSHOT): $(NVMOCK)
 	$(NVMOCK) profile compile a100 --unseeded -o $@

@@ -15,6 +15,7 @@ build_images() {
   go build -o "$img/mkimage" "$repo/hack/mkimage"
   CGO_ENABLED=0 go build -o "$img/pause" "$repo/e2e/images/pause"
   CGO_ENABLED=0 go build -o "$img/probe" "$repo/e2e/images/probe"
+  CGO_ENABLED=0 go build -o "$img/pciprobe" "$repo/e2e/images/pciprobe"
   go build -o "$img/nvmlprobe" "$repo/e2e/images/nvmlprobe"
 
   r=$img/rootfs-pause && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/pause" "$r/pause"
@@ -35,6 +36,10 @@ build_images() {
 
   r=$img/rootfs-static && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/probe" "$r/probe"
   mkimage static '["/probe"]' "$r"
+  # pciprobe: static Go with go-nvlib and ghw (which names devices from pci.ids).
+  r=$img/rootfs-pciprobe && mkdir -p "$r"/{dev,proc,sys,etc,usr/share/misc} && cp "$img/pciprobe" "$r/pciprobe"
+  cp /usr/share/misc/pci.ids "$r/usr/share/misc/pci.ids"
+  mkimage pciprobe '["/pciprobe"]' "$r"
 
   nvidia_image
 }
@@ -74,7 +79,8 @@ glibc_rootfs() {
   local r=$1 f l
   mkdir -p "$r"/usr/{bin,sbin,lib/x86_64-linux-gnu,lib64,local/bin} "$r"/{dev,proc,sys,tmp,etc/ld.so.conf.d,root}
   for l in bin sbin lib lib64; do ln -s "usr/$l" "$r/$l"; done
-  for f in sh dash bash env cat ls sleep grep head tr wc readlink id true; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  for f in sh dash bash env cat ls sleep grep head tr wc readlink id true lspci lstopo-no-graphics; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  mkdir -p "$r/usr/share/misc" && cp /usr/share/misc/pci.ids "$r/usr/share/misc/pci.ids"
   cp /sbin/ldconfig "$r/usr/sbin/ldconfig"
   cp /etc/ld.so.conf "$r/etc/" && cp /etc/ld.so.conf.d/x86_64-linux-gnu.conf "$r/etc/ld.so.conf.d/"
   for l in $(dpkg -L libc6 | grep -E '^/lib/x86_64-linux-gnu/[^/]*\.so[.0-9]*$'); do

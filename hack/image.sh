@@ -14,7 +14,7 @@ file "$build/bin/nvmock" 2>/dev/null | grep -q 'statically linked' || [ ! -x /us
 rm -rf "$root"
 mkdir -p "$root/opt/nvmock/bin" "$root/tmp"
 chmod 1777 "$root/tmp"
-cp "$build/bin/nvmock" "$root/opt/nvmock/bin/nvmock"
+cp "$build/bin/nvmock" "$build/bin/nvmock-hook" "$root/opt/nvmock/bin/"
 # hostprep's default assets: ../driver beside the executable.
 cp -a "$build/driver" "$root/opt/nvmock/driver"
 go build -o "$build/bin/mkimage" ./hack/mkimage

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/pcisim"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -24,10 +25,21 @@ type Options struct {
 	// for renders without CAP_MKNOD (an unprivileged `nvmock exec`): the
 	// library only checks that a node exists.
 	PlainDevFiles bool
+	// NoPCI leaves the PCI tree (sysfs/) out, for renders that keep one of
+	// their own: nvmock exec caches it, as it depends only on the profile.
+	NoPCI bool
+	// Hook is the nvmock-hook binary to install at HookPath, for the NRI
+	// plugin to run in GPU containers; "" leaves it out.
+	Hook string
 }
 
+// HookPath is where an overlay keeps the runtime hook (cmd/nvmock-hook).
+const HookPath = "bin/nvmock-hook"
+
 // Overlay is a rendered tree: Dir/driver is the driver root (usr/lib64,
-// usr/bin, etc/nvmock/snapshot, dev, proc/driver/nvidia).
+// usr/bin, etc/nvmock/snapshot, dev, proc/driver/nvidia), Dir/sysfs a
+// file system root for tools that take one, holding the node's PCI tree at
+// sysfs/sys (pcisim).
 type Overlay struct {
 	Dir        string
 	GPUs       []snapshot.Identity // what each GPU is called on this node
@@ -39,6 +51,13 @@ type Overlay struct {
 // Driver is the driver root inside the overlay.
 func (o *Overlay) Driver() string { return filepath.Join(o.Dir, "driver") }
 
+// Sys is the rendered PCI tree, laid out as /sys: lspci -O
+// sysfs.path=Sys()/bus/pci reads it, pcisim/expose shows it.
+func (o *Overlay) Sys() string { return SysOf(o.Dir) }
+
+// SysOf is the rendered PCI tree of the overlay at dir.
+func SysOf(dir string) string { return filepath.Join(dir, "sysfs", "sys") }
+
 // SMIRPath is the DT_RPATH nvidia-smi carries (hack/package-driver.sh sets
 // it), so it finds the library next to it; the library resolves its own path
 // before looking for the snapshot beside it.
@@ -46,7 +65,7 @@ const SMIRPath = "$ORIGIN/../lib64"
 
 // renderFormat changes whenever Render lays out a tree differently, so an
 // upgrade re-renders even when profile and assets are the same.
-const renderFormat = "nvmock-overlay-3"
+const renderFormat = "nvmock-overlay-4"
 
 const libName = "libnvidia-ml.so"
 
@@ -63,10 +82,12 @@ func Render(dir string, o Options) (*Overlay, error) {
 type inputs struct {
 	opt      Options
 	lib, smi []byte
+	hook     []byte
 	snap     []byte
 	ids      []snapshot.Identity
 	nodes    []DevNode
 	boards   []profile.Board
+	pci      []pcisim.File
 	hash     string
 }
 
@@ -89,10 +110,20 @@ func gather(o Options) (*inputs, error) {
 	if in.snap, err = snapshot.Compile(p, snapshot.Options{Seed: o.NodeName}); err != nil {
 		return nil, err
 	}
+	if o.Hook != "" {
+		if in.hook, err = os.ReadFile(o.Hook); err != nil {
+			return nil, fmt.Errorf("render overlay: runtime hook: %w", err)
+		}
+	}
 	in.ids = snapshot.Identities(p, o.NodeName)
 	in.boards, _ = p.Boards() // validated above
 	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
-	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles))
+	node, err := p.Node()
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+	}
+	in.pci = pcisim.Files(node)
+	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook)
 	return in, nil
 }
 
@@ -178,12 +209,32 @@ func (in *inputs) entries() []entry {
 	for i := range in.nodes {
 		es = append(es, entry{path: filepath.Join("driver", "dev", in.nodes[i].Name), node: &in.nodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})
 	}
+	// The PCI tree, and what else hwloc reads, so that HWLOC_FSROOT=sysfs
+	// shows the node's own CPUs and memory with the mock devices.
+	if in.hook != nil {
+		es = append(es, entry{path: HookPath, data: in.hook, mode: 0o755})
+	}
+	if in.opt.NoPCI {
+		return es
+	}
+	// The tree itself is written and verified by pcisim, before these.
+	es = append(es,
+		entry{path: filepath.Join("sysfs", "proc"), link: "/proc"},
+		entry{path: filepath.Join("sysfs", "sys", "devices", "system"), link: "/sys/devices/system"})
 	return es
 }
 
 func (in *inputs) render(dir string) (*Overlay, error) {
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		return nil, fmt.Errorf("render overlay in %s: directory is not empty", dir)
+	}
+	if !in.opt.NoPCI {
+		if err := os.MkdirAll(filepath.Join(dir, "sysfs"), 0o755); err != nil {
+			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
+		}
+		if err := pcisim.Write(in.pci, SysOf(dir)); err != nil {
+			return nil, fmt.Errorf("render overlay in %s: PCI tree: %w", dir, err)
+		}
 	}
 	for _, e := range in.entries() {
 		p := filepath.Join(dir, e.path)
@@ -210,6 +261,11 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 // are not looked for), so that install repairs a damaged overlay instead of
 // calling it unchanged.
 func (in *inputs) verify(dir string) error {
+	if !in.opt.NoPCI {
+		if err := pcisim.Verify(in.pci, SysOf(dir)); err != nil {
+			return err
+		}
+	}
 	for _, e := range in.entries() {
 		p := filepath.Join(dir, e.path)
 		fi, err := os.Lstat(p)

@@ -158,6 +158,17 @@ func TestADamagedOverlayIsRepairedNotCalledUnchanged(t *testing.T) {
 	if !install(t, o).Unchanged {
 		t.Error("third install after the repair is not unchanged")
 	}
+	// The PCI tree counts too: a GPU's class changed by hand.
+	class := filepath.Join(hostprep.SysOf(res.Overlay), "bus", "pci", "devices", "0000:07:00.0", "class")
+	must(t, os.Chmod(class, 0o644))
+	must(t, os.WriteFile(class, []byte("0x030000\n"), 0o644))
+	res = install(t, o)
+	if res.Unchanged {
+		t.Fatal("install called an overlay with a damaged PCI tree unchanged")
+	}
+	if b, err := os.ReadFile(filepath.Join(hostprep.SysOf(res.Overlay), "bus", "pci", "devices", "0000:07:00.0", "class")); err != nil || string(b) != "0x030200\n" {
+		t.Errorf("PCI tree not repaired: %q, %v", b, err)
+	}
 }
 
 func TestUninstallRemovesExactlyWhatInstallCreated(t *testing.T) {

@@ -28,6 +28,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/hostprep/nsexec"
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/profile"
 )
@@ -189,6 +190,8 @@ func gfdLabels(p *profile.Profile, machine string) map[string]string {
 		"gpu.sharing-strategy":         "none",
 		"gpu.replicas":                 "1",
 		"mps.capable":                  "false",
+		// From the PCI class (0x0302, 3D controller) in sysfs: pcisim's tree.
+		"gpu.mode": "compute",
 	}
 	out := map[string]string{}
 	for k, v := range l {
@@ -208,7 +211,8 @@ func TestGPUFeatureDiscoveryLabelsTheNodeAsARealNodeOfTheBoard(t *testing.T) {
 			mt := filepath.Join(dir, "product_name")
 			must(t, os.WriteFile(mt, []byte(machine+"\n"), 0o644))
 			labels := filepath.Join(dir, "labels")
-			log := runTool(t, 2*time.Minute, toolEnv(res), gfd,
+			// In the node's namespace: gpu.mode comes from the GPUs' PCI class in /sys.
+			log := inNode(t, res, 2*time.Minute, toolEnv(res), gfd,
 				"--oneshot", "--no-timestamp", "--output-file", labels, "--machine-type-file", mt)
 			got := readLabels(t, labels)
 			var diffs []string
@@ -491,4 +495,38 @@ func TestNvidiaCTKMountsTheLibraryFromTheResolvedDriverRoot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// inNode runs a tool as nvmock exec runs commands, over the installed
+// overlay: a private mount namespace with its device nodes, library and
+// PCI tree (/sys) at the standard places. The built nvmock binary is the
+// namespace's child half.
+func inNode(t *testing.T, res *hostprep.Result, timeout time.Duration, env []string, bin string, args ...string) []byte {
+	t.Helper()
+	self := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	if _, err := os.Stat(self); err != nil {
+		testenv.Missing(t, "%s (run make build)", self)
+	}
+	var out testenv.SyncBuffer
+	done := make(chan struct{})
+	var status int
+	var err error
+	go func() {
+		defer close(done)
+		status, err = nsexec.Run(nsexec.Options{
+			Driver: res.Driver, Sys: hostprep.SysOf(res.Overlay), Work: t.TempDir(),
+			Args: append([]string{bin}, args...), Env: env,
+			Self:  []string{self, "__exec-child"},
+			Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out,
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		t.Fatalf("%s %s: no exit within %v\n%s", filepath.Base(bin), strings.Join(args, " "), timeout, out.String())
+	}
+	if err != nil || status != 0 {
+		t.Fatalf("%s %s: status %d, %v\n%s", filepath.Base(bin), strings.Join(args, " "), status, err, out.String())
+	}
+	return []byte(out.String())
 }

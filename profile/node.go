@@ -105,3 +105,55 @@ func (a PCIAddress) BusID() string {
 func (a PCIAddress) String() string {
 	return fmt.Sprintf("%04x:%02x:%02x.%x", a.Domain, a.Bus, a.Device, a.Function)
 }
+
+// List is the set as the kernel's cpulist files spell it: "0-55,112-167".
+func (s *CPUSet) List() string {
+	var b []byte
+	for n := 0; n < MaxCPUs; {
+		if !s.Has(n) {
+			n++
+			continue
+		}
+		end := n
+		for end+1 < MaxCPUs && s.Has(end+1) {
+			end++
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%d", n)
+		if end > n {
+			b = fmt.Appendf(b, "-%d", end)
+		}
+		n = end + 1
+	}
+	return string(b)
+}
+
+// Mask is the set as the kernel's cpumask files spell it: 32-bit hex words,
+// most significant first, enough of them for cpus CPUs.
+func (s *CPUSet) Mask(cpus int) string {
+	words := max((cpus+31)/32, 1)
+	b := make([]byte, 0, words*9)
+	for w := words - 1; w >= 0; w-- {
+		v := uint32(s[w/2] >> (32 * (w % 2)))
+		b = fmt.Appendf(b, "%08x", v)
+		if w > 0 {
+			b = append(b, ',')
+		}
+	}
+	return string(b)
+}
+
+// Has says whether CPU n is in the set.
+func (s *CPUSet) Has(n int) bool { return s[n/64]>>(n%64)&1 == 1 }
+
+// Last is the highest CPU in the set, -1 if it is empty.
+func (s *CPUSet) Last() int {
+	for n := MaxCPUs - 1; n >= 0; n-- {
+		if s.Has(n) {
+			return n
+		}
+	}
+	return -1
+}

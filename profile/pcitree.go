@@ -378,3 +378,13 @@ func modelFunction(m *PCIModel, a PCIAddress, role PCIRole, class uint32) *PCIFu
 	f.LinkGen, f.LinkWidth = f.MaxLinkGen, f.MaxLinkWidth
 	return f
 }
+
+var roleNames = [...]string{RoleRootPort: "root port", RoleSwitchUp: "switch upstream port", RoleSwitchDown: "switch downstream port",
+	RoleGPU: "GPU", RoleNIC: "NIC", RoleNVSwitch: "NVSwitch"}
+
+func (r PCIRole) String() string {
+	if int(r) < len(roleNames) {
+		return roleNames[r]
+	}
+	return fmt.Sprintf("PCIRole(%d)", int(r))
+}

@@ -13,7 +13,7 @@ func treeText(t *PCITree) string {
 	var walk func(fs []*PCIFunction, depth int)
 	walk = func(fs []*PCIFunction, depth int) {
 		for _, f := range fs {
-			fmt.Fprintf(&b, "%s%s %s %04x:%04x", strings.Repeat("  ", depth), f.Address, roleNames[f.Role], f.Vendor, f.Device)
+			fmt.Fprintf(&b, "%s%s %s %04x:%04x", strings.Repeat("  ", depth), f.Address, shortRoles[f.Role], f.Vendor, f.Device)
 			if f.Role.IsBridge() {
 				fmt.Fprintf(&b, " [%02x-%02x]", f.Secondary, f.Subordinate)
 			}
@@ -28,7 +28,7 @@ func treeText(t *PCITree) string {
 	return b.String()
 }
 
-var roleNames = map[PCIRole]string{RoleRootPort: "root-port", RoleSwitchUp: "switch-up", RoleSwitchDown: "switch-down",
+var shortRoles = map[PCIRole]string{RoleRootPort: "root-port", RoleSwitchUp: "switch-up", RoleSwitchDown: "switch-down",
 	RoleGPU: "gpu", RoleNIC: "nic", RoleNVSwitch: "nvswitch"}
 
 func node(t *testing.T, name, src string) *Node {

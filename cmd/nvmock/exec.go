@@ -8,6 +8,7 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/hostprep/nsexec"
+	"github.com/nvmock/nvmock/pcisim"
 )
 
 // execChildArg is the hidden subcommand `nvmock exec` re-executes itself
@@ -38,11 +39,23 @@ func execCmd(args []string) error {
 			return err
 		}
 	}
+	// The PCI tree has thousands of files and depends only on the profile:
+	// rendered once into the cache, not on every run.
+	node, err := p.Node()
+	if err != nil {
+		return err
+	}
+	pci := pcisim.Files(node)
+	sys, err := nsexec.Cached("pci-"+pcisim.Hash(pci), func(dir string) error { return pcisim.Write(pci, dir) })
+	if err != nil {
+		return fmt.Errorf("exec: PCI tree: %w", err)
+	}
 	render := func(dir string) (string, error) {
 		ov, err := hostprep.Render(dir, hostprep.Options{
 			Profile: p, NodeName: seed, Assets: *assets,
 			// Without root the namespace cannot hold device nodes anyway.
 			PlainDevFiles: os.Geteuid() != 0,
+			NoPCI:         true,
 		})
 		if err != nil {
 			return "", fmt.Errorf("render overlay: %w", err)
@@ -51,6 +64,7 @@ func execCmd(args []string) error {
 	}
 	status, err := nsexec.RunRendered(render, nsexec.Options{
 		Args: fs.Args(),
+		Sys:  sys,
 		Self: []string{"/proc/self/exe", execChildArg},
 		Note: func(s string) { fmt.Fprintln(os.Stderr, "nvmock: exec:", s) },
 	})

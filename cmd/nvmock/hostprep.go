@@ -104,7 +104,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 		}
 	}
 	res, err := hostprep.Install(hostprep.InstallOptions{
-		Render:   hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers},
+		Render:   hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers, Hook: hookBinary()},
 		Root:     *root,
 		CDIDir:   *cdiDir,
 		NFDDir:   *nfdDir,
@@ -305,4 +305,19 @@ func nodeNameOr(name string) string {
 	}
 	h, _ := os.Hostname()
 	return h
+}
+
+// hookBinary is nvmock-hook beside this executable, as make build and the
+// image place it; "" if it is not there (the overlay then has no hook, and
+// containers keep the host's PCI devices in /sys).
+func hookBinary() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(self), "nvmock-hook")
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return p
 }

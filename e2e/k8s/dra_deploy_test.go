@@ -27,7 +27,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // Deploying NVIDIA's DRA driver for TestDRADriver: its chart, the node's
@@ -321,7 +323,7 @@ func (c *cluster) draWaitSlices(ctx context.Context, driverName string, n int) e
 func (c *cluster) draHostGPUs(t testing.TB) []draGPU {
 	t.Helper()
 	smi := filepath.Join(c.draDriverRoot(), "usr", "bin", "nvidia-smi")
-	q, err := exec.Command(smi, "--query-gpu=uuid,name,compute_cap,memory.total", "--format=csv,noheader,nounits").Output()
+	q, err := exec.Command(smi, "--query-gpu=uuid,name,compute_cap,memory.total,pci.bus_id", "--format=csv,noheader,nounits").Output()
 	if err != nil {
 		t.Fatalf("%s --query-gpu on the host: %v", smi, err)
 	}
@@ -345,7 +347,7 @@ func (c *cluster) draHostGPUs(t testing.TB) []draGPU {
 	var gpus []draGPU
 	for i, l := range testenv.Lines(string(q)) {
 		f := strings.Split(l, ", ")
-		if len(f) != 4 {
+		if len(f) != 5 {
 			t.Fatalf("nvidia-smi --query-gpu printed %q", l)
 		}
 		mem, err := strconv.ParseInt(f[3], 10, 64)
@@ -353,7 +355,7 @@ func (c *cluster) draHostGPUs(t testing.TB) []draGPU {
 			t.Fatalf("nvidia-smi --query-gpu: memory.total %q", f[3])
 		}
 		gpus = append(gpus, draGPU{uuid: f[0], name: f[1], cc: f[2], memMiB: mem, arch: arch[f[0]],
-			line: fmt.Sprintf("GPU %d: %s (UUID: %s)", i, f[1], f[0])})
+			line: fmt.Sprintf("GPU %d: %s (UUID: %s)", i, f[1], f[0]), pcieRoot: c.pcieRoot(t, f[4])})
 	}
 	if len(gpus) == 0 || !slices.Equal(uuidsIn(strings.Join(c.gpuLines(), "\n")), draUUIDs(gpus)) {
 		t.Fatalf("nvidia-smi on the host: --query-gpu lists %v, -L %v", draUUIDs(gpus), c.gpuLines())
@@ -367,4 +369,27 @@ func draUUIDs(gpus []draGPU) []string {
 		u = append(u, g.uuid)
 	}
 	return u
+}
+
+// pcieRoot is the host bridge the overlay's rendered PCI tree puts a GPU
+// under (NVML's bus id "00000000:4D:00.0"), read from the tree's
+// /sys/bus/pci/devices link as the kernel's would be.
+func (c *cluster) pcieRoot(t testing.TB, busID string) string {
+	t.Helper()
+	a, err := profile.ParsePCIAddress(busID)
+	if err != nil {
+		t.Fatalf("nvidia-smi pci.bus_id %q: %v", busID, err)
+	}
+	overlay, err := filepath.EvalSymlinks(c.draDriverRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := os.Readlink(filepath.Join(hostprep.SysOf(filepath.Dir(overlay)), "bus", "pci", "devices", a.String()))
+	if err != nil {
+		t.Fatalf("the overlay's PCI tree: %v", err)
+	}
+	// ../../../devices/pci0000:4d/...
+	_, rest, _ := strings.Cut(link, "devices/")
+	root, _, _ := strings.Cut(rest, "/")
+	return root
 }

@@ -59,6 +59,7 @@ type draGPU struct {
 	uuid, name, arch, cc string
 	memMiB               int64
 	line                 string // its nvidia-smi -L line
+	pcieRoot             string // its host bridge in the overlay's PCI tree, e.g. pci0000:4d
 }
 
 // draEnv is the deployed driver.
@@ -130,6 +131,9 @@ func (d *draEnv) testResourceSlices(t *testing.T) {
 			{"architecture", str("architecture"), g.arch},
 			// semver of nvidia-smi's compute_cap: 9.0 is 9.0.0.
 			{"cudaComputeCapability", ver("cudaComputeCapability"), g.cc + ".0"},
+			// Kubernetes' standard attribute, which the driver reads from
+			// /sys in its container: pcisim's tree, through the plugin's hook.
+			{"resource.kubernetes.io/pcieRoot", str("resource.kubernetes.io/pcieRoot"), g.pcieRoot},
 		} {
 			if f.got != f.want {
 				t.Errorf("device %s (%s): %s %q, want %q (nvidia-smi on the host)", dev.Name, g.uuid, f.attr, f.got, f.want)

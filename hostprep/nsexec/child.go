@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nvmock/nvmock/pcisim/expose"
 )
 
 // statusFD is the pipe on which the child reports a setup failure to Run.
@@ -109,6 +111,11 @@ func setup(s spec) error {
 	})
 	if err != nil {
 		return fmt.Errorf("/proc/driver: %w", err)
+	}
+	if s.Sys != "" {
+		if err := expose.Expose("/sys", s.Sys); err != nil {
+			return fmt.Errorf("/sys: %w", err)
+		}
 	}
 	return nil
 }

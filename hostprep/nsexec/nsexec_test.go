@@ -3,8 +3,6 @@
 package nsexec
 
 import (
-	"github.com/nvmock/nvmock/internal/testenv"
-
 	"bufio"
 	"bytes"
 	"crypto/sha256"
@@ -17,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/pcisim"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -108,6 +108,17 @@ func fixture(t testing.TB, dir, name string, gpus int) string {
 		if err := os.WriteFile(filepath.Join(g, "information"), []byte("GPU UUID: \t "+id.UUID+"\n"), 0o444); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The PCI tree beside the driver root, where hostprep renders it.
+	node, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "sysfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := pcisim.Render(node, filepath.Join(dir, "sysfs", "sys")); err != nil {
+		t.Fatal(err)
 	}
 	return d
 }

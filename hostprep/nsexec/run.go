@@ -34,6 +34,7 @@ const capSysAdmin = 21
 // Options say what to run and over which overlay.
 type Options struct {
 	Driver string   // rendered driver root: usr/lib64, usr/bin, dev, proc/driver/nvidia
+	Sys    string   // rendered PCI tree (pcisim) to show at /sys; "": the host's
 	Work   string   // scratch directory (loader cache, mount staging); the caller removes it
 	Args   []string // the command and its arguments
 	Env    []string // the command's environment; nil means this process's
@@ -74,6 +75,10 @@ func RunRendered(render func(dir string) (driver string, err error), o Options) 
 	if err != nil {
 		return StatusSetup, err
 	}
+	// An overlay's PCI tree is beside its driver root (hostprep.SysOf).
+	if sys := filepath.Join(filepath.Dir(o.Driver), "sysfs", "sys"); o.Sys == "" && isDir(sys) {
+		o.Sys = sys
+	}
 	o.Work = filepath.Join(tmp, "ns")
 	return Run(o)
 }
@@ -85,6 +90,7 @@ type spec struct {
 	Cache     string `json:"cache"`     // the loader cache to show, made on first use
 	CacheConf string `json:"cacheConf"` // ldconfig's configuration to make it from
 	Ldconfig  string `json:"ldconfig"`
+	Sys       string `json:"sys"`
 	UserNS    bool   `json:"userns"`
 }
 
@@ -120,7 +126,7 @@ func Run(o Options) (int, error) {
 
 	userns := os.Geteuid() != 0 || o.forceUserNS
 	if !userns {
-		plan.Driver, plan.Work = o.Driver, o.Work
+		plan.Driver, plan.Work, plan.Sys = o.Driver, o.Work, o.Sys
 		status, err := start(o, plan, env)
 		// Root without CAP_SYS_ADMIN (an unprivileged container) may still
 		// own a user namespace.
@@ -129,7 +135,7 @@ func Run(o Options) (int, error) {
 		}
 		userns = true
 	}
-	plan.Driver, plan.Work, plan.UserNS = o.Driver, o.Work, true
+	plan.Driver, plan.Work, plan.Sys, plan.UserNS = o.Driver, o.Work, o.Sys, true
 	status, err := start(o, plan, env)
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EACCES) {
 		return StatusSetup, fmt.Errorf("cannot create a private mount namespace: run as root, or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1, kernel.apparmor_restrict_unprivileged_userns=0): %w", err)
@@ -306,6 +312,9 @@ func loaderCacheDir(work string) (string, error) {
 	if d := filepath.Join(os.TempDir(), fmt.Sprintf("nvmock-%d", os.Geteuid())); privateDir(d) {
 		return d, nil
 	}
+	if work == "" {
+		return "", errors.New("no cache directory")
+	}
 	d := filepath.Join(work, "loader-cache")
 	if err := os.Mkdir(d, 0o700); err != nil {
 		return "", fmt.Errorf("loader cache: %w", err)
@@ -346,4 +355,40 @@ func findLdconfig() (string, error) {
 		}
 	}
 	return "", errors.New("ldconfig not found (install libc-bin): it builds the loader cache that points at the mock library")
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+// Cached returns name in this user's nvmock cache (the loader cache's
+// directory), having render write it first if it is not there: render gets
+// a fresh directory, which then takes name's place atomically, so that
+// concurrent runs share one complete copy. Large trees that depend only on
+// their inputs (the PCI tree) are cached this way, named by their hash.
+func Cached(name string, render func(dir string) error) (string, error) {
+	base, err := loaderCacheDir("")
+	if err != nil || !filepath.IsAbs(base) {
+		return "", fmt.Errorf("no cache directory for %s", name)
+	}
+	dst := filepath.Join(base, name)
+	if isDir(dst) {
+		return dst, nil
+	}
+	tmp, err := os.MkdirTemp(base, name+".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	if err := render(filepath.Join(tmp, "t")); err != nil {
+		return "", err
+	}
+	if err := os.Rename(filepath.Join(tmp, "t"), dst); err != nil && !isDir(dst) {
+		return "", err
+	}
+	return dst, nil
 }

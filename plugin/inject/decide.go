@@ -97,6 +97,7 @@ func deferred(node *NodeState, ctr *Container, sel []bool, count int) Adjustment
 	if !slices.Contains(ctr.Mounts, sp) {
 		adj.Mounts = []Mount{{Source: node.Snapshot, Destination: sp, Type: "bind", Options: slices.Clone(bindOptions[:])}}
 	}
+	adj.Hooks = pciHooks(node)
 	return adj
 }
 
@@ -323,7 +324,19 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) 
 		// A fallback for a library reached by another path; the user's own setting wins.
 		adj.Env = append(adj.Env, EnvVar{Key: SnapshotEnv, Value: firstSnap})
 	}
+	adj.Hooks = pciHooks(node)
 	return adj
+}
+
+// pciHooks show the node's PCI tree in the container's /sys, as a real
+// node shows every container all its PCI devices: to every container the
+// plugin edits, the driver-alone ones included (a DRA driver reads the
+// GPUs' PCIe roots there). Not an Extension: those pair devices with GPUs.
+func pciHooks(node *NodeState) []Hook {
+	if node.Hook == "" || node.Sys == "" {
+		return nil
+	}
+	return []Hook{{Path: node.Hook, Args: []string{"nvmock-hook", "pcisim", node.Sys}}}
 }
 
 // hasLibrary says whether the spec mounts a libnvidia-ml.so* where the

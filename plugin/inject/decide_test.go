@@ -2,6 +2,7 @@ package inject
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -660,6 +661,7 @@ func TestConfigValidate(t *testing.T) {
 func BenchmarkDecide(b *testing.B) {
 	node := testNode(8, true)
 	node.InUse = []int{1, 1, 0, 1, 0, 1, 0, 1}
+	node.Sys, node.Hook = "/var/lib/nvmock/overlays/0123456789abcdef/sysfs/sys", "/var/lib/nvmock/overlays/0123456789abcdef/bin/nvmock-hook"
 	for i := 0; i < 50; i++ {
 		node.OptedIn["ns"+strconv.Itoa(i)] = true
 	}
@@ -736,6 +738,41 @@ func TestDecideLeavesGPUsToNvidiasRuntime(t *testing.T) {
 			}
 			if d := diff(got, c.want); d != "" {
 				t.Errorf("adjustment differs:\n%s", d)
+			}
+		})
+	}
+}
+
+// The node's PCI tree goes to every container the plugin edits, through
+// the overlay's runtime hook; an overlay without one (installed before
+// pcisim) gives none, and a container left alone gets nothing.
+func TestDecideShowsThePCITreeToEveryContainerItEdits(t *testing.T) {
+	node := testNode(8, false)
+	node.Sys = "/var/lib/nvmock/overlays/0123456789abcdef/sysfs/sys"
+	node.Hook = "/var/lib/nvmock/overlays/0123456789abcdef/bin/nvmock-hook"
+	want := []Hook{{Path: node.Hook, Args: []string{"nvmock-hook", "pcisim", node.Sys}}}
+	nvidia := pod("ml")
+	nvidia.RuntimeHandler = "nvidia"
+	for _, c := range []struct {
+		name  string
+		node  NodeState
+		pod   Pod
+		ctr   Container
+		hooks []Hook
+	}{
+		{"a container given GPUs", node, pod("ml", GPUsAnnotation, "2"), ctr, want},
+		{"a container given the driver alone (a DRA driver)", node, pod("ml", GPUsAnnotation, "none"), ctr, want},
+		{"a container whose GPUs NVIDIA's runtime gives", node, nvidia, withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1"), want},
+		{"an overlay without the tree", testNode(8, false), pod("ml", GPUsAnnotation, "2"), ctr, nil},
+		{"a namespace that did not opt in", node, pod("other"), ctr, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			adj, _, err := Decide(testConfig, c.node, c.pod, c.ctr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(adj.Hooks, c.hooks, func(a, b Hook) bool { return a.Path == b.Path && slices.Equal(a.Args, b.Args) }) {
+				t.Errorf("hooks %+v, want %+v", adj.Hooks, c.hooks)
 			}
 		})
 	}

@@ -68,6 +68,13 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 		}
 	}
 	n.GPUs = gpus
+	// Installs before pcisim have neither; their containers keep the host's /sys.
+	sys, hook := hostprep.SysOf(filepath.Dir(resolved)), filepath.Join(filepath.Dir(resolved), hostprep.HookPath)
+	if fi, err := os.Stat(sys); err == nil && fi.IsDir() {
+		if fi, err := os.Stat(hook); err == nil && fi.Mode().IsRegular() {
+			n.Sys, n.Hook = sys, hook
+		}
+	}
 	for _, name := range ControlNodes {
 		c, err := statNode(dev, name)
 		if err != nil {

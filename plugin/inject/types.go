@@ -110,6 +110,9 @@ type NodeState struct {
 	Library    string // DriverRoot/usr/lib64/libnvidia-ml.so.1
 	NvidiaSMI  string // DriverRoot/usr/bin/nvidia-smi
 	Snapshot   string // DriverRoot/etc/nvmock/snapshot
+	// The overlay's PCI tree and the runtime hook that shows it in a
+	// container's /sys; "" when the overlay has none (an older install).
+	Sys, Hook string
 
 	GPUs    []GPU        // in index order
 	Control []DeviceNode // nvidiactl, nvidia-uvm, nvidia-uvm-tools: given with any GPU
@@ -173,10 +176,17 @@ type Adjustment struct {
 	Devices     []DeviceNode
 	DeviceRules []DeviceRule
 	Env         []EnvVar
+	Hooks       []Hook // OCI createContainer hooks
 	Warnings    []string
+}
+
+// Hook is an OCI hook: a host path and its argv.
+type Hook struct {
+	Path string
+	Args []string
 }
 
 // Empty says the adjustment changes nothing (warnings aside).
 func (a *Adjustment) Empty() bool {
-	return len(a.GPUs) == 0 && len(a.Mounts) == 0 && len(a.Devices) == 0 && len(a.DeviceRules) == 0 && len(a.Env) == 0
+	return len(a.GPUs) == 0 && len(a.Mounts) == 0 && len(a.Devices) == 0 && len(a.DeviceRules) == 0 && len(a.Env) == 0 && len(a.Hooks) == 0
 }

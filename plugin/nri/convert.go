@@ -135,5 +135,12 @@ func toNRI(a *inject.Adjustment) *api.ContainerAdjustment {
 		}
 		out.Env = ps
 	}
+	if len(a.Hooks) > 0 {
+		hs := make([]*api.Hook, len(a.Hooks))
+		for i, h := range a.Hooks {
+			hs[i] = &api.Hook{Path: h.Path, Args: h.Args}
+		}
+		out.Hooks = &api.Hooks{CreateContainer: hs}
+	}
 	return out
 }

@@ -32,6 +32,7 @@ func TestToNRIConvertsTheWholeAdjustment(t *testing.T) {
 		Devices:     []inject.DeviceNode{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: 0o666}},
 		DeviceRules: []inject.DeviceRule{{Allow: true, Type: "c", Major: 195, Minor: 1, Access: "rwm"}},
 		Env:         []inject.EnvVar{{Key: "NVIDIA_VISIBLE_DEVICES", Value: "GPU-1"}},
+		Hooks:       []inject.Hook{{Path: "/o/bin/nvmock-hook", Args: []string{"nvmock-hook", "pcisim", "/o/sysfs/sys"}}},
 	}
 	want := &api.ContainerAdjustment{}
 	want.AddMount(&api.Mount{Source: "/o/lib.so.1", Destination: "/usr/lib64/libnvidia-ml.so.1", Type: "bind", Options: opts})
@@ -39,6 +40,7 @@ func TestToNRIConvertsTheWholeAdjustment(t *testing.T) {
 	want.Linux.Resources = &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{
 		{Allow: true, Type: "c", Major: api.Int64(int64(195)), Minor: api.Int64(int64(1)), Access: "rwm"}}}
 	want.AddEnv("NVIDIA_VISIBLE_DEVICES", "GPU-1")
+	want.AddHooks(&api.Hooks{CreateContainer: []*api.Hook{{Path: "/o/bin/nvmock-hook", Args: []string{"nvmock-hook", "pcisim", "/o/sysfs/sys"}}}})
 	if got := toNRI(&in); !proto.Equal(got, want) {
 		t.Errorf("toNRI:\n got %v\nwant %v", got, want)
 	}

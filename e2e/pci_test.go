@@ -1,0 +1,140 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/pcisim"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// nodeTree is the PCI tree of the e2e node's profile, as pcisim renders it.
+func (n *node) nodeTree(t *testing.T) *profile.Node {
+	t.Helper()
+	p, err := profile.Builtin(n.env["PROFILE"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.GPUs = len(n.gpus)
+	nd, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nd
+}
+
+// A container given GPUs sees the node's PCI tree in /sys, set up by the
+// plugin's runtime hook before its process starts: Debian's lspci lists the
+// GPUs nvidia-smi shows, at the same addresses; the host's own PCI devices
+// are not there; hwloc places the GPUs.
+func TestGlibcContainerSeesTheNodesPCITree(t *testing.T) {
+	n := theNode
+	nd := n.nodeTree(t)
+	p := n.runPod(t, optedIn, nil)
+	script := `nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader; echo --
+lspci -D -d 10de::0302 2>/dev/null; echo --
+lspci 2>/dev/null | grep -c Virtio; echo --
+lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'`
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}})
+	parts := strings.Split(r.out, "--\n")
+	if r.code != 0 || len(parts) != 4 {
+		t.Fatalf("exited %d:\n%s", r.code, r.out)
+	}
+	var want, smi, lspci []string
+	for _, g := range nd.GPUs {
+		want = append(want, g.Address.String())
+	}
+	for _, l := range testenv.Lines(parts[0]) {
+		a, _ := profile.ParsePCIAddress(l)
+		smi = append(smi, a.String())
+	}
+	for _, l := range testenv.Lines(parts[1]) {
+		a, _, _ := strings.Cut(l, " ")
+		lspci = append(lspci, a)
+	}
+	if !slices.Equal(smi, want) || !slices.Equal(lspci, want) {
+		t.Errorf("GPUs: nvidia-smi %v, lspci %v; the profile %v", smi, lspci, want)
+	}
+	if got := strings.TrimSpace(parts[2]); got != "0" {
+		t.Errorf("lspci lists %s of the host's virtio devices, want 0", got)
+	}
+	if got := strings.TrimSpace(parts[3]); got != fmt.Sprint(len(want)) {
+		t.Errorf("lstopo shows %s 3D controllers, want %d", got, len(want))
+	}
+}
+
+// A statically linked Go program (go-nvlib's nvpci, ghw, the PCIe root
+// link Kubernetes' DRA attributes read) sees the tree: no preload reaches
+// it, the mounts do.
+func TestStaticGoContainerReadsTheGPUsPCIeRoots(t *testing.T) {
+	n := theNode
+	nd := n.nodeTree(t)
+	p := n.runPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "pciprobe"})
+	// go-nvlib logs warnings on stderr before the JSON.
+	out := r.out[strings.Index(r.out, "{"):]
+	var got struct {
+		GPUs []struct {
+			Address  string `json:"address"`
+			Class    uint32 `json:"class"`
+			NUMANode int    `json:"numa_node"`
+			PCIeRoot string `json:"pcie_root"`
+		} `json:"nvpci_gpus"`
+		GHW []struct {
+			Address, Driver string
+		} `json:"ghw"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("pciprobe exited %d:\n%s", r.code, r.out)
+	}
+	if len(got.GPUs) != len(nd.GPUs) {
+		t.Fatalf("go-nvlib finds %d GPUs, the node has %d:\n%s", len(got.GPUs), len(nd.GPUs), r.out)
+	}
+	for i, g := range got.GPUs {
+		m := nd.GPUs[i]
+		if root := pcisim.RootName(m.Function.Root); g.Address != m.Address.String() || g.PCIeRoot != root || g.NUMANode != m.NUMANode || g.Class != 0x030200 {
+			t.Errorf("GPU %d read as %+v; the node: %s under %s, NUMA %d, class 0x030200", i, g, m.Address, root, m.NUMANode)
+		}
+	}
+	if len(got.GHW) != len(pcisim.Devices(nd)) {
+		t.Errorf("ghw lists %d PCI functions, the tree has %d", len(got.GHW), len(pcisim.Devices(nd)))
+	}
+}
+
+// busybox (static, no glibc) lists the tree's devices; a container of a
+// namespace that did not opt in keeps the host's.
+func TestBusyboxSeesTheTreeAndAPlainContainerTheHosts(t *testing.T) {
+	n := theNode
+	nd := n.nodeTree(t)
+	list := []string{"sh", "-c", "ls /sys/bus/pci/devices"}
+	r := n.run(t, n.runPod(t, optedIn, nil), ctr{image: "busybox", cmd: list})
+	if got, want := testenv.Lines(r.out), pcisim.Devices(nd); r.code != 0 || !sameSet(got, want) {
+		t.Errorf("opted-in busybox lists %v (exit %d), want the tree's %v", got, r.code, want)
+	}
+	host, err := os.ReadDir("/sys/bus/pci/devices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, e := range host {
+		want = append(want, e.Name())
+	}
+	r = n.run(t, n.runPod(t, plain, nil), ctr{image: "busybox", cmd: list})
+	if got := testenv.Lines(r.out); r.code != 0 || !sameSet(got, want) {
+		t.Errorf("plain busybox lists %v (exit %d), want the host's %v", got, r.code, want)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}

@@ -1,0 +1,149 @@
+//go:build integration
+
+package nsexec
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/pcisim"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// pciProbe builds e2e/images/pciprobe: a static Go program reading the PCI
+// tree through go-nvlib's nvpci, ghw and the PCIe root link.
+func pciProbe(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "pciprobe")
+	cmd := exec.Command("go", "build", "-o", out, "./e2e/images/pciprobe")
+	cmd.Dir = testenv.Root()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build pciprobe: %v\n%s", err, b)
+	}
+	return out
+}
+
+type probed struct {
+	GPUs []struct {
+		Address  string `json:"address"`
+		Device   uint16 `json:"device"`
+		Class    uint32 `json:"class"`
+		NUMANode int    `json:"numa_node"`
+		Driver   string `json:"driver"`
+		PCIeRoot string `json:"pcie_root"`
+	} `json:"nvpci_gpus"`
+	NICs []struct {
+		Address  string `json:"address"`
+		PCIeRoot string `json:"pcie_root"`
+	} `json:"nvpci_mellanox"`
+	GHW []struct {
+		Address, Product, Driver string
+	} `json:"ghw"`
+	GHWError   string `json:"ghw_error"`
+	NVPCIError string `json:"nvpci_error"`
+}
+
+// Every program in the namespace sees the profile's PCI tree in /sys,
+// with no preload: Debian's lspci, busybox, and a statically linked Go
+// program with go-nvlib and ghw. The host's own PCI devices are not listed;
+// the rest of /sys is the host's.
+func TestTheNamespaceShowsTheProfilesPCITree(t *testing.T) {
+	needRoot(t)
+	testenv.Tool(t, "lspci")
+	probe := pciProbe(t)
+	p, err := profile.Builtin("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	functions := len(pcisim.Devices(n))
+	before := hostState(t)
+	for _, userns := range []bool{false, true} {
+		t.Run(fmt.Sprintf("userns=%v", userns), func(t *testing.T) {
+			script := `nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader; echo --
+lspci -D -d 10de::0302 2>/dev/null; echo --
+lspci 2>/dev/null | grep -c Virtio; echo --
+busybox ls /sys/bus/pci/devices | busybox wc -l; echo --
+busybox cat /sys/devices/system/cpu/online; echo --
+` + probe
+			r := run(t, "h100", 0, userns, "sh", "-c", script)
+			if r.err != nil || r.status != 0 {
+				t.Fatalf("status %d, %v\nstdout %s\nstderr %s", r.status, r.err, r.stdout, r.stderr)
+			}
+			parts := strings.Split(r.stdout, "--\n")
+			if len(parts) != 6 {
+				t.Fatalf("unexpected output:\n%s", r.stdout)
+			}
+			var want []string
+			for _, g := range n.GPUs {
+				want = append(want, g.Address.String())
+			}
+			// nvidia-smi (NVML) and lspci (sysfs) name the same GPUs.
+			var smi, lspci []string
+			for _, l := range testenv.Lines(parts[0]) {
+				a, _ := profile.ParsePCIAddress(l)
+				smi = append(smi, a.String())
+			}
+			for _, l := range testenv.Lines(parts[1]) {
+				a, rest, _ := strings.Cut(l, " ")
+				lspci = append(lspci, a)
+				if !strings.Contains(rest, "NVIDIA Corporation GH100[H100 SXM5 80GB]") {
+					t.Errorf("lspci: %s", l)
+				}
+			}
+			if !slices.Equal(smi, want) || !slices.Equal(lspci, want) {
+				t.Errorf("GPUs: nvidia-smi %v, lspci %v; the profile %v", smi, lspci, want)
+			}
+			if got := strings.TrimSpace(parts[2]); got != "0" {
+				t.Errorf("lspci lists %s of the host's virtio devices, want 0", got)
+			}
+			if got := strings.TrimSpace(parts[3]); got != fmt.Sprint(functions) {
+				t.Errorf("busybox lists %s devices in /sys/bus/pci/devices, the tree has %d", got, functions)
+			}
+			if host, _ := os.ReadFile("/sys/devices/system/cpu/online"); strings.TrimSpace(parts[4]) != strings.TrimSpace(string(host)) {
+				t.Errorf("/sys/devices/system/cpu/online reads %q in the namespace, %q on the host", parts[4], host)
+			}
+			var got probed
+			if err := json.Unmarshal([]byte(parts[5]), &got); err != nil {
+				t.Fatalf("pciprobe: %v\n%s", err, parts[5])
+			}
+			if got.NVPCIError != "" || got.GHWError != "" || len(got.GPUs) != len(n.GPUs) {
+				t.Fatalf("pciprobe: nvpci %q, ghw %q, %d GPUs", got.NVPCIError, got.GHWError, len(got.GPUs))
+			}
+			for i, g := range got.GPUs {
+				m := n.GPUs[i]
+				root := pcisim.RootName(m.Function.Root)
+				if g.Address != m.Address.String() || g.Class != 0x030200 || g.NUMANode != m.NUMANode || g.Driver != "nvidia" || g.PCIeRoot != root || g.Device != m.Function.Device {
+					t.Errorf("go-nvlib reads GPU %d as %+v; the profile: %s, class 0x030200, NUMA %d, nvidia, device %#x, root %s",
+						i, g, m.Address, m.NUMANode, m.Function.Device, root)
+				}
+			}
+			if len(got.NICs) == 0 {
+				t.Error("go-nvlib finds no ConnectX NICs")
+			}
+			named := 0
+			for _, d := range got.GHW {
+				if d.Product == "GH100[H100 SXM5 80GB]" && d.Driver == "nvidia" {
+					named++
+				}
+			}
+			if named != len(n.GPUs) {
+				t.Errorf("ghw names %d GPUs as H100s bound to nvidia, want %d", named, len(n.GPUs))
+			}
+		})
+	}
+	if after := hostState(t); after != before {
+		t.Errorf("the host changed:\n--- before\n%s\n--- after\n%s", before, after)
+	}
+}

@@ -1,0 +1,256 @@
+/*
+ * nvmock-hook: the OCI createContainer hook the NRI plugin adds to the
+ * containers it edits. It shows the node's PCI tree (rendered by pcisim) at
+ * the container's /sys before the container's process starts, so that every
+ * program in it sees the tree, statically linked ones too.
+ *
+ *   nvmock-hook pcisim TREE      (the container's state on stdin, from runc)
+ *
+ * It does what pcisim/expose does for nvmock exec (expose.go is the
+ * reference; the e2e and exec tests check both against the same tools), in
+ * C because it runs once per container creation: a Go program's runtime
+ * takes milliseconds to start here, this one a fraction of one (make bench).
+ *
+ * createContainer hooks run in the container's mount namespace before
+ * pivot_root, so the root file system is still at its host path: the
+ * bundle's config.json root.path.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_ROOTS 256
+#define MAX_JSON (4 << 20)
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("nvmock-hook: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+/* pathf formats a path into out (PATH_MAX bytes); too long is an error,
+ * never a truncated path. */
+__attribute__((format(printf, 2, 3))) static void pathf(char *out, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(out, PATH_MAX, fmt, ap);
+	va_end(ap);
+	if (n < 0 || n >= PATH_MAX)
+		die("path too long: %s...", out);
+}
+
+static char *slurp(int fd, const char *what)
+{
+	size_t cap = 65536, len = 0;
+	char *buf = malloc(cap + 1);
+	if (!buf)
+		die("%s: out of memory", what);
+	for (;;) {
+		ssize_t n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			die("read %s: %s", what, strerror(errno));
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len == cap) {
+			if (cap >= MAX_JSON)
+				die("%s: larger than %d bytes", what, MAX_JSON);
+			cap *= 2;
+			if (!(buf = realloc(buf, cap + 1)))
+				die("%s: out of memory", what);
+		}
+	}
+	buf[len] = 0;
+	return buf;
+}
+
+/*
+ * json_string finds "key": "value" after from and returns the value,
+ * unescaped, in out. The documents are the runtime's own (OCI state and
+ * config.json, written by Go's encoder): a key in quotes followed by a colon
+ * is a key, since a quote inside a string value is escaped.
+ */
+static int json_string(const char *from, const char *key, char *out, size_t size)
+{
+	char pat[64];
+	snprintf(pat, sizeof pat, "\"%s\"", key);
+	for (const char *p = strstr(from, pat); p; p = strstr(p + 1, pat)) {
+		const char *q = p + strlen(pat);
+		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+			q++;
+		if (*q != ':')
+			continue;
+		q++;
+		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+			q++;
+		if (*q != '"')
+			return -1;
+		size_t n = 0;
+		for (q++; *q && *q != '"'; q++) {
+			char c = *q;
+			if (c == '\\') {
+				q++;
+				switch (*q) {
+				case '"': case '\\': case '/': c = *q; break;
+				case 'u': {
+					unsigned v;
+					if (sscanf(q + 1, "%4x", &v) != 1 || v == 0 || v > 0x7f)
+						return -1; /* no such path from a runtime */
+					c = (char)v;
+					q += 4;
+					break;
+				}
+				default: return -1;
+				}
+			}
+			if (n + 1 >= size)
+				return -1;
+			out[n++] = c;
+		}
+		if (*q != '"')
+			return -1;
+		out[n] = 0;
+		return 0;
+	}
+	return -1;
+}
+
+static void bind_ro(const char *src, const char *dst)
+{
+	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+		die("bind %s at %s: %s", src, dst, strerror(errno));
+	unsigned long fl = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	if (mount(NULL, dst, NULL, fl, NULL) < 0 &&
+	    (errno != EPERM || mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0))
+		die("make %s read-only: %s", dst, strerror(errno));
+}
+
+static int is_root_name(const char *name) { return strncmp(name, "pci", 3) == 0; }
+
+int main(int argc, char **argv)
+{
+	if (argc != 3 || strcmp(argv[1], "pcisim") != 0)
+		die("usage: nvmock-hook pcisim TREE (an OCI createContainer hook)");
+	const char *tree = argv[2];
+
+	char *state = slurp(0, "container state on stdin");
+	char bundle[PATH_MAX], rel[PATH_MAX], rootfs[PATH_MAX], path[PATH_MAX];
+	if (json_string(state, "bundle", bundle, sizeof bundle) < 0)
+		die("no container state with a bundle on stdin; run it as an OCI createContainer hook");
+	pathf(path, "%s/config.json", bundle);
+	int cfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (cfd < 0)
+		die("%s: %s", path, strerror(errno));
+	char *config = slurp(cfd, path);
+	close(cfd);
+	const char *root = strstr(config, "\"root\"");
+	if (!root || json_string(root, "path", rel, sizeof rel) < 0)
+		die("%s: no root.path", path);
+	if (rel[0] == '/')
+		pathf(rootfs, "%s", rel);
+	else
+		pathf(rootfs, "%s/%s", bundle, rel);
+
+	/* The tree's host bridges. */
+	char *roots[MAX_ROOTS];
+	int nroots = 0;
+	pathf(path, "%s/devices", tree);
+	DIR *d = opendir(path);
+	if (!d)
+		die("rendered PCI tree %s: %s", path, strerror(errno));
+	for (struct dirent *e; (e = readdir(d));)
+		if (e->d_type == DT_DIR && is_root_name(e->d_name) && nroots < MAX_ROOTS)
+			roots[nroots++] = strdup(e->d_name);
+	closedir(d);
+	if (nroots == 0)
+		die("rendered PCI tree %s has no host bridges", tree);
+
+	/* sys/devices: a tmpfs holding the container's own entries again
+	 * (reached through a descriptor of the covered directory), less the
+	 * host bridges the tree replaces, plus the tree's. sysfs refuses
+	 * mkdir, so a new host bridge can only appear on a tmpfs. */
+	char devices[PATH_MAX];
+	pathf(devices, "%s/sys/devices", rootfs);
+	int dfd = open(devices, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		die("%s: %s", devices, strerror(errno));
+	d = opendir(devices);
+	if (!d)
+		die("%s: %s", devices, strerror(errno));
+	struct dirent **ents = NULL;
+	int nents = 0, cap = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (nents == cap && !(ents = realloc(ents, (cap = cap ? 2 * cap : 32) * sizeof *ents)))
+			die("out of memory");
+		ents[nents] = malloc(sizeof **ents);
+		memcpy(ents[nents++], e, sizeof **ents);
+	}
+	closedir(d);
+	const unsigned long tmpfl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	if (mount("tmpfs", devices, "tmpfs", tmpfl, "mode=755,size=64k") < 0)
+		die("mount tmpfs at %s: %s", devices, strerror(errno));
+	for (int i = 0; i < nents; i++) {
+		const char *name = ents[i]->d_name;
+		int replaced = 0;
+		for (int k = 0; k < nroots; k++)
+			replaced |= !strcmp(name, roots[k]);
+		if (replaced)
+			continue;
+		pathf(path, "%s/%s", devices, name);
+		if (ents[i]->d_type == DT_DIR) {
+			if (mkdir(path, 0755) < 0)
+				die("mkdir %s: %s", path, strerror(errno));
+		} else {
+			int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
+			if (fd < 0)
+				die("create %s: %s", path, strerror(errno));
+			close(fd);
+		}
+		char src[PATH_MAX];
+		pathf(src, "/proc/self/fd/%d/%s", dfd, name);
+		if (mount(src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+			die("keep %s: %s", path, strerror(errno));
+	}
+	for (int k = 0; k < nroots; k++) {
+		char src[PATH_MAX];
+		pathf(path, "%s/%s", devices, roots[k]);
+		pathf(src, "%s/devices/%s", tree, roots[k]);
+		if (mkdir(path, 0755) < 0)
+			die("mkdir %s: %s", path, strerror(errno));
+		bind_ro(src, path);
+	}
+	if (mount(NULL, devices, NULL, MS_REMOUNT | MS_RDONLY | tmpfl, "mode=755,size=64k") < 0)
+		die("make %s read-only: %s", devices, strerror(errno));
+
+	char src[PATH_MAX];
+	pathf(src, "%s/bus/pci", tree);
+	pathf(path, "%s/sys/bus/pci", rootfs);
+	bind_ro(src, path);
+	/* A kernel without an IOMMU has no directory to show the groups at. */
+	pathf(path, "%s/sys/kernel/iommu_groups", rootfs);
+	struct stat st;
+	if (stat(path, &st) == 0) {
+		pathf(src, "%s/kernel/iommu_groups", tree);
+		bind_ro(src, path);
+	}
+	return 0;
+}

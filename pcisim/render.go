@@ -1,0 +1,238 @@
+package pcisim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+
+	"github.com/nvmock/nvmock/profile"
+)
+
+// Drivers bound to each kind of function, as on a real node.
+var drivers = map[profile.PCIRole]string{
+	profile.RoleRootPort: "pcieport", profile.RoleSwitchUp: "pcieport", profile.RoleSwitchDown: "pcieport",
+	profile.RoleGPU: "nvidia", profile.RoleNVSwitch: "nvidia", profile.RoleNIC: "mlx5_core",
+}
+
+// File is one entry of the rendered tree, relative to the sysfs root: a
+// file with its content, or a symlink. Directories are implied.
+type File struct {
+	Path string
+	Data []byte
+	Link string // symlink target, relative as the kernel's are
+}
+
+// Mode is what the kernel's attribute files read as from user space.
+const Mode = 0o444
+
+// Files lists the node's PCI tree as the kernel lays it out in /sys:
+// devices/pciDDDD:BB/..., bus/pci/{devices,drivers} and
+// kernel/iommu_groups.
+func Files(n *profile.Node) []File {
+	r := &renderer{n: n, alloc: allocator{next32: mmio32Base, next64: mmio64Base}, cpus: 1}
+	for _, root := range n.PCIe.Roots {
+		if l := root.CPUs.Last(); l+1 > r.cpus {
+			r.cpus = l + 1
+		}
+	}
+	for _, d := range []string{"pcieport", "nvidia", "mlx5_core"} {
+		r.file("bus/pci/drivers/"+d+"/bind", "")
+		r.file("bus/pci/drivers/"+d+"/unbind", "")
+	}
+	r.file("bus/pci/drivers_autoprobe", "1\n")
+	for _, root := range n.PCIe.Roots {
+		r.root(root)
+	}
+	return r.out
+}
+
+// Render writes the node's Files into dir, which must not exist yet.
+func Render(n *profile.Node, dir string) error { return Write(Files(n), dir) }
+
+type renderer struct {
+	n     *profile.Node
+	alloc allocator
+	cpus  int // CPUs the node's masks span
+	group int // next IOMMU group
+	out   []File
+}
+
+func (r *renderer) file(rel, content string) {
+	r.out = append(r.out, File{Path: rel, Data: []byte(content)})
+}
+
+// link makes rel a relative link to target, both relative to the tree.
+func (r *renderer) link(rel, target string) {
+	to, _ := filepath.Rel(filepath.Dir(rel), target) // both relative: never fails
+	r.out = append(r.out, File{Path: rel, Link: to})
+}
+
+// RootName is the sysfs directory of a host bridge: "pci0000:4d".
+func RootName(root *profile.PCIRoot) string {
+	return fmt.Sprintf("pci%04x:%02x", root.Domain, root.Bus)
+}
+
+func (r *renderer) root(root *profile.PCIRoot) {
+	dir := "devices/" + RootName(root)
+	bus := fmt.Sprintf("%04x:%02x", root.Domain, root.Bus)
+	r.file(dir+"/uevent", "")
+	r.file(dir+"/pci_bus/"+bus+"/cpuaffinity", root.CPUs.Mask(r.cpus)+"\n")
+	r.file(dir+"/pci_bus/"+bus+"/cpulistaffinity", root.CPUs.List()+"\n")
+	for _, f := range root.Functions {
+		r.function(dir, f, root)
+	}
+}
+
+// function renders f under parentDir and everything behind it; its
+// resources are allocated depth first so that a bridge's window covers
+// exactly what is behind it.
+func (r *renderer) function(parentDir string, f *profile.PCIFunction, root *profile.PCIRoot) *resources {
+	bdf := f.Address.String()
+	dir := parentDir + "/" + bdf
+	res := &resources{}
+	if f.Role.IsBridge() {
+		r.alloc.next32, r.alloc.next64 = alignUp(r.alloc.next32, mib), alignUp(r.alloc.next64, mib)
+		s32, s64 := r.alloc.next32, r.alloc.next64
+		for _, c := range f.Children {
+			r.function(dir, c, root)
+		}
+		e32, e64 := alignUp(r.alloc.next32, mib), alignUp(r.alloc.next64, mib)
+		r.alloc.next32, r.alloc.next64 = e32, e64
+		res.window32 = window{s32, e32 - s32}
+		res.window64 = window{s64, e64 - s64}
+	} else {
+		res.bars = barsOf(f, r.n, &r.alloc)
+	}
+
+	l := linkOf(f)
+	multi := f.Address.Function != 0 || r.hasSibling(f, root)
+	r.out = append(r.out, File{Path: dir + "/config", Data: configSpace(f, res, l, multi)})
+	r.file(dir+"/resource", resourceFile(f, res))
+	r.file(dir+"/vendor", fmt.Sprintf("0x%04x\n", f.Vendor))
+	r.file(dir+"/device", fmt.Sprintf("0x%04x\n", f.Device))
+	r.file(dir+"/subsystem_vendor", fmt.Sprintf("0x%04x\n", f.SubsystemVendor))
+	r.file(dir+"/subsystem_device", fmt.Sprintf("0x%04x\n", f.SubDevice))
+	r.file(dir+"/class", fmt.Sprintf("0x%06x\n", f.Class))
+	r.file(dir+"/revision", fmt.Sprintf("0x%02x\n", f.Revision))
+	r.file(dir+"/numa_node", fmt.Sprintf("%d\n", f.NUMANode))
+	r.file(dir+"/local_cpus", root.CPUs.Mask(r.cpus)+"\n")
+	r.file(dir+"/local_cpulist", root.CPUs.List()+"\n")
+	r.file(dir+"/current_link_speed", linkSpeed(l.gen)+"\n")
+	r.file(dir+"/current_link_width", fmt.Sprintf("%d\n", l.width))
+	r.file(dir+"/max_link_speed", linkSpeed(l.maxGen)+"\n")
+	r.file(dir+"/max_link_width", fmt.Sprintf("%d\n", l.maxWidth))
+	drv := drivers[f.Role]
+	alias := modalias(f)
+	r.file(dir+"/modalias", alias+"\n")
+	// lspci -v reads it; MSI-capable functions show a vector the kernel gave.
+	r.file(dir+"/irq", fmt.Sprintf("%d\n", 64+r.group))
+	r.file(dir+"/uevent", fmt.Sprintf("DRIVER=%s\nPCI_CLASS=%X\nPCI_ID=%04X:%04X\nPCI_SUBSYS_ID=%04X:%04X\nPCI_SLOT_NAME=%s\nMODALIAS=%s\n",
+		drv, f.Class, f.Vendor, f.Device, f.SubsystemVendor, f.SubDevice, bdf, alias))
+	if f.Role.IsBridge() {
+		r.file(dir+"/secondary_bus_number", fmt.Sprintf("%d\n", f.Secondary))
+		r.file(dir+"/subordinate_bus_number", fmt.Sprintf("%d\n", f.Subordinate))
+	}
+	r.link(dir+"/subsystem", "bus/pci")
+	r.link("bus/pci/devices/"+bdf, dir)
+	r.link(dir+"/driver", "bus/pci/drivers/"+drv)
+	r.link("bus/pci/drivers/"+drv+"/"+bdf, dir)
+	group := fmt.Sprintf("kernel/iommu_groups/%d", r.group)
+	r.group++
+	r.link(group+"/devices/"+bdf, dir)
+	r.link(dir+"/iommu_group", group)
+	return res
+}
+
+// hasSibling says whether another function shares f's device number,
+// which makes function 0 a multi-function device.
+func (r *renderer) hasSibling(f *profile.PCIFunction, root *profile.PCIRoot) bool {
+	sibs := root.Functions
+	if f.Parent != nil {
+		sibs = f.Parent.Children
+	}
+	for _, s := range sibs {
+		if s != f && s.Address.Bus == f.Address.Bus && s.Address.Device == f.Address.Device {
+			return true
+		}
+	}
+	return false
+}
+
+func modalias(f *profile.PCIFunction) string {
+	return fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X",
+		f.Vendor, f.Device, f.SubsystemVendor, f.SubDevice, f.Class>>16, f.Class>>8&0xff, f.Class&0xff)
+}
+
+// link is a function's PCIe link: the most it can do, and what it trained
+// to with the other end.
+type link struct{ gen, width, maxGen, maxWidth uint32 }
+
+// linkOf: an upstream-facing function (endpoint, switch upstream port)
+// trains with the port above it; a downstream-facing port shows the link
+// of what is below it.
+func linkOf(f *profile.PCIFunction) link {
+	l := link{gen: f.LinkGen, width: f.LinkWidth, maxGen: f.MaxLinkGen, maxWidth: f.MaxLinkWidth}
+	if l.gen == 0 {
+		l.gen = l.maxGen
+	}
+	if l.width == 0 {
+		l.width = l.maxWidth
+	}
+	switch f.Role {
+	case profile.RoleRootPort, profile.RoleSwitchDown:
+		if len(f.Children) > 0 {
+			c := linkOf(f.Children[0])
+			l.gen, l.width = min(c.gen, l.maxGen), min(c.width, l.maxWidth)
+		}
+	default:
+		if p := f.Parent; p != nil {
+			l.gen, l.width = min(l.gen, p.MaxLinkGen), min(l.width, p.MaxLinkWidth)
+		}
+	}
+	return l
+}
+
+var speeds = []string{"", "2.5 GT/s", "5.0 GT/s", "8.0 GT/s", "16.0 GT/s", "32.0 GT/s", "64.0 GT/s"}
+
+func linkSpeed(gen uint32) string {
+	if int(gen) >= len(speeds) || gen == 0 {
+		return "Unknown"
+	}
+	return speeds[gen] + " PCIe"
+}
+
+// Devices lists the rendered functions' addresses, in tree order.
+func Devices(n *profile.Node) []string {
+	var out []string
+	var walk func(fs []*profile.PCIFunction)
+	walk = func(fs []*profile.PCIFunction) {
+		for _, f := range fs {
+			out = append(out, f.Address.String())
+			walk(f.Children)
+		}
+	}
+	for _, root := range n.PCIe.Roots {
+		walk(root.Functions)
+	}
+	return out
+}
+
+// Roots lists the host bridges' directory names.
+func Roots(n *profile.Node) []string {
+	out := make([]string, len(n.PCIe.Roots))
+	for i, root := range n.PCIe.Roots {
+		out[i] = RootName(root)
+	}
+	return out
+}
+
+// Hash is 16 hex digits of a digest of files: paths, links and contents.
+func Hash(files []File) string {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", f.Path, f.Link, len(f.Data))
+		h.Write(f.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}

@@ -1,0 +1,33 @@
+package pcisim
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/nvmock/nvmock/profile"
+)
+
+func builtinNode(t testing.TB, name string, gpus int) *profile.Node {
+	t.Helper()
+	p, err := profile.Builtin(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpus > 0 {
+		p.GPUs = gpus
+	}
+	n, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func render(t testing.TB, name string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "sys")
+	if err := Render(builtinNode(t, name, 0), dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

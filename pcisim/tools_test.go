@@ -1,0 +1,205 @@
+package pcisim
+
+import (
+	"encoding/xml"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// walk calls fn on every function of the tree.
+func walk(n *profile.Node, fn func(f *profile.PCIFunction)) {
+	var rec func(fs []*profile.PCIFunction)
+	rec = func(fs []*profile.PCIFunction) {
+		for _, f := range fs {
+			fn(f)
+			rec(f.Children)
+		}
+	}
+	for _, r := range n.PCIe.Roots {
+		rec(r.Functions)
+	}
+}
+
+// lspciPath is the bridge path lspci -PP prints for a function: every
+// bridge above it, which lspci finds from the bridges' bus numbers in
+// their config space, not from the directories.
+func lspciPath(f *profile.PCIFunction) string {
+	var parts []string
+	for p := f; p != nil; p = p.Parent {
+		a := p.Address
+		parts = append([]string{fmt.Sprintf("%02x:%02x.%x", a.Bus, a.Device, a.Function)}, parts...)
+	}
+	return fmt.Sprintf("%04x:", f.Address.Domain) + strings.Join(parts, "/")
+}
+
+var gtPerGen = map[uint32]string{1: "2.5GT/s", 2: "5GT/s", 3: "8GT/s", 4: "16GT/s", 5: "32GT/s", 6: "64GT/s"}
+
+// Debian's lspci reads every built-in board's tree as the profile lays it
+// out: each function at its place behind its bridges, named from pci.ids
+// (no "Device xxxx" for a GPU, NVSwitch or NIC), with its NUMA node, driver
+// and link.
+func TestLspciReadsEveryBoardsTree(t *testing.T) {
+	lspci := testenv.Tool(t, "lspci")
+	for _, name := range profile.Builtins() {
+		t.Run(name, func(t *testing.T) {
+			n := builtinNode(t, name, 0)
+			dir := render(t, name)
+			// Output only: lspci warns on stderr that this machine has no kernel modules.
+			out, err := exec.Command(lspci, "-O", "sysfs.path="+dir+"/bus/pci", "-D", "-PP", "-vvv", "-nn").Output()
+			if err != nil {
+				t.Fatalf("lspci: %v\n%s", err, out)
+			}
+			blocks := map[string]string{} // path -> its block
+			for _, b := range strings.Split(string(out), "\n\n") {
+				if head, _, ok := strings.Cut(b, " "); ok {
+					blocks[strings.TrimSpace(head)] = b
+				}
+			}
+			count := 0
+			walk(n, func(f *profile.PCIFunction) {
+				count++
+				b, ok := blocks[lspciPath(f)]
+				if !ok {
+					t.Errorf("lspci shows no %s (a %s) at %s", f.Address, f.Role, lspciPath(f))
+					return
+				}
+				ids := fmt.Sprintf("[%04x:%04x]", f.Vendor, f.Device)
+				if !strings.Contains(b, ids) {
+					t.Errorf("%s: no %s in\n%s", f.Address, ids, b)
+				}
+				if f.Role == profile.RoleGPU || f.Role == profile.RoleNIC || f.Role == profile.RoleNVSwitch {
+					if regexp.MustCompile(`: (NVIDIA Corporation|Mellanox Technologies) Device [0-9a-f]{4} \[`).MatchString(strings.SplitN(b, "\n", 2)[0]) {
+						t.Errorf("%s: pci.ids does not name it: %s", f.Address, strings.SplitN(b, "\n", 2)[0])
+					}
+					if want := "Kernel driver in use: " + drivers[f.Role]; !strings.Contains(b, want) {
+						t.Errorf("%s: no %q", f.Address, want)
+					}
+				}
+				if want := fmt.Sprintf("NUMA node: %d", f.NUMANode); f.NUMANode >= 0 && !strings.Contains(b, want) {
+					t.Errorf("%s: no %q in\n%s", f.Address, want, b)
+				}
+				l := linkOf(f)
+				want := fmt.Sprintf("LnkSta:\tSpeed %s", gtPerGen[l.gen])
+				if !strings.Contains(b, want) || !strings.Contains(b, fmt.Sprintf("Width x%d", l.width)) {
+					t.Errorf("%s: link gen %d x%d not shown as %q:\n%s", f.Address, l.gen, l.width, want, b)
+				}
+			})
+			if len(blocks) != count {
+				t.Errorf("lspci lists %d functions, the tree has %d", len(blocks), count)
+			}
+		})
+	}
+}
+
+// A GPU's link as the board reports it through NVML is what lspci decodes
+// from its config space: the board's PCIe generation and width.
+func TestGPULinkIsTheBoards(t *testing.T) {
+	n := builtinNode(t, "h100", 0)
+	for _, g := range n.GPUs {
+		l := linkOf(g.Function)
+		pci := g.Board.PCI
+		if l.gen != pci.LinkGen || l.width != pci.LinkWidth || l.maxGen != pci.GPUMaxLinkGen || l.maxWidth != pci.MaxLinkWidth {
+			t.Errorf("GPU %d: link gen %d x%d (max gen %d x%d); the board: gen %d x%d (max gen %d x%d)", g.Index,
+				l.gen, l.width, l.maxGen, l.maxWidth, pci.LinkGen, pci.LinkWidth, pci.GPUMaxLinkGen, pci.MaxLinkWidth)
+		}
+	}
+}
+
+// hwloc's object tree, as lstopo --of xml writes it: the parts read here.
+type hwlocObj struct {
+	Type      string     `xml:"type,attr"`
+	BusID     string     `xml:"pci_busid,attr"`
+	BridgePCI string     `xml:"bridge_pci,attr"`
+	LinkSpeed string     `xml:"pci_link_speed,attr"`
+	Children  []hwlocObj `xml:"object"`
+}
+
+// Debian's hwloc, given the rendered tree as its file system root, finds
+// every GPU and NIC behind the host bridge the profile puts it under, with
+// its link speed from the config space.
+func TestLstopoPlacesEveryGPUAndNICUnderItsHostBridge(t *testing.T) {
+	lstopo := testenv.Tool(t, "lstopo-no-graphics")
+	for _, name := range profile.Builtins() {
+		t.Run(name, func(t *testing.T) {
+			n := builtinNode(t, name, 0)
+			root := filepath.Join(t.TempDir(), "root")
+			if err := os.MkdirAll(root, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// The layout hostprep gives its sysfs root.
+			sys := filepath.Join(root, "sys")
+			if err := Render(n, sys); err != nil {
+				t.Fatal(err)
+			}
+			for link, to := range map[string]string{"proc": "/proc", "sys/devices/system": "/sys/devices/system"} {
+				if err := os.Symlink(to, filepath.Join(root, link)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command(lstopo, "--whole-io", "--of", "xml", "-")
+			cmd.Env = append(os.Environ(), "HWLOC_FSROOT="+root)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("lstopo: %v", err)
+			}
+			var top hwlocObj
+			if err := xml.Unmarshal(out, &top); err != nil {
+				t.Fatal(err)
+			}
+			// Each endpoint, with the host bridge it sits under.
+			under := map[string]string{}
+			speed := map[string]string{}
+			var rec func(o hwlocObj, bridge string)
+			rec = func(o hwlocObj, bridge string) {
+				if o.Type == "Bridge" && bridge == "" {
+					bridge = o.BridgePCI
+				}
+				if o.Type == "PCIDev" {
+					under[o.BusID], speed[o.BusID] = bridge, o.LinkSpeed
+				}
+				for _, c := range o.Children {
+					rec(c, bridge)
+				}
+			}
+			rec(top, "")
+			for _, r := range n.PCIe.Roots {
+				var fns []*profile.PCIFunction
+				var collect func(fs []*profile.PCIFunction)
+				collect = func(fs []*profile.PCIFunction) {
+					for _, f := range fs {
+						if !f.Role.IsBridge() {
+							fns = append(fns, f)
+						}
+						collect(f.Children)
+					}
+				}
+				collect(r.Functions)
+				for _, f := range fns {
+					id := f.Address.String()
+					hb, ok := under[id]
+					if !ok {
+						t.Errorf("lstopo has no %s (%s)", id, f.Role)
+						continue
+					}
+					// A host bridge covers its root bus up to the last bus behind it.
+					if !strings.HasPrefix(hb, fmt.Sprintf("%04x:[%02x-", r.Domain, r.Bus)) {
+						t.Errorf("lstopo puts %s under host bridge %s, the profile under pci%04x:%02x", id, hb, r.Domain, r.Bus)
+					}
+					l := linkOf(f)
+					if s, _ := strconv.ParseFloat(speed[id], 64); s <= 0 && l.gen > 0 {
+						t.Errorf("%s: lstopo reads no link speed (gen %d x%d)", id, l.gen, l.width)
+					}
+				}
+			}
+		})
+	}
+}
