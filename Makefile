@@ -65,11 +65,12 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	ln -sf $(@F) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
-deps: ## install missing Debian packages; fetch nvidia-smi, pynvml and NVIDIA's tools into .cache
+deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, NVIDIA's tools and nfd-worker into .cache
 	hack/install-deps.sh
 	hack/fetch-nvidia-smi.sh $(CACHE)
 	hack/fetch-pynvml.sh $(CACHE)
 	hack/fetch-nvidia-tools.sh $(CACHE)
+	hack/fetch-nfd.sh $(CACHE)
 
 k8s-tools: ## build Kubernetes v1.37 (etcd, control plane, kubelet, kubectl, CNI) and NVIDIA's DRA driver with its image into .cache (once per version; 30 min cold, minutes with a warm Go cache)
 	hack/k8s-node.sh build

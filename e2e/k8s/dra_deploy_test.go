@@ -92,6 +92,10 @@ func draDeploy(t *testing.T, c *cluster) *draEnv {
 		t.Logf("the overlay has no %s: the compute-domain plugin cannot start; installing without compute domains (docs/dra.md)", c.draProcDevices())
 	}
 
+	// Its namespace opts in, so that the plugin's runtime hook shows its
+	// containers the node's PCI tree, where the kubelet plugin reads each
+	// GPU's PCIe root (values: no GPU edits otherwise).
+	c.ensureNamespace(t, draNS, map[string]string{injectKey: injectValue})
 	ctx := ctxT(t, 5*time.Minute)
 	start := time.Now()
 	if err := c.draInstall(ctx, chartDir, d.values()); err != nil {
@@ -112,6 +116,9 @@ func draDeploy(t *testing.T, c *cluster) *draEnv {
 	return d
 }
 
+// voidEnv asks for no GPU edits in a container of an opted-in namespace.
+var voidEnv = []any{map[string]any{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}}
+
 // values are the chart's values for this node.
 func (d *draEnv) values() map[string]any {
 	c := d.c
@@ -122,10 +129,19 @@ func (d *draEnv) values() map[string]any {
 		// and its parent at /driver-root-parent (the init container).
 		"nvidiaDriverRoot": c.draDriverRoot(),
 		// DRA plugins follow the kubelet's root dir (hack/k8s-node.sh).
+		// In the opted-in namespace the plugins take no GPU edits (void: they
+		// reach the driver root themselves), only the node's PCI tree; the
+		// init container gets the driver alone, the controller nothing.
 		"kubeletPlugin": map[string]any{
 			"kubeletRegistrarDirectoryPath": filepath.Join(kubelet, "plugins_registry"),
 			"kubeletPluginsDirectoryPath":   filepath.Join(kubelet, "plugins"),
+			"podAnnotations":                map[string]any{"nvmock.io/gpus": "none"},
+			"containers": map[string]any{
+				"gpus":           map[string]any{"env": voidEnv},
+				"computeDomains": map[string]any{"env": voidEnv},
+			},
 		},
+		"controller": map[string]any{"podAnnotations": map[string]any{"nvmock.io/inject": "false"}},
 		// GPUs through DRA beside NVIDIA's device plugin (which other tests
 		// install): the chart refuses unless told; the tests never ask both
 		// for the same GPU.

@@ -32,6 +32,11 @@ func Expose(sys, tree string) error {
 	if err != nil {
 		return err
 	}
+	// Nothing mounted below may reach another namespace, whatever the
+	// caller's propagation.
+	if err := unix.Mount("", sys, "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make %s private: %w", sys, err)
+	}
 	devices := filepath.Join(sys, "devices")
 	if err := cover(devices, roots, func() error {
 		for _, r := range roots {

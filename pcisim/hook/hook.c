@@ -13,7 +13,8 @@
  *
  * createContainer hooks run in the container's mount namespace before
  * pivot_root, so the root file system is still at its host path: the
- * bundle's config.json root.path.
+ * bundle's config.json root.path. runc runs the hook in it, which spares
+ * waiting for the state on stdin (rootfs_from_cwd).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -144,29 +145,77 @@ static void bind_ro(const char *src, const char *dst)
 
 static int is_root_name(const char *name) { return strncmp(name, "pci", 3) == 0; }
 
+/* read_rootfs reads the bundle's config.json for root.path, which may be
+ * relative to the bundle, into rootfs (PATH_MAX). */
+static int read_rootfs(const char *bundle, char *rootfs)
+{
+	char path[PATH_MAX], rel[PATH_MAX];
+	pathf(path, "%s/config.json", bundle);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	char *config = slurp(fd, path);
+	close(fd);
+	const char *root = strstr(config, "\"root\"");
+	int r = root ? json_string(root, "path", rel, sizeof rel) : -1;
+	if (r == 0) {
+		if (rel[0] == '/')
+			pathf(rootfs, "%s", rel);
+		else
+			pathf(rootfs, "%s/%s", bundle, rel);
+	}
+	free(config);
+	return r;
+}
+
+/*
+ * rootfs_from_cwd finds the root file system without waiting for the state
+ * on stdin, which runc writes only after starting the hook (1-9 ms later on
+ * the development machine, most of the hook's cost): runc runs
+ * createContainer hooks in the root file system, whose parent is the
+ * bundle. Used only when the bundle's config.json confirms it; otherwise
+ * the state decides.
+ */
+static int rootfs_from_cwd(char *rootfs)
+{
+	char cwd[PATH_MAX], bundle[PATH_MAX], want[PATH_MAX];
+	if (!getcwd(cwd, sizeof cwd) || strcmp(cwd, "/") == 0)
+		return 0;
+	pathf(bundle, "%s", cwd);
+	char *slash = strrchr(bundle, '/');
+	if (!slash || slash == bundle)
+		return 0;
+	*slash = 0;
+	if (read_rootfs(bundle, want) < 0)
+		return 0;
+	struct stat a, b;
+	if (stat(want, &a) < 0 || stat(cwd, &b) < 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+		return 0;
+	pathf(rootfs, "%s", cwd);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 || strcmp(argv[1], "pcisim") != 0)
 		die("usage: nvmock-hook pcisim TREE (an OCI createContainer hook)");
 	const char *tree = argv[2];
 
-	char *state = slurp(0, "container state on stdin");
-	char bundle[PATH_MAX], rel[PATH_MAX], rootfs[PATH_MAX], path[PATH_MAX];
-	if (json_string(state, "bundle", bundle, sizeof bundle) < 0)
-		die("no container state with a bundle on stdin; run it as an OCI createContainer hook");
-	pathf(path, "%s/config.json", bundle);
-	int cfd = open(path, O_RDONLY | O_CLOEXEC);
-	if (cfd < 0)
-		die("%s: %s", path, strerror(errno));
-	char *config = slurp(cfd, path);
-	close(cfd);
-	const char *root = strstr(config, "\"root\"");
-	if (!root || json_string(root, "path", rel, sizeof rel) < 0)
-		die("%s: no root.path", path);
-	if (rel[0] == '/')
-		pathf(rootfs, "%s", rel);
-	else
-		pathf(rootfs, "%s/%s", bundle, rel);
+	char bundle[PATH_MAX], rootfs[PATH_MAX], path[PATH_MAX];
+	if (!rootfs_from_cwd(rootfs)) {
+		char *state = slurp(0, "container state on stdin");
+		if (json_string(state, "bundle", bundle, sizeof bundle) < 0)
+			die("no container state with a bundle on stdin; run it as an OCI createContainer hook");
+		if (read_rootfs(bundle, rootfs) < 0)
+			die("%s/config.json: no root.path", bundle);
+	}
+
+	/* Nothing mounted below may reach the host: a container with
+	 * Bidirectional mounts has a shared root, and its /sys may even be the
+	 * host's (a hostPath). */
+	pathf(path, "%s/sys", rootfs);
+	if (mount(NULL, path, NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		die("make %s private: %s", path, strerror(errno));
 
 	/* The tree's host bridges. */
 	char *roots[MAX_ROOTS];

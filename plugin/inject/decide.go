@@ -42,7 +42,10 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 		}
 	}
 	if count == 0 && !driver {
-		return Adjustment{}, false, nil // void, or nothing asked for: nothing GPU-related at all
+		// void, or nothing asked for: nothing GPU-related at all, but the
+		// node's PCI tree still, which a real node shows every container.
+		hooks := pciHooks(&node)
+		return Adjustment{Hooks: hooks}, hooks != nil, nil
 	}
 	if byNvidiaRuntime(&cfg, &pod, &ctr) {
 		return deferred(&node, &ctr, sel, count), true, nil
@@ -329,9 +332,10 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) 
 }
 
 // pciHooks show the node's PCI tree in the container's /sys, as a real
-// node shows every container all its PCI devices: to every container the
-// plugin edits, the driver-alone ones included (a DRA driver reads the
-// GPUs' PCIe roots there). Not an Extension: those pair devices with GPUs.
+// node shows every container all its PCI devices: to every container of an
+// opted-in namespace, given GPUs, the driver alone or nothing (void: a DRA
+// driver, which reads the GPUs' PCIe roots there). Not an Extension: those
+// pair devices with GPUs.
 func pciHooks(node *NodeState) []Hook {
 	if node.Hook == "" || node.Sys == "" {
 		return nil

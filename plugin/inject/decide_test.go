@@ -743,10 +743,10 @@ func TestDecideLeavesGPUsToNvidiasRuntime(t *testing.T) {
 	}
 }
 
-// The node's PCI tree goes to every container the plugin edits, through
+// The node's PCI tree goes to every container of an opted-in namespace, through
 // the overlay's runtime hook; an overlay without one (installed before
 // pcisim) gives none, and a container left alone gets nothing.
-func TestDecideShowsThePCITreeToEveryContainerItEdits(t *testing.T) {
+func TestDecideShowsThePCITreeToEveryContainerOfAnOptedInNamespace(t *testing.T) {
 	node := testNode(8, false)
 	node.Sys = "/var/lib/nvmock/overlays/0123456789abcdef/sysfs/sys"
 	node.Hook = "/var/lib/nvmock/overlays/0123456789abcdef/bin/nvmock-hook"
@@ -763,6 +763,7 @@ func TestDecideShowsThePCITreeToEveryContainerItEdits(t *testing.T) {
 		{"a container given GPUs", node, pod("ml", GPUsAnnotation, "2"), ctr, want},
 		{"a container given the driver alone (a DRA driver)", node, pod("ml", GPUsAnnotation, "none"), ctr, want},
 		{"a container whose GPUs NVIDIA's runtime gives", node, nvidia, withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1"), want},
+		{"a container asking for no GPUs at all (void)", node, pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), want},
 		{"an overlay without the tree", testNode(8, false), pod("ml", GPUsAnnotation, "2"), ctr, nil},
 		{"a namespace that did not opt in", node, pod("other"), ctr, nil},
 	} {

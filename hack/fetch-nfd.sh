@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build node-feature-discovery's nfd-worker from the Go module proxy into a
+# cache dir, static (CGO_ENABLED=0) as its image ships it, for the test that
+# it labels a mock node from the PCI tree alone (pcisim), with no feature file.
+# Usage: hack/fetch-nfd.sh [CACHE_DIR]   (default: <repo>/.cache)
+# Result: CACHE_DIR/bin/nfd-worker. Idempotent: a binary that answers
+# -version is kept.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+NFD_MODULE=sigs.k8s.io/node-feature-discovery
+NFD_VERSION=v0.18.2
+
+log() { echo "fetch-nfd: $*" >&2; }
+die() { echo "fetch-nfd: error: $*" >&2; exit 1; }
+
+mkdir -p "${1:-$here/../.cache}"
+cache=$(cd "${1:-$here/../.cache}" && pwd)
+bin=$cache/bin
+mkdir -p "$bin"
+command -v go >/dev/null || die "go not found in PATH"
+
+if [ -x "$bin/nfd-worker" ] && "$bin/nfd-worker" -version >/dev/null 2>&1; then
+  log "already present: $bin/nfd-worker"
+  exit 0
+fi
+
+# `go install ...@version` fails: the proxy answers 403 for the module's
+# @v/list. Downloading the exact version works, so build from a copy.
+log "downloading $NFD_MODULE@$NFD_VERSION"
+json=$(env -C / GOWORK=off go mod download -json "$NFD_MODULE@$NFD_VERSION" 2>&1) ||
+  die "go mod download $NFD_MODULE@$NFD_VERSION: $(echo "$json" | tail -n 1)"
+moddir=$(echo "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+[ -d "$moddir" ] || die "go mod download $NFD_MODULE@$NFD_VERSION gave no module dir"
+# Its go.mod replaces the api/nfd module with ./api/nfd, which the module's
+# zip leaves out: that module, at the same version, goes there.
+apijson=$(env -C / GOWORK=off go mod download -json "$NFD_MODULE/api/nfd@$NFD_VERSION" 2>&1) ||
+  die "go mod download $NFD_MODULE/api/nfd@$NFD_VERSION: $(echo "$apijson" | tail -n 1)"
+apidir=$(echo "$apijson" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+[ -d "$apidir" ] || die "go mod download $NFD_MODULE/api/nfd@$NFD_VERSION gave no module dir"
+src=$cache/src/node-feature-discovery@$NFD_VERSION
+if [ ! -f "$src/go.mod" ] || [ ! -f "$src/api/nfd/go.mod" ]; then
+  rm -rf "$src.tmp" "$src"
+  mkdir -p "$cache/src"
+  cp -r "$moddir" "$src.tmp"
+  chmod -R u+w "$src.tmp"
+  mkdir -p "$src.tmp/api"
+  cp -r "$apidir" "$src.tmp/api/nfd"
+  chmod -R u+w "$src.tmp/api/nfd"
+  mv "$src.tmp" "$src"
+fi
+log "building nfd-worker $NFD_VERSION (a few minutes the first time)"
+logf=$cache/nfd-worker.build.log
+if ! env -C "$src" GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 \
+    go build -ldflags "-X $NFD_MODULE/pkg/version.version=$NFD_VERSION" -o "$bin/nfd-worker.tmp" ./cmd/nfd-worker >"$logf" 2>&1; then
+  die "go build nfd-worker failed: $(grep -v '^[[:space:]]*$' "$logf" | tail -n 1) (full log: $logf)"
+fi
+mv "$bin/nfd-worker.tmp" "$bin/nfd-worker"
+"$bin/nfd-worker" -version >/dev/null 2>&1 || die "$bin/nfd-worker was built but does not answer -version"
+log "done: $bin/nfd-worker"
