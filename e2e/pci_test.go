@@ -18,16 +18,7 @@ import (
 // nodeTree is the PCI tree of the e2e node's profile, as pcisim renders it.
 func (n *node) nodeTree(t *testing.T) *profile.Node {
 	t.Helper()
-	p, err := profile.Builtin(n.env["PROFILE"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.GPUs = len(n.gpus)
-	nd, err := p.Node()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nd
+	return testenv.Node(t, n.env["PROFILE"], len(n.gpus))
 }
 
 // A container given GPUs sees the node's PCI tree in /sys, set up by the

@@ -4,23 +4,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/profile"
 )
 
 func builtinNode(t testing.TB, name string, gpus int) *profile.Node {
 	t.Helper()
-	p, err := profile.Builtin(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gpus > 0 {
-		p.GPUs = gpus
-	}
-	n, err := p.Node()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return testenv.Node(t, name, gpus)
 }
 
 func render(t testing.TB, name string) string {

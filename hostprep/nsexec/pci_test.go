@@ -59,14 +59,7 @@ func TestTheNamespaceShowsTheProfilesPCITree(t *testing.T) {
 	needRoot(t)
 	testenv.Tool(t, "lspci")
 	probe := pciProbe(t)
-	p, err := profile.Builtin("h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := p.Node()
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := testenv.Node(t, "h100", 0)
 	functions := len(pcisim.Devices(n))
 	before := hostState(t)
 	for _, userns := range []bool{false, true} {

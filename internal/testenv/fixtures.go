@@ -21,6 +21,16 @@ func Profile(t testing.TB, name string, gpus int) *profile.Profile {
 	return p
 }
 
+// Node is a built-in profile with gpus GPUs resolved into the node model.
+func Node(t testing.TB, name string, gpus int) *profile.Node {
+	t.Helper()
+	n, err := Profile(t, name, gpus).Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // FakeDriverAssets is a driver tree with a stand-in library and nvidia-smi
 // (a script, which hostprep copies without checking its RPATH), for tests
 // that render overlays but run nothing from them.
