@@ -214,6 +214,8 @@ func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
 			"profile x.yaml:14: pcie.rootComplexes[0].ports[0].device: 0000:53:00.0 is in PCI domain 0000, its root complex 0001:4d in 0001"},
 		{"a GPU below its root bus", head + ids + "  rootComplexes:\n    - bus: \"0000:60\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:12: pcie.rootComplexes[0]: ports[0]: 0000:53:00.0: bus 53 is taken; firmware numbers depth first, so this endpoint needs a bus above 60"},
+		{"a switch without ports", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n        - switch: []\n",
+			"profile x.yaml:15: pcie.rootComplexes[0].ports[1]: leads nowhere: give a device, or a switch with its downstream ports"},
 		{"a NIC function without function 0", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:50:00.1\", vendor: \"0x15b3\", device: \"0x1021\", class: \"0x020700\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:10: pcie.nics[0].bdf: NIC function 0000:50:00.1 needs function 0 of its device among pcie.nics"},
 	} {

@@ -58,6 +58,7 @@ type probed struct {
 func TestTheNamespaceShowsTheProfilesPCITree(t *testing.T) {
 	needRoot(t)
 	testenv.Tool(t, "lspci")
+	testenv.Tool(t, "lstopo-no-graphics")
 	probe := pciProbe(t)
 	n := testenv.Node(t, "h100", 0)
 	functions := len(pcisim.Devices(n))
@@ -69,13 +70,14 @@ lspci -D -d 10de::0302 2>/dev/null; echo --
 lspci 2>/dev/null | grep -c Virtio; echo --
 busybox ls /sys/bus/pci/devices | busybox wc -l; echo --
 busybox cat /sys/devices/system/cpu/online; echo --
+lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'; echo --
 ` + probe
 			r := run(t, "h100", 0, userns, "sh", "-c", script)
 			if r.err != nil || r.status != 0 {
 				t.Fatalf("status %d, %v\nstdout %s\nstderr %s", r.status, r.err, r.stdout, r.stderr)
 			}
 			parts := strings.Split(r.stdout, "--\n")
-			if len(parts) != 6 {
+			if len(parts) != 7 {
 				t.Fatalf("unexpected output:\n%s", r.stdout)
 			}
 			var want []string
@@ -107,9 +109,12 @@ busybox cat /sys/devices/system/cpu/online; echo --
 			if host, _ := os.ReadFile("/sys/devices/system/cpu/online"); strings.TrimSpace(parts[4]) != strings.TrimSpace(string(host)) {
 				t.Errorf("/sys/devices/system/cpu/online reads %q in the namespace, %q on the host", parts[4], host)
 			}
+			if got := strings.TrimSpace(parts[5]); got != fmt.Sprint(len(n.GPUs)) {
+				t.Errorf("lstopo shows %s 3D controllers, the profile has %d GPUs", got, len(n.GPUs))
+			}
 			var got probed
-			if err := json.Unmarshal([]byte(parts[5]), &got); err != nil {
-				t.Fatalf("pciprobe: %v\n%s", err, parts[5])
+			if err := json.Unmarshal([]byte(parts[6]), &got); err != nil {
+				t.Fatalf("pciprobe: %v\n%s", err, parts[6])
 			}
 			if got.NVPCIError != "" || got.GHWError != "" || len(got.GPUs) != len(n.GPUs) {
 				t.Fatalf("pciprobe: nvpci %q, ghw %q, %d GPUs", got.NVPCIError, got.GHWError, len(got.GPUs))
