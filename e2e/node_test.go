@@ -147,7 +147,7 @@ func (n *node) runPodWith(t testing.TB, ns string, annotations map[string]string
 // ctr says what container to make: an image of IMAGE_PREFIX, its command and
 // environment, and CDI devices asked for through CRI.
 type ctr struct {
-	image string // glibc, gonvml, busybox, static
+	image string // glibc, gonvml, busybox, static, musl, pciprobe
 	cmd   []string
 	env   map[string]string
 	cdi   []string

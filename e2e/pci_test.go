@@ -99,27 +99,30 @@ func TestStaticGoContainerReadsTheGPUsPCIeRoots(t *testing.T) {
 	}
 }
 
-// busybox (static, no glibc) lists the tree's devices; a container of a
-// namespace that did not opt in keeps the host's.
-func TestBusyboxSeesTheTreeAndAPlainContainerTheHosts(t *testing.T) {
+// busybox and a musl program (static, no glibc) run their own commands
+// and list the tree's devices; a container of a namespace that did not opt
+// in keeps the host's.
+func TestBusyboxAndMuslSeeTheTreeAndAPlainContainerTheHosts(t *testing.T) {
 	n := theNode
 	nd := n.nodeTree(t)
-	list := []string{"sh", "-c", "ls /sys/bus/pci/devices"}
-	r := n.run(t, n.runPod(t, optedIn, nil), ctr{image: "busybox", cmd: list})
-	if got, want := testenv.Lines(r.out), pcisim.Devices(nd); r.code != 0 || !sameSet(got, want) {
-		t.Errorf("opted-in busybox lists %v (exit %d), want the tree's %v", got, r.code, want)
-	}
 	host, err := os.ReadDir("/sys/bus/pci/devices")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
+	var hostDevs []string
 	for _, e := range host {
-		want = append(want, e.Name())
+		hostDevs = append(hostDevs, e.Name())
 	}
-	r = n.run(t, n.runPod(t, plain, nil), ctr{image: "busybox", cmd: list})
-	if got := testenv.Lines(r.out); r.code != 0 || !sameSet(got, want) {
-		t.Errorf("plain busybox lists %v (exit %d), want the host's %v", got, r.code, want)
+	for _, c := range []ctr{
+		{image: "busybox", cmd: []string{"sh", "-c", "ls /sys/bus/pci/devices"}},
+		{image: "musl"}, // its entrypoint lists them
+	} {
+		for ns, want := range map[string][]string{optedIn: pcisim.Devices(nd), plain: hostDevs} {
+			r := n.run(t, n.runPod(t, ns, nil), c)
+			if got := testenv.Lines(r.out); r.code != 0 || !sameSet(got, want) {
+				t.Errorf("%s in %s lists %v (exit %d), want %v", c.image, ns, got, r.code, want)
+			}
+		}
 	}
 }
 

@@ -36,6 +36,10 @@ build_images() {
 
   r=$img/rootfs-static && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/probe" "$r/probe"
   mkimage static '["/probe"]' "$r"
+  # musl: a static musl program listing the PCI devices /sys shows.
+  musl-gcc -static -O2 -Wall -Wextra -Werror -o "$img/muslprobe" "$repo/e2e/images/muslprobe/main.c"
+  r=$img/rootfs-musl && mkdir -p "$r"/{dev,proc,sys,etc} && cp "$img/muslprobe" "$r/muslprobe"
+  mkimage musl '["/muslprobe"]' "$r"
   # pciprobe: static Go with go-nvlib and ghw (which names devices from pci.ids).
   r=$img/rootfs-pciprobe && mkdir -p "$r"/{dev,proc,sys,etc,usr/share/misc} && cp "$img/pciprobe" "$r/pciprobe"
   cp /usr/share/misc/pci.ids "$r/usr/share/misc/pci.ids"

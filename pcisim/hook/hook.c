@@ -27,6 +27,8 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #define MAX_ROOTS 256
@@ -210,10 +212,14 @@ int main(int argc, char **argv)
 			die("%s/config.json: no root.path", bundle);
 	}
 
+	/* A container without sysfs sees no PCI devices on a real node either. */
+	pathf(path, "%s/sys", rootfs);
+	struct statfs sfs;
+	if (statfs(path, &sfs) < 0 || sfs.f_type != SYSFS_MAGIC)
+		return 0;
 	/* Nothing mounted below may reach the host: a container with
 	 * Bidirectional mounts has a shared root, and its /sys may even be the
 	 * host's (a hostPath). */
-	pathf(path, "%s/sys", rootfs);
 	if (mount(NULL, path, NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		die("make %s private: %s", path, strerror(errno));
 
