@@ -25,7 +25,7 @@ DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard profile/builtin/*.yaml)
 
-.PHONY: help build lib cli driver image test e2e bench lint demo generate deps k8s-tools clean
+.PHONY: help build lib cli driver image test e2e bench lint demo generate deps k8s-tools hwloc-nvml clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -72,6 +72,11 @@ deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, NVIDIA's too
 	hack/fetch-nvidia-tools.sh $(CACHE)
 	hack/fetch-nfd.sh $(CACHE)
 
+# lstopo with hwloc's NVML plugin, which Debian's hwloc lacks: built from
+# Debian's source against go-nvml's nvml.h and the built library's soname.
+hwloc-nvml: driver
+	hack/fetch-hwloc.sh $(CACHE) $(NVML_H_DIR) $(LIBDIR)
+
 k8s-tools: ## build Kubernetes v1.37 (etcd, control plane, kubelet, kubectl, CNI) and NVIDIA's DRA driver with its image into .cache (once per version; 30 min cold, minutes with a warm Go cache)
 	hack/k8s-node.sh build
 	hack/fetch-dra-driver.sh $(CACHE)
@@ -88,7 +93,7 @@ generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
 
 TEST_ENV = NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR)
 
-test: deps k8s-tools driver image ## run every test (Go, C, real nvidia-smi, go-nvml, pynvml; as root also the e2e suite on a real containerd)
+test: deps k8s-tools driver image hwloc-nvml ## run every test (Go, C, real nvidia-smi, go-nvml, pynvml; as root also the e2e suite on a real containerd)
 	$(TEST_ENV) hack/test.sh
 
 e2e: deps driver image ## the end-to-end suite alone: a real containerd with NRI and CDI, the plugin, real containers (root)

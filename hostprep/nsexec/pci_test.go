@@ -4,6 +4,7 @@ package nsexec
 
 import (
 	"encoding/json"
+	"encoding/xml"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,6 +31,9 @@ func pciProbe(t *testing.T) string {
 	}
 	return out
 }
+
+// gts is lspci's name of each PCIe generation's speed.
+var gts = map[uint32]string{1: "2.5GT/s", 2: "5GT/s", 3: "8GT/s", 4: "16GT/s", 5: "32GT/s", 6: "64GT/s"}
 
 type probed struct {
 	GPUs []struct {
@@ -71,13 +75,14 @@ lspci 2>/dev/null | grep -c Virtio; echo --
 busybox ls /sys/bus/pci/devices | busybox wc -l; echo --
 busybox cat /sys/devices/system/cpu/online; echo --
 lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'; echo --
+lspci -tv 2>/dev/null | grep -c 'NVIDIA Corporation GH100'; lspci -vvv -s 53:00.0 2>/dev/null | grep -E 'LnkCap:|LnkSta:|NUMA node:'; echo --
 ` + probe
 			r := run(t, "h100", 0, userns, "sh", "-c", script)
 			if r.err != nil || r.status != 0 {
 				t.Fatalf("status %d, %v\nstdout %s\nstderr %s", r.status, r.err, r.stdout, r.stderr)
 			}
 			parts := strings.Split(r.stdout, "--\n")
-			if len(parts) != 7 {
+			if len(parts) != 8 {
 				t.Fatalf("unexpected output:\n%s", r.stdout)
 			}
 			var want []string
@@ -112,9 +117,27 @@ lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'; echo --
 			if got := strings.TrimSpace(parts[5]); got != fmt.Sprint(len(n.GPUs)) {
 				t.Errorf("lstopo shows %s 3D controllers, the profile has %d GPUs", got, len(n.GPUs))
 			}
+			// lspci's tree and one GPU's capabilities, as the board's link gives them.
+			g0 := n.GPUs[0].Board.PCI
+			wantLspci := []string{fmt.Sprint(len(n.GPUs)), "NUMA node: 0",
+				fmt.Sprintf("LnkCap:\tPort #0, Speed %s, Width x%d", gts[g0.GPUMaxLinkGen], g0.MaxLinkWidth),
+				fmt.Sprintf("LnkSta:\tSpeed %s, Width x%d", gts[g0.LinkGen], g0.LinkWidth)}
+			got6 := testenv.Lines(parts[6])
+			for i := range got6 {
+				got6[i] = strings.TrimSpace(got6[i])
+			}
+			if len(got6) != len(wantLspci) {
+				t.Errorf("lspci -tv and -vvv -s 53:00.0 show %q, want %q", got6, wantLspci)
+			} else {
+				for i, w := range wantLspci {
+					if !strings.HasPrefix(got6[i], w) {
+						t.Errorf("lspci -tv and -vvv -s 53:00.0: %q, want %q...", got6[i], w)
+					}
+				}
+			}
 			var got probed
-			if err := json.Unmarshal([]byte(parts[6]), &got); err != nil {
-				t.Fatalf("pciprobe: %v\n%s", err, parts[6])
+			if err := json.Unmarshal([]byte(parts[7]), &got); err != nil {
+				t.Fatalf("pciprobe: %v\n%s", err, parts[7])
 			}
 			if got.NVPCIError != "" || got.GHWError != "" || len(got.GPUs) != len(n.GPUs) {
 				t.Fatalf("pciprobe: nvpci %q, ghw %q, %d GPUs", got.NVPCIError, got.GHWError, len(got.GPUs))
@@ -143,5 +166,60 @@ lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'; echo --
 	}
 	if after := hostState(t); after != before {
 		t.Errorf("the host changed:\n--- before\n%s\n--- after\n%s", before, after)
+	}
+}
+
+// hwlocObj is an object of lstopo's XML: the parts read here.
+type hwlocObj struct {
+	Type     string     `xml:"type,attr"`
+	Name     string     `xml:"name,attr"`
+	BusID    string     `xml:"pci_busid,attr"`
+	Children []hwlocObj `xml:"object"`
+}
+
+// hwloc with its NVML plugin (Debian's has none; hack/fetch-hwloc.sh builds
+// the same release with it) attaches each NVML GPU to the PCI device of
+// its bus id: NVML's nvmlN is the tree's GPU N, so the library's bus ids and
+// the rendered tree agree for a tool that reads both.
+func TestHwlocAttachesEachNVMLGPUToItsPCIDevice(t *testing.T) {
+	needRoot(t)
+	lstopo := filepath.Join(testenv.CacheDir(), "bin", "lstopo-nvml")
+	if _, err := os.Stat(lstopo); err != nil {
+		testenv.Missing(t, "%s (make test builds it: hack/fetch-hwloc.sh)", lstopo)
+	}
+	for _, board := range []string{"a100", "gb200"} {
+		t.Run(board, func(t *testing.T) {
+			n := testenv.Node(t, board, 0)
+			r := run(t, board, 0, false, lstopo, "--whole-io", "--of", "xml", "-")
+			if r.err != nil || r.status != 0 {
+				t.Fatalf("status %d, %v\n%s", r.status, r.err, r.stderr)
+			}
+			var top hwlocObj
+			if err := xml.Unmarshal([]byte(r.stdout), &top); err != nil {
+				t.Fatal(err)
+			}
+			under := map[string]string{} // nvmlN -> PCI bus id of its parent
+			var walk func(o hwlocObj, pci string)
+			walk = func(o hwlocObj, pci string) {
+				if o.Type == "PCIDev" {
+					pci = o.BusID
+				}
+				if o.Type == "OSDev" && strings.HasPrefix(o.Name, "nvml") {
+					under[o.Name] = pci
+				}
+				for _, c := range o.Children {
+					walk(c, pci)
+				}
+			}
+			walk(top, "")
+			if len(under) != len(n.GPUs) {
+				t.Errorf("hwloc shows %d NVML GPUs (%v), the profile has %d", len(under), under, len(n.GPUs))
+			}
+			for i, g := range n.GPUs {
+				if got := under[fmt.Sprintf("nvml%d", i)]; got != g.Address.String() {
+					t.Errorf("nvml%d is under PCI device %q, want GPU %d's %s", i, got, i, g.Address)
+				}
+			}
+		})
 	}
 }
