@@ -32,10 +32,12 @@ func TestGlibcContainerSeesTheNodesPCITree(t *testing.T) {
 	script := `nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader; echo --
 lspci -D -d 10de::0302 2>/dev/null; echo --
 lspci 2>/dev/null | grep -c Virtio; echo --
-lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'`
+lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'; echo --
+lspci -tv 2>/dev/null | grep -c 'NVIDIA Corporation.*\[.*\(SXM\|PCIe\|HBM\)'; echo --
+lspci -vvv -d 10de::0302 2>/dev/null | grep -c -e 'LnkSta:' -e 'NUMA node:' -e 'Kernel driver in use: nvidia'`
 	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}})
 	parts := strings.Split(r.out, "--\n")
-	if r.code != 0 || len(parts) != 4 {
+	if r.code != 0 || len(parts) != 6 {
 		t.Fatalf("exited %d:\n%s", r.code, r.out)
 	}
 	var want, smi, lspci []string
@@ -58,6 +60,13 @@ lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'`
 	}
 	if got := strings.TrimSpace(parts[3]); got != fmt.Sprint(len(want)) {
 		t.Errorf("lstopo shows %s 3D controllers, want %d", got, len(want))
+	}
+	// lspci -tv names every GPU in the tree; -vvv gives each its link, NUMA node and driver.
+	if got := strings.TrimSpace(parts[4]); got != fmt.Sprint(len(want)) {
+		t.Errorf("lspci -tv names %s GPUs, want %d", got, len(want))
+	}
+	if got := strings.TrimSpace(parts[5]); got != fmt.Sprint(3*len(want)) {
+		t.Errorf("lspci -vvv shows %s link, NUMA and driver lines for the GPUs, want %d", got, 3*len(want))
 	}
 }
 
