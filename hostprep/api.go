@@ -118,11 +118,13 @@ func gather(o Options) (*inputs, error) {
 	in.ids = snapshot.Identities(p, o.NodeName)
 	in.boards, _ = p.Boards() // validated above
 	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
-	node, err := p.Node()
-	if err != nil {
-		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+	if !o.NoPCI {
+		node, err := p.Node()
+		if err != nil {
+			return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+		}
+		in.pci = pcisim.Files(node)
 	}
-	in.pci = pcisim.Files(node)
 	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook)
 	return in, nil
 }

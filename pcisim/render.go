@@ -218,15 +218,6 @@ func Devices(n *profile.Node) []string {
 	return out
 }
 
-// Roots lists the host bridges' directory names.
-func Roots(n *profile.Node) []string {
-	out := make([]string, len(n.PCIe.Roots))
-	for i, root := range n.PCIe.Roots {
-		out[i] = RootName(root)
-	}
-	return out
-}
-
 // Hash is 16 hex digits of a digest of files: paths, links and contents.
 func Hash(files []File) string {
 	h := sha256.New()

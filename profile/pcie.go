@@ -57,11 +57,9 @@ type PCIePort struct {
 
 // Class codes of the functions pcisim renders.
 const (
-	ClassBridgePCI  = 0x060400
-	ClassHostBridge = 0x060000
-	ClassNVSwitch   = 0x068000
-	ClassIB         = 0x020700
-	ClassEthernet   = 0x020000
+	ClassBridgePCI = 0x060400
+	ClassNVSwitch  = 0x068000
+	ClassIB        = 0x020700
 )
 
 func (m *PCIModel) validate(c *checker, at string, needClass bool) {
