@@ -59,7 +59,7 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	@mkdir -p $(LIBDIR)
 	$(CC) $(CFLAGS_LIB) -I$(NVML_H_DIR) -Ilibnvml -DNVMOCK_DEFAULT_SNAPSHOT='"$(DEFAULT_SNAPSHOT)"' \
 		-shared -Wl,-soname,libnvidia-ml.so.1 -Wl,-z,defs -Wl,--no-undefined \
-		-o $@.tmp $(LIB_SRCS) -lpthread -ldl
+		-o $@.tmp $(LIB_SRCS) -lpthread -ldl -lm
 	strip --strip-unneeded $@.tmp && mv $@.tmp $@
 	find $(LIBDIR) -name 'libnvidia-ml.so.*.*' ! -name $(@F) -delete
 	ln -sf $(@F) $(LIBDIR)/libnvidia-ml.so.1

@@ -5,12 +5,14 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/pcisim"
 	"github.com/nvmock/nvmock/profile"
 )
@@ -31,7 +33,19 @@ type Options struct {
 	// Hook is the nvmock-hook binary to install at HookPath, for the NRI
 	// plugin to run in GPU containers; "" leaves it out.
 	Hook string
+	// StateLink makes the overlay's live-state file (StatePath) a symlink
+	// to it, for installs that keep the state beside the overlays; ""
+	// renders a fresh state file of the overlay's own (nvmock exec).
+	StateLink string
 }
+
+// StatePath is where the library looks for the live state (package live):
+// beside its snapshot.
+var StatePath = filepath.Join("driver", "etc", "nvmock", "state")
+
+// StateFile is the live state of an installed node, in the root: it
+// outlives the overlays an install replaces.
+const StateFile = "state"
 
 // HookPath is where an overlay keeps the runtime hook (cmd/nvmock-hook).
 const HookPath = "bin/nvmock-hook"
@@ -65,7 +79,7 @@ const SMIRPath = "$ORIGIN/../lib64"
 
 // renderFormat changes whenever Render lays out a tree differently, so an
 // upgrade re-renders even when profile and assets are the same.
-const renderFormat = "nvmock-overlay-4"
+const renderFormat = "nvmock-overlay-5"
 
 const libName = "libnvidia-ml.so"
 
@@ -216,6 +230,9 @@ func (in *inputs) entries() []entry {
 	if in.hook != nil {
 		es = append(es, entry{path: HookPath, data: in.hook, mode: 0o755})
 	}
+	if in.opt.StateLink != "" {
+		es = append(es, entry{path: StatePath, link: in.opt.StateLink})
+	}
 	if in.opt.NoPCI {
 		return es
 	}
@@ -256,7 +273,20 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
 		}
 	}
+	if in.opt.StateLink == "" {
+		if err := live.Create(filepath.Join(dir, StatePath), len(in.ids), StateSeed(in.opt.NodeName)); err != nil {
+			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
+		}
+	}
 	return &Overlay{Dir: dir, GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}, nil
+}
+
+// StateSeed seeds a node's reading noise from its name, so a node gives
+// the same trace each time it is set up the same way.
+func StateSeed(node string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	return h.Sum64()
 }
 
 // verify checks that dir holds the tree render would write (extra files

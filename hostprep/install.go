@@ -19,6 +19,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/live"
 )
 
 // Defaults of the install command.
@@ -83,6 +84,8 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err := checkMajors(o.ProcRoot); err != nil {
 		return nil, err
 	}
+	// Overlays come and go; the live state stays in the root.
+	o.Render.StateLink = filepath.Join("..", "..", "..", "..", "..", StateFile)
 	in, err := gather(o.Render)
 	if err != nil {
 		return nil, err
@@ -116,6 +119,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, fmt.Errorf("%s exists and is not nvmock's symlink; move it away", driverLink)
 	}
 	rel := filepath.Join("overlays", in.hash)
+	statePath := filepath.Join(root, StateFile)
 	ov := &Overlay{Dir: filepath.Join(root, rel), GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}
 	cdiPath := filepath.Join(o.CDIDir, CDIFile)
 	nfdPath := filepath.Join(o.NFDDir, NFDFile)
@@ -134,7 +138,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 
 	if old != nil && old.Overlay == rel && linkIs(driverLink, filepath.Join(rel, "driver")) &&
 		in.verify(ov.Dir) == nil && slices.Equal(old.Files, []string{cdiPath, nfdPath}) &&
-		fileIs(cdiPath, cdiData) && fileIs(nfdPath, nfdData) {
+		fileIs(cdiPath, cdiData) && fileIs(nfdPath, nfdData) && stateOK(statePath, len(in.ids)) {
 		res.Unchanged = true
 		return res, nil
 	}
@@ -200,6 +204,13 @@ func Install(o InstallOptions) (res *Result, err error) {
 			fresh = ov.Dir
 		}
 	}
+
+	// A new overlay starts from a fresh live state, reset in place so that
+	// running processes that mapped it see the reset.
+	if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
+		return nil, err
+	}
+	log.printf("reset the live state %s", statePath)
 
 	// Switch: one rename of a fresh symlink.
 	target := filepath.Join(rel, "driver")
@@ -330,6 +341,7 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 			rm(filepath.Join(overlays, e.Name()), true)
 		}
 	}
+	rm(filepath.Join(root, StateFile), false)
 	if len(errs) == 0 {
 		rm(filepath.Join(root, ManifestFile), false)
 	}
@@ -515,4 +527,15 @@ func isDir(p string) bool {
 func fileIs(p string, data []byte) bool {
 	b, err := os.ReadFile(p)
 	return err == nil && bytes.Equal(b, data)
+}
+
+// stateOK says whether the live state at path is one for gpus GPUs.
+func stateOK(path string, gpus int) bool {
+	f, err := live.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := f.Read().Header
+	return h.Version == live.Version && int(h.Gpus) == gpus
 }

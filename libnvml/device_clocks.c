@@ -8,10 +8,22 @@ static nvmlReturn_t clock_of(const uint32_t set[4], nvmlClockType_t type, unsign
 	return nvmock_u32(set[type], mhz);
 }
 
+// current_clock is the clock now: the snapshot's, or the model's.
+static nvmlReturn_t current_clock(const struct nvmock_dev *d, nvmlClockType_t type, unsigned int *mhz)
+{
+	nvmlReturn_t r = clock_of(d->s->clock, type, mhz);
+	if (r != NVML_SUCCESS)
+		return r;
+	LIVE(d);
+	if (live_)
+		*mhz = nvmock_live_clock(d, &g_, &fx_, type, now_);
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
 {
 	DEV(device, d);
-	return clock_of(d->s->clock, type, clock);
+	return current_clock(d, type, clock);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
@@ -45,7 +57,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t cl
 {
 	DEV(device, d);
 	switch (clockId) {
-	case NVML_CLOCK_ID_CURRENT: return clock_of(d->s->clock, clockType, clockMHz);
+	case NVML_CLOCK_ID_CURRENT: return current_clock(d, clockType, clockMHz);
 	case NVML_CLOCK_ID_APP_CLOCK_TARGET: return clock_of(d->s->app_clock, clockType, clockMHz);
 	case NVML_CLOCK_ID_APP_CLOCK_DEFAULT: return clock_of(d->s->default_app_clock, clockType, clockMHz);
 	case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX: return clock_of(d->s->max_boost_clock, clockType, clockMHz);
@@ -96,6 +108,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device
 	// An idle board at its lowest clocks, as in the captures.
 	*clocksEventReasons = d->s->util_gpu == 0 ? nvmlClocksEventReasonGpuIdle & d->s->clock_reasons_supported
 						  : nvmlClocksEventReasonNone;
+	LIVE(d);
+	if (live_)
+		*clocksEventReasons = nvmock_live_reasons(d, &g_, &fx_, now_);
 	return NVML_SUCCESS;
 }
 
@@ -136,7 +151,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t
 NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->power_draw_mw, power);
+	nvmlReturn_t r = nvmock_u32(d->s->power_draw_mw, power);
+	if (r != NVML_SUCCESS)
+		return r;
+	LIVE(d);
+	if (live_)
+		*power = nvmock_live_power(d, &g_, &fx_, now_);
+	return NVML_SUCCESS;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, nvmlEnableState_t *mode)
@@ -184,7 +205,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, u
 {
 	DEV(device, d);
 	OUT(energy);
-	return nvmock_energy_mj(d->s, energy);
+	nvmlReturn_t r = nvmock_energy_mj(d->s, energy);
+	if (r != NVML_SUCCESS)
+		return r;
+	LIVE(d);
+	if (live_)
+		*energy = nvmock_live_energy(d, &g_, now_);
+	return NVML_SUCCESS;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
@@ -192,7 +219,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperat
 	DEV(device, d);
 	if (sensorType != NVML_TEMPERATURE_GPU)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	return nvmock_u32(d->s->temp_gpu, temp);
+	nvmlReturn_t r = nvmock_u32(d->s->temp_gpu, temp);
+	if (r != NVML_SUCCESS)
+		return r;
+	LIVE(d);
+	if (live_)
+		*temp = nvmock_live_temp(d, &g_, &fx_, now_);
+	return NVML_SUCCESS;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType,

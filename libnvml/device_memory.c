@@ -1,7 +1,21 @@
 // Framebuffer and BAR1 memory, ECC and page retirement or row remapping.
 #include <string.h>
+#include <time.h>
 
 #include "nvmock.h"
+
+// used_memory is what the driver holds plus what the registered processes
+// use, up to what is there.
+static unsigned long long used_memory(const struct nvmock_dev *d)
+{
+	const struct snap_device *s = d->s;
+	unsigned long long used = s->memory_used;
+	if (nvmock.live != NULL)
+		used += nvmock_live_proc_memory(d->node_index);
+	if (used > s->memory_total - s->memory_reserved)
+		used = s->memory_total - s->memory_reserved;
+	return used;
+}
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -10,7 +24,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t 
 	const struct snap_device *s = d->s;
 	// v1 counts reserved memory as used.
 	memory->total = s->memory_total;
-	memory->used = s->memory_reserved + s->memory_used;
+	memory->used = s->memory_reserved + used_memory(d);
 	memory->free = s->memory_total - memory->used;
 	return NVML_SUCCESS;
 }
@@ -24,8 +38,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
 	const struct snap_device *s = d->s;
 	memory->total = s->memory_total;
 	memory->reserved = s->memory_reserved;
-	memory->used = s->memory_used;
-	memory->free = s->memory_total - s->memory_reserved - s->memory_used;
+	memory->used = used_memory(d);
+	memory->free = s->memory_total - s->memory_reserved - memory->used;
 	return NVML_SUCCESS;
 }
 
@@ -66,8 +80,17 @@ uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t typ
 			  nvmlMemoryLocation_t loc)
 {
 	const uint32_t *c = &s->ecc_count[4 * (counter == NVML_AGGREGATE_ECC) + 2 * (type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)];
+	// Injected errors land in device memory, in both counters.
+	uint32_t added = 0;
+	struct live_gpu g;
+	unsigned node = (unsigned)(s - nvmock.node);
+	if (loc == NVML_MEMORY_LOCATION_DRAM && nvmock_live_read(node, &g)) {
+		struct live_fx fx;
+		nvmock_live_fx(node, &g, nvmock_live_now(), &fx);
+		added = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? fx.dbe : fx.sbe;
+	}
 	switch (loc) {
-	case NVML_MEMORY_LOCATION_DRAM: return c[0]; // also DEVICE_MEMORY
+	case NVML_MEMORY_LOCATION_DRAM: return c[0] + added; // also DEVICE_MEMORY
 	case NVML_MEMORY_LOCATION_SRAM: return c[1];
 	default: return 0;
 	}
@@ -118,14 +141,26 @@ NVML_API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlE
 NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
 						unsigned int *pageCount, unsigned long long *addresses)
 {
-	(void)addresses;
 	DEV(device, d);
 	OUT(pageCount);
 	if (cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d->s->retired_pages != 1)
 		return NVML_ERROR_NOT_SUPPORTED;
-	*pageCount = 0;
+	// Each uncorrectable error retires the page it hit (boards before
+	// Ampere); addresses are made up, one 4 KiB page apart.
+	unsigned n = 0;
+	LIVE(d);
+	if (live_)
+		n = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? fx_.dbe : 0;
+	if (addresses == NULL || *pageCount < n) {
+		unsigned have = *pageCount;
+		*pageCount = n;
+		return n > have ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+	}
+	for (unsigned i = 0; i < n; i++)
+		addresses[i] = 0x1000ull * (0x10000 + i);
+	*pageCount = n;
 	return NVML_SUCCESS;
 }
 
@@ -133,8 +168,12 @@ NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPage
 						   unsigned int *pageCount, unsigned long long *addresses,
 						   unsigned long long *timestamps)
 {
-	(void)timestamps;
-	return nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
+	unsigned have = pageCount != NULL ? *pageCount : 0;
+	nvmlReturn_t r = nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
+	if (r == NVML_SUCCESS && timestamps != NULL)
+		for (unsigned i = 0; i < *pageCount && i < have; i++)
+			timestamps[i] = (unsigned long long)time(NULL);
+	return r;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
@@ -144,6 +183,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device
 	if (d->s->retired_pages != 1)
 		return NVML_ERROR_NOT_SUPPORTED;
 	*isPending = NVML_FEATURE_DISABLED;
+	LIVE(d);
+	if (live_ && fx_.dbe > 0)
+		*isPending = NVML_FEATURE_ENABLED; // retired at the next driver reload
 	return NVML_SUCCESS;
 }
 
@@ -156,6 +198,14 @@ NVML_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned in
 	if (d->s->remapped_rows != 1)
 		return NVML_ERROR_NOT_SUPPORTED;
 	*corrRows = *uncRows = *isPending = *failureOccurred = 0;
+	// An uncorrectable error remaps its row at the next GPU reset: pending
+	// until then (nvidia-smi -q "Pending: Yes").
+	LIVE(d);
+	if (live_) {
+		*uncRows = fx_.dbe;
+		*isPending = fx_.remap_pending;
+		*failureOccurred = fx_.remap_failed;
+	}
 	return NVML_SUCCESS;
 }
 

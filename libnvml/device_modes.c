@@ -1,5 +1,6 @@
 // Settings and activity: persistence, compute, MIG, display and
 // virtualization modes; utilization, encoder/FBC stats, processes, accounting.
+#include <stdlib.h>
 #include <string.h>
 
 #include "nvmock.h"
@@ -132,6 +133,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUti
 		return NVML_ERROR_NOT_SUPPORTED;
 	utilization->gpu = d->s->util_gpu;
 	utilization->memory = d->s->util_memory == NA32 ? 0 : d->s->util_memory;
+	LIVE(d);
+	if (live_) {
+		utilization->gpu = nvmock_live_util(d->node_index, &g_, 0, now_);
+		utilization->memory = nvmock_live_util(d->node_index, &g_, 1, now_);
+	}
 	return NVML_SUCCESS;
 }
 
@@ -146,18 +152,32 @@ static nvmlReturn_t engine_util(uint32_t v, unsigned int *utilization, unsigned 
 	return NVML_SUCCESS;
 }
 
+// media_util is the encoder (2) or decoder (3) utilization, live or not.
+static nvmlReturn_t media_util(const struct nvmock_dev *d, unsigned engine, uint32_t v, unsigned int *utilization,
+			       unsigned int *period)
+{
+	nvmlReturn_t r = engine_util(v, utilization, period);
+	if (r != NVML_SUCCESS)
+		return r;
+	LIVE(d);
+	if (live_)
+		*utilization = nvmock_live_util(d->node_index, &g_, engine, now_);
+	*period = 1000000; // 1 s, a typical sampling period in microseconds
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
 						      unsigned int *samplingPeriodUs)
 {
 	DEV(device, d);
-	return engine_util(d->s->util_encoder, utilization, samplingPeriodUs);
+	return media_util(d, 2, d->s->util_encoder, utilization, samplingPeriodUs);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
 						      unsigned int *samplingPeriodUs)
 {
 	DEV(device, d);
-	return engine_util(d->s->util_decoder, utilization, samplingPeriodUs);
+	return media_util(d, 3, d->s->util_decoder, utilization, samplingPeriodUs);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetJpgUtilization(nvmlDevice_t device, unsigned int *utilization,
@@ -217,29 +237,47 @@ NVML_API nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int
 	return NVML_SUCCESS;
 }
 
-// No process ever runs on a mock GPU: every process list is empty.
-static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *infoCount)
-{
-	DEV(device, d);
-	(void)d;
-	OUT(infoCount);
-	*infoCount = 0;
-	return NVML_SUCCESS;
-}
-
-#define PROCESS_LIST(fn, type)                                                                  \
+// The registered processes (nvmock ctl proc, the NRI plugin), by type:
+// compute 1, graphics 2; MPS clients are never registered. A short buffer
+// gets INSUFFICIENT_SIZE and the count, as from the driver.
+#define PROCESS_LIST(fn, type, mask, v1)                                                        \
 	NVML_API nvmlReturn_t fn(nvmlDevice_t device, unsigned int *infoCount, type *infos)     \
 	{                                                                                       \
-		(void)infos;                                                                    \
-		return no_processes(device, infoCount);                                         \
+		DEV(device, d);                                                                 \
+		OUT(infoCount);                                                                 \
+		struct live_proc *p = NULL;                                                     \
+		unsigned n = 0;                                                                 \
+		if (mask && nvmock.live != NULL) {                                              \
+			if ((p = malloc(STATE_PROCS * sizeof *p)) == NULL)                      \
+				return NVML_ERROR_MEMORY;                                       \
+			n = nvmock_live_procs(d->node_index, mask, p, STATE_PROCS);             \
+		}                                                                               \
+		if (n > STATE_PROCS)                                                            \
+			n = STATE_PROCS;                                                        \
+		if (n > *infoCount || (n > 0 && infos == NULL)) {                               \
+			*infoCount = n;                                                         \
+			free(p);                                                                \
+			return NVML_ERROR_INSUFFICIENT_SIZE;                                    \
+		}                                                                               \
+		for (unsigned i = 0; i < n; i++) {                                              \
+			memset(&infos[i], 0, sizeof infos[i]);                                  \
+			infos[i].pid = p[i].pid;                                                \
+			infos[i].usedGpuMemory = p[i].used_bytes;                               \
+			PROCESS_IDS_##v1(infos[i]);                                             \
+		}                                                                               \
+		*infoCount = n;                                                                 \
+		free(p);                                                                        \
+		return NVML_SUCCESS;                                                            \
 	}
+#define PROCESS_IDS_1(x)
+#define PROCESS_IDS_2(x) ((x).gpuInstanceId = 0xffffffffu, (x).computeInstanceId = 0xffffffffu)
 
-PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
-PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
-PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
-PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
-PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t)
-PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
-PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
-PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
-PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, 1, 1)
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 1, 2)
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t, 1, 2)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, 2, 1)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t, 2, 2)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t, 2, 2)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t, 0, 1)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 0, 2)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t, 0, 2)

@@ -1,12 +1,30 @@
-// Event sets. No event ever fires on a mock GPU, but clients (nvidia-smi's
-// default view, the device plugin's health check) need the calls to work.
+// Event sets. Events come from the node's live state (live.c): XIDs and ECC
+// errors that nvmock ctl publishes in the shared ring, and the events of
+// injected faults as they take effect, so a process waiting here sees what
+// any other process on the node injected. Without live state no event ever
+// fires, but the calls work as clients (nvidia-smi's default view, the
+// device plugin's health check) need.
+#define _GNU_SOURCE
+#include <linux/futex.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "nvmock.h"
 
+#define SENT_MAX 64
+
 struct nvmlEventSet_st {
-	int unused;
+	unsigned long long mask[STATE_GPUS]; // registered event types by node index
+	uint32_t ring_seen;                  // ring events up to here are not this set's
+	uint64_t created_ns;
+	// Fault events already delivered: fault id and which of its events.
+	uint32_t sent_id[SENT_MAX];
+	uint8_t sent_bits[SENT_MAX];
+	unsigned sent_next;
 };
 
 // Live sets sit in a table so a foreign handle is recognised without
@@ -28,9 +46,12 @@ NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 	if (!nvmock_ready())
 		return NVML_ERROR_UNINITIALIZED;
 	OUT(set);
-	struct nvmlEventSet_st *s = malloc(sizeof *s);
+	struct nvmlEventSet_st *s = calloc(1, sizeof *s);
 	if (s == NULL)
 		return NVML_ERROR_MEMORY;
+	s->created_ns = nvmock_live_now();
+	if (nvmock.live != NULL)
+		s->ring_seen = __atomic_load_n(&nvmock.live->ring, __ATOMIC_ACQUIRE);
 	for (int i = 0; i < MAX_SETS; i++) {
 		struct nvmlEventSet_st *empty = NULL;
 		if (__atomic_compare_exchange_n(&sets[i], &empty, s, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
@@ -75,7 +96,115 @@ NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned lon
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (eventTypes & ~supported)
 		return NVML_ERROR_NOT_SUPPORTED;
+	if (d->node_index < STATE_GPUS)
+		__atomic_or_fetch(&set.handle->mask[d->node_index], eventTypes, __ATOMIC_RELEASE);
 	return NVML_SUCCESS;
+}
+
+// visible is this process's device for a node index, or NULL.
+static const struct nvmock_dev *visible(unsigned node)
+{
+	for (unsigned i = 0; i < nvmock.ndevs; i++)
+		if (nvmock.devs[i].node_index == node)
+			return &nvmock.devs[i];
+	return NULL;
+}
+
+static void fill(nvmlEventData_t *out, const struct nvmock_dev *d, unsigned long long type, unsigned long long data)
+{
+	out->device = nvmock_handle(d);
+	out->eventType = type;
+	out->eventData = data;
+	out->gpuInstanceId = 0xffffffffu; // not attributable to a MIG instance
+	out->computeInstanceId = 0xffffffffu;
+}
+
+// from_ring takes the next published event this set registered for.
+static int from_ring(struct nvmlEventSet_st *s, uint64_t now, nvmlEventData_t *out)
+{
+	uint32_t n = __atomic_load_n(&nvmock.live->ring, __ATOMIC_ACQUIRE);
+	if (n - s->ring_seen > STATE_EVENTS) // overrun: the oldest are gone
+		s->ring_seen = n - STATE_EVENTS;
+	while (s->ring_seen != n) {
+		uint32_t k = s->ring_seen;
+		struct live_event e;
+		uint32_t q;
+		do {
+			q = nvmock_live_seq_begin();
+			e = nvmock.live_events[k % STATE_EVENTS];
+		} while (nvmock_live_seq_retry(q));
+		if (e.time_ns > now)
+			return 0; // published for later: wait
+		s->ring_seen = k + 1;
+		if (e.serial != (uint64_t)k + 1 || e.gpu >= STATE_GPUS || !(s->mask[e.gpu] & e.type))
+			continue;
+		const struct nvmock_dev *d = visible(e.gpu);
+		if (d == NULL)
+			continue;
+		fill(out, d, e.type, e.data);
+		return 1;
+	}
+	return 0;
+}
+
+// sent_bits_of is where a set records what it delivered of fault id.
+static uint8_t *sent_bits_of(struct nvmlEventSet_st *s, uint32_t id)
+{
+	for (unsigned i = 0; i < SENT_MAX; i++)
+		if (s->sent_id[i] == id)
+			return &s->sent_bits[i];
+	unsigned i = s->sent_next++ % SENT_MAX;
+	s->sent_id[i] = id;
+	s->sent_bits[i] = 0;
+	return &s->sent_bits[i];
+}
+
+// from_faults takes the next event of a fault that took effect after the
+// set was made; *wake is set to when the next pending one does.
+static int from_faults(struct nvmlEventSet_st *s, uint64_t now, nvmlEventData_t *out, uint64_t *wake)
+{
+	for (unsigned node = 0; node < nvmock.hdr->device_count && node < STATE_GPUS; node++) {
+		if (s->mask[node] == 0)
+			continue;
+		struct live_gpu g;
+		if (!nvmock_live_read(node, &g) || g.faults == 0)
+			continue;
+		const struct nvmock_dev *d = visible(node);
+		if (d == NULL)
+			continue;
+		for (unsigned i = 0; i < g.faults && i < STATE_FAULTS; i++) {
+			uint64_t since;
+			if (!nvmock_live_active(node, &g, i, now, &since)) {
+				if (g.fault_trigger[i] == LIVE_TRIGGER_AT && g.fault_param[i] > now && g.fault_param[i] < *wake)
+					*wake = g.fault_param[i];
+				continue;
+			}
+			if (since < s->created_ns)
+				continue; // it happened before anyone listened
+			// What the fault reports: its XID, then the ECC error event.
+			unsigned long long types[2] = {g.fault_xid[i] ? nvmlEventTypeXidCriticalError : 0, 0};
+			if (g.fault_kind[i] == LIVE_FAULT_ECC && g.fault_count[i] > 0)
+				types[1] = nvmlEventTypeDoubleBitEccError;
+			if (g.fault_kind[i] == LIVE_FAULT_SBE)
+				types[1] = nvmlEventTypeSingleBitEccError;
+			uint8_t *bits = sent_bits_of(s, g.fault_id[i]);
+			for (unsigned k = 0; k < 2; k++) {
+				if (types[k] == 0 || (*bits >> k & 1) || !(s->mask[node] & types[k]))
+					continue;
+				*bits |= 1u << k;
+				fill(out, d, types[k], k == 0 ? g.fault_xid[i] : 0);
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
@@ -84,12 +213,41 @@ NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
 		return NVML_ERROR_UNINITIALIZED;
 	if (!set_ok(set) || data == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	// Wait the full timeout as a quiet GPU would, so pollers do not spin.
-	poll(NULL, 0, timeoutms > 0x7fffffffu ? 0x7fffffff : (int)timeoutms);
-	return NVML_ERROR_TIMEOUT;
+	if (nvmock.live == NULL) {
+		// Wait the full timeout as a quiet GPU would, so pollers do not spin.
+		poll(NULL, 0, timeoutms > 0x7fffffffu ? 0x7fffffff : (int)timeoutms);
+		return NVML_ERROR_TIMEOUT;
+	}
+	struct nvmlEventSet_st *s = set.handle;
+	uint64_t end = mono_ms() + timeoutms;
+	for (;;) {
+		uint32_t wake_word = __atomic_load_n(&nvmock.live->wake, __ATOMIC_ACQUIRE);
+		uint64_t now = nvmock_live_now(), next = UINT64_MAX;
+		if (from_ring(s, now, data) || from_faults(s, now, data, &next))
+			return NVML_SUCCESS;
+		uint64_t t = mono_ms();
+		if (t >= end)
+			return NVML_ERROR_TIMEOUT;
+		// Sleep until a writer wakes us, a timed fault is due, or 100 ms
+		// pass (triggers that fire on other threads' calls wake no one).
+		uint64_t ms = end - t;
+		if (ms > 100)
+			ms = 100;
+		if (next != UINT64_MAX && (next - now) / 1000000 < ms)
+			ms = (next - now) / 1000000 + 1;
+		struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+		syscall(SYS_futex, &nvmock.live->wake, FUTEX_WAIT, wake_word, &ts, NULL, 0);
+	}
 }
 
 NVML_API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
-	return nvmlEventSetWait_v2(set, data, timeoutms);
+	// The first event struct ended after eventData: write no further.
+	if (data == NULL)
+		return nvmlEventSetWait_v2(set, data, timeoutms);
+	nvmlEventData_t full;
+	nvmlReturn_t r = nvmlEventSetWait_v2(set, &full, timeoutms);
+	if (r == NVML_SUCCESS)
+		memcpy(data, &full, offsetof(nvmlEventData_t, gpuInstanceId));
+	return r;
 }

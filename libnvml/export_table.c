@@ -23,6 +23,7 @@
 // new meaning, NVMOCK_SMI_TABLE=minimal serves the size-8 table instead.
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -84,6 +85,21 @@ static int smi_index_location(unsigned index, unsigned *dom, unsigned *bus, unsi
 	const struct snap_device *s = nvmock.devs[index].s;
 	*dom = s->pci_domain, *bus = s->pci_bus, *dev = s->pci_device;
 	return NVML_SUCCESS;
+}
+
+// 0x288 (all): the PCI location of the GPU at an NVML index as text, for
+// messages about a GPU that has no handle ("Unable to determine the device
+// handle for GPU0000:87:00.0: GPU is lost"); without it nvidia-smi names the
+// index instead. Verified by running every release against a lost GPU.
+static int smi_index_bus_id(unsigned index, char *buf, unsigned len)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (index >= nvmock.ndevs || buf == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const struct snap_device *s = nvmock.devs[index].s;
+	int n = snprintf(buf, len, "%04X:%02X:%02X.0", s->pci_domain, s->pci_bus, s->pci_device);
+	return n < 0 || (unsigned)n >= len ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
 }
 
 // 0x240 (all): whether the device takes part in monitoring (dmon, pmon) and
@@ -159,15 +175,59 @@ static int smi_gsp_version(nvmlDevice_t device, char *buf)
 // 0x6a8, 0x6b0, 0x6b8 (535 on): compute, MPS and graphics processes, in
 // 0x1020-byte records {pid, pad, used bytes, GI id, CI id, 8 bytes, name}.
 // Without this, --query-compute-apps prints a row of N/A per GPU where an
-// idle board prints none. No processes are modelled yet.
-static int smi_processes(nvmlDevice_t device, unsigned *count, void *records)
+// idle board prints none.
+struct smi_process {
+	uint32_t pid, pad;
+	uint64_t used;
+	uint32_t gi, ci;
+	uint64_t unknown;
+	char name[0x1000];
+};
+_Static_assert(sizeof(struct smi_process) == 0x1020, "nvidia-smi process record");
+
+static int smi_processes_of(nvmlDevice_t device, unsigned mask, unsigned *count, struct smi_process *records)
 {
-	(void)records;
 	DEV(device, d);
-	(void)d;
 	OUT(count);
-	*count = 0;
+	struct live_proc *p = NULL;
+	unsigned n = 0;
+	if (mask && nvmock.live != NULL) {
+		if ((p = malloc(STATE_PROCS * sizeof *p)) == NULL)
+			return NVML_ERROR_MEMORY;
+		n = nvmock_live_procs(d->node_index, mask, p, STATE_PROCS);
+	}
+	if (n > STATE_PROCS)
+		n = STATE_PROCS;
+	if (n > *count || (n > 0 && records == NULL)) {
+		*count = n;
+		free(p);
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		memset(&records[i], 0, sizeof records[i]);
+		records[i].pid = p[i].pid;
+		records[i].used = p[i].used_bytes;
+		records[i].gi = records[i].ci = 0xffffffffu;
+		snprintf(records[i].name, sizeof records[i].name, "%.*s", (int)sizeof p[i].name, p[i].name);
+	}
+	*count = n;
+	free(p);
 	return NVML_SUCCESS;
+}
+
+static int smi_compute(nvmlDevice_t device, unsigned *count, struct smi_process *records)
+{
+	return smi_processes_of(device, 1, count, records);
+}
+
+static int smi_mps(nvmlDevice_t device, unsigned *count, struct smi_process *records)
+{
+	return smi_processes_of(device, 0, count, records);
+}
+
+static int smi_graphics(nvmlDevice_t device, unsigned *count, struct smi_process *records)
+{
+	return smi_processes_of(device, 2, count, records);
 }
 
 // 0x6f8 (535 on): the NUMA nodes nearest the GPU (topo -C), the shape of
@@ -238,11 +298,11 @@ static int smi_sparse_mode(nvmlDevice_t device, unsigned int *enabled)
 // release's largest size check, plus the entry).
 #define ALL_FOUR                                                                                   \
 	E(0x60, smi_parse_bus_id), E(0xb8, smi_pcie_path), E(0x240, smi_monitoring),                \
-		E(0x258, smi_index_location), E(0x360, smi_enforced_limit), E(0x528, smi_fields),      \
+		E(0x258, smi_index_location), E(0x288, smi_index_bus_id), E(0x360, smi_enforced_limit), E(0x528, smi_fields),      \
 		E(0x680, smi_lane_ecc)
 #define ONLY_470 E(0x678, smi_module_id), E(0x698, smi_gsp_version)
 #define SINCE_535                                                                                  \
-	E(0x6a8, smi_processes), E(0x6b0, smi_processes), E(0x6b8, smi_processes), E(0x6f8, smi_numa_nodes), \
+	E(0x6a8, smi_compute), E(0x6b0, smi_mps), E(0x6b8, smi_graphics), E(0x6f8, smi_numa_nodes), \
 		E(0x710, smi_atomics), E(0x730, smi_host_max_gen), E(0x738, smi_part_number),           \
 		E(0x780, smi_tlimit), E(0x790, smi_addressing_mode)
 #define ONLY_535 E(0x788, smi_numa_id), E(0x798, smi_sparse_mode)

@@ -7,6 +7,17 @@
 
 #include "nvmock.h"
 
+// found hands out a handle, unless the GPU is lost: then, as from the
+// driver, there is none ("Unable to determine the device handle ... GPU is
+// lost" in nvidia-smi).
+static nvmlReturn_t found(const struct nvmock_dev *d, nvmlDevice_t *device)
+{
+	if (nvmock.live != NULL && nvmock_live_lost(d->node_index))
+		return NVML_ERROR_GPU_IS_LOST;
+	*device = nvmock_handle(d);
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
 {
 	if (!nvmock_ready())
@@ -25,8 +36,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevi
 	OUT(device);
 	if (index >= nvmock.ndevs)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*device = nvmock_handle(&nvmock.devs[index]);
-	return NVML_SUCCESS;
+	return found(&nvmock.devs[index], device);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
@@ -42,8 +52,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *
 		return NVML_ERROR_INVALID_ARGUMENT;
 	for (unsigned i = 0; i < nvmock.ndevs; i++) {
 		if (strcasecmp(nvmock.devs[i].uuid, uuid) == 0) {
-			*device = nvmock_handle(&nvmock.devs[i]);
-			return NVML_SUCCESS;
+			return found(&nvmock.devs[i], device);
 		}
 	}
 	return NVML_ERROR_NOT_FOUND;
@@ -57,8 +66,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice
 		return NVML_ERROR_INVALID_ARGUMENT;
 	for (unsigned i = 0; i < nvmock.ndevs; i++) {
 		if (strcmp(nvmock.devs[i].serial, serial) == 0) {
-			*device = nvmock_handle(&nvmock.devs[i]);
-			return NVML_SUCCESS;
+			return found(&nvmock.devs[i], device);
 		}
 	}
 	return NVML_ERROR_NOT_FOUND;
@@ -94,8 +102,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvm
 	for (unsigned i = 0; i < nvmock.ndevs; i++) {
 		const struct snap_device *s = nvmock.devs[i].s;
 		if (s->pci_domain == dom && s->pci_bus == bus && s->pci_device == dev && fn == 0) {
-			*device = nvmock_handle(&nvmock.devs[i]);
-			return NVML_SUCCESS;
+			return found(&nvmock.devs[i], device);
 		}
 	}
 	return NVML_ERROR_NOT_FOUND;

@@ -19,10 +19,16 @@ static int refcount;
 // A fork while another thread holds the lock must not leave the child stuck.
 static void before_fork(void) { pthread_mutex_lock(&lock); }
 static void after_fork(void) { pthread_mutex_unlock(&lock); }
+static void in_child(void)
+{
+	pthread_mutex_unlock(&lock);
+	nvmock.pid = getpid(); // faults scoped to a process must see the child's own
+}
 
 __attribute__((constructor)) static void setup(void)
 {
-	pthread_atfork(before_fork, after_fork, after_fork);
+	nvmock.pid = getpid();
+	pthread_atfork(before_fork, after_fork, in_child);
 }
 
 static void node_seed(char *out, size_t size)

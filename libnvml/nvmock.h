@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "snapshot_gen.h"
+#include "state_gen.h"
 
 #define NVML_API __attribute__((visibility("default")))
 #define NVML_DEFAULT __attribute__((visibility("default"), weak))
@@ -33,7 +34,43 @@ struct nvmock_state {
 	struct nvmock_dev *devs; // visible devices
 	unsigned ndevs;
 	int trace;
+	int pid; // getpid(), kept current across fork
+	// The live state (live.c); NULL: static readings.
+	const struct live_header *live;
+	const struct live_gpu *live_gpus;
+	const struct live_event *live_events;
+	const struct live_proc *live_procs;
 };
+
+// What the active faults do to a GPU.
+struct live_fx {
+	int lost, thermal, brake, remap_pending, remap_failed;
+	uint32_t links_down; // bit per NVLink
+	uint32_t dbe, sbe;   // errors added to the counters
+};
+
+void nvmock_live_map(const char *snapshot);
+void nvmock_live_unmap(void);
+uint32_t nvmock_live_seq_begin(void);
+int nvmock_live_seq_retry(uint32_t s);
+uint64_t nvmock_live_now(void);
+int nvmock_live_read(unsigned node, struct live_gpu *g);
+int nvmock_live_active(unsigned node, const struct live_gpu *g, unsigned i, uint64_t now, uint64_t *since);
+void nvmock_live_fx(unsigned node, const struct live_gpu *g, uint64_t now, struct live_fx *fx);
+int nvmock_live_lost(unsigned node);
+struct nvmock_dev;
+nvmlReturn_t nvmock_live_check(const struct nvmock_dev *d);
+unsigned nvmock_live_util(unsigned node, const struct live_gpu *g, unsigned engine, uint64_t t);
+uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t);
+uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t);
+unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t t);
+uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
+			   nvmlClockType_t type, uint64_t t);
+unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
+				       uint64_t t);
+unsigned nvmock_live_procs(unsigned node, unsigned mask, struct live_proc *out, unsigned max);
+unsigned long long nvmock_live_proc_memory(unsigned node);
+int nvmock_live_proc_name(unsigned pid, char *out, size_t len);
 
 extern struct nvmock_state nvmock;
 
@@ -52,6 +89,9 @@ static inline nvmlReturn_t nvmock_dev_of(nvmlDevice_t h, const struct nvmock_dev
 	if (off >= (uintptr_t)nvmock.ndevs * sizeof(struct nvmock_dev) || off % sizeof(struct nvmock_dev))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	*out = (const struct nvmock_dev *)h.handle;
+	// A GPU with faults counts the call and may refuse it (live.c).
+	if (nvmock.live_gpus != NULL && __atomic_load_n(&nvmock.live_gpus[(*out)->node_index].faults, __ATOMIC_RELAXED) != 0)
+		return nvmock_live_check(*out);
 	return NVML_SUCCESS;
 }
 
@@ -69,6 +109,18 @@ static inline nvmlDevice_t nvmock_handle(const struct nvmock_dev *d)
 		if (r_ != NVML_SUCCESS)                          \
 			return r_;                               \
 	} while (0)
+
+// LIVE reads device d's live state: live_ is 0 when its readings are the
+// snapshot's; else g_ holds its record, fx_ what its faults do, now_ the time.
+#define LIVE(d)                                                                    \
+	struct live_gpu g_;                                                        \
+	struct live_fx fx_;                                                        \
+	uint64_t now_ = 0;                                                         \
+	int live_ = nvmock_live_read((d)->node_index, &g_);                        \
+	if (live_) {                                                               \
+		now_ = nvmock_live_now();                                          \
+		nvmock_live_fx((d)->node_index, &g_, now_, &fx_);                   \
+	}
 
 // OUT checks an output pointer.
 #define OUT(p)                                                   \

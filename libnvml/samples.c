@@ -1,12 +1,30 @@
-// Sampled readings. A mock GPU is steady, so each buffer holds the same
-// reading every 100 ms over the last second: what a monitor polling an idle
-// real GPU sees.
-#include <sys/time.h>
-
+// Sampled readings: a reading every 100 ms over the last second, as the
+// driver buffers them. A steady GPU gives the same value in each; one under
+// a live load gives the model's value at each sample's time.
 #include "nvmock.h"
 
 #define SAMPLES 10
 #define SAMPLE_PERIOD_US 100000ull
+
+static uint32_t sample_value(const struct snap_device *s, nvmlSamplingType_t type);
+
+// live_sample is the model's reading at t (µs), or the static one.
+static uint32_t live_sample(const struct nvmock_dev *d, nvmlSamplingType_t type, uint32_t v, unsigned long long t_us)
+{
+	LIVE(d);
+	if (!live_)
+		return v;
+	uint64_t t = t_us * 1000ull;
+	switch (type) {
+	case NVML_TOTAL_POWER_SAMPLES: return nvmock_live_power(d, &g_, &fx_, t);
+	case NVML_GPU_UTILIZATION_SAMPLES: return nvmock_live_util(d->node_index, &g_, 0, t);
+	case NVML_MEMORY_UTILIZATION_SAMPLES: return nvmock_live_util(d->node_index, &g_, 1, t);
+	case NVML_ENC_UTILIZATION_SAMPLES: return nvmock_live_util(d->node_index, &g_, 2, t);
+	case NVML_DEC_UTILIZATION_SAMPLES: return nvmock_live_util(d->node_index, &g_, 3, t);
+	case NVML_PROCESSOR_CLK_SAMPLES: return nvmock_live_clock(d, &g_, &fx_, NVML_CLOCK_GRAPHICS, t);
+	default: return v;
+	}
+}
 
 static uint32_t sample_value(const struct snap_device *s, nvmlSamplingType_t type)
 {
@@ -34,9 +52,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType
 	uint32_t v = sample_value(d->s, type);
 	if (v == NA32 || v == DEP32)
 		return NVML_ERROR_NOT_SUPPORTED;
-	struct timeval tv;
-	gettimeofday(&tv, NULL);
-	unsigned long long now = (unsigned long long)tv.tv_sec * 1000000ull + (unsigned long long)tv.tv_usec;
+	unsigned long long now = nvmock_live_now() / 1000;
 	now -= now % SAMPLE_PERIOD_US;
 	// The samples newer than lastSeenTimeStamp, oldest first.
 	unsigned n = 0;
@@ -53,7 +69,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType
 		n = *sampleCount;
 	for (unsigned k = 0; k < n; k++) {
 		samples[k].timeStamp = now - (n - 1 - k) * SAMPLE_PERIOD_US;
-		samples[k].sampleValue.uiVal = v;
+		samples[k].sampleValue.uiVal = live_sample(d, type, v, samples[k].timeStamp);
 	}
 	*sampleCount = n;
 	return NVML_SUCCESS;

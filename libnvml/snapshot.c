@@ -108,6 +108,7 @@ nvmlReturn_t nvmock_load(void)
 			return NVML_ERROR_UNKNOWN;
 		}
 		nvmock.hdr = (const void *)p;
+		nvmock_live_map(NULL);
 		return NVML_SUCCESS;
 	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -144,11 +145,13 @@ nvmlReturn_t nvmock_load(void)
 	map_addr = m;
 	map_len = (size_t)st.st_size;
 	nvmock.hdr = m;
+	nvmock_live_map(path);
 	return NVML_SUCCESS;
 }
 
 void nvmock_unload(void)
 {
+	nvmock_live_unmap();
 	if (map_addr != NULL)
 		munmap(map_addr, map_len);
 	map_addr = NULL;

@@ -39,6 +39,12 @@ NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
 	if (name == NULL || length == 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	char path[64], buf[256];
+	if (nvmock_live_proc_name(pid, buf, sizeof buf)) {
+		if (strlen(buf) + 1 > length)
+			return NVML_ERROR_INSUFFICIENT_SIZE;
+		memcpy(name, buf, strlen(buf) + 1);
+		return NVML_SUCCESS;
+	}
 	snprintf(path, sizeof path, "/proc/%u/comm", pid);
 	FILE *f = fopen(path, "re");
 	if (f == NULL)

@@ -186,6 +186,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int
 	OUT(isActive);
 	LINK(d, link);
 	*isActive = NVML_FEATURE_ENABLED;
+	LIVE(d);
+	if (live_ && (fx_.links_down >> (link & 31) & 1))
+		*isActive = NVML_FEATURE_DISABLED;
 	return NVML_SUCCESS;
 }
 

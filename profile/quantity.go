@@ -14,9 +14,9 @@ type Quantity uint64
 var suffixes = []struct {
 	s string
 	m uint64
-}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}}
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}}
 
-// ParseQuantity reads "123", "40960Mi" or "80Gi".
+// ParseQuantity reads "123", "40960Mi", "80Gi" or "20GiB".
 func ParseQuantity(s string) (Quantity, error) {
 	mult := uint64(1)
 	num := s

@@ -29,6 +29,8 @@ Usage:
              [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
              [--allow-real-driver] [--listen ADDR]
                                       run the NRI plugin (connects to the runtime's NRI socket)
+  nvmock ctl COMMAND ...              change the node's live state: loads, faults,
+                                      XIDs, processes (nvmock ctl help)
   nvmock version                      print the version
 `
 
@@ -56,6 +58,8 @@ func run(args []string) error {
 		return execCmd(args[1:])
 	case "nri":
 		return nriCmd(args[1:])
+	case "ctl":
+		return ctlCmd(args[1:])
 	case execChildArg: // hidden: nvmock exec's child, already in its new mount namespace
 		return execChild(args[1:])
 	case "help", "-h", "--help":

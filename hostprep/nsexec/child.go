@@ -95,7 +95,17 @@ func setup(s spec) error {
 		if err := os.MkdirAll(NamespaceDriver, 0o755); err != nil {
 			return err
 		}
-		return bind(s.Driver, NamespaceDriver, true)
+		if err := bind(s.Driver, NamespaceDriver, true); err != nil {
+			return err
+		}
+		// The live state stays writable: nvmock ctl changes it from inside.
+		// (An installed node's is a link out of the overlay; Run points the
+		// command at it instead.)
+		state := filepath.Join("etc", "nvmock", "state")
+		if fi, err := os.Lstat(filepath.Join(s.Driver, state)); err == nil && fi.Mode().IsRegular() {
+			return bind(filepath.Join(s.Driver, state), filepath.Join(NamespaceDriver, state), false)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("/dev: %w", err)

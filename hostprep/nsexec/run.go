@@ -123,6 +123,13 @@ func Run(o Options) (int, error) {
 		env = os.Environ()
 	}
 	env = CommandEnv(env, filepath.Join(o.Driver, "usr", "bin"))
+	// An installed node keeps its live state outside the overlay, behind a
+	// link that does not resolve where the namespace shows the driver.
+	if st := filepath.Join(o.Driver, "etc", "nvmock", "state"); isLink(st) {
+		if real, err := filepath.EvalSymlinks(st); err == nil && !hasEnv(env, "NVMOCK_STATE") {
+			env = append(env, "NVMOCK_STATE="+real)
+		}
+	}
 
 	userns := os.Geteuid() != 0 || o.forceUserNS
 	if !userns {
@@ -391,4 +398,18 @@ func Cached(name string, render func(dir string) error) (string, error) {
 		return "", err
 	}
 	return dst, nil
+}
+
+func isLink(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
 }

@@ -12,8 +12,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -155,7 +157,7 @@ func Env(t testing.TB, snapshotPath string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch k, _, _ := cut(kv); k {
-		case "LD_LIBRARY_PATH", "NVMOCK_SNAPSHOT", "NVIDIA_VISIBLE_DEVICES", "NVMOCK_VISIBLE_DEVICES", "NVMOCK_DEV_ROOT", "NVMOCK_TRACE":
+		case "LD_LIBRARY_PATH", "NVMOCK_SNAPSHOT", "NVMOCK_STATE", "NVIDIA_VISIBLE_DEVICES", "NVMOCK_VISIBLE_DEVICES", "NVMOCK_DEV_ROOT", "NVMOCK_TRACE":
 			continue
 		}
 		env = append(env, kv)
@@ -193,4 +195,30 @@ func FirstDiff(want, got string) string {
 		}
 	}
 	return "(no line differs)"
+}
+
+// LiveState makes a fresh live state beside a snapshot from Snapshot, where
+// the library finds it, for a node of gpus GPUs, and returns it mapped for
+// writing with its clock frozen at frozen (a test's clock).
+func LiveState(t testing.TB, snapshotPath string, gpus int, frozen time.Time) *live.File {
+	t.Helper()
+	path := filepath.Join(filepath.Dir(snapshotPath), "state")
+	if err := live.Create(path, gpus, 7); err != nil {
+		t.Fatal(err)
+	}
+	f, err := live.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if !frozen.IsZero() {
+		err := f.Update(func(s *live.State, _ int64) error {
+			s.Header.Frozen, s.Header.FrozenNS = 1, uint64(frozen.UnixNano())
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
 }

@@ -24,7 +24,17 @@ func Generate(header string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	stateC, err := StateC()
+	if err != nil {
+		return nil, err
+	}
+	stateGo, err := StateGo()
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{
+		"state_gen.h":            stateC,
+		"../live/layout_gen.go":  stateGo,
 		"exports_gen.txt":        Exports(funcs),
 		"defaults_gen.c":         Defaults(funcs),
 		"test/c/torture_gen.c":   Torture(funcs),

@@ -54,7 +54,7 @@ func camel(s string) string {
 	var b strings.Builder
 	for _, p := range strings.Split(s, "_") {
 		switch p {
-		case "id", "pci", "gpu", "cpu", "mw", "mj", "ecc", "mig", "ofa", "uuid", "numa":
+		case "id", "pci", "gpu", "cpu", "mw", "mj", "ecc", "mig", "ofa", "uuid", "numa", "pid", "xid", "ns", "mc", "sbe":
 			b.WriteString(strings.ToUpper(p))
 		default:
 			b.WriteString(strings.ToUpper(p[:1]) + p[1:])
@@ -71,37 +71,9 @@ func SnapshotC() ([]byte, error) {
 	fmt.Fprintf(&b, "#define SNAPSHOT_VERSION %d\n#define SNAPSHOT_MAX_MEM_CLOCKS %d\n", SnapshotVersion, MaxMemClocks)
 	fmt.Fprintf(&b, "// The library maps no larger file (libnvml/gen/limits.go).\n#define SNAPSHOT_MAX_BYTES %d\n\n", MaxSnapshotBytes)
 	for _, r := range Schema {
-		offs, size, err := Layout(r)
-		if err != nil {
+		if err := cStruct(&b, "snap", "snapshot", r); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&b, "// snap_%s %s.\nstruct snap_%s {\n", r.Name, r.Doc, r.Name)
-		for _, f := range r.Fields {
-			var decl string
-			switch f.Kind {
-			case U32:
-				decl = "uint32_t " + f.Name
-			case U64:
-				decl = "uint64_t " + f.Name
-			case Str:
-				decl = fmt.Sprintf("char %s[%d]", f.Name, f.Count)
-			case U32s:
-				decl = fmt.Sprintf("uint32_t %s[%d]", f.Name, f.Count)
-			case U64s:
-				decl = fmt.Sprintf("uint64_t %s[%d]", f.Name, f.Count)
-			}
-			if f.Doc != "" {
-				fmt.Fprintf(&b, "\t%s; // %s\n", decl, f.Doc)
-			} else {
-				fmt.Fprintf(&b, "\t%s;\n", decl)
-			}
-		}
-		b.WriteString("};\n")
-		fmt.Fprintf(&b, "_Static_assert(sizeof(struct snap_%s) == %d, \"snapshot layout\");\n", r.Name, size)
-		for _, o := range offs {
-			fmt.Fprintf(&b, "_Static_assert(offsetof(struct snap_%s, %s) == %d, \"snapshot layout\");\n", r.Name, o.Field, o.Offset)
-		}
-		b.WriteString("\n")
 	}
 	// The library checks that every string in a mapped file is terminated.
 	offs, _, _ := Layout(Schema[1])
@@ -123,39 +95,83 @@ func SnapshotGo() ([]byte, error) {
 	fmt.Fprintf(&b, "// Version is the snapshot layout version.\nconst Version = %d\n\n// MaxMemClocks bounds the supported memory clocks per device.\nconst MaxMemClocks = %d\n\n", SnapshotVersion, MaxMemClocks)
 	fmt.Fprintf(&b, "// MaxBytes bounds a snapshot file: Compile writes and the library maps no\n// larger one (libnvml/gen/limits.go).\nconst MaxBytes = %d\n\n", MaxSnapshotBytes)
 	for _, r := range Schema {
-		offs, size, err := Layout(r)
-		if err != nil {
+		if err := goStruct(&b, r); err != nil {
 			return nil, err
 		}
-		name := camel(r.Name)
-		fmt.Fprintf(&b, "// %s %s.\ntype %s struct {\n", name, r.Doc, name)
-		for _, f := range r.Fields {
-			var t string
-			switch f.Kind {
-			case U32:
-				t = "uint32"
-			case U64:
-				t = "uint64"
-			case Str:
-				t = fmt.Sprintf("[%d]byte", f.Count)
-			case U32s:
-				t = fmt.Sprintf("[%d]uint32", f.Count)
-			case U64s:
-				t = fmt.Sprintf("[%d]uint64", f.Count)
-			}
-			if f.Doc != "" {
-				fmt.Fprintf(&b, "\t%s %s // %s\n", camel(f.Name), t, f.Doc)
-			} else {
-				fmt.Fprintf(&b, "\t%s %s\n", camel(f.Name), t)
-			}
-		}
-		b.WriteString("}\n\n")
-		fmt.Fprintf(&b, "// %sSize is the size of %s in the file.\nconst %sSize = %d\n\n", name, name, name, size)
-		fmt.Fprintf(&b, "// %sLayout pins each field's offset (checked against the C header by the compiler).\nvar %sLayout = []FieldOffset{\n", name, name)
-		for _, o := range offs {
-			fmt.Fprintf(&b, "\t{%q, %q, %d},\n", o.Field, camel(o.Field), o.Offset)
-		}
-		b.WriteString("}\n\n")
 	}
 	return format.Source(bytes.TrimRight(b.Bytes(), "\n"))
+}
+
+// cStruct writes one record as a C struct with its layout pinned.
+func cStruct(b *bytes.Buffer, prefix, what string, r Record) error {
+	offs, size, err := Layout(r)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "// %s_%s %s.\nstruct %s_%s {\n", prefix, r.Name, r.Doc, prefix, r.Name)
+	for _, f := range r.Fields {
+		var decl string
+		switch f.Kind {
+		case U32:
+			decl = "uint32_t " + f.Name
+		case U64:
+			decl = "uint64_t " + f.Name
+		case Str:
+			decl = fmt.Sprintf("char %s[%d]", f.Name, f.Count)
+		case U32s:
+			decl = fmt.Sprintf("uint32_t %s[%d]", f.Name, f.Count)
+		case U64s:
+			decl = fmt.Sprintf("uint64_t %s[%d]", f.Name, f.Count)
+		}
+		if f.Doc != "" {
+			fmt.Fprintf(b, "\t%s; // %s\n", decl, f.Doc)
+		} else {
+			fmt.Fprintf(b, "\t%s;\n", decl)
+		}
+	}
+	b.WriteString("};\n")
+	fmt.Fprintf(b, "_Static_assert(sizeof(struct %s_%s) == %d, \"%s layout\");\n", prefix, r.Name, size, what)
+	for _, o := range offs {
+		fmt.Fprintf(b, "_Static_assert(offsetof(struct %s_%s, %s) == %d, \"%s layout\");\n", prefix, r.Name, o.Field, o.Offset, what)
+	}
+	b.WriteString("\n")
+	return nil
+}
+
+// goStruct writes one record as a Go struct, its size and its offsets.
+func goStruct(b *bytes.Buffer, r Record) error {
+	offs, size, err := Layout(r)
+	if err != nil {
+		return err
+	}
+	name := camel(r.Name)
+	fmt.Fprintf(b, "// %s %s.\ntype %s struct {\n", name, r.Doc, name)
+	for _, f := range r.Fields {
+		var t string
+		switch f.Kind {
+		case U32:
+			t = "uint32"
+		case U64:
+			t = "uint64"
+		case Str:
+			t = fmt.Sprintf("[%d]byte", f.Count)
+		case U32s:
+			t = fmt.Sprintf("[%d]uint32", f.Count)
+		case U64s:
+			t = fmt.Sprintf("[%d]uint64", f.Count)
+		}
+		if f.Doc != "" {
+			fmt.Fprintf(b, "\t%s %s // %s\n", camel(f.Name), t, f.Doc)
+		} else {
+			fmt.Fprintf(b, "\t%s %s\n", camel(f.Name), t)
+		}
+	}
+	b.WriteString("}\n\n")
+	fmt.Fprintf(b, "// %sSize is the size of %s in the file.\nconst %sSize = %d\n\n", name, name, name, size)
+	fmt.Fprintf(b, "// %sLayout pins each field's offset (checked against the C header by the compiler).\nvar %sLayout = []FieldOffset{\n", name, name)
+	for _, o := range offs {
+		fmt.Fprintf(b, "\t{%q, %q, %d},\n", o.Field, camel(o.Field), o.Offset)
+	}
+	b.WriteString("}\n\n")
+	return nil
 }

@@ -27,8 +27,13 @@ const helperEnv = "NVMOCK_GONVML_HELPER"
 // TestMain turns the test binary into the helper when re-executed by
 // runHelper: in a process of its own, the library's stderr can be read.
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "1" {
+	switch os.Getenv(helperEnv) {
+	case "1":
 		os.Exit(helperInit())
+	case "events":
+		os.Exit(helperEvents())
+	case "read":
+		os.Exit(helperRead())
 	}
 	os.Exit(m.Run())
 }

@@ -197,7 +197,7 @@ func buildSanitizedLib(t *testing.T) string {
 		"-shared", "-Wl,-soname,libnvidia-ml.so.1", "-Wl,-z,defs", "-Wl,--no-undefined",
 		"-o", filepath.Join(dir, "libnvidia-ml.so.1"))
 	args = append(args, srcs...)
-	gcc(t, append(args, "-lpthread", "-ldl")...)
+	gcc(t, append(args, "-lpthread", "-ldl", "-lm")...)
 	return dir
 }
 

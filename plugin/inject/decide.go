@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 )
@@ -99,6 +100,7 @@ func deferred(node *NodeState, ctr *Container, sel []bool, count int) Adjustment
 	sp, _ := SnapshotPathFor("/usr/lib64/libnvidia-ml.so.1")
 	if !slices.Contains(ctr.Mounts, sp) {
 		adj.Mounts = []Mount{{Source: node.Snapshot, Destination: sp, Type: "bind", Options: slices.Clone(bindOptions[:])}}
+		adj.Mounts = appendState(adj.Mounts, node, ctr, sp, slices.Clone(bindOptions[:]))
 	}
 	adj.Hooks = pciHooks(node)
 	return adj
@@ -282,6 +284,7 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) 
 		}
 		if !hasDestination(adj.Mounts, sp) && !slices.Contains(ctr.Mounts, sp) {
 			adj.Mounts = append(adj.Mounts, Mount{Source: node.Snapshot, Destination: sp, Type: "bind", Options: opts})
+			adj.Mounts = appendState(adj.Mounts, node, ctr, sp, opts)
 		}
 	}
 	if !slices.Contains(ctr.Mounts, NvidiaSMIPath) {
@@ -424,4 +427,17 @@ func SnapshotPathFor(libPath string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// appendState shows the node's live state beside a snapshot mounted at sp,
+// read-only: the container reads it, only nvmock's tools on the node write it.
+func appendState(ms []Mount, node *NodeState, ctr *Container, sp string, opts []string) []Mount {
+	if node.State == "" {
+		return ms
+	}
+	dst := path.Join(path.Dir(sp), "state")
+	if hasDestination(ms, dst) || slices.Contains(ctr.Mounts, dst) {
+		return ms
+	}
+	return append(ms, Mount{Source: node.State, Destination: dst, Type: "bind", Options: opts})
 }

@@ -68,6 +68,9 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 		}
 	}
 	n.GPUs = gpus
+	if fi, err := os.Stat(filepath.Join(root, hostprep.StateFile)); err == nil && fi.Mode().IsRegular() {
+		n.State = filepath.Join(root, hostprep.StateFile)
+	}
 	// Installs before pcisim have neither; their containers keep the host's /sys.
 	sys, hook := hostprep.SysOf(filepath.Dir(resolved)), filepath.Join(filepath.Dir(resolved), hostprep.HookPath)
 	if fi, err := os.Stat(sys); err == nil && fi.IsDir() {

@@ -110,6 +110,9 @@ type NodeState struct {
 	Library    string // DriverRoot/usr/lib64/libnvidia-ml.so.1
 	NvidiaSMI  string // DriverRoot/usr/bin/nvidia-smi
 	Snapshot   string // DriverRoot/etc/nvmock/snapshot
+	// State is the node's live state (package live), shown beside the
+	// snapshot; "" when the install has none (an older one).
+	State string
 	// The overlay's PCI tree and the runtime hook that shows it in a
 	// container's /sys; "" when the overlay has none (an older install).
 	Sys, Hook string

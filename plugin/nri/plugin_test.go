@@ -38,12 +38,16 @@ func TestPluginInjectsContainersThroughTheRuntime(t *testing.T) {
 	var dsts []string
 	for _, m := range adj.GetMounts() {
 		dsts = append(dsts, m.Destination)
-		if !slices.Contains(m.Options, "ro") || m.Type != "bind" || !strings.HasPrefix(m.Source, filepath.Join(root, "driver")+"/") {
+		from := filepath.Join(root, "driver") + "/"
+		if m.Destination == "/etc/nvmock/state" {
+			from = filepath.Join(root, "state")
+		}
+		if !slices.Contains(m.Options, "ro") || m.Type != "bind" || !strings.HasPrefix(m.Source, from) {
 			t.Errorf("mount %s: source %s type %s options %v; want a read-only bind from the overlay", m.Destination, m.Source, m.Type, m.Options)
 		}
 	}
 	slices.Sort(dsts)
-	wantDsts := []string{"/etc/nvmock/snapshot", "/usr/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}
+	wantDsts := []string{"/etc/nvmock/snapshot", "/etc/nvmock/state", "/usr/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}
 	if !slices.Equal(dsts, wantDsts) {
 		t.Errorf("mounts %v, want %v", dsts, wantDsts)
 	}

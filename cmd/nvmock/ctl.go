@@ -1,0 +1,557 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nvmock/nvmock/live"
+	"github.com/nvmock/nvmock/profile"
+)
+
+const ctlUsage = `Usage: nvmock ctl [--state PATH] COMMAND ...
+
+Changes the live state of a mock node: every process using its library sees
+the change at its next call (docs/live-state.md).
+
+  load GPUS PERCENT [--memory P] [--encoder P] [--decoder P] [--jitter P]
+        set the load; utilization, power, temperature, clocks and energy follow
+  fault GPUS KIND [--xid N] [--count N] [--link N] [--pid PID]
+        [--after-calls N | --probability P | --at TIME | --in DURATION]
+        inject a fault: lost, ecc_uncorrectable, ecc_correctable, thermal,
+        power_brake, nvlink_down, remap_failure, xid (with --xid)
+  xid GPUS XID        report an XID now, with what it does on real hardware
+  clear GPUS [KIND] [--load]
+        remove faults (all, or one kind); --load also returns to static readings
+  proc add GPU PID [--name NAME] [--memory SIZE] [--type compute|graphics|both]
+  proc rm PID [--gpu N]
+        register or remove a process on a GPU
+  status [--json]     show loads, faults and processes
+  clock freeze [TIME|now] | clock thaw | clock advance DURATION
+        stop, restart or step the state's clock (for tests that assert traces)
+
+GPUS is "all", an index, a list "0,3" or a range "0-3". TIME is RFC 3339.
+The state is --state, else $NVMOCK_STATE, else nvmock exec's node, else
+/var/lib/nvmock/state.
+`
+
+func ctlCmd(args []string) error {
+	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	statePath := fs.String("state", "", "state file")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(ctlUsage)
+			return nil
+		}
+		return fmt.Errorf("ctl: %w", err)
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fmt.Fprint(os.Stderr, ctlUsage)
+		return errors.New("ctl: no command given")
+	}
+	if rest[0] == "help" {
+		fmt.Print(ctlUsage)
+		return nil
+	}
+	path, err := live.Find(*statePath)
+	if err != nil {
+		return fmt.Errorf("ctl: %w", err)
+	}
+	f, err := live.Open(path)
+	if err != nil {
+		return fmt.Errorf("ctl: %w", err)
+	}
+	defer f.Close()
+	cmd, cargs := rest[0], rest[1:]
+	switch cmd {
+	case "load":
+		err = ctlLoad(f, cargs)
+	case "fault":
+		err = ctlFault(f, cargs)
+	case "xid":
+		err = ctlXID(f, cargs)
+	case "clear":
+		err = ctlClear(f, cargs)
+	case "proc":
+		err = ctlProc(f, cargs)
+	case "status":
+		err = ctlStatus(f, cargs, os.Stdout)
+	case "clock":
+		err = ctlClock(f, cargs)
+	default:
+		err = fmt.Errorf("unknown command %q; see nvmock ctl help", cmd)
+	}
+	if err != nil {
+		return fmt.Errorf("ctl %s: %w", cmd, err)
+	}
+	return nil
+}
+
+// parseGPUs reads "all", "3", "0,3" or "0-3" against a node of n GPUs.
+func parseGPUs(s string, n int) ([]int, error) {
+	if s == "all" {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a < 0 || b < a {
+			return nil, fmt.Errorf("GPU %q: not an index, list or range (all, 3, 0,3, 0-3)", part)
+		}
+		for i := a; i <= b; i++ {
+			if i >= n {
+				return nil, fmt.Errorf("GPU %d: the node has GPUs 0 to %d", i, n-1)
+			}
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+func percent(name, s string) (uint32, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil || v < 0 || v > 100 || math.IsNaN(v) {
+		return 0, fmt.Errorf("%s %q: a percentage from 0 to 100", name, s)
+	}
+	return uint32(math.Round(v)), nil
+}
+
+// ctlFlags parses interspersed flags and returns the positional arguments.
+func ctlFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	return pos, nil
+}
+
+func ctlLoad(f *live.File, args []string) error {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	mem := fs.String("memory", "", "memory utilization % (default: half the load)")
+	enc := fs.String("encoder", "0", "encoder utilization %")
+	dec := fs.String("decoder", "0", "decoder utilization %")
+	jit := fs.String("jitter", "0", "noise on utilization, % either way")
+	pos, err := ctlFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return errors.New("want GPUS PERCENT, e.g. nvmock ctl load all 80")
+	}
+	var l live.Loads
+	if l.GPU, err = percent("load", pos[1]); err != nil {
+		return err
+	}
+	l.Memory = l.GPU / 2
+	if *mem != "" {
+		if l.Memory, err = percent("--memory", *mem); err != nil {
+			return err
+		}
+	}
+	if l.Encoder, err = percent("--encoder", *enc); err != nil {
+		return err
+	}
+	if l.Decoder, err = percent("--decoder", *dec); err != nil {
+		return err
+	}
+	if l.Jitter, err = percent("--jitter", *jit); err != nil {
+		return err
+	}
+	boards, err := live.Boards(f.Path)
+	if err != nil {
+		return err
+	}
+	return f.Update(func(s *live.State, now int64) error {
+		gpus, err := parseGPUs(pos[0], int(s.Header.Gpus))
+		if err != nil {
+			return err
+		}
+		for _, g := range gpus {
+			if g >= len(boards) {
+				return fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards))
+			}
+			s.SetLoad(boards[g], g, l, now)
+		}
+		return nil
+	})
+}
+
+// faultTrigger reads the trigger flags: at most one of them.
+func faultTrigger(after, prob, at, in string, now func() int64) (uint32, uint64, error) {
+	set := 0
+	for _, v := range []string{after, prob, at, in} {
+		if v != "" {
+			set++
+		}
+	}
+	if set > 1 {
+		return 0, 0, errors.New("give one trigger: --after-calls, --probability, --at or --in")
+	}
+	switch {
+	case after != "":
+		n, err := strconv.ParseUint(after, 10, 32)
+		if err != nil {
+			return 0, 0, fmt.Errorf("--after-calls %q: a number of calls", after)
+		}
+		return live.TriggerCalls, n, nil
+	case prob != "":
+		p, err := strconv.ParseFloat(prob, 64)
+		if err != nil || p < 0 || p > 1 || math.IsNaN(p) {
+			return 0, 0, fmt.Errorf("--probability %q: a probability from 0 to 1", prob)
+		}
+		return live.TriggerProbability, uint64(math.Min(p*(1<<32), (1<<32)-1)), nil
+	case at != "":
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return 0, 0, fmt.Errorf("--at %q: a time in RFC 3339, e.g. 2026-12-01T20:00:00Z", at)
+		}
+		return live.TriggerAt, uint64(t.UnixNano()), nil
+	case in != "":
+		d, err := time.ParseDuration(in)
+		if err != nil || d < 0 {
+			return 0, 0, fmt.Errorf("--in %q: a duration such as 30s or 5m", in)
+		}
+		return live.TriggerAt, uint64(now() + int64(d)), nil
+	}
+	return live.TriggerAt, uint64(now()), nil
+}
+
+func ctlFault(f *live.File, args []string) error {
+	fs := flag.NewFlagSet("fault", flag.ContinueOnError)
+	xid := fs.Uint("xid", 0, "the XID it reports (default: the kind's)")
+	count := fs.Uint("count", 0, "ECC errors it adds (default 1; 100 for ecc_correctable)")
+	link := fs.Uint("link", 0, "the NVLink nvlink_down takes down")
+	pid := fs.Uint("pid", 0, "hit only this process (its pid as it sees itself)")
+	after := fs.String("after-calls", "", "trigger after N calls on the GPU, counted in each process")
+	prob := fs.String("probability", "", "trigger with this probability per call, in each process")
+	at := fs.String("at", "", "trigger at this time (RFC 3339)")
+	in := fs.String("in", "", "trigger after this duration")
+	pos, err := ctlFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return errors.New("want GPUS KIND, e.g. nvmock ctl fault 3 ecc_uncorrectable")
+	}
+	kind, ok := live.Kinds[pos[1]]
+	if !ok {
+		return fmt.Errorf("kind %q: one of lost, ecc_uncorrectable, ecc_correctable, thermal, power_brake, nvlink_down, remap_failure, xid", pos[1])
+	}
+	if *xid > live.MaxXID {
+		return fmt.Errorf("--xid %d: not an XID (1 to %d)", *xid, live.MaxXID)
+	}
+	if kind == live.FaultXID && *xid == 0 {
+		return errors.New("a fault of kind xid needs --xid N")
+	}
+	fault := live.Fault{Kind: kind, XID: uint32(*xid), PID: uint32(*pid), Count: uint32(*count)}
+	if kind == live.FaultNvlinkDown {
+		fault.Count = uint32(*link)
+	}
+	if kind == live.FaultSBE && fault.Count == 0 {
+		fault.Count = 100
+	}
+	return f.Update(func(s *live.State, now int64) error {
+		var err error
+		if fault.Trigger, fault.Param, err = faultTrigger(*after, *prob, *at, *in, func() int64 { return now }); err != nil {
+			return err
+		}
+		gpus, err := parseGPUs(pos[0], int(s.Header.Gpus))
+		if err != nil {
+			return err
+		}
+		for _, g := range gpus {
+			if err := s.AddFault(g, fault, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func ctlXID(f *live.File, args []string) error {
+	if len(args) != 2 {
+		return errors.New("want GPUS XID, e.g. nvmock ctl xid 0 79")
+	}
+	x, err := strconv.ParseUint(args[1], 10, 32)
+	if err != nil || x == 0 || x > live.MaxXID {
+		return fmt.Errorf("XID %q: not an XID (1 to %d)", args[1], live.MaxXID)
+	}
+	return f.Update(func(s *live.State, now int64) error {
+		gpus, err := parseGPUs(args[0], int(s.Header.Gpus))
+		if err != nil {
+			return err
+		}
+		for _, g := range gpus {
+			if err := s.XID(g, uint32(x), now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func ctlClear(f *live.File, args []string) error {
+	fs := flag.NewFlagSet("clear", flag.ContinueOnError)
+	load := fs.Bool("load", false, "also return to the snapshot's static readings")
+	pos, err := ctlFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		return errors.New("want GPUS [KIND], e.g. nvmock ctl clear all")
+	}
+	var kind uint32
+	if len(pos) == 2 {
+		var ok bool
+		if kind, ok = live.Kinds[pos[1]]; !ok {
+			return fmt.Errorf("kind %q: not a fault kind", pos[1])
+		}
+	}
+	return f.Update(func(s *live.State, now int64) error {
+		gpus, err := parseGPUs(pos[0], int(s.Header.Gpus))
+		if err != nil {
+			return err
+		}
+		for _, g := range gpus {
+			s.ClearFaults(g, kind)
+			if *load {
+				s.GPUs[g] = live.GPU{}
+			}
+		}
+		return nil
+	})
+}
+
+var procTypes = map[string]uint32{"compute": 1, "graphics": 2, "both": 3}
+
+func ctlProc(f *live.File, args []string) error {
+	if len(args) == 0 {
+		return errors.New("want add or rm")
+	}
+	switch args[0] {
+	case "add":
+		fs := flag.NewFlagSet("proc add", flag.ContinueOnError)
+		name := fs.String("name", "", "process name (default: the pid's command, if visible)")
+		mem := fs.String("memory", "0", "GPU memory it uses, e.g. 20GiB")
+		typ := fs.String("type", "compute", "compute, graphics or both")
+		pos, err := ctlFlags(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(pos) != 2 {
+			return errors.New("want add GPU PID, e.g. nvmock ctl proc add 0 1234 --memory 20GiB")
+		}
+		pid, err := strconv.ParseUint(pos[1], 10, 32)
+		if err != nil || pid == 0 {
+			return fmt.Errorf("pid %q: not a process id", pos[1])
+		}
+		q, err := profile.ParseQuantity(*mem)
+		if err != nil {
+			return fmt.Errorf("--memory: %w", err)
+		}
+		t, ok := procTypes[*typ]
+		if !ok {
+			return fmt.Errorf("--type %q: compute, graphics or both", *typ)
+		}
+		if *name == "" {
+			if b, err := os.ReadFile("/proc/" + pos[1] + "/cmdline"); err == nil {
+				*name, _, _ = strings.Cut(string(b), "\x00")
+			}
+		}
+		return f.Update(func(s *live.State, now int64) error {
+			gpus, err := parseGPUs(pos[0], int(s.Header.Gpus))
+			if err != nil {
+				return err
+			}
+			for _, g := range gpus {
+				p := live.Process{PID: uint32(pid), GPU: g, Type: t, UsedBytes: uint64(q), Name: *name, Owner: "ctl", PIDNS: live.PIDNamespace()}
+				if err := s.AddProcess(p, now); err != nil {
+					return err
+				}
+			}
+			s.RemoveProcesses(live.Dead)
+			return nil
+		})
+	case "rm":
+		fs := flag.NewFlagSet("proc rm", flag.ContinueOnError)
+		gpu := fs.Int("gpu", -1, "only on this GPU")
+		pos, err := ctlFlags(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return errors.New("want rm PID")
+		}
+		pid, err := strconv.ParseUint(pos[0], 10, 32)
+		if err != nil {
+			return fmt.Errorf("pid %q: not a process id", pos[0])
+		}
+		return f.Update(func(s *live.State, now int64) error {
+			n := s.RemoveProcesses(func(p live.Process) bool {
+				return p.PID == uint32(pid) && (*gpu < 0 || p.GPU == *gpu)
+			})
+			if n == 0 {
+				return fmt.Errorf("pid %d is not registered", pid)
+			}
+			s.RemoveProcesses(live.Dead)
+			return nil
+		})
+	}
+	return fmt.Errorf("proc %q: want add or rm", args[0])
+}
+
+func ctlClock(f *live.File, args []string) error {
+	if len(args) == 0 {
+		return errors.New("want freeze, thaw or advance")
+	}
+	return f.Update(func(s *live.State, now int64) error {
+		switch {
+		case args[0] == "freeze" && len(args) <= 2:
+			t := now
+			if len(args) == 2 && args[1] != "now" {
+				p, err := time.Parse(time.RFC3339Nano, args[1])
+				if err != nil {
+					return fmt.Errorf("%q: a time in RFC 3339", args[1])
+				}
+				t = p.UnixNano()
+			}
+			s.Header.Frozen, s.Header.FrozenNS = 1, uint64(t)
+		case args[0] == "thaw" && len(args) == 1:
+			s.Header.Frozen, s.Header.FrozenNS = 0, 0
+		case args[0] == "advance" && len(args) == 2:
+			d, err := time.ParseDuration(args[1])
+			if err != nil || d < 0 {
+				return fmt.Errorf("%q: a duration such as 30s", args[1])
+			}
+			if s.Header.Frozen == 0 {
+				return errors.New("the clock runs; freeze it first")
+			}
+			s.Header.FrozenNS += uint64(d)
+		default:
+			return errors.New("want freeze [TIME|now], thaw or advance DURATION")
+		}
+		return nil
+	})
+}
+
+// Status is what nvmock ctl status --json prints.
+type Status struct {
+	State     string         `json:"state"`
+	Frozen    *time.Time     `json:"frozenAt,omitempty"`
+	GPUs      []GPUStatus    `json:"gpus"`
+	Processes []live.Process `json:"processes"`
+}
+
+// GPUStatus is one GPU's part of Status.
+type GPUStatus struct {
+	Index  int           `json:"index"`
+	Model  bool          `json:"model"`
+	Load   [4]uint32     `json:"load"` // GPU, memory, encoder, decoder %
+	Jitter uint32        `json:"jitter"`
+	Faults []FaultStatus `json:"faults"`
+}
+
+// FaultStatus is one fault, for people.
+type FaultStatus struct {
+	Kind    string `json:"kind"`
+	XID     uint32 `json:"xid,omitempty"`
+	Trigger string `json:"trigger"`
+	PID     uint32 `json:"pid,omitempty"`
+	Count   uint32 `json:"count,omitempty"`
+}
+
+func triggerText(f live.Fault) string {
+	switch f.Trigger {
+	case live.TriggerAt:
+		return "at " + time.Unix(0, int64(f.Param)).UTC().Format(time.RFC3339Nano)
+	case live.TriggerCalls:
+		return "after " + strconv.FormatUint(f.Param, 10) + " calls"
+	case live.TriggerProbability:
+		return "probability " + strconv.FormatFloat(float64(f.Param)/(1<<32), 'g', 4, 64)
+	}
+	return "unknown"
+}
+
+func ctlStatus(f *live.File, args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := ctlFlags(fs, args); err != nil {
+		return err
+	}
+	s := f.Read()
+	st := Status{State: f.Path, Processes: s.Processes()}
+	if st.Processes == nil {
+		st.Processes = []live.Process{}
+	}
+	if s.Header.Frozen != 0 {
+		t := time.Unix(0, int64(s.Header.FrozenNS)).UTC()
+		st.Frozen = &t
+	}
+	for i := 0; i < int(s.Header.Gpus); i++ {
+		g := &s.GPUs[i]
+		gs := GPUStatus{Index: i, Model: g.Model != 0, Load: g.Load, Jitter: g.Jitter, Faults: []FaultStatus{}}
+		for _, fl := range s.Faults(i) {
+			gs.Faults = append(gs.Faults, FaultStatus{Kind: live.KindName(fl.Kind), XID: fl.XID, Trigger: triggerText(fl), PID: fl.PID, Count: fl.Count})
+		}
+		st.GPUs = append(st.GPUs, gs)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "state %s", st.State)
+	if st.Frozen != nil {
+		fmt.Fprintf(tw, " (clock frozen at %s)", st.Frozen.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "GPU\tLOAD\tMEMORY\tENC\tDEC\tJITTER\tFAULTS")
+	for _, g := range st.GPUs {
+		load := "static"
+		if g.Model {
+			load = fmt.Sprintf("%d%%", g.Load[0])
+		}
+		var fl []string
+		for _, x := range g.Faults {
+			t := x.Kind
+			if x.XID != 0 {
+				t += fmt.Sprintf(" (XID %d)", x.XID)
+			}
+			fl = append(fl, t+" "+x.Trigger)
+		}
+		faults := "-"
+		if len(fl) > 0 {
+			faults = strings.Join(fl, "; ")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d%%\t%d%%\t%d%%\t%d%%\t%s\n", g.Index, load, g.Load[1], g.Load[2], g.Load[3], g.Jitter, faults)
+	}
+	if len(st.Processes) > 0 {
+		fmt.Fprintln(tw, "\nPID\tGPU\tTYPE\tMEMORY\tNAME\tOWNER")
+		for _, p := range st.Processes {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d MiB\t%s\t%s\n", p.PID, p.GPU, p.Type, p.UsedBytes>>20, p.Name, p.Owner)
+		}
+	}
+	return tw.Flush()
+}

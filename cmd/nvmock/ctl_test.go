@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/live"
+)
+
+// ctlNode is a state file with its snapshot beside it, as nvmock exec lays
+// them out.
+func ctlNode(t *testing.T, gpus string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := run([]string{"profile", "compile", "a100", "--gpus", gpus, "--seed", "n1", "-o", filepath.Join(dir, "snapshot")}); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	n := 0
+	for _, c := range gpus {
+		n = n*10 + int(c-'0')
+	}
+	if err := live.Create(state, n, 1); err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
+func ctlStatusJSON(t *testing.T, state string) Status {
+	t.Helper()
+	f, err := live.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	if err := ctlStatus(f, []string{"--json"}, &b); err != nil {
+		t.Fatal(err)
+	}
+	var s Status
+	if err := json.Unmarshal(b.Bytes(), &s); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, b.String())
+	}
+	return s
+}
+
+func TestCtlChangesTheStateAsAsked(t *testing.T) {
+	state := ctlNode(t, "4")
+	for _, args := range [][]string{
+		{"load", "0-1", "80", "--jitter", "5"},
+		{"fault", "2", "thermal"},
+		{"fault", "3", "lost", "--after-calls", "100"},
+		{"fault", "3", "xid", "--xid", "43", "--probability", "0.5"},
+		{"xid", "1", "48"},
+		{"proc", "add", "0", "1", "--memory", "20GiB", "--name", "train"},
+	} {
+		if err := run(append([]string{"ctl", "--state", state}, args...)); err != nil {
+			t.Fatalf("ctl %v: %v", args, err)
+		}
+	}
+	s := ctlStatusJSON(t, state)
+	want := []string{
+		"0 model=true load=80 jitter=5 faults=[]",
+		"1 model=true load=80 jitter=5 faults=[ecc_uncorrectable/48]",
+		"2 model=false load=0 jitter=0 faults=[thermal/0]",
+		"3 model=false load=0 jitter=0 faults=[lost/79 xid/43]",
+	}
+	for i, g := range s.GPUs {
+		var fs []string
+		for _, f := range g.Faults {
+			fs = append(fs, f.Kind+"/"+itoa(int(f.XID)))
+		}
+		got := itoa(g.Index) + " model=" + map[bool]string{true: "true", false: "false"}[g.Model] + " load=" + itoa(int(g.Load[0])) +
+			" jitter=" + itoa(int(g.Jitter)) + " faults=[" + strings.Join(fs, " ") + "]"
+		if got != want[i] {
+			t.Errorf("GPU %d: %s, want %s", i, got, want[i])
+		}
+	}
+	if f := s.GPUs[3].Faults; len(f) != 2 || f[0].Trigger != "after 100 calls" || f[1].Trigger != "probability 0.5" {
+		t.Errorf("GPU 3's triggers: %+v", f)
+	}
+	if len(s.Processes) != 1 || s.Processes[0].UsedBytes != 20<<30 || s.Processes[0].Name != "train" {
+		t.Errorf("processes %+v, want pid 1 with 20 GiB named train", s.Processes)
+	}
+	// Clear one kind, then everything with the load.
+	if err := run([]string{"ctl", "--state", state, "clear", "3", "xid"}); err != nil {
+		t.Fatal(err)
+	}
+	if f := ctlStatusJSON(t, state).GPUs[3].Faults; len(f) != 1 || f[0].Kind != "lost" {
+		t.Errorf("after clearing xid on GPU 3: %+v", f)
+	}
+	if err := run([]string{"ctl", "--state", state, "clear", "all", "--load"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range ctlStatusJSON(t, state).GPUs {
+		if g.Model || len(g.Faults) != 0 {
+			t.Errorf("after clear all --load: %+v", g)
+		}
+	}
+	if err := run([]string{"ctl", "--state", state, "proc", "rm", "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := ctlStatusJSON(t, state).Processes; len(p) != 0 {
+		t.Errorf("after proc rm: %+v", p)
+	}
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
+	state := ctlNode(t, "8")
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an unknown GPU", []string{"load", "8", "50"}, "ctl load: GPU 8: the node has GPUs 0 to 7"},
+		{"a GPU that is not a number", []string{"fault", "x", "lost"}, `ctl fault: GPU "x": not an index, list or range`},
+		{"a bad XID", []string{"xid", "0", "999"}, `ctl xid: XID "999": not an XID (1 to 255)`},
+		{"XID 0", []string{"xid", "0", "0"}, `ctl xid: XID "0": not an XID`},
+		{"a probability above 1", []string{"fault", "0", "lost", "--probability", "1.5"}, `ctl fault: --probability "1.5": a probability from 0 to 1`},
+		{"a negative probability", []string{"fault", "0", "lost", "--probability", "-0.1"}, `--probability "-0.1": a probability from 0 to 1`},
+		{"two triggers", []string{"fault", "0", "lost", "--in", "5s", "--after-calls", "3"}, "give one trigger"},
+		{"an unknown kind", []string{"fault", "0", "melted"}, `kind "melted": one of lost, ecc_uncorrectable`},
+		{"an xid fault without its number", []string{"fault", "0", "xid"}, "a fault of kind xid needs --xid N"},
+		{"a load above 100", []string{"load", "0", "120"}, `load "120": a percentage from 0 to 100`},
+		{"a bad memory size", []string{"proc", "add", "0", "5", "--memory", "lots"}, `--memory: "lots" is not a quantity`},
+		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
+		{"an unregistered pid", []string{"proc", "rm", "77"}, "pid 77 is not registered"},
+		{"advancing a running clock", []string{"clock", "advance", "1s"}, "the clock runs; freeze it first"},
+	} {
+		err := run(append([]string{"ctl", "--state", state}, c.args...))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line with %q", c.name, err, c.want)
+		}
+	}
+	// Nothing of that reached the state.
+	for _, g := range ctlStatusJSON(t, state).GPUs {
+		if g.Model || len(g.Faults) != 0 {
+			t.Errorf("a rejected command changed GPU %d: %+v", g.Index, g)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "none")
+	if err := run([]string{"ctl", "--state", missing, "status"}); err == nil || !strings.Contains(err.Error(), missing+": no such file; install a node first") {
+		t.Errorf("a missing state: %v", err)
+	}
+	t.Setenv("NVMOCK_STATE", "")
+	os.Unsetenv("NVMOCK_STATE")
+	live.ExecState, live.InstalledState = filepath.Join(t.TempDir(), "x"), filepath.Join(t.TempDir(), "y")
+	if err := run([]string{"ctl", "status"}); err == nil || !strings.Contains(err.Error(), "no live state found") {
+		t.Errorf("no state anywhere: %v", err)
+	}
+}
+
+func TestCtlClockFreezesAndSteps(t *testing.T) {
+	state := ctlNode(t, "1")
+	for _, args := range [][]string{{"clock", "freeze", "2026-12-01T12:00:00Z"}, {"clock", "advance", "90s"}} {
+		if err := run(append([]string{"ctl", "--state", state}, args...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := ctlStatusJSON(t, state); s.Frozen == nil || s.Frozen.Format("15:04:05") != "12:01:30" {
+		t.Errorf("frozen at %v, want 12:01:30", s.Frozen)
+	}
+	if err := run([]string{"ctl", "--state", state, "clock", "thaw"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := ctlStatusJSON(t, state); s.Frozen != nil {
+		t.Errorf("still frozen at %v after thaw", s.Frozen)
+	}
+}

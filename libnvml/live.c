@@ -1,0 +1,457 @@
+// The node's live state (package live, docs/live-state.md): loads that move
+// the readings, faults, events and processes, in a file every process maps
+// read-only beside the snapshot. Readers take no lock: each copies what it
+// needs inside a seqlock, so a fork at any moment leaves nothing held.
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nvmock.h"
+
+#define STATE_SIZE                                                                                   \
+	(sizeof(struct live_header) + STATE_GPUS * sizeof(struct live_gpu) +                         \
+	 STATE_EVENTS * sizeof(struct live_event) + STATE_PROCS * sizeof(struct live_proc))
+
+// The model's constants; live/model.go has the same.
+#define TAU_NS 30e9
+#define HEAT_C 45.0
+
+static void *live_map;
+static unsigned my_pidns;
+
+// Per-process trigger state: calls made on each GPU, and the faults whose
+// call or probability trigger has fired here (keyed by fault id).
+static uint32_t calls[STATE_GPUS];
+static struct {
+	uint32_t id;
+	uint64_t at;
+} latched[STATE_GPUS][STATE_FAULTS];
+
+static unsigned read_pidns(void)
+{
+	char l[64];
+	ssize_t n = readlink("/proc/self/ns/pid", l, sizeof l - 1);
+	if (n <= 0)
+		return 0;
+	l[n] = '\0';
+	return (unsigned)strtoul(l + strcspn(l, "0123456789"), NULL, 10);
+}
+
+// nvmock_live_map maps the state file: NVMOCK_STATE, else "state" beside
+// the snapshot file. None, or one that is not ours, leaves readings static.
+void nvmock_live_map(const char *snapshot)
+{
+	char path[PATH_MAX];
+	const char *env = getenv("NVMOCK_STATE");
+	if (env != NULL && env[0] != '\0') {
+		snprintf(path, sizeof path, "%s", env);
+	} else if (snapshot != NULL) {
+		snprintf(path, sizeof path, "%s", snapshot);
+		char *slash = strrchr(path, '/');
+		if (slash == NULL || (size_t)(slash - path) + sizeof "/state" > sizeof path)
+			return;
+		strcpy(slash, "/state");
+	} else {
+		return;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct stat st;
+	void *m = MAP_FAILED;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == STATE_SIZE)
+		m = mmap(NULL, STATE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED) {
+		if (env != NULL && env[0] != '\0')
+			nvmock_warn("state %s (NVMOCK_STATE): not a state file of this nvmock; readings stay static", path);
+		return;
+	}
+	const struct live_header *h = m;
+	if (memcmp(h->magic, "NVMOCKLV", 8) != 0 || h->version != STATE_VERSION ||
+	    h->header_size != sizeof *h || h->gpu_size != sizeof(struct live_gpu) ||
+	    h->event_size != sizeof(struct live_event) || h->proc_size != sizeof(struct live_proc) ||
+	    h->gpus != nvmock.hdr->device_count) {
+		if (env != NULL && env[0] != '\0')
+			nvmock_warn("state %s: made for another node or nvmock; readings stay static", path);
+		munmap(m, STATE_SIZE);
+		return;
+	}
+	live_map = m;
+	my_pidns = read_pidns();
+	nvmock.live = h;
+	nvmock.live_gpus = (const void *)(h + 1);
+	nvmock.live_events = (const void *)(nvmock.live_gpus + STATE_GPUS);
+	nvmock.live_procs = (const void *)(nvmock.live_events + STATE_EVENTS);
+}
+
+void nvmock_live_unmap(void)
+{
+	nvmock.live = NULL;
+	nvmock.live_gpus = NULL;
+	nvmock.live_events = NULL;
+	nvmock.live_procs = NULL;
+	if (live_map != NULL)
+		munmap(live_map, STATE_SIZE);
+	live_map = NULL;
+	memset(calls, 0, sizeof calls);
+	memset(latched, 0, sizeof latched);
+}
+
+uint32_t nvmock_live_seq_begin(void)
+{
+	uint32_t s;
+	while ((s = __atomic_load_n(&nvmock.live->seq, __ATOMIC_ACQUIRE)) & 1)
+		__builtin_ia32_pause();
+	return s;
+}
+
+int nvmock_live_seq_retry(uint32_t s)
+{
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&nvmock.live->seq, __ATOMIC_RELAXED) != s;
+}
+
+uint64_t nvmock_live_now(void)
+{
+	if (nvmock.live != NULL && __atomic_load_n(&nvmock.live->frozen, __ATOMIC_ACQUIRE))
+		return __atomic_load_n(&nvmock.live->frozen_ns, __ATOMIC_RELAXED);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int nvmock_live_read(unsigned node, struct live_gpu *g)
+{
+	if (nvmock.live == NULL || node >= STATE_GPUS)
+		return 0;
+	const struct live_gpu *src = &nvmock.live_gpus[node];
+	if (__atomic_load_n(&src->model, __ATOMIC_RELAXED) == 0 && __atomic_load_n(&src->faults, __ATOMIC_RELAXED) == 0)
+		return 0;
+	uint32_t s;
+	do {
+		s = nvmock_live_seq_begin();
+		memcpy(g, src, sizeof *g);
+	} while (nvmock_live_seq_retry(s));
+	return g->model != 0 || g->faults != 0;
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+// latch reports whether fault slot i has fired in this process, and when.
+static int latch_get(unsigned node, uint32_t id, uint64_t *at)
+{
+	for (unsigned k = 0; k < STATE_FAULTS; k++) {
+		if (__atomic_load_n(&latched[node][k].id, __ATOMIC_ACQUIRE) == id) {
+			*at = latched[node][k].at;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void latch_set(unsigned node, uint32_t id, uint64_t at)
+{
+	uint64_t old;
+	if (latch_get(node, id, &old))
+		return;
+	unsigned k = id % STATE_FAULTS;
+	latched[node][k].at = at;
+	__atomic_store_n(&latched[node][k].id, id, __ATOMIC_RELEASE);
+}
+
+// nvmock_live_active says whether fault slot i hits this process now, and
+// since when.
+int nvmock_live_active(unsigned node, const struct live_gpu *g, unsigned i, uint64_t now, uint64_t *since)
+{
+	if (g->fault_pid[i] != 0 && g->fault_pid[i] != (uint32_t)nvmock.pid)
+		return 0;
+	switch (g->fault_trigger[i]) {
+	case LIVE_TRIGGER_AT:
+		*since = g->fault_param[i];
+		return now >= g->fault_param[i];
+	case LIVE_TRIGGER_CALLS:
+	case LIVE_TRIGGER_PROBABILITY: return latch_get(node, g->fault_id[i], since);
+	default: return 0;
+	}
+}
+
+// nvmock_live_fx sums what the active faults do to a GPU.
+void nvmock_live_fx(unsigned node, const struct live_gpu *g, uint64_t now, struct live_fx *fx)
+{
+	memset(fx, 0, sizeof *fx);
+	for (unsigned i = 0; i < g->faults && i < STATE_FAULTS; i++) {
+		uint64_t since;
+		if (!nvmock_live_active(node, g, i, now, &since))
+			continue;
+		switch (g->fault_kind[i]) {
+		case LIVE_FAULT_LOST: fx->lost = 1; break;
+		case LIVE_FAULT_ECC:
+			fx->dbe += g->fault_count[i];
+			fx->remap_pending = 1;
+			break;
+		case LIVE_FAULT_SBE: fx->sbe += g->fault_count[i]; break;
+		case LIVE_FAULT_THERMAL: fx->thermal = 1; break;
+		case LIVE_FAULT_POWER_BRAKE: fx->brake = 1; break;
+		case LIVE_FAULT_NVLINK_DOWN: fx->links_down |= 1u << (g->fault_count[i] & 31); break;
+		case LIVE_FAULT_REMAP_FAILURE: fx->remap_failed = 1; break;
+		}
+	}
+}
+
+// nvmock_live_check runs on every call on a GPU with faults: it counts the
+// call, fires call and probability triggers, and fails the call on a lost GPU.
+nvmlReturn_t nvmock_live_check(const struct nvmock_dev *d)
+{
+	struct live_gpu g;
+	if (!nvmock_live_read(d->node_index, &g))
+		return NVML_SUCCESS;
+	uint64_t now = nvmock_live_now();
+	uint32_t n = __atomic_add_fetch(&calls[d->node_index], 1, __ATOMIC_RELAXED);
+	for (unsigned i = 0; i < g.faults && i < STATE_FAULTS; i++) {
+		if (g.fault_pid[i] != 0 && g.fault_pid[i] != (uint32_t)nvmock.pid)
+			continue;
+		int fire = 0;
+		if (g.fault_trigger[i] == LIVE_TRIGGER_CALLS)
+			fire = n > g.fault_param[i];
+		else if (g.fault_trigger[i] == LIVE_TRIGGER_PROBABILITY)
+			fire = (mix(nvmock.live->seed ^ ((uint64_t)g.fault_id[i] << 32) ^ ((uint64_t)nvmock.pid << 48) ^ n) >> 32) <
+			       g.fault_param[i];
+		if (fire)
+			latch_set(d->node_index, g.fault_id[i], now);
+	}
+	struct live_fx fx;
+	nvmock_live_fx(d->node_index, &g, now, &fx);
+	return fx.lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+// nvmock_live_lost says whether a GPU is lost to this process (handle lookups).
+int nvmock_live_lost(unsigned node)
+{
+	struct live_gpu g;
+	if (!nvmock_live_read(node, &g) || g.faults == 0)
+		return 0;
+	struct live_fx fx;
+	nvmock_live_fx(node, &g, nvmock_live_now(), &fx);
+	return fx.lost;
+}
+
+// The load model at time t: the segment that covers t.
+struct seg {
+	const uint32_t *load;
+	uint64_t since;
+	uint32_t temp0;
+	uint64_t e0;
+};
+
+static struct seg seg_at(const struct live_gpu *g, uint64_t t)
+{
+	if (t >= g->since_ns)
+		return (struct seg){g->load, g->since_ns, g->temp0_mc, g->energy0_mj};
+	return (struct seg){g->prev_load, g->prev_since_ns, g->prev_temp0_mc, g->prev_energy0_mj};
+}
+
+// util is one engine's utilization at t: the load, with noise that depends
+// only on the seed, the GPU, the engine and the 100 ms slot.
+unsigned nvmock_live_util(unsigned node, const struct live_gpu *g, unsigned engine, uint64_t t)
+{
+	if (!g->model) {
+		const struct snap_device *d = &nvmock.node[node];
+		uint32_t v[4] = {d->util_gpu, d->util_memory, d->util_encoder, d->util_decoder};
+		return v[engine] == NA32 ? 0 : v[engine];
+	}
+	struct seg s = seg_at(g, t);
+	double u = s.load[engine];
+	if (g->jitter != 0 && u > 0) {
+		uint64_t h = mix(nvmock.live->seed ^ mix(((uint64_t)node << 40) ^ ((uint64_t)engine << 56) ^ (t / 100000000ull)));
+		u += g->jitter * ((double)(h >> 11) / 9007199254740992.0 * 2 - 1);
+	}
+	if (u < 0)
+		u = 0;
+	if (u > 100)
+		u = 100;
+	return (unsigned)(u + 0.5);
+}
+
+static double power_of(const struct snap_device *s, double load)
+{
+	if (s->power_enforced_mw == NA32 || s->power_enforced_mw < s->power_draw_mw)
+		return s->power_draw_mw;
+	return s->power_draw_mw + (double)(s->power_enforced_mw - s->power_draw_mw) * (load > 100 ? 100 : load) / 100;
+}
+
+uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t)
+{
+	double p = g->model ? power_of(d->s, nvmock_live_util(d->node_index, g, 0, t)) : d->s->power_draw_mw;
+	if (fx->brake && d->s->power_enforced_mw != NA32 && p > d->s->power_enforced_mw / 2.0)
+		p = d->s->power_enforced_mw / 2.0;
+	return (uint32_t)(p + 0.5);
+}
+
+static double target_mc(const struct snap_device *s, uint32_t load)
+{
+	double t = s->temp_gpu * 1000.0;
+	if (s->power_enforced_mw != NA32 && s->power_enforced_mw > s->power_draw_mw)
+		t += HEAT_C * 1000 * (power_of(s, load) - s->power_draw_mw) / (s->power_enforced_mw - s->power_draw_mw);
+	uint32_t slow = s->temp_threshold[NVML_TEMPERATURE_THRESHOLD_SLOWDOWN];
+	if (slow != NA32 && t > (slow - 3) * 1000.0)
+		t = (slow - 3) * 1000.0;
+	return t;
+}
+
+uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t)
+{
+	unsigned c = d->s->temp_gpu;
+	if (g->model) {
+		struct seg s = seg_at(g, t);
+		double target = target_mc(d->s, s.load[0]);
+		double dt = t > s.since ? (double)(t - s.since) : 0;
+		double mc = target + (s.temp0 - target) * exp(-dt / TAU_NS);
+		c = (unsigned)(mc / 1000 + 0.5);
+	}
+	uint32_t slow = d->s->temp_threshold[NVML_TEMPERATURE_THRESHOLD_SLOWDOWN];
+	if (fx->thermal)
+		c = slow != NA32 ? slow + 1 : d->s->temp_gpu + HEAT_C + 10;
+	return c;
+}
+
+unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t t)
+{
+	if (!g->model) {
+		unsigned long long mj = 0;
+		nvmock_energy_mj(d->s, &mj);
+		return mj;
+	}
+	struct seg s = seg_at(g, t);
+	double dt = t > s.since ? (double)(t - s.since) : 0;
+	return s.e0 + (unsigned long long)(power_of(d->s, s.load[0]) * dt / 1e9);
+}
+
+// Clocks boost to the maximum under load, give way near the power limit,
+// and drop in a slowdown.
+uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
+			   nvmlClockType_t type, uint64_t t)
+{
+	const struct snap_device *s = d->s;
+	uint32_t idle = s->clock[type], max = s->max_clock[type];
+	if (type == NVML_CLOCK_MEM || idle == NA32 || max == NA32)
+		return idle;
+	unsigned u = nvmock_live_util(d->node_index, g, 0, t);
+	double c = u == 0 ? idle : max;
+	if (u >= 95)
+		c = max * 0.95;
+	if (fx->thermal)
+		c = max * 0.5;
+	if (fx->brake)
+		c = max * 0.3;
+	return (uint32_t)c;
+}
+
+unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
+				       uint64_t t)
+{
+	unsigned long long r = 0;
+	if (nvmock_live_util(d->node_index, g, 0, t) == 0)
+		r |= nvmlClocksEventReasonGpuIdle;
+	else if (nvmock_live_util(d->node_index, g, 0, t) >= 95)
+		r |= nvmlClocksEventReasonSwPowerCap;
+	if (fx->thermal)
+		r |= nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksEventReasonSwThermalSlowdown | nvmlClocksThrottleReasonHwSlowdown;
+	if (fx->brake)
+		r |= nvmlClocksThrottleReasonHwPowerBrakeSlowdown | nvmlClocksThrottleReasonHwSlowdown;
+	if (fx->thermal || fx->brake)
+		r &= ~(unsigned long long)nvmlClocksEventReasonGpuIdle;
+	return r & d->s->clock_reasons_supported;
+}
+
+// nvmock_live_proc_alive says whether a registered process still runs: one
+// registered from this pid namespace is checked in /proc; others are kept
+// until their writer removes them.
+static int proc_alive(const struct live_proc *p)
+{
+	if (p->pidns == 0 || p->pidns != my_pidns)
+		return 1;
+	char path[32];
+	snprintf(path, sizeof path, "/proc/%u", p->pid);
+	return access(path, F_OK) == 0;
+}
+
+// proc_table copies the process table (malloc'd; the caller frees it).
+static struct live_proc *proc_table(void)
+{
+	if (nvmock.live == NULL)
+		return NULL;
+	struct live_proc *copy = malloc(STATE_PROCS * sizeof *copy);
+	if (copy == NULL)
+		return NULL;
+	uint32_t s;
+	do {
+		s = nvmock_live_seq_begin();
+		memcpy(copy, nvmock.live_procs, STATE_PROCS * sizeof *copy);
+	} while (nvmock_live_seq_retry(s));
+	return copy;
+}
+
+// nvmock_live_procs copies the live processes on a GPU whose type has a bit
+// of mask, up to max (out may be NULL); it returns how many there are.
+unsigned nvmock_live_procs(unsigned node, unsigned mask, struct live_proc *out, unsigned max)
+{
+	struct live_proc *t = proc_table();
+	if (t == NULL)
+		return 0;
+	unsigned n = 0;
+	for (unsigned i = 0; i < STATE_PROCS; i++) {
+		const struct live_proc *p = &t[i];
+		if (p->pid == 0 || p->gpu != node || !(p->type & mask) || !proc_alive(p))
+			continue;
+		if (out != NULL && n < max)
+			out[n] = *p;
+		n++;
+	}
+	free(t);
+	return n;
+}
+
+unsigned long long nvmock_live_proc_memory(unsigned node)
+{
+	struct live_proc *t = proc_table();
+	if (t == NULL)
+		return 0;
+	unsigned long long sum = 0;
+	for (unsigned i = 0; i < STATE_PROCS; i++)
+		if (t[i].pid != 0 && t[i].gpu == node && proc_alive(&t[i]))
+			sum += t[i].used_bytes;
+	free(t);
+	return sum;
+}
+
+// nvmock_live_proc_name is the name a process was registered with.
+int nvmock_live_proc_name(unsigned pid, char *out, size_t len)
+{
+	struct live_proc *t = proc_table();
+	if (t == NULL)
+		return 0;
+	int found = 0;
+	for (unsigned i = 0; i < STATE_PROCS && !found; i++) {
+		if (t[i].pid == pid && t[i].name[0] != '\0' && proc_alive(&t[i])) {
+			snprintf(out, len, "%.*s", (int)sizeof t[i].name, t[i].name);
+			found = 1;
+		}
+	}
+	free(t);
+	return found;
+}

@@ -1,0 +1,203 @@
+package live
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Size is the size of every state file.
+const Size = HeaderSize + MaxGPUs*GPUSize + MaxEvents*EventSize + MaxProcs*ProcSize
+
+// State is the whole file, as it lies on disk.
+type State struct {
+	Header Header
+	GPUs   [MaxGPUs]GPU
+	Events [MaxEvents]Event
+	Procs  [MaxProcs]Proc
+}
+
+var magic = [8]byte{'N', 'V', 'M', 'O', 'C', 'K', 'L', 'V'}
+
+// File is a state file mapped for writing.
+type File struct {
+	Path string
+	f    *os.File
+	mem  []byte
+}
+
+// Create makes the state file for a node of gpus GPUs at path, or resets the
+// one there in place: processes that mapped it keep the same inode and see
+// the fresh state. The file is never resized once made.
+func Create(path string, gpus int, seed uint64) error {
+	if gpus < 0 || gpus > MaxGPUs {
+		return fmt.Errorf("state %s: %d GPUs; at most %d", path, gpus, MaxGPUs)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("state %s: %w", path, err)
+	}
+	fd, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("state %s: %w", path, err)
+	}
+	defer fd.Close()
+	// Readable by every process whatever the umask: containers map it.
+	if err := fd.Chmod(0o644); err != nil {
+		return fmt.Errorf("state %s: %w", path, err)
+	}
+	if err := unix.Flock(int(fd.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("state %s: lock: %w", path, err)
+	}
+	st, err := fd.Stat()
+	if err != nil {
+		return fmt.Errorf("state %s: %w", path, err)
+	}
+	if st.Size() != Size {
+		if st.Size() != 0 {
+			// Another layout: readers refuse it by its size, so replacing
+			// the inode strands nobody.
+			if err := os.Remove(path); err != nil {
+				return fmt.Errorf("state %s: %w", path, err)
+			}
+			fd.Close()
+			return Create(path, gpus, seed)
+		}
+		if err := fd.Truncate(Size); err != nil {
+			return fmt.Errorf("state %s: %w", path, err)
+		}
+	}
+	f, err := mapFile(path, fd)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(f.mem)
+	var s State
+	s.Header = Header{Magic: magic, Version: Version, HeaderSize: HeaderSize, GPUSize: GPUSize,
+		EventSize: EventSize, ProcSize: ProcSize, Gpus: uint32(gpus), Seed: seed}
+	old := f.state()
+	s.Header.Wake = old.Header.Wake
+	s.Header.Generation = old.Header.Generation
+	f.publish(&s)
+	return nil
+}
+
+// Open maps the state file at path for writing. It is an error for the file
+// to be missing or of another layout.
+func Open(path string) (*File, error) {
+	fd, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("state %s: no such file; install a node first (nvmock hostprep install), or run under nvmock exec", path)
+		}
+		return nil, fmt.Errorf("state %s: %w", path, err)
+	}
+	defer fd.Close()
+	return mapFile(path, fd)
+}
+
+func mapFile(path string, fd *os.File) (*File, error) {
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("state %s: %w", path, err)
+	}
+	if st.Size() != Size {
+		return nil, fmt.Errorf("state %s: %d bytes, not a state file of this nvmock (%d bytes); reinstall the node", path, st.Size(), Size)
+	}
+	mem, err := unix.Mmap(int(fd.Fd()), 0, Size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("state %s: mmap: %w", path, err)
+	}
+	f := &File{Path: path, mem: mem}
+	if h := f.state().Header; h.Magic != magic && !bytes.Equal(h.Magic[:], make([]byte, 8)) {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("state %s: not an nvmock state file (bad magic)", path)
+	}
+	// A second descriptor for the writers' lock, held only inside Update.
+	lf, err := os.Open(path)
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("state %s: %w", path, err)
+	}
+	f.f = lf
+	return f, nil
+}
+
+// Close unmaps the file.
+func (f *File) Close() error {
+	if f.f != nil {
+		f.f.Close()
+	}
+	return unix.Munmap(f.mem)
+}
+
+func (f *File) state() *State { return (*State)(unsafe.Pointer(&f.mem[0])) }
+
+// Read returns a consistent copy of the state, as readers see it.
+func (f *File) Read() *State {
+	live := f.state()
+	for {
+		s1 := atomic.LoadUint32(&live.Header.Seq)
+		if s1&1 != 0 {
+			time.Sleep(time.Microsecond)
+			continue
+		}
+		c := *live
+		if atomic.LoadUint32(&live.Header.Seq) == s1 {
+			return &c
+		}
+	}
+}
+
+// Update runs fn on a copy of the state under the writers' lock and
+// publishes the result; readers never wait for it. now is the state's clock.
+func (f *File) Update(fn func(s *State, now int64) error) error {
+	if err := unix.Flock(int(f.f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("state %s: lock: %w", f.Path, err)
+	}
+	defer unix.Flock(int(f.f.Fd()), unix.LOCK_UN)
+	h := &f.state().Header
+	if h.Magic != magic || h.Version != Version {
+		return fmt.Errorf("state %s: not initialised by this nvmock; reinstall the node", f.Path)
+	}
+	s := f.Read()
+	if err := fn(s, s.Now()); err != nil {
+		return err
+	}
+	f.publish(s)
+	return nil
+}
+
+// publish writes s over the file inside the seqlock and wakes waiters.
+func (f *File) publish(s *State) {
+	live := f.state()
+	seq := atomic.LoadUint32(&live.Header.Seq)
+	if seq&1 != 0 {
+		seq++ // a writer died inside; its lock is gone with it
+	}
+	atomic.StoreUint32(&live.Header.Seq, seq+1)
+	s.Header.Seq = seq + 1
+	s.Header.Wake = atomic.LoadUint32(&live.Header.Wake)
+	s.Header.Generation++
+	*live = *s
+	atomic.StoreUint32(&live.Header.Seq, seq+2)
+	atomic.AddUint32(&live.Header.Wake, 1)
+	// Event waiters sleep on the wake word (a shared futex: the key is the
+	// file's page, so every process mapping it is woken).
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&live.Header.Wake)), 1 /* FUTEX_WAKE */, 1<<30, 0, 0, 0)
+}
+
+// Now is the state's clock: frozen, or the wall clock.
+func (s *State) Now() int64 {
+	if s.Header.Frozen != 0 {
+		return int64(s.Header.FrozenNS)
+	}
+	return time.Now().UnixNano()
+}

@@ -1,0 +1,62 @@
+package live
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+// Where a node's state is, in the order Find looks.
+var (
+	// ExecState is the state of the private node inside nvmock exec
+	// (hostprep/nsexec.NamespaceDriver's etc/nvmock/state).
+	ExecState = "/dev/.nvmock/driver/etc/nvmock/state"
+	// InstalledState is an installed node's (hostprep.DefaultRoot/state),
+	// also inside the chart's pod, which mounts the root.
+	InstalledState = "/var/lib/nvmock/state"
+)
+
+// Find is the state file to work on: explicit, else $NVMOCK_STATE, else the
+// one of nvmock exec's node when inside it, else the installed node's.
+func Find(explicit string) (string, error) {
+	if explicit != "" {
+		return explicit, nil
+	}
+	if e := os.Getenv("NVMOCK_STATE"); e != "" {
+		return e, nil
+	}
+	for _, p := range []string{ExecState, InstalledState} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no live state found (looked at $NVMOCK_STATE, %s and %s); install a node (nvmock hostprep install), run under nvmock exec, or give --state", ExecState, InstalledState)
+}
+
+// Boards reads the model's numbers for each GPU from the snapshot that goes
+// with the state at path: beside it, or in the root's driver.
+func Boards(path string) ([]Board, error) {
+	dir := filepath.Dir(path)
+	cands := []string{filepath.Join(dir, "snapshot"), filepath.Join(dir, "driver", "etc", "nvmock", "snapshot")}
+	if e := os.Getenv("NVMOCK_SNAPSHOT"); e != "" {
+		cands = append([]string{e}, cands...)
+	}
+	for _, c := range cands {
+		data, err := os.ReadFile(c)
+		if err != nil {
+			continue
+		}
+		_, devs, err := snapshot.Read(data)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", c, err)
+		}
+		out := make([]Board, len(devs))
+		for i := range devs {
+			out[i] = BoardOf(&devs[i])
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("state %s: no snapshot beside it (looked at %v)", path, cands)
+}

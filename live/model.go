@@ -1,0 +1,108 @@
+package live
+
+import (
+	"math"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+)
+
+// The load model. libnvml/live.c evaluates the same formulas at every read;
+// the writer evaluates them only to start a new segment where the last one
+// stands, so temperature and energy carry on without a jump.
+
+// TauNS is the thermal time constant: a GPU covers 63 % of the way to its
+// new temperature in this time.
+const TauNS = 30e9
+
+// HeatC is how far above its idle temperature a GPU settles at full power.
+const HeatC = 45
+
+// Board is what the model needs of one GPU, from its snapshot record.
+type Board struct {
+	IdleMW    uint32 // the captured (idle) power draw; snapshot.NA: no reading
+	TDPMW     uint32 // the enforced power limit
+	IdleTempC uint32
+	SlowdownC uint32 // snapshot.NA: none
+}
+
+// BoardOf takes the model's numbers from a snapshot record.
+func BoardOf(d *snapshot.Device) Board {
+	return Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1]}
+}
+
+// PowerMW is the mean power at a GPU load in percent: idle to TDP.
+func (b Board) PowerMW(load uint32) float64 {
+	if b.IdleMW == snapshot.NA || b.TDPMW == snapshot.NA || b.TDPMW < b.IdleMW {
+		return float64(b.IdleMW)
+	}
+	return float64(b.IdleMW) + float64(b.TDPMW-b.IdleMW)*float64(min(load, 100))/100
+}
+
+// TargetMC is the temperature a GPU settles at under a load, in milli-C:
+// HeatC above idle at TDP, kept 3 C under the slowdown threshold.
+func (b Board) TargetMC(load uint32) float64 {
+	t := float64(b.IdleTempC) * 1000
+	if b.IdleMW != snapshot.NA && b.TDPMW != snapshot.NA && b.TDPMW > b.IdleMW {
+		t += HeatC * 1000 * (b.PowerMW(load) - float64(b.IdleMW)) / float64(b.TDPMW-b.IdleMW)
+	}
+	if b.SlowdownC != snapshot.NA && t > float64(b.SlowdownC-3)*1000 {
+		t = float64(b.SlowdownC-3) * 1000
+	}
+	return t
+}
+
+// At is the temperature (milli-C) and energy counter (mJ) t ns into a
+// segment that started at temp0 and e0 under load.
+func (b Board) At(load uint32, temp0 uint32, e0 uint64, dt int64) (uint32, uint64) {
+	if dt < 0 {
+		dt = 0
+	}
+	target := b.TargetMC(load)
+	temp := target + (float64(temp0)-target)*math.Exp(-float64(dt)/TauNS)
+	e := e0
+	if b.IdleMW != snapshot.NA {
+		e += uint64(b.PowerMW(load) * float64(dt) / 1e9)
+	}
+	return uint32(temp + 0.5), e
+}
+
+// staticEnergyMJ is the counter of a GPU on its snapshot readings: its
+// power since boot (libnvml/common.c).
+func (b Board) staticEnergyMJ() uint64 {
+	if b.IdleMW == snapshot.NA {
+		return 0
+	}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return 0
+	}
+	ms := uint64(ts.Sec)*1000 + uint64(ts.Nsec)/1e6
+	return uint64(b.IdleMW) * ms / 1000
+}
+
+// Loads is what a GPU is asked to do, in percent per engine.
+type Loads struct {
+	GPU, Memory, Encoder, Decoder uint32
+	Jitter                        uint32 // % amplitude of noise on utilization
+}
+
+// SetLoad starts a new load segment on a GPU at now, from where the
+// readings stand.
+func (s *State) SetLoad(b Board, gpu int, l Loads, now int64) {
+	g := &s.GPUs[gpu]
+	var temp0 uint32
+	var e0 uint64
+	if g.Model == 0 {
+		temp0, e0 = b.IdleTempC*1000, b.staticEnergyMJ()
+		g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ = [4]uint32{}, uint64(now), temp0, e0
+	} else {
+		temp0, e0 = b.At(g.Load[0], g.Temp0MC, g.Energy0MJ, now-int64(g.SinceNS))
+	}
+	g.PrevLoad, g.PrevSinceNS, g.PrevTemp0MC, g.PrevEnergy0MJ = g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ
+	g.Load = [4]uint32{min(l.GPU, 100), min(l.Memory, 100), min(l.Encoder, 100), min(l.Decoder, 100)}
+	g.SinceNS, g.Temp0MC, g.Energy0MJ = uint64(now), temp0, e0
+	g.Jitter = min(l.Jitter, 100)
+	g.Model = 1
+}

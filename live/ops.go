@@ -1,0 +1,264 @@
+package live
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// nvmlEventType bits (nvml.h).
+const (
+	EventSingleBitECC = 0x1
+	EventDoubleBitECC = 0x2
+	EventXID          = 0x8
+)
+
+// Fault is one injected fault on one GPU.
+type Fault struct {
+	Kind    uint32 // Fault*
+	XID     uint32 // the XID it reports; 0: none
+	Trigger uint32 // Trigger*
+	Param   uint64 // time ns, calls, or probability x 2^32
+	PID     uint32 // 0: node-wide
+	Count   uint32 // ECC errors it adds, or the NVLink it takes down
+}
+
+// Kinds by the names users give them.
+var Kinds = map[string]uint32{
+	"lost":              FaultLost,
+	"ecc_uncorrectable": FaultECC,
+	"ecc_correctable":   FaultSBE,
+	"thermal":           FaultThermal,
+	"power_brake":       FaultPowerBrake,
+	"nvlink_down":       FaultNvlinkDown,
+	"remap_failure":     FaultRemapFailure,
+	"xid":               FaultXID,
+}
+
+// KindName is the user's name of a kind.
+func KindName(k uint32) string {
+	for n, v := range Kinds {
+		if v == k {
+			return n
+		}
+	}
+	return "kind " + strconv.Itoa(int(k))
+}
+
+// defaultXID is what a fault of each kind reports, as the driver does.
+var defaultXID = map[uint32]uint32{
+	FaultLost:         79, // GPU has fallen off the bus
+	FaultECC:          48, // double-bit ECC error
+	FaultSBE:          92, // high single-bit ECC error rate
+	FaultNvlinkDown:   74, // NVLink error
+	FaultRemapFailure: 64, // row remapper failure
+}
+
+// XIDFault is the lasting fault an XID comes with on real hardware (79 a
+// lost GPU, 48 the ECC counts); ok is false for XIDs that are only events.
+func XIDFault(xid uint32) (f Fault, ok bool) {
+	switch xid {
+	case 79:
+		return Fault{Kind: FaultLost, XID: 79}, true
+	case 48, 94, 95: // double-bit, contained and uncontained ECC errors
+		return Fault{Kind: FaultECC, XID: xid, Count: 1}, true
+	case 63: // a row remap (or page retirement) was recorded: pending, no new count
+		return Fault{Kind: FaultECC, XID: 63}, true
+	case 64:
+		return Fault{Kind: FaultRemapFailure, XID: 64}, true
+	case 74:
+		return Fault{Kind: FaultNvlinkDown, XID: 74}, true
+	case 92:
+		return Fault{Kind: FaultSBE, XID: 92, Count: 100}, true
+	}
+	return Fault{}, false
+}
+
+// MaxXID bounds the XIDs accepted: NVIDIA's catalogue ends below it.
+const MaxXID = 255
+
+// AddFault puts a fault on a GPU. Its XID defaults to the kind's.
+func (s *State) AddFault(gpu int, f Fault, now int64) error {
+	if err := s.checkGPU(gpu); err != nil {
+		return err
+	}
+	g := &s.GPUs[gpu]
+	if g.Faults >= MaxFaults {
+		return fmt.Errorf("GPU %d already has %d faults, the most it holds; clear some first", gpu, MaxFaults)
+	}
+	if f.XID == 0 {
+		f.XID = defaultXID[f.Kind]
+	}
+	if f.Kind == FaultECC && f.Count == 0 && f.XID == 48 {
+		f.Count = 1
+	}
+	if f.Trigger == 0 {
+		f.Trigger, f.Param = TriggerAt, uint64(now)
+	}
+	i := g.Faults
+	s.Header.Generation++ // ids stay unique across clears
+	g.FaultKind[i], g.FaultXID[i], g.FaultTrigger[i], g.FaultParam[i] = f.Kind, f.XID, f.Trigger, f.Param
+	g.FaultPID[i], g.FaultCount[i], g.FaultID[i] = f.PID, f.Count, uint32(s.Header.Generation)
+	g.Faults++
+	return nil
+}
+
+// Faults lists the faults on a GPU.
+func (s *State) Faults(gpu int) []Fault {
+	g := &s.GPUs[gpu]
+	out := make([]Fault, g.Faults)
+	for i := range out {
+		out[i] = Fault{Kind: g.FaultKind[i], XID: g.FaultXID[i], Trigger: g.FaultTrigger[i], Param: g.FaultParam[i],
+			PID: g.FaultPID[i], Count: g.FaultCount[i]}
+	}
+	return out
+}
+
+// ClearFaults removes the faults of one kind (0: all) from a GPU.
+func (s *State) ClearFaults(gpu int, kind uint32) int {
+	g := &s.GPUs[gpu]
+	n, removed := uint32(0), 0
+	for i := uint32(0); i < g.Faults; i++ {
+		if kind != 0 && g.FaultKind[i] != kind {
+			g.FaultKind[n], g.FaultXID[n], g.FaultTrigger[n], g.FaultParam[n] = g.FaultKind[i], g.FaultXID[i], g.FaultTrigger[i], g.FaultParam[i]
+			g.FaultPID[n], g.FaultCount[n], g.FaultID[n] = g.FaultPID[i], g.FaultCount[i], g.FaultID[i]
+			n++
+			continue
+		}
+		removed++
+	}
+	for i := n; i < MaxFaults; i++ {
+		g.FaultKind[i], g.FaultXID[i], g.FaultTrigger[i], g.FaultParam[i], g.FaultPID[i], g.FaultCount[i], g.FaultID[i] = 0, 0, 0, 0, 0, 0, 0
+	}
+	g.Faults = n
+	return removed
+}
+
+// Publish adds one event to the ring.
+func (s *State) Publish(gpu int, typ, data uint64, now int64) {
+	n := s.Header.Ring
+	s.Events[n%MaxEvents] = Event{Serial: uint64(n) + 1, TimeNS: uint64(now), Type: typ, Data: data, GPU: uint32(gpu)}
+	s.Header.Ring = n + 1
+}
+
+// XID reports an XID on a GPU now: the event, and the lasting fault it
+// comes with on real hardware.
+func (s *State) XID(gpu int, xid uint32, now int64) error {
+	if err := s.checkGPU(gpu); err != nil {
+		return err
+	}
+	if xid == 0 || xid > MaxXID {
+		return fmt.Errorf("XID %d: not an XID (1 to %d)", xid, MaxXID)
+	}
+	if f, ok := XIDFault(xid); ok {
+		return s.AddFault(gpu, f, now) // its events come from the fault
+	}
+	s.Publish(gpu, EventXID, uint64(xid), now)
+	return nil
+}
+
+func (s *State) checkGPU(gpu int) error {
+	if gpu < 0 || gpu >= int(s.Header.Gpus) {
+		return fmt.Errorf("GPU %d: the node has GPUs 0 to %d", gpu, int(s.Header.Gpus)-1)
+	}
+	return nil
+}
+
+// Process is a process registered on a GPU.
+type Process struct {
+	PID       uint32
+	GPU       int
+	Type      uint32 // 1 compute, 2 graphics, 3 both
+	UsedBytes uint64
+	Name      string
+	Owner     string // ctl, or container:<id>
+	PIDNS     uint32
+}
+
+// AddProcess registers a process; one already there for the same pid and
+// GPU is replaced.
+func (s *State) AddProcess(p Process, now int64) error {
+	if err := s.checkGPU(p.GPU); err != nil {
+		return err
+	}
+	if p.PID == 0 {
+		return fmt.Errorf("pid 0 is not a process")
+	}
+	free := -1
+	for i := range s.Procs {
+		q := &s.Procs[i]
+		if q.PID == p.PID && int(q.GPU) == p.GPU {
+			free = i
+			break
+		}
+		if q.PID == 0 && free < 0 {
+			free = i
+		}
+	}
+	if free < 0 {
+		return fmt.Errorf("%d processes registered already, the most the node holds", MaxProcs)
+	}
+	q := Proc{PID: p.PID, GPU: uint32(p.GPU), Type: p.Type, Pidns: p.PIDNS, UsedBytes: p.UsedBytes, StartNS: uint64(now)}
+	copy(q.Name[:len(q.Name)-1], p.Name)
+	copy(q.Owner[:len(q.Owner)-1], p.Owner)
+	s.Procs[free] = q
+	return nil
+}
+
+// Processes lists the registered processes.
+func (s *State) Processes() []Process {
+	var out []Process
+	for i := range s.Procs {
+		q := &s.Procs[i]
+		if q.PID != 0 {
+			out = append(out, Process{PID: q.PID, GPU: int(q.GPU), Type: q.Type, UsedBytes: q.UsedBytes,
+				Name: cstr(q.Name[:]), Owner: cstr(q.Owner[:]), PIDNS: q.Pidns})
+		}
+	}
+	return out
+}
+
+// RemoveProcesses drops those for which drop says so, and counts them.
+func (s *State) RemoveProcesses(drop func(Process) bool) int {
+	n := 0
+	for i, p := range s.Processes() {
+		_ = i
+		if drop(p) {
+			for j := range s.Procs {
+				if s.Procs[j].PID == p.PID && int(s.Procs[j].GPU) == p.GPU {
+					s.Procs[j] = Proc{}
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// PIDNamespace is the inode of this process's pid namespace, which the
+// library compares with its own before it trusts a pid to be checkable.
+func PIDNamespace() uint32 {
+	l, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(l, "pid:["), "]"), 10, 32)
+	return uint32(v)
+}
+
+// Dead says whether a process registered from this pid namespace has exited.
+func Dead(p Process) bool {
+	if p.PIDNS == 0 || p.PIDNS != PIDNamespace() {
+		return false
+	}
+	_, err := os.Stat("/proc/" + strconv.Itoa(int(p.PID)))
+	return os.IsNotExist(err)
+}
+
+func cstr(b []byte) string {
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		return string(b[:i])
+	}
+	return string(b)
+}
