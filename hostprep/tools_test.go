@@ -30,6 +30,7 @@ import (
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/hostprep/nsexec"
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -349,7 +350,7 @@ func devicePluginInNamespace(t *testing.T, c string) {
 	t.Logf("registered: %+v", reg)
 
 	plugin := dialPlugin(t, filepath.Join(pluginapi.DevicePluginPath, reg.Endpoint))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	stream, err := plugin.ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
@@ -411,6 +412,55 @@ func devicePluginInNamespace(t *testing.T, c string) {
 		t.Errorf("Allocate %s: env %v, want NVIDIA_VISIBLE_DEVICES=%s", pick, env, pick)
 	}
 	t.Logf("Allocate %s: %v", pick, alloc.ContainerResponses[0])
+
+	// An XID on one GPU, injected in the node's live state as nvmock ctl
+	// does: the plugin's health checker, waiting in NVML's event set,
+	// marks exactly that GPU unhealthy in ListAndWatch.
+	if !strings.Contains(waitLog(t, &log, "Ignoring the following XIDs for health checks", 30*time.Second), "Ignoring") {
+		t.Fatalf("the plugin's health checker did not start:\n%s", log.String())
+	}
+	time.Sleep(time.Second) // from its log line to its event set
+	sick := res.GPUs[0].UUID
+	state, err := live.Open(filepath.Join(filepath.Dir(res.Driver), hostprep.StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer state.Close()
+	injected := time.Now()
+	if err := state.Update(func(s *live.State, now int64) error { return s.XID(0, 48, now) }); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		list, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("ListAndWatch after XID 48 on %s: %v\n%s", sick, err, log.String())
+		}
+		health := map[string]string{}
+		for _, d := range list.Devices {
+			health[d.ID] = d.Health
+		}
+		if health[sick] != pluginapi.Unhealthy {
+			continue
+		}
+		for id, h := range health {
+			if id != sick && h != pluginapi.Healthy {
+				t.Errorf("%s is %s after an XID on %s only", id, h, sick)
+			}
+		}
+		t.Logf("ListAndWatch shows %s Unhealthy %v after XID 48", sick, time.Since(injected).Round(time.Millisecond))
+		break
+	}
+}
+
+// waitLog waits until the log holds text, and returns the log.
+func waitLog(t *testing.T, log *testenv.SyncBuffer, text string, timeout time.Duration) string {
+	t.Helper()
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if s := log.String(); strings.Contains(s, text) {
+			return s
+		}
+	}
+	return log.String()
 }
 
 // privateKubeletDir puts a tmpfs on /var/lib/kubelet (or on /var/lib where
