@@ -1,6 +1,8 @@
 package charts
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -20,7 +23,17 @@ type pool struct {
 	gpus          int // GPUs the rendered profile must give
 	selector      map[string]string
 	overridden    bool // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
+	live          bool // liveValues: a live init container applies them
 }
+
+// liveValues set a load and faults at install (nvmock ctl apply).
+const liveValues = `
+live:
+  loads: [{gpus: all, percent: 40, jitter: 5}]
+  faults:
+    - {gpus: "3", kind: ecc_uncorrectable, in: 10m}
+    - {gpus: all, kind: xid, xid: 13, probability: 0.0001}
+`
 
 // fleetValues is a heterogeneous fleet: A100 and T4 nodes told apart by a
 // label, the T4s tainted, with a board override.
@@ -56,6 +69,7 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 	}
 	scenarios := []scenario{
 		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
+		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
 		{"fleet", fleetValues, []pool{
 			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}},
 			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true},
@@ -117,6 +131,21 @@ func checkProfile(t *testing.T, p pool, cm corev1.ConfigMap) {
 	if errs := prof.Validate(); len(errs) > 0 {
 		t.Fatalf("the rendered profile does not validate: %v", errs)
 	}
+	if p.live {
+		spec := filepath.Join(t.TempDir(), "live.yaml")
+		if err := os.WriteFile(spec, []byte(cm.Data["live.yaml"]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sp, err := live.ReadSpec(spec)
+		if err != nil {
+			t.Fatalf("ConfigMap %s: live.yaml does not read as nvmock ctl apply reads it: %v\n%s", cm.Name, err, cm.Data["live.yaml"])
+		}
+		if len(sp.Loads) != 1 || len(sp.Faults) != 2 || sp.Faults[1].XID != 13 {
+			t.Errorf("ConfigMap %s: live spec %+v, want the values' load and two faults", cm.Name, sp)
+		}
+	} else if _, ok := cm.Data["live.yaml"]; ok {
+		t.Errorf("ConfigMap %s: live.yaml without live values", cm.Name)
+	}
 	if prof.Name != p.profile || prof.GPUs != p.gpus {
 		t.Errorf("ConfigMap %s: profile %s with %d GPUs, want %s with %d", cm.Name, prof.Name, prof.GPUs, p.profile, p.gpus)
 	}
@@ -140,8 +169,15 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	if !reflect.DeepEqual(spec.NodeSelector, p.selector) {
 		t.Errorf("%s: nodeSelector %v, want %v", ds.Name, spec.NodeSelector, p.selector)
 	}
-	if len(spec.InitContainers) != 1 || len(spec.Containers) != 2 {
-		t.Fatalf("%s: %d init containers and %d containers, want 1 and 2", ds.Name, len(spec.InitContainers), len(spec.Containers))
+	inits := 1
+	if p.live {
+		inits = 2
+	}
+	if len(spec.InitContainers) != inits || len(spec.Containers) != 2 {
+		t.Fatalf("%s: %d init containers and %d containers, want %d and 2", ds.Name, len(spec.InitContainers), len(spec.Containers), inits)
+	}
+	if p.live {
+		checkLive(t, ds, spec.InitContainers[1])
 	}
 	init, main, unc := spec.InitContainers[0], spec.Containers[0], spec.Containers[1]
 	for _, c := range []corev1.Container{init, main, unc} {
@@ -227,13 +263,14 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	// its hook) writes. hostprep install writes the overlay, the CDI spec
 	// and the NFD file, and the uninstall container's preStop removes them;
 	// the plugin only reads the overlay and connects to the runtime's
-	// socket (a read-only mount allows connect).
+	// socket (a read-only mount allows connect), and writes the live state
+	// (the processes of GPU containers; nvmock ctl run in it).
 	wantRW := []string{set["root"], set["cdi-dir"], set["nfd-dir"]}
 	sort.Strings(wantRW)
 	for _, c := range []struct {
 		ctr  corev1.Container
 		want []string
-	}{{init, wantRW}, {unc, wantRW}, {main, nil}} {
+	}{{init, wantRW}, {unc, wantRW}, {main, []string{set["root"] + "/state"}}} {
 		if got := writable(spec, c.ctr); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: container %s mounts %v read-write, want exactly %v", ds.Name, c.ctr.Name, got, c.want)
 		}
@@ -428,4 +465,27 @@ func sorted(s []string) []string {
 	s = append([]string(nil), s...)
 	sort.Strings(s)
 	return s
+}
+
+// checkLive checks the live init container: nvmock ctl apply with its real
+// flags, on the state in the overlay root, of the ConfigMap's live.yaml.
+func checkLive(t *testing.T, ds appsv1.DaemonSet, c corev1.Container) {
+	t.Helper()
+	if len(c.Args) < 1 || c.Args[0] != "ctl" {
+		t.Fatalf("%s: live init args %q, want ctl ...", ds.Name, c.Args)
+	}
+	fs := sourceFlags(t, "ctl.go", "ctlCmd")
+	if err := fs.Parse(c.Args[1:]); err != nil {
+		t.Fatalf("%s: live init args %q: %v", ds.Name, c.Args, err)
+	}
+	if fs.Lookup("state").Value.String() != "/var/lib/nvmock/state" || !reflect.DeepEqual(fs.Args(), []string{"apply", "/etc/nvmock/live.yaml"}) {
+		t.Errorf("%s: live init args %q, want --state=/var/lib/nvmock/state apply /etc/nvmock/live.yaml", ds.Name, c.Args)
+	}
+	mounts := mountsOf(ds.Spec.Template.Spec, c)
+	if mounts["/var/lib/nvmock/state"] != "hostPath:/var/lib/nvmock/state" || mounts["/etc/nvmock"] != "configMap:"+ds.Name {
+		t.Errorf("%s: live init mounts %v, want the state and the pool's ConfigMap", ds.Name, mounts)
+	}
+	if got := writable(ds.Spec.Template.Spec, c); !reflect.DeepEqual(got, []string{"/var/lib/nvmock/state"}) {
+		t.Errorf("%s: live init mounts %v read-write, want only the state", ds.Name, got)
+	}
 }

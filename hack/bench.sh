@@ -21,6 +21,19 @@ unset NVIDIA_VISIBLE_DEVICES NVMOCK_VISIBLE_DEVICES
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 50 -label "process start, no NVML call (baseline)" -- "$tmp/bench" noop
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 50 -label "init+count, fresh process, 8 GPUs" -- "$tmp/bench" init
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 5 -label "getters, ns per call" -- "$tmp/bench" getters 10000000
+# The same with live state on: GPU 0 (the one the getters read) under a
+# jittered load with two registered processes, GPU 1 with a fault.
+mkdir -p "$tmp/live"
+cp "$tmp/a100-8" "$tmp/live/snapshot"
+ctl() { "$build/bin/nvmock" ctl --state "$tmp/live/state" "$@" >/dev/null; }
+ctl create --seed bench
+ctl load 0 70 --jitter 5
+ctl fault 1 thermal
+ctl proc add 0 $$ --memory 20GiB
+ctl proc add 0 1 --memory 1GiB
+NVMOCK_SNAPSHOT="$tmp/live/snapshot" "$tmp/benchproc" -n 50 -label "init+count, fresh process, 8 GPUs, live state" -- "$tmp/bench" init
+NVMOCK_SNAPSHOT="$tmp/live/snapshot" "$tmp/benchproc" -n 5 -label "getters, ns per call, live state" -- "$tmp/bench" getters 10000000
+NVMOCK_SNAPSHOT="$tmp/live/snapshot" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, 8 GPUs, live state" -- "$smi" -q
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, 8 GPUs" -- "$smi" -q
 NVMOCK_SNAPSHOT="$tmp/a100-64" "$tmp/benchproc" -n 10 -label "nvidia-smi -q, 64 GPUs" -- "$smi" -q
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi (default view), 8 GPUs" -- "$smi"

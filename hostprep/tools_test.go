@@ -450,6 +450,30 @@ func devicePluginInNamespace(t *testing.T, c string) {
 		t.Logf("ListAndWatch shows %s Unhealthy %v after XID 48", sick, time.Since(injected).Round(time.Millisecond))
 		break
 	}
+
+	// A GPU that falls off the bus (XID 79): the checker cannot read the
+	// lost GPU's UUID from the event, and so marks every GPU unhealthy.
+	if err := state.Update(func(s *live.State, now int64) error { return s.XID(len(res.GPUs)-1, 79, now) }); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		list, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("ListAndWatch after XID 79: %v\n%s", err, log.String())
+		}
+		healthy := 0
+		for _, d := range list.Devices {
+			if d.Health == pluginapi.Healthy {
+				healthy++
+			}
+		}
+		if healthy == 0 {
+			break
+		}
+	}
+	if !strings.Contains(log.String(), "Failed to determine uuid for event") {
+		t.Errorf("the plugin's log does not say why every GPU went:\n%s", log.String())
+	}
 }
 
 // waitLog waits until the log holds text, and returns the log.

@@ -35,6 +35,16 @@ static struct {
 	uint64_t at;
 } latched[STATE_GPUS][STATE_FAULTS];
 
+// The memory registered processes use, per GPU, as this process last
+// summed it: summed again when the state changes, or after 500 ms (a pid
+// exits without a write). A per-process seqlock: a thread that finds it
+// being refreshed sums for itself.
+static struct {
+	uint32_t version; // odd while a thread refreshes it
+	uint64_t generation, at_ns;
+	unsigned long long sum[STATE_GPUS];
+} mem_cache = {.generation = UINT64_MAX};
+
 static unsigned read_pidns(void)
 {
 	char l[64];
@@ -104,6 +114,7 @@ void nvmock_live_unmap(void)
 	live_map = NULL;
 	memset(calls, 0, sizeof calls);
 	memset(latched, 0, sizeof latched);
+	mem_cache.generation = UINT64_MAX; // another file may count the same generations
 }
 
 uint32_t nvmock_live_seq_begin(void)
@@ -393,7 +404,7 @@ static int proc_alive(const struct live_proc *p)
 // proc_table copies the process table (malloc'd; the caller frees it).
 static struct live_proc *proc_table(void)
 {
-	if (nvmock.live == NULL)
+	if (nvmock.live == NULL || __atomic_load_n(&nvmock.live->procs, __ATOMIC_RELAXED) == 0)
 		return NULL;
 	struct live_proc *copy = malloc(STATE_PROCS * sizeof *copy);
 	if (copy == NULL)
@@ -426,17 +437,41 @@ unsigned nvmock_live_procs(unsigned node, unsigned mask, struct live_proc *out, 
 	return n;
 }
 
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 unsigned long long nvmock_live_proc_memory(unsigned node)
 {
+	if (nvmock.live == NULL || node >= STATE_GPUS || __atomic_load_n(&nvmock.live->procs, __ATOMIC_RELAXED) == 0)
+		return 0;
+	uint64_t gen = __atomic_load_n(&nvmock.live->generation, __ATOMIC_ACQUIRE), now = mono_ns();
+	uint32_t v = __atomic_load_n(&mem_cache.version, __ATOMIC_ACQUIRE);
+	if (!(v & 1) && mem_cache.generation == gen && now - mem_cache.at_ns < 500000000ull) {
+		unsigned long long s = mem_cache.sum[node];
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&mem_cache.version, __ATOMIC_RELAXED) == v)
+			return s;
+	}
+	unsigned long long sum[STATE_GPUS] = {0};
 	struct live_proc *t = proc_table();
 	if (t == NULL)
 		return 0;
-	unsigned long long sum = 0;
 	for (unsigned i = 0; i < STATE_PROCS; i++)
-		if (t[i].pid != 0 && t[i].gpu == node && proc_alive(&t[i]))
-			sum += t[i].used_bytes;
+		if (t[i].pid != 0 && t[i].gpu < STATE_GPUS && proc_alive(&t[i]))
+			sum[t[i].gpu] += t[i].used_bytes;
 	free(t);
-	return sum;
+	if (!(v & 1) && __atomic_compare_exchange_n(&mem_cache.version, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+		memcpy(mem_cache.sum, sum, sizeof sum);
+		mem_cache.generation = gen;
+		mem_cache.at_ns = now;
+		__atomic_store_n(&mem_cache.version, v + 2, __ATOMIC_RELEASE);
+	}
+	return sum[node];
 }
 
 // nvmock_live_proc_name is the name a process was registered with.

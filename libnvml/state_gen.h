@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 1
+#define STATE_VERSION 2
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -37,11 +37,13 @@ struct live_header {
 	uint32_t wake; // futex word: bumped, and woken, by every write
 	uint32_t ring; // events published so far
 	uint32_t frozen; // 1: the clock stands at frozen_ns
+	uint32_t procs; // registered processes: 0 lets readers skip the table
+	uint32_t pad;
 	uint64_t frozen_ns; // CLOCK_REALTIME
 	uint64_t seed; // noise seed
 	uint64_t generation; // writes so far
 };
-_Static_assert(sizeof(struct live_header) == 72, "state layout");
+_Static_assert(sizeof(struct live_header) == 80, "state layout");
 _Static_assert(offsetof(struct live_header, magic) == 0, "state layout");
 _Static_assert(offsetof(struct live_header, version) == 8, "state layout");
 _Static_assert(offsetof(struct live_header, header_size) == 12, "state layout");
@@ -53,9 +55,11 @@ _Static_assert(offsetof(struct live_header, seq) == 32, "state layout");
 _Static_assert(offsetof(struct live_header, wake) == 36, "state layout");
 _Static_assert(offsetof(struct live_header, ring) == 40, "state layout");
 _Static_assert(offsetof(struct live_header, frozen) == 44, "state layout");
-_Static_assert(offsetof(struct live_header, frozen_ns) == 48, "state layout");
-_Static_assert(offsetof(struct live_header, seed) == 56, "state layout");
-_Static_assert(offsetof(struct live_header, generation) == 64, "state layout");
+_Static_assert(offsetof(struct live_header, procs) == 48, "state layout");
+_Static_assert(offsetof(struct live_header, pad) == 52, "state layout");
+_Static_assert(offsetof(struct live_header, frozen_ns) == 56, "state layout");
+_Static_assert(offsetof(struct live_header, seed) == 64, "state layout");
+_Static_assert(offsetof(struct live_header, generation) == 72, "state layout");
 
 // live_gpu the live state of one GPU.
 struct live_gpu {
@@ -126,9 +130,9 @@ struct live_proc {
 	uint64_t used_bytes;
 	uint64_t start_ns; // when it was registered
 	char name[64];
-	char owner[64]; // who registered it: ctl, or container:<id>
+	char owner[80]; // who registered it: ctl, or container:<64-hex id>
 };
-_Static_assert(sizeof(struct live_proc) == 160, "state layout");
+_Static_assert(sizeof(struct live_proc) == 176, "state layout");
 _Static_assert(offsetof(struct live_proc, pid) == 0, "state layout");
 _Static_assert(offsetof(struct live_proc, gpu) == 4, "state layout");
 _Static_assert(offsetof(struct live_proc, type) == 8, "state layout");

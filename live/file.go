@@ -186,6 +186,12 @@ func (f *File) publish(s *State) {
 	s.Header.Seq = seq + 1
 	s.Header.Wake = atomic.LoadUint32(&live.Header.Wake)
 	s.Header.Generation++
+	s.Header.Procs = 0
+	for i := range s.Procs {
+		if s.Procs[i].PID != 0 {
+			s.Header.Procs++
+		}
+	}
 	*live = *s
 	atomic.StoreUint32(&live.Header.Seq, seq+2)
 	atomic.AddUint32(&live.Header.Wake, 1)

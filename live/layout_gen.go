@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 1
+const Version = 2
 
 // Capacities of the file.
 const (
@@ -41,13 +41,15 @@ type Header struct {
 	Wake       uint32 // futex word: bumped, and woken, by every write
 	Ring       uint32 // events published so far
 	Frozen     uint32 // 1: the clock stands at frozen_ns
+	Procs      uint32 // registered processes: 0 lets readers skip the table
+	Pad        uint32
 	FrozenNS   uint64 // CLOCK_REALTIME
 	Seed       uint64 // noise seed
 	Generation uint64 // writes so far
 }
 
 // HeaderSize is the size of Header in the file.
-const HeaderSize = 72
+const HeaderSize = 80
 
 // HeaderLayout pins each field's offset (checked against the C header by the compiler).
 var HeaderLayout = []FieldOffset{
@@ -62,9 +64,11 @@ var HeaderLayout = []FieldOffset{
 	{"wake", "Wake", 36},
 	{"ring", "Ring", 40},
 	{"frozen", "Frozen", 44},
-	{"frozen_ns", "FrozenNS", 48},
-	{"seed", "Seed", 56},
-	{"generation", "Generation", 64},
+	{"procs", "Procs", 48},
+	{"pad", "Pad", 52},
+	{"frozen_ns", "FrozenNS", 56},
+	{"seed", "Seed", 64},
+	{"generation", "Generation", 72},
 }
 
 // GPU the live state of one GPU.
@@ -148,11 +152,11 @@ type Proc struct {
 	UsedBytes uint64
 	StartNS   uint64 // when it was registered
 	Name      [64]byte
-	Owner     [64]byte // who registered it: ctl, or container:<id>
+	Owner     [80]byte // who registered it: ctl, or container:<64-hex id>
 }
 
 // ProcSize is the size of Proc in the file.
-const ProcSize = 160
+const ProcSize = 176
 
 // ProcLayout pins each field's offset (checked against the C header by the compiler).
 var ProcLayout = []FieldOffset{

@@ -6,13 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
@@ -34,7 +34,12 @@ the change at its next call (docs/live-state.md).
   proc add GPU PID [--name NAME] [--memory SIZE] [--type compute|graphics|both]
   proc rm PID [--gpu N]
         register or remove a process on a GPU
+  apply FILE          make the loads and faults those a file lists, clearing
+                      others (docs/live-state.md)
   status [--json]     show loads, faults and processes
+  create [--gpus N] [--seed S]
+        make a fresh state file (or reset one in place) for a snapshot used
+        directly (NVMOCK_SNAPSHOT): N defaults to the snapshot beside it
   clock freeze [TIME|now] | clock thaw | clock advance DURATION
         stop, restart or step the state's clock (for tests that assert traces)
 
@@ -67,6 +72,12 @@ func ctlCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("ctl: %w", err)
 	}
+	if rest[0] == "create" {
+		if err := ctlCreate(path, rest[1:]); err != nil {
+			return fmt.Errorf("ctl create: %w", err)
+		}
+		return nil
+	}
 	f, err := live.Open(path)
 	if err != nil {
 		return fmt.Errorf("ctl: %w", err)
@@ -88,6 +99,8 @@ func ctlCmd(args []string) error {
 		err = ctlStatus(f, cargs, os.Stdout)
 	case "clock":
 		err = ctlClock(f, cargs)
+	case "apply":
+		err = ctlApply(f, cargs)
 	default:
 		err = fmt.Errorf("unknown command %q; see nvmock ctl help", cmd)
 	}
@@ -95,45 +108,6 @@ func ctlCmd(args []string) error {
 		return fmt.Errorf("ctl %s: %w", cmd, err)
 	}
 	return nil
-}
-
-// parseGPUs reads "all", "3", "0,3" or "0-3" against a node of n GPUs.
-func parseGPUs(s string, n int) ([]int, error) {
-	if s == "all" {
-		out := make([]int, n)
-		for i := range out {
-			out[i] = i
-		}
-		return out, nil
-	}
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err1 := strconv.Atoi(lo)
-		b := a
-		var err2 error
-		if isRange {
-			b, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || a < 0 || b < a {
-			return nil, fmt.Errorf("GPU %q: not an index, list or range (all, 3, 0,3, 0-3)", part)
-		}
-		for i := a; i <= b; i++ {
-			if i >= n {
-				return nil, fmt.Errorf("GPU %d: the node has GPUs 0 to %d", i, n-1)
-			}
-			out = append(out, i)
-		}
-	}
-	return out, nil
-}
-
-func percent(name, s string) (uint32, error) {
-	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
-	if err != nil || v < 0 || v > 100 || math.IsNaN(v) {
-		return 0, fmt.Errorf("%s %q: a percentage from 0 to 100", name, s)
-	}
-	return uint32(math.Round(v)), nil
 }
 
 // ctlFlags parses interspersed flags and returns the positional arguments.
@@ -160,22 +134,22 @@ func ctlLoad(f *live.File, args []string) error {
 		return errors.New("want GPUS PERCENT, e.g. nvmock ctl load all 80")
 	}
 	var l live.Loads
-	if l.GPU, err = percent("load", pos[1]); err != nil {
+	if l.GPU, err = live.ParsePercent("load", pos[1]); err != nil {
 		return err
 	}
 	l.Memory = l.GPU / 2
 	if *mem != "" {
-		if l.Memory, err = percent("--memory", *mem); err != nil {
+		if l.Memory, err = live.ParsePercent("--memory", *mem); err != nil {
 			return err
 		}
 	}
-	if l.Encoder, err = percent("--encoder", *enc); err != nil {
+	if l.Encoder, err = live.ParsePercent("--encoder", *enc); err != nil {
 		return err
 	}
-	if l.Decoder, err = percent("--decoder", *dec); err != nil {
+	if l.Decoder, err = live.ParsePercent("--decoder", *dec); err != nil {
 		return err
 	}
-	if l.Jitter, err = percent("--jitter", *jit); err != nil {
+	if l.Jitter, err = live.ParsePercent("--jitter", *jit); err != nil {
 		return err
 	}
 	boards, err := live.Boards(f.Path)
@@ -183,7 +157,7 @@ func ctlLoad(f *live.File, args []string) error {
 		return err
 	}
 	return f.Update(func(s *live.State, now int64) error {
-		gpus, err := parseGPUs(pos[0], int(s.Header.Gpus))
+		gpus, err := live.ParseGPUs(pos[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
@@ -195,46 +169,6 @@ func ctlLoad(f *live.File, args []string) error {
 		}
 		return nil
 	})
-}
-
-// faultTrigger reads the trigger flags: at most one of them.
-func faultTrigger(after, prob, at, in string, now func() int64) (uint32, uint64, error) {
-	set := 0
-	for _, v := range []string{after, prob, at, in} {
-		if v != "" {
-			set++
-		}
-	}
-	if set > 1 {
-		return 0, 0, errors.New("give one trigger: --after-calls, --probability, --at or --in")
-	}
-	switch {
-	case after != "":
-		n, err := strconv.ParseUint(after, 10, 32)
-		if err != nil {
-			return 0, 0, fmt.Errorf("--after-calls %q: a number of calls", after)
-		}
-		return live.TriggerCalls, n, nil
-	case prob != "":
-		p, err := strconv.ParseFloat(prob, 64)
-		if err != nil || p < 0 || p > 1 || math.IsNaN(p) {
-			return 0, 0, fmt.Errorf("--probability %q: a probability from 0 to 1", prob)
-		}
-		return live.TriggerProbability, uint64(math.Min(p*(1<<32), (1<<32)-1)), nil
-	case at != "":
-		t, err := time.Parse(time.RFC3339Nano, at)
-		if err != nil {
-			return 0, 0, fmt.Errorf("--at %q: a time in RFC 3339, e.g. 2026-12-01T20:00:00Z", at)
-		}
-		return live.TriggerAt, uint64(t.UnixNano()), nil
-	case in != "":
-		d, err := time.ParseDuration(in)
-		if err != nil || d < 0 {
-			return 0, 0, fmt.Errorf("--in %q: a duration such as 30s or 5m", in)
-		}
-		return live.TriggerAt, uint64(now() + int64(d)), nil
-	}
-	return live.TriggerAt, uint64(now()), nil
 }
 
 func ctlFault(f *live.File, args []string) error {
@@ -273,10 +207,10 @@ func ctlFault(f *live.File, args []string) error {
 	}
 	return f.Update(func(s *live.State, now int64) error {
 		var err error
-		if fault.Trigger, fault.Param, err = faultTrigger(*after, *prob, *at, *in, func() int64 { return now }); err != nil {
+		if fault.Trigger, fault.Param, err = live.ParseTrigger(*after, *prob, *at, *in, func() int64 { return now }); err != nil {
 			return err
 		}
-		gpus, err := parseGPUs(pos[0], int(s.Header.Gpus))
+		gpus, err := live.ParseGPUs(pos[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
@@ -298,7 +232,7 @@ func ctlXID(f *live.File, args []string) error {
 		return fmt.Errorf("XID %q: not an XID (1 to %d)", args[1], live.MaxXID)
 	}
 	return f.Update(func(s *live.State, now int64) error {
-		gpus, err := parseGPUs(args[0], int(s.Header.Gpus))
+		gpus, err := live.ParseGPUs(args[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
@@ -329,7 +263,7 @@ func ctlClear(f *live.File, args []string) error {
 		}
 	}
 	return f.Update(func(s *live.State, now int64) error {
-		gpus, err := parseGPUs(pos[0], int(s.Header.Gpus))
+		gpus, err := live.ParseGPUs(pos[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
@@ -380,7 +314,7 @@ func ctlProc(f *live.File, args []string) error {
 			}
 		}
 		return f.Update(func(s *live.State, now int64) error {
-			gpus, err := parseGPUs(pos[0], int(s.Header.Gpus))
+			gpus, err := live.ParseGPUs(pos[0], int(s.Header.Gpus))
 			if err != nil {
 				return err
 			}
@@ -554,4 +488,47 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+func ctlApply(f *live.File, args []string) error {
+	if len(args) != 1 {
+		return errors.New("want FILE, e.g. nvmock ctl apply live.yaml")
+	}
+	spec, err := live.ReadSpec(args[0])
+	if err != nil {
+		return err
+	}
+	var boards []live.Board
+	if len(spec.Loads) > 0 {
+		if boards, err = live.Boards(f.Path); err != nil {
+			return err
+		}
+	}
+	return f.Update(func(s *live.State, now int64) error {
+		if err := spec.Apply(s, boards, now); err != nil {
+			return fmt.Errorf("%s: %w", args[0], err)
+		}
+		return nil
+	})
+}
+
+func ctlCreate(path string, args []string) error {
+	fs := flag.NewFlagSet("create", flag.ContinueOnError)
+	gpus := fs.Int("gpus", 0, "GPUs of the node (default: the snapshot beside the state)")
+	seed := fs.String("seed", "", "noise seed (default: the node's name)")
+	if _, err := ctlFlags(fs, args); err != nil {
+		return err
+	}
+	n := *gpus
+	if n == 0 {
+		boards, err := live.Boards(path)
+		if err != nil {
+			return fmt.Errorf("%w; or give --gpus", err)
+		}
+		n = len(boards)
+	}
+	if *seed == "" {
+		*seed, _ = os.Hostname()
+	}
+	return live.Create(path, n, hostprep.StateSeed(*seed))
 }

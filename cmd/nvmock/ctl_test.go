@@ -176,3 +176,98 @@ func TestCtlClockFreezesAndSteps(t *testing.T) {
 		t.Errorf("still frozen at %v after thaw", s.Frozen)
 	}
 }
+
+func TestCtlApplySetsAFileOrNothing(t *testing.T) {
+	state := ctlNode(t, "4")
+	dir := t.TempDir()
+	good := filepath.Join(dir, "live.yaml")
+	os.WriteFile(good, []byte(`loads:
+  - gpus: all
+    percent: 30
+    jitter: 5
+faults:
+  - gpus: "3"
+    kind: ecc_uncorrectable
+    in: 10m
+  - gpus: 0-1
+    kind: xid
+    xid: 13
+    probability: 0.001
+`), 0o644)
+	if err := run([]string{"ctl", "--state", state, "apply", good}); err != nil {
+		t.Fatal(err)
+	}
+	s := ctlStatusJSON(t, state)
+	for _, g := range s.GPUs {
+		if !g.Model || g.Load[0] != 30 || g.Load[1] != 15 || g.Jitter != 5 {
+			t.Errorf("GPU %d after apply: %+v", g.Index, g)
+		}
+	}
+	if f := s.GPUs[3].Faults; len(f) != 1 || f[0].Kind != "ecc_uncorrectable" || !strings.HasPrefix(f[0].Trigger, "at ") {
+		t.Errorf("GPU 3's faults: %+v", f)
+	}
+	if f := s.GPUs[1].Faults; len(f) != 1 || f[0].XID != 13 || f[0].Trigger != "probability 0.001" {
+		t.Errorf("GPU 1's faults: %+v", f)
+	}
+
+	for _, c := range []struct{ yaml, want string }{
+		{"loads:\n  - gpus: all\n    percent: 130\n", `loads[0].percent "130": a percentage from 0 to 100`},
+		{"faults:\n  - gpus: \"9\"\n    kind: lost\n", "faults[0].gpus: GPU 9: the node has GPUs 0 to 3"},
+		{"faults:\n  - gpus: all\n    kind: melted\n", `faults[0].kind: "melted" is not one of`},
+		{"faults:\n  - gpus: all\n    kind: lost\n    probability: 2\n", `faults[0]: --probability "2": a probability from 0 to 1`},
+		{"fautls: []\n", `unknown field "fautls"`},
+	} {
+		bad := filepath.Join(dir, "bad.yaml")
+		os.WriteFile(bad, []byte(c.yaml), 0o644)
+		fresh := ctlNode(t, "4")
+		err := run([]string{"ctl", "--state", fresh, "apply", bad})
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), bad) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("apply %q: %v, want one line naming %s and %q", c.yaml, err, bad, c.want)
+		}
+		for _, g := range ctlStatusJSON(t, fresh).GPUs {
+			if g.Model || len(g.Faults) != 0 {
+				t.Errorf("a rejected file changed GPU %d", g.Index)
+			}
+		}
+	}
+}
+
+func TestCtlApplyTwiceGivesOneState(t *testing.T) {
+	state := ctlNode(t, "2")
+	spec := filepath.Join(t.TempDir(), "live.yaml")
+	os.WriteFile(spec, []byte("faults:\n  - {gpus: all, kind: thermal}\n"), 0o644)
+	for i := 0; i < 3; i++ {
+		if err := run([]string{"ctl", "--state", state, "fault", "0", "lost"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := run([]string{"ctl", "--state", state, "apply", spec}); err != nil {
+			t.Fatalf("apply %d: %v", i, err)
+		}
+	}
+	for _, g := range ctlStatusJSON(t, state).GPUs {
+		if len(g.Faults) != 1 || g.Faults[0].Kind != "thermal" {
+			t.Errorf("GPU %d after three applies: %+v, want the file's one thermal fault", g.Index, g.Faults)
+		}
+	}
+}
+
+func TestCtlCreateMakesAStateForTheSnapshotBesideIt(t *testing.T) {
+	dir := t.TempDir()
+	if err := run([]string{"profile", "compile", "h100", "--gpus", "3", "--seed", "n1", "-o", filepath.Join(dir, "snapshot")}); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	if err := run([]string{"ctl", "--state", state, "create"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := ctlStatusJSON(t, state); len(s.GPUs) != 3 {
+		t.Errorf("%d GPUs, want the snapshot's 3", len(s.GPUs))
+	}
+	lone := filepath.Join(t.TempDir(), "state")
+	if err := run([]string{"ctl", "--state", lone, "create"}); err == nil || !strings.Contains(err.Error(), "no snapshot beside it") || !strings.Contains(err.Error(), "--gpus") {
+		t.Errorf("create without a snapshot: %v", err)
+	}
+	if err := run([]string{"ctl", "--state", lone, "create", "--gpus", "2"}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -42,7 +42,8 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 3 && strcmp(argv[1], "getters") == 0) {
 		long n = atol(argv[2]);
-		unsigned count, temp;
+		unsigned count, temp, power;
+		nvmlUtilization_t util;
 		nvmlDevice_t dev;
 		nvmlMemory_t mem;
 		check("nvmlInit_v2", nvmlInit_v2());
@@ -58,8 +59,16 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++)
 			check("nvmlDeviceGetHandleByIndex_v2", nvmlDeviceGetHandleByIndex_v2((unsigned)i % count, &dev));
 		double t3 = now_ns();
-		printf("nvmlDeviceGetMemoryInfo_ns %.2f\nnvmlDeviceGetTemperature_ns %.2f\nnvmlDeviceGetHandleByIndex_v2_ns %.2f\n",
-		       (t1 - t0) / n, (t2 - t1) / n, (t3 - t2) / n);
+		check("nvmlDeviceGetHandleByIndex_v2", nvmlDeviceGetHandleByIndex_v2(0, &dev));
+		for (long i = 0; i < n; i++)
+			check("nvmlDeviceGetPowerUsage", nvmlDeviceGetPowerUsage(dev, &power));
+		double t4 = now_ns();
+		for (long i = 0; i < n; i++)
+			check("nvmlDeviceGetUtilizationRates", nvmlDeviceGetUtilizationRates(dev, &util));
+		double t5 = now_ns();
+		printf("nvmlDeviceGetMemoryInfo_ns %.2f\nnvmlDeviceGetTemperature_ns %.2f\nnvmlDeviceGetHandleByIndex_v2_ns %.2f\n"
+		       "nvmlDeviceGetPowerUsage_ns %.2f\nnvmlDeviceGetUtilizationRates_ns %.2f\n",
+		       (t1 - t0) / n, (t2 - t1) / n, (t3 - t2) / n, (t4 - t3) / n, (t5 - t4) / n);
 		return nvmlShutdown() != NVML_SUCCESS;
 	}
 	fprintf(stderr, "usage: bench noop | bench init | bench getters N\n");

@@ -12,7 +12,7 @@ import (
 // Bump StateVersion on any change.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 1
+const StateVersion = 2
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -57,6 +57,8 @@ var StateSchema = []Record{
 		{"wake", U32, 0, "futex word: bumped, and woken, by every write"},
 		{"ring", U32, 0, "events published so far"},
 		{"frozen", U32, 0, "1: the clock stands at frozen_ns"},
+		{"procs", U32, 0, "registered processes: 0 lets readers skip the table"},
+		{"pad", U32, 0, ""},
 		{"frozen_ns", U64, 0, "CLOCK_REALTIME"},
 		{"seed", U64, 0, "noise seed"},
 		{"generation", U64, 0, "writes so far"},
@@ -98,7 +100,7 @@ var StateSchema = []Record{
 		{"used_bytes", U64, 0, ""},
 		{"start_ns", U64, 0, "when it was registered"},
 		{"name", Str, 64, ""},
-		{"owner", Str, 64, "who registered it: ctl, or container:<id>"},
+		{"owner", Str, 80, "who registered it: ctl, or container:<64-hex id>"},
 	}},
 }
 

@@ -3,9 +3,12 @@
 package gonvml
 
 import (
+	"os"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/nvmock/nvmock/live"
 )
 
 // These time one call through go-nvml into the mock, as a Go consumer such as
@@ -53,6 +56,63 @@ func BenchmarkGetHandleByIndex(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, ret := lib.DeviceGetHandleByIndex(i % n); ret != nvml.SUCCESS {
 			b.Fatalf("DeviceGetHandleByIndex(%d): %v", i%n, ret)
+		}
+	}
+}
+
+// The same getters with live state on: GPU 0 under a jittered load with
+// two registered processes, GPU 1 with a fault (its calls take the fault
+// path).
+func startLiveBench(b *testing.B, gpu int) nvml.Device {
+	b.Helper()
+	lib, f, boards := startLive(b, 8)
+	update(b, f, func(s *live.State, now int64) error {
+		s.SetLoad(boards[0], 0, live.Loads{GPU: 70, Jitter: 5}, now)
+		for _, pid := range []uint32{uint32(os.Getpid()), 1} {
+			if err := s.AddProcess(live.Process{PID: pid, GPU: 0, Type: 1, UsedBytes: 1 << 30, PIDNS: live.PIDNamespace()}, now); err != nil {
+				return err
+			}
+		}
+		return s.AddFault(1, live.Fault{Kind: live.FaultThermal}, now)
+	})
+	d := handle(b, lib, gpu)
+	b.ReportAllocs()
+	b.ResetTimer()
+	return d
+}
+
+func BenchmarkLiveGetMemoryInfo(b *testing.B) {
+	d := startLiveBench(b, 0)
+	for i := 0; i < b.N; i++ {
+		if _, ret := d.GetMemoryInfo(); ret != nvml.SUCCESS {
+			b.Fatalf("GetMemoryInfo: %v", ret)
+		}
+	}
+}
+
+func BenchmarkLiveGetTemperature(b *testing.B) {
+	d := startLiveBench(b, 0)
+	for i := 0; i < b.N; i++ {
+		if _, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret != nvml.SUCCESS {
+			b.Fatalf("GetTemperature: %v", ret)
+		}
+	}
+}
+
+func BenchmarkLiveGetTemperatureWithAFault(b *testing.B) {
+	d := startLiveBench(b, 1)
+	for i := 0; i < b.N; i++ {
+		if _, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret != nvml.SUCCESS {
+			b.Fatalf("GetTemperature: %v", ret)
+		}
+	}
+}
+
+func BenchmarkLiveGetUtilizationRates(b *testing.B) {
+	d := startLiveBench(b, 0)
+	for i := 0; i < b.N; i++ {
+		if _, ret := d.GetUtilizationRates(); ret != nvml.SUCCESS {
+			b.Fatalf("GetUtilizationRates: %v", ret)
 		}
 	}
 }

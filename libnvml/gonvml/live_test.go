@@ -29,7 +29,7 @@ var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 // startLive inits go-nvml on an a100 node of n GPUs with a live state whose
 // clock stands at t0, and returns the state and the model's boards.
-func startLive(t *testing.T, n int) (nvml.Interface, *live.File, []live.Board) {
+func startLive(t testing.TB, n int) (nvml.Interface, *live.File, []live.Board) {
 	t.Helper()
 	path, _ := testenv.Snapshot(t, "a100", n)
 	f := testenv.LiveState(t, path, n, t0)
@@ -43,7 +43,7 @@ func startLive(t *testing.T, n int) (nvml.Interface, *live.File, []live.Board) {
 	return lib, f, boards
 }
 
-func update(t *testing.T, f *live.File, fn func(s *live.State, now int64) error) {
+func update(t testing.TB, f *live.File, fn func(s *live.State, now int64) error) {
 	t.Helper()
 	if err := f.Update(fn); err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func advance(t *testing.T, f *live.File, d time.Duration) {
 	update(t, f, func(s *live.State, _ int64) error { s.Header.FrozenNS += uint64(d); return nil })
 }
 
-func handle(t *testing.T, lib nvml.Interface, i int) nvml.Device {
+func handle(t testing.TB, lib nvml.Interface, i int) nvml.Device {
 	t.Helper()
 	d, ret := lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {

@@ -149,6 +149,7 @@ type Container struct {
 	// Mounts are the container paths of mounts already in the spec (a CDI
 	// spec's library and nvidia-smi, say): build adds only what is missing.
 	Mounts []string
+	Args   []string // the process it runs, for the name it shows as (Processes)
 }
 
 // Mount is a bind mount into the container.

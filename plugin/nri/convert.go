@@ -28,7 +28,7 @@ func toPod(pod *api.PodSandbox) inject.Pod {
 // devices it asked for (from the CRI request or cdi.k8s.io annotations on it
 // or its pod).
 func toContainer(pod *api.PodSandbox, ctr *api.Container) inject.Container {
-	c := inject.Container{Name: ctr.GetName(), Env: ctr.GetEnv()}
+	c := inject.Container{Name: ctr.GetName(), Env: ctr.GetEnv(), Args: ctr.GetArgs()}
 	if ms := ctr.GetMounts(); len(ms) > 0 {
 		c.Mounts = make([]string, len(ms))
 		for i, m := range ms {

@@ -11,6 +11,7 @@ const (
 	reasonPanic      = "panic"      // handling a container panicked
 	reasonNamespaces = "namespaces" // the namespace list could not be fetched
 	reasonSync       = "sync"       // rebuilding use counts at Synchronize failed
+	reasonProcess    = "process"    // a GPU process could not be shown or removed (live state)
 
 	skipNotSelected = "not_selected" // the decision left the container alone
 	skipNoOverlay   = "no_overlay"   // no overlay is installed on the node

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
@@ -66,6 +67,9 @@ type Plugin struct {
 
 	// syncedC is signalled (non-blocking) after each Synchronize: tests wait on it.
 	syncedC chan struct{}
+
+	// procs are the processes to register when containers start, by ID.
+	procs sync.Map // string -> procStart
 }
 
 // New checks the options and builds a plugin; a bad option is an error
@@ -315,15 +319,24 @@ func (h handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	return h.p.create(pod, ctr), nil, nil
 }
 
+// PostStartContainer shows the container's process on its GPUs, when its
+// pod asked for that (inject.GPUMemoryAnnotation).
+func (h handler) PostStartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	h.p.started(pod, ctr)
+	return nil
+}
+
 // StopContainer frees the container's GPUs.
-func (h handler) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+func (h handler) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	h.p.release(ctr.GetId())
+	h.p.stopped(pod, ctr)
 	return nil, nil
 }
 
 // RemoveContainer frees the container's GPUs (if Stop was missed).
-func (h handler) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+func (h handler) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	h.p.release(ctr.GetId())
+	h.p.stopped(pod, ctr)
 	return nil
 }
 
@@ -358,6 +371,23 @@ func (p *Plugin) synchronize(ctrs []*api.Container) {
 	}
 	c.refresh()
 	c.rebuildUse()
+	// Processes of containers that went while the plugin was away go too.
+	if state := c.node.State; state != "" {
+		ids := map[string]bool{}
+		for _, ctr := range ctrs {
+			if ctr.GetState() != api.ContainerState_CONTAINER_STOPPED {
+				ids[owner(ctr.GetId())] = true
+			}
+		}
+		err := p.updateState(state, func(s *live.State, _ int64) error {
+			s.RemoveProcesses(func(q live.Process) bool { return strings.HasPrefix(q.Owner, "container:") && !ids[q.Owner] })
+			return nil
+		})
+		if err != nil {
+			p.metrics.errors.WithLabelValues(reasonProcess).Inc()
+			p.log.WithError(err).Error("removing the GPU processes of containers that are gone")
+		}
+	}
 }
 
 // create is CreateContainer's body: any failure leaves the container
@@ -424,6 +454,12 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 		visible = adj.Env[0].Value
 	}
 	c.record(ctr.GetId(), adj.GPUs, visible)
+	if req, ok, err := inject.Processes(ipod, ictr, adj); err != nil {
+		p.metrics.warnings.Inc()
+		p.fields(pod, ctr).WithError(err).Warn("no GPU process shown for this container")
+	} else if ok {
+		p.procs.Store(ctr.GetId(), procStart{req: req, state: node.State})
+	}
 	p.metrics.injections.Inc()
 	if p.log.Logger.IsLevelEnabled(logrus.InfoLevel) {
 		p.fields(pod, ctr).WithField("gpus", visible).Info("injected")

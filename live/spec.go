@@ -1,0 +1,134 @@
+package live
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Spec is a node's live state written down: what nvmock ctl apply sets and
+// the chart's live values hold.
+type Spec struct {
+	// Loads set readings moving on some GPUs.
+	Loads []LoadSpec `json:"loads,omitempty"`
+	// Faults are injected in order.
+	Faults []FaultSpec `json:"faults,omitempty"`
+}
+
+// LoadSpec is nvmock ctl load in a file.
+type LoadSpec struct {
+	GPUs    string   `json:"gpus"`             // all, 3, 0,3 or 0-3
+	Percent float64  `json:"percent"`          // GPU load
+	Memory  *float64 `json:"memory,omitempty"` // default: half the load
+	Encoder float64  `json:"encoder,omitempty"`
+	Decoder float64  `json:"decoder,omitempty"`
+	Jitter  float64  `json:"jitter,omitempty"` // noise on utilization, % either way
+}
+
+// FaultSpec is nvmock ctl fault in a file.
+type FaultSpec struct {
+	GPUs        string   `json:"gpus"`
+	Kind        string   `json:"kind"` // a key of Kinds
+	XID         uint32   `json:"xid,omitempty"`
+	Count       uint32   `json:"count,omitempty"`
+	Link        uint32   `json:"link,omitempty"`
+	AfterCalls  *uint64  `json:"afterCalls,omitempty"`
+	Probability *float64 `json:"probability,omitempty"`
+	At          string   `json:"at,omitempty"` // RFC 3339
+	In          string   `json:"in,omitempty"` // a duration from when it is applied
+}
+
+// ReadSpec reads a spec file strictly: an unknown field is an error naming it.
+func ReadSpec(path string) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s Spec
+	if err := yaml.UnmarshalStrict(data, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &s, nil
+}
+
+// Apply makes the state's loads and faults what the spec says: those it
+// does not list are cleared (registered processes stay), so applying the
+// same file twice, as the chart does at each pod start, gives one state.
+// On the first problem the error names the entry and field, and the caller
+// keeps the state it had.
+func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
+	n := int(s.Header.Gpus)
+	for g := 0; g < n; g++ {
+		s.GPUs[g] = GPU{}
+	}
+	for i, l := range sp.Loads {
+		at := fmt.Sprintf("loads[%d]", i)
+		gpus, err := ParseGPUs(l.GPUs, n)
+		if err != nil {
+			return fmt.Errorf("%s.gpus: %w", at, err)
+		}
+		var ld Loads
+		var errs []error
+		pct := func(field string, v float64) uint32 {
+			p, err := ParsePercent(at+"."+field, strconv.FormatFloat(v, 'f', -1, 64))
+			errs = append(errs, err)
+			return p
+		}
+		ld.GPU = pct("percent", l.Percent)
+		ld.Memory = ld.GPU / 2
+		if l.Memory != nil {
+			ld.Memory = pct("memory", *l.Memory)
+		}
+		ld.Encoder, ld.Decoder, ld.Jitter = pct("encoder", l.Encoder), pct("decoder", l.Decoder), pct("jitter", l.Jitter)
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		for _, g := range gpus {
+			if g >= len(boards) {
+				return fmt.Errorf("%s: GPU %d is not in the snapshot; reinstall the node", at, g)
+			}
+			s.SetLoad(boards[g], g, ld, now)
+		}
+	}
+	for i, f := range sp.Faults {
+		at := fmt.Sprintf("faults[%d]", i)
+		gpus, err := ParseGPUs(f.GPUs, n)
+		if err != nil {
+			return fmt.Errorf("%s.gpus: %w", at, err)
+		}
+		kind, ok := Kinds[f.Kind]
+		if !ok {
+			return fmt.Errorf("%s.kind: %q is not one of lost, ecc_uncorrectable, ecc_correctable, thermal, power_brake, nvlink_down, remap_failure, xid", at, f.Kind)
+		}
+		if f.XID > MaxXID || kind == FaultXID && f.XID == 0 {
+			return fmt.Errorf("%s.xid: %d is not an XID (1 to %d)", at, f.XID, MaxXID)
+		}
+		var after, prob string
+		if f.AfterCalls != nil {
+			after = strconv.FormatUint(*f.AfterCalls, 10)
+		}
+		if f.Probability != nil {
+			prob = strconv.FormatFloat(*f.Probability, 'g', -1, 64)
+		}
+		trig, param, err := ParseTrigger(after, prob, f.At, f.In, func() int64 { return now })
+		if err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		fault := Fault{Kind: kind, XID: f.XID, Trigger: trig, Param: param, Count: f.Count}
+		if kind == FaultNvlinkDown {
+			fault.Count = f.Link
+		}
+		if kind == FaultSBE && fault.Count == 0 {
+			fault.Count = 100
+		}
+		for _, g := range gpus {
+			if err := s.AddFault(g, fault, now); err != nil {
+				return fmt.Errorf("%s: %w", at, err)
+			}
+		}
+	}
+	return nil
+}
