@@ -65,10 +65,11 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	ln -sf $(@F) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
-deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, NVIDIA's tools and nfd-worker into .cache
+deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, NVIDIA's tools and nfd-worker into .cache
 	hack/install-deps.sh
 	hack/fetch-nvidia-smi.sh $(CACHE)
 	hack/fetch-pynvml.sh $(CACHE)
+	hack/fetch-monitors.sh $(CACHE)
 	hack/fetch-nvidia-tools.sh $(CACHE)
 	hack/fetch-nfd.sh $(CACHE)
 
