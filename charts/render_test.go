@@ -270,7 +270,7 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	for _, c := range []struct {
 		ctr  corev1.Container
 		want []string
-	}{{init, wantRW}, {unc, wantRW}, {main, []string{set["root"] + "/state"}}} {
+	}{{init, wantRW}, {unc, wantRW}, {main, []string{set["root"] + "/live"}}} {
 		if got := writable(spec, c.ctr); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: container %s mounts %v read-write, want exactly %v", ds.Name, c.ctr.Name, got, c.want)
 		}
@@ -478,14 +478,14 @@ func checkLive(t *testing.T, ds appsv1.DaemonSet, c corev1.Container) {
 	if err := fs.Parse(c.Args[1:]); err != nil {
 		t.Fatalf("%s: live init args %q: %v", ds.Name, c.Args, err)
 	}
-	if fs.Lookup("state").Value.String() != "/var/lib/nvmock/state" || !reflect.DeepEqual(fs.Args(), []string{"apply", "/etc/nvmock/live.yaml"}) {
-		t.Errorf("%s: live init args %q, want --state=/var/lib/nvmock/state apply /etc/nvmock/live.yaml", ds.Name, c.Args)
+	if fs.Lookup("state").Value.String() != "/var/lib/nvmock/live/state" || !reflect.DeepEqual(fs.Args(), []string{"apply", "/etc/nvmock/live.yaml"}) {
+		t.Errorf("%s: live init args %q, want --state=/var/lib/nvmock/live/state apply /etc/nvmock/live.yaml", ds.Name, c.Args)
 	}
 	mounts := mountsOf(ds.Spec.Template.Spec, c)
-	if mounts["/var/lib/nvmock/state"] != "hostPath:/var/lib/nvmock/state" || mounts["/etc/nvmock"] != "configMap:"+ds.Name {
-		t.Errorf("%s: live init mounts %v, want the state and the pool's ConfigMap", ds.Name, mounts)
+	if mounts["/var/lib/nvmock/live"] != "hostPath:/var/lib/nvmock/live" || mounts["/etc/nvmock"] != "configMap:"+ds.Name {
+		t.Errorf("%s: live init mounts %v, want the state's directory and the pool's ConfigMap", ds.Name, mounts)
 	}
-	if got := writable(ds.Spec.Template.Spec, c); !reflect.DeepEqual(got, []string{"/var/lib/nvmock/state"}) {
+	if got := writable(ds.Spec.Template.Spec, c); !reflect.DeepEqual(got, []string{"/var/lib/nvmock/live"}) {
 		t.Errorf("%s: live init mounts %v read-write, want only the state", ds.Name, got)
 	}
 }

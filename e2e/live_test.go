@@ -28,7 +28,7 @@ func (n *node) ctl(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-func (n *node) statePath() string { return filepath.Join(n.env["OVERLAY_ROOT"], "state") }
+func (n *node) statePath() string { return filepath.Join(n.env["OVERLAY_ROOT"], "live", "state") }
 
 // A pod that asks for it shows as a process on its GPU in nvidia-smi while
 // it runs, with the memory it asked for; stopped, it is gone.

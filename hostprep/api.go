@@ -44,8 +44,10 @@ type Options struct {
 var StatePath = filepath.Join("driver", "etc", "nvmock", "state")
 
 // StateFile is the live state of an installed node, in the root: it
-// outlives the overlays an install replaces.
-const StateFile = "state"
+// outlives the overlays an install replaces. It has a directory of its own,
+// which the chart's plugin container mounts read-write without the rest of
+// the root.
+var StateFile = filepath.Join("live", "state")
 
 // HookPath is where an overlay keeps the runtime hook (cmd/nvmock-hook).
 const HookPath = "bin/nvmock-hook"

@@ -342,6 +342,7 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 		}
 	}
 	rm(filepath.Join(root, StateFile), false)
+	rm(filepath.Dir(filepath.Join(root, StateFile)), false)
 	if len(errs) == 0 {
 		rm(filepath.Join(root, ManifestFile), false)
 	}

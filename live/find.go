@@ -13,9 +13,9 @@ var (
 	// ExecState is the state of the private node inside nvmock exec
 	// (hostprep/nsexec.NamespaceDriver's etc/nvmock/state).
 	ExecState = "/dev/.nvmock/driver/etc/nvmock/state"
-	// InstalledState is an installed node's (hostprep.DefaultRoot/state),
-	// also inside the chart's pod, which mounts the root.
-	InstalledState = "/var/lib/nvmock/state"
+	// InstalledState is an installed node's (hostprep.DefaultRoot plus
+	// hostprep.StateFile), also inside the chart's pod, which mounts it.
+	InstalledState = "/var/lib/nvmock/live/state"
 )
 
 // Find is the state file to work on: explicit, else $NVMOCK_STATE, else the
@@ -36,10 +36,12 @@ func Find(explicit string) (string, error) {
 }
 
 // Boards reads the model's numbers for each GPU from the snapshot that goes
-// with the state at path: beside it, or in the root's driver.
+// with the state at path.
 func Boards(path string) ([]Board, error) {
 	dir := filepath.Dir(path)
-	cands := []string{filepath.Join(dir, "snapshot"), filepath.Join(dir, "driver", "etc", "nvmock", "snapshot")}
+	// Beside it (exec, a snapshot used directly), or an installed node's:
+	// the state in <root>/live, the snapshot in <root>/driver.
+	cands := []string{filepath.Join(dir, "snapshot"), filepath.Join(filepath.Dir(dir), "driver", "etc", "nvmock", "snapshot")}
 	if e := os.Getenv("NVMOCK_SNAPSHOT"); e != "" {
 		cands = append([]string{e}, cands...)
 	}

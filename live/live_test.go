@@ -266,3 +266,24 @@ func TestSetLoadStartsEachSegmentWhereTheLastOneEnds(t *testing.T) {
 		t.Errorf("target under a slowdown of 80 C: %v, want 77000", got)
 	}
 }
+
+func TestBoardsComeFromTheSnapshotOfTheState(t *testing.T) {
+	root := t.TempDir()
+	for _, c := range []struct{ state, snap string }{
+		{filepath.Join(root, "a", "state"), filepath.Join(root, "a", "snapshot")},                                 // exec, a snapshot used directly
+		{filepath.Join(root, "b", "live", "state"), filepath.Join(root, "b", "driver", "etc", "nvmock", "snapshot")}, // installed
+	} {
+		if _, err := Boards(c.state); err == nil || !strings.Contains(err.Error(), "no snapshot beside it") {
+			t.Errorf("%s without a snapshot: %v", c.state, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(c.snap), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(c.snap, []byte("not a snapshot"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Boards(c.state); err == nil || !strings.Contains(err.Error(), c.snap) {
+			t.Errorf("%s: %v, want the snapshot %s read (and refused)", c.state, err, c.snap)
+		}
+	}
+}

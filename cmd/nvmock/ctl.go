@@ -45,7 +45,7 @@ the change at its next call (docs/live-state.md).
 
 GPUS is "all", an index, a list "0,3" or a range "0-3". TIME is RFC 3339.
 The state is --state, else $NVMOCK_STATE, else nvmock exec's node, else
-/var/lib/nvmock/state.
+/var/lib/nvmock/live/state.
 `
 
 func ctlCmd(args []string) error {

@@ -73,7 +73,7 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 				Library:    driver + "/usr/lib64/libnvidia-ml.so.1",
 				NvidiaSMI:  driver + "/usr/bin/nvidia-smi",
 				Snapshot:   driver + "/etc/nvmock/snapshot",
-				State:      root + "/state",
+				State:      filepath.Join(root, hostprep.StateFile),
 				RealDriver: RealDriverLoaded("/proc"),
 			}
 			nums := hostprep.DevNodes(3, c.real)

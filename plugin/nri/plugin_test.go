@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
@@ -40,7 +41,7 @@ func TestPluginInjectsContainersThroughTheRuntime(t *testing.T) {
 		dsts = append(dsts, m.Destination)
 		from := filepath.Join(root, "driver") + "/"
 		if m.Destination == "/etc/nvmock/state" {
-			from = filepath.Join(root, "state")
+			from = filepath.Join(root, hostprep.StateFile)
 		}
 		if !slices.Contains(m.Options, "ro") || m.Type != "bind" || !strings.HasPrefix(m.Source, from) {
 			t.Errorf("mount %s: source %s type %s options %v; want a read-only bind from the overlay", m.Destination, m.Source, m.Type, m.Options)

@@ -1,0 +1,60 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// nvmock ctl run in the chart's pod (kubectl exec -c nri) changes the
+// node's live state: a pod's nvidia-smi shows the load, and an XID makes
+// NVIDIA's device plugin report the GPU unhealthy, so the kubelet offers
+// one GPU fewer.
+func TestCtlInTheChartsPodReachesPodsAndTheDevicePlugin(t *testing.T) {
+	c := theCluster
+	c.nvidiaPlugin(t)
+	pp := c.pluginPod(t)
+	ctl := func(args ...string) string {
+		t.Helper()
+		out, err := c.exec(t, nvmockNS, pp.Name, "nri", append([]string{"/opt/nvmock/bin/nvmock", "ctl"}, args...)...)
+		if err != nil {
+			t.Fatalf("kubectl exec %s -c nri -- nvmock ctl %s: %v\n%s", pp.Name, strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	n := len(c.truth)
+	t.Cleanup(func() {
+		// Back to a healthy node for the tests after: clear, then restart
+		// the device plugin, which never marks a GPU healthy again.
+		ctl("clear", "all", "--load")
+		ctx := ctxT(t, 2*time.Minute)
+		if err := c.cs.CoreV1().Pods(nvidiaNS).DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nvidia-device-plugin"}); err != nil {
+			t.Errorf("restart the device plugin: %v", err)
+		}
+		if err := c.waitAllocatable(ctx, n); err != nil {
+			t.Error(err)
+		}
+	})
+
+	ctl("load", "all", "55")
+	ns := c.namespace(t, true)
+	out := c.running(t, ns, c.pod("loaded", "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader; echo started; exec sleep 3600", 1), "started")
+	if !strings.Contains(out, "55 %") {
+		t.Errorf("a pod's nvidia-smi after nvmock ctl load all 55:\n%s", out)
+	}
+
+	start := time.Now()
+	ctl("xid", "2", "48")
+	if err := c.waitAllocatable(ctxT(t, time.Minute), n-1); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("allocatable %s fell to %d %v after XID 48", gpuResource, n-1, time.Since(start).Round(time.Millisecond))
+	if st := ctl("status"); !strings.Contains(st, "ecc_uncorrectable (XID 48)") {
+		t.Errorf("nvmock ctl status in the pod:\n%s", st)
+	}
+}
