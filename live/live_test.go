@@ -270,7 +270,7 @@ func TestSetLoadStartsEachSegmentWhereTheLastOneEnds(t *testing.T) {
 func TestBoardsComeFromTheSnapshotOfTheState(t *testing.T) {
 	root := t.TempDir()
 	for _, c := range []struct{ state, snap string }{
-		{filepath.Join(root, "a", "state"), filepath.Join(root, "a", "snapshot")},                                 // exec, a snapshot used directly
+		{filepath.Join(root, "a", "state"), filepath.Join(root, "a", "snapshot")},                                    // exec, a snapshot used directly
 		{filepath.Join(root, "b", "live", "state"), filepath.Join(root, "b", "driver", "etc", "nvmock", "snapshot")}, // installed
 	} {
 		if _, err := Boards(c.state); err == nil || !strings.Contains(err.Error(), "no snapshot beside it") {
