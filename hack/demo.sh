@@ -22,6 +22,19 @@ say "nvmock exec --profile h100 -- nvidia-smi topo -m"
 go build -o "$build/bin/nvml-list" "$here/nvml-list"
 say "nvmock exec --profile h100 -- nvml-list             # a go-nvml program, unmodified"
 "$nvmock" exec --profile h100 -- "$build/bin/nvml-list"
+say "nvmock exec -- sh -c '...'   # live GPUs: a load, an ECC error and a lost GPU, seen by nvidia-smi"
+"$nvmock" exec -- sh -c "
+  set -e
+  echo '# nvmock ctl load all 80 --jitter 5; nvmock ctl xid 3 48; nvmock ctl proc add 0 \$\$ --memory 20GiB --name train.py'
+  '$nvmock' ctl load all 80 --jitter 5
+  '$nvmock' ctl xid 3 48
+  '$nvmock' ctl proc add 0 \$\$ --memory 20GiB --name train.py
+  nvidia-smi --query-gpu=index,utilization.gpu,power.draw,ecc.errors.uncorrected.volatile.total,memory.used --format=csv
+  nvidia-smi | tail -5
+  echo '# nvmock ctl xid 5 79      (GPU 5 falls off the bus)'
+  '$nvmock' ctl xid 5 79
+  nvidia-smi -L || true
+"
 
 if [ "$(id -u)" != 0 ]; then
   echo "(as root, make demo ends with a real container on a real containerd)"
