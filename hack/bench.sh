@@ -33,6 +33,7 @@ ctl proc add 0 $$ --memory 20GiB
 ctl proc add 0 1 --memory 1GiB
 NVMOCK_SNAPSHOT="$tmp/live/snapshot" "$tmp/benchproc" -n 50 -label "init+count, fresh process, 8 GPUs, live state" -- "$tmp/bench" init
 NVMOCK_SNAPSHOT="$tmp/live/snapshot" "$tmp/benchproc" -n 5 -label "getters, ns per call, live state" -- "$tmp/bench" getters 10000000
+NVMOCK_SNAPSHOT="$tmp/live/snapshot" "$tmp/benchproc" -n 5 -label "getters, ns per call, live state, GPU with a fault" -- "$tmp/bench" getters 10000000 1
 NVMOCK_SNAPSHOT="$tmp/live/snapshot" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, 8 GPUs, live state" -- "$smi" -q
 NVMOCK_SNAPSHOT="$tmp/a100-8" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, 8 GPUs" -- "$smi" -q
 NVMOCK_SNAPSHOT="$tmp/a100-64" "$tmp/benchproc" -n 10 -label "nvidia-smi -q, 64 GPUs" -- "$smi" -q

@@ -131,13 +131,33 @@ int nvmock_live_seq_retry(uint32_t s)
 	return __atomic_load_n(&nvmock.live->seq, __ATOMIC_RELAXED) != s;
 }
 
+// The last wall-clock time read: a fault whose time is before it has
+// happened, without reading the clock again (the fault path runs on every
+// call on a faulted GPU).
+static uint64_t last_now;
+
 uint64_t nvmock_live_now(void)
 {
 	if (nvmock.live != NULL && __atomic_load_n(&nvmock.live->frozen, __ATOMIC_ACQUIRE))
 		return __atomic_load_n(&nvmock.live->frozen_ns, __ATOMIC_RELAXED);
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	__atomic_store_n(&last_now, t, __ATOMIC_RELAXED);
+	return t;
+}
+
+// nvmock_live_now_for is a time late enough to decide g's timed faults: the last one
+// read when every fault's time is before it, else the clock.
+uint64_t nvmock_live_now_for(const struct live_gpu *g)
+{
+	uint64_t t = __atomic_load_n(&last_now, __ATOMIC_RELAXED);
+	if (t == 0 || __atomic_load_n(&nvmock.live->frozen, __ATOMIC_ACQUIRE))
+		return nvmock_live_now();
+	for (unsigned i = 0; i < g->faults && i < STATE_FAULTS; i++)
+		if (g->fault_trigger[i] == LIVE_TRIGGER_AT && g->fault_param[i] > t)
+			return nvmock_live_now();
+	return t;
 }
 
 int nvmock_live_read(unsigned node, struct live_gpu *g)
@@ -180,9 +200,23 @@ static void latch_set(unsigned node, uint32_t id, uint64_t at)
 	uint64_t old;
 	if (latch_get(node, id, &old))
 		return;
-	unsigned k = id % STATE_FAULTS;
-	latched[node][k].at = at;
-	__atomic_store_n(&latched[node][k].id, id, __ATOMIC_RELEASE);
+	// A free entry, else one no fault of the GPU holds any more (a GPU has
+	// at most STATE_FAULTS faults, so one of those two is there).
+	struct live_gpu g;
+	int have = nvmock_live_read(node, &g);
+	for (unsigned k = 0; k < STATE_FAULTS; k++) {
+		uint32_t cur = __atomic_load_n(&latched[node][k].id, __ATOMIC_ACQUIRE);
+		int stale = cur != 0 && have;
+		for (unsigned i = 0; stale && i < g.faults && i < STATE_FAULTS; i++)
+			stale = g.fault_id[i] != cur;
+		if (cur != 0 && !stale)
+			continue;
+		if (__atomic_compare_exchange_n(&latched[node][k].id, &cur, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+			latched[node][k].at = at;
+			__atomic_store_n(&latched[node][k].id, id, __ATOMIC_RELEASE);
+			return;
+		}
+	}
 }
 
 // nvmock_live_active says whether fault slot i hits this process now, and
@@ -231,7 +265,7 @@ nvmlReturn_t nvmock_live_check(const struct nvmock_dev *d)
 	struct live_gpu g;
 	if (!nvmock_live_read(d->node_index, &g))
 		return NVML_SUCCESS;
-	uint64_t now = nvmock_live_now();
+	uint64_t now = nvmock_live_now_for(&g);
 	uint32_t n = __atomic_add_fetch(&calls[d->node_index], 1, __ATOMIC_RELAXED);
 	for (unsigned i = 0; i < g.faults && i < STATE_FAULTS; i++) {
 		if (g.fault_pid[i] != 0 && g.fault_pid[i] != (uint32_t)nvmock.pid)
@@ -257,7 +291,7 @@ int nvmock_live_lost(unsigned node)
 	if (!nvmock_live_read(node, &g) || g.faults == 0)
 		return 0;
 	struct live_fx fx;
-	nvmock_live_fx(node, &g, nvmock_live_now(), &fx);
+	nvmock_live_fx(node, &g, nvmock_live_now_for(&g), &fx);
 	return fx.lost;
 }
 

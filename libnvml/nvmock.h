@@ -54,6 +54,7 @@ void nvmock_live_unmap(void);
 uint32_t nvmock_live_seq_begin(void);
 int nvmock_live_seq_retry(uint32_t s);
 uint64_t nvmock_live_now(void);
+uint64_t nvmock_live_now_for(const struct live_gpu *g);
 int nvmock_live_read(unsigned node, struct live_gpu *g);
 int nvmock_live_active(unsigned node, const struct live_gpu *g, unsigned i, uint64_t now, uint64_t *since);
 void nvmock_live_fx(unsigned node, const struct live_gpu *g, uint64_t now, struct live_fx *fx);
@@ -118,7 +119,7 @@ static inline nvmlDevice_t nvmock_handle(const struct nvmock_dev *d)
 	uint64_t now_ = 0;                                                         \
 	int live_ = nvmock_live_read((d)->node_index, &g_);                        \
 	if (live_) {                                                               \
-		now_ = nvmock_live_now();                                          \
+		now_ = g_.model ? nvmock_live_now() : nvmock_live_now_for(&g_);   \
 		nvmock_live_fx((d)->node_index, &g_, now_, &fx_);                   \
 	}
 

@@ -1,6 +1,6 @@
 // Micro-benchmarks of the mock through its C ABI, with no cgo or Python in
 // the way. `bench init` times the first nvmlInit_v2 + nvmlDeviceGetCount_v2
-// of a process; `bench getters N` times N calls of each hot getter.
+// of a process; `bench getters N [GPU]` times N calls of each hot getter.
 #define _GNU_SOURCE
 #define NVML_NO_UNVERSIONED_FUNC_DEFS 1
 #include <nvml.h>
@@ -48,7 +48,8 @@ int main(int argc, char **argv)
 		nvmlMemory_t mem;
 		check("nvmlInit_v2", nvmlInit_v2());
 		check("nvmlDeviceGetCount_v2", nvmlDeviceGetCount_v2(&count));
-		check("nvmlDeviceGetHandleByIndex_v2", nvmlDeviceGetHandleByIndex_v2(0, &dev));
+		unsigned gpu = argc >= 4 ? (unsigned)atoi(argv[3]) : 0;
+		check("nvmlDeviceGetHandleByIndex_v2", nvmlDeviceGetHandleByIndex_v2(gpu, &dev));
 		double t0 = now_ns();
 		for (long i = 0; i < n; i++)
 			check("nvmlDeviceGetMemoryInfo", nvmlDeviceGetMemoryInfo(dev, &mem));
@@ -59,7 +60,7 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++)
 			check("nvmlDeviceGetHandleByIndex_v2", nvmlDeviceGetHandleByIndex_v2((unsigned)i % count, &dev));
 		double t3 = now_ns();
-		check("nvmlDeviceGetHandleByIndex_v2", nvmlDeviceGetHandleByIndex_v2(0, &dev));
+		check("nvmlDeviceGetHandleByIndex_v2", nvmlDeviceGetHandleByIndex_v2(gpu, &dev));
 		for (long i = 0; i < n; i++)
 			check("nvmlDeviceGetPowerUsage", nvmlDeviceGetPowerUsage(dev, &power));
 		double t4 = now_ns();
@@ -71,6 +72,6 @@ int main(int argc, char **argv)
 		       (t1 - t0) / n, (t2 - t1) / n, (t3 - t2) / n, (t4 - t3) / n, (t5 - t4) / n);
 		return nvmlShutdown() != NVML_SUCCESS;
 	}
-	fprintf(stderr, "usage: bench noop | bench init | bench getters N\n");
+	fprintf(stderr, "usage: bench noop | bench init | bench getters N [GPU]\n");
 	return 2;
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -272,12 +273,47 @@ func TestForkC(t *testing.T) {
 	tests := []struct {
 		name  string
 		flags []string
+		live  bool
 	}{
-		{"children of a threaded parent re-initialise and read every GPU", nil},
-		{"children forked while a thread uses event sets can still use event sets", []string{"-events"}},
+		{"children of a threaded parent re-initialise and read every GPU", nil, false},
+		{"children forked while a thread uses event sets can still use event sets", []string{"-events"}, false},
+		// Faults that leave memory and temperature as they are, and XIDs
+		// published all the while: readers in every child go through the
+		// seqlock and the fault path while a writer is busy.
+		{"with live state written all the while", []string{"-events"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.live {
+				f := testenv.LiveState(t, snap, gpus, time.Time{})
+				err := f.Update(func(s *live.State, now int64) error {
+					if err := s.AddFault(1, live.Fault{Kind: live.FaultNvlinkDown}, now); err != nil {
+						return err
+					}
+					return s.AddFault(2, live.Fault{Kind: live.FaultSBE, Count: 5, Trigger: live.TriggerProbability, Param: 1 << 31}, now)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				stop := make(chan struct{})
+				done := make(chan int)
+				go func() {
+					n := 0
+					for {
+						select {
+						case <-stop:
+							done <- n
+							return
+						case <-time.After(5 * time.Millisecond):
+						}
+						if err := f.Update(func(s *live.State, now int64) error { return s.XID(n%gpus, 13, now) }); err != nil {
+							t.Error(err)
+						}
+						n++
+					}
+				}()
+				defer func() { close(stop); t.Logf("%d XIDs published while the children ran", <-done) }()
+			}
 			args := append(append([]string{}, tt.flags...), strconv.Itoa(children), strconv.Itoa(calls), strconv.Itoa(gpus),
 				strconv.FormatUint(g.Total, 10), strconv.FormatUint(g.Used, 10),
 				strconv.FormatUint(uint64(g.Temperature), 10), strconv.Itoa(timeoutS))
@@ -304,16 +340,34 @@ func TestForkPynvml(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		testenv.Missing(t, "%s: %v", python, err)
 	}
-	snap, p := testenv.Snapshot(t, "a100", gpus)
-	cfg, err := json.Marshal(map[string]any{"workers": workers, "calls": calls, "timeout": 120, "gpus": expect(t, p)})
-	if err != nil {
-		t.Fatal(err)
+	for _, withLive := range []bool{false, true} {
+		t.Run(map[bool]string{false: "static", true: "with live state"}[withLive], func(t *testing.T) {
+			snap, p := testenv.Snapshot(t, "a100", gpus)
+			if withLive {
+				// Faults that leave the readings the script checks as they
+				// are: the fault path runs in every worker.
+				f := testenv.LiveState(t, snap, gpus, time.Time{})
+				err := f.Update(func(s *live.State, now int64) error {
+					if err := s.XID(1, 74, now); err != nil {
+						return err
+					}
+					return s.AddFault(3, live.Fault{Kind: live.FaultSBE, Count: 7}, now)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg, err := json.Marshal(map[string]any{"workers": workers, "calls": calls, "timeout": 120, "gpus": expect(t, p)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := testenv.Env(t, snap, "PYTHONPATH="+pydir, "PYTHONDONTWRITEBYTECODE=1", "PYTHONNOUSERSITE=1")
+			out, code := run(t, 3*time.Minute, env, python, filepath.Join(testenv.Root(), "libnvml", "test", "testdata", "pynvml_fork.py"), string(cfg))
+			want := fmt.Sprintf("x %d calls: %d calls, 0 problems", calls, workers*calls)
+			if code != 0 || !strings.Contains(out, want) {
+				t.Fatalf("pynvml_fork.py: exit %d, want 0 and %q; output:\n%s", code, want, out)
+			}
+			t.Log(strings.TrimSpace(out))
+		})
 	}
-	env := testenv.Env(t, snap, "PYTHONPATH="+pydir, "PYTHONDONTWRITEBYTECODE=1", "PYTHONNOUSERSITE=1")
-	out, code := run(t, 3*time.Minute, env, python, filepath.Join(testenv.Root(), "libnvml", "test", "testdata", "pynvml_fork.py"), string(cfg))
-	want := fmt.Sprintf("x %d calls: %d calls, 0 problems", calls, workers*calls)
-	if code != 0 || !strings.Contains(out, want) {
-		t.Fatalf("pynvml_fork.py: exit %d, want 0 and %q; output:\n%s", code, want, out)
-	}
-	t.Log(strings.TrimSpace(out))
 }
