@@ -471,8 +471,9 @@ func devicePluginInNamespace(t *testing.T, c string) {
 			break
 		}
 	}
-	if !strings.Contains(log.String(), "Failed to determine uuid for event") {
-		t.Errorf("the plugin's log does not say why every GPU went:\n%s", log.String())
+	// Its log comes through a pipe, maybe after the update.
+	if l := waitLog(t, &log, "Failed to determine uuid for event", 10*time.Second); !strings.Contains(l, "Failed to determine uuid for event") {
+		t.Errorf("the plugin's log does not say why every GPU went:\n%s", l)
 	}
 }
 
