@@ -128,11 +128,8 @@ static int from_ring(struct nvmlEventSet_st *s, uint64_t now, nvmlEventData_t *o
 	while (s->ring_seen != n) {
 		uint32_t k = s->ring_seen;
 		struct live_event e;
-		uint32_t q;
-		do {
-			q = nvmock_live_seq_begin();
-			e = nvmock.live_events[k % STATE_EVENTS];
-		} while (nvmock_live_seq_retry(q));
+		if (!nvmock_live_copy(&e, &nvmock.live_events[k % STATE_EVENTS], sizeof e))
+			return 0;
 		if (e.time_ns > now)
 			return 0; // published for later: wait
 		s->ring_seen = k + 1;

@@ -117,18 +117,31 @@ void nvmock_live_unmap(void)
 	mem_cache.generation = UINT64_MAX; // another file may count the same generations
 }
 
-uint32_t nvmock_live_seq_begin(void)
-{
-	uint32_t s;
-	while ((s = __atomic_load_n(&nvmock.live->seq, __ATOMIC_ACQUIRE)) & 1)
-		__builtin_ia32_pause();
-	return s;
-}
+// A seq value a writer left odd (it died inside): readers stop waiting
+// for it; the next write moves on from it (live.File.publish).
+static uint32_t stuck_seq = 1;
 
-int nvmock_live_seq_retry(uint32_t s)
+// nvmock_live_copy copies n bytes of the state inside the seqlock. It
+// returns 0 when a writer has held the lock for milliseconds (died
+// inside): the caller then uses static readings rather than hang.
+int nvmock_live_copy(void *dst, const void *src, size_t n)
 {
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	return __atomic_load_n(&nvmock.live->seq, __ATOMIC_RELAXED) != s;
+	for (unsigned tries = 0; tries < 100000; tries++) {
+		uint32_t s = __atomic_load_n(&nvmock.live->seq, __ATOMIC_ACQUIRE);
+		if (s & 1) {
+			if (s == __atomic_load_n(&stuck_seq, __ATOMIC_RELAXED))
+				return 0;
+			__builtin_ia32_pause();
+			if (tries == 100000 - 1)
+				__atomic_store_n(&stuck_seq, s, __ATOMIC_RELAXED);
+			continue;
+		}
+		memcpy(dst, src, n);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&nvmock.live->seq, __ATOMIC_RELAXED) == s)
+			return 1;
+	}
+	return 0;
 }
 
 // The last wall-clock time read: a fault whose time is before it has
@@ -167,11 +180,8 @@ int nvmock_live_read(unsigned node, struct live_gpu *g)
 	const struct live_gpu *src = &nvmock.live_gpus[node];
 	if (__atomic_load_n(&src->model, __ATOMIC_RELAXED) == 0 && __atomic_load_n(&src->faults, __ATOMIC_RELAXED) == 0)
 		return 0;
-	uint32_t s;
-	do {
-		s = nvmock_live_seq_begin();
-		memcpy(g, src, sizeof *g);
-	} while (nvmock_live_seq_retry(s));
+	if (!nvmock_live_copy(g, src, sizeof *g))
+		return 0;
 	return g->model != 0 || g->faults != 0;
 }
 
@@ -443,11 +453,10 @@ static struct live_proc *proc_table(void)
 	struct live_proc *copy = malloc(STATE_PROCS * sizeof *copy);
 	if (copy == NULL)
 		return NULL;
-	uint32_t s;
-	do {
-		s = nvmock_live_seq_begin();
-		memcpy(copy, nvmock.live_procs, STATE_PROCS * sizeof *copy);
-	} while (nvmock_live_seq_retry(s));
+	if (!nvmock_live_copy(copy, nvmock.live_procs, STATE_PROCS * sizeof *copy)) {
+		free(copy);
+		return NULL;
+	}
 	return copy;
 }
 

@@ -51,8 +51,7 @@ struct live_fx {
 
 void nvmock_live_map(const char *snapshot);
 void nvmock_live_unmap(void);
-uint32_t nvmock_live_seq_begin(void);
-int nvmock_live_seq_retry(uint32_t s);
+int nvmock_live_copy(void *dst, const void *src, size_t n);
 uint64_t nvmock_live_now(void);
 uint64_t nvmock_live_now_for(const struct live_gpu *g);
 int nvmock_live_read(unsigned node, struct live_gpu *g);

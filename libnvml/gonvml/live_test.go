@@ -531,3 +531,57 @@ func TestAnotherProcessSeesTheStateAndReceivesTheEvents(t *testing.T) {
 		t.Errorf("events in the other process:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantEvents, "\n"))
 	}
 }
+
+// A writer that dies inside the seqlock leaves it odd. Readers must not
+// hang: they fall back to static readings at once after a few
+// milliseconds, and the next write brings the live state back.
+func TestADeadWriterLeavesStaticReadingsNotAHang(t *testing.T) {
+	lib, f, boards := startLive(t, 2)
+	d := handle(t, lib, 0)
+	update(t, f, func(s *live.State, now int64) error {
+		s.SetLoad(boards[0], 0, live.Loads{GPU: 90}, now)
+		return nil
+	})
+	if r := read(t, d); r.util != 90 {
+		t.Fatalf("under load: %+v", r)
+	}
+	// What a writer killed in the middle of publishing leaves.
+	fd, err := os.OpenFile(f.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	var seqOff int64
+	for _, o := range live.HeaderLayout {
+		if o.C == "seq" {
+			seqOff = int64(o.Offset)
+		}
+	}
+	var b [4]byte
+	if _, err := fd.ReadAt(b[:], seqOff); err != nil {
+		t.Fatal(err)
+	}
+	b[0] |= 1
+	if _, err := fd.WriteAt(b[:], seqOff); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := read(t, d)
+	first := time.Since(start)
+	start = time.Now()
+	for i := 0; i < 1000; i++ {
+		read(t, d)
+	}
+	per := time.Since(start) / 1000
+	if r.util != 0 || r.temp != boards[0].IdleTempC {
+		t.Errorf("with the lock held by a dead writer: %+v, want the static readings", r)
+	}
+	t.Logf("first read %v, then %v per read", first, per)
+	if first > time.Second || per > 100*time.Microsecond {
+		t.Errorf("reads took %v, then %v each: a dead writer must not slow every call", first, per)
+	}
+	update(t, f, func(*live.State, int64) error { return nil })
+	if r := read(t, d); r.util != 90 {
+		t.Errorf("after the next write: %+v, want the load back", r)
+	}
+}
