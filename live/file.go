@@ -94,13 +94,22 @@ func Create(path string, gpus int, seed uint64) error {
 func Open(path string) (*File, error) {
 	fd, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("state %s: no such file; install a node first (nvmock hostprep install), or run under nvmock exec", path)
-		}
-		return nil, fmt.Errorf("state %s: %w", path, err)
+		return nil, openError(path, err)
 	}
 	defer fd.Close()
 	return mapFile(path, fd)
+}
+
+// openError says what to do about a state file that does not open.
+func openError(path string, err error) error {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("state %s: no such file; install a node first (nvmock hostprep install), or run under nvmock exec", path)
+	case errors.Is(err, syscall.EROFS), errors.Is(err, os.ErrPermission):
+		// A GPU container sees the state read-only, by design.
+		return fmt.Errorf("state %s: %w; change it on the node, in nvmock exec or in the chart's pod (kubectl exec -c nri)", path, err)
+	}
+	return fmt.Errorf("state %s: %w", path, err)
 }
 
 func mapFile(path string, fd *os.File) (*File, error) {

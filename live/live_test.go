@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -284,6 +285,15 @@ func TestBoardsComeFromTheSnapshotOfTheState(t *testing.T) {
 		}
 		if _, err := Boards(c.state); err == nil || !strings.Contains(err.Error(), c.snap) {
 			t.Errorf("%s: %v, want the snapshot %s read (and refused)", c.state, err, c.snap)
+		}
+	}
+}
+
+func TestOpenSaysWhereToChangeAReadOnlyState(t *testing.T) {
+	for _, e := range []error{syscall.EROFS, os.ErrPermission} {
+		err := openError("/etc/nvmock/state", &os.PathError{Op: "open", Path: "/etc/nvmock/state", Err: e})
+		if !strings.Contains(err.Error(), "state /etc/nvmock/state: ") || !strings.Contains(err.Error(), "change it on the node, in nvmock exec or in the chart's pod") {
+			t.Errorf("%v: %v", e, err)
 		}
 	}
 }
