@@ -1,6 +1,8 @@
 // Sampled readings: a reading every 100 ms over the last second, as the
 // driver buffers them. A steady GPU gives the same value in each; one under
 // a live load gives the model's value at each sample's time.
+#include <stdlib.h>
+
 #include "nvmock.h"
 
 #define SAMPLES 10
@@ -75,15 +77,48 @@ NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType
 	return NVML_SUCCESS;
 }
 
+// Per-process utilization: one sample per registered process in the last
+// 100 ms slot, the GPU's utilization shared evenly among them (the model
+// knows the GPU's load, not who makes it). No process, no sample.
 NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
 						      unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
-	(void)utilization;
-	(void)lastSeenTimeStamp;
 	DEV(device, d);
-	(void)d;
 	OUT(processSamplesCount);
-	// No process ever runs on a mock GPU.
-	*processSamplesCount = 0;
+	struct live_proc *p = NULL;
+	unsigned n = 0;
+	if (nvmock.live != NULL) {
+		if ((p = malloc(STATE_PROCS * sizeof *p)) == NULL)
+			return NVML_ERROR_MEMORY;
+		n = nvmock_live_procs(d->node_index, 3, p, STATE_PROCS);
+		if (n > STATE_PROCS)
+			n = STATE_PROCS;
+	}
+	unsigned long long now = nvmock_live_now() / 1000;
+	now -= now % SAMPLE_PERIOD_US;
+	if (n > 0 && now <= lastSeenTimeStamp)
+		n = 0;
+	if (n == 0) {
+		// What the driver answers with nothing running (pynvml users
+		// know it as NVMLError_NotFound).
+		free(p);
+		*processSamplesCount = 0;
+		return NVML_ERROR_NOT_FOUND;
+	}
+	if (utilization == NULL || *processSamplesCount < n) {
+		free(p);
+		*processSamplesCount = n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	LIVE(d);
+	unsigned u[4] = {0, 0, 0, 0};
+	for (unsigned e = 0; live_ && e < 4; e++)
+		u[e] = nvmock_live_util(d->node_index, &g_, e, now * 1000);
+	for (unsigned i = 0; i < n; i++) {
+		utilization[i] = (nvmlProcessUtilizationSample_t){.pid = p[i].pid, .timeStamp = now,
+			.smUtil = u[0] / n, .memUtil = u[1] / n, .encUtil = u[2] / n, .decUtil = u[3] / n};
+	}
+	*processSamplesCount = n;
+	free(p);
 	return NVML_SUCCESS;
 }

@@ -349,7 +349,7 @@ func TestCallAndProbabilityTriggersFireInEachProcess(t *testing.T) {
 }
 
 func TestRegisteredProcessesAppearAndUseMemory(t *testing.T) {
-	lib, f, _ := startLive(t, 2)
+	lib, f, boards := startLive(t, 2)
 	d := handle(t, lib, 0)
 	before, ret := d.GetMemoryInfo_v2()
 	must(t, "GetMemoryInfo_v2", ret)
@@ -391,6 +391,20 @@ func TestRegisteredProcessesAppearAndUseMemory(t *testing.T) {
 	}
 	name, ret := lib.SystemGetProcessName(int(self))
 	check(t, "SystemGetProcessName", name, ret, "train.py")
+
+	// Per-process utilization: the GPU's, shared by its two processes.
+	update(t, f, func(s *live.State, now int64) error {
+		s.SetLoad(boards[0], 0, live.Loads{GPU: 80, Memory: 40}, now)
+		return nil
+	})
+	samples, ret := d.GetProcessUtilization(0)
+	must(t, "GetProcessUtilization", ret)
+	if len(samples) != 2 || samples[0].SmUtil != 40 || samples[0].MemUtil != 20 || samples[1].SmUtil != 40 {
+		t.Errorf("process utilization %+v, want two samples of 40 %% SM, 20 %% memory", samples)
+	}
+	if _, ret := d.GetProcessUtilization(samples[0].TimeStamp); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("GetProcessUtilization since the last sample: %v, want NOT_FOUND", ret)
+	}
 
 	// A process that exits leaves the list, without anyone removing it.
 	sleeper.Process.Kill()

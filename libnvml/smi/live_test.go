@@ -82,6 +82,11 @@ func TestEveryNvidiaSMIShowsTheLiveState(t *testing.T) {
 				t.Errorf("dmon -s u: exit %d (%v), want GPU 0 at sm 80 mem 40:\n%s", code, err, out)
 			}
 
+			out, code, err = runSMI(t, s.Path, snap, nil, "pmon", "-c", "1")
+			if err != nil || code != 0 || !regexp.MustCompile(fmt.Sprintf(`(?m)^\s+0\s+%d\s+C\s.*python3`, self)).MatchString(out) {
+				t.Errorf("pmon: exit %d (%v), want GPU 0's process %d:\n%s", code, err, self, out)
+			}
+
 			out, code, err = runSMI(t, s.Path, snap, nil, "-q", "-i", "0", "-d", "UTILIZATION")
 			if err != nil || code != 0 || !regexp.MustCompile(`Gpu\s+: 80 %`).MatchString(out) ||
 				!regexp.MustCompile(`GPU Utilization Samples\s+Duration\s+: [0-9.]+ sec\s+Number of Samples\s+: 10\s+Max\s+: 80 %\s+Min\s+: 80 %\s+Avg\s+: 80 %`).MatchString(out) {
