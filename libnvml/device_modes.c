@@ -245,15 +245,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int
 	{                                                                                       \
 		DEV(device, d);                                                                 \
 		OUT(infoCount);                                                                 \
-		struct live_proc *p = NULL;                                                     \
-		unsigned n = 0;                                                                 \
-		if (mask && nvmock.live != NULL) {                                              \
-			if ((p = malloc(STATE_PROCS * sizeof *p)) == NULL)                      \
-				return NVML_ERROR_MEMORY;                                       \
-			n = nvmock_live_procs(d->node_index, mask, p, STATE_PROCS);             \
-		}                                                                               \
-		if (n > STATE_PROCS)                                                            \
-			n = STATE_PROCS;                                                        \
+		unsigned n;                                                                     \
+		struct live_proc *p = nvmock_live_procs(d->node_index, mask, &n);               \
 		if (n > *infoCount || (n > 0 && infos == NULL)) {                               \
 			*infoCount = n;                                                         \
 			free(p);                                                                \

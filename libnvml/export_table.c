@@ -189,15 +189,8 @@ static int smi_processes_of(nvmlDevice_t device, unsigned mask, unsigned *count,
 {
 	DEV(device, d);
 	OUT(count);
-	struct live_proc *p = NULL;
-	unsigned n = 0;
-	if (mask && nvmock.live != NULL) {
-		if ((p = malloc(STATE_PROCS * sizeof *p)) == NULL)
-			return NVML_ERROR_MEMORY;
-		n = nvmock_live_procs(d->node_index, mask, p, STATE_PROCS);
-	}
-	if (n > STATE_PROCS)
-		n = STATE_PROCS;
+	unsigned n;
+	struct live_proc *p = nvmock_live_procs(d->node_index, mask, &n);
 	if (n > *count || (n > 0 && records == NULL)) {
 		*count = n;
 		free(p);

@@ -298,6 +298,8 @@ nvmlReturn_t nvmock_live_check(const struct nvmock_dev *d)
 int nvmock_live_lost(unsigned node)
 {
 	struct live_gpu g;
+	if (node >= STATE_GPUS || __atomic_load_n(&nvmock.live_gpus[node].faults, __ATOMIC_RELAXED) == 0)
+		return 0; // no copy of a loaded GPU's record on every handle lookup
 	if (!nvmock_live_read(node, &g) || g.faults == 0)
 		return 0;
 	struct live_fx fx;
@@ -460,24 +462,18 @@ static struct live_proc *proc_table(void)
 	return copy;
 }
 
-// nvmock_live_procs copies the live processes on a GPU whose type has a bit
-// of mask, up to max (out may be NULL); it returns how many there are.
-unsigned nvmock_live_procs(unsigned node, unsigned mask, struct live_proc *out, unsigned max)
+// nvmock_live_procs lists the live processes on a GPU whose type has a bit
+// of mask, *n of them, in a malloc'd array the caller frees; NULL for none.
+struct live_proc *nvmock_live_procs(unsigned node, unsigned mask, unsigned *n)
 {
+	*n = 0;
 	struct live_proc *t = proc_table();
 	if (t == NULL)
-		return 0;
-	unsigned n = 0;
-	for (unsigned i = 0; i < STATE_PROCS; i++) {
-		const struct live_proc *p = &t[i];
-		if (p->pid == 0 || p->gpu != node || !(p->type & mask) || !proc_alive(p))
-			continue;
-		if (out != NULL && n < max)
-			out[n] = *p;
-		n++;
-	}
-	free(t);
-	return n;
+		return NULL;
+	for (unsigned i = 0; i < STATE_PROCS; i++)
+		if (t[i].pid != 0 && t[i].gpu == node && (t[i].type & mask) && proc_alive(&t[i]))
+			t[(*n)++] = t[i];
+	return t;
 }
 
 

@@ -68,7 +68,7 @@ uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g,
 			   nvmlClockType_t type, uint64_t t);
 unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
 				       uint64_t t);
-unsigned nvmock_live_procs(unsigned node, unsigned mask, struct live_proc *out, unsigned max);
+struct live_proc *nvmock_live_procs(unsigned node, unsigned mask, unsigned *n);
 unsigned long long nvmock_live_proc_memory(unsigned node);
 int nvmock_live_proc_name(unsigned pid, char *out, size_t len);
 

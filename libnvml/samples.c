@@ -85,15 +85,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlP
 {
 	DEV(device, d);
 	OUT(processSamplesCount);
-	struct live_proc *p = NULL;
-	unsigned n = 0;
-	if (nvmock.live != NULL) {
-		if ((p = malloc(STATE_PROCS * sizeof *p)) == NULL)
-			return NVML_ERROR_MEMORY;
-		n = nvmock_live_procs(d->node_index, 3, p, STATE_PROCS);
-		if (n > STATE_PROCS)
-			n = STATE_PROCS;
-	}
+	unsigned n;
+	struct live_proc *p = nvmock_live_procs(d->node_index, 3, &n);
 	unsigned long long now = nvmock_live_now() / 1000;
 	now -= now % SAMPLE_PERIOD_US;
 	if (n > 0 && now <= lastSeenTimeStamp)

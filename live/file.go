@@ -78,7 +78,7 @@ func Create(path string, gpus int, seed uint64) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Munmap(f.mem)
+	defer f.Close()
 	var s State
 	s.Header = Header{Magic: magic, Version: Version, HeaderSize: HeaderSize, GPUSize: GPUSize,
 		EventSize: EventSize, ProcSize: ProcSize, Gpus: uint32(gpus), Seed: seed}

@@ -75,6 +75,20 @@ func XIDFault(xid uint32) (f Fault, ok bool) {
 	return Fault{}, false
 }
 
+// FaultOf is a fault of a kind given as nvmock ctl and apply files give it,
+// with the kind's own readings of the numbers: link is the NVLink that
+// nvlink_down takes down, and correctable ECC errors default to 100.
+func FaultOf(kind, xid, count, link, pid uint32) Fault {
+	f := Fault{Kind: kind, XID: xid, Count: count, PID: pid}
+	switch {
+	case kind == FaultNvlinkDown:
+		f.Count = link
+	case kind == FaultSBE && count == 0:
+		f.Count = 100
+	}
+	return f
+}
+
 // MaxXID bounds the XIDs accepted: NVIDIA's catalogue ends below it.
 const MaxXID = 255
 
@@ -210,27 +224,25 @@ func (s *State) AddProcess(p Process, now int64) error {
 func (s *State) Processes() []Process {
 	var out []Process
 	for i := range s.Procs {
-		q := &s.Procs[i]
-		if q.PID != 0 {
-			out = append(out, Process{PID: q.PID, GPU: int(q.GPU), Type: q.Type, UsedBytes: q.UsedBytes,
-				Name: cstr(q.Name[:]), Owner: cstr(q.Owner[:]), PIDNS: q.Pidns})
+		if s.Procs[i].PID != 0 {
+			out = append(out, s.Procs[i].process())
 		}
 	}
 	return out
 }
 
+func (q *Proc) process() Process {
+	return Process{PID: q.PID, GPU: int(q.GPU), Type: q.Type, UsedBytes: q.UsedBytes,
+		Name: cstr(q.Name[:]), Owner: cstr(q.Owner[:]), PIDNS: q.Pidns}
+}
+
 // RemoveProcesses drops those for which drop says so, and counts them.
 func (s *State) RemoveProcesses(drop func(Process) bool) int {
 	n := 0
-	for i, p := range s.Processes() {
-		_ = i
-		if drop(p) {
-			for j := range s.Procs {
-				if s.Procs[j].PID == p.PID && int(s.Procs[j].GPU) == p.GPU {
-					s.Procs[j] = Proc{}
-					n++
-				}
-			}
+	for i := range s.Procs {
+		if q := &s.Procs[i]; q.PID != 0 && drop(q.process()) {
+			*q = Proc{}
+			n++
 		}
 	}
 	return n

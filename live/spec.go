@@ -117,13 +117,8 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
-		fault := Fault{Kind: kind, XID: f.XID, Trigger: trig, Param: param, Count: f.Count}
-		if kind == FaultNvlinkDown {
-			fault.Count = f.Link
-		}
-		if kind == FaultSBE && fault.Count == 0 {
-			fault.Count = 100
-		}
+		fault := FaultOf(kind, f.XID, f.Count, f.Link, 0)
+		fault.Trigger, fault.Param = trig, param
 		for _, g := range gpus {
 			if err := s.AddFault(g, fault, now); err != nil {
 				return fmt.Errorf("%s: %w", at, err)

@@ -198,13 +198,7 @@ func ctlFault(f *live.File, args []string) error {
 	if kind == live.FaultXID && *xid == 0 {
 		return errors.New("a fault of kind xid needs --xid N")
 	}
-	fault := live.Fault{Kind: kind, XID: uint32(*xid), PID: uint32(*pid), Count: uint32(*count)}
-	if kind == live.FaultNvlinkDown {
-		fault.Count = uint32(*link)
-	}
-	if kind == live.FaultSBE && fault.Count == 0 {
-		fault.Count = 100
-	}
+	fault := live.FaultOf(kind, uint32(*xid), uint32(*count), uint32(*link), uint32(*pid))
 	return f.Update(func(s *live.State, now int64) error {
 		var err error
 		if fault.Trigger, fault.Param, err = live.ParseTrigger(*after, *prob, *at, *in, func() int64 { return now }); err != nil {
