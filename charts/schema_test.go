@@ -209,6 +209,10 @@ func TestOverridesSchemaFollowsTheProfileTypes(t *testing.T) {
 	check("overrides/pcie/rootComplexes/items", rc, reflect.TypeOf(profile.RootComplex{}))
 	check("overrides/pcie/rootComplexes/items/ports/items", *rc.Properties["ports"].Items, reflect.TypeOf(profile.PCIePort{}))
 	check("overrides/devices/items", *ov.Properties["devices"].Items, reflect.TypeOf(profile.DeviceOverride{}))
+	ib := ov.Properties["infiniband"]
+	check("overrides/infiniband", ib, reflect.TypeOf(profile.InfiniBand{}))
+	check("overrides/infiniband/fabric", ib.Properties["fabric"], reflect.TypeOf(profile.IBFabricSpec{}))
+	check("overrides/infiniband/fabric/switch", ib.Properties["fabric"].Properties["switch"], reflect.TypeOf(profile.IBSwitch{}))
 }
 
 type schemaNode struct {

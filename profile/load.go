@@ -124,6 +124,17 @@ func onBase(name any, top map[string]any) (map[string]any, error) {
 			delete(base, "pcie")
 		}
 	}
+	// Likewise its InfiniBand names the base's NICs: a profile with NICs of
+	// its own, or no tree, gives its own or has none.
+	if _, own := top["infiniband"]; !own {
+		x, given := top["pcie"]
+		if m, ok := x.(map[string]any); ok {
+			_, given = m["nics"]
+		}
+		if _, kept := base["pcie"]; given || !kept {
+			delete(base, "infiniband")
+		}
+	}
 	return mergeMaps(base, top), nil
 }
 

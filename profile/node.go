@@ -11,6 +11,7 @@ type Node struct {
 	Profile *Profile
 	GPUs    []GPU
 	PCIe    *PCITree
+	IB      *IB // nil: no InfiniBand
 }
 
 // GPU is one GPU of the node.
@@ -78,6 +79,11 @@ func (p *Profile) Node() (*Node, error) {
 		return nil, err
 	}
 	n.PCIe = tree
+	if p.InfiniBand != nil {
+		if n.IB, err = p.resolveIB(tree); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
 }
 

@@ -3,6 +3,7 @@ package profile
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // PCITree is the node's PCI hierarchy, resolved: every function with its
@@ -98,6 +99,10 @@ func buildTree(p *Profile, gpus []GPU) (*PCITree, error) {
 			a.Domain += shift
 			f := modelFunction(&nic.PCIModel, a, RoleNIC, ClassIB)
 			f.Index, f.Name = rep*len(x.NICs)+i, nic.Name
+			if rep > 0 && strings.HasPrefix(nic.Name, "mlx5_") {
+				// The kernel names mlx5 devices in probe order.
+				f.Name = fmt.Sprintf("mlx5_%d", f.Index)
+			}
 			if a.Function == 0 {
 				eps[a] = &endpoint{addr: a, fn: f}
 			}
@@ -387,4 +392,18 @@ func (r PCIRole) String() string {
 		return roleNames[r]
 	}
 	return fmt.Sprintf("PCIRole(%d)", int(r))
+}
+
+// Walk calls fn for every function of the tree, parents before children.
+func (t *PCITree) Walk(fn func(*PCIFunction)) {
+	var walk func(fs []*PCIFunction)
+	walk = func(fs []*PCIFunction) {
+		for _, f := range fs {
+			fn(f)
+			walk(f.Children)
+		}
+	}
+	for _, r := range t.Roots {
+		walk(r.Functions)
+	}
 }

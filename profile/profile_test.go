@@ -62,6 +62,12 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a bad CPU list names its index", "cpuAffinity: [\"0-63,128-191\"", "cpuAffinity: [\"63-0\"", []string{"topology.cpuAffinity[0]", "not a CPU list"}},
 		{"a bad device id names the vendor", "deviceId: \"0x20B010DE\"", "deviceId: \"0x20B01234\"", []string{"board.pci.deviceId", "10DE"}},
 		{"broken YAML says so", "gpus: 8", "gpus: [8", []string{"bad.yaml", "not valid YAML"}},
+		{"an InfiniBand speed names the ones there are", "speed: HDR", "speed: QDR", []string{`infiniband.adapters["0x101b"].speed`, "not HDR, NDR or XDR"}},
+		{"a storage HCA must be one of the NICs", "storage: [mlx5_4, mlx5_10]", "storage: [mlx5_4, mlx5_99]", []string{"infiniband.storage[1]", `"mlx5_99" is not the name of a Mellanox NIC`}},
+		{"a Mellanox NIC needs an adapter entry", `"0x101b": {`, `"0x101c": {`, []string{"pcie.nics[0]", "no infiniband.adapters entry"}},
+		{"a GUID prefix is six hex digits", "oui: 1070fd", "oui: 10:70:fd", []string{`infiniband.adapters["0x101b"].oui`, "6 lowercase hex digits"}},
+		{"modelled nodes need a number in their name", "hostName: dgxa%02d", "hostName: dgxa", []string{"infiniband.fabric.hostName", "one %d"}},
+		{"more nodes than a leaf takes do not fit", "nodes: 20", "nodes: 30", []string{"infiniband.fabric.nodes", "30 nodes do not fit on a MQM8790 leaf", "takes 20"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			src := a100YAML(t)

@@ -14,6 +14,7 @@ type Profile struct {
 	Devices     []DeviceOverride `json:"devices,omitempty"` // per-GPU changes to board
 	Topology    Topology         `json:"topology"`
 	PCIe        *PCIe            `json:"pcie,omitempty"` // absent: each GPU alone on a root bus
+	InfiniBand  *InfiniBand      `json:"infiniband,omitempty"`
 }
 
 // DeviceOverride changes some board fields of one GPU (by node index).

@@ -89,6 +89,7 @@ func (p *Profile) Validate() []error {
 	p.Topology.validate(c)
 	p.validateNVSwitches(c)
 	p.validatePCIe(c)
+	p.validateInfiniBand(c)
 	if len(c.errs) == 0 {
 		// The bus numbering and NUMA agreement show only when resolving.
 		if _, err := p.Node(); err != nil {
