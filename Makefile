@@ -25,7 +25,7 @@ DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard profile/builtin/*.yaml)
 
-.PHONY: help build lib cli driver image test e2e bench lint demo generate deps k8s-tools hwloc-nvml clean
+.PHONY: help build lib cli driver infiniband image test e2e bench lint demo generate deps k8s-tools hwloc-nvml clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -34,8 +34,19 @@ build: lib cli ## build the CLI and the mock libnvidia-ml
 
 # driver: the complete driver tree hostprep and exec install (the real
 # nvidia-smi beside the library); needs make deps.
-driver: build
+driver: build infiniband
 	hack/package-driver.sh $(BUILD) $(NVIDIA_SMI)
+
+# The InfiniBand planes loaded into programs (ibshim): the umad shim, and the
+# libibverbs provider, built against rdma-core's private provider headers
+# (fetched once into .cache).
+UMAD_SHIM := $(LIBDIR)/nvmock/libnvmock-umad.so
+infiniband: $(UMAD_SHIM)
+	hack/fetch-rdma-core.sh $(CACHE)
+	ibshim/verbs/build.sh $(CACHE) $(LIBDIR)/libibverbs
+
+$(UMAD_SHIM): ibshim/umad/umad.c ibshim/umad/proto.h ibshim/umad/build.sh
+	CC=$(CC) ibshim/umad/build.sh $(dir $@)
 
 cli: $(NVMOCK) $(HOOK)
 lib: $(LIB)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	ibsysfs "github.com/nvmock/nvmock/ibshim/sysfs"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/pcisim"
@@ -81,7 +82,7 @@ const SMIRPath = "$ORIGIN/../lib64"
 
 // renderFormat changes whenever Render lays out a tree differently, so an
 // upgrade re-renders even when profile and assets are the same.
-const renderFormat = "nvmock-overlay-5"
+const renderFormat = "nvmock-overlay-6"
 
 const libName = "libnvidia-ml.so"
 
@@ -104,6 +105,7 @@ type inputs struct {
 	nodes    []DevNode
 	boards   []profile.Board
 	pci      []pcisim.File
+	ibNodes  []DevNode // dev/infiniband/...
 	hash     string
 }
 
@@ -134,6 +136,17 @@ func gather(o Options) (*inputs, error) {
 	in.ids = snapshot.Identities(p, o.NodeName)
 	in.boards, _ = p.Boards() // validated above
 	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
+	if p.InfiniBand != nil {
+		node, err := p.Node()
+		if err != nil {
+			return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+		}
+		// Inert whatever --real-device-numbers says: nothing on the node
+		// answers uverbs or umad ioctls, the shim and provider do.
+		for _, n := range ibsysfs.DevNodes(node) {
+			in.ibNodes = append(in.ibNodes, DevNode{Name: "infiniband/" + n.Name, Major: nullMajor, Minor: nullMinor})
+		}
+	}
 	if !o.NoPCI {
 		node, err := p.Node()
 		if err != nil {
@@ -141,7 +154,7 @@ func gather(o Options) (*inputs, error) {
 		}
 		in.pci = pcisim.Files(node)
 	}
-	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook)
+	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles, in.ibNodes), pcisim.Hash(in.pci), in.hook)
 	return in, nil
 }
 
@@ -226,6 +239,9 @@ func (in *inputs) entries() []entry {
 	}
 	for i := range in.nodes {
 		es = append(es, entry{path: filepath.Join("driver", "dev", in.nodes[i].Name), node: &in.nodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})
+	}
+	for i := range in.ibNodes {
+		es = append(es, entry{path: filepath.Join("driver", "dev", in.ibNodes[i].Name), node: &in.ibNodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})
 	}
 	// The PCI tree, and what else hwloc reads, so that HWLOC_FSROOT=sysfs
 	// shows the node's own CPUs and memory with the mock devices.

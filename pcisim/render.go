@@ -227,3 +227,13 @@ func Hash(files []File) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
+
+// DevicePath is where sysfs shows a function, relative to its root:
+// "devices/pci0000:4d/0000:4d:01.0/.../0000:50:00.0".
+func DevicePath(f *profile.PCIFunction) string {
+	p := f.Address.String()
+	for up := f.Parent; up != nil; up = up.Parent {
+		p = up.Address.String() + "/" + p
+	}
+	return "devices/" + RootName(f.Root) + "/" + p
+}

@@ -1,10 +1,20 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/ibshim"
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/ibshim/ibd"
+	ibsysfs "github.com/nvmock/nvmock/ibshim/sysfs"
+	"github.com/nvmock/nvmock/profile"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/hostprep/nsexec"
@@ -46,6 +56,14 @@ func execCmd(args []string) error {
 		return err
 	}
 	pci := pcisim.Files(node)
+	env := os.Environ()
+	if node.IB != nil {
+		stop, err := startFabric(node, *assets, &pci, &env)
+		if err != nil {
+			return fmt.Errorf("exec: InfiniBand: %w", err)
+		}
+		defer stop()
+	}
 	sys, err := nsexec.Cached("pci-"+pcisim.Hash(pci), func(dir string) error { return pcisim.Write(pci, dir) })
 	if err != nil {
 		return fmt.Errorf("exec: PCI tree: %w", err)
@@ -64,6 +82,7 @@ func execCmd(args []string) error {
 	}
 	status, err := nsexec.RunRendered(render, nsexec.Options{
 		Args: fs.Args(),
+		Env:  env,
 		Sys:  sys,
 		Self: []string{"/proc/self/exe", execChildArg},
 		Note: func(s string) { fmt.Fprintln(os.Stderr, "nvmock: exec:", s) },
@@ -73,7 +92,7 @@ func execCmd(args []string) error {
 	}
 	// The overlay is already removed; the status is the command's.
 	if status != 0 {
-		os.Exit(status)
+		return exitStatus(status)
 	}
 	return nil
 }
@@ -82,4 +101,41 @@ func execCmd(args []string) error {
 // command and does not return.
 func execChild(args []string) error {
 	return nsexec.Child(args)
+}
+
+// startFabric gives the namespace the node's InfiniBand: the RDMA devices
+// in its sysfs tree, a fabric daemon for the umad shim, and the shim and
+// verbs provider from the assets. stop ends the daemon.
+func startFabric(node *profile.Node, assets string, pci *[]pcisim.File, env *[]string) (stop func(), err error) {
+	shim := filepath.Join(assets, ibshim.UmadShim)
+	if _, err := os.Stat(shim); err != nil {
+		return nil, fmt.Errorf("assets %s: no %s (run make driver): %w", assets, ibshim.UmadShim, errors.Unwrap(err))
+	}
+	host, _ := os.Hostname()
+	fab, err := fabric.Build(node, host, -1)
+	if err != nil {
+		return nil, err
+	}
+	*pci = append(*pci, ibsysfs.Files(node, fab)...)
+	dir, err := os.MkdirTemp("", "nvmock-ibd-")
+	if err != nil {
+		return nil, err
+	}
+	// Programs in the namespace may switch users; they must still reach
+	// the daemon.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	sock := filepath.Join(dir, "ibd.sock")
+	l, err := ibd.Listen(sock)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	go ibd.New(node, fab, log).Serve(l)
+	*env = ibshim.Env(*env, assets, sock)
+	return func() { l.Close(); os.RemoveAll(dir) }, nil
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
@@ -29,6 +30,8 @@ Usage:
              [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
              [--allow-real-driver] [--listen ADDR]
                                       run the NRI plugin (connects to the runtime's NRI socket)
+  nvmock ibd [--profile P] [--socket PATH] [--host NAME] [--slot N]
+                                      run the node's InfiniBand fabric daemon
   nvmock ctl COMMAND ...              change the node's live state: loads, faults,
                                       XIDs, processes (nvmock ctl help)
   nvmock version                      print the version
@@ -36,6 +39,10 @@ Usage:
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		var status exitStatus
+		if errors.As(err, &status) {
+			os.Exit(int(status))
+		}
 		fmt.Fprintln(os.Stderr, "nvmock:", err)
 		os.Exit(1)
 	}
@@ -58,6 +65,8 @@ func run(args []string) error {
 		return execCmd(args[1:])
 	case "nri":
 		return nriCmd(args[1:])
+	case "ibd":
+		return ibdCmd(args[1:])
 	case "ctl":
 		return ctlCmd(args[1:])
 	case execChildArg: // hidden: nvmock exec's child, already in its new mount namespace
@@ -69,3 +78,9 @@ func run(args []string) error {
 	fmt.Fprint(os.Stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
 }
+
+// exitStatus ends the program with a status and no message: a command's
+// own, once everything is cleaned up.
+type exitStatus int
+
+func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)) }

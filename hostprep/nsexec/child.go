@@ -222,6 +222,21 @@ func devNode(src, dst, null string, userns bool) error {
 	if err != nil {
 		return err
 	}
+	if fi.IsDir() { // dev/infiniband
+		ents, err := os.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := devNode(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), null, userns); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if st := fi.Sys().(*syscall.Stat_t); !userns && fi.Mode()&os.ModeCharDevice != 0 {
 		if err := syscall.Mknod(dst, st.Mode, int(st.Rdev)); err == nil {
 			return nil

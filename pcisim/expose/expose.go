@@ -23,7 +23,9 @@ import (
 //   - sys/devices holds the tree's host bridges beside the host's other
 //     entries (system, virtual, platform, and host bridges the tree does not
 //     replace, so that links such as /sys/class/net/* still resolve);
-//   - sys/kernel/iommu_groups is the tree's.
+//   - sys/kernel/iommu_groups is the tree's;
+//   - sys/class holds the tree's classes (infiniband, infiniband_mad,
+//     infiniband_verbs) beside the host's others.
 //
 // Everything shown is read-only. Programs need no preload to see it, so
 // statically linked ones (Go) do too.
@@ -55,11 +57,46 @@ func Expose(sys, tree string) error {
 	if err := bindRO(filepath.Join(tree, "bus", "pci"), filepath.Join(sys, "bus", "pci")); err != nil {
 		return err
 	}
+	if err := exposeClasses(sys, tree); err != nil {
+		return err
+	}
 	groups := filepath.Join(sys, "kernel", "iommu_groups")
 	if _, err := os.Stat(groups); err == nil {
 		return bindRO(filepath.Join(tree, "kernel", "iommu_groups"), groups)
 	}
 	return nil // a kernel without an IOMMU: sysfs has no directory to show them at
+}
+
+// exposeClasses shows the tree's device classes (class/infiniband, ...)
+// in sys/class beside the host's others, replacing a host's own.
+func exposeClasses(sys, tree string) error {
+	ents, err := os.ReadDir(filepath.Join(tree, "class"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // no RDMA devices
+	}
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	class := filepath.Join(sys, "class")
+	if err := cover(class, names, func() error {
+		for _, n := range names {
+			dst := filepath.Join(class, n)
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return err
+			}
+			if err := bindRO(filepath.Join(tree, "class", n), dst); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("%s: %w", class, err)
+	}
+	return nil
 }
 
 // rootDirs lists the host bridges (pciDDDD:BB) a tree renders.

@@ -1,0 +1,232 @@
+package fabric
+
+import (
+	"fmt"
+
+	"github.com/nvmock/nvmock/profile"
+)
+
+// Values real ConnectX HCAs and Quantum switches report (see
+// docs/research/infiniband.md).
+const (
+	caPartitionCap     = 128
+	switchPartitionCap = 8
+	linearFDBCap       = 49152 // every unicast LID
+	multicastFDBCap    = 16384
+	switchRevision     = 0xa1
+	gidPrefix          = 0xfe80000000000000
+)
+
+// Build makes the fabric of a node of the profile's kind named host at
+// slot (0 to nodes-1; -1: SlotOf(host)). The other slots are modelled
+// nodes of the same kind, named after the profile's hostName.
+func Build(n *profile.Node, host string, slot int) (*Fabric, error) {
+	if n.IB == nil {
+		return nil, fmt.Errorf("profile %s has no infiniband block", n.Profile.Name)
+	}
+	spec := &n.IB.Fabric
+	if slot < 0 {
+		slot = SlotOf(host, spec.Nodes)
+	}
+	if slot >= spec.Nodes {
+		return nil, fmt.Errorf("InfiniBand slot %d: the fabric has %d nodes (0 to %d)", slot, spec.Nodes, spec.Nodes-1)
+	}
+	f := &Fabric{Name: spec.Name, Local: slot, Hosts: make([]string, spec.Nodes)}
+	for i := range f.Hosts {
+		f.Hosts[i] = fmt.Sprintf(spec.HostName, i+1)
+	}
+	f.Hosts[slot] = host
+	b := builder{f: f, spec: spec, hcas: n.IB.HCAs}
+	if spec.ComputeRails > 0 {
+		f.Subnets = append(f.Subnets, b.subnet("compute", false, spec.ComputeRails, spec.Spines))
+	}
+	if spec.StorageRails > 0 {
+		f.Subnets = append(f.Subnets, b.subnet("storage", true, spec.StorageRails, 1))
+	}
+	return f, nil
+}
+
+type builder struct {
+	f    *Fabric
+	spec *profile.IBFabric
+	hcas []profile.HCA
+}
+
+func (b *builder) switchNode(s *Subnet, role string, i int) *Node {
+	sw := &b.spec.Switch
+	g := guid(b.f.Name, b.spec.SwitchOUI, fmt.Sprintf("%s/%s/%d", s.Name, role, i))
+	nd := &Node{Type: Switch, GUID: g, SysGUID: g, DeviceID: b.spec.SwitchDeviceID, Revision: switchRevision,
+		FWVersion: sw.FWVersion, Slot: -1, Subnet: s, PartitionCap: switchPartitionCap,
+		LinearFDBCap: linearFDBCap, MulticastFDBCap: multicastFDBCap,
+		Desc: fmt.Sprintf("MF0;%s-%s-%s%02d:%s/U1", b.f.Name, s.Name, role, i+1, sw.Model)}
+	nd.Ports = make([]*Port, sw.Ports+1)
+	for p := range nd.Ports {
+		nd.Ports[p] = &Port{Node: nd, Num: p, GUID: g}
+	}
+	return nd
+}
+
+// subnet cables one rail-optimized subnet: HCA rail r of every node on
+// leaf r, ports 1 up; each leaf's upper half of ports to the spines, evenly.
+func (b *builder) subnet(name string, storage bool, rails, spines int) *Subnet {
+	s := &Subnet{Name: name, Prefix: gidPrefix, byGUID: map[uint64]*Port{}}
+	ports := b.spec.Switch.Ports
+	var sp, leaves []*Node
+	for i := 0; i < spines; i++ {
+		sp = append(sp, b.switchNode(s, "spine", i))
+	}
+	for r := 0; r < rails; r++ {
+		leaves = append(leaves, b.switchNode(s, "leaf", r))
+	}
+	// Each leaf's upper half goes to the spines, as many cables to each as
+	// fit: on the leaf, and on the spine beside the other leaves'.
+	down := ports / 2
+	per := min((ports-down)/spines, ports/rails)
+	for r, l := range leaves {
+		for j, s := range sp {
+			for k := 0; k < per; k++ {
+				cable(l.Ports[down+1+j*per+k], s.Ports[r*per+k+1])
+			}
+		}
+	}
+	s.Nodes = append(append(s.Nodes, sp...), leaves...)
+	for slot, host := range b.f.Hosts {
+		for i := range b.hcas {
+			h := &b.hcas[i]
+			if h.Ethernet || h.Storage != storage {
+				continue
+			}
+			g := guid(b.f.Name, h.Adapter.OUI, fmt.Sprintf("ca/%d/%s", slot, h.Name))
+			ca := &Node{Type: CA, GUID: g, SysGUID: g, DeviceID: h.Function.Device, FWVersion: h.Adapter.FWVersion,
+				Slot: slot, HCA: h.Name, Adapter: h.Adapter, Subnet: s, PartitionCap: caPartitionCap,
+				Desc: host + " " + h.Name}
+			ca.Ports = []*Port{nil, {Node: ca, Num: 1, GUID: g, Speed: h.Adapter.Speed}}
+			cable(ca.Ports[1], leaves[h.Rail].Ports[slot+1])
+			s.Nodes = append(s.Nodes, ca)
+		}
+	}
+	speed := profile.SpeedNDR
+	for _, nd := range s.Nodes {
+		if nd.Type == CA {
+			speed = nd.Ports[1].Speed
+			break
+		}
+	}
+	lid := uint16(1)
+	for _, nd := range s.Nodes {
+		base := nd.Ports[0]
+		if nd.Type == CA {
+			base = nd.Ports[1]
+		} else {
+			for _, p := range nd.Ports {
+				p.Speed = speed
+			}
+		}
+		base.LID = lid
+		s.byGUID[nd.GUID] = base
+		lid++
+	}
+	s.TopLID = lid - 1
+	s.ByLID = make([]*Port, lid)
+	for _, nd := range s.Nodes {
+		p := nd.Ports[0]
+		if nd.Type == CA {
+			p = nd.Ports[1]
+		}
+		s.ByLID[p.LID] = p
+	}
+	s.SM = sp[0].Ports[0]
+	s.route()
+	return s
+}
+
+func cable(a, b *Port) { a.Peer, b.Peer = b, a }
+
+// route fills every switch's linear forwarding table with shortest paths,
+// spreading destinations over equal-cost ports by LID.
+func (s *Subnet) route() {
+	for _, nd := range s.Nodes {
+		if nd.Type == Switch {
+			nd.LFT = make([]uint8, int(s.TopLID)+1)
+			for i := range nd.LFT {
+				nd.LFT[i] = 0xff // unreachable
+			}
+		}
+	}
+	for lid := uint16(1); lid <= s.TopLID; lid++ {
+		dst := s.ByLID[lid].Node
+		dist := map[*Node]int{dst: 0}
+		queue := []*Node{dst}
+		for len(queue) > 0 {
+			nd := queue[0]
+			queue = queue[1:]
+			for _, p := range nd.Ports {
+				if p == nil || p.Peer == nil {
+					continue
+				}
+				if _, seen := dist[p.Peer.Node]; !seen {
+					dist[p.Peer.Node] = dist[nd] + 1
+					queue = append(queue, p.Peer.Node)
+				}
+			}
+		}
+		for _, nd := range s.Nodes {
+			if nd.Type != Switch {
+				continue
+			}
+			if nd == dst {
+				nd.LFT[lid] = 0
+				continue
+			}
+			var next []int
+			for _, p := range nd.Ports {
+				if p.Peer != nil && dist[p.Peer.Node] == dist[nd]-1 {
+					next = append(next, p.Num)
+				}
+			}
+			if len(next) > 0 {
+				nd.LFT[lid] = uint8(next[int(lid)%len(next)])
+			}
+		}
+	}
+}
+
+// Walk follows a directed route from port from: path[1..] are the ports
+// taken out of each node in turn (IBA 14.2.2: path[0] is unused). It
+// returns the port the packet arrives on, or nil where a port does not
+// exist or has no cable. With no hops that is from itself.
+func Walk(from *Port, path []byte) *Port {
+	at := from
+	for i, out := range path {
+		if i == 0 {
+			continue
+		}
+		nd := at.Node
+		if int(out) >= len(nd.Ports) || nd.Ports[out] == nil || nd.Ports[out].Peer == nil {
+			return nil
+		}
+		at = nd.Ports[out].Peer
+	}
+	return at
+}
+
+// LocalCAs are the local node's CAs of the subnet, by RDMA name.
+func (s *Subnet) LocalCAs(slot int) map[string]*Node {
+	out := map[string]*Node{}
+	for _, nd := range s.Nodes {
+		if nd.Type == CA && nd.Slot == slot {
+			out[nd.HCA] = nd
+		}
+	}
+	return out
+}
+
+// Find is the local CA named hca, in whichever subnet it is cabled to.
+func (f *Fabric) Find(hca string) *Node {
+	for _, s := range f.Subnets {
+		if nd := s.LocalCAs(f.Local)[hca]; nd != nil {
+			return nd
+		}
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package fabric
+
+import (
+	"fmt"
+	"hash/fnv"
+
+	"github.com/nvmock/nvmock/profile"
+)
+
+// NodeType is NodeInfo's: a channel adapter or a switch.
+type NodeType uint8
+
+const (
+	CA     NodeType = 1
+	Switch NodeType = 2
+)
+
+// MellanoxVendor is the NodeInfo vendor id of ConnectX HCAs and Quantum
+// switches.
+const MellanoxVendor = 0x0002c9
+
+// Fabric is every subnet the node's HCAs are cabled into.
+type Fabric struct {
+	Name    string
+	Hosts   []string // node names by slot
+	Local   int      // this node's slot
+	Subnets []*Subnet
+}
+
+// Subnet is one InfiniBand subnet: its switches and CAs, with one SM.
+type Subnet struct {
+	Name   string // "compute" or "storage"
+	Nodes  []*Node
+	SM     *Port   // the port of the master SM
+	ByLID  []*Port // index: LID
+	Prefix uint64  // GID prefix
+	TopLID uint16  // highest unicast LID given
+	byGUID map[uint64]*Port
+}
+
+// Node is a switch or an HCA.
+type Node struct {
+	Type            NodeType
+	GUID, SysGUID   uint64
+	Desc            string
+	DeviceID        uint16
+	Revision        uint32
+	FWVersion       string
+	Ports           []*Port // Ports[n] is port n; a CA has no port 0
+	Slot            int     // the host's slot; -1 for switches
+	HCA             string  // a CA's RDMA name on its host
+	Adapter         *profile.IBAdapter
+	LFT             []uint8 // switches: out port by LID
+	Subnet          *Subnet
+	PartitionCap    uint16
+	LinearFDBCap    uint16
+	MulticastFDBCap uint16
+}
+
+// Port is one port of a node. A switch's port 0 is the switch itself.
+type Port struct {
+	Node  *Node
+	Num   int
+	GUID  uint64
+	LID   uint16
+	Peer  *Port // the other end of its cable; nil: port 0 or not cabled
+	Speed profile.IBSpeed
+}
+
+// IsSwitchPort0 says whether the port is a switch's management port.
+func (p *Port) IsSwitchPort0() bool { return p.Node.Type == Switch && p.Num == 0 }
+
+// Base is the port through which a node is addressed: a switch's port 0,
+// a CA's own port.
+func (p *Port) Base() *Port {
+	if p.Node.Type == Switch {
+		return p.Node.Ports[0]
+	}
+	return p
+}
+
+// ByGUID finds a port by its GUID (switch ports share their switch's).
+func (s *Subnet) ByGUID(g uint64) *Port { return s.byGUID[g] }
+
+// Port finds the port a LID addresses, or nil.
+func (s *Subnet) Port(lid uint16) *Port {
+	if int(lid) < len(s.ByLID) {
+		return s.ByLID[lid]
+	}
+	return nil
+}
+
+// SlotOf places a node that the fabric does not list by name: its name's
+// hash among the slots. Two real nodes may land on one slot; give them
+// slots explicitly then.
+func SlotOf(name string, nodes int) int {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return int(h.Sum32() % uint32(nodes))
+}
+
+// guid is a GUID under oui, derived from the fabric's name and what it
+// names, so that every node derives the same.
+func guid(fabric string, oui uint32, what string) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%s", fabric, what)
+	return uint64(oui)<<40 | h.Sum64()&(1<<40-1)
+}

@@ -1,0 +1,137 @@
+package fabric_test
+
+import (
+	"testing"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+func TestH100FabricIsOneRailOptimizedScalableUnit(t *testing.T) {
+	f, err := fabric.Build(testenv.Node(t, "h100", 8), "node-a", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Subnets) != 2 {
+		t.Fatalf("%d subnets, want compute and storage", len(f.Subnets))
+	}
+	for _, tc := range []struct {
+		subnet                   *fabric.Subnet
+		name                     string
+		spines, leaves, cas, lid int
+	}{
+		{f.Subnets[0], "compute", 4, 8, 32 * 8, 4 + 8 + 32*8},
+		{f.Subnets[1], "storage", 1, 2, 32 * 2, 1 + 2 + 32*2},
+	} {
+		s := tc.subnet
+		var switches, cas int
+		for _, nd := range s.Nodes {
+			if nd.Type == fabric.Switch {
+				switches++
+			} else {
+				cas++
+			}
+		}
+		if s.Name != tc.name || switches != tc.spines+tc.leaves || cas != tc.cas || int(s.TopLID) != tc.lid {
+			t.Errorf("%s: %d switches, %d CAs, top LID %d; want %s with %d, %d, %d", s.Name, switches, cas, s.TopLID, tc.name, tc.spines+tc.leaves, tc.cas, tc.lid)
+		}
+		if s.SM.Node != s.Nodes[0] || s.SM.LID != 1 {
+			t.Errorf("%s: SM at %q LID %d, want the first spine at LID 1", s.Name, s.SM.Node.Desc, s.SM.LID)
+		}
+	}
+	// Rail r of every node is on leaf r, at the node's slot + 1.
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Type != fabric.CA {
+			continue
+		}
+		leaf := nd.Ports[1].Peer
+		if leaf.Num != nd.Slot+1 {
+			t.Errorf("%s is on leaf port %d, want %d", nd.Desc, leaf.Num, nd.Slot+1)
+		}
+	}
+	if nd := f.Find("mlx5_0"); nd == nil || nd.Desc != "node-a mlx5_0" || nd.Slot != 3 {
+		t.Errorf("local mlx5_0 = %+v, want node-a's at slot 3", nd)
+	}
+	if f.Find("mlx5_2") != nil {
+		t.Error("mlx5_2, an Ethernet port, is in a subnet")
+	}
+}
+
+func TestEveryNodeOfTheClusterBuildsTheSameFabric(t *testing.T) {
+	n := testenv.Node(t, "h100", 8)
+	a, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fabric.Build(n, "node-b", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range a.Subnets {
+		for j, nd := range s.Nodes {
+			other := b.Subnets[i].Nodes[j]
+			if nd.GUID != other.GUID || nd.Ports[len(nd.Ports)-1].LID != other.Ports[len(other.Ports)-1].LID {
+				t.Fatalf("%s: node %d differs between two nodes' views: %#x vs %#x", s.Name, j, nd.GUID, other.GUID)
+			}
+		}
+	}
+	if a.Hosts[5] != "dgx06" || b.Hosts[5] != "node-b" || b.Hosts[0] != "dgx01" {
+		t.Errorf("hosts %v / %v: a real node takes its slot's name, the others are modelled", a.Hosts[:6], b.Hosts[:6])
+	}
+}
+
+// TestForwardingTablesReachEveryLID follows each switch's LFT hop by hop.
+func TestForwardingTablesReachEveryLID(t *testing.T) {
+	f, err := fabric.Build(testenv.Node(t, "a100", 8), "node-a", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range f.Subnets {
+		for _, sw := range s.Nodes {
+			if sw.Type != fabric.Switch {
+				continue
+			}
+			for lid := uint16(1); lid <= s.TopLID; lid++ {
+				at, hops := sw, 0
+				for at.Type == fabric.Switch && at.LFT[lid] != 0 && hops < 8 {
+					out := at.Ports[at.LFT[lid]]
+					if out.Peer == nil {
+						t.Fatalf("%s: LID %d leaves %s by uncabled port %d", s.Name, lid, at.Desc, out.Num)
+					}
+					at, hops = out.Peer.Node, hops+1
+				}
+				if dst := s.Port(lid).Node; at != dst {
+					t.Fatalf("%s: from %s, LID %d ends at %s after %d hops, want %s", s.Name, sw.Desc, lid, at.Desc, hops, dst.Desc)
+				}
+			}
+		}
+	}
+}
+
+func TestDirectedRoutesWalkCables(t *testing.T) {
+	f, err := fabric.Build(testenv.Node(t, "h100", 8), "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := f.Find("mlx5_0").Ports[1]
+	for _, tc := range []struct {
+		name string
+		path []byte
+		want string
+	}{
+		{"no hops is the port itself", []byte{0}, "node-a mlx5_0"},
+		{"one hop is its leaf", []byte{0, 1}, "MF0;superpod-compute-leaf01:MQM9700/U1"},
+		{"leaf port 2 is the next node's rail 0", []byte{0, 1, 2}, "dgx02 mlx5_0"},
+		{"leaf port 33 goes up to the first spine", []byte{0, 1, 33}, "MF0;superpod-compute-spine01:MQM9700/U1"},
+	} {
+		at := fabric.Walk(from, tc.path)
+		if at == nil || at.Node.Desc != tc.want {
+			t.Errorf("%s: path %v reached %v, want %s", tc.name, tc.path, at, tc.want)
+		}
+	}
+	for _, bad := range [][]byte{{0, 2}, {0, 1, 200}} {
+		if at := fabric.Walk(from, bad); at != nil {
+			t.Errorf("path %v reached %s, want nothing (no such port)", bad, at.Node.Desc)
+		}
+	}
+}

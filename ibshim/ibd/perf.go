@@ -1,0 +1,109 @@
+package ibd
+
+import (
+	"github.com/nvmock/nvmock/ibshim/fabric"
+)
+
+// PerfMgt attributes (IBA 16.1.3) and the ClassPortInfo capabilities a
+// ConnectX PMA reports: all-port select, extended (64-bit) counters with
+// and without IETF.
+const (
+	attrPortCounters    = 0x12
+	attrPortCountersExt = 0x1d
+	perfCapMask         = 0x0100 | 0x0200 | 0x0400 | 0x1000
+	allPorts            = 0xff
+)
+
+// counters are one port's traffic: the MADs that crossed it. Data counts
+// 32-bit words, as the PMA does.
+type counters struct {
+	xmitData, rcvData, xmitPkts, rcvPkts uint64
+}
+
+// count notes a MAD leaving from and arriving at to.
+func (d *Daemon) count(from, to *fabric.Port) {
+	if from != nil {
+		c := d.counter(from)
+		c.xmitData += madLen / 4
+		c.xmitPkts++
+	}
+	if to != nil {
+		c := d.counter(to)
+		c.rcvData += madLen / 4
+		c.rcvPkts++
+	}
+}
+
+func (d *Daemon) counter(p *fabric.Port) *counters {
+	c := d.counters[p]
+	if c == nil {
+		c = &counters{}
+		d.counters[p] = c
+	}
+	return c
+}
+
+// perf answers a PerfMgt Get or Set (a reset) at the port a LID reached.
+func (d *Daemon) perf(m mad, at *fabric.Port, data []byte) uint16 {
+	req := m.gsData()
+	if m.attr() == attrClassInfo {
+		if m.method() != methodGet {
+			return statusBadMethodAttr
+		}
+		data[0], data[1] = 1, 1
+		put16(data[2:], perfCapMask)
+		put32(data[4:], 18) // response time value
+		return 0
+	}
+	if m.attr() != attrPortCounters && m.attr() != attrPortCountersExt {
+		return statusBadMethodAttr
+	}
+	if m.method() != methodGet && m.method() != methodSet {
+		return statusBadMethod
+	}
+	sel := req[1]
+	nd := at.Node
+	var ports []*fabric.Port
+	switch {
+	case sel == allPorts && nd.Type == fabric.Switch:
+		ports = nd.Ports[1:]
+	case nd.Type == fabric.CA && (sel == 0 || sel == allPorts):
+		ports = []*fabric.Port{at}
+	case int(sel) < len(nd.Ports) && nd.Ports[sel] != nil:
+		ports = []*fabric.Port{nd.Ports[sel]}
+	default:
+		return statusBadValue
+	}
+	if m.method() == methodSet {
+		for _, p := range ports {
+			delete(d.counters, p)
+		}
+	}
+	var sum counters
+	for _, p := range ports {
+		if c := d.counters[p]; c != nil {
+			sum.xmitData += c.xmitData
+			sum.rcvData += c.rcvData
+			sum.xmitPkts += c.xmitPkts
+			sum.rcvPkts += c.rcvPkts
+		}
+	}
+	data[1] = sel
+	copy(data[2:4], req[2:4]) // counter select
+	if m.attr() == attrPortCountersExt {
+		put64(data[8:], sum.xmitData)
+		put64(data[16:], sum.rcvData)
+		put64(data[24:], sum.xmitPkts)
+		put64(data[32:], sum.rcvPkts)
+		put64(data[40:], sum.xmitPkts) // every MAD is unicast
+		put64(data[48:], sum.rcvPkts)
+		return 0
+	}
+	// The 32-bit counters stop at their maximum (IBA 16.1.3.5).
+	sat := func(v uint64) uint32 { return uint32(min(v, 0xffffffff)) }
+	put32(data[24:], sat(sum.xmitData))
+	put32(data[28:], sat(sum.rcvData))
+	put32(data[32:], sat(sum.xmitPkts))
+	put32(data[36:], sat(sum.rcvPkts))
+	return 0
+}

@@ -1,0 +1,366 @@
+package ibd
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/ibshim/umad"
+	"github.com/nvmock/nvmock/profile"
+)
+
+const (
+	vendorIBPing  = 0x32
+	ouiOpenFabric = 0x001405
+	qkeyGSI       = 0x80010000
+)
+
+// Daemon answers the node's MADs over its fabric.
+type Daemon struct {
+	fab   *fabric.Fabric
+	umads []*fabric.Port // by packet index; nil: an Ethernet (RoCE) port
+	log   *logrus.Logger
+	start time.Time
+
+	mu       sync.Mutex
+	counters map[*fabric.Port]*counters
+	agents   []*agent
+	pending  map[pendingKey]*pending
+}
+
+// agent is one registration of a program's packet descriptor.
+type agent struct {
+	c     *conn
+	id    uint32
+	class byte
+	oui   uint32
+}
+
+type pendingKey struct {
+	at  *fabric.Port
+	tid uint64
+}
+
+// pending is a request handed to a program's agent, awaiting its answer.
+type pending struct {
+	c     *conn
+	agent uint32
+	from  *fabric.Port
+	timer *time.Timer
+}
+
+type conn struct {
+	uc   *net.UnixConn
+	port *fabric.Port
+	wmu  sync.Mutex
+}
+
+func (c *conn) send(u packet) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.uc.Write(u) // a program that went away: nothing to tell
+}
+
+// New makes the daemon of a node, whose HCAs are the packet devices in
+// order (as the sysfs plane numbers them).
+func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
+	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, pending: map[pendingKey]*pending{}}
+	for _, h := range n.IB.HCAs {
+		var p *fabric.Port
+		if nd := f.Find(h.Name); nd != nil {
+			p = nd.Ports[1]
+		}
+		d.umads = append(d.umads, p)
+	}
+	return d
+}
+
+// activity is SMInfo's ActCount: the SM's work, which never stops.
+func (d *Daemon) activity() uint32 { return uint32(time.Since(d.start) / (10 * time.Millisecond)) }
+
+// Listen makes the daemon's socket at path (replacing a stale one).
+func Listen(path string) (*net.UnixListener, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("listen at %s: %w", path, err)
+	}
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("listen at %s: %w", path, err)
+	}
+	// Programs of any user on the node open their packet devices.
+	if err := os.Chmod(path, 0o666); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Serve answers the connections of l until it is closed.
+func (d *Daemon) Serve(l *net.UnixListener) error {
+	for {
+		uc, err := l.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go d.serveConn(&conn{uc: uc})
+	}
+}
+
+func (d *Daemon) serveConn(c *conn) {
+	defer d.drop(c)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.uc.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		msg := append([]byte(nil), buf[:n]...)
+		if n >= 8 && binary.LittleEndian.Uint32(msg) == umad.Magic {
+			d.control(c, msg)
+			continue
+		}
+		if n < umadHdrLen+madLen {
+			continue // the shim writes whole MADs
+		}
+		d.handle(c, packet(msg))
+	}
+}
+
+func (d *Daemon) control(c *conn, msg []byte) {
+	le := binary.LittleEndian
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch le.Uint32(msg[4:]) {
+	case umad.OpHello:
+		if len(msg) >= umad.HelloSize && le.Uint32(msg[16:]) == umad.KindUMAD {
+			if i := int(le.Uint32(msg[8:])); i < len(d.umads) {
+				c.port = d.umads[i]
+			}
+		}
+	case umad.OpRegister:
+		if len(msg) >= umad.RegisterSize {
+			d.agents = append(d.agents, &agent{c: c, id: le.Uint32(msg[8:]), class: msg[16], oui: le.Uint32(msg[20:]) & 0xffffff})
+		}
+	case umad.OpUnregister:
+		if len(msg) >= umad.UnregisterSize {
+			d.unregister(c, func(a *agent) bool { return a.id == le.Uint32(msg[8:]) })
+		}
+	}
+}
+
+func (d *Daemon) drop(c *conn) {
+	c.uc.Close()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unregister(c, func(*agent) bool { return true })
+}
+
+func (d *Daemon) unregister(c *conn, which func(*agent) bool) {
+	kept := d.agents[:0]
+	for _, a := range d.agents {
+		if a.c != c || !which(a) {
+			kept = append(kept, a)
+		}
+	}
+	d.agents = kept
+}
+
+// handle routes one MAD a program sent.
+func (d *Daemon) handle(c *conn, u packet) {
+	m := u.mad()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	from := c.port
+	if from == nil {
+		// An Ethernet port has no subnet to send into.
+		d.timeout(c, u)
+		return
+	}
+	if m.isResponse() {
+		d.answered(from, u)
+		return
+	}
+	switch m.class() {
+	case classSMPDR:
+		d.directed(c, u, from)
+	case classSMPLID:
+		to := from.Node.Subnet.Port(u.lid())
+		if to == nil {
+			d.timeout(c, u)
+			return
+		}
+		d.count(from, to)
+		d.smpAt(c, u, to.Node, to, to.LID)
+	case classSA:
+		s := from.Node.Subnet
+		if u.lid() != s.SM.LID {
+			d.timeout(c, u)
+			return
+		}
+		d.count(from, s.SM)
+		d.saReply(c, u, s.SM)
+	case classPerf:
+		to := from.Node.Subnet.Port(u.lid())
+		if to == nil {
+			d.timeout(c, u)
+			return
+		}
+		d.count(from, to)
+		r := reply(u, nil)
+		r.mad().setStatus(d.perf(m, to, r.mad().gsData()))
+		d.respond(c, r, to.LID, 1)
+	default:
+		d.toAgent(c, u, from)
+	}
+}
+
+// directed walks a directed-route SMP out of from and answers it where it
+// lands (IBA 14.2.2); a path into nothing goes unanswered.
+func (d *Daemon) directed(c *conn, u packet, from *fabric.Port) {
+	m := u.mad()
+	hops := int(m.hopCount())
+	if hops > 63 {
+		d.timeout(c, u)
+		return
+	}
+	at := fabric.Walk(from, m.drPath()[:hops+1])
+	if at == nil {
+		d.timeout(c, u)
+		return
+	}
+	d.count(from, at)
+	d.smpAt(c, u, at.Node, at, 0xffff)
+}
+
+func (d *Daemon) smpAt(c *conn, u packet, nd *fabric.Node, in *fabric.Port, lid uint16) {
+	r := reply(u, nil)
+	m := r.mad()
+	clear(m.smpData())
+	st := d.sma(u.mad(), nd, in, m.smpData())
+	if m.class() == classSMPDR {
+		st |= statusDR
+		m[6] = m.hopCount() // hop pointer, as the responder leaves it
+	}
+	m.setStatus(st)
+	d.respond(c, r, lid, 0)
+}
+
+func (d *Daemon) saReply(c *conn, u packet, sm *fabric.Port) {
+	m := u.mad()
+	data, off, st := d.sa(m, c.port)
+	r := reply(u, nil)
+	if len(data) > madLen-saHdrLen || m.method() == methodGetTbl {
+		// A table comes back through RMPP; the kernel hands the
+		// program one reassembled message.
+		r = append(r[:umadHdrLen+saHdrLen], data...)
+		rm := r.mad()
+		rm[24], rm[25], rm[26], rm[27] = 1, 1, 0x07, 0 // version, DATA, active|first|last
+		put32(rm[28:], 1)
+		put32(rm[32:], uint32(len(rm)-36))
+	} else {
+		clear(r[umadHdrLen+saHdrLen:])
+		copy(r[umadHdrLen+saHdrLen:], data)
+	}
+	rm := r.mad()
+	put16(rm[44:], uint16(off))
+	rm.setStatus(st)
+	r.setLength(len(r))
+	d.respond(c, r, sm.LID, 1)
+}
+
+// respond sends the answer r back to the agent that asked, from lid.
+func (d *Daemon) respond(c *conn, r packet, lid uint16, qpn uint32) {
+	r.setLID(lid)
+	r.setQPN(qpn)
+	if qpn != 0 {
+		r.setQKey(qkeyGSI)
+	}
+	go c.send(r)
+}
+
+// timeout hands an unanswered request back with ETIMEDOUT after its
+// timeout and retries, as the kernel's MAD layer does.
+func (d *Daemon) timeout(c *conn, u packet) {
+	wait := time.Duration(u.timeoutMS()) * time.Millisecond * time.Duration(u.retries()+1)
+	r := append(packet(nil), u...)
+	r.setStatus(etimedout)
+	time.AfterFunc(wait, func() { c.send(r) })
+}
+
+// toAgent delivers a request of another class to the agent registered
+// for it at the LID, as the kernel's MAD layer does; modelled nodes answer
+// ibping themselves.
+func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
+	m := u.mad()
+	to := from.Node.Subnet.Port(u.lid())
+	if to == nil {
+		d.timeout(c, u)
+		return
+	}
+	oui := uint32(m[37])<<16 | uint32(m[38])<<8 | uint32(m[39])
+	for _, a := range d.agents {
+		if a.c.port != to || a.class != m.class() || (m.class() >= 0x30 && a.oui != oui) {
+			continue
+		}
+		d.count(from, to)
+		key := pendingKey{at: to, tid: m.tid()}
+		p := &pending{c: c, agent: u.agent(), from: from}
+		wait := time.Duration(u.timeoutMS()) * time.Millisecond * time.Duration(u.retries()+1)
+		r := append(packet(nil), u...)
+		r.setStatus(etimedout)
+		p.timer = time.AfterFunc(wait, func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.pending[key] == p {
+				delete(d.pending, key)
+				c.send(r)
+			}
+		})
+		d.pending[key] = p
+		fwd := append(packet(nil), u...)
+		fwd.setAgent(a.id)
+		fwd.setStatus(0)
+		fwd.setLID(from.LID)
+		fwd.setQPN(1)
+		fwd.setLength(len(fwd))
+		go a.c.send(fwd)
+		return
+	}
+	if m.class() == vendorIBPing && oui == ouiOpenFabric && to.Node.Slot != d.fab.Local && to.Node.Type == fabric.CA {
+		d.count(from, to)
+		r := reply(u, nil)
+		data := r.mad()[40:]
+		clear(data)
+		copy(data, d.fab.Hosts[to.Node.Slot]+".(none)") // ibping -S answers host.domain
+		d.respond(c, r, to.LID, 1)
+		return
+	}
+	d.timeout(c, u)
+}
+
+// answered passes an agent's response to the request it answers.
+func (d *Daemon) answered(at *fabric.Port, u packet) {
+	key := pendingKey{at: at, tid: u.mad().tid()}
+	p := d.pending[key]
+	if p == nil {
+		return // too late: the asker was told it timed out
+	}
+	delete(d.pending, key)
+	p.timer.Stop()
+	d.count(at, p.from)
+	r := append(packet(nil), u...)
+	r.setAgent(p.agent)
+	r.setStatus(0)
+	r.setLength(len(r))
+	d.respond(p.c, r, at.LID, 1)
+}

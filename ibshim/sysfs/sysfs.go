@@ -1,0 +1,170 @@
+package sysfs
+
+import (
+	"fmt"
+	"path"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/pcisim"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// ABI versions the kernel reports: umad 5 (with P_Key index), uverbs 6;
+// mlx5's provider ABI is 1.
+const (
+	madABI      = "5"
+	verbsABI    = "6"
+	providerABI = "1"
+	// GIDs and P_Keys per port, as mlx5 has them: 8 and 128 on InfiniBand,
+	// 255 and 1 on Ethernet.
+	ibGIDs, ibPKeys   = 8, 128
+	ethGIDs, ethPKeys = 255, 1
+	ethCapMask        = 0x00010000
+	caCapMask         = 0xa651e848
+	inertDevNode      = "1:3" // the nodes are /dev/null's (DevNodes)
+)
+
+// DevNode is one node of /dev/infiniband.
+type DevNode struct{ Name string }
+
+// DevNodes lists /dev/infiniband of the node: umadN and issmN per port,
+// uverbsN per device, and rdma_cm.
+func DevNodes(n *profile.Node) []DevNode {
+	var out []DevNode
+	for i := range n.IB.HCAs {
+		out = append(out, DevNode{fmt.Sprintf("umad%d", i)}, DevNode{fmt.Sprintf("issm%d", i)}, DevNode{fmt.Sprintf("uverbs%d", i)})
+	}
+	return append(out, DevNode{"rdma_cm"})
+}
+
+// Files lists the node's RDMA devices in sysfs, relative to its root.
+// Device i is umad i and uverbs i, as the kernel numbers them.
+func Files(n *profile.Node, f *fabric.Fabric) []pcisim.File {
+	r := &renderer{}
+	r.file("class/infiniband_mad/abi_version", madABI)
+	r.file("class/infiniband_verbs/abi_version", verbsABI)
+	for i := range n.IB.HCAs {
+		h := &n.IB.HCAs[i]
+		r.hca(i, h, f.Find(h.Name))
+	}
+	return r.out
+}
+
+type renderer struct{ out []pcisim.File }
+
+func (r *renderer) file(rel, content string) {
+	r.out = append(r.out, pcisim.File{Path: rel, Data: []byte(content + "\n")})
+}
+
+func (r *renderer) link(rel, target string) {
+	to, _ := relTo(path.Dir(rel), target)
+	r.out = append(r.out, pcisim.File{Path: rel, Link: to})
+}
+
+// relTo is target relative to dir, both relative to the sysfs root.
+func relTo(dir, target string) (string, error) {
+	up := ""
+	for d := dir; d != "." && d != ""; d = path.Dir(d) {
+		up += "../"
+	}
+	return up + target, nil
+}
+
+// hca renders one device; nd is its CA in the fabric (nil: Ethernet).
+func (r *renderer) hca(i int, h *profile.HCA, nd *fabric.Node) {
+	pci := pcisim.DevicePath(h.Function)
+	dir := pci + "/infiniband/" + h.Name
+	a := h.Adapter
+	var guid uint64
+	if nd != nil {
+		guid = nd.GUID
+	} else {
+		// A RoCE port's GUID is its MAC's EUI-64; the MAC follows from
+		// the device's place.
+		fn := h.Function.Address
+		guid = uint64(a.OUI)<<40 | 0xfffe<<16 | uint64(fn.Domain&0xff)<<8 | uint64(fn.Bus) ^ uint64(fn.Function)
+	}
+	r.file(dir+"/node_type", "1: CA")
+	r.file(dir+"/node_guid", guidText(guid))
+	r.file(dir+"/sys_image_guid", guidText(guid))
+	r.file(dir+"/fw_ver", a.FWVersion)
+	r.file(dir+"/hw_rev", "0x0")
+	r.file(dir+"/hca_type", a.HCAType)
+	r.file(dir+"/board_id", a.BoardID)
+	desc := h.Name
+	if nd != nil {
+		desc = nd.Desc
+	}
+	r.file(dir+"/node_desc", desc)
+	r.file(dir+"/uevent", "NAME="+h.Name)
+	r.link(dir+"/device", pci)
+	r.link(dir+"/subsystem", "class/infiniband")
+	r.link("class/infiniband/"+h.Name, dir)
+
+	port := dir + "/ports/1"
+	rate := fmt.Sprintf("%d Gb/sec (4X %s)", a.Speed.Gbps(), a.Speed)
+	r.file(port+"/state", "4: ACTIVE")
+	r.file(port+"/phys_state", "5: LinkUp")
+	r.file(port+"/rate", rate)
+	r.file(port+"/lid_mask_count", "0")
+	r.file(port+"/sm_sl", "0")
+	if nd != nil {
+		p := nd.Ports[1]
+		r.file(port+"/lid", fmt.Sprintf("0x%x", p.LID))
+		r.file(port+"/sm_lid", fmt.Sprintf("0x%x", nd.Subnet.SM.LID))
+		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", caCapMask))
+		r.file(port+"/link_layer", "InfiniBand")
+	} else {
+		r.file(port+"/lid", "0x0")
+		r.file(port+"/sm_lid", "0x0")
+		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", ethCapMask))
+		r.file(port+"/link_layer", "Ethernet")
+	}
+	gids, pkeys := ibGIDs, ibPKeys
+	if nd == nil {
+		gids, pkeys = ethGIDs, ethPKeys
+	}
+	for k := 0; k < gids; k++ {
+		gid := "0000:0000:0000:0000:0000:0000:0000:0000"
+		if k == 0 {
+			gid = "fe80:0000:0000:0000:" + guidText(guid)
+		}
+		r.file(fmt.Sprintf("%s/gids/%d", port, k), gid)
+		typ := "IB/RoCE v1"
+		if nd == nil && k == 1 {
+			typ = "RoCE v2"
+		}
+		r.file(fmt.Sprintf("%s/gid_attrs/types/%d", port, k), typ)
+		// No netdev behind any GID: the namespace's own interfaces are
+		// not the HCA's.
+		r.out = append(r.out, pcisim.File{Path: fmt.Sprintf("%s/gid_attrs/ndevs/%d", port, k)})
+	}
+	for k := 0; k < pkeys; k++ {
+		pkey := "0x0000"
+		if k == 0 {
+			pkey = "0xffff"
+		}
+		r.file(fmt.Sprintf("%s/pkeys/%d", port, k), pkey)
+	}
+
+	for _, mad := range []string{"umad", "issm"} {
+		name := fmt.Sprintf("%s%d", mad, i)
+		d := pci + "/infiniband_mad/" + name
+		r.file(d+"/ibdev", h.Name)
+		r.file(d+"/port", "1")
+		r.file(d+"/dev", inertDevNode)
+		r.link(d+"/device", pci)
+		r.link("class/infiniband_mad/"+name, d)
+	}
+	v := fmt.Sprintf("%s/infiniband_verbs/uverbs%d", pci, i)
+	r.file(v+"/ibdev", h.Name)
+	r.file(v+"/abi_version", providerABI)
+	r.file(v+"/dev", inertDevNode)
+	r.link(v+"/device", pci)
+	r.link(fmt.Sprintf("class/infiniband_verbs/uverbs%d", i), v)
+}
+
+// guidText is a GUID as sysfs spells it: "a088:c203:0045:1a2c".
+func guidText(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+}

@@ -1,0 +1,214 @@
+//go:build integration
+
+package ibshim_test
+
+// Debian's unmodified InfiniBand tools (infiniband-diags, ibverbs-utils)
+// read the node's HCAs and the whole modelled fabric in nvmock exec: sysfs
+// through mounts, MADs through the umad shim and the fabric daemon, verbs
+// through the provider. Expected values come from the same fabric model,
+// built here.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// node runs script in nvmock exec on an h100 node and returns its output.
+func node(t *testing.T, script string) string {
+	t.Helper()
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "%s (run make driver)", bin)
+	}
+	for _, tool := range []string{"ibstat", "ibnetdiscover", "ibv_devinfo"} {
+		testenv.Tool(t, tool)
+	}
+	cmd := exec.Command(bin, "exec", "--profile", "h100", "--assets", filepath.Join(testenv.BuildDir(), "driver"), "--", "sh", "-c", script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nvmock exec: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// model is the fabric the exec'd node is in: named after this host, at
+// the slot its name hashes to.
+func model(t *testing.T) *fabric.Fabric {
+	t.Helper()
+	host, _ := os.Hostname()
+	f, err := fabric.Build(testenv.Node(t, "h100", 8), host, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// field is the value after "name:" (and the dots smpquery pads with) on
+// its line of out.
+func field(t *testing.T, out, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(name) + `:\.*\s*(.*)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no %q in:\n%s", name, out)
+	}
+	return strings.TrimSpace(m[1])
+}
+
+func TestIbstatAndIbstatusShowTheHCAs(t *testing.T) {
+	f := model(t)
+	ca := f.Find("mlx5_0")
+	out := node(t, "ibstat -l; echo ==; ibstat mlx5_0; echo ==; ibstat mlx5_2; echo ==; ibstatus mlx5_0")
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 4 {
+		t.Fatalf("output:\n%s", out)
+	}
+	if got := strings.Fields(parts[0]); len(got) != 12 || !strings.Contains(parts[0], "mlx5_11\n") {
+		t.Errorf("ibstat -l = %v, want the 12 RDMA devices mlx5_0..mlx5_11", got)
+	}
+	for name, want := range map[string]string{
+		"CA type": "MT4129", "Firmware version": "28.39.2048", "Node GUID": fmt.Sprintf("0x%016x", ca.GUID),
+		"Rate": "400", "Base lid": strconv.Itoa(int(ca.Ports[1].LID)), "SM lid": "1", "State": "Active",
+		"Physical state": "LinkUp", "Link layer": "InfiniBand",
+	} {
+		if got := field(t, parts[1], name); got != want {
+			t.Errorf("ibstat mlx5_0: %s = %q, want %q", name, got, want)
+		}
+	}
+	if got := field(t, parts[2], "Link layer"); got != "Ethernet" {
+		t.Errorf("ibstat mlx5_2 (the storage card's Ethernet port): link layer %q", got)
+	}
+	if got := field(t, parts[3], "rate"); got != "400 Gb/sec (4X NDR)" {
+		t.Errorf("ibstatus: rate %q", got)
+	}
+}
+
+func TestVerbsToolsOpenEveryHCA(t *testing.T) {
+	f := model(t)
+	ca := f.Find("mlx5_0")
+	out := node(t, "ibv_devices; echo ==; ibv_devinfo -v -d mlx5_0")
+	parts := strings.Split(out, "==\n")
+	guid := fmt.Sprintf("%016x", ca.GUID)
+	if !strings.Contains(parts[0], guid) || strings.Count(parts[0], "mlx5_") != 12 {
+		t.Errorf("ibv_devices lists:\n%s\nwant 12 devices, mlx5_0 with %s", parts[0], guid)
+	}
+	v := parts[1]
+	for name, want := range map[string]string{
+		"fw_ver": "28.39.2048", "vendor_part_id": "4129", "board_id": "MT_0000000838",
+		"port_lid": strconv.Itoa(int(ca.Ports[1].LID)), "sm_lid": "1", "link_layer": "InfiniBand",
+		"active_width": "4X (2)", "active_speed": "100.0 Gbps (128)", "state": "PORT_ACTIVE (4)",
+	} {
+		if got := field(t, v, name); got != want {
+			t.Errorf("ibv_devinfo -v: %s = %q, want %q", name, got, want)
+		}
+	}
+	gid := fmt.Sprintf("fe80:0000:0000:0000:%s:%s:%s:%s", guid[0:4], guid[4:8], guid[8:12], guid[12:16])
+	if !strings.Contains(v, gid) {
+		t.Errorf("ibv_devinfo -v has no GID[0] %s", gid)
+	}
+}
+
+func TestDiscoveryFindsTheWholeModelledFabric(t *testing.T) {
+	f := model(t)
+	out := node(t, "ibnetdiscover -C mlx5_0; echo ==; ibswitches -C mlx5_0 | wc -l; ibhosts -C mlx5_0 | wc -l; echo ==; ibnetdiscover -C mlx5_1 | grep -c '^Ca'; echo ==; iblinkinfo -C mlx5_0")
+	parts := strings.Split(out, "==\n")
+	compute := f.Subnets[0]
+	var switches, cas int
+	for _, nd := range compute.Nodes {
+		if nd.Type == fabric.Switch {
+			switches++
+		} else {
+			cas++
+		}
+		if !strings.Contains(parts[0], fmt.Sprintf("%q", nd.Desc)) {
+			t.Errorf("ibnetdiscover does not show %q", nd.Desc)
+		}
+	}
+	if got := strings.Fields(parts[1]); len(got) != 2 || got[0] != strconv.Itoa(switches) || got[1] != strconv.Itoa(cas) {
+		t.Errorf("ibswitches, ibhosts count %v, want %d and %d", got, switches, cas)
+	}
+	if got := strings.TrimSpace(parts[2]); got != "64" {
+		t.Errorf("the storage fabric has %s CAs, want 64 (2 rails of 32 nodes)", got)
+	}
+	if n := strings.Count(parts[3], "4X        106.25 Gbps Active/  LinkUp"); n < cas {
+		t.Errorf("iblinkinfo shows %d active 4X NDR links, want at least %d:\n%.2000s", n, cas, parts[3])
+	}
+}
+
+func TestQueriesReachSwitchesAndTheSM(t *testing.T) {
+	f := model(t)
+	s := f.Subnets[0]
+	ca := f.Find("mlx5_0")
+	leaf := ca.Ports[1].Peer.Node
+	script := fmt.Sprintf("smpquery -C mlx5_0 nodedesc %d; echo ==; smpquery -C mlx5_0 -D nodeinfo 0,1; echo ==; ibroute -C mlx5_0 %d; echo ==; sminfo -C mlx5_0; echo ==; saquery -C mlx5_0 | grep -c NodeRecord; saquery -C mlx5_0 -p --src-to-dst %d:%d",
+		leaf.Ports[0].LID, leaf.Ports[0].LID, ca.Ports[1].LID, s.Nodes[len(s.Nodes)-1].Ports[1].LID)
+	parts := strings.Split(node(t, script), "==\n")
+	if !strings.Contains(parts[0], leaf.Desc) {
+		t.Errorf("smpquery nodedesc: %q, want %q", parts[0], leaf.Desc)
+	}
+	if got := field(t, parts[1], "LocalPort"); got != strconv.Itoa(ca.Ports[1].Peer.Num) {
+		t.Errorf("the leaf says the SMP came in on port %s, want %d (the node's slot + 1)", got, ca.Ports[1].Peer.Num)
+	}
+	// The leaf forwards this node's LID down to it.
+	route := regexp.MustCompile(fmt.Sprintf(`(?m)^0x%04x (\d+) :`, ca.Ports[1].LID)).FindStringSubmatch(parts[2])
+	if route == nil || route[1] != fmt.Sprintf("%03d", ca.Ports[1].Peer.Num) {
+		t.Errorf("ibroute of the leaf routes LID %d by %v, want port %d:\n%.1500s", ca.Ports[1].LID, route, ca.Ports[1].Peer.Num, parts[2])
+	}
+	want := fmt.Sprintf("sm lid 1 sm guid 0x%016x", s.SM.Node.GUID)
+	if !strings.Contains(parts[3], want) || !strings.Contains(parts[3], "SMINFO_MASTER") {
+		t.Errorf("sminfo: %q, want %q, master", parts[3], want)
+	}
+	if n := strings.Fields(parts[4])[0]; n != strconv.Itoa(len(s.Nodes)) {
+		t.Errorf("saquery lists %s NodeRecords, want %d", n, len(s.Nodes))
+	}
+	if !strings.Contains(parts[4], "rate....................0x95") || !strings.Contains(parts[4], "mtu.....................0x85") {
+		t.Errorf("saquery path record: want exactly 400 Gb/s and 4096 MTU:\n%s", parts[4])
+	}
+}
+
+func TestPerfqueryCountsTheMADsThatCrossedThePort(t *testing.T) {
+	out := node(t, "perfquery -C mlx5_0; echo ==; smpquery -C mlx5_0 nodeinfo 1 >/dev/null; perfquery -C mlx5_0 -x; echo ==; perfquery -C mlx5_0 -r >/dev/null; perfquery -C mlx5_0")
+	parts := strings.Split(out, "==\n")
+	before, _ := strconv.Atoi(field(t, parts[0], "PortXmitPkts"))
+	after, _ := strconv.Atoi(field(t, parts[1], "PortXmitPkts"))
+	if before < 1 || after <= before {
+		t.Errorf("PortXmitPkts %d then %d: want MADs counted as they cross", before, after)
+	}
+	if reset, _ := strconv.Atoi(field(t, parts[2], "PortXmitPkts")); reset > 2 {
+		t.Errorf("after perfquery -r: PortXmitPkts %d, want only the query's own", reset)
+	}
+}
+
+func TestIbpingReachesModelledNodesAndOtherPrograms(t *testing.T) {
+	f := model(t)
+	ca := f.Find("mlx5_0")
+	var other *fabric.Node
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Type == fabric.CA && nd.Slot != f.Local {
+			other = nd
+			break
+		}
+	}
+	host, _ := os.Hostname()
+	script := fmt.Sprintf(`ibping -C mlx5_0 -c 2 %d; echo ==
+ibping -C mlx5_0 -S & srv=$!; sleep 0.5; ibping -C mlx5_0 -c 2 %d; kill $srv; echo ==
+ibping -C mlx5_0 -c 1 -t 200 1 || true`, other.Ports[1].LID, ca.Ports[1].LID)
+	parts := strings.Split(node(t, script), "==\n")
+	if want := fmt.Sprintf("--- %s.(none) (Lid %d) ibping statistics ---", f.Hosts[other.Slot], other.Ports[1].LID); !strings.Contains(parts[0], want) || !strings.Contains(parts[0], " 0% packet loss") {
+		t.Errorf("ibping to a modelled node:\n%s\nwant %q and no loss", parts[0], want)
+	}
+	if want := fmt.Sprintf("Pong from %s.", host); !strings.Contains(parts[1], want) || !strings.Contains(parts[1], " 0% packet loss") {
+		t.Errorf("ibping to ibping -S on this node:\n%s\nwant %q and no loss", parts[1], want)
+	}
+	if !strings.Contains(parts[2], "100% packet loss") {
+		t.Errorf("ibping to a switch, which runs no ibping server:\n%s\nwant a timeout", parts[2])
+	}
+}

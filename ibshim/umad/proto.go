@@ -1,0 +1,31 @@
+package umad
+
+// The wire protocol between libnvmock-umad.so and the fabric daemon, as
+// proto.h defines it for C; TestProtoMatchesHeader keeps the two equal.
+// Control messages are little-endian: {Magic, Op, ...}. Everything else on
+// the connection is a raw struct ib_user_mad (UMADHeaderSize bytes, then the
+// MAD), in both directions.
+const (
+	SocketEnv     = "NVMOCK_IBD"           // overrides DefaultSocket when set and non-empty
+	DefaultSocket = "/run/nvmock/ibd.sock" // AF_UNIX SOCK_SEQPACKET
+
+	Magic uint32 = 0x4b4d564e // "NVMK" as little-endian bytes
+
+	OpHello      uint32 = 1 // {magic, op, umad_index, pid, kind}, right after connect
+	OpRegister   uint32 = 2 // {magic, op, agent_id, qpn, class, class_version, rmpp_version, pad, oui, method_mask[4]}
+	OpUnregister uint32 = 3 // {magic, op, agent_id}
+
+	KindUMAD uint32 = 0 // /dev/infiniband/umadN
+	KindISSM uint32 = 1 // /dev/infiniband/issmN: the port is an SM while it stays connected
+
+	HelloSize      = 20
+	RegisterSize   = 40
+	UnregisterSize = 12
+
+	UMADHeaderSize = 64  // struct ib_user_mad with the P_Key index (ABI 5)
+	MADSize        = 256 // one MAD; a reassembled RMPP response is longer
+	StatusOffset   = 4   // u32 status in the header
+	LengthOffset   = 16  // u32 length: header + MAD bytes
+	StatusTimedOut = 110 // ETIMEDOUT: the status of an unanswered request
+	MaxAgents      = 32  // agent ids per connection, 0..31, lowest free first
+)

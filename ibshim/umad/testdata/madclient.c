@@ -1,0 +1,123 @@
+/*
+ * madclient: a umad client written against the kernel's uapi
+ * (rdma/ib_user_mad.h), not libibumad, for what the real tools do not show.
+ *
+ *   madclient fork  a round trip, then one in a forked child, then one more
+ *                   in the parent: the connection survives fork.
+ *   madclient gone  a round trip; a request (TID 0xdead) the daemon answers
+ *                   by hanging up; then a request that must come back as the
+ *                   kernel returns an unanswered one (status 110).
+ *
+ * It prints one line per step and exits 0 when every step went as expected.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <endian.h>
+#include <rdma/ib_user_mad.h>
+#include <rdma/rdma_user_ioctl.h>
+
+static int fd;
+static uint32_t agent;
+
+/* roundtrip sends a LID-routed SMP Get NodeInfo with this TID and returns
+ * the status of what comes back, -1 for nothing, -2 for an error. */
+static int roundtrip(uint64_t tid, ssize_t *len)
+{
+	uint8_t buf[64 + 256], in[64 + 256];
+	struct ib_user_mad *u = (void *)buf;
+	uint8_t *mad = buf + 64;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t be = htobe64(tid);
+
+	memset(buf, 0, sizeof buf);
+	u->hdr.id = agent;
+	u->hdr.timeout_ms = 100;
+	u->hdr.lid = htobe16(1);
+	mad[0] = 1, mad[1] = 0x01, mad[2] = 1, mad[3] = 0x01; /* SMP Get */
+	memcpy(mad + 8, &be, 8);
+	mad[16] = 0x00, mad[17] = 0x11; /* NodeInfo */
+	if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf) {
+		perror("write");
+		return -2;
+	}
+	if (poll(&p, 1, 2000) != 1)
+		return -1;
+	*len = read(fd, in, sizeof in);
+	if (*len < 0 && errno == EAGAIN) {
+		*len = 0; /* woken by a hangup: nothing to read */
+		return -1;
+	}
+	if (*len < 0)
+		return -2;
+	if (*len < 64 + 24 || memcmp(in + 64 + 8, &be, 8) != 0) {
+		fprintf(stderr, "tid %#llx: bad answer (%zd bytes)\n", (unsigned long long)tid, *len);
+		return -2;
+	}
+	return (int)((struct ib_user_mad *)in)->hdr.status;
+}
+
+static int expect(const char *who, uint64_t tid, int want)
+{
+	ssize_t len = 0;
+	int st = roundtrip(tid, &len);
+
+	printf("%s %#llx: status %d, %zd bytes\n", who, (unsigned long long)tid, st, len);
+	fflush(stdout);
+	return st == want ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct ib_user_mad_reg_req req;
+	int bad = 0;
+
+	if (argc != 2)
+		return 2;
+	fd = open("/dev/infiniband/umad0", O_RDWR | O_NONBLOCK);
+	if (fd < 0 || ioctl(fd, IB_USER_MAD_ENABLE_PKEY, NULL) != 0) {
+		perror("open umad0");
+		return 1;
+	}
+	memset(&req, 0, sizeof req);
+	req.qpn = 0;
+	req.mgmt_class = 0x01;
+	req.mgmt_class_version = 1;
+	req.id = 99;
+	if (ioctl(fd, IB_USER_MAD_REGISTER_AGENT, &req) != 0) {
+		perror("register");
+		return 1;
+	}
+	agent = req.id;
+	printf("agent %u\n", agent);
+	if (strcmp(argv[1], "fork") == 0) {
+		int ws;
+		pid_t pid;
+
+		bad |= expect("parent", 1, 0);
+		pid = fork();
+		if (pid == 0)
+			_exit(expect("child", 2, 0));
+		if (pid < 0 || waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+			bad = 1;
+		bad |= expect("parent", 3, 0);
+	} else if (strcmp(argv[1], "gone") == 0) {
+		bad |= expect("live", 1, 0);
+		bad |= expect("hangup", 0xdead, -1);
+		bad |= expect("dead", 3, 110);
+	} else {
+		return 2;
+	}
+	if (ioctl(fd, IB_USER_MAD_UNREGISTER_AGENT, &agent) != 0) {
+		perror("unregister");
+		bad = 1;
+	}
+	close(fd);
+	return bad;
+}

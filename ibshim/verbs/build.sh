@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build the kernel-less libibverbs provider for mock InfiniBand HCAs.
+# Usage: ibshim/verbs/build.sh CACHE_DIR OUT_DIR
+#   CACHE_DIR: where hack/fetch-rdma-core.sh put rdma-core's private headers
+#   OUT_DIR:   gets libnvmock-rdmav34.so (libibverbs appends "-rdmav34.so"
+#              to the "driver /path/libnvmock" it is given)
+# Rebuilds only when the source or the headers are newer than the output.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+die() { echo "${0##*/}: error: $*" >&2; exit 1; }
+
+[ $# -eq 2 ] || die "usage: $0 CACHE_DIR OUT_DIR"
+inc=$1/rdma-core/include
+[ -f "$inc/infiniband/driver.h" ] || die "no rdma-core headers in $inc (run hack/fetch-rdma-core.sh $1)"
+[ -f /usr/include/infiniband/verbs.h ] || die "no <infiniband/verbs.h> (install libibverbs-dev)"
+mkdir -p "$2"
+out=$(cd "$2" && pwd)/libnvmock-rdmav34.so
+src=$here/provider.c
+
+if [ -f "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$0" ] && [ "$out" -nt "$inc/infiniband/driver.h" ]; then
+  exit 0
+fi
+# -isystem: rdma-core's own headers are not -Wextra clean; ours must be.
+# Public verbs.h comes from libibverbs-dev, i.e. the libibverbs we run with.
+${CC:-gcc} -std=gnu11 -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden \
+  -isystem "$inc" -Wl,-z,defs -Wl,--no-undefined \
+  -o "$out.tmp" "$src" -libverbs
+mv "$out.tmp" "$out"
+echo "${0##*/}: built $out" >&2
