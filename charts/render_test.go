@@ -264,13 +264,14 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	// and the NFD file, and the uninstall container's preStop removes them;
 	// the plugin only reads the overlay and connects to the runtime's
 	// socket (a read-only mount allows connect), and writes the live state
-	// (the processes of GPU containers; nvmock ctl run in it).
+	// (the processes of GPU containers; nvmock ctl run in it) and the
+	// fabric daemon's socket.
 	wantRW := []string{set["root"], set["cdi-dir"], set["nfd-dir"]}
 	sort.Strings(wantRW)
 	for _, c := range []struct {
 		ctr  corev1.Container
 		want []string
-	}{{init, wantRW}, {unc, wantRW}, {main, []string{set["root"] + "/live"}}} {
+	}{{init, wantRW}, {unc, wantRW}, {main, []string{set["root"] + "/ib", set["root"] + "/live"}}} {
 		if got := writable(spec, c.ctr); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: container %s mounts %v read-write, want exactly %v", ds.Name, c.ctr.Name, got, c.want)
 		}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	ibsysfs "github.com/nvmock/nvmock/ibshim/sysfs"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/pcisim"
@@ -34,6 +33,9 @@ type Options struct {
 	// Hook is the nvmock-hook binary to install at HookPath, for the NRI
 	// plugin to run in GPU containers; "" leaves it out.
 	Hook string
+	// FabricSlot is this node's place in its InfiniBand fabric, from 1;
+	// 0 places it by its name (fabric.SlotOf).
+	FabricSlot int
 	// StateLink makes the overlay's live-state file (StatePath) a symlink
 	// to it, for installs that keep the state beside the overlays; ""
 	// renders a fresh state file of the overlay's own (nvmock exec).
@@ -105,7 +107,7 @@ type inputs struct {
 	nodes    []DevNode
 	boards   []profile.Board
 	pci      []pcisim.File
-	ibNodes  []DevNode // dev/infiniband/...
+	ib       *ibInputs // nil: no InfiniBand
 	hash     string
 }
 
@@ -136,25 +138,21 @@ func gather(o Options) (*inputs, error) {
 	in.ids = snapshot.Identities(p, o.NodeName)
 	in.boards, _ = p.Boards() // validated above
 	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
-	if p.InfiniBand != nil {
-		node, err := p.Node()
-		if err != nil {
-			return nil, fmt.Errorf("profile %s: %w", p.Name, err)
-		}
-		// Inert whatever --real-device-numbers says: nothing on the node
-		// answers uverbs or umad ioctls, the shim and provider do.
-		for _, n := range ibsysfs.DevNodes(node) {
-			in.ibNodes = append(in.ibNodes, DevNode{Name: "infiniband/" + n.Name, Major: nullMajor, Minor: nullMinor})
-		}
+	node, err := p.Node()
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 	}
+	var pci *[]pcisim.File
 	if !o.NoPCI {
-		node, err := p.Node()
-		if err != nil {
-			return nil, fmt.Errorf("profile %s: %w", p.Name, err)
-		}
 		in.pci = pcisim.Files(node)
+		pci = &in.pci
 	}
-	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles, in.ibNodes), pcisim.Hash(in.pci), in.hook)
+	if node.IB != nil {
+		if in.ib, err = gatherIB(o, node, pci); err != nil {
+			return nil, err
+		}
+	}
+	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed())
 	return in, nil
 }
 
@@ -240,8 +238,14 @@ func (in *inputs) entries() []entry {
 	for i := range in.nodes {
 		es = append(es, entry{path: filepath.Join("driver", "dev", in.nodes[i].Name), node: &in.nodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})
 	}
-	for i := range in.ibNodes {
-		es = append(es, entry{path: filepath.Join("driver", "dev", in.ibNodes[i].Name), node: &in.ibNodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})
+	if ib := in.ib; ib != nil {
+		for i := range ib.nodes {
+			es = append(es, entry{path: filepath.Join("driver", "dev", ib.nodes[i].Name), node: &ib.nodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})
+		}
+		es = append(es,
+			entry{path: UmadShimPath, data: ib.shim, mode: 0o755},
+			entry{path: ProviderPath, data: ib.provider, mode: 0o755},
+			entry{path: FabricFile, data: ib.spec, mode: 0o644})
 	}
 	// The PCI tree, and what else hwloc reads, so that HWLOC_FSROOT=sysfs
 	// shows the node's own CPUs and memory with the mock devices.

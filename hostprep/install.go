@@ -211,6 +211,13 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, err
 	}
 	log.printf("reset the live state %s", statePath)
+	// The fabric daemon's socket directory: GPU containers mount it, so it
+	// must be there before the daemon is.
+	if in.ib != nil {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, IBSocket)), 0o755); err != nil {
+			return nil, err
+		}
+	}
 
 	// Switch: one rename of a fresh symlink.
 	target := filepath.Join(rel, "driver")
@@ -343,6 +350,8 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 	}
 	rm(filepath.Join(root, StateFile), false)
 	rm(filepath.Dir(filepath.Join(root, StateFile)), false)
+	rm(filepath.Join(root, IBSocket), false)
+	rm(filepath.Dir(filepath.Join(root, IBSocket)), false)
 	if len(errs) == 0 {
 		rm(filepath.Join(root, ManifestFile), false)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/ibshim/ibd"
 	"github.com/nvmock/nvmock/plugin/inject"
 	nriplugin "github.com/nvmock/nvmock/plugin/nri"
 )
@@ -73,6 +75,7 @@ func nriCmd(args []string) error {
 		AllowWithRealDriver: *realDriver,
 		// Not splitList's nil for "": an empty flag means no handler at all.
 		NvidiaRuntimeHandlers: append([]string{}, splitList(*nvRuntimes)...),
+		Extensions:            []inject.Extension{inject.InfiniBand},
 	}
 	opt := nriplugin.Options{Socket: *socket, PluginIdx: *idx, OverlayRoot: *root, Inject: cfg, NamespaceLabel: *nsLabel, Log: log}
 	kube, inCluster, err := hostprep.InClusterClient()
@@ -103,6 +106,13 @@ func nriCmd(args []string) error {
 			}
 		}()
 	}
+	if stopFabric, err := serveFabric(*root, logger); err != nil {
+		// Why not fatal: a node without its fabric still has GPUs; MADs
+		// time out as on a broken fabric.
+		log.WithError(err).Error("InfiniBand fabric daemon not started")
+	} else {
+		defer stopFabric()
+	}
 	log.WithFields(logrus.Fields{"socket": *socket, "overlay_root": *root, "namespaces": cfg.Namespaces,
 		"in_cluster": inCluster, "listen": *listen}).Info("starting")
 	err = p.Run(ctx)
@@ -128,4 +138,28 @@ func splitList(s string) []string {
 		out[i] = strings.TrimSpace(out[i])
 	}
 	return out
+}
+
+// serveFabric runs the node's fabric daemon (nvmock ibd) for the overlay
+// installed in root, at root's IBSocket, when it has InfiniBand.
+func serveFabric(root string, logger *logrus.Logger) (stop func(), err error) {
+	overlay, err := filepath.EvalSymlinks(filepath.Join(root, "driver"))
+	if err != nil {
+		return nil, err
+	}
+	node, fab, err := hostprep.LoadFabric(filepath.Dir(overlay))
+	if err != nil || node == nil {
+		return func() {}, err
+	}
+	sock := filepath.Join(root, hostprep.IBSocket)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return nil, err
+	}
+	l, err := ibd.Listen(sock)
+	if err != nil {
+		return nil, err
+	}
+	go ibd.New(node, fab, logger).Serve(l)
+	logger.WithFields(logrus.Fields{"component": "ibd", "socket": sock, "host": fab.Hosts[fab.Local], "slot": fab.Local}).Info("fabric daemon serving")
+	return func() { l.Close() }, nil
 }

@@ -145,43 +145,58 @@ func cable(a, b *Port) { a.Peer, b.Peer = b, a }
 // route fills every switch's linear forwarding table with shortest paths,
 // spreading destinations over equal-cost ports by LID.
 func (s *Subnet) route() {
-	for _, nd := range s.Nodes {
+	// Cables as node indices, so the per-LID searches touch no maps.
+	type link struct{ port, to int }
+	index := make(map[*Node]int, len(s.Nodes))
+	for i, nd := range s.Nodes {
+		index[nd] = i
+	}
+	links := make([][]link, len(s.Nodes))
+	for i, nd := range s.Nodes {
+		for _, p := range nd.Ports {
+			if p != nil && p.Peer != nil {
+				links[i] = append(links[i], link{p.Num, index[p.Peer.Node]})
+			}
+		}
 		if nd.Type == Switch {
 			nd.LFT = make([]uint8, int(s.TopLID)+1)
-			for i := range nd.LFT {
-				nd.LFT[i] = 0xff // unreachable
+			for l := range nd.LFT {
+				nd.LFT[l] = 0xff // unreachable
 			}
 		}
 	}
+	dist := make([]int, len(s.Nodes))
+	queue := make([]int, 0, len(s.Nodes))
+	var next []int
 	for lid := uint16(1); lid <= s.TopLID; lid++ {
-		dst := s.ByLID[lid].Node
-		dist := map[*Node]int{dst: 0}
-		queue := []*Node{dst}
+		for i := range dist {
+			dist[i] = -1
+		}
+		dst := index[s.ByLID[lid].Node]
+		dist[dst] = 0
+		queue = append(queue[:0], dst)
 		for len(queue) > 0 {
-			nd := queue[0]
+			at := queue[0]
 			queue = queue[1:]
-			for _, p := range nd.Ports {
-				if p == nil || p.Peer == nil {
-					continue
-				}
-				if _, seen := dist[p.Peer.Node]; !seen {
-					dist[p.Peer.Node] = dist[nd] + 1
-					queue = append(queue, p.Peer.Node)
+			for _, l := range links[at] {
+				if dist[l.to] < 0 {
+					dist[l.to] = dist[at] + 1
+					queue = append(queue, l.to)
 				}
 			}
 		}
-		for _, nd := range s.Nodes {
+		for i, nd := range s.Nodes {
 			if nd.Type != Switch {
 				continue
 			}
-			if nd == dst {
+			if i == dst {
 				nd.LFT[lid] = 0
 				continue
 			}
-			var next []int
-			for _, p := range nd.Ports {
-				if p.Peer != nil && dist[p.Peer.Node] == dist[nd]-1 {
-					next = append(next, p.Num)
+			next = next[:0]
+			for _, l := range links[i] {
+				if dist[l.to] == dist[i]-1 {
+					next = append(next, l.port)
 				}
 			}
 			if len(next) > 0 {

@@ -20,7 +20,14 @@ type counters struct {
 	xmitData, rcvData, xmitPkts, rcvPkts uint64
 }
 
-// count notes a MAD leaving from and arriving at to.
+// exchange notes a request from from to to and its answer back.
+func (d *Daemon) exchange(from, to *fabric.Port) {
+	d.count(from, to)
+	d.count(to, from)
+}
+
+// count notes a MAD leaving from and arriving at to. Only the two ends
+// count it: the switches a MAD crosses keep no counters here.
 func (d *Daemon) count(from, to *fabric.Port) {
 	if from != nil {
 		c := d.counter(from)

@@ -33,6 +33,14 @@ type Daemon struct {
 	counters map[*fabric.Port]*counters
 	agents   []*agent
 	pending  map[pendingKey]*pending
+	out      []outgoing // what handle decided to send, sent once mu is free
+}
+
+// outgoing is one message for a program; a program slow to read must not
+// hold up the daemon, so nothing is written while mu is held.
+type outgoing struct {
+	c *conn
+	u packet
 }
 
 // agent is one registration of a program's packet descriptor.
@@ -132,7 +140,9 @@ func (d *Daemon) serveConn(c *conn) {
 		if n < umadHdrLen+madLen {
 			continue // the shim writes whole MADs
 		}
-		d.handle(c, packet(msg))
+		for _, o := range d.handle(c, packet(msg)) {
+			o.c.send(o.u)
+		}
 	}
 }
 
@@ -175,20 +185,21 @@ func (d *Daemon) unregister(c *conn, which func(*agent) bool) {
 	d.agents = kept
 }
 
-// handle routes one MAD a program sent.
-func (d *Daemon) handle(c *conn, u packet) {
+// handle routes one MAD a program sent and returns what to send for it.
+func (d *Daemon) handle(c *conn, u packet) []outgoing {
 	m := u.mad()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer func() { d.out = nil }() // the caller owns what it returns
 	from := c.port
 	if from == nil {
 		// An Ethernet port has no subnet to send into.
 		d.timeout(c, u)
-		return
+		return d.out
 	}
 	if m.isResponse() {
 		d.answered(from, u)
-		return
+		return d.out
 	}
 	switch m.class() {
 	case classSMPDR:
@@ -197,31 +208,32 @@ func (d *Daemon) handle(c *conn, u packet) {
 		to := from.Node.Subnet.Port(u.lid())
 		if to == nil {
 			d.timeout(c, u)
-			return
+			return d.out
 		}
-		d.count(from, to)
+		d.exchange(from, to)
 		d.smpAt(c, u, to.Node, to, to.LID)
 	case classSA:
 		s := from.Node.Subnet
 		if u.lid() != s.SM.LID {
 			d.timeout(c, u)
-			return
+			return d.out
 		}
-		d.count(from, s.SM)
+		d.exchange(from, s.SM)
 		d.saReply(c, u, s.SM)
 	case classPerf:
 		to := from.Node.Subnet.Port(u.lid())
 		if to == nil {
 			d.timeout(c, u)
-			return
+			return d.out
 		}
-		d.count(from, to)
+		d.exchange(from, to)
 		r := reply(u, nil)
 		r.mad().setStatus(d.perf(m, to, r.mad().gsData()))
 		d.respond(c, r, to.LID, 1)
 	default:
 		d.toAgent(c, u, from)
 	}
+	return d.out
 }
 
 // directed walks a directed-route SMP out of from and answers it where it
@@ -238,7 +250,7 @@ func (d *Daemon) directed(c *conn, u packet, from *fabric.Port) {
 		d.timeout(c, u)
 		return
 	}
-	d.count(from, at)
+	d.exchange(from, at)
 	d.smpAt(c, u, at.Node, at, 0xffff)
 }
 
@@ -285,7 +297,7 @@ func (d *Daemon) respond(c *conn, r packet, lid uint16, qpn uint32) {
 	if qpn != 0 {
 		r.setQKey(qkeyGSI)
 	}
-	go c.send(r)
+	d.out = append(d.out, outgoing{c, r})
 }
 
 // timeout hands an unanswered request back with ETIMEDOUT after its
@@ -333,11 +345,11 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 		fwd.setLID(from.LID)
 		fwd.setQPN(1)
 		fwd.setLength(len(fwd))
-		go a.c.send(fwd)
+		d.out = append(d.out, outgoing{a.c, fwd})
 		return
 	}
 	if m.class() == vendorIBPing && oui == ouiOpenFabric && to.Node.Slot != d.fab.Local && to.Node.Type == fabric.CA {
-		d.count(from, to)
+		d.exchange(from, to)
 		r := reply(u, nil)
 		data := r.mad()[40:]
 		clear(data)

@@ -31,9 +31,10 @@ func Node(t testing.TB, name string, gpus int) *profile.Node {
 	return n
 }
 
-// FakeDriverAssets is a driver tree with a stand-in library and nvidia-smi
-// (a script, which hostprep copies without checking its RPATH), for tests
-// that render overlays but run nothing from them.
+// FakeDriverAssets is a driver tree with stand-ins for the library,
+// nvidia-smi (a script, which hostprep copies without checking its RPATH)
+// and the InfiniBand libraries, for tests that render overlays but run
+// nothing from them.
 func FakeDriverAssets(t testing.TB) string {
 	t.Helper()
 	d := t.TempDir()
@@ -43,6 +44,9 @@ func FakeDriverAssets(t testing.TB) string {
 	}{
 		{filepath.Join(lib64, "libnvidia-ml.so.535.261.03"), "not really a library\n"},
 		{filepath.Join(bin, "nvidia-smi"), "#!/bin/sh\necho fake nvidia-smi\n"},
+		// The InfiniBand planes' libraries, for profiles with HCAs.
+		{filepath.Join(lib64, "nvmock", "libnvmock-umad.so"), "not really a shim\n"},
+		{filepath.Join(lib64, "libibverbs", "libnvmock-rdmav34.so"), "not really a provider\n"},
 	} {
 		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
 			t.Fatal(err)

@@ -139,20 +139,24 @@ func runDecide(t *testing.T, cases []decideCase) {
 }
 
 // checkInvariants holds for every answer: ok says there are edits; nothing
-// touches the loader's environment; mounts come only from the overlay;
-// nothing carries NVIDIA's real major unless the overlay's nodes do.
+// touches the loader's environment but the umad shim's preload (static
+// programs ignore it, glibc and musl ones load it: ibshim/umad's tests);
+// mounts come only from the overlay; nothing carries NVIDIA's real major
+// unless the overlay's nodes do.
 func checkInvariants(t *testing.T, node NodeState, a Adjustment, ok bool) {
 	t.Helper()
 	if ok == a.Empty() {
 		t.Errorf("ok = %v but Empty() = %v", ok, a.Empty())
 	}
 	for _, e := range a.Env {
-		if strings.HasPrefix(e.Key, "LD_") {
+		shim := e.Key == "LD_PRELOAD" && node.IB != nil && strings.SplitN(e.Value, ":", 2)[0] == ibShimPath
+		if strings.HasPrefix(e.Key, "LD_") && !shim {
 			t.Errorf("sets %s: a musl or static image could break", e.Key)
 		}
 	}
 	for _, m := range a.Mounts {
-		if m.Source != node.Library && m.Source != node.NvidiaSMI && m.Source != node.Snapshot && !strings.HasPrefix(m.Source, "/sys/") {
+		ib := node.IB != nil && (m.Source == node.IB.Shim || m.Source == node.IB.Provider || m.Source == node.IB.SocketDir)
+		if m.Source != node.Library && m.Source != node.NvidiaSMI && m.Source != node.Snapshot && !strings.HasPrefix(m.Source, "/sys/") && !ib {
 			t.Errorf("mount source %s is not one of the overlay's files", m.Source)
 		}
 		if !strings.Contains(strings.Join(m.Options, ","), "ro") {

@@ -10,6 +10,9 @@ const (
 	// GPUsAnnotation on a pod asks for GPUs: all, none (the driver without
 	// GPUs, as NVIDIA_VISIBLE_DEVICES=none), a count, or a list.
 	GPUsAnnotation = "nvmock.io/gpus"
+	// InfiniBandAnnotation "false" on a pod keeps its GPU containers out of
+	// the node's InfiniBand planes.
+	InfiniBandAnnotation = "nvmock.io/infiniband"
 )
 
 // VisibleDevicesEnv is the variable device plugins set and NVIDIA's runtime acts on.
@@ -116,6 +119,9 @@ type NodeState struct {
 	// The overlay's PCI tree and the runtime hook that shows it in a
 	// container's /sys; "" when the overlay has none (an older install).
 	Sys, Hook string
+
+	// IB is the node's InfiniBand planes; nil when the overlay has none.
+	IB *IBNode
 
 	GPUs    []GPU        // in index order
 	Control []DeviceNode // nvidiactl, nvidia-uvm, nvidia-uvm-tools: given with any GPU

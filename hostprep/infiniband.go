@@ -1,0 +1,112 @@
+package hostprep
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nvmock/nvmock/ibshim"
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	ibsysfs "github.com/nvmock/nvmock/ibshim/sysfs"
+	"github.com/nvmock/nvmock/pcisim"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// FabricFile is where an overlay keeps what its fabric is built from: the
+// profile and this node's name and slot, for the fabric daemon the NRI
+// plugin runs (LoadFabric).
+var FabricFile = filepath.Join("fabric", "fabric.json")
+
+// IBSocket is the fabric daemon's socket in an installed root. It has a
+// directory of its own, which the chart's plugin container mounts
+// read-write and GPU containers read-only.
+var IBSocket = filepath.Join("ib", "ibd.sock")
+
+// Where the overlay's driver root holds the InfiniBand planes' libraries.
+var (
+	UmadShimPath = filepath.Join("driver", ibshim.UmadShim)
+	ProviderPath = filepath.Join("driver", ibshim.VerbsProvider+"-rdmav34.so")
+)
+
+type fabricSpec struct {
+	Profile string `json:"profile"` // the resolved profile, as YAML
+	Host    string `json:"host"`
+	Slot    int    `json:"slot"`
+}
+
+// ibInputs are an InfiniBand node's parts of the overlay.
+type ibInputs struct {
+	shim, provider []byte
+	spec           []byte // FabricFile
+	nodes          []DevNode
+}
+
+// gatherIB builds the node's fabric and reads the planes' libraries from
+// the assets; pci gets the HCAs' sysfs.
+func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, error) {
+	p := o.Profile
+	f, err := fabric.Build(node, o.NodeName, o.FabricSlot-1)
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+	}
+	in := &ibInputs{}
+	for _, a := range []struct {
+		rel string
+		out *[]byte
+	}{{ibshim.UmadShim, &in.shim}, {ibshim.VerbsProvider + "-rdmav34.so", &in.provider}} {
+		if *a.out, err = os.ReadFile(filepath.Join(o.Assets, a.rel)); err != nil {
+			return nil, fmt.Errorf("assets %s: no %s, which a node with InfiniBand needs (run make driver)", o.Assets, a.rel)
+		}
+	}
+	y, err := p.YAML()
+	if err != nil {
+		return nil, err
+	}
+	if in.spec, err = json.Marshal(fabricSpec{Profile: string(y), Host: o.NodeName, Slot: f.Local}); err != nil {
+		return nil, err
+	}
+	// Inert whatever --real-device-numbers says: nothing on the node
+	// answers uverbs or umad ioctls; the shim and provider do.
+	for _, n := range ibsysfs.DevNodes(node) {
+		in.nodes = append(in.nodes, DevNode{Name: "infiniband/" + n.Name, Major: nullMajor, Minor: nullMinor})
+	}
+	if pci != nil {
+		*pci = append(*pci, ibsysfs.Files(node, f)...)
+	}
+	return in, nil
+}
+
+// LoadFabric is the node and fabric an overlay was rendered for, from its
+// FabricFile; nil, nil when the overlay has no InfiniBand.
+func LoadFabric(overlay string) (*profile.Node, *fabric.Fabric, error) {
+	b, err := os.ReadFile(filepath.Join(overlay, FabricFile))
+	if os.IsNotExist(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var s fabricSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", FabricFile, err)
+	}
+	p, err := profile.Parse(FabricFile, []byte(s.Profile))
+	if err != nil {
+		return nil, nil, err
+	}
+	node, err := p.Node()
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := fabric.Build(node, s.Host, s.Slot)
+	return node, f, err
+}
+
+// hashed is what of the inputs the overlay's hash covers.
+func (in *ibInputs) hashed() []byte {
+	if in == nil {
+		return nil
+	}
+	return append(append(append([]byte{}, in.shim...), in.provider...), in.spec...)
+}
