@@ -60,12 +60,13 @@ func TestOptOutAnnotationLeavesThePodAlone(t *testing.T) {
 }
 
 // A busybox image (static, no glibc) runs its own command unharmed when
-// injected: no LD_* variables, nothing in its way.
+// injected: the one LD_* variable is the umad shim's preload (the a100
+// node has InfiniBand), which a static program ignores.
 func TestBusyboxImageRunsItsOwnCommandWhenInjected(t *testing.T) {
 	n := theNode
 	p := n.runPod(t, optedIn, nil)
 	r := n.run(t, p, ctr{image: "busybox", cmd: []string{"sh", "-c", "echo hello from busybox; ls /dev/nvidia0 /dev/nvidiactl; env | grep ^LD_ || true"}})
-	want := "hello from busybox\n/dev/nvidia0\n/dev/nvidiactl\n"
+	want := "hello from busybox\n/dev/nvidia0\n/dev/nvidiactl\nLD_PRELOAD=/usr/lib/nvmock/libnvmock-umad.so\n"
 	if r.code != 0 || r.out != want {
 		t.Errorf("busybox exited %d and printed:\n%s\nwant:\n%s", r.code, r.out, want)
 	}
@@ -87,8 +88,10 @@ func TestStaticGoImageRunsItsOwnEntrypointWhenInjected(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.out), &got); err != nil || r.code != 0 {
 		t.Fatalf("the static probe exited %d, printed no JSON (%v):\n%s", r.code, err, r.out)
 	}
-	if len(got.Args) != 1 || got.Args[0] != "/probe" || got.Preload != "" || got.LibraryPath != "" {
-		t.Errorf("entrypoint ran as %v with LD_PRELOAD=%q LD_LIBRARY_PATH=%q; want /probe, neither set", got.Args, got.Preload, got.LibraryPath)
+	// The umad shim's preload is set (the node has InfiniBand); a static
+	// program runs without loading it.
+	if len(got.Args) != 1 || got.Args[0] != "/probe" || got.Preload != "/usr/lib/nvmock/libnvmock-umad.so" || got.LibraryPath != "" {
+		t.Errorf("entrypoint ran as %v with LD_PRELOAD=%q LD_LIBRARY_PATH=%q; want /probe, only the shim preloaded", got.Args, got.Preload, got.LibraryPath)
 	}
 	if !got.SMI || !got.Lib || len(got.Nodes) != len(n.gpus)+3 || strings.Count(got.Visible, "GPU-") != len(n.gpus) {
 		t.Errorf("injected static container: %+v; want nvidia-smi, the library, %d GPU nodes + 3 control nodes, %d UUIDs", got, len(n.gpus), len(n.gpus))

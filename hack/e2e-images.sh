@@ -26,6 +26,9 @@ build_images() {
   mkimage glibc '["/bin/sh","-c"]' "$r"
   r=$img/rootfs-gonvml && glibc_rootfs "$r" && cp "$img/nvmlprobe" "$r/usr/local/bin/nvmlprobe"
   mkimage gonvml '["/usr/local/bin/nvmlprobe"]' "$r"
+  # rdma: glibc plus Debian's InfiniBand tools and verbs providers.
+  r=$img/rootfs-rdma && rdma_rootfs "$r"
+  mkimage rdma '["/bin/sh","-c"]' "$r"
 
   # busybox: a static binary, relative applet links (absolute ones would point at the host's merged /usr).
   r=$img/rootfs-busybox && mkdir -p "$r"/{bin,dev,proc,sys,etc,tmp}
@@ -91,10 +94,37 @@ glibc_rootfs() {
     cp -L "$l" "$r/usr/lib/x86_64-linux-gnu/"
   done
   cp -L /lib64/ld-linux-x86-64.so.2 "$r/usr/lib64/ld-linux-x86-64.so.2"
-  for l in $(ldd "$r"/usr/bin/* 2>/dev/null | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do
-    [ -e "$r/usr/lib/x86_64-linux-gnu/${l##*/}" ] || [[ $l == */ld-linux-x86-64.so.2 ]] || cp -L "$l" "$r/usr/lib/x86_64-linux-gnu/"
-  done
+  copy_libs "$r" "$r"/usr/{bin,sbin}/*
   printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"; printf 'root:x:0:\n' >"$r/etc/group"
+}
+
+# rdma_rootfs DIR: glibc_rootfs plus Debian's InfiniBand tools
+# (infiniband-diags, ibverbs-utils), what their scripts run, and
+# libibverbs' providers with their driver files, as ibverbs-providers
+# installs them: a real image's mlx5 setup.
+rdma_rootfs() {
+  local r=$1 f
+  glibc_rootfs "$r"
+  for f in ibstat ibstatus ibnetdiscover iblinkinfo ibswitches ibhosts smpquery saquery perfquery sminfo ibping ibroute; do
+    cp "/usr/sbin/$f" "$r/usr/sbin/"
+  done
+  # ibstatus runs sed; ibhosts and ibswitches awk (mawk); all basename.
+  for f in ibv_devices ibv_devinfo sed awk basename; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  mkdir -p "$r/etc/infiniband-diags" && cp /etc/infiniband-diags/* "$r/etc/infiniband-diags/"
+  for f in $(dpkg -L ibverbs-providers | grep -E '^/(etc|usr/lib)/'); do
+    if [ -d "$f" ] && [ ! -L "$f" ]; then mkdir -p "$r$f"; else cp -P "$f" "$r$f"; fi
+  done
+  copy_libs "$r" "$r"/usr/{bin,sbin}/* "$r"/usr/lib/x86_64-linux-gnu/libibverbs/*.so
+}
+
+# copy_libs ROOT FILE...: the libraries FILEs load, from this machine into
+# ROOT's merged /usr (the loader is glibc_rootfs's).
+copy_libs() {
+  local r=$1 l
+  shift
+  for l in $(ldd "$@" 2>/dev/null | sed -n 's|.*=> \(/[^ ]*\) .*|\1|p' | sort -u); do
+    [ -e "$r/usr/lib/x86_64-linux-gnu/${l##*/}" ] || cp -L "$l" "$r/usr/lib/x86_64-linux-gnu/"
+  done
 }
 
 # Sourced (hack/k8s/dra-images.sh), it only defines the functions.

@@ -1,10 +1,16 @@
+//go:build ignore
+
 /*
  * nvmock-hook: the OCI createContainer hook the NRI plugin adds to the
- * containers it edits. It shows the node's PCI tree (rendered by pcisim) at
- * the container's /sys before the container's process starts, so that every
- * program in it sees the tree, statically linked ones too.
+ * containers it edits. It shows the node's PCI tree (rendered by pcisim,
+ * with the RDMA device classes of ibshim/sysfs) at the container's /sys
+ * before the container's process starts, so that every program in it sees
+ * the tree, statically linked ones too.
  *
  *   nvmock-hook pcisim TREE      (the container's state on stdin, from runc)
+ *
+ * (The go:build line keeps the Go tool from taking this directory, which
+ * holds the hook's tests, for a cgo package; make cli compiles this file.)
  *
  * It does what pcisim/expose does for nvmock exec (expose.go is the
  * reference; the e2e and exec tests check both against the same tools), in
@@ -31,7 +37,7 @@
 #include <linux/magic.h>
 #include <unistd.h>
 
-#define MAX_ROOTS 256
+#define MAX_NAMES 256
 #define MAX_JSON (4 << 20)
 
 static void die(const char *fmt, ...)
@@ -145,7 +151,98 @@ static void bind_ro(const char *src, const char *dst)
 		die("make %s read-only: %s", dst, strerror(errno));
 }
 
-static int is_root_name(const char *name) { return strncmp(name, "pci", 3) == 0; }
+static int is_dot(const char *name) { return !strcmp(name, ".") || !strcmp(name, ".."); }
+
+/* dir_names lists dir's directories whose names start with prefix into
+ * names (MAX_NAMES); -1 with errno when dir cannot be read. */
+static int dir_names(const char *dir, const char *prefix, char **names)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	size_t len = strlen(prefix);
+	for (struct dirent *e; (e = readdir(d)) && n < MAX_NAMES;)
+		if (e->d_type == DT_DIR && !is_dot(e->d_name) && !strncmp(e->d_name, prefix, len))
+			if (!(names[n++] = strdup(e->d_name)))
+				die("out of memory");
+	closedir(d);
+	return n;
+}
+
+/*
+ * cover puts a tmpfs over dir holding dir's entries again (recursive binds
+ * of the originals, reached through a descriptor of the covered directory),
+ * less the n names, which it binds read-only from the tree's directory
+ * from, and makes the tmpfs read-only. sysfs refuses mkdir, so a new host
+ * bridge or class can only appear on a tmpfs.
+ */
+static void cover(const char *dir, const char *from, char **names, int n)
+{
+	char path[PATH_MAX], src[PATH_MAX];
+	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		die("%s: %s", dir, strerror(errno));
+	DIR *d = opendir(dir);
+	if (!d)
+		die("%s: %s", dir, strerror(errno));
+	struct dirent **ents = NULL;
+	int nents = 0, cap = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		if (is_dot(e->d_name))
+			continue;
+		if (nents == cap && !(ents = realloc(ents, (cap = cap ? 2 * cap : 32) * sizeof *ents)))
+			die("out of memory");
+		if (!(ents[nents] = malloc(sizeof **ents)))
+			die("out of memory");
+		memcpy(ents[nents++], e, sizeof **ents);
+	}
+	closedir(d);
+	const unsigned long tmpfl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	if (mount("tmpfs", dir, "tmpfs", tmpfl, "mode=755,size=64k") < 0)
+		die("mount tmpfs at %s: %s", dir, strerror(errno));
+	/* Relative names for the many entries: each is looked up twice, and a
+	 * runtime's rootfs path is long (containerd's: 7% of the hook's time). */
+	int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (cwd < 0 || chdir(dir) < 0)
+		die("%s: %s", dir, strerror(errno));
+	for (int i = 0; i < nents; i++) {
+		const char *name = ents[i]->d_name;
+		int replaced = 0;
+		for (int k = 0; k < n; k++)
+			replaced |= !strcmp(name, names[k]);
+		if (replaced)
+			continue;
+		if (ents[i]->d_type == DT_DIR) {
+			if (mkdir(name, 0755) < 0)
+				die("mkdir %s/%s: %s", dir, name, strerror(errno));
+		} else {
+			int fd = open(name, O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
+			if (fd < 0)
+				die("create %s/%s: %s", dir, name, strerror(errno));
+			close(fd);
+		}
+		pathf(src, "/proc/self/fd/%d/%s", dfd, name);
+		if (mount(src, name, NULL, MS_BIND | MS_REC, NULL) < 0)
+			die("keep %s/%s: %s", dir, name, strerror(errno));
+	}
+	for (int k = 0; k < n; k++) {
+		pathf(path, "%s/%s", dir, names[k]);
+		pathf(src, "%s/%s", from, names[k]);
+		if (mkdir(path, 0755) < 0)
+			die("mkdir %s: %s", path, strerror(errno));
+		bind_ro(src, path);
+	}
+	if (fchdir(cwd) < 0)
+		die("back from %s: %s", dir, strerror(errno));
+	close(cwd);
+	if (mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY | tmpfl, "mode=755,size=64k") < 0)
+		die("make %s read-only: %s", dir, strerror(errno));
+	close(dfd);
+	for (int i = 0; i < nents; i++)
+		free(ents[i]);
+	free(ents);
+}
 
 /* read_rootfs reads the bundle's config.json for root.path, which may be
  * relative to the bundle, into rootfs (PATH_MAX). */
@@ -224,82 +321,34 @@ int main(int argc, char **argv)
 		die("make %s private: %s", path, strerror(errno));
 
 	/* The tree's host bridges. */
-	char *roots[MAX_ROOTS];
-	int nroots = 0;
+	char *roots[MAX_NAMES];
 	pathf(path, "%s/devices", tree);
-	DIR *d = opendir(path);
-	if (!d)
+	int nroots = dir_names(path, "pci", roots);
+	if (nroots < 0)
 		die("rendered PCI tree %s: %s", path, strerror(errno));
-	for (struct dirent *e; (e = readdir(d));)
-		if (e->d_type == DT_DIR && is_root_name(e->d_name) && nroots < MAX_ROOTS)
-			roots[nroots++] = strdup(e->d_name);
-	closedir(d);
 	if (nroots == 0)
 		die("rendered PCI tree %s has no host bridges", tree);
-
-	/* sys/devices: a tmpfs holding the container's own entries again
-	 * (reached through a descriptor of the covered directory), less the
-	 * host bridges the tree replaces, plus the tree's. sysfs refuses
-	 * mkdir, so a new host bridge can only appear on a tmpfs. */
-	char devices[PATH_MAX];
-	pathf(devices, "%s/sys/devices", rootfs);
-	int dfd = open(devices, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		die("%s: %s", devices, strerror(errno));
-	d = opendir(devices);
-	if (!d)
-		die("%s: %s", devices, strerror(errno));
-	struct dirent **ents = NULL;
-	int nents = 0, cap = 0;
-	for (struct dirent *e; (e = readdir(d));) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		if (nents == cap && !(ents = realloc(ents, (cap = cap ? 2 * cap : 32) * sizeof *ents)))
-			die("out of memory");
-		ents[nents] = malloc(sizeof **ents);
-		memcpy(ents[nents++], e, sizeof **ents);
-	}
-	closedir(d);
-	const unsigned long tmpfl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
-	if (mount("tmpfs", devices, "tmpfs", tmpfl, "mode=755,size=64k") < 0)
-		die("mount tmpfs at %s: %s", devices, strerror(errno));
-	for (int i = 0; i < nents; i++) {
-		const char *name = ents[i]->d_name;
-		int replaced = 0;
-		for (int k = 0; k < nroots; k++)
-			replaced |= !strcmp(name, roots[k]);
-		if (replaced)
-			continue;
-		pathf(path, "%s/%s", devices, name);
-		if (ents[i]->d_type == DT_DIR) {
-			if (mkdir(path, 0755) < 0)
-				die("mkdir %s: %s", path, strerror(errno));
-		} else {
-			int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
-			if (fd < 0)
-				die("create %s: %s", path, strerror(errno));
-			close(fd);
-		}
-		char src[PATH_MAX];
-		pathf(src, "/proc/self/fd/%d/%s", dfd, name);
-		if (mount(src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
-			die("keep %s: %s", path, strerror(errno));
-	}
-	for (int k = 0; k < nroots; k++) {
-		char src[PATH_MAX];
-		pathf(path, "%s/%s", devices, roots[k]);
-		pathf(src, "%s/devices/%s", tree, roots[k]);
-		if (mkdir(path, 0755) < 0)
-			die("mkdir %s: %s", path, strerror(errno));
-		bind_ro(src, path);
-	}
-	if (mount(NULL, devices, NULL, MS_REMOUNT | MS_RDONLY | tmpfl, "mode=755,size=64k") < 0)
-		die("make %s read-only: %s", devices, strerror(errno));
+	/* sys/devices: the host's entries and the tree's host bridges. */
+	char dir[PATH_MAX];
+	pathf(dir, "%s/sys/devices", rootfs);
+	cover(dir, path, roots, nroots);
 
 	char src[PATH_MAX];
 	pathf(src, "%s/bus/pci", tree);
 	pathf(path, "%s/sys/bus/pci", rootfs);
 	bind_ro(src, path);
+	/* The tree's device classes (infiniband, infiniband_mad,
+	 * infiniband_verbs) beside the host's others, replacing a host's own;
+	 * a tree without class/ (no RDMA devices) leaves sys/class alone. */
+	char *classes[MAX_NAMES];
+	pathf(src, "%s/class", tree);
+	int nclasses = dir_names(src, "", classes);
+	if (nclasses < 0 && errno != ENOENT)
+		die("rendered PCI tree %s: %s", src, strerror(errno));
+	if (nclasses > 0) {
+		pathf(path, "%s/sys/class", rootfs);
+		cover(path, src, classes, nclasses);
+	}
 	/* A kernel without an IOMMU has no directory to show the groups at. */
 	pathf(path, "%s/sys/kernel/iommu_groups", rootfs);
 	struct stat st;

@@ -78,7 +78,7 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 			n.Sys, n.Hook = sys, hook
 		}
 	}
-	if n.IB, err = probeIB(root, resolved, dev); err != nil {
+	if n.IB, err = probeIB(root, filepath.Dir(resolved), dev); err != nil {
 		return NodeState{}, fmt.Errorf("probe overlay in %s: InfiniBand: %w", root, err)
 	}
 	for _, name := range ControlNodes {

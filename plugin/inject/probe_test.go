@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,17 +85,36 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 				want.GPUs = append(want.GPUs, GPU{Index: id.Index, UUID: id.UUID, Node: node(nums[id.Index])})
 			}
 			want.Control = []DeviceNode{node(nums[3]), node(nums[4]), node(nums[5])}
+			// h100's HCAs, inert whatever the GPUs' numbers.
+			ov := filepath.Dir(resolved)
+			want.IB = &IBNode{Shim: filepath.Join(ov, hostprep.UmadShimPath), Provider: filepath.Join(ov, hostprep.ProviderPath),
+				SocketDir: filepath.Join(root, "ib")}
+			var names []string
+			for i := 0; i < 12; i++ {
+				names = append(names, "issm"+strconv.Itoa(i), "umad"+strconv.Itoa(i), "uverbs"+strconv.Itoa(i))
+			}
+			names = append(names, "rdma_cm")
+			sort.Strings(names)
+			for _, n := range names {
+				want.IB.Devices = append(want.IB.Devices, DeviceNode{Path: "/dev/infiniband/" + n, Type: "c", Major: 1, Minor: 3, FileMode: 0o666})
+			}
 			if d := diff(got, want); d != "" {
 				t.Errorf("node state differs:\n%s", d)
 			}
 
 			// The probed state injects, and every mount source is a file.
 			got.OptedIn = map[string]bool{"ml": true}
-			adj, ok, err := Decide(Config{}, got, pod("ml"), ctr)
+			adj, ok, err := Decide(Config{Extensions: []Extension{InfiniBand}}, got, pod("ml"), ctr)
 			if err != nil || !ok {
 				t.Fatalf("Decide on the probed state: ok %v, err %v", ok, err)
 			}
 			for _, m := range adj.Mounts {
+				if m.Source == got.IB.SocketDir {
+					if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
+						t.Errorf("the fabric daemon's socket directory %s is not there before the daemon: %v", m.Source, err)
+					}
+					continue
+				}
 				if fi, err := os.Stat(m.Source); err != nil || !fi.Mode().IsRegular() {
 					t.Errorf("mount source %s is not a file: %v", m.Source, err)
 				}

@@ -1,0 +1,127 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/ibshim/fabric"
+)
+
+// fabricOf is the fabric the node's overlay was installed with, as its
+// daemon serves it.
+func (n *node) fabricOf(t *testing.T) *fabric.Fabric {
+	t.Helper()
+	ov, err := filepath.EvalSymlinks(filepath.Join(n.env["OVERLAY_ROOT"], "driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f, err := hostprep.LoadFabric(filepath.Dir(ov))
+	if err != nil || f == nil {
+		t.Fatalf("the e2e node's profile (%s) has no fabric: %v", n.env["PROFILE"], err)
+	}
+	return f
+}
+
+// A GPU container of an unmodified image with Debian's InfiniBand tools
+// sees the node's HCAs (sysfs by the hook, /dev/infiniband, the verbs
+// provider) and, through the plugin's fabric daemon, the whole fabric.
+func TestRDMAContainerSeesTheHCAsAndTheFabric(t *testing.T) {
+	n := theNode
+	f := n.fabricOf(t)
+	ca := f.Find("mlx5_0")
+	var other *fabric.Node
+	for _, nd := range ca.Subnet.Nodes {
+		if nd.Type == fabric.CA && nd.Slot != f.Local {
+			other = nd
+			break
+		}
+	}
+	p := n.runPod(t, optedIn, nil)
+	script := fmt.Sprintf(`ibstat -l | wc -l; echo --
+ibstat mlx5_0 | grep -E 'Base lid|Node GUID'; echo --
+ibv_devinfo -d mlx5_0 | grep -E 'node_guid|port_lid|fw_ver'; echo --
+ibnetdiscover -C mlx5_0 | grep -c '^Ca'; echo --
+ibping -C mlx5_0 -c 1 %d | grep -c '0%% packet loss'`, other.Ports[1].LID)
+	r := n.run(t, p, ctr{image: "rdma", cmd: []string{"sh", "-c", script}})
+	parts := strings.Split(r.out, "--\n")
+	if r.code != 0 || len(parts) != 5 {
+		t.Fatalf("exited %d:\n%s", r.code, r.out)
+	}
+	if got := strings.TrimSpace(parts[0]); got != strconv.Itoa(len(testNodeHCAs(t, n))) {
+		t.Errorf("ibstat -l lists %s HCAs, want %d", got, len(testNodeHCAs(t, n)))
+	}
+	lid := strconv.Itoa(int(ca.Ports[1].LID))
+	if want := fmt.Sprintf("Node GUID: 0x%016x", ca.GUID); !strings.Contains(parts[1], want) || !strings.Contains(parts[1], "Base lid: "+lid) {
+		t.Errorf("ibstat mlx5_0:\n%s\nwant %q and base lid %s", parts[1], want, lid)
+	}
+	if !strings.Contains(parts[2], "port_lid:\t\t"+lid) || !strings.Contains(parts[2], ca.FWVersion) {
+		t.Errorf("ibv_devinfo (the provider through RDMAV_DRIVERS):\n%s\nwant port_lid %s, fw %s", parts[2], lid, ca.FWVersion)
+	}
+	var cas int
+	for _, nd := range ca.Subnet.Nodes {
+		if nd.Type == fabric.CA {
+			cas++
+		}
+	}
+	if got := strings.TrimSpace(parts[3]); got != strconv.Itoa(cas) {
+		t.Errorf("ibnetdiscover finds %s CAs, want the modelled fabric's %d", got, cas)
+	}
+	if got := strings.TrimSpace(parts[4]); got != "1" {
+		t.Errorf("ibping to modelled node %s (LID %d) from a container: %s", f.Hosts[other.Slot], other.Ports[1].LID, r.out)
+	}
+}
+
+// testNodeHCAs are the RDMA devices of the e2e node's profile.
+func testNodeHCAs(t *testing.T, n *node) []string {
+	var out []string
+	for _, h := range n.nodeTree(t).IB.HCAs {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
+// ibping -S in one pod answers ibping from another: the daemon passes the
+// vendor MADs between the two containers' agents.
+func TestIbpingBetweenTwoContainers(t *testing.T) {
+	n := theNode
+	lid := n.fabricOf(t).Find("mlx5_0").Ports[1].LID
+	server := n.runPod(t, optedIn, nil)
+	n.start(t, server, ctr{image: "rdma", cmd: []string{"ibping", "-C", "mlx5_0", "-S"}})
+	time.Sleep(300 * time.Millisecond) // its agent registers as it starts
+	client := n.runPod(t, optedIn, nil)
+	r := n.run(t, client, ctr{image: "rdma", cmd: []string{"sh", "-c", fmt.Sprintf("ibping -C mlx5_0 -c 2 %d", lid)}})
+	if r.code != 0 || !strings.Contains(r.out, "2 received, 0% packet loss") {
+		t.Errorf("ibping from one container to ibping -S in another (LID %d): exited %d\n%s", lid, r.code, r.out)
+	}
+}
+
+// A pod that opts out of InfiniBand gets its GPUs and no HCAs; every
+// image, static and musl too, runs its own commands under the preload.
+func TestInfiniBandOptOutAndImagesThatCannotUseIt(t *testing.T) {
+	n := theNode
+	out := n.runPod(t, optedIn, map[string]string{"nvmock.io/infiniband": "false"})
+	r := n.run(t, out, ctr{image: "glibc", cmd: []string{"sh", "-c", `ls /dev/infiniband 2>&1 | head -1; echo "preload=$LD_PRELOAD"; nvidia-smi -L | wc -l`}})
+	if !strings.Contains(r.out, "No such file") || !strings.Contains(r.out, "preload=\n") || r.code != 0 {
+		t.Errorf("opted-out pod: exited %d\n%s\nwant no /dev/infiniband and no preload", r.code, r.out)
+	}
+	p := n.runPod(t, optedIn, nil)
+	for _, c := range []ctr{
+		{image: "busybox", cmd: []string{"sh", "-c", "ls /dev/infiniband | head -1; echo $LD_PRELOAD"}},
+		{image: "musl"}, {image: "static"},
+	} {
+		r := n.run(t, p, c)
+		if r.code != 0 || strings.Contains(r.out, "ERROR: ld.so") {
+			t.Errorf("%s image with the shim preloaded: exited %d\n%s", c.image, r.code, r.out)
+		}
+		if c.image == "busybox" && (!strings.Contains(r.out, "issm0") || !strings.Contains(r.out, "libnvmock-umad.so")) {
+			t.Errorf("busybox (static) sees:\n%s\nwant /dev/infiniband and the preload set (and ignored)", r.out)
+		}
+	}
+}

@@ -1,0 +1,293 @@
+//go:build integration
+
+// Package hook holds the runtime hook's tests; the hook itself is C
+// (hook.c, built by make cli). They run the built hook as runc does, on a
+// fake container's root file system in a private mount namespace, and read
+// what the container's /sys then shows.
+package hook
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/ibshim/sysfs"
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/pcisim"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// How the hook finds the container: runc runs it in the root file system
+// (the bundle's config.json confirms it); other runtimes give it the state
+// on stdin.
+const (
+	inRootfs = "in the root file system, as runc runs it"
+	onStdin  = "with the state on stdin, as other runtimes run it"
+)
+
+// node is the h100 node the trees are rendered for.
+func node(t *testing.T) *profile.Node {
+	t.Helper()
+	return testenv.Node(t, "h100", 8)
+}
+
+// tree renders the node's PCI tree, with its InfiniBand classes when ib,
+// plus extra files, into a new directory.
+func tree(t *testing.T, n *profile.Node, ib bool, extra ...pcisim.File) string {
+	t.Helper()
+	files := pcisim.Files(n)
+	if ib {
+		f, err := fabric.Build(n, "node-a", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, sysfs.Files(n, f)...)
+	}
+	dir := filepath.Join(t.TempDir(), "sys")
+	if err := pcisim.Write(append(files, extra...), dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// builtHook is the hook make cli built, with what running it needs.
+func builtHook(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (the hook mounts, in a mount namespace of its own)")
+	}
+	testenv.Tool(t, "unshare")
+	hook := filepath.Join(testenv.BuildDir(), "bin", "nvmock-hook")
+	if _, err := os.Stat(hook); err != nil {
+		testenv.Missing(t, "%s (run make cli)", hook)
+	}
+	return hook
+}
+
+// inContainer makes a bundle whose rootfs has sysfs at rootfs/sys (a plain
+// directory when !withSysfs), in a private mount namespace runs the hook
+// on tr as how says, then the shell script check in the bundle directory,
+// and returns check's output. The mounts end with the namespace.
+func inContainer(t *testing.T, hook, tr, how string, withSysfs bool, check string) string {
+	t.Helper()
+	bundle := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(bundle, "rootfs", "sys"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// containerd writes root.path relative to the bundle; other runtimes
+	// may write it absolute.
+	root := "rootfs"
+	if how == onStdin {
+		root = filepath.Join(bundle, "rootfs")
+	}
+	config := fmt.Sprintf(`{"ociVersion":"1.2.0","root":{"path":%q,"readonly":true},"hooks":{}}`, root)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e
+b=$1 hook=$2 tree=$3 how=$4 sysfs=$5
+[ "$sysfs" = no ] || mount -t sysfs sysfs "$b/rootfs/sys"
+if [ "$how" = rootfs ]; then
+	# No state on stdin: the hook must not need it.
+	(cd "$b/rootfs" && "$hook" pcisim "$tree" </dev/null)
+else
+	(cd / && printf '{"ociVersion":"1.2.0","id":"c","status":"creating","pid":%d,"bundle":"%s"}' $$ "$b" | "$hook" pcisim "$tree")
+fi
+cd "$b"
+set +e
+` + check
+	how, sysfs := "rootfs", "yes"
+	if how == onStdin {
+		how = "stdin"
+	}
+	if !withSysfs {
+		sysfs = "no"
+	}
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", bundle, hook, tr, how, sysfs)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hook and check: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// sections splits out at the script's "--" lines into want parts.
+func sections(t *testing.T, out string, want int) []string {
+	t.Helper()
+	parts := strings.Split(out, "--\n")
+	if len(parts) != want {
+		t.Fatalf("want %d sections, got %d:\n%s", want, len(parts), out)
+	}
+	return parts
+}
+
+// names lists a directory, sorted.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// union is the sorted names of a and b, each once.
+func union(a, b []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(a), b...))))
+}
+
+// The tree's InfiniBand classes are in the container's sys/class, read-only,
+// beside the host's others, whose links still resolve; whichever way the
+// runtime runs the hook.
+func TestTheContainersSysClassHoldsTheTreesInfiniBandClassesBesideTheHosts(t *testing.T) {
+	hook := builtHook(t)
+	n := node(t)
+	tr := tree(t, n, true)
+	ibClasses := names(t, filepath.Join(tr, "class"))
+	if !slices.Equal(ibClasses, []string{"infiniband", "infiniband_mad", "infiniband_verbs"}) {
+		t.Fatalf("the tree's classes: %v", ibClasses)
+	}
+	guid, err := os.ReadFile(filepath.Join(tr, "class", "infiniband", "mlx5_0", "node_guid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := names(t, "/sys/class")
+	for _, how := range []string{inRootfs, onStdin} {
+		t.Run(how, func(t *testing.T) {
+			out := inContainer(t, hook, tr, how, true, `c=rootfs/sys/class
+cat $c/infiniband/mlx5_0/node_guid; echo --
+ls -1 $c; echo --
+for d in infiniband infiniband_mad infiniband_verbs; do ls -1 $c/$d; done; echo --
+ls -1 $c/net; echo --
+cat $c/net/lo/ifindex; echo --
+stat -f -c %T $c $c/net $c/infiniband; echo --
+touch $c/new 2>&1; mkdir $c/infiniband/new 2>&1; touch $c/infiniband_verbs/abi_version 2>&1; echo --
+ls rootfs/sys/bus/pci/devices | wc -l`)
+			p := sections(t, out, 8)
+			if p[0] != string(guid) {
+				t.Errorf("mlx5_0's node_guid reads %q, the tree's %q", p[0], guid)
+			}
+			if got, want := testenv.Lines(p[1]), union(host, ibClasses); !slices.Equal(got, want) {
+				t.Errorf("sys/class lists %v; want the host's and the tree's: %v", got, want)
+			}
+			var want []string
+			for _, c := range ibClasses {
+				want = append(want, names(t, filepath.Join(tr, "class", c))...)
+			}
+			if got := testenv.Lines(p[2]); !slices.Equal(got, want) {
+				t.Errorf("the InfiniBand classes list %v, the tree's %v", got, want)
+			}
+			// Not the whole list: the host's veths come and go.
+			if got := testenv.Lines(p[3]); !slices.Contains(got, "lo") {
+				t.Errorf("sys/class/net lists %v, want the host's, lo among them", got)
+			}
+			// The host's class links still resolve, through sys/devices.
+			if p[4] != "1\n" {
+				t.Errorf("sys/class/net/lo/ifindex reads %q, want 1", p[4])
+			}
+			if got := testenv.Lines(p[5]); len(got) != 3 || got[0] != "tmpfs" || got[1] != "sysfs" || got[2] == "sysfs" {
+				t.Errorf("file systems of sys/class, its net and infiniband: %v, want tmpfs, sysfs and the tree's", got)
+			}
+			if got := testenv.Lines(p[6]); len(got) != 3 || !all(got, "Read-only file system") {
+				t.Errorf("writing to sys/class and the tree's classes:\n%s\nwant three read-only errors", p[6])
+			}
+			if got, want := strings.TrimSpace(p[7]), fmt.Sprint(len(pcisim.Devices(n))); got != want {
+				t.Errorf("sys/bus/pci/devices lists %s devices, the tree %s", got, want)
+			}
+		})
+	}
+}
+
+// all says whether every line contains sub.
+func all(lines []string, sub string) bool {
+	for _, l := range lines {
+		if !strings.Contains(l, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// A host with HCAs of its own (a class/infiniband) shows the tree's only.
+func TestATreesClassReplacesTheHostsOfTheSameName(t *testing.T) {
+	hook := builtHook(t)
+	host := names(t, "/sys/class")
+	if len(host) == 0 {
+		t.Fatal("the host's /sys/class is empty")
+	}
+	// Stand-in for the host's own infiniband: one of its classes, which
+	// the tree renders too.
+	name := host[0]
+	if slices.Contains(host, "mem") {
+		name = "mem"
+	}
+	n := node(t)
+	tr := tree(t, n, true, pcisim.File{Path: "class/" + name + "/nvmock", Data: []byte("the tree's\n")})
+	out := inContainer(t, hook, tr, inRootfs, true, "ls -1 rootfs/sys/class/"+name+"; echo --; ls -1 rootfs/sys/class")
+	p := sections(t, out, 2)
+	if p[0] != "nvmock\n" {
+		t.Errorf("sys/class/%s lists\n%swant the tree's alone: nvmock", name, p[0])
+	}
+	if got, want := testenv.Lines(p[1]), union(host, names(t, filepath.Join(tr, "class"))); !slices.Equal(got, want) {
+		t.Errorf("sys/class lists %v, want %v", got, want)
+	}
+}
+
+// A tree without InfiniBand classes leaves sys/class the host's sysfs, as
+// before the hook showed classes.
+func TestATreeWithoutClassesLeavesSysClassAlone(t *testing.T) {
+	hook := builtHook(t)
+	n := node(t)
+	tr := tree(t, n, false)
+	out := inContainer(t, hook, tr, inRootfs, true, `stat -f -c %T rootfs/sys/class rootfs/sys/devices; echo --
+grep -c " $PWD/rootfs/sys/class" /proc/self/mountinfo; echo --
+ls -1 rootfs/sys/class; echo --
+ls rootfs/sys/bus/pci/devices | wc -l`)
+	p := sections(t, out, 4)
+	if got := testenv.Lines(p[0]); !slices.Equal(got, []string{"sysfs", "tmpfs"}) {
+		t.Errorf("file systems of sys/class and sys/devices: %v, want sysfs (untouched) and tmpfs (covered)", got)
+	}
+	if strings.TrimSpace(p[1]) != "0" {
+		t.Errorf("%s mounts at or below sys/class, want none", strings.TrimSpace(p[1]))
+	}
+	if got, want := testenv.Lines(p[2]), names(t, "/sys/class"); !slices.Equal(got, want) {
+		t.Errorf("sys/class lists %v, the host's %v", got, want)
+	}
+	if got, want := strings.TrimSpace(p[3]), fmt.Sprint(len(pcisim.Devices(n))); got != want {
+		t.Errorf("sys/bus/pci/devices lists %s devices, the tree %s", got, want)
+	}
+}
+
+// Debian's ibstat, reading /sys/class/infiniband, lists the tree's HCAs
+// in the container's /sys.
+func TestIbstatListsTheTreesHCAs(t *testing.T) {
+	hook := builtHook(t)
+	ibstat := testenv.Tool(t, "ibstat")
+	n := node(t)
+	tr := tree(t, n, true)
+	out := inContainer(t, hook, tr, inRootfs, true, "mount --rbind rootfs/sys /sys && "+ibstat+" -l")
+	if got, want := slices.Sorted(slices.Values(testenv.Lines(out))), names(t, filepath.Join(tr, "class", "infiniband")); !slices.Equal(got, want) || len(want) == 0 {
+		t.Errorf("ibstat -l:\n%swant %v", out, want)
+	}
+}
+
+// A container without sysfs at /sys sees no PCI devices on a real node
+// either: the hook leaves it alone.
+func TestAContainerWithoutSysfsIsLeftAlone(t *testing.T) {
+	hook := builtHook(t)
+	tr := tree(t, node(t), true)
+	out := inContainer(t, hook, tr, onStdin, false, `ls -A rootfs/sys; grep -c " $PWD/rootfs" /proc/self/mountinfo; true`)
+	if out != "0\n" {
+		t.Errorf("rootfs/sys's entries and the mounts below rootfs:\n%swant none", out)
+	}
+}
