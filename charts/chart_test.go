@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
@@ -94,6 +95,8 @@ type objects struct {
 	nsRoles      []rbacv1.Role
 	nsBindings   []rbacv1.RoleBinding
 	jobs         []batchv1.Job
+	services     []corev1.Service
+	policies     []networkingv1.NetworkPolicy
 	// hooks are the pre-delete hook's objects (templates/predelete.yaml).
 	hooks *objects
 }
@@ -137,6 +140,10 @@ func decode(t *testing.T, files map[string]string) objects {
 				into = addNew(&dst.nsBindings)
 			case "batch/v1 Job":
 				into = addNew(&dst.jobs)
+			case "v1 Service":
+				into = addNew(&dst.services)
+			case "networking.k8s.io/v1 NetworkPolicy":
+				into = addNew(&dst.policies)
 			default:
 				t.Fatalf("%s doc %d: unexpected object %s %s", name, i, meta.APIVersion, meta.Kind)
 			}

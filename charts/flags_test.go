@@ -43,12 +43,16 @@ func sourceFlags(t *testing.T, file, fn string) *flag.FlagSet {
 			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "fs" {
 				return true
 			}
-			lit, ok := call.Args[0].(*ast.BasicLit)
+			arg := 0
+			if strings.HasSuffix(sel.Sel.Name, "Var") && len(call.Args) > 1 {
+				arg = 1 // fs.StringVar(&x, "name", ...)
+			}
+			lit, ok := call.Args[arg].(*ast.BasicLit)
 			if !ok || lit.Kind != token.STRING {
 				return true
 			}
 			name, _ := strconv.Unquote(lit.Value)
-			switch sel.Sel.Name {
+			switch strings.TrimSuffix(sel.Sel.Name, "Var") {
 			case "String":
 				fs.String(name, "", "")
 			case "Int":

@@ -1,15 +1,18 @@
 package charts
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -94,6 +97,7 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 			checkPools(t, objs, s.pools)
 			checkRBAC(t, objs)
 			checkPreDelete(t, objs, s.pools)
+			checkFabric(t, objs)
 			golden(t, s.name, manifest(files))
 		})
 	}
@@ -488,5 +492,53 @@ func checkLive(t *testing.T, ds appsv1.DaemonSet, c corev1.Container) {
 	}
 	if got := writable(ds.Spec.Template.Spec, c); !reflect.DeepEqual(got, []string{"/var/lib/nvmock/live"}) {
 		t.Errorf("%s: live init mounts %v read-write, want only the state", ds.Name, got)
+	}
+}
+
+// checkFabric: each pool's fabric daemons find each other through a
+// headless Service of the pool's pods, on the port the plugin container
+// listens on, and a NetworkPolicy admits that port from the pool's pods
+// only.
+func checkFabric(t *testing.T, o objects) {
+	t.Helper()
+	for _, ds := range o.daemonSets {
+		pods := ds.Spec.Template.Labels
+		var svc *corev1.Service
+		for i := range o.services {
+			if o.services[i].Name == ds.Name+"-fabric" {
+				svc = &o.services[i]
+			}
+		}
+		if svc == nil {
+			t.Errorf("%s: no Service %s-fabric", ds.Name, ds.Name)
+			continue
+		}
+		if svc.Spec.ClusterIP != "None" || !svc.Spec.PublishNotReadyAddresses || !reflect.DeepEqual(svc.Spec.Selector, pods) {
+			t.Errorf("%s: Service %s is not headless over the pool's pods (selector %v, want %v)", ds.Name, svc.Name, svc.Spec.Selector, pods)
+		}
+		var nri corev1.Container
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if c.Name == "nri" {
+				nri = c
+			}
+		}
+		port := svc.Spec.Ports[0]
+		listens := slices.Contains(nri.Args, fmt.Sprintf("--ib-listen=:%d", port.Port))
+		dns := slices.Contains(nri.Args, fmt.Sprintf("--ib-peers-dns=%s.%s.svc", svc.Name, svc.Namespace))
+		named := slices.ContainsFunc(nri.Ports, func(p corev1.ContainerPort) bool { return p.Name == "fabric" && p.ContainerPort == port.Port })
+		if !listens || !dns || !named || port.TargetPort.StrVal != "fabric" {
+			t.Errorf("%s: the plugin listens %v, looks peers up at the Service %v, names the port %v; Service targets %q", ds.Name, listens, dns, named, port.TargetPort.StrVal)
+		}
+		var pol *networkingv1.NetworkPolicy
+		for i := range o.policies {
+			if o.policies[i].Name == svc.Name {
+				pol = &o.policies[i]
+			}
+		}
+		if pol == nil || !reflect.DeepEqual(pol.Spec.PodSelector.MatchLabels, pods) || len(pol.Spec.Ingress) == 0 ||
+			len(pol.Spec.Ingress[0].From) != 1 || !reflect.DeepEqual(pol.Spec.Ingress[0].From[0].PodSelector.MatchLabels, pods) ||
+			pol.Spec.Ingress[0].Ports[0].Port.StrVal != "fabric" {
+			t.Errorf("%s: NetworkPolicy %+v: want the fabric port open to the pool's pods only", ds.Name, pol)
+		}
 	}
 }

@@ -10,6 +10,7 @@ package ibshim_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,5 +223,68 @@ func TestNvidiaSMITopoListsTheNICs(t *testing.T) {
 		if want := fmt.Sprintf("NIC%d: mlx5_%d\n", i, i); !strings.Contains(out, want) {
 			t.Errorf("nvidia-smi topo -m has no %q in its NIC legend:\n%s", strings.TrimSpace(want), out)
 		}
+	}
+}
+
+// freePort is a TCP port on 127.0.0.1 nothing listens on.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Two mock nodes of one fabric, each with its own daemon, relay MADs: a
+// program on node-b pings ibping -S on node-a, and sees node-a's name in
+// the fabric; a port of node-a where nothing listens does not answer (as
+// on a real node), unlike a modelled node.
+func TestTwoNodesPassMADsBetweenTheirDaemons(t *testing.T) {
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "%s (run make driver)", bin)
+	}
+	testenv.Tool(t, "ibping")
+	a, b := freePort(t), freePort(t)
+	n := testenv.Node(t, "h100", 8)
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lid := f.Find("mlx5_0").Ports[1].LID
+	quiet := f.Find("mlx5_3").Ports[1].LID
+	assets := filepath.Join(testenv.BuildDir(), "driver")
+	server := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0",
+		"--ib-listen", a, "--ib-peers", b, "--", "ibping", "-C", "mlx5_0", "-S")
+	var serverOut testenv.SyncBuffer
+	server.Stdout, server.Stderr = &serverOut, &serverOut
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		server.Process.Signal(os.Interrupt)
+		server.Wait()
+	}()
+	// The daemons meet within a second of each other starting.
+	script := fmt.Sprintf(`sleep 1.5; ibping -C mlx5_0 -c 2 %d; echo ==
+ibping -C mlx5_0 -c 1 -t 300 %d; echo ==
+ibnetdiscover -C mlx5_0 | grep -c '"node-a mlx5_'`, lid, quiet)
+	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1",
+		"--ib-listen", b, "--ib-peers", a, "--", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node-b: %v\n%s\nnode-a:\n%s", err, out, serverOut.String())
+	}
+	parts := strings.Split(string(out), "==\n")
+	host, _ := os.Hostname()
+	if want := fmt.Sprintf("Pong from %s.", host); !strings.Contains(parts[0], want) || !strings.Contains(parts[0], " 0% packet loss") {
+		t.Errorf("ibping from node-b to ibping -S on node-a (LID %d):\n%s\nwant %q, no loss", lid, parts[0], want)
+	}
+	if !strings.Contains(parts[1], "100% packet loss") {
+		t.Errorf("ibping to node-a's mlx5_3, where no ibping -S runs:\n%s\nwant a timeout, not the model's answer", parts[1])
+	}
+	if got := strings.TrimSpace(parts[2]); got != "16" {
+		t.Errorf("ibnetdiscover on node-b names node-a's HCAs %s times, want 16 (8 compute CAs, each with its link)", got)
 	}
 }

@@ -34,8 +34,13 @@ func execCmd(args []string) error {
 	assets := fs.String("assets", "", "driver tree holding usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi\n(default $NVMOCK_ASSETS, else ../driver beside this binary)")
 	var lf loadFlags
 	lf.add(fs)
+	var ib ibFlags
+	ib.add(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := ib.peers.check(); err != nil {
+		return fmt.Errorf("exec: %w", err)
 	}
 	if fs.NArg() == 0 {
 		return fmt.Errorf("exec: no command given; use nvmock exec [--profile P] [--gpus N] -- CMD ARGS...")
@@ -58,7 +63,7 @@ func execCmd(args []string) error {
 	pci := pcisim.Files(node)
 	env := os.Environ()
 	if node.IB != nil {
-		stop, err := startFabric(node, *assets, &pci, &env)
+		stop, err := startFabric(node, *assets, &ib, &pci, &env)
 		if err != nil {
 			return fmt.Errorf("exec: InfiniBand: %w", err)
 		}
@@ -106,13 +111,16 @@ func execChild(args []string) error {
 // startFabric gives the namespace the node's InfiniBand: the RDMA devices
 // in its sysfs tree, a fabric daemon for the umad shim, and the shim and
 // verbs provider from the assets. stop ends the daemon.
-func startFabric(node *profile.Node, assets string, pci *[]pcisim.File, env *[]string) (stop func(), err error) {
+func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.File, env *[]string) (stop func(), err error) {
 	shim := filepath.Join(assets, ibshim.UmadShim)
 	if _, err := os.Stat(shim); err != nil {
 		return nil, fmt.Errorf("assets %s: no %s (run make driver): %w", assets, ibshim.UmadShim, errors.Unwrap(err))
 	}
-	host, _ := os.Hostname()
-	fab, err := fabric.Build(node, host, -1)
+	host := ib.host
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	fab, err := fabric.Build(node, host, ib.slot)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +143,28 @@ func startFabric(node *profile.Node, assets string, pci *[]pcisim.File, env *[]s
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	go ibd.New(node, fab, log).Serve(l)
+	d := ibd.New(node, fab, log)
+	go d.Serve(l)
+	stopPeers, err := ib.peers.start(d)
+	if err != nil {
+		l.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	*env = ibshim.Env(*env, assets, sock)
-	return func() { l.Close(); os.RemoveAll(dir) }, nil
+	return func() { stopPeers(); l.Close(); os.RemoveAll(dir) }, nil
+}
+
+// ibFlags place an exec'd node in its fabric, for tests of several nodes
+// on one machine.
+type ibFlags struct {
+	host  string
+	slot  int
+	peers peerFlags
+}
+
+func (f *ibFlags) add(fs *flag.FlagSet) {
+	fs.StringVar(&f.host, "ib-host", "", "this node's host name in its InfiniBand fabric (default: the hostname)")
+	fs.IntVar(&f.slot, "ib-slot", -1, "this node's place in the fabric, 0 to nodes-1 (default: from its host name)")
+	f.peers.add(fs, "ib-")
 }

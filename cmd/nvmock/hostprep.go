@@ -63,6 +63,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	nfdDir := fs.String("nfd-dir", hostprep.DefaultNFDDir, "node-feature-discovery features.d directory")
 	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511) instead of /dev/null's 1:3")
 	force := fs.Bool("force", false, "install even where a real NVIDIA driver is loaded")
+	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1 (default: from its name)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,7 +105,8 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 		}
 	}
 	res, err := hostprep.Install(hostprep.InstallOptions{
-		Render:   hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers, Hook: hookBinary()},
+		Render: hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers, Hook: hookBinary(),
+			FabricSlot: *slot + 1},
 		Root:     *root,
 		CDIDir:   *cdiDir,
 		NFDDir:   *nfdDir,

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,7 +16,7 @@ import (
 )
 
 // ibdCmd runs the node's fabric daemon: `nvmock ibd [--profile P] --socket
-// PATH`. It serves until SIGINT or SIGTERM.
+// PATH [--listen ADDR --peers ADDR,...]`. It serves until SIGINT or SIGTERM.
 func ibdCmd(args []string) error {
 	fs := flag.NewFlagSet("ibd", flag.ContinueOnError)
 	name := fs.String("profile", "a100", "built-in profile name or profile file")
@@ -24,11 +25,16 @@ func ibdCmd(args []string) error {
 	slot := fs.Int("slot", -1, "this node's place in the fabric, 0 to nodes-1 (default: from its host name)")
 	var lf loadFlags
 	lf.add(fs)
+	var pf peerFlags
+	pf.add(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("ibd: unexpected argument %q", fs.Arg(0))
+	}
+	if err := pf.check(); err != nil {
+		return fmt.Errorf("ibd: %w", err)
 	}
 	p, _, err := lf.load(*name)
 	if err != nil {
@@ -51,8 +57,14 @@ func ibdCmd(args []string) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() { <-sigs; l.Close() }()
-	log.WithFields(logrus.Fields{"socket": *socket, "host": f.Hosts[f.Local], "slot": f.Local}).Info("fabric daemon serving")
-	return ibd.New(node, f, log).Serve(l)
+	d := ibd.New(node, f, log)
+	stopPeers, err := pf.start(d)
+	if err != nil {
+		return fmt.Errorf("ibd: %w", err)
+	}
+	defer stopPeers()
+	log.WithFields(logrus.Fields{"socket": *socket, "host": f.Hosts[f.Local], "slot": f.Local, "peers": pf.listen}).Info("fabric daemon serving")
+	return d.Serve(l)
 }
 
 // buildFabric is the fabric of a node named host, or an error naming the
@@ -62,4 +74,74 @@ func buildFabric(n *profile.Node, host string, slot int) (*fabric.Fabric, error)
 		return nil, fmt.Errorf("profile %s has no InfiniBand (an infiniband block)", n.Profile.Name)
 	}
 	return fabric.Build(n, host, slot)
+}
+
+// peerFlags say how a node's fabric daemon finds the other real nodes'.
+type peerFlags struct {
+	prefix             string // of the flags' names, for messages
+	listen, peers, dns string
+}
+
+// Usage of the peer flags, which ibd, exec and nri share.
+const (
+	peerListenUsage = "TCP address where other nodes' fabric daemons connect, such as :4791; empty: none"
+	peerPeersUsage  = "comma list of other nodes' fabric daemons, HOST:PORT"
+	peerDNSUsage    = "a name whose addresses are the other nodes' daemons (a headless Service), on the listen port"
+)
+
+func (f *peerFlags) add(fs *flag.FlagSet, prefix string) {
+	f.prefix = prefix
+	fs.StringVar(&f.listen, prefix+"listen", "", peerListenUsage)
+	fs.StringVar(&f.peers, prefix+"peers", "", peerPeersUsage)
+	fs.StringVar(&f.dns, prefix+"peers-dns", "", peerDNSUsage)
+}
+
+// check refuses flags that cannot work together, at start.
+func (f *peerFlags) check() error {
+	if f.dns != "" && f.listen == "" {
+		return fmt.Errorf("--%speers-dns needs --%slisten: the peers listen on the same port", f.prefix, f.prefix)
+	}
+	if f.listen != "" {
+		if _, _, err := net.SplitHostPort(f.listen); err != nil {
+			return fmt.Errorf("--%slisten %q: %w", f.prefix, f.listen, err)
+		}
+	}
+	return nil
+}
+
+// start serves and dials the peers the flags name; stop ends both.
+func (f *peerFlags) start(d *ibd.Daemon) (stop func(), err error) {
+	done := make(chan struct{})
+	var closers []func()
+	stop = func() {
+		close(done)
+		for _, c := range closers {
+			c()
+		}
+	}
+	port := ""
+	if f.listen != "" {
+		l, err := net.Listen("tcp", f.listen)
+		if err != nil {
+			return nil, fmt.Errorf("--%slisten: %w", f.prefix, err)
+		}
+		closers = append(closers, func() { l.Close() })
+		go d.ServePeers(l)
+		_, port, _ = net.SplitHostPort(l.Addr().String())
+	}
+	static := splitList(f.peers)
+	if len(static) == 0 && f.dns == "" {
+		return stop, nil
+	}
+	go d.DialPeers(func() []string {
+		out := append([]string{}, static...)
+		if f.dns != "" {
+			ips, _ := net.LookupHost(f.dns) // none yet: the next round
+			for _, ip := range ips {
+				out = append(out, net.JoinHostPort(ip, port))
+			}
+		}
+		return out
+	}, done)
+	return stop, nil
 }

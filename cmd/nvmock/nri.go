@@ -28,6 +28,7 @@ const nriUsage = `Usage:
              [--namespace-label KEY=VALUE] [--namespaces NS,NS|*]
              [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
              [--allow-real-driver] [--listen ADDR] [--log-level LEVEL]
+             [--ib-listen ADDR] [--ib-peers ADDR,...] [--ib-peers-dns NAME]
 `
 
 // nriCmd runs the NRI plugin until SIGTERM or SIGINT.
@@ -46,6 +47,12 @@ func nriCmd(args []string) error {
 		"comma list of runtime handlers that run NVIDIA's container runtime in CDI mode: their pods get only the snapshot from the plugin; empty: none")
 	listen := fs.String("listen", ":9464", "address for /healthz, /readyz and /metrics; empty disables")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	// Named here, not by peerFlags.add: the chart's tests read nri's flags
+	// from this function.
+	peers := peerFlags{prefix: "ib-"}
+	fs.StringVar(&peers.listen, "ib-listen", "", peerListenUsage)
+	fs.StringVar(&peers.peers, "ib-peers", "", peerPeersUsage)
+	fs.StringVar(&peers.dns, "ib-peers-dns", "", peerDNSUsage)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -57,6 +64,9 @@ func nriCmd(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("nri: unexpected argument %q (see nvmock nri --help)", fs.Arg(0))
+	}
+	if err := peers.check(); err != nil {
+		return fmt.Errorf("nri: %w", err)
 	}
 
 	logger := logrus.New()
@@ -106,7 +116,7 @@ func nriCmd(args []string) error {
 			}
 		}()
 	}
-	if stopFabric, err := serveFabric(*root, logger); err != nil {
+	if stopFabric, err := serveFabric(*root, &peers, logger); err != nil {
 		// Why not fatal: a node without its fabric still has GPUs; MADs
 		// time out as on a broken fabric.
 		log.WithError(err).Error("InfiniBand fabric daemon not started")
@@ -142,7 +152,7 @@ func splitList(s string) []string {
 
 // serveFabric runs the node's fabric daemon (nvmock ibd) for the overlay
 // installed in root, at root's IBSocket, when it has InfiniBand.
-func serveFabric(root string, logger *logrus.Logger) (stop func(), err error) {
+func serveFabric(root string, peers *peerFlags, logger *logrus.Logger) (stop func(), err error) {
 	overlay, err := filepath.EvalSymlinks(filepath.Join(root, "driver"))
 	if err != nil {
 		return nil, err
@@ -159,7 +169,13 @@ func serveFabric(root string, logger *logrus.Logger) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	go ibd.New(node, fab, logger).Serve(l)
-	logger.WithFields(logrus.Fields{"component": "ibd", "socket": sock, "host": fab.Hosts[fab.Local], "slot": fab.Local}).Info("fabric daemon serving")
-	return func() { l.Close() }, nil
+	d := ibd.New(node, fab, logger)
+	go d.Serve(l)
+	stopPeers, err := peers.start(d)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	logger.WithFields(logrus.Fields{"component": "ibd", "socket": sock, "host": fab.Hosts[fab.Local], "slot": fab.Local, "peers": peers.listen}).Info("fabric daemon serving")
+	return func() { stopPeers(); l.Close() }, nil
 }

@@ -31,7 +31,7 @@ func Build(n *profile.Node, host string, slot int) (*Fabric, error) {
 	if slot >= spec.Nodes {
 		return nil, fmt.Errorf("InfiniBand slot %d: the fabric has %d nodes (0 to %d)", slot, spec.Nodes, spec.Nodes-1)
 	}
-	f := &Fabric{Name: spec.Name, Local: slot, Hosts: make([]string, spec.Nodes)}
+	f := &Fabric{Name: spec.Name, Local: slot, Hosts: make([]string, spec.Nodes), HostFormat: spec.HostName}
 	for i := range f.Hosts {
 		f.Hosts[i] = fmt.Sprintf(spec.HostName, i+1)
 	}

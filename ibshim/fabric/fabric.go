@@ -21,10 +21,11 @@ const MellanoxVendor = 0x0002c9
 
 // Fabric is every subnet the node's HCAs are cabled into.
 type Fabric struct {
-	Name    string
-	Hosts   []string // node names by slot
-	Local   int      // this node's slot
-	Subnets []*Subnet
+	Name       string
+	Hosts      []string // node names by slot
+	HostFormat string   // modelled nodes' names, %d the slot from 1
+	Local      int      // this node's slot
+	Subnets    []*Subnet
 }
 
 // Subnet is one InfiniBand subnet: its switches and CAs, with one SM.

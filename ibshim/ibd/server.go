@@ -33,7 +33,8 @@ type Daemon struct {
 	counters map[*fabric.Port]*counters
 	agents   []*agent
 	pending  map[pendingKey]*pending
-	out      []outgoing // what handle decided to send, sent once mu is free
+	peers    map[int]*peer // other real nodes' daemons, by slot
+	out      []outgoing    // what handle decided to send, sent once mu is free
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -56,10 +57,12 @@ type pendingKey struct {
 	tid uint64
 }
 
-// pending is a request handed to a program's agent, awaiting its answer.
+// pending is a request handed to an agent, awaiting its answer: one of
+// this node's programs asked (c, agent), or another node's (peer).
 type pending struct {
 	c     *conn
 	agent uint32
+	peer  *peer
 	from  *fabric.Port
 	timer *time.Timer
 }
@@ -79,7 +82,7 @@ func (c *conn) send(u packet) {
 // New makes the daemon of a node, whose HCAs are the packet devices in
 // order (as the sysfs plane numbers them).
 func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
-	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, pending: map[pendingKey]*pending{}}
+	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{}}
 	for _, h := range n.IB.HCAs {
 		var p *fabric.Port
 		if nd := f.Find(h.Name); nd != nil {
@@ -310,8 +313,9 @@ func (d *Daemon) timeout(c *conn, u packet) {
 }
 
 // toAgent delivers a request of another class to the agent registered
-// for it at the LID, as the kernel's MAD layer does; modelled nodes answer
-// ibping themselves.
+// for it at the LID, as the kernel's MAD layer does: this node's, or
+// another real node's through its daemon; modelled nodes answer ibping
+// themselves.
 func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 	m := u.mad()
 	to := from.Node.Subnet.Port(u.lid())
@@ -319,18 +323,14 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 		d.timeout(c, u)
 		return
 	}
-	oui := uint32(m[37])<<16 | uint32(m[38])<<8 | uint32(m[39])
-	for _, a := range d.agents {
-		if a.c.port != to || a.class != m.class() || (m.class() >= 0x30 && a.oui != oui) {
-			continue
-		}
-		d.count(from, to)
+	a := d.agentFor(to, m)
+	remote := d.peers[to.Node.Slot]
+	if a != nil || (remote != nil && to.Node.Type == fabric.CA) {
 		key := pendingKey{at: to, tid: m.tid()}
 		p := &pending{c: c, agent: u.agent(), from: from}
-		wait := time.Duration(u.timeoutMS()) * time.Millisecond * time.Duration(u.retries()+1)
 		r := append(packet(nil), u...)
 		r.setStatus(etimedout)
-		p.timer = time.AfterFunc(wait, func() {
+		p.timer = time.AfterFunc(wait(u), func() {
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			if d.pending[key] == p {
@@ -339,15 +339,15 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 			}
 		})
 		d.pending[key] = p
-		fwd := append(packet(nil), u...)
-		fwd.setAgent(a.id)
-		fwd.setStatus(0)
-		fwd.setLID(from.LID)
-		fwd.setQPN(1)
-		fwd.setLength(len(fwd))
-		d.out = append(d.out, outgoing{a.c, fwd})
+		d.count(from, to)
+		if a != nil {
+			d.out = append(d.out, outgoing{a.c, d.forward(u, a, from)})
+		} else {
+			d.relay(remote, from, to, u)
+		}
 		return
 	}
+	oui := uint32(m[37])<<16 | uint32(m[38])<<8 | uint32(m[39])
 	if m.class() == vendorIBPing && oui == ouiOpenFabric && to.Node.Slot != d.fab.Local && to.Node.Type == fabric.CA {
 		d.exchange(from, to)
 		r := reply(u, nil)
@@ -360,7 +360,37 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 	d.timeout(c, u)
 }
 
-// answered passes an agent's response to the request it answers.
+// wait is how long the kernel waits for a request's answer: its timeout
+// for each of its tries.
+func wait(u packet) time.Duration {
+	return time.Duration(u.timeoutMS()) * time.Millisecond * time.Duration(u.retries()+1)
+}
+
+// agentFor is this node's agent registered at port for the MAD's class
+// (and OUI, for vendor classes with one), or nil.
+func (d *Daemon) agentFor(port *fabric.Port, m mad) *agent {
+	oui := uint32(m[37])<<16 | uint32(m[38])<<8 | uint32(m[39])
+	for _, a := range d.agents {
+		if a.c.port == port && a.class == m.class() && (m.class() < 0x30 || a.oui == oui) {
+			return a
+		}
+	}
+	return nil
+}
+
+// forward is request u as agent a receives it, from port from.
+func (d *Daemon) forward(u packet, a *agent, from *fabric.Port) packet {
+	fwd := append(packet(nil), u...)
+	fwd.setAgent(a.id)
+	fwd.setStatus(0)
+	fwd.setLID(from.LID)
+	fwd.setQPN(1)
+	fwd.setLength(len(fwd))
+	return fwd
+}
+
+// answered passes an agent's response to the request it answers, here or
+// back to the node that asked.
 func (d *Daemon) answered(at *fabric.Port, u packet) {
 	key := pendingKey{at: at, tid: u.mad().tid()}
 	p := d.pending[key]
@@ -370,6 +400,10 @@ func (d *Daemon) answered(at *fabric.Port, u packet) {
 	delete(d.pending, key)
 	p.timer.Stop()
 	d.count(at, p.from)
+	if p.peer != nil {
+		d.relay(p.peer, at, p.from, u)
+		return
+	}
 	r := append(packet(nil), u...)
 	r.setAgent(p.agent)
 	r.setStatus(0)

@@ -1,0 +1,253 @@
+package ibd
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+)
+
+// Daemons of the fabric's real nodes pass MADs for each other's programs
+// over TCP: a request to a port of another real node's slot goes to that
+// node's daemon, which hands it to its agent, and the answer comes back the
+// same way. Everything else (SMA, SA, PerfMgt) each daemon answers from the
+// model, which is the same on every node.
+//
+// A connection carries frames: u32 length (big-endian) of what follows,
+// one byte of type, then a hello (JSON) or a MAD: u8 subnet index, u16
+// source LID, u16 destination LID, the umad packet.
+const (
+	frameHello = 1
+	frameMAD   = 2
+	maxFrame   = 1 << 20
+	// dialEvery is how often a daemon tries the peers it is not connected
+	// to, and rereads their addresses.
+	dialEvery = time.Second
+)
+
+// hello says which fabric and slot a daemon serves.
+type hello struct {
+	Fabric string `json:"fabric"`
+	Slot   int    `json:"slot"`
+	Host   string `json:"host"`
+}
+
+// peer is a connection to another real node's daemon.
+type peer struct {
+	conn net.Conn
+	slot int
+	host string
+	wmu  sync.Mutex
+}
+
+func (p *peer) write(typ byte, body ...[]byte) error {
+	n := 1
+	for _, b := range body {
+		n += len(b)
+	}
+	buf := make([]byte, 0, 4+n)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	buf = append(buf, typ)
+	for _, b := range body {
+		buf = append(buf, b...)
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err := p.conn.Write(buf)
+	return err
+}
+
+func readFrame(r *bufio.Reader) (byte, []byte, error) {
+	var n uint32
+	if err := binary.Read(r, binary.BigEndian, &n); err != nil {
+		return 0, nil, err
+	}
+	if n < 1 || n > maxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes", n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return 0, nil, err
+	}
+	return b[0], b[1:], nil
+}
+
+// ServePeers takes the connections other daemons make to l until it is
+// closed.
+func (d *Daemon) ServePeers(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go d.peerConn(c)
+	}
+}
+
+// DialPeers keeps a connection to every address addrs gives (rereading it
+// every second: a headless Service's endpoints change) until stop closes.
+// An address that turns out to be this daemon's own is left alone.
+func (d *Daemon) DialPeers(addrs func() []string, stop <-chan struct{}) {
+	var mu sync.Mutex
+	busy := map[string]bool{} // connected, connecting, or this daemon
+	for {
+		for _, a := range addrs() {
+			mu.Lock()
+			if busy[a] {
+				mu.Unlock()
+				continue
+			}
+			busy[a] = true
+			mu.Unlock()
+			go func(a string) {
+				c, err := net.DialTimeout("tcp", a, 2*time.Second)
+				if err == nil {
+					if hopeless := d.peerConn(c); hopeless {
+						return // stays busy: never dialled again
+					}
+				}
+				mu.Lock()
+				delete(busy, a)
+				mu.Unlock()
+			}(a)
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(dialEvery):
+		}
+	}
+}
+
+// peerConn greets the daemon at the other end of c and serves its frames
+// until the connection ends. It says whether dialling it again is
+// hopeless: it is this daemon itself, or one it cannot be in a fabric with.
+func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
+	defer c.Close()
+	p := &peer{conn: c}
+	me, _ := json.Marshal(hello{Fabric: d.fab.Name, Slot: d.fab.Local, Host: d.fab.Hosts[d.fab.Local]})
+	if err := p.write(frameHello, me); err != nil {
+		return false
+	}
+	r := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	typ, body, err := readFrame(r)
+	c.SetReadDeadline(time.Time{})
+	var h hello
+	if err != nil || typ != frameHello || json.Unmarshal(body, &h) != nil {
+		return false
+	}
+	log := d.log.WithFields(logrus.Fields{"component": "ibd", "peer": c.RemoteAddr().String(), "host": h.Host, "slot": h.Slot})
+	switch {
+	case h.Fabric != d.fab.Name:
+		log.Warnf("peer serves fabric %q, not %q: ignored", h.Fabric, d.fab.Name)
+		return true
+	case h.Slot == d.fab.Local && h.Host == d.fab.Hosts[d.fab.Local]:
+		return true
+	case h.Slot == d.fab.Local || h.Slot < 0 || h.Slot >= len(d.fab.Hosts):
+		log.Warnf("peer claims slot %d, which is this node's or none of the fabric's %d; give the nodes slots of their own", h.Slot, len(d.fab.Hosts))
+		return true
+	}
+	p.slot, p.host = h.Slot, h.Host
+	d.mu.Lock()
+	d.peers[p.slot] = p
+	d.name(p.slot, p.host)
+	d.mu.Unlock()
+	log.Info("peer connected")
+	defer func() {
+		d.mu.Lock()
+		if d.peers[p.slot] == p {
+			delete(d.peers, p.slot)
+			d.name(p.slot, fmt.Sprintf(d.fab.HostFormat, p.slot+1)) // modelled again
+		}
+		d.mu.Unlock()
+		log.Info("peer gone")
+	}()
+	for {
+		typ, body, err := readFrame(r)
+		if err != nil {
+			return false
+		}
+		if typ != frameMAD || len(body) < 5+umadHdrLen+madLen || int(body[0]) >= len(d.fab.Subnets) {
+			continue
+		}
+		s := d.fab.Subnets[body[0]]
+		src, dst := s.Port(binary.BigEndian.Uint16(body[1:])), s.Port(binary.BigEndian.Uint16(body[3:]))
+		if src == nil || dst == nil {
+			continue
+		}
+		for _, o := range d.fromPeer(p, src, dst, packet(body[5:])) {
+			o.c.send(o.u)
+		}
+	}
+}
+
+// name gives a slot's CAs their host's name, as rdma-ndd sets node
+// descriptions: "<host> <device>".
+func (d *Daemon) name(slot int, host string) {
+	d.fab.Hosts[slot] = host
+	for _, s := range d.fab.Subnets {
+		for _, nd := range s.Nodes {
+			if nd.Type == fabric.CA && nd.Slot == slot {
+				nd.Desc = host + " " + nd.HCA
+			}
+		}
+	}
+}
+
+// relay sends a request or answer between ports of two real nodes.
+func (d *Daemon) relay(p *peer, from, to *fabric.Port, u packet) {
+	idx := 0
+	for i, s := range d.fab.Subnets {
+		if s == from.Node.Subnet {
+			idx = i
+		}
+	}
+	head := []byte{byte(idx), 0, 0, 0, 0}
+	binary.BigEndian.PutUint16(head[1:], from.LID)
+	binary.BigEndian.PutUint16(head[3:], to.LID)
+	go p.write(frameMAD, head, u) // a slow peer must not hold the daemon
+}
+
+// fromPeer handles a MAD another node's daemon relayed: a request for an
+// agent of this node, or the answer to one of this node's requests.
+func (d *Daemon) fromPeer(p *peer, src, dst *fabric.Port, u packet) []outgoing {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer func() { d.out = nil }()
+	m := u.mad()
+	if m.isResponse() {
+		d.answered(src, u)
+		return d.out
+	}
+	a := d.agentFor(dst, m)
+	if a == nil {
+		return nil // no agent: the asker's own daemon times it out
+	}
+	key := pendingKey{at: dst, tid: m.tid()}
+	pd := &pending{peer: p, from: src}
+	pd.timer = time.AfterFunc(time.Duration(u.timeoutMS())*time.Millisecond*time.Duration(u.retries()+1), func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.pending[key] == pd {
+			delete(d.pending, key)
+		}
+	})
+	d.pending[key] = pd
+	d.count(src, dst)
+	d.out = append(d.out, outgoing{a.c, d.forward(u, a, src)})
+	return d.out
+}
