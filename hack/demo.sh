@@ -35,6 +35,14 @@ say "nvmock exec -- sh -c '...'   # live GPUs: a load, an ECC error and a lost G
   '$nvmock' ctl xid 5 79
   nvidia-smi -L || true
 "
+say "nvmock exec --profile h100 -- sh -c '...'   # InfiniBand: the node's ConnectX-7s in a modelled 32-node fabric, Debian's tools"
+"$nvmock" exec --profile h100 -- sh -c '
+  ibstat mlx5_0 | head -14
+  echo "# ibswitches | wc -l; ibhosts | wc -l"
+  ibswitches -C mlx5_0 | wc -l; ibhosts -C mlx5_0 | wc -l
+  echo "# ibping -C mlx5_0 -c 1 40     (a modelled node)"
+  ibping -C mlx5_0 -c 1 40 | head -1
+'
 
 if [ "$(id -u)" != 0 ]; then
   echo "(as root, make demo ends with a real container on a real containerd)"
