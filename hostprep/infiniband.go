@@ -26,7 +26,7 @@ var IBSocket = filepath.Join("ib", "ibd.sock")
 // Where the overlay's driver root holds the InfiniBand planes' libraries.
 var (
 	UmadShimPath = filepath.Join("driver", ibshim.UmadShim)
-	ProviderPath = filepath.Join("driver", ibshim.VerbsProvider+"-rdmav34.so")
+	ProviderPath = filepath.Join("driver", ibshim.VerbsProvider+ibshim.ProviderSuffix)
 )
 
 type fabricSpec struct {
@@ -54,7 +54,7 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 	for _, a := range []struct {
 		rel string
 		out *[]byte
-	}{{ibshim.UmadShim, &in.shim}, {ibshim.VerbsProvider + "-rdmav34.so", &in.provider}} {
+	}{{ibshim.UmadShim, &in.shim}, {ibshim.VerbsProvider + ibshim.ProviderSuffix, &in.provider}} {
 		if *a.out, err = os.ReadFile(filepath.Join(o.Assets, a.rel)); err != nil {
 			return nil, fmt.Errorf("assets %s: no %s, which a node with InfiniBand needs (run make driver)", o.Assets, a.rel)
 		}

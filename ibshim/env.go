@@ -10,9 +10,11 @@ import (
 const (
 	// UmadShim turns /dev/infiniband/umadN into the fabric daemon.
 	UmadShim = "usr/lib64/nvmock/libnvmock-umad.so"
-	// VerbsProvider is the libibverbs provider, named as libibverbs wants
-	// it (it appends "-rdmav34.so").
+	// VerbsProvider is the libibverbs provider, named as RDMAV_DRIVERS
+	// names it: libibverbs appends ProviderSuffix.
 	VerbsProvider = "usr/lib64/libibverbs/libnvmock"
+	// ProviderSuffix is what libibverbs 44 (provider ABI 34) appends.
+	ProviderSuffix = "-rdmav34.so"
 )
 
 // Env is env with the fabric's variables for a program: the shim preloaded

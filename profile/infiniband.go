@@ -99,14 +99,13 @@ type IBAdapter struct {
 
 // IBFabric is an IBFabricSpec, parsed.
 type IBFabric struct {
-	Name, HostName  string
-	Nodes, Spines   int
-	Switch          IBSwitch
-	SwitchDeviceID  uint16
-	SwitchOUI       uint32
-	ComputeRails    int
-	StorageRails    int
-	SwitchPortCount int
+	Name, HostName string
+	Nodes, Spines  int
+	Switch         IBSwitch
+	SwitchDeviceID uint16
+	SwitchOUI      uint32
+	ComputeRails   int
+	StorageRails   int
 }
 
 var (
@@ -115,11 +114,12 @@ var (
 	hostNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
 )
 
-// Limits of a modelled fabric: LIDs are 16 bits with 0xc000 up multicast,
-// and a switch's LFT is as large as its LIDs.
+// Limits of a modelled fabric: a switch's port numbers are one byte (255
+// is the SMPs' "all ports"), and a leaf takes a node a port on its lower
+// half.
 const (
-	maxFabricNodes = 2048
 	maxSwitchPorts = 254
+	maxFabricNodes = maxSwitchPorts / 2
 )
 
 func (p *Profile) validateInfiniBand(c *checker) {
@@ -230,14 +230,17 @@ func (p *Profile) resolveIB(t *PCITree) (*IB, error) {
 	dev, _ := parseHex(f.Switch.DeviceID, 16)
 	oui, _ := parseHex("0x"+f.Switch.OUI, 24)
 	out.Fabric = IBFabric{Name: f.Name, HostName: f.HostName, Nodes: f.Nodes, Spines: f.Spines, Switch: f.Switch,
-		SwitchDeviceID: uint16(dev), SwitchOUI: oui, ComputeRails: compute, StorageRails: storage, SwitchPortCount: f.Switch.Ports}
+		SwitchDeviceID: uint16(dev), SwitchOUI: oui, ComputeRails: compute, StorageRails: storage}
 	if down := f.Switch.Ports / 2; f.Nodes > down && (compute > 0 || storage > 0) {
-		return nil, fmt.Errorf("infiniband.fabric.nodes: %d nodes do not fit on a %s leaf: it takes %d (half its %d ports; the other half go to the spines)", f.Nodes, f.Switch.Model, down, f.Switch.Ports)
+		return nil, fmt.Errorf("infiniband.fabric.nodes: %d nodes do not fit on a %s leaf: it takes %d (half its %d ports; the other half go to the spines); use at most %d", f.Nodes, f.Switch.Model, down, f.Switch.Ports, down)
 	}
-	// Each leaf needs a cable to every spine: with more leaves than a spine
-	// has ports, the spines cannot take them.
-	if compute > f.Switch.Ports {
-		return nil, fmt.Errorf("infiniband.fabric.switch.ports: a %d-port spine cannot take %d leaves (one per compute rail)", f.Switch.Ports, compute)
+	// Each leaf needs a cable to every spine, from the upper half of its
+	// ports; each spine a port for every leaf.
+	if up := f.Switch.Ports - f.Switch.Ports/2; f.Spines > up {
+		return nil, fmt.Errorf("infiniband.fabric.spines: %d spines do not fit: a %s leaf has %d ports up; use at most %d", f.Spines, f.Switch.Model, up, up)
+	}
+	if rails := max(compute, storage); rails > f.Switch.Ports {
+		return nil, fmt.Errorf("infiniband.fabric.switch.ports: a %d-port spine cannot take %d leaves (one per rail); use a switch with more ports", f.Switch.Ports, rails)
 	}
 	return out, nil
 }

@@ -42,6 +42,9 @@ func execCmd(args []string) error {
 	if err := ib.peers.check(); err != nil {
 		return fmt.Errorf("exec: %w", err)
 	}
+	if ib.slot < -1 {
+		return fmt.Errorf("exec: --ib-slot %d: give 0 to the fabric's nodes - 1, or leave it out", ib.slot)
+	}
 	if fs.NArg() == 0 {
 		return fmt.Errorf("exec: no command given; use nvmock exec [--profile P] [--gpus N] -- CMD ARGS...")
 	}
@@ -116,10 +119,7 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 	if _, err := os.Stat(shim); err != nil {
 		return nil, fmt.Errorf("assets %s: no %s (run make driver): %w", assets, ibshim.UmadShim, errors.Unwrap(err))
 	}
-	host := ib.host
-	if host == "" {
-		host, _ = os.Hostname()
-	}
+	host := nodeNameOr(ib.host) // as hostprep and nvmock ibd name the node
 	fab, err := fabric.Build(node, host, ib.slot)
 	if err != nil {
 		return nil, err

@@ -70,6 +70,9 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if fs.NArg() > 0 {
 		return fmt.Errorf("hostprep install: unexpected argument %q", fs.Arg(0))
 	}
+	if *slot < -1 {
+		return fmt.Errorf("hostprep install: --fabric-slot %d: give 0 to the fabric's nodes - 1, or leave it out", *slot)
+	}
 	p, err := profile.Load(*prof)
 	if err != nil {
 		return fmt.Errorf("hostprep install: %w", err)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/ibd"
-	"github.com/nvmock/nvmock/profile"
 )
 
 // ibdCmd runs the node's fabric daemon: `nvmock ibd [--profile P] --socket
@@ -44,9 +43,12 @@ func ibdCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	f, err := buildFabric(node, nodeNameOr(*host), *slot)
+	if *slot < -1 {
+		return fmt.Errorf("ibd: --slot %d: give 0 to the fabric's nodes - 1, or leave it out", *slot)
+	}
+	f, err := fabric.Build(node, nodeNameOr(*host), *slot)
 	if err != nil {
-		return fmt.Errorf("ibd: %w", err)
+		return fmt.Errorf("ibd: --slot: %w", err)
 	}
 	l, err := ibd.Listen(*socket)
 	if err != nil {
@@ -65,15 +67,6 @@ func ibdCmd(args []string) error {
 	defer stopPeers()
 	log.WithFields(logrus.Fields{"socket": *socket, "host": f.Hosts[f.Local], "slot": f.Local, "peers": pf.listen}).Info("fabric daemon serving")
 	return d.Serve(l)
-}
-
-// buildFabric is the fabric of a node named host, or an error naming the
-// profile when it has no InfiniBand.
-func buildFabric(n *profile.Node, host string, slot int) (*fabric.Fabric, error) {
-	if n.IB == nil {
-		return nil, fmt.Errorf("profile %s has no InfiniBand (an infiniband block)", n.Profile.Name)
-	}
-	return fabric.Build(n, host, slot)
 }
 
 // peerFlags say how a node's fabric daemon finds the other real nodes'.
@@ -106,6 +99,11 @@ func (f *peerFlags) check() error {
 			return fmt.Errorf("--%slisten %q: %w", f.prefix, f.listen, err)
 		}
 	}
+	for _, a := range splitList(f.peers) {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("--%speers: %q is not HOST:PORT: %w", f.prefix, a, err)
+		}
+	}
 	return nil
 }
 
@@ -118,6 +116,7 @@ func (f *peerFlags) start(d *ibd.Daemon) (stop func(), err error) {
 		for _, c := range closers {
 			c()
 		}
+		d.Close()
 	}
 	port := ""
 	if f.listen != "" {

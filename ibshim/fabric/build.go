@@ -29,7 +29,7 @@ func Build(n *profile.Node, host string, slot int) (*Fabric, error) {
 		slot = SlotOf(host, spec.Nodes)
 	}
 	if slot >= spec.Nodes {
-		return nil, fmt.Errorf("InfiniBand slot %d: the fabric has %d nodes (0 to %d)", slot, spec.Nodes, spec.Nodes-1)
+		return nil, fmt.Errorf("slot %d is outside fabric %s, whose %d nodes have slots 0 to %d", slot, spec.Name, spec.Nodes, spec.Nodes-1)
 	}
 	f := &Fabric{Name: spec.Name, Local: slot, Hosts: make([]string, spec.Nodes), HostFormat: spec.HostName}
 	for i := range f.Hosts {

@@ -19,6 +19,10 @@ const (
 // switches.
 const MellanoxVendor = 0x0002c9
 
+// CACapMask is an InfiniBand ConnectX port's capability mask, as ibstat and
+// PortInfo show it (docs/research/infiniband.md).
+const CACapMask = 0xa651e848
+
 // Fabric is every subnet the node's HCAs are cabled into.
 type Fabric struct {
 	Name       string

@@ -48,7 +48,6 @@ func (u packet) setStatus(s uint32) { binary.LittleEndian.PutUint32(u[4:], s) }
 func (u packet) timeoutMS() uint32  { return binary.LittleEndian.Uint32(u[8:]) }
 func (u packet) retries() uint32    { return binary.LittleEndian.Uint32(u[12:]) }
 func (u packet) setLength(n int)    { binary.LittleEndian.PutUint32(u[16:], uint32(n)) }
-func (u packet) qpn() uint32        { return binary.BigEndian.Uint32(u[20:]) }
 func (u packet) setQPN(q uint32)    { binary.BigEndian.PutUint32(u[20:], q) }
 func (u packet) setQKey(q uint32)   { binary.BigEndian.PutUint32(u[24:], q) }
 func (u packet) lid() uint16        { return binary.BigEndian.Uint16(u[28:]) }
@@ -59,15 +58,16 @@ func (u packet) mad() mad           { return mad(u[umadHdrLen:]) }
 type mad []byte
 
 func (m mad) class() byte        { return m[1] }
-func (m mad) classVersion() byte { return m[2] }
 func (m mad) method() byte       { return m[3] }
 func (m mad) status() uint16     { return binary.BigEndian.Uint16(m[4:]) }
 func (m mad) setStatus(s uint16) { binary.BigEndian.PutUint16(m[4:], s) }
-func (m mad) hopPtr() byte       { return m[6] }
 func (m mad) hopCount() byte     { return m[7] }
 func (m mad) tid() uint64        { return binary.BigEndian.Uint64(m[8:]) }
 func (m mad) attr() uint16       { return binary.BigEndian.Uint16(m[16:]) }
 func (m mad) attrMod() uint32    { return binary.BigEndian.Uint32(m[20:]) }
+
+// oui is a vendor MAD's OUI (classes 0x30-0x4f, IBA 13.4.5).
+func (m mad) oui() uint32 { return uint32(m[37])<<16 | uint32(m[38])<<8 | uint32(m[39]) }
 
 // smpData is an SMP's 64-byte attribute (LID-routed and directed).
 func (m mad) smpData() []byte { return m[64:128] }
@@ -82,8 +82,8 @@ func (m mad) gsData() []byte { return m[64:256] }
 func (m mad) isResponse() bool { return m.method()&respBit != 0 }
 
 // reply is a response to request u: the same packet, its MAD turned into
-// the response, zeroed data.
-func reply(u packet, data []byte) packet {
+// the response; the caller fills (and first clears) the attribute data.
+func reply(u packet) packet {
 	r := make(packet, umadHdrLen+madLen)
 	copy(r, u[:umadHdrLen+madLen])
 	m := r.mad()

@@ -41,15 +41,37 @@ type hello struct {
 	Host   string `json:"host"`
 }
 
-// peer is a connection to another real node's daemon.
+// peer is a connection to another real node's daemon. Frames go out
+// through one writer, in order; a peer too slow to take them loses them
+// (its requests time out), and one whose write fails is dropped.
 type peer struct {
 	conn net.Conn
 	slot int
 	host string
-	wmu  sync.Mutex
+	out  chan []byte
 }
 
-func (p *peer) write(typ byte, body ...[]byte) error {
+// peerQueue is how many frames may wait for a peer's writer.
+const peerQueue = 256
+
+func newPeer(c net.Conn) *peer {
+	p := &peer{conn: c, out: make(chan []byte, peerQueue)}
+	go func() {
+		for b := range p.out {
+			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(b); err != nil {
+				c.Close() // a frame half written leaves the stream unreadable
+				for range p.out {
+				}
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// send queues a frame; it never blocks.
+func (p *peer) send(typ byte, body ...[]byte) {
 	n := 1
 	for _, b := range body {
 		n += len(b)
@@ -60,11 +82,10 @@ func (p *peer) write(typ byte, body ...[]byte) error {
 	for _, b := range body {
 		buf = append(buf, b...)
 	}
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	_, err := p.conn.Write(buf)
-	return err
+	select {
+	case p.out <- buf:
+	default:
+	}
 }
 
 func readFrame(r *bufio.Reader) (byte, []byte, error) {
@@ -136,12 +157,22 @@ func (d *Daemon) DialPeers(addrs func() []string, stop <-chan struct{}) {
 // until the connection ends. It says whether dialling it again is
 // hopeless: it is this daemon itself, or one it cannot be in a fabric with.
 func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
-	defer c.Close()
-	p := &peer{conn: c}
-	me, _ := json.Marshal(hello{Fabric: d.fab.Name, Slot: d.fab.Local, Host: d.fab.Hosts[d.fab.Local]})
-	if err := p.write(frameHello, me); err != nil {
-		return false
+	p := newPeer(c)
+	defer func() { close(p.out); c.Close() }()
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return true
 	}
+	d.conns[c] = true
+	me, _ := json.Marshal(hello{Fabric: d.fab.Name, Slot: d.fab.Local, Host: d.fab.Hosts[d.fab.Local]})
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.conns, c)
+		d.mu.Unlock()
+	}()
+	p.send(frameHello, me)
 	r := bufio.NewReader(c)
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	typ, body, err := readFrame(r)
@@ -163,7 +194,12 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	}
 	p.slot, p.host = h.Slot, h.Host
 	d.mu.Lock()
-	d.peers[p.slot] = p
+	if old := d.peers[p.slot]; old != nil && old.host != p.host {
+		d.mu.Unlock()
+		log.Warnf("peer claims slot %d, which %s holds; give the nodes slots of their own", h.Slot, old.host)
+		return true
+	}
+	d.peers[p.slot] = p // the same node again (both dialled each other): the newer link
 	d.name(p.slot, p.host)
 	d.mu.Unlock()
 	log.Info("peer connected")
@@ -219,7 +255,7 @@ func (d *Daemon) relay(p *peer, from, to *fabric.Port, u packet) {
 	head := []byte{byte(idx), 0, 0, 0, 0}
 	binary.BigEndian.PutUint16(head[1:], from.LID)
 	binary.BigEndian.PutUint16(head[3:], to.LID)
-	go p.write(frameMAD, head, u) // a slow peer must not hold the daemon
+	p.send(frameMAD, head, u)
 }
 
 // fromPeer handles a MAD another node's daemon relayed: a request for an
@@ -239,7 +275,7 @@ func (d *Daemon) fromPeer(p *peer, src, dst *fabric.Port, u packet) []outgoing {
 	}
 	key := pendingKey{at: dst, tid: m.tid()}
 	pd := &pending{peer: p, from: src}
-	pd.timer = time.AfterFunc(time.Duration(u.timeoutMS())*time.Millisecond*time.Duration(u.retries()+1), func() {
+	pd.timer = time.AfterFunc(wait(u), func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if d.pending[key] == pd {
@@ -250,4 +286,15 @@ func (d *Daemon) fromPeer(p *peer, src, dst *fabric.Port, u packet) []outgoing {
 	d.count(src, dst)
 	d.out = append(d.out, outgoing{a.c, d.forward(u, a, src)})
 	return d.out
+}
+
+// Close ends the daemon's connections to other nodes' daemons (its
+// listeners are the caller's to close).
+func (d *Daemon) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for c := range d.conns {
+		c.Close()
+	}
 }

@@ -6,7 +6,7 @@ import (
 
 // PerfMgt attributes (IBA 16.1.3) and the ClassPortInfo capabilities a
 // ConnectX PMA reports: all-port select, extended (64-bit) counters with
-// and without IETF.
+// and without IETF, PortXmitWait (which no MAD here ever waits for: 0).
 const (
 	attrPortCounters    = 0x12
 	attrPortCountersExt = 0x1d
@@ -50,9 +50,9 @@ func (d *Daemon) counter(p *fabric.Port) *counters {
 	return c
 }
 
-// perf answers a PerfMgt Get or Set (a reset) at the port a LID reached.
-func (d *Daemon) perf(m mad, at *fabric.Port, data []byte) uint16 {
-	req := m.gsData()
+// perf answers a PerfMgt Get or Set (a reset) at the port a LID reached:
+// req is the request's data, data the answer's.
+func (d *Daemon) perf(m mad, at *fabric.Port, req, data []byte) uint16 {
 	if m.attr() == attrClassInfo {
 		if m.method() != methodGet {
 			return statusBadMethodAttr

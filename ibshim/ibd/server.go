@@ -34,7 +34,10 @@ type Daemon struct {
 	agents   []*agent
 	pending  map[pendingKey]*pending
 	peers    map[int]*peer // other real nodes' daemons, by slot
-	out      []outgoing    // what handle decided to send, sent once mu is free
+	conns    map[net.Conn]bool
+	closed   bool
+	issm     map[*fabric.Port]int // programs holding the port's issm open
+	out      []outgoing           // what handle decided to send, sent once mu is free
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -46,11 +49,16 @@ type outgoing struct {
 
 // agent is one registration of a program's packet descriptor.
 type agent struct {
-	c     *conn
-	id    uint32
-	class byte
-	oui   uint32
+	c       *conn
+	id      uint32
+	class   byte
+	oui     uint32
+	methods [4]uint32 // the requests it takes, a bit per method
 }
+
+// takes says whether the agent registered for requests of method m: an
+// ibping client registers its class with no methods, its server with all.
+func (a *agent) takes(m byte) bool { return a.methods[m/32]&(1<<(m%32)) != 0 }
 
 type pendingKey struct {
 	at  *fabric.Port
@@ -70,6 +78,7 @@ type pending struct {
 type conn struct {
 	uc   *net.UnixConn
 	port *fabric.Port
+	issm *fabric.Port // the port whose issm this is
 	wmu  sync.Mutex
 }
 
@@ -82,7 +91,8 @@ func (c *conn) send(u packet) {
 // New makes the daemon of a node, whose HCAs are the packet devices in
 // order (as the sysfs plane numbers them).
 func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
-	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{}}
+	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{},
+		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}}
 	for _, h := range n.IB.HCAs {
 		var p *fabric.Port
 		if nd := f.Find(h.Name); nd != nil {
@@ -108,7 +118,7 @@ func Listen(path string) (*net.UnixListener, error) {
 	// Programs of any user on the node open their packet devices.
 	if err := os.Chmod(path, 0o666); err != nil {
 		l.Close()
-		return nil, err
+		return nil, fmt.Errorf("listen at %s: %w", path, err)
 	}
 	return l, nil
 }
@@ -155,14 +165,25 @@ func (d *Daemon) control(c *conn, msg []byte) {
 	defer d.mu.Unlock()
 	switch le.Uint32(msg[4:]) {
 	case umad.OpHello:
-		if len(msg) >= umad.HelloSize && le.Uint32(msg[16:]) == umad.KindUMAD {
-			if i := int(le.Uint32(msg[8:])); i < len(d.umads) {
-				c.port = d.umads[i]
-			}
+		i := int(le.Uint32(msg[8:]))
+		if len(msg) < umad.HelloSize || i >= len(d.umads) || d.umads[i] == nil {
+			return
+		}
+		switch le.Uint32(msg[16:]) {
+		case umad.KindUMAD:
+			c.port = d.umads[i]
+		case umad.KindISSM:
+			// An SM holds issmN open: the port says IsSM meanwhile.
+			c.issm = d.umads[i]
+			d.issm[c.issm]++
 		}
 	case umad.OpRegister:
 		if len(msg) >= umad.RegisterSize {
-			d.agents = append(d.agents, &agent{c: c, id: le.Uint32(msg[8:]), class: msg[16], oui: le.Uint32(msg[20:]) & 0xffffff})
+			a := &agent{c: c, id: le.Uint32(msg[8:]), class: msg[16], oui: le.Uint32(msg[20:]) & 0xffffff}
+			for i := range a.methods {
+				a.methods[i] = le.Uint32(msg[24+4*i:])
+			}
+			d.agents = append(d.agents, a)
 		}
 	case umad.OpUnregister:
 		if len(msg) >= umad.UnregisterSize {
@@ -175,6 +196,9 @@ func (d *Daemon) drop(c *conn) {
 	c.uc.Close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if c.issm != nil {
+		d.issm[c.issm]--
+	}
 	d.unregister(c, func(*agent) bool { return true })
 }
 
@@ -230,8 +254,9 @@ func (d *Daemon) handle(c *conn, u packet) []outgoing {
 			return d.out
 		}
 		d.exchange(from, to)
-		r := reply(u, nil)
-		r.mad().setStatus(d.perf(m, to, r.mad().gsData()))
+		r := reply(u)
+		clear(r.mad().gsData())
+		r.mad().setStatus(d.perf(m, to, u.mad().gsData(), r.mad().gsData()))
 		d.respond(c, r, to.LID, 1)
 	default:
 		d.toAgent(c, u, from)
@@ -258,7 +283,7 @@ func (d *Daemon) directed(c *conn, u packet, from *fabric.Port) {
 }
 
 func (d *Daemon) smpAt(c *conn, u packet, nd *fabric.Node, in *fabric.Port, lid uint16) {
-	r := reply(u, nil)
+	r := reply(u)
 	m := r.mad()
 	clear(m.smpData())
 	st := d.sma(u.mad(), nd, in, m.smpData())
@@ -273,7 +298,7 @@ func (d *Daemon) smpAt(c *conn, u packet, nd *fabric.Node, in *fabric.Port, lid 
 func (d *Daemon) saReply(c *conn, u packet, sm *fabric.Port) {
 	m := u.mad()
 	data, off, st := d.sa(m, c.port)
-	r := reply(u, nil)
+	r := reply(u)
 	if len(data) > madLen-saHdrLen || m.method() == methodGetTbl {
 		// A table comes back through RMPP; the kernel hands the
 		// program one reassembled message.
@@ -306,10 +331,22 @@ func (d *Daemon) respond(c *conn, r packet, lid uint16, qpn uint32) {
 // timeout hands an unanswered request back with ETIMEDOUT after its
 // timeout and retries, as the kernel's MAD layer does.
 func (d *Daemon) timeout(c *conn, u packet) {
-	wait := time.Duration(u.timeoutMS()) * time.Millisecond * time.Duration(u.retries()+1)
-	r := append(packet(nil), u...)
+	if r := timedOut(u); r != nil {
+		time.AfterFunc(wait(u), func() { c.send(r) })
+	}
+}
+
+// timedOut is what the kernel hands back for request u left unanswered:
+// its header and MAD header with status ETIMEDOUT; nil for a send that
+// expected no answer (timeout 0: a response, say).
+func timedOut(u packet) packet {
+	if u.timeoutMS() == 0 {
+		return nil
+	}
+	r := append(packet(nil), u[:umadHdrLen+24]...)
 	r.setStatus(etimedout)
-	time.AfterFunc(wait, func() { c.send(r) })
+	r.setLength(len(r))
+	return r
 }
 
 // toAgent delivers a request of another class to the agent registered
@@ -328,13 +365,15 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 	if a != nil || (remote != nil && to.Node.Type == fabric.CA) {
 		key := pendingKey{at: to, tid: m.tid()}
 		p := &pending{c: c, agent: u.agent(), from: from}
-		r := append(packet(nil), u...)
-		r.setStatus(etimedout)
+		r := timedOut(u)
 		p.timer = time.AfterFunc(wait(u), func() {
 			d.mu.Lock()
-			defer d.mu.Unlock()
-			if d.pending[key] == p {
+			mine := d.pending[key] == p
+			if mine {
 				delete(d.pending, key)
+			}
+			d.mu.Unlock()
+			if mine && r != nil { // written with mu free: the program may be slow
 				c.send(r)
 			}
 		})
@@ -347,10 +386,9 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 		}
 		return
 	}
-	oui := uint32(m[37])<<16 | uint32(m[38])<<8 | uint32(m[39])
-	if m.class() == vendorIBPing && oui == ouiOpenFabric && to.Node.Slot != d.fab.Local && to.Node.Type == fabric.CA {
+	if m.class() == vendorIBPing && m.oui() == ouiOpenFabric && to.Node.Slot != d.fab.Local && to.Node.Type == fabric.CA {
 		d.exchange(from, to)
-		r := reply(u, nil)
+		r := reply(u)
 		data := r.mad()[40:]
 		clear(data)
 		copy(data, d.fab.Hosts[to.Node.Slot]+".(none)") // ibping -S answers host.domain
@@ -361,17 +399,16 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 }
 
 // wait is how long the kernel waits for a request's answer: its timeout
-// for each of its tries.
+// for each of its tries (bounded: the fields are the program's).
 func wait(u packet) time.Duration {
-	return time.Duration(u.timeoutMS()) * time.Millisecond * time.Duration(u.retries()+1)
+	return time.Duration(min(u.timeoutMS(), 3600_000)) * time.Millisecond * time.Duration(min(u.retries(), 100)+1)
 }
 
 // agentFor is this node's agent registered at port for the MAD's class
-// (and OUI, for vendor classes with one), or nil.
+// (and OUI, for vendor classes with one) and method, or nil.
 func (d *Daemon) agentFor(port *fabric.Port, m mad) *agent {
-	oui := uint32(m[37])<<16 | uint32(m[38])<<8 | uint32(m[39])
 	for _, a := range d.agents {
-		if a.c.port == port && a.class == m.class() && (m.class() < 0x30 || a.oui == oui) {
+		if a.c.port == port && a.class == m.class() && (m.class() < 0x30 || a.oui == m.oui()) && a.takes(m.method()) {
 			return a
 		}
 	}

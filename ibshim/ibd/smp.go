@@ -24,7 +24,6 @@ const (
 // Port capability masks as ConnectX HCAs and Quantum switches report them
 // (docs/research/infiniband.md); isSM is PortInfo.CapabilityMask bit 1.
 const (
-	caCapMask      = 0xa651e848
 	switchCapMask  = 0xa659e848
 	isSM           = 1 << 1
 	smPriority     = 15
@@ -131,11 +130,11 @@ func (d *Daemon) portInfo(p, in *fabric.Port, b []byte) {
 	if !external {
 		put16(b[16:], p.LID)
 		put16(b[18:], s.SM.LID)
-		cap := uint32(caCapMask)
+		cap := uint32(fabric.CACapMask)
 		if nd.Type == fabric.Switch {
 			cap = switchCapMask
 		}
-		if p == s.SM {
+		if p == s.SM || d.issm[p] > 0 {
 			cap |= isSM
 		}
 		put32(b[20:], cap)

@@ -57,17 +57,17 @@ func (r *renderer) file(rel, content string) {
 }
 
 func (r *renderer) link(rel, target string) {
-	to, _ := relTo(path.Dir(rel), target)
+	to := relTo(path.Dir(rel), target)
 	r.out = append(r.out, pcisim.File{Path: rel, Link: to})
 }
 
 // relTo is target relative to dir, both relative to the sysfs root.
-func relTo(dir, target string) (string, error) {
+func relTo(dir, target string) string {
 	up := ""
 	for d := dir; d != "." && d != ""; d = path.Dir(d) {
 		up += "../"
 	}
-	return up + target, nil
+	return up + target
 }
 
 // hca renders one device; nd is its CA in the fabric (nil: Ethernet).
@@ -79,10 +79,11 @@ func (r *renderer) hca(i int, h *profile.HCA, nd *fabric.Node) {
 	if nd != nil {
 		guid = nd.GUID
 	} else {
-		// A RoCE port's GUID is its MAC's EUI-64; the MAC follows from
-		// the device's place.
+		// A RoCE port's GUID is its MAC's EUI-64 (OUI, ff:fe, the
+		// MAC's low 24 bits); the MAC follows from the function's place.
 		fn := h.Function.Address
-		guid = uint64(a.OUI)<<40 | 0xfffe<<16 | uint64(fn.Domain&0xff)<<8 | uint64(fn.Bus) ^ uint64(fn.Function)
+		mac := (fn.Domain&0xff)<<16 | fn.Bus<<8 | fn.Device<<3 | fn.Function
+		guid = uint64(a.OUI)<<40 | 0xfffe<<24 | uint64(mac&0xffffff)
 	}
 	r.file(dir+"/node_type", "1: CA")
 	r.file(dir+"/node_guid", guidText(guid))
@@ -112,7 +113,7 @@ func (r *renderer) hca(i int, h *profile.HCA, nd *fabric.Node) {
 		p := nd.Ports[1]
 		r.file(port+"/lid", fmt.Sprintf("0x%x", p.LID))
 		r.file(port+"/sm_lid", fmt.Sprintf("0x%x", nd.Subnet.SM.LID))
-		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", caCapMask))
+		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", fabric.CACapMask))
 		r.file(port+"/link_layer", "InfiniBand")
 	} else {
 		r.file(port+"/lid", "0x0")

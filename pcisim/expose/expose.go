@@ -79,7 +79,12 @@ func exposeClasses(sys, tree string) error {
 	}
 	var names []string
 	for _, e := range ents {
-		names = append(names, e.Name())
+		if e.IsDir() { // as the runtime hook takes them
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		return nil
 	}
 	class := filepath.Join(sys, "class")
 	if err := cover(class, names, func() error {

@@ -162,10 +162,14 @@ static int dir_names(const char *dir, const char *prefix, char **names)
 		return -1;
 	int n = 0;
 	size_t len = strlen(prefix);
-	for (struct dirent *e; (e = readdir(d)) && n < MAX_NAMES;)
-		if (e->d_type == DT_DIR && !is_dot(e->d_name) && !strncmp(e->d_name, prefix, len))
-			if (!(names[n++] = strdup(e->d_name)))
-				die("out of memory");
+	for (struct dirent *e; (e = readdir(d));) {
+		if (e->d_type != DT_DIR || is_dot(e->d_name) || strncmp(e->d_name, prefix, len))
+			continue;
+		if (n == MAX_NAMES)
+			die("more than %d directories in %s", MAX_NAMES, dir);
+		if (!(names[n++] = strdup(e->d_name)))
+			die("out of memory");
+	}
 	closedir(d);
 	return n;
 }

@@ -22,10 +22,10 @@ type IBNode struct {
 // Container paths of the InfiniBand planes. The provider keeps the name
 // libibverbs gives it (RDMAV_DRIVERS names it without the suffix).
 const (
-	ibLibDir       = "/usr/lib/nvmock"
-	ibShimPath     = ibLibDir + "/libnvmock-umad.so"
-	ibProviderPath = ibLibDir + "/libibverbs/libnvmock-rdmav34.so"
-	ibSocketDir    = "/run/nvmock"
+	ibLibDir      = "/usr/lib/nvmock"
+	ibShimPath    = ibLibDir + "/libnvmock-umad.so"
+	ibProviderDir = ibLibDir + "/libibverbs"
+	ibSocketDir   = "/run/nvmock"
 )
 
 // InfiniBand gives a GPU container the node's HCAs: their device nodes, the
@@ -51,7 +51,7 @@ func applyInfiniBand(in Input, adj *Adjustment) error {
 	opts := slices.Clone(bindOptions[:])
 	adj.Mounts = append(adj.Mounts,
 		Mount{Source: ib.Shim, Destination: ibShimPath, Type: "bind", Options: opts},
-		Mount{Source: ib.Provider, Destination: ibProviderPath, Type: "bind", Options: slices.Clone(opts)},
+		Mount{Source: ib.Provider, Destination: ibProviderDir + "/" + filepath.Base(ib.Provider), Type: "bind", Options: slices.Clone(opts)},
 		Mount{Source: ib.SocketDir, Destination: ibSocketDir, Type: "bind", Options: slices.Clone(opts)})
 	preload := ibShimPath
 	if old, ok := lookupEnv(in.Ctr.Env, "LD_PRELOAD"); ok && old != "" {
@@ -60,7 +60,7 @@ func applyInfiniBand(in Input, adj *Adjustment) error {
 	adj.Env = append(adj.Env,
 		EnvVar{Key: "LD_PRELOAD", Value: preload},
 		EnvVar{Key: umad.SocketEnv, Value: ibSocketDir + "/" + filepath.Base(hostprep.IBSocket)},
-		EnvVar{Key: "RDMAV_DRIVERS", Value: ibLibDir + "/libibverbs/" + filepath.Base(ibshim.VerbsProvider)})
+		EnvVar{Key: "RDMAV_DRIVERS", Value: ibProviderDir + "/" + filepath.Base(ibshim.VerbsProvider)})
 	return nil
 }
 

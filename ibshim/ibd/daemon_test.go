@@ -1,0 +1,134 @@
+package ibd
+
+import (
+	"encoding/binary"
+	"math/rand"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nvmock/nvmock/ibshim/umad"
+)
+
+// register registers agent id on c for class, version, OUI and methods,
+// as the shim does for an ioctl.
+func register(t *testing.T, c *net.UnixConn, id uint32, class byte, oui uint32, methods ...byte) {
+	t.Helper()
+	le := binary.LittleEndian
+	reg := make([]byte, umad.RegisterSize)
+	le.PutUint32(reg, umad.Magic)
+	le.PutUint32(reg[4:], umad.OpRegister)
+	le.PutUint32(reg[8:], id)
+	reg[16], reg[17] = class, 1
+	le.PutUint32(reg[20:], oui)
+	for _, m := range methods {
+		w := 24 + 4*int(m/32)
+		le.PutUint32(reg[w:], le.Uint32(reg[w:])|1<<(m%32))
+	}
+	if _, err := c.Write(reg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ping is an ibping request (vendor class 0x32, OpenFabrics OUI) to lid.
+func ping(lid uint16, tid uint64, timeoutMS uint32) packet {
+	u := make(packet, umadHdrLen+madLen)
+	binary.LittleEndian.PutUint32(u[8:], timeoutMS)
+	u.setLID(lid)
+	m := u.mad()
+	m[0], m[1], m[2], m[3] = 1, vendorIBPing, 1, methodGet
+	put64(m[8:], tid)
+	put24(m[37:], ouiOpenFabric)
+	return u
+}
+
+func read(t *testing.T, c *net.UnixConn, within time.Duration) packet {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(within))
+	buf := make([]byte, 64<<10)
+	n, err := c.Read(buf)
+	if err != nil {
+		return nil
+	}
+	return packet(buf[:n])
+}
+
+// A program's ibping client registers the class with no methods: its own
+// request to its own LID must not come back to it as a request (libibmad
+// would take it for the answer), and with no server it times out, with
+// the kernel's short reply.
+func TestAClientIsNotHandedRequestsItDidNotRegisterFor(t *testing.T) {
+	c, f := serve(t)
+	register(t, c, 1, vendorIBPing, ouiOpenFabric) // no methods: a client
+	own := f.Find("mlx5_0").Ports[1].LID
+	if _, err := c.Write(ping(own, 5, 50)); err != nil {
+		t.Fatal(err)
+	}
+	r := read(t, c, 2*time.Second)
+	if r == nil {
+		t.Fatal("no timeout came back")
+	}
+	if status := binary.LittleEndian.Uint32(r[4:]); status != etimedout || len(r) != umadHdrLen+24 {
+		t.Errorf("got %d bytes, status %d; want the request's %d-byte header back with ETIMEDOUT", len(r), status, umadHdrLen+24)
+	}
+}
+
+// A server (every method registered) gets the request; a send with no
+// timeout (an answer) never comes back as a timeout.
+func TestAServerGetsRequestsAndAnswersNeedNoTimeout(t *testing.T) {
+	c, f := serve(t)
+	register(t, c, 2, vendorIBPing, ouiOpenFabric, methodGet)
+	own := f.Find("mlx5_0").Ports[1].LID
+	if _, err := c.Write(ping(own, 6, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	r := read(t, c, 2*time.Second)
+	if r == nil || r.agent() != 2 || r.mad().method() != methodGet || r.lid() != own {
+		t.Fatalf("the server got %v; want the Get for agent 2 from LID %d", r, own)
+	}
+	// Its answer: method GetResp, timeout 0. It reaches the asker (the
+	// same program here) and nothing else follows.
+	ans := append(packet(nil), r...)
+	ans.mad()[3] = methodResp
+	binary.LittleEndian.PutUint32(ans[8:], 0)
+	if _, err := c.Write(ans); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, c, 2*time.Second)
+	if got == nil || got.mad().method() != methodResp || got.mad().tid() != 6 {
+		t.Fatalf("the asker got %v, want the GetResp with TID 6", got)
+	}
+	if extra := read(t, c, 300*time.Millisecond); extra != nil {
+		t.Errorf("after the answer the daemon sent %d more bytes", len(extra))
+	}
+}
+
+// Whatever a program writes, the daemon answers or drops it, and keeps
+// serving.
+func TestMalformedMADsDoNotStopTheDaemon(t *testing.T) {
+	c, f := serve(t)
+	rnd := rand.New(rand.NewSource(1))
+	for i := 0; i < 2000; i++ {
+		u := make(packet, umadHdrLen+madLen+rnd.Intn(64))
+		rnd.Read(u)
+		binary.LittleEndian.PutUint32(u[8:], 0) // no timeouts piling up
+		u[umadHdrLen+1] = []byte{classSMPLID, classSMPDR, classSA, classPerf, vendorIBPing, 0x21}[rnd.Intn(6)]
+		if _, err := c.Write(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for read(t, c, 200*time.Millisecond) != nil {
+	}
+	leaf := f.Find("mlx5_0").Ports[1].Peer.Node
+	if _, err := c.Write(smp(leaf.Ports[0].LID, 9)); err != nil {
+		t.Fatal(err)
+	}
+	for r := read(t, c, 2*time.Second); ; r = read(t, c, 2*time.Second) {
+		if r == nil {
+			t.Fatal("the daemon stopped answering")
+		}
+		if r.mad().tid() == 9 && r.mad().status() == 0 {
+			break
+		}
+	}
+}
