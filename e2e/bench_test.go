@@ -45,7 +45,8 @@ func median(ds []time.Duration) time.Duration {
 
 // BenchmarkCreateStart measures, interleaved in one run, create+start of a
 // container the plugin injects, of one it skips (namespace not opted in),
-// and of the first with the plugin not running. One iteration is a round:
+// of one given GPUs without InfiniBand (on an InfiniBand node), and of the
+// first with the plugin not running. One iteration is a round:
 // the plugin up, a warm-up container (not measured: a plugin probes the
 // node at its first container, once in its life), then five of each kind
 // with it; the plugin down, then five without it. Run with -benchtime=Nx.
@@ -55,10 +56,12 @@ func BenchmarkCreateStart(b *testing.B) {
 	n.pluginRunning(b)
 	in := n.runPod(b, optedIn, nil)
 	out := n.runPod(b, plain, nil)
+	// GPUs without the node's InfiniBand: what the HCAs add.
+	noIB := n.runPod(b, optedIn, map[string]string{"nvmock.io/infiniband": "false"})
 	// The injection's edits asked of CRI directly, with no plugin: what the
 	// runtime itself costs for 8 GPUs' mounts and devices.
 	byCRI := ctr{image: "glibc", cmd: []string{"true"}, mounts: gpuMounts(n), devices: gpuDevices(n)}
-	var injected, skipped, none, direct []time.Duration
+	var injected, skipped, none, direct, gpusOnly []time.Duration
 	var decided, decisions float64 // the plugin's own time, from its metrics
 	var nriSum, nriCount float64   // containerd's time for the NRI call, from its metrics
 	b.ResetTimer()
@@ -69,6 +72,7 @@ func BenchmarkCreateStart(b *testing.B) {
 		for k := 0; k < perRound; k++ {
 			injected = append(injected, createStart(b, in))
 			skipped = append(skipped, createStart(b, out))
+			gpusOnly = append(gpusOnly, createStart(b, noIB))
 		}
 		sum1, count1 := histogram(b, n.env["PLUGIN_URL"]+"/metrics", "decision_seconds", "")
 		nsum1, ncount1 := histogram(b, n.env["CONTAINERD_METRICS_URL"], "containerd_nri_plugin_latency_seconds", `operation="CreateContainer"`)
@@ -85,6 +89,7 @@ func BenchmarkCreateStart(b *testing.B) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(median(injected)), "ms-injected")
 	b.ReportMetric(ms(median(skipped)), "ms-skipped")
+	b.ReportMetric(ms(median(gpusOnly)), "ms-injected-without-infiniband")
 	b.ReportMetric(ms(median(none)), "ms-no-plugin")
 	b.ReportMetric(ms(median(direct)), "ms-same-edits-by-CRI")
 	b.ReportMetric(float64(median(injected))/float64(median(none)), "injected/no-plugin")

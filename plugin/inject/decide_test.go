@@ -155,7 +155,7 @@ func checkInvariants(t *testing.T, node NodeState, a Adjustment, ok bool) {
 		}
 	}
 	for _, m := range a.Mounts {
-		ib := node.IB != nil && (m.Source == node.IB.Shim || m.Source == node.IB.Provider || m.Source == node.IB.SocketDir)
+		ib := node.IB != nil && (m.Source == node.IB.Shim || m.Source == node.IB.Provider || m.Source == node.IB.SocketDir || m.Source == node.IB.DevDir)
 		if m.Source != node.Library && m.Source != node.NvidiaSMI && m.Source != node.Snapshot && !strings.HasPrefix(m.Source, "/sys/") && !ib {
 			t.Errorf("mount source %s is not one of the overlay's files", m.Source)
 		}

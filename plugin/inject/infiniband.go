@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,10 +14,14 @@ import (
 // IBNode is what a container needs of the node's InfiniBand: host paths,
 // as bind-mount sources, and the inert /dev/infiniband nodes.
 type IBNode struct {
-	Devices   []DeviceNode // /dev/infiniband/umadN, issmN, uverbsN, rdma_cm
-	Shim      string       // libnvmock-umad.so
-	Provider  string       // libnvmock-rdmav34.so
-	SocketDir string       // the fabric daemon's socket's directory
+	// DevDir holds the inert /dev/infiniband nodes (umadN, issmN, uverbsN,
+	// rdma_cm, all /dev/null's 1:3): one bind mount gives a container all
+	// of them, where a device entry each cost runc a mknod and a cgroup
+	// rule (37 on a DGX).
+	DevDir    string
+	Shim      string // libnvmock-umad.so
+	Provider  string // libnvmock-rdmav34.so
+	SocketDir string // the fabric daemon's socket's directory
 }
 
 // Container paths of the InfiniBand planes. The provider keeps the name
@@ -40,16 +45,14 @@ func applyInfiniBand(in Input, adj *Adjustment) error {
 	if ib == nil || in.Pod.Annotations[InfiniBandAnnotation] == "false" {
 		return nil
 	}
-	for _, d := range ib.Devices {
-		if !hasNode(in.Ctr.Devices, d) {
-			adj.Devices = append(adj.Devices, d)
-		}
-		if !hasRule(adj.DeviceRules, d) {
-			adj.DeviceRules = append(adj.DeviceRules, DeviceRule{Allow: true, Type: d.Type, Major: d.Major, Minor: d.Minor, Access: "rwm"})
-		}
+	null := DeviceNode{Type: "c", Major: 1, Minor: 3}
+	if !hasRule(adj.DeviceRules, null) {
+		adj.DeviceRules = append(adj.DeviceRules, DeviceRule{Allow: true, Type: "c", Major: 1, Minor: 3, Access: "rwm"})
 	}
 	opts := slices.Clone(bindOptions[:])
 	adj.Mounts = append(adj.Mounts,
+		// Device nodes: no nodev. Read-only stops nothing a device does.
+		Mount{Source: ib.DevDir, Destination: "/dev/infiniband", Type: "bind", Options: []string{"rbind", "ro", "nosuid"}},
 		Mount{Source: ib.Shim, Destination: ibShimPath, Type: "bind", Options: opts},
 		Mount{Source: ib.Provider, Destination: ibProviderDir + "/" + filepath.Base(ib.Provider), Type: "bind", Options: slices.Clone(opts)},
 		Mount{Source: ib.SocketDir, Destination: ibSocketDir, Type: "bind", Options: slices.Clone(opts)})
@@ -71,20 +74,24 @@ func probeIB(root, overlay, dev string) (*IBNode, error) {
 		return nil, nil
 	}
 	ib := &IBNode{
+		DevDir:    filepath.Join(dev, "infiniband"),
 		Shim:      filepath.Join(overlay, hostprep.UmadShimPath),
 		Provider:  filepath.Join(overlay, hostprep.ProviderPath),
 		SocketDir: filepath.Dir(filepath.Join(root, hostprep.IBSocket)),
 	}
-	ents, err := os.ReadDir(filepath.Join(dev, "infiniband"))
+	ents, err := os.ReadDir(ib.DevDir)
 	if err != nil {
 		return nil, err
 	}
+	// Inert or nothing: the directory is mounted without nodev.
 	for _, e := range ents {
 		d, err := statNode(dev, filepath.Join("infiniband", e.Name()))
 		if err != nil {
 			return nil, err
 		}
-		ib.Devices = append(ib.Devices, d)
+		if d.Major != 1 || d.Minor != 3 {
+			return nil, fmt.Errorf("%s is %d:%d, not /dev/null's 1:3; reinstall", d.Path, d.Major, d.Minor)
+		}
 	}
 	return ib, nil
 }

@@ -4,9 +4,8 @@ import "testing"
 
 func TestInfiniBandGivesGPUContainersTheHCAs(t *testing.T) {
 	node := testNode(8, false)
-	null := func(p string) DeviceNode { return DeviceNode{Path: p, Type: "c", Major: 1, Minor: 3, FileMode: 0o666} }
 	node.IB = &IBNode{
-		Devices:   []DeviceNode{null("/dev/infiniband/umad0"), null("/dev/infiniband/issm0"), null("/dev/infiniband/uverbs0"), null("/dev/infiniband/rdma_cm")},
+		DevDir:    "/var/lib/nvmock/overlays/0123456789abcdef/driver/dev/infiniband",
 		Shim:      "/var/lib/nvmock/overlays/0123456789abcdef/driver/usr/lib64/nvmock/libnvmock-umad.so",
 		Provider:  "/var/lib/nvmock/overlays/0123456789abcdef/driver/usr/lib64/libibverbs/libnvmock-rdmav34.so",
 		SocketDir: "/var/lib/nvmock/ib",
@@ -14,9 +13,9 @@ func TestInfiniBandGivesGPUContainersTheHCAs(t *testing.T) {
 	cfg := testConfig
 	cfg.Extensions = []Extension{InfiniBand}
 	planes := func(a Adjustment, preload string) Adjustment {
-		a.Devices = append(a.Devices, node.IB.Devices...)
 		// The GPUs' own rule already allows /dev/null's numbers.
 		a.Mounts = append(a.Mounts,
+			Mount{Source: node.IB.DevDir, Destination: "/dev/infiniband", Type: "bind", Options: []string{"rbind", "ro", "nosuid"}},
 			Mount{Source: node.IB.Shim, Destination: "/usr/lib/nvmock/libnvmock-umad.so", Type: "bind", Options: ro},
 			Mount{Source: node.IB.Provider, Destination: "/usr/lib/nvmock/libibverbs/libnvmock-rdmav34.so", Type: "bind", Options: ro},
 			Mount{Source: "/var/lib/nvmock/ib", Destination: "/run/nvmock", Type: "bind", Options: ro})
