@@ -25,8 +25,9 @@ type pool struct {
 	name, profile string
 	gpus          int // GPUs the rendered profile must give
 	selector      map[string]string
-	overridden    bool // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
-	live          bool // liveValues: a live init container applies them
+	overridden    bool   // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
+	live          bool   // liveValues: a live init container applies them
+	slots         string // --fabric-slots the install gets (fleetValues' infiniband.slots)
 }
 
 // liveValues set a load and faults at install (nvmock ctl apply).
@@ -62,6 +63,8 @@ pools:
 injection:
   namespaces: [ml, ci]
   defaultGPUs: "1"
+infiniband:
+  slots: {gpu-b: 1, gpu-a: 0}
 logLevel: debug
 `
 
@@ -74,8 +77,8 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
 		{"fleet", fleetValues, []pool{
-			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}},
-			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true},
+			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1"},
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1"},
 		}},
 	}
 	for _, name := range profile.Builtins() {
@@ -202,6 +205,9 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	want := map[string]string{
 		"root": "/var/lib/nvmock", "profile": "/etc/nvmock/profile.yaml", "node-name": "$(NODE_NAME)",
 		"cdi-dir": "/var/run/cdi", "nfd-dir": "/etc/kubernetes/node-feature-discovery/features.d",
+	}
+	if p.slots != "" {
+		want["fabric-slots"] = p.slots // sorted by node: renders the same every time
 	}
 	if !reflect.DeepEqual(set, want) {
 		t.Errorf("%s: hostprep install flags %v, want %v", ds.Name, set, want)

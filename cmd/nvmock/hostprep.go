@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +65,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511) instead of /dev/null's 1:3")
 	force := fs.Bool("force", false, "install even where a real NVIDIA driver is loaded")
 	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1 (default: from its name)")
+	slots := fs.String("fabric-slots", "", "NODE=SLOT,...: the places of named nodes (the chart's infiniband.slots); others take --fabric-slot")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -93,14 +95,12 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 			return fmt.Errorf("hostprep install: --driver-version: %w", err)
 		}
 	}
-	if *driver != "" {
-		if err := p.SetDriver(*driver); err != nil {
-			return fmt.Errorf("hostprep install: --driver-version: %w", err)
-		}
-	}
 	name := nodeNameOr(*node)
 	if name == "" {
 		return fmt.Errorf("hostprep install: no node name: pass --node-name or set NODE_NAME")
+	}
+	if *slot, err = slotOf(name, *slots, *slot); err != nil {
+		return fmt.Errorf("hostprep install: %w", err)
 	}
 	if *assets == "" {
 		if *assets, err = defaultAssets(); err != nil {
@@ -325,4 +325,26 @@ func hookBinary() string {
 		return ""
 	}
 	return p
+}
+
+// slotOf is node's fabric slot: its own in list ("NODE=SLOT,..."), else
+// def. Two nodes on one slot are refused: they could not share a fabric.
+func slotOf(node, list string, def int) (int, error) {
+	taken := map[int]string{}
+	slot := def
+	for _, kv := range splitList(list) {
+		n, v, ok := strings.Cut(kv, "=")
+		s, err := strconv.Atoi(v)
+		if !ok || n == "" || err != nil || s < 0 {
+			return 0, fmt.Errorf("--fabric-slots: %q is not NODE=SLOT with a slot from 0", kv)
+		}
+		if other, dup := taken[s]; dup {
+			return 0, fmt.Errorf("--fabric-slots: nodes %s and %s both take slot %d", other, n, s)
+		}
+		taken[s] = n
+		if n == node {
+			slot = s
+		}
+	}
+	return slot, nil
 }

@@ -180,3 +180,31 @@ func TestHostprepPreDeleteNeedsItsDaemonSetsAndACluster(t *testing.T) {
 		})
 	}
 }
+
+func TestFabricSlotsPlaceNamedNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name, node, list string
+		def, want        int
+		err              string
+	}{
+		{"a named node takes its slot", "b", "a=0,b=3", -1, 3, ""},
+		{"a node not named keeps the default", "c", "a=0,b=3", 5, 5, ""},
+		{"no list keeps the default", "c", "", -1, -1, ""},
+		{"two nodes on one slot are refused", "a", "a=1,b=1", -1, 0, "nodes a and b both take slot 1"},
+		{"a slot must be a number from 0", "a", "a=x", -1, 0, `"a=x" is not NODE=SLOT`},
+		{"a negative slot is refused", "a", "a=-2", -1, 0, `"a=-2" is not NODE=SLOT`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := slotOf(tc.node, tc.list, tc.def)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("slot %d (%v), want %d", got, err, tc.want)
+			}
+		})
+	}
+}
