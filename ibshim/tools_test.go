@@ -87,6 +87,14 @@ func TestIbstatAndIbstatusShowTheHCAs(t *testing.T) {
 	if got := field(t, parts[2], "Link layer"); got != "Ethernet" {
 		t.Errorf("ibstat mlx5_2 (the storage card's Ethernet port): link layer %q", got)
 	}
+	// mlx5_2 is port 2 of mlx5_1's card.
+	card := f.Find("mlx5_1")
+	if got := field(t, parts[2], "System image GUID"); got != fmt.Sprintf("0x%016x", card.SysGUID) {
+		t.Errorf("ibstat mlx5_2: system image GUID %s, want its card's (mlx5_1's) %#016x", got, card.SysGUID)
+	}
+	if got := field(t, parts[2], "Node GUID"); got != fmt.Sprintf("0x%016x", card.GUID+1) {
+		t.Errorf("ibstat mlx5_2: node GUID %s, want port 1's plus one, %#016x", got, card.GUID+1)
+	}
 	if got := field(t, parts[3], "rate"); got != "400 Gb/sec (4X NDR)" {
 		t.Errorf("ibstatus: rate %q", got)
 	}

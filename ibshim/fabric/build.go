@@ -96,8 +96,8 @@ func (b *builder) subnet(name string, storage bool, rails, spines int) *Subnet {
 			if h.Ethernet || h.Storage != storage {
 				continue
 			}
-			g := guid(b.f.Name, h.Adapter.OUI, fmt.Sprintf("ca/%d/%s", slot, h.Name))
-			ca := &Node{Type: CA, GUID: g, SysGUID: g, DeviceID: h.Function.Device, FWVersion: h.Adapter.FWVersion,
+			g, sys := CardGUIDs(b.f.Name, b.hcas, h, slot)
+			ca := &Node{Type: CA, GUID: g, SysGUID: sys, DeviceID: h.Function.Device, FWVersion: h.Adapter.FWVersion,
 				Slot: slot, HCA: h.Name, Adapter: h.Adapter, Subnet: s, PartitionCap: caPartitionCap,
 				Desc: host + " " + h.Name}
 			ca.Ports = []*Port{nil, {Node: ca, Num: 1, GUID: g, Speed: h.Adapter.Speed}}

@@ -111,3 +111,23 @@ func guid(fabric string, oui uint32, what string) uint64 {
 	fmt.Fprintf(h, "%s/%s", fabric, what)
 	return uint64(oui)<<40 | h.Sum64()&(1<<40-1)
 }
+
+// CardGUIDs are the node and system image GUIDs of HCA h on the node at
+// slot. A card's functions share one system image GUID, its function 0's
+// node GUID, and function n's node GUID is that plus n, as ConnectX and
+// BlueField cards number their ports.
+func CardGUIDs(fabric string, hcas []profile.HCA, h *profile.HCA, slot int) (node, sys uint64) {
+	f0 := h
+	a := h.Function.Address
+	for i := range hcas {
+		b := hcas[i].Function.Address
+		if b.Domain == a.Domain && b.Bus == a.Bus && b.Device == a.Device && b.Function == 0 {
+			f0 = &hcas[i]
+		}
+	}
+	sys = guid(fabric, f0.Adapter.OUI, fmt.Sprintf("ca/%d/%s", slot, f0.Name))
+	if f0 == h {
+		return sys, sys
+	}
+	return sys + uint64(a.Function), sys
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/profile"
 )
 
 func TestH100FabricIsOneRailOptimizedScalableUnit(t *testing.T) {
@@ -133,5 +134,29 @@ func TestDirectedRoutesWalkCables(t *testing.T) {
 		if at := fabric.Walk(from, bad); at != nil {
 			t.Errorf("path %v reached %s, want nothing (no such port)", bad, at.Node.Desc)
 		}
+	}
+}
+
+// The two functions of a dual-port card (h100's storage slot 2: mlx5_1
+// InfiniBand, mlx5_2 Ethernet) share the card's system image GUID, and
+// port 2's node GUID is port 1's plus one, as ConnectX cards number them.
+func TestACardsPortsShareItsSystemGUID(t *testing.T) {
+	n := testenv.Node(t, "h100", 8)
+	f, err := fabric.Build(n, "node-a", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcas := n.IB.HCAs
+	byName := map[string]*profile.HCA{}
+	for i := range hcas {
+		byName[hcas[i].Name] = &hcas[i]
+	}
+	p1, sys1 := fabric.CardGUIDs(f.Name, hcas, byName["mlx5_1"], 2)
+	p2, sys2 := fabric.CardGUIDs(f.Name, hcas, byName["mlx5_2"], 2)
+	if ca := f.Find("mlx5_1"); ca.GUID != p1 || ca.SysGUID != sys1 {
+		t.Errorf("the fabric's mlx5_1 is %#x/%#x, CardGUIDs %#x/%#x", ca.GUID, ca.SysGUID, p1, sys1)
+	}
+	if p1 != sys1 || sys2 != sys1 || p2 != p1+1 {
+		t.Errorf("mlx5_1 %#x (system %#x), mlx5_2 %#x (system %#x): want one system GUID, port 2 = port 1 + 1", p1, sys1, p2, sys2)
 	}
 }

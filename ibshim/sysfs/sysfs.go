@@ -45,7 +45,7 @@ func Files(n *profile.Node, f *fabric.Fabric) []pcisim.File {
 	r.file("class/infiniband_verbs/abi_version", verbsABI)
 	for i := range n.IB.HCAs {
 		h := &n.IB.HCAs[i]
-		r.hca(i, h, f.Find(h.Name))
+		r.hca(i, h, n.IB.HCAs, f, f.Find(h.Name))
 	}
 	return r.out
 }
@@ -71,23 +71,22 @@ func relTo(dir, target string) string {
 }
 
 // hca renders one device; nd is its CA in the fabric (nil: Ethernet).
-func (r *renderer) hca(i int, h *profile.HCA, nd *fabric.Node) {
+func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabric, nd *fabric.Node) {
 	pci := pcisim.DevicePath(h.Function)
 	dir := pci + "/infiniband/" + h.Name
 	a := h.Adapter
-	var guid uint64
-	if nd != nil {
-		guid = nd.GUID
-	} else {
-		// A RoCE port's GUID is its MAC's EUI-64 (OUI, ff:fe, the
-		// MAC's low 24 bits); the MAC follows from the function's place.
+	node, sys := fabric.CardGUIDs(f.Name, hcas, h, f.Local)
+	port0 := node // GID 0: an InfiniBand port's GUID
+	if nd == nil {
+		// A RoCE port's: its MAC's EUI-64 (OUI, ff:fe, the MAC's low 24
+		// bits); the MAC follows from the function's place.
 		fn := h.Function.Address
 		mac := (fn.Domain&0xff)<<16 | fn.Bus<<8 | fn.Device<<3 | fn.Function
-		guid = uint64(a.OUI)<<40 | 0xfffe<<24 | uint64(mac&0xffffff)
+		port0 = uint64(a.OUI)<<40 | 0xfffe<<24 | uint64(mac&0xffffff)
 	}
 	r.file(dir+"/node_type", "1: CA")
-	r.file(dir+"/node_guid", guidText(guid))
-	r.file(dir+"/sys_image_guid", guidText(guid))
+	r.file(dir+"/node_guid", guidText(node))
+	r.file(dir+"/sys_image_guid", guidText(sys))
 	r.file(dir+"/fw_ver", a.FWVersion)
 	r.file(dir+"/hw_rev", "0x0")
 	r.file(dir+"/hca_type", a.HCAType)
@@ -128,7 +127,7 @@ func (r *renderer) hca(i int, h *profile.HCA, nd *fabric.Node) {
 	for k := 0; k < gids; k++ {
 		gid := "0000:0000:0000:0000:0000:0000:0000:0000"
 		if k == 0 {
-			gid = "fe80:0000:0000:0000:" + guidText(guid)
+			gid = "fe80:0000:0000:0000:" + guidText(port0)
 		}
 		r.file(fmt.Sprintf("%s/gids/%d", port, k), gid)
 		typ := "IB/RoCE v1"
