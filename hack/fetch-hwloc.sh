@@ -28,16 +28,7 @@ for c in curl make cc; do command -v $c >/dev/null || debapt_die "$c is required
 
 mkdir -p "$cache/hwloc" "$cache/bin"
 tarball=$cache/hwloc/hwloc_$VERSION.orig.tar.bz2
-if ! echo "$SHA256  $tarball" | sha256sum -c --status 2>/dev/null; then
-  read -r uri _ < <(debapt_system_mirror) || true
-  uri=${uri:-http://deb.debian.org/debian}
-  debapt_log "downloading hwloc $VERSION from $uri"
-  curl -sSfL -o "$tarball.tmp" "$uri/pool/main/h/hwloc/hwloc_$VERSION.orig.tar.bz2" ||
-    debapt_die "download of hwloc_$VERSION.orig.tar.bz2 from $uri failed"
-  echo "$SHA256  $tarball.tmp" | sha256sum -c --status ||
-    debapt_die "hwloc_$VERSION.orig.tar.bz2: SHA-256 is not Debian's $SHA256"
-  mv "$tarball.tmp" "$tarball"
-fi
+debapt_fetch_pool "main/h/hwloc/hwloc_$VERSION.orig.tar.bz2" "$SHA256" "$tarball"
 src=$cache/hwloc/hwloc-$VERSION
 rm -rf "$src" && tar -xjf "$tarball" -C "$cache/hwloc"
 debapt_log "building lstopo with NVML (about 2 minutes; log: $cache/hwloc/build.log)"

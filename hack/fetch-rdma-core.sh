@@ -35,16 +35,7 @@ for c in curl tar python3; do command -v $c >/dev/null || debapt_die "$c is requ
 
 mkdir -p "$dir"
 tarball=$dir/rdma-core_$VERSION.orig.tar.gz
-if ! echo "$SHA256  $tarball" | sha256sum -c --status 2>/dev/null; then
-  read -r uri _ < <(debapt_system_mirror) || true
-  uri=${uri:-http://deb.debian.org/debian}
-  debapt_log "downloading rdma-core $VERSION from $uri"
-  curl -sSfL -o "$tarball.tmp" "$uri/pool/main/r/rdma-core/rdma-core_$VERSION.orig.tar.gz" ||
-    debapt_die "download of rdma-core_$VERSION.orig.tar.gz from $uri failed"
-  echo "$SHA256  $tarball.tmp" | sha256sum -c --status ||
-    debapt_die "rdma-core_$VERSION.orig.tar.gz: SHA-256 is not Debian's $SHA256"
-  mv "$tarball.tmp" "$tarball"
-fi
+debapt_fetch_pool "main/r/rdma-core/rdma-core_$VERSION.orig.tar.gz" "$SHA256" "$tarball"
 
 # Only what driver.h includes (gcc -H), plus the generator of kernel-abi/.
 src=$dir/rdma-core-$VERSION

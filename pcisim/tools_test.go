@@ -15,20 +15,6 @@ import (
 	"github.com/nvmock/nvmock/profile"
 )
 
-// walk calls fn on every function of the tree.
-func walk(n *profile.Node, fn func(f *profile.PCIFunction)) {
-	var rec func(fs []*profile.PCIFunction)
-	rec = func(fs []*profile.PCIFunction) {
-		for _, f := range fs {
-			fn(f)
-			rec(f.Children)
-		}
-	}
-	for _, r := range n.PCIe.Roots {
-		rec(r.Functions)
-	}
-}
-
 // lspciPath is the bridge path lspci -PP prints for a function: every
 // bridge above it, which lspci finds from the bridges' bus numbers in
 // their config space, not from the directories.
@@ -65,7 +51,7 @@ func TestLspciReadsEveryBoardsTree(t *testing.T) {
 				}
 			}
 			count := 0
-			walk(n, func(f *profile.PCIFunction) {
+			n.PCIe.Walk(func(f *profile.PCIFunction) {
 				count++
 				b, ok := blocks[lspciPath(f)]
 				if !ok {

@@ -136,3 +136,18 @@ debapt_extract() {
   rm -rf "$2"
   dpkg-deb -x "$1" "$2" || debapt_die "dpkg-deb -x $1 failed"
 }
+
+# debapt_fetch_pool POOL_PATH SHA256 DEST: download one file of Debian's pool
+# (e.g. main/h/hwloc/hwloc_2.9.0.orig.tar.bz2) from this machine's mirror to
+# DEST, unless DEST already has the pinned checksum. Temp + rename: a broken
+# download never stands as DEST.
+debapt_fetch_pool() {
+  local path=$1 sum=$2 dest=$3 uri name=${1##*/}
+  echo "$sum  $dest" | sha256sum -c --status 2>/dev/null && return 0
+  read -r uri _ < <(debapt_system_mirror) || true
+  uri=${uri:-http://deb.debian.org/debian}
+  debapt_log "downloading $name from $uri"
+  curl -sSfL -o "$dest.tmp" "$uri/pool/$path" || debapt_die "download of $name from $uri failed"
+  echo "$sum  $dest.tmp" | sha256sum -c --status || debapt_die "$name: SHA-256 is not Debian's $sum"
+  mv "$dest.tmp" "$dest"
+}

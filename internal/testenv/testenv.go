@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,4 +222,21 @@ func LiveState(t testing.TB, snapshotPath string, gpus int, frozen time.Time) *l
 		}
 	}
 	return f
+}
+
+// Exports lists a shared object's defined dynamic symbols, sorted, as nm -D
+// shows them: what a program can bind to.
+func Exports(t testing.TB, so string) []string {
+	t.Helper()
+	out, err := exec.Command(Tool(t, "nm"), "-D", "--defined-only", so).Output()
+	if err != nil {
+		t.Fatalf("nm %s: %v", so, err)
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		got = append(got, f[len(f)-1])
+	}
+	slices.Sort(got)
+	return got
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -18,17 +17,7 @@ import (
 // dynamic symbols with exports_gen.txt: none missing (go-nvml programs die
 // with exit 127 on a missing one), none extra.
 func TestLibraryExportsExactlyTheGeneratedList(t *testing.T) {
-	nm := testenv.Tool(t, "nm")
-	out, err := exec.Command(nm, "-D", "--defined-only", testenv.Lib(t)).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(l)
-		got = append(got, f[len(f)-1])
-	}
-	sort.Strings(got)
+	got := testenv.Exports(t, testenv.Lib(t))
 	want, err := os.ReadFile("../exports_gen.txt")
 	if err != nil {
 		t.Fatal(err)
