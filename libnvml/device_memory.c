@@ -2,7 +2,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "nvmock.h"
+#include "mig.h"
 
 // used_memory is what the driver holds plus what the registered processes
 // use, up to what is there.
@@ -19,6 +19,16 @@ static unsigned long long used_memory(const struct nvmock_dev *d)
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
+	struct mig_dev md;
+	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
+		nvmlReturn_t r = nvmock_mig_of(device, &md);
+		if (r != NVML_SUCCESS)
+			return r;
+		OUT(memory);
+		nvmock_mig_memory(&md, &memory->total, &memory->used);
+		memory->free = memory->total - memory->used;
+		return NVML_SUCCESS;
+	}
 	DEV(device, d);
 	OUT(memory);
 	const struct snap_device *s = d->s;
@@ -31,6 +41,19 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t 
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
+	struct mig_dev md;
+	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
+		nvmlReturn_t r = nvmock_mig_of(device, &md);
+		if (r != NVML_SUCCESS)
+			return r;
+		OUT(memory);
+		if (memory->version != nvmlMemory_v2)
+			return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+		nvmock_mig_memory(&md, &memory->total, &memory->used);
+		memory->reserved = 0;
+		memory->free = memory->total - memory->used;
+		return NVML_SUCCESS;
+	}
 	DEV(device, d);
 	OUT(memory);
 	if (memory->version != nvmlMemory_v2)
@@ -45,6 +68,20 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
 
 NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
 {
+	struct mig_dev md;
+	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
+		nvmlReturn_t r = nvmock_mig_of(device, &md);
+		if (r != NVML_SUCCESS)
+			return r;
+		OUT(bar1Memory);
+		// Its memory slices' share, less 1 MiB: 32767 MiB for an A100's
+		// 3g.20gb, as in NVIDIA's MIG guide.
+		unsigned long long t = md.s->bar1_total / 8 * md.s->mig_gi_memory_slices[md.row];
+		bar1Memory->bar1Total = t > (1ull << 20) ? t - (1ull << 20) : t;
+		bar1Memory->bar1Used = 0;
+		bar1Memory->bar1Free = bar1Memory->bar1Total;
+		return NVML_SUCCESS;
+	}
 	DEV(device, d);
 	OUT(bar1Memory);
 	if (d->s->bar1_total == 0)
@@ -114,6 +151,18 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlM
 						      nvmlEccCounterType_t counterType,
 						      nvmlMemoryLocation_t locationType, unsigned long long *count)
 {
+	struct mig_dev md;
+	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
+		// A MIG device counts its own errors; none are modelled yet.
+		nvmlReturn_t r = nvmock_mig_of(device, &md);
+		if (r != NVML_SUCCESS)
+			return r;
+		OUT(count);
+		if (md.s->ecc_current != 1)
+			return NVML_ERROR_NOT_SUPPORTED;
+		*count = 0;
+		return NVML_SUCCESS;
+	}
 	DEV(device, d);
 	OUT(count);
 	if (errorType >= NVML_MEMORY_ERROR_TYPE_COUNT || counterType >= NVML_ECC_COUNTER_TYPE_COUNT ||

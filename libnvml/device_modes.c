@@ -1,4 +1,4 @@
-// Settings and activity: persistence, compute, MIG, display and
+// Settings and activity: persistence, compute, display and
 // virtualization modes; utilization, encoder/FBC stats, processes, accounting.
 #include <stdlib.h>
 #include <string.h>
@@ -64,49 +64,6 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeM
 	DEV(device, d);
 	OUT(mode);
 	*mode = (nvmlComputeMode_t)d->s->compute_mode;
-	return NVML_SUCCESS;
-}
-
-NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
-{
-	DEV(device, d);
-	if (currentMode == NULL || pendingMode == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	if (d->s->mig_current == NA32)
-		return NVML_ERROR_NOT_SUPPORTED;
-	*currentMode = d->s->mig_current;
-	*pendingMode = d->s->mig_pending;
-	return NVML_SUCCESS;
-}
-
-NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
-{
-	DEV(device, d);
-	OUT(count);
-	// nvidia-ctk treats an error here as fatal; boards without MIG say 0.
-	*count = d->s->max_mig_devices;
-	return NVML_SUCCESS;
-}
-
-NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
-{
-	DEV(device, d);
-	OUT(migDevice);
-	if (d->s->mig_current == NA32)
-		return NVML_ERROR_NOT_SUPPORTED;
-	if (index >= d->s->max_mig_devices)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	// MIG is never enabled on the mock, so every slot is empty; go-nvlib
-	// (nvidia-ctk, the device plugin) skips NOT_FOUND and fails on anything else.
-	return NVML_ERROR_NOT_FOUND;
-}
-
-NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
-{
-	DEV(device, d);
-	(void)d;
-	OUT(isMigDevice);
-	*isMigDevice = 0;
 	return NVML_SUCCESS;
 }
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "nvmock.h"
+#include "mig.h"
 
 // found hands out a handle, unless the GPU is lost: then, as from the
 // driver, there is none ("Unable to determine the device handle ... GPU is
@@ -50,6 +50,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *
 		return NVML_ERROR_UNINITIALIZED;
 	if (uuid == NULL || device == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (strncasecmp(uuid, "MIG-", 4) == 0)
+		return nvmock_mig_by_uuid(uuid, device);
 	for (unsigned i = 0; i < nvmock.ndevs; i++) {
 		if (strcasecmp(nvmock.devs[i].uuid, uuid) == 0) {
 			return found(&nvmock.devs[i], device);
@@ -115,6 +117,15 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDe
 
 NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
+	struct mig_dev md;
+	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
+		nvmlReturn_t r = nvmock_mig_of(device, &md);
+		if (r != NVML_SUCCESS)
+			return r;
+		OUT(index);
+		*index = nvmock_mig_index(&md);
+		return NVML_SUCCESS;
+	}
 	DEV(device, d);
 	OUT(index);
 	*index = d->index;

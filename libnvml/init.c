@@ -197,6 +197,7 @@ static nvmlReturn_t build_devices(void)
 		memcpy(d->serial, serials[i], 32);
 	}
 	nvmock.ndevs = n;
+	nvmock_mig_init();
 	ret = NVML_SUCCESS;
 out:
 	free(uuids);

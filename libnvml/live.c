@@ -25,6 +25,7 @@
 #define HEAT_C 45.0
 
 static void *live_map;
+static char live_path[PATH_MAX];
 static unsigned my_pidns;
 
 // Per-process trigger state: calls made on each GPU, and the faults whose
@@ -96,6 +97,7 @@ void nvmock_live_map(const char *snapshot)
 		return;
 	}
 	live_map = m;
+	snprintf(live_path, sizeof live_path, "%s", path);
 	my_pidns = read_pidns();
 	nvmock.live = h;
 	nvmock.live_gpus = (const void *)(h + 1);
@@ -112,9 +114,21 @@ void nvmock_live_unmap(void)
 	if (live_map != NULL)
 		munmap(live_map, STATE_SIZE);
 	live_map = NULL;
+	live_path[0] = '\0';
 	memset(calls, 0, sizeof calls);
 	memset(latched, 0, sizeof latched);
 	mem_cache.generation = UINT64_MAX; // another file may count the same generations
+}
+
+// nvmock_live_path is the mapped state file's path (for MIG writes), or NULL.
+const char *nvmock_live_path(void)
+{
+	return live_map != NULL ? live_path : NULL;
+}
+
+size_t nvmock_live_size(void)
+{
+	return STATE_SIZE;
 }
 
 // A seq value a writer left odd (it died inside): readers stop waiting

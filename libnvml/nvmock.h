@@ -51,6 +51,8 @@ struct live_fx {
 
 void nvmock_live_map(const char *snapshot);
 void nvmock_live_unmap(void);
+const char *nvmock_live_path(void);
+size_t nvmock_live_size(void);
 int nvmock_live_copy(void *dst, const void *src, size_t n);
 uint64_t nvmock_live_now(void);
 uint64_t nvmock_live_now_for(const struct live_gpu *g);
@@ -74,6 +76,11 @@ int nvmock_live_proc_name(unsigned pid, char *out, size_t len);
 
 extern struct nvmock_state nvmock;
 
+// A MIG device handle (mig_device.c): calls that are only for GPUs answer
+// it NOT_SUPPORTED.
+int nvmock_is_mig_handle(nvmlDevice_t h);
+void nvmock_mig_init(void);
+
 static inline int nvmock_ready(void)
 {
 	return __atomic_load_n(&nvmock.ready, __ATOMIC_ACQUIRE);
@@ -87,7 +94,7 @@ static inline nvmlReturn_t nvmock_dev_of(nvmlDevice_t h, const struct nvmock_dev
 		return NVML_ERROR_UNINITIALIZED;
 	uintptr_t off = (uintptr_t)h.handle - (uintptr_t)nvmock.devs;
 	if (off >= (uintptr_t)nvmock.ndevs * sizeof(struct nvmock_dev) || off % sizeof(struct nvmock_dev))
-		return NVML_ERROR_INVALID_ARGUMENT;
+		return nvmock_is_mig_handle(h) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
 	*out = (const struct nvmock_dev *)h.handle;
 	// A GPU with faults counts the call and may refuse it (live.c).
 	if (nvmock.live_gpus != NULL && __atomic_load_n(&nvmock.live_gpus[(*out)->node_index].faults, __ATOMIC_RELAXED) != 0)

@@ -6,8 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 4
+#define SNAPSHOT_VERSION 5
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
+#define SNAPSHOT_MAX_MIG_PROFILES 8
 // The library maps no larger file (libnvml/gen/limits.go).
 #define SNAPSHOT_MAX_BYTES 8388608
 
@@ -122,6 +123,24 @@ struct snap_device {
 	uint32_t mig_current; // not available: not MIG capable
 	uint32_t mig_pending;
 	uint32_t max_mig_devices;
+	uint32_t mig_gi_count; // GPU-instance profiles, in -lgip order
+	uint32_t mig_gi_id[8]; // profile id as nvidia-smi shows it
+	uint32_t mig_gi_nvml[8]; // NVML_GPU_INSTANCE_PROFILE_*
+	uint32_t mig_gi_memory_slices[8]; // of 8
+	uint32_t mig_gi_compute_slices[8]; // of 7
+	uint32_t mig_gi_instances[8];
+	uint32_t mig_gi_memory_mib[8];
+	uint32_t mig_gi_sms[8];
+	uint32_t mig_gi_copy_engines[8];
+	uint32_t mig_gi_decoders[8];
+	uint32_t mig_gi_encoders[8];
+	uint32_t mig_gi_jpegs[8];
+	uint32_t mig_gi_ofas[8];
+	uint32_t mig_gi_placements[8]; // bit n: may start at memory slice n
+	uint32_t mig_gi_ci_sizes[8]; // bit c: holds compute instances of c slices
+	uint32_t mig_ci_sms[8]; // SMs of a c-slice compute instance smaller than its GPU instance, by c
+	char mig_gi_names[192]; // profile names, each ended by a newline
+	uint32_t mig_pad;
 	uint32_t display_mode;
 	uint32_t display_active;
 	uint32_t virtualization_mode;
@@ -167,7 +186,7 @@ struct snap_device {
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
 };
-_Static_assert(sizeof(struct snap_device) == 1456, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 2136, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -248,50 +267,68 @@ _Static_assert(offsetof(struct snap_device, ecc_default) == 1024, "snapshot layo
 _Static_assert(offsetof(struct snap_device, mig_current) == 1028, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, mig_pending) == 1032, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, max_mig_devices) == 1036, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_mode) == 1040, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_active) == 1044, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1048, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, performance_state) == 1052, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_state) == 1056, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fan_speed) == 1060, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_gpu) == 1064, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_memory) == 1068, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_encoder) == 1072, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_decoder) == 1076, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_jpeg) == 1080, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_ofa) == 1084, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_count) == 1088, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, retired_pages) == 1120, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapped_rows) == 1124, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapper_banks) == 1128, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_mode) == 1132, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1136, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_node) == 1140, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_count) == 1144, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_version) == 1148, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1152, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1156, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1160, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1164, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, addressing_mode) == 1236, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, sparse_mode) == 1240, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_mode) == 1244, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_root) == 1248, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 1252, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 1256, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pad3) == 1260, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 1264, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_bus_width) == 1268, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_cores) == 1272, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bus_type) == 1276, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_source) == 1280, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, egm) == 1284, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1288, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 1416, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 1424, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 1432, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 1440, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 1448, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_count) == 1040, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_id) == 1044, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_nvml) == 1076, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_memory_slices) == 1108, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_compute_slices) == 1140, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_instances) == 1172, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_memory_mib) == 1204, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_sms) == 1236, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_copy_engines) == 1268, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_decoders) == 1300, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_encoders) == 1332, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_jpegs) == 1364, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_ofas) == 1396, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_placements) == 1428, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_ci_sizes) == 1460, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_ci_sms) == 1492, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_names) == 1524, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_pad) == 1716, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_mode) == 1720, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_active) == 1724, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1728, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, performance_state) == 1732, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_state) == 1736, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fan_speed) == 1740, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_gpu) == 1744, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_memory) == 1748, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_encoder) == 1752, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_decoder) == 1756, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_jpeg) == 1760, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_ofa) == 1764, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_count) == 1768, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, retired_pages) == 1800, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapped_rows) == 1804, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapper_banks) == 1808, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_mode) == 1812, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1816, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_node) == 1820, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_count) == 1824, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_version) == 1828, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1832, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1836, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1840, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1844, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, addressing_mode) == 1916, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, sparse_mode) == 1920, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_mode) == 1924, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_root) == 1928, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 1932, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 1936, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pad3) == 1940, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 1944, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_bus_width) == 1948, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_cores) == 1952, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bus_type) == 1956, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_source) == 1960, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, egm) == 1964, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 1968, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 2096, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 2104, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 2112, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 2120, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 2128, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {
@@ -311,6 +348,7 @@ __attribute__((unused)) static const struct snap_string snap_device_strings[] = 
 	{480, 16}, // inforom_power
 	{496, 40}, // gsp_firmware
 	{536, 32}, // pci_bus_id
+	{1524, 192}, // mig_gi_names
 	{0, 0},
 };
 

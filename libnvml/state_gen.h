@@ -6,11 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 2
+#define STATE_VERSION 3
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
 #define STATE_PROCS 256
+#define STATE_GIS 15
+#define STATE_CIS 8
 
 #define LIVE_FAULT_LOST 1 // every call on the GPU answers GPU_IS_LOST
 #define LIVE_FAULT_ECC 2 // uncorrectable ECC errors: counts, remaps or retired pages
@@ -82,8 +84,16 @@ struct live_gpu {
 	uint32_t fault_count[8]; // errors it adds (ECC), or the link (NVLink)
 	uint32_t fault_id[8]; // unique per injection
 	uint64_t fault_param[8]; // trigger: time ns, calls, or probability x 2^32
+	uint32_t mig_set; // 1: mig_current and mig_pending hold the modes; 0: the snapshot's
+	uint32_t mig_current;
+	uint32_t mig_pending;
+	uint32_t mig_pad;
+	uint32_t gi_profile[15]; // by GPU-instance id: row + 1 of the snapshot's profile table; 0: none
+	uint32_t gi_start[15]; // first memory slice
+	uint32_t ci_slices[120]; // by GPU instance x 8 + compute-instance id: compute slices; 0: none
+	uint32_t ci_start[120]; // first compute slice in its GPU instance
 };
-_Static_assert(sizeof(struct live_gpu) == 344, "state layout");
+_Static_assert(sizeof(struct live_gpu) == 1440, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
 _Static_assert(offsetof(struct live_gpu, jitter) == 4, "state layout");
 _Static_assert(offsetof(struct live_gpu, load) == 8, "state layout");
@@ -103,6 +113,14 @@ _Static_assert(offsetof(struct live_gpu, fault_pid) == 184, "state layout");
 _Static_assert(offsetof(struct live_gpu, fault_count) == 216, "state layout");
 _Static_assert(offsetof(struct live_gpu, fault_id) == 248, "state layout");
 _Static_assert(offsetof(struct live_gpu, fault_param) == 280, "state layout");
+_Static_assert(offsetof(struct live_gpu, mig_set) == 344, "state layout");
+_Static_assert(offsetof(struct live_gpu, mig_current) == 348, "state layout");
+_Static_assert(offsetof(struct live_gpu, mig_pending) == 352, "state layout");
+_Static_assert(offsetof(struct live_gpu, mig_pad) == 356, "state layout");
+_Static_assert(offsetof(struct live_gpu, gi_profile) == 360, "state layout");
+_Static_assert(offsetof(struct live_gpu, gi_start) == 420, "state layout");
+_Static_assert(offsetof(struct live_gpu, ci_slices) == 480, "state layout");
+_Static_assert(offsetof(struct live_gpu, ci_start) == 960, "state layout");
 
 // live_event one published event.
 struct live_event {

@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 2
+const Version = 3
 
 // Capacities of the file.
 const (
@@ -11,6 +11,8 @@ const (
 	MaxFaults = 8
 	MaxEvents = 256
 	MaxProcs  = 256
+	MaxGIs    = 15
+	MaxCIs    = 8
 )
 
 // Fault kinds and triggers.
@@ -92,10 +94,18 @@ type GPU struct {
 	FaultCount    [8]uint32 // errors it adds (ECC), or the link (NVLink)
 	FaultID       [8]uint32 // unique per injection
 	FaultParam    [8]uint64 // trigger: time ns, calls, or probability x 2^32
+	MIGSet        uint32    // 1: mig_current and mig_pending hold the modes; 0: the snapshot's
+	MIGCurrent    uint32
+	MIGPending    uint32
+	MIGPad        uint32
+	GIProfile     [15]uint32  // by GPU-instance id: row + 1 of the snapshot's profile table; 0: none
+	GIStart       [15]uint32  // first memory slice
+	CISlices      [120]uint32 // by GPU instance x 8 + compute-instance id: compute slices; 0: none
+	CIStart       [120]uint32 // first compute slice in its GPU instance
 }
 
 // GPUSize is the size of GPU in the file.
-const GPUSize = 344
+const GPUSize = 1440
 
 // GPULayout pins each field's offset (checked against the C header by the compiler).
 var GPULayout = []FieldOffset{
@@ -118,6 +128,14 @@ var GPULayout = []FieldOffset{
 	{"fault_count", "FaultCount", 216},
 	{"fault_id", "FaultID", 248},
 	{"fault_param", "FaultParam", 280},
+	{"mig_set", "MIGSet", 344},
+	{"mig_current", "MIGCurrent", 348},
+	{"mig_pending", "MIGPending", 352},
+	{"mig_pad", "MIGPad", 356},
+	{"gi_profile", "GIProfile", 360},
+	{"gi_start", "GIStart", 420},
+	{"ci_slices", "CISlices", 480},
+	{"ci_start", "CIStart", 960},
 }
 
 // Event one published event.

@@ -239,11 +239,14 @@ type ECC struct {
 	Default bool `json:"default"` // as the board ships
 }
 
-// MIG modes and capacity.
+// MIG modes, capacity and the board's instance profiles (profile/mig.go).
 type MIG struct {
 	Current    bool   `json:"current"`
 	Pending    bool   `json:"pending"`
 	MaxDevices uint32 `json:"maxDevices"`
+	// GPUInstances are the GPU-instance profiles, in the order
+	// `nvidia-smi mig -lgip` lists them. Absent: MIG mode cannot be enabled.
+	GPUInstances []GPUInstanceProfile `json:"gpuInstances,omitempty"`
 }
 
 // Utilization in percent; absent means N/A.

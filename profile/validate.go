@@ -235,8 +235,8 @@ func (b *Board) validate(c *checker) {
 	if !pstateRE.MatchString(md.PerformanceState) {
 		c.fail("board.modes.performanceState", "%q is not P0 to P15", md.PerformanceState)
 	}
-	if md.MIG != nil && (md.MIG.MaxDevices < 1 || md.MIG.MaxDevices > 7) {
-		c.fail("board.modes.mig.maxDevices", "%d is out of range; use 1 to 7", md.MIG.MaxDevices)
+	if md.MIG != nil {
+		c.mig("board.modes.mig", md.MIG, uint64(b.Memory.Total)>>20)
 	}
 	c.percent("board.modes.fanSpeed", md.FanSpeed)
 	u := b.Utilization

@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 4
+const SnapshotVersion = 5
 
 // Kind is the storage type of a field.
 type Kind int
@@ -36,6 +36,9 @@ type Record struct {
 // MaxMemClocks bounds the supported memory clocks per device; graphics
 // clock lists live in the file's clock pool.
 const MaxMemClocks = 8
+
+// MaxMIGProfiles bounds a board's GPU-instance profiles (profile.MIGMaxProfiles).
+const MaxMIGProfiles = 8
 
 // Schema is the snapshot layout: a Header, Header.DeviceCount Devices, then
 // Header.PoolCount uint32 values.
@@ -135,6 +138,24 @@ var Schema = []Record{
 		{"mig_current", U32, 0, "not available: not MIG capable"},
 		{"mig_pending", U32, 0, ""},
 		{"max_mig_devices", U32, 0, ""},
+		{"mig_gi_count", U32, 0, "GPU-instance profiles, in -lgip order"},
+		{"mig_gi_id", U32s, MaxMIGProfiles, "profile id as nvidia-smi shows it"},
+		{"mig_gi_nvml", U32s, MaxMIGProfiles, "NVML_GPU_INSTANCE_PROFILE_*"},
+		{"mig_gi_memory_slices", U32s, MaxMIGProfiles, "of 8"},
+		{"mig_gi_compute_slices", U32s, MaxMIGProfiles, "of 7"},
+		{"mig_gi_instances", U32s, MaxMIGProfiles, ""},
+		{"mig_gi_memory_mib", U32s, MaxMIGProfiles, ""},
+		{"mig_gi_sms", U32s, MaxMIGProfiles, ""},
+		{"mig_gi_copy_engines", U32s, MaxMIGProfiles, ""},
+		{"mig_gi_decoders", U32s, MaxMIGProfiles, ""},
+		{"mig_gi_encoders", U32s, MaxMIGProfiles, ""},
+		{"mig_gi_jpegs", U32s, MaxMIGProfiles, ""},
+		{"mig_gi_ofas", U32s, MaxMIGProfiles, ""},
+		{"mig_gi_placements", U32s, MaxMIGProfiles, "bit n: may start at memory slice n"},
+		{"mig_gi_ci_sizes", U32s, MaxMIGProfiles, "bit c: holds compute instances of c slices"},
+		{"mig_ci_sms", U32s, 8, "SMs of a c-slice compute instance smaller than its GPU instance, by c"},
+		{"mig_gi_names", Str, 8 * MaxMIGProfiles * 3, "profile names, each ended by a newline"},
+		{"mig_pad", U32, 0, ""},
 		{"display_mode", U32, 0, ""},
 		{"display_active", U32, 0, ""},
 		{"virtualization_mode", U32, 0, ""},

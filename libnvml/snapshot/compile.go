@@ -276,6 +276,7 @@ func device(p *profile.Profile, g *profile.GPU, roots map[*profile.PCIRoot]uint3
 	d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = NA, NA, 0
 	if m.MIG != nil {
 		d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = bool32(m.MIG.Current), bool32(m.MIG.Pending), m.MIG.MaxDevices
+		compileMIG(&d, m.MIG)
 	}
 	d.DisplayMode = NA
 	if m.DisplayMode != "" {

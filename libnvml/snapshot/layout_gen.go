@@ -3,10 +3,13 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 4
+const Version = 5
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
+
+// MaxMIGProfiles bounds a board's GPU-instance profiles.
+const MaxMIGProfiles = 8
 
 // MaxBytes bounds a snapshot file: Compile writes and the library maps no
 // larger one (libnvml/gen/limits.go).
@@ -129,6 +132,24 @@ type Device struct {
 	MIGCurrent            uint32 // not available: not MIG capable
 	MIGPending            uint32
 	MaxMIGDevices         uint32
+	MIGGICount            uint32    // GPU-instance profiles, in -lgip order
+	MIGGIID               [8]uint32 // profile id as nvidia-smi shows it
+	MIGGINvml             [8]uint32 // NVML_GPU_INSTANCE_PROFILE_*
+	MIGGIMemorySlices     [8]uint32 // of 8
+	MIGGIComputeSlices    [8]uint32 // of 7
+	MIGGIInstances        [8]uint32
+	MIGGIMemoryMIB        [8]uint32
+	MIGGISms              [8]uint32
+	MIGGICopyEngines      [8]uint32
+	MIGGIDecoders         [8]uint32
+	MIGGIEncoders         [8]uint32
+	MIGGIJpegs            [8]uint32
+	MIGGIOfas             [8]uint32
+	MIGGIPlacements       [8]uint32 // bit n: may start at memory slice n
+	MIGGICISizes          [8]uint32 // bit c: holds compute instances of c slices
+	MIGCISms              [8]uint32 // SMs of a c-slice compute instance smaller than its GPU instance, by c
+	MIGGINames            [192]byte // profile names, each ended by a newline
+	MIGPad                uint32
 	DisplayMode           uint32
 	DisplayActive         uint32
 	VirtualizationMode    uint32
@@ -176,7 +197,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 1456
+const DeviceSize = 2136
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -260,48 +281,66 @@ var DeviceLayout = []FieldOffset{
 	{"mig_current", "MIGCurrent", 1028},
 	{"mig_pending", "MIGPending", 1032},
 	{"max_mig_devices", "MaxMIGDevices", 1036},
-	{"display_mode", "DisplayMode", 1040},
-	{"display_active", "DisplayActive", 1044},
-	{"virtualization_mode", "VirtualizationMode", 1048},
-	{"performance_state", "PerformanceState", 1052},
-	{"power_state", "PowerState", 1056},
-	{"fan_speed", "FanSpeed", 1060},
-	{"util_gpu", "UtilGPU", 1064},
-	{"util_memory", "UtilMemory", 1068},
-	{"util_encoder", "UtilEncoder", 1072},
-	{"util_decoder", "UtilDecoder", 1076},
-	{"util_jpeg", "UtilJpeg", 1080},
-	{"util_ofa", "UtilOFA", 1084},
-	{"ecc_count", "ECCCount", 1088},
-	{"retired_pages", "RetiredPages", 1120},
-	{"remapped_rows", "RemappedRows", 1124},
-	{"remapper_banks", "RemapperBanks", 1128},
-	{"accounting_mode", "AccountingMode", 1132},
-	{"accounting_buffer", "AccountingBuffer", 1136},
-	{"numa_node", "NUMANode", 1140},
-	{"nvlink_count", "NvlinkCount", 1144},
-	{"nvlink_version", "NvlinkVersion", 1148},
-	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1152},
-	{"nvlink_remote", "NvlinkRemote", 1156},
-	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1160},
-	{"nvlink_remote_addr", "NvlinkRemoteAddr", 1164},
-	{"addressing_mode", "AddressingMode", 1236},
-	{"sparse_mode", "SparseMode", 1240},
-	{"c2c_mode", "C2cMode", 1244},
-	{"pcie_root", "PcieRoot", 1248},
-	{"pcie_switch_top", "PcieSwitchTop", 1252},
-	{"pcie_switch_leaf", "PcieSwitchLeaf", 1256},
-	{"pad3", "Pad3", 1260},
-	{"clock_reasons_supported", "ClockReasonsSupported", 1264},
-	{"memory_bus_width", "MemoryBusWidth", 1268},
-	{"gpu_cores", "GPUCores", 1272},
-	{"bus_type", "BusType", 1276},
-	{"power_source", "PowerSource", 1280},
-	{"egm", "Egm", 1284},
-	{"cpu_affinity", "CPUAffinity", 1288},
-	{"memory_total", "MemoryTotal", 1416},
-	{"memory_reserved", "MemoryReserved", 1424},
-	{"memory_used", "MemoryUsed", 1432},
-	{"bar1_total", "Bar1Total", 1440},
-	{"bar1_used", "Bar1Used", 1448},
+	{"mig_gi_count", "MIGGICount", 1040},
+	{"mig_gi_id", "MIGGIID", 1044},
+	{"mig_gi_nvml", "MIGGINvml", 1076},
+	{"mig_gi_memory_slices", "MIGGIMemorySlices", 1108},
+	{"mig_gi_compute_slices", "MIGGIComputeSlices", 1140},
+	{"mig_gi_instances", "MIGGIInstances", 1172},
+	{"mig_gi_memory_mib", "MIGGIMemoryMIB", 1204},
+	{"mig_gi_sms", "MIGGISms", 1236},
+	{"mig_gi_copy_engines", "MIGGICopyEngines", 1268},
+	{"mig_gi_decoders", "MIGGIDecoders", 1300},
+	{"mig_gi_encoders", "MIGGIEncoders", 1332},
+	{"mig_gi_jpegs", "MIGGIJpegs", 1364},
+	{"mig_gi_ofas", "MIGGIOfas", 1396},
+	{"mig_gi_placements", "MIGGIPlacements", 1428},
+	{"mig_gi_ci_sizes", "MIGGICISizes", 1460},
+	{"mig_ci_sms", "MIGCISms", 1492},
+	{"mig_gi_names", "MIGGINames", 1524},
+	{"mig_pad", "MIGPad", 1716},
+	{"display_mode", "DisplayMode", 1720},
+	{"display_active", "DisplayActive", 1724},
+	{"virtualization_mode", "VirtualizationMode", 1728},
+	{"performance_state", "PerformanceState", 1732},
+	{"power_state", "PowerState", 1736},
+	{"fan_speed", "FanSpeed", 1740},
+	{"util_gpu", "UtilGPU", 1744},
+	{"util_memory", "UtilMemory", 1748},
+	{"util_encoder", "UtilEncoder", 1752},
+	{"util_decoder", "UtilDecoder", 1756},
+	{"util_jpeg", "UtilJpeg", 1760},
+	{"util_ofa", "UtilOFA", 1764},
+	{"ecc_count", "ECCCount", 1768},
+	{"retired_pages", "RetiredPages", 1800},
+	{"remapped_rows", "RemappedRows", 1804},
+	{"remapper_banks", "RemapperBanks", 1808},
+	{"accounting_mode", "AccountingMode", 1812},
+	{"accounting_buffer", "AccountingBuffer", 1816},
+	{"numa_node", "NUMANode", 1820},
+	{"nvlink_count", "NvlinkCount", 1824},
+	{"nvlink_version", "NvlinkVersion", 1828},
+	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1832},
+	{"nvlink_remote", "NvlinkRemote", 1836},
+	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1840},
+	{"nvlink_remote_addr", "NvlinkRemoteAddr", 1844},
+	{"addressing_mode", "AddressingMode", 1916},
+	{"sparse_mode", "SparseMode", 1920},
+	{"c2c_mode", "C2cMode", 1924},
+	{"pcie_root", "PcieRoot", 1928},
+	{"pcie_switch_top", "PcieSwitchTop", 1932},
+	{"pcie_switch_leaf", "PcieSwitchLeaf", 1936},
+	{"pad3", "Pad3", 1940},
+	{"clock_reasons_supported", "ClockReasonsSupported", 1944},
+	{"memory_bus_width", "MemoryBusWidth", 1948},
+	{"gpu_cores", "GPUCores", 1952},
+	{"bus_type", "BusType", 1956},
+	{"power_source", "PowerSource", 1960},
+	{"egm", "Egm", 1964},
+	{"cpu_affinity", "CPUAffinity", 1968},
+	{"memory_total", "MemoryTotal", 2096},
+	{"memory_reserved", "MemoryReserved", 2104},
+	{"memory_used", "MemoryUsed", 2112},
+	{"bar1_total", "Bar1Total", 2120},
+	{"bar1_used", "Bar1Used", 2128},
 }

@@ -1,0 +1,316 @@
+//go:build integration
+
+package gonvml
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/live"
+)
+
+// MIG through go-nvml, on an a100 node with a live state (MIG layouts are
+// node state), checked against the A100-SXM4-40GB's real profile table.
+
+func startMIG(t *testing.T, n int) (nvml.Interface, *live.File) {
+	t.Helper()
+	path, _ := testenv.Snapshot(t, "a100", n)
+	f := testenv.LiveState(t, path, n, t0)
+	cleanEnv(t, path)
+	lib := newLib(t)
+	start(t, lib)
+	return lib, f
+}
+
+// got takes a call's value and return code: got(f())(t, "what") fails the
+// test unless f succeeded.
+func got[T any](v T, ret nvml.Return) func(t *testing.T, what string) T {
+	return func(t *testing.T, what string) T {
+		t.Helper()
+		if ret != nvml.SUCCESS {
+			t.Fatalf("%s: %v", what, ret)
+		}
+		return v
+	}
+}
+
+func wantRet(t *testing.T, what string, got, want nvml.Return) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s: %v, want %v", what, got, want)
+	}
+}
+
+func enableMIG(t *testing.T, dev nvml.Device) {
+	t.Helper()
+	act, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	if ret != nvml.SUCCESS || act != nvml.SUCCESS {
+		t.Fatalf("SetMigMode(1): %v, activation %v", ret, act)
+	}
+}
+
+func TestMIGModeAndProfiles(t *testing.T) {
+	lib, _ := startMIG(t, 2)
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+
+	cur, pend, ret := dev.GetMigMode()
+	if ret != nvml.SUCCESS || cur != 0 || pend != 0 {
+		t.Fatalf("GetMigMode: %d %d %v, want disabled", cur, pend, ret)
+	}
+	// Profiles need MIG on (nvml.h); placements do not.
+	_, ret = dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	wantRet(t, "profile info with MIG off", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.CreateGpuInstance(&nvml.GpuInstanceProfileInfo{Id: 19})
+	wantRet(t, "create with MIG off", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.SetMigMode(2)
+	wantRet(t, "SetMigMode(2)", ret, nvml.ERROR_INVALID_ARGUMENT)
+
+	enableMIG(t, dev)
+	if cur, pend, _ := dev.GetMigMode(); cur != 1 || pend != 1 {
+		t.Fatalf("after enabling: current %d pending %d", cur, pend)
+	}
+	if cur, _, _ := must2(t, lib, 1); cur != 0 {
+		t.Errorf("GPU 1 changed with GPU 0")
+	}
+
+	// The real A100-SXM4-40GB's -lgip table.
+	want := map[int][11]uint64{ // enum: id, slices, instances, SMs, CE, DEC, ENC, JPEG, OFA, MiB, P2P
+		nvml.GPU_INSTANCE_PROFILE_1_SLICE:      {19, 1, 7, 14, 1, 0, 0, 0, 0, 4864, 0},
+		nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: {20, 1, 1, 14, 1, 1, 0, 1, 1, 4864, 0},
+		nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: {15, 1, 4, 14, 1, 1, 0, 0, 0, 9856, 0},
+		nvml.GPU_INSTANCE_PROFILE_2_SLICE:      {14, 2, 3, 28, 2, 1, 0, 0, 0, 9856, 0},
+		nvml.GPU_INSTANCE_PROFILE_3_SLICE:      {9, 3, 2, 42, 3, 2, 0, 0, 0, 19968, 0},
+		nvml.GPU_INSTANCE_PROFILE_4_SLICE:      {5, 4, 1, 56, 4, 2, 0, 0, 0, 19968, 0},
+		nvml.GPU_INSTANCE_PROFILE_7_SLICE:      {0, 7, 1, 98, 7, 5, 0, 1, 1, 40192, 0},
+	}
+	for e := 0; e < nvml.GPU_INSTANCE_PROFILE_COUNT; e++ {
+		info, ret := dev.GetGpuInstanceProfileInfo(e)
+		w, ok := want[e]
+		if !ok {
+			wantRet(t, "profile enum "+strconv.Itoa(e), ret, nvml.ERROR_NOT_SUPPORTED)
+			continue
+		}
+		got := [11]uint64{uint64(info.Id), uint64(info.SliceCount), uint64(info.InstanceCount), uint64(info.MultiprocessorCount),
+			uint64(info.CopyEngineCount), uint64(info.DecoderCount), uint64(info.EncoderCount), uint64(info.JpegCount),
+			uint64(info.OfaCount), info.MemorySizeMB, uint64(info.IsP2pSupported)}
+		if ret != nvml.SUCCESS || got != w {
+			t.Errorf("profile enum %d: %v %v, want %v", e, got, ret, w)
+		}
+		v2, ret := dev.GetGpuInstanceProfileInfoV(e).V2()
+		v3, ret3 := dev.GetGpuInstanceProfileInfoV(e).V3()
+		if ret != nvml.SUCCESS || ret3 != nvml.SUCCESS || v2.Id != info.Id || v3.MemorySizeMB != info.MemorySizeMB ||
+			!strings.HasPrefix(cstr(v2.Name[:]), "MIG ") || cstr(v2.Name[:]) != cstr(v3.Name[:]) {
+			t.Errorf("profile enum %d V2/V3: %+v %v / %+v %v", e, v2, ret, v3, ret3)
+		}
+	}
+	_, ret = dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_COUNT)
+	wantRet(t, "profile enum COUNT", ret, nvml.ERROR_INVALID_ARGUMENT)
+	if v, _ := dev.GetGpuInstanceProfileInfoByIdV(9).V2(); cstr(v.Name[:]) != "MIG 3g.20gb" {
+		t.Errorf("profile 9 by id: %q", cstr(v.Name[:]))
+	}
+
+	placements := map[uint32]string{19: "0 1 2 3 4 5 6 /1", 15: "0 2 4 6 /2", 14: "0 2 4 /2", 9: "0 4 /4", 5: "0 /4", 0: "0 /8"}
+	for id, w := range placements {
+		pl, ret := dev.GetGpuInstancePossiblePlacements(&nvml.GpuInstanceProfileInfo{Id: id})
+		var b strings.Builder
+		for _, p := range pl {
+			b.WriteString(strconv.Itoa(int(p.Start)) + " ")
+		}
+		if len(pl) > 0 {
+			b.WriteString("/" + strconv.Itoa(int(pl[0].Size)))
+		}
+		if ret != nvml.SUCCESS || b.String() != w {
+			t.Errorf("placements of %d: %q %v, want %q", id, b.String(), ret, w)
+		}
+	}
+}
+
+func must2(t *testing.T, lib nvml.Interface, i int) (int, int, nvml.Return) {
+	t.Helper()
+	dev := got(lib.DeviceGetHandleByIndex(i))(t, "handle")
+	return dev.GetMigMode()
+}
+
+
+func TestMIGInstancesAndDevices(t *testing.T) {
+	lib, _ := startMIG(t, 1)
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+	enableMIG(t, dev)
+	p3 := got(dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE))(t, "3g info")
+	p1 := got(dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE))(t, "1g info")
+	p7 := got(dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_7_SLICE))(t, "7g info")
+
+	// The driver fills from the top: the first 3g takes slices 4-7, id 2.
+	gi3 := got(dev.CreateGpuInstance(&p3))(t, "create 3g")
+	info := got(gi3.GetInfo())(t, "3g info")
+	if info.Id != 2 || info.ProfileId != 9 || info.Placement.Start != 4 || info.Placement.Size != 4 {
+		t.Errorf("3g instance: %+v", info)
+	}
+	_, ret := dev.CreateGpuInstance(&p7)
+	wantRet(t, "7g over a 3g", ret, nvml.ERROR_INSUFFICIENT_RESOURCES)
+	_, ret = dev.CreateGpuInstanceWithPlacement(&p1, &nvml.GpuInstancePlacement{Start: 5, Size: 1})
+	wantRet(t, "1g placed inside the 3g", ret, nvml.ERROR_INSUFFICIENT_RESOURCES)
+	_, ret = dev.CreateGpuInstanceWithPlacement(&p1, &nvml.GpuInstancePlacement{Start: 7, Size: 1})
+	wantRet(t, "1g at slice 7", ret, nvml.ERROR_INVALID_ARGUMENT)
+	gi1 := got(dev.CreateGpuInstanceWithPlacement(&p1, &nvml.GpuInstancePlacement{Start: 2, Size: 1}))(t, "1g at 2")
+	if i := got(gi1.GetInfo())(t, "1g info"); i.Id != 9 {
+		t.Errorf("1g at slice 2 is GPU instance %d, want 9", i.Id)
+	}
+	if n := got(dev.GetGpuInstanceRemainingCapacity(&p1))(t, "capacity 1g"); n != 3 {
+		t.Errorf("1g capacity: %d, want 3 (slices 0, 1, 3)", n)
+	}
+	if n := got(dev.GetGpuInstanceRemainingCapacity(&p3))(t, "capacity 3g"); n != 0 {
+		t.Errorf("3g capacity: %d, want 0", n)
+	}
+	if gis := got(dev.GetGpuInstances(&p1))(t, "list 1g"); len(gis) != 1 {
+		t.Errorf("1g instances: %d", len(gis))
+	}
+
+	// Compute instances: a 1c and a 2c in the 3g.
+	c1 := got(gi3.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))(t, "1c info")
+	c2 := got(gi3.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))(t, "2c info")
+	if c1.MultiprocessorCount != 14 || c1.InstanceCount != 3 || c1.SharedCopyEngineCount != 3 || c2.MultiprocessorCount != 28 {
+		t.Errorf("3g's compute profiles: %+v %+v", c1, c2)
+	}
+	_, ret = gi3.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	wantRet(t, "4c in a 3g", ret, nvml.ERROR_NOT_SUPPORTED)
+	if v := got(gi3.GetComputeInstanceProfileInfoV(0, 0).V2())(t, "1c V2"); cstr(v.Name[:]) != "MIG 1c.3g.20gb" {
+		t.Errorf("1c name %q", cstr(v.Name[:]))
+	}
+	ci2 := got(gi3.CreateComputeInstance(&c2))(t, "create 2c")
+	ci1 := got(gi3.CreateComputeInstance(&c1))(t, "create 1c")
+	_, ret = gi3.CreateComputeInstance(&c1)
+	wantRet(t, "a second 1c in a full 3g", ret, nvml.ERROR_INSUFFICIENT_RESOURCES)
+	if i := got(ci1.GetInfo())(t, "1c info"); i.Id != 1 || i.Placement.Start != 2 || i.Placement.Size != 1 || i.ProfileId != 0 {
+		t.Errorf("1c: %+v", i)
+	}
+	wantRet(t, "destroy a GPU instance in use", gi3.Destroy(), nvml.ERROR_IN_USE)
+	_, ret = dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
+	wantRet(t, "disable with instances", ret, nvml.ERROR_IN_USE)
+
+	// MIG devices, in GPU-instance then compute-instance order.
+	if n := got(dev.GetMaxMigDeviceCount())(t, "max"); n != 7 {
+		t.Errorf("max MIG devices %d", n)
+	}
+	m0 := got(dev.GetMigDeviceHandleByIndex(0))(t, "MIG 0")
+	m1 := got(dev.GetMigDeviceHandleByIndex(1))(t, "MIG 1")
+	_, ret = dev.GetMigDeviceHandleByIndex(2)
+	wantRet(t, "MIG 2 (the 1g has no compute instance)", ret, nvml.ERROR_NOT_FOUND)
+	if is := got(m0.IsMigDeviceHandle())(t, "is MIG"); !is {
+		t.Error("MIG handle is not one")
+	}
+	if is := got(dev.IsMigDeviceHandle())(t, "is MIG"); is {
+		t.Error("GPU handle is a MIG handle")
+	}
+	if n := got(m0.GetName())(t, "name"); n != "NVIDIA A100-SXM4-40GB MIG 2c.3g.20gb" {
+		t.Errorf("MIG 0 name %q", n)
+	}
+	if n := got(m1.GetName())(t, "name"); n != "NVIDIA A100-SXM4-40GB MIG 1c.3g.20gb" {
+		t.Errorf("MIG 1 name %q", n)
+	}
+	gi, _ := m1.GetGpuInstanceId()
+	ci, _ := m1.GetComputeInstanceId()
+	if gi != 2 || ci != 1 {
+		t.Errorf("MIG 1 ids %d/%d, want 2/1", gi, ci)
+	}
+	_, ret = dev.GetGpuInstanceId()
+	wantRet(t, "GPU instance id of a GPU", ret, nvml.ERROR_NOT_SUPPORTED)
+	if p := got(m1.GetDeviceHandleFromMigDeviceHandle())(t, "parent"); p != dev {
+		t.Error("parent is not GPU 0")
+	}
+	uuid := got(m1.GetUUID())(t, "uuid")
+	if !regexp.MustCompile(`^MIG-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(uuid) {
+		t.Errorf("MIG UUID %q", uuid)
+	}
+	if h := got(lib.DeviceGetHandleByUUID(uuid))(t, "by uuid"); h != m1 {
+		t.Error("by UUID is another handle")
+	}
+	a := got(m1.GetAttributes())(t, "attributes")
+	if a.MultiprocessorCount != 14 || a.GpuInstanceSliceCount != 3 || a.ComputeInstanceSliceCount != 1 || a.MemorySizeMB != 19968 || a.SharedDecoderCount != 2 {
+		t.Errorf("attributes %+v", a)
+	}
+	if mem := got(m1.GetMemoryInfo())(t, "memory"); mem.Total != 19968<<20 {
+		t.Errorf("MIG memory %+v", mem)
+	}
+	_, ret = m1.GetTemperature(nvml.TEMPERATURE_GPU)
+	wantRet(t, "temperature of a MIG device", ret, nvml.ERROR_NOT_SUPPORTED)
+
+	// Node state: another process sees the layout.
+	cmd := exec.Command(testenv.NvidiaSMI(t), "-L")
+	cmd.Env = testenv.Env(t, os.Getenv("NVMOCK_SNAPSHOT"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "MIG 1c.3g.20gb  Device  1: (UUID: "+uuid+")") {
+		t.Errorf("nvidia-smi -L in another process (%v):\n%s", err, out)
+	}
+	wantRet(t, "destroy 2c", ci2.Destroy(), nvml.SUCCESS)
+	wantRet(t, "destroy 1c", ci1.Destroy(), nvml.SUCCESS)
+	_, ret = ci1.GetInfo()
+	wantRet(t, "a destroyed compute instance", ret, nvml.ERROR_INVALID_ARGUMENT)
+	_, ret = m1.GetName()
+	wantRet(t, "a destroyed MIG device", ret, nvml.ERROR_INVALID_ARGUMENT)
+	wantRet(t, "destroy 3g", gi3.Destroy(), nvml.SUCCESS)
+	wantRet(t, "destroy 1g", gi1.Destroy(), nvml.SUCCESS)
+	act, ret := dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
+	if ret != nvml.SUCCESS || act != nvml.SUCCESS {
+		t.Errorf("disable: %v %v", ret, act)
+	}
+}
+
+// With a process on the GPU the change stays pending, as when the driver
+// cannot reset a busy GPU.
+func TestMIGModeStaysPendingOnABusyGPU(t *testing.T) {
+	lib, f := startMIG(t, 1)
+	err := f.Update(func(s *live.State, now int64) error {
+		return s.AddProcess(live.Process{PID: uint32(os.Getpid()), GPU: 0, Type: 1, Name: "python3", PIDNS: live.PIDNamespace()}, now)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+	act, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	if ret != nvml.SUCCESS || act != nvml.ERROR_IN_USE {
+		t.Fatalf("SetMigMode: %v, activation %v; want SUCCESS, IN_USE", ret, act)
+	}
+	if cur, pend, _ := dev.GetMigMode(); cur != 0 || pend != 1 {
+		t.Errorf("busy GPU: current %d pending %d, want 0 1", cur, pend)
+	}
+}
+
+// Without a writable state MIG changes are refused, as for a non-root
+// user on a real node; boards without MIG say NOT_SUPPORTED.
+func TestMIGRefusals(t *testing.T) {
+	path, _ := testenv.Snapshot(t, "a100", 1)
+	cleanEnv(t, path)
+	lib := newLib(t)
+	start(t, lib)
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+	_, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	wantRet(t, "SetMigMode without a state file", ret, nvml.ERROR_NO_PERMISSION)
+}
+
+func TestMIGOnABoardWithoutIt(t *testing.T) {
+	path, _ := testenv.Snapshot(t, "l40s", 1)
+	testenv.LiveState(t, path, 1, t0)
+	cleanEnv(t, path)
+	lib := newLib(t)
+	start(t, lib)
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+	_, _, ret := dev.GetMigMode()
+	wantRet(t, "GetMigMode", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	wantRet(t, "SetMigMode", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	wantRet(t, "profile info", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.GetMigDeviceHandleByIndex(0)
+	wantRet(t, "MIG handle", ret, nvml.ERROR_NOT_SUPPORTED)
+	if n := got(dev.GetMaxMigDeviceCount())(t, "max"); n != 0 {
+		t.Errorf("max MIG devices %d, want 0", n)
+	}
+}

@@ -1,0 +1,226 @@
+// MIG: the mode, the board's instance profiles, and the GPU and compute
+// instances, which are node state: they live in each GPU's record of the
+// live state file, so an instance made by one process is seen by all.
+// Readers copy the record inside the seqlock; writers (this file, and
+// package live) take the file's flock, as root on the node would need.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "mig.h"
+
+struct nvmock_gi nvmock_gis[STATE_GPUS][STATE_GIS];
+struct nvmock_ci nvmock_cis[STATE_GPUS][STATE_GIS][STATE_CIS];
+
+void nvmock_mig_init(void)
+{
+	for (unsigned i = 0; i < nvmock.ndevs && i < STATE_GPUS; i++) {
+		for (unsigned g = 0; g < STATE_GIS; g++) {
+			nvmock_gis[i][g] = (struct nvmock_gi){&nvmock.devs[i], g};
+			for (unsigned c = 0; c < STATE_CIS; c++)
+				nvmock_cis[i][g][c] = (struct nvmock_ci){&nvmock.devs[i], g, c};
+		}
+	}
+}
+
+// nvmock_mig_read fills m with the GPU's MIG state: the snapshot's modes
+// and no instances when the node has no state file.
+void nvmock_mig_read(const struct nvmock_dev *d, struct mig_state *m)
+{
+	memset(m, 0, sizeof *m);
+	m->current = d->s->mig_current;
+	m->pending = d->s->mig_pending;
+	if (nvmock.live == NULL || d->node_index >= STATE_GPUS)
+		return;
+	struct live_gpu g;
+	if (!nvmock_live_copy(&g, &nvmock.live_gpus[d->node_index], sizeof g))
+		return;
+	m->live = 1;
+	if (g.mig_set) {
+		m->current = g.mig_current;
+		m->pending = g.mig_pending;
+	}
+	memcpy(m->gi_profile, g.gi_profile, sizeof m->gi_profile);
+	memcpy(m->gi_start, g.gi_start, sizeof m->gi_start);
+	memcpy(m->ci_slices, g.ci_slices, sizeof m->ci_slices);
+	memcpy(m->ci_start, g.ci_start, sizeof m->ci_start);
+}
+
+int nvmock_mig_row_by_enum(const struct snap_device *s, unsigned profile)
+{
+	for (unsigned r = 0; r < s->mig_gi_count && r < SNAPSHOT_MAX_MIG_PROFILES; r++)
+		if (s->mig_gi_nvml[r] == profile)
+			return (int)r;
+	return -1;
+}
+
+int nvmock_mig_row_by_id(const struct snap_device *s, unsigned id)
+{
+	for (unsigned r = 0; r < s->mig_gi_count && r < SNAPSHOT_MAX_MIG_PROFILES; r++)
+		if (s->mig_gi_id[r] == id)
+			return (int)r;
+	return -1;
+}
+
+// nvmock_mig_name copies row r's name ("1g.5gb") out of the newline list.
+void nvmock_mig_name(const struct snap_device *s, unsigned r, char *out, size_t len)
+{
+	const char *p = s->mig_gi_names, *end = s->mig_gi_names + sizeof s->mig_gi_names;
+	for (unsigned i = 0; i < r && p < end; i++) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		p = nl != NULL ? nl + 1 : end;
+	}
+	size_t n = 0;
+	while (p + n < end && p[n] != '\n' && p[n] != '\0')
+		n++;
+	snprintf(out, len, "%.*s", (int)n, p);
+}
+
+// The GPU-instance id of a placement: one per node of the tree of memory
+// slices (7g is 0, the 4-slice halves 1 and 2, then 3..6 and 7..14), as
+// the real driver numbers them.
+unsigned nvmock_mig_gi_id(unsigned start, unsigned size)
+{
+	switch (size) {
+	case 8:
+		return 0;
+	case 4:
+		return 1 + start / 4;
+	case 2:
+		return 3 + start / 2;
+	default:
+		return 7 + start;
+	}
+}
+
+static void warn_state(void)
+{
+	static int once;
+	if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
+		nvmock_warn("MIG changes are node state, kept in the live state file; this process has none "
+			    "(install the node, or run under nvmock exec)");
+}
+
+// nvmock_mig_update runs fn on a copy of the GPU's live record under the
+// writers' lock and publishes it inside the seqlock. A state file this
+// process cannot write (a container's read-only view, or not root) is
+// NO_PERMISSION, as MIG changes are for root on the real node.
+nvmlReturn_t nvmock_mig_update(const struct nvmock_dev *d, nvmlReturn_t (*fn)(const struct nvmock_dev *, struct live_gpu *, void *),
+			       void *arg)
+{
+	const char *path = nvmock_live_path();
+	if (path == NULL || d->node_index >= STATE_GPUS) {
+		warn_state();
+		return NVML_ERROR_NO_PERMISSION;
+	}
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return errno == EACCES || errno == EROFS || errno == EPERM ? NVML_ERROR_NO_PERMISSION : NVML_ERROR_UNKNOWN;
+	nvmlReturn_t ret = NVML_ERROR_UNKNOWN;
+	size_t size = nvmock_live_size();
+	if (flock(fd, LOCK_EX) != 0) {
+		close(fd);
+		return ret;
+	}
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		goto out;
+	struct live_header *h = m;
+	struct live_gpu *rec = (struct live_gpu *)(h + 1) + d->node_index;
+	if (memcmp(h->magic, "NVMOCKLV", 8) != 0 || h->version != STATE_VERSION) {
+		munmap(m, size);
+		goto out;
+	}
+	// Under the lock no writer is inside: the record is whole.
+	struct live_gpu g = *rec;
+	ret = fn(d, &g, arg);
+	if (ret == NVML_SUCCESS) {
+		uint32_t seq = __atomic_load_n(&h->seq, __ATOMIC_RELAXED);
+		if (seq & 1)
+			seq++; // a writer died inside; its lock went with it
+		__atomic_store_n(&h->seq, seq + 1, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		*rec = g;
+		h->generation++;
+		__atomic_store_n(&h->seq, seq + 2, __ATOMIC_RELEASE);
+		__atomic_add_fetch(&h->wake, 1, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &h->wake, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+	}
+	munmap(m, size);
+out:
+	flock(fd, LOCK_UN);
+	close(fd);
+	return ret;
+}
+
+// ---- mode ----
+
+NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+	DEV(device, d);
+	if (currentMode == NULL || pendingMode == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->s->mig_current == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	struct mig_state m;
+	nvmock_mig_read(d, &m);
+	*currentMode = m.current;
+	*pendingMode = m.pending;
+	return NVML_SUCCESS;
+}
+
+static int has_instances(const struct live_gpu *g)
+{
+	for (unsigned i = 0; i < STATE_GIS; i++)
+		if (g->gi_profile[i] != 0)
+			return 1;
+	return 0;
+}
+
+struct set_mode {
+	unsigned mode;
+	nvmlReturn_t activation;
+};
+
+static nvmlReturn_t set_mode(const struct nvmock_dev *d, struct live_gpu *g, void *arg)
+{
+	struct set_mode *a = arg;
+	unsigned cur = g->mig_set ? g->mig_current : d->s->mig_current;
+	if (a->mode == 0 && cur == 1 && has_instances(g))
+		return NVML_ERROR_IN_USE; // "In use by another client"
+	g->mig_set = 1;
+	g->mig_pending = a->mode;
+	a->activation = NVML_SUCCESS;
+	// The mode changes once the GPU is idle: with processes on it the
+	// change stays pending, as when the driver cannot reset a busy GPU.
+	unsigned n = 0;
+	free(nvmock_live_procs(d->node_index, 3, &n));
+	if (n > 0 && cur != a->mode)
+		a->activation = NVML_ERROR_IN_USE;
+	else
+		g->mig_current = a->mode;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t *activationStatus)
+{
+	DEV(device, d);
+	OUT(activationStatus);
+	if (d->s->mig_current == NA32 || (mode == NVML_DEVICE_MIG_ENABLE && d->s->mig_gi_count == 0))
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (mode != NVML_DEVICE_MIG_DISABLE && mode != NVML_DEVICE_MIG_ENABLE)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	struct set_mode a = {mode, NVML_SUCCESS};
+	nvmlReturn_t r = nvmock_mig_update(d, set_mode, &a);
+	if (r == NVML_SUCCESS)
+		*activationStatus = a.activation;
+	return r;
+}

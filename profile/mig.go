@@ -1,0 +1,135 @@
+package profile
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+// GPUInstanceProfile is one row of `nvidia-smi mig -lgip`, with the
+// placements of -lgipp and the compute-instance sizes of -lcip.
+type GPUInstanceProfile struct {
+	Name         string   `json:"name"`         // 1g.5gb, 1g.5gb+me
+	ID           uint32   `json:"id"`           // the profile id nvidia-smi shows (19)
+	NVML         string   `json:"nvml"`         // NVML_GPU_INSTANCE_PROFILE_ without the prefix: 1_SLICE
+	MemorySlices uint32   `json:"memorySlices"` // of 8
+	Instances    uint32   `json:"instances"`
+	MemoryMiB    uint32   `json:"memoryMiB"`
+	SMs          uint32   `json:"sms"`
+	CopyEngines  uint32   `json:"copyEngines"`
+	Decoders     uint32   `json:"decoders"`
+	Encoders     uint32   `json:"encoders"`
+	JPEGs        uint32   `json:"jpegs"`
+	OFAs         uint32   `json:"ofas"`
+	Placements   []uint32 `json:"placements"` // first memory slices
+	// ComputeInstances are the compute-slice counts of the compute
+	// instances it can hold; the largest, the whole instance, is the default.
+	ComputeInstances []uint32 `json:"computeInstances"`
+}
+
+// MIGProfiles are the NVML GPU-instance profile enums.
+var MIGProfiles = map[string]uint32{
+	"1_SLICE": 0, "2_SLICE": 1, "3_SLICE": 2, "4_SLICE": 3, "7_SLICE": 4, "8_SLICE": 5, "6_SLICE": 6,
+	"1_SLICE_REV1": 7, "2_SLICE_REV1": 8, "1_SLICE_REV2": 9,
+}
+
+// MIGMemorySlices and MIGComputeSlices are what a MIG board divides into.
+const (
+	MIGMemorySlices  = 8
+	MIGComputeSlices = 7
+	// MIGMaxProfiles bounds the table (the snapshot's room).
+	MIGMaxProfiles = 8
+)
+
+var migNameRE = regexp.MustCompile(`^([1-8])g\.[0-9]+gb(\+[a-z]+)?$`)
+
+// ComputeSlices is the g of the profile's name.
+func (p *GPUInstanceProfile) ComputeSlices() uint32 {
+	m := migNameRE.FindStringSubmatch(p.Name)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return uint32(n)
+}
+
+// ComputeInstanceSMs is the SM count of a compute instance of c slices in
+// the profile: the whole instance's, or that of the c-slice GPU instance,
+// as the real A100 tables have them.
+func (m *MIG) ComputeInstanceSMs(p *GPUInstanceProfile, c uint32) uint32 {
+	if c == p.ComputeSlices() {
+		return p.SMs
+	}
+	want := fmt.Sprintf("%d_SLICE", c)
+	for i := range m.GPUInstances {
+		if m.GPUInstances[i].NVML == want {
+			return m.GPUInstances[i].SMs
+		}
+	}
+	return 0
+}
+
+func (c *checker) mig(field string, m *MIG, memoryMiB uint64) {
+	if m.MaxDevices < 1 || m.MaxDevices > MIGComputeSlices {
+		c.fail(field+".maxDevices", "%d is out of range; use 1 to %d", m.MaxDevices, MIGComputeSlices)
+	}
+	if len(m.GPUInstances) > MIGMaxProfiles {
+		c.fail(field+".gpuInstances", "%d profiles; at most %d", len(m.GPUInstances), MIGMaxProfiles)
+	}
+	if len(m.GPUInstances) == 0 && (m.Current || m.Pending) {
+		c.fail(field+".current", "MIG mode is on but the board has no gpuInstances to create")
+	}
+	ids, names, enums := map[uint32]bool{}, map[string]bool{}, map[string]bool{}
+	for i := range m.GPUInstances {
+		p := &m.GPUInstances[i]
+		f := fmt.Sprintf("%s.gpuInstances[%d]", field, i)
+		if !migNameRE.MatchString(p.Name) || len(p.Name) > 22 {
+			c.fail(f+".name", "%q is not a profile name such as 1g.5gb or 1g.5gb+me", p.Name)
+			continue
+		}
+		if names[p.Name] || ids[p.ID] || enums[p.NVML] {
+			c.fail(f, "%s (id %d, %s) repeats an earlier profile's name, id or nvml", p.Name, p.ID, p.NVML)
+		}
+		names[p.Name], ids[p.ID], enums[p.NVML] = true, true, true
+		c.enum(f+".nvml", p.NVML, MIGProfiles)
+		g := p.ComputeSlices()
+		if g > MIGComputeSlices {
+			c.fail(f+".name", "%s has %d compute slices; a board has %d", p.Name, g, MIGComputeSlices)
+		}
+		switch p.MemorySlices {
+		case 1, 2, 4, 8:
+		default:
+			c.fail(f+".memorySlices", "%d; use 1, 2, 4 or 8", p.MemorySlices)
+			continue
+		}
+		if p.Instances < 1 || p.Instances > MIGComputeSlices {
+			c.fail(f+".instances", "%d is out of range; use 1 to %d", p.Instances, MIGComputeSlices)
+		}
+		if p.MemoryMiB == 0 || uint64(p.MemoryMiB) > memoryMiB {
+			c.fail(f+".memoryMiB", "%d is not within the board's %d MiB", p.MemoryMiB, memoryMiB)
+		}
+		if p.SMs == 0 {
+			c.fail(f+".sms", "must be set")
+		}
+		if len(p.Placements) < int(p.Instances) {
+			c.fail(f+".placements", "%d placements for %d instances", len(p.Placements), p.Instances)
+		}
+		for _, s := range p.Placements {
+			if s%p.MemorySlices != 0 || s+p.MemorySlices > MIGMemorySlices {
+				c.fail(f+".placements", "%d: an instance of %d memory slices starts at a multiple of %d, within %d", s, p.MemorySlices, p.MemorySlices, MIGMemorySlices)
+			}
+		}
+		if len(p.ComputeInstances) == 0 || p.ComputeInstances[len(p.ComputeInstances)-1] != g {
+			c.fail(f+".computeInstances", "%v must end with the whole instance's %d slices", p.ComputeInstances, g)
+		}
+		for k, n := range p.ComputeInstances {
+			if n == 0 || n > g || (k > 0 && n <= p.ComputeInstances[k-1]) {
+				c.fail(f+".computeInstances", "%v: sizes rise from 1 to %d", p.ComputeInstances, g)
+				break
+			}
+			if n < g && m.ComputeInstanceSMs(p, n) == 0 {
+				c.fail(f+".computeInstances", "a %d-slice compute instance takes its SMs from the %d_SLICE profile, which the board lacks", n, n)
+			}
+		}
+	}
+}
