@@ -28,6 +28,7 @@ type pool struct {
 	overridden    bool   // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
 	live          bool   // liveValues: a live init container applies them
 	slots         string // --fabric-slots the install gets (fleetValues' infiniband.slots)
+	mig           string // --mig the install gets
 }
 
 // liveValues set a load and faults at install (nvmock ctl apply).
@@ -46,6 +47,7 @@ pools:
   - name: a100
     profile: a100
     gpus: 8
+    mig: 0-3=all-1g.5gb;4-7=all-balanced
     nodeSelector: {nvmock.io/pool: a100}
   - name: t4
     profile: t4
@@ -77,7 +79,7 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
 		{"fleet", fleetValues, []pool{
-			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1"},
+			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced"},
 			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1"},
 		}},
 	}
@@ -208,6 +210,9 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	}
 	if p.slots != "" {
 		want["fabric-slots"] = p.slots // sorted by node: renders the same every time
+	}
+	if p.mig != "" {
+		want["mig"] = p.mig
 	}
 	if !reflect.DeepEqual(set, want) {
 		t.Errorf("%s: hostprep install flags %v, want %v", ds.Name, set, want)

@@ -36,6 +36,9 @@ type Options struct {
 	// FabricSlot is this node's place in its InfiniBand fabric, from 1;
 	// 0 places it by its name (fabric.SlotOf).
 	FabricSlot int
+	// MIG partitions the GPUs at install (profile.MIGLayout); "" takes
+	// the profile's board.modes.mig.layout.
+	MIG string
 	// StateLink makes the overlay's live-state file (StatePath) a symlink
 	// to it, for installs that keep the state beside the overlays; ""
 	// renders a fresh state file of the overlay's own (nvmock exec).
@@ -107,7 +110,8 @@ type inputs struct {
 	nodes    []DevNode
 	boards   []profile.Board
 	pci      []pcisim.File
-	ib       *ibInputs // nil: no InfiniBand
+	ib       *ibInputs  // nil: no InfiniBand
+	mig      *migInputs // nil: no MIG layout
 	hash     string
 }
 
@@ -152,7 +156,12 @@ func gather(o Options) (*inputs, error) {
 			return nil, err
 		}
 	}
-	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed())
+	if in.mig, err = gatherMIG(o, in.snap); err != nil {
+		return nil, err
+	}
+	// The layout is in the hash: another one is a new install, which
+	// starts over from it; the same one leaves the node's state alone.
+	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec())
 	return in, nil
 }
 
@@ -297,6 +306,9 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 	}
 	if in.opt.StateLink == "" {
 		if err := live.Create(filepath.Join(dir, StatePath), len(in.ids), StateSeed(in.opt.NodeName)); err != nil {
+			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
+		}
+		if err := in.mig.apply(filepath.Join(dir, StatePath)); err != nil {
 			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
 		}
 	}

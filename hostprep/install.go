@@ -211,6 +211,12 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, err
 	}
 	log.printf("reset the live state %s", statePath)
+	if err := in.mig.apply(statePath); err != nil {
+		return nil, err
+	}
+	if in.mig != nil {
+		log.printf("partitioned the GPUs: MIG layout %s", in.mig.layout.Spec)
+	}
 	// The fabric daemon's socket directory: GPU containers mount it, so it
 	// must be there before the daemon is.
 	if in.ib != nil {

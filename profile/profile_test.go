@@ -67,6 +67,13 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a Mellanox NIC needs an adapter entry", `"0x101b": {`, `"0x101c": {`, []string{"pcie.nics[0]", "no infiniband.adapters entry"}},
 		{"a GUID prefix is six hex digits", "oui: 1070fd", "oui: 10:70:fd", []string{`infiniband.adapters["0x101b"].oui`, "6 lowercase hex digits"}},
 		{"modelled nodes need a number in their name", "hostName: dgxa%02d", "hostName: dgxa", []string{"infiniband.fabric.hostName", "one %d"}},
+		{"a MIG placement must fit the memory slices", "placements: [0, 4], computeInstances: [1, 2, 3]", "placements: [0, 6], computeInstances: [1, 2, 3]",
+			[]string{"board.modes.mig.gpuInstances[4].placements", "6: an instance of 4 memory slices starts at a multiple of 4"}},
+		{"a MIG profile name has a slice count", "name: 2g.10gb,", "name: big,", []string{"board.modes.mig.gpuInstances[3].name", `"big" is not a profile name`}},
+		{"the largest compute instance is the whole GPU instance", "computeInstances: [1, 2, 4]}", "computeInstances: [1, 2]}",
+			[]string{"board.modes.mig.gpuInstances[5].computeInstances", "must end with the whole instance's 4 slices"}},
+		{"a MIG layout names the board's profiles", "    mig:\n", "    mig:\n      layout: all-2g.5gb\n", []string{"board.modes.mig.layout", `"2g.5gb": the board's profiles are 1g.5gb, 1g.5gb+me`}},
+		{"a MIG layout names the node's GPUs", "    mig:\n", "    mig:\n      layout: 8=all-1g.5gb\n", []string{"board.modes.mig.layout", "GPU 8: the node has GPUs 0 to 7"}},
 		{"more nodes than a leaf takes do not fit", "nodes: 20", "nodes: 30", []string{"infiniband.fabric.nodes", "30 nodes do not fit on a MQM8790 leaf", "takes 20"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -247,6 +247,9 @@ type MIG struct {
 	// GPUInstances are the GPU-instance profiles, in the order
 	// `nvidia-smi mig -lgip` lists them. Absent: MIG mode cannot be enabled.
 	GPUInstances []GPUInstanceProfile `json:"gpuInstances,omitempty"`
+	// Layout partitions the GPUs at install (profile.MIGLayout); hostprep
+	// install --mig overrides it.
+	Layout string `json:"layout,omitempty"`
 }
 
 // Utilization in percent; absent means N/A.

@@ -90,6 +90,11 @@ func (p *Profile) Validate() []error {
 	p.validateNVSwitches(c)
 	p.validatePCIe(c)
 	p.validateInfiniBand(c)
+	if m := p.Board.Modes.MIG; m != nil && m.Layout != "" && len(c.errs) == 0 {
+		if _, err := ParseMIGLayout(m.Layout, m, p.GPUs); err != nil {
+			c.fail("board.modes.mig.layout", "%v", err)
+		}
+	}
 	if len(c.errs) == 0 {
 		// The bus numbering and NUMA agreement show only when resolving.
 		if _, err := p.Node(); err != nil {

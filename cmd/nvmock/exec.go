@@ -32,6 +32,7 @@ func execCmd(args []string) error {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	name := fs.String("profile", "a100", "built-in profile name or profile file")
 	assets := fs.String("assets", "", "driver tree holding usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi\n(default $NVMOCK_ASSETS, else ../driver beside this binary)")
+	mig := fs.String("mig", "", migFlagHelp)
 	var lf loadFlags
 	lf.add(fs)
 	var ib ibFlags
@@ -78,7 +79,7 @@ func execCmd(args []string) error {
 	}
 	render := func(dir string) (string, error) {
 		ov, err := hostprep.Render(dir, hostprep.Options{
-			Profile: p, NodeName: seed, Assets: *assets,
+			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig,
 			// Without root the namespace cannot hold device nodes anyway.
 			PlainDevFiles: os.Geteuid() != 0,
 			NoPCI:         true,

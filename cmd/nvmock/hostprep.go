@@ -27,6 +27,9 @@ const hostprepUsage = `Usage:
   nvmock hostprep pre-delete --daemonset NAMESPACE/NAME... [--timeout DURATION]
 `
 
+// migFlagHelp documents --mig (profile.MIGLayout).
+const migFlagHelp = "partition the GPUs with MIG: all-1g.5gb, all-balanced, all-enabled, all-disabled, or GPUS=PROFILE*N,...;... such as 0-3=3g.20gb*2;4-7=all-1g.5gb (default: the profile's board.modes.mig.layout)"
+
 // hostprepCmd installs or removes the mock node overlay.
 func hostprepCmd(args []string) error {
 	return hostprepRun(args, os.Stdout, os.Stderr, "")
@@ -65,6 +68,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511) instead of /dev/null's 1:3")
 	force := fs.Bool("force", false, "install even where a real NVIDIA driver is loaded")
 	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1 (default: from its name)")
+	mig := fs.String("mig", "", migFlagHelp)
 	slots := fs.String("fabric-slots", "", "NODE=SLOT,...: the places of named nodes (the chart's infiniband.slots); others take --fabric-slot")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -109,7 +113,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	}
 	res, err := hostprep.Install(hostprep.InstallOptions{
 		Render: hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers, Hook: hookBinary(),
-			FabricSlot: *slot + 1},
+			FabricSlot: *slot + 1, MIG: *mig},
 		Root:     *root,
 		CDIDir:   *cdiDir,
 		NFDDir:   *nfdDir,

@@ -13,7 +13,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/live"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // MIG through go-nvml, on an a100 node with a live state (MIG layouts are
@@ -137,7 +139,6 @@ func must2(t *testing.T, lib nvml.Interface, i int) (int, int, nvml.Return) {
 	dev := got(lib.DeviceGetHandleByIndex(i))(t, "handle")
 	return dev.GetMigMode()
 }
-
 
 func TestMIGInstancesAndDevices(t *testing.T) {
 	lib, _ := startMIG(t, 1)
@@ -313,4 +314,58 @@ func TestMIGOnABoardWithoutIt(t *testing.T) {
 	if n := got(dev.GetMaxMigDeviceCount())(t, "max"); n != 0 {
 		t.Errorf("max MIG devices %d, want 0", n)
 	}
+}
+
+// nvmock's own tools (live.ApplyMIGLayout, for install layouts) place
+// instances where the library does: the same layout made both ways gives
+// the same instances.
+func TestMIGLayoutsFromToolsMatchTheLibrary(t *testing.T) {
+	lib, f := startMIG(t, 2)
+	p := testenv.Profile(t, "a100", 2)
+	devs := snapshotDevices(t)
+	for _, spec := range []string{"all-balanced", "all-1g.5gb", "4g.20gb,1g.5gb*3", "1g.10gb*2,2g.10gb,1g.5gb", "7g.40gb"} {
+		l, err := profile.ParseMIGLayout("1="+spec, p.Board.Modes.MIG, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Update(func(s *live.State, _ int64) error {
+			for i := range 2 {
+				if err := s.ClearMIG(i, false); err != nil {
+					return err
+				}
+			}
+			return s.ApplyMIGLayout(devs, l)
+		}); err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
+		dev := got(lib.DeviceGetHandleByIndex(0))(t, "GPU 0")
+		enableMIG(t, dev)
+		names := live.MIGNames(&devs[0])
+		for _, name := range l.GPUs[1].Instances {
+			e := map[string]int{"1g.5gb": 0, "1g.10gb": 9, "2g.10gb": 1, "3g.20gb": 2, "4g.20gb": 3, "7g.40gb": 4}[name]
+			info := got(dev.GetGpuInstanceProfileInfo(e))(t, name)
+			gi := got(dev.CreateGpuInstance(&info))(t, "create "+name)
+			whole := map[uint32]int{1: 0, 2: 1, 3: 2, 4: 3, 7: 4}[info.SliceCount] // COMPUTE_INSTANCE_PROFILE_<n>_SLICE
+			ci := got(gi.GetComputeInstanceProfileInfo(whole, 0))(t, "ci profile")
+			got(gi.CreateComputeInstance(&ci))(t, "create ci")
+		}
+		s := f.Read()
+		if a, b := s.GPUs[0].GIProfile, s.GPUs[1].GIProfile; a != b || s.GPUs[0].GIStart != s.GPUs[1].GIStart ||
+			s.GPUs[0].CISlices != s.GPUs[1].CISlices || s.GPUs[0].CIStart != s.GPUs[1].CIStart {
+			t.Errorf("%s: library %v at %v, tools %v at %v (rows of %v)", spec, a, s.GPUs[0].GIStart, b, s.GPUs[1].GIStart, names)
+		}
+	}
+}
+
+func snapshotDevices(t *testing.T) []snapshot.Device {
+	t.Helper()
+	data, err := os.ReadFile(os.Getenv("NVMOCK_SNAPSHOT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, devs, err := snapshot.Read(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return devs
 }

@@ -1,0 +1,170 @@
+package live
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// MIG partitions are node state: each GPU's record holds its mode and its
+// GPU and compute instances. These are the library's rules
+// (libnvml/mig*.c), for nvmock's own tools: installing a layout.
+
+// MIGNames are a board's GPU-instance profile names, by table row.
+func MIGNames(d *snapshot.Device) []string {
+	names := strings.Split(strings.TrimRight(string(d.MIGGINames[:]), "\x00"), "\n")
+	return names[:min(int(d.MIGGICount), len(names))]
+}
+
+// MIGGIID is the GPU-instance id of a placement: one per node of the tree
+// of memory slices, as the real driver numbers them.
+func MIGGIID(start, size uint32) int {
+	switch size {
+	case 8:
+		return 0
+	case 4:
+		return 1 + int(start/4)
+	case 2:
+		return 3 + int(start/2)
+	}
+	return 7 + int(start)
+}
+
+// SetMIGMode sets a GPU's MIG mode, current and pending. Instances must be
+// gone before it is turned off.
+func (s *State) SetMIGMode(gpu int, on bool) error {
+	if err := s.checkGPU(gpu); err != nil {
+		return err
+	}
+	g := &s.GPUs[gpu]
+	if !on {
+		for _, p := range g.GIProfile {
+			if p != 0 {
+				return fmt.Errorf("GPU %d: MIG cannot be turned off with GPU instances on it", gpu)
+			}
+		}
+	}
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	g.MIGSet, g.MIGCurrent, g.MIGPending = 1, v, v
+	return nil
+}
+
+// CreateGPUInstance creates a GPU instance of profile row on a GPU of board
+// d, where the driver would put it, and returns its id.
+func (s *State) CreateGPUInstance(gpu int, d *snapshot.Device, row int) (int, error) {
+	if err := s.checkGPU(gpu); err != nil {
+		return 0, err
+	}
+	g := &s.GPUs[gpu]
+	if g.MIGSet == 0 || g.MIGCurrent != 1 {
+		return 0, fmt.Errorf("GPU %d: MIG mode is off", gpu)
+	}
+	if row < 0 || row >= int(d.MIGGICount) {
+		return 0, fmt.Errorf("GPU %d: no GPU-instance profile %d", gpu, row)
+	}
+	size := d.MIGGIMemorySlices[row]
+	var used uint32
+	n := uint32(0)
+	for id, p := range g.GIProfile {
+		if p != 0 {
+			used |= (1<<d.MIGGIMemorySlices[p-1] - 1) << g.GIStart[id]
+		}
+		if p == uint32(row)+1 {
+			n++
+		}
+	}
+	var free uint32
+	for p := uint32(0); p < 8 && n < d.MIGGIInstances[row]; p++ {
+		if d.MIGGIPlacements[row]>>p&1 != 0 && used&((1<<size-1)<<p) == 0 {
+			free |= 1 << p
+		}
+	}
+	if free == 0 {
+		return 0, fmt.Errorf("GPU %d: no room for %s", gpu, MIGNames(d)[row])
+	}
+	// From the top of memory, as the library does.
+	start := uint32(31 - bits.LeadingZeros32(free))
+	id := MIGGIID(start, size)
+	g.GIProfile[id], g.GIStart[id] = uint32(row)+1, start
+	return id, nil
+}
+
+// CreateComputeInstance creates a compute instance of c slices in a GPU
+// instance, at its first free placement, and returns its id.
+func (s *State) CreateComputeInstance(gpu, gi int, d *snapshot.Device, c uint32) (int, error) {
+	if err := s.checkGPU(gpu); err != nil {
+		return 0, err
+	}
+	g := &s.GPUs[gpu]
+	if gi < 0 || gi >= MaxGIs || g.GIProfile[gi] == 0 {
+		return 0, fmt.Errorf("GPU %d: no GPU instance %d", gpu, gi)
+	}
+	row := g.GIProfile[gi] - 1
+	whole := d.MIGGIComputeSlices[row]
+	if c == 0 || d.MIGGICISizes[row]>>c&1 == 0 {
+		return 0, fmt.Errorf("GPU %d: GPU instance %d holds no %d-slice compute instance", gpu, gi, c)
+	}
+	var used uint32
+	id := -1
+	for k := 0; k < MaxCIs; k++ {
+		if n := g.CISlices[gi*MaxCIs+k]; n != 0 {
+			used |= (1<<n - 1) << g.CIStart[gi*MaxCIs+k]
+		} else if id < 0 {
+			id = k
+		}
+	}
+	for p := uint32(0); p+c <= whole && id >= 0; p += c {
+		if used&((1<<c-1)<<p) == 0 {
+			g.CISlices[gi*MaxCIs+id], g.CIStart[gi*MaxCIs+id] = c, p
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("GPU %d: no room for a %d-slice compute instance in GPU instance %d", gpu, c, gi)
+}
+
+// ClearMIG removes a GPU's instances and sets its MIG mode.
+func (s *State) ClearMIG(gpu int, on bool) error {
+	if err := s.checkGPU(gpu); err != nil {
+		return err
+	}
+	g := &s.GPUs[gpu]
+	g.GIProfile, g.GIStart = [MaxGIs]uint32{}, [MaxGIs]uint32{}
+	g.CISlices, g.CIStart = [MaxGIs * MaxCIs]uint32{}, [MaxGIs * MaxCIs]uint32{}
+	return s.SetMIGMode(gpu, on)
+}
+
+// ApplyMIGLayout partitions the GPUs a layout sets, on boards devs (the
+// node's snapshot records): each listed GPU instance with one compute
+// instance of all its slices, as mig-parted makes them.
+func (s *State) ApplyMIGLayout(devs []snapshot.Device, l *profile.MIGLayout) error {
+	for i, g := range l.GPUs {
+		if !g.Set {
+			continue
+		}
+		if i >= len(devs) || devs[i].MIGCurrent == snapshot.NA {
+			return fmt.Errorf("mig layout %q: GPU %d has no MIG", l.Spec, i)
+		}
+		if err := s.ClearMIG(i, g.Enabled); err != nil {
+			return fmt.Errorf("mig layout %q: %w", l.Spec, err)
+		}
+		names := MIGNames(&devs[i])
+		for _, name := range g.Instances {
+			row := slices.Index(names, name)
+			gi, err := s.CreateGPUInstance(i, &devs[i], row)
+			if err != nil {
+				return fmt.Errorf("mig layout %q: GPU %d: %s do not fit: no room for %s", l.Spec, i, strings.Join(g.Instances, ", "), name)
+			}
+			if _, err := s.CreateComputeInstance(i, gi, &devs[i], devs[i].MIGGIComputeSlices[row]); err != nil {
+				return fmt.Errorf("mig layout %q: %w", l.Spec, err)
+			}
+		}
+	}
+	return nil
+}

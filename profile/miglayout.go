@@ -1,0 +1,165 @@
+package profile
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// MIGLayout is how the GPUs of a node are partitioned at install, in the
+// spirit of mig-parted's configs. Spec is one of
+//
+//	all-disabled, all-enabled      MIG off, or on with no instances
+//	all-<profile>                  every GPU full of one profile: all-1g.5gb
+//	all-balanced                   two 1-slice, one 2-slice, one 3-slice
+//	GPUS=ITEMS[;GPUS=ITEMS...]     per GPU: 0-3=3g.20gb*2;4-7=all-1g.5gb
+//
+// where GPUS is all or a list of indices and ranges (0,2,4-7), and ITEMS
+// a named layout or profiles with counts (3g.20gb,2g.10gb,1g.5gb*2). Later
+// groups override earlier ones; GPUs no group names keep the profile's mode.
+type MIGLayout struct {
+	Spec string
+	GPUs []GPULayout // by GPU index
+}
+
+// GPULayout is one GPU's part: whether the layout sets it, its mode, and
+// its GPU instances (profile names, each with one whole compute instance),
+// largest first.
+type GPULayout struct {
+	Set       bool
+	Enabled   bool
+	Instances []string
+}
+
+// ParseMIGLayout reads spec for a node of gpus GPUs of board m. Whether the
+// instances fit is checked where they are placed (live.State).
+func ParseMIGLayout(spec string, m *MIG, gpus int) (*MIGLayout, error) {
+	if m == nil || len(m.GPUInstances) == 0 {
+		return nil, fmt.Errorf("mig layout %q: the board has no MIG profiles", spec)
+	}
+	l := &MIGLayout{Spec: spec, GPUs: make([]GPULayout, gpus)}
+	groups := strings.Split(spec, ";")
+	for _, g := range groups {
+		sel, items, ok := strings.Cut(g, "=")
+		if !ok {
+			if len(groups) > 1 {
+				return nil, fmt.Errorf("mig layout %q: %q is not GPUS=ITEMS", spec, g)
+			}
+			sel, items = "all", g
+		}
+		idx, err := gpuList(sel, gpus)
+		if err != nil {
+			return nil, fmt.Errorf("mig layout %q: %w", spec, err)
+		}
+		part, err := m.gpuLayout(items)
+		if err != nil {
+			return nil, fmt.Errorf("mig layout %q: %w", spec, err)
+		}
+		for _, i := range idx {
+			l.GPUs[i] = part
+		}
+	}
+	return l, nil
+}
+
+func gpuList(sel string, gpus int) ([]int, error) {
+	if sel == "all" {
+		out := make([]int, gpus)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	var out []int
+	for _, r := range strings.Split(sel, ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a > b {
+			return nil, fmt.Errorf("%q is not a GPU index or range", r)
+		}
+		if b >= gpus {
+			return nil, fmt.Errorf("GPU %d: the node has GPUs 0 to %d", b, gpus-1)
+		}
+		for i := a; i <= b; i++ {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+func (m *MIG) profile(name string) *GPUInstanceProfile {
+	for i := range m.GPUInstances {
+		if m.GPUInstances[i].Name == name {
+			return &m.GPUInstances[i]
+		}
+	}
+	return nil
+}
+
+func (m *MIG) names() []string {
+	var out []string
+	for _, p := range m.GPUInstances {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func (m *MIG) gpuLayout(items string) (GPULayout, error) {
+	switch {
+	case items == "all-disabled":
+		return GPULayout{Set: true}, nil
+	case items == "all-enabled":
+		return GPULayout{Set: true, Enabled: true}, nil
+	case items == "all-balanced":
+		var out []string
+		for _, want := range []struct {
+			nvml string
+			n    int
+		}{{"3_SLICE", 1}, {"2_SLICE", 1}, {"1_SLICE", 2}} {
+			for _, p := range m.GPUInstances {
+				if p.NVML == want.nvml {
+					for k := 0; k < want.n; k++ {
+						out = append(out, p.Name)
+					}
+				}
+			}
+		}
+		return GPULayout{Set: true, Enabled: true, Instances: out}, nil
+	case strings.HasPrefix(items, "all-"):
+		p := m.profile(strings.TrimPrefix(items, "all-"))
+		if p == nil {
+			return GPULayout{}, fmt.Errorf("%q: the board's profiles are %s", strings.TrimPrefix(items, "all-"), strings.Join(m.names(), ", "))
+		}
+		return GPULayout{Set: true, Enabled: true, Instances: slices.Repeat([]string{p.Name}, int(p.Instances))}, nil
+	}
+	var out []string
+	for _, it := range strings.Split(items, ",") {
+		name, count, hasCount := strings.Cut(it, "*")
+		n := 1
+		if hasCount {
+			var err error
+			if n, err = strconv.Atoi(count); err != nil || n < 1 || n > MIGComputeSlices {
+				return GPULayout{}, fmt.Errorf("%q: the count is not 1 to %d", it, MIGComputeSlices)
+			}
+		}
+		if m.profile(name) == nil {
+			return GPULayout{}, fmt.Errorf("%q: the board's profiles are %s", name, strings.Join(m.names(), ", "))
+		}
+		out = append(out, slices.Repeat([]string{name}, n)...)
+	}
+	// Largest first, as they pack best.
+	slices.SortStableFunc(out, func(a, b string) int {
+		pa, pb := m.profile(a), m.profile(b)
+		if pa.MemorySlices != pb.MemorySlices {
+			return int(pb.MemorySlices) - int(pa.MemorySlices)
+		}
+		return int(pb.ComputeSlices()) - int(pa.ComputeSlices())
+	})
+	return GPULayout{Set: true, Enabled: true, Instances: out}, nil
+}
