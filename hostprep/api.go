@@ -36,6 +36,10 @@ type Options struct {
 	// FabricSlot is this node's place in its InfiniBand fabric, from 1;
 	// 0 places it by its name (fabric.SlotOf).
 	FabricSlot int
+	// LazyMIG leaves the MIG capability files and nodes (hundreds) out
+	// unless the node starts with MIG on: nvmock exec, where they would
+	// double the start time of every run.
+	LazyMIG bool
 	// MIG partitions the GPUs at install (profile.MIGLayout); "" takes
 	// the profile's board.modes.mig.layout.
 	MIG string
@@ -87,7 +91,7 @@ const SMIRPath = "$ORIGIN/../lib64"
 
 // renderFormat changes whenever Render lays out a tree differently, so an
 // upgrade re-renders even when profile and assets are the same.
-const renderFormat = "nvmock-overlay-6"
+const renderFormat = "nvmock-overlay-7"
 
 const libName = "libnvidia-ml.so"
 
@@ -238,6 +242,9 @@ func (in *inputs) entries() []entry {
 		{path: filepath.Join(caps, "mig", "config"), data: []byte(ProcCapability(capMigConfigMinor, 0o400)), mode: 0o444},
 		{path: filepath.Join(caps, "mig", "monitor"), data: []byte(ProcCapability(capMigMonitorMinor, 0o444)), mode: 0o444},
 		{path: filepath.Join(caps, "fabric-imex-mgmt"), data: []byte(ProcCapability(capFabricIMEXMinor, 0o400)), mode: 0o444},
+	}
+	if m := p.Board.Modes.MIG; m != nil && len(m.GPUInstances) > 0 && (!in.opt.LazyMIG || in.mig != nil || m.Current) {
+		es = append(es, migEntries(m, p.GPUs, in.opt.RealDeviceNumbers, in.opt.PlainDevFiles)...)
 	}
 	for i, id := range in.ids {
 		bus := ProcBusID(snapshot.PCIAddress(p, i))

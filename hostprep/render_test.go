@@ -67,6 +67,27 @@ func TestDeviceNodesAreInertUnlessRealNumbersAreAsked(t *testing.T) {
 				}
 			}
 			tc.want["infiniband/rdma_cm"] = [2]uint32{1, 3}
+			// MIG capabilities: config, monitor, and those of the
+			// instances an A100 can make: gi 0 is 7g, 1 4g or 3g, 2 3g,
+			// 3-5 2g or 1g.10gb, 6 1g.10gb, 7-13 1g; a gi of c compute
+			// slices holds c cis.
+			capNode := func(minor int) [2]uint32 {
+				if tc.real {
+					return [2]uint32{509, uint32(minor)}
+				}
+				return [2]uint32{1, 3}
+			}
+			for _, m := range []int{1, 2} {
+				tc.want[fmt.Sprintf("nvidia-caps/nvidia-cap%d", m)] = capNode(m)
+			}
+			for g := range 2 {
+				for gi, cis := range []int{7, 4, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1} {
+					for ci := -1; ci < cis; ci++ {
+						m := hostprep.MIGCapMinor(g, gi, ci)
+						tc.want[fmt.Sprintf("nvidia-caps/nvidia-cap%d", m)] = capNode(m)
+					}
+				}
+			}
 			dev := filepath.Join(ov.Driver(), "dev")
 			got := map[string][2]uint32{}
 			must(t, filepath.WalkDir(dev, func(p string, e fs.DirEntry, err error) error {

@@ -79,7 +79,7 @@ func execCmd(args []string) error {
 	}
 	render := func(dir string) (string, error) {
 		ov, err := hostprep.Render(dir, hostprep.Options{
-			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig,
+			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig, LazyMIG: true,
 			// Without root the namespace cannot hold device nodes anyway.
 			PlainDevFiles: os.Geteuid() != 0,
 			NoPCI:         true,

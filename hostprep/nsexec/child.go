@@ -114,10 +114,19 @@ func setup(s spec) error {
 		return fmt.Errorf("loader cache: %w", err)
 	}
 	err = mirror("/proc/driver", filepath.Join(s.Work, "stage", "proc"), false, true, func() error {
-		if err := os.Mkdir("/proc/driver/nvidia", 0o555); err != nil {
-			return err
+		for _, name := range []string{"nvidia", "nvidia-caps"} {
+			src := filepath.Join(s.Driver, "proc", "driver", name)
+			if _, err := os.Stat(src); err != nil && name != "nvidia" {
+				continue // MIG's, on MIG boards only
+			}
+			if err := os.Mkdir(filepath.Join("/proc/driver", name), 0o555); err != nil {
+				return err
+			}
+			if err := bind(src, filepath.Join("/proc/driver", name), true); err != nil {
+				return err
+			}
 		}
-		return bind(filepath.Join(s.Driver, "proc", "driver", "nvidia"), "/proc/driver/nvidia", true)
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("/proc/driver: %w", err)

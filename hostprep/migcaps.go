@@ -1,0 +1,96 @@
+package hostprep
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/nvmock/nvmock/live"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// MIG access is by capability, as the kernel module gives it (NVIDIA's
+// MIG guide, "Device Nodes and Capabilities"): each GPU instance and each
+// compute instance has a file under /proc/driver/nvidia/capabilities/
+// gpu<minor>/mig/ naming the minor of its /dev/nvidia-caps/nvidia-cap<N>
+// node, and /proc/driver/nvidia-caps/mig-minors lists every minor there
+// can be. Containers get a MIG device's two nodes; tools (nvidia-ctk, the
+// device plugin) map capabilities to nodes through mig-minors.
+//
+// The module shows the files and makes the nodes of existing instances
+// only; the overlay is static, so it has those of every instance a GPU of
+// the node can hold.
+
+const (
+	migMinorGPUs = 32 // GPUs mig-minors covers
+	migGIs       = 15
+	migCIs       = 8
+)
+
+// MIGCapMinor is the minor of GPU instance gi's capability on the GPU of
+// minor gpu, or of its compute instance ci (ci < 0: the GPU instance's):
+// 3 + 135 gpu + 9 gi, then one per compute instance, as mig-minors numbers
+// them on real nodes.
+func MIGCapMinor(gpu, gi, ci int) int {
+	m := 3 + (1+migCIs)*migGIs*gpu + (1+migCIs)*gi
+	if ci >= 0 {
+		m += 1 + ci
+	}
+	return m
+}
+
+// MIGMinors is /proc/driver/nvidia-caps/mig-minors.
+func MIGMinors() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %d\nmonitor %d\n", capMigConfigMinor, capMigMonitorMinor)
+	for g := 0; g < migMinorGPUs; g++ {
+		for gi := 0; gi < migGIs; gi++ {
+			fmt.Fprintf(&b, "gpu%d/gi%d/access %d\n", g, gi, MIGCapMinor(g, gi, -1))
+			for ci := 0; ci < migCIs; ci++ {
+				fmt.Fprintf(&b, "gpu%d/gi%d/ci%d/access %d\n", g, gi, ci, MIGCapMinor(g, gi, ci))
+			}
+		}
+	}
+	return b.String()
+}
+
+// migEntries are the MIG capability files and nodes of a node of gpus
+// GPUs (minors 0 to gpus-1) of board m: those of the instances its
+// profiles can make (a GPU instance of c compute slices holds c compute
+// instances at most), 44 per GPU on an A100.
+func migEntries(m *profile.MIG, gpus int, real, plain bool) []entry {
+	capsDir := filepath.Join("driver", "proc", "driver", "nvidia", "capabilities")
+	node := func(minor int) entry {
+		n := DevNode{Name: fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), Major: nullMajor, Minor: nullMinor}
+		if real {
+			n.Major, n.Minor = capsMajor, uint32(minor)
+		}
+		return entry{path: filepath.Join("driver", "dev", n.Name), node: &n, plain: plain, mode: 0o444}
+	}
+	var cis [migGIs]int // compute instances a GPU instance of each id can hold
+	for _, p := range m.GPUInstances {
+		for _, start := range p.Placements {
+			id := live.MIGGIID(start, p.MemorySlices)
+			cis[id] = max(cis[id], int(p.ComputeSlices()))
+		}
+	}
+	es := []entry{
+		{path: filepath.Join("driver", "proc", "driver", "nvidia-caps", "mig-minors"), data: []byte(MIGMinors()), mode: 0o444},
+		node(capMigConfigMinor), node(capMigMonitorMinor),
+	}
+	for g := 0; g < gpus; g++ {
+		for gi := 0; gi < migGIs; gi++ {
+			if cis[gi] == 0 {
+				continue
+			}
+			dir := filepath.Join(capsDir, fmt.Sprintf("gpu%d", g), "mig", fmt.Sprintf("gi%d", gi))
+			es = append(es, entry{path: filepath.Join(dir, "access"), data: []byte(ProcCapability(MIGCapMinor(g, gi, -1), 0o444)), mode: 0o444},
+				node(MIGCapMinor(g, gi, -1)))
+			for ci := 0; ci < cis[gi]; ci++ {
+				es = append(es, entry{path: filepath.Join(dir, fmt.Sprintf("ci%d", ci), "access"), data: []byte(ProcCapability(MIGCapMinor(g, gi, ci), 0o444)), mode: 0o444},
+					node(MIGCapMinor(g, gi, ci)))
+			}
+		}
+	}
+	return es
+}
