@@ -9,6 +9,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "nvmock.h"
 
 struct nvmock_state nvmock;
@@ -169,9 +171,16 @@ static nvmlReturn_t build_devices(void)
 		}
 	}
 	const char *root;
+	nvmock.caps_root[0] = '\0';
 	if (dev_filter(&root)) {
 		for (unsigned i = 0; i < count; i++)
 			keep[i] = dev_node_exists(root, nvmock.node[i].minor);
+		// MIG devices too: by their capability nodes, when there are any.
+		char caps[sizeof nvmock.caps_root];
+		struct stat st;
+		snprintf(caps, sizeof caps, "%s/nvidia-caps", root);
+		if (stat(caps, &st) == 0 && S_ISDIR(st.st_mode))
+			memcpy(nvmock.caps_root, caps, sizeof caps);
 	} else {
 		ret = env_filter(count, (const char (*)[96])uuids, keep);
 		if (ret != NVML_SUCCESS)

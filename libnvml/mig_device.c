@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "mig.h"
 
@@ -59,6 +60,24 @@ NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsign
 	return NVML_SUCCESS;
 }
 
+// nvmock_mig_visible says whether this process may use a MIG device: as
+// with the real driver, whether it has the device nodes of the GPU and
+// compute instance's capabilities (a container is given those of its MIG
+// devices only). With no nvidia-caps directory, as before any MIG device
+// was made, every one is.
+int nvmock_mig_visible(const struct nvmock_dev *d, unsigned gi, unsigned ci)
+{
+	if (nvmock.caps_root[0] == '\0')
+		return 1;
+	char p[sizeof nvmock.caps_root + 32];
+	unsigned base = 3 + 135 * d->s->minor + 9 * gi; // /proc/driver/nvidia-caps/mig-minors
+	snprintf(p, sizeof p, "%s/nvidia-cap%u", nvmock.caps_root, base);
+	if (access(p, F_OK) != 0)
+		return 0;
+	snprintf(p, sizeof p, "%s/nvidia-cap%u", nvmock.caps_root, base + 1 + ci);
+	return access(p, F_OK) == 0;
+}
+
 // MIG devices are numbered by GPU-instance id, then compute-instance id.
 NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
 {
@@ -77,7 +96,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, u
 	unsigned n = 0;
 	for (unsigned g = 0; g < STATE_GIS; g++) {
 		for (unsigned c = 0; m.gi_profile[g] != 0 && c < STATE_CIS; c++) {
-			if (m.ci_slices[g * STATE_CIS + c] != 0 && n++ == index) {
+			if (m.ci_slices[g * STATE_CIS + c] != 0 && nvmock_mig_visible(d, g, c) && n++ == index) {
 				migDevice->handle = (struct nvmlDevice_st *)&nvmock_cis[d->index][g][c];
 				return NVML_SUCCESS;
 			}
@@ -196,7 +215,8 @@ unsigned nvmock_mig_index(const struct mig_dev *md)
 	nvmock_mig_read(md->ci->dev, &m);
 	unsigned n = 0;
 	for (unsigned k = 0; k < md->ci->gi * STATE_CIS + md->ci->id; k++)
-		n += m.gi_profile[k / STATE_CIS] != 0 && m.ci_slices[k] != 0;
+		n += m.gi_profile[k / STATE_CIS] != 0 && m.ci_slices[k] != 0 &&
+		     nvmock_mig_visible(md->ci->dev, k / STATE_CIS, k % STATE_CIS);
 	return n;
 }
 
@@ -219,7 +239,7 @@ nvmlReturn_t nvmock_mig_by_uuid(const char *uuid, nvmlDevice_t *device)
 		for (unsigned g = 0; g < STATE_GIS; g++) {
 			for (unsigned c = 0; m.gi_profile[g] != 0 && c < STATE_CIS; c++) {
 				char u[96];
-				if (m.ci_slices[g * STATE_CIS + c] == 0)
+				if (m.ci_slices[g * STATE_CIS + c] == 0 || !nvmock_mig_visible(&nvmock.devs[i], g, c))
 					continue;
 				nvmock_mig_uuid(&nvmock_cis[i][g][c], u);
 				if (strcasecmp(u, uuid) == 0) {

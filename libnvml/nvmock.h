@@ -40,6 +40,9 @@ struct nvmock_state {
 	const struct live_gpu *live_gpus;
 	const struct live_event *live_events;
 	const struct live_proc *live_procs;
+	// Where MIG capability nodes decide which MIG devices this process
+	// sees (mig_device.c); "": all of them.
+	char caps_root[4096];
 };
 
 // What the active faults do to a GPU.

@@ -221,3 +221,46 @@ func (s *State) Now() int64 {
 	}
 	return time.Now().UnixNano()
 }
+
+// ReadFile returns a consistent copy of the state file at path, for
+// readers that may not write it (the NRI plugin's view of MIG devices).
+func ReadFile(path string) (*State, error) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, openError(path, err)
+	}
+	defer fd.Close()
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("state %s: %w", path, err)
+	}
+	if st.Size() != Size {
+		return nil, fmt.Errorf("state %s: %d bytes, not a state file of this nvmock (%d bytes); reinstall the node", path, st.Size(), Size)
+	}
+	mem, err := unix.Mmap(int(fd.Fd()), 0, Size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("state %s: mmap: %w", path, err)
+	}
+	defer unix.Munmap(mem)
+	f := &File{Path: path, mem: mem}
+	s := f.Read()
+	if s.Header.Magic != magic || s.Header.Version != Version {
+		return nil, fmt.Errorf("state %s: not initialised by this nvmock; reinstall the node", path)
+	}
+	return s, nil
+}
+
+// Generation is the number of writes the state file at path has seen, read
+// from its header alone; 0 when it cannot be read.
+func Generation(path string) uint64 {
+	fd, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer fd.Close()
+	var h [HeaderSize]byte
+	if n, _ := fd.ReadAt(h[:], 0); n != HeaderSize {
+		return 0
+	}
+	return (*Header)(unsafe.Pointer(&h[0])).Generation
+}

@@ -168,3 +168,50 @@ func (s *State) ApplyMIGLayout(devs []snapshot.Device, l *profile.MIGLayout) err
 	}
 	return nil
 }
+
+// MIGUUID is a MIG device's UUID as the library gives it: name-based
+// (version 5 form) on its GPU's UUID and the two instance ids.
+func MIGUUID(gpuUUID string, gi, ci int) string {
+	h := uint64(1469598103934665603)
+	for i := 0; i < len(gpuUUID); i++ {
+		h = (h ^ uint64(gpuUUID[i])) * 1099511628211
+	}
+	a := mix(h ^ (uint64(gi)<<8 | uint64(ci)))
+	b := mix(a ^ 0x4d4947)
+	a = a&^0xf000 | 0x5000
+	b = b&^(3<<62) | 2<<62
+	return fmt.Sprintf("MIG-%08x-%04x-%04x-%04x-%012x", uint32(a>>32), uint32(a>>16)&0xffff, uint32(a)&0xffff, uint32(b>>48), b&0xffffffffffff)
+}
+
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// MIGDevice is a MIG device of the node: a compute instance.
+type MIGDevice struct {
+	GPU, GI, CI int
+	Row         int    // GPU-instance profile row
+	Slices      uint32 // compute slices
+}
+
+// MIGDevices lists a GPU's MIG devices in the library's order (GPU
+// instance, then compute instance); none while MIG is off.
+func (s *State) MIGDevices(gpu int, d *snapshot.Device) []MIGDevice {
+	g := &s.GPUs[gpu]
+	on := d.MIGCurrent == 1
+	if g.MIGSet != 0 {
+		on = g.MIGCurrent == 1
+	}
+	var out []MIGDevice
+	for gi := 0; gi < MaxGIs && on; gi++ {
+		for ci := 0; ci < MaxCIs && g.GIProfile[gi] != 0; ci++ {
+			if n := g.CISlices[gi*MaxCIs+ci]; n != 0 {
+				out = append(out, MIGDevice{GPU: gpu, GI: gi, CI: ci, Row: int(g.GIProfile[gi]) - 1, Slices: n})
+			}
+		}
+	}
+	return out
+}

@@ -5,6 +5,7 @@ package gonvml
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/live"
@@ -233,6 +235,11 @@ func TestMIGInstancesAndDevices(t *testing.T) {
 	if h := got(lib.DeviceGetHandleByUUID(uuid))(t, "by uuid"); h != m1 {
 		t.Error("by UUID is another handle")
 	}
+	// nvmock's tools (the NRI plugin) name MIG devices as the library does.
+	gpuUUID := got(dev.GetUUID())(t, "GPU uuid")
+	if w := live.MIGUUID(gpuUUID, 2, 1); w != uuid {
+		t.Errorf("live.MIGUUID(GPU 0, 2, 1) = %s, the library says %s", w, uuid)
+	}
 	a := got(m1.GetAttributes())(t, "attributes")
 	if a.MultiprocessorCount != 14 || a.GpuInstanceSliceCount != 3 || a.ComputeInstanceSliceCount != 1 || a.MemorySizeMB != 19968 || a.SharedDecoderCount != 2 {
 		t.Errorf("attributes %+v", a)
@@ -368,4 +375,51 @@ func snapshotDevices(t *testing.T) []snapshot.Device {
 		t.Fatal(err)
 	}
 	return devs
+}
+
+// A process sees the MIG devices whose capability nodes it has, as a
+// container given one MIG device does (the runtime gives it the GPU's node
+// and the two capability nodes): that one, as MIG device 0 of its GPU.
+func TestMIGDevicesAreThoseWhoseCapabilityNodesTheProcessHas(t *testing.T) {
+	path, _ := testenv.Snapshot(t, "a100", 2)
+	f := testenv.LiveState(t, path, 2, t0)
+	p := testenv.Profile(t, "a100", 2)
+	l, err := profile.ParseMIGLayout("all-balanced", p.Board.Modes.MIG, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, devs, _ := snapshot.Read(data)
+	if err := f.Update(func(s *live.State, _ int64) error { return s.ApplyMIGLayout(devs, l) }); err != nil {
+		t.Fatal(err)
+	}
+	// GPU 1's 2g.10gb: GPU instance 4 (slices 2-3), compute instance 0.
+	root := cleanEnv(t, path)
+	for _, n := range []string{"nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(1, 4, -1)),
+		"nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(1, 4, 0))} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, n)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, n), nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lib := newLib(t)
+	start(t, lib)
+	if n := got(lib.DeviceGetCount())(t, "count"); n != 1 {
+		t.Fatalf("%d GPUs, want GPU 1 alone", n)
+	}
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "GPU")
+	m := got(dev.GetMigDeviceHandleByIndex(0))(t, "MIG device 0")
+	if n := got(m.GetName())(t, "name"); n != "NVIDIA A100-SXM4-40GB MIG 2g.10gb" {
+		t.Errorf("the one MIG device is %q, want the 2g.10gb", n)
+	}
+	if i := got(m.GetIndex())(t, "index"); i != 0 {
+		t.Errorf("its index is %d, want 0", i)
+	}
+	_, ret := dev.GetMigDeviceHandleByIndex(1)
+	wantRet(t, "MIG device 1", ret, nvml.ERROR_NOT_FOUND)
 }

@@ -32,7 +32,7 @@ const (
 // bad says why a source is bad, "" when sel is the answer (all false for
 // none and void). Nothing a pod says becomes a path: values only select
 // among the node's GPUs.
-func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) (driver bool, bad string) {
+func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []bool) (driver bool, bad string) {
 	found := false
 	for _, name := range ctr.CDIDevices {
 		kind, dev, _ := strings.Cut(name, "=")
@@ -42,6 +42,14 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) 
 		found = true
 		if dev == "all" {
 			setAll(sel)
+			continue
+		}
+		if kind == CDIKindNVIDIA && isMIGName(dev) {
+			k, why := node.lookupMIG(dev)
+			if why != "" {
+				return false, fmt.Sprintf("CDI device %s %s", quote(name), why)
+			}
+			mig[k] = true
 			continue
 		}
 		i, why := node.lookup(dev)
@@ -73,7 +81,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) 
 			return true, ""
 		case "void":
 		default:
-			if why := node.selectList(t, sel); why != "" {
+			if why := node.selectList(t, sel, mig); why != "" {
 				return false, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
 			}
 		}
@@ -84,7 +92,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) 
 		if strings.TrimSpace(v) == "none" {
 			return true, ""
 		}
-		if why := node.selectRequest(v, sel); why != "" {
+		if why := node.selectRequest(v, sel, mig); why != "" {
 			return false, fmt.Sprintf("annotation %s=%s %s", GPUsAnnotation, quote(v), why)
 		}
 		return false, ""
@@ -94,7 +102,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel []bool) 
 	if def == "" {
 		def = "all"
 	}
-	if why := node.selectRequest(def, sel); why != "" {
+	if why := node.selectRequest(def, sel, mig); why != "" {
 		return false, fmt.Sprintf("config default GPUs %s %s", quote(def), why)
 	}
 	return false, ""
@@ -164,15 +172,32 @@ func (n *NodeState) lookup(s string) (int, string) {
 	return -1, fmt.Sprintf("has %s, neither a GPU index nor a UUID", quote(s))
 }
 
-// selectList marks a comma list of indices and UUIDs; empty entries are
-// skipped, but at least one entry must be there.
-func (n *NodeState) selectList(list string, sel []bool) string {
+// selectList marks a comma list of indices and UUIDs, MIG devices (MIG-
+// UUIDs, GPU:index) and MIG profiles (mig-1g.5gb: one device of it); empty
+// entries are skipped, but at least one entry must be there.
+func (n *NodeState) selectList(list string, sel, mig []bool) string {
 	named := false
 	for list != "" {
 		var e string
 		e, list, _ = strings.Cut(list, ",")
 		e = strings.TrimSpace(e)
 		if e == "" {
+			continue
+		}
+		if p, ok := strings.CutPrefix(e, "mig-"); ok {
+			if why := n.selectMIGProfile(p, mig); why != "" {
+				return why
+			}
+			named = true
+			continue
+		}
+		if isMIGName(e) {
+			k, why := n.lookupMIG(e)
+			if why != "" {
+				return why
+			}
+			mig[k] = true
+			named = true
 			continue
 		}
 		i, why := n.lookup(e)
@@ -192,7 +217,7 @@ func (n *NodeState) selectList(list string, sel []bool) string {
 // (a bare number: the N least used GPUs, lower index first on a tie); or a
 // comma list of indices and UUIDs. A bare number is always a count: to name
 // the single GPU with index 2, write "2," or its UUID.
-func (n *NodeState) selectRequest(v string, sel []bool) string {
+func (n *NodeState) selectRequest(v string, sel, mig []bool) string {
 	v = strings.TrimSpace(v)
 	switch {
 	case v == "all":
@@ -204,10 +229,10 @@ func (n *NodeState) selectRequest(v string, sel []bool) string {
 			return fmt.Sprintf("asks for more GPUs than the node's %d", len(n.GPUs))
 		}
 		n.leastUsed(c, sel)
-	case strings.Contains(v, ",") || strings.HasPrefix(v, "GPU-"):
-		return n.selectList(v, sel)
+	case strings.Contains(v, ",") || strings.HasPrefix(v, "GPU-") || strings.HasPrefix(v, "mig-") || isMIGName(v):
+		return n.selectList(v, sel, mig)
 	default:
-		return "is not all, none, a count or a comma list of GPU indices and UUIDs"
+		return "is not all, none, a count or a comma list of GPU indices and UUIDs, MIG devices and mig-<profile>"
 	}
 	return ""
 }
@@ -251,14 +276,14 @@ func ValidateRequest(v string) error {
 	switch {
 	case t == "all", t == "none", digits(t):
 		return nil
-	case strings.Contains(t, ",") || strings.HasPrefix(t, "GPU-"):
+	case strings.Contains(t, ",") || strings.HasPrefix(t, "GPU-") || strings.HasPrefix(t, "mig-") || isMIGName(t):
 		named := false
 		for _, e := range strings.Split(t, ",") {
 			e = strings.TrimSpace(e)
 			if e == "" {
 				continue
 			}
-			if !digits(e) && !(strings.HasPrefix(e, "GPU-") && len(e) > len("GPU-")) {
+			if !digits(e) && !(strings.HasPrefix(e, "GPU-") && len(e) > len("GPU-")) && !isMIGName(e) && !(strings.HasPrefix(e, "mig-") && len(e) > len("mig-")) {
 				return fmt.Errorf("%q: entry %q is neither a GPU index nor a UUID", v, e)
 			}
 			named = true
@@ -267,5 +292,5 @@ func ValidateRequest(v string) error {
 			return nil
 		}
 	}
-	return errors.New(strconv.Quote(v) + " is not all, none, a count or a comma list of GPU indices and UUIDs")
+	return errors.New(strconv.Quote(v) + " is not all, none, a count or a comma list of GPU indices and UUIDs, MIG devices and mig-<profile>")
 }

@@ -31,7 +31,11 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	} else {
 		sel = make([]bool, n)
 	}
-	driver, bad := choose(&cfg, &node, &pod, &ctr, sel)
+	var mig []bool
+	if len(node.MIG) > 0 {
+		mig = make([]bool, len(node.MIG))
+	}
+	driver, bad := choose(&cfg, &node, &pod, &ctr, sel, mig)
 	if bad != "" {
 		// Why fail open: a typo in a pod must not stop it; it runs without GPUs.
 		return Adjustment{Warnings: []string{fmt.Sprintf("pod %s/%s container %s: %s; giving it no GPUs", pod.Namespace, pod.Name, ctr.Name, bad)}}, false, nil
@@ -42,7 +46,13 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 			count++
 		}
 	}
-	if count == 0 && !driver {
+	migs := 0
+	for _, m := range mig {
+		if m {
+			migs++
+		}
+	}
+	if count == 0 && migs == 0 && !driver {
 		// void, or nothing asked for: nothing GPU-related at all, but the
 		// node's PCI tree still, which a real node shows every container.
 		hooks := pciHooks(&node)
@@ -51,9 +61,9 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	if byNvidiaRuntime(&cfg, &pod, &ctr) {
 		return deferred(&node, &ctr, sel, count), true, nil
 	}
-	adj := build(&cfg, &node, &ctr, sel, count)
+	adj := build(&cfg, &node, &ctr, sel, count, mig)
 	// Why not for the driver alone: extensions pair devices with GPUs, and there are none.
-	if count > 0 && len(cfg.Extensions) > 0 {
+	if len(adj.GPUs) > 0 && len(cfg.Extensions) > 0 {
 		in := Input{Node: node, Pod: pod, Ctr: ctr, GPUs: adj.GPUs}
 		for _, ext := range cfg.Extensions {
 			if err := ext.Apply(in, &adj); err != nil {
@@ -236,9 +246,26 @@ var bindOptions = [...]string{"bind", "ro", "nosuid", "nodev"}
 // build makes the edits that give the count GPUs selected, or the driver
 // alone when count is 0, leaving out what the spec already has: a CDI spec
 // (nvidia-ctk cdi generate) brings the library, nvidia-smi and device nodes.
-func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) Adjustment {
+func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, mig []bool) Adjustment {
 	var adj Adjustment
 	uuidLen := 0
+	// A MIG device comes with its GPU's node, as NVIDIA's runtime gives it,
+	// and the library shows that GPU with only the MIG devices whose
+	// capability nodes the container has.
+	var whole []bool // the GPUs given whole, when MIG devices come too
+	if len(mig) > 0 {
+		whole = slices.Clone(sel)
+	}
+	for k, m := range mig {
+		if m {
+			adj.MIG = append(adj.MIG, k)
+			uuidLen += len(node.MIG[k].UUID) + 1
+			if g := node.MIG[k].GPU; !sel[g] {
+				sel[g] = true
+				count++
+			}
+		}
+	}
 	if count > 0 {
 		adj.GPUs = make([]int, 0, count)
 		for i, s := range sel {
@@ -304,6 +331,13 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) 
 			adj.Devices = append(adj.Devices, c)
 		}
 	}
+	for _, k := range adj.MIG {
+		for _, c := range node.MIG[k].Caps {
+			if !hasNode(ctr.Devices, c) && !hasNode(adj.Devices, c) {
+				adj.Devices = append(adj.Devices, c)
+			}
+		}
+	}
 	adj.DeviceRules = make([]DeviceRule, 0, len(adj.Devices))
 	for _, d := range adj.Devices {
 		if !hasRule(adj.DeviceRules, d) {
@@ -312,15 +346,26 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int) 
 	}
 
 	// Set even over a CDI spec's void: the library filters on it.
+	// A MIG device's GPU is not named: NVIDIA's device plugin sets the
+	// MIG UUIDs alone.
 	visible := "none"
 	if count > 0 {
 		var b strings.Builder
 		b.Grow(uuidLen)
-		for k, i := range adj.GPUs {
-			if k > 0 {
+		for _, i := range adj.GPUs {
+			if whole != nil && !whole[i] {
+				continue
+			}
+			if b.Len() > 0 {
 				b.WriteByte(',')
 			}
 			b.WriteString(node.GPUs[i].UUID)
+		}
+		for _, k := range adj.MIG {
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(node.MIG[k].UUID)
 		}
 		visible = b.String()
 	}

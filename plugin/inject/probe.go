@@ -78,6 +78,9 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 			n.Sys, n.Hook = sys, hook
 		}
 	}
+	if n.MIG, n.MIGGen, err = ProbeMIG(n.State, data, gpus, dev); err != nil {
+		return NodeState{}, fmt.Errorf("probe overlay in %s: MIG: %w", root, err)
+	}
 	if n.IB, err = probeIB(root, filepath.Dir(resolved), dev); err != nil {
 		return NodeState{}, fmt.Errorf("probe overlay in %s: InfiniBand: %w", root, err)
 	}

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -59,6 +61,7 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := testenv.Profile(t, "h100", 3)
+			p.Board.Modes.MIG.Layout = "0=all-balanced"
 			root := installOverlay(t, p, testenv.FakeDriverAssets(t), c.real)
 			got, err := NodeStateFromOverlay(root)
 			if err != nil {
@@ -84,6 +87,23 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 				want.GPUs = append(want.GPUs, GPU{Index: id.Index, UUID: id.UUID, Node: node(nums[id.Index])})
 			}
 			want.Control = []DeviceNode{node(nums[3]), node(nums[4]), node(nums[5])}
+			// GPU 0's MIG devices, by GPU instance: 3g at slices 4-7 (2), 2g
+			// at 2-3 (4), 1g at 1 (8) and 0 (7); the layout made generation 2.
+			for k, m := range []struct {
+				gi      int
+				profile string
+			}{{2, "3g.40gb"}, {4, "2g.20gb"}, {7, "1g.10gb"}, {8, "1g.10gb"}} {
+				caps := [2]DeviceNode{}
+				for i, ci := range []int{-1, 0} {
+					minor := hostprep.MIGCapMinor(0, m.gi, ci)
+					caps[i] = DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor), Type: "c", Major: 1, Minor: 3, FileMode: 0o666}
+					if c.real {
+						caps[i].Major, caps[i].Minor = 509, int64(minor)
+					}
+				}
+				want.MIG = append(want.MIG, MIGDevice{GPU: 0, Index: k, UUID: live.MIGUUID(want.GPUs[0].UUID, m.gi, 0), Profile: m.profile, Caps: caps})
+			}
+			want.MIGGen = 2
 			// h100's HCAs, inert whatever the GPUs' numbers.
 			ov := filepath.Dir(resolved)
 			want.IB = &IBNode{DevDir: filepath.Join(driver, "dev", "infiniband"), Shim: filepath.Join(ov, hostprep.UmadShimPath),

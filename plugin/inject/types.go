@@ -125,6 +125,10 @@ type NodeState struct {
 
 	GPUs    []GPU        // in index order
 	Control []DeviceNode // nvidiactl, nvidia-uvm, nvidia-uvm-tools: given with any GPU
+	// MIG is the node's MIG devices (ProbeMIG), MIGGen the live state's
+	// generation they were read at.
+	MIG    []MIGDevice
+	MIGGen uint64
 
 	// InUse[i] counts the containers currently given GPUs[i]; nil is all
 	// zero. The caller keeps it from the GPUs of the Adjustments it applied.
@@ -181,7 +185,8 @@ type EnvVar struct{ Key, Value string }
 // exactly when it holds an edit; Warnings can come with either answer and
 // are for the caller to log and count.
 type Adjustment struct {
-	GPUs        []int // node indices given, ascending; the caller records them in InUse
+	GPUs        []int // node indices given, ascending (MIG devices' GPUs too); the caller records them in InUse
+	MIG         []int // indices in NodeState.MIG of the MIG devices given
 	Mounts      []Mount
 	Devices     []DeviceNode
 	DeviceRules []DeviceRule

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
@@ -55,6 +56,7 @@ func newNodeCache(root string) *nodeCache {
 func (c *nodeCache) refresh() {
 	link, lerr := os.Readlink(c.linkPath)
 	if c.probed && c.err == nil && link == c.link {
+		c.refreshMIG()
 		return
 	}
 	n, err := c.probe(c.root)
@@ -69,6 +71,26 @@ func (c *nodeCache) refresh() {
 	}
 	c.node, c.err = n, nil
 	c.rebuildUse()
+}
+
+// refreshMIG re-reads the node's MIG devices when its live state has
+// changed since (nvidia-smi mig on the node, a layout applied): one
+// read of the state's header when it has not. The caller holds mu.
+func (c *nodeCache) refreshMIG() {
+	n := &c.node
+	if n.State == "" || n.MIGGen == live.Generation(n.State) {
+		return
+	}
+	data, err := os.ReadFile(n.Snapshot)
+	if err == nil {
+		var migs []inject.MIGDevice
+		var gen uint64
+		if migs, gen, err = inject.ProbeMIG(n.State, data, n.GPUs, filepath.Join(n.DriverRoot, "dev")); err == nil {
+			n.MIG, n.MIGGen = migs, gen
+			return
+		}
+	}
+	c.err = err // the next call probes again
 }
 
 // rebuildUse recomputes the use counts for the current node's GPUs from

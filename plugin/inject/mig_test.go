@@ -1,0 +1,80 @@
+package inject
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/nvmock/nvmock/hostprep"
+)
+
+// migNode is an 8-GPU node whose GPU 1 holds a 3g.20gb (GPU instance 2,
+// MIG device 0) and two 1g.5gb (GPU instances 8 and 7, MIG devices 1, 2).
+func migNode() NodeState {
+	n := testNode(8, false)
+	capNode := func(gi, ci int) DeviceNode {
+		return DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", hostprep.MIGCapMinor(1, gi, ci)), Type: "c", Major: 1, Minor: 3, FileMode: 0o666}
+	}
+	for k, m := range []struct {
+		gi      int
+		profile string
+	}{{2, "3g.20gb"}, {7, "1g.5gb"}, {8, "1g.5gb"}} {
+		n.MIG = append(n.MIG, MIGDevice{GPU: 1, Index: k, UUID: fmt.Sprintf("MIG-%08d-0000-5000-8000-000000000000", k), Profile: m.profile,
+			Caps: [2]DeviceNode{capNode(m.gi, -1), capNode(m.gi, 0)}})
+	}
+	return n
+}
+
+// gaveMIG is gave for MIG devices k of node: their GPU's node, their
+// capability nodes, and their UUIDs in NVIDIA_VISIBLE_DEVICES.
+func gaveMIG(node NodeState, whole []int, k ...int) Adjustment {
+	gpus := append([]int(nil), whole...)
+	for _, i := range k {
+		if g := node.MIG[i].GPU; !slices.Contains(gpus, g) {
+			gpus = append(gpus, g)
+		}
+	}
+	slices.Sort(gpus)
+	a := gave(node, gpus...)
+	a.MIG = k
+	visible := ""
+	for _, i := range gpus {
+		if slices.Contains(whole, i) {
+			visible += "," + node.GPUs[i].UUID
+		}
+	}
+	for _, i := range k {
+		a.Devices = append(a.Devices, node.MIG[i].Caps[0], node.MIG[i].Caps[1])
+		visible += "," + node.MIG[i].UUID
+	}
+	a.Env[0].Value = visible[1:]
+	return a
+}
+
+func TestDecideGivesMIGDevices(t *testing.T) {
+	n := migNode()
+	m := n.MIG
+	runDecide(t, []decideCase{
+		{name: "a MIG UUID from a device plugin gives that MIG device, its GPU's node and its capability nodes",
+			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+m[1].UUID),
+			want: gaveMIG(n, nil, 1), ok: true},
+		{name: "a CDI name GPU:index gives that MIG device",
+			cfg: testConfig, node: n, pod: pod("ml"), ctr: Container{Name: "c", CDIDevices: []string{"nvidia.com/gpu=1:0"}},
+			want: gaveMIG(n, nil, 0), ok: true},
+		{name: "MIG devices and a whole GPU together",
+			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=3,"+m[2].UUID+","+m[0].UUID),
+			want: gaveMIG(n, []int{3}, 0, 2), ok: true},
+		{name: "the annotation asks for MIG devices by profile",
+			cfg: testConfig, node: n, pod: pod("ml", GPUsAnnotation, "mig-1g.5gb,mig-1g.5gb"), ctr: ctr,
+			want: gaveMIG(n, nil, 1, 2), ok: true},
+		{name: "a profile the node has too few of gives no GPUs with a warning",
+			cfg: testConfig, node: n, pod: pod("ml", GPUsAnnotation, "mig-3g.20gb,mig-3g.20gb"), ctr: ctr,
+			want: warned(`pod ml/train container trainer: annotation nvmock.io/gpus="mig-3g.20gb,mig-3g.20gb" asks for a "3g.20gb" MIG device; the node has 1 x 3g.20gb, 2 x 1g.5gb; giving it no GPUs`)},
+		{name: "a MIG UUID the node lacks gives no GPUs with a warning",
+			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=MIG-nope"),
+			want: warned(`pod ml/train container trainer: env NVIDIA_VISIBLE_DEVICES="MIG-nope" names "MIG-nope", no MIG device of this node; giving it no GPUs`)},
+	})
+	if err := ValidateRequest("mig-1g.5gb,0:1,MIG-x"); err != nil {
+		t.Errorf("ValidateRequest: %v", err)
+	}
+}
