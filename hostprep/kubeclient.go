@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -138,13 +139,20 @@ func (c *KubeClient) DeleteDaemonSetAndWait(ctx context.Context, namespace, name
 	fg := metav1.DeletePropagationForeground
 	err := c.apps.Delete().Namespace(namespace).Resource("daemonsets").Name(name).
 		Body(&metav1.DeleteOptions{PropagationPolicy: &fg}).Do(ctx).Error()
+	deleting := false
 	for {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
+		// client-go's rate limiter refuses a call that would end after the
+		// deadline, before the context ends: the wait ran out all the same.
+		if err != nil && deleting && (ctx.Err() != nil || strings.Contains(err.Error(), "would exceed context deadline")) {
+			return fmt.Errorf("DaemonSet %s/%s is still being deleted: %w", namespace, name, context.DeadlineExceeded)
+		}
 		if err != nil {
 			return fmt.Errorf("delete DaemonSet %s/%s: %w", namespace, name, err)
 		}
+		deleting = true
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("DaemonSet %s/%s is still being deleted: %w", namespace, name, ctx.Err())
