@@ -1,0 +1,54 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// smi runs the node's nvidia-smi on the host, as an operator would.
+func (n *node) smi(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(n.env["NVIDIA_SMI"], args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nvidia-smi %s on the node: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// MIG devices made on the node with nvidia-smi reach containers: one given
+// a MIG UUID (as NVIDIA's device plugin sets it) or asking for a profile
+// sees its GPU with exactly that MIG device, as on a real node.
+func TestAContainerGivenAMIGDeviceSeesExactlyThatDevice(t *testing.T) {
+	n := theNode
+	n.smi(t, "-i", "2", "-mig", "1")
+	t.Cleanup(func() {
+		n.smi(t, "mig", "-i", "2", "-dci")
+		n.smi(t, "mig", "-i", "2", "-dgi")
+		n.smi(t, "-i", "2", "-mig", "0")
+	})
+	n.smi(t, "mig", "-i", "2", "-cgi", "9,19,19", "-C")
+	list := n.smi(t, "-L")
+	m := regexp.MustCompile(`(?m)^GPU 2: (.*) \(UUID: (GPU-[0-9a-f-]+)\)\n  MIG 3g.20gb\s+Device  0: \(UUID: (MIG-[0-9a-f-]+)\)\n  MIG 1g.5gb\s+Device  1: \(UUID: (MIG-[0-9a-f-]+)\)\n  MIG 1g.5gb\s+Device  2: \(UUID: (MIG-[0-9a-f-]+)\)\n`).FindStringSubmatch(list)
+	if m == nil {
+		t.Fatalf("nvidia-smi -L on the node:\n%s", list)
+	}
+	name, gpu, three, one := m[1], m[2], m[3], m[4]
+
+	p := n.runPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}, env: map[string]string{"NVIDIA_VISIBLE_DEVICES": one}})
+	want := "GPU 0: " + name + " (UUID: " + gpu + ")\n  MIG 1g.5gb      Device  0: (UUID: " + one + ")\n"
+	if r.code != 0 || r.out != want {
+		t.Errorf("nvidia-smi -L given %s: exit %d\n%s\nwant\n%s", one, r.code, r.out, want)
+	}
+
+	ann := n.runPod(t, optedIn, map[string]string{"nvmock.io/gpus": "mig-3g.20gb"})
+	r = n.run(t, ann, ctr{image: "glibc", cmd: []string{"/bin/sh", "-c", "nvidia-smi -L; echo $NVIDIA_VISIBLE_DEVICES; ls /dev/nvidia-caps"}})
+	if r.code != 0 || !strings.Contains(r.out, "  MIG 3g.20gb     Device  0: (UUID: "+three+")\n"+three+"\n") || strings.Count(r.out, "MIG ") != 1 ||
+		len(strings.Fields(r.out[strings.LastIndex(r.out, three+"\n")+len(three)+1:])) != 2 {
+		t.Errorf("a pod asking for mig-3g.20gb: exit %d\n%s\nwant the 3g.20gb %s alone, and its two capability nodes", r.code, r.out, three)
+	}
+}
