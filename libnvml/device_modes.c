@@ -86,7 +86,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUti
 {
 	DEV(device, d);
 	OUT(utilization);
-	if (d->s->util_gpu == NA32)
+	// A GPU in MIG mode has no utilization of its own (nvidia-smi: N/A).
+	if (d->s->util_gpu == NA32 || nvmock_mig_on(d))
 		return NVML_ERROR_NOT_SUPPORTED;
 	utilization->gpu = d->s->util_gpu;
 	utilization->memory = d->s->util_memory == NA32 ? 0 : d->s->util_memory;

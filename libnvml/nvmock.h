@@ -111,6 +111,19 @@ static inline nvmlDevice_t nvmock_handle(const struct nvmock_dev *d)
 	return h;
 }
 
+// nvmock_mig_on says whether a GPU is in MIG mode now: the live state's
+// mode once set, else the snapshot's. One relaxed load each: a getter's
+// answer may lag a concurrent mode change by a call, as on a real node.
+static inline int nvmock_mig_on(const struct nvmock_dev *d)
+{
+	if (d->s->mig_current == NA32)
+		return 0;
+	if (nvmock.live_gpus != NULL && d->node_index < STATE_GPUS &&
+	    __atomic_load_n(&nvmock.live_gpus[d->node_index].mig_set, __ATOMIC_RELAXED))
+		return __atomic_load_n(&nvmock.live_gpus[d->node_index].mig_current, __ATOMIC_RELAXED) == 1;
+	return d->s->mig_current == 1;
+}
+
 // DEV declares d for handle h, returning the validator's error.
 #define DEV(h, d)                                                \
 	const struct nvmock_dev *d;                              \

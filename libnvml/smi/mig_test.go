@@ -88,6 +88,10 @@ func TestEveryNvidiaSMIPartitionsMIG(t *testing.T) {
 					t.Errorf("-lgip lists profiles with MIG off: %v", rows)
 				}
 				expect(run("-i", "0", "-mig", "1"), "Enabled MIG Mode for GPU "+bus+"\nAll done.\n")
+				// A GPU in MIG mode has no utilization of its own.
+				if q := run("-i", "0", "--query-gpu=mig.mode.current,mig.mode.pending,utilization.gpu", "--format=csv,noheader"); !regexp.MustCompile(`^Enabled, Enabled, \[(N/A|Not Supported)\]\n$`).MatchString(q) {
+					t.Errorf("--query-gpu of a GPU in MIG mode: %q", q)
+				}
 
 				// 470 asks for the profiles its NVML knew: 1_SLICE_REV2
 				// (id 15) came later.
