@@ -116,3 +116,53 @@ func BenchmarkLiveGetUtilizationRates(b *testing.B) {
 		}
 	}
 }
+
+// MIG: a MIG device's handle (a read of the node's MIG state), and making
+// and destroying a GPU instance (a write under the state file's lock).
+func startMIGBench(b *testing.B) nvml.Device {
+	lib, _ := startMIG(b, 1)
+	d, ret := lib.DeviceGetHandleByIndex(0)
+	if ret != nvml.SUCCESS {
+		b.Fatalf("DeviceGetHandleByIndex(0): %v", ret)
+	}
+	if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+		b.Fatalf("SetMigMode: %v", ret)
+	}
+	return d
+}
+
+func BenchmarkMIGDeviceHandleByIndex(b *testing.B) {
+	d := startMIGBench(b)
+	info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_7_SLICE)
+	gi, ret := d.CreateGpuInstance(&info)
+	if ret != nvml.SUCCESS {
+		b.Fatalf("CreateGpuInstance: %v", ret)
+	}
+	ci, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE, 0)
+	if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
+		b.Fatalf("CreateComputeInstance: %v", ret)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, ret := d.GetMigDeviceHandleByIndex(0); ret != nvml.SUCCESS {
+			b.Fatalf("GetMigDeviceHandleByIndex: %v", ret)
+		}
+	}
+}
+
+func BenchmarkMIGCreateAndDestroyGPUInstance(b *testing.B) {
+	d := startMIGBench(b)
+	info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		gi, ret := d.CreateGpuInstance(&info)
+		if ret != nvml.SUCCESS {
+			b.Fatalf("CreateGpuInstance: %v", ret)
+		}
+		if ret := gi.Destroy(); ret != nvml.SUCCESS {
+			b.Fatalf("Destroy: %v", ret)
+		}
+	}
+}

@@ -23,7 +23,7 @@ import (
 // MIG through go-nvml, on an a100 node with a live state (MIG layouts are
 // node state), checked against the A100-SXM4-40GB's real profile table.
 
-func startMIG(t *testing.T, n int) (nvml.Interface, *live.File) {
+func startMIG(t testing.TB, n int) (nvml.Interface, *live.File) {
 	t.Helper()
 	path, _ := testenv.Snapshot(t, "a100", n)
 	f := testenv.LiveState(t, path, n, t0)
