@@ -43,9 +43,12 @@ type Options struct {
 	// MIG partitions the GPUs at install (profile.MIGLayout); "" takes
 	// the profile's board.modes.mig.layout.
 	MIG string
-	// StateLink makes the overlay's live-state file (StatePath) a symlink
-	// to it, for installs that keep the state beside the overlays; ""
-	// renders a fresh state file of the overlay's own (nvmock exec).
+	// StateLink makes the overlay's live-state file (StatePath) a hard
+	// link to this file (which must exist), for installs that keep the
+	// state beside the overlays; "" renders a fresh state file of the
+	// overlay's own (nvmock exec). A hard link, not a symlink: a container
+	// given the driver root alone (NVIDIA's DRA driver, nvidia-ctk's CDI
+	// mounts) sees the state through it too.
 	StateLink string
 }
 
@@ -214,6 +217,7 @@ type entry struct {
 	data  []byte
 	mode  os.FileMode
 	link  string   // symlink target
+	hard  string   // hard link target
 	node  *DevNode // device node
 	plain bool     // node as an empty regular file
 }
@@ -269,7 +273,7 @@ func (in *inputs) entries() []entry {
 		es = append(es, entry{path: HookPath, data: in.hook, mode: 0o755})
 	}
 	if in.opt.StateLink != "" {
-		es = append(es, entry{path: StatePath, link: in.opt.StateLink})
+		es = append(es, entry{path: StatePath, hard: in.opt.StateLink})
 	}
 	if in.opt.NoPCI {
 		return es
@@ -302,6 +306,8 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 		switch {
 		case e.link != "":
 			err = os.Symlink(e.link, p)
+		case e.hard != "":
+			err = os.Link(e.hard, p)
 		case e.node != nil:
 			err = makeDevNode(p, *e.node, e.plain)
 		default:
@@ -349,6 +355,10 @@ func (in *inputs) verify(dir string) error {
 		case e.link != "":
 			if t, err := os.Readlink(p); err != nil || t != e.link {
 				return fmt.Errorf("%s: not a symlink to %s", p, e.link)
+			}
+		case e.hard != "":
+			if t, err := os.Stat(e.hard); err != nil || !os.SameFile(fi, t) {
+				return fmt.Errorf("%s: not %s", p, e.hard)
 			}
 		case e.node != nil:
 			if err := checkDevNode(p, fi, *e.node, e.plain); err != nil {

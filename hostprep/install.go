@@ -85,7 +85,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, err
 	}
 	// Overlays come and go; the live state stays in the root.
-	o.Render.StateLink = filepath.Join("..", "..", "..", "..", "..", StateFile)
+	o.Render.StateLink = filepath.Join(root, StateFile)
 	in, err := gather(o.Render)
 	if err != nil {
 		return nil, err
@@ -187,6 +187,13 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, fmt.Errorf("create %s: %w", overlays, err)
 	}
 	created = append(created, c...)
+	// The state must be there, of this node's layout, for the overlay to
+	// link to it; it is reset below whatever happens to the overlay.
+	if !stateOK(statePath, len(in.ids)) {
+		if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
+			return nil, err
+		}
+	}
 	verr := in.verify(ov.Dir)
 	if verr == nil {
 		log.printf("overlay %s already rendered", ov.Dir)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
 )
 
@@ -58,7 +57,8 @@ func TestTheMIGLayoutOfAnInstallIsWhatNvidiaSMISees(t *testing.T) {
 		t.Errorf("a new layout is not what the node has:\n%s", out)
 	}
 
-	readOnly(t, filepath.Dir(filepath.Join(s.root, hostprep.StateFile)))
+	// The overlay's view of the state read-only, as a container has it.
+	readOnly(t, filepath.Join(res.Overlay, "driver", "etc", "nvmock"))
 	out, err = run("mig", "-dci")
 	if err == nil || !strings.Contains(out, "Insufficient Permissions") {
 		t.Errorf("-dci on a read-only state: %v, want Insufficient Permissions:\n%s", err, out)

@@ -86,6 +86,8 @@ func TestDRADriver(t *testing.T) {
 	t.Run("ClaimsCreatedAndDeletedTenTimesLeaveNothingBehind", d.testNoLeaks)
 	t.Run("TheComputeDomainPluginPublishesChannelZeroAndADaemon", d.testComputeDomainSlices)
 	t.Run("AComputeDomainRunsItsDaemonAndItsPod", d.testComputeDomainWorkload)
+	// Last: it partitions a GPU, and restarts the kubelet plugin twice.
+	t.Run("AGPUInMIGModeIsPublishedAsItsMIGDevices", d.testMIGSlices)
 }
 
 func (d *draEnv) testResourceSlices(t *testing.T) {

@@ -99,8 +99,7 @@ func setup(s spec) error {
 			return err
 		}
 		// The live state stays writable: nvmock ctl changes it from inside.
-		// (An installed node's is a link out of the overlay; Run points the
-		// command at it instead.)
+		// (An installed node's is a hard link to the root's state file.)
 		state := filepath.Join("etc", "nvmock", "state")
 		if fi, err := os.Lstat(filepath.Join(s.Driver, state)); err == nil && fi.Mode().IsRegular() {
 			return bind(filepath.Join(s.Driver, state), filepath.Join(NamespaceDriver, state), false)

@@ -88,7 +88,8 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 			}
 			want.Control = []DeviceNode{node(nums[3]), node(nums[4]), node(nums[5])}
 			// GPU 0's MIG devices, by GPU instance: 3g at slices 4-7 (2), 2g
-			// at 2-3 (4), 1g at 1 (8) and 0 (7); the layout made generation 2.
+			// at 2-3 (4), 1g at 1 (8) and 0 (7). Three writes: the state made
+			// for the overlay to link to, reset, partitioned.
 			for k, m := range []struct {
 				gi      int
 				profile string
@@ -103,7 +104,7 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 				}
 				want.MIG = append(want.MIG, MIGDevice{GPU: 0, Index: k, UUID: live.MIGUUID(want.GPUs[0].UUID, m.gi, 0), Profile: m.profile, Caps: caps})
 			}
-			want.MIGGen = 2
+			want.MIGGen = 3
 			// h100's HCAs, inert whatever the GPUs' numbers.
 			ov := filepath.Dir(resolved)
 			want.IB = &IBNode{DevDir: filepath.Join(driver, "dev", "infiniband"), Shim: filepath.Join(ov, hostprep.UmadShimPath),
