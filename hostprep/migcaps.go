@@ -65,7 +65,7 @@ func migEntries(m *profile.MIG, gpus int, real, plain bool) []entry {
 		if real {
 			n.Major, n.Minor = capsMajor, uint32(minor)
 		}
-		return entry{path: filepath.Join("driver", "dev", n.Name), node: &n, plain: plain, mode: 0o444}
+		return entry{path: filepath.Join("driver", "dev", n.Name), node: &n, plain: plain}
 	}
 	var cis [migGIs]int // compute instances a GPU instance of each id can hold
 	for _, p := range m.GPUInstances {

@@ -3,7 +3,6 @@
 package hostprep_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -163,21 +162,7 @@ func TestTheDevicePluginAdvertisesAndAllocatesMIGDevices(t *testing.T) {
 		testenv.Missing(t, "mount namespaces (%v)", err)
 	}
 	for _, c := range []string{"mixed:0=all-balanced;1=7g.40gb", "single:all-1g.5gb"} {
-		t.Run(strings.Split(c, ":")[0], func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+strings.Split(t.Name(), "/")[0]+"$", "-test.v", "-test.timeout=150s")
-			cmd.Env = append(cleanEnv(), migPluginCaseEnv+"="+c, hostMountNSEnv+"="+hostNS)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-			out, err := cmd.CombinedOutput()
-			switch {
-			case err != nil:
-				t.Fatalf("in a private mount namespace: %v\n%s", err, out)
-			case !bytes.Contains(out, []byte("--- PASS")):
-				t.Fatalf("no test ran in the mount namespace:\n%s", out)
-			}
-			t.Logf("in a private mount namespace:\n%s", out)
-		})
+		t.Run(strings.Split(c, ":")[0], func(t *testing.T) { inMountNamespace(t, hostNS, migPluginCaseEnv+"="+c) })
 	}
 }
 

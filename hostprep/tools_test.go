@@ -283,27 +283,35 @@ func TestTheDevicePluginRegistersWithTheKubeletAndAllocatesTheMockGPUs(t *testin
 		{"two H100s", "h100", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+strings.Split(t.Name(), "/")[0]+"$", "-test.v", "-test.timeout=150s")
-			cmd.Env = append(cleanEnv(), fmt.Sprintf("%s=%s:%d", devicePluginCaseEnv, tc.profile, tc.gpus), hostMountNSEnv+"="+hostNS)
-			// Go makes / recursively private in the child's new namespace.
-			cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			switch {
-			case err != nil && !errors.As(err, &exit) && errors.Is(err, syscall.EPERM):
-				testenv.Missing(t, "a private mount namespace (CAP_SYS_ADMIN): %v", err)
-			case err != nil:
-				t.Fatalf("in a private mount namespace: %v\n%s", err, out)
-			case bytes.Contains(out, []byte("--- SKIP")):
-				t.Skipf("skipped in the mount namespace:\n%s", out)
-			case !bytes.Contains(out, []byte("--- PASS")):
-				t.Fatalf("no test ran in the mount namespace:\n%s", out)
-			}
-			t.Logf("in a private mount namespace:\n%s", out)
+			inMountNamespace(t, hostNS, fmt.Sprintf("%s=%s:%d", devicePluginCaseEnv, tc.profile, tc.gpus))
 		})
 	}
+}
+
+// inMountNamespace re-executes the running top-level test in a private
+// mount namespace with env added (the case it is to run), and fails unless
+// it passes there. hostNS names the parent's namespace (hostMountNSEnv).
+func inMountNamespace(t *testing.T, hostNS, env string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+strings.Split(t.Name(), "/")[0]+"$", "-test.v", "-test.timeout=150s")
+	cmd.Env = append(cleanEnv(), env, hostMountNSEnv+"="+hostNS)
+	// Go makes / recursively private in the child's new namespace.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err != nil && !errors.As(err, &exit) && errors.Is(err, syscall.EPERM):
+		testenv.Missing(t, "a private mount namespace (CAP_SYS_ADMIN): %v", err)
+	case err != nil:
+		t.Fatalf("in a private mount namespace: %v\n%s", err, out)
+	case bytes.Contains(out, []byte("--- SKIP")):
+		t.Skipf("skipped in the mount namespace:\n%s", out)
+	case !bytes.Contains(out, []byte("--- PASS")):
+		t.Fatalf("no test ran in the mount namespace:\n%s", out)
+	}
+	t.Logf("in a private mount namespace:\n%s", out)
 }
 
 // devicePluginInNamespace is the test proper: kubelet's side of the

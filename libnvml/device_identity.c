@@ -6,22 +6,16 @@
 
 NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-	struct mig_dev md;
-	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
-		nvmlReturn_t r = nvmock_mig_of(device, &md);
-		return r == NVML_SUCCESS ? nvmock_mig_get_name(&md, name, length) : r;
-	}
+	MIGDEV(device, md)
+		return nvmock_mig_get_name(&md, name, length);
 	DEV(device, d);
 	return nvmock_str(name, length, d->s->name);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-	struct mig_dev md;
-	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
-		nvmlReturn_t r = nvmock_mig_of(device, &md);
-		return r == NVML_SUCCESS ? nvmock_mig_get_uuid(&md, uuid, length) : r;
-	}
+	MIGDEV(device, md)
+		return nvmock_mig_get_uuid(&md, uuid, length);
 	DEV(device, d);
 	return nvmock_str(uuid, length, d->uuid);
 }

@@ -19,11 +19,7 @@ static unsigned long long used_memory(const struct nvmock_dev *d)
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-	struct mig_dev md;
-	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
-		nvmlReturn_t r = nvmock_mig_of(device, &md);
-		if (r != NVML_SUCCESS)
-			return r;
+	MIGDEV(device, md) {
 		OUT(memory);
 		nvmock_mig_memory(&md, &memory->total, &memory->used);
 		memory->free = memory->total - memory->used;
@@ -41,11 +37,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t 
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-	struct mig_dev md;
-	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
-		nvmlReturn_t r = nvmock_mig_of(device, &md);
-		if (r != NVML_SUCCESS)
-			return r;
+	MIGDEV(device, md) {
 		OUT(memory);
 		if (memory->version != nvmlMemory_v2)
 			return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
@@ -68,11 +60,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
 
 NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
 {
-	struct mig_dev md;
-	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
-		nvmlReturn_t r = nvmock_mig_of(device, &md);
-		if (r != NVML_SUCCESS)
-			return r;
+	MIGDEV(device, md) {
 		OUT(bar1Memory);
 		// Its memory slices' share, less 1 MiB: 32767 MiB for an A100's
 		// 3g.20gb, as in NVIDIA's MIG guide.
@@ -151,12 +139,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlM
 						      nvmlEccCounterType_t counterType,
 						      nvmlMemoryLocation_t locationType, unsigned long long *count)
 {
-	struct mig_dev md;
-	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
-		// A MIG device counts its own errors; none are modelled yet.
-		nvmlReturn_t r = nvmock_mig_of(device, &md);
-		if (r != NVML_SUCCESS)
-			return r;
+	// A MIG device counts its own errors; none are modelled yet.
+	MIGDEV(device, md) {
 		OUT(count);
 		if (md.s->ecc_current != 1)
 			return NVML_ERROR_NOT_SUPPORTED;

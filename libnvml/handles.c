@@ -117,11 +117,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDe
 
 NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
-	struct mig_dev md;
-	if (nvmock_ready() && nvmock_is_mig_handle(device)) {
-		nvmlReturn_t r = nvmock_mig_of(device, &md);
-		if (r != NVML_SUCCESS)
-			return r;
+	MIGDEV(device, md) {
 		OUT(index);
 		*index = nvmock_mig_index(&md);
 		return NVML_SUCCESS;

@@ -72,4 +72,17 @@ void nvmock_mig_memory(const struct mig_dev *md, unsigned long long *total, unsi
 unsigned nvmock_mig_index(const struct mig_dev *md);
 nvmlReturn_t nvmock_mig_by_uuid(const char *uuid, nvmlDevice_t *device);
 
+// MIGDEV(h, md) answers for a MIG device handle h in a getter that takes
+// both kinds: it returns the validator's error, or runs the block after
+// it with md filled. For a GPU handle it does nothing.
+#define MIGDEV(h, md)                                              \
+	struct mig_dev md;                                         \
+	int md##_is = nvmock_ready() && nvmock_is_mig_handle(h);   \
+	if (md##_is) {                                             \
+		nvmlReturn_t r_ = nvmock_mig_of((h), &md);         \
+		if (r_ != NVML_SUCCESS)                            \
+			return r_;                                 \
+	}                                                          \
+	if (md##_is)
+
 #endif
