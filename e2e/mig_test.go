@@ -52,3 +52,30 @@ func TestAContainerGivenAMIGDeviceSeesExactlyThatDevice(t *testing.T) {
 		t.Errorf("a pod asking for mig-3g.20gb: exit %d\n%s\nwant the 3g.20gb %s alone, and its two capability nodes", r.code, r.out, three)
 	}
 }
+
+// nvidia-ctk's spec of a partitioned node lists its MIG devices; asked for
+// by CDI name (GPU:index), containerd gives a container the MIG device's
+// nodes from the spec, and the container sees that MIG device alone.
+func TestAnNvidiaCTKSpecGivesAMIGDeviceByCDIName(t *testing.T) {
+	n := theNode
+	n.smi(t, "-i", "3", "-mig", "1")
+	t.Cleanup(func() {
+		n.smi(t, "mig", "-i", "3", "-dci")
+		n.smi(t, "mig", "-i", "3", "-dgi")
+		n.smi(t, "-i", "3", "-mig", "0")
+	})
+	n.smi(t, "mig", "-i", "3", "-cgi", "14,19", "-C")
+	m := regexp.MustCompile(`(?m)^GPU 3: (.*) \(UUID: (GPU-[0-9a-f-]+)\)\n  MIG 2g.10gb\s+Device  0: \(UUID: (MIG-[0-9a-f-]+)\)\n  MIG 1g.5gb\s+Device  1: \(UUID: (MIG-[0-9a-f-]+)\)\n`).FindStringSubmatch(n.smi(t, "-L"))
+	if m == nil {
+		t.Fatal("nvidia-smi -L on the node lacks GPU 3's two MIG devices")
+	}
+	nvidiaCTKSpec(t)
+	c := ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}, cdi: []string{"nvidia.com/gpu=3:1"}}
+	p := n.runPod(t, optedIn, nil)
+	waitForCDI(t, p, c)
+	r := n.run(t, p, c)
+	want := "GPU 0: " + m[1] + " (UUID: " + m[2] + ")\n  MIG 1g.5gb      Device  0: (UUID: " + m[4] + ")\n"
+	if r.code != 0 || r.out != want {
+		t.Errorf("CDI nvidia.com/gpu=3:1: exit %d\n%s\nwant\n%s", r.code, r.out, want)
+	}
+}

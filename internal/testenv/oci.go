@@ -70,9 +70,17 @@ func NvidiaCTKSpec(t testing.TB, driverRoot, out string) []string {
 		t.Fatal(err)
 	}
 	// The spec's hooks run nvidia-ctk itself (nvidia-ctk hook ...).
-	b, err := exec.Command(ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root,
+	args := []string{ctk, "cdi", "generate", "--driver-root", root, "--dev-root", root,
 		"--nvidia-cdi-hook-path", ctk, "--device-name-strategy", "index", "--device-name-strategy", "uuid",
-		"--output", out).CombinedOutput()
+		"--output", out}
+	// nvidia-ctk reads the MIG minors at /proc/driver/nvidia-caps, where a
+	// kernel module puts them: in a mount namespace of its own, the
+	// overlay's are there.
+	if caps := filepath.Join(root, "proc", "driver", "nvidia-caps"); exists(caps) {
+		args = append([]string{"unshare", "-m", "--propagation", "private", "sh", "-c",
+			`mount -t tmpfs -o mode=0755 tmpfs /proc/driver && mkdir /proc/driver/nvidia-caps && mount --bind "$0" /proc/driver/nvidia-caps && exec "$@"`, caps}, args...)
+	}
+	b, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nvidia-ctk cdi generate: %v\n%s", err, b)
 	}
@@ -88,4 +96,9 @@ func NvidiaCTKSpec(t testing.TB, driverRoot, out string) []string {
 		}
 	}
 	return names
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
