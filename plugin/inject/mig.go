@@ -63,10 +63,8 @@ func ProbeMIG(statePath string, snap []byte, gpus []GPU, dev string) (migs []MIG
 // lookupMIG finds a MIG device by UUID or by GPU:index.
 func (n *NodeState) lookupMIG(s string) (int, string) {
 	if strings.HasPrefix(s, "MIG-") {
-		for k := range n.MIG {
-			if strings.EqualFold(n.MIG[k].UUID, s) {
-				return k, ""
-			}
+		if k := n.MIGIndex(s); k >= 0 {
+			return k, ""
 		}
 		return -1, fmt.Sprintf("names %s, no MIG device of this node", quote(s))
 	}
@@ -88,16 +86,38 @@ func isMIGName(s string) bool {
 	return ok && digits(g) && digits(m)
 }
 
-// selectMIGProfile marks the first MIG device of a profile not yet given
-// to this container ("mig-1g.5gb" in a request).
+// selectMIGProfile marks the least used MIG device of a profile not yet
+// given to this container, lower index first on a tie ("mig-1g.5gb" in a
+// request).
 func (n *NodeState) selectMIGProfile(profile string, mig []bool) string {
+	best := -1
 	for k := range n.MIG {
-		if n.MIG[k].Profile == profile && !mig[k] {
-			mig[k] = true
-			return ""
+		if n.MIG[k].Profile == profile && !mig[k] && (best < 0 || n.migUse(k) < n.migUse(best)) {
+			best = k
 		}
 	}
+	if best >= 0 {
+		mig[best] = true
+		return ""
+	}
 	return fmt.Sprintf("asks for a %s MIG device; the node has %s", quote(profile), n.migProfiles())
+}
+
+func (n *NodeState) migUse(k int) int {
+	if n.MIGInUse == nil {
+		return 0
+	}
+	return n.MIGInUse[k]
+}
+
+// MIGIndex is the index in MIG of the MIG device with a UUID, or -1.
+func (n *NodeState) MIGIndex(uuid string) int {
+	for k := range n.MIG {
+		if strings.EqualFold(n.MIG[k].UUID, uuid) {
+			return k
+		}
+	}
+	return -1
 }
 
 func (n *NodeState) migProfiles() string {

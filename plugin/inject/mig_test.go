@@ -54,6 +54,8 @@ func gaveMIG(node NodeState, whole []int, k ...int) Adjustment {
 func TestDecideGivesMIGDevices(t *testing.T) {
 	n := migNode()
 	m := n.MIG
+	busy := migNode()
+	busy.MIGInUse = []int{0, 1, 0} // the first 1g.5gb is some container's
 	runDecide(t, []decideCase{
 		{name: "a MIG UUID from a device plugin gives that MIG device, its GPU's node and its capability nodes",
 			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+m[1].UUID),
@@ -67,6 +69,9 @@ func TestDecideGivesMIGDevices(t *testing.T) {
 		{name: "the annotation asks for MIG devices by profile",
 			cfg: testConfig, node: n, pod: pod("ml", GPUsAnnotation, "mig-1g.5gb,mig-1g.5gb"), ctr: ctr,
 			want: gaveMIG(n, nil, 1, 2), ok: true},
+		{name: "a profile asked for gets its least used device",
+			cfg: testConfig, node: busy, pod: pod("ml", GPUsAnnotation, "mig-1g.5gb"), ctr: ctr,
+			want: gaveMIG(n, nil, 2), ok: true},
 		{name: "a profile the node has too few of gives no GPUs with a warning",
 			cfg: testConfig, node: n, pod: pod("ml", GPUsAnnotation, "mig-3g.20gb,mig-3g.20gb"), ctr: ctr,
 			want: warned(`pod ml/train container trainer: annotation nvmock.io/gpus="mig-3g.20gb,mig-3g.20gb" asks for a "3g.20gb" MIG device; the node has 1 x 3g.20gb, 2 x 1g.5gb; giving it no GPUs`)},

@@ -129,6 +129,8 @@ type NodeState struct {
 	// generation they were read at.
 	MIG    []MIGDevice
 	MIGGen uint64
+	// MIGInUse[k] counts the containers given MIG[k]; nil is all zero.
+	MIGInUse []int
 
 	// InUse[i] counts the containers currently given GPUs[i]; nil is all
 	// zero. The caller keeps it from the GPUs of the Adjustments it applied.

@@ -43,4 +43,19 @@ func TestAMIGDeviceMadeAfterTheProbeIsGiven(t *testing.T) {
 	if err != nil || !ok || len(adj.MIG) != 1 || adj.GPUs[0] != 2 {
 		t.Errorf("a container given MIG device 2:3: %v %v %+v", ok, err, adj)
 	}
+
+	// Its use is counted, for mig-<profile> requests to spread; a re-probe
+	// keeps it, and the container's end frees it.
+	c.record("c1", adj.GPUs, c.node.MIG[3].UUID)
+	if c.node.MIGInUse[3] != 1 || c.node.InUse[2] != 1 {
+		t.Errorf("after one container: MIG use %v, GPU use %v", c.node.MIGInUse, c.node.InUse)
+	}
+	c.rebuildUse()
+	if c.node.MIGInUse[3] != 1 || c.node.InUse[2] != 1 {
+		t.Errorf("after a re-count: MIG use %v, GPU use %v", c.node.MIGInUse, c.node.InUse)
+	}
+	c.forget("c1")
+	if c.node.MIGInUse[3] != 0 || c.node.InUse[2] != 0 {
+		t.Errorf("after it ended: MIG use %v, GPU use %v", c.node.MIGInUse, c.node.InUse)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -87,10 +88,30 @@ func (c *nodeCache) refreshMIG() {
 		var gen uint64
 		if migs, gen, err = inject.ProbeMIG(n.State, data, n.GPUs, filepath.Join(n.DriverRoot, "dev")); err == nil {
 			n.MIG, n.MIGGen = migs, gen
+			c.rebuildMIGUse()
 			return
 		}
 	}
 	c.err = err // the next call probes again
+}
+
+// rebuildMIGUse counts the containers given each MIG device, from the
+// NVIDIA_VISIBLE_DEVICES values they were given: on nodes with MIG devices
+// only, where a count walks the live containers. The caller holds mu.
+func (c *nodeCache) rebuildMIGUse() {
+	n := &c.node
+	if len(n.MIG) == 0 {
+		n.MIGInUse = nil
+		return
+	}
+	n.MIGInUse = make([]int, len(n.MIG))
+	for _, g := range c.gpus {
+		for _, u := range strings.Split(g.visible, ",") {
+			if k := n.MIGIndex(strings.TrimSpace(u)); k >= 0 {
+				n.MIGInUse[k]++
+			}
+		}
+	}
 }
 
 // rebuildUse recomputes the use counts for the current node's GPUs from
@@ -108,6 +129,7 @@ func (c *nodeCache) rebuildUse() {
 			c.node.InUse[i]++
 		}
 	}
+	c.rebuildMIGUse()
 }
 
 // record remembers the GPUs given to a container. The caller holds mu.
@@ -124,6 +146,21 @@ func (c *nodeCache) record(id string, idx []int, visible string) {
 			}
 		}
 	}
+	c.countMIG(visible, 1)
+}
+
+// countMIG adds delta to the use counts of the MIG devices a visible value
+// names. The caller holds mu.
+func (c *nodeCache) countMIG(visible string, delta int) {
+	n := &c.node
+	if len(n.MIGInUse) != len(n.MIG) || !strings.Contains(visible, "MIG-") {
+		return
+	}
+	for _, u := range strings.Split(visible, ",") {
+		if k := n.MIGIndex(strings.TrimSpace(u)); k >= 0 && n.MIGInUse[k]+delta >= 0 {
+			n.MIGInUse[k] += delta
+		}
+	}
 }
 
 // forget frees a container's GPUs. The caller holds mu.
@@ -138,25 +175,37 @@ func (c *nodeCache) forget(id string) bool {
 			c.node.InUse[i]--
 		}
 	}
+	c.countMIG(g.visible, -1)
 	return true
 }
 
 // indicesOf maps an NVIDIA_VISIBLE_DEVICES value of UUIDs (as the plugin
-// sets it) to the node's GPU indices; entries naming no GPU are dropped.
+// sets it) to the node's GPU indices, a MIG device's to its GPU's, in
+// ascending order; entries naming nothing of the node are dropped.
 func indicesOf(node *inject.NodeState, visible string) []int {
 	var out []int
+	add := func(i int) {
+		if !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+	}
 	for _, u := range strings.Split(visible, ",") {
 		u = strings.TrimSpace(u)
 		if u == "" {
 			continue
 		}
+		if k := node.MIGIndex(u); k >= 0 {
+			add(node.MIG[k].GPU)
+			continue
+		}
 		for i := range node.GPUs {
 			if node.GPUs[i].UUID == u {
-				out = append(out, i)
+				add(i)
 				break
 			}
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
