@@ -38,6 +38,20 @@ func Find(explicit string) (string, error) {
 // Boards reads the model's numbers for each GPU from the snapshot that goes
 // with the state at path.
 func Boards(path string) ([]Board, error) {
+	devs, err := Snapshot(path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Board, len(devs))
+	for i := range devs {
+		out[i] = BoardOf(&devs[i])
+	}
+	return out, nil
+}
+
+// Snapshot reads the records of the snapshot that goes with the state at
+// path.
+func Snapshot(path string) ([]snapshot.Device, error) {
 	dir := filepath.Dir(path)
 	// Beside it (exec, a snapshot used directly), or an installed node's:
 	// the state in <root>/live, the snapshot in <root>/driver.
@@ -54,11 +68,7 @@ func Boards(path string) ([]Board, error) {
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", c, err)
 		}
-		out := make([]Board, len(devs))
-		for i := range devs {
-			out[i] = BoardOf(&devs[i])
-		}
-		return out, nil
+		return devs, nil
 	}
 	return nil, fmt.Errorf("state %s: no snapshot beside it (looked at %v)", path, cands)
 }

@@ -215,3 +215,24 @@ func (s *State) MIGDevices(gpu int, d *snapshot.Device) []MIGDevice {
 	}
 	return out
 }
+
+// MIGTable is a board's GPU-instance profiles as its snapshot record holds
+// them, enough to read a layout (profile.ParseMIGLayout) against; nil
+// for a board without MIG.
+func MIGTable(d *snapshot.Device) *profile.MIG {
+	if d.MIGCurrent == snapshot.NA || d.MIGGICount == 0 {
+		return nil
+	}
+	m := &profile.MIG{MaxDevices: d.MaxMIGDevices}
+	for r, name := range MIGNames(d) {
+		p := profile.GPUInstanceProfile{Name: name, ID: d.MIGGIID[r], MemorySlices: d.MIGGIMemorySlices[r], Instances: d.MIGGIInstances[r],
+			MemoryMiB: d.MIGGIMemoryMIB[r], SMs: d.MIGGISms[r]}
+		for e, v := range profile.MIGProfiles {
+			if v == d.MIGGINvml[r] {
+				p.NVML = e
+			}
+		}
+		m.GPUInstances = append(m.GPUInstances, p)
+	}
+	return m
+}

@@ -34,6 +34,8 @@ the change at its next call (docs/live-state.md).
   proc add GPU PID [--name NAME] [--memory SIZE] [--type compute|graphics|both]
   proc rm PID [--gpu N]
         register or remove a process on a GPU
+  mig LAYOUT          partition the GPUs as at install (docs/mig.md): all-1g.5gb,
+                      all-balanced, all-disabled, 0-3=3g.20gb*2;4-7=all-1g.5gb
   apply FILE          make the loads and faults those a file lists, clearing
                       others (docs/live-state.md)
   status [--json]     show loads, faults and processes
@@ -101,6 +103,8 @@ func ctlCmd(args []string) error {
 		err = ctlClock(f, cargs)
 	case "apply":
 		err = ctlApply(f, cargs)
+	case "mig":
+		err = ctlMIG(f, cargs)
 	default:
 		err = fmt.Errorf("unknown command %q; see nvmock ctl help", cmd)
 	}
@@ -504,6 +508,29 @@ func ctlApply(f *live.File, args []string) error {
 		}
 		return nil
 	})
+}
+
+// ctlMIG partitions the node's GPUs with a layout, as hostprep install
+// --mig does, replacing the instances of the GPUs it names.
+func ctlMIG(f *live.File, args []string) error {
+	if len(args) != 1 {
+		return errors.New("want LAYOUT, e.g. nvmock ctl mig all-1g.5gb")
+	}
+	devs, err := live.Snapshot(f.Path)
+	if err != nil {
+		return err
+	}
+	var table *profile.MIG
+	for i := range devs {
+		if table = live.MIGTable(&devs[i]); table != nil {
+			break
+		}
+	}
+	l, err := profile.ParseMIGLayout(args[0], table, len(devs))
+	if err != nil {
+		return err
+	}
+	return f.Update(func(s *live.State, _ int64) error { return s.ApplyMIGLayout(devs, l) })
 }
 
 func ctlCreate(path string, args []string) error {

@@ -271,3 +271,43 @@ func TestCtlCreateMakesAStateForTheSnapshotBesideIt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ctl mig partitions the GPUs as an install layout does, and refuses one
+// that does not fit without changing anything.
+func TestCtlMIGPartitionsTheGPUs(t *testing.T) {
+	state := ctlNode(t, "2")
+	if err := run([]string{"ctl", "--state", state, "mig", "0=all-balanced;1=7g.40gb"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := live.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	devs, err := live.Snapshot(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Read()
+	count := func(gpu int) []string {
+		var out []string
+		for _, m := range s.MIGDevices(gpu, &devs[gpu]) {
+			out = append(out, live.MIGNames(&devs[gpu])[m.Row])
+		}
+		return out
+	}
+	if got := strings.Join(count(0), ","); got != "3g.20gb,2g.10gb,1g.5gb,1g.5gb" {
+		t.Errorf("GPU 0: %s", got)
+	}
+	if got := strings.Join(count(1), ","); got != "7g.40gb" {
+		t.Errorf("GPU 1: %s", got)
+	}
+	gen := s.Header.Generation
+	err = run([]string{"ctl", "--state", state, "mig", "1=4g.20gb*2"})
+	if err == nil || !strings.Contains(err.Error(), "GPU 1: 4g.20gb, 4g.20gb do not fit") {
+		t.Errorf("a layout that does not fit: %v", err)
+	}
+	if f.Read().Header.Generation != gen {
+		t.Error("a refused layout changed the state")
+	}
+}
