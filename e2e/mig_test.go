@@ -19,18 +19,26 @@ func (n *node) smi(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// partition makes GPU instances of the profiles (ids) on a GPU of the node
+// with nvidia-smi, each with its whole compute instance, and undoes it all
+// when the test ends.
+func (n *node) partition(t *testing.T, gpu, profiles string) {
+	t.Helper()
+	n.smi(t, "-i", gpu, "-mig", "1")
+	t.Cleanup(func() {
+		n.smi(t, "mig", "-i", gpu, "-dci")
+		n.smi(t, "mig", "-i", gpu, "-dgi")
+		n.smi(t, "-i", gpu, "-mig", "0")
+	})
+	n.smi(t, "mig", "-i", gpu, "-cgi", profiles, "-C")
+}
+
 // MIG devices made on the node with nvidia-smi reach containers: one given
 // a MIG UUID (as NVIDIA's device plugin sets it) or asking for a profile
 // sees its GPU with exactly that MIG device, as on a real node.
 func TestAContainerGivenAMIGDeviceSeesExactlyThatDevice(t *testing.T) {
 	n := theNode
-	n.smi(t, "-i", "2", "-mig", "1")
-	t.Cleanup(func() {
-		n.smi(t, "mig", "-i", "2", "-dci")
-		n.smi(t, "mig", "-i", "2", "-dgi")
-		n.smi(t, "-i", "2", "-mig", "0")
-	})
-	n.smi(t, "mig", "-i", "2", "-cgi", "9,19,19", "-C")
+	n.partition(t, "2", "9,19,19")
 	list := n.smi(t, "-L")
 	m := regexp.MustCompile(`(?m)^GPU 2: (.*) \(UUID: (GPU-[0-9a-f-]+)\)\n  MIG 3g.20gb\s+Device  0: \(UUID: (MIG-[0-9a-f-]+)\)\n  MIG 1g.5gb\s+Device  1: \(UUID: (MIG-[0-9a-f-]+)\)\n  MIG 1g.5gb\s+Device  2: \(UUID: (MIG-[0-9a-f-]+)\)\n`).FindStringSubmatch(list)
 	if m == nil {
@@ -58,13 +66,7 @@ func TestAContainerGivenAMIGDeviceSeesExactlyThatDevice(t *testing.T) {
 // nodes from the spec, and the container sees that MIG device alone.
 func TestAnNvidiaCTKSpecGivesAMIGDeviceByCDIName(t *testing.T) {
 	n := theNode
-	n.smi(t, "-i", "3", "-mig", "1")
-	t.Cleanup(func() {
-		n.smi(t, "mig", "-i", "3", "-dci")
-		n.smi(t, "mig", "-i", "3", "-dgi")
-		n.smi(t, "-i", "3", "-mig", "0")
-	})
-	n.smi(t, "mig", "-i", "3", "-cgi", "14,19", "-C")
+	n.partition(t, "3", "14,19")
 	m := regexp.MustCompile(`(?m)^GPU 3: (.*) \(UUID: (GPU-[0-9a-f-]+)\)\n  MIG 2g.10gb\s+Device  0: \(UUID: (MIG-[0-9a-f-]+)\)\n  MIG 1g.5gb\s+Device  1: \(UUID: (MIG-[0-9a-f-]+)\)\n`).FindStringSubmatch(n.smi(t, "-L"))
 	if m == nil {
 		t.Fatal("nvidia-smi -L on the node lacks GPU 3's two MIG devices")

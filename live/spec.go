@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/nvmock/nvmock/profile"
 )
 
 // Spec is a node's live state written down: what nvmock ctl apply sets and
@@ -66,7 +68,7 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 	}
 	for i, l := range sp.Loads {
 		at := fmt.Sprintf("loads[%d]", i)
-		gpus, err := ParseGPUs(l.GPUs, n)
+		gpus, err := profile.ParseGPUs(l.GPUs, n)
 		if err != nil {
 			return fmt.Errorf("%s.gpus: %w", at, err)
 		}
@@ -95,7 +97,7 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 	}
 	for i, f := range sp.Faults {
 		at := fmt.Sprintf("faults[%d]", i)
-		gpus, err := ParseGPUs(f.GPUs, n)
+		gpus, err := profile.ParseGPUs(f.GPUs, n)
 		if err != nil {
 			return fmt.Errorf("%s.gpus: %w", at, err)
 		}

@@ -48,7 +48,7 @@ func ParseMIGLayout(spec string, m *MIG, gpus int) (*MIGLayout, error) {
 			}
 			sel, items = "all", g
 		}
-		idx, err := gpuList(sel, gpus)
+		idx, err := ParseGPUs(sel, gpus)
 		if err != nil {
 			return nil, fmt.Errorf("mig layout %q: %w", spec, err)
 		}
@@ -61,36 +61,6 @@ func ParseMIGLayout(spec string, m *MIG, gpus int) (*MIGLayout, error) {
 		}
 	}
 	return l, nil
-}
-
-func gpuList(sel string, gpus int) ([]int, error) {
-	if sel == "all" {
-		out := make([]int, gpus)
-		for i := range out {
-			out[i] = i
-		}
-		return out, nil
-	}
-	var out []int
-	for _, r := range strings.Split(sel, ",") {
-		lo, hi, isRange := strings.Cut(r, "-")
-		a, err1 := strconv.Atoi(lo)
-		b := a
-		var err2 error
-		if isRange {
-			b, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || a > b {
-			return nil, fmt.Errorf("%q is not a GPU index or range", r)
-		}
-		if b >= gpus {
-			return nil, fmt.Errorf("GPU %d: the node has GPUs 0 to %d", b, gpus-1)
-		}
-		for i := a; i <= b; i++ {
-			out = append(out, i)
-		}
-	}
-	return out, nil
 }
 
 func (m *MIG) profile(name string) *GPUInstanceProfile {

@@ -45,8 +45,8 @@ func TestMIGLayoutsPartitionTheNamedGPUs(t *testing.T) {
 	}
 	for _, c := range []struct{ spec, want string }{
 		{"0=1g.5gb*9", `"1g.5gb*9": the count is not 1 to 7`},
-		{"x=all-1g.5gb", `"x" is not a GPU index or range`},
-		{"2-1=all-1g.5gb", `"2-1" is not a GPU index or range`},
+		{"x=all-1g.5gb", `GPU "x": not an index, list or range`},
+		{"2-1=all-1g.5gb", `GPU "2-1": not an index, list or range`},
 		{"0=all-1g.5gb;all-1g.5gb", `"all-1g.5gb" is not GPUS=ITEMS`},
 		{"0=1g.6gb", `"1g.6gb": the board's profiles are`},
 	} {

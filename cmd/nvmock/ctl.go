@@ -161,7 +161,7 @@ func ctlLoad(f *live.File, args []string) error {
 		return err
 	}
 	return f.Update(func(s *live.State, now int64) error {
-		gpus, err := live.ParseGPUs(pos[0], int(s.Header.Gpus))
+		gpus, err := profile.ParseGPUs(pos[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func ctlFault(f *live.File, args []string) error {
 		if fault.Trigger, fault.Param, err = live.ParseTrigger(*after, *prob, *at, *in, func() int64 { return now }); err != nil {
 			return err
 		}
-		gpus, err := live.ParseGPUs(pos[0], int(s.Header.Gpus))
+		gpus, err := profile.ParseGPUs(pos[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ func ctlXID(f *live.File, args []string) error {
 		return fmt.Errorf("XID %q: not an XID (1 to %d)", args[1], live.MaxXID)
 	}
 	return f.Update(func(s *live.State, now int64) error {
-		gpus, err := live.ParseGPUs(args[0], int(s.Header.Gpus))
+		gpus, err := profile.ParseGPUs(args[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func ctlClear(f *live.File, args []string) error {
 		}
 	}
 	return f.Update(func(s *live.State, now int64) error {
-		gpus, err := live.ParseGPUs(pos[0], int(s.Header.Gpus))
+		gpus, err := profile.ParseGPUs(pos[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
@@ -312,7 +312,7 @@ func ctlProc(f *live.File, args []string) error {
 			}
 		}
 		return f.Update(func(s *live.State, now int64) error {
-			gpus, err := live.ParseGPUs(pos[0], int(s.Header.Gpus))
+			gpus, err := profile.ParseGPUs(pos[0], int(s.Header.Gpus))
 			if err != nil {
 				return err
 			}
