@@ -3,11 +3,14 @@
 /*
  * nvmock-hook: the OCI createContainer hook the NRI plugin adds to the
  * containers it edits. It shows the node's PCI tree (rendered by pcisim,
- * with the RDMA device classes of ibshim/sysfs) at the container's /sys
- * before the container's process starts, so that every program in it sees
- * the tree, statically linked ones too.
+ * with the RDMA device classes of ibshim/sysfs) at the container's /sys,
+ * and the driver's procfs files (the overlay's proc: driver/nvidia/,
+ * driver/nvidia-caps/ and the majors of devices) at its /proc/driver and
+ * /proc/devices, before the container's process starts, so that every
+ * program in it sees them, statically linked ones too. A spec's mounts
+ * cannot do the second: runc refuses mounts into /proc.
  *
- *   nvmock-hook pcisim TREE      (the container's state on stdin, from runc)
+ *   nvmock-hook pcisim TREE [PROC]   (the container's state on stdin, from runc)
  *
  * (The go:build line keeps the Go tool from taking this directory, which
  * holds the hook's tests, for a cgo package; make cli compiles this file.)
@@ -175,13 +178,22 @@ static int dir_names(const char *dir, const char *prefix, char **names)
 }
 
 /*
- * cover puts a tmpfs over dir holding dir's entries again (recursive binds
- * of the originals, reached through a descriptor of the covered directory),
- * less the n names, which it binds read-only from the tree's directory
- * from, and makes the tmpfs read-only. sysfs refuses mkdir, so a new host
- * bridge or class can only appear on a tmpfs.
+ * cover_open puts a tmpfs over dir holding dir's entries again (recursive
+ * binds of the originals, reached through a descriptor of the covered
+ * directory), less the n names, which it binds read-only from the tree's
+ * directory from; seal then makes the tmpfs read-only. sysfs and procfs
+ * refuse mkdir, so a new host bridge, class or driver directory can only
+ * appear on a tmpfs.
  */
-static void cover(const char *dir, const char *from, char **names, int n)
+static const unsigned long tmpfl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+
+static void seal(const char *dir)
+{
+	if (mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY | tmpfl, "mode=755,size=64k") < 0)
+		die("make %s read-only: %s", dir, strerror(errno));
+}
+
+static void cover_open(const char *dir, const char *from, char **names, int n)
 {
 	char path[PATH_MAX], src[PATH_MAX];
 	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -202,7 +214,6 @@ static void cover(const char *dir, const char *from, char **names, int n)
 		memcpy(ents[nents++], e, sizeof **ents);
 	}
 	closedir(d);
-	const unsigned long tmpfl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 	if (mount("tmpfs", dir, "tmpfs", tmpfl, "mode=755,size=64k") < 0)
 		die("mount tmpfs at %s: %s", dir, strerror(errno));
 	/* Relative names for the many entries: each is looked up twice, and a
@@ -240,12 +251,16 @@ static void cover(const char *dir, const char *from, char **names, int n)
 	if (fchdir(cwd) < 0)
 		die("back from %s: %s", dir, strerror(errno));
 	close(cwd);
-	if (mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY | tmpfl, "mode=755,size=64k") < 0)
-		die("make %s read-only: %s", dir, strerror(errno));
 	close(dfd);
 	for (int i = 0; i < nents; i++)
 		free(ents[i]);
 	free(ents);
+}
+
+static void cover(const char *dir, const char *from, char **names, int n)
+{
+	cover_open(dir, from, names, n);
+	seal(dir);
 }
 
 /* read_rootfs reads the bundle's config.json for root.path, which may be
@@ -298,26 +313,15 @@ static int rootfs_from_cwd(char *rootfs)
 	return 1;
 }
 
-int main(int argc, char **argv)
+/* show_pci shows the tree at the container's /sys. */
+static void show_pci(const char *rootfs, const char *tree)
 {
-	if (argc != 3 || strcmp(argv[1], "pcisim") != 0)
-		die("usage: nvmock-hook pcisim TREE (an OCI createContainer hook)");
-	const char *tree = argv[2];
-
-	char bundle[PATH_MAX], rootfs[PATH_MAX], path[PATH_MAX];
-	if (!rootfs_from_cwd(rootfs)) {
-		char *state = slurp(0, "container state on stdin");
-		if (json_string(state, "bundle", bundle, sizeof bundle) < 0)
-			die("no container state with a bundle on stdin; run it as an OCI createContainer hook");
-		if (read_rootfs(bundle, rootfs) < 0)
-			die("%s/config.json: no root.path", bundle);
-	}
-
+	char path[PATH_MAX];
 	/* A container without sysfs sees no PCI devices on a real node either. */
 	pathf(path, "%s/sys", rootfs);
 	struct statfs sfs;
 	if (statfs(path, &sfs) < 0 || sfs.f_type != SYSFS_MAGIC)
-		return 0;
+		return;
 	/* Nothing mounted below may reach the host: a container with
 	 * Bidirectional mounts has a shared root, and its /sys may even be the
 	 * host's (a hostPath). */
@@ -360,5 +364,144 @@ int main(int argc, char **argv)
 		pathf(src, "%s/kernel/iommu_groups", tree);
 		bind_ro(src, path);
 	}
+}
+
+/*
+ * merge_devices writes to fd the kernel's /proc/devices with the character
+ * devices of the overlay's file ours added, in the kernel's order (by
+ * major; ours after the kernel's of the same major), as the kernel prints
+ * the file with NVIDIA's modules loaded. A name the kernel already has
+ * (a real driver's) keeps the kernel's line.
+ */
+#define MAX_DEVS 512
+struct chrdev {
+	int major;
+	char name[64];
+};
+
+static int chrdevs(char *text, struct chrdev *out, char **rest)
+{
+	char *p = strstr(text, "Character devices:\n");
+	if (!p)
+		return -1;
+	p += strlen("Character devices:\n");
+	int n = 0;
+	while (*p && *p != '\n') {
+		char *nl = strchr(p, '\n');
+		if (!nl)
+			return -1;
+		*nl = 0;
+		if (n == MAX_DEVS || sscanf(p, "%d %63s", &out[n].major, out[n].name) != 2)
+			return -1;
+		n++;
+		p = nl + 1;
+	}
+	*rest = p;
+	return n;
+}
+
+static void merge_devices(const char *ours_path, int fd)
+{
+	int in = open("/proc/devices", O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		die("/proc/devices: %s", strerror(errno));
+	char *kernel = slurp(in, "/proc/devices");
+	close(in);
+	if ((in = open(ours_path, O_RDONLY | O_CLOEXEC)) < 0)
+		die("%s: %s", ours_path, strerror(errno));
+	char *ours_text = slurp(in, ours_path);
+	close(in);
+	static struct chrdev k[MAX_DEVS], o[MAX_DEVS];
+	char *rest, *unused;
+	int nk = chrdevs(kernel, k, &rest), no = chrdevs(ours_text, o, &unused);
+	if (nk < 0)
+		die("/proc/devices: no character devices section this hook can read");
+	if (no < 0)
+		die("%s: no character devices section", ours_path);
+	FILE *f = fdopen(fd, "w");
+	if (!f)
+		die("out of memory");
+	fputs("Character devices:\n", f);
+	int i = 0;
+	for (int j = 0; j <= no; j++) {
+		int upto = j < no ? o[j].major : 1 << 30;
+		for (; i < nk && k[i].major <= upto; i++)
+			fprintf(f, "%3d %s\n", k[i].major, k[i].name);
+		if (j == no)
+			break;
+		int known = 0;
+		for (int m = 0; m < nk; m++)
+			known |= !strcmp(k[m].name, o[j].name);
+		if (!known)
+			fprintf(f, "%3d %s\n", o[j].major, o[j].name);
+	}
+	fputs(rest, f);
+	if (fclose(f) != 0)
+		die("write the container's /proc/devices: %s", strerror(errno));
+	free(kernel);
+	free(ours_text);
+}
+
+/* show_proc shows the directories of proc/driver (nvidia, nvidia-caps) at
+ * the container's /proc/driver beside the kernel's own entries, and
+ * proc/devices' majors in its /proc/devices, as the kernel module's procfs
+ * shows every container of a real node. */
+static void show_proc(const char *rootfs, const char *proc)
+{
+	char path[PATH_MAX], src[PATH_MAX];
+	pathf(path, "%s/proc", rootfs);
+	struct statfs sfs;
+	if (statfs(path, &sfs) < 0 || sfs.f_type != PROC_SUPER_MAGIC)
+		return;
+	if (mount(NULL, path, NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		die("make %s private: %s", path, strerror(errno));
+	char *names[MAX_NAMES];
+	pathf(src, "%s/driver", proc);
+	int n = dir_names(src, "", names);
+	if (n < 0)
+		die("rendered procfs %s: %s", src, strerror(errno));
+	char dir[PATH_MAX];
+	pathf(dir, "%s/proc/driver", rootfs);
+	cover_open(dir, src, names, n);
+	/* The merged /proc/devices is made on a tmpfs of its own, mounted on
+	 * that one's .devices, bound, and detached: the bind keeps it, and an
+	 * unlinked file on the first would keep it from being made read-only. */
+	pathf(src, "%s/devices", proc);
+	if (access(src, F_OK) == 0) {
+		char tmpdir[PATH_MAX], tmp[PATH_MAX];
+		pathf(tmpdir, "%s/.devices", dir);
+		pathf(tmp, "%s/devices", tmpdir);
+		if (mkdir(tmpdir, 0700) < 0)
+			die("mkdir %s: %s", tmpdir, strerror(errno));
+		if (mount("tmpfs", tmpdir, "tmpfs", tmpfl, "mode=700,size=16k") < 0)
+			die("mount tmpfs at %s: %s", tmpdir, strerror(errno));
+		int fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
+		if (fd < 0)
+			die("create %s: %s", tmp, strerror(errno));
+		merge_devices(src, fd);
+		pathf(path, "%s/proc/devices", rootfs);
+		bind_ro(tmp, path);
+		if (umount2(tmpdir, MNT_DETACH) < 0 || rmdir(tmpdir) < 0)
+			die("remove %s: %s", tmpdir, strerror(errno));
+	}
+	seal(dir);
+}
+
+int main(int argc, char **argv)
+{
+	if ((argc != 3 && argc != 4) || strcmp(argv[1], "pcisim") != 0)
+		die("usage: nvmock-hook pcisim TREE [PROC] (an OCI createContainer hook)");
+
+	char bundle[PATH_MAX], rootfs[PATH_MAX];
+	if (!rootfs_from_cwd(rootfs)) {
+		char *state = slurp(0, "container state on stdin");
+		if (json_string(state, "bundle", bundle, sizeof bundle) < 0)
+			die("no container state with a bundle on stdin; run it as an OCI createContainer hook");
+		if (read_rootfs(bundle, rootfs) < 0)
+			die("%s/config.json: no root.path", bundle);
+	}
+	show_pci(rootfs, argv[2]);
+	if (argc == 4)
+		show_proc(rootfs, argv[3]);
 	return 0;
 }

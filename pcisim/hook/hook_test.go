@@ -75,9 +75,18 @@ func builtHook(t *testing.T) string {
 // and returns check's output. The mounts end with the namespace.
 func inContainer(t *testing.T, hook, tr, how string, withSysfs bool, check string) string {
 	t.Helper()
+	return inContainerWithProc(t, hook, tr, "", how, withSysfs, check)
+}
+
+// inContainerWithProc is inContainer with procfs at rootfs/proc, and the
+// hook given proc as the overlay's proc/driver, unless proc is "".
+func inContainerWithProc(t *testing.T, hook, tr, proc, how string, withSysfs bool, check string) string {
+	t.Helper()
 	bundle := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(bundle, "rootfs", "sys"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{"sys", "proc"} {
+		if err := os.MkdirAll(filepath.Join(bundle, "rootfs", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// containerd writes root.path relative to the bundle; other runtimes
 	// may write it absolute.
@@ -90,13 +99,14 @@ func inContainer(t *testing.T, hook, tr, how string, withSysfs bool, check strin
 		t.Fatal(err)
 	}
 	script := `set -e
-b=$1 hook=$2 tree=$3 how=$4 sysfs=$5
+b=$1 hook=$2 tree=$3 how=$4 sysfs=$5 proc=$6
 [ "$sysfs" = no ] || mount -t sysfs sysfs "$b/rootfs/sys"
+[ -z "$proc" ] || mount -t proc proc "$b/rootfs/proc"
 if [ "$how" = rootfs ]; then
 	# No state on stdin: the hook must not need it.
-	(cd "$b/rootfs" && "$hook" pcisim "$tree" </dev/null)
+	(cd "$b/rootfs" && "$hook" pcisim "$tree" $proc </dev/null)
 else
-	(cd / && printf '{"ociVersion":"1.2.0","id":"c","status":"creating","pid":%d,"bundle":"%s"}' $$ "$b" | "$hook" pcisim "$tree")
+	(cd / && printf '{"ociVersion":"1.2.0","id":"c","status":"creating","pid":%d,"bundle":"%s"}' $$ "$b" | "$hook" pcisim "$tree" $proc)
 fi
 cd "$b"
 set +e
@@ -108,7 +118,7 @@ set +e
 	if !withSysfs {
 		sysfs = "no"
 	}
-	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", bundle, hook, tr, how, sysfs)
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", bundle, hook, tr, how, sysfs, proc)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -289,5 +299,211 @@ func TestAContainerWithoutSysfsIsLeftAlone(t *testing.T) {
 	out := inContainer(t, hook, tr, onStdin, false, `ls -A rootfs/sys; grep -c " $PWD/rootfs" /proc/self/mountinfo; true`)
 	if out != "0\n" {
 		t.Errorf("rootfs/sys's entries and the mounts below rootfs:\n%swant none", out)
+	}
+}
+
+// procDriver renders an overlay's proc as hostprep does, in short: the
+// driver's version, a GPU's information and a MIG capability,
+// nvidia-caps/mig-minors, and the majors of NVIDIA's modules.
+func procDriver(t *testing.T) string {
+	t.Helper()
+	top := filepath.Join(t.TempDir(), "proc")
+	dir := filepath.Join(top, "driver")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(top, "devices"), []byte(ourDevices), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{
+		"nvidia/version":                          "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.105.08\n",
+		"nvidia/gpus/0000:1b:00.0/information":    "Model: \t\t NVIDIA H100 80GB HBM3\n",
+		"nvidia/capabilities/gpu0/mig/gi2/access": "DeviceFileMinor: 21\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+		"nvidia-caps/mig-minors":                  "config 1\nmonitor 2\ngpu0/gi0/access 3\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return top
+}
+
+const ourDevices = "Character devices:\n195 nvidia-frontend\n509 nvidia-caps\n\nBlock devices:\n"
+
+// withOurs is the kernel's /proc/devices with ourDevices' lines in its
+// character section, by major.
+func withOurs(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/devices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chars, blocks, ok := strings.Cut(string(b), "\n\n")
+	if !ok {
+		t.Fatalf("/proc/devices:\n%s", b)
+	}
+	lines := strings.Split(chars, "\n")
+	type dev struct {
+		major int
+		name  string
+	}
+	var devs []dev
+	for _, l := range append(lines[1:], "195 nvidia-frontend", "509 nvidia-caps") {
+		var d dev
+		if _, err := fmt.Sscanf(l, "%d %s", &d.major, &d.name); err != nil {
+			t.Fatalf("/proc/devices line %q", l)
+		}
+		devs = append(devs, d)
+	}
+	slices.SortStableFunc(devs, func(a, b dev) int { return a.major - b.major })
+	out := lines[0] + "\n"
+	for _, d := range devs {
+		out += fmt.Sprintf("%3d %s\n", d.major, d.name)
+	}
+	return out + "\n" + blocks
+}
+
+// The container's /proc/driver holds the overlay's nvidia and nvidia-caps
+// beside the kernel's own entries, read-only, as the kernel module's
+// procfs does in a container of a real node (the DRA driver reads MIG
+// capabilities there); the namespace's own /proc keeps its driver
+// directory as it was.
+func TestTheContainersProcDriverHoldsTheOverlaysFiles(t *testing.T) {
+	hook := builtHook(t)
+	tr := tree(t, node(t), false)
+	proc := procDriver(t)
+	for _, how := range []string{inRootfs, onStdin} {
+		t.Run(how, func(t *testing.T) {
+			out := inContainerWithProc(t, hook, tr, proc, how, true, `d=rootfs/proc/driver
+ls -1 $d; echo --
+ls -1 /proc/driver; echo --
+cat $d/nvidia/version $d/nvidia-caps/mig-minors $d/nvidia/capabilities/gpu0/mig/gi2/access; echo --
+ls $d/nvidia/gpus; echo --
+touch $d/nvidia/new $d/x 2>&1 | wc -l; echo --
+stat -f -c %T rootfs/proc; ls rootfs/proc/self/status; echo --
+cat rootfs/proc/devices; echo --
+cat /proc/devices; echo --
+ls -A $d | grep -c devices; true`)
+			s := sections(t, out, 9)
+			host := names(t, "/proc/driver")
+			if got, want := strings.Fields(s[0]), union(host, []string{"nvidia", "nvidia-caps"}); !slices.Equal(got, want) {
+				t.Errorf("container's /proc/driver: %v, want %v", got, want)
+			}
+			if got := strings.Fields(s[1]); !slices.Equal(got, host) && !(len(got) == 0 && len(host) == 0) {
+				t.Errorf("the namespace's own /proc/driver became %v, was %v", got, host)
+			}
+			want := "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.105.08\nconfig 1\nmonitor 2\ngpu0/gi0/access 3\nDeviceFileMinor: 21\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+			if s[2] != want {
+				t.Errorf("the overlay's files in the container:\n%swant\n%s", s[2], want)
+			}
+			if s[3] != "0000:1b:00.0\n" {
+				t.Errorf("/proc/driver/nvidia/gpus: %q", s[3])
+			}
+			if s[4] != "2\n" {
+				t.Errorf("writes into /proc/driver were not both refused (%s lines of errors)", strings.TrimSpace(s[4]))
+			}
+			if !strings.HasPrefix(s[5], "proc\n") || !strings.Contains(s[5], "rootfs/proc/self/status") {
+				t.Errorf("the rest of the container's procfs:\n%s", s[5])
+			}
+			kernel, err := os.ReadFile("/proc/devices")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := withOurs(t); s[6] != want {
+				t.Errorf("the container's /proc/devices:\n%swant the kernel's with NVIDIA's majors:\n%s", s[6], want)
+			}
+			if s[7] != string(kernel) {
+				t.Errorf("the namespace's own /proc/devices changed:\n%s", s[7])
+			}
+			if s[8] != "0\n" {
+				t.Errorf("the merged devices file is left in /proc/driver")
+			}
+		})
+	}
+}
+
+// A container without procfs at /proc has no driver files on a real node
+// either: the hook leaves its /proc alone.
+func TestAContainerWithoutProcfsKeepsItsProc(t *testing.T) {
+	hook := builtHook(t)
+	tr := tree(t, node(t), false)
+	bundle := t.TempDir()
+	rootfs := filepath.Join(bundle, "rootfs")
+	for _, d := range []string{"sys", "proc"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"root":{"path":"rootfs"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", `cd "$1/rootfs" && "$2" pcisim "$3" "$4" </dev/null && ls -A proc`, "sh", bundle, hook, tr, procDriver(t))
+	got, err := cmd.CombinedOutput()
+	if err != nil || len(got) != 0 {
+		t.Errorf("hook on a container whose /proc is not procfs: %v\n%s", err, got)
+	}
+}
+
+// BenchmarkHook is the hook's time for one container: h100's tree at
+// /sys, with and without the driver's procfs files at /proc, and, as the
+// baseline, on a container with neither (its start, exec included, and
+// finding the root file system). Each run is in a fresh mount namespace;
+// hook-ms is the hook's time alone, measured around it in there.
+func BenchmarkHook(b *testing.B) {
+	t := &testing.T{}
+	hook := filepath.Join(testenv.BuildDir(), "bin", "nvmock-hook")
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	if _, err := os.Stat(hook); err != nil {
+		b.Skipf("%s (run make cli)", hook)
+	}
+	n := testenv.Node(t, "h100", 8)
+	dir := b.TempDir()
+	tr := filepath.Join(dir, "sys")
+	if err := pcisim.Write(pcisim.Files(n), tr); err != nil {
+		b.Fatal(err)
+	}
+	proc := filepath.Join(dir, "proc")
+	if err := os.MkdirAll(filepath.Join(proc, "driver", "nvidia-caps"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for name, data := range map[string]string{"devices": ourDevices, "driver/nvidia/version": "NVRM version\n", "driver/nvidia-caps/mig-minors": "config 1\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(proc, name)), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, name), []byte(data), 0o444); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bundle := filepath.Join(dir, "bundle")
+	for _, d := range []string{"rootfs/sys", "rootfs/proc"} {
+		if err := os.MkdirAll(filepath.Join(bundle, d), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"root":{"path":"rootfs"}}`), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	// bash's EPOCHREALTIME: no process to fork for the clock.
+	script := `if [ "$5" = mount ]; then mount -t sysfs sysfs "$1/rootfs/sys" && mount -t proc proc "$1/rootfs/proc"; fi && cd "$1/rootfs" &&
+s=${EPOCHREALTIME/./} && "$2" pcisim "$3" $4 </dev/null && echo $(( ${EPOCHREALTIME/./} - s ))`
+	for _, c := range []struct{ name, proc, mount string }{{"nothing", "", "no"}, {"sys", "", "mount"}, {"sys+proc", proc, "mount"}} {
+		b.Run(c.name, func(b *testing.B) {
+			var total float64
+			for b.Loop() {
+				out, err := exec.Command("unshare", "-m", "--propagation", "private", "bash", "-c", script, "bash", bundle, hook, tr, c.proc, c.mount).CombinedOutput()
+				var us float64
+				if _, serr := fmt.Sscan(string(out), &us); err != nil || serr != nil {
+					b.Fatalf("%v %v: %s", err, serr, out)
+				}
+				total += us
+			}
+			b.ReportMetric(total/float64(b.N)/1e3, "hook-ms")
+		})
 	}
 }

@@ -379,16 +379,21 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, 
 	return adj
 }
 
-// pciHooks show the node's PCI tree in the container's /sys, as a real
-// node shows every container all its PCI devices: to every container of an
-// opted-in namespace, given GPUs, the driver alone or nothing (void: a DRA
-// driver, which reads the GPUs' PCIe roots there). Not an Extension: those
-// pair devices with GPUs.
+// pciHooks show the node's PCI tree in the container's /sys and the
+// driver's procfs files in its /proc/driver, as a real node shows every
+// container all its PCI devices and the kernel module's procfs: to every
+// container of an opted-in namespace, given GPUs, the driver alone or
+// nothing (void: a DRA driver, which reads the GPUs' PCIe roots and the
+// MIG capabilities there). Not an Extension: those pair devices with GPUs.
 func pciHooks(node *NodeState) []Hook {
 	if node.Hook == "" || node.Sys == "" {
 		return nil
 	}
-	return []Hook{{Path: node.Hook, Args: []string{"nvmock-hook", "pcisim", node.Sys}}}
+	args := []string{"nvmock-hook", "pcisim", node.Sys}
+	if node.Proc != "" {
+		args = append(args, node.Proc)
+	}
+	return []Hook{{Path: node.Hook, Args: args}}
 }
 
 // hasLibrary says whether the spec mounts a libnvidia-ml.so* where the

@@ -748,13 +748,17 @@ func TestDecideLeavesGPUsToNvidiasRuntime(t *testing.T) {
 }
 
 // The node's PCI tree goes to every container of an opted-in namespace, through
-// the overlay's runtime hook; an overlay without one (installed before
-// pcisim) gives none, and a container left alone gets nothing.
+// the overlay's runtime hook, with the overlay's procfs files when it has
+// them; an overlay without a hook (installed before pcisim) gives none, and
+// a container left alone gets nothing.
 func TestDecideShowsThePCITreeToEveryContainerOfAnOptedInNamespace(t *testing.T) {
 	node := testNode(8, false)
 	node.Sys = "/var/lib/nvmock/overlays/0123456789abcdef/sysfs/sys"
 	node.Hook = "/var/lib/nvmock/overlays/0123456789abcdef/bin/nvmock-hook"
 	want := []Hook{{Path: node.Hook, Args: []string{"nvmock-hook", "pcisim", node.Sys}}}
+	withProc := node
+	withProc.Proc = "/var/lib/nvmock/overlays/0123456789abcdef/driver/proc"
+	wantProc := []Hook{{Path: node.Hook, Args: []string{"nvmock-hook", "pcisim", node.Sys, withProc.Proc}}}
 	nvidia := pod("ml")
 	nvidia.RuntimeHandler = "nvidia"
 	for _, c := range []struct {
@@ -768,6 +772,8 @@ func TestDecideShowsThePCITreeToEveryContainerOfAnOptedInNamespace(t *testing.T)
 		{"a container given the driver alone (a DRA driver)", node, pod("ml", GPUsAnnotation, "none"), ctr, want},
 		{"a container whose GPUs NVIDIA's runtime gives", node, nvidia, withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1"), want},
 		{"a container asking for no GPUs at all (void)", node, pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), want},
+		{"a container given GPUs, with the driver's procfs", withProc, pod("ml", GPUsAnnotation, "2"), ctr, wantProc},
+		{"void, with the driver's procfs (a DRA driver reading MIG capabilities)", withProc, pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), wantProc},
 		{"an overlay without the tree", testNode(8, false), pod("ml", GPUsAnnotation, "2"), ctr, nil},
 		{"a namespace that did not opt in", node, pod("other"), ctr, nil},
 	} {

@@ -76,6 +76,9 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 	if fi, err := os.Stat(sys); err == nil && fi.IsDir() {
 		if fi, err := os.Stat(hook); err == nil && fi.Mode().IsRegular() {
 			n.Sys, n.Hook = sys, hook
+			if fi, err := os.Stat(filepath.Join(resolved, "proc", "driver")); err == nil && fi.IsDir() {
+				n.Proc = filepath.Join(resolved, "proc")
+			}
 		}
 	}
 	if n.MIG, n.MIGGen, err = ProbeMIG(n.State, data, gpus, dev); err != nil {

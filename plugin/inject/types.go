@@ -119,6 +119,10 @@ type NodeState struct {
 	// The overlay's PCI tree and the runtime hook that shows it in a
 	// container's /sys; "" when the overlay has none (an older install).
 	Sys, Hook string
+	// Proc is the overlay's procfs files (driver/, devices), which the
+	// hook shows at the container's /proc/driver and /proc/devices; ""
+	// when there is no hook.
+	Proc string
 
 	// IB is the node's InfiniBand planes; nil when the overlay has none.
 	IB *IBNode
