@@ -286,15 +286,30 @@ func (c *cluster) nvidiaPlugin(t testing.TB) {
 	if c.nvidia {
 		return
 	}
-	chartDir := filepath.Join(testenv.CacheDir(), "src", "k8s-device-plugin@"+nvidiaVersion, "deployments", "helm", "nvidia-device-plugin")
-	if _, err := os.Stat(filepath.Join(chartDir, "Chart.yaml")); err != nil {
-		testenv.Missing(t, "NVIDIA's chart in %s (make deps, hack/fetch-nvidia-tools.sh, copies the module there)", chartDir)
+	if _, err := os.Stat(filepath.Join(nvidiaChart(), "Chart.yaml")); err != nil {
+		testenv.Missing(t, "NVIDIA's chart in %s (make deps, hack/fetch-nvidia-tools.sh, copies the module there)", nvidiaChart())
 	}
 	if out, err := c.ctr("images", "ls", "-q", "name=="+c.image(nvidiaImage)); err != nil || len(bytes.TrimSpace(out)) == 0 {
 		testenv.Missing(t, "the image %s (hack/e2e-images.sh makes it when make deps built NVIDIA's tools): %v %s", c.image(nvidiaImage), err, out)
 	}
 	ctx := ctxT(t, 4*time.Minute)
 	c.ensureNamespace(t, nvidiaNS, map[string]string{injectKey: injectValue})
+	if err := c.nvidiaRelease(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitAllocatable(ctx, len(c.truth)); err != nil {
+		t.Fatal(err)
+	}
+	c.nvidia = true
+}
+
+func nvidiaChart() string {
+	return filepath.Join(testenv.CacheDir(), "src", "k8s-device-plugin@"+nvidiaVersion, "deployments", "helm", "nvidia-device-plugin")
+}
+
+// nvidiaRelease installs or upgrades NVIDIA's release with the MIG strategy
+// (the chart's default when ""), and waits until it has rolled out.
+func (c *cluster) nvidiaRelease(ctx context.Context, migStrategy string) error {
 	vals := map[string]any{
 		"image": map[string]any{"repository": strings.TrimSuffix(c.image(nvidiaImage), ":local"), "tag": "local", "pullPolicy": "Never"},
 		// docs/kubernetes.md: the device plugin loads the mock library from the overlay.
@@ -304,25 +319,27 @@ func (c *cluster) nvidiaPlugin(t testing.TB) {
 		// node cannot pull: GFD's labels are read from its output file.
 		"nfd": map[string]any{"enabled": false},
 	}
-	if err := c.helmInstall(ctx, nvidiaRelease, nvidiaNS, chartDir, vals, false); err != nil {
-		t.Fatal(err)
+	if migStrategy != "" {
+		vals["migStrategy"] = migStrategy
 	}
-	if err := c.waitRollout(ctx, nvidiaNS, nvidiaRelease); err != nil {
-		t.Fatal(err)
+	if err := c.helmInstall(ctx, nvidiaRelease, nvidiaNS, nvidiaChart(), vals, false); err != nil {
+		return err
 	}
-	if err := c.waitAllocatable(ctx, len(c.truth)); err != nil {
-		t.Fatal(err)
-	}
-	c.nvidia = true
+	return c.waitRollout(ctx, nvidiaNS, nvidiaRelease)
 }
 
 // waitAllocatable waits until the node offers n nvidia.com/gpu.
 func (c *cluster) waitAllocatable(ctx context.Context, n int) error {
+	return c.waitResource(ctx, gpuResource, n)
+}
+
+// waitResource waits until the node offers n of an extended resource.
+func (c *cluster) waitResource(ctx context.Context, res corev1.ResourceName, n int) error {
 	var last string
 	for {
 		node, err := c.cs.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{})
 		if err == nil {
-			q := node.Status.Allocatable[gpuResource]
+			q := node.Status.Allocatable[res]
 			if q.Value() == int64(n) {
 				return nil
 			}
@@ -330,7 +347,7 @@ func (c *cluster) waitAllocatable(ctx context.Context, n int) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node %s: allocatable %s is %q, want %d (device plugin logs: %s)", c.node, gpuResource, last, n,
+			return fmt.Errorf("node %s: allocatable %s is %q, want %d (device plugin logs: %s)", c.node, res, last, n,
 				c.podLogs(nvidiaNS, "app.kubernetes.io/name=nvidia-device-plugin"))
 		case <-time.After(250 * time.Millisecond):
 		}
@@ -340,6 +357,12 @@ func (c *cluster) waitAllocatable(ctx context.Context, n int) error {
 // allocated is what the kubelet's pod resources API says the device plugin
 // allocated to a pod's containers: device IDs (NVIDIA's are UUIDs).
 func (c *cluster) allocated(t testing.TB, ns, pod string) []string {
+	t.Helper()
+	return c.allocatedOf(t, ns, pod, gpuResource)
+}
+
+// allocatedOf is allocated for one extended resource.
+func (c *cluster) allocatedOf(t testing.TB, ns, pod string, res corev1.ResourceName) []string {
 	t.Helper()
 	sock := filepath.Join(c.env["KUBELET_ROOT"], "pod-resources", "kubelet.sock")
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -358,7 +381,7 @@ func (c *cluster) allocated(t testing.TB, ns, pod string) []string {
 		}
 		for _, ctr := range p.Containers {
 			for _, d := range ctr.Devices {
-				if d.ResourceName == string(gpuResource) {
+				if d.ResourceName == string(res) {
 					ids = append(ids, d.DeviceIds...)
 				}
 			}
