@@ -80,7 +80,7 @@ func draDeploy(t *testing.T, c *cluster) *draEnv {
 		t.Fatalf("%s: %v\n%s", script, err, out)
 	}
 
-	d := &draEnv{c: c, gpus: c.draHostGPUs(t)}
+	d := &draEnv{c: c, gpus: c.draHostGPUs(t), chart: chartDir}
 	if v, err := exec.Command(smi, "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0").Output(); err != nil {
 		t.Fatalf("%s --query-gpu=driver_version: %v", smi, err)
 	} else {
@@ -408,4 +408,24 @@ func (c *cluster) pcieRoot(t testing.TB, busID string) string {
 	_, rest, _ := strings.Cut(link, "devices/")
 	root, _, _ := strings.Cut(rest, "/")
 	return root
+}
+
+// draUpgrade changes the release's values, as helm upgrade does; the
+// kubelet plugin's pods restart when their spec changes.
+func (c *cluster) draUpgrade(ctx context.Context, chartDir string, vals map[string]any) error {
+	cfg, err := c.helmConfig(draNS)
+	if err != nil {
+		return err
+	}
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return fmt.Errorf("load chart %s: %w", chartDir, err)
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.Wait, up.Timeout = draNS, true, 3*time.Minute
+	up.PostRenderer = draCDIDir(c.cdiDir())
+	if _, err := up.RunWithContext(ctx, draRelease, ch, vals); err != nil {
+		return fmt.Errorf("helm upgrade %s %s -n %s: %w%s", draRelease, chartDir, draNS, err, c.podLogs(draNS, ""))
+	}
+	return nil
 }

@@ -124,3 +124,100 @@ func (d *draEnv) draMIGPod(t *testing.T, parent, profile string, uuids map[strin
 		t.Errorf("the pod's capability nodes: %v:\n%s\nwant the GPU and compute instance's two", err, caps)
 	}
 }
+
+// testDynamicMIG: with the driver's DynamicMIG gate, a GPU in MIG mode is
+// published as every MIG device its profiles and placements allow
+// (partitionable devices sharing its memory slices); a claim for a 1g.10gb
+// makes the kubelet plugin create that GPU and compute instance through
+// NVML when it prepares the claim (in its container, with the writable
+// live state nvmock gives a container asking for the MIG config
+// capability), the pod sees exactly it, and the host's nvidia-smi shows
+// it; deleting the pod destroys it and, on a Hopper GPU, turns MIG off.
+func (d *draEnv) testDynamicMIG(t *testing.T) {
+	c := d.c
+	smi := filepath.Join(c.draDriverRoot(), "usr", "bin", "nvidia-smi")
+	last := strconv.Itoa(len(d.gpus) - 1)
+	parent := d.gpus[len(d.gpus)-1].uuid
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(smi, args...).CombinedOutput()
+		return string(out), err
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := run(args...)
+		if err != nil {
+			t.Fatalf("nvidia-smi %s on the node: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	// MIG mode on, no instances: NVML answers the GPU's profiles only then
+	// (docs/mig.md), and the driver publishes dynamic MIG devices from them.
+	must("-i", last, "-mig", "1")
+	t.Cleanup(func() {
+		run("mig", "-i", last, "-dci")
+		run("mig", "-i", last, "-dgi")
+		run("-i", last, "-mig", "0")
+		if err := c.draUpgrade(ctxT(t, 4*time.Minute), d.chart, d.values()); err != nil {
+			t.Error(err)
+		}
+	})
+	vals := d.values()
+	vals["featureGates"] = map[string]any{"DynamicMIG": true}
+	if err := c.draUpgrade(ctxT(t, 4*time.Minute), d.chart, vals); err != nil {
+		t.Fatal(err)
+	}
+	var placements []string
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		devs, _ := c.draSlices(ctxT(t, 10*time.Second), draGPUDriver)
+		placements = placements[:0]
+		for _, dev := range devs {
+			a := dev.Attributes
+			if typ, par, prof := a["type"].StringValue, a["parentUUID"].StringValue, a["profile"].StringValue; typ != nil && *typ == "mig" &&
+				par != nil && *par == parent && prof != nil && *prof == "1g.10gb" && len(dev.ConsumesCounters) > 0 {
+				placements = append(placements, dev.Name)
+			}
+		}
+		// h100's 1g.10gb has seven placements (0 to 6).
+		if len(placements) == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ResourceSlices: 1g.10gb devices of %s %v, want the seven placements as partitionable devices%s", parent, placements, c.podLogs(draNS, ""))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("dynamic 1g.10gb devices of GPU %s: %v", last, placements)
+
+	ns := d.namespace(t, true)
+	cel := fmt.Sprintf(`device.attributes["gpu.nvidia.com"].profile == "1g.10gb" && device.attributes["gpu.nvidia.com"].parentUUID == %q`, parent)
+	req := &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: cel}}}}
+	c.draCreateTemplate(t, ns, &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "dyn-mig"},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "mig", Exactly: req}}}}},
+	})
+	out := c.running(t, ns, c.draPod("dyn", draGPUScript, "dyn-mig"), "started")
+	m := regexp.MustCompile(`(?m)^GPU ` + last + `: .*\n  MIG 1g.10gb\s+Device  0: \(UUID: (MIG-[0-9a-f-]+)\)\n(GPU|\z)`).FindStringSubmatch(must("-L"))
+	if m == nil {
+		t.Fatalf("the host's nvidia-smi -L does not show GPU %s with one 1g.10gb made by the driver:\n%s", last, must("-L"))
+	}
+	re := regexp.MustCompile(`^GPU 0: .* \(UUID: ` + parent + `\)\n  MIG 1g.10gb\s+Device  0: \(UUID: ` + m[1] + `\)\nstarted\n$`)
+	if !re.MatchString(out) {
+		t.Errorf("pod printed:\n%swant GPU 0 (%s) with the MIG device %s the driver made", out, parent, m[1])
+	}
+	t.Logf("the driver made %s on GPU %s for the claim; the pod printed:\n%s", m[1], last, out)
+
+	c.deletePod(ns, "dyn")
+	deadline = time.Now().Add(3 * time.Minute)
+	for {
+		l, mode := must("-L"), must("-i", last, "--query-gpu=mig.mode.current", "--format=csv,noheader")
+		if !strings.Contains(l, m[1]) && strings.TrimSpace(mode) == "Disabled" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the pod went: MIG mode %q, nvidia-smi -L:\n%swant %s destroyed and MIG off%s", mode, l, m[1], c.podLogs(draNS, ""))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

@@ -70,6 +70,7 @@ type draEnv struct {
 	// computeDomains: the compute-domain kubelet plugin runs (the overlay
 	// has what it needs, see draProcDevices).
 	computeDomains bool
+	chart          string // the chart's directory
 }
 
 // TestDRADriver deploys the DRA driver once and runs its checks as
@@ -86,8 +87,9 @@ func TestDRADriver(t *testing.T) {
 	t.Run("ClaimsCreatedAndDeletedTenTimesLeaveNothingBehind", d.testNoLeaks)
 	t.Run("TheComputeDomainPluginPublishesChannelZeroAndADaemon", d.testComputeDomainSlices)
 	t.Run("AComputeDomainRunsItsDaemonAndItsPod", d.testComputeDomainWorkload)
-	// Last: it partitions a GPU, and restarts the kubelet plugin twice.
+	// Last: they partition a GPU, and restart the kubelet plugin.
 	t.Run("AGPUInMIGModeIsPublishedAsItsMIGDevices", d.testMIGSlices)
+	t.Run("DynamicMIGMakesTheMIGDeviceAClaimAsksFor", d.testDynamicMIG)
 }
 
 func (d *draEnv) testResourceSlices(t *testing.T) {

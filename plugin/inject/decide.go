@@ -55,13 +55,17 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	if count == 0 && migs == 0 && !driver {
 		// void, or nothing asked for: nothing GPU-related at all, but the
 		// node's PCI tree still, which a real node shows every container.
-		hooks := pciHooks(&node)
-		return Adjustment{Hooks: hooks}, hooks != nil, nil
+		adj := Adjustment{Hooks: pciHooks(&node)}
+		migConfig(&node, &ctr, &adj)
+		return adj, !adj.Empty(), nil
 	}
 	if byNvidiaRuntime(&cfg, &pod, &ctr) {
-		return deferred(&node, &ctr, sel, count), true, nil
+		adj := deferred(&node, &ctr, sel, count)
+		migConfig(&node, &ctr, &adj)
+		return adj, true, nil
 	}
 	adj := build(&cfg, &node, &ctr, sel, count, mig)
+	migConfig(&node, &ctr, &adj)
 	// Why not for the driver alone: extensions pair devices with GPUs, and there are none.
 	if len(adj.GPUs) > 0 && len(cfg.Extensions) > 0 {
 		in := Input{Node: node, Pod: pod, Ctr: ctr, GPUs: adj.GPUs}
