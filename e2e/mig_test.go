@@ -81,3 +81,33 @@ func TestAnNvidiaCTKSpecGivesAMIGDeviceByCDIName(t *testing.T) {
 		t.Errorf("CDI nvidia.com/gpu=3:1: exit %d\n%s\nwant\n%s", r.code, r.out, want)
 	}
 }
+
+// Only a container asking for the MIG config capability
+// (NVIDIA_MIG_CONFIG_DEVICES=all, as mig-manager and the DRA driver's
+// kubelet plugin do) changes the node's layout with the real nvidia-smi;
+// the node sees the change. Another container is refused, as an
+// unprivileged process is on a real node.
+func TestOnlyAMIGConfigContainerChangesTheLayout(t *testing.T) {
+	n := theNode
+	t.Cleanup(func() {
+		exec.Command(n.env["NVIDIA_SMI"], "mig", "-i", "4", "-dci").Run()
+		exec.Command(n.env["NVIDIA_SMI"], "mig", "-i", "4", "-dgi").Run()
+		exec.Command(n.env["NVIDIA_SMI"], "-i", "4", "-mig", "0").Run()
+	})
+	p := n.runPod(t, optedIn, nil)
+	script := "nvidia-smi -i 4 -mig 1 && nvidia-smi mig -i 4 -cgi 19 -C"
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}})
+	if r.code == 0 || !strings.Contains(r.out, "Insufficient Permissions") {
+		t.Errorf("a container without the MIG config capability: exit %d\n%s\nwant Insufficient Permissions", r.code, r.out)
+	}
+	if mode := n.smi(t, "-i", "4", "--query-gpu=mig.mode.current", "--format=csv,noheader"); mode != "Disabled\n" {
+		t.Errorf("after the refused container, GPU 4's MIG mode is %q", mode)
+	}
+	r = n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}, env: map[string]string{"NVIDIA_MIG_CONFIG_DEVICES": "all"}})
+	if r.code != 0 || !strings.Contains(r.out, "Successfully created compute instance") {
+		t.Fatalf("a container with the MIG config capability: exit %d\n%s", r.code, r.out)
+	}
+	if !regexp.MustCompile(`(?m)^GPU 4: .*\n  MIG 1g.5gb\s+Device  0: \(UUID: MIG-`).MatchString(n.smi(t, "-L")) {
+		t.Errorf("the node does not see the 1g.5gb the container made:\n%s", n.smi(t, "-L"))
+	}
+}

@@ -15,8 +15,10 @@ import (
 const (
 	MIGConfigEnv = "NVIDIA_MIG_CONFIG_DEVICES"
 	// StateEnv names the live state file the library maps (libnvml/live.c).
-	StateEnv       = "NVMOCK_STATE"
-	migConfigState = "/run/nvmock/mig-config/state"
+	StateEnv = "NVMOCK_STATE"
+	// Under /dev: the runtime makes it a tmpfs before the other mounts, so
+	// the mount point can be made in a read-only root file system too.
+	migConfigState = "/dev/nvmock/state"
 )
 
 // migConfig adds the node's live state, writable, to a container asking
