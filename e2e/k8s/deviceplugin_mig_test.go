@@ -3,11 +3,8 @@
 package k8s
 
 import (
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,15 +21,7 @@ import (
 func TestDevicePluginMixedStrategyGivesAPodAMIGDevice(t *testing.T) {
 	c := theCluster
 	c.nvidiaPlugin(t)
-	smi := filepath.Join(c.overlayRoot(), "driver", "usr", "bin", "nvidia-smi")
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command(smi, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("nvidia-smi %s on the node: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := func(args ...string) string { t.Helper(); return c.mustSMI(t, args...) }
 	gpus := len(c.truth)
 	last := strconv.Itoa(gpus - 1)
 	run("-i", last, "-mig", "1")

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -197,13 +198,9 @@ func (dir draCDIDir) Run(in *bytes.Buffer) (*bytes.Buffer, error) {
 // draInstall installs the chart (helm install --wait: its DaemonSet and
 // Deployment ready).
 func (c *cluster) draInstall(ctx context.Context, chartDir string, vals map[string]any) error {
-	cfg, err := c.helmConfig(draNS)
+	cfg, ch, err := c.draChart(chartDir)
 	if err != nil {
 		return err
-	}
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		return fmt.Errorf("load chart %s: %w", chartDir, err)
 	}
 	// A release left by a run that kept it (NVMOCK_K8S_KEEP) is replaced.
 	if _, err := action.NewStatus(cfg).Run(draRelease); err == nil {
@@ -413,13 +410,9 @@ func (c *cluster) pcieRoot(t testing.TB, busID string) string {
 // draUpgrade changes the release's values, as helm upgrade does; the
 // kubelet plugin's pods restart when their spec changes.
 func (c *cluster) draUpgrade(ctx context.Context, chartDir string, vals map[string]any) error {
-	cfg, err := c.helmConfig(draNS)
+	cfg, ch, err := c.draChart(chartDir)
 	if err != nil {
 		return err
-	}
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		return fmt.Errorf("load chart %s: %w", chartDir, err)
 	}
 	up := action.NewUpgrade(cfg)
 	up.Namespace, up.Wait, up.Timeout = draNS, true, 3*time.Minute
@@ -428,4 +421,17 @@ func (c *cluster) draUpgrade(ctx context.Context, chartDir string, vals map[stri
 		return fmt.Errorf("helm upgrade %s %s -n %s: %w%s", draRelease, chartDir, draNS, err, c.podLogs(draNS, ""))
 	}
 	return nil
+}
+
+// draChart is Helm's configuration for the driver's namespace and its chart.
+func (c *cluster) draChart(chartDir string) (*action.Configuration, *chart.Chart, error) {
+	cfg, err := c.helmConfig(draNS)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load chart %s: %w", chartDir, err)
+	}
+	return cfg, ch, nil
 }

@@ -24,16 +24,8 @@ import (
 // claiming one sees exactly it.
 func (d *draEnv) testMIGSlices(t *testing.T) {
 	c := d.c
-	smi := filepath.Join(c.draDriverRoot(), "usr", "bin", "nvidia-smi")
 	last := strconv.Itoa(len(d.gpus) - 1)
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command(smi, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("nvidia-smi %s on the node: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := func(args ...string) string { t.Helper(); return c.mustSMI(t, args...) }
 	restart := func() {
 		t.Helper()
 		err := c.cs.CoreV1().Pods(draNS).DeleteCollection(ctxT(t, 30*time.Second), metav1.DeleteOptions{},
@@ -102,13 +94,7 @@ func (d *draEnv) testMIGSlices(t *testing.T) {
 func (d *draEnv) draMIGPod(t *testing.T, parent, profile string, uuids map[string]string) {
 	c := d.c
 	ns := d.namespace(t, true)
-	cel := fmt.Sprintf(`device.attributes["gpu.nvidia.com"].profile == %q`, profile)
-	req := &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
-		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: cel}}}}
-	c.draCreateTemplate(t, ns, &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "one-mig"},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "mig", Exactly: req}}}}},
-	})
+	c.draCreateTemplate(t, ns, draMIGTemplate("one-mig", fmt.Sprintf(`device.attributes["gpu.nvidia.com"].profile == %q`, profile)))
 	out := c.running(t, ns, c.draPod("mig", draGPUScript, "one-mig"), "started")
 	t.Logf("the claim's CDI spec: %s", c.draSpecSummary(t, d.claimUIDs(t, ns, "mig")))
 	alloc := d.allocated(t, ns, "mig")
@@ -135,21 +121,10 @@ func (d *draEnv) draMIGPod(t *testing.T, parent, profile string, uuids map[strin
 // it; deleting the pod destroys it and, on a Hopper GPU, turns MIG off.
 func (d *draEnv) testDynamicMIG(t *testing.T) {
 	c := d.c
-	smi := filepath.Join(c.draDriverRoot(), "usr", "bin", "nvidia-smi")
 	last := strconv.Itoa(len(d.gpus) - 1)
 	parent := d.gpus[len(d.gpus)-1].uuid
-	run := func(args ...string) (string, error) {
-		out, err := exec.Command(smi, args...).CombinedOutput()
-		return string(out), err
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, err := run(args...)
-		if err != nil {
-			t.Fatalf("nvidia-smi %s on the node: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	run := c.nodeSMI
+	must := func(args ...string) string { t.Helper(); return c.mustSMI(t, args...) }
 	// MIG mode on, no instances: NVML answers the GPU's profiles only then
 	// (docs/mig.md), and the driver publishes dynamic MIG devices from them.
 	must("-i", last, "-mig", "1")
@@ -190,13 +165,8 @@ func (d *draEnv) testDynamicMIG(t *testing.T) {
 	t.Logf("dynamic 1g.10gb devices of GPU %s: %v", last, placements)
 
 	ns := d.namespace(t, true)
-	cel := fmt.Sprintf(`device.attributes["gpu.nvidia.com"].profile == "1g.10gb" && device.attributes["gpu.nvidia.com"].parentUUID == %q`, parent)
-	req := &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
-		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: cel}}}}
-	c.draCreateTemplate(t, ns, &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "dyn-mig"},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "mig", Exactly: req}}}}},
-	})
+	c.draCreateTemplate(t, ns, draMIGTemplate("dyn-mig",
+		fmt.Sprintf(`device.attributes["gpu.nvidia.com"].profile == "1g.10gb" && device.attributes["gpu.nvidia.com"].parentUUID == %q`, parent)))
 	out := c.running(t, ns, c.draPod("dyn", draGPUScript, "dyn-mig"), "started")
 	m := regexp.MustCompile(`(?m)^GPU ` + last + `: .*\n  MIG 1g.10gb\s+Device  0: \(UUID: (MIG-[0-9a-f-]+)\)\n(GPU|\z)`).FindStringSubmatch(must("-L"))
 	if m == nil {
@@ -219,5 +189,32 @@ func (d *draEnv) testDynamicMIG(t *testing.T) {
 			t.Fatalf("after the pod went: MIG mode %q, nvidia-smi -L:\n%swant %s destroyed and MIG off%s", mode, l, m[1], c.podLogs(draNS, ""))
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// nodeSMI runs the overlay's nvidia-smi on the node, as an operator would.
+func (c *cluster) nodeSMI(args ...string) (string, error) {
+	out, err := exec.Command(filepath.Join(c.overlayRoot(), "driver", "usr", "bin", "nvidia-smi"), args...).CombinedOutput()
+	return string(out), err
+}
+
+// mustSMI is nodeSMI, failing the test when nvidia-smi fails.
+func (c *cluster) mustSMI(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := c.nodeSMI(args...)
+	if err != nil {
+		t.Fatalf("nvidia-smi %s on the node: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// draMIGTemplate is a ResourceClaimTemplate for one device of the driver's
+// mig.nvidia.com class that the CEL expression selects.
+func draMIGTemplate(name, cel string) *resourcev1.ResourceClaimTemplate {
+	req := &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: cel}}}}
+	return &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "mig", Exactly: req}}}}},
 	}
 }
