@@ -35,7 +35,8 @@ func (n *node) partition(t *testing.T, gpu, profiles string) {
 
 // MIG devices made on the node with nvidia-smi reach containers: one given
 // a MIG UUID (as NVIDIA's device plugin sets it) or asking for a profile
-// sees its GPU with exactly that MIG device, as on a real node.
+// sees its GPU with exactly that MIG device, as on a real node; one given
+// the GPU whole sees none, unless it has the monitor capability or all.
 func TestAContainerGivenAMIGDeviceSeesExactlyThatDevice(t *testing.T) {
 	n := theNode
 	n.partition(t, "2", "9,19,19")
@@ -51,6 +52,23 @@ func TestAContainerGivenAMIGDeviceSeesExactlyThatDevice(t *testing.T) {
 	want := "GPU 0: " + name + " (UUID: " + gpu + ")\n  MIG 1g.5gb      Device  0: (UUID: " + one + ")\n"
 	if r.code != 0 || r.out != want {
 		t.Errorf("nvidia-smi -L given %s: exit %d\n%s\nwant\n%s", one, r.code, r.out, want)
+	}
+
+	// The GPU named whole: no MIG device (no capability node), as with
+	// NVIDIA's runtime; with the monitor capability, or all GPUs, all three.
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		migs int
+	}{
+		{"GPU 2 whole", map[string]string{"NVIDIA_VISIBLE_DEVICES": gpu}, 0},
+		{"GPU 2 and the MIG monitor capability", map[string]string{"NVIDIA_VISIBLE_DEVICES": gpu, "NVIDIA_MIG_MONITOR_DEVICES": "all"}, 3},
+		{"all GPUs", map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}, 3},
+	} {
+		r := n.run(t, p, ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}, env: c.env})
+		if r.code != 0 || strings.Count(r.out, "  MIG ") != c.migs || !strings.Contains(r.out, "(UUID: "+gpu+")\n") {
+			t.Errorf("%s: exit %d\n%s\nwant GPU 2 with %d MIG devices", c.name, r.code, r.out, c.migs)
+		}
 	}
 
 	ann := n.runPod(t, optedIn, map[string]string{"nvmock.io/gpus": "mig-3g.20gb"})

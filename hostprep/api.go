@@ -94,7 +94,7 @@ const SMIRPath = "$ORIGIN/../lib64"
 
 // renderFormat changes whenever Render lays out a tree differently, so an
 // upgrade re-renders even when profile and assets are the same.
-const renderFormat = "nvmock-overlay-7"
+const renderFormat = "nvmock-overlay-8"
 
 const libName = "libnvidia-ml.so"
 
@@ -247,8 +247,12 @@ func (in *inputs) entries() []entry {
 		{path: filepath.Join(caps, "mig", "monitor"), data: []byte(ProcCapability(capMigMonitorMinor, 0o444)), mode: 0o444},
 		{path: filepath.Join(caps, "fabric-imex-mgmt"), data: []byte(ProcCapability(capFabricIMEXMinor, 0o400)), mode: 0o444},
 	}
-	if m := p.Board.Modes.MIG; m != nil && len(m.GPUInstances) > 0 && (!in.opt.LazyMIG || in.mig != nil || m.Current) {
-		es = append(es, migEntries(m, p.GPUs, in.opt.RealDeviceNumbers, in.opt.PlainDevFiles)...)
+	if m := p.Board.Modes.MIG; m != nil && len(m.GPUInstances) > 0 {
+		if !in.opt.LazyMIG || in.mig != nil || m.Current {
+			es = append(es, migEntries(m, p.GPUs, in.opt.RealDeviceNumbers, in.opt.PlainDevFiles)...)
+		} else {
+			es = append(es, migControlEntries(in.opt.RealDeviceNumbers, in.opt.PlainDevFiles)...)
+		}
 	}
 	for i, id := range in.ids {
 		bus := ProcBusID(snapshot.PCIAddress(p, i))

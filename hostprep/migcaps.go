@@ -60,13 +60,7 @@ func MIGMinors() string {
 // instances at most), 44 per GPU on an A100.
 func migEntries(m *profile.MIG, gpus int, real, plain bool) []entry {
 	capsDir := filepath.Join("driver", "proc", "driver", "nvidia", "capabilities")
-	node := func(minor int) entry {
-		n := DevNode{Name: fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), Major: nullMajor, Minor: nullMinor}
-		if real {
-			n.Major, n.Minor = capsMajor, uint32(minor)
-		}
-		return entry{path: filepath.Join("driver", "dev", n.Name), node: &n, plain: plain}
-	}
+	node := func(minor int) entry { return capNode(minor, real, plain) }
 	var cis [migGIs]int // compute instances a GPU instance of each id can hold
 	for _, p := range m.GPUInstances {
 		for _, start := range p.Placements {
@@ -74,10 +68,9 @@ func migEntries(m *profile.MIG, gpus int, real, plain bool) []entry {
 			cis[id] = max(cis[id], int(p.ComputeSlices()))
 		}
 	}
-	es := []entry{
+	es := append([]entry{
 		{path: filepath.Join("driver", "proc", "driver", "nvidia-caps", "mig-minors"), data: []byte(MIGMinors()), mode: 0o444},
-		node(capMigConfigMinor), node(capMigMonitorMinor),
-	}
+	}, migControlEntries(real, plain)...)
 	for g := 0; g < gpus; g++ {
 		for gi := 0; gi < migGIs; gi++ {
 			if cis[gi] == 0 {
@@ -93,4 +86,22 @@ func migEntries(m *profile.MIG, gpus int, real, plain bool) []entry {
 		}
 	}
 	return es
+}
+
+// capNode is the inert (or, real, NVIDIA's) node of a capability minor.
+func capNode(minor int, real, plain bool) entry {
+	n := DevNode{Name: fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), Major: nullMajor, Minor: nullMinor}
+	if real {
+		n.Major, n.Minor = capsMajor, uint32(minor)
+	}
+	return entry{path: filepath.Join("driver", "dev", n.Name), node: &n, plain: plain}
+}
+
+// migControlEntries are the nodes of the MIG config and monitor
+// capabilities, which a MIG-capable host has (nvidia-modprobe makes them):
+// with the monitor's, a process on the node sees every MIG device, as root
+// does on a real one, also when the instances' own nodes are left out
+// (LazyMIG).
+func migControlEntries(real, plain bool) []entry {
+	return []entry{capNode(capMigConfigMinor, real, plain), capNode(capMigMonitorMinor, real, plain)}
 }

@@ -175,12 +175,9 @@ static nvmlReturn_t build_devices(void)
 	if (dev_filter(&root)) {
 		for (unsigned i = 0; i < count; i++)
 			keep[i] = dev_node_exists(root, nvmock.node[i].minor);
-		// MIG devices too: by their capability nodes, when there are any.
-		char caps[sizeof nvmock.caps_root];
-		struct stat st;
-		snprintf(caps, sizeof caps, "%s/nvidia-caps", root);
-		if (stat(caps, &st) == 0 && S_ISDIR(st.st_mode))
-			memcpy(nvmock.caps_root, caps, sizeof caps);
+		// MIG devices too: by their capability nodes (none: a container
+		// given whole GPUs sees no MIG device, as with NVIDIA's runtime).
+		snprintf(nvmock.caps_root, sizeof nvmock.caps_root, "%s/nvidia-caps", root);
 	} else {
 		ret = env_filter(count, (const char (*)[96])uuids, keep);
 		if (ret != NVML_SUCCESS)

@@ -63,13 +63,18 @@ NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsign
 // nvmock_mig_visible says whether this process may use a MIG device: as
 // with the real driver, whether it has the device nodes of the GPU and
 // compute instance's capabilities (a container is given those of its MIG
-// devices only). With no nvidia-caps directory, as before any MIG device
-// was made, every one is.
+// devices only), or the MIG monitor capability's (nvidia-cap2, which a
+// MIG-capable host has, and NVIDIA_MIG_MONITOR_DEVICES=all gives a
+// container), with which it sees them all. Without device nodes deciding
+// (no nvidiactl: a process outside any device view) every one is.
 int nvmock_mig_visible(const struct nvmock_dev *d, unsigned gi, unsigned ci)
 {
 	if (nvmock.caps_root[0] == '\0')
 		return 1;
 	char p[sizeof nvmock.caps_root + 32];
+	snprintf(p, sizeof p, "%s/nvidia-cap2", nvmock.caps_root); // mig-minors: "monitor 2"
+	if (access(p, F_OK) == 0)
+		return 1;
 	unsigned base = 3 + 135 * d->s->minor + 9 * gi; // /proc/driver/nvidia-caps/mig-minors
 	snprintf(p, sizeof p, "%s/nvidia-cap%u", nvmock.caps_root, base);
 	if (access(p, F_OK) != 0)

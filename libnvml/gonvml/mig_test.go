@@ -3,6 +3,7 @@
 package gonvml
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -377,10 +378,10 @@ func snapshotDevices(t *testing.T) []snapshot.Device {
 	return devs
 }
 
-// A process sees the MIG devices whose capability nodes it has, as a
-// container given one MIG device does (the runtime gives it the GPU's node
-// and the two capability nodes): that one, as MIG device 0 of its GPU.
-func TestMIGDevicesAreThoseWhoseCapabilityNodesTheProcessHas(t *testing.T) {
+// balancedA100 is the snapshot of a 2-GPU a100 node whose GPUs are
+// partitioned all-balanced in its live state: four MIG devices each.
+func balancedA100(t *testing.T) string {
+	t.Helper()
 	path, _ := testenv.Snapshot(t, "a100", 2)
 	f := testenv.LiveState(t, path, 2, t0)
 	p := testenv.Profile(t, "a100", 2)
@@ -396,10 +397,13 @@ func TestMIGDevicesAreThoseWhoseCapabilityNodesTheProcessHas(t *testing.T) {
 	if err := f.Update(func(s *live.State, _ int64) error { return s.ApplyMIGLayout(devs, l) }); err != nil {
 		t.Fatal(err)
 	}
-	// GPU 1's 2g.10gb: GPU instance 4 (slices 2-3), compute instance 0.
-	root := cleanEnv(t, path)
-	for _, n := range []string{"nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(1, 4, -1)),
-		"nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(1, 4, 0))} {
+	return path
+}
+
+// devNodes makes empty files standing for device nodes under root.
+func devNodes(t *testing.T, root string, names ...string) {
+	t.Helper()
+	for _, n := range names {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, n)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -407,6 +411,16 @@ func TestMIGDevicesAreThoseWhoseCapabilityNodesTheProcessHas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A process sees the MIG devices whose capability nodes it has, as a
+// container given one MIG device does (the runtime gives it the GPU's node
+// and the two capability nodes): that one, as MIG device 0 of its GPU.
+func TestMIGDevicesAreThoseWhoseCapabilityNodesTheProcessHas(t *testing.T) {
+	root := cleanEnv(t, balancedA100(t))
+	// GPU 1's 2g.10gb: GPU instance 4 (slices 2-3), compute instance 0.
+	devNodes(t, root, "nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap"+strconv.Itoa(hostprep.MIGCapMinor(1, 4, -1)),
+		"nvidia-caps/nvidia-cap"+strconv.Itoa(hostprep.MIGCapMinor(1, 4, 0)))
 	lib := newLib(t)
 	start(t, lib)
 	if n := got(lib.DeviceGetCount())(t, "count"); n != 1 {
@@ -422,4 +436,39 @@ func TestMIGDevicesAreThoseWhoseCapabilityNodesTheProcessHas(t *testing.T) {
 	}
 	_, ret := dev.GetMigDeviceHandleByIndex(1)
 	wantRet(t, "MIG device 1", ret, nvml.ERROR_NOT_FOUND)
+}
+
+// A container given a GPU in MIG mode whole (its node, no capability
+// node) sees the GPU without MIG devices, as with NVIDIA's runtime; one
+// with the MIG monitor capability (nvidia-cap2: a MIG-capable host, or
+// NVIDIA_MIG_MONITOR_DEVICES=all) sees every MIG device.
+func TestMIGDevicesWithoutCapabilityNodesOrWithTheMonitor(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		nodes []string
+		want  int
+	}{
+		{"the GPU alone", []string{"nvidiactl", "nvidia1"}, 0},
+		{"the GPU and the monitor capability", []string{"nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap2"}, 4},
+		{"the GPU and the config capability alone", []string{"nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap1"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := cleanEnv(t, balancedA100(t))
+			devNodes(t, root, c.nodes...)
+			lib := newLib(t)
+			start(t, lib)
+			dev := got(lib.DeviceGetHandleByIndex(0))(t, "GPU")
+			n := 0
+			for i := 0; i < 7; i++ {
+				if _, ret := dev.GetMigDeviceHandleByIndex(i); ret == nvml.SUCCESS {
+					n++
+				} else {
+					wantRet(t, fmt.Sprintf("MIG device %d", i), ret, nvml.ERROR_NOT_FOUND)
+				}
+			}
+			if n != c.want {
+				t.Errorf("%d MIG devices, want %d", n, c.want)
+			}
+		})
+	}
 }

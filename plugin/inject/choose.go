@@ -29,10 +29,11 @@ const (
 //
 // driver says the pod asked for none explicitly: the driver (library,
 // nvidia-smi, control nodes) without GPUs, as NVIDIA's runtime gives it.
+// all says the source asked for all GPUs, which gives every MIG device too.
 // bad says why a source is bad, "" when sel is the answer (all false for
 // none and void). Nothing a pod says becomes a path: values only select
 // among the node's GPUs.
-func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []bool) (driver bool, bad string) {
+func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []bool) (driver, all bool, bad string) {
 	found := false
 	for _, name := range ctr.CDIDevices {
 		kind, dev, _ := strings.Cut(name, "=")
@@ -42,19 +43,20 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		found = true
 		if dev == "all" {
 			setAll(sel)
+			all = true
 			continue
 		}
 		if kind == CDIKindNVIDIA && isMIGName(dev) {
 			k, why := node.lookupMIG(dev)
 			if why != "" {
-				return false, fmt.Sprintf("CDI device %s %s", quote(name), why)
+				return false, all, fmt.Sprintf("CDI device %s %s", quote(name), why)
 			}
 			mig[k] = true
 			continue
 		}
 		i, why := node.lookup(dev)
 		if why != "" {
-			return false, fmt.Sprintf("CDI device %s %s", quote(name), why)
+			return false, all, fmt.Sprintf("CDI device %s %s", quote(name), why)
 		}
 		sel[i] = true
 	}
@@ -65,47 +67,50 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		found = true
 		i := node.byPath(d.Path)
 		if i < 0 {
-			return false, fmt.Sprintf("device node %s is no GPU of this node", quote(d.Path))
+			return false, all, fmt.Sprintf("device node %s is no GPU of this node", quote(d.Path))
 		}
 		sel[i] = true
 	}
 	if found {
-		return false, ""
+		return false, all, ""
 	}
 
 	if v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv); ok && strings.TrimSpace(v) != "" {
 		switch t := strings.TrimSpace(v); t {
 		case "all":
 			setAll(sel)
+			all = true
 		case "none":
-			return true, ""
+			return true, all, ""
 		case "void":
 		default:
 			if why := node.selectList(t, sel, mig); why != "" {
-				return false, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
+				return false, all, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
 			}
 		}
-		return false, ""
+		return false, all, ""
 	}
 
 	if v, ok := pod.Annotations[GPUsAnnotation]; ok && strings.TrimSpace(v) != "" {
 		if strings.TrimSpace(v) == "none" {
-			return true, ""
+			return true, all, ""
 		}
+		all = strings.TrimSpace(v) == "all"
 		if why := node.selectRequest(v, sel, mig); why != "" {
-			return false, fmt.Sprintf("annotation %s=%s %s", GPUsAnnotation, quote(v), why)
+			return false, all, fmt.Sprintf("annotation %s=%s %s", GPUsAnnotation, quote(v), why)
 		}
-		return false, ""
+		return false, all, ""
 	}
 
 	def := cfg.DefaultGPUs
 	if def == "" {
 		def = "all"
 	}
+	all = strings.TrimSpace(def) == "all"
 	if why := node.selectRequest(def, sel, mig); why != "" {
-		return false, fmt.Sprintf("config default GPUs %s %s", quote(def), why)
+		return false, all, fmt.Sprintf("config default GPUs %s %s", quote(def), why)
 	}
-	return false, ""
+	return false, all, ""
 }
 
 func setAll(sel []bool) {

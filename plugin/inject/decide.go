@@ -35,7 +35,7 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	if len(node.MIG) > 0 {
 		mig = make([]bool, len(node.MIG))
 	}
-	driver, bad := choose(&cfg, &node, &pod, &ctr, sel, mig)
+	driver, all, bad := choose(&cfg, &node, &pod, &ctr, sel, mig)
 	if bad != "" {
 		// Why fail open: a typo in a pod must not stop it; it runs without GPUs.
 		return Adjustment{Warnings: []string{fmt.Sprintf("pod %s/%s container %s: %s; giving it no GPUs", pod.Namespace, pod.Name, ctr.Name, bad)}}, false, nil
@@ -64,7 +64,7 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 		migConfig(&node, &ctr, &adj)
 		return adj, true, nil
 	}
-	adj := build(&cfg, &node, &ctr, sel, count, mig)
+	adj := build(&cfg, &node, &ctr, sel, count, mig, all)
 	migConfig(&node, &ctr, &adj)
 	// Why not for the driver alone: extensions pair devices with GPUs, and there are none.
 	if len(adj.GPUs) > 0 && len(cfg.Extensions) > 0 {
@@ -250,7 +250,7 @@ var bindOptions = [...]string{"bind", "ro", "nosuid", "nodev"}
 // build makes the edits that give the count GPUs selected, or the driver
 // alone when count is 0, leaving out what the spec already has: a CDI spec
 // (nvidia-ctk cdi generate) brings the library, nvidia-smi and device nodes.
-func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, mig []bool) Adjustment {
+func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, mig []bool, all bool) Adjustment {
 	var adj Adjustment
 	uuidLen := 0
 	// A MIG device comes with its GPU's node, as NVIDIA's runtime gives it,
@@ -335,12 +335,29 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, 
 			adj.Devices = append(adj.Devices, c)
 		}
 	}
+	addNode := func(c DeviceNode) {
+		if !hasNode(ctr.Devices, c) && !hasNode(adj.Devices, c) {
+			adj.Devices = append(adj.Devices, c)
+		}
+	}
 	for _, k := range adj.MIG {
 		for _, c := range node.MIG[k].Caps {
-			if !hasNode(ctr.Devices, c) && !hasNode(adj.Devices, c) {
-				adj.Devices = append(adj.Devices, c)
+			addNode(c)
+		}
+	}
+	// A process sees the MIG devices whose capability nodes it has. "all"
+	// gives every MIG device, as NVIDIA's toolkit's "all" device does; a
+	// GPU in MIG mode named alone gives none of them. The monitor
+	// capability shows them all.
+	if all {
+		for k := range node.MIG {
+			for _, c := range node.MIG[k].Caps {
+				addNode(c)
 			}
 		}
+	}
+	if v, ok := lookupEnv(ctr.Env, MIGMonitorEnv); ok && strings.TrimSpace(v) == "all" && node.MIGMonitor != nil {
+		addNode(*node.MIGMonitor)
 	}
 	adj.DeviceRules = make([]DeviceRule, 0, len(adj.Devices))
 	for _, d := range adj.Devices {

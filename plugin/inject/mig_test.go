@@ -3,6 +3,7 @@ package inject
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nvmock/nvmock/hostprep"
@@ -81,5 +82,59 @@ func TestDecideGivesMIGDevices(t *testing.T) {
 	})
 	if err := ValidateRequest("mig-1g.5gb,0:1,MIG-x"); err != nil {
 		t.Errorf("ValidateRequest: %v", err)
+	}
+}
+
+// What a container gets of MIG capabilities is what NVIDIA's toolkit gives:
+// "all" every MIG device's two nodes (its "all" device is every full GPU
+// not in MIG mode and every MIG device), a GPU in MIG mode named alone
+// none (the library then shows it without MIG devices), and
+// NVIDIA_MIG_MONITOR_DEVICES=all the monitor capability's node.
+func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
+	n := migNode()
+	monitor := DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap2", Type: "c", Major: 1, Minor: 3, FileMode: 0o666}
+	n.MIGMonitor = &monitor
+	var every []DeviceNode
+	for _, m := range n.MIG {
+		every = append(every, m.Caps[0], m.Caps[1])
+	}
+	for _, c := range []struct {
+		name string
+		pod  Pod
+		ctr  Container
+		want []DeviceNode
+	}{
+		{"NVIDIA_VISIBLE_DEVICES=all", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), every},
+		{"the annotation all", pod("ml", GPUsAnnotation, "all"), ctr, every},
+		{"the default (all)", pod("ml"), ctr, every},
+		{"the MIG GPU named alone", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1,"), nil},
+		{"two GPUs by count", pod("ml", GPUsAnnotation, "2"), ctr, nil},
+		{"the monitor capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGMonitorEnv+"=all"), []DeviceNode{monitor}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			adj, ok, err := Decide(testConfig, n, c.pod, c.ctr)
+			if err != nil || !ok {
+				t.Fatalf("ok %v, err %v", ok, err)
+			}
+			var caps []DeviceNode
+			for _, d := range adj.Devices {
+				if len(d.Path) > len("/dev/nvidia-caps/") && d.Path[:len("/dev/nvidia-caps/")] == "/dev/nvidia-caps/" {
+					caps = append(caps, d)
+				}
+			}
+			if !slices.Equal(caps, c.want) {
+				t.Errorf("capability nodes %v, want %v", caps, c.want)
+			}
+			for _, d := range caps {
+				if !slices.ContainsFunc(adj.DeviceRules, func(r DeviceRule) bool { return r.Major == d.Major && r.Minor == d.Minor }) {
+					t.Errorf("no cgroup rule for %s", d.Path)
+				}
+			}
+			if slices.ContainsFunc(adj.Env, func(e EnvVar) bool {
+				return e.Key == VisibleDevicesEnv && slices.Contains(strings.Split(e.Value, ","), n.MIG[0].UUID)
+			}) {
+				t.Errorf("MIG UUIDs named in %s: %v (the MIG devices given by all are not counted as in use)", VisibleDevicesEnv, adj.Env)
+			}
+		})
 	}
 }

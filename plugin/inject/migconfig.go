@@ -14,6 +14,9 @@ import (
 // containers read-only; such a container gets it writable instead.
 const (
 	MIGConfigEnv = "NVIDIA_MIG_CONFIG_DEVICES"
+	// MIGMonitorEnv asks for the MIG monitor capability (nvidia-cap2),
+	// with which a container sees every MIG device (DCGM's exporter).
+	MIGMonitorEnv = "NVIDIA_MIG_MONITOR_DEVICES"
 	// StateEnv names the live state file the library maps (libnvml/live.c).
 	StateEnv = "NVMOCK_STATE"
 	// Under /dev: the runtime makes it a tmpfs before the other mounts, so

@@ -84,6 +84,9 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 	if n.MIG, n.MIGGen, err = ProbeMIG(n.State, data, gpus, dev); err != nil {
 		return NodeState{}, fmt.Errorf("probe overlay in %s: MIG: %w", root, err)
 	}
+	if c, err := statNode(dev, "nvidia-caps/nvidia-cap2"); err == nil {
+		n.MIGMonitor = &c
+	}
 	if n.IB, err = probeIB(root, filepath.Dir(resolved), dev); err != nil {
 		return NodeState{}, fmt.Errorf("probe overlay in %s: InfiniBand: %w", root, err)
 	}

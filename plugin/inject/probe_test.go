@@ -105,6 +105,11 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 				want.MIG = append(want.MIG, MIGDevice{GPU: 0, Index: k, UUID: live.MIGUUID(want.GPUs[0].UUID, m.gi, 0), Profile: m.profile, Caps: caps})
 			}
 			want.MIGGen = 3
+			monitor := DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap2", Type: "c", Major: 1, Minor: 3, FileMode: 0o666}
+			if c.real {
+				monitor.Major, monitor.Minor = 509, 2
+			}
+			want.MIGMonitor = &monitor
 			// h100's HCAs, inert whatever the GPUs' numbers.
 			ov := filepath.Dir(resolved)
 			want.IB = &IBNode{DevDir: filepath.Join(driver, "dev", "infiniband"), Shim: filepath.Join(ov, hostprep.UmadShimPath),

@@ -131,8 +131,11 @@ type NodeState struct {
 	Control []DeviceNode // nvidiactl, nvidia-uvm, nvidia-uvm-tools: given with any GPU
 	// MIG is the node's MIG devices (ProbeMIG), MIGGen the live state's
 	// generation they were read at.
-	MIG    []MIGDevice
-	MIGGen uint64
+	MIG []MIGDevice
+	// MIGMonitor is the MIG monitor capability's node; nil when the
+	// overlay has none (a board without MIG).
+	MIGMonitor *DeviceNode
+	MIGGen     uint64
 	// MIGInUse[k] counts the containers given MIG[k]; nil is all zero.
 	MIGInUse []int
 
