@@ -454,7 +454,6 @@ func TestAContainerWithoutProcfsKeepsItsProc(t *testing.T) {
 // finding the root file system). Each run is in a fresh mount namespace;
 // hook-ms is the hook's time alone, measured around it in there.
 func BenchmarkHook(b *testing.B) {
-	t := &testing.T{}
 	hook := filepath.Join(testenv.BuildDir(), "bin", "nvmock-hook")
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
@@ -462,7 +461,7 @@ func BenchmarkHook(b *testing.B) {
 	if _, err := os.Stat(hook); err != nil {
 		b.Skipf("%s (run make cli)", hook)
 	}
-	n := testenv.Node(t, "h100", 8)
+	n := testenv.Node(b, "h100", 8)
 	dir := b.TempDir()
 	tr := filepath.Join(dir, "sys")
 	if err := pcisim.Write(pcisim.Files(n), tr); err != nil {
