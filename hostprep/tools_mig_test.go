@@ -154,13 +154,7 @@ func TestTheDevicePluginAdvertisesAndAllocatesMIGDevices(t *testing.T) {
 		migPluginInNamespace(t, c)
 		return
 	}
-	needRoot(t)
-	nvidiaTool(t, "nvidia-device-plugin")
-	realAssets(t)
-	hostNS, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		testenv.Missing(t, "mount namespaces (%v)", err)
-	}
+	hostNS := devicePluginHost(t)
 	for _, c := range []string{"mixed:0=all-balanced;1=7g.40gb", "single:all-1g.5gb"} {
 		t.Run(strings.Split(c, ":")[0], func(t *testing.T) { inMountNamespace(t, hostNS, migPluginCaseEnv+"="+c) })
 	}

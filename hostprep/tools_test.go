@@ -258,6 +258,21 @@ const devicePluginCaseEnv = "NVMOCK_TEST_DEVICE_PLUGIN_CASE"
 // that it has a private one before mounting anything.
 const hostMountNSEnv = "NVMOCK_TEST_HOST_MOUNT_NS"
 
+// devicePluginHost checks what running NVIDIA's device plugin needs and
+// returns this process's mount namespace, for the re-executed test binary
+// to check that it has a private one.
+func devicePluginHost(t *testing.T) string {
+	t.Helper()
+	needRoot(t)
+	nvidiaTool(t, "nvidia-device-plugin")
+	realAssets(t)
+	hostNS, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		testenv.Missing(t, "mount namespaces (%v)", err)
+	}
+	return hostNS
+}
+
 // The plugin's own socket directory is hard-coded to
 // /var/lib/kubelet/device-plugins/, so the test re-executes itself in a
 // private mount namespace with a tmpfs there: nothing lands in the host's
@@ -267,13 +282,7 @@ func TestTheDevicePluginRegistersWithTheKubeletAndAllocatesTheMockGPUs(t *testin
 		devicePluginInNamespace(t, c)
 		return
 	}
-	needRoot(t)
-	nvidiaTool(t, "nvidia-device-plugin")
-	realAssets(t)
-	hostNS, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		testenv.Missing(t, "mount namespaces (%v)", err)
-	}
+	hostNS := devicePluginHost(t)
 	for _, tc := range []struct {
 		name    string
 		profile string

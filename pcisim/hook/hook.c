@@ -313,20 +313,31 @@ static int rootfs_from_cwd(char *rootfs)
 	return 1;
 }
 
+/*
+ * take_mount says whether path is a mount of the file system magic (a
+ * container without one there is left alone), and makes it private first:
+ * nothing mounted below may reach the host, since a container with
+ * Bidirectional mounts has a shared root, and its /sys or /proc may even
+ * be the host's (a hostPath).
+ */
+static int take_mount(const char *path, long magic)
+{
+	struct statfs sfs;
+	if (statfs(path, &sfs) < 0 || sfs.f_type != magic)
+		return 0;
+	if (mount(NULL, path, NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		die("make %s private: %s", path, strerror(errno));
+	return 1;
+}
+
 /* show_pci shows the tree at the container's /sys. */
 static void show_pci(const char *rootfs, const char *tree)
 {
 	char path[PATH_MAX];
 	/* A container without sysfs sees no PCI devices on a real node either. */
 	pathf(path, "%s/sys", rootfs);
-	struct statfs sfs;
-	if (statfs(path, &sfs) < 0 || sfs.f_type != SYSFS_MAGIC)
+	if (!take_mount(path, SYSFS_MAGIC))
 		return;
-	/* Nothing mounted below may reach the host: a container with
-	 * Bidirectional mounts has a shared root, and its /sys may even be the
-	 * host's (a hostPath). */
-	if (mount(NULL, path, NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-		die("make %s private: %s", path, strerror(errno));
 
 	/* The tree's host bridges. */
 	char *roots[MAX_NAMES];
@@ -450,11 +461,8 @@ static void show_proc(const char *rootfs, const char *proc)
 {
 	char path[PATH_MAX], src[PATH_MAX];
 	pathf(path, "%s/proc", rootfs);
-	struct statfs sfs;
-	if (statfs(path, &sfs) < 0 || sfs.f_type != PROC_SUPER_MAGIC)
+	if (!take_mount(path, PROC_SUPER_MAGIC))
 		return;
-	if (mount(NULL, path, NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-		die("make %s private: %s", path, strerror(errno));
 	char *names[MAX_NAMES];
 	pathf(src, "%s/driver", proc);
 	int n = dir_names(src, "", names);
