@@ -26,6 +26,12 @@ import (
 // node runs script in nvmock exec on an h100 node and returns its output.
 func node(t *testing.T, script string) string {
 	t.Helper()
+	return nodeOf(t, "h100", script)
+}
+
+// nodeOf runs script in nvmock exec on a node of the built-in profile prof.
+func nodeOf(t *testing.T, prof, script string) string {
+	t.Helper()
 	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
 	if _, err := os.Stat(bin); err != nil {
 		testenv.Missing(t, "%s (run make driver)", bin)
@@ -33,7 +39,7 @@ func node(t *testing.T, script string) string {
 	for _, tool := range []string{"ibstat", "ibnetdiscover", "ibv_devinfo"} {
 		testenv.Tool(t, tool)
 	}
-	cmd := exec.Command(bin, "exec", "--profile", "h100", "--assets", filepath.Join(testenv.BuildDir(), "driver"), "--", "sh", "-c", script)
+	cmd := exec.Command(bin, "exec", "--profile", prof, "--assets", filepath.Join(testenv.BuildDir(), "driver"), "--", "sh", "-c", script)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("nvmock exec: %v\n%s", err, out)
@@ -45,8 +51,13 @@ func node(t *testing.T, script string) string {
 // the slot its name hashes to.
 func model(t *testing.T) *fabric.Fabric {
 	t.Helper()
+	return modelOf(t, "h100")
+}
+
+func modelOf(t *testing.T, prof string) *fabric.Fabric {
+	t.Helper()
 	host, _ := os.Hostname()
-	f, err := fabric.Build(testenv.Node(t, "h100", 8), host, -1)
+	f, err := fabric.Build(testenv.Node(t, prof, 8), host, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,6 +242,67 @@ func TestNvidiaSMITopoListsTheNICs(t *testing.T) {
 		if want := fmt.Sprintf("NIC%d: mlx5_%d\n", i, i); !strings.Contains(out, want) {
 			t.Errorf("nvidia-smi topo -m has no %q in its NIC legend:\n%s", strings.TrimSpace(want), out)
 		}
+	}
+}
+
+// A DGX B200 has two kinds of HCA: ConnectX-7 for compute and dual-port
+// BlueField-3 for storage (port 1 InfiniBand, port 2 Ethernet). Each
+// reports its own part, firmware, PSID and PCI revision, as the real
+// ones do, and topo -m lists all twelve.
+func TestB200HasConnectX7AndBlueField3(t *testing.T) {
+	f := modelOf(t, "b200")
+	bf := f.Find("mlx5_8")
+	out := nodeOf(t, "b200", "ibstat mlx5_0; echo ==; ibstat mlx5_8; echo ==; ibstat mlx5_9; echo ==; ibv_devinfo -d mlx5_8; echo ==; ibnetdiscover -C mlx5_8 | grep -c '^Ca'; echo ==; nvidia-smi topo -m")
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 6 {
+		t.Fatalf("output:\n%s", out)
+	}
+	for i, want := range []map[string]string{
+		{"CA type": "MT4129", "Firmware version": "28.43.3608", "Hardware version": "0", "Rate": "400", "Link layer": "InfiniBand"},
+		{"CA type": "MT41692", "Firmware version": "32.47.1088", "Hardware version": "1", "Rate": "400", "Link layer": "InfiniBand",
+			"Node GUID": fmt.Sprintf("0x%016x", bf.GUID), "Base lid": strconv.Itoa(int(bf.Ports[1].LID))},
+		{"CA type": "MT41692", "Link layer": "Ethernet", "System image GUID": fmt.Sprintf("0x%016x", bf.SysGUID)},
+		{"vendor_part_id": "41692", "hw_ver": "0x1", "board_id": "MT_0000000965", "fw_ver": "32.47.1088"},
+	} {
+		for name, w := range want {
+			if got := field(t, parts[i], name); got != w {
+				t.Errorf("part %d: %s = %q, want %q\n%s", i, name, got, w, parts[i])
+			}
+		}
+	}
+	var cas int
+	for _, nd := range f.Subnets[1].Nodes {
+		if nd.Type != fabric.Switch {
+			cas++
+		}
+	}
+	if got := strings.TrimSpace(parts[4]); got != strconv.Itoa(cas) {
+		t.Errorf("ibnetdiscover on the storage fabric finds %s CAs, want the model's %d", got, cas)
+	}
+	for i := 0; i < 12; i++ {
+		if want := fmt.Sprintf("NIC%d: mlx5_%d\n", i, i); !strings.Contains(parts[5], want) {
+			t.Errorf("nvidia-smi topo -m has no %q in its NIC legend:\n%s", strings.TrimSpace(want), parts[5])
+		}
+	}
+}
+
+// The verbs provider's path is rendered from --assets, so a relative
+// one must be made absolute: libibverbs opens it from the command's own
+// working directory.
+func TestExecTakesARelativeAssetsDir(t *testing.T) {
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "%s (run make driver)", bin)
+	}
+	testenv.Tool(t, "ibv_devices")
+	cmd := exec.Command(bin, "exec", "--profile", "h100", "--assets", "driver", "--", "sh", "-c", "cd / && ibv_devices")
+	cmd.Dir = testenv.BuildDir()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nvmock exec: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "couldn't load driver") || strings.Count(string(out), "mlx5_") != 12 {
+		t.Errorf("ibv_devices with --assets driver (relative):\n%s\nwant the 12 devices and no libibverbs warning", out)
 	}
 }
 

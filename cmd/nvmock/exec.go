@@ -53,10 +53,8 @@ func execCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *assets == "" {
-		if *assets, err = defaultAssets(); err != nil {
-			return err
-		}
+	if *assets, err = assetsDir(*assets); err != nil {
+		return err
 	}
 	// The PCI tree has thousands of files and depends only on the profile:
 	// rendered once into the cache, not on every run.

@@ -106,10 +106,8 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if *slot, err = slotOf(name, *slots, *slot); err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
 	}
-	if *assets == "" {
-		if *assets, err = defaultAssets(); err != nil {
-			return err
-		}
+	if *assets, err = assetsDir(*assets); err != nil {
+		return err
 	}
 	res, err := hostprep.Install(hostprep.InstallOptions{
 		Render: hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers, Hook: hookBinary(),
@@ -138,11 +136,16 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	return nil
 }
 
-// defaultAssets is $NVMOCK_ASSETS, else the built driver tree beside the
-// binary: build/driver for build/bin/nvmock.
-func defaultAssets() (string, error) {
-	if d := os.Getenv("NVMOCK_ASSETS"); d != "" {
-		return d, nil
+// assetsDir is dir made absolute (the paths rendered from it, such as
+// the verbs provider's, are read from other working directories), else
+// $NVMOCK_ASSETS, else the built driver tree beside the binary:
+// build/driver for build/bin/nvmock.
+func assetsDir(dir string) (string, error) {
+	if dir == "" {
+		dir = os.Getenv("NVMOCK_ASSETS")
+	}
+	if dir != "" {
+		return filepath.Abs(dir)
 	}
 	exe, err := os.Executable()
 	if err == nil {

@@ -88,7 +88,8 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 	r.file(dir+"/node_guid", guidText(node))
 	r.file(dir+"/sys_image_guid", guidText(sys))
 	r.file(dir+"/fw_ver", a.FWVersion)
-	r.file(dir+"/hw_rev", "0x0")
+	// mlx5 prints the PCI revision in bare hex: ibstat's "Hardware version: 0".
+	r.file(dir+"/hw_rev", fmt.Sprintf("%x", h.Function.Revision))
 	r.file(dir+"/hca_type", a.HCAType)
 	r.file(dir+"/board_id", a.BoardID)
 	desc := h.Name

@@ -52,6 +52,12 @@
  * providers/mlx5/mlx5.c hca_table); real ibstat output shows "CA type
  * MT4131", "Hardware version: 0" (fw 40.46.5500).
  *
+ * BlueField-3 (MT41692, PCI 0xa2dc): part 41692, and the same
+ * device_cap_flags, max_qp_rd_atom 16 and ATOMIC_HCA, from a real
+ * ibv_devinfo of a B3220 (fw 32.47.1088, board MT_0000000965).
+ *
+ * hw_ver is the PCI revision, as mlx5 gives it: sysfs hw_rev.
+ *
  * No public full -v output of a ConnectX-7 or -8 was found: their limits
  * are the ConnectX-6 ones (same mlx5 firmware interface), until one is. */
 struct hca_model {
@@ -59,13 +65,12 @@ struct hca_model {
 	struct ibv_device_attr caps; /* the fields that do not come from sysfs */
 };
 
-#define MLX5_CAPS(part)                                                        \
+#define MLX5_CAPS(part)                                                          \
 	{                                                                      \
 		.max_mr_size = UINT64_MAX,                                     \
 		.page_size_cap = 0xfffffffffffff000ULL,                        \
 		.vendor_id = 0x02c9,                                           \
 		.vendor_part_id = (part),                                      \
-		.hw_ver = 0x0,                                                 \
 		.max_qp = 131072,                                              \
 		.max_qp_wr = 32768,                                            \
 		.device_cap_flags = 0x21361c36,                                \
@@ -92,9 +97,10 @@ struct hca_model {
 	}
 
 static const struct hca_model models[] = {
-	{ "MT4123", MLX5_CAPS(4123) }, /* ConnectX-6 */
-	{ "MT4129", MLX5_CAPS(4129) }, /* ConnectX-7 */
-	{ "MT4131", MLX5_CAPS(4131) }, /* ConnectX-8 */
+	{ "MT4123", MLX5_CAPS(4123) },   /* ConnectX-6 */
+	{ "MT4129", MLX5_CAPS(4129) },   /* ConnectX-7 */
+	{ "MT4131", MLX5_CAPS(4131) },   /* ConnectX-8 */
+	{ "MT41692", MLX5_CAPS(41692) }, /* BlueField-3 */
 };
 
 /* Port attributes sysfs does not carry, from the same ConnectX-6 -vv
@@ -253,6 +259,8 @@ static int nvmock_query_device_ex(struct ibv_context *ibctx,
 		a->node_guid = parse_guid(buf);
 	if (ca_read(ibctx, buf, sizeof(buf), "sys_image_guid"))
 		a->sys_image_guid = parse_guid(buf);
+	if (ca_read(ibctx, buf, sizeof(buf), "hw_rev"))
+		a->hw_ver = strtoul(buf, NULL, 16);
 	a->phys_port_cnt = ca_count(ibctx, "ports", 0);
 	return 0;
 }
@@ -332,7 +340,7 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 				model = &models[i];
 	if (!model) {
 		/* Inventing limits would be worse than failing to open. */
-		trace("%s: hca_type \"%s\" is not a known ConnectX (MT4123, MT4129, MT4131)",
+		trace("%s: hca_type \"%s\" is not a known ConnectX (MT4123, MT4129, MT4131, MT41692)",
 		      ibdev->name, hca_type);
 		close(cmd_fd); /* ours to close until init takes it */
 		errno = EOPNOTSUPP;
