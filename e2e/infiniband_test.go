@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // fabricOf is the fabric the node's overlay was installed with, as its
@@ -99,6 +101,48 @@ func TestIbpingBetweenTwoContainers(t *testing.T) {
 	r := n.run(t, client, ctr{image: "rdma", cmd: []string{"sh", "-c", fmt.Sprintf("ibping -C mlx5_0 -c 2 %d", lid)}})
 	if r.code != 0 || !strings.Contains(r.out, "2 received, 0% packet loss") {
 		t.Errorf("ibping from one container to ibping -S in another (LID %d): exited %d\n%s", lid, r.code, r.out)
+	}
+}
+
+// A second mock node, nvmock exec on this host with a daemon of its own,
+// joins the e2e node's fabric through the port the chart's plugin listens
+// on (infiniband.peerPort), and pings ibping -S in a container there: the
+// MADs cross two daemons over TCP, as between two real nodes.
+func TestIbpingFromAnotherNodeReachesAContainer(t *testing.T) {
+	n := theNode
+	f := n.fabricOf(t)
+	lid := f.Find("mlx5_0").Ports[1].LID
+	slot := (f.Local + 1) % len(f.Hosts)
+	server := n.runPod(t, optedIn, nil)
+	n.start(t, server, ctr{image: "rdma", cmd: []string{"ibping", "-C", "mlx5_0", "-S"}})
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	// The daemons meet within a second of the exec'd one starting.
+	script := fmt.Sprintf(`sleep 1.5; ibping -C mlx5_0 -c 2 %d; echo ==
+ibnetdiscover -C mlx5_0 | grep -c '"%s mlx5_'`, lid, f.Hosts[f.Local])
+	cmd := exec.Command(bin, "exec", "--profile", n.env["PROFILE"], "--assets", filepath.Join(testenv.BuildDir(), "driver"),
+		"--ib-host", "e2e-peer", "--ib-slot", strconv.Itoa(slot), "--ib-peers", "127.0.0.1:4791", "--", "sh", "-c", script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nvmock exec: %v\n%s", err, out)
+	}
+	parts := strings.Split(string(out), "==\n")
+	if len(parts) != 2 {
+		t.Fatalf("output:\n%s", out)
+	}
+	// Only the container can answer: a real node's port with no ibping -S
+	// is silent (TestTwoNodesPassMADsBetweenTheirDaemons).
+	if !strings.Contains(parts[0], "2 received, 0% packet loss") {
+		t.Errorf("ibping from the exec'd node to ibping -S in a container of the e2e node (LID %d):\n%s\nwant 2 pongs", lid, parts[0])
+	}
+	var compute int
+	for _, h := range n.nodeTree(t).IB.HCAs {
+		if !h.Ethernet && !h.Storage {
+			compute++
+		}
+	}
+	// Each compute CA is named twice: its own line and its leaf's link to it.
+	if got, want := strings.TrimSpace(parts[1]), strconv.Itoa(2*compute); got != want {
+		t.Errorf("ibnetdiscover on the exec'd node names the e2e node's HCAs after its host %q %s times, want %s", f.Hosts[f.Local], got, want)
 	}
 }
 
