@@ -61,7 +61,7 @@ func sourceFlags(t *testing.T, file, fn string) *flag.FlagSet {
 				fs.Bool(name, false, "")
 			case "Duration":
 				fs.Duration(name, 0, "")
-			case "Func":
+			case "Func", "": // fs.Func, or fs.Var of a repeatable flag
 				// A repeatable flag: the values, comma-joined.
 				var vals []string
 				fs.Func(name, "", func(v string) error { vals = append(vals, v); return nil })

@@ -28,6 +28,7 @@ type pool struct {
 	overridden    bool   // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
 	live          bool   // liveValues: a live init container applies them
 	slots         string // --fabric-slots the install gets (fleetValues' infiniband.slots)
+	faults        string // the --ib-fault flags it gets, comma-joined (infiniband.faults)
 	mig           string // --mig the install gets
 }
 
@@ -67,8 +68,12 @@ injection:
   defaultGPUs: "1"
 infiniband:
   slots: {gpu-b: 1, gpu-a: 0}
+  faults: {gpu-b: [mlx5_0=symbol_error:12], gpu-a: [mlx5_3=down, "mlx5_4=link_downed:1"]}
 logLevel: debug
 `
+
+// fleetFaults are the --ib-fault flags of fleetValues, by node then in order.
+const fleetFaults = "gpu-a/mlx5_3=down,gpu-a/mlx5_4=link_downed:1,gpu-b/mlx5_0=symbol_error:12"
 
 func TestChartRendersAndMatchesGoldens(t *testing.T) {
 	type scenario struct {
@@ -79,8 +84,8 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
 		{"fleet", fleetValues, []pool{
-			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced"},
-			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1"},
+			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults},
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1", faults: fleetFaults},
 		}},
 	}
 	for _, name := range profile.Builtins() {
@@ -213,6 +218,9 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	}
 	if p.mig != "" {
 		want["mig"] = p.mig
+	}
+	if p.faults != "" {
+		want["ib-fault"] = p.faults
 	}
 	if !reflect.DeepEqual(set, want) {
 		t.Errorf("%s: hostprep install flags %v, want %v", ds.Name, set, want)

@@ -146,6 +146,32 @@ ibnetdiscover -C mlx5_0 | grep -c '"%s mlx5_'`, lid, f.Hosts[f.Local])
 	}
 }
 
+// The chart's infiniband.faults reach the containers of the node they
+// name (hack/e2e-node.sh gives the e2e node two): a storage HCA with its
+// cable out, and one with error counts, in sysfs and from the PMA.
+func TestPortFaultsFromTheChartShowInContainers(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "rdma", cmd: []string{"sh", "-c", `ibstat mlx5_10 | grep -E 'State|Physical state|Base lid'; echo --
+cat /sys/class/infiniband/mlx5_4/ports/1/counters/symbol_error; echo --
+perfquery -C mlx5_4 | grep -E 'SymbolErrorCounter|LinkDownedCounter'`}})
+	parts := strings.Split(r.out, "--\n")
+	if r.code != 0 || len(parts) != 3 {
+		t.Fatalf("exited %d:\n%s", r.code, r.out)
+	}
+	for _, want := range []string{"State: Down", "Physical state: Polling", "Base lid: 65535"} {
+		if !strings.Contains(parts[0], want) {
+			t.Errorf("ibstat mlx5_10 (infiniband.faults: down):\n%s\nwant %q", parts[0], want)
+		}
+	}
+	if got := strings.TrimSpace(parts[1]); got != "5" {
+		t.Errorf("sysfs symbol_error of mlx5_4: %q, want 5", got)
+	}
+	if !strings.Contains(parts[2], "SymbolErrorCounter:..............5") || !strings.Contains(parts[2], "LinkDownedCounter:...............1") {
+		t.Errorf("perfquery mlx5_4:\n%s\nwant SymbolErrorCounter 5, LinkDownedCounter 1", parts[2])
+	}
+}
+
 // A pod that opts out of InfiniBand gets its GPUs and no HCAs; every
 // image, static and musl too, runs its own commands under the preload.
 func TestInfiniBandOptOutAndImagesThatCannotUseIt(t *testing.T) {

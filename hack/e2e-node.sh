@@ -207,6 +207,11 @@ injection:
   namespaces: [${NAMESPACES//,/, }]
 nri:
   socketPath: $W/nri/nri.sock
+# Port faults on the storage HCAs, which the e2e InfiniBand tests of the
+# compute fabric do not use (e2e/infiniband_test.go).
+infiniband:
+  faults:
+    nvmock-e2e: [mlx5_10=down, "mlx5_4=symbol_error:5,link_downed:1"]
 overlayRoot: $W/overlay
 cdiDir: $W/cdi
 nfdDir: $W/nfd

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/pcisim"
@@ -36,6 +37,9 @@ type Options struct {
 	// FabricSlot is this node's place in its InfiniBand fabric, from 1;
 	// 0 places it by its name (fabric.SlotOf).
 	FabricSlot int
+	// IBFaults are InfiniBand port faults (fabric.Fault); those naming
+	// another node are only checked.
+	IBFaults []fabric.Fault
 	// LazyMIG leaves the MIG capability files and nodes (hundreds) out
 	// unless the node starts with MIG on: nvmock exec, where they would
 	// double the start time of every run.
@@ -161,6 +165,12 @@ func gather(o Options) (*inputs, error) {
 	if node.IB != nil {
 		if in.ib, err = gatherIB(o, node, pci); err != nil {
 			return nil, err
+		}
+	} else {
+		for _, ft := range o.IBFaults {
+			if ft.Node == "" || ft.Node == o.NodeName {
+				return nil, fmt.Errorf("InfiniBand fault %s: profile %s has no InfiniBand", ft, o.Profile.Name)
+			}
 		}
 	}
 	if in.mig, err = gatherMIG(o, in.snap); err != nil {

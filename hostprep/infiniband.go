@@ -30,9 +30,10 @@ var (
 )
 
 type fabricSpec struct {
-	Profile string `json:"profile"` // the resolved profile, as YAML
-	Host    string `json:"host"`
-	Slot    int    `json:"slot"`
+	Profile string         `json:"profile"` // the resolved profile, as YAML
+	Host    string         `json:"host"`
+	Slot    int            `json:"slot"`
+	Faults  []fabric.Fault `json:"faults,omitempty"`
 }
 
 // ibInputs are an InfiniBand node's parts of the overlay.
@@ -50,6 +51,15 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 	}
+	if err := f.Apply(o.IBFaults); err != nil {
+		return nil, fmt.Errorf("InfiniBand fault %w", err)
+	}
+	var faults []fabric.Fault // this node's: another's would change its overlay's hash
+	for _, ft := range o.IBFaults {
+		if ft.Node == "" || ft.Node == o.NodeName {
+			faults = append(faults, ft)
+		}
+	}
 	in := &ibInputs{}
 	for _, a := range []struct {
 		rel string
@@ -63,7 +73,7 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 	if err != nil {
 		return nil, err
 	}
-	if in.spec, err = json.Marshal(fabricSpec{Profile: string(y), Host: o.NodeName, Slot: f.Local}); err != nil {
+	if in.spec, err = json.Marshal(fabricSpec{Profile: string(y), Host: o.NodeName, Slot: f.Local, Faults: faults}); err != nil {
 		return nil, err
 	}
 	// Inert whatever --real-device-numbers says: nothing on the node
@@ -100,7 +110,10 @@ func LoadFabric(overlay string) (*profile.Node, *fabric.Fabric, error) {
 		return nil, nil, err
 	}
 	f, err := fabric.Build(node, s.Host, s.Slot)
-	return node, f, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return node, f, f.Apply(s.Faults)
 }
 
 // hashed is what of the inputs the overlay's hash covers.

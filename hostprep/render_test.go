@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/internal/testenv"
 )
 
@@ -147,5 +148,37 @@ func TestRenderRefusesADirectoryThatIsNotEmpty(t *testing.T) {
 	_, err := hostprep.Render(dir, hostprep.Options{Profile: testenv.Profile(t, "t4", 1), NodeName: node, Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true})
 	if err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("render into a non-empty dir: %v, want a refusal", err)
+	}
+}
+
+// A node's port faults are part of its overlay: the sysfs tree shows them
+// and the fabric the plugin's daemon loads from the overlay has them.
+// Another node's are only checked, and a profile without InfiniBand
+// refuses its own.
+func TestRenderGivesTheNodeItsPortFaults(t *testing.T) {
+	faults := []fabric.Fault{{HCA: "mlx5_3", Down: true}, {Node: "other", HCA: "mlx5_0", Down: true}}
+	ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
+		Profile: testenv.Profile(t, "h100", 8), NodeName: node, Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true, IBFaults: faults,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f, err := hostprep.LoadFabric(ov.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Find("mlx5_3").Ports[1].Down() || f.Find("mlx5_0").Ports[1].Down() {
+		t.Errorf("the loaded fabric: mlx5_3 down %v, mlx5_0 down %v; want only this node's fault", f.Find("mlx5_3").Ports[1].Down(), f.Find("mlx5_0").Ports[1].Down())
+	}
+	b, err := os.ReadFile(filepath.Join(hostprep.SysOf(ov.Dir), "class", "infiniband", "mlx5_3", "ports", "1", "state"))
+	if err != nil || string(b) != "1: DOWN\n" {
+		t.Errorf("sysfs state of mlx5_3: %q, %v", b, err)
+	}
+	_, err = hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
+		Profile: testenv.Profile(t, "l40s", 1), NodeName: node, Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true,
+		IBFaults: []fabric.Fault{{HCA: "mlx5_0", Down: true}},
+	})
+	if err == nil || !strings.Contains(err.Error(), "mlx5_0=down: profile l40s has no InfiniBand") {
+		t.Errorf("a fault on a node without InfiniBand: %v, want it refused", err)
 	}
 }

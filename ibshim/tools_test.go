@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func node(t *testing.T, script string) string {
 }
 
 // nodeOf runs script in nvmock exec on a node of the built-in profile prof.
-func nodeOf(t *testing.T, prof, script string) string {
+func nodeOf(t *testing.T, prof, script string, execArgs ...string) string {
 	t.Helper()
 	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
 	if _, err := os.Stat(bin); err != nil {
@@ -39,7 +40,8 @@ func nodeOf(t *testing.T, prof, script string) string {
 	for _, tool := range []string{"ibstat", "ibnetdiscover", "ibv_devinfo"} {
 		testenv.Tool(t, tool)
 	}
-	cmd := exec.Command(bin, "exec", "--profile", prof, "--assets", filepath.Join(testenv.BuildDir(), "driver"), "--", "sh", "-c", script)
+	args := append([]string{"exec", "--profile", prof, "--assets", filepath.Join(testenv.BuildDir(), "driver")}, execArgs...)
+	cmd := exec.Command(bin, append(args, "--", "sh", "-c", script)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("nvmock exec: %v\n%s", err, out)
@@ -283,6 +285,59 @@ func TestB200HasConnectX7AndBlueField3(t *testing.T) {
 		if want := fmt.Sprintf("NIC%d: mlx5_%d\n", i, i); !strings.Contains(parts[5], want) {
 			t.Errorf("nvidia-smi topo -m has no %q in its NIC legend:\n%s", strings.TrimSpace(want), parts[5])
 		}
+	}
+}
+
+// A port with its cable out and one with error counts show as on a real
+// node: sysfs (ibstat, the verbs provider) and the fabric (iblinkinfo,
+// discovery, the SM) agree that the link is down, and the PMA's error
+// counters read what was set until perfquery resets them.
+func TestPortFaultsShowInEveryPlane(t *testing.T) {
+	f := model(t)
+	var cas int
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Type == fabric.CA {
+			cas++
+		}
+	}
+	out := nodeOf(t, "h100", `ibstat mlx5_3; echo ==; ibv_devinfo -d mlx5_3; echo ==
+cat /sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error /sys/class/infiniband/mlx5_0/ports/1/counters/link_downed; echo ==
+perfquery -C mlx5_0; echo ==; perfquery -C mlx5_0 -R; perfquery -C mlx5_0; echo ==
+iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'; echo ==
+ibnetdiscover -C mlx5_0 | grep -c '^Ca'; echo ==
+sminfo -C mlx5_3 >/dev/null 2>&1; echo $?`,
+		"--ib-fault", "mlx5_3=down", "--ib-fault", "mlx5_0=symbol_error:12,link_downed:1")
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 8 {
+		t.Fatalf("output:\n%s", out)
+	}
+	for name, want := range map[string]string{"State": "Down", "Physical state": "Polling", "Rate": "10", "Base lid": "65535", "SM lid": "0"} {
+		if got := field(t, parts[0], name); got != want {
+			t.Errorf("ibstat mlx5_3 (cable out): %s = %q, want %q", name, got, want)
+		}
+	}
+	for name, want := range map[string]string{"state": "PORT_DOWN (1)", "port_lid": "65535", "sm_lid": "0"} {
+		if got := field(t, parts[1], name); got != want {
+			t.Errorf("ibv_devinfo mlx5_3: %s = %q, want %q", name, got, want)
+		}
+	}
+	if got := strings.Fields(parts[2]); !slices.Equal(got, []string{"12", "1"}) {
+		t.Errorf("sysfs counters symbol_error, link_downed of mlx5_0: %v, want 12 and 1", got)
+	}
+	if a, b := field(t, parts[3], "SymbolErrorCounter"), field(t, parts[3], "LinkDownedCounter"); a != "12" || b != "1" {
+		t.Errorf("perfquery mlx5_0: SymbolErrorCounter %s, LinkDownedCounter %s; want 12 and 1", a, b)
+	}
+	if a := field(t, parts[4], "SymbolErrorCounter"); a != "0" {
+		t.Errorf("perfquery after perfquery -R: SymbolErrorCounter %s, want 0", a)
+	}
+	if got := strings.TrimSpace(parts[5]); got != "1" {
+		t.Errorf("iblinkinfo shows %s links Down/Polling, want 1 (the leaf's port to mlx5_3)", got)
+	}
+	if got := strings.TrimSpace(parts[6]); got != strconv.Itoa(cas-1) {
+		t.Errorf("ibnetdiscover finds %s CAs, want the fabric's %d but mlx5_3", got, cas-1)
+	}
+	if got := strings.TrimSpace(parts[7]); got == "0" {
+		t.Error("sminfo through the down port found an SM")
 	}
 }
 

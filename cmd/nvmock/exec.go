@@ -37,8 +37,14 @@ func execCmd(args []string) error {
 	lf.add(fs)
 	var ib ibFlags
 	ib.add(fs)
+	fs.SetOutput(io.Discard) // one line for a bad flag; the flags for --help
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("exec: %w (see nvmock exec --help)", err)
 	}
 	if err := ib.peers.check(); err != nil {
 		return fmt.Errorf("exec: %w", err)
@@ -64,6 +70,9 @@ func execCmd(args []string) error {
 	}
 	pci := pcisim.Files(node)
 	env := os.Environ()
+	if node.IB == nil && len(ib.faults) > 0 {
+		return fmt.Errorf("exec: --ib-fault %s: profile %s has no InfiniBand", ib.faults[0], p.Name)
+	}
 	if node.IB != nil {
 		stop, err := startFabric(node, *assets, &ib, &pci, &env)
 		if err != nil {
@@ -123,6 +132,9 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 	if err != nil {
 		return nil, err
 	}
+	if err := fab.Apply(ib.faults); err != nil {
+		return nil, fmt.Errorf("--ib-fault %w", err)
+	}
 	*pci = append(*pci, ibsysfs.Files(node, fab)...)
 	dir, err := os.MkdirTemp("", "nvmock-ibd-")
 	if err != nil {
@@ -157,13 +169,15 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 // ibFlags place an exec'd node in its fabric, for tests of several nodes
 // on one machine.
 type ibFlags struct {
-	host  string
-	slot  int
-	peers peerFlags
+	host   string
+	slot   int
+	peers  peerFlags
+	faults faultFlags
 }
 
 func (f *ibFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.host, "ib-host", "", "this node's host name in its InfiniBand fabric (default: the hostname)")
 	fs.IntVar(&f.slot, "ib-slot", -1, "this node's place in the fabric, 0 to nodes-1 (default: from its host name)")
 	f.peers.add(fs, "ib-")
+	fs.Var(&f.faults, "ib-fault", faultUsage)
 }

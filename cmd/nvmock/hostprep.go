@@ -70,6 +70,8 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1 (default: from its name)")
 	mig := fs.String("mig", "", migFlagHelp)
 	slots := fs.String("fabric-slots", "", "NODE=SLOT,...: the places of named nodes (the chart's infiniband.slots); others take --fabric-slot")
+	var faults faultFlags
+	fs.Var(&faults, "ib-fault", faultUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,7 +113,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	}
 	res, err := hostprep.Install(hostprep.InstallOptions{
 		Render: hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers, Hook: hookBinary(),
-			FabricSlot: *slot + 1, MIG: *mig},
+			FabricSlot: *slot + 1, IBFaults: faults, MIG: *mig},
 		Root:     *root,
 		CDIDir:   *cdiDir,
 		NFDDir:   *nfdDir,

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -26,8 +28,16 @@ func ibdCmd(args []string) error {
 	lf.add(fs)
 	var pf peerFlags
 	pf.add(fs, "")
+	var faults faultFlags
+	fs.Var(&faults, "fault", faultUsage)
+	fs.SetOutput(io.Discard) // one line for a bad flag; the flags for --help
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("ibd: %w (see nvmock ibd --help)", err)
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("ibd: unexpected argument %q", fs.Arg(0))
@@ -49,6 +59,9 @@ func ibdCmd(args []string) error {
 	f, err := fabric.Build(node, nodeNameOr(*host), *slot)
 	if err != nil {
 		return fmt.Errorf("ibd: --slot: %w", err)
+	}
+	if err := f.Apply(faults); err != nil {
+		return fmt.Errorf("ibd: --fault %w", err)
 	}
 	l, err := ibd.Listen(*socket)
 	if err != nil {
@@ -144,3 +157,21 @@ func (f *peerFlags) start(d *ibd.Daemon) (stop func(), err error) {
 	}, done)
 	return stop, nil
 }
+
+// faultFlags collect repeated --ib-fault flags ([NODE/]HCA=down or
+// [NODE/]HCA=COUNTER:N,...), parsed as they come, so that a bad one is
+// named by its flag.
+type faultFlags []fabric.Fault
+
+func (f *faultFlags) String() string { return "" }
+
+func (f *faultFlags) Set(s string) error {
+	ft, err := fabric.ParseFault(s)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, ft)
+	return nil
+}
+
+const faultUsage = "an InfiniBand port fault, repeatable: [NODE/]HCA=down (cable out) or\n[NODE/]HCA=COUNTER:N,... (error counters such as symbol_error:12); NODE: for that node only"

@@ -169,6 +169,9 @@ func (s *Subnet) route() {
 	queue := make([]int, 0, len(s.Nodes))
 	var next []int
 	for lid := uint16(1); lid <= s.TopLID; lid++ {
+		if s.ByLID[lid] == nil {
+			continue // a down port's: the LFTs leave it unreachable
+		}
 		for i := range dist {
 			dist[i] = -1
 		}

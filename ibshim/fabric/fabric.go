@@ -70,6 +70,8 @@ type Port struct {
 	LID   uint16
 	Peer  *Port // the other end of its cable; nil: port 0 or not cabled
 	Speed profile.IBSpeed
+	// Errors are a faulty port's PMA error counters (Fault), by name.
+	Errors map[string]uint64
 }
 
 // IsSwitchPort0 says whether the port is a switch's management port.

@@ -14,6 +14,18 @@ const (
 	allPorts            = 0xff
 )
 
+// errorFields place PortCounters' error counters (IBA 16.1.3.5), by
+// their sysfs names: the byte, and for the two 4-bit counters sharing
+// byte 19, the nibble.
+var errorFields = map[string]struct{ off, shift int }{
+	"symbol_error": {4, 0}, "link_error_recovery": {6, 0}, "link_downed": {7, 0},
+	"port_rcv_errors": {8, 0}, "port_rcv_remote_physical_errors": {10, 0},
+	"port_rcv_switch_relay_errors": {12, 0}, "port_xmit_discards": {14, 0},
+	"port_xmit_constraint_errors": {16, 0}, "port_rcv_constraint_errors": {17, 0},
+	"local_link_integrity_errors": {19, 4}, "excessive_buffer_overrun_errors": {19, 0},
+	"VL15_dropped": {22, 0},
+}
+
 // counters are one port's traffic: the MADs that crossed it. Data counts
 // 32-bit words, as the PMA does.
 type counters struct {
@@ -84,15 +96,22 @@ func (d *Daemon) perf(m mad, at *fabric.Port, req, data []byte) uint16 {
 	if m.method() == methodSet {
 		for _, p := range ports {
 			delete(d.counters, p)
+			d.reset[p] = true
 		}
 	}
 	var sum counters
+	errs := map[string]uint64{}
 	for _, p := range ports {
 		if c := d.counters[p]; c != nil {
 			sum.xmitData += c.xmitData
 			sum.rcvData += c.rcvData
 			sum.xmitPkts += c.xmitPkts
 			sum.rcvPkts += c.rcvPkts
+		}
+		if !d.reset[p] {
+			for k, v := range p.Errors {
+				errs[k] += v
+			}
 		}
 	}
 	data[1] = sel
@@ -105,6 +124,18 @@ func (d *Daemon) perf(m mad, at *fabric.Port, req, data []byte) uint16 {
 		put64(data[40:], sum.xmitPkts) // every MAD is unicast
 		put64(data[48:], sum.rcvPkts)
 		return 0
+	}
+	// The error counters a fault set (fabric.Fault), each in its field.
+	for _, c := range fabric.ErrorCounters {
+		v, f := min(errs[c.Name], c.Max), errorFields[c.Name]
+		switch c.Max {
+		case 0xffff:
+			put16(data[f.off:], uint16(v))
+		case 0xff:
+			data[f.off] = byte(v)
+		default:
+			data[f.off] |= byte(v) << f.shift
+		}
 	}
 	// The 32-bit counters stop at their maximum (IBA 16.1.3.5).
 	sat := func(v uint64) uint32 { return uint32(min(v, 0xffffffff)) }

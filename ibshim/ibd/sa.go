@@ -116,6 +116,9 @@ func (d *Daemon) sa(m mad, from *fabric.Port) (out []byte, attrOffset int, statu
 		}
 	case attrGUIDInfoRecord:
 		for lid := 1; lid <= int(s.TopLID); lid++ {
+			if s.ByLID[lid] == nil {
+				continue // a down port's
+			}
 			r := make([]byte, kind.size)
 			put16(r, uint16(lid))
 			put64(r[8:], s.ByLID[lid].GUID)
@@ -176,6 +179,9 @@ func (d *Daemon) nodeRecords(s *fabric.Subnet) [][]byte {
 		if nd.Type == fabric.CA {
 			p = nd.Ports[1]
 		}
+		if p.Down() {
+			continue // the SM took it out of the subnet
+		}
 		r := make([]byte, 108)
 		put16(r, p.LID)
 		nodeInfo(nd, p, r[4:44])
@@ -189,7 +195,7 @@ func (d *Daemon) portInfoRecords(s *fabric.Subnet) [][]byte {
 	var out [][]byte
 	for _, nd := range s.Nodes {
 		for _, p := range nd.Ports {
-			if p == nil {
+			if p == nil || p.Down() {
 				continue
 			}
 			r := make([]byte, 68)
@@ -212,12 +218,15 @@ func (d *Daemon) pathRecords(s *fabric.Subnet, from *fabric.Port, tmpl []byte, m
 	} else if mask&(1<<3) != 0 {
 		src = s.ByGUID(binary.BigEndian.Uint64(tmpl[32:]))
 	}
-	if src == nil {
+	if src == nil || src.Down() {
 		return nil
 	}
 	var out [][]byte
 	for lid := 1; lid <= int(s.TopLID); lid++ {
 		dst := s.ByLID[lid]
+		if dst == nil {
+			continue // a down port's
+		}
 		r := make([]byte, 64)
 		put64(r[8:], s.Prefix)
 		put64(r[16:], dst.GUID)

@@ -31,6 +31,7 @@ type Daemon struct {
 
 	mu       sync.Mutex
 	counters map[*fabric.Port]*counters
+	reset    map[*fabric.Port]bool // ports whose fault's error counters a PerfMgt Set cleared
 	agents   []*agent
 	pending  map[pendingKey]*pending
 	peers    map[int]*peer // other real nodes' daemons, by slot
@@ -91,7 +92,7 @@ func (c *conn) send(u packet) {
 // New makes the daemon of a node, whose HCAs are the packet devices in
 // order (as the sysfs plane numbers them).
 func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
-	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{},
+	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, reset: map[*fabric.Port]bool{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{},
 		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}}
 	for _, h := range n.IB.HCAs {
 		var p *fabric.Port
@@ -226,6 +227,12 @@ func (d *Daemon) handle(c *conn, u packet) []outgoing {
 	}
 	if m.isResponse() {
 		d.answered(from, u)
+		return d.out
+	}
+	// A port whose link is down reaches only its own SMA (a directed
+	// route of no hops, which Walk gives); anything it sends out is lost.
+	if from.Down() && m.class() != classSMPDR {
+		d.timeout(c, u)
 		return d.out
 	}
 	switch m.class() {

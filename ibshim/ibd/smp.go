@@ -129,7 +129,9 @@ func (d *Daemon) portInfo(p, in *fabric.Port, b []byte) {
 	put64(b[8:], s.Prefix)
 	if !external {
 		put16(b[16:], p.LID)
-		put16(b[18:], s.SM.LID)
+		if !p.Down() { // no SM has reached it
+			put16(b[18:], s.SM.LID)
+		}
 		cap := uint32(fabric.CACapMask)
 		if nd.Type == fabric.Switch {
 			cap = switchCapMask

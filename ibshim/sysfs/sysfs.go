@@ -103,16 +103,30 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 	r.link("class/infiniband/"+h.Name, dir)
 
 	port := dir + "/ports/1"
+	state, phys := "4: ACTIVE", "5: LinkUp"
 	rate := fmt.Sprintf("%d Gb/sec (4X %s)", a.Speed.Gbps(), a.Speed)
-	r.file(port+"/state", "4: ACTIVE")
-	r.file(port+"/phys_state", "5: LinkUp")
+	var errs map[string]uint64
+	if nd != nil {
+		errs = nd.Ports[1].Errors
+		if nd.Ports[1].Down() {
+			// As a real ConnectX port with its cable out: ibstat's "Rate: 10".
+			state, phys, rate = "1: DOWN", "2: Polling", "10 Gb/sec (4X SDR)"
+		}
+	}
+	r.file(port+"/state", state)
+	r.file(port+"/phys_state", phys)
 	r.file(port+"/rate", rate)
 	r.file(port+"/lid_mask_count", "0")
 	r.file(port+"/sm_sl", "0")
+	r.counters(port, errs)
 	if nd != nil {
 		p := nd.Ports[1]
+		sm := nd.Subnet.SM.LID
+		if p.Down() {
+			sm = 0
+		}
 		r.file(port+"/lid", fmt.Sprintf("0x%x", p.LID))
-		r.file(port+"/sm_lid", fmt.Sprintf("0x%x", nd.Subnet.SM.LID))
+		r.file(port+"/sm_lid", fmt.Sprintf("0x%x", sm))
 		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", fabric.CACapMask))
 		r.file(port+"/link_layer", "InfiniBand")
 	} else {
@@ -163,6 +177,24 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 	r.file(v+"/dev", inertDevNode)
 	r.link(v+"/device", pci)
 	r.link(fmt.Sprintf("class/infiniband_verbs/uverbs%d", i), v)
+}
+
+// counters renders a port's PMA counters as mlx5 shows them: the error
+// counters a fault set (else 0), and traffic counters at 0, for sysfs
+// files do not move here (perfquery's, from the fabric daemon, do).
+func (r *renderer) counters(port string, errs map[string]uint64) {
+	for _, c := range fabric.ErrorCounters {
+		r.file(port+"/counters/"+c.Name, fmt.Sprint(errs[c.Name]))
+	}
+	for _, k := range trafficCounters {
+		r.file(port+"/counters/"+k, "0")
+	}
+}
+
+// trafficCounters are the PMA data and packet counters of ports/N/counters.
+var trafficCounters = []string{
+	"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "port_xmit_wait",
+	"unicast_xmit_packets", "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets",
 }
 
 // guidText is a GUID as sysfs spells it: "a088:c203:0045:1a2c".

@@ -1,0 +1,155 @@
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Fault is what is wrong with one of a node's HCA ports, as an operator
+// gives it: "mlx5_3=down", "mlx5_0=symbol_error:12,link_downed:1", or with
+// the node it is for, "gpu-node-1/mlx5_3=down".
+type Fault struct {
+	Node     string // "": the node it is given to
+	HCA      string
+	Down     bool              // the cable is out: Down, Polling, no LID
+	Counters map[string]uint64 // PMA error counters, by their sysfs names
+}
+
+// ErrorCounter is one of the PMA's error counters (IBA 16.1.3.5
+// PortCounters), by the name of its sysfs ports/N/counters file, with its
+// largest value: the PMA stops counting at its field's width.
+type ErrorCounter struct {
+	Name string
+	Max  uint64
+}
+
+// ErrorCounters are the counters a fault may set, in PortCounters order.
+var ErrorCounters = []ErrorCounter{
+	{"symbol_error", 0xffff}, {"link_error_recovery", 0xff}, {"link_downed", 0xff},
+	{"port_rcv_errors", 0xffff}, {"port_rcv_remote_physical_errors", 0xffff},
+	{"port_rcv_switch_relay_errors", 0xffff}, {"port_xmit_discards", 0xffff},
+	{"port_xmit_constraint_errors", 0xff}, {"port_rcv_constraint_errors", 0xff},
+	{"local_link_integrity_errors", 0xf}, {"excessive_buffer_overrun_errors", 0xf},
+	{"VL15_dropped", 0xffff},
+}
+
+func counterMax(name string) (uint64, bool) {
+	for _, c := range ErrorCounters {
+		if c.Name == name {
+			return c.Max, true
+		}
+	}
+	return 0, false
+}
+
+func counterNames() string {
+	var n []string
+	for _, c := range ErrorCounters {
+		n = append(n, c.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// String is the fault as ParseFault reads it.
+func (ft Fault) String() string {
+	var what []string
+	if ft.Down {
+		what = append(what, "down")
+	}
+	for _, c := range ErrorCounters {
+		if v, ok := ft.Counters[c.Name]; ok {
+			what = append(what, fmt.Sprintf("%s:%d", c.Name, v))
+		}
+	}
+	s := ft.HCA + "=" + strings.Join(what, ",")
+	if ft.Node != "" {
+		s = ft.Node + "/" + s
+	}
+	return s
+}
+
+// ParseFault reads one fault; the error names what is wrong with it.
+func ParseFault(s string) (Fault, error) {
+	var f Fault
+	target, what, ok := strings.Cut(strings.TrimSpace(s), "=")
+	if !ok || what == "" {
+		return f, errors.New("want [NODE/]HCA=down or [NODE/]HCA=COUNTER:N[,...], such as mlx5_3=down")
+	}
+	if n, h, ok := strings.Cut(target, "/"); ok {
+		f.Node, target = n, h
+	}
+	if !strings.HasPrefix(target, "mlx5_") {
+		return f, fmt.Errorf("%q is not an HCA name such as mlx5_3", target)
+	}
+	f.HCA = target
+	for _, item := range strings.Split(what, ",") {
+		if item == "down" {
+			f.Down = true
+			continue
+		}
+		name, num, ok := strings.Cut(item, ":")
+		max, known := counterMax(name)
+		if !known {
+			return f, fmt.Errorf("%q is neither down nor an error counter (%s)", name, counterNames())
+		}
+		v, err := strconv.ParseUint(num, 10, 64)
+		if !ok || err != nil {
+			return f, fmt.Errorf("%s needs a count, such as %s:12", name, name)
+		}
+		if v > max {
+			return f, fmt.Errorf("%s counts to %d at most (its PortCounters field stops there)", name, max)
+		}
+		if f.Counters == nil {
+			f.Counters = map[string]uint64{}
+		}
+		f.Counters[name] = v
+	}
+	return f, nil
+}
+
+// Apply gives the local node's HCAs the faults meant for it (those naming
+// no node or host). A down port is uncabled: both ends show Down and
+// Polling, directed routes through it end there, and its LID is gone, as
+// the SM takes it out of the subnet.
+func (f *Fabric) Apply(faults []Fault) error {
+	host := f.Hosts[f.Local]
+	rerouted := map[*Subnet]bool{}
+	defer func() {
+		for s := range rerouted {
+			s.route()
+		}
+	}()
+	for _, ft := range faults {
+		// Every node has the same HCAs: another's fault is checked too.
+		nd := f.Find(ft.HCA)
+		if nd == nil {
+			return fmt.Errorf("%s: the node has no InfiniBand HCA %s (Ethernet ports are in no fabric)", ft, ft.HCA)
+		}
+		if ft.Node != "" && ft.Node != host {
+			continue
+		}
+		p := nd.Ports[1]
+		if ft.Down && p.Peer != nil {
+			p.Peer.Peer, p.Peer = nil, nil
+			nd.Subnet.ByLID[p.LID] = nil
+			p.LID = NoLID
+			rerouted[nd.Subnet] = true
+		}
+		for k, v := range ft.Counters {
+			if p.Errors == nil {
+				p.Errors = map[string]uint64{}
+			}
+			p.Errors[k] = v
+		}
+	}
+	return nil
+}
+
+// NoLID is a port's LID before an SM gives it one, as ibstat shows a down
+// port's: 65535.
+const NoLID = 0xffff
+
+// Down says whether a CA's port has lost its link.
+func (p *Port) Down() bool { return p.Node.Type == CA && p.Peer == nil }
