@@ -341,6 +341,38 @@ sminfo -C mlx5_3 >/dev/null 2>&1; echo $?`,
 	}
 }
 
+// A GB200 tray's four ConnectX-7 are its compute HCAs, cabled into a
+// rack's fabric; its BlueField-3s are Ethernet, in none.
+func TestGB200TrayHasFourComputeHCAs(t *testing.T) {
+	f := modelOf(t, "gb200")
+	var cas int
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Type == fabric.CA {
+			cas++
+		}
+	}
+	out := nodeOf(t, "gb200", "ibstat -l | wc -l; echo ==; ibstat mlx5_0; echo ==; ibstat mlx5_2; echo ==; ibhosts | wc -l; echo ==; nvidia-smi topo -m")
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 5 {
+		t.Fatalf("output:\n%s", out)
+	}
+	if got := strings.TrimSpace(parts[0]); got != "8" {
+		t.Errorf("ibstat -l lists %s devices, want 8 (4 ConnectX-7, 4 BlueField-3 functions)", got)
+	}
+	if a, b := field(t, parts[1], "CA type"), field(t, parts[1], "Link layer"); a != "MT4129" || b != "InfiniBand" {
+		t.Errorf("mlx5_0: %s, %s; want MT4129 on InfiniBand", a, b)
+	}
+	if a, b := field(t, parts[2], "CA type"), field(t, parts[2], "Link layer"); a != "MT41692" || b != "Ethernet" {
+		t.Errorf("mlx5_2: %s, %s; want MT41692 on Ethernet", a, b)
+	}
+	if got := strings.TrimSpace(parts[3]); got != strconv.Itoa(cas) || cas != 18*4 {
+		t.Errorf("ibhosts lists %s CAs; the model has %d, want 18 trays x 4", got, cas)
+	}
+	if !strings.Contains(parts[4], "NIC7: mlx5_7\n") {
+		t.Errorf("nvidia-smi topo -m lists no NIC7:\n%s", parts[4])
+	}
+}
+
 // The verbs provider's path is rendered from --assets, so a relative
 // one must be made absolute: libibverbs opens it from the command's own
 // working directory.
