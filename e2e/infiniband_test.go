@@ -40,7 +40,7 @@ func TestRDMAContainerSeesTheHCAsAndTheFabric(t *testing.T) {
 	ca := f.Find("mlx5_0")
 	var other *fabric.Node
 	for _, nd := range ca.Subnet.Nodes {
-		if nd.Type == fabric.CA && nd.Slot != f.Local {
+		if nd.Type == fabric.CA && nd.Slot >= 0 && nd.Slot != f.Local { // a host, not an Aggregation Node
 			other = nd
 			break
 		}

@@ -373,6 +373,43 @@ func TestGB200TrayHasFourComputeHCAs(t *testing.T) {
 	}
 }
 
+// On a Quantum (HDR) fabric every switch lists 41 ports, the last its
+// SHARP Aggregation Node, which ibhosts and iblinkinfo show as real ones
+// do and which runs no ibping server.
+func TestQuantumAggregationNodesShowInTheTools(t *testing.T) {
+	f := modelOf(t, "a100")
+	var switches int
+	var an *fabric.Node
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Type == fabric.Switch {
+			switches++
+		} else if nd.Slot < 0 && an == nil {
+			an = nd
+		}
+	}
+	lid := an.Ports[1].LID
+	out := nodeOf(t, "a100", fmt.Sprintf(`ibswitches -C mlx5_0 | grep -c 'ports 41 '; echo ==
+ibhosts -C mlx5_0 | grep -c '"Mellanox Technologies Aggregation Node"'; echo ==
+iblinkinfo -C mlx5_0 | grep -c ' 41\[  \] ==( 4X        53.125 Gbps Active/  LinkUp)==> .*"Mellanox Technologies Aggregation Node"'; echo ==
+smpquery -C mlx5_0 nodeinfo %d; echo ==
+ibping -C mlx5_0 -c 1 -t 200 %d`, lid, lid))
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 5 {
+		t.Fatalf("output:\n%s", out)
+	}
+	for i, what := range []string{"ibswitches lines with 41 ports", "ibhosts' Aggregation Nodes", "iblinkinfo's port-41 links to them"} {
+		if got := strings.TrimSpace(parts[i]); got != strconv.Itoa(switches) {
+			t.Errorf("%s: %s, want one per switch, %d", what, got, switches)
+		}
+	}
+	if got := field(t, parts[3], "DevId"); got != "0xcf09" {
+		t.Errorf("smpquery nodeinfo of an Aggregation Node: DevId %s, want 0xcf09", got)
+	}
+	if !strings.Contains(parts[4], "100% packet loss") {
+		t.Errorf("ibping to an Aggregation Node:\n%s\nwant a timeout", parts[4])
+	}
+}
+
 // The verbs provider's path is rendered from --assets, so a relative
 // one must be made absolute: libibverbs opens it from the command's own
 // working directory.

@@ -48,6 +48,14 @@ type IBSwitch struct {
 	Ports     int    `json:"ports"`     // InfiniBand ports, 64 on a QM9700
 	FWVersion string `json:"fwVersion"` // "31.2012.1068"
 	OUI       string `json:"oui"`       // GUID prefix
+	// AggregationNode is the switch ASIC's SHARP Aggregation Node, a CA
+	// on the port after the last: absent, the switch shows none.
+	AggregationNode *IBAggregationNode `json:"aggregationNode,omitempty"`
+}
+
+// IBAggregationNode is what a switch's SHARP Aggregation Node reports.
+type IBAggregationNode struct {
+	DeviceID string `json:"deviceId"` // NodeInfo device id, "0xcf09" on Quantum
 }
 
 // IBSpeed is a port's signalling rate, 4X wide.
@@ -104,6 +112,7 @@ type IBFabric struct {
 	Switch         IBSwitch
 	SwitchDeviceID uint16
 	SwitchOUI      uint32
+	ANDeviceID     uint16 // the switches' Aggregation Node's; 0: none
 	ComputeRails   int
 	StorageRails   int
 }
@@ -190,6 +199,12 @@ func (p *Profile) validateInfiniBand(c *checker) {
 	if !ouiRE.MatchString(s.OUI) {
 		c.fail("infiniband.fabric.switch.oui", "%q is not 6 lowercase hex digits such as \"fc6a1c\"", s.OUI)
 	}
+	if an := s.AggregationNode; an != nil {
+		c.hex("infiniband.fabric.switch.aggregationNode.deviceId", an.DeviceID, 16, true)
+		if s.Ports >= maxSwitchPorts {
+			c.fail("infiniband.fabric.switch.ports", "%d ports leave no port number for the Aggregation Node; use at most %d", s.Ports, maxSwitchPorts-1)
+		}
+	}
 }
 
 // resolveIB types the node's InfiniBand; the profile is validated. The
@@ -231,6 +246,10 @@ func (p *Profile) resolveIB(t *PCITree) (*IB, error) {
 	oui, _ := parseHex("0x"+f.Switch.OUI, 24)
 	out.Fabric = IBFabric{Name: f.Name, HostName: f.HostName, Nodes: f.Nodes, Spines: f.Spines, Switch: f.Switch,
 		SwitchDeviceID: uint16(dev), SwitchOUI: oui, ComputeRails: compute, StorageRails: storage}
+	if an := f.Switch.AggregationNode; an != nil {
+		id, _ := parseHex(an.DeviceID, 16)
+		out.Fabric.ANDeviceID = uint16(id)
+	}
 	if down := f.Switch.Ports / 2; f.Nodes > down && (compute > 0 || storage > 0) {
 		return nil, fmt.Errorf("infiniband.fabric.nodes: %d nodes do not fit on a %s leaf: it takes %d (half its %d ports; the other half go to the spines); use at most %d", f.Nodes, f.Switch.Model, down, f.Switch.Ports, down)
 	}

@@ -59,11 +59,28 @@ func (b *builder) switchNode(s *Subnet, role string, i int) *Node {
 		FWVersion: sw.FWVersion, Slot: -1, Subnet: s, PartitionCap: switchPartitionCap,
 		LinearFDBCap: linearFDBCap, MulticastFDBCap: multicastFDBCap,
 		Desc: fmt.Sprintf("MF0;%s-%s-%s%02d:%s/U1", b.f.Name, s.Name, role, i+1, sw.Model)}
-	nd.Ports = make([]*Port, sw.Ports+1)
+	n := sw.Ports + 1
+	if b.spec.ANDeviceID != 0 {
+		n++ // the Aggregation Node's port
+	}
+	nd.Ports = make([]*Port, n)
 	for p := range nd.Ports {
 		nd.Ports[p] = &Port{Node: nd, Num: p, GUID: g}
 	}
 	return nd
+}
+
+// aggregationNode is switch sw's SHARP Aggregation Node: a CA inside the
+// ASIC, on its last port. A real Quantum's node GUID is its switch's plus
+// 8; its other GUIDs and revision are not known and follow the switch's.
+func (b *builder) aggregationNode(sw *Node) *Node {
+	g := sw.GUID + 8
+	an := &Node{Type: CA, GUID: g, SysGUID: g, DeviceID: b.spec.ANDeviceID, Revision: sw.Revision,
+		FWVersion: sw.FWVersion, Slot: -1, Subnet: sw.Subnet, PartitionCap: caPartitionCap,
+		Desc: "Mellanox Technologies Aggregation Node"}
+	an.Ports = []*Port{nil, {Node: an, Num: 1, GUID: g}}
+	cable(an.Ports[1], sw.Ports[len(sw.Ports)-1])
+	return an
 }
 
 // subnet cables one rail-optimized subnet: HCA rail r of every node on
@@ -105,9 +122,15 @@ func (b *builder) subnet(name string, storage bool, rails, spines int) *Subnet {
 			s.Nodes = append(s.Nodes, ca)
 		}
 	}
+	// After the hosts, so that the hosts' LIDs do not depend on them.
+	if b.spec.ANDeviceID != 0 {
+		for _, sw := range append(append([]*Node{}, sp...), leaves...) {
+			s.Nodes = append(s.Nodes, b.aggregationNode(sw))
+		}
+	}
 	speed := profile.SpeedNDR
 	for _, nd := range s.Nodes {
-		if nd.Type == CA {
+		if nd.Type == CA && nd.Slot >= 0 {
 			speed = nd.Ports[1].Speed
 			break
 		}
@@ -115,12 +138,16 @@ func (b *builder) subnet(name string, storage bool, rails, spines int) *Subnet {
 	lid := uint16(1)
 	for _, nd := range s.Nodes {
 		base := nd.Ports[0]
-		if nd.Type == CA {
-			base = nd.Ports[1]
-		} else {
+		switch {
+		case nd.Type == Switch:
 			for _, p := range nd.Ports {
 				p.Speed = speed
 			}
+		case nd.Slot < 0: // an Aggregation Node runs at its switch's speed
+			base = nd.Ports[1]
+			base.Speed = speed
+		default:
+			base = nd.Ports[1]
 		}
 		base.LID = lid
 		s.byGUID[nd.GUID] = base

@@ -160,3 +160,46 @@ func TestACardsPortsShareItsSystemGUID(t *testing.T) {
 		t.Errorf("mlx5_1 %#x (system %#x), mlx5_2 %#x (system %#x): want one system GUID, port 2 = port 1 + 1", p1, sys1, p2, sys2)
 	}
 }
+
+// A Quantum switch of the a100 fabric has its SHARP Aggregation Node on
+// port 41: a CA with its switch's GUID plus 8, numbered after the hosts,
+// so the hosts' LIDs are those of a fabric without them.
+func TestQuantumSwitchesHaveAggregationNodes(t *testing.T) {
+	f, err := fabric.Build(testenv.Node(t, "a100", 8), "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Subnets[0]
+	var switches, ans int
+	firstHost := uint16(0)
+	for _, nd := range s.Nodes {
+		switch {
+		case nd.Type == fabric.Switch:
+			switches++
+			if len(nd.Ports) != 42 {
+				t.Errorf("%s has %d ports, want 0 to 41", nd.Desc, len(nd.Ports)-1)
+			}
+			an := nd.Ports[41].Peer
+			if an == nil || an.Node.Desc != "Mellanox Technologies Aggregation Node" || an.Node.GUID != nd.GUID+8 || an.Node.DeviceID != 0xcf09 {
+				t.Errorf("%s port 41: %+v, want its Aggregation Node", nd.Desc, an)
+			}
+		case nd.Slot < 0:
+			ans++
+			if nd.Ports[1].LID <= s.TopLID-uint16(switches) {
+				t.Errorf("Aggregation Node %x has LID %d, before the hosts'", nd.GUID, nd.Ports[1].LID)
+			}
+		case firstHost == 0:
+			firstHost = nd.Ports[1].LID
+		}
+	}
+	if ans != switches || firstHost != uint16(switches)+1 {
+		t.Errorf("%d Aggregation Nodes for %d switches; first host LID %d, want %d", ans, switches, firstHost, switches+1)
+	}
+	for lid := uint16(1); lid <= s.TopLID; lid++ {
+		for _, nd := range s.Nodes {
+			if nd.Type == fabric.Switch && nd.LFT[lid] == 0xff {
+				t.Fatalf("%s has no route to LID %d", nd.Desc, lid)
+			}
+		}
+	}
+}

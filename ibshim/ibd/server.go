@@ -393,7 +393,8 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 		}
 		return
 	}
-	if m.class() == vendorIBPing && m.oui() == ouiOpenFabric && to.Node.Slot != d.fab.Local && to.Node.Type == fabric.CA {
+	// A modelled node runs ibping -S; an Aggregation Node (no slot) does not.
+	if m.class() == vendorIBPing && m.oui() == ouiOpenFabric && to.Node.Slot >= 0 && to.Node.Slot != d.fab.Local && to.Node.Type == fabric.CA {
 		d.exchange(from, to)
 		r := reply(u)
 		data := r.mad()[40:]
