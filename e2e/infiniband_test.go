@@ -172,6 +172,40 @@ perfquery -C mlx5_4 | grep -E 'SymbolErrorCounter|LinkDownedCounter'`}})
 	}
 }
 
+// nvmock ctl ib on the node reaches a container that is running: its
+// sysfs (through the hook's live ports) and the fabric daemon (discovery
+// from another HCA) follow a cable pulled and put back.
+func TestCtlIBReachesARunningContainer(t *testing.T) {
+	n := theNode
+	var cas int
+	for _, nd := range n.fabricOf(t).Find("mlx5_0").Subnet.Nodes {
+		if nd.Type == fabric.CA {
+			cas++
+		}
+	}
+	p := n.runPod(t, optedIn, nil)
+	id := n.start(t, p, ctr{image: "rdma", cmd: []string{"sh", "-c", `while true; do
+echo "$(ibstat mlx5_1 | grep -m1 'State:') / $(ibnetdiscover -C mlx5_0 | grep -c '^Ca') CAs"; sleep 0.1; done`}})
+	up, down := fmt.Sprintf("State: Active / %d CAs", cas), fmt.Sprintf("State: Down / %d CAs", cas-1)
+	n.waitOutput(t, id, up)
+	n.ctl(t, "ib", "down", "mlx5_1")
+	defer n.ctl(t, "ib", "clear", "mlx5_1") // the chart's faults on mlx5_4 and mlx5_10 stay
+	n.waitOutput(t, id, down)
+	n.ctl(t, "ib", "up", "mlx5_1")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out := n.logs(t, id)
+		if strings.Contains(out[strings.LastIndex(out, down):], up) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after ctl ib up mlx5_1 the container printed:\n%s\nwant %q again", out, up)
+		}
+	}
+	if got := n.ctl(t, "ib"); !strings.Contains(got, "mlx5_1=link_downed:1") || !strings.Contains(got, "mlx5_10=down") {
+		t.Errorf("ctl ib lists:\n%s\nwant mlx5_1's link_downed beside the chart's faults", got)
+	}
+}
+
 // A pod that opts out of InfiniBand gets its GPUs and no HCAs; every
 // image, static and musl too, runs its own commands under the preload.
 func TestInfiniBandOptOutAndImagesThatCannotUseIt(t *testing.T) {

@@ -37,6 +37,8 @@ type Options struct {
 	// FabricSlot is this node's place in its InfiniBand fabric, from 1;
 	// 0 places it by its name (fabric.SlotOf).
 	FabricSlot int
+	// FabricHost is this node's name in its fabric; "": NodeName.
+	FabricHost string
 	// IBFaults are InfiniBand port faults (fabric.Fault); those naming
 	// another node are only checked.
 	IBFaults []fabric.Fault
@@ -168,7 +170,7 @@ func gather(o Options) (*inputs, error) {
 		}
 	} else {
 		for _, ft := range o.IBFaults {
-			if ft.Node == "" || ft.Node == o.NodeName {
+			if ft.Node == "" || ft.Node == o.NodeName || ft.Node == o.FabricHost {
 				return nil, fmt.Errorf("InfiniBand fault %s: profile %s has no InfiniBand", ft, o.Profile.Name)
 			}
 		}
@@ -337,6 +339,11 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 		}
 		if err := in.mig.apply(filepath.Join(dir, StatePath)); err != nil {
 			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
+		}
+		if in.ib != nil {
+			if err := writeIBLive(filepath.Join(dir, StatePath), in.ib); err != nil {
+				return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
+			}
 		}
 	}
 	return &Overlay{Dir: dir, GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}, nil

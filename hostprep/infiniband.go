@@ -41,13 +41,20 @@ type ibInputs struct {
 	shim, provider []byte
 	spec           []byte // FabricFile
 	nodes          []DevNode
+	node           *profile.Node
+	fab            *fabric.Fabric // with the node's faults
+	faults         []fabric.Fault // this node's
 }
 
 // gatherIB builds the node's fabric and reads the planes' libraries from
 // the assets; pci gets the HCAs' sysfs.
 func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, error) {
 	p := o.Profile
-	f, err := fabric.Build(node, o.NodeName, o.FabricSlot-1)
+	host := o.FabricHost
+	if host == "" {
+		host = o.NodeName
+	}
+	f, err := fabric.Build(node, host, o.FabricSlot-1)
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 	}
@@ -56,11 +63,11 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 	}
 	var faults []fabric.Fault // this node's: another's would change its overlay's hash
 	for _, ft := range o.IBFaults {
-		if ft.Node == "" || ft.Node == o.NodeName {
+		if ft.Node == "" || ft.Node == host {
 			faults = append(faults, ft)
 		}
 	}
-	in := &ibInputs{}
+	in := &ibInputs{node: node, fab: f, faults: faults}
 	for _, a := range []struct {
 		rel string
 		out *[]byte
@@ -73,7 +80,7 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 	if err != nil {
 		return nil, err
 	}
-	if in.spec, err = json.Marshal(fabricSpec{Profile: string(y), Host: o.NodeName, Slot: f.Local, Faults: faults}); err != nil {
+	if in.spec, err = json.Marshal(fabricSpec{Profile: string(y), Host: host, Slot: f.Local, Faults: faults}); err != nil {
 		return nil, err
 	}
 	// Inert whatever --real-device-numbers says: nothing on the node
@@ -97,9 +104,18 @@ func LoadFabric(overlay string) (*profile.Node, *fabric.Fabric, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var s fabricSpec
-	if err := json.Unmarshal(b, &s); err != nil {
+	node, f, err := fabricOf(b)
+	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", FabricFile, err)
+	}
+	return node, f, nil
+}
+
+// fabricOf builds the node and fabric a FabricFile's content describes.
+func fabricOf(spec []byte) (*profile.Node, *fabric.Fabric, error) {
+	var s fabricSpec
+	if err := json.Unmarshal(spec, &s); err != nil {
+		return nil, nil, err
 	}
 	p, err := profile.Parse(FabricFile, []byte(s.Profile))
 	if err != nil {

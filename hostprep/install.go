@@ -221,6 +221,13 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err := in.mig.apply(statePath); err != nil {
 		return nil, err
 	}
+	if in.ib != nil {
+		if err := writeIBLive(statePath, in.ib); err != nil {
+			return nil, err
+		}
+	} else {
+		os.RemoveAll(IBLiveDir(statePath)) // a profile that had InfiniBand before
+	}
 	if in.mig != nil {
 		log.printf("partitioned the GPUs: MIG layout %s", in.mig.layout.Spec)
 	}
@@ -362,6 +369,7 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 		}
 	}
 	rm(filepath.Join(root, StateFile), false)
+	rm(IBLiveDir(filepath.Join(root, StateFile)), true)
 	rm(filepath.Dir(filepath.Join(root, StateFile)), false)
 	rm(filepath.Join(root, IBSocket), false)
 	rm(filepath.Dir(filepath.Join(root, IBSocket)), false)

@@ -410,6 +410,43 @@ ibping -C mlx5_0 -c 1 -t 200 %d`, lid, lid))
 	}
 }
 
+// nvmock ctl ib changes a running node's ports: ibstat, iblinkinfo and
+// perfquery in the same namespace follow each change, and up restores the
+// port's LID; ctl ib lists what is set.
+func TestCtlIBChangesPortsWhileProgramsRun(t *testing.T) {
+	lid := model(t).Find("mlx5_3").Ports[1].LID
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	out := nodeOf(t, "h100", fmt.Sprintf(`ctl() { %s ctl "$@"; }
+ctl ib down mlx5_3 && ibstat mlx5_3 | grep -E 'State:|Base lid'; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'; echo ==
+perfquery -C mlx5_0 -G %#x 2>&1 | grep -c 'LinkDownedCounter'; echo ==
+ctl ib up mlx5_3 && ibstat mlx5_3 | grep -E 'State:|Base lid'; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'; echo ==
+ctl ib errors mlx5_0 symbol_error:9 && perfquery -C mlx5_0 | grep SymbolErrorCounter; cat /sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error; echo ==
+ctl ib; echo ==
+ctl ib clear && ctl ib`, bin, model(t).Find("mlx5_3").GUID))
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 6 {
+		t.Fatalf("output:\n%s", out)
+	}
+	if !strings.Contains(parts[0], "State: Down") || !strings.Contains(parts[0], "Base lid: 65535") || !strings.HasSuffix(parts[0], "\n1\n") {
+		t.Errorf("after ctl ib down mlx5_3:\n%s\nwant it Down, LID 65535, and one link Down/Polling", parts[0])
+	}
+	if strings.TrimSpace(parts[1]) != "0" {
+		t.Errorf("perfquery reached mlx5_3 by its GUID while it was down:\n%s", parts[1])
+	}
+	if want := fmt.Sprintf("Base lid: %d", lid); !strings.Contains(parts[2], "State: Active") || !strings.Contains(parts[2], want) || !strings.HasSuffix(parts[2], "\n0\n") {
+		t.Errorf("after ctl ib up mlx5_3:\n%s\nwant it Active, %s, and no link down", parts[2], want)
+	}
+	if !strings.Contains(parts[3], "SymbolErrorCounter:..............9") || !strings.HasSuffix(parts[3], "\n9\n") {
+		t.Errorf("after ctl ib errors mlx5_0 symbol_error:9: perfquery and sysfs:\n%s", parts[3])
+	}
+	if got := strings.TrimSpace(parts[4]); got != "mlx5_3=link_downed:1\nmlx5_0=symbol_error:9" {
+		t.Errorf("ctl ib lists:\n%s\nwant mlx5_3's one link_downed, then mlx5_0's errors (as set)", got)
+	}
+	if got := strings.TrimSpace(parts[5]); got != "no InfiniBand port faults" {
+		t.Errorf("ctl ib after clear: %q", got)
+	}
+}
+
 // The verbs provider's path is rendered from --assets, so a relative
 // one must be made absolute: libibverbs opens it from the command's own
 // working directory.

@@ -36,6 +36,10 @@ the change at its next call (docs/live-state.md).
         register or remove a process on a GPU
   mig LAYOUT          partition the GPUs as at install (docs/mig.md): all-1g.5gb,
                       all-balanced, all-disabled, 0-3=3g.20gb*2;4-7=all-1g.5gb
+  ib [down HCA | up HCA | errors HCA COUNTER:N,... | clear [HCA]]
+        list or change InfiniBand port faults: a cable out (down, counting
+        link_downed), back (up), PMA error counters such as symbol_error:12
+        (docs/infiniband.md)
   apply FILE          make the loads and faults those a file lists, clearing
                       others (docs/live-state.md)
   status [--json]     show loads, faults and processes
@@ -105,6 +109,8 @@ func ctlCmd(args []string) error {
 		err = ctlApply(f, cargs)
 	case "mig":
 		err = ctlMIG(f, cargs)
+	case "ib":
+		err = ctlIB(path, cargs, os.Stdout)
 	default:
 		err = fmt.Errorf("unknown command %q; see nvmock ctl help", cmd)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/live"
 )
 
@@ -135,6 +137,8 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
 		{"an unregistered pid", []string{"proc", "rm", "77"}, "pid 77 is not registered"},
 		{"advancing a running clock", []string{"clock", "advance", "1s"}, "the clock runs; freeze it first"},
+		{"ib on a node without InfiniBand", []string{"ib", "down", "mlx5_0"}, "ctl ib: the node of " + state + " has no InfiniBand"},
+		{"ib listing on a node without InfiniBand", []string{"ib"}, "has no InfiniBand"},
 	} {
 		err := run(append([]string{"ctl", "--state", state}, c.args...))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
@@ -309,5 +313,38 @@ func TestCtlMIGPartitionsTheGPUs(t *testing.T) {
 	}
 	if f.Read().Header.Generation != gen {
 		t.Error("a refused layout changed the state")
+	}
+}
+
+// ctl ib's own mistakes are refused before anything is written; the
+// fabric's (an Ethernet port) by the model.
+func TestCtlIBRejectsBadArgumentsWithOneLine(t *testing.T) {
+	dir := t.TempDir()
+	o := hostprep.Options{Profile: testenv.Profile(t, "h100", 8), NodeName: "n1", Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true}
+	ov, err := hostprep.Render(filepath.Join(dir, "ov"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(ov.Dir, hostprep.StatePath)
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an unknown command", []string{"ib", "melt"}, `ctl ib: unknown command "melt"; use down HCA, up HCA`},
+		{"down without an HCA", []string{"ib", "down"}, "ctl ib: use ib down HCA"},
+		{"errors without counters", []string{"ib", "errors", "mlx5_0"}, "use ib errors HCA COUNTER:N,..."},
+		{"an unknown counter", []string{"ib", "errors", "mlx5_0", "x:1"}, `"x" is neither down nor an error counter`},
+		{"down through errors", []string{"ib", "errors", "mlx5_0", "down"}, `"down": down is its own command (ib down mlx5_0)`},
+		{"an Ethernet port", []string{"ib", "down", "mlx5_2"}, "the node has no InfiniBand HCA mlx5_2 (Ethernet ports are in no fabric)"},
+		{"clear with two HCAs", []string{"ib", "clear", "mlx5_0", "mlx5_1"}, "use ib clear [HCA]"},
+	} {
+		err := run(append([]string{"ctl", "--state", state}, c.args...))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line with %q", c.name, err, c.want)
+		}
+	}
+	if faults, err := hostprep.IBFaults(state); err != nil || len(faults) != 0 {
+		t.Errorf("after rejected commands: faults %v, %v; want none", faults, err)
 	}
 }

@@ -73,12 +73,14 @@ func execCmd(args []string) error {
 	if node.IB == nil && len(ib.faults) > 0 {
 		return fmt.Errorf("exec: --ib-fault %s: profile %s has no InfiniBand", ib.faults[0], p.Name)
 	}
+	var daemon *ibd.Daemon
 	if node.IB != nil {
-		stop, err := startFabric(node, *assets, &ib, &pci, &env)
+		d, stop, err := startFabric(node, *assets, &ib, &pci, &env)
 		if err != nil {
 			return fmt.Errorf("exec: InfiniBand: %w", err)
 		}
 		defer stop()
+		daemon = d
 	}
 	sys, err := nsexec.Cached("pci-"+pcisim.Hash(pci), func(dir string) error { return pcisim.Write(pci, dir) })
 	if err != nil {
@@ -87,12 +89,17 @@ func execCmd(args []string) error {
 	render := func(dir string) (string, error) {
 		ov, err := hostprep.Render(dir, hostprep.Options{
 			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig, LazyMIG: true,
+			// The fabric as the daemon has it: nvmock ctl ib rebuilds it.
+			FabricHost: nodeNameOr(ib.host), FabricSlot: ib.slot + 1, IBFaults: ib.faults,
 			// Without root the namespace cannot hold device nodes anyway.
 			PlainDevFiles: os.Geteuid() != 0,
 			NoPCI:         true,
 		})
 		if err != nil {
 			return "", fmt.Errorf("render overlay: %w", err)
+		}
+		if daemon != nil { // nvmock ctl ib in the namespace changes these
+			daemon.FollowFaults(filepath.Join(hostprep.IBLiveDir(filepath.Join(ov.Dir, hostprep.StatePath)), hostprep.IBLiveFaults))
 		}
 		return filepath.Join(ov.Dir, "driver"), nil
 	}
@@ -122,48 +129,48 @@ func execChild(args []string) error {
 // startFabric gives the namespace the node's InfiniBand: the RDMA devices
 // in its sysfs tree, a fabric daemon for the umad shim, and the shim and
 // verbs provider from the assets. stop ends the daemon.
-func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.File, env *[]string) (stop func(), err error) {
+func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.File, env *[]string) (d *ibd.Daemon, stop func(), err error) {
 	shim := filepath.Join(assets, ibshim.UmadShim)
 	if _, err := os.Stat(shim); err != nil {
-		return nil, fmt.Errorf("assets %s: no %s (run make driver): %w", assets, ibshim.UmadShim, errors.Unwrap(err))
+		return nil, nil, fmt.Errorf("assets %s: no %s (run make driver): %w", assets, ibshim.UmadShim, errors.Unwrap(err))
 	}
 	host := nodeNameOr(ib.host) // as hostprep and nvmock ibd name the node
 	fab, err := fabric.Build(node, host, ib.slot)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := fab.Apply(ib.faults); err != nil {
-		return nil, fmt.Errorf("--ib-fault %w", err)
+		return nil, nil, fmt.Errorf("--ib-fault %w", err)
 	}
 	*pci = append(*pci, ibsysfs.Files(node, fab)...)
 	dir, err := os.MkdirTemp("", "nvmock-ibd-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Programs in the namespace may switch users; they must still reach
 	// the daemon.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, nil, err
 	}
 	sock := filepath.Join(dir, "ibd.sock")
 	l, err := ibd.Listen(sock)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, nil, err
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d := ibd.New(node, fab, log)
+	d = ibd.New(node, fab, log)
 	go d.Serve(l)
 	stopPeers, err := ib.peers.start(d)
 	if err != nil {
 		l.Close()
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, nil, err
 	}
 	*env = ibshim.Env(*env, assets, sock)
-	return func() { stopPeers(); l.Close(); os.RemoveAll(dir) }, nil
+	return d, func() { stopPeers(); l.Close(); os.RemoveAll(dir) }, nil
 }
 
 // ibFlags place an exec'd node in its fabric, for tests of several nodes

@@ -170,6 +170,7 @@ func serveFabric(root string, peers *peerFlags, logger *logrus.Logger) (stop fun
 		return nil, err
 	}
 	d := ibd.New(node, fab, logger)
+	d.FollowFaults(filepath.Join(hostprep.IBLiveDir(filepath.Join(root, hostprep.StateFile)), hostprep.IBLiveFaults))
 	go d.Serve(l)
 	stopPeers, err := peers.start(d)
 	if err != nil {

@@ -100,9 +100,15 @@ func setup(s spec) error {
 		}
 		// The live state stays writable: nvmock ctl changes it from inside.
 		// (An installed node's is a hard link to the root's state file.)
+		// So do its live InfiniBand ports (nvmock ctl ib).
 		state := filepath.Join("etc", "nvmock", "state")
 		if fi, err := os.Lstat(filepath.Join(s.Driver, state)); err == nil && fi.Mode().IsRegular() {
-			return bind(filepath.Join(s.Driver, state), filepath.Join(NamespaceDriver, state), false)
+			if err := bind(filepath.Join(s.Driver, state), filepath.Join(NamespaceDriver, state), false); err != nil {
+				return err
+			}
+		}
+		if ib := filepath.Join("etc", "nvmock", "ib"); isDir(filepath.Join(s.Driver, ib)) {
+			return bind(filepath.Join(s.Driver, ib), filepath.Join(NamespaceDriver, ib), false)
 		}
 		return nil
 	})
@@ -133,6 +139,12 @@ func setup(s spec) error {
 	if s.Sys != "" {
 		if err := expose.Expose("/sys", s.Sys); err != nil {
 			return fmt.Errorf("/sys: %w", err)
+		}
+		// The live InfiniBand ports beside the state (hostprep.IBLiveDir).
+		if live := filepath.Join(s.Driver, "etc", "nvmock", "ib"); isDir(live) {
+			if err := expose.LivePorts("/sys", live); err != nil {
+				return fmt.Errorf("/sys: %w", err)
+			}
 		}
 	}
 	return nil

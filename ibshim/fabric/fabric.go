@@ -72,6 +72,9 @@ type Port struct {
 	Speed profile.IBSpeed
 	// Errors are a faulty port's PMA error counters (Fault), by name.
 	Errors map[string]uint64
+	// A down port's cable and LID, for when it comes up (Fabric.Apply).
+	wire    *Port
+	baseLID uint16
 }
 
 // IsSwitchPort0 says whether the port is a switch's management port.

@@ -109,29 +109,38 @@ func ParseFault(s string) (Fault, error) {
 	return f, nil
 }
 
-// Apply gives the local node's HCAs the faults meant for it (those naming
-// no node or host). A down port is uncabled: both ends show Down and
-// Polling, directed routes through it end there, and its LID is gone, as
-// the SM takes it out of the subnet.
+// Apply makes the local node's port faults those meant for it (naming no
+// node, or its host), replacing any it had. A down port is uncabled: both
+// ends show Down and Polling, directed routes through it end there, and
+// its LID is gone, as the SM takes it out of the subnet.
 func (f *Fabric) Apply(faults []Fault) error {
 	host := f.Hosts[f.Local]
-	rerouted := map[*Subnet]bool{}
-	defer func() {
-		for s := range rerouted {
-			s.route()
-		}
-	}()
 	for _, ft := range faults {
 		// Every node has the same HCAs: another's fault is checked too.
-		nd := f.Find(ft.HCA)
-		if nd == nil {
+		if f.Find(ft.HCA) == nil {
 			return fmt.Errorf("%s: the node has no InfiniBand HCA %s (Ethernet ports are in no fabric)", ft, ft.HCA)
 		}
+	}
+	rerouted := map[*Subnet]bool{}
+	for _, s := range f.Subnets {
+		for _, nd := range s.LocalCAs(f.Local) {
+			p := nd.Ports[1]
+			p.Errors = nil
+			if p.wire != nil && p.Peer == nil { // cabled again
+				p.Peer, p.wire.Peer, p.LID = p.wire, p, p.baseLID
+				s.ByLID[p.LID] = p
+				rerouted[s] = true
+			}
+		}
+	}
+	for _, ft := range faults {
 		if ft.Node != "" && ft.Node != host {
 			continue
 		}
+		nd := f.Find(ft.HCA)
 		p := nd.Ports[1]
 		if ft.Down && p.Peer != nil {
+			p.wire, p.baseLID = p.Peer, p.LID
 			p.Peer.Peer, p.Peer = nil, nil
 			nd.Subnet.ByLID[p.LID] = nil
 			p.LID = NoLID
@@ -143,6 +152,9 @@ func (f *Fabric) Apply(faults []Fault) error {
 			}
 			p.Errors[k] = v
 		}
+	}
+	for s := range rerouted {
+		s.route()
 	}
 	return nil
 }

@@ -90,3 +90,43 @@ func TestADownPortLeavesTheSubnet(t *testing.T) {
 		}
 	}
 }
+
+// Faults replace those before: a port that comes up is cabled again, with
+// its LID and routes, and loses its error counts.
+func TestApplyingFaultsAgainReplacesThem(t *testing.T) {
+	f, err := fabric.Build(testenv.Node(t, "h100", 8), "node-a", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Find("mlx5_3").Ports[1]
+	peer, lid := p.Peer, p.LID
+	routes := map[*fabric.Node]uint8{}
+	for _, nd := range p.Node.Subnet.Nodes {
+		if nd.Type == fabric.Switch {
+			routes[nd] = nd.LFT[lid]
+		}
+	}
+	must := func(faults ...fabric.Fault) {
+		t.Helper()
+		if err := f.Apply(faults); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(fabric.Fault{HCA: "mlx5_3", Down: true, Counters: map[string]uint64{"link_downed": 1}})
+	must(fabric.Fault{HCA: "mlx5_0", Counters: map[string]uint64{"symbol_error": 3}})
+	if p.Down() || p.Peer != peer || peer.Peer != p || p.LID != lid || p.Node.Subnet.Port(lid) != p || p.Errors != nil {
+		t.Errorf("mlx5_3 after its fault was replaced: down %v, LID %d, errors %v; want it cabled as built, LID %d", p.Down(), p.LID, p.Errors, lid)
+	}
+	for nd, out := range routes {
+		if nd.LFT[lid] != out {
+			t.Errorf("%s routes LID %d out of %d, want %d as before", nd.Desc, lid, nd.LFT[lid], out)
+		}
+	}
+	if got := f.Find("mlx5_0").Ports[1].Errors["symbol_error"]; got != 3 {
+		t.Errorf("mlx5_0 symbol_error %d, want 3", got)
+	}
+	must()
+	if f.Find("mlx5_0").Ports[1].Errors != nil {
+		t.Error("no faults left mlx5_0 its error counts")
+	}
+}

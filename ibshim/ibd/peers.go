@@ -220,12 +220,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		if typ != frameMAD || len(body) < 5+umadHdrLen+madLen || int(body[0]) >= len(d.fab.Subnets) {
 			continue
 		}
-		s := d.fab.Subnets[body[0]]
-		src, dst := s.Port(binary.BigEndian.Uint16(body[1:])), s.Port(binary.BigEndian.Uint16(body[3:]))
-		if src == nil || dst == nil {
-			continue
-		}
-		for _, o := range d.fromPeer(p, src, dst, packet(body[5:])) {
+		for _, o := range d.fromPeer(p, int(body[0]), binary.BigEndian.Uint16(body[1:]), binary.BigEndian.Uint16(body[3:]), packet(body[5:])) {
 			o.c.send(o.u)
 		}
 	}
@@ -260,10 +255,16 @@ func (d *Daemon) relay(p *peer, from, to *fabric.Port, u packet) {
 
 // fromPeer handles a MAD another node's daemon relayed: a request for an
 // agent of this node, or the answer to one of this node's requests.
-func (d *Daemon) fromPeer(p *peer, src, dst *fabric.Port, u packet) []outgoing {
+func (d *Daemon) fromPeer(p *peer, subnet int, from, to uint16, u packet) []outgoing {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer func() { d.out = nil }()
+	d.refresh()
+	s := d.fab.Subnets[subnet]
+	src, dst := s.Port(from), s.Port(to)
+	if src == nil || dst == nil {
+		return nil // a LID this node does not know, or a port of it that is down
+	}
 	m := u.mad()
 	if m.isResponse() {
 		d.answered(src, u)

@@ -2,11 +2,13 @@ package ibd
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -39,6 +41,9 @@ type Daemon struct {
 	closed   bool
 	issm     map[*fabric.Port]int // programs holding the port's issm open
 	out      []outgoing           // what handle decided to send, sent once mu is free
+
+	faultsPath string // the port faults file followed (FollowFaults); "": none
+	faultsIno  uint64 // the inode last read: each write replaces the file
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -102,6 +107,42 @@ func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
 		d.umads = append(d.umads, p)
 	}
 	return d
+}
+
+// FollowFaults makes the daemon follow the node's port faults file
+// (hostprep.IBLiveFaults), which nvmock ctl ib replaces while it runs:
+// every MAD first checks whether it changed, so the fabric it answers for
+// changes with the sysfs files written before it.
+func (d *Daemon) FollowFaults(path string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.faultsPath, d.faultsIno = path, 0
+	d.refresh()
+}
+
+// refresh applies the faults file if it changed; mu is held.
+func (d *Daemon) refresh() {
+	if d.faultsPath == "" {
+		return
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.faultsPath, &st); err != nil || st.Ino == d.faultsIno {
+		return
+	}
+	b, err := os.ReadFile(d.faultsPath)
+	var faults []fabric.Fault
+	if err == nil {
+		err = json.Unmarshal(b, &faults)
+	}
+	if err == nil {
+		err = d.fab.Apply(faults)
+	}
+	d.faultsIno = st.Ino // a bad file is reported once, not at every MAD
+	if err != nil {
+		d.log.WithField("component", "ibd").Warnf("port faults %s: %v; the fabric keeps the faults it had", d.faultsPath, err)
+		return
+	}
+	clear(d.reset) // the new faults' error counts read until reset again
 }
 
 // activity is SMInfo's ActCount: the SM's work, which never stops.
@@ -219,6 +260,7 @@ func (d *Daemon) handle(c *conn, u packet) []outgoing {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer func() { d.out = nil }() // the caller owns what it returns
+	d.refresh()
 	from := c.port
 	if from == nil {
 		// An Ethernet port has no subnet to send into.

@@ -50,6 +50,34 @@ func Files(n *profile.Node, f *fabric.Fabric) []pcisim.File {
 	return r.out
 }
 
+// LivePorts lists the ports directories of the node's InfiniBand HCAs,
+// relative to a live directory: <hca>/ports/..., as Files renders them
+// under each HCA. The runtime hook and nvmock exec show them over those,
+// so that a fault set while containers run reaches their sysfs.
+func LivePorts(n *profile.Node, f *fabric.Fabric) []pcisim.File {
+	r := &renderer{}
+	for i := range n.IB.HCAs {
+		h := &n.IB.HCAs[i]
+		if nd := f.Find(h.Name); nd != nil {
+			r.ports(h.Name+"/ports", h, nd, nd.GUID)
+		}
+	}
+	return r.out
+}
+
+// PortState lists what a fault changes of InfiniBand HCA hca's port, as
+// LivePorts places it: state, rates, LIDs and counters.
+func PortState(n *profile.Node, f *fabric.Fabric, hca string) []pcisim.File {
+	r := &renderer{}
+	for i := range n.IB.HCAs {
+		h := &n.IB.HCAs[i]
+		if nd := f.Find(h.Name); nd != nil && h.Name == hca {
+			r.state(h.Name+"/ports/1", h.Adapter, nd)
+		}
+	}
+	return r.out
+}
+
 type renderer struct{ out []pcisim.File }
 
 func (r *renderer) file(rel, content string) {
@@ -102,31 +130,32 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 	r.link(dir+"/subsystem", "class/infiniband")
 	r.link("class/infiniband/"+h.Name, dir)
 
-	port := dir + "/ports/1"
-	state, phys := "4: ACTIVE", "5: LinkUp"
-	rate := fmt.Sprintf("%d Gb/sec (4X %s)", a.Speed.Gbps(), a.Speed)
-	var errs map[string]uint64
-	if nd != nil {
-		errs = nd.Ports[1].Errors
-		if nd.Ports[1].Down() {
-			// As a real ConnectX port with its cable out: ibstat's "Rate: 10".
-			state, phys, rate = "1: DOWN", "2: Polling", "10 Gb/sec (4X SDR)"
-		}
+	r.ports(dir+"/ports", h, nd, port0)
+
+	for _, mad := range []string{"umad", "issm"} {
+		name := fmt.Sprintf("%s%d", mad, i)
+		d := pci + "/infiniband_mad/" + name
+		r.file(d+"/ibdev", h.Name)
+		r.file(d+"/port", "1")
+		r.file(d+"/dev", inertDevNode)
+		r.link(d+"/device", pci)
+		r.link("class/infiniband_mad/"+name, d)
 	}
-	r.file(port+"/state", state)
-	r.file(port+"/phys_state", phys)
-	r.file(port+"/rate", rate)
+	v := fmt.Sprintf("%s/infiniband_verbs/uverbs%d", pci, i)
+	r.file(v+"/ibdev", h.Name)
+	r.file(v+"/abi_version", providerABI)
+	r.file(v+"/dev", inertDevNode)
+	r.link(v+"/device", pci)
+	r.link(fmt.Sprintf("class/infiniband_verbs/uverbs%d", i), v)
+}
+
+// ports renders an HCA's ports directory (its one port, 1).
+func (r *renderer) ports(dir string, h *profile.HCA, nd *fabric.Node, port0 uint64) {
+	port := dir + "/1"
+	r.state(port, h.Adapter, nd)
 	r.file(port+"/lid_mask_count", "0")
 	r.file(port+"/sm_sl", "0")
-	r.counters(port, errs)
 	if nd != nil {
-		p := nd.Ports[1]
-		sm := nd.Subnet.SM.LID
-		if p.Down() {
-			sm = 0
-		}
-		r.file(port+"/lid", fmt.Sprintf("0x%x", p.LID))
-		r.file(port+"/sm_lid", fmt.Sprintf("0x%x", sm))
 		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", fabric.CACapMask))
 		r.file(port+"/link_layer", "InfiniBand")
 	} else {
@@ -134,6 +163,7 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 		r.file(port+"/sm_lid", "0x0")
 		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", ethCapMask))
 		r.file(port+"/link_layer", "Ethernet")
+		r.counters(port, nil)
 	}
 	gids, pkeys := ibGIDs, ibPKeys
 	if nd == nil {
@@ -161,22 +191,31 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 		}
 		r.file(fmt.Sprintf("%s/pkeys/%d", port, k), pkey)
 	}
+}
 
-	for _, mad := range []string{"umad", "issm"} {
-		name := fmt.Sprintf("%s%d", mad, i)
-		d := pci + "/infiniband_mad/" + name
-		r.file(d+"/ibdev", h.Name)
-		r.file(d+"/port", "1")
-		r.file(d+"/dev", inertDevNode)
-		r.link(d+"/device", pci)
-		r.link("class/infiniband_mad/"+name, d)
+// state renders what a port fault changes of an InfiniBand port (nd its
+// CA; nil: an Ethernet port, whose state is only the link's).
+func (r *renderer) state(port string, a *profile.IBAdapter, nd *fabric.Node) {
+	state, phys := "4: ACTIVE", "5: LinkUp"
+	rate := fmt.Sprintf("%d Gb/sec (4X %s)", a.Speed.Gbps(), a.Speed)
+	if nd == nil {
+		r.file(port+"/state", state)
+		r.file(port+"/phys_state", phys)
+		r.file(port+"/rate", rate)
+		return
 	}
-	v := fmt.Sprintf("%s/infiniband_verbs/uverbs%d", pci, i)
-	r.file(v+"/ibdev", h.Name)
-	r.file(v+"/abi_version", providerABI)
-	r.file(v+"/dev", inertDevNode)
-	r.link(v+"/device", pci)
-	r.link(fmt.Sprintf("class/infiniband_verbs/uverbs%d", i), v)
+	p := nd.Ports[1]
+	sm := nd.Subnet.SM.LID
+	if p.Down() {
+		// As a real ConnectX port with its cable out: ibstat's "Rate: 10".
+		state, phys, rate, sm = "1: DOWN", "2: Polling", "10 Gb/sec (4X SDR)", 0
+	}
+	r.file(port+"/state", state)
+	r.file(port+"/phys_state", phys)
+	r.file(port+"/rate", rate)
+	r.file(port+"/lid", fmt.Sprintf("0x%x", p.LID))
+	r.file(port+"/sm_lid", fmt.Sprintf("0x%x", sm))
+	r.counters(port, p.Errors)
 }
 
 // counters renders a port's PMA counters as mlx5 shows them: the error

@@ -62,9 +62,37 @@ func Expose(sys, tree string) error {
 	}
 	groups := filepath.Join(sys, "kernel", "iommu_groups")
 	if _, err := os.Stat(groups); err == nil {
-		return bindRO(filepath.Join(tree, "kernel", "iommu_groups"), groups)
+		if err := bindRO(filepath.Join(tree, "kernel", "iommu_groups"), groups); err != nil {
+			return err
+		}
+	} // else a kernel without an IOMMU: sysfs has no directory to show them at
+	return nil
+}
+
+// LivePorts shows each <hca>/ports directory of live (the node's live
+// InfiniBand port state, hostprep.IBLiveDir) over that HCA's ports in sys,
+// which Expose showed: a fault set while programs run reaches them.
+func LivePorts(sys, live string) error {
+	ents, err := os.ReadDir(live)
+	if err != nil {
+		return err
 	}
-	return nil // a kernel without an IOMMU: sysfs has no directory to show them at
+	for _, e := range ents {
+		src := filepath.Join(live, e.Name(), "ports")
+		if !e.IsDir() || !isDir(src) {
+			continue
+		}
+		// Through the class link, which resolves into the bound tree.
+		if err := bindRO(src, filepath.Join(sys, "class", "infiniband", e.Name(), "ports")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
 
 // exposeClasses shows the tree's device classes (class/infiniband, ...)

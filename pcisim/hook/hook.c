@@ -10,7 +10,10 @@
  * program in it sees them, statically linked ones too. A spec's mounts
  * cannot do the second: runc refuses mounts into /proc.
  *
- *   nvmock-hook pcisim TREE [PROC]   (the container's state on stdin, from runc)
+ *   nvmock-hook pcisim TREE [PROC|- [IBLIVE]]   (the container's state on stdin, from runc)
+ *
+ * IBLIVE is the node's live InfiniBand port state (hostprep.IBLiveDir),
+ * whose HCAs' ports directories it shows over the tree's.
  *
  * (The go:build line keeps the Go tool from taking this directory, which
  * holds the hook's tests, for a cgo package; make cli compiles this file.)
@@ -330,14 +333,14 @@ static int take_mount(const char *path, long magic)
 	return 1;
 }
 
-/* show_pci shows the tree at the container's /sys. */
-static void show_pci(const char *rootfs, const char *tree)
+/* show_pci shows the tree at the container's /sys; 0 if it has none. */
+static int show_pci(const char *rootfs, const char *tree)
 {
 	char path[PATH_MAX];
 	/* A container without sysfs sees no PCI devices on a real node either. */
 	pathf(path, "%s/sys", rootfs);
 	if (!take_mount(path, SYSFS_MAGIC))
-		return;
+		return 0;
 
 	/* The tree's host bridges. */
 	char *roots[MAX_NAMES];
@@ -374,6 +377,27 @@ static void show_pci(const char *rootfs, const char *tree)
 	if (stat(path, &st) == 0) {
 		pathf(src, "%s/kernel/iommu_groups", tree);
 		bind_ro(src, path);
+	}
+	return 1;
+}
+
+/* show_live_ports shows each <hca>/ports of the node's live InfiniBand
+ * port state over that HCA's ports in the tree show_pci showed (through
+ * the class link), so that nvmock ctl ib reaches running containers. */
+static void show_live_ports(const char *rootfs, const char *live)
+{
+	char *hcas[MAX_NAMES];
+	int n = dir_names(live, "", hcas);
+	if (n < 0)
+		die("live InfiniBand ports %s: %s", live, strerror(errno));
+	for (int i = 0; i < n; i++) {
+		char src[PATH_MAX], dst[PATH_MAX];
+		struct stat st;
+		pathf(src, "%s/%s/ports", live, hcas[i]);
+		if (stat(src, &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		pathf(dst, "%s/sys/class/infiniband/%s/ports", rootfs, hcas[i]);
+		bind_ro(src, dst);
 	}
 }
 
@@ -497,8 +521,8 @@ static void show_proc(const char *rootfs, const char *proc)
 
 int main(int argc, char **argv)
 {
-	if ((argc != 3 && argc != 4) || strcmp(argv[1], "pcisim") != 0)
-		die("usage: nvmock-hook pcisim TREE [PROC] (an OCI createContainer hook)");
+	if (argc < 3 || argc > 5 || strcmp(argv[1], "pcisim") != 0)
+		die("usage: nvmock-hook pcisim TREE [PROC|- [IBLIVE]] (an OCI createContainer hook)");
 
 	char bundle[PATH_MAX], rootfs[PATH_MAX];
 	if (!rootfs_from_cwd(rootfs)) {
@@ -508,8 +532,10 @@ int main(int argc, char **argv)
 		if (read_rootfs(bundle, rootfs) < 0)
 			die("%s/config.json: no root.path", bundle);
 	}
-	show_pci(rootfs, argv[2]);
-	if (argc == 4)
+	int sys = show_pci(rootfs, argv[2]);
+	if (argc >= 4 && strcmp(argv[3], "-") != 0)
 		show_proc(rootfs, argv[3]);
+	if (argc == 5 && sys)
+		show_live_ports(rootfs, argv[4]);
 	return 0;
 }

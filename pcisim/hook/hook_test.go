@@ -506,3 +506,43 @@ s=${EPOCHREALTIME/./} && "$2" pcisim "$3" $4 </dev/null && echo $(( ${EPOCHREALT
 		})
 	}
 }
+
+// The node's live InfiniBand ports show over the tree's, read-only, and a
+// file replaced there while the container runs (nvmock ctl ib) shows at
+// once; a container without sysfs is still left alone.
+func TestLiveInfiniBandPortsShowOverTheTreesPorts(t *testing.T) {
+	hook := builtHook(t)
+	n := node(t)
+	tr := tree(t, n, true)
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := filepath.Join(t.TempDir(), "ib")
+	if err := pcisim.Write(sysfs.LivePorts(n, f), live); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(live, "mlx5_0", "ports", "1", "state")
+	out := inContainerWithProc(t, hook, tr, "- "+live, inRootfs, true, fmt.Sprintf(`p=rootfs/sys/class/infiniband/mlx5_0/ports/1
+cat $p/state; echo --
+printf '1: DOWN\n' > %[1]s.new && mv %[1]s.new %[1]s && cat $p/state; echo --
+echo x 2>/dev/null > $p/state || echo refused; echo --
+ls $p/pkeys | wc -l`, state))
+	parts := sections(t, out, 4)
+	if got := strings.TrimSpace(parts[0]); got != "4: ACTIVE" {
+		t.Errorf("state before: %q", got)
+	}
+	if got := strings.TrimSpace(parts[1]); got != "1: DOWN" {
+		t.Errorf("state after the live file was replaced: %q, want 1: DOWN", got)
+	}
+	if got := strings.TrimSpace(parts[2]); got != "refused" {
+		t.Errorf("a write to the container's port state: %q, want it refused", got)
+	}
+	if got := strings.TrimSpace(parts[3]); got != "128" {
+		t.Errorf("the live ports show %s P_Keys, want the 128 of an InfiniBand port", got)
+	}
+	out = inContainerWithProc(t, hook, tr, "- "+live, onStdin, false, `grep -c " $PWD/rootfs/sys" /proc/self/mountinfo; true`)
+	if strings.TrimSpace(out) != "0" {
+		t.Errorf("a container without sysfs got mounts: %s", out)
+	}
+}

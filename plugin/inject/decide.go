@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -411,8 +412,11 @@ func pciHooks(node *NodeState) []Hook {
 		return nil
 	}
 	args := []string{"nvmock-hook", "pcisim", node.Sys}
-	if node.Proc != "" {
-		args = append(args, node.Proc)
+	if node.Proc != "" || node.IBLive != "" {
+		args = append(args, cmp.Or(node.Proc, "-"))
+	}
+	if node.IBLive != "" {
+		args = append(args, node.IBLive)
 	}
 	return []Hook{{Path: node.Hook, Args: args}}
 }

@@ -759,6 +759,11 @@ func TestDecideShowsThePCITreeToEveryContainerOfAnOptedInNamespace(t *testing.T)
 	withProc := node
 	withProc.Proc = "/var/lib/nvmock/overlays/0123456789abcdef/driver/proc"
 	wantProc := []Hook{{Path: node.Hook, Args: []string{"nvmock-hook", "pcisim", node.Sys, withProc.Proc}}}
+	withLive, liveOnly := withProc, node
+	withLive.IBLive = "/var/lib/nvmock/live/ib"
+	liveOnly.IBLive = withLive.IBLive
+	wantLive := []Hook{{Path: node.Hook, Args: []string{"nvmock-hook", "pcisim", node.Sys, withProc.Proc, withLive.IBLive}}}
+	wantLiveOnly := []Hook{{Path: node.Hook, Args: []string{"nvmock-hook", "pcisim", node.Sys, "-", withLive.IBLive}}}
 	nvidia := pod("ml")
 	nvidia.RuntimeHandler = "nvidia"
 	for _, c := range []struct {
@@ -774,6 +779,8 @@ func TestDecideShowsThePCITreeToEveryContainerOfAnOptedInNamespace(t *testing.T)
 		{"a container asking for no GPUs at all (void)", node, pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), want},
 		{"a container given GPUs, with the driver's procfs", withProc, pod("ml", GPUsAnnotation, "2"), ctr, wantProc},
 		{"void, with the driver's procfs (a DRA driver reading MIG capabilities)", withProc, pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), wantProc},
+		{"with the live InfiniBand ports", withLive, pod("ml", GPUsAnnotation, "2"), ctr, wantLive},
+		{"with live InfiniBand ports and no procfs", liveOnly, pod("ml", GPUsAnnotation, "2"), ctr, wantLiveOnly},
 		{"an overlay without the tree", testNode(8, false), pod("ml", GPUsAnnotation, "2"), ctr, nil},
 		{"a namespace that did not opt in", node, pod("other"), ctr, nil},
 	} {

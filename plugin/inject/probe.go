@@ -79,6 +79,10 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 			if fi, err := os.Stat(filepath.Join(resolved, "proc", "driver")); err == nil && fi.IsDir() {
 				n.Proc = filepath.Join(resolved, "proc")
 			}
+			live := hostprep.IBLiveDir(filepath.Join(root, hostprep.StateFile))
+			if fi, err := os.Stat(live); err == nil && fi.IsDir() {
+				n.IBLive = live
+			}
 		}
 	}
 	if n.MIG, n.MIGGen, err = ProbeMIG(n.State, data, gpus, dev); err != nil {

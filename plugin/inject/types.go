@@ -123,6 +123,10 @@ type NodeState struct {
 	// hook shows at the container's /proc/driver and /proc/devices; ""
 	// when there is no hook.
 	Proc string
+	// IBLive is the node's live InfiniBand port state (hostprep.IBLiveDir),
+	// whose ports directories the hook shows over the tree's; "" when the
+	// node has none.
+	IBLive string
 
 	// IB is the node's InfiniBand planes; nil when the overlay has none.
 	IB *IBNode

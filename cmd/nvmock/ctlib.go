@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/ibshim/fabric"
+)
+
+// ctlIB changes the node's InfiniBand port faults while it runs: `ib`
+// lists them; `ib down HCA`, `ib up HCA`, `ib errors HCA COUNTER:N,...`,
+// `ib clear [HCA]` change them (docs/infiniband.md).
+func ctlIB(statePath string, args []string, out io.Writer) error {
+	faults, err := hostprep.IBFaults(statePath)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		if len(faults) == 0 {
+			fmt.Fprintln(out, "no InfiniBand port faults")
+		}
+		for _, ft := range faults {
+			fmt.Fprintln(out, ft)
+		}
+		return nil
+	}
+	verb, rest := args[0], args[1:]
+	usage, ok := map[string]string{"down": "HCA", "up": "HCA", "errors": "HCA COUNTER:N,...", "clear": "[HCA]"}[verb]
+	switch {
+	case !ok:
+		return fmt.Errorf("unknown command %q; use down HCA, up HCA, errors HCA COUNTER:N,..., or clear [HCA]", verb)
+	case verb == "clear" && len(rest) > 1, verb != "clear" && len(rest) != len(strings.Fields(usage)):
+		return fmt.Errorf("use ib %s %s", verb, usage)
+	}
+	at := func(hca string) *fabric.Fault {
+		for i := range faults {
+			if faults[i].HCA == hca {
+				return &faults[i]
+			}
+		}
+		faults = append(faults, fabric.Fault{HCA: hca})
+		return &faults[len(faults)-1]
+	}
+	switch verb {
+	case "down":
+		ft := at(rest[0])
+		if !ft.Down {
+			// The PMA counts each time the link goes down.
+			ft.Down = true
+			setCounter(ft, "link_downed", min(ft.Counters["link_downed"]+1, 0xff))
+		}
+	case "up":
+		at(rest[0]).Down = false
+	case "errors":
+		parsed, err := fabric.ParseFault(rest[0] + "=" + rest[1])
+		if err != nil {
+			return err
+		}
+		if parsed.Down {
+			return fmt.Errorf("%q: down is its own command (ib down %s)", rest[1], rest[0])
+		}
+		ft := at(rest[0])
+		for k, v := range parsed.Counters {
+			setCounter(ft, k, v)
+		}
+	case "clear":
+		faults = slices.DeleteFunc(faults, func(ft fabric.Fault) bool { return len(rest) == 0 || ft.HCA == rest[0] })
+	}
+	faults = slices.DeleteFunc(faults, func(ft fabric.Fault) bool { return !ft.Down && len(ft.Counters) == 0 })
+	return hostprep.SetIBFaults(statePath, faults)
+}
+
+func setCounter(ft *fabric.Fault, name string, v uint64) {
+	if ft.Counters == nil {
+		ft.Counters = map[string]uint64{}
+	}
+	ft.Counters[name] = v
+}

@@ -1,0 +1,111 @@
+package hostprep
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	ibsysfs "github.com/nvmock/nvmock/ibshim/sysfs"
+	"github.com/nvmock/nvmock/pcisim"
+)
+
+// The live InfiniBand port state of a node sits beside its live state
+// file, in IBLiveDir: the fabric it is for (IBLiveFabric, as FabricFile),
+// its port faults (IBLiveFaults, which the fabric daemon follows) and its
+// InfiniBand HCAs' ports directories, <hca>/ports, which the runtime hook
+// and nvmock exec show over the PCI tree's.
+const (
+	IBLiveFabric = "fabric.json"
+	IBLiveFaults = "faults.json"
+)
+
+// IBLiveDir is the live port state's directory of the node whose live
+// state file is statePath.
+func IBLiveDir(statePath string) string { return filepath.Join(filepath.Dir(statePath), "ib") }
+
+// writeIBLive renders the node's live port state afresh, with the faults
+// it was rendered with, replacing what was there.
+func writeIBLive(statePath string, ib *ibInputs) error {
+	dir := IBLiveDir(statePath)
+	tmp := dir + ".new"
+	os.RemoveAll(tmp)
+	files := append(ibsysfs.LivePorts(ib.node, ib.fab),
+		pcisim.File{Path: IBLiveFabric, Data: ib.spec})
+	faults, err := json.Marshal(ib.faults)
+	if err != nil {
+		return err
+	}
+	files = append(files, pcisim.File{Path: IBLiveFaults, Data: faults})
+	if err := pcisim.Write(files, tmp); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("live InfiniBand state %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dir)
+}
+
+// IBFaults are the port faults the node whose live state is statePath has
+// now.
+func IBFaults(statePath string) ([]fabric.Fault, error) {
+	b, err := os.ReadFile(filepath.Join(IBLiveDir(statePath), IBLiveFaults))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the node of %s has no InfiniBand (no %s)", statePath, filepath.Join(IBLiveDir(statePath), IBLiveFaults))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var faults []fabric.Fault
+	if err := json.Unmarshal(b, &faults); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(IBLiveDir(statePath), IBLiveFaults), err)
+	}
+	return faults, nil
+}
+
+// SetIBFaults makes faults the port faults of the node whose live state
+// is statePath, while it runs: first the ports' sysfs files (each replaced
+// in one rename, so a reader never sees half of one), then the faults
+// file, which tells the fabric daemon.
+func SetIBFaults(statePath string, faults []fabric.Fault) error {
+	dir := IBLiveDir(statePath)
+	spec, err := os.ReadFile(filepath.Join(dir, IBLiveFabric))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the node of %s has no InfiniBand", statePath)
+	}
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", dir, err)
+	}
+	node, f, err := fabricOf(spec)
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, IBLiveFabric), err)
+	}
+	if err := f.Apply(faults); err != nil {
+		return err
+	}
+	for _, h := range node.IB.HCAs {
+		for _, pf := range ibsysfs.PortState(node, f, h.Name) {
+			if err := writeAtomic(filepath.Join(dir, pf.Path), pf.Data, pcisim.Mode); err != nil {
+				return err
+			}
+		}
+	}
+	b, err := json.Marshal(faults)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(dir, IBLiveFaults), b, pcisim.Mode)
+}
