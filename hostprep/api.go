@@ -42,6 +42,10 @@ type Options struct {
 	// IBFaults are InfiniBand port faults (fabric.Fault); those naming
 	// another node are only checked.
 	IBFaults []fabric.Fault
+	// SharedIBTables leaves the GID and P_Key tables (most of the files)
+	// out of the live InfiniBand ports, for a sysfs view that shows the
+	// tree's there: nvmock exec, which would write them on every run.
+	SharedIBTables bool
 	// LazyMIG leaves the MIG capability files and nodes (hundreds) out
 	// unless the node starts with MIG on: nvmock exec, where they would
 	// double the start time of every run.
@@ -341,7 +345,7 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
 		}
 		if in.ib != nil {
-			if err := writeIBLive(filepath.Join(dir, StatePath), in.ib); err != nil {
+			if err := writeIBLive(filepath.Join(dir, StatePath), in.ib, !in.opt.SharedIBTables); err != nil {
 				return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
 			}
 		}

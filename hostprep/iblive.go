@@ -29,19 +29,29 @@ const (
 func IBLiveDir(statePath string) string { return filepath.Join(filepath.Dir(statePath), "ib") }
 
 // writeIBLive renders the node's live port state afresh, with the faults
-// it was rendered with, replacing what was there.
-func writeIBLive(statePath string, ib *ibInputs) error {
+// it was rendered with, replacing what was there. Without tables the
+// ports' GID and P_Key tables are empty directories, where the sysfs view
+// shows the tree's (nvmock exec: Options.SharedIBTables).
+func writeIBLive(statePath string, ib *ibInputs, tables bool) error {
 	dir := IBLiveDir(statePath)
 	tmp := dir + ".new"
 	os.RemoveAll(tmp)
-	files := append(ibsysfs.LivePorts(ib.node, ib.fab),
+	files := append(ibsysfs.LivePorts(ib.node, ib.fab, tables),
 		pcisim.File{Path: IBLiveFabric, Data: ib.spec})
 	faults, err := json.Marshal(ib.faults)
 	if err != nil {
 		return err
 	}
 	files = append(files, pcisim.File{Path: IBLiveFaults, Data: faults})
-	if err := pcisim.Write(files, tmp); err != nil {
+	err = pcisim.Write(files, tmp)
+	for _, h := range ib.node.IB.HCAs {
+		for _, t := range ibsysfs.Tables {
+			if err == nil && !tables && ib.fab.Find(h.Name) != nil {
+				err = os.Mkdir(filepath.Join(tmp, h.Name, "ports", "1", t), 0o755)
+			}
+		}
+	}
+	if err != nil {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("live InfiniBand state %s: %w", dir, err)
 	}

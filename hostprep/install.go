@@ -222,7 +222,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, err
 	}
 	if in.ib != nil {
-		if err := writeIBLive(statePath, in.ib); err != nil {
+		if err := writeIBLive(statePath, in.ib, true); err != nil {
 			return nil, err
 		}
 	} else {

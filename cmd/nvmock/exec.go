@@ -90,7 +90,7 @@ func execCmd(args []string) error {
 		ov, err := hostprep.Render(dir, hostprep.Options{
 			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig, LazyMIG: true,
 			// The fabric as the daemon has it: nvmock ctl ib rebuilds it.
-			FabricHost: nodeNameOr(ib.host), FabricSlot: ib.slot + 1, IBFaults: ib.faults,
+			FabricHost: nodeNameOr(ib.host), FabricSlot: ib.slot + 1, IBFaults: ib.faults, SharedIBTables: true,
 			// Without root the namespace cannot hold device nodes anyway.
 			PlainDevFiles: os.Geteuid() != 0,
 			NoPCI:         true,

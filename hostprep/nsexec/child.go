@@ -142,7 +142,7 @@ func setup(s spec) error {
 		}
 		// The live InfiniBand ports beside the state (hostprep.IBLiveDir).
 		if live := filepath.Join(s.Driver, "etc", "nvmock", "ib"); isDir(live) {
-			if err := expose.LivePorts("/sys", live); err != nil {
+			if err := expose.LivePorts("/sys", s.Sys, live); err != nil {
 				return fmt.Errorf("/sys: %w", err)
 			}
 		}

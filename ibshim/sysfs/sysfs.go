@@ -53,9 +53,12 @@ func Files(n *profile.Node, f *fabric.Fabric) []pcisim.File {
 // LivePorts lists the ports directories of the node's InfiniBand HCAs,
 // relative to a live directory: <hca>/ports/..., as Files renders them
 // under each HCA. The runtime hook and nvmock exec show them over those,
-// so that a fault set while containers run reaches their sysfs.
-func LivePorts(n *profile.Node, f *fabric.Fabric) []pcisim.File {
-	r := &renderer{}
+// so that a fault set while containers run reaches their sysfs. Without
+// tables they leave out the GID, GID attribute and P_Key tables (most of
+// their files), which never change: the caller shows the tree's there
+// (Tables).
+func LivePorts(n *profile.Node, f *fabric.Fabric, tables bool) []pcisim.File {
+	r := &renderer{noTables: !tables}
 	for i := range n.IB.HCAs {
 		h := &n.IB.HCAs[i]
 		if nd := f.Find(h.Name); nd != nil {
@@ -64,6 +67,10 @@ func LivePorts(n *profile.Node, f *fabric.Fabric) []pcisim.File {
 	}
 	return r.out
 }
+
+// Tables are the directories of a port that LivePorts leaves out without
+// tables, relative to the port's.
+var Tables = []string{"gids", "gid_attrs", "pkeys"}
 
 // PortState lists what a fault changes of InfiniBand HCA hca's port, as
 // LivePorts places it: state, rates, LIDs and counters.
@@ -78,7 +85,10 @@ func PortState(n *profile.Node, f *fabric.Fabric, hca string) []pcisim.File {
 	return r.out
 }
 
-type renderer struct{ out []pcisim.File }
+type renderer struct {
+	out      []pcisim.File
+	noTables bool // LivePorts without tables
+}
 
 func (r *renderer) file(rel, content string) {
 	r.out = append(r.out, pcisim.File{Path: rel, Data: []byte(content + "\n")})
@@ -164,6 +174,9 @@ func (r *renderer) ports(dir string, h *profile.HCA, nd *fabric.Node, port0 uint
 		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", ethCapMask))
 		r.file(port+"/link_layer", "Ethernet")
 		r.counters(port, nil)
+	}
+	if r.noTables {
+		return
 	}
 	gids, pkeys := ibGIDs, ibPKeys
 	if nd == nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvmock/nvmock/ibshim/sysfs"
 )
 
 // Expose shows the tree rendered at tree (a sysfs root as Render writes it)
@@ -71,8 +73,10 @@ func Expose(sys, tree string) error {
 
 // LivePorts shows each <hca>/ports directory of live (the node's live
 // InfiniBand port state, hostprep.IBLiveDir) over that HCA's ports in sys,
-// which Expose showed: a fault set while programs run reaches them.
-func LivePorts(sys, live string) error {
+// which Expose showed from tree: a fault set while programs run reaches
+// them. A table directory left empty there (sysfs.Tables) shows the
+// tree's again.
+func LivePorts(sys, tree, live string) error {
 	ents, err := os.ReadDir(live)
 	if err != nil {
 		return err
@@ -83,8 +87,20 @@ func LivePorts(sys, live string) error {
 			continue
 		}
 		// Through the class link, which resolves into the bound tree.
-		if err := bindRO(src, filepath.Join(sys, "class", "infiniband", e.Name(), "ports")); err != nil {
+		dst := filepath.Join(sys, "class", "infiniband", e.Name(), "ports")
+		orig, err := filepath.EvalSymlinks(filepath.Join(tree, "class", "infiniband", e.Name(), "ports"))
+		if err != nil {
 			return err
+		}
+		if err := bindRO(src, dst); err != nil {
+			return err
+		}
+		for _, t := range sysfs.Tables {
+			if ents, err := os.ReadDir(filepath.Join(src, "1", t)); err == nil && len(ents) == 0 {
+				if err := bindRO(filepath.Join(orig, "1", t), filepath.Join(dst, "1", t)); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
