@@ -479,6 +479,18 @@ func BenchmarkHook(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	// The same tree with h100's HCAs, and their live ports (nvmock ctl ib).
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	trIB, live := filepath.Join(dir, "sys-ib"), filepath.Join(dir, "ib")
+	if err := pcisim.Write(append(pcisim.Files(n), sysfs.Files(n, f)...), trIB); err != nil {
+		b.Fatal(err)
+	}
+	if err := pcisim.Write(sysfs.LivePorts(n, f, true), live); err != nil {
+		b.Fatal(err)
+	}
 	bundle := filepath.Join(dir, "bundle")
 	for _, d := range []string{"rootfs/sys", "rootfs/proc"} {
 		if err := os.MkdirAll(filepath.Join(bundle, d), 0o755); err != nil {
@@ -491,11 +503,14 @@ func BenchmarkHook(b *testing.B) {
 	// bash's EPOCHREALTIME: no process to fork for the clock.
 	script := `if [ "$5" = mount ]; then mount -t sysfs sysfs "$1/rootfs/sys" && mount -t proc proc "$1/rootfs/proc"; fi && cd "$1/rootfs" &&
 s=${EPOCHREALTIME/./} && "$2" pcisim "$3" $4 </dev/null && echo $(( ${EPOCHREALTIME/./} - s ))`
-	for _, c := range []struct{ name, proc, mount string }{{"nothing", "", "no"}, {"sys", "", "mount"}, {"sys+proc", proc, "mount"}} {
+	for _, c := range []struct{ name, tree, proc, mount string }{
+		{"nothing", tr, "", "no"}, {"sys", tr, "", "mount"}, {"sys+proc", tr, proc, "mount"},
+		{"sys+proc+ib", trIB, proc, "mount"}, {"sys+proc+ib+live", trIB, proc + " " + live, "mount"},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			var total float64
 			for b.Loop() {
-				out, err := exec.Command("unshare", "-m", "--propagation", "private", "bash", "-c", script, "bash", bundle, hook, tr, c.proc, c.mount).CombinedOutput()
+				out, err := exec.Command("unshare", "-m", "--propagation", "private", "bash", "-c", script, "bash", bundle, hook, c.tree, c.proc, c.mount).CombinedOutput()
 				var us float64
 				if _, serr := fmt.Sscan(string(out), &us); err != nil || serr != nil {
 					b.Fatalf("%v %v: %s", err, serr, out)
@@ -519,7 +534,7 @@ func TestLiveInfiniBandPortsShowOverTheTreesPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := filepath.Join(t.TempDir(), "ib")
-	if err := pcisim.Write(sysfs.LivePorts(n, f), live); err != nil {
+	if err := pcisim.Write(sysfs.LivePorts(n, f, true), live); err != nil {
 		t.Fatal(err)
 	}
 	state := filepath.Join(live, "mlx5_0", "ports", "1", "state")
