@@ -467,6 +467,40 @@ func TestExecTakesARelativeAssetsDir(t *testing.T) {
 	}
 }
 
+// A cable pulled on one real node (nvmock ctl ib) reaches the other's
+// daemon: its discovery no longer finds that CA, and its leaf's port to it
+// is Down/Polling.
+func TestAPortFaultReachesTheOtherNode(t *testing.T) {
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "%s (run make driver)", bin)
+	}
+	testenv.Tool(t, "ibnetdiscover")
+	a, b := freePort(t), freePort(t)
+	assets := filepath.Join(testenv.BuildDir(), "driver")
+	server := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0",
+		"--ib-listen", a, "--ib-peers", b, "--", "sh", "-c", bin+" ctl ib down mlx5_0 && exec sleep 10")
+	var serverOut testenv.SyncBuffer
+	server.Stdout, server.Stderr = &serverOut, &serverOut
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		server.Process.Signal(os.Interrupt)
+		server.Wait()
+	}()
+	script := `for i in $(seq 100); do n=$(ibnetdiscover -C mlx5_0 | grep -c '"node-a mlx5_'); [ "$n" = 14 ] && break; sleep 0.1; done
+echo $n; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'`
+	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1",
+		"--ib-listen", b, "--ib-peers", a, "--", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node-b: %v\n%s\nnode-a:\n%s", err, out, serverOut.String())
+	}
+	if got := strings.Fields(string(out)); !slices.Equal(got, []string{"14", "1"}) {
+		t.Errorf("node-b names node-a's HCAs and sees links down: %v; want 14 (16 less mlx5_0's two lines) and 1\nnode-a:\n%s", got, serverOut.String())
+	}
+}
+
 // freePort is a TCP port on 127.0.0.1 nothing listens on.
 func freePort(t *testing.T) string {
 	t.Helper()

@@ -114,6 +114,13 @@ func ParseFault(s string) (Fault, error) {
 // ends show Down and Polling, directed routes through it end there, and
 // its LID is gone, as the SM takes it out of the subnet.
 func (f *Fabric) Apply(faults []Fault) error {
+	return f.ApplyAt(f.Local, faults)
+}
+
+// ApplyAt makes faults those of the node at slot: for the local node as
+// Apply says; another real node's (which its daemon told) apply whatever
+// node they name.
+func (f *Fabric) ApplyAt(slot int, faults []Fault) error {
 	host := f.Hosts[f.Local]
 	for _, ft := range faults {
 		// Every node has the same HCAs: another's fault is checked too.
@@ -122,8 +129,16 @@ func (f *Fabric) Apply(faults []Fault) error {
 		}
 	}
 	rerouted := map[*Subnet]bool{}
+	at := func(hca string) *Node {
+		for _, s := range f.Subnets {
+			if nd := s.LocalCAs(slot)[hca]; nd != nil {
+				return nd
+			}
+		}
+		return nil
+	}
 	for _, s := range f.Subnets {
-		for _, nd := range s.LocalCAs(f.Local) {
+		for _, nd := range s.LocalCAs(slot) {
 			p := nd.Ports[1]
 			p.Errors = nil
 			if p.wire != nil && p.Peer == nil { // cabled again
@@ -134,10 +149,10 @@ func (f *Fabric) Apply(faults []Fault) error {
 		}
 	}
 	for _, ft := range faults {
-		if ft.Node != "" && ft.Node != host {
+		if slot == f.Local && ft.Node != "" && ft.Node != host {
 			continue
 		}
-		nd := f.Find(ft.HCA)
+		nd := at(ft.HCA)
 		p := nd.Ports[1]
 		if ft.Down && p.Peer != nil {
 			p.wire, p.baseLID = p.Peer, p.LID

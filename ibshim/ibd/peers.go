@@ -25,9 +25,15 @@ import (
 // A connection carries frames: u32 length (big-endian) of what follows,
 // one byte of type, then a hello (JSON) or a MAD: u8 subnet index, u16
 // source LID, u16 destination LID, the umad packet.
+//
+// A frame of faults (JSON, []fabric.Fault) says which of its ports the
+// sending node has faulty (nvmock ctl ib): each daemon applies another
+// real node's to that node's CAs in its model, so discovery from any node
+// sees a link one node lost.
 const (
-	frameHello = 1
-	frameMAD   = 2
+	frameHello  = 1
+	frameMAD    = 2
+	frameFaults = 3
 	maxFrame   = 1 << 20
 	// dialEvery is how often a daemon tries the peers it is not connected
 	// to, and rereads their addresses.
@@ -201,6 +207,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	}
 	d.peers[p.slot] = p // the same node again (both dialled each other): the newer link
 	d.name(p.slot, p.host)
+	p.send(frameFaults, d.faultsFrame())
 	d.mu.Unlock()
 	log.Info("peer connected")
 	defer func() {
@@ -208,6 +215,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		if d.peers[p.slot] == p {
 			delete(d.peers, p.slot)
 			d.name(p.slot, fmt.Sprintf(d.fab.HostFormat, p.slot+1)) // modelled again
+			d.fab.ApplyAt(p.slot, nil)                                // and healthy
 		}
 		d.mu.Unlock()
 		log.Info("peer gone")
@@ -217,12 +225,39 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		if err != nil {
 			return false
 		}
+		if typ == frameFaults {
+			d.peerFaults(p, body, log)
+			continue
+		}
 		if typ != frameMAD || len(body) < 5+umadHdrLen+madLen || int(body[0]) >= len(d.fab.Subnets) {
 			continue
 		}
 		for _, o := range d.fromPeer(p, int(body[0]), binary.BigEndian.Uint16(body[1:]), binary.BigEndian.Uint16(body[3:]), packet(body[5:])) {
 			o.c.send(o.u)
 		}
+	}
+}
+
+// faultsFrame is this node's port faults as a frame's body; mu is held.
+func (d *Daemon) faultsFrame() []byte {
+	b, _ := json.Marshal(d.faults)
+	return b
+}
+
+// peerFaults applies the faults a peer says its node has.
+func (d *Daemon) peerFaults(p *peer, body []byte, log *logrus.Entry) {
+	var faults []fabric.Fault
+	if err := json.Unmarshal(body, &faults); err != nil {
+		log.Warnf("port faults from peer: %v", err)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.peers[p.slot] != p {
+		return
+	}
+	if err := d.fab.ApplyAt(p.slot, faults); err != nil {
+		log.Warnf("port faults from peer: %v", err)
 	}
 }
 

@@ -42,8 +42,9 @@ type Daemon struct {
 	issm     map[*fabric.Port]int // programs holding the port's issm open
 	out      []outgoing           // what handle decided to send, sent once mu is free
 
-	faultsPath string // the port faults file followed (FollowFaults); "": none
-	faultsIno  uint64 // the inode last read: each write replaces the file
+	faultsPath string         // the port faults file followed (FollowFaults); "": none
+	faultsIno  uint64         // the inode last read: each write replaces the file
+	faults     []fabric.Fault // this node's, as the peers are told
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -116,9 +117,30 @@ func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
 func (d *Daemon) FollowFaults(path string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	first := d.faultsPath == ""
 	d.faultsPath, d.faultsIno = path, 0
 	d.refresh()
+	if !first {
+		return
+	}
+	// Other nodes learn of a change without waiting for a MAD here.
+	go func() {
+		for range time.Tick(faultsPoll) {
+			d.mu.Lock()
+			closed := d.closed
+			if !closed {
+				d.refresh()
+			}
+			d.mu.Unlock()
+			if closed {
+				return
+			}
+		}
+	}()
 }
+
+// faultsPoll is how often the faults file is checked between MADs.
+const faultsPoll = 200 * time.Millisecond
 
 // refresh applies the faults file if it changed; mu is held.
 func (d *Daemon) refresh() {
@@ -143,6 +165,17 @@ func (d *Daemon) refresh() {
 		return
 	}
 	clear(d.reset) // the new faults' error counts read until reset again
+	host := d.fab.Hosts[d.fab.Local]
+	d.faults = d.faults[:0]
+	for _, ft := range faults {
+		if ft.Node == "" || ft.Node == host {
+			ft.Node = ""
+			d.faults = append(d.faults, ft)
+		}
+	}
+	for _, p := range d.peers {
+		p.send(frameFaults, d.faultsFrame())
+	}
 }
 
 // activity is SMInfo's ActCount: the SM's work, which never stops.
