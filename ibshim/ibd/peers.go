@@ -34,7 +34,7 @@ const (
 	frameHello  = 1
 	frameMAD    = 2
 	frameFaults = 3
-	maxFrame   = 1 << 20
+	maxFrame    = 1 << 20
 	// dialEvery is how often a daemon tries the peers it is not connected
 	// to, and rereads their addresses.
 	dialEvery = time.Second
@@ -215,7 +215,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		if d.peers[p.slot] == p {
 			delete(d.peers, p.slot)
 			d.name(p.slot, fmt.Sprintf(d.fab.HostFormat, p.slot+1)) // modelled again
-			d.fab.ApplyAt(p.slot, nil)                                // and healthy
+			d.fab.ApplyAt(p.slot, nil)                              // and healthy
 		}
 		d.mu.Unlock()
 		log.Info("peer gone")
