@@ -421,7 +421,7 @@ ctl ib down mlx5_3 && ibstat mlx5_3 | grep -E 'State:|Base lid'; iblinkinfo -C m
 perfquery -C mlx5_0 -G %#x 2>&1 | grep -c 'LinkDownedCounter'; echo ==
 ctl ib up mlx5_3 && ibstat mlx5_3 | grep -E 'State:|Base lid'; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'; echo ==
 ctl ib errors mlx5_0 symbol_error:9 && perfquery -C mlx5_0 | grep SymbolErrorCounter; cat /sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error; echo ==
-ctl ib; echo ==
+ctl ib; ctl status | grep InfiniBand; echo ==
 ctl ib clear && ctl ib`, bin, model(t).Find("mlx5_3").GUID))
 	parts := strings.Split(out, "==\n")
 	if len(parts) != 6 {
@@ -439,8 +439,8 @@ ctl ib clear && ctl ib`, bin, model(t).Find("mlx5_3").GUID))
 	if !strings.Contains(parts[3], "SymbolErrorCounter:..............9") || !strings.HasSuffix(parts[3], "\n9\n") {
 		t.Errorf("after ctl ib errors mlx5_0 symbol_error:9: perfquery and sysfs:\n%s", parts[3])
 	}
-	if got := strings.TrimSpace(parts[4]); got != "mlx5_3=link_downed:1\nmlx5_0=symbol_error:9" {
-		t.Errorf("ctl ib lists:\n%s\nwant mlx5_3's one link_downed, then mlx5_0's errors (as set)", got)
+	if got := strings.TrimSpace(parts[4]); got != "mlx5_3=link_downed:1\nmlx5_0=symbol_error:9\nInfiniBand port faults: mlx5_3=link_downed:1; mlx5_0=symbol_error:9" {
+		t.Errorf("ctl ib lists:\n%s\nwant mlx5_3's one link_downed, then mlx5_0's errors (as set), and ctl status saying so", got)
 	}
 	if got := strings.TrimSpace(parts[5]); got != "no InfiniBand port faults" {
 		t.Errorf("ctl ib after clear: %q", got)

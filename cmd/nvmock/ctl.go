@@ -399,6 +399,9 @@ type Status struct {
 	Frozen    *time.Time     `json:"frozenAt,omitempty"`
 	GPUs      []GPUStatus    `json:"gpus"`
 	Processes []live.Process `json:"processes"`
+	// InfiniBand is the node's port faults (nvmock ctl ib); nil: a node
+	// without InfiniBand.
+	InfiniBand []string `json:"infinibandFaults,omitempty"`
 }
 
 // GPUStatus is one GPU's part of Status.
@@ -454,6 +457,12 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		}
 		st.GPUs = append(st.GPUs, gs)
 	}
+	if faults, err := hostprep.IBFaults(f.Path); err == nil {
+		st.InfiniBand = []string{}
+		for _, ft := range faults {
+			st.InfiniBand = append(st.InfiniBand, ft.String())
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -490,6 +499,13 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		for _, p := range st.Processes {
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d MiB\t%s\t%s\n", p.PID, p.GPU, p.Type, p.UsedBytes>>20, p.Name, p.Owner)
 		}
+	}
+	if st.InfiniBand != nil {
+		ib := "none"
+		if len(st.InfiniBand) > 0 {
+			ib = strings.Join(st.InfiniBand, "; ")
+		}
+		fmt.Fprintf(tw, "\nInfiniBand port faults: %s\n", ib)
 	}
 	return tw.Flush()
 }
