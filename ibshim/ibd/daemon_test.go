@@ -1,13 +1,21 @@
 package ibd
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/rand"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/umad"
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // register registers agent id on c for class, version, OUI and methods,
@@ -130,5 +138,48 @@ func TestMalformedMADsDoNotStopTheDaemon(t *testing.T) {
 		if r.mad().tid() == 9 && r.mad().status() == 0 {
 			break
 		}
+	}
+}
+
+// The daemon follows its node's faults file: a new file applies, a bad
+// one is reported once and leaves the faults it had.
+func TestTheDaemonFollowsTheFaultsFile(t *testing.T) {
+	n := testenv.Node(t, "h100", 8)
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&logged)
+	d := New(n, f, log)
+	defer d.Close()
+	path := filepath.Join(t.TempDir(), "faults.json")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path+".new", []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		d.refresh()
+		d.mu.Unlock()
+	}
+	port := f.Find("mlx5_3").Ports[1]
+	write(`[{"HCA":"mlx5_3","Down":true}]`)
+	d.FollowFaults(path)
+	if !port.Down() {
+		t.Fatal("mlx5_3 is up after a faults file saying down")
+	}
+	write(`[{"HCA":"mlx5_2","Down":true}]`) // an Ethernet port: refused
+	write(`not json`)
+	if !port.Down() || strings.Count(logged.String(), "the fabric keeps the faults it had") != 2 {
+		t.Errorf("after two bad files: mlx5_3 down %v; log:\n%s", port.Down(), logged.String())
+	}
+	write(`[]`)
+	if port.Down() {
+		t.Error("mlx5_3 is still down after a file with no faults")
 	}
 }
