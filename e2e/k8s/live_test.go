@@ -17,15 +17,7 @@ import (
 func TestCtlInTheChartsPodReachesPodsAndTheDevicePlugin(t *testing.T) {
 	c := theCluster
 	c.nvidiaPlugin(t)
-	pp := c.pluginPod(t)
-	ctl := func(args ...string) string {
-		t.Helper()
-		out, err := c.exec(t, nvmockNS, pp.Name, "nri", append([]string{"/opt/nvmock/bin/nvmock", "ctl"}, args...)...)
-		if err != nil {
-			t.Fatalf("kubectl exec %s -c nri -- nvmock ctl %s: %v\n%s", pp.Name, strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	ctl := c.ctlInPod(t)
 	n := len(c.truth)
 	t.Cleanup(func() {
 		// Back to a healthy node for the tests after: clear, then restart
@@ -56,5 +48,47 @@ func TestCtlInTheChartsPodReachesPodsAndTheDevicePlugin(t *testing.T) {
 	t.Logf("allocatable %s fell to %d %v after XID 48", gpuResource, n-1, time.Since(start).Round(time.Millisecond))
 	if st := ctl("status"); !strings.Contains(st, "ecc_uncorrectable (XID 48)") {
 		t.Errorf("nvmock ctl status in the pod:\n%s", st)
+	}
+}
+
+// ctlInPod runs nvmock ctl in the chart's pod, as kubectl exec -c nri
+// would, and returns its output.
+func (c *cluster) ctlInPod(t *testing.T) func(args ...string) string {
+	pp := c.pluginPod(t)
+	return func(args ...string) string {
+		t.Helper()
+		out, err := c.exec(t, nvmockNS, pp.Name, "nri", append([]string{"/opt/nvmock/bin/nvmock", "ctl"}, args...)...)
+		if err != nil {
+			t.Fatalf("kubectl exec %s -c nri -- nvmock ctl %s: %v\n%s", pp.Name, strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+}
+
+// nvmock ctl ib in the chart's pod (which mounts the node's live state
+// read-write) pulls a cable under a running pod: its ibstat, through the
+// hook's live ports, shows the port Down, then Active again.
+func TestCtlIBInTheChartsPodReachesARunningPod(t *testing.T) {
+	c := theCluster
+	ctl := c.ctlInPod(t)
+	t.Cleanup(func() { ctl("ib", "clear") })
+	ns := c.namespace(t, true)
+	p := c.pod("ports", "while true; do ibstat mlx5_3 | grep -m1 'State:'; sleep 0.2; done", 0)
+	p.Spec.Containers[0].Image = c.image("rdma")
+	c.running(t, ns, p, "State: Active")
+	ctl("ib", "down", "mlx5_3")
+	c.waitLog(t, ns, p.Name, "State: Down")
+	ctl("ib", "up", "mlx5_3")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out := c.logs(t, ns, p.Name, "")
+		if strings.Contains(out[strings.LastIndex(out, "State: Down"):], "State: Active") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after ctl ib up the pod printed:\n%s", out)
+		}
+	}
+	if st := ctl("status"); !strings.Contains(st, "InfiniBand port faults: mlx5_3=link_downed:1") {
+		t.Errorf("nvmock ctl status in the chart's pod:\n%s", st)
 	}
 }
