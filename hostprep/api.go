@@ -174,7 +174,7 @@ func gather(o Options) (*inputs, error) {
 		}
 	} else {
 		for _, ft := range o.IBFaults {
-			if ft.Node == "" || ft.Node == o.NodeName || ft.Node == o.FabricHost {
+			if ft.For(o.NodeName) || ft.For(o.FabricHost) {
 				return nil, fmt.Errorf("InfiniBand fault %s: profile %s has no InfiniBand", ft, o.Profile.Name)
 			}
 		}

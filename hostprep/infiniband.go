@@ -63,7 +63,7 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 	}
 	var faults []fabric.Fault // this node's: another's would change its overlay's hash
 	for _, ft := range o.IBFaults {
-		if ft.Node == "" || ft.Node == host {
+		if ft.For(host) {
 			faults = append(faults, ft)
 		}
 	}

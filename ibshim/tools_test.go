@@ -33,10 +33,7 @@ func node(t *testing.T, script string) string {
 // nodeOf runs script in nvmock exec on a node of the built-in profile prof.
 func nodeOf(t *testing.T, prof, script string, execArgs ...string) string {
 	t.Helper()
-	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, "%s (run make driver)", bin)
-	}
+	bin := builtNvmock(t)
 	for _, tool := range []string{"ibstat", "ibnetdiscover", "ibv_devinfo"} {
 		testenv.Tool(t, tool)
 	}
@@ -415,7 +412,7 @@ ibping -C mlx5_0 -c 1 -t 200 %d`, lid, lid))
 // port's LID; ctl ib lists what is set.
 func TestCtlIBChangesPortsWhileProgramsRun(t *testing.T) {
 	lid := model(t).Find("mlx5_3").Ports[1].LID
-	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	bin := builtNvmock(t)
 	out := nodeOf(t, "h100", fmt.Sprintf(`ctl() { %s ctl "$@"; }
 ctl ib down mlx5_3 && ibstat mlx5_3 | grep -E 'State:|Base lid'; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'; echo ==
 perfquery -C mlx5_0 -G %#x 2>&1 | grep -c 'LinkDownedCounter'; echo ==
@@ -451,10 +448,7 @@ ctl ib clear && ctl ib`, bin, model(t).Find("mlx5_3").GUID))
 // one must be made absolute: libibverbs opens it from the command's own
 // working directory.
 func TestExecTakesARelativeAssetsDir(t *testing.T) {
-	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, "%s (run make driver)", bin)
-	}
+	bin := builtNvmock(t)
 	testenv.Tool(t, "ibv_devices")
 	cmd := exec.Command(bin, "exec", "--profile", "h100", "--assets", "driver", "--", "sh", "-c", "cd / && ibv_devices")
 	cmd.Dir = testenv.BuildDir()
@@ -471,15 +465,31 @@ func TestExecTakesARelativeAssetsDir(t *testing.T) {
 // daemon: its discovery no longer finds that CA, and its leaf's port to it
 // is Down/Polling.
 func TestAPortFaultReachesTheOtherNode(t *testing.T) {
-	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, "%s (run make driver)", bin)
-	}
 	testenv.Tool(t, "ibnetdiscover")
+	bin := builtNvmock(t)
+	out, nodeA := twoNodes(t, []string{"sh", "-c", bin + " ctl ib down mlx5_0 && exec sleep 10"},
+		`for i in $(seq 100); do n=$(ibnetdiscover -C mlx5_0 | grep -c '"node-a mlx5_'); [ "$n" = 14 ] && break; sleep 0.1; done
+echo $n; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'`)
+	if got := strings.Fields(out); !slices.Equal(got, []string{"14", "1"}) {
+		t.Errorf("node-b names node-a's HCAs and sees links down: %v; want 14 (16 less mlx5_0's two lines) and 1\nnode-a:\n%s", got, nodeA)
+	}
+}
+
+// twoNodes runs two h100 nodes of one fabric on this machine, each in
+// nvmock exec with its own daemon, peered over TCP: node-a (slot 0) runs
+// cmdA, which must end on SIGINT, while node-b (slot 1) runs scriptB. It
+// returns node-b's output and what node-a printed by then.
+func twoNodes(t *testing.T, cmdA []string, scriptB string) (outB, outA string) {
+	t.Helper()
+	bin := builtNvmock(t)
 	a, b := freePort(t), freePort(t)
 	assets := filepath.Join(testenv.BuildDir(), "driver")
-	server := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0",
-		"--ib-listen", a, "--ib-peers", b, "--", "sh", "-c", bin+" ctl ib down mlx5_0 && exec sleep 10")
+	node := func(host, slot, listen, peer string, cmd ...string) *exec.Cmd {
+		args := []string{"exec", "--profile", "h100", "--assets", assets, "--ib-host", host, "--ib-slot", slot,
+			"--ib-listen", listen, "--ib-peers", peer, "--"}
+		return exec.Command(bin, append(args, cmd...)...)
+	}
+	server := node("node-a", "0", a, b, cmdA...)
 	var serverOut testenv.SyncBuffer
 	server.Stdout, server.Stderr = &serverOut, &serverOut
 	if err := server.Start(); err != nil {
@@ -489,16 +499,21 @@ func TestAPortFaultReachesTheOtherNode(t *testing.T) {
 		server.Process.Signal(os.Interrupt)
 		server.Wait()
 	}()
-	script := `for i in $(seq 100); do n=$(ibnetdiscover -C mlx5_0 | grep -c '"node-a mlx5_'); [ "$n" = 14 ] && break; sleep 0.1; done
-echo $n; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'`
-	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1",
-		"--ib-listen", b, "--ib-peers", a, "--", "sh", "-c", script).CombinedOutput()
+	out, err := node("node-b", "1", b, a, "sh", "-c", scriptB).CombinedOutput()
 	if err != nil {
 		t.Fatalf("node-b: %v\n%s\nnode-a:\n%s", err, out, serverOut.String())
 	}
-	if got := strings.Fields(string(out)); !slices.Equal(got, []string{"14", "1"}) {
-		t.Errorf("node-b names node-a's HCAs and sees links down: %v; want 14 (16 less mlx5_0's two lines) and 1\nnode-a:\n%s", got, serverOut.String())
+	return string(out), serverOut.String()
+}
+
+// builtNvmock is the nvmock binary make driver built.
+func builtNvmock(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "%s (run make driver)", bin)
 	}
+	return bin
 }
 
 // freePort is a TCP port on 127.0.0.1 nothing listens on.
@@ -517,41 +532,18 @@ func freePort(t *testing.T) string {
 // the fabric; a port of node-a where nothing listens does not answer (as
 // on a real node), unlike a modelled node.
 func TestTwoNodesPassMADsBetweenTheirDaemons(t *testing.T) {
-	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, "%s (run make driver)", bin)
-	}
 	testenv.Tool(t, "ibping")
-	a, b := freePort(t), freePort(t)
-	n := testenv.Node(t, "h100", 8)
-	f, err := fabric.Build(n, "node-a", 0)
+	f, err := fabric.Build(testenv.Node(t, "h100", 8), "node-a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lid := f.Find("mlx5_0").Ports[1].LID
 	quiet := f.Find("mlx5_3").Ports[1].LID
-	assets := filepath.Join(testenv.BuildDir(), "driver")
-	server := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0",
-		"--ib-listen", a, "--ib-peers", b, "--", "ibping", "-C", "mlx5_0", "-S")
-	var serverOut testenv.SyncBuffer
-	server.Stdout, server.Stderr = &serverOut, &serverOut
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		server.Process.Signal(os.Interrupt)
-		server.Wait()
-	}()
 	// The daemons meet within a second of each other starting.
-	script := fmt.Sprintf(`sleep 1.5; ibping -C mlx5_0 -c 2 %d; echo ==
+	out, _ := twoNodes(t, []string{"ibping", "-C", "mlx5_0", "-S"}, fmt.Sprintf(`sleep 1.5; ibping -C mlx5_0 -c 2 %d; echo ==
 ibping -C mlx5_0 -c 1 -t 300 %d; echo ==
-ibnetdiscover -C mlx5_0 | grep -c '"node-a mlx5_'`, lid, quiet)
-	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1",
-		"--ib-listen", b, "--ib-peers", a, "--", "sh", "-c", script).CombinedOutput()
-	if err != nil {
-		t.Fatalf("node-b: %v\n%s\nnode-a:\n%s", err, out, serverOut.String())
-	}
-	parts := strings.Split(string(out), "==\n")
+ibnetdiscover -C mlx5_0 | grep -c '"node-a mlx5_'`, lid, quiet))
+	parts := strings.Split(out, "==\n")
 	host, _ := os.Hostname()
 	if want := fmt.Sprintf("Pong from %s.", host); !strings.Contains(parts[0], want) || !strings.Contains(parts[0], " 0% packet loss") {
 		t.Errorf("ibping from node-b to ibping -S on node-a (LID %d):\n%s\nwant %q, no loss", lid, parts[0], want)

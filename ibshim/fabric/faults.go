@@ -52,6 +52,10 @@ func counterNames() string {
 	return strings.Join(n, ", ")
 }
 
+// For says whether the fault is for the node named host: it names no
+// node, or that one.
+func (ft Fault) For(host string) bool { return ft.Node == "" || ft.Node == host }
+
 // String is the fault as ParseFault reads it.
 func (ft Fault) String() string {
 	var what []string
@@ -149,7 +153,7 @@ func (f *Fabric) ApplyAt(slot int, faults []Fault) error {
 		}
 	}
 	for _, ft := range faults {
-		if slot == f.Local && ft.Node != "" && ft.Node != host {
+		if slot == f.Local && !ft.For(host) {
 			continue
 		}
 		nd := at(ft.HCA)

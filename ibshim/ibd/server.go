@@ -168,7 +168,7 @@ func (d *Daemon) refresh() {
 	host := d.fab.Hosts[d.fab.Local]
 	d.faults = d.faults[:0]
 	for _, ft := range faults {
-		if ft.Node == "" || ft.Node == host {
+		if ft.For(host) {
 			ft.Node = ""
 			d.faults = append(d.faults, ft)
 		}
