@@ -27,8 +27,15 @@ bin=$cache/bin
 mkdir -p "$bin"
 command -v go >/dev/null || die "go not found in PATH"
 
-# works BINARY: true if it exists and prints a version.
-works() { [ -x "$1" ] && "$1" --version >/dev/null 2>&1; }
+# works BINARY: true if it exists and prints a version. Its exit status is
+# not asked: nvidia-container-runtime prints its version, then fails on a
+# machine without runc (a fresh one: e2e-node.sh installs runc later).
+works() {
+  local out
+  [ -x "$1" ] || return 1
+  out=$("$1" --version 2>/dev/null) || true
+  [[ $out == *version* ]]
+}
 
 # run_logged WHAT LOG CMD...: a build's output goes to LOG; on failure one
 # line: its last meaningful line and where the rest is.
