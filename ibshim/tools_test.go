@@ -154,8 +154,8 @@ func TestDiscoveryFindsTheWholeModelledFabric(t *testing.T) {
 	if got := strings.Fields(parts[1]); len(got) != 2 || got[0] != strconv.Itoa(switches) || got[1] != strconv.Itoa(cas) {
 		t.Errorf("ibswitches, ibhosts count %v, want %d and %d", got, switches, cas)
 	}
-	if got := strings.TrimSpace(parts[2]); got != "64" {
-		t.Errorf("the storage fabric has %s CAs, want 64 (2 rails of 32 nodes)", got)
+	if got := strings.TrimSpace(parts[2]); got != "67" {
+		t.Errorf("the storage fabric has %s CAs, want 67 (2 rails of 32 nodes, and its 3 switches' Aggregation Nodes)", got)
 	}
 	if n := strings.Count(parts[3], "4X        106.25 Gbps Active/  LinkUp"); n < cas {
 		t.Errorf("iblinkinfo shows %d active 4X NDR links, want at least %d:\n%.2000s", n, cas, parts[3])
@@ -342,10 +342,13 @@ sminfo -C mlx5_3 >/dev/null 2>&1; echo $?`,
 // rack's fabric; its BlueField-3s are Ethernet, in none.
 func TestGB200TrayHasFourComputeHCAs(t *testing.T) {
 	f := modelOf(t, "gb200")
-	var cas int
+	var cas, hosts int
 	for _, nd := range f.Subnets[0].Nodes {
 		if nd.Type == fabric.CA {
 			cas++
+			if nd.Slot >= 0 {
+				hosts++
+			}
 		}
 	}
 	out := nodeOf(t, "gb200", "ibstat -l | wc -l; echo ==; ibstat mlx5_0; echo ==; ibstat mlx5_2; echo ==; ibhosts | wc -l; echo ==; nvidia-smi topo -m")
@@ -362,19 +365,29 @@ func TestGB200TrayHasFourComputeHCAs(t *testing.T) {
 	if a, b := field(t, parts[2], "CA type"), field(t, parts[2], "Link layer"); a != "MT41692" || b != "Ethernet" {
 		t.Errorf("mlx5_2: %s, %s; want MT41692 on Ethernet", a, b)
 	}
-	if got := strings.TrimSpace(parts[3]); got != strconv.Itoa(cas) || cas != 18*4 {
-		t.Errorf("ibhosts lists %s CAs; the model has %d, want 18 trays x 4", got, cas)
+	if got := strings.TrimSpace(parts[3]); got != strconv.Itoa(cas) || hosts != 18*4 {
+		t.Errorf("ibhosts lists %s CAs; the model has %d, %d of them trays', want 18 trays x 4", got, cas, hosts)
 	}
 	if !strings.Contains(parts[4], "NIC7: mlx5_7\n") {
 		t.Errorf("nvidia-smi topo -m lists no NIC7:\n%s", parts[4])
 	}
 }
 
-// On a Quantum (HDR) fabric every switch lists 41 ports, the last its
-// SHARP Aggregation Node, which ibhosts and iblinkinfo show as real ones
-// do and which runs no ibping server.
+// On a Quantum (HDR) fabric every switch lists 41 ports and on a
+// Quantum-2 (NDR) one 65, the last its SHARP Aggregation Node, which
+// ibhosts and iblinkinfo show as real ones do and which runs no ibping
+// server.
 func TestQuantumAggregationNodesShowInTheTools(t *testing.T) {
-	f := modelOf(t, "a100")
+	for _, tc := range []struct {
+		profile, rate string
+		port          int
+	}{{"a100", "53.125", 41}, {"h100", "106.25", 65}} {
+		t.Run(tc.profile, func(t *testing.T) { checkAggregationNodesInTheTools(t, tc.profile, tc.rate, tc.port) })
+	}
+}
+
+func checkAggregationNodesInTheTools(t *testing.T, name, rate string, port int) {
+	f := modelOf(t, name)
 	var switches int
 	var an *fabric.Node
 	for _, nd := range f.Subnets[0].Nodes {
@@ -385,16 +398,16 @@ func TestQuantumAggregationNodesShowInTheTools(t *testing.T) {
 		}
 	}
 	lid := an.Ports[1].LID
-	out := nodeOf(t, "a100", fmt.Sprintf(`ibswitches -C mlx5_0 | grep -c 'ports 41 '; echo ==
+	out := nodeOf(t, name, fmt.Sprintf(`ibswitches -C mlx5_0 | grep -c 'ports %d '; echo ==
 ibhosts -C mlx5_0 | grep -c '"Mellanox Technologies Aggregation Node"'; echo ==
-iblinkinfo -C mlx5_0 | grep -c ' 41\[  \] ==( 4X        53.125 Gbps Active/  LinkUp)==> .*"Mellanox Technologies Aggregation Node"'; echo ==
+iblinkinfo -C mlx5_0 | grep -c ' %d\[  \] ==( 4X        %s Gbps Active/  LinkUp)==> .*"Mellanox Technologies Aggregation Node"'; echo ==
 smpquery -C mlx5_0 nodeinfo %d; echo ==
-ibping -C mlx5_0 -c 1 -t 200 %d`, lid, lid))
+ibping -C mlx5_0 -c 1 -t 200 %d`, port, port, rate, lid, lid))
 	parts := strings.Split(out, "==\n")
 	if len(parts) != 5 {
 		t.Fatalf("output:\n%s", out)
 	}
-	for i, what := range []string{"ibswitches lines with 41 ports", "ibhosts' Aggregation Nodes", "iblinkinfo's port-41 links to them"} {
+	for i, what := range []string{fmt.Sprintf("ibswitches lines with %d ports", port), "ibhosts' Aggregation Nodes", fmt.Sprintf("iblinkinfo's port-%d links to them", port)} {
 		if got := strings.TrimSpace(parts[i]); got != strconv.Itoa(switches) {
 			t.Errorf("%s: %s, want one per switch, %d", what, got, switches)
 		}

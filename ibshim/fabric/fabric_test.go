@@ -21,15 +21,16 @@ func TestH100FabricIsOneRailOptimizedScalableUnit(t *testing.T) {
 		name                     string
 		spines, leaves, cas, lid int
 	}{
-		{f.Subnets[0], "compute", 4, 8, 32 * 8, 4 + 8 + 32*8},
-		{f.Subnets[1], "storage", 1, 2, 32 * 2, 1 + 2 + 32*2},
+		// Each switch's Aggregation Node takes a LID after the hosts'.
+		{f.Subnets[0], "compute", 4, 8, 32 * 8, 2*(4+8) + 32*8},
+		{f.Subnets[1], "storage", 1, 2, 32 * 2, 2*(1+2) + 32*2},
 	} {
 		s := tc.subnet
 		var switches, cas int
 		for _, nd := range s.Nodes {
 			if nd.Type == fabric.Switch {
 				switches++
-			} else {
+			} else if nd.Slot >= 0 {
 				cas++
 			}
 		}
@@ -42,7 +43,7 @@ func TestH100FabricIsOneRailOptimizedScalableUnit(t *testing.T) {
 	}
 	// Rail r of every node is on leaf r, at the node's slot + 1.
 	for _, nd := range f.Subnets[0].Nodes {
-		if nd.Type != fabric.CA {
+		if nd.Type != fabric.CA || nd.Slot < 0 {
 			continue
 		}
 		leaf := nd.Ports[1].Peer
@@ -161,11 +162,21 @@ func TestACardsPortsShareItsSystemGUID(t *testing.T) {
 	}
 }
 
-// A Quantum switch of the a100 fabric has its SHARP Aggregation Node on
-// port 41: a CA with its switch's GUID plus 8, numbered after the hosts,
-// so the hosts' LIDs are those of a fabric without them.
+// A Quantum switch (a100: 40 ports) and a Quantum-2 one (h100: 64) have
+// their SHARP Aggregation Node on the port after their last: a CA with
+// its switch's GUID plus 8, numbered after the hosts, so the hosts' LIDs
+// are those of a fabric without them.
 func TestQuantumSwitchesHaveAggregationNodes(t *testing.T) {
-	f, err := fabric.Build(testenv.Node(t, "a100", 8), "node-a", 0)
+	for _, tc := range []struct {
+		profile string
+		port    int
+	}{{"a100", 41}, {"h100", 65}} {
+		t.Run(tc.profile, func(t *testing.T) { checkAggregationNodes(t, tc.profile, tc.port) })
+	}
+}
+
+func checkAggregationNodes(t *testing.T, name string, port int) {
+	f, err := fabric.Build(testenv.Node(t, name, 8), "node-a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,12 +187,13 @@ func TestQuantumSwitchesHaveAggregationNodes(t *testing.T) {
 		switch {
 		case nd.Type == fabric.Switch:
 			switches++
-			if len(nd.Ports) != 42 {
-				t.Errorf("%s has %d ports, want 0 to 41", nd.Desc, len(nd.Ports)-1)
+			if len(nd.Ports) != port+1 {
+				t.Errorf("%s has ports 0 to %d, want 0 to %d", nd.Desc, len(nd.Ports)-1, port)
+				continue
 			}
-			an := nd.Ports[41].Peer
+			an := nd.Ports[port].Peer
 			if an == nil || an.Node.Desc != "Mellanox Technologies Aggregation Node" || an.Node.GUID != nd.GUID+8 || an.Node.DeviceID != 0xcf09 {
-				t.Errorf("%s port 41: %+v, want its Aggregation Node", nd.Desc, an)
+				t.Errorf("%s port %d: %+v, want its Aggregation Node", nd.Desc, port, an)
 			}
 		case nd.Slot < 0:
 			ans++
