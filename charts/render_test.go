@@ -29,6 +29,7 @@ type pool struct {
 	live          bool   // liveValues: a live init container applies them
 	slots         string // --fabric-slots the install gets (fleetValues' infiniband.slots)
 	faults        string // the --ib-fault flags it gets, comma-joined (infiniband.faults)
+	peers         string // the plugin's --ib-peers (infiniband.peers)
 	mig           string // --mig the install gets
 }
 
@@ -69,11 +70,15 @@ injection:
 infiniband:
   slots: {gpu-b: 1, gpu-a: 0}
   faults: {gpu-b: [mlx5_0=symbol_error:12], gpu-a: [mlx5_3=down, "mlx5_4=link_downed:1"]}
+  peers: [10.0.0.5:4791, "[fd00::5]:4791"]
 logLevel: debug
 `
 
 // fleetFaults are the --ib-fault flags of fleetValues, by node then in order.
 const fleetFaults = "gpu-a/mlx5_3=down,gpu-a/mlx5_4=link_downed:1,gpu-b/mlx5_0=symbol_error:12"
+
+// fleetPeers is the --ib-peers of fleetValues' infiniband.peers.
+const fleetPeers = "10.0.0.5:4791,[fd00::5]:4791"
 
 func TestChartRendersAndMatchesGoldens(t *testing.T) {
 	type scenario struct {
@@ -84,8 +89,8 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
 		{"fleet", fleetValues, []pool{
-			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults},
-			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1", faults: fleetFaults},
+			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers},
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1", faults: fleetFaults, peers: fleetPeers},
 		}},
 	}
 	for _, name := range profile.Builtins() {
@@ -242,6 +247,9 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	nri := parseArgs(t, "main container", sourceFlags(t, "nri.go", "nriCmd"), main.Args[1:])
 	if nri["namespace-label"] != "nvmock.io/inject=enabled" || nri["plugin-namespace"] != "$(POD_NAMESPACE)" {
 		t.Errorf("%s: nri flags %v", ds.Name, nri)
+	}
+	if nri["ib-peers"] != p.peers {
+		t.Errorf("%s: nri --ib-peers %q, want %q", ds.Name, nri["ib-peers"], p.peers)
 	}
 	if env := fieldRefs(main); env["POD_NAMESPACE"] != "metadata.namespace" {
 		t.Errorf("%s: POD_NAMESPACE from %q, want metadata.namespace", ds.Name, env["POD_NAMESPACE"])

@@ -45,6 +45,8 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 		{"a namespace label key with a space", `injection: {namespaceLabel: {key: "nvmock inject"}}`, []string{"/injection/namespaceLabel/key"}},
 		{"a runtime handler in capitals", "injection: {nvidiaRuntimeHandlers: [Nvidia]}", []string{"/injection/nvidiaRuntimeHandlers/0"}},
 		{"runtime handlers as one string", "injection: {nvidiaRuntimeHandlers: nvidia}", []string{"/injection/nvidiaRuntimeHandlers", "array"}},
+		{"a fabric peer without a port", "infiniband: {peers: [10.0.0.5]}", []string{"/infiniband/peers/0"}},
+		{"fabric peers as one string", `infiniband: {peers: "10.0.0.5:4791,10.0.0.6:4791"}`, []string{"/infiniband/peers", "array"}},
 		{"a toleration with an unknown operator", "pools: [{name: a, profile: a100, tolerations: [{operator: Maybe}]}]", []string{"/pools/0/tolerations/0/operator"}},
 		// Each value valid, together contradictory: the templates say so.
 		{"two pools with one name", "pools: [" + a100 + ", {name: a, profile: t4, nodeSelector: {pool: b}}]",

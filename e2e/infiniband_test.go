@@ -134,14 +134,8 @@ ibnetdiscover -C mlx5_0 | grep -c '"%s mlx5_'`, lid, f.Hosts[f.Local])
 	if !strings.Contains(parts[0], "2 received, 0% packet loss") {
 		t.Errorf("ibping from the exec'd node to ibping -S in a container of the e2e node (LID %d):\n%s\nwant 2 pongs", lid, parts[0])
 	}
-	var compute int
-	for _, h := range n.nodeTree(t).IB.HCAs {
-		if !h.Ethernet && !h.Storage {
-			compute++
-		}
-	}
 	// Each compute CA is named twice: its own line and its leaf's link to it.
-	if got, want := strings.TrimSpace(parts[1]), strconv.Itoa(2*compute); got != want {
+	if got, want := strings.TrimSpace(parts[1]), strconv.Itoa(2*computeHCAs(t, n)); got != want {
 		t.Errorf("ibnetdiscover on the exec'd node names the e2e node's HCAs after its host %q %s times, want %s", f.Hosts[f.Local], got, want)
 	}
 }
@@ -228,4 +222,16 @@ func TestInfiniBandOptOutAndImagesThatCannotUseIt(t *testing.T) {
 			t.Errorf("busybox (static) sees:\n%s\nwant /dev/infiniband and the preload set (and ignored)", r.out)
 		}
 	}
+}
+
+// computeHCAs counts the node's InfiniBand HCAs in the compute subnet.
+func computeHCAs(t *testing.T, n *node) int {
+	t.Helper()
+	var c int
+	for _, h := range n.nodeTree(t).IB.HCAs {
+		if !h.Ethernet && !h.Storage {
+			c++
+		}
+	}
+	return c
 }

@@ -52,6 +52,11 @@ func connect() (*node, error) {
 	if dir == "" {
 		dir = "/tmp/nvmock-e2e"
 	}
+	return connectDir(dir)
+}
+
+// connectDir connects to the node whose work dir is dir.
+func connectDir(dir string) (*node, error) {
 	env, err := testenv.ReadEnvFile(filepath.Join(dir, "e2e.env"))
 	if err != nil {
 		return nil, err

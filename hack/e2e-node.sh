@@ -6,6 +6,7 @@
 #   hack/e2e-node.sh demo      an unmodified container runs nvidia-smi on it
 #   hack/e2e-node.sh plugin start|stop|kill
 #   hack/e2e-node.sh containerd restart
+#   hack/e2e-node.sh peer up|down  a second node beside it (below)
 #
 # Everything lives in $NVMOCK_E2E_DIR (default /tmp/nvmock-e2e; keep it short,
 # unix socket paths are limited to 108 bytes) except what containerd hard-wires:
@@ -13,6 +14,11 @@
 # Go module proxy (containerd, crictl) into $NVMOCK_CACHE/e2e/bin. `up` writes
 # $W/e2e.env, which the tests read. Root only. Idempotent: `up` on a running
 # node tears it down first; `down` on nothing does nothing.
+#
+# `peer up` starts a second node, nvmock-e2e-b, in $W-b: its own containerd
+# and chart pod in a network namespace of its own (a veth pair, 10.249.0.1
+# here, 10.249.0.2 there), its fabric daemon peered with this node's as
+# another cluster node's would be. `down` takes it down too.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -27,6 +33,15 @@ PORT=9464 # the chart's metrics port; the plugin pod has the host's network here
 CONTAINERD_METRICS_PORT=19465
 # Namespaces the plugin injects (the allowlist: no cluster here to label them).
 NAMESPACES=nvmock-e2e,nvmock-e2e-2
+NODE=nvmock-e2e
+IP=127.0.0.1 # where this machine reaches the node's network
+NETNS=""     # the node's network namespace; empty: this machine's
+PEERS=""     # fabric daemons the node's dials (infiniband.peers)
+PEER_OF=${NVMOCK_E2E_PEER_OF:-}
+if [ -n "$PEER_OF" ]; then
+  NODE=nvmock-e2e-b NETNS=nvmock-e2e-b IP=10.249.0.2 PEERS=10.249.0.1:4791
+fi
+VETH=nvmock-e2e # this machine's end of the peer's veth pair
 bin=$CACHE/e2e/bin
 nvmock=$BUILD/bin/nvmock
 
@@ -68,6 +83,11 @@ install_tools() {
     log "installing runc from Debian"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runc >/dev/null 2>&1 ||
       { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runc >/dev/null; }
+  fi
+  if [ -n "$NETNS" ] && ! command -v ip >/dev/null; then
+    log "installing iproute2 from Debian (the peer node's network)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null 2>&1 ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null; }
   fi
   mkdir -p "$bin"
   # A stamp per version: a binary from an older pin is rebuilt.
@@ -136,7 +156,7 @@ state = '$W/state'
   address = '$W/state/containerd.sock.ttrpc'
 [metrics]
   # containerd's own NRI figures (plugin latency per operation) for make bench.
-  address = '127.0.0.1:$CONTAINERD_METRICS_PORT'
+  address = '$IP:$CONTAINERD_METRICS_PORT'
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = 'overlayfs'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -172,9 +192,13 @@ EOF
 }
 
 containerd_start() {
+  local netns=()
+  [ -z "$NETNS" ] || netns=(nsenter "--net=/run/netns/$NETNS")
   rm -f "$W/nri/nri.sock"
   [ -d /run/containerd ] || { mkdir -p /run/containerd && touch "$W/made-run-containerd"; }
-  PATH=$bin:$PATH setsid "$bin/containerd" --config "$W/etc/config.toml" >>"$W/logs/containerd.log" 2>&1 </dev/null &
+  # In the node's network namespace, containerd's shims, containers and
+  # host-network pods are too.
+  PATH=$bin:$PATH "${netns[@]}" setsid "$bin/containerd" --config "$W/etc/config.toml" >>"$W/logs/containerd.log" 2>&1 </dev/null &
   echo $! >"$W/containerd.pid"
   wait_for containerd 60 "$W/logs/containerd.log" cri version
   wait_for "containerd's NRI socket" 30 "$W/logs/containerd.log" test -S "$W/nri/nri.sock"
@@ -184,8 +208,8 @@ containerd_start() {
 # Bash's /dev/tcp, so that no HTTP client needs installing.
 ready() {
   local status
-  exec 3<>"/dev/tcp/127.0.0.1/$PORT" || return 1
-  printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  exec 3<>"/dev/tcp/$IP/$PORT" || return 1
+  printf 'GET /readyz HTTP/1.0\r\nHost: %s\r\n\r\n' "$IP" >&3
   read -r -t 1 status <&3
   exec 3<&-
   [[ $status == "HTTP/1."?" 200"* ]]
@@ -195,7 +219,34 @@ ready() {
 # would: the tested plugin is the shipped one.
 chartpod() {
   "$BUILD/bin/chartpod" -cri "$W/state/containerd.sock" -chart "$repo/charts/nvmock" \
-    -values "$W/etc/values.yaml" -node nvmock-e2e -dir "$W/chartpod" "$@"
+    -values "$W/etc/values.yaml" -node "$NODE" -dir "$W/chartpod" "$@"
+}
+
+# net_up: the peer node's network namespace, cabled to this machine.
+net_up() {
+  net_down
+  ip netns add "$NETNS"
+  ip link add "$VETH" type veth peer name eth0 netns "$NETNS"
+  ip addr add 10.249.0.1/30 dev "$VETH" && ip link set "$VETH" up
+  ip -n "$NETNS" addr add "$IP/30" dev eth0
+  ip -n "$NETNS" link set eth0 up && ip -n "$NETNS" link set lo up
+}
+
+net_down() {
+  [ -n "$NETNS" ] || return 0
+  ip link del "$VETH" 2>/dev/null || true
+  ip netns del "$NETNS" 2>/dev/null || true
+}
+
+# peer up|down: the second node, this script again with its settings.
+peer() {
+  [ -z "$PEER_OF" ] || die "the peer node has no peer of its own"
+  case ${1:-} in
+    up) alive "$W/containerd.pid" || die "no node running: hack/e2e-node.sh up first" ;;
+    down) ;;
+    *) die "usage: $0 peer up|down" ;;
+  esac
+  NVMOCK_E2E_PEER_OF=$W NVMOCK_E2E_DIR=$W-b "$0" "$1"
 }
 
 write_values() {
@@ -212,6 +263,8 @@ nri:
 infiniband:
   faults:
     nvmock-e2e: [mlx5_10=down, "mlx5_4=symbol_error:5,link_downed:1"]
+  slots: {nvmock-e2e: 0, nvmock-e2e-b: 1}
+  peers: [$PEERS]
 overlayRoot: $W/overlay
 cdiDir: $W/cdi
 nfdDir: $W/nfd
@@ -234,8 +287,9 @@ OVERLAY_ROOT=$W/overlay
 CDI_DIR=$W/cdi
 POD_LOG_DIR=$W/podlogs
 PLUGIN_LOG=$W/chartpod/logs/nri.log
-PLUGIN_URL=http://127.0.0.1:$PORT
-CONTAINERD_METRICS_URL=http://127.0.0.1:$CONTAINERD_METRICS_PORT/v1/metrics
+PLUGIN_URL=http://$IP:$PORT
+CONTAINERD_METRICS_URL=http://$IP:$CONTAINERD_METRICS_PORT/v1/metrics
+NODE_NAME=$NODE
 NAMESPACES=$NAMESPACES
 PROFILE=$PROFILE
 NODE_SCRIPT=$here/e2e-node.sh
@@ -249,9 +303,11 @@ up() {
   [ "$(id -u)" = 0 ] || die "needs root (it runs containerd)"
   [ -x "$nvmock" ] && [ -f "$BUILD/nvmock-image.tar" ] || die "no $nvmock or $BUILD/nvmock-image.tar: run make image first"
   [ -e "$W" ] && down
+  [ -n "$PEER_OF" ] || rm -rf "$BUILD/e2e-logs"
   local t0; t0=$(date +%s%N)
   install_tools
   mkdir -p "$W"/{etc,logs,podlogs,cdi,nfd,nri/plugins,nri/conf.d,cni/bin,cni/net.d}
+  [ -z "$NETNS" ] || net_up
   go build -o "$BUILD/bin/chartpod" "$repo/hack/chartpod"
   write_config
   write_values
@@ -259,11 +315,20 @@ up() {
   containerd_start
   log "containerd up in $(ms "$t") ms"
   t=$(date +%s%N)
-  W=$W CTR="$bin/ctr" "$here/e2e-images.sh" || die "building the test images failed"
+  local img
+  if [ -n "$PEER_OF" ]; then
+    # The first node's images, those the peer tests run.
+    for img in pause glibc rdma; do
+      "$bin/ctr" -a "$W/state/containerd.sock" -n k8s.io images import "$PEER_OF/img/$img.tar" >/dev/null 2>>"$W/logs/ctr.log" ||
+        die "importing $PEER_OF/img/$img.tar failed (log: $W/logs/ctr.log)"
+    done
+  else
+    W=$W CTR="$bin/ctr" "$here/e2e-images.sh" || die "building the test images failed"
+  fi
   "$bin/ctr" -a "$W/state/containerd.sock" -n k8s.io images import "$BUILD/nvmock-image.tar" >/dev/null 2>>"$W/logs/ctr.log"
-  log "5 test images built, and the nvmock image, imported in $(ms "$t") ms"
+  log "test images and the nvmock image imported in $(ms "$t") ms"
   t=$(date +%s%N)
-  log "running the chart's pod: hostprep install ($PROFILE), then the plugin"
+  log "running the chart's pod on $NODE: hostprep install ($PROFILE), then the plugin"
   chartpod up >"$W/logs/chartpod.log" 2>&1 || { cat "$W/logs/chartpod.log" >&2; die "the chart's pod did not start"; }
   wait_for "the plugin container" 30 "$W/chartpod/logs/nri.log" ready
   log "chart pod up in $(ms "$t") ms"
@@ -272,7 +337,8 @@ up() {
 }
 
 down() {
-  [ -e "$W" ] || return 0
+  [ -n "$PEER_OF" ] || [ ! -e "$W-b" ] || peer down
+  [ -e "$W" ] || { net_down; return 0; }
   set +e
   local failed=""
   if [ -S "$W/state/containerd.sock" ] && alive "$W/containerd.pid"; then
@@ -295,8 +361,11 @@ down() {
   [ -x "$nvmock" ] && [ -d "$W/overlay" ] && "$nvmock" hostprep uninstall --root "$W/overlay" >/dev/null 2>&1
   if [ -f "$W/made-run-containerd" ]; then rmdir /run/containerd/s /run/containerd 2>/dev/null; fi
   # Logs outlive the node, in the build dir, for a failed run's post-mortem.
-  rm -rf "$BUILD/e2e-logs" && mkdir -p "$BUILD/e2e-logs" && cp "$W"/logs/*.log "$W"/chartpod/logs/*.log "$BUILD/e2e-logs/" 2>/dev/null
+  # The peer's go to e2e-logs/nvmock-e2e-b.
+  local logs=$BUILD/e2e-logs${PEER_OF:+/$NODE}
+  mkdir -p "$logs" && rm -f "$logs"/*.log && cp "$W"/logs/*.log "$W"/chartpod/logs/*.log "$logs/" 2>/dev/null
   rm -rf "$W"
+  net_down
   set -e
   [ -z "$failed" ] || die "$failed"
   log "down"
@@ -342,5 +411,6 @@ case ${1:-} in
     [ "${2:-}" = restart ] || die "usage: $0 containerd restart"
     stop_pid "$W/containerd.pid" TERM
     containerd_start ;;
-  *) die "usage: $0 up|down|demo|plugin start|stop|kill|containerd restart" ;;
+  peer) peer "${2:-}" ;;
+  *) die "usage: $0 up|down|demo|plugin start|stop|kill|containerd restart|peer up|down" ;;
 esac
