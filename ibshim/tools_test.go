@@ -246,22 +246,32 @@ func TestNvidiaSMITopoListsTheNICs(t *testing.T) {
 
 // A DGX B200 has two kinds of HCA: ConnectX-7 for compute and dual-port
 // BlueField-3 for storage (port 1 InfiniBand, port 2 Ethernet). Each
-// reports its own part, firmware, PSID and PCI revision, as the real
-// ones do, and topo -m lists all twelve.
+// reports its own part, firmware, PSID, PCI revision and port capability
+// mask (the BlueField-3's with IsSMDisabled), as the real ones do, in
+// sysfs, the verbs provider and PortInfo; topo -m lists all twelve.
 func TestB200HasConnectX7AndBlueField3(t *testing.T) {
 	f := modelOf(t, "b200")
 	bf := f.Find("mlx5_8")
-	out := nodeOf(t, "b200", "ibstat mlx5_0; echo ==; ibstat mlx5_8; echo ==; ibstat mlx5_9; echo ==; ibv_devinfo -d mlx5_8; echo ==; ibnetdiscover -C mlx5_8 | grep -c '^Ca'; echo ==; nvidia-smi topo -m")
+	var other *fabric.Node // another node's BlueField-3, in the storage subnet
+	for _, nd := range bf.Subnet.Nodes {
+		if nd.HCA == "mlx5_8" && nd.Slot != f.Local {
+			other = nd
+			break
+		}
+	}
+	out := nodeOf(t, "b200", fmt.Sprintf(`ibstat mlx5_0; echo ==; ibstat mlx5_8; echo ==; ibstat mlx5_9; echo ==; ibv_devinfo -v -d mlx5_8; echo ==
+ibnetdiscover -C mlx5_8 | grep -c '^Ca'; echo ==; nvidia-smi topo -m; echo ==; smpquery -C mlx5_8 portinfo %d 1`, other.Ports[1].LID))
 	parts := strings.Split(out, "==\n")
-	if len(parts) != 6 {
+	if len(parts) != 7 {
 		t.Fatalf("output:\n%s", out)
 	}
 	for i, want := range []map[string]string{
-		{"CA type": "MT4129", "Firmware version": "28.43.3608", "Hardware version": "0", "Rate": "400", "Link layer": "InfiniBand"},
+		{"CA type": "MT4129", "Firmware version": "28.43.3608", "Hardware version": "0", "Rate": "400", "Link layer": "InfiniBand",
+			"Capability mask": "0xa651e848"},
 		{"CA type": "MT41692", "Firmware version": "32.47.1088", "Hardware version": "1", "Rate": "400", "Link layer": "InfiniBand",
-			"Node GUID": fmt.Sprintf("0x%016x", bf.GUID), "Base lid": strconv.Itoa(int(bf.Ports[1].LID))},
+			"Node GUID": fmt.Sprintf("0x%016x", bf.GUID), "Base lid": strconv.Itoa(int(bf.Ports[1].LID)), "Capability mask": "0xa751ec48"},
 		{"CA type": "MT41692", "Link layer": "Ethernet", "System image GUID": fmt.Sprintf("0x%016x", bf.SysGUID)},
-		{"vendor_part_id": "41692", "hw_ver": "0x1", "board_id": "MT_0000000965", "fw_ver": "32.47.1088"},
+		{"vendor_part_id": "41692", "hw_ver": "0x1", "board_id": "MT_0000000965", "fw_ver": "32.47.1088", "port_cap_flags": "0xa751ec48"},
 	} {
 		for name, w := range want {
 			if got := field(t, parts[i], name); got != w {
@@ -282,6 +292,9 @@ func TestB200HasConnectX7AndBlueField3(t *testing.T) {
 		if want := fmt.Sprintf("NIC%d: mlx5_%d\n", i, i); !strings.Contains(parts[5], want) {
 			t.Errorf("nvidia-smi topo -m has no %q in its NIC legend:\n%s", strings.TrimSpace(want), parts[5])
 		}
+	}
+	if !strings.Contains(parts[6], "CapMask:.........................0xa751ec48") || !strings.Contains(parts[6], "IsSMdisabled") {
+		t.Errorf("smpquery portinfo of %s's port:\n%s\nwant CapMask 0xa751ec48 with IsSMdisabled", other.Desc, parts[6])
 	}
 }
 

@@ -27,7 +27,14 @@ type Adapter struct {
 	BoardID   string `json:"boardId"`   // the PSID, "MT_0000000838"
 	Speed     string `json:"speed"`     // the port's: HDR, NDR or XDR, 4X wide
 	OUI       string `json:"oui"`       // GUID prefix, 6 hex digits: "a088c2"
+	// CapabilityMask is the InfiniBand port's PortInfo CapabilityMask, as
+	// ibstat shows it; absent: ConnectX-7's, 0xa651e848.
+	CapabilityMask string `json:"capabilityMask,omitempty"`
 }
+
+// DefaultCapMask is a ConnectX-7 port's capability mask in real captures
+// (docs/research/infiniband.md).
+const DefaultCapMask = 0xa651e848
 
 // IBFabricSpec is the cluster's InfiniBand as one node sees it: rail-optimized
 // leaf and spine switches, as NVIDIA's SuperPOD reference architectures
@@ -103,6 +110,7 @@ type IBAdapter struct {
 	HCAType, FWVersion, BoardID string
 	Speed                       IBSpeed
 	OUI                         uint32
+	CapMask                     uint32 // the InfiniBand port's
 }
 
 // IBFabric is an IBFabricSpec, parsed.
@@ -156,6 +164,7 @@ func (p *Profile) validateInfiniBand(c *checker) {
 		if !ouiRE.MatchString(a.OUI) {
 			c.fail(at+".oui", "%q is not 6 lowercase hex digits such as \"a088c2\"", a.OUI)
 		}
+		c.hex(at+".capabilityMask", a.CapabilityMask, 32, false)
 	}
 	names := map[string]bool{}
 	missing := map[string]bool{}
@@ -216,7 +225,12 @@ func (p *Profile) resolveIB(t *PCITree) (*IB, error) {
 	adapters := map[string]*IBAdapter{}
 	for id, a := range ib.Adapters {
 		oui, _ := parseHex("0x"+a.OUI, 24)
-		adapters[strings.ToLower(id)] = &IBAdapter{HCAType: a.HCAType, FWVersion: a.FWVersion, BoardID: a.BoardID, Speed: ibSpeeds[a.Speed], OUI: oui}
+		capMask := uint32(DefaultCapMask)
+		if a.CapabilityMask != "" {
+			capMask, _ = parseHex(a.CapabilityMask, 32)
+		}
+		adapters[strings.ToLower(id)] = &IBAdapter{HCAType: a.HCAType, FWVersion: a.FWVersion, BoardID: a.BoardID,
+			Speed: ibSpeeds[a.Speed], OUI: oui, CapMask: capMask}
 	}
 	var nics []*PCIFunction
 	t.Walk(func(f *PCIFunction) {

@@ -66,6 +66,7 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a storage HCA must be one of the NICs", "storage: [mlx5_4, mlx5_10]", "storage: [mlx5_4, mlx5_99]", []string{"infiniband.storage[1]", `"mlx5_99" is not the name of a Mellanox NIC`}},
 		{"a Mellanox NIC needs an adapter entry", `"0x101b": {`, `"0x101c": {`, []string{"pcie.nics[0]", "no infiniband.adapters entry"}},
 		{"a GUID prefix is six hex digits", "oui: 1070fd", "oui: 10:70:fd", []string{`infiniband.adapters["0x101b"].oui`, "6 lowercase hex digits"}},
+		{"a port capability mask is 32 bits of hex", "oui: 1070fd", "oui: 1070fd, capabilityMask: \"0x1a651e848\"", []string{`infiniband.adapters["0x101b"].capabilityMask`}},
 		{"modelled nodes need a number in their name", "hostName: dgxa%02d", "hostName: dgxa", []string{"infiniband.fabric.hostName", "one %d"}},
 		{"a MIG placement must fit the memory slices", "placements: [0, 4], computeInstances: [1, 2, 3]", "placements: [0, 6], computeInstances: [1, 2, 3]",
 			[]string{"board.modes.mig.gpuInstances[4].placements", "6: an instance of 4 memory slices starts at a multiple of 4"}},

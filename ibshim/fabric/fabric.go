@@ -19,9 +19,14 @@ const (
 // switches.
 const MellanoxVendor = 0x0002c9
 
-// CACapMask is an InfiniBand ConnectX port's capability mask, as ibstat and
-// PortInfo show it (docs/research/infiniband.md).
-const CACapMask = 0xa651e848
+// CapMask is a CA port's PortInfo capability mask: its adapter's, and an
+// Aggregation Node's (not captured) as a ConnectX's.
+func (n *Node) CapMask() uint32 {
+	if n.Adapter != nil {
+		return n.Adapter.CapMask
+	}
+	return profile.DefaultCapMask
+}
 
 // Fabric is every subnet the node's HCAs are cabled into.
 type Fabric struct {

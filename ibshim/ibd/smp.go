@@ -132,7 +132,7 @@ func (d *Daemon) portInfo(p, in *fabric.Port, b []byte) {
 		if !p.Down() { // no SM has reached it
 			put16(b[18:], s.SM.LID)
 		}
-		cap := uint32(fabric.CACapMask)
+		cap := nd.CapMask()
 		if nd.Type == fabric.Switch {
 			cap = switchCapMask
 		}

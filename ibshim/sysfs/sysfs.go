@@ -20,7 +20,6 @@ const (
 	ibGIDs, ibPKeys   = 8, 128
 	ethGIDs, ethPKeys = 255, 1
 	ethCapMask        = 0x00010000
-	caCapMask         = 0xa651e848
 	inertDevNode      = "1:3" // the nodes are /dev/null's (DevNodes)
 )
 
@@ -166,7 +165,7 @@ func (r *renderer) ports(dir string, h *profile.HCA, nd *fabric.Node, port0 uint
 	r.file(port+"/lid_mask_count", "0")
 	r.file(port+"/sm_sl", "0")
 	if nd != nil {
-		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", fabric.CACapMask))
+		r.file(port+"/cap_mask", fmt.Sprintf("0x%08x", nd.CapMask()))
 		r.file(port+"/link_layer", "InfiniBand")
 	} else {
 		r.file(port+"/lid", "0x0")
