@@ -493,7 +493,9 @@ func TestExecTakesARelativeAssetsDir(t *testing.T) {
 func TestAPortFaultReachesTheOtherNode(t *testing.T) {
 	testenv.Tool(t, "ibnetdiscover")
 	bin := builtNvmock(t)
-	out, nodeA := twoNodes(t, []string{"sh", "-c", bin + " ctl ib down mlx5_0 && exec sleep 10"},
+	// node-a lives until twoNodes ends it: a node that went away by
+	// itself would take its HCAs' names and faults with it.
+	out, nodeA := twoNodes(t, []string{"sh", "-c", bin + " ctl ib down mlx5_0 && exec sleep 600"},
 		`for i in $(seq 100); do n=$(ibnetdiscover -C mlx5_0 | grep -c '"node-a mlx5_'); [ "$n" = 14 ] && break; sleep 0.1; done
 echo $n; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'`)
 	if got := strings.Fields(out); !slices.Equal(got, []string{"14", "1"}) {
