@@ -252,15 +252,23 @@ func ReadFile(path string) (*State, error) {
 
 // Generation is the number of writes the state file at path has seen, read
 // from its header alone; 0 when it cannot be read.
-func Generation(path string) uint64 {
+func Generation(path string) uint64 { return header(path).Generation }
+
+// ProcessCount is the number of processes registered in the state file at
+// path, read from its header alone (no lock, so a writer's change may not
+// show yet); 0 when it cannot be read.
+func ProcessCount(path string) uint32 { return header(path).Procs }
+
+// header is the state file's header, zero when it cannot be read.
+func header(path string) Header {
 	fd, err := os.Open(path)
 	if err != nil {
-		return 0
+		return Header{}
 	}
 	defer fd.Close()
 	var h [HeaderSize]byte
 	if n, _ := fd.ReadAt(h[:], 0); n != HeaderSize {
-		return 0
+		return Header{}
 	}
-	return (*Header)(unsafe.Pointer(&h[0])).Generation
+	return *(*Header)(unsafe.Pointer(&h[0]))
 }

@@ -238,6 +238,28 @@ func TestProcessesAreReplacedByPidAndGPUAndPrunedWhenDead(t *testing.T) {
 	}
 }
 
+// The header counts the processes a write leaves, so that a reader with
+// nothing to look for (the plugin at each container's stop) reads it alone.
+func TestHeaderCountsTheProcesses(t *testing.T) {
+	f := newState(t, 2)
+	g0 := Generation(f.Path)
+	if n := ProcessCount(f.Path); n != 0 || g0 == 0 {
+		t.Fatalf("a new state: %d processes, generation %d; want 0 and its first", n, g0)
+	}
+	err := f.Update(func(s *State, now int64) error {
+		return s.AddProcess(Process{PID: uint32(os.Getpid()), GPU: 1, Type: 1, Name: "a", PIDNS: PIDNamespace()}, now)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, g := ProcessCount(f.Path), Generation(f.Path); n != 1 || g != g0+1 {
+		t.Errorf("after adding one: %d processes, generation %d; want 1 and %d", n, g, g0+1)
+	}
+	if n := ProcessCount(filepath.Join(t.TempDir(), "none")); n != 0 {
+		t.Errorf("a missing file: %d processes, want 0", n)
+	}
+}
+
 // The writer's model continues where the readings stand: no jump in
 // temperature or energy at a change of load.
 func TestSetLoadStartsEachSegmentWhereTheLastOneEnds(t *testing.T) {

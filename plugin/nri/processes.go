@@ -1,6 +1,8 @@
 package nri
 
 import (
+	"errors"
+
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nvmock/nvmock/live"
@@ -50,19 +52,28 @@ func (p *Plugin) stopped(pod *api.PodSandbox, ctr *api.Container) {
 	p.node.mu.Lock()
 	state := p.node.node.State
 	p.node.mu.Unlock()
-	if state == "" {
+	// Most containers stop with no process registered on the node: one
+	// read of the state's header, not its lock.
+	if state == "" || live.ProcessCount(state) == 0 {
 		return
 	}
 	id := owner(ctr.GetId())
 	err := p.updateState(state, func(s *live.State, _ int64) error {
-		s.RemoveProcesses(func(q live.Process) bool { return q.Owner == id || live.Dead(q) })
+		if s.RemoveProcesses(func(q live.Process) bool { return q.Owner == id || live.Dead(q) }) == 0 {
+			return errUnchanged
+		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errUnchanged) {
 		p.metrics.errors.WithLabelValues(reasonProcess).Inc()
 		p.fields(pod, ctr).WithError(err).Error("removing the container's GPU process")
 	}
 }
+
+// errUnchanged ends an update that changed nothing without publishing it.
+// Every container's stop comes here: publishing would wake every waiter on
+// the state and make the next creation re-read the node's MIG devices.
+var errUnchanged = errors.New("unchanged")
 
 func (p *Plugin) updateState(path string, fn func(s *live.State, now int64) error) error {
 	f, err := live.Open(path)

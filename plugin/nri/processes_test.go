@@ -69,7 +69,18 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 		t.Errorf("a bad annotation registered %d processes", len(got)-2)
 	}
 
-	_, err := r.StopContainer(ctx, &api.StopContainerRequest{Pod: train, Container: c})
+	// A stop with nothing to remove (train's processes stay) leaves the
+	// state as it was: no new generation for every reader to notice.
+	state := filepath.Join(root, hostprep.StateFile)
+	gen := live.Generation(state)
+	_, err := r.StopContainer(ctx, &api.StopContainerRequest{Pod: bad, Container: b})
+	must(t, err)
+	must(t, r.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: bad, Container: b}))
+	if got := live.Generation(state); got != gen || len(processes(t, root)) != 2 {
+		t.Errorf("a container without processes stopped and removed: state generation %d -> %d, want unchanged", gen, got)
+	}
+
+	_, err = r.StopContainer(ctx, &api.StopContainerRequest{Pod: train, Container: c})
 	must(t, err)
 	if got := processes(t, root); len(got) != 0 {
 		t.Errorf("after stop: %+v", got)
