@@ -168,6 +168,10 @@ func (f *File) Read() *State {
 	}
 }
 
+// ErrUnchanged, returned by an Update's function, ends the update without
+// publishing it: no new generation, no waiter woken.
+var ErrUnchanged = errors.New("state unchanged")
+
 // Update runs fn on a copy of the state under the writers' lock and
 // publishes the result; readers never wait for it. now is the state's clock.
 func (f *File) Update(fn func(s *State, now int64) error) error {
@@ -183,6 +187,9 @@ func (f *File) Update(fn func(s *State, now int64) error) error {
 	c := *f.state()
 	s := &c
 	if err := fn(s, s.Now()); err != nil {
+		if errors.Is(err, ErrUnchanged) {
+			return nil
+		}
 		return err
 	}
 	f.publish(s)

@@ -1,8 +1,6 @@
 package nri
 
 import (
-	"errors"
-
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nvmock/nvmock/live"
@@ -60,20 +58,18 @@ func (p *Plugin) stopped(pod *api.PodSandbox, ctr *api.Container) {
 	id := owner(ctr.GetId())
 	err := p.updateState(state, func(s *live.State, _ int64) error {
 		if s.RemoveProcesses(func(q live.Process) bool { return q.Owner == id || live.Dead(q) }) == 0 {
-			return errUnchanged
+			// Not published: every container's stop comes here, and a
+			// publish would wake every waiter and make the next creation
+			// re-read the node's MIG devices.
+			return live.ErrUnchanged
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errUnchanged) {
+	if err != nil {
 		p.metrics.errors.WithLabelValues(reasonProcess).Inc()
 		p.fields(pod, ctr).WithError(err).Error("removing the container's GPU process")
 	}
 }
-
-// errUnchanged ends an update that changed nothing without publishing it.
-// Every container's stop comes here: publishing would wake every waiter on
-// the state and make the next creation re-read the node's MIG devices.
-var errUnchanged = errors.New("unchanged")
 
 func (p *Plugin) updateState(path string, fn func(s *live.State, now int64) error) error {
 	f, err := live.Open(path)
