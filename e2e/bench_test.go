@@ -145,15 +145,7 @@ func pluginPID(b *testing.B) int {
 	if err := json.Unmarshal(data, &st); err != nil || st.Containers["nri"] == "" {
 		b.Fatalf("no plugin container in %s (%v)", data, err)
 	}
-	s, err := theNode.rt.ContainerStatus(ctx(b), &cri.ContainerStatusRequest{ContainerId: st.Containers["nri"], Verbose: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var info struct{ Pid int }
-	if err := json.Unmarshal([]byte(s.Info["info"]), &info); err != nil || info.Pid == 0 {
-		b.Fatalf("no pid in the plugin container's status: %v", err)
-	}
-	return info.Pid
+	return int(theNode.pid(b, st.Containers["nri"]))
 }
 
 // procStatusKB reads a kB field of /proc/PID/status.

@@ -47,6 +47,10 @@ func TestAPodAskingForGPUMemoryShowsItsProcessWhileItRuns(t *testing.T) {
 	if len(procs) != 1 || procs[0].Owner != "container:"+id || procs[0].UsedBytes != 4<<30 {
 		t.Fatalf("registered processes %+v, want the container's", procs)
 	}
+	// The pid the runtime hook reported is the one containerd knows.
+	if pid := n.pid(t, id); procs[0].PID != pid {
+		t.Errorf("registered pid %d, containerd's %d", procs[0].PID, pid)
+	}
 	// nvidia-smi in the container names the process by its pid on the node.
 	if pid := strconv.Itoa(int(procs[0].PID)); !strings.Contains(out, pid+", /bin/sh, 4096") {
 		t.Errorf("the container's nvidia-smi printed:\n%s\nwant pid %s", out, pid)

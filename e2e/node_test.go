@@ -296,6 +296,20 @@ func (n *node) spec(t testing.TB, id string) []byte {
 	return info.RuntimeSpec
 }
 
+// pid is a running container's process on the node (CRI's verbose status).
+func (n *node) pid(t testing.TB, id string) uint32 {
+	t.Helper()
+	s, err := n.rt.ContainerStatus(ctx(t), &cri.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		t.Fatalf("status of %s: %v", id, err)
+	}
+	var info struct{ Pid uint32 }
+	if err := json.Unmarshal([]byte(s.Info["info"]), &info); err != nil || info.Pid == 0 {
+		t.Fatalf("no pid in the verbose status of %s: %v", id, err)
+	}
+	return info.Pid
+}
+
 // script runs hack/e2e-node.sh with args (plugin start, containerd restart...).
 func (n *node) script(t testing.TB, args ...string) {
 	t.Helper()

@@ -72,6 +72,11 @@ var StatePath = filepath.Join("driver", "etc", "nvmock", "state")
 // the root.
 var StateFile = filepath.Join("live", "state")
 
+// StartedDir is where the runtime hook of a container that shows as a GPU
+// process writes its pid, for the NRI plugin, beside the live state at
+// statePath.
+func StartedDir(statePath string) string { return filepath.Join(filepath.Dir(statePath), "started") }
+
 // HookPath is where an overlay keeps the runtime hook (cmd/nvmock-hook).
 const HookPath = "bin/nvmock-hook"
 

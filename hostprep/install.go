@@ -370,6 +370,7 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 	}
 	rm(filepath.Join(root, StateFile), false)
 	rm(IBLiveDir(filepath.Join(root, StateFile)), true)
+	rm(StartedDir(filepath.Join(root, StateFile)), true)
 	rm(filepath.Dir(filepath.Join(root, StateFile)), false)
 	rm(filepath.Join(root, IBSocket), false)
 	rm(filepath.Dir(filepath.Join(root, IBSocket)), false)

@@ -185,6 +185,11 @@ func TestUninstallRemovesExactlyWhatInstallCreated(t *testing.T) {
 	assets := testenv.FakeDriverAssets(t)
 	install(t, s.options(testenv.Profile(t, "a100", 2), assets))
 	install(t, s.options(testenv.Profile(t, "a100", 3), assets)) // a replaced overlay is covered too
+	// What the NRI plugin makes beside the live state: a pid file a runtime
+	// hook wrote for it.
+	started := hostprep.StartedDir(filepath.Join(s.root, hostprep.StateFile))
+	must(t, os.MkdirAll(started, 0o700))
+	must(t, os.WriteFile(filepath.Join(started, "c1"), []byte("42\n"), 0o644))
 	res, err := hostprep.Uninstall(s.root, nil)
 	if err != nil {
 		t.Fatal(err)

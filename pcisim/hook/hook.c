@@ -10,10 +10,13 @@
  * program in it sees them, statically linked ones too. A spec's mounts
  * cannot do the second: runc refuses mounts into /proc.
  *
- *   nvmock-hook pcisim TREE [PROC|- [IBLIVE]]   (the container's state on stdin, from runc)
+ *   nvmock-hook pcisim TREE [PROC|- [IBLIVE|- [PIDFILE]]]   (the container's state on stdin, from runc)
  *
  * IBLIVE is the node's live InfiniBand port state (hostprep.IBLiveDir),
- * whose HCAs' ports directories it shows over the tree's.
+ * whose HCAs' ports directories it shows over the tree's. PIDFILE, for a
+ * container that shows as a GPU process, is where it writes the
+ * container's pid on the node, for the NRI plugin to register: that
+ * spares every container of the node a PostStartContainer call.
  *
  * (The go:build line keeps the Go tool from taking this directory, which
  * holds the hook's tests, for a cgo package; make cli compiles this file.)
@@ -519,10 +522,41 @@ static void show_proc(const char *rootfs, const char *proc)
 	seal(dir);
 }
 
+/*
+ * report_pid writes the container's pid, as the runtime's pid namespace
+ * numbers it, to path (through path.tmp and a rename, so that a reader
+ * never sees half of it). The runtime's init process runs this hook and
+ * then becomes the container's process, so it is the parent here; the
+ * state on stdin has its pid in the container's own namespace (1), and
+ * /proc, until the pivot, is the runtime's. A failure only warns: the
+ * container runs anyway, without its process shown.
+ */
+static void report_pid(const char *path)
+{
+	char stat[512], tmp[PATH_MAX];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, stat, sizeof stat - 1);
+	if (fd >= 0)
+		close(fd);
+	char *end = n > 0 ? (stat[n] = 0, strrchr(stat, ')')) : NULL;
+	char state;
+	int ppid;
+	if (!end || sscanf(end + 1, " %c %d", &state, &ppid) != 2 || ppid <= 1) {
+		fprintf(stderr, "nvmock-hook: warning: no parent pid in /proc/self/stat; the container's GPU process is not shown\n");
+		return;
+	}
+	pathf(tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "we");
+	if (!f || fprintf(f, "%d\n", ppid) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+		fprintf(stderr, "nvmock-hook: warning: write %s: %s; the container's GPU process is not shown\n", path, strerror(errno));
+		unlink(tmp);
+	}
+}
+
 int main(int argc, char **argv)
 {
-	if (argc < 3 || argc > 5 || strcmp(argv[1], "pcisim") != 0)
-		die("usage: nvmock-hook pcisim TREE [PROC|- [IBLIVE]] (an OCI createContainer hook)");
+	if (argc < 3 || argc > 6 || strcmp(argv[1], "pcisim") != 0)
+		die("usage: nvmock-hook pcisim TREE [PROC|- [IBLIVE|- [PIDFILE]]] (an OCI createContainer hook)");
 
 	char bundle[PATH_MAX], rootfs[PATH_MAX];
 	if (!rootfs_from_cwd(rootfs)) {
@@ -535,7 +569,9 @@ int main(int argc, char **argv)
 	int sys = show_pci(rootfs, argv[2]);
 	if (argc >= 4 && strcmp(argv[3], "-") != 0)
 		show_proc(rootfs, argv[3]);
-	if (argc == 5 && sys)
+	if (argc >= 5 && sys && strcmp(argv[4], "-") != 0)
 		show_live_ports(rootfs, argv[4]);
+	if (argc == 6)
+		report_pid(argv[5]);
 	return 0;
 }

@@ -561,3 +561,52 @@ ls $p/pkeys | wc -l`, state))
 		t.Errorf("a container without sysfs got mounts: %s", out)
 	}
 }
+
+// Asked to, the hook writes its parent's pid as the node numbers it: runc's
+// init, which becomes the container's process, runs it in the container's
+// own pid namespace (where it is 1) while /proc is still the node's. A pid
+// file it cannot write only warns: the container still starts.
+func TestTheHookReportsTheContainersPidOnTheNode(t *testing.T) {
+	hook := builtHook(t)
+	tr := tree(t, node(t), false)
+	bundle := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(bundle, "rootfs", "sys"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"root":{"path":"rootfs"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	started := filepath.Join(t.TempDir(), "started")
+	if err := os.Mkdir(started, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(started, "c1")
+	script := `read -r me _ < /proc/self/stat
+echo "$$ $me"
+cd "$1/rootfs" && "$2" pcisim "$3" - - "$4" </dev/null || exit 1
+cd "$1/rootfs" && "$2" pcisim "$3" - - "$4.gone/c2" </dev/null || exit 2
+:`
+	cmd := exec.Command("unshare", "-m", "-p", "-f", "--propagation", "private", "bash", "-c", script, "bash", bundle, hook, tr, pidFile)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, out, stderr.String())
+	}
+	var inNS, onNode string
+	fmt.Sscan(string(out), &inNS, &onNode)
+	got, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inNS != "1" || strings.TrimSpace(string(got)) != onNode || onNode == "1" {
+		t.Errorf("the hook wrote %q for a parent that is %s on the node (%s in its namespace)", got, onNode, inNS)
+	}
+	if ents, _ := os.ReadDir(started); len(ents) != 1 {
+		t.Errorf("%s holds %d files, want the pid file alone", started, len(ents))
+	}
+	want := "nvmock-hook: warning: write " + pidFile + ".gone/c2: No such file or directory; the container's GPU process is not shown\n"
+	if stderr.String() != want {
+		t.Errorf("an unwritable pid file: stderr %q, want %q", stderr.String(), want)
+	}
+}

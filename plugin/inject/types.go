@@ -1,5 +1,7 @@
 package inject
 
+import "slices"
+
 // Annotations and labels the decision reads.
 const (
 	// InjectLabel on a namespace, with value InjectEnabled, opts its pods in.
@@ -212,6 +214,17 @@ type Adjustment struct {
 type Hook struct {
 	Path string
 	Args []string
+}
+
+// WithPIDFile is the runtime hook asked also to write the container's pid
+// on the node to path (nvmock-hook's PIDFILE, after PROC and IBLIVE).
+func (h Hook) WithPIDFile(path string) Hook {
+	args := slices.Clone(h.Args)
+	for len(args) < 5 {
+		args = append(args, "-")
+	}
+	h.Args = append(args, path)
+	return h
 }
 
 // Empty says the adjustment changes nothing (warnings aside).

@@ -39,7 +39,24 @@ func installOverlay(t *testing.T) string {
 	}
 	p.GPUs = 4
 	root := filepath.Join(t.TempDir(), "var", "lib", "nvmock")
-	install(t, root, p)
+	install(t, root, p, "")
+	return root
+}
+
+// installOverlayWithHook is installOverlay with a stand-in runtime hook:
+// containers the plugin edits get it, and the tests play its part.
+func installOverlayWithHook(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (CAP_MKNOD) to install an overlay with device nodes")
+	}
+	p, err := profile.Builtin("a100")
+	must(t, err)
+	p.GPUs = 4
+	hook := filepath.Join(t.TempDir(), "nvmock-hook")
+	must(t, os.WriteFile(hook, []byte("#!/bin/true\n"), 0o755))
+	root := filepath.Join(t.TempDir(), "var", "lib", "nvmock")
+	install(t, root, p, hook)
 	return root
 }
 
@@ -50,14 +67,14 @@ func reinstall(t *testing.T, root, name string, n int) {
 	p, err := profile.Builtin(name)
 	must(t, err)
 	p.GPUs = n
-	install(t, root, p)
+	install(t, root, p, "")
 }
 
-func install(t *testing.T, root string, p *profile.Profile) {
+func install(t *testing.T, root string, p *profile.Profile, hook string) {
 	t.Helper()
 	d := filepath.Dir(filepath.Dir(filepath.Dir(root)))
 	_, err := hostprep.Install(hostprep.InstallOptions{
-		Render:   hostprep.Options{Profile: p, NodeName: "nri-test-node", Assets: assets(t)},
+		Render:   hostprep.Options{Profile: p, NodeName: "nri-test-node", Assets: assets(t), Hook: hook},
 		Root:     root,
 		CDIDir:   filepath.Join(d, "cdi"),
 		NFDDir:   filepath.Join(d, "nfd"),

@@ -68,8 +68,12 @@ type Plugin struct {
 	// syncedC is signalled (non-blocking) after each Synchronize: tests wait on it.
 	syncedC chan struct{}
 
-	// procs are the processes to register when containers start, by ID.
-	procs sync.Map // string -> procStart
+	// procs are the processes to register when containers start, by ID;
+	// procMu orders their registration and removal.
+	procs  sync.Map // string -> procStart
+	procMu sync.Mutex
+	starts starts
+	ctx    context.Context // Run's
 }
 
 // New checks the options and builds a plugin; a bad option is an error
@@ -125,6 +129,7 @@ func New(opt Options) (*Plugin, error) {
 // reconnecting with backoff whenever the runtime goes away. It returns nil
 // when ctx is cancelled, or an error the stub cannot be built with.
 func (p *Plugin) Run(ctx context.Context) error {
+	p.ctx = ctx
 	if p.opt.Kube != nil {
 		go p.watchNamespaces(ctx)
 	}
@@ -319,13 +324,6 @@ func (h handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	return h.p.create(pod, ctr), nil, nil
 }
 
-// PostStartContainer shows the container's process on its GPUs, when its
-// pod asked for that (inject.GPUMemoryAnnotation).
-func (h handler) PostStartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	h.p.started(pod, ctr)
-	return nil
-}
-
 // StopContainer frees the container's GPUs.
 func (h handler) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	h.p.release(ctr.GetId())
@@ -448,18 +446,20 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 		p.metrics.skipNotSelected.Inc()
 		return nil
 	}
+	req, show, err := inject.Processes(ipod, ictr, adj)
+	if err == nil && show {
+		err = p.showProcess(pod, ctr, req, node.State, &adj)
+	}
+	if err != nil {
+		p.metrics.warnings.Inc()
+		p.fields(pod, ctr).WithError(err).Warn("no GPU process shown for this container")
+	}
 	out = toNRI(&adj)
 	visible := ""
 	if len(adj.Env) > 0 && adj.Env[0].Key == inject.VisibleDevicesEnv {
 		visible = adj.Env[0].Value
 	}
 	c.record(ctr.GetId(), adj.GPUs, visible)
-	if req, ok, err := inject.Processes(ipod, ictr, adj); err != nil {
-		p.metrics.warnings.Inc()
-		p.fields(pod, ctr).WithError(err).Warn("no GPU process shown for this container")
-	} else if ok {
-		p.procs.Store(ctr.GetId(), procStart{req: req, state: node.State})
-	}
 	p.metrics.injections.Inc()
 	if p.log.Logger.IsLevelEnabled(logrus.InfoLevel) {
 		p.fields(pod, ctr).WithField("gpus", visible).Info("injected")

@@ -1,35 +1,149 @@
 package nri
 
 import (
-	"github.com/containerd/nri/pkg/api"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 
+	"github.com/containerd/nri/pkg/api"
+	"github.com/fsnotify/fsnotify"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
-// procStart is a process to show once its container runs.
+// procStart is a process to show once its container's runtime hook
+// reports the container's pid.
 type procStart struct {
 	req   inject.ProcessRequest
 	state string // the node's live state file
+	log   *logrus.Entry
 }
 
 func owner(id string) string { return "container:" + id }
 
+// starts follows the directory where runtime hooks write the pids of
+// containers that show as GPU processes (hostprep.StartedDir). It is
+// armed at the first such container, so that a node whose pods never ask
+// pays nothing.
+type starts struct {
+	mu  sync.Mutex
+	dir string
+	w   *fsnotify.Watcher
+}
+
+// showProcess has the container's runtime hook report its pid, and
+// registers the process when it does. The pid comes from the hook, not
+// from a PostStartContainer call, which containerd would make, and wait
+// for, at every container's start on the node.
+func (p *Plugin) showProcess(pod *api.PodSandbox, ctr *api.Container, req inject.ProcessRequest, state string, adj *inject.Adjustment) error {
+	if state == "" || len(adj.Hooks) != 1 {
+		return fmt.Errorf("the node's overlay has no live state or runtime hook (an older install; install it again)")
+	}
+	dir := hostprep.StartedDir(state)
+	if err := p.follow(dir); err != nil {
+		return err
+	}
+	p.procs.Store(ctr.GetId(), procStart{req: req, state: state, log: p.fields(pod, ctr)})
+	adj.Hooks[0] = adj.Hooks[0].WithPIDFile(filepath.Join(dir, ctr.GetId()))
+	return nil
+}
+
+// follow starts watching dir, once, until the plugin's Run ends. Files
+// there from before (a plugin that went away) are removed: their
+// containers' requests went with it.
+func (p *Plugin) follow(dir string) error {
+	s := &p.starts
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil && s.dir == dir {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("GPU processes: %w", err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("GPU processes: watch %s: %w", dir, err)
+	}
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return fmt.Errorf("GPU processes: watch %s: %w", dir, err)
+	}
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	if s.w != nil {
+		s.w.Close()
+	}
+	s.dir, s.w = dir, w
+	go p.reported(p.runCtx(), w)
+	return nil
+}
+
+// reported registers the process of each pid file a hook writes.
+func (p *Plugin) reported(ctx context.Context, w *fsnotify.Watcher) {
+	go func() {
+		<-ctx.Done()
+		w.Close()
+	}()
+	for {
+		select {
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			// The hook renames NAME.tmp to NAME: a move in, reported as Create.
+			if ev.Has(fsnotify.Create) && !strings.HasSuffix(ev.Name, ".tmp") {
+				p.pidFile(ev.Name)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			p.metrics.errors.WithLabelValues(reasonProcess).Inc()
+			p.log.WithError(err).Error("following the runtime hooks' pid files")
+		}
+	}
+}
+
+func (p *Plugin) pidFile(path string) {
+	data, err := os.ReadFile(path)
+	os.Remove(path)
+	if err != nil {
+		return // gone already: a leftover removed at start
+	}
+	pid, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 32)
+	if err != nil || pid == 0 {
+		p.metrics.errors.WithLabelValues(reasonProcess).Inc()
+		p.log.WithField("file", path).Errorf("the runtime hook wrote %q, not a pid", data)
+		return
+	}
+	p.started(filepath.Base(path), uint32(pid))
+}
+
 // started registers a started container's process on its GPUs. Failures
 // are logged and counted: the container runs anyway.
-func (p *Plugin) started(pod *api.PodSandbox, ctr *api.Container) {
-	v, ok := p.procs.LoadAndDelete(ctr.GetId())
+func (p *Plugin) started(id string, pid uint32) {
+	p.procMu.Lock()
+	defer p.procMu.Unlock()
+	v, ok := p.procs.LoadAndDelete(id)
 	if !ok {
-		return
+		return // stopped already, or asked of a plugin before this one
 	}
 	ps := v.(procStart)
-	if ps.state == "" || ctr.GetPid() == 0 {
-		return
-	}
 	err := p.updateState(ps.state, func(s *live.State, now int64) error {
 		for _, g := range ps.req.GPUs {
-			proc := live.Process{PID: ctr.GetPid(), GPU: g, Type: 1, UsedBytes: ps.req.Bytes, Name: ps.req.Name,
-				Owner: owner(ctr.GetId())} // a host pid, whatever namespace the plugin runs in: the plugin, not a /proc check, removes it
+			proc := live.Process{PID: pid, GPU: g, Type: 1, UsedBytes: ps.req.Bytes, Name: ps.req.Name,
+				Owner: owner(id)} // a pid on the node, whatever namespace the plugin runs in: the plugin, not a /proc check, removes it
 			if err := s.AddProcess(proc, now); err != nil {
 				return err
 			}
@@ -38,14 +152,18 @@ func (p *Plugin) started(pod *api.PodSandbox, ctr *api.Container) {
 	})
 	if err != nil {
 		p.metrics.errors.WithLabelValues(reasonProcess).Inc()
-		p.fields(pod, ctr).WithError(err).Error("showing the container's GPU process")
+		ps.log.WithError(err).Error("showing the container's GPU process")
 		return
 	}
-	p.fields(pod, ctr).WithField("pid", ctr.GetPid()).Info("GPU process shown")
+	ps.log.WithField("pid", pid).Info("GPU process shown")
 }
 
 // stopped removes a container's processes, and any whose pid has exited.
 func (p *Plugin) stopped(pod *api.PodSandbox, ctr *api.Container) {
+	// Under procMu: a pid reported now registers before this removes it,
+	// or not at all.
+	p.procMu.Lock()
+	defer p.procMu.Unlock()
 	p.procs.Delete(ctr.GetId())
 	p.node.mu.Lock()
 	state := p.node.node.State
@@ -78,4 +196,12 @@ func (p *Plugin) updateState(path string, fn func(s *live.State, now int64) erro
 	}
 	defer f.Close()
 	return f.Update(fn)
+}
+
+// runCtx is Run's context: what the pid files' watcher lives for.
+func (p *Plugin) runCtx() context.Context {
+	if p.ctx == nil {
+		return context.Background()
+	}
+	return p.ctx
 }

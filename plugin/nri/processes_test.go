@@ -4,10 +4,15 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/live"
@@ -24,17 +29,52 @@ func processes(t *testing.T, root string) []live.Process {
 	return f.Read().Processes()
 }
 
+// hookReports plays the runtime hook's part for a container given adj:
+// it writes pid to the pid file the plugin asked for, as the hook does.
+func hookReports(t *testing.T, adj *api.ContainerAdjustment, pid int) {
+	t.Helper()
+	hooks := adj.GetHooks().GetCreateContainer()
+	if len(hooks) != 1 || len(hooks[0].Args) != 6 {
+		t.Fatalf("hooks %v, want the runtime hook asked for a pid file", hooks)
+	}
+	path := hooks[0].Args[5]
+	must(t, os.WriteFile(path+".tmp", []byte(strconv.Itoa(pid)+"\n"), 0o644))
+	must(t, os.Rename(path+".tmp", path))
+}
+
+// waitProcesses waits for the node to show n processes.
+func waitProcesses(t *testing.T, root string, n int) []live.Process {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		got := processes(t, root)
+		if len(got) == n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // A pod that asks for it shows each GPU container as a process on its GPUs
-// from the moment it starts until it stops; a bad size shows none and
-// blocks nothing.
+// from the moment its runtime hook reports its pid until it stops; a bad
+// size shows none and blocks nothing. No container's start waits for the
+// plugin: it has no PostStartContainer.
 func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
-	root := installOverlay(t)
+	if _, ok := any(handler{}).(stub.PostStartContainerInterface); ok {
+		t.Error("the plugin handles PostStartContainer: containerd would wait for it at every container's start")
+	}
+	root := installOverlayWithHook(t)
 	sock := socketPath(t)
 	r := startRuntime(t, sock)
 	defer r.Stop()
 	p := startPlugin(t, Options{Socket: sock, OverlayRoot: root, Inject: inject.Config{Namespaces: []string{"ml"}}})
 	registered(t, p, r)
 	ctx := context.Background()
+
+	// A pid file left by a plugin before this one goes when the first is asked for.
+	started := hostprep.StartedDir(filepath.Join(root, hostprep.StateFile))
+	must(t, os.MkdirAll(started, 0o700))
+	must(t, os.WriteFile(filepath.Join(started, "gone"), []byte("1\n"), 0o644))
 
 	train := pod("ml", "train", map[string]string{inject.GPUMemoryAnnotation: "20GiB", inject.GPUsAnnotation: "2"})
 	c := ctr(train, "c1")
@@ -46,27 +86,32 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 	if got := processes(t, root); len(got) != 0 {
 		t.Fatalf("before the container starts: %+v", got)
 	}
-	c.Pid = uint32(os.Getpid()) // any live pid
-	must(t, r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: train, Container: c}))
-	got := processes(t, root)
+	if _, err := os.Stat(filepath.Join(started, "gone")); !os.IsNotExist(err) {
+		t.Errorf("a leftover pid file stayed: %v", err)
+	}
+	pid := os.Getpid() // any live pid
+	hookReports(t, adj, pid)
+	got := waitProcesses(t, root, 2)
 	if len(got) != 2 || got[0].GPU != 0 || got[1].GPU != 1 {
 		t.Fatalf("after start: %+v, want one process on each of GPUs 0 and 1", got)
 	}
 	for _, q := range got {
-		if q.PID != c.Pid || q.UsedBytes != 20<<30 || q.Name != "python3" || q.Owner != "container:c1" || q.Type != 1 {
-			t.Errorf("process %+v, want pid %d, 20 GiB, python3, owned by container:c1, compute", q, c.Pid)
+		if q.PID != uint32(pid) || q.UsedBytes != 20<<30 || q.Name != "python3" || q.Owner != "container:c1" || q.Type != 1 {
+			t.Errorf("process %+v, want pid %d, 20 GiB, python3, owned by container:c1, compute", q, pid)
 		}
+	}
+	if ents, _ := os.ReadDir(started); len(ents) != 0 {
+		t.Errorf("%d pid files left after registering", len(ents))
 	}
 
 	bad := pod("ml", "bad", map[string]string{inject.GPUMemoryAnnotation: "lots"})
 	b := ctr(bad, "c2")
-	if v, _ := envOf(create(t, r, bad, b), inject.VisibleDevicesEnv); v == "" {
+	badAdj := create(t, r, bad, b)
+	if v, _ := envOf(badAdj, inject.VisibleDevicesEnv); v == "" {
 		t.Error("a bad gpu-memory annotation blocked the GPUs")
 	}
-	b.Pid = uint32(os.Getpid())
-	must(t, r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: bad, Container: b}))
-	if got := processes(t, root); len(got) != 2 {
-		t.Errorf("a bad annotation registered %d processes", len(got)-2)
+	if h := badAdj.GetHooks().GetCreateContainer(); len(h) != 1 || len(h[0].Args) > 5 {
+		t.Errorf("a bad annotation asked the hook for a pid: %v", h)
 	}
 
 	// A stop with nothing to remove (train's processes stay) leaves the
@@ -84,6 +129,47 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 	must(t, err)
 	if got := processes(t, root); len(got) != 0 {
 		t.Errorf("after stop: %+v", got)
+	}
+
+	// A container stopped before its pid came in shows nothing.
+	late := ctr(train, "c3")
+	lateAdj := create(t, r, train, late)
+	_, err = r.StopContainer(ctx, &api.StopContainerRequest{Pod: train, Container: late})
+	must(t, err)
+	hookReports(t, lateAdj, pid)
+	deadline := time.Now().Add(wait)
+	for ents, _ := os.ReadDir(started); len(ents) != 0 && time.Now().Before(deadline); ents, _ = os.ReadDir(started) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := processes(t, root); len(got) != 0 {
+		t.Errorf("a pid reported after its container stopped registered %+v", got)
+	}
+}
+
+// An overlay without the runtime hook (an older install) cannot show
+// processes: the container gets its GPUs, and the plugin says why.
+func TestProcessesNeedTheRuntimeHook(t *testing.T) {
+	root := installOverlay(t)
+	sock := socketPath(t)
+	r := startRuntime(t, sock)
+	defer r.Stop()
+	l := logrus.New()
+	l.SetOutput(tWriter{t})
+	logs := logtest.NewLocal(l)
+	p := startPlugin(t, Options{Socket: sock, OverlayRoot: root, Inject: inject.Config{Namespaces: []string{"ml"}}, Log: logrus.NewEntry(l)})
+	registered(t, p, r)
+	train := pod("ml", "train", map[string]string{inject.GPUMemoryAnnotation: "1GiB"})
+	adj := create(t, r, train, ctr(train, "c1"))
+	if v, _ := envOf(adj, inject.VisibleDevicesEnv); v == "" {
+		t.Fatalf("no GPUs given: %v", adj)
+	}
+	var warned bool
+	for _, e := range logs.AllEntries() {
+		err, _ := e.Data[logrus.ErrorKey].(error)
+		warned = warned || e.Message == "no GPU process shown for this container" && err != nil && strings.Contains(err.Error(), "no live state or runtime hook")
+	}
+	if !warned {
+		t.Errorf("no warning that the overlay has no runtime hook: %v", logs.AllEntries())
 	}
 }
 
