@@ -55,14 +55,14 @@ func (p *Plugin) showProcess(pod *api.PodSandbox, ctr *api.Container, req inject
 	return nil
 }
 
-// follow starts watching dir, once, until the plugin's Run ends. Files
-// there from before (a plugin that went away) are removed: their
-// containers' requests went with it.
+// follow starts watching dir, once, until the plugin's Run ends, or again
+// if it went (an uninstall). Files there from before (a plugin that went
+// away) are removed: their containers' requests went with it.
 func (p *Plugin) follow(dir string) error {
 	s := &p.starts
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.w != nil && s.dir == dir {
+	if s.w != nil && s.dir == dir && isDir(dir) {
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -105,6 +105,9 @@ func (p *Plugin) reported(ctx context.Context, w *fsnotify.Watcher) {
 			if ev.Has(fsnotify.Create) && !strings.HasSuffix(ev.Name, ".tmp") {
 				p.pidFile(ev.Name)
 			}
+			if ev.Has(fsnotify.Remove) && p.unfollow(w, ev.Name) {
+				return // uninstalled: the next container asking makes it again
+			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
@@ -113,6 +116,19 @@ func (p *Plugin) reported(ctx context.Context, w *fsnotify.Watcher) {
 			p.log.WithError(err).Error("following the runtime hooks' pid files")
 		}
 	}
+}
+
+// unfollow forgets w if path is the directory it follows, gone.
+func (p *Plugin) unfollow(w *fsnotify.Watcher, path string) bool {
+	s := &p.starts
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != w || path != s.dir {
+		return false
+	}
+	w.Close()
+	s.w, s.dir = nil, ""
+	return true
 }
 
 func (p *Plugin) pidFile(path string) {
@@ -204,4 +220,9 @@ func (p *Plugin) runCtx() context.Context {
 		return context.Background()
 	}
 	return p.ctx
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

@@ -131,6 +131,17 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 		t.Errorf("after stop: %+v", got)
 	}
 
+	// The directory removed (an uninstall, then an install): the next
+	// container asking makes it again.
+	must(t, os.RemoveAll(started))
+	again := ctr(train, "c4")
+	hookReports(t, create(t, r, train, again), pid)
+	if got := waitProcesses(t, root, 2); len(got) != 2 || got[0].Owner != "container:c4" {
+		t.Fatalf("after the pid files' directory went: %+v, want c4's two processes", got)
+	}
+	_, err = r.StopContainer(ctx, &api.StopContainerRequest{Pod: train, Container: again})
+	must(t, err)
+
 	// A container stopped before its pid came in shows nothing.
 	late := ctr(train, "c3")
 	lateAdj := create(t, r, train, late)
