@@ -166,6 +166,22 @@ perfquery -C mlx5_4 | grep -E 'SymbolErrorCounter|LinkDownedCounter'`}})
 	}
 }
 
+// A container's sysfs traffic counters are the chart's fabric daemon's
+// PMA counters: they move with the MADs crossing the port.
+func TestSysfsTrafficCountersMoveInContainers(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "rdma", cmd: []string{"sh", "-c", `c=/sys/class/infiniband/mlx5_1/ports/1/counters
+before=$(cat $c/port_xmit_packets)
+perfquery -C mlx5_1 >/dev/null
+for i in $(seq 100); do [ "$(cat $c/port_xmit_packets)" != "$before" ] && break; sleep 0.05; done
+echo $before $(cat $c/port_xmit_packets)`}})
+	f := strings.Fields(r.out)
+	if r.code != 0 || len(f) != 2 || f[0] == f[1] {
+		t.Errorf("port_xmit_packets of mlx5_1 before and after perfquery (exit %d): %q, want it moved", r.code, r.out)
+	}
+}
+
 // nvmock ctl ib on the node reaches a container that is running: its
 // sysfs (through the hook's live ports) and the fabric daemon (discovery
 // from another HCA) follow a cable pulled and put back.

@@ -433,6 +433,55 @@ ibping -C mlx5_0 -c 1 -t 200 %d`, port, port, rate, lid, lid))
 	}
 }
 
+// A port's sysfs traffic counters are its PMA's, as on a real HCA, where
+// node exporters read them: they move with the MADs perfquery counts, 64
+// words a MAD, a fault set later leaves them alone, and perfquery -R
+// resets them.
+func TestSysfsTrafficCountersFollowThePMA(t *testing.T) {
+	bin := builtNvmock(t)
+	out := nodeOf(t, "h100", fmt.Sprintf(`c=/sys/class/infiniband/mlx5_0/ports/1/counters
+# The daemon shows them within 200 ms; a busy machine may take longer.
+show() { for i in $(seq 100); do [ "$(cat $c/port_xmit_packets)" != "$1" ] && break; sleep 0.05; done
+	sleep 0.3; cat $c/port_xmit_packets $c/port_rcv_packets $c/port_xmit_data $c/unicast_xmit_packets; }
+cat $c/port_xmit_packets; echo ==
+perfquery -C mlx5_0 >/dev/null; perfquery -C mlx5_0 >/dev/null; show 0; echo ==
+perfquery -C mlx5_0 | grep -E 'PortXmitPkts|PortRcvPkts'; echo ==
+%s ctl ib errors mlx5_0 symbol_error:3; cat $c/symbol_error; sleep 0.3; cat $c/port_xmit_packets; echo ==
+perfquery -C mlx5_0 -R; show "$(cat $c/port_xmit_packets)"`, bin))
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 5 {
+		t.Fatalf("output:\n%s", out)
+	}
+	num := func(s string) uint64 {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", s, err, out)
+		}
+		return v
+	}
+	if got := strings.TrimSpace(parts[0]); got != "0" {
+		t.Errorf("port_xmit_packets before any MAD: %s, want 0", got)
+	}
+	moved := strings.Fields(parts[1])
+	if len(moved) != 4 {
+		t.Fatalf("sysfs counters after two perfquery:\n%s", parts[1])
+	}
+	xmit, rcv, data, unicast := num(moved[0]), num(moved[1]), num(moved[2]), num(moved[3])
+	if xmit == 0 || rcv == 0 || data != 64*xmit || unicast != xmit {
+		t.Errorf("sysfs after two perfquery: xmit %d, rcv %d packets, %d words, unicast %d; want them moved, 64 words a packet", xmit, rcv, data, unicast)
+	}
+	// perfquery's own MADs come after what sysfs showed.
+	if p := num(field(t, parts[2], "PortXmitPkts")); p < xmit {
+		t.Errorf("perfquery's PortXmitPkts %d, less than sysfs showed before (%d)", p, xmit)
+	}
+	if ctl := strings.Fields(parts[3]); len(ctl) != 2 || ctl[0] != "3" || num(ctl[1]) < xmit {
+		t.Errorf("after ctl ib errors: symbol_error and port_xmit_packets %v, want 3 and at least %d packets", ctl, xmit)
+	}
+	if after := strings.Fields(parts[4]); len(after) != 4 || num(after[0]) >= xmit {
+		t.Errorf("sysfs after perfquery -R:\n%s\nwant fewer than %d packets", parts[4], xmit)
+	}
+}
+
 // nvmock ctl ib changes a running node's ports: ibstat, iblinkinfo and
 // perfquery in the same namespace follow each change, and up restores the
 // port's LID; ctl ib lists what is set.

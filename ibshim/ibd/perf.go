@@ -1,6 +1,10 @@
 package ibd
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
+
 	"github.com/nvmock/nvmock/ibshim/fabric"
 )
 
@@ -54,6 +58,9 @@ func (d *Daemon) count(from, to *fabric.Port) {
 }
 
 func (d *Daemon) counter(p *fabric.Port) *counters {
+	if _, ok := d.hcas[p]; ok {
+		d.moved[p] = true
+	}
 	c := d.counters[p]
 	if c == nil {
 		c = &counters{}
@@ -97,6 +104,9 @@ func (d *Daemon) perf(m mad, at *fabric.Port, req, data []byte) uint16 {
 		for _, p := range ports {
 			delete(d.counters, p)
 			d.reset[p] = true
+			if _, ok := d.hcas[p]; ok {
+				d.moved[p] = true
+			}
 		}
 	}
 	var sum counters
@@ -144,4 +154,55 @@ func (d *Daemon) perf(m mad, at *fabric.Port, req, data []byte) uint16 {
 	put32(data[32:], sat(sum.xmitPkts))
 	put32(data[36:], sat(sum.rcvPkts))
 	return 0
+}
+
+// shownCounters are an HCA port's traffic counters for its sysfs files.
+type shownCounters struct {
+	hca string
+	c   counters
+}
+
+// countersToShow takes the traffic counters of this node's ports that
+// moved since they were last shown; mu is held.
+func (d *Daemon) countersToShow() []shownCounters {
+	var out []shownCounters
+	for p := range d.moved {
+		var c counters
+		if cur := d.counters[p]; cur != nil {
+			c = *cur
+		}
+		out = append(out, shownCounters{d.hcas[p], c})
+	}
+	clear(d.moved)
+	return out
+}
+
+// showCounters writes traffic counters into the node's live ports (dir is
+// hostprep.IBLiveDir), which containers and nvmock exec see as their
+// HCAs' sysfs: a real HCA's sysfs counters are its PMA's, which perfquery
+// reads. Each file is replaced in one rename. A node without live ports
+// (nvmock ibd alone) has nowhere to show them.
+func (d *Daemon) showCounters(dir string, shown []shownCounters) {
+	for _, s := range shown {
+		at := filepath.Join(dir, s.hca, "ports", "1", "counters")
+		if _, err := os.Stat(at); err != nil {
+			continue
+		}
+		for name, v := range map[string]uint64{
+			"port_xmit_data": s.c.xmitData, "port_rcv_data": s.c.rcvData,
+			"port_xmit_packets": s.c.xmitPkts, "port_rcv_packets": s.c.rcvPkts,
+			// Every MAD here is to one LID or one route.
+			"unicast_xmit_packets": s.c.xmitPkts, "unicast_rcv_packets": s.c.rcvPkts,
+		} {
+			path := filepath.Join(at, name)
+			err := os.WriteFile(path+".tmp", []byte(strconv.FormatUint(v, 10)+"\n"), 0o444)
+			if err == nil {
+				err = os.Rename(path+".tmp", path)
+			}
+			if err != nil {
+				d.log.WithField("component", "ibd").Warnf("show %s's traffic counters: %v", s.hca, err)
+				break
+			}
+		}
+	}
 }

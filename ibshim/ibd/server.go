@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -45,6 +46,9 @@ type Daemon struct {
 	faultsPath string         // the port faults file followed (FollowFaults); "": none
 	faultsIno  uint64         // the inode last read: each write replaces the file
 	faults     []fabric.Fault // this node's, as the peers are told
+
+	hcas  map[*fabric.Port]string // this node's HCA ports, by HCA name
+	moved map[*fabric.Port]bool   // this node's ports whose traffic counters sysfs has not shown yet
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -99,11 +103,12 @@ func (c *conn) send(u packet) {
 // order (as the sysfs plane numbers them).
 func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
 	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, reset: map[*fabric.Port]bool{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{},
-		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}}
+		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}, hcas: map[*fabric.Port]string{}, moved: map[*fabric.Port]bool{}}
 	for _, h := range n.IB.HCAs {
 		var p *fabric.Port
 		if nd := f.Find(h.Name); nd != nil {
 			p = nd.Ports[1]
+			d.hcas[p] = h.Name
 		}
 		d.umads = append(d.umads, p)
 	}
@@ -123,18 +128,23 @@ func (d *Daemon) FollowFaults(path string) {
 	if !first {
 		return
 	}
-	// Other nodes learn of a change without waiting for a MAD here.
+	// Other nodes learn of a change without waiting for a MAD here, and
+	// sysfs shows the traffic counters.
 	go func() {
 		for range time.Tick(faultsPoll) {
 			d.mu.Lock()
 			closed := d.closed
+			var shown []shownCounters
 			if !closed {
 				d.refresh()
+				shown = d.countersToShow()
 			}
+			dir := filepath.Dir(d.faultsPath)
 			d.mu.Unlock()
 			if closed {
 				return
 			}
+			d.showCounters(dir, shown)
 		}
 	}()
 }

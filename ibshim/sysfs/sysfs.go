@@ -162,6 +162,7 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 func (r *renderer) ports(dir string, h *profile.HCA, nd *fabric.Node, port0 uint64) {
 	port := dir + "/1"
 	r.state(port, h.Adapter, nd)
+	r.traffic(port)
 	r.file(port+"/lid_mask_count", "0")
 	r.file(port+"/sm_sl", "0")
 	if nd != nil {
@@ -230,13 +231,18 @@ func (r *renderer) state(port string, a *profile.IBAdapter, nd *fabric.Node) {
 	r.counters(port, p.Errors)
 }
 
-// counters renders a port's PMA counters as mlx5 shows them: the error
-// counters a fault set (else 0), and traffic counters at 0, for sysfs
-// files do not move here (perfquery's, from the fabric daemon, do).
+// counters renders a port's PMA error counters as mlx5 shows them: those
+// a fault set, else 0.
 func (r *renderer) counters(port string, errs map[string]uint64) {
 	for _, c := range fabric.ErrorCounters {
 		r.file(port+"/counters/"+c.Name, fmt.Sprint(errs[c.Name]))
 	}
+}
+
+// traffic renders a port's PMA traffic counters at 0. The fabric daemon
+// replaces a node's live ones as MADs cross its ports (ibd's
+// showCounters); a fault leaves them alone.
+func (r *renderer) traffic(port string) {
 	for _, k := range trafficCounters {
 		r.file(port+"/counters/"+k, "0")
 	}
