@@ -436,7 +436,7 @@ ibping -C mlx5_0 -c 1 -t 200 %d`, port, port, rate, lid, lid))
 // A port's sysfs traffic counters are its PMA's, as on a real HCA, where
 // node exporters read them: they move with the MADs perfquery counts, 64
 // words a MAD, a fault set later leaves them alone, and perfquery -R
-// resets them.
+// resets them, with the error counters, until ctl ib sets faults again.
 func TestSysfsTrafficCountersFollowThePMA(t *testing.T) {
 	bin := builtNvmock(t)
 	out := nodeOf(t, "h100", fmt.Sprintf(`c=/sys/class/infiniband/mlx5_0/ports/1/counters
@@ -446,10 +446,12 @@ show() { for i in $(seq 100); do [ "$(cat $c/port_xmit_packets)" != "$1" ] && br
 cat $c/port_xmit_packets; echo ==
 perfquery -C mlx5_0 >/dev/null; perfquery -C mlx5_0 >/dev/null; show 0; echo ==
 perfquery -C mlx5_0 | grep -E 'PortXmitPkts|PortRcvPkts'; echo ==
-%s ctl ib errors mlx5_0 symbol_error:3; cat $c/symbol_error; sleep 0.3; cat $c/port_xmit_packets; echo ==
-perfquery -C mlx5_0 -R; show "$(cat $c/port_xmit_packets)"`, bin))
+ctl() { %s ctl "$@"; }
+ctl ib errors mlx5_0 symbol_error:3; cat $c/symbol_error; sleep 0.3; cat $c/port_xmit_packets; echo ==
+perfquery -C mlx5_0 -R; show "$(cat $c/port_xmit_packets)"; cat $c/symbol_error; echo ==
+ctl ib errors mlx5_0 symbol_error:4; cat $c/symbol_error; perfquery -C mlx5_0 | grep SymbolErrorCounter`, bin))
 	parts := strings.Split(out, "==\n")
-	if len(parts) != 5 {
+	if len(parts) != 6 {
 		t.Fatalf("output:\n%s", out)
 	}
 	num := func(s string) uint64 {
@@ -477,8 +479,11 @@ perfquery -C mlx5_0 -R; show "$(cat $c/port_xmit_packets)"`, bin))
 	if ctl := strings.Fields(parts[3]); len(ctl) != 2 || ctl[0] != "3" || num(ctl[1]) < xmit {
 		t.Errorf("after ctl ib errors: symbol_error and port_xmit_packets %v, want 3 and at least %d packets", ctl, xmit)
 	}
-	if after := strings.Fields(parts[4]); len(after) != 4 || num(after[0]) >= xmit {
-		t.Errorf("sysfs after perfquery -R:\n%s\nwant fewer than %d packets", parts[4], xmit)
+	if after := strings.Fields(parts[4]); len(after) != 5 || num(after[0]) >= xmit || after[4] != "0" {
+		t.Errorf("sysfs after perfquery -R:\n%s\nwant fewer than %d packets, and symbol_error 0 as the PMA reads it", parts[4], xmit)
+	}
+	if !strings.HasPrefix(parts[5], "4\n") || !strings.Contains(parts[5], "SymbolErrorCounter:..............4") {
+		t.Errorf("ctl ib errors after the reset: sysfs and perfquery\n%s\nwant 4 in both", parts[5])
 	}
 }
 

@@ -105,7 +105,7 @@ func (d *Daemon) perf(m mad, at *fabric.Port, req, data []byte) uint16 {
 			delete(d.counters, p)
 			d.reset[p] = true
 			if _, ok := d.hcas[p]; ok {
-				d.moved[p] = true
+				d.moved[p], d.zeroed[p] = true, true
 			}
 		}
 	}
@@ -156,10 +156,12 @@ func (d *Daemon) perf(m mad, at *fabric.Port, req, data []byte) uint16 {
 	return 0
 }
 
-// shownCounters are an HCA port's traffic counters for its sysfs files.
+// shownCounters are an HCA port's traffic counters for its sysfs files;
+// reset: its error counters too, which a PerfMgt Set cleared.
 type shownCounters struct {
-	hca string
-	c   counters
+	hca   string
+	c     counters
+	reset bool
 }
 
 // countersToShow takes the traffic counters of this node's ports that
@@ -171,16 +173,17 @@ func (d *Daemon) countersToShow() []shownCounters {
 		if cur := d.counters[p]; cur != nil {
 			c = *cur
 		}
-		out = append(out, shownCounters{d.hcas[p], c})
+		out = append(out, shownCounters{d.hcas[p], c, d.zeroed[p]})
 	}
 	clear(d.moved)
+	clear(d.zeroed)
 	return out
 }
 
 // showCounters writes traffic counters into the node's live ports (dir is
 // hostprep.IBLiveDir), which containers and nvmock exec see as their
 // HCAs' sysfs: a real HCA's sysfs counters are its PMA's, which perfquery
-// reads. Each file is replaced in one rename. A node without live ports
+// reads and resets. Each file is replaced in one rename. A node without live ports
 // (nvmock ibd alone) has nowhere to show them.
 func (d *Daemon) showCounters(dir string, shown []shownCounters) {
 	for _, s := range shown {
@@ -188,12 +191,20 @@ func (d *Daemon) showCounters(dir string, shown []shownCounters) {
 		if _, err := os.Stat(at); err != nil {
 			continue
 		}
-		for name, v := range map[string]uint64{
+		files := map[string]uint64{
 			"port_xmit_data": s.c.xmitData, "port_rcv_data": s.c.rcvData,
 			"port_xmit_packets": s.c.xmitPkts, "port_rcv_packets": s.c.rcvPkts,
 			// Every MAD here is to one LID or one route.
 			"unicast_xmit_packets": s.c.xmitPkts, "unicast_rcv_packets": s.c.rcvPkts,
-		} {
+		}
+		if s.reset {
+			// Once, at the reset: nvmock ctl ib writes a fault's counts
+			// again when it changes the faults, as the PMA reads them.
+			for _, c := range fabric.ErrorCounters {
+				files[c.Name] = 0
+			}
+		}
+		for name, v := range files {
 			path := filepath.Join(at, name)
 			err := os.WriteFile(path+".tmp", []byte(strconv.FormatUint(v, 10)+"\n"), 0o444)
 			if err == nil {

@@ -47,8 +47,9 @@ type Daemon struct {
 	faultsIno  uint64         // the inode last read: each write replaces the file
 	faults     []fabric.Fault // this node's, as the peers are told
 
-	hcas  map[*fabric.Port]string // this node's HCA ports, by HCA name
-	moved map[*fabric.Port]bool   // this node's ports whose traffic counters sysfs has not shown yet
+	hcas   map[*fabric.Port]string // this node's HCA ports, by HCA name
+	moved  map[*fabric.Port]bool   // this node's ports whose traffic counters sysfs has not shown yet
+	zeroed map[*fabric.Port]bool   // of those, the ones a PerfMgt Set reset
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -103,7 +104,7 @@ func (c *conn) send(u packet) {
 // order (as the sysfs plane numbers them).
 func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
 	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, reset: map[*fabric.Port]bool{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{},
-		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}, hcas: map[*fabric.Port]string{}, moved: map[*fabric.Port]bool{}}
+		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}, hcas: map[*fabric.Port]string{}, moved: map[*fabric.Port]bool{}, zeroed: map[*fabric.Port]bool{}}
 	for _, h := range n.IB.HCAs {
 		var p *fabric.Port
 		if nd := f.Find(h.Name); nd != nil {
