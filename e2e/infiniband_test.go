@@ -174,7 +174,7 @@ func TestSysfsTrafficCountersMoveInContainers(t *testing.T) {
 	r := n.run(t, p, ctr{image: "rdma", cmd: []string{"sh", "-c", `c=/sys/class/infiniband/mlx5_1/ports/1/counters
 before=$(cat $c/port_xmit_packets)
 perfquery -C mlx5_1 >/dev/null
-for i in $(seq 100); do [ "$(cat $c/port_xmit_packets)" != "$before" ] && break; sleep 0.05; done
+i=0; while [ $i -lt 100 ] && [ "$(cat $c/port_xmit_packets)" = "$before" ]; do sleep 0.05; i=$((i+1)); done
 echo $before $(cat $c/port_xmit_packets)`}})
 	f := strings.Fields(r.out)
 	if r.code != 0 || len(f) != 2 || f[0] == f[1] {
