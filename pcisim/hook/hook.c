@@ -525,11 +525,12 @@ static void show_proc(const char *rootfs, const char *proc)
 /*
  * report_pid writes the container's pid, as the runtime's pid namespace
  * numbers it, to path (through path.tmp and a rename, so that a reader
- * never sees half of it). The runtime's init process runs this hook and
- * then becomes the container's process, so it is the parent here; the
- * state on stdin has its pid in the container's own namespace (1), and
- * /proc, until the pivot, is the runtime's. A failure only warns: the
- * container runs anyway, without its process shown.
+ * never sees half of it). runc's init process runs this hook and then
+ * becomes the container's process, so it is the parent here (other
+ * runtimes are not checked); the state on stdin has its pid in the
+ * container's own namespace (1), and /proc, until the pivot, is the
+ * runtime's. A failure only warns: the container runs anyway, without
+ * its process shown.
  */
 static void report_pid(const char *path)
 {
