@@ -28,12 +28,12 @@ type Adapter struct {
 	Speed     string `json:"speed"`     // the port's: HDR, NDR or XDR, 4X wide
 	OUI       string `json:"oui"`       // GUID prefix, 6 hex digits: "a088c2"
 	// CapabilityMask is the InfiniBand port's PortInfo CapabilityMask, as
-	// ibstat shows it; absent: ConnectX-7's, 0xa651e848.
+	// ibstat shows it; absent: DefaultCapMask.
 	CapabilityMask string `json:"capabilityMask,omitempty"`
 }
 
-// DefaultCapMask is a ConnectX-7 port's capability mask in real captures
-// (docs/research/infiniband.md).
+// DefaultCapMask is the capability mask real ConnectX-6 and ConnectX-7
+// ports show in most captures (docs/research/infiniband.md).
 const DefaultCapMask = 0xa651e848
 
 // IBFabricSpec is the cluster's InfiniBand as one node sees it: rail-optimized
