@@ -1,6 +1,7 @@
 // MIG GPU instances: the board's profiles and placements, and creating,
 // listing and destroying instances in the node's state.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mig.h"
@@ -27,12 +28,18 @@ static nvmlGpuInstance_t gi_handle(const struct nvmock_dev *d, unsigned id)
 	return h;
 }
 
-// Profile queries need MIG on, as nvml.h says; nvidia-smi skips a GPU
-// whose profiles are NOT_SUPPORTED. Placements are answered either way.
+// From driver 550 on, the profiles, their placements and the remaining
+// capacity are answered with MIG off too (NVML's change log for the first
+// two; a real R580 H100 with MIG off lists every profile with all its
+// instances free), so NVIDIA's DRA driver publishes the MIG devices of a
+// GPU whose MIG is off and turns MIG on when a claim needs one. Before
+// 550 they need MIG on, and nvidia-smi lists no profile of such a GPU.
 static nvmlReturn_t profiles_readable(const struct nvmock_dev *d)
 {
 	if (d->s->mig_current == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
+	if (atoi(nvmock.hdr->driver_version) >= 550)
+		return NVML_SUCCESS;
 	struct mig_state m;
 	nvmock_mig_read(d, &m);
 	return m.current == NVML_DEVICE_MIG_ENABLE ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
@@ -133,8 +140,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t
 								    unsigned int *count)
 {
 	DEV(device, d);
-	if (d->s->mig_current == NA32)
-		return NVML_ERROR_NOT_SUPPORTED;
+	nvmlReturn_t r = profiles_readable(d);
+	if (r != NVML_SUCCESS)
+		return r;
 	OUT(count);
 	int row = nvmock_mig_row_by_id(d->s, profileId);
 	if (row < 0)
@@ -200,17 +208,21 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t dev
 {
 	DEV(device, d);
 	OUT(count);
-	struct mig_state m;
-	nvmlReturn_t r = enabled(d, &m);
+	nvmlReturn_t r = profiles_readable(d);
 	if (r != NVML_SUCCESS)
 		return r;
 	int row = nvmock_mig_row_by_id(d->s, profileId);
 	if (row < 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	// As many as fit one after another, up to the profile's count.
-	uint32_t prof[STATE_GIS], start[STATE_GIS];
-	memcpy(prof, m.gi_profile, sizeof prof);
-	memcpy(start, m.gi_start, sizeof start);
+	// As many as fit one after another, up to the profile's count; with
+	// MIG off, in an empty GPU.
+	struct mig_state m;
+	nvmock_mig_read(d, &m);
+	uint32_t prof[STATE_GIS] = {0}, start[STATE_GIS] = {0};
+	if (m.current == NVML_DEVICE_MIG_ENABLE) {
+		memcpy(prof, m.gi_profile, sizeof prof);
+		memcpy(start, m.gi_start, sizeof start);
+	}
 	unsigned n = 0, f;
 	while ((f = free_starts(d->s, (unsigned)row, prof, start)) != 0) {
 		unsigned p = (unsigned)__builtin_ctz(f), id = nvmock_mig_gi_id(p, d->s->mig_gi_memory_slices[row]);

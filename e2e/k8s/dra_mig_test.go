@@ -111,23 +111,24 @@ func (d *draEnv) draMIGPod(t *testing.T, parent, profile string, uuids map[strin
 	}
 }
 
-// testDynamicMIG: with the driver's DynamicMIG gate, a GPU in MIG mode is
-// published as every MIG device its profiles and placements allow
-// (partitionable devices sharing its memory slices); a claim for a 1g.10gb
-// makes the kubelet plugin create that GPU and compute instance through
-// NVML when it prepares the claim (in its container, with the writable
-// live state nvmock gives a container asking for the MIG config
-// capability), the pod sees exactly it, and the host's nvidia-smi shows
-// it; deleting the pod destroys it and, on a Hopper GPU, turns MIG off.
+// testDynamicMIG: with the driver's DynamicMIG gate, a Hopper GPU whose
+// MIG is off is published as every MIG device its profiles and placements
+// allow (partitionable devices sharing its memory slices), as on a real
+// node with a 550+ driver, which answers them with MIG off; a claim for a
+// 1g.10gb makes the kubelet plugin turn MIG on and create that GPU and
+// compute instance through NVML when it prepares the claim (in its
+// container, with the writable live state nvmock gives a container asking
+// for the MIG config capability), the pod sees exactly it, and the host's
+// nvidia-smi shows it; deleting the pod destroys it and turns MIG off.
 func (d *draEnv) testDynamicMIG(t *testing.T) {
 	c := d.c
 	last := strconv.Itoa(len(d.gpus) - 1)
 	parent := d.gpus[len(d.gpus)-1].uuid
 	run := c.nodeSMI
 	must := func(args ...string) string { t.Helper(); return c.mustSMI(t, args...) }
-	// MIG mode on, no instances: NVML answers the GPU's profiles only then
-	// (docs/mig.md), and the driver publishes dynamic MIG devices from them.
-	must("-i", last, "-mig", "1")
+	if mode := must("-i", last, "--query-gpu=mig.mode.current", "--format=csv,noheader"); strings.TrimSpace(mode) != "Disabled" {
+		t.Fatalf("GPU %s starts with MIG mode %q, want Disabled", last, mode)
+	}
 	t.Cleanup(func() {
 		run("mig", "-i", last, "-dci")
 		run("mig", "-i", last, "-dgi")

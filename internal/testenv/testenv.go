@@ -139,6 +139,12 @@ func Snapshot(t testing.TB, name string, n int) (string, *profile.Profile) {
 	if n > 0 {
 		p.GPUs = n
 	}
+	return SnapshotOf(t, p), p
+}
+
+// SnapshotOf compiles p into a temporary file and returns its path.
+func SnapshotOf(t testing.TB, p *profile.Profile) string {
+	t.Helper()
 	data, err := snapshot.Compile(p, snapshot.Options{Seed: Seed})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +153,7 @@ func Snapshot(t testing.TB, name string, n int) (string, *profile.Profile) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return path, p
+	return path
 }
 
 // Env is a clean environment for a child that uses the mock: the library

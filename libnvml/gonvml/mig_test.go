@@ -69,9 +69,6 @@ func TestMIGModeAndProfiles(t *testing.T) {
 	if ret != nvml.SUCCESS || cur != 0 || pend != 0 {
 		t.Fatalf("GetMigMode: %d %d %v, want disabled", cur, pend, ret)
 	}
-	// Profiles need MIG on (nvml.h); placements do not.
-	_, ret = dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
-	wantRet(t, "profile info with MIG off", ret, nvml.ERROR_NOT_SUPPORTED)
 	_, ret = dev.CreateGpuInstance(&nvml.GpuInstanceProfileInfo{Id: 19})
 	wantRet(t, "create with MIG off", ret, nvml.ERROR_NOT_SUPPORTED)
 	_, ret = dev.SetMigMode(2)
@@ -134,6 +131,69 @@ func TestMIGModeAndProfiles(t *testing.T) {
 		if ret != nvml.SUCCESS || b.String() != w {
 			t.Errorf("placements of %d: %q %v, want %q", id, b.String(), ret, w)
 		}
+	}
+}
+
+// With MIG off, a 550+ driver answers the profiles and their placements
+// (NVML's change log) and the remaining capacity of an empty GPU (a real
+// R580 H100 with MIG off lists every profile all free), which NVIDIA's DRA
+// driver reads to publish a GPU's MIG devices before it turns MIG on;
+// creating still needs MIG on. Older drivers answer none of them.
+func TestMIGProfilesWithMIGOff(t *testing.T) {
+	for _, c := range []struct {
+		driver string
+		want   nvml.Return
+	}{
+		{"", nvml.SUCCESS}, // the profile's 570
+		{"550.163.01", nvml.SUCCESS},
+		{"535.261.03", nvml.ERROR_NOT_SUPPORTED},
+	} {
+		t.Run("driver "+c.driver, func(t *testing.T) {
+			p, err := profile.Builtin("a100")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.GPUs = 1
+			if c.driver != "" {
+				if err := p.SetDriver(c.driver); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := testenv.SnapshotOf(t, p)
+			testenv.LiveState(t, path, 1, t0)
+			cleanEnv(t, path)
+			lib := newLib(t)
+			start(t, lib)
+			dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+			info, ret := dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+			wantRet(t, "profile info", ret, c.want)
+			if ret == nvml.SUCCESS && (info.Id != 9 || info.MemorySizeMB != 19968 || info.MultiprocessorCount != 42) {
+				t.Errorf("3g profile with MIG off: %+v, want the 3g.20gb row", info)
+			}
+			v2, ret := dev.GetGpuInstanceProfileInfoV(nvml.GPU_INSTANCE_PROFILE_3_SLICE).V2()
+			wantRet(t, "versioned profile info", ret, c.want)
+			if ret == nvml.SUCCESS && cstr(v2.Name[:]) != "MIG 3g.20gb" {
+				t.Errorf("versioned 3g profile with MIG off: %q", cstr(v2.Name[:]))
+			}
+			_, ret = dev.GetGpuInstanceProfileInfoByIdV(9).V2()
+			wantRet(t, "profile info by id", ret, c.want)
+			pl, ret := dev.GetGpuInstancePossiblePlacements(&nvml.GpuInstanceProfileInfo{Id: 9})
+			wantRet(t, "placements", ret, c.want)
+			if ret == nvml.SUCCESS && len(pl) != 2 {
+				t.Errorf("3g placements with MIG off: %v, want 0 and 4", pl)
+			}
+			for id, want := range map[uint32]int{19: 7, 20: 1, 15: 4, 14: 3, 9: 2, 5: 1, 0: 1} {
+				n, ret := dev.GetGpuInstanceRemainingCapacity(&nvml.GpuInstanceProfileInfo{Id: id})
+				wantRet(t, "remaining capacity", ret, c.want)
+				if ret == nvml.SUCCESS && n != want {
+					t.Errorf("remaining capacity of profile %d with MIG off: %d, want all %d free", id, n, want)
+				}
+			}
+			_, ret = dev.GetGpuInstances(&nvml.GpuInstanceProfileInfo{Id: 9, InstanceCount: 2})
+			wantRet(t, "instances", ret, nvml.ERROR_NOT_SUPPORTED)
+			_, ret = dev.CreateGpuInstance(&nvml.GpuInstanceProfileInfo{Id: 9})
+			wantRet(t, "create", ret, nvml.ERROR_NOT_SUPPORTED)
+		})
 	}
 }
 

@@ -4,8 +4,11 @@ package smi
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,15 +87,6 @@ func TestEveryNvidiaSMIPartitionsMIG(t *testing.T) {
 				}
 
 				expect(run("mig", "-lgi"), "No MIG-enabled devices found.")
-				if rows, _ := lgip(run("mig", "-lgip")); len(rows) != 0 {
-					t.Errorf("-lgip lists profiles with MIG off: %v", rows)
-				}
-				expect(run("-i", "0", "-mig", "1"), "Enabled MIG Mode for GPU "+bus+"\nAll done.\n")
-				// A GPU in MIG mode has no utilization of its own.
-				if q := run("-i", "0", "--query-gpu=mig.mode.current,mig.mode.pending,utilization.gpu", "--format=csv,noheader"); !regexp.MustCompile(`^Enabled, Enabled, \[(N/A|Not Supported)\]\n$`).MatchString(q) {
-					t.Errorf("--query-gpu of a GPU in MIG mode: %q", q)
-				}
-
 				// 470 asks for the profiles its NVML knew: 1_SLICE_REV2
 				// (id 15) came later.
 				wantRows, wantPP := realLGIP[board], realLGIPP
@@ -100,12 +94,40 @@ func TestEveryNvidiaSMIPartitionsMIG(t *testing.T) {
 					wantRows = slices.DeleteFunc(slices.Clone(wantRows), func(r string) bool { return strings.Contains(r, " 15 ") })
 					wantPP = strings.Replace(wantPP, "GPU  0 Profile ID 15 Placements: {0,2,4,6}:2\n", "", 1)
 				}
+				// With MIG off the boards' 570 and 580 drivers answer the
+				// profiles; nvidia-smi 550 and later list them, all free,
+				// as R580's does (testdata/hardware/lgip-h100-mig-off.txt),
+				// where 470 and 535 first ask each GPU's MIG mode.
 				rows, free := lgip(run("mig", "-lgip"))
+				if major(s.Version) < 550 {
+					if len(rows) != 0 {
+						t.Errorf("-lgip lists profiles with MIG off: %v", rows)
+					}
+				} else {
+					if strings.Join(rows, "\n") != strings.Join(wantRows, "\n") {
+						t.Errorf("-lgip with MIG off:\n%s\nwant the real board's\n%s", strings.Join(rows, "\n"), strings.Join(wantRows, "\n"))
+					}
+					for _, r := range rows {
+						if name, total := strings.Fields(r)[0], strings.Fields(r)[2]; free[name] != total {
+							t.Errorf("-lgip with MIG off: %s free %s of %s, want all free", name, free[name], total)
+						}
+					}
+				}
+				expect(run("-i", "0", "-mig", "1"), "Enabled MIG Mode for GPU "+bus+"\nAll done.\n")
+				// A GPU in MIG mode has no utilization of its own.
+				if q := run("-i", "0", "--query-gpu=mig.mode.current,mig.mode.pending,utilization.gpu", "--format=csv,noheader"); !regexp.MustCompile(`^Enabled, Enabled, \[(N/A|Not Supported)\]\n$`).MatchString(q) {
+					t.Errorf("--query-gpu of a GPU in MIG mode: %q", q)
+				}
+
+				rows, free = lgip(run("mig", "-lgip"))
 				if strings.Join(rows, "\n") != strings.Join(wantRows, "\n") {
 					t.Errorf("-lgip:\n%s\nwant the real board's\n%s", strings.Join(rows, "\n"), strings.Join(wantRows, "\n"))
 				}
 				if free[one] != "7" {
 					t.Errorf("-lgip: %s free %s, want 7", one, free[one])
+				}
+				if major(s.Version) >= 550 { // GPU 1, MIG off, too
+					wantPP += strings.ReplaceAll(wantPP, "GPU  0", "GPU  1")
 				}
 				if out := run("mig", "-lgipp"); strings.TrimSpace(out) != strings.TrimSpace(wantPP) {
 					t.Errorf("-lgipp:\n%s\nwant\n%s", out, wantPP)
@@ -145,6 +167,30 @@ func TestEveryNvidiaSMIPartitionsMIG(t *testing.T) {
 			})
 		}
 	}
+}
+
+// The capture of a real H100 with MIG off has the rows realLGIP holds for
+// it, every instance free.
+func TestRealH100WithMIGOffListsEveryProfileFree(t *testing.T) {
+	out, err := os.ReadFile(filepath.Join("testdata", "hardware", "lgip-h100-mig-off.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, free := lgip(string(out))
+	if strings.Join(rows, "\n") != strings.Join(realLGIP["h100"], "\n") {
+		t.Errorf("capture rows:\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(realLGIP["h100"], "\n"))
+	}
+	for _, r := range rows {
+		if f := strings.Fields(r); free[f[0]] != f[2] {
+			t.Errorf("capture: %s free %s of %s", f[0], free[f[0]], f[2])
+		}
+	}
+}
+
+// major is a driver or nvidia-smi version's branch: 550 for 550.163.01.
+func major(version string) int {
+	n, _ := strconv.Atoi(strings.SplitN(version, ".", 2)[0])
+	return n
 }
 
 var spaces = regexp.MustCompile(` +`)
