@@ -197,6 +197,25 @@ func TestMIGProfilesWithMIGOff(t *testing.T) {
 	}
 }
 
+// A MIG device's name drops "+me", as a real R580 H100 lists its
+// 1g.10gb+me device in nvidia-smi -L; its profile keeps it.
+func TestMIGDeviceNamesDropPlusMe(t *testing.T) {
+	lib, _ := startMIG(t, 1)
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+	enableMIG(t, dev)
+	pme := got(dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1))(t, "1g+me info")
+	if v := got(dev.GetGpuInstanceProfileInfoByIdV(int(pme.Id)).V2())(t, "1g+me by id"); cstr(v.Name[:]) != "MIG 1g.5gb+me" {
+		t.Errorf("profile name %q, want MIG 1g.5gb+me", cstr(v.Name[:]))
+	}
+	gi := got(dev.CreateGpuInstance(&pme))(t, "create 1g+me")
+	cp := got(gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))(t, "ci info")
+	got(gi.CreateComputeInstance(&cp))(t, "create ci")
+	m := got(dev.GetMigDeviceHandleByIndex(0))(t, "MIG 0")
+	if n := got(m.GetName())(t, "name"); n != "NVIDIA A100-SXM4-40GB MIG 1g.5gb" {
+		t.Errorf("MIG device name %q, want NVIDIA A100-SXM4-40GB MIG 1g.5gb", n)
+	}
+}
+
 func must2(t *testing.T, lib nvml.Interface, i int) (int, int, nvml.Return) {
 	t.Helper()
 	dev := got(lib.DeviceGetHandleByIndex(i))(t, "handle")
