@@ -1,4 +1,5 @@
 // Framebuffer and BAR1 memory, ECC and page retirement or row remapping.
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -63,9 +64,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1M
 	MIGDEV(device, md) {
 		OUT(bar1Memory);
 		// Its memory slices' share, less 1 MiB: 32767 MiB for an A100's
-		// 3g.20gb, as in NVIDIA's MIG guide.
+		// 3g.20gb, as in NVIDIA's MIG guide, and an H100's through R570.
+		// R580 gives less (an H100 1g.10gb 6185 MiB), as the profile says.
 		unsigned long long t = md.s->bar1_total / 8 * md.s->mig_gi_memory_slices[md.row];
-		bar1Memory->bar1Total = t > (1ull << 20) ? t - (1ull << 20) : t;
+		t = t > (1ull << 20) ? t - (1ull << 20) : t;
+		if (md.s->mig_gi_bar1_mib[md.row] != 0 && atoi(nvmock.hdr->driver_version) >= 580)
+			t = (unsigned long long)md.s->mig_gi_bar1_mib[md.row] << 20;
+		bar1Memory->bar1Total = t;
 		bar1Memory->bar1Used = 0;
 		bar1Memory->bar1Free = bar1Memory->bar1Total;
 		return NVML_SUCCESS;

@@ -22,6 +22,9 @@ type GPUInstanceProfile struct {
 	JPEGs        uint32   `json:"jpegs"`
 	OFAs         uint32   `json:"ofas"`
 	Placements   []uint32 `json:"placements"` // first memory slices
+	// BAR1MiB is the BAR1 of its MIG devices from driver 580 on, which
+	// changed it; absent, or before 580: the GPU's BAR1 share less 1 MiB.
+	BAR1MiB uint32 `json:"bar1MiB,omitempty"`
 	// ComputeInstances are the compute-slice counts of the compute
 	// instances it can hold; the largest, the whole instance, is the default.
 	ComputeInstances []uint32 `json:"computeInstances"`
@@ -69,7 +72,7 @@ func (m *MIG) ComputeInstanceSMs(p *GPUInstanceProfile, c uint32) uint32 {
 	return 0
 }
 
-func (c *checker) mig(field string, m *MIG, memoryMiB uint64) {
+func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64) {
 	if m.MaxDevices < 1 || m.MaxDevices > MIGComputeSlices {
 		c.fail(field+".maxDevices", "%d is out of range; use 1 to %d", m.MaxDevices, MIGComputeSlices)
 	}
@@ -107,6 +110,9 @@ func (c *checker) mig(field string, m *MIG, memoryMiB uint64) {
 		}
 		if p.MemoryMiB == 0 || uint64(p.MemoryMiB) > memoryMiB {
 			c.fail(f+".memoryMiB", "%d is not within the board's %d MiB", p.MemoryMiB, memoryMiB)
+		}
+		if uint64(p.BAR1MiB) > bar1MiB {
+			c.fail(f+".bar1MiB", "%d is above the board's BAR1 of %d MiB", p.BAR1MiB, bar1MiB)
 		}
 		if p.SMs == 0 {
 			c.fail(f+".sms", "must be set")

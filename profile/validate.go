@@ -241,7 +241,7 @@ func (b *Board) validate(c *checker) {
 		c.fail("board.modes.performanceState", "%q is not P0 to P15", md.PerformanceState)
 	}
 	if md.MIG != nil {
-		c.mig("board.modes.mig", md.MIG, uint64(b.Memory.Total)>>20)
+		c.mig("board.modes.mig", md.MIG, uint64(b.Memory.Total)>>20, uint64(b.BAR1.Total)>>20)
 	}
 	c.percent("board.modes.fanSpeed", md.FanSpeed)
 	u := b.Utilization

@@ -149,22 +149,7 @@ func TestMIGProfilesWithMIGOff(t *testing.T) {
 		{"535.261.03", nvml.ERROR_NOT_SUPPORTED},
 	} {
 		t.Run("driver "+c.driver, func(t *testing.T) {
-			p, err := profile.Builtin("a100")
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.GPUs = 1
-			if c.driver != "" {
-				if err := p.SetDriver(c.driver); err != nil {
-					t.Fatal(err)
-				}
-			}
-			path := testenv.SnapshotOf(t, p)
-			testenv.LiveState(t, path, 1, t0)
-			cleanEnv(t, path)
-			lib := newLib(t)
-			start(t, lib)
-			dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+			dev := startOneGPU(t, "a100", c.driver)
 			info, ret := dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
 			wantRet(t, "profile info", ret, c.want)
 			if ret == nvml.SUCCESS && (info.Id != 9 || info.MemorySizeMB != 19968 || info.MultiprocessorCount != 42) {
@@ -193,6 +178,58 @@ func TestMIGProfilesWithMIGOff(t *testing.T) {
 			wantRet(t, "instances", ret, nvml.ERROR_NOT_SUPPORTED)
 			_, ret = dev.CreateGpuInstance(&nvml.GpuInstanceProfileInfo{Id: 9})
 			wantRet(t, "create", ret, nvml.ERROR_NOT_SUPPORTED)
+		})
+	}
+}
+
+// startOneGPU starts the library on one GPU of a built-in board with a
+// live state, on the given driver (empty: the profile's); it returns the GPU.
+func startOneGPU(t *testing.T, board, driver string) nvml.Device {
+	t.Helper()
+	p, err := profile.Builtin(board)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.GPUs = 1
+	if driver != "" {
+		if err := p.SetDriver(driver); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := testenv.SnapshotOf(t, p)
+	testenv.LiveState(t, path, 1, t0)
+	cleanEnv(t, path)
+	lib := newLib(t)
+	start(t, lib)
+	return got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+}
+
+// A MIG device's BAR1 is its share of the GPU's less 1 MiB through R570
+// (an H100's 16383 MiB a memory slice), and what R580 shows from 580 on
+// (6185 MiB for a 1g.10gb, 24740 for a 3g.40gb).
+func TestMIGDeviceBAR1FollowsTheDriver(t *testing.T) {
+	for _, c := range []struct {
+		driver    string
+		one, four uint64 // MiB
+	}{
+		{"", 6185, 24740}, // the profile's 580
+		{"570.148.08", 16383, 65535},
+	} {
+		t.Run("driver "+c.driver, func(t *testing.T) {
+			dev := startOneGPU(t, "h100", c.driver)
+			enableMIG(t, dev)
+			for _, e := range []int{nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE} {
+				p := got(dev.GetGpuInstanceProfileInfo(e))(t, "profile")
+				gi := got(dev.CreateGpuInstance(&p))(t, "create GPU instance")
+				cp := got(gi.GetComputeInstanceProfileInfo(int(p.SliceCount)-1, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))(t, "compute profile")
+				got(gi.CreateComputeInstance(&cp))(t, "create compute instance")
+			}
+			for i, want := range []uint64{c.four, c.one} { // GPU-instance order: the 3g (id 2), then the 1g
+				m := got(dev.GetMigDeviceHandleByIndex(i))(t, "MIG device")
+				if b := got(m.GetBAR1MemoryInfo())(t, "BAR1"); b.Bar1Total != want<<20 || b.Bar1Free != b.Bar1Total {
+					t.Errorf("MIG device %d BAR1: %+v, want %d MiB free", i, b, want)
+				}
+			}
 		})
 	}
 }

@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 5
+const Version = 6
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -148,6 +148,7 @@ type Device struct {
 	MIGGIPlacements       [8]uint32 // bit n: may start at memory slice n
 	MIGGICISizes          [8]uint32 // bit c: holds compute instances of c slices
 	MIGCISms              [8]uint32 // SMs of a c-slice compute instance smaller than its GPU instance, by c
+	MIGGIBar1MIB          [8]uint32 // BAR1 of its MIG devices from driver 580 on; 0: the GPU's share less 1 MiB
 	MIGGINames            [192]byte // profile names, each ended by a newline
 	MIGPad                uint32
 	DisplayMode           uint32
@@ -197,7 +198,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 2136
+const DeviceSize = 2168
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -297,50 +298,51 @@ var DeviceLayout = []FieldOffset{
 	{"mig_gi_placements", "MIGGIPlacements", 1428},
 	{"mig_gi_ci_sizes", "MIGGICISizes", 1460},
 	{"mig_ci_sms", "MIGCISms", 1492},
-	{"mig_gi_names", "MIGGINames", 1524},
-	{"mig_pad", "MIGPad", 1716},
-	{"display_mode", "DisplayMode", 1720},
-	{"display_active", "DisplayActive", 1724},
-	{"virtualization_mode", "VirtualizationMode", 1728},
-	{"performance_state", "PerformanceState", 1732},
-	{"power_state", "PowerState", 1736},
-	{"fan_speed", "FanSpeed", 1740},
-	{"util_gpu", "UtilGPU", 1744},
-	{"util_memory", "UtilMemory", 1748},
-	{"util_encoder", "UtilEncoder", 1752},
-	{"util_decoder", "UtilDecoder", 1756},
-	{"util_jpeg", "UtilJpeg", 1760},
-	{"util_ofa", "UtilOFA", 1764},
-	{"ecc_count", "ECCCount", 1768},
-	{"retired_pages", "RetiredPages", 1800},
-	{"remapped_rows", "RemappedRows", 1804},
-	{"remapper_banks", "RemapperBanks", 1808},
-	{"accounting_mode", "AccountingMode", 1812},
-	{"accounting_buffer", "AccountingBuffer", 1816},
-	{"numa_node", "NUMANode", 1820},
-	{"nvlink_count", "NvlinkCount", 1824},
-	{"nvlink_version", "NvlinkVersion", 1828},
-	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1832},
-	{"nvlink_remote", "NvlinkRemote", 1836},
-	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1840},
-	{"nvlink_remote_addr", "NvlinkRemoteAddr", 1844},
-	{"addressing_mode", "AddressingMode", 1916},
-	{"sparse_mode", "SparseMode", 1920},
-	{"c2c_mode", "C2cMode", 1924},
-	{"pcie_root", "PcieRoot", 1928},
-	{"pcie_switch_top", "PcieSwitchTop", 1932},
-	{"pcie_switch_leaf", "PcieSwitchLeaf", 1936},
-	{"pad3", "Pad3", 1940},
-	{"clock_reasons_supported", "ClockReasonsSupported", 1944},
-	{"memory_bus_width", "MemoryBusWidth", 1948},
-	{"gpu_cores", "GPUCores", 1952},
-	{"bus_type", "BusType", 1956},
-	{"power_source", "PowerSource", 1960},
-	{"egm", "Egm", 1964},
-	{"cpu_affinity", "CPUAffinity", 1968},
-	{"memory_total", "MemoryTotal", 2096},
-	{"memory_reserved", "MemoryReserved", 2104},
-	{"memory_used", "MemoryUsed", 2112},
-	{"bar1_total", "Bar1Total", 2120},
-	{"bar1_used", "Bar1Used", 2128},
+	{"mig_gi_bar1_mib", "MIGGIBar1MIB", 1524},
+	{"mig_gi_names", "MIGGINames", 1556},
+	{"mig_pad", "MIGPad", 1748},
+	{"display_mode", "DisplayMode", 1752},
+	{"display_active", "DisplayActive", 1756},
+	{"virtualization_mode", "VirtualizationMode", 1760},
+	{"performance_state", "PerformanceState", 1764},
+	{"power_state", "PowerState", 1768},
+	{"fan_speed", "FanSpeed", 1772},
+	{"util_gpu", "UtilGPU", 1776},
+	{"util_memory", "UtilMemory", 1780},
+	{"util_encoder", "UtilEncoder", 1784},
+	{"util_decoder", "UtilDecoder", 1788},
+	{"util_jpeg", "UtilJpeg", 1792},
+	{"util_ofa", "UtilOFA", 1796},
+	{"ecc_count", "ECCCount", 1800},
+	{"retired_pages", "RetiredPages", 1832},
+	{"remapped_rows", "RemappedRows", 1836},
+	{"remapper_banks", "RemapperBanks", 1840},
+	{"accounting_mode", "AccountingMode", 1844},
+	{"accounting_buffer", "AccountingBuffer", 1848},
+	{"numa_node", "NUMANode", 1852},
+	{"nvlink_count", "NvlinkCount", 1856},
+	{"nvlink_version", "NvlinkVersion", 1860},
+	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1864},
+	{"nvlink_remote", "NvlinkRemote", 1868},
+	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1872},
+	{"nvlink_remote_addr", "NvlinkRemoteAddr", 1876},
+	{"addressing_mode", "AddressingMode", 1948},
+	{"sparse_mode", "SparseMode", 1952},
+	{"c2c_mode", "C2cMode", 1956},
+	{"pcie_root", "PcieRoot", 1960},
+	{"pcie_switch_top", "PcieSwitchTop", 1964},
+	{"pcie_switch_leaf", "PcieSwitchLeaf", 1968},
+	{"pad3", "Pad3", 1972},
+	{"clock_reasons_supported", "ClockReasonsSupported", 1976},
+	{"memory_bus_width", "MemoryBusWidth", 1980},
+	{"gpu_cores", "GPUCores", 1984},
+	{"bus_type", "BusType", 1988},
+	{"power_source", "PowerSource", 1992},
+	{"egm", "Egm", 1996},
+	{"cpu_affinity", "CPUAffinity", 2000},
+	{"memory_total", "MemoryTotal", 2128},
+	{"memory_reserved", "MemoryReserved", 2136},
+	{"memory_used", "MemoryUsed", 2144},
+	{"bar1_total", "Bar1Total", 2152},
+	{"bar1_used", "Bar1Used", 2160},
 }

@@ -24,6 +24,7 @@ func compileMIG(d *Device, m *profile.MIG) {
 		d.MIGGIEncoders[i] = p.Encoders
 		d.MIGGIJpegs[i] = p.JPEGs
 		d.MIGGIOfas[i] = p.OFAs
+		d.MIGGIBar1MIB[i] = p.BAR1MiB
 		for _, s := range p.Placements {
 			d.MIGGIPlacements[i] |= 1 << s
 		}
