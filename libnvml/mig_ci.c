@@ -34,11 +34,16 @@ unsigned nvmock_mig_ci_sms(const struct snap_device *s, unsigned row, unsigned s
 }
 
 // nvmock_mig_ci_name is the profile name of a compute instance of c
-// slices: the GPU instance's when it takes all of them, else "1c.3g.20gb".
+// slices: the GPU instance's when it takes all of them, else "1c.3g.20gb";
+// without "+me", as a real R580 H100's -lci and -L name those of its
+// 1g.10gb+me ("MIG 1g.10gb"), while -lgi keeps it.
 void nvmock_mig_ci_name(const struct snap_device *s, unsigned row, unsigned c, char *out, size_t len)
 {
 	char n[32];
 	nvmock_mig_name(s, row, n, sizeof n);
+	size_t l = strlen(n);
+	if (l > 3 && strcmp(n + l - 3, "+me") == 0)
+		n[l - 3] = '\0';
 	if (c == s->mig_gi_compute_slices[row])
 		snprintf(out, len, "%s", n);
 	else

@@ -197,15 +197,10 @@ NVML_API nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAtt
 
 // The getters below answer for GPUs elsewhere; these are their MIG halves.
 
-// A MIG device's name drops its profile's "+me": a real R580 H100 lists
-// its 1g.10gb+me instance as "MIG 1g.10gb" in nvidia-smi -L.
 nvmlReturn_t nvmock_mig_get_name(const struct mig_dev *md, char *name, unsigned int length)
 {
 	char n[48], full[NVML_DEVICE_NAME_V2_BUFFER_SIZE + 64];
 	nvmock_mig_ci_name(md->s, md->row, md->slices, n, sizeof n);
-	size_t l = strlen(n);
-	if (l > 3 && strcmp(n + l - 3, "+me") == 0)
-		n[l - 3] = '\0';
 	snprintf(full, sizeof full, "%s MIG %s", md->s->name, n);
 	return nvmock_str(name, length, full);
 }

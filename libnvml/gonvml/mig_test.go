@@ -234,8 +234,9 @@ func TestMIGDeviceBAR1FollowsTheDriver(t *testing.T) {
 	}
 }
 
-// A MIG device's name drops "+me", as a real R580 H100 lists its
-// 1g.10gb+me device in nvidia-smi -L; its profile keeps it.
+// A MIG device's name and its compute instance's profile name drop
+// "+me", as a real R580 H100 lists its 1g.10gb+me in nvidia-smi -L and
+// -lci; the GPU-instance profile keeps it.
 func TestMIGDeviceNamesDropPlusMe(t *testing.T) {
 	lib, _ := startMIG(t, 1)
 	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
@@ -246,6 +247,9 @@ func TestMIGDeviceNamesDropPlusMe(t *testing.T) {
 	}
 	gi := got(dev.CreateGpuInstance(&pme))(t, "create 1g+me")
 	cp := got(gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))(t, "ci info")
+	if v := got(gi.GetComputeInstanceProfileInfoV(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 0).V2())(t, "ci info V2"); cstr(v.Name[:]) != "MIG 1g.5gb" {
+		t.Errorf("compute profile name %q, want MIG 1g.5gb", cstr(v.Name[:]))
+	}
 	got(gi.CreateComputeInstance(&cp))(t, "create ci")
 	m := got(dev.GetMigDeviceHandleByIndex(0))(t, "MIG 0")
 	if n := got(m.GetName())(t, "name"); n != "NVIDIA A100-SXM4-40GB MIG 1g.5gb" {
