@@ -67,14 +67,7 @@ func TestEveryNvidiaSMIPartitionsMIG(t *testing.T) {
 		for _, s := range testenv.NvidiaSMIs(t) {
 			t.Run(board+"/"+s.Version, func(t *testing.T) {
 				testenv.LiveState(t, snap, 2, time.Time{})
-				run := func(args ...string) string {
-					t.Helper()
-					out, _, err := runSMI(t, s.Path, snap, nil, args...)
-					if err != nil {
-						t.Fatalf("nvidia-smi %s: %v\n%s", strings.Join(args, " "), err, out)
-					}
-					return out
-				}
+				run := smiRunner(t, s.Path, snap)
 				// Rows are compared with runs of spaces squashed: the columns
 				// are nvidia-smi's own.
 				expect := func(out string, want ...string) {
@@ -184,6 +177,19 @@ func TestRealH100WithMIGOffListsEveryProfileFree(t *testing.T) {
 		if f := strings.Fields(r); free[f[0]] != f[2] {
 			t.Errorf("capture: %s free %s of %s", f[0], free[f[0]], f[2])
 		}
+	}
+}
+
+// smiRunner runs the nvidia-smi at path on snap and gives its output,
+// failing the test if it fails.
+func smiRunner(t *testing.T, path, snap string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, _, err := runSMI(t, path, snap, nil, args...)
+		if err != nil {
+			t.Fatalf("nvidia-smi %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
 	}
 }
 

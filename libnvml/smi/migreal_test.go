@@ -60,14 +60,7 @@ func TestMIGListingsMatchARealH100(t *testing.T) {
 	for _, s := range testenv.NvidiaSMIs(t) {
 		t.Run(s.Version, func(t *testing.T) {
 			testenv.LiveState(t, snap, 1, time.Time{})
-			run := func(args ...string) string {
-				t.Helper()
-				out, _, err := runSMI(t, s.Path, snap, nil, args...)
-				if err != nil {
-					t.Fatalf("nvidia-smi %s: %v\n%s", strings.Join(args, " "), err, out)
-				}
-				return out
-			}
+			run := smiRunner(t, s.Path, snap)
 			run("-i", "0", "-mig", "1")
 			run("mig", "-cgi", "9:0,20:4,19:6")
 			run("mig", "-cci", "0", "-gi", "1")
