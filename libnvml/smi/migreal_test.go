@@ -21,6 +21,9 @@ var (
 	lgiRow  = regexp.MustCompile(`(?m)^\|\s+0\s+MIG (\S+)\s+(\d+)\s+(\d+)\s+(\d+:\d+)\s+\|$`)
 	lciRow  = regexp.MustCompile(`(?m)^\|\s+0\s+(\d+)\s+MIG (\S+)\s+(\d+)\s+(\d+)\s+(\d+:\d+)\s+\|$`)
 	listMIG = regexp.MustCompile(`(?m)^  MIG (\S+)\s+Device\s+(\d+): \(UUID: MIG-`)
+	// The default view's MIG devices: GPU, GPU and compute instance, MIG
+	// device, memory total, SMs, CE ENC DEC OFA JPG, then BAR1 total.
+	smiMIG = regexp.MustCompile(`(?m)^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+\d+MiB /\s+(\d+)MiB\s+\|\s+(\d+)\s+\d+\s+\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\n\|\s+\|\s+\d+MiB /\s+(\d+)MiB\s+\|`)
 )
 
 func rows(re *regexp.Regexp, out string) []string {
@@ -44,14 +47,15 @@ func capture(t *testing.T, name string) string {
 // held (testdata/hardware/*-h100-mixed.txt: a 3g.40gb at slice 0 with one
 // 1c compute instance, a 1g.10gb+me at 4, a 1g.10gb at 6), lists them as
 // the real one did: the same instance ids, order and placements, the same
-// free counts, and compute instances and MIG devices named without +me.
+// free counts, compute instances and MIG devices named without +me, and
+// the same sizes, SMs and engines in the default view.
 func TestMIGListingsMatchARealH100(t *testing.T) {
 	snap, _ := testenv.Snapshot(t, "h100", 1)
 	wantGI, wantCI := rows(lgiRow, capture(t, "lgi-h100-mixed.txt")), rows(lciRow, capture(t, "lci-h100-mixed.txt"))
-	wantList := rows(listMIG, capture(t, "list-h100-mixed.txt"))
+	wantList, wantSMI := rows(listMIG, capture(t, "list-h100-mixed.txt")), rows(smiMIG, capture(t, "smi-h100-mixed.txt"))
 	_, realFree := lgip(capture(t, "lgip-h100-mixed.txt"))
-	if len(wantGI) != 3 || len(wantCI) != 3 || len(wantList) != 3 || len(realFree) != 7 {
-		t.Fatalf("captures parse to %v, %v, %v, %v", wantGI, wantCI, wantList, realFree)
+	if len(wantGI) != 3 || len(wantCI) != 3 || len(wantList) != 3 || len(wantSMI) != 3 || len(realFree) != 7 {
+		t.Fatalf("captures parse to %v, %v, %v, %v, %v", wantGI, wantCI, wantList, wantSMI, realFree)
 	}
 	// The lone 1c sits at 2:1 there; how it was made is not known, and a
 	// real A100's -cci 0,0,0 fills from slice 0 (research/mig.md 9), as
@@ -84,6 +88,11 @@ func TestMIGListingsMatchARealH100(t *testing.T) {
 			}
 			if got := rows(listMIG, run("-L")); !slices.Equal(got, wantList) {
 				t.Errorf("-L MIG devices %q, want the real H100's %q", got, wantList)
+			}
+			// Memory and BAR1 totals, SMs (the compute instance's) and
+			// engines; the real one's used memory is its processes'.
+			if got := rows(smiMIG, run()); !slices.Equal(got, wantSMI) {
+				t.Errorf("MIG devices table %q, want the real H100's %q", got, wantSMI)
 			}
 		})
 	}
