@@ -1,6 +1,7 @@
 // Shared helpers: strings, not-supported defaults, warnings.
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -17,6 +18,11 @@ nvmlReturn_t nvmock_str(char *dst, unsigned int len, const char *src)
 		return NVML_ERROR_INSUFFICIENT_SIZE;
 	memcpy(dst, src, n);
 	return NVML_SUCCESS;
+}
+
+int nvmock_driver_branch(void)
+{
+	return atoi(nvmock.hdr->driver_version);
 }
 
 nvmlReturn_t nvmock_not_supported(const char *fn)

@@ -1,5 +1,4 @@
 // Framebuffer and BAR1 memory, ECC and page retirement or row remapping.
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -68,7 +67,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1M
 		// R580 gives less (an H100 1g.10gb 6185 MiB), as the profile says.
 		unsigned long long t = md.s->bar1_total / 8 * md.s->mig_gi_memory_slices[md.row];
 		t = t > (1ull << 20) ? t - (1ull << 20) : t;
-		if (md.s->mig_gi_bar1_mib[md.row] != 0 && atoi(nvmock.hdr->driver_version) >= 580)
+		if (md.s->mig_gi_bar1_mib[md.row] != 0 && nvmock_driver_branch() >= 580)
 			t = (unsigned long long)md.s->mig_gi_bar1_mib[md.row] << 20;
 		bar1Memory->bar1Total = t;
 		bar1Memory->bar1Used = 0;

@@ -1,7 +1,6 @@
 // MIG GPU instances: the board's profiles and placements, and creating,
 // listing and destroying instances in the node's state.
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "mig.h"
@@ -38,7 +37,7 @@ static nvmlReturn_t profiles_readable(const struct nvmock_dev *d)
 {
 	if (d->s->mig_current == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
-	if (atoi(nvmock.hdr->driver_version) >= 550)
+	if (nvmock_driver_branch() >= 550)
 		return NVML_SUCCESS;
 	struct mig_state m;
 	nvmock_mig_read(d, &m);

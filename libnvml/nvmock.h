@@ -166,6 +166,10 @@ static inline nvmlReturn_t nvmock_u32(uint32_t v, unsigned int *out)
 }
 
 nvmlReturn_t nvmock_str(char *dst, unsigned int len, const char *src);
+// nvmock_driver_branch is the node's driver branch: 580 for 580.105.08.
+// Some answers changed with a branch (MIG queries with MIG off in 550, MIG
+// BAR1 in 580, the reset status field in 570).
+int nvmock_driver_branch(void);
 nvmlReturn_t nvmock_not_supported(const char *fn);
 nvmlReturn_t nvmock_not_supported_dev(const char *fn, nvmlDevice_t h);
 nvmlReturn_t nvmock_init(unsigned int flags);

@@ -1,7 +1,6 @@
 // Where GPUs sit: CPU and NUMA affinity, PCIe ancestry, P2P, NVLink and the
 // field values that report NVLink and memory temperature.
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -367,7 +366,7 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	if (id == NVML_FI_DEV_RESET_STATUS || id == NVML_FI_DEV_DRAIN_AND_RESET_STATUS) {
 		// Deprecated for the GPU recovery action from driver 570 on (the
 		// A100 capture's 570 prints so); before, no reset is needed.
-		if (atoi(nvmock.hdr->driver_version) >= 570)
+		if (nvmock_driver_branch() >= 570)
 			return NVML_ERROR_DEPRECATED;
 		v->value.uiVal = 0;
 		return NVML_SUCCESS;
