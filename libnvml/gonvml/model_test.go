@@ -5,7 +5,6 @@ package gonvml
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -25,15 +24,7 @@ func startProfile(t *testing.T, yaml string, nodes ...string) (nvml.Interface, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := snapshot.Compile(p, snapshot.Options{Seed: testenv.Seed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "snapshot")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	root := cleanEnv(t, path)
+	root := cleanEnv(t, testenv.SnapshotOf(t, p))
 	for _, n := range nodes {
 		touch(t, filepath.Join(root, n))
 	}
