@@ -5,8 +5,11 @@ package e2e
 import (
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // smi runs the node's nvidia-smi on the host, as an operator would.
@@ -127,5 +130,38 @@ func TestOnlyAMIGConfigContainerChangesTheLayout(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^GPU 4: .*\n  MIG 1g.5gb\s+Device  0: \(UUID: MIG-`).MatchString(n.smi(t, "-L")) {
 		t.Errorf("the node does not see the 1g.5gb the container made:\n%s", n.smi(t, "-L"))
+	}
+}
+
+// A pod on a MIG device that asks to show a process shows it on the node
+// as a real one does: under its GPU and compute instance, with its memory
+// in its MIG device's. The compute instance it runs on cannot be destroyed
+// until it stops.
+func TestAPodOnAMIGDeviceShowsItsProcessUnderItsInstances(t *testing.T) {
+	n := theNode
+	n.partition(t, "5", "19,19")
+	p := n.runPod(t, optedIn, map[string]string{"nvmock.io/gpus": "mig-1g.5gb", "nvmock.io/gpu-memory": "1GiB"})
+	id := n.start(t, p, ctr{image: "glibc", cmd: []string{"/bin/sh", "-c",
+		"while true; do nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits; sleep 0.2; done"}})
+	n.waitOutput(t, id, ", 1024")
+	pid := strconv.Itoa(int(n.pid(t, id)))
+	out := n.smi(t)
+	m := regexp.MustCompile(`(?m)^\|\s+5\s+(\d+)\s+0\s+` + pid + `\s+C\s+/bin/sh\s+1024MiB\s+\|$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("nvidia-smi on the node lacks pid %s on GPU 5 under a GPU instance, compute instance 0:\n%s", pid, out)
+	}
+	gi := m[1]
+	if !regexp.MustCompile(`(?m)^\|\s+5\s+` + gi + `\s+0\s+\d+\s+\|\s+1024MiB /`).MatchString(out) {
+		t.Errorf("its MIG device (GPU 5, GI %s) does not show the 1024 MiB used:\n%s", gi, out)
+	}
+	dci, err := exec.Command(n.env["NVIDIA_SMI"], "mig", "-i", "5", "-gi", gi, "-ci", "0", "-dci").CombinedOutput()
+	if err == nil || !strings.Contains(string(dci), "In use by another client") {
+		t.Errorf("destroying the compute instance the pod runs on: %v\n%s", err, dci)
+	}
+	if _, err := n.rt.StopContainer(ctx(t), &cri.StopContainerRequest{ContainerId: id, Timeout: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if out := n.smi(t); strings.Contains(out, " "+pid+" ") {
+		t.Errorf("after the container stopped, nvidia-smi on the node still shows pid %s:\n%s", pid, out)
 	}
 }

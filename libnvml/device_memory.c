@@ -4,12 +4,27 @@
 
 #include "mig.h"
 
+// mig_idle_used is, in MIG mode, what the driver holds on each GPU
+// instance: a real GPU's used memory is the sum of its MIG devices'.
+static unsigned long long mig_idle_used(const struct nvmock_dev *d)
+{
+	if (!nvmock_mig_on(d))
+		return 0;
+	struct mig_state m;
+	nvmock_mig_read(d, &m);
+	unsigned long long sum = 0;
+	for (unsigned g = 0; g < STATE_GIS; g++)
+		if (m.gi_profile[g] != 0 && m.gi_profile[g] <= d->s->mig_gi_count)
+			sum += (unsigned long long)d->s->mig_gi_used_mib[m.gi_profile[g] - 1] << 20;
+	return sum;
+}
+
 // used_memory is what the driver holds plus what the registered processes
 // use, up to what is there.
 static unsigned long long used_memory(const struct nvmock_dev *d)
 {
 	const struct snap_device *s = d->s;
-	unsigned long long used = s->memory_used;
+	unsigned long long used = s->memory_used + mig_idle_used(d);
 	if (nvmock.live != NULL)
 		used += nvmock_live_proc_memory(d->node_index);
 	if (used > s->memory_total - s->memory_reserved)

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nvmock.h"
+#include "mig.h"
 
 static nvmlReturn_t enable_state(uint32_t v, nvmlEnableState_t *out)
 {
@@ -195,16 +195,34 @@ NVML_API nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int
 	return NVML_SUCCESS;
 }
 
-// The registered processes (nvmock ctl proc, the NRI plugin), by type:
-// compute 1, graphics 2; MPS clients are never registered. A short buffer
-// gets INSUFFICIENT_SIZE and the count, as from the driver.
+// nvmock_procs_of lists the registered processes (nvmock ctl proc, the NRI
+// plugin) of a type in mask, compute 1 and graphics 2, on a GPU, or on a
+// MIG device: a GPU in MIG mode lists those of all its MIG devices, as the
+// driver gives a privileged caller. MPS clients are never registered.
+nvmlReturn_t nvmock_procs_of(nvmlDevice_t device, unsigned mask, struct live_proc **p, unsigned *n)
+{
+	MIGDEV(device, md) {
+		*p = nvmock_live_procs_on(md.ci->dev->node_index, md.ci->gi, md.ci->id, mask, n);
+		return NVML_SUCCESS;
+	}
+	DEV(device, d);
+	*p = nvmock_live_procs(d->node_index, mask, n);
+	return NVML_SUCCESS;
+}
+
+// A short buffer gets INSUFFICIENT_SIZE and the count, as from the driver.
 #define PROCESS_LIST(fn, type, mask, v1)                                                        \
 	NVML_API nvmlReturn_t fn(nvmlDevice_t device, unsigned int *infoCount, type *infos)     \
 	{                                                                                       \
-		DEV(device, d);                                                                 \
-		OUT(infoCount);                                                                 \
 		unsigned n;                                                                     \
-		struct live_proc *p = nvmock_live_procs(d->node_index, mask, &n);               \
+		struct live_proc *p;                                                            \
+		nvmlReturn_t r = nvmock_procs_of(device, mask, &p, &n);                         \
+		if (r != NVML_SUCCESS)                                                          \
+			return r;                                                               \
+		if (infoCount == NULL) {                                                        \
+			free(p);                                                                \
+			return NVML_ERROR_INVALID_ARGUMENT;                                     \
+		}                                                                               \
 		if (n > *infoCount || (n > 0 && infos == NULL)) {                               \
 			*infoCount = n;                                                         \
 			free(p);                                                                \
@@ -214,14 +232,14 @@ NVML_API nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int
 			memset(&infos[i], 0, sizeof infos[i]);                                  \
 			infos[i].pid = p[i].pid;                                                \
 			infos[i].usedGpuMemory = p[i].used_bytes;                               \
-			PROCESS_IDS_##v1(infos[i]);                                             \
+			PROCESS_IDS_##v1(infos[i], p[i]);                                       \
 		}                                                                               \
 		*infoCount = n;                                                                 \
 		free(p);                                                                        \
 		return NVML_SUCCESS;                                                            \
 	}
-#define PROCESS_IDS_1(x)
-#define PROCESS_IDS_2(x) ((x).gpuInstanceId = 0xffffffffu, (x).computeInstanceId = 0xffffffffu)
+#define PROCESS_IDS_1(x, q)
+#define PROCESS_IDS_2(x, q) ((x).gpuInstanceId = nvmock_proc_gi(&(q)), (x).computeInstanceId = nvmock_proc_ci(&(q)))
 
 PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, 1, 1)
 PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 1, 2)

@@ -187,10 +187,15 @@ _Static_assert(sizeof(struct smi_process) == 0x1020, "nvidia-smi process record"
 
 static int smi_processes_of(nvmlDevice_t device, unsigned mask, unsigned *count, struct smi_process *records)
 {
-	DEV(device, d);
-	OUT(count);
 	unsigned n;
-	struct live_proc *p = nvmock_live_procs(d->node_index, mask, &n);
+	struct live_proc *p;
+	nvmlReturn_t r = nvmock_procs_of(device, mask, &p, &n);
+	if (r != NVML_SUCCESS)
+		return r;
+	if (count == NULL) {
+		free(p);
+		return NVML_ERROR_INVALID_ARGUMENT;
+	}
 	if (n > *count || (n > 0 && records == NULL)) {
 		*count = n;
 		free(p);
@@ -200,7 +205,8 @@ static int smi_processes_of(nvmlDevice_t device, unsigned mask, unsigned *count,
 		memset(&records[i], 0, sizeof records[i]);
 		records[i].pid = p[i].pid;
 		records[i].used = p[i].used_bytes;
-		records[i].gi = records[i].ci = 0xffffffffu;
+		records[i].gi = nvmock_proc_gi(&p[i]);
+		records[i].ci = nvmock_proc_ci(&p[i]);
 		snprintf(records[i].name, sizeof records[i].name, "%.*s", (int)sizeof p[i].name, p[i].name);
 	}
 	*count = n;

@@ -476,20 +476,45 @@ static struct live_proc *proc_table(void)
 	return copy;
 }
 
-// nvmock_live_procs lists the live processes on a GPU whose type has a bit
-// of mask, *n of them, in a malloc'd array the caller frees; NULL for none.
-struct live_proc *nvmock_live_procs(unsigned node, unsigned mask, unsigned *n)
+// nvmock_live_procs_on lists the live processes whose type has a bit of
+// mask on a GPU, on one of its GPU instances (gi), or on one MIG device
+// (gi and ci); LIVE_ANY matches all. *n of them, in a malloc'd array the
+// caller frees; NULL for none.
+struct live_proc *nvmock_live_procs_on(unsigned node, unsigned gi, unsigned ci, unsigned mask, unsigned *n)
 {
 	*n = 0;
 	struct live_proc *t = proc_table();
 	if (t == NULL)
 		return NULL;
-	for (unsigned i = 0; i < STATE_PROCS; i++)
-		if (t[i].pid != 0 && t[i].gpu == node && (t[i].type & mask) && proc_alive(&t[i]))
-			t[(*n)++] = t[i];
+	for (unsigned i = 0; i < STATE_PROCS; i++) {
+		const struct live_proc *p = &t[i];
+		if (p->pid == 0 || p->gpu != node || !(p->type & mask))
+			continue;
+		if ((gi != LIVE_ANY && p->mig_gi != gi + 1) || (ci != LIVE_ANY && p->mig_ci != ci))
+			continue;
+		if (proc_alive(p))
+			t[(*n)++] = *p;
+	}
 	return t;
 }
 
+struct live_proc *nvmock_live_procs(unsigned node, unsigned mask, unsigned *n)
+{
+	return nvmock_live_procs_on(node, LIVE_ANY, LIVE_ANY, mask, n);
+}
+
+// nvmock_live_gi_memory is the memory the live processes on a GPU
+// instance use. Only MIG devices' memory asks, so no cache.
+unsigned long long nvmock_live_gi_memory(unsigned node, unsigned gi)
+{
+	unsigned n;
+	struct live_proc *p = nvmock_live_procs_on(node, gi, LIVE_ANY, 3, &n);
+	unsigned long long sum = 0;
+	for (unsigned i = 0; i < n; i++)
+		sum += p[i].used_bytes;
+	free(p);
+	return sum;
+}
 
 static uint64_t mono_ns(void)
 {

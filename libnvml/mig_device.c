@@ -225,12 +225,16 @@ unsigned nvmock_mig_index(const struct mig_dev *md)
 	return n;
 }
 
-// nvmock_mig_memory is a MIG device's memory: its GPU instance's, of
-// which the driver holds a share as on the whole GPU.
+// nvmock_mig_memory is a MIG device's memory: its GPU instance's, used by
+// the driver (the profile's idle use) and by the processes on any of the
+// instance's MIG devices, as a real one shows it.
 void nvmock_mig_memory(const struct mig_dev *md, unsigned long long *total, unsigned long long *used)
 {
 	*total = (unsigned long long)md->s->mig_gi_memory_mib[md->row] << 20;
-	*used = md->s->memory_used * md->s->mig_gi_memory_slices[md->row] / 8;
+	*used = ((unsigned long long)md->s->mig_gi_used_mib[md->row] << 20) +
+		nvmock_live_gi_memory(md->ci->dev->node_index, md->ci->gi);
+	if (*used > *total)
+		*used = *total;
 }
 
 // nvmock_mig_by_uuid finds the MIG device of a MIG-... UUID.

@@ -73,7 +73,22 @@ uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g,
 			   nvmlClockType_t type, uint64_t t);
 unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
 				       uint64_t t);
+#define LIVE_ANY 0xffffffffu
 struct live_proc *nvmock_live_procs(unsigned node, unsigned mask, unsigned *n);
+struct live_proc *nvmock_live_procs_on(unsigned node, unsigned gi, unsigned ci, unsigned mask, unsigned *n);
+unsigned long long nvmock_live_gi_memory(unsigned node, unsigned gi);
+nvmlReturn_t nvmock_procs_of(nvmlDevice_t device, unsigned mask, struct live_proc **p, unsigned *n);
+
+// The GPU and compute instance ids of a process's MIG device; 0xffffffff
+// for one on a whole GPU, as NVML gives them.
+static inline unsigned nvmock_proc_gi(const struct live_proc *p)
+{
+	return p->mig_gi != 0 ? p->mig_gi - 1 : 0xffffffffu;
+}
+static inline unsigned nvmock_proc_ci(const struct live_proc *p)
+{
+	return p->mig_gi != 0 ? p->mig_ci : 0xffffffffu;
+}
 unsigned long long nvmock_live_proc_memory(unsigned node);
 int nvmock_live_proc_name(unsigned pid, char *out, size_t len);
 

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 6
+#define SNAPSHOT_VERSION 7
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 #define SNAPSHOT_MAX_MIG_PROFILES 8
 // The library maps no larger file (libnvml/gen/limits.go).
@@ -140,6 +140,7 @@ struct snap_device {
 	uint32_t mig_gi_ci_sizes[8]; // bit c: holds compute instances of c slices
 	uint32_t mig_ci_sms[8]; // SMs of a c-slice compute instance smaller than its GPU instance, by c
 	uint32_t mig_gi_bar1_mib[8]; // BAR1 of its MIG devices from driver 580 on; 0: the GPU's share less 1 MiB
+	uint32_t mig_gi_used_mib[8]; // memory an idle instance shows used: the driver's
 	char mig_gi_names[192]; // profile names, each ended by a newline
 	uint32_t mig_pad;
 	uint32_t display_mode;
@@ -187,7 +188,7 @@ struct snap_device {
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
 };
-_Static_assert(sizeof(struct snap_device) == 2168, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 2200, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -285,52 +286,53 @@ _Static_assert(offsetof(struct snap_device, mig_gi_placements) == 1428, "snapsho
 _Static_assert(offsetof(struct snap_device, mig_gi_ci_sizes) == 1460, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, mig_ci_sms) == 1492, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, mig_gi_bar1_mib) == 1524, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_names) == 1556, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_pad) == 1748, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_mode) == 1752, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_active) == 1756, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1760, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, performance_state) == 1764, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_state) == 1768, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fan_speed) == 1772, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_gpu) == 1776, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_memory) == 1780, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_encoder) == 1784, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_decoder) == 1788, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_jpeg) == 1792, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_ofa) == 1796, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_count) == 1800, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, retired_pages) == 1832, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapped_rows) == 1836, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapper_banks) == 1840, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_mode) == 1844, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1848, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_node) == 1852, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_count) == 1856, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_version) == 1860, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1864, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1868, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1872, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1876, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, addressing_mode) == 1948, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, sparse_mode) == 1952, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_mode) == 1956, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_root) == 1960, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 1964, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 1968, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pad3) == 1972, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 1976, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_bus_width) == 1980, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_cores) == 1984, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bus_type) == 1988, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_source) == 1992, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, egm) == 1996, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 2000, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 2128, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 2136, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 2144, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 2152, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 2160, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_used_mib) == 1556, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_names) == 1588, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_pad) == 1780, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_mode) == 1784, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_active) == 1788, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1792, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, performance_state) == 1796, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_state) == 1800, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fan_speed) == 1804, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_gpu) == 1808, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_memory) == 1812, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_encoder) == 1816, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_decoder) == 1820, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_jpeg) == 1824, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_ofa) == 1828, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_count) == 1832, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, retired_pages) == 1864, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapped_rows) == 1868, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapper_banks) == 1872, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_mode) == 1876, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1880, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_node) == 1884, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_count) == 1888, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_version) == 1892, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1896, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1900, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1904, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1908, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, addressing_mode) == 1980, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, sparse_mode) == 1984, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_mode) == 1988, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_root) == 1992, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 1996, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 2000, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pad3) == 2004, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 2008, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_bus_width) == 2012, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_cores) == 2016, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bus_type) == 2020, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_source) == 2024, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, egm) == 2028, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 2032, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 2160, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 2168, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 2176, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 2184, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 2192, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {
@@ -350,7 +352,7 @@ __attribute__((unused)) static const struct snap_string snap_device_strings[] = 
 	{480, 16}, // inforom_power
 	{496, 40}, // gsp_firmware
 	{536, 32}, // pci_bus_id
-	{1556, 192}, // mig_gi_names
+	{1588, 192}, // mig_gi_names
 	{0, 0},
 };
 

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 3
+#define STATE_VERSION 4
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -149,8 +149,10 @@ struct live_proc {
 	uint64_t start_ns; // when it was registered
 	char name[64];
 	char owner[80]; // who registered it: ctl, or container:<64-hex id>
+	uint32_t mig_gi; // GPU-instance id + 1 of the MIG device it runs on; 0: the whole GPU
+	uint32_t mig_ci; // compute-instance id of that MIG device
 };
-_Static_assert(sizeof(struct live_proc) == 176, "state layout");
+_Static_assert(sizeof(struct live_proc) == 184, "state layout");
 _Static_assert(offsetof(struct live_proc, pid) == 0, "state layout");
 _Static_assert(offsetof(struct live_proc, gpu) == 4, "state layout");
 _Static_assert(offsetof(struct live_proc, type) == 8, "state layout");
@@ -159,5 +161,7 @@ _Static_assert(offsetof(struct live_proc, used_bytes) == 16, "state layout");
 _Static_assert(offsetof(struct live_proc, start_ns) == 24, "state layout");
 _Static_assert(offsetof(struct live_proc, name) == 32, "state layout");
 _Static_assert(offsetof(struct live_proc, owner) == 96, "state layout");
+_Static_assert(offsetof(struct live_proc, mig_gi) == 176, "state layout");
+_Static_assert(offsetof(struct live_proc, mig_ci) == 180, "state layout");
 
 #endif

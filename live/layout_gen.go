@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 3
+const Version = 4
 
 // Capacities of the file.
 const (
@@ -171,10 +171,12 @@ type Proc struct {
 	StartNS   uint64 // when it was registered
 	Name      [64]byte
 	Owner     [80]byte // who registered it: ctl, or container:<64-hex id>
+	MIGGI     uint32   // GPU-instance id + 1 of the MIG device it runs on; 0: the whole GPU
+	MIGCI     uint32   // compute-instance id of that MIG device
 }
 
 // ProcSize is the size of Proc in the file.
-const ProcSize = 176
+const ProcSize = 184
 
 // ProcLayout pins each field's offset (checked against the C header by the compiler).
 var ProcLayout = []FieldOffset{
@@ -186,4 +188,6 @@ var ProcLayout = []FieldOffset{
 	{"start_ns", "StartNS", 24},
 	{"name", "Name", 32},
 	{"owner", "Owner", 96},
+	{"mig_gi", "MIGGI", 176},
+	{"mig_ci", "MIGCI", 180},
 }

@@ -129,10 +129,17 @@ func (s *State) CreateComputeInstance(gpu, gi int, d *snapshot.Device, c uint32)
 	return 0, fmt.Errorf("GPU %d: no room for a %d-slice compute instance in GPU instance %d", gpu, c, gi)
 }
 
-// ClearMIG removes a GPU's instances and sets its MIG mode.
+// ClearMIG removes a GPU's instances and sets its MIG mode. Instances
+// with processes on them stay, as the driver keeps them ("In use by
+// another client").
 func (s *State) ClearMIG(gpu int, on bool) error {
 	if err := s.checkGPU(gpu); err != nil {
 		return err
+	}
+	for _, p := range s.Processes() {
+		if p.GPU == gpu && p.MIG != nil {
+			return fmt.Errorf("GPU %d: process %d runs on its MIG device %d/%d (nvmock ctl proc rm %d)", gpu, p.PID, p.MIG.GI, p.MIG.CI, p.PID)
+		}
 	}
 	g := &s.GPUs[gpu]
 	g.GIProfile, g.GIStart = [MaxGIs]uint32{}, [MaxGIs]uint32{}

@@ -179,19 +179,25 @@ func (s *State) checkGPU(gpu int) error {
 	return nil
 }
 
-// Process is a process registered on a GPU.
+// Process is a process registered on a GPU, or on one of its MIG devices.
 type Process struct {
 	PID       uint32
 	GPU       int
-	Type      uint32 // 1 compute, 2 graphics, 3 both
+	MIG       *MIGRef `json:",omitempty"` // nil: the whole GPU
+	Type      uint32  // 1 compute, 2 graphics, 3 both
 	UsedBytes uint64
 	Name      string
 	Owner     string // ctl, or container:<id>
 	PIDNS     uint32
 }
 
+// MIGRef names a MIG device by its GPU and compute instance ids, as
+// nvidia-smi's process table does.
+type MIGRef struct{ GI, CI int }
+
 // AddProcess registers a process; one already there for the same pid and
-// GPU is replaced.
+// device is replaced. A MIG device must exist: the real driver runs
+// nothing on an instance that is not there.
 func (s *State) AddProcess(p Process, now int64) error {
 	if err := s.checkGPU(p.GPU); err != nil {
 		return err
@@ -199,21 +205,28 @@ func (s *State) AddProcess(p Process, now int64) error {
 	if p.PID == 0 {
 		return fmt.Errorf("pid 0 is not a process")
 	}
+	q := Proc{PID: p.PID, GPU: uint32(p.GPU), Type: p.Type, Pidns: p.PIDNS, UsedBytes: p.UsedBytes, StartNS: uint64(now)}
+	if m := p.MIG; m != nil {
+		g := &s.GPUs[p.GPU]
+		if m.GI < 0 || m.GI >= MaxGIs || m.CI < 0 || m.CI >= MaxCIs || g.GIProfile[m.GI] == 0 || g.CISlices[m.GI*MaxCIs+m.CI] == 0 {
+			return fmt.Errorf("GPU %d has no compute instance %d in a GPU instance %d", p.GPU, m.CI, m.GI)
+		}
+		q.MIGGI, q.MIGCI = uint32(m.GI)+1, uint32(m.CI)
+	}
 	free := -1
 	for i := range s.Procs {
-		q := &s.Procs[i]
-		if q.PID == p.PID && int(q.GPU) == p.GPU {
+		o := &s.Procs[i]
+		if o.PID == p.PID && o.GPU == q.GPU && o.MIGGI == q.MIGGI && o.MIGCI == q.MIGCI {
 			free = i
 			break
 		}
-		if q.PID == 0 && free < 0 {
+		if o.PID == 0 && free < 0 {
 			free = i
 		}
 	}
 	if free < 0 {
 		return fmt.Errorf("%d processes registered already, the most the node holds", MaxProcs)
 	}
-	q := Proc{PID: p.PID, GPU: uint32(p.GPU), Type: p.Type, Pidns: p.PIDNS, UsedBytes: p.UsedBytes, StartNS: uint64(now)}
 	copy(q.Name[:len(q.Name)-1], p.Name)
 	copy(q.Owner[:len(q.Owner)-1], p.Owner)
 	s.Procs[free] = q
@@ -232,8 +245,12 @@ func (s *State) Processes() []Process {
 }
 
 func (q *Proc) process() Process {
-	return Process{PID: q.PID, GPU: int(q.GPU), Type: q.Type, UsedBytes: q.UsedBytes,
+	p := Process{PID: q.PID, GPU: int(q.GPU), Type: q.Type, UsedBytes: q.UsedBytes,
 		Name: cstr(q.Name[:]), Owner: cstr(q.Owner[:]), PIDNS: q.Pidns}
+	if q.MIGGI != 0 {
+		p.MIG = &MIGRef{GI: int(q.MIGGI) - 1, CI: int(q.MIGCI)}
+	}
+	return p
 }
 
 // RemoveProcesses drops those for which drop says so, and counts them.

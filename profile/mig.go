@@ -25,6 +25,9 @@ type GPUInstanceProfile struct {
 	// BAR1MiB is the BAR1 of its MIG devices from driver 580 on, which
 	// changed it; absent, or before 580: the GPU's BAR1 share less 1 MiB.
 	BAR1MiB uint32 `json:"bar1MiB,omitempty"`
+	// UsedMiB is what one of its MIG devices shows used with nothing
+	// running: the driver's own (15 MiB for an H100 1g.10gb on R580).
+	UsedMiB uint32 `json:"usedMiB,omitempty"`
 	// ComputeInstances are the compute-slice counts of the compute
 	// instances it can hold; the largest, the whole instance, is the default.
 	ComputeInstances []uint32 `json:"computeInstances"`
@@ -110,6 +113,9 @@ func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64) {
 		}
 		if p.MemoryMiB == 0 || uint64(p.MemoryMiB) > memoryMiB {
 			c.fail(f+".memoryMiB", "%d is not within the board's %d MiB", p.MemoryMiB, memoryMiB)
+		}
+		if p.UsedMiB >= p.MemoryMiB && p.MemoryMiB != 0 {
+			c.fail(f+".usedMiB", "%d leaves nothing of its %d MiB", p.UsedMiB, p.MemoryMiB)
 		}
 		if uint64(p.BAR1MiB) > bar1MiB {
 			c.fail(f+".bar1MiB", "%d is above the board's BAR1 of %d MiB", p.BAR1MiB, bar1MiB)

@@ -75,6 +75,8 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 			[]string{"board.modes.mig.gpuInstances[5].computeInstances", "must end with the whole instance's 4 slices"}},
 		{"a MIG device's BAR1 fits the board's", "computeInstances: [1, 2, 4]}", "computeInstances: [1, 2, 4], bar1MiB: 70000}",
 			[]string{"board.modes.mig.gpuInstances[5].bar1MiB", "70000 is above the board's BAR1 of 65536 MiB"}},
+		{"a MIG device's idle use leaves it memory", "computeInstances: [1, 2, 4]}", "computeInstances: [1, 2, 4], usedMiB: 19968}",
+			[]string{"board.modes.mig.gpuInstances[5].usedMiB", "19968 leaves nothing of its 19968 MiB"}},
 		{"a MIG layout names the board's profiles", "    mig:\n", "    mig:\n      layout: all-2g.5gb\n", []string{"board.modes.mig.layout", `"2g.5gb": the board's profiles are 1g.5gb, 1g.5gb+me`}},
 		{"a MIG layout names the node's GPUs", "    mig:\n", "    mig:\n      layout: 8=all-1g.5gb\n", []string{"board.modes.mig.layout", "GPU 8: the node has GPUs 0 to 7"}},
 		{"more nodes than a leaf takes do not fit", "nodes: 20", "nodes: 30", []string{"infiniband.fabric.nodes", "30 nodes do not fit on a MQM8790 leaf", "takes 20"}},

@@ -31,9 +31,10 @@ the change at its next call (docs/live-state.md).
   xid GPUS XID        report an XID now, with what it does on real hardware
   clear GPUS [KIND] [--load]
         remove faults (all, or one kind); --load also returns to static readings
-  proc add GPU PID [--name NAME] [--memory SIZE] [--type compute|graphics|both]
+  proc add GPU PID [--gi N [--ci N]] [--name NAME] [--memory SIZE] [--type compute|graphics|both]
   proc rm PID [--gpu N]
-        register or remove a process on a GPU
+        register or remove a process on a GPU, or on the MIG device of
+        GPU instance --gi and compute instance --ci (default 0)
   mig LAYOUT          partition the GPUs as at install (docs/mig.md): all-1g.5gb,
                       all-balanced, all-disabled, 0-3=3g.20gb*2;4-7=all-1g.5gb
   ib [down HCA | up HCA | errors HCA COUNTER:N,... | clear [HCA]]
@@ -293,9 +294,18 @@ func ctlProc(f *live.File, args []string) error {
 		name := fs.String("name", "", "process name (default: the pid's command, if visible)")
 		mem := fs.String("memory", "0", "GPU memory it uses, e.g. 20GiB")
 		typ := fs.String("type", "compute", "compute, graphics or both")
+		gi := fs.Int("gi", -1, "GPU instance id of the MIG device it runs on")
+		ci := fs.Int("ci", -1, "compute instance id of that MIG device (default 0)")
 		pos, err := ctlFlags(fs, args[1:])
 		if err != nil {
 			return err
+		}
+		var mig *live.MIGRef
+		switch {
+		case *gi >= 0:
+			mig = &live.MIGRef{GI: *gi, CI: max(*ci, 0)}
+		case *gi != -1 || *ci != -1:
+			return errors.New("--gi: want a GPU instance id (with --ci), as nvidia-smi mig -lci shows them")
 		}
 		if len(pos) != 2 {
 			return errors.New("want add GPU PID, e.g. nvmock ctl proc add 0 1234 --memory 20GiB")
@@ -323,7 +333,7 @@ func ctlProc(f *live.File, args []string) error {
 				return err
 			}
 			for _, g := range gpus {
-				p := live.Process{PID: uint32(pid), GPU: g, Type: t, UsedBytes: uint64(q), Name: *name, Owner: "ctl", PIDNS: live.PIDNamespace()}
+				p := live.Process{PID: uint32(pid), GPU: g, MIG: mig, Type: t, UsedBytes: uint64(q), Name: *name, Owner: "ctl", PIDNS: live.PIDNamespace()}
 				if err := s.AddProcess(p, now); err != nil {
 					return err
 				}
@@ -495,9 +505,13 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		fmt.Fprintf(tw, "%d\t%s\t%d%%\t%d%%\t%d%%\t%d%%\t%s\n", g.Index, load, g.Load[1], g.Load[2], g.Load[3], g.Jitter, faults)
 	}
 	if len(st.Processes) > 0 {
-		fmt.Fprintln(tw, "\nPID\tGPU\tTYPE\tMEMORY\tNAME\tOWNER")
+		fmt.Fprintln(tw, "\nPID\tGPU\tGI\tCI\tTYPE\tMEMORY\tNAME\tOWNER")
 		for _, p := range st.Processes {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d MiB\t%s\t%s\n", p.PID, p.GPU, p.Type, p.UsedBytes>>20, p.Name, p.Owner)
+			gi, ci := "-", "-"
+			if p.MIG != nil {
+				gi, ci = strconv.Itoa(p.MIG.GI), strconv.Itoa(p.MIG.CI)
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%d MiB\t%s\t%s\n", p.PID, p.GPU, gi, ci, p.Type, p.UsedBytes>>20, p.Name, p.Owner)
 		}
 	}
 	if st.InfiniBand != nil {

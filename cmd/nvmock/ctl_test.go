@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -313,6 +314,58 @@ func TestCtlMIGPartitionsTheGPUs(t *testing.T) {
 	}
 	if f.Read().Header.Generation != gen {
 		t.Error("a refused layout changed the state")
+	}
+}
+
+// A process registered on a MIG device names its instances; one on an
+// instance that is not there is refused, and a layout does not take away
+// an instance a process runs on.
+func TestCtlRegistersAProcessOnAMIGDevice(t *testing.T) {
+	state := ctlNode(t, "2")
+	ctl := func(args ...string) error { return run(append([]string{"ctl", "--state", state}, args...)) }
+	if err := ctl("mig", "0=all-balanced"); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := live.Snapshot(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := live.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	migs := f.Read().MIGDevices(0, &devs[0])
+	if len(migs) != 4 || migs[0].CI != 0 {
+		t.Fatalf("all-balanced made %+v", migs)
+	}
+	gi := strconv.Itoa(migs[0].GI)
+	if err := ctl("proc", "add", "0", "1", "--gi", gi, "--memory", "1GiB"); err != nil {
+		t.Fatal(err)
+	}
+	p := ctlStatusJSON(t, state).Processes
+	if len(p) != 1 || p[0].MIG == nil || *p[0].MIG != (live.MIGRef{GI: migs[0].GI, CI: 0}) || p[0].UsedBytes != 1<<30 {
+		t.Fatalf("processes %+v, want pid 1 on GPU instance %s, compute instance 0", p, gi)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"proc", "add", "0", "2", "--gi", "14"}, "ctl proc: GPU 0 has no compute instance 0 in a GPU instance 14"},
+		{[]string{"proc", "add", "0", "2", "--gi", gi, "--ci", "3"}, "no compute instance 3 in a GPU instance " + gi},
+		{[]string{"proc", "add", "1", "2", "--gi", gi}, "GPU 1 has no compute instance 0"},
+		{[]string{"proc", "add", "0", "2", "--ci", "1"}, "--gi: want a GPU instance id"},
+		{[]string{"mig", "0=all-1g.5gb"}, "GPU 0: process 1 runs on its MIG device " + gi + "/0 (nvmock ctl proc rm 1)"},
+	} {
+		if err := ctl(c.args...); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("ctl %v: %v, want one line with %q", c.args, err, c.want)
+		}
+	}
+	if err := ctl("proc", "rm", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl("mig", "0=all-1g.5gb"); err != nil {
+		t.Errorf("the layout once the process is gone: %v", err)
 	}
 }
 

@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 6
+const SnapshotVersion = 7
 
 // Kind is the storage type of a field.
 type Kind int
@@ -155,6 +155,7 @@ var Schema = []Record{
 		{"mig_gi_ci_sizes", U32s, MaxMIGProfiles, "bit c: holds compute instances of c slices"},
 		{"mig_ci_sms", U32s, 8, "SMs of a c-slice compute instance smaller than its GPU instance, by c"},
 		{"mig_gi_bar1_mib", U32s, MaxMIGProfiles, "BAR1 of its MIG devices from driver 580 on; 0: the GPU's share less 1 MiB"},
+		{"mig_gi_used_mib", U32s, MaxMIGProfiles, "memory an idle instance shows used: the driver's"},
 		{"mig_gi_names", Str, 8 * MaxMIGProfiles * 3, "profile names, each ended by a newline"},
 		{"mig_pad", U32, 0, ""},
 		{"display_mode", U32, 0, ""},

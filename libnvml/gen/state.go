@@ -12,7 +12,7 @@ import (
 // Bump StateVersion on any change.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 3
+const StateVersion = 4
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -111,6 +111,8 @@ var StateSchema = []Record{
 		{"start_ns", U64, 0, "when it was registered"},
 		{"name", Str, 64, ""},
 		{"owner", Str, 80, "who registered it: ctl, or container:<64-hex id>"},
+		{"mig_gi", U32, 0, "GPU-instance id + 1 of the MIG device it runs on; 0: the whole GPU"},
+		{"mig_ci", U32, 0, "compute-instance id of that MIG device"},
 	}},
 }
 

@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 6
+const Version = 7
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -149,6 +149,7 @@ type Device struct {
 	MIGGICISizes          [8]uint32 // bit c: holds compute instances of c slices
 	MIGCISms              [8]uint32 // SMs of a c-slice compute instance smaller than its GPU instance, by c
 	MIGGIBar1MIB          [8]uint32 // BAR1 of its MIG devices from driver 580 on; 0: the GPU's share less 1 MiB
+	MIGGIUsedMIB          [8]uint32 // memory an idle instance shows used: the driver's
 	MIGGINames            [192]byte // profile names, each ended by a newline
 	MIGPad                uint32
 	DisplayMode           uint32
@@ -198,7 +199,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 2168
+const DeviceSize = 2200
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -299,50 +300,51 @@ var DeviceLayout = []FieldOffset{
 	{"mig_gi_ci_sizes", "MIGGICISizes", 1460},
 	{"mig_ci_sms", "MIGCISms", 1492},
 	{"mig_gi_bar1_mib", "MIGGIBar1MIB", 1524},
-	{"mig_gi_names", "MIGGINames", 1556},
-	{"mig_pad", "MIGPad", 1748},
-	{"display_mode", "DisplayMode", 1752},
-	{"display_active", "DisplayActive", 1756},
-	{"virtualization_mode", "VirtualizationMode", 1760},
-	{"performance_state", "PerformanceState", 1764},
-	{"power_state", "PowerState", 1768},
-	{"fan_speed", "FanSpeed", 1772},
-	{"util_gpu", "UtilGPU", 1776},
-	{"util_memory", "UtilMemory", 1780},
-	{"util_encoder", "UtilEncoder", 1784},
-	{"util_decoder", "UtilDecoder", 1788},
-	{"util_jpeg", "UtilJpeg", 1792},
-	{"util_ofa", "UtilOFA", 1796},
-	{"ecc_count", "ECCCount", 1800},
-	{"retired_pages", "RetiredPages", 1832},
-	{"remapped_rows", "RemappedRows", 1836},
-	{"remapper_banks", "RemapperBanks", 1840},
-	{"accounting_mode", "AccountingMode", 1844},
-	{"accounting_buffer", "AccountingBuffer", 1848},
-	{"numa_node", "NUMANode", 1852},
-	{"nvlink_count", "NvlinkCount", 1856},
-	{"nvlink_version", "NvlinkVersion", 1860},
-	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1864},
-	{"nvlink_remote", "NvlinkRemote", 1868},
-	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1872},
-	{"nvlink_remote_addr", "NvlinkRemoteAddr", 1876},
-	{"addressing_mode", "AddressingMode", 1948},
-	{"sparse_mode", "SparseMode", 1952},
-	{"c2c_mode", "C2cMode", 1956},
-	{"pcie_root", "PcieRoot", 1960},
-	{"pcie_switch_top", "PcieSwitchTop", 1964},
-	{"pcie_switch_leaf", "PcieSwitchLeaf", 1968},
-	{"pad3", "Pad3", 1972},
-	{"clock_reasons_supported", "ClockReasonsSupported", 1976},
-	{"memory_bus_width", "MemoryBusWidth", 1980},
-	{"gpu_cores", "GPUCores", 1984},
-	{"bus_type", "BusType", 1988},
-	{"power_source", "PowerSource", 1992},
-	{"egm", "Egm", 1996},
-	{"cpu_affinity", "CPUAffinity", 2000},
-	{"memory_total", "MemoryTotal", 2128},
-	{"memory_reserved", "MemoryReserved", 2136},
-	{"memory_used", "MemoryUsed", 2144},
-	{"bar1_total", "Bar1Total", 2152},
-	{"bar1_used", "Bar1Used", 2160},
+	{"mig_gi_used_mib", "MIGGIUsedMIB", 1556},
+	{"mig_gi_names", "MIGGINames", 1588},
+	{"mig_pad", "MIGPad", 1780},
+	{"display_mode", "DisplayMode", 1784},
+	{"display_active", "DisplayActive", 1788},
+	{"virtualization_mode", "VirtualizationMode", 1792},
+	{"performance_state", "PerformanceState", 1796},
+	{"power_state", "PowerState", 1800},
+	{"fan_speed", "FanSpeed", 1804},
+	{"util_gpu", "UtilGPU", 1808},
+	{"util_memory", "UtilMemory", 1812},
+	{"util_encoder", "UtilEncoder", 1816},
+	{"util_decoder", "UtilDecoder", 1820},
+	{"util_jpeg", "UtilJpeg", 1824},
+	{"util_ofa", "UtilOFA", 1828},
+	{"ecc_count", "ECCCount", 1832},
+	{"retired_pages", "RetiredPages", 1864},
+	{"remapped_rows", "RemappedRows", 1868},
+	{"remapper_banks", "RemapperBanks", 1872},
+	{"accounting_mode", "AccountingMode", 1876},
+	{"accounting_buffer", "AccountingBuffer", 1880},
+	{"numa_node", "NUMANode", 1884},
+	{"nvlink_count", "NvlinkCount", 1888},
+	{"nvlink_version", "NvlinkVersion", 1892},
+	{"nvlink_speed_mbps", "NvlinkSpeedMbps", 1896},
+	{"nvlink_remote", "NvlinkRemote", 1900},
+	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1904},
+	{"nvlink_remote_addr", "NvlinkRemoteAddr", 1908},
+	{"addressing_mode", "AddressingMode", 1980},
+	{"sparse_mode", "SparseMode", 1984},
+	{"c2c_mode", "C2cMode", 1988},
+	{"pcie_root", "PcieRoot", 1992},
+	{"pcie_switch_top", "PcieSwitchTop", 1996},
+	{"pcie_switch_leaf", "PcieSwitchLeaf", 2000},
+	{"pad3", "Pad3", 2004},
+	{"clock_reasons_supported", "ClockReasonsSupported", 2008},
+	{"memory_bus_width", "MemoryBusWidth", 2012},
+	{"gpu_cores", "GPUCores", 2016},
+	{"bus_type", "BusType", 2020},
+	{"power_source", "PowerSource", 2024},
+	{"egm", "Egm", 2028},
+	{"cpu_affinity", "CPUAffinity", 2032},
+	{"memory_total", "MemoryTotal", 2160},
+	{"memory_reserved", "MemoryReserved", 2168},
+	{"memory_used", "MemoryUsed", 2176},
+	{"bar1_total", "Bar1Total", 2184},
+	{"bar1_used", "Bar1Used", 2192},
 }

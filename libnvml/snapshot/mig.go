@@ -25,6 +25,7 @@ func compileMIG(d *Device, m *profile.MIG) {
 		d.MIGGIJpegs[i] = p.JPEGs
 		d.MIGGIOfas[i] = p.OFAs
 		d.MIGGIBar1MIB[i] = p.BAR1MiB
+		d.MIGGIUsedMIB[i] = p.UsedMiB
 		for _, s := range p.Placements {
 			d.MIGGIPlacements[i] |= 1 << s
 		}

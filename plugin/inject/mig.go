@@ -17,6 +17,7 @@ type MIGDevice struct {
 	Index   int    // under its GPU, as nvidia-smi -L and CDI's "GPU:index" number it
 	UUID    string // MIG-..., as the library reports it
 	Profile string // 1g.5gb, 1c.3g.20gb
+	GI, CI  int    // its GPU and compute instance ids
 	// Caps are the capability nodes of its GPU instance and compute
 	// instance: what lets a process use it, as on a real node.
 	Caps [2]DeviceNode
@@ -44,7 +45,7 @@ func ProbeMIG(statePath string, snap []byte, gpus []GPU, dev string) (migs []MIG
 		}
 		names := live.MIGNames(&devs[i])
 		for k, m := range s.MIGDevices(i, &devs[i]) {
-			d := MIGDevice{GPU: i, Index: k, UUID: live.MIGUUID(gpus[i].UUID, m.GI, m.CI), Profile: names[m.Row]}
+			d := MIGDevice{GPU: i, Index: k, UUID: live.MIGUUID(gpus[i].UUID, m.GI, m.CI), Profile: names[m.Row], GI: m.GI, CI: m.CI}
 			if m.Slices != devs[i].MIGGIComputeSlices[m.Row] {
 				d.Profile = strconv.Itoa(int(m.Slices)) + "c." + d.Profile
 			}

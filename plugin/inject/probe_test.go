@@ -102,7 +102,7 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 						caps[i].Major, caps[i].Minor = 509, int64(minor)
 					}
 				}
-				want.MIG = append(want.MIG, MIGDevice{GPU: 0, Index: k, UUID: live.MIGUUID(want.GPUs[0].UUID, m.gi, 0), Profile: m.profile, Caps: caps})
+				want.MIG = append(want.MIG, MIGDevice{GPU: 0, Index: k, UUID: live.MIGUUID(want.GPUs[0].UUID, m.gi, 0), Profile: m.profile, GI: m.gi, Caps: caps})
 			}
 			want.MIGGen = 3
 			monitor := DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap2", Type: "c", Major: 1, Minor: 3, FileMode: 0o666}

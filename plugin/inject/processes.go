@@ -12,17 +12,25 @@ import (
 const GPUMemoryAnnotation = "nvmock.io/gpu-memory"
 
 // ProcessRequest is a process to register when a container starts: on
-// each of its GPUs (node indices), with this much memory.
+// each GPU given whole (node indices) and each MIG device given, with this
+// much memory.
 type ProcessRequest struct {
 	GPUs  []int
+	MIG   []MIGRef
 	Bytes uint64
 	Name  string
 }
 
-// Processes says which process a container given adj shows, from its pod's
-// annotation; ok is false for none. A bad annotation is an error to warn
-// about: the container still starts, with no process shown.
-func Processes(pod Pod, ctr Container, adj Adjustment) (req ProcessRequest, ok bool, err error) {
+// MIGRef is a MIG device by its GPU's node index and its instance ids,
+// which a process on it shows in nvidia-smi.
+type MIGRef struct{ GPU, GI, CI int }
+
+// Processes says which process a container given adj on node shows, from
+// its pod's annotation; ok is false for none. A bad annotation is an error
+// to warn about: the container still starts, with no process shown. A
+// process runs on the MIG devices given, not on their GPUs, as CUDA runs
+// on a GPU in MIG mode.
+func Processes(pod Pod, ctr Container, adj Adjustment, node *NodeState) (req ProcessRequest, ok bool, err error) {
 	v, has := pod.Annotations[GPUMemoryAnnotation]
 	if !has || len(adj.GPUs) == 0 {
 		return ProcessRequest{}, false, nil
@@ -31,9 +39,20 @@ func Processes(pod Pod, ctr Container, adj Adjustment) (req ProcessRequest, ok b
 	if err != nil {
 		return ProcessRequest{}, false, fmt.Errorf("annotation %s: %w", GPUMemoryAnnotation, err)
 	}
-	name := ctr.Name
+	req = ProcessRequest{Bytes: uint64(q), Name: ctr.Name}
 	if len(ctr.Args) > 0 {
-		name = ctr.Args[0]
+		req.Name = ctr.Args[0]
 	}
-	return ProcessRequest{GPUs: adj.GPUs, Bytes: uint64(q), Name: name}, true, nil
+	parent := map[int]bool{}
+	for _, k := range adj.MIG {
+		m := node.MIG[k]
+		req.MIG = append(req.MIG, MIGRef{GPU: m.GPU, GI: m.GI, CI: m.CI})
+		parent[m.GPU] = true
+	}
+	for _, g := range adj.GPUs {
+		if !parent[g] {
+			req.GPUs = append(req.GPUs, g)
+		}
+	}
+	return req, true, nil
 }

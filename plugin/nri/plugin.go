@@ -446,7 +446,7 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 		p.metrics.skipNotSelected.Inc()
 		return nil
 	}
-	req, show, err := inject.Processes(ipod, ictr, adj)
+	req, show, err := inject.Processes(ipod, ictr, adj, &node)
 	if err == nil && show {
 		err = p.showProcess(pod, ctr, req, node.State, &adj)
 	}

@@ -157,9 +157,17 @@ func (p *Plugin) started(id string, pid uint32) {
 	}
 	ps := v.(procStart)
 	err := p.updateState(ps.state, func(s *live.State, now int64) error {
+		// A pid on the node, whatever namespace the plugin runs in: the
+		// plugin, not a /proc check, removes it.
+		proc := live.Process{PID: pid, Type: 1, UsedBytes: ps.req.Bytes, Name: ps.req.Name, Owner: owner(id)}
 		for _, g := range ps.req.GPUs {
-			proc := live.Process{PID: pid, GPU: g, Type: 1, UsedBytes: ps.req.Bytes, Name: ps.req.Name,
-				Owner: owner(id)} // a pid on the node, whatever namespace the plugin runs in: the plugin, not a /proc check, removes it
+			proc.GPU = g
+			if err := s.AddProcess(proc, now); err != nil {
+				return err
+			}
+		}
+		for _, m := range ps.req.MIG {
+			proc.GPU, proc.MIG = m.GPU, &live.MIGRef{GI: m.GI, CI: m.CI}
 			if err := s.AddProcess(proc, now); err != nil {
 				return err
 			}

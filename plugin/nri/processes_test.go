@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -202,12 +203,15 @@ func TestProcessesComeFromTheAnnotation(t *testing.T) {
 			inject.ProcessRequest{GPUs: []int{1, 3}, Bytes: 1 << 20, Name: "main"}, true, ""},
 		{"a container without GPUs shows nothing", map[string]string{inject.GPUMemoryAnnotation: "1Gi"}, nil, inject.Adjustment{}, inject.ProcessRequest{}, false, ""},
 		{"a bad size is an error", map[string]string{inject.GPUMemoryAnnotation: "20 GB"}, nil, adj, inject.ProcessRequest{}, false, `annotation nvmock.io/gpu-memory: "20 GB" is not a quantity`},
+		{"on MIG devices, not on their GPU", map[string]string{inject.GPUMemoryAnnotation: "4188Mi"}, nil, inject.Adjustment{GPUs: []int{0, 1}, MIG: []int{1}},
+			inject.ProcessRequest{GPUs: []int{0}, MIG: []inject.MIGRef{{GPU: 1, GI: 13, CI: 0}}, Bytes: 4188 << 20, Name: "main"}, true, ""},
 	} {
-		got, ok, err := inject.Processes(inject.Pod{Annotations: c.ann}, inject.Container{Name: "main", Args: c.args}, c.adj)
+		node := &inject.NodeState{MIG: []inject.MIGDevice{{GPU: 1, Index: 0, GI: 1, CI: 0}, {GPU: 1, Index: 1, GI: 13, CI: 0}}}
+		got, ok, err := inject.Processes(inject.Pod{Annotations: c.ann}, inject.Container{Name: "main", Args: c.args}, c.adj, node)
 		if (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: error %v, want %q", c.name, err, c.err)
 		}
-		if ok != c.ok || got.Bytes != c.want.Bytes || got.Name != c.want.Name || len(got.GPUs) != len(c.want.GPUs) {
+		if ok != c.ok || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: %+v %v, want %+v %v", c.name, got, ok, c.want, c.ok)
 		}
 	}
