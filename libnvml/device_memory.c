@@ -1,21 +1,30 @@
 // Framebuffer and BAR1 memory, ECC and page retirement or row remapping.
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "mig.h"
 
-// mig_idle_used is, in MIG mode, what the driver holds on each GPU
-// instance: a real GPU's used memory is the sum of its MIG devices'.
-static unsigned long long mig_idle_used(const struct nvmock_dev *d)
+// mig_used is the used memory of a GPU in MIG mode: its GPU instances',
+// each its processes' and the driver's idle use up to its size, as a real
+// GPU's is the sum of its MIG devices'; and any process on the whole GPU.
+static unsigned long long mig_used(const struct nvmock_dev *d)
 {
-	if (!nvmock_mig_on(d))
-		return 0;
 	struct mig_state m;
 	nvmock_mig_read(d, &m);
-	unsigned long long sum = 0;
+	unsigned long long on_gi[STATE_GIS] = {0}, sum = 0;
+	unsigned n;
+	struct live_proc *p = nvmock_live_procs(d->node_index, 3, &n);
+	for (unsigned i = 0; i < n; i++) {
+		if (p[i].mig_gi != 0 && p[i].mig_gi <= STATE_GIS)
+			on_gi[p[i].mig_gi - 1] += p[i].used_bytes;
+		else
+			sum += p[i].used_bytes;
+	}
+	free(p);
 	for (unsigned g = 0; g < STATE_GIS; g++)
 		if (m.gi_profile[g] != 0 && m.gi_profile[g] <= d->s->mig_gi_count)
-			sum += (unsigned long long)d->s->mig_gi_used_mib[m.gi_profile[g] - 1] << 20;
+			sum += nvmock_mig_gi_used(d->s, m.gi_profile[g] - 1, on_gi[g]);
 	return sum;
 }
 
@@ -24,8 +33,10 @@ static unsigned long long mig_idle_used(const struct nvmock_dev *d)
 static unsigned long long used_memory(const struct nvmock_dev *d)
 {
 	const struct snap_device *s = d->s;
-	unsigned long long used = s->memory_used + mig_idle_used(d);
-	if (nvmock.live != NULL)
+	unsigned long long used = s->memory_used;
+	if (nvmock_mig_on(d))
+		used += mig_used(d);
+	else if (nvmock.live != NULL)
 		used += nvmock_live_proc_memory(d->node_index);
 	if (used > s->memory_total - s->memory_reserved)
 		used = s->memory_total - s->memory_reserved;

@@ -195,46 +195,48 @@ NVML_API nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int
 	return NVML_SUCCESS;
 }
 
-// nvmock_procs_of lists the registered processes (nvmock ctl proc, the NRI
-// plugin) of a type in mask, compute 1 and graphics 2, on a GPU, or on a
-// MIG device: a GPU in MIG mode lists those of all its MIG devices, as the
-// driver gives a privileged caller. MPS clients are never registered.
-nvmlReturn_t nvmock_procs_of(nvmlDevice_t device, unsigned mask, struct live_proc **p, unsigned *n)
+// nvmock_procs_of reads the registered processes (nvmock ctl proc, the
+// NRI plugin) a list call asks of device, of a type in mask (compute 1,
+// graphics 2; MPS clients are never registered), into *p, *count of them
+// (malloc'd; the caller frees). A GPU in MIG mode lists those of all its
+// MIG devices, as the driver gives a privileged caller, a MIG device its
+// own. A buffer too short for them (in *count, or none) is
+// INSUFFICIENT_SIZE with the count, as from the driver.
+nvmlReturn_t nvmock_procs_of(nvmlDevice_t device, unsigned mask, unsigned *count, int has_buffer, struct live_proc **p)
 {
+	unsigned node, gi = LIVE_ANY, ci = LIVE_ANY;
 	MIGDEV(device, md) {
-		*p = nvmock_live_procs_on(md.ci->dev->node_index, md.ci->gi, md.ci->id, mask, n);
-		return NVML_SUCCESS;
+		node = md.ci->dev->node_index, gi = md.ci->gi, ci = md.ci->id;
+	} else {
+		DEV(device, d);
+		node = d->node_index;
 	}
-	DEV(device, d);
-	*p = nvmock_live_procs(d->node_index, mask, n);
+	OUT(count);
+	unsigned n;
+	*p = nvmock_live_procs_on(node, gi, ci, mask, &n);
+	if (n > *count || (n > 0 && !has_buffer)) {
+		*count = n;
+		free(*p);
+		*p = NULL;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	*count = n;
 	return NVML_SUCCESS;
 }
 
-// A short buffer gets INSUFFICIENT_SIZE and the count, as from the driver.
 #define PROCESS_LIST(fn, type, mask, v1)                                                        \
 	NVML_API nvmlReturn_t fn(nvmlDevice_t device, unsigned int *infoCount, type *infos)     \
 	{                                                                                       \
-		unsigned n;                                                                     \
 		struct live_proc *p;                                                            \
-		nvmlReturn_t r = nvmock_procs_of(device, mask, &p, &n);                         \
+		nvmlReturn_t r = nvmock_procs_of(device, mask, infoCount, infos != NULL, &p);   \
 		if (r != NVML_SUCCESS)                                                          \
 			return r;                                                               \
-		if (infoCount == NULL) {                                                        \
-			free(p);                                                                \
-			return NVML_ERROR_INVALID_ARGUMENT;                                     \
-		}                                                                               \
-		if (n > *infoCount || (n > 0 && infos == NULL)) {                               \
-			*infoCount = n;                                                         \
-			free(p);                                                                \
-			return NVML_ERROR_INSUFFICIENT_SIZE;                                    \
-		}                                                                               \
-		for (unsigned i = 0; i < n; i++) {                                              \
+		for (unsigned i = 0; i < *infoCount; i++) {                                     \
 			memset(&infos[i], 0, sizeof infos[i]);                                  \
 			infos[i].pid = p[i].pid;                                                \
 			infos[i].usedGpuMemory = p[i].used_bytes;                               \
 			PROCESS_IDS_##v1(infos[i], p[i]);                                       \
 		}                                                                               \
-		*infoCount = n;                                                                 \
 		free(p);                                                                        \
 		return NVML_SUCCESS;                                                            \
 	}

@@ -187,21 +187,11 @@ _Static_assert(sizeof(struct smi_process) == 0x1020, "nvidia-smi process record"
 
 static int smi_processes_of(nvmlDevice_t device, unsigned mask, unsigned *count, struct smi_process *records)
 {
-	unsigned n;
 	struct live_proc *p;
-	nvmlReturn_t r = nvmock_procs_of(device, mask, &p, &n);
+	nvmlReturn_t r = nvmock_procs_of(device, mask, count, records != NULL, &p);
 	if (r != NVML_SUCCESS)
 		return r;
-	if (count == NULL) {
-		free(p);
-		return NVML_ERROR_INVALID_ARGUMENT;
-	}
-	if (n > *count || (n > 0 && records == NULL)) {
-		*count = n;
-		free(p);
-		return NVML_ERROR_INSUFFICIENT_SIZE;
-	}
-	for (unsigned i = 0; i < n; i++) {
+	for (unsigned i = 0; i < *count; i++) {
 		memset(&records[i], 0, sizeof records[i]);
 		records[i].pid = p[i].pid;
 		records[i].used = p[i].used_bytes;
@@ -209,7 +199,6 @@ static int smi_processes_of(nvmlDevice_t device, unsigned mask, unsigned *count,
 		records[i].ci = nvmock_proc_ci(&p[i]);
 		snprintf(records[i].name, sizeof records[i].name, "%.*s", (int)sizeof p[i].name, p[i].name);
 	}
-	*count = n;
 	free(p);
 	return NVML_SUCCESS;
 }

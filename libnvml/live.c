@@ -476,6 +476,17 @@ static struct live_proc *proc_table(void)
 	return copy;
 }
 
+// on says whether registered process p is one nvmock_live_procs_on asks
+// for, and runs.
+static int on(const struct live_proc *p, unsigned node, unsigned gi, unsigned ci, unsigned mask)
+{
+	if (p->pid == 0 || p->gpu != node || !(p->type & mask))
+		return 0;
+	if ((gi != LIVE_ANY && p->mig_gi != gi + 1) || (ci != LIVE_ANY && p->mig_ci != ci))
+		return 0;
+	return proc_alive(p);
+}
+
 // nvmock_live_procs_on lists the live processes whose type has a bit of
 // mask on a GPU, on one of its GPU instances (gi), or on one MIG device
 // (gi and ci); LIVE_ANY matches all. *n of them, in a malloc'd array the
@@ -486,16 +497,20 @@ struct live_proc *nvmock_live_procs_on(unsigned node, unsigned gi, unsigned ci, 
 	struct live_proc *t = proc_table();
 	if (t == NULL)
 		return NULL;
-	for (unsigned i = 0; i < STATE_PROCS; i++) {
-		const struct live_proc *p = &t[i];
-		if (p->pid == 0 || p->gpu != node || !(p->type & mask))
-			continue;
-		if ((gi != LIVE_ANY && p->mig_gi != gi + 1) || (ci != LIVE_ANY && p->mig_ci != ci))
-			continue;
-		if (proc_alive(p))
-			t[(*n)++] = *p;
-	}
+	for (unsigned i = 0; i < STATE_PROCS; i++)
+		if (on(&t[i], node, gi, ci, mask))
+			t[(*n)++] = t[i];
 	return t;
+}
+
+// nvmock_live_procs_in counts the same in a process table read under the
+// writers' lock (MIG changes), where no copy is needed and none may fail.
+unsigned nvmock_live_procs_in(const struct live_proc *table, unsigned node, unsigned gi, unsigned ci)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < STATE_PROCS; i++)
+		n += on(&table[i], node, gi, ci, 3);
+	return n;
 }
 
 struct live_proc *nvmock_live_procs(unsigned node, unsigned mask, unsigned *n)

@@ -113,8 +113,7 @@ static void warn_state(void)
 // writers' lock and publishes it inside the seqlock. A state file this
 // process cannot write (a container's read-only view, or not root) is
 // NO_PERMISSION, as MIG changes are for root on the real node.
-nvmlReturn_t nvmock_mig_update(const struct nvmock_dev *d, nvmlReturn_t (*fn)(const struct nvmock_dev *, struct live_gpu *, void *),
-			       void *arg)
+nvmlReturn_t nvmock_mig_update(const struct nvmock_dev *d, mig_change fn, void *arg)
 {
 	const char *path = nvmock_live_path();
 	if (path == NULL || d->node_index >= STATE_GPUS) {
@@ -141,7 +140,8 @@ nvmlReturn_t nvmock_mig_update(const struct nvmock_dev *d, nvmlReturn_t (*fn)(co
 	}
 	// Under the lock no writer is inside: the record is whole.
 	struct live_gpu g = *rec;
-	ret = fn(d, &g, arg);
+	const struct live_proc *procs = (const void *)((struct live_event *)((struct live_gpu *)(h + 1) + STATE_GPUS) + STATE_EVENTS);
+	ret = fn(d, &g, procs, arg);
 	if (ret == NVML_SUCCESS) {
 		uint32_t seq = __atomic_load_n(&h->seq, __ATOMIC_RELAXED);
 		if (seq & 1)
@@ -190,7 +190,7 @@ struct set_mode {
 	nvmlReturn_t activation;
 };
 
-static nvmlReturn_t set_mode(const struct nvmock_dev *d, struct live_gpu *g, void *arg)
+static nvmlReturn_t set_mode(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
 	struct set_mode *a = arg;
 	unsigned cur = g->mig_set ? g->mig_current : d->s->mig_current;
@@ -201,9 +201,7 @@ static nvmlReturn_t set_mode(const struct nvmock_dev *d, struct live_gpu *g, voi
 	a->activation = NVML_SUCCESS;
 	// The mode changes once the GPU is idle: with processes on it the
 	// change stays pending, as when the driver cannot reset a busy GPU.
-	unsigned n = 0;
-	free(nvmock_live_procs(d->node_index, 3, &n));
-	if (n > 0 && cur != a->mode)
+	if (nvmock_live_procs_in(procs, d->node_index, LIVE_ANY, LIVE_ANY) > 0 && cur != a->mode)
 		a->activation = NVML_ERROR_IN_USE;
 	else
 		g->mig_current = a->mode;

@@ -27,8 +27,10 @@ struct mig_state {
 };
 
 void nvmock_mig_read(const struct nvmock_dev *d, struct mig_state *m);
-nvmlReturn_t nvmock_mig_update(const struct nvmock_dev *d,
-			       nvmlReturn_t (*fn)(const struct nvmock_dev *, struct live_gpu *, void *), void *arg);
+// A MIG change: it edits g, a copy of the GPU's record, and may read the
+// node's process table, procs, as the writers' lock holds it.
+typedef nvmlReturn_t (*mig_change)(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg);
+nvmlReturn_t nvmock_mig_update(const struct nvmock_dev *d, mig_change fn, void *arg);
 int nvmock_mig_row_by_enum(const struct snap_device *s, unsigned profile);
 int nvmock_mig_row_by_id(const struct snap_device *s, unsigned id);
 void nvmock_mig_name(const struct snap_device *s, unsigned row, char *out, size_t len);
@@ -69,6 +71,7 @@ void nvmock_mig_uuid(const struct nvmock_ci *ci, char out[96]);
 nvmlReturn_t nvmock_mig_get_name(const struct mig_dev *md, char *name, unsigned int length);
 nvmlReturn_t nvmock_mig_get_uuid(const struct mig_dev *md, char *uuid, unsigned int length);
 void nvmock_mig_memory(const struct mig_dev *md, unsigned long long *total, unsigned long long *used);
+unsigned long long nvmock_mig_gi_used(const struct snap_device *s, unsigned row, unsigned long long procs);
 unsigned nvmock_mig_index(const struct mig_dev *md);
 nvmlReturn_t nvmock_mig_by_uuid(const char *uuid, nvmlDevice_t *device);
 

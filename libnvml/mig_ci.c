@@ -1,7 +1,6 @@
 // MIG compute instances: the compute slices of a GPU instance, divided
 // among compute instances that share its copy and media engines.
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "mig.h"
@@ -217,9 +216,9 @@ struct create_ci {
 	unsigned id;
 };
 
-static nvmlReturn_t create_ci(const struct nvmock_dev *d, struct live_gpu *g, void *arg)
+static nvmlReturn_t create_ci(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
-	(void)d;
+	(void)d, (void)procs;
 	struct create_ci *a = arg;
 	if (g->gi_profile[a->gi] == 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
@@ -275,16 +274,13 @@ NVML_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(nvmlGpuI
 	return create(gpuInstance, profileId, placement, computeInstance);
 }
 
-static nvmlReturn_t destroy_ci(const struct nvmock_dev *d, struct live_gpu *g, void *arg)
+static nvmlReturn_t destroy_ci(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
 	const struct nvmock_ci *ci = arg;
 	unsigned k = ci->gi * STATE_CIS + ci->id;
 	if (g->ci_slices[k] == 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	// Under the state's lock no writer is inside: the table reads whole.
-	unsigned n;
-	free(nvmock_live_procs_on(d->node_index, ci->gi, ci->id, 3, &n));
-	if (n > 0)
+	if (nvmock_live_procs_in(procs, d->node_index, ci->gi, ci->id) > 0)
 		return NVML_ERROR_IN_USE; // a process runs on it
 	g->ci_slices[k] = 0;
 	g->ci_start[k] = 0;

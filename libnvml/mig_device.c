@@ -231,10 +231,17 @@ unsigned nvmock_mig_index(const struct mig_dev *md)
 void nvmock_mig_memory(const struct mig_dev *md, unsigned long long *total, unsigned long long *used)
 {
 	*total = (unsigned long long)md->s->mig_gi_memory_mib[md->row] << 20;
-	*used = ((unsigned long long)md->s->mig_gi_used_mib[md->row] << 20) +
-		nvmock_live_gi_memory(md->ci->dev->node_index, md->ci->gi);
-	if (*used > *total)
-		*used = *total;
+	*used = nvmock_mig_gi_used(md->s, md->row, nvmock_live_gi_memory(md->ci->dev->node_index, md->ci->gi));
+}
+
+// nvmock_mig_gi_used is the used memory of a GPU instance of profile row
+// whose processes use procs bytes: those and the profile's idle use, up
+// to its size.
+unsigned long long nvmock_mig_gi_used(const struct snap_device *s, unsigned row, unsigned long long procs)
+{
+	unsigned long long total = (unsigned long long)s->mig_gi_memory_mib[row] << 20;
+	unsigned long long used = ((unsigned long long)s->mig_gi_used_mib[row] << 20) + procs;
+	return used < total ? used : total;
 }
 
 // nvmock_mig_by_uuid finds the MIG device of a MIG-... UUID.

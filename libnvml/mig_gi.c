@@ -239,8 +239,9 @@ struct create_gi {
 	unsigned id;
 };
 
-static nvmlReturn_t create_gi(const struct nvmock_dev *d, struct live_gpu *g, void *arg)
+static nvmlReturn_t create_gi(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
+	(void)procs;
 	struct create_gi *a = arg;
 	if ((g->mig_set ? g->mig_current : d->s->mig_current) != NVML_DEVICE_MIG_ENABLE)
 		return NVML_ERROR_NOT_SUPPORTED;
@@ -297,9 +298,9 @@ NVML_API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t devi
 	return create(device, profileId, placement, gpuInstance);
 }
 
-static nvmlReturn_t destroy_gi(const struct nvmock_dev *d, struct live_gpu *g, void *arg)
+static nvmlReturn_t destroy_gi(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
-	(void)d;
+	(void)d, (void)procs;
 	unsigned id = *(unsigned *)arg;
 	if (g->gi_profile[id] == 0)
 		return NVML_ERROR_INVALID_ARGUMENT;

@@ -76,8 +76,9 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 #define LIVE_ANY 0xffffffffu
 struct live_proc *nvmock_live_procs(unsigned node, unsigned mask, unsigned *n);
 struct live_proc *nvmock_live_procs_on(unsigned node, unsigned gi, unsigned ci, unsigned mask, unsigned *n);
+unsigned nvmock_live_procs_in(const struct live_proc *table, unsigned node, unsigned gi, unsigned ci);
 unsigned long long nvmock_live_gi_memory(unsigned node, unsigned gi);
-nvmlReturn_t nvmock_procs_of(nvmlDevice_t device, unsigned mask, struct live_proc **p, unsigned *n);
+nvmlReturn_t nvmock_procs_of(nvmlDevice_t device, unsigned mask, unsigned *count, int has_buffer, struct live_proc **p);
 
 // The GPU and compute instance ids of a process's MIG device; 0xffffffff
 // for one on a whole GPU, as NVML gives them.

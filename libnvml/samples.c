@@ -79,12 +79,15 @@ NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType
 
 // Per-process utilization: one sample per registered process in the last
 // 100 ms slot, the GPU's utilization shared evenly among them (the model
-// knows the GPU's load, not who makes it). No process, no sample.
+// knows the GPU's load, not who makes it). No process, no sample. A GPU
+// in MIG mode has no utilization to share (nvmlDeviceGetUtilizationRates).
 NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
 						      unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
 	DEV(device, d);
 	OUT(processSamplesCount);
+	if (nvmock_mig_on(d))
+		return NVML_ERROR_NOT_SUPPORTED;
 	unsigned n;
 	struct live_proc *p = nvmock_live_procs(d->node_index, 3, &n);
 	unsigned long long now = nvmock_live_now() / 1000;

@@ -137,8 +137,8 @@ func (s *State) ClearMIG(gpu int, on bool) error {
 		return err
 	}
 	for _, p := range s.Processes() {
-		if p.GPU == gpu && p.MIG != nil {
-			return fmt.Errorf("GPU %d: process %d runs on its MIG device %d/%d (nvmock ctl proc rm %d)", gpu, p.PID, p.MIG.GI, p.MIG.CI, p.PID)
+		if p.GPU == gpu && p.MIG != nil && !Dead(p) {
+			return fmt.Errorf("GPU %d: process %d runs on its MIG device %d/%d (nvmock ctl proc rm %d --gpu %d)", gpu, p.PID, p.MIG.GI, p.MIG.CI, p.PID, gpu)
 		}
 	}
 	g := &s.GPUs[gpu]

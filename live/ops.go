@@ -206,11 +206,16 @@ func (s *State) AddProcess(p Process, now int64) error {
 		return fmt.Errorf("pid 0 is not a process")
 	}
 	q := Proc{PID: p.PID, GPU: uint32(p.GPU), Type: p.Type, Pidns: p.PIDNS, UsedBytes: p.UsedBytes, StartNS: uint64(now)}
-	if m := p.MIG; m != nil {
-		g := &s.GPUs[p.GPU]
-		if m.GI < 0 || m.GI >= MaxGIs || m.CI < 0 || m.CI >= MaxCIs || g.GIProfile[m.GI] == 0 || g.CISlices[m.GI*MaxCIs+m.CI] == 0 {
-			return fmt.Errorf("GPU %d has no compute instance %d in a GPU instance %d", p.GPU, m.CI, m.GI)
-		}
+	g := &s.GPUs[p.GPU]
+	switch m := p.MIG; {
+	case m == nil && g.MIGSet == 1 && g.MIGCurrent == 1:
+		return fmt.Errorf("GPU %d is in MIG mode: a process runs on one of its MIG devices (give its GPU instance, as nvidia-smi mig -lci lists them)", p.GPU)
+	case m == nil:
+	case m.GI < 0 || m.GI >= MaxGIs || g.GIProfile[m.GI] == 0:
+		return fmt.Errorf("GPU %d has no GPU instance %d (nvidia-smi mig -lgi lists them)", p.GPU, m.GI)
+	case m.CI < 0 || m.CI >= MaxCIs || g.CISlices[m.GI*MaxCIs+m.CI] == 0:
+		return fmt.Errorf("GPU %d: GPU instance %d has no compute instance %d (nvidia-smi mig -lci lists them)", p.GPU, m.GI, m.CI)
+	default:
 		q.MIGGI, q.MIGCI = uint32(m.GI)+1, uint32(m.CI)
 	}
 	free := -1

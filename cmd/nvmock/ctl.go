@@ -302,10 +302,14 @@ func ctlProc(f *live.File, args []string) error {
 		}
 		var mig *live.MIGRef
 		switch {
+		case *gi < -1:
+			return fmt.Errorf("--gi %d: not a GPU instance id (nvidia-smi mig -lgi lists them)", *gi)
+		case *ci < -1:
+			return fmt.Errorf("--ci %d: not a compute instance id (nvidia-smi mig -lci lists them)", *ci)
 		case *gi >= 0:
 			mig = &live.MIGRef{GI: *gi, CI: max(*ci, 0)}
-		case *gi != -1 || *ci != -1:
-			return errors.New("--gi: want a GPU instance id (with --ci), as nvidia-smi mig -lci shows them")
+		case *ci >= 0:
+			return errors.New("--ci needs --gi, the GPU instance it is in")
 		}
 		if len(pos) != 2 {
 			return errors.New("want add GPU PID, e.g. nvmock ctl proc add 0 1234 --memory 20GiB")
@@ -566,7 +570,10 @@ func ctlMIG(f *live.File, args []string) error {
 	if err != nil {
 		return err
 	}
-	return f.Update(func(s *live.State, _ int64) error { return s.ApplyMIGLayout(devs, l) })
+	return f.Update(func(s *live.State, _ int64) error {
+		s.RemoveProcesses(live.Dead) // they hold no instance
+		return s.ApplyMIGLayout(devs, l)
+	})
 }
 
 func ctlCreate(path string, args []string) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -351,11 +352,15 @@ func TestCtlRegistersAProcessOnAMIGDevice(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"proc", "add", "0", "2", "--gi", "14"}, "ctl proc: GPU 0 has no compute instance 0 in a GPU instance 14"},
-		{[]string{"proc", "add", "0", "2", "--gi", gi, "--ci", "3"}, "no compute instance 3 in a GPU instance " + gi},
-		{[]string{"proc", "add", "1", "2", "--gi", gi}, "GPU 1 has no compute instance 0"},
-		{[]string{"proc", "add", "0", "2", "--ci", "1"}, "--gi: want a GPU instance id"},
-		{[]string{"mig", "0=all-1g.5gb"}, "GPU 0: process 1 runs on its MIG device " + gi + "/0 (nvmock ctl proc rm 1)"},
+		{[]string{"proc", "add", "0", "2", "--gi", "14"}, "ctl proc: GPU 0 has no GPU instance 14 (nvidia-smi mig -lgi lists them)"},
+		{[]string{"proc", "add", "0", "2", "--gi", "15"}, "GPU 0 has no GPU instance 15"},
+		{[]string{"proc", "add", "0", "2", "--gi", gi, "--ci", "3"}, "GPU 0: GPU instance " + gi + " has no compute instance 3"},
+		{[]string{"proc", "add", "0", "2", "--gi", gi, "--ci", "8"}, "has no compute instance 8"},
+		{[]string{"proc", "add", "0", "2", "--gi", gi, "--ci", "-5"}, "--ci -5: not a compute instance id"},
+		{[]string{"proc", "add", "1", "2", "--gi", gi}, "GPU 1 has no GPU instance " + gi},
+		{[]string{"proc", "add", "0", "2", "--ci", "1"}, "--ci needs --gi"},
+		{[]string{"proc", "add", "0", "2"}, "GPU 0 is in MIG mode: a process runs on one of its MIG devices"},
+		{[]string{"mig", "0=all-1g.5gb"}, "GPU 0: process 1 runs on its MIG device " + gi + "/0 (nvmock ctl proc rm 1 --gpu 0)"},
 	} {
 		if err := ctl(c.args...); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("ctl %v: %v, want one line with %q", c.args, err, c.want)
@@ -364,8 +369,21 @@ func TestCtlRegistersAProcessOnAMIGDevice(t *testing.T) {
 	if err := ctl("proc", "rm", "1"); err != nil {
 		t.Fatal(err)
 	}
+	// A process that has exited holds nothing, as the library sees it.
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl("proc", "add", "0", strconv.Itoa(sleep.Process.Pid), "--gi", gi); err != nil {
+		t.Fatal(err)
+	}
+	sleep.Process.Kill()
+	sleep.Wait()
 	if err := ctl("mig", "0=all-1g.5gb"); err != nil {
-		t.Errorf("the layout once the process is gone: %v", err)
+		t.Errorf("the layout once the processes are gone: %v", err)
+	}
+	if p := ctlStatusJSON(t, state).Processes; len(p) != 0 {
+		t.Errorf("the exited process is still registered: %+v", p)
 	}
 }
 

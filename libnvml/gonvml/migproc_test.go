@@ -68,6 +68,8 @@ func TestProcessesOnMIGDevices(t *testing.T) {
 		d    nvml.Device
 		n    int
 	}{{"the GPU", dev, 3}, {"the 3g.40gb", three, 3}, {"the 1g.10gb", one, 0}} {
+		// go-nvml asks with room for one first: a short buffer's
+		// INSUFFICIENT_SIZE and count, then the list.
 		ps := got(c.d.GetComputeRunningProcesses())(t, c.what+" processes")
 		if len(ps) != c.n {
 			t.Errorf("%s lists %d processes, want %d: %+v", c.what, len(ps), c.n, ps)
@@ -84,9 +86,29 @@ func TestProcessesOnMIGDevices(t *testing.T) {
 	wantUsed("busy 3g.40gb", three, 44+3*4188)
 	wantUsed("idle 1g.10gb beside it", one, 15)
 	wantUsed("GPU", dev, 59+3*4188)
+	_, ret := dev.GetProcessUtilization(0)
+	wantRet(t, "per-process utilization in MIG mode", ret, nvml.ERROR_NOT_SUPPORTED)
+
+	// A graphics process on the 1g.10gb, bigger than it: the MIG device and
+	// the GPU count it up to the instance's 9984 MiB.
+	oneGI := int(got(one.GetGpuInstanceId())(t, "GI id"))
+	err = f.Update(func(s *live.State, now int64) error {
+		return s.AddProcess(live.Process{PID: 23900, GPU: 0, MIG: &live.MIGRef{GI: oneGI}, Type: 2, UsedBytes: 20 << 30, Name: "X"}, now)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := got(one.GetGraphicsRunningProcesses())(t, "graphics on the 1g.10gb"); len(ps) != 1 || ps[0].Pid != 23900 || int(ps[0].GpuInstanceId) != oneGI {
+		t.Errorf("graphics processes of the 1g.10gb: %+v", ps)
+	}
+	if ps := got(one.GetComputeRunningProcesses())(t, "compute on the 1g.10gb"); len(ps) != 0 {
+		t.Errorf("compute processes of the 1g.10gb: %+v", ps)
+	}
+	wantUsed("a full 1g.10gb", one, 9984)
+	wantUsed("GPU with a full 1g.10gb", dev, 44+3*4188+9984)
 
 	wantRet(t, "destroying a compute instance a process runs on", cis[0].Destroy(), nvml.ERROR_IN_USE)
-	wantRet(t, "destroying an idle one", cis[1].Destroy(), nvml.SUCCESS)
+	wantRet(t, "destroying one a graphics process runs on", cis[1].Destroy(), nvml.ERROR_IN_USE)
 	if err := f.Update(func(s *live.State, _ int64) error {
 		s.RemoveProcesses(func(live.Process) bool { return true })
 		return nil
@@ -94,4 +116,5 @@ func TestProcessesOnMIGDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRet(t, "destroying it once they are gone", cis[0].Destroy(), nvml.SUCCESS)
+	wantRet(t, "destroying the other", cis[1].Destroy(), nvml.SUCCESS)
 }

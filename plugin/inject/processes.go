@@ -12,11 +12,11 @@ import (
 const GPUMemoryAnnotation = "nvmock.io/gpu-memory"
 
 // ProcessRequest is a process to register when a container starts: on
-// each GPU given whole (node indices) and each MIG device given, with this
+// each GPU given whole (node indices), or on its MIG device, with this
 // much memory.
 type ProcessRequest struct {
 	GPUs  []int
-	MIG   []MIGRef
+	MIG   *MIGRef
 	Bytes uint64
 	Name  string
 }
@@ -27,9 +27,9 @@ type MIGRef struct{ GPU, GI, CI int }
 
 // Processes says which process a container given adj on node shows, from
 // its pod's annotation; ok is false for none. A bad annotation is an error
-// to warn about: the container still starts, with no process shown. A
-// process runs on the MIG devices given, not on their GPUs, as CUDA runs
-// on a GPU in MIG mode.
+// to warn about: the container still starts, with no process shown. Given
+// MIG devices, it runs on the first, not on their GPUs: CUDA enumerates
+// one MIG device a process (NVIDIA's MIG user guide).
 func Processes(pod Pod, ctr Container, adj Adjustment, node *NodeState) (req ProcessRequest, ok bool, err error) {
 	v, has := pod.Annotations[GPUMemoryAnnotation]
 	if !has || len(adj.GPUs) == 0 {
@@ -43,16 +43,15 @@ func Processes(pod Pod, ctr Container, adj Adjustment, node *NodeState) (req Pro
 	if len(ctr.Args) > 0 {
 		req.Name = ctr.Args[0]
 	}
-	parent := map[int]bool{}
-	for _, k := range adj.MIG {
-		m := node.MIG[k]
-		req.MIG = append(req.MIG, MIGRef{GPU: m.GPU, GI: m.GI, CI: m.CI})
-		parent[m.GPU] = true
-	}
-	for _, g := range adj.GPUs {
-		if !parent[g] {
-			req.GPUs = append(req.GPUs, g)
+	if len(adj.MIG) > 0 {
+		k := adj.MIG[0]
+		if k < 0 || k >= len(node.MIG) {
+			return ProcessRequest{}, false, fmt.Errorf("MIG device %d: the node has %d", k, len(node.MIG))
 		}
+		m := node.MIG[k]
+		req.MIG = &MIGRef{GPU: m.GPU, GI: m.GI, CI: m.CI}
+		return req, true, nil
 	}
+	req.GPUs = adj.GPUs
 	return req, true, nil
 }

@@ -166,11 +166,9 @@ func (p *Plugin) started(id string, pid uint32) {
 				return err
 			}
 		}
-		for _, m := range ps.req.MIG {
+		if m := ps.req.MIG; m != nil {
 			proc.GPU, proc.MIG = m.GPU, &live.MIGRef{GI: m.GI, CI: m.CI}
-			if err := s.AddProcess(proc, now); err != nil {
-				return err
-			}
+			return s.AddProcess(proc, now)
 		}
 		return nil
 	})

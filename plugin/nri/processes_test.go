@@ -203,8 +203,10 @@ func TestProcessesComeFromTheAnnotation(t *testing.T) {
 			inject.ProcessRequest{GPUs: []int{1, 3}, Bytes: 1 << 20, Name: "main"}, true, ""},
 		{"a container without GPUs shows nothing", map[string]string{inject.GPUMemoryAnnotation: "1Gi"}, nil, inject.Adjustment{}, inject.ProcessRequest{}, false, ""},
 		{"a bad size is an error", map[string]string{inject.GPUMemoryAnnotation: "20 GB"}, nil, adj, inject.ProcessRequest{}, false, `annotation nvmock.io/gpu-memory: "20 GB" is not a quantity`},
-		{"on MIG devices, not on their GPU", map[string]string{inject.GPUMemoryAnnotation: "4188Mi"}, nil, inject.Adjustment{GPUs: []int{0, 1}, MIG: []int{1}},
-			inject.ProcessRequest{GPUs: []int{0}, MIG: []inject.MIGRef{{GPU: 1, GI: 13, CI: 0}}, Bytes: 4188 << 20, Name: "main"}, true, ""},
+		{"on its first MIG device, not on their GPU", map[string]string{inject.GPUMemoryAnnotation: "4188Mi"}, nil, inject.Adjustment{GPUs: []int{1}, MIG: []int{1, 0}},
+			inject.ProcessRequest{MIG: &inject.MIGRef{GPU: 1, GI: 13, CI: 0}, Bytes: 4188 << 20, Name: "main"}, true, ""},
+		{"a MIG device the node does not have", map[string]string{inject.GPUMemoryAnnotation: "1Gi"}, nil, inject.Adjustment{GPUs: []int{1}, MIG: []int{5}},
+			inject.ProcessRequest{}, false, "MIG device 5: the node has 2"},
 	} {
 		node := &inject.NodeState{MIG: []inject.MIGDevice{{GPU: 1, Index: 0, GI: 1, CI: 0}, {GPU: 1, Index: 1, GI: 13, CI: 0}}}
 		got, ok, err := inject.Processes(inject.Pod{Annotations: c.ann}, inject.Container{Name: "main", Args: c.args}, c.adj, node)
