@@ -234,6 +234,50 @@ func TestMIGDeviceBAR1FollowsTheDriver(t *testing.T) {
 	}
 }
 
+// A real R580 A100-SXM4-40GB, made into a 4g.20gb, a 2g.10gb holding two
+// 1c compute instances and a 1g.5gb (research/mig.md 9), shows BAR1
+// totals of 12211, 6105 (each 1c) and 3052 MiB, at placements 0:4, 4:2
+// and 6:1. So does a mock a100 on that driver; on the profile's 570 the
+// share less 1 MiB stays. (Its GPU-instance ids, 2, 3 and 9, are not the
+// placement's, as the mock's are: docs/mig.md.)
+func TestMIGDeviceBAR1OfAnA100OnR580(t *testing.T) {
+	for _, c := range []struct {
+		driver string
+		want   []uint64 // MiB, by MIG device
+	}{
+		{"580.126.09", []uint64{12211, 6105, 6105, 3052}},
+		{"", []uint64{32767, 16383, 16383, 8191}},
+	} {
+		t.Run("driver "+c.driver, func(t *testing.T) {
+			dev := startOneGPU(t, "a100", c.driver)
+			enableMIG(t, dev)
+			var starts []uint32
+			for _, g := range []struct{ profile, ci, cis int }{
+				{nvml.GPU_INSTANCE_PROFILE_4_SLICE, nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE, 1},
+				{nvml.GPU_INSTANCE_PROFILE_2_SLICE, nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 2},
+				{nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 1},
+			} {
+				p := got(dev.GetGpuInstanceProfileInfo(g.profile))(t, "profile")
+				gi := got(dev.CreateGpuInstance(&p))(t, "create GPU instance")
+				starts = append(starts, got(gi.GetInfo())(t, "GPU instance info").Placement.Start)
+				cp := got(gi.GetComputeInstanceProfileInfo(g.ci, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))(t, "compute profile")
+				for k := 0; k < g.cis; k++ {
+					got(gi.CreateComputeInstance(&cp))(t, "create compute instance")
+				}
+			}
+			if fmt.Sprint(starts) != "[0 4 6]" {
+				t.Errorf("GPU instances at %v, want the real one's [0 4 6]", starts)
+			}
+			for i, want := range c.want {
+				m := got(dev.GetMigDeviceHandleByIndex(i))(t, "MIG device")
+				if b := got(m.GetBAR1MemoryInfo())(t, "BAR1"); b.Bar1Total != want<<20 {
+					t.Errorf("MIG device %d BAR1 total %d MiB, want %d", i, b.Bar1Total>>20, want)
+				}
+			}
+		})
+	}
+}
+
 // A MIG device's name and its compute instance's profile name drop
 // "+me", as a real R580 H100 lists its 1g.10gb+me in nvidia-smi -L and
 // -lci; the GPU-instance profile keeps it.
