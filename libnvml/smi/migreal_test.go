@@ -14,6 +14,7 @@ import (
 
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/live"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // Rows of -lgi (name, profile, instance, placement), of -lci (GPU
@@ -139,6 +140,110 @@ func TestMIGListingsMatchARealH100(t *testing.T) {
 			}
 			if got := rows(smiGPUUsed, def); len(got) != 1 || got[0] != strconv.Itoa(sum) {
 				t.Errorf("the GPU's used memory %q, want its MIG devices' sum %d", got, sum)
+			}
+		})
+	}
+}
+
+// The default view's MIG device rows (GPU, GI, CI, MIG device, SM, CE ENC
+// DEC OFA JPG) and BAR1 totals: releases before R580's print a GPU
+// instance's memory and BAR1 once for all its compute instances.
+var (
+	smiMIGRow  = regexp.MustCompile(`(?m)^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|[^|\n]*\|\s+(\d+)\s+\d+\s+\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|$`)
+	smiMIGBAR1 = regexp.MustCompile(`(?m)^\|\s+\|\s+\d+MiB /\s+(\d+)MiB\s+\|`)
+)
+
+// -lcip rows: GPU instance, name, profile id, free/total, SM, DEC, ENC,
+// OFA, CE, JPEG.
+var lcipRow = regexp.MustCompile(`(?m)^\|\s+0\s+(\d+)\s+MIG (\S+)\s+(\d+\*?)\s+(\d+/\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\n\|\s+(\d+)\s+(\d+)\s+\|$`)
+
+// without drops field i of each row.
+func without(rows []string, i int) []string {
+	out := make([]string, len(rows))
+	for k, r := range rows {
+		f := strings.Fields(r)
+		out[k] = strings.Join(slices.Delete(f, i, i+1), " ")
+	}
+	return out
+}
+
+// Every nvidia-smi, making on a mock a100 on driver 580.126.09 what a real
+// R580 A100-SXM4-40GB was made into (testdata/hardware/*-a100-r580.txt: a
+// 4g.20gb, a 2g.10gb with two 1c compute instances, a 1g.5gb, one by one),
+// lists it as the real one did: the free counts, placements, compute
+// profiles, compute instances (in order and placement), MIG device names,
+// SMs, engines and BAR1.
+// Excepted, and in docs/mig.md: the GPU-instance ids (the real 2, 3, 9
+// are not placement-derived), the memory sizes (the profile's are the
+// guide's) and idle use.
+func TestMIGListingsMatchARealA100OnR580(t *testing.T) {
+	p, err := profile.Builtin("a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.GPUs = 1
+	if err := p.SetDriver("580.126.09"); err != nil {
+		t.Fatal(err)
+	}
+	snap := testenv.SnapshotOf(t, p)
+	rowsOf := func(re *regexp.Regexp, name string) []string { return rows(re, capture(t, name)) }
+	_, wantFree := lgip(capture(t, "lgip-a100-r580.txt"))
+	wantGI := without(rowsOf(lgiRow, "lgi-a100-r580.txt"), 2)
+	wantCIP4, wantCIP2 := without(rowsOf(lcipRow, "lcip-4g-a100-r580.txt"), 0), without(rowsOf(lcipRow, "lcip-2g-a100-r580.txt"), 0)
+	wantCI := without(rowsOf(lciRow, "lci-a100-r580.txt"), 0)
+	wantList, wantSMI := rowsOf(listMIG, "list-a100-r580.txt"), without(rowsOf(smiMIGRow, "smi-a100-r580.txt"), 1)
+	wantBAR1 := slices.Compact(rowsOf(smiMIGBAR1, "smi-a100-r580.txt"))
+	if len(wantFree) != 7 || len(wantGI) != 3 || len(wantCIP4) != 3 || len(wantCIP2) != 2 || len(wantCI) != 4 || len(wantList) != 4 || len(wantSMI) != 4 || len(wantBAR1) != 3 {
+		t.Fatalf("captures parse to %v, %v, %v, %v, %v, %v, %v, %v", wantFree, wantGI, wantCIP4, wantCIP2, wantCI, wantList, wantSMI, wantBAR1)
+	}
+	for _, s := range testenv.NvidiaSMIs(t) {
+		t.Run(s.Version, func(t *testing.T) {
+			testenv.LiveState(t, snap, 1, time.Time{})
+			run := smiRunner(t, s.Path, snap)
+			run("-i", "0", "-mig", "1")
+			run("mig", "-cgi", "5")
+			run("mig", "-cgi", "14")
+			_, free := lgip(run("mig", "-lgip"))
+			for name, f := range wantFree {
+				if name == "1g.10gb" && strings.HasPrefix(s.Version, "470.") {
+					continue // 470's NVML lacks the profile
+				}
+				if free[name] != f {
+					t.Errorf("-lgip after the 4g and 2g: %s free %q, want the real A100's %q", name, free[name], f)
+				}
+			}
+			run("mig", "-cgi", "19")
+			gis := rows(lgiRow, run("mig", "-lgi"))
+			if got := without(gis, 2); !slices.Equal(got, wantGI) {
+				t.Errorf("-lgi rows %q, want the real A100's %q (ids aside)", got, wantGI)
+			}
+			id := map[string]string{}
+			for _, r := range gis {
+				f := strings.Fields(r)
+				id[f[0]] = f[2]
+			}
+			if got := without(rows(lcipRow, run("mig", "-lcip", "-gi", id["4g.20gb"])), 0); !slices.Equal(got, wantCIP4) {
+				t.Errorf("-lcip of the 4g.20gb %q, want the real A100's %q", got, wantCIP4)
+			}
+			run("mig", "-cci", "3", "-gi", id["4g.20gb"])
+			if got := without(rows(lcipRow, run("mig", "-lcip", "-gi", id["2g.10gb"])), 0); !slices.Equal(got, wantCIP2) {
+				t.Errorf("-lcip of the 2g.10gb %q, want the real A100's %q", got, wantCIP2)
+			}
+			run("mig", "-cci", "0", "-gi", id["2g.10gb"])
+			run("mig", "-cci", "0", "-gi", id["2g.10gb"])
+			run("mig", "-cci", "-gi", id["1g.5gb"])
+			if got := without(rows(lciRow, run("mig", "-lci")), 0); !slices.Equal(got, wantCI) {
+				t.Errorf("-lci rows %q, want the real A100's %q (GPU-instance ids aside)", got, wantCI)
+			}
+			if got := rows(listMIG, run("-L")); !slices.Equal(got, wantList) {
+				t.Errorf("-L MIG devices %q, want the real A100's %q", got, wantList)
+			}
+			def := run()
+			if got := without(rows(smiMIGRow, def), 1); !slices.Equal(got, wantSMI) {
+				t.Errorf("MIG devices table %q, want the real A100's %q (GPU-instance ids aside)", got, wantSMI)
+			}
+			if got := slices.Compact(rows(smiMIGBAR1, def)); !slices.Equal(got, wantBAR1) {
+				t.Errorf("MIG devices' BAR1 totals %q, want the real A100's %q", got, wantBAR1)
 			}
 		})
 	}
