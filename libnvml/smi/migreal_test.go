@@ -100,15 +100,7 @@ func TestMIGListingsMatchARealH100(t *testing.T) {
 			if got := rows(lgiRow, run("mig", "-lgi")); !slices.Equal(got, wantGI) {
 				t.Errorf("-lgi rows %q, want the real H100's %q", got, wantGI)
 			}
-			_, free := lgip(run("mig", "-lgip"))
-			for name, f := range realFree {
-				if name == "1g.20gb" && strings.HasPrefix(s.Version, "470.") {
-					continue // 470's NVML lacks the profile
-				}
-				if free[name] != f {
-					t.Errorf("-lgip: %s free %q, want the real H100's %q", name, free[name], f)
-				}
-			}
+			wantFreeCounts(t, s.Version, run("mig", "-lgip"), realFree, "1g.20gb")
 			if got := rows(lciRow, run("mig", "-lci")); !slices.Equal(got, wantCI) {
 				t.Errorf("-lci rows %q, want %q", got, wantCI)
 			}
@@ -152,6 +144,21 @@ var (
 	smiMIGRow  = regexp.MustCompile(`(?m)^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|[^|\n]*\|\s+(\d+)\s+\d+\s+\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|$`)
 	smiMIGBAR1 = regexp.MustCompile(`(?m)^\|\s+\|\s+\d+MiB /\s+(\d+)MiB\s+\|`)
 )
+
+// wantFreeCounts compares the free counts of -lgip output with a real
+// board's; 470's NVML lacks the 1_SLICE_REV2 profile, rev2.
+func wantFreeCounts(t *testing.T, version, out string, want map[string]string, rev2 string) {
+	t.Helper()
+	_, free := lgip(out)
+	for name, f := range want {
+		if name == rev2 && strings.HasPrefix(version, "470.") {
+			continue
+		}
+		if free[name] != f {
+			t.Errorf("-lgip: %s free %q, want the real board's %q", name, free[name], f)
+		}
+	}
+}
 
 // -lcip rows: GPU instance, name, profile id, free/total, SM, DEC, ENC,
 // OFA, CE, JPEG.
@@ -203,15 +210,7 @@ func TestMIGListingsMatchARealA100OnR580(t *testing.T) {
 			run("-i", "0", "-mig", "1")
 			run("mig", "-cgi", "5")
 			run("mig", "-cgi", "14")
-			_, free := lgip(run("mig", "-lgip"))
-			for name, f := range wantFree {
-				if name == "1g.10gb" && strings.HasPrefix(s.Version, "470.") {
-					continue // 470's NVML lacks the profile
-				}
-				if free[name] != f {
-					t.Errorf("-lgip after the 4g and 2g: %s free %q, want the real A100's %q", name, free[name], f)
-				}
-			}
+			wantFreeCounts(t, s.Version, run("mig", "-lgip"), wantFree, "1g.10gb")
 			run("mig", "-cgi", "19")
 			gis := rows(lgiRow, run("mig", "-lgi"))
 			if got := without(gis, 2); !slices.Equal(got, wantGI) {
