@@ -166,3 +166,55 @@ func BenchmarkMIGCreateAndDestroyGPUInstance(b *testing.B) {
 		}
 	}
 }
+
+// A MIG device's memory: its profile's idle use alone, or with processes
+// registered on the node (a copy of the process table a call), as
+// nvidia-smi asks it for every MIG device in its default view; and the
+// GPU's, the sum over its GPU instances.
+func benchMIGMemory(b *testing.B, procs int, onGPU bool) {
+	lib, f := startMIG(b, 1)
+	d := handle(b, lib, 0)
+	if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+		b.Fatalf("SetMigMode: %v", ret)
+	}
+	info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	gi, ret := d.CreateGpuInstance(&info)
+	if ret != nvml.SUCCESS {
+		b.Fatalf("CreateGpuInstance: %v", ret)
+	}
+	ci, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)
+	if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
+		b.Fatalf("CreateComputeInstance: %v", ret)
+	}
+	gid, _ := gi.GetInfo()
+	err := f.Update(func(s *live.State, now int64) error {
+		for p := 0; p < procs; p++ {
+			proc := live.Process{PID: uint32(100000 + p), GPU: 0, MIG: &live.MIGRef{GI: int(gid.Id)}, Type: 1, UsedBytes: 1 << 30}
+			if err := s.AddProcess(proc, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, ret := d.GetMigDeviceHandleByIndex(0)
+	if ret != nvml.SUCCESS {
+		b.Fatalf("GetMigDeviceHandleByIndex: %v", ret)
+	}
+	if onGPU {
+		m = d
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, ret := m.GetMemoryInfo(); ret != nvml.SUCCESS {
+			b.Fatalf("GetMemoryInfo: %v", ret)
+		}
+	}
+}
+
+func BenchmarkMIGDeviceMemoryIdle(b *testing.B)            { benchMIGMemory(b, 0, false) }
+func BenchmarkMIGDeviceMemoryWith8Processes(b *testing.B)  { benchMIGMemory(b, 8, false) }
+func BenchmarkMIGModeGPUMemoryWith8Processes(b *testing.B) { benchMIGMemory(b, 8, true) }
