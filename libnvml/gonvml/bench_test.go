@@ -119,8 +119,8 @@ func BenchmarkLiveGetUtilizationRates(b *testing.B) {
 
 // MIG: a MIG device's handle (a read of the node's MIG state), and making
 // and destroying a GPU instance (a write under the state file's lock).
-func startMIGBench(b *testing.B) nvml.Device {
-	lib, _ := startMIG(b, 1)
+func startMIGBench(b *testing.B) (nvml.Device, *live.File) {
+	lib, f := startMIG(b, 1)
 	d, ret := lib.DeviceGetHandleByIndex(0)
 	if ret != nvml.SUCCESS {
 		b.Fatalf("DeviceGetHandleByIndex(0): %v", ret)
@@ -128,20 +128,28 @@ func startMIGBench(b *testing.B) nvml.Device {
 	if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
 		b.Fatalf("SetMigMode: %v", ret)
 	}
-	return d
+	return d, f
 }
 
-func BenchmarkMIGDeviceHandleByIndex(b *testing.B) {
-	d := startMIGBench(b)
-	info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_7_SLICE)
+// benchMIGDevice makes a GPU instance of a profile with its whole compute
+// instance, and returns the GPU instance's id.
+func benchMIGDevice(b *testing.B, d nvml.Device, gip, cip int) uint32 {
+	info, _ := d.GetGpuInstanceProfileInfo(gip)
 	gi, ret := d.CreateGpuInstance(&info)
 	if ret != nvml.SUCCESS {
 		b.Fatalf("CreateGpuInstance: %v", ret)
 	}
-	ci, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE, 0)
+	ci, _ := gi.GetComputeInstanceProfileInfo(cip, 0)
 	if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
 		b.Fatalf("CreateComputeInstance: %v", ret)
 	}
+	gid, _ := gi.GetInfo()
+	return gid.Id
+}
+
+func BenchmarkMIGDeviceHandleByIndex(b *testing.B) {
+	d, _ := startMIGBench(b)
+	benchMIGDevice(b, d, nvml.GPU_INSTANCE_PROFILE_7_SLICE, nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -152,7 +160,7 @@ func BenchmarkMIGDeviceHandleByIndex(b *testing.B) {
 }
 
 func BenchmarkMIGCreateAndDestroyGPUInstance(b *testing.B) {
-	d := startMIGBench(b)
+	d, _ := startMIGBench(b)
 	info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -172,24 +180,11 @@ func BenchmarkMIGCreateAndDestroyGPUInstance(b *testing.B) {
 // nvidia-smi asks it for every MIG device in its default view; and the
 // GPU's, the sum over its GPU instances.
 func benchMIGMemory(b *testing.B, procs int, onGPU bool) {
-	lib, f := startMIG(b, 1)
-	d := handle(b, lib, 0)
-	if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
-		b.Fatalf("SetMigMode: %v", ret)
-	}
-	info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
-	gi, ret := d.CreateGpuInstance(&info)
-	if ret != nvml.SUCCESS {
-		b.Fatalf("CreateGpuInstance: %v", ret)
-	}
-	ci, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)
-	if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
-		b.Fatalf("CreateComputeInstance: %v", ret)
-	}
-	gid, _ := gi.GetInfo()
+	d, f := startMIGBench(b)
+	gid := benchMIGDevice(b, d, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE)
 	err := f.Update(func(s *live.State, now int64) error {
 		for p := 0; p < procs; p++ {
-			proc := live.Process{PID: uint32(100000 + p), GPU: 0, MIG: &live.MIGRef{GI: int(gid.Id)}, Type: 1, UsedBytes: 1 << 30}
+			proc := live.Process{PID: uint32(100000 + p), GPU: 0, MIG: &live.MIGRef{GI: int(gid)}, Type: 1, UsedBytes: 1 << 30}
 			if err := s.AddProcess(proc, now); err != nil {
 				return err
 			}
