@@ -36,26 +36,41 @@
 // PCIe levels as nvidia-smi indexes its names: PIX, PXB, PHB, NODE, SYS.
 enum { SMI_PIX, SMI_PXB, SMI_PHB, SMI_NODE, SMI_SYS };
 
-static const struct snap_device *by_bus_id(const char *bus)
+// place_of finds the GPU or NIC function at a bus id (any case, short or
+// long domain).
+static int place_of(const char *bus, struct pci_place *p)
 {
-	if (!nvmock_ready())
-		return NULL;
-	for (uint32_t i = 0; i < nvmock.hdr->device_count; i++)
-		if (strcasecmp(nvmock.node[i].pci_bus_id, bus) == 0)
-			return &nvmock.node[i];
-	return NULL;
+	unsigned dom, b, dev, fn;
+	if (!nvmock_ready() || !nvmock_parse_bus_id(bus, &dom, &b, &dev, &fn))
+		return 0;
+	uint32_t bdf = b << 8 | dev << 3 | fn;
+	for (uint32_t i = 0; i < nvmock.hdr->device_count; i++) {
+		const struct snap_device *s = &nvmock.node[i];
+		if (fn == 0 && s->pci_domain == dom && s->pci_bus == b && s->pci_device == dev) {
+			*p = nvmock_gpu_place(s);
+			return 1;
+		}
+	}
+	for (uint32_t i = 0; i < nvmock.hdr->nic_count; i++) {
+		const struct snap_nic *n = &nvmock.nic[i];
+		if (n->pci_domain == dom && n->pci_bdf == bdf) {
+			*p = (struct pci_place){n->pci_domain, n->pci_bdf, n->pcie_root, n->pcie_switch_top, n->pcie_switch_leaf, n->numa_node};
+			return 1;
+		}
+	}
+	return 0;
 }
 
-// 0xb8 (all): the PCIe path between two bus ids, for every cell of topo -m;
-// any error fails the whole matrix.
+// 0xb8 (all): the PCIe path between two bus ids, for every cell of topo -m
+// (GPUs and NICs); any error fails the whole matrix.
 static int smi_pcie_path(const char *bus_a, const char *bus_b, int *level)
 {
 	if (bus_a == NULL || bus_b == NULL || level == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	const struct snap_device *a = by_bus_id(bus_a), *b = by_bus_id(bus_b);
-	*level = SMI_SYS; // anything not ours, such as a NIC, is across the system
-	if (a != NULL && b != NULL) {
-		switch (nvmock_ancestor(a, b)) {
+	struct pci_place a, b;
+	*level = SMI_SYS; // anything not in the node's tree is across the system
+	if (place_of(bus_a, &a) && place_of(bus_b, &b)) {
+		switch (nvmock_place_level(&a, &b)) {
 		case NVML_TOPOLOGY_INTERNAL:
 		case NVML_TOPOLOGY_SINGLE: *level = SMI_PIX; break;
 		case NVML_TOPOLOGY_MULTIPLE: *level = SMI_PXB; break;

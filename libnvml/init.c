@@ -149,7 +149,8 @@ static nvmlReturn_t build_devices(void)
 	const struct snap_header *h = nvmock.hdr;
 	unsigned count = h->device_count;
 	nvmock.node = (const void *)((const char *)h + sizeof *h);
-	nvmock.pool = (const void *)((const char *)nvmock.node + (size_t)count * sizeof(struct snap_device));
+	nvmock.nic = (const void *)((const char *)nvmock.node + (size_t)count * sizeof(struct snap_device));
+	nvmock.pool = (const void *)((const char *)nvmock.nic + (size_t)h->nic_count * sizeof(struct snap_nic));
 
 	char seed[256] = "";
 	if (h->flags & SNAP_FLAG_UNSEEDED)

@@ -30,6 +30,7 @@ struct nvmock_state {
 	int ready; // read without the lock by every getter
 	const struct snap_header *hdr;
 	const struct snap_device *node; // all devices of the node
+	const struct snap_nic *nic;     // the node's NIC functions
 	const uint32_t *pool;
 	struct nvmock_dev *devs; // visible devices
 	unsigned ndevs;
@@ -194,10 +195,19 @@ void nvmock_unload(void);
 void nvmock_derive_identity(const char *profile, const char *seed, unsigned index,
 			    const char *serial_prefix, char uuid[96], char serial[32]);
 void nvmock_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-// nvmock_ancestor is where two GPUs' PCIe paths meet: their shared switch
-// (at the profile's level), else the NUMA node's host bridges, else the
-// system interconnect.
+// pci_place is where a GPU or NIC function sits in the node's PCI tree.
+struct pci_place {
+	uint32_t domain, bdf; // bus<<8 | device<<3 | function
+	uint32_t root, top, leaf, numa;
+};
+// nvmock_place_level is where two functions' PCIe paths meet: their device
+// (another function of it) or shared switch, else the host bridge, else
+// the NUMA node, else the system interconnect.
+nvmlGpuTopologyLevel_t nvmock_place_level(const struct pci_place *a, const struct pci_place *b);
+// nvmock_ancestor is nvmock_place_level of two GPUs.
 nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b);
+// nvmock_gpu_place is a GPU's place.
+struct pci_place nvmock_gpu_place(const struct snap_device *s);
 uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
 			  nvmlMemoryLocation_t loc);
 void nvmock_pci_info(const struct snap_device *s, nvmlPciInfo_t *pci);

@@ -37,9 +37,11 @@ static const char *snap_check(const unsigned char *p, size_t len)
 		return "truncated: shorter than its header";
 	if (h->version != SNAPSHOT_VERSION)
 		return "wrong snapshot version; recompile it with this nvmock (nvmock profile compile)";
-	if (h->header_size != sizeof *h || h->device_size != sizeof(struct snap_device))
+	if (h->header_size != sizeof *h || h->device_size != sizeof(struct snap_device) ||
+	    h->nic_size != sizeof(struct snap_nic))
 		return "record sizes do not match this library";
-	uint64_t want = sizeof *h + (uint64_t)h->device_count * sizeof(struct snap_device) + (uint64_t)h->pool_count * 4;
+	uint64_t want = sizeof *h + (uint64_t)h->device_count * sizeof(struct snap_device) +
+			(uint64_t)h->nic_count * sizeof(struct snap_nic) + (uint64_t)h->pool_count * 4;
 	if (len != want)
 		return "file size does not match its header (truncated or padded)";
 	if (memchr(h->driver_version, 0, sizeof h->driver_version) == NULL ||

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 7
+#define SNAPSHOT_VERSION 8
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 #define SNAPSHOT_MAX_MIG_PROFILES 8
 // The library maps no larger file (libnvml/gen/limits.go).
@@ -19,7 +19,9 @@ struct snap_header {
 	uint32_t header_size; // sizeof header
 	uint32_t device_size; // sizeof device
 	uint32_t device_count; // devices on the node
-	uint32_t pool_count; // uint32 values after the devices
+	uint32_t pool_count; // uint32 values after the NICs
+	uint32_t nic_size; // sizeof nic
+	uint32_t nic_count; // NIC functions in the node's PCI tree
 	uint32_t flags; // FLAG_*
 	uint32_t cuda_version; // e.g. 12020
 	uint32_t node_seed_hash; // low bits of the seed hash, for display
@@ -27,19 +29,21 @@ struct snap_header {
 	char nvml_version[80]; // e.g. 12.535.261.03
 	char profile[64]; // profile name
 };
-_Static_assert(sizeof(struct snap_header) == 264, "snapshot layout");
+_Static_assert(sizeof(struct snap_header) == 272, "snapshot layout");
 _Static_assert(offsetof(struct snap_header, magic) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_header, version) == 8, "snapshot layout");
 _Static_assert(offsetof(struct snap_header, header_size) == 12, "snapshot layout");
 _Static_assert(offsetof(struct snap_header, device_size) == 16, "snapshot layout");
 _Static_assert(offsetof(struct snap_header, device_count) == 20, "snapshot layout");
 _Static_assert(offsetof(struct snap_header, pool_count) == 24, "snapshot layout");
-_Static_assert(offsetof(struct snap_header, flags) == 28, "snapshot layout");
-_Static_assert(offsetof(struct snap_header, cuda_version) == 32, "snapshot layout");
-_Static_assert(offsetof(struct snap_header, node_seed_hash) == 36, "snapshot layout");
-_Static_assert(offsetof(struct snap_header, driver_version) == 40, "snapshot layout");
-_Static_assert(offsetof(struct snap_header, nvml_version) == 120, "snapshot layout");
-_Static_assert(offsetof(struct snap_header, profile) == 200, "snapshot layout");
+_Static_assert(offsetof(struct snap_header, nic_size) == 28, "snapshot layout");
+_Static_assert(offsetof(struct snap_header, nic_count) == 32, "snapshot layout");
+_Static_assert(offsetof(struct snap_header, flags) == 36, "snapshot layout");
+_Static_assert(offsetof(struct snap_header, cuda_version) == 40, "snapshot layout");
+_Static_assert(offsetof(struct snap_header, node_seed_hash) == 44, "snapshot layout");
+_Static_assert(offsetof(struct snap_header, driver_version) == 48, "snapshot layout");
+_Static_assert(offsetof(struct snap_header, nvml_version) == 128, "snapshot layout");
+_Static_assert(offsetof(struct snap_header, profile) == 208, "snapshot layout");
 
 // snap_device one GPU of the node.
 struct snap_device {
@@ -172,8 +176,8 @@ struct snap_device {
 	uint32_t sparse_mode; // sparse operation mode: 0 disabled, 1 enabled
 	uint32_t c2c_mode; // chip-to-chip link to the CPU: 0 disabled, 1 enabled
 	uint32_t pcie_root; // the GPU's PCI host bridge, numbered over the node
-	uint32_t pcie_switch_top; // the top-most PCIe switch above the GPU; not available: none
-	uint32_t pcie_switch_leaf; // the nearest PCIe switch above the GPU; not available: none
+	uint32_t pcie_switch_top; // the top-most PCIe switch above the GPU, numbered over the node; not available: none
+	uint32_t pcie_switch_leaf; // the nearest PCIe switch above the GPU, numbered over the node; not available: none
 	uint32_t pad3; // keeps the layout 8-aligned
 	uint32_t clock_reasons_supported; // nvmlClocksEventReason* bits
 	uint32_t memory_bus_width; // bits
@@ -333,6 +337,23 @@ _Static_assert(offsetof(struct snap_device, memory_reserved) == 2168, "snapshot 
 _Static_assert(offsetof(struct snap_device, memory_used) == 2176, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, bar1_total) == 2184, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, bar1_used) == 2192, "snapshot layout");
+
+// snap_nic one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
+struct snap_nic {
+	uint32_t pci_domain;
+	uint32_t pci_bdf; // bus<<8 | device<<3 | function
+	uint32_t pcie_root; // as the device's
+	uint32_t pcie_switch_top; // as the device's
+	uint32_t pcie_switch_leaf; // as the device's
+	uint32_t numa_node; // not available: none
+};
+_Static_assert(sizeof(struct snap_nic) == 24, "snapshot layout");
+_Static_assert(offsetof(struct snap_nic, pci_domain) == 0, "snapshot layout");
+_Static_assert(offsetof(struct snap_nic, pci_bdf) == 4, "snapshot layout");
+_Static_assert(offsetof(struct snap_nic, pcie_root) == 8, "snapshot layout");
+_Static_assert(offsetof(struct snap_nic, pcie_switch_top) == 12, "snapshot layout");
+_Static_assert(offsetof(struct snap_nic, pcie_switch_leaf) == 16, "snapshot layout");
+_Static_assert(offsetof(struct snap_nic, numa_node) == 20, "snapshot layout");
 
 // snap_string locates one char array of a device record.
 struct snap_string {

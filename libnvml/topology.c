@@ -51,21 +51,36 @@ NVML_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int 
 	return NVML_ERROR_NOT_SUPPORTED;
 }
 
-nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b)
+nvmlGpuTopologyLevel_t nvmock_place_level(const struct pci_place *a, const struct pci_place *b)
 {
-	if (a == b)
+	if (a->domain == b->domain && a->bdf == b->bdf)
 		return NVML_TOPOLOGY_INTERNAL;
-	// The PCIe tree's levels, as nvidia-smi names them: one switch between
-	// them (PIX), a switch hierarchy (PXB), the host bridge (PHB).
-	if (a->pcie_switch_leaf != NA32 && a->pcie_switch_leaf == b->pcie_switch_leaf)
+	// The PCIe tree's levels, as nvidia-smi names them: one switch (or
+	// one bridge, above two functions of a card) between them (PIX), a
+	// switch hierarchy (PXB), the host bridge (PHB).
+	if (a->domain == b->domain && a->bdf >> 3 == b->bdf >> 3)
 		return NVML_TOPOLOGY_SINGLE;
-	if (a->pcie_switch_top != NA32 && a->pcie_switch_top == b->pcie_switch_top)
+	if (a->leaf != NA32 && a->leaf == b->leaf)
+		return NVML_TOPOLOGY_SINGLE;
+	if (a->top != NA32 && a->top == b->top)
 		return NVML_TOPOLOGY_MULTIPLE;
-	if (a->pcie_root != NA32 && a->pcie_root == b->pcie_root)
+	if (a->root != NA32 && a->root == b->root)
 		return NVML_TOPOLOGY_HOSTBRIDGE;
-	if (a->numa_node != NA32 && a->numa_node == b->numa_node)
+	if (a->numa != NA32 && a->numa == b->numa)
 		return NVML_TOPOLOGY_NODE;
 	return NVML_TOPOLOGY_SYSTEM;
+}
+
+struct pci_place nvmock_gpu_place(const struct snap_device *s)
+{
+	return (struct pci_place){s->pci_domain, s->pci_bus << 8 | s->pci_device << 3, s->pcie_root,
+				  s->pcie_switch_top, s->pcie_switch_leaf, s->numa_node};
+}
+
+nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b)
+{
+	struct pci_place pa = nvmock_gpu_place(a), pb = nvmock_gpu_place(b);
+	return nvmock_place_level(&pa, &pb);
 }
 
 static nvmlGpuTopologyLevel_t ancestor(const struct nvmock_dev *a, const struct nvmock_dev *b)

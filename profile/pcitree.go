@@ -55,8 +55,8 @@ type PCIFunction struct {
 	topSwitch, leafSwitch      *PCIFunction
 }
 
-// Placement is where a GPU sits, for NVML's topology levels: its root
-// complex, the top-most and the nearest switch above it (nil: none).
+// Placement is where a GPU or NIC sits, for NVML's topology levels: its
+// root complex, the top-most and the nearest switch above it (nil: none).
 func (f *PCIFunction) Placement() (root *PCIRoot, top, leaf *PCIFunction) {
 	return f.Root, f.topSwitch, f.leafSwitch
 }
@@ -333,6 +333,7 @@ func markSwitches(fs []*PCIFunction, top, leaf *PCIFunction) {
 // attachSibling puts another function of f's device beside it.
 func (f *PCIFunction) attachSibling(s *PCIFunction) {
 	s.Root, s.NUMANode = f.Root, f.NUMANode
+	s.topSwitch, s.leafSwitch = f.topSwitch, f.leafSwitch
 	if f.Parent != nil {
 		f.Parent.adopt(s)
 		slices.SortFunc(f.Parent.Children, func(a, b *PCIFunction) int { return int(a.Address.Function) - int(b.Address.Function) })
@@ -406,4 +407,15 @@ func (t *PCITree) Walk(fn func(*PCIFunction)) {
 	for _, r := range t.Roots {
 		walk(r.Functions)
 	}
+}
+
+// NICs are the tree's NIC functions, in tree order.
+func (t *PCITree) NICs() []*PCIFunction {
+	var fs []*PCIFunction
+	t.Walk(func(f *PCIFunction) {
+		if f.Role == RoleNIC {
+			fs = append(fs, f)
+		}
+	})
+	return fs
 }

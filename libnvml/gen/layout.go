@@ -54,7 +54,7 @@ func camel(s string) string {
 	var b strings.Builder
 	for _, p := range strings.Split(s, "_") {
 		switch p {
-		case "id", "pci", "gpu", "cpu", "mw", "mj", "ecc", "mig", "gi", "ci", "mib", "ofa", "uuid", "numa", "pid", "xid", "ns", "mc", "sbe":
+		case "id", "pci", "gpu", "cpu", "mw", "mj", "ecc", "mig", "gi", "ci", "mib", "ofa", "uuid", "numa", "pid", "xid", "ns", "mc", "sbe", "nic", "bdf":
 			b.WriteString(strings.ToUpper(p))
 		default:
 			b.WriteString(strings.ToUpper(p[:1]) + p[1:])

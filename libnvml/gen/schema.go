@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 7
+const SnapshotVersion = 8
 
 // Kind is the storage type of a field.
 type Kind int
@@ -40,8 +40,8 @@ const MaxMemClocks = 8
 // MaxMIGProfiles bounds a board's GPU-instance profiles (profile.MIGMaxProfiles).
 const MaxMIGProfiles = 8
 
-// Schema is the snapshot layout: a Header, Header.DeviceCount Devices, then
-// Header.PoolCount uint32 values.
+// Schema is the snapshot layout: a Header, Header.DeviceCount Devices,
+// Header.NICCount NICs, then Header.PoolCount uint32 values.
 var Schema = []Record{
 	{Name: "header", Doc: "starts the file", Fields: []Field{
 		{"magic", Str, 8, `"NVMOCKSS"`},
@@ -49,7 +49,9 @@ var Schema = []Record{
 		{"header_size", U32, 0, "sizeof header"},
 		{"device_size", U32, 0, "sizeof device"},
 		{"device_count", U32, 0, "devices on the node"},
-		{"pool_count", U32, 0, "uint32 values after the devices"},
+		{"pool_count", U32, 0, "uint32 values after the NICs"},
+		{"nic_size", U32, 0, "sizeof nic"},
+		{"nic_count", U32, 0, "NIC functions in the node's PCI tree"},
 		{"flags", U32, 0, "FLAG_*"},
 		{"cuda_version", U32, 0, "e.g. 12020"},
 		{"node_seed_hash", U32, 0, "low bits of the seed hash, for display"},
@@ -187,8 +189,8 @@ var Schema = []Record{
 		{"sparse_mode", U32, 0, "sparse operation mode: 0 disabled, 1 enabled"},
 		{"c2c_mode", U32, 0, "chip-to-chip link to the CPU: 0 disabled, 1 enabled"},
 		{"pcie_root", U32, 0, "the GPU's PCI host bridge, numbered over the node"},
-		{"pcie_switch_top", U32, 0, "the top-most PCIe switch above the GPU; not available: none"},
-		{"pcie_switch_leaf", U32, 0, "the nearest PCIe switch above the GPU; not available: none"},
+		{"pcie_switch_top", U32, 0, "the top-most PCIe switch above the GPU, numbered over the node; not available: none"},
+		{"pcie_switch_leaf", U32, 0, "the nearest PCIe switch above the GPU, numbered over the node; not available: none"},
 		{"pad3", U32, 0, "keeps the layout 8-aligned"},
 		{"clock_reasons_supported", U32, 0, "nvmlClocksEventReason* bits"},
 		{"memory_bus_width", U32, 0, "bits"},
@@ -202,5 +204,13 @@ var Schema = []Record{
 		{"memory_used", U64, 0, "bytes"},
 		{"bar1_total", U64, 0, "bytes"},
 		{"bar1_used", U64, 0, "bytes"},
+	}},
+	{Name: "nic", Doc: "one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC", Fields: []Field{
+		{"pci_domain", U32, 0, ""},
+		{"pci_bdf", U32, 0, "bus<<8 | device<<3 | function"},
+		{"pcie_root", U32, 0, "as the device's"},
+		{"pcie_switch_top", U32, 0, "as the device's"},
+		{"pcie_switch_leaf", U32, 0, "as the device's"},
+		{"numa_node", U32, 0, "not available: none"},
 	}},
 }

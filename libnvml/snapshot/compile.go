@@ -46,27 +46,36 @@ func Compile(p *profile.Profile, opt Options) ([]byte, error) {
 	for i := range node.GPUs {
 		boards[i] = *node.GPUs[i].Board
 	}
-	if err := checkSize(p.Name, Size(boards)); err != nil {
+	nics := node.PCIe.NICs()
+	if err := checkSize(p.Name, Size(boards, len(nics))); err != nil {
 		return nil, err
 	}
-	roots := map[*profile.PCIRoot]uint32{}
-	for i, r := range node.PCIe.Roots {
-		roots[r] = uint32(i)
-	}
+	at := places(node.PCIe)
 	var pool []uint32
 	devs := make([]Device, p.GPUs)
 	for i := range devs {
-		d, err := device(p, &node.GPUs[i], roots, opt, &pool)
+		d, err := device(p, &node.GPUs[i], at, opt, &pool)
 		if err != nil {
 			return nil, err
 		}
 		devs[i] = d
 	}
 	h.PoolCount = uint32(len(pool))
+	h.NICSize, h.NICCount = NICSize, uint32(len(nics))
+	recs := make([]NIC, len(nics))
+	for i, f := range nics {
+		a := f.Address
+		r := NIC{PCIDomain: a.Domain, PCIBDF: a.Bus<<8 | a.Device<<3 | a.Function, NUMANode: NA}
+		r.PcieRoot, r.PcieSwitchTop, r.PcieSwitchLeaf = at(f)
+		if f.NUMANode >= 0 {
+			r.NUMANode = uint32(f.NUMANode)
+		}
+		recs[i] = r
+	}
 
 	var buf bytes.Buffer
-	buf.Grow(HeaderSize + len(devs)*DeviceSize + 4*len(pool))
-	for _, v := range []any{&h, devs, pool} {
+	buf.Grow(HeaderSize + len(devs)*DeviceSize + len(recs)*NICSize + 4*len(pool))
+	for _, v := range []any{&h, devs, recs, pool} {
 		if err := binary.Write(&buf, binary.LittleEndian, v); err != nil {
 			return nil, fmt.Errorf("encode snapshot: %w", err)
 		}
@@ -74,10 +83,11 @@ func Compile(p *profile.Profile, opt Options) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Size is the length of the snapshot of these GPUs' boards: the header,
-// a record per GPU, and the pool of their supported clocks.
-func Size(boards []profile.Board) uint64 {
-	n := uint64(HeaderSize) + uint64(len(boards))*DeviceSize
+// Size is the length of the snapshot of these GPUs' boards and a node of
+// nics NIC functions: the header, a record per GPU and NIC, and the pool of
+// the GPUs' supported clocks.
+func Size(boards []profile.Board, nics int) uint64 {
+	n := uint64(HeaderSize) + uint64(len(boards))*DeviceSize + uint64(nics)*NICSize
 	for i := range boards {
 		for _, s := range boards[i].Clocks.Supported {
 			n += 4 * (1 + uint64(len(s.Graphics)) + profile.RangeLen(s))
@@ -96,6 +106,32 @@ func checkSize(name string, n uint64) error {
 }
 
 func put(dst []byte, s string) { copy(dst[:len(dst)-1], s) }
+
+// places numbers the tree's host bridges and switches over the node, for
+// the library's topology levels, and gives a function's: its host bridge,
+// the top-most and the nearest switch above it (NA: none).
+func places(t *profile.PCITree) func(*profile.PCIFunction) (root, top, leaf uint32) {
+	roots := map[*profile.PCIRoot]uint32{}
+	for i, r := range t.Roots {
+		roots[r] = uint32(i)
+	}
+	switches := map[*profile.PCIFunction]uint32{}
+	id := func(f *profile.PCIFunction) uint32 {
+		if f == nil {
+			return NA
+		}
+		n, ok := switches[f]
+		if !ok {
+			n = uint32(len(switches))
+			switches[f] = n
+		}
+		return n
+	}
+	return func(f *profile.PCIFunction) (uint32, uint32, uint32) {
+		r, top, leaf := f.Placement()
+		return roots[r], id(top), id(leaf)
+	}
+}
 
 func opt32(v *uint32) uint32 {
 	if v == nil {
@@ -134,7 +170,7 @@ func clockSet(c profile.ClockSet) [4]uint32 {
 	return [4]uint32{opt32(c.Graphics), opt32(c.SM), opt32(c.Memory), opt32(c.Video)}
 }
 
-func device(p *profile.Profile, g *profile.GPU, roots map[*profile.PCIRoot]uint32, opt Options, pool *[]uint32) (Device, error) {
+func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (uint32, uint32, uint32), opt Options, pool *[]uint32) (Device, error) {
 	b, i := g.Board, g.Index
 	var d Device
 	put(d.Name[:], b.ProductName)
@@ -319,16 +355,7 @@ func device(p *profile.Profile, g *profile.GPU, roots map[*profile.PCIRoot]uint3
 	if g.NUMANode >= 0 {
 		d.NUMANode = uint32(g.NUMANode)
 	}
-	// Switches are numbered by their upstream port's address.
-	swID := func(f *profile.PCIFunction) uint32 {
-		if f == nil {
-			return NA
-		}
-		a := f.Address
-		return (a.Domain&0xff)<<16 | a.Bus<<8 | a.Device<<3 | a.Function
-	}
-	root, top, leaf := g.Function.Placement()
-	d.PcieRoot, d.PcieSwitchTop, d.PcieSwitchLeaf = roots[root], swID(top), swID(leaf)
+	d.PcieRoot, d.PcieSwitchTop, d.PcieSwitchLeaf = at(g.Function)
 	d.C2cMode = NA
 	if b.C2C != "" {
 		d.C2cMode = profile.FeatureStates[b.C2C]

@@ -10,6 +10,11 @@ import (
 )
 
 func decode(t *testing.T, data []byte) (Header, []Device, []uint32) {
+	h, devs, _, pool := decodeAll(t, data)
+	return h, devs, pool
+}
+
+func decodeAll(t *testing.T, data []byte) (Header, []Device, []NIC, []uint32) {
 	t.Helper()
 	r := bytes.NewReader(data)
 	var h Header
@@ -17,8 +22,12 @@ func decode(t *testing.T, data []byte) (Header, []Device, []uint32) {
 		t.Fatal(err)
 	}
 	devs := make([]Device, h.DeviceCount)
+	nics := make([]NIC, h.NICCount)
 	pool := make([]uint32, h.PoolCount)
 	if err := binary.Read(r, binary.LittleEndian, devs); err != nil {
+		t.Fatal(err)
+	}
+	if err := binary.Read(r, binary.LittleEndian, nics); err != nil {
 		t.Fatal(err)
 	}
 	if err := binary.Read(r, binary.LittleEndian, pool); err != nil {
@@ -27,7 +36,7 @@ func decode(t *testing.T, data []byte) (Header, []Device, []uint32) {
 	if r.Len() != 0 {
 		t.Fatalf("%d trailing bytes", r.Len())
 	}
-	return h, devs, pool
+	return h, devs, nics, pool
 }
 
 func cstr(b []byte) string { return string(b[:bytes.IndexByte(b, 0)]) }
@@ -129,5 +138,52 @@ func TestDeviceOverridesReachTheirGPU(t *testing.T) {
 	_, devs, _ := decode(t, data)
 	if devs[5].TempGPU != 81 || cstr(devs[5].Name[:]) != "NVIDIA A100 (hot)" || devs[4].TempGPU != 33 {
 		t.Errorf("gpu 5: %d C %q; gpu 4: %d C", devs[5].TempGPU, cstr(devs[5].Name[:]), devs[4].TempGPU)
+	}
+}
+
+// topo -m asks the PCIe path between GPUs and NICs: the snapshot places
+// every NIC function of the tree as it places the GPUs, a card's two
+// functions on one slot.
+func TestNICsArePlacedInTheGPUsTree(t *testing.T) {
+	data, err := Compile(a100(t, 0), Options{Seed: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, devs, nics, _ := decodeAll(t, data)
+	if len(nics) != 12 {
+		t.Fatalf("%d NICs, want the DGX A100's 12", len(nics))
+	}
+	// mlx5_0 (0c:00.0) shares GPU0's top switch, not its leaf.
+	n, g := nics[0], devs[0]
+	if n.PCIDomain != 0 || n.PCIBDF != 0x0c<<8 || n.PcieRoot != g.PcieRoot || n.PcieSwitchTop != g.PcieSwitchTop ||
+		n.PcieSwitchLeaf == g.PcieSwitchLeaf || n.NUMANode != 0 {
+		t.Errorf("mlx5_0: %+v; GPU0: root %d, switches %d, %d", n, g.PcieRoot, g.PcieSwitchTop, g.PcieSwitchLeaf)
+	}
+	var storage []NIC // 61:00.0 and 61:00.1
+	for _, n := range nics {
+		if n.PCIBDF>>3 == 0x61<<5 {
+			storage = append(storage, n)
+		}
+	}
+	if len(storage) != 2 || storage[0].PcieRoot != storage[1].PcieRoot || storage[1].PCIBDF&7 != 1 {
+		t.Errorf("the storage card's functions: %+v", storage)
+	}
+}
+
+// Switches are numbered over the node: a tree repeated one PCI domain up
+// (GPUs 8-15) has switches of its own.
+func TestSwitchesOfRepeatedTreesDiffer(t *testing.T) {
+	data, err := Compile(a100(t, 16), Options{Seed: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, devs, nics, _ := decodeAll(t, data)
+	a, b := devs[0], devs[8]
+	if a.PcieSwitchLeaf == NA || a.PcieSwitchLeaf == b.PcieSwitchLeaf || a.PcieSwitchTop == b.PcieSwitchTop || a.PcieRoot == b.PcieRoot {
+		t.Errorf("GPU0 (root %d, switches %d, %d) and GPU8 (root %d, switches %d, %d) share a place", a.PcieRoot, a.PcieSwitchTop, a.PcieSwitchLeaf,
+			b.PcieRoot, b.PcieSwitchTop, b.PcieSwitchLeaf)
+	}
+	if len(nics) != 24 || nics[12].PCIDomain != 1<<16 {
+		t.Errorf("%d NICs, the 13th in domain %#x; want 24, the second tree's in 0x10000", len(nics), nics[12].PCIDomain)
 	}
 }

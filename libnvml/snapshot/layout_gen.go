@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 7
+const Version = 8
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -22,7 +22,9 @@ type Header struct {
 	HeaderSize    uint32   // sizeof header
 	DeviceSize    uint32   // sizeof device
 	DeviceCount   uint32   // devices on the node
-	PoolCount     uint32   // uint32 values after the devices
+	PoolCount     uint32   // uint32 values after the NICs
+	NICSize       uint32   // sizeof nic
+	NICCount      uint32   // NIC functions in the node's PCI tree
 	Flags         uint32   // FLAG_*
 	CudaVersion   uint32   // e.g. 12020
 	NodeSeedHash  uint32   // low bits of the seed hash, for display
@@ -32,7 +34,7 @@ type Header struct {
 }
 
 // HeaderSize is the size of Header in the file.
-const HeaderSize = 264
+const HeaderSize = 272
 
 // HeaderLayout pins each field's offset (checked against the C header by the compiler).
 var HeaderLayout = []FieldOffset{
@@ -42,12 +44,14 @@ var HeaderLayout = []FieldOffset{
 	{"device_size", "DeviceSize", 16},
 	{"device_count", "DeviceCount", 20},
 	{"pool_count", "PoolCount", 24},
-	{"flags", "Flags", 28},
-	{"cuda_version", "CudaVersion", 32},
-	{"node_seed_hash", "NodeSeedHash", 36},
-	{"driver_version", "DriverVersion", 40},
-	{"nvml_version", "NvmlVersion", 120},
-	{"profile", "Profile", 200},
+	{"nic_size", "NICSize", 28},
+	{"nic_count", "NICCount", 32},
+	{"flags", "Flags", 36},
+	{"cuda_version", "CudaVersion", 40},
+	{"node_seed_hash", "NodeSeedHash", 44},
+	{"driver_version", "DriverVersion", 48},
+	{"nvml_version", "NvmlVersion", 128},
+	{"profile", "Profile", 208},
 }
 
 // Device one GPU of the node.
@@ -181,8 +185,8 @@ type Device struct {
 	SparseMode            uint32     // sparse operation mode: 0 disabled, 1 enabled
 	C2cMode               uint32     // chip-to-chip link to the CPU: 0 disabled, 1 enabled
 	PcieRoot              uint32     // the GPU's PCI host bridge, numbered over the node
-	PcieSwitchTop         uint32     // the top-most PCIe switch above the GPU; not available: none
-	PcieSwitchLeaf        uint32     // the nearest PCIe switch above the GPU; not available: none
+	PcieSwitchTop         uint32     // the top-most PCIe switch above the GPU, numbered over the node; not available: none
+	PcieSwitchLeaf        uint32     // the nearest PCIe switch above the GPU, numbered over the node; not available: none
 	Pad3                  uint32     // keeps the layout 8-aligned
 	ClockReasonsSupported uint32     // nvmlClocksEventReason* bits
 	MemoryBusWidth        uint32     // bits
@@ -347,4 +351,27 @@ var DeviceLayout = []FieldOffset{
 	{"memory_used", "MemoryUsed", 2176},
 	{"bar1_total", "Bar1Total", 2184},
 	{"bar1_used", "Bar1Used", 2192},
+}
+
+// NIC one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
+type NIC struct {
+	PCIDomain      uint32
+	PCIBDF         uint32 // bus<<8 | device<<3 | function
+	PcieRoot       uint32 // as the device's
+	PcieSwitchTop  uint32 // as the device's
+	PcieSwitchLeaf uint32 // as the device's
+	NUMANode       uint32 // not available: none
+}
+
+// NICSize is the size of NIC in the file.
+const NICSize = 24
+
+// NICLayout pins each field's offset (checked against the C header by the compiler).
+var NICLayout = []FieldOffset{
+	{"pci_domain", "PCIDomain", 0},
+	{"pci_bdf", "PCIBDF", 4},
+	{"pcie_root", "PcieRoot", 8},
+	{"pcie_switch_top", "PcieSwitchTop", 12},
+	{"pcie_switch_leaf", "PcieSwitchLeaf", 16},
+	{"numa_node", "NUMANode", 20},
 }

@@ -17,6 +17,7 @@ func TestGoLayoutMatchesSchema(t *testing.T) {
 	}{
 		{"header", Header{}, HeaderSize, HeaderLayout},
 		{"device", Device{}, DeviceSize, DeviceLayout},
+		{"nic", NIC{}, NICSize, NICLayout},
 	} {
 		if got := binary.Size(c.v); got != c.size {
 			t.Errorf("%s: binary size %d, schema says %d", c.name, got, c.size)
@@ -41,7 +42,7 @@ func TestGoLayoutMatchesSchema(t *testing.T) {
 // Pinned: a change here means old snapshot files no longer load; bump
 // SnapshotVersion in libnvml/gen/schema.go with it.
 func TestLayoutIsPinned(t *testing.T) {
-	if Version != 7 || HeaderSize != 264 || DeviceSize != 2200 {
-		t.Errorf("layout v%d header %d device %d changed; bump the version and update this test", Version, HeaderSize, DeviceSize)
+	if Version != 8 || HeaderSize != 272 || DeviceSize != 2200 || NICSize != 24 {
+		t.Errorf("layout v%d header %d device %d NIC %d changed; bump the version and update this test", Version, HeaderSize, DeviceSize, NICSize)
 	}
 }

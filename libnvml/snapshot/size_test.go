@@ -19,7 +19,11 @@ func TestSizeIsTheCompiledLength(t *testing.T) {
 			t.Fatal(err)
 		}
 		boards, _ := p.Boards()
-		if got := Size(boards); got != uint64(len(data)) {
+		node, err := p.Node()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Size(boards, len(node.PCIe.NICs())); got != uint64(len(data)) {
 			t.Errorf("%s: Size says %d bytes, Compile wrote %d", name, got, len(data))
 		}
 	}
