@@ -145,14 +145,36 @@ NVML_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsign
 	return NVML_SUCCESS;
 }
 
+// mig_trains_links_off: an A100's NVLinks (and the NVSwitches' side) are
+// trained off while its MIG mode is on; Hopper's and later stay active
+// (NVIDIA's Fabric Manager guide, "Interoperability With Multi-Instance
+// GPUs").
+static int mig_trains_links_off(const struct nvmock_dev *d)
+{
+	return d->s->architecture == NVML_DEVICE_ARCH_AMPERE && nvmock_mig_on(d);
+}
+
+// link_active: the board's link is up unless MIG trained it off or a
+// fault took it down.
+static int link_active(const struct nvmock_dev *d, unsigned link)
+{
+	if (link >= d->s->nvlink_count || mig_trains_links_off(d))
+		return 0;
+	LIVE(d);
+	return !(live_ && (fx_.links_down >> (link & 31) & 1));
+}
+
 // p2p_status follows the modelled topology: NVLink peers (every pair on an
 // NVSwitch board) do everything over NVLink; otherwise reads and writes go
 // over PCIe within one CPU socket (NODE or closer), while across sockets the
 // inter-socket link carries no peer traffic ("CNS"), and PCIe peers have no
-// atomics.
-static nvmlGpuP2PStatus_t p2p_status(const struct snap_device *a, const struct snap_device *b, nvmlGpuP2PCapsIndex_t i)
+// atomics. A GPU in MIG mode has no peers at all: its MIG devices talk to
+// no other GPU, over NVLink or PCIe (NVIDIA's MIG and Fabric Manager
+// guides).
+static nvmlGpuP2PStatus_t p2p_status(const struct nvmock_dev *da, const struct nvmock_dev *db, nvmlGpuP2PCapsIndex_t i)
 {
-	if (a == b)
+	const struct snap_device *a = da->s, *b = db->s;
+	if (a == b || nvmock_mig_on(da) || nvmock_mig_on(db))
 		return NVML_P2P_STATUS_NOT_SUPPORTED;
 	int nvlink = a->nvlink_count && b->nvlink_count;
 	int pcie = nvmock_ancestor(a, b) <= NVML_TOPOLOGY_NODE;
@@ -179,7 +201,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t 
 	OUT(p2pStatus);
 	if ((unsigned)p2pIndex > NVML_P2P_CAPS_INDEX_UNKNOWN)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*p2pStatus = p2p_status(a->s, b->s, p2pIndex);
+	*p2pStatus = p2p_status(a, b, p2pIndex);
 	return NVML_SUCCESS;
 }
 
@@ -199,10 +221,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int
 	DEV(device, d);
 	OUT(isActive);
 	LINK(d, link);
-	*isActive = NVML_FEATURE_ENABLED;
-	LIVE(d);
-	if (live_ && (fx_.links_down >> (link & 31) & 1))
-		*isActive = NVML_FEATURE_DISABLED;
+	*isActive = link_active(d, link) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
 	return NVML_SUCCESS;
 }
 
@@ -404,7 +423,7 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (id == NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT) {
 		// nvidia-smi topo -m reads NV# for switch-connected pairs from this.
-		v->value.uiVal = s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_SWITCH ? s->nvlink_count : 0;
+		v->value.uiVal = s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_SWITCH && !mig_trains_links_off(d) ? s->nvlink_count : 0;
 		return NVML_SUCCESS;
 	}
 	if (id == NVML_FI_DEV_NVLINK_LINK_COUNT) {
@@ -419,7 +438,8 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		return NVML_SUCCESS;
 	}
 	if (id == NVML_FI_DEV_NVLINK_GET_STATE) {
-		v->value.uiVal = v->scopeId < s->nvlink_count ? NVML_NVLINK_STATE_ACTIVE : NVML_NVLINK_STATE_INACTIVE;
+		// nvidia-smi nvlink -s reads the state from this.
+		v->value.uiVal = link_active(d, v->scopeId) ? NVML_NVLINK_STATE_ACTIVE : NVML_NVLINK_STATE_INACTIVE;
 		return NVML_SUCCESS;
 	}
 	if (id == NVML_FI_DEV_NVLINK_REMOTE_NVLINK_ID) {
