@@ -135,15 +135,18 @@ func TestOnlyAMIGConfigContainerChangesTheLayout(t *testing.T) {
 
 // A pod on a MIG device that asks to show a process shows it on the node
 // as a real one does: under its GPU and compute instance, with its memory
-// in its MIG device's. The compute instance it runs on cannot be destroyed
-// until it stops.
+// in its MIG device's. The container itself sees that memory in its MIG
+// device's row, but not its GPU's processes, which need the MIG monitor
+// capability. The compute instance it runs on cannot be destroyed until
+// it stops.
 func TestAPodOnAMIGDeviceShowsItsProcessUnderItsInstances(t *testing.T) {
 	n := theNode
 	n.partition(t, "5", "19,19")
 	p := n.runPod(t, optedIn, map[string]string{"nvmock.io/gpus": "mig-1g.5gb", "nvmock.io/gpu-memory": "1GiB"})
 	id := n.start(t, p, ctr{image: "glibc", cmd: []string{"/bin/sh", "-c",
-		"while true; do nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits; sleep 0.2; done"}})
-	n.waitOutput(t, id, ", 1024")
+		"while true; do nvidia-smi; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; sleep 0.2; done"}})
+	n.waitOutput(t, id, "1024MiB /")
+	n.waitOutput(t, id, "[Insufficient Permissions], [Insufficient Permissions]")
 	pid := strconv.Itoa(int(n.pid(t, id)))
 	out := n.smi(t)
 	m := regexp.MustCompile(`(?m)^\|\s+5\s+(\d+)\s+0\s+` + pid + `\s+C\s+/bin/sh\s+1024MiB\s+\|$`).FindStringSubmatch(out)

@@ -53,6 +53,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t 
 	}
 	DEV(device, d);
 	OUT(memory);
+	if (nvmock_mig_aggregate_denied(d))
+		return NVML_ERROR_NO_PERMISSION;
 	const struct snap_device *s = d->s;
 	// v1 counts reserved memory as used.
 	memory->total = s->memory_total;
@@ -76,6 +78,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
 	OUT(memory);
 	if (memory->version != nvmlMemory_v2)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (nvmock_mig_aggregate_denied(d))
+		return NVML_ERROR_NO_PERMISSION;
 	const struct snap_device *s = d->s;
 	memory->total = s->memory_total;
 	memory->reserved = s->memory_reserved;
@@ -104,6 +108,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1M
 	OUT(bar1Memory);
 	if (d->s->bar1_total == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
+	if (nvmock_mig_aggregate_denied(d))
+		return NVML_ERROR_NO_PERMISSION;
 	bar1Memory->bar1Total = d->s->bar1_total;
 	bar1Memory->bar1Used = d->s->bar1_used;
 	bar1Memory->bar1Free = d->s->bar1_total - d->s->bar1_used;

@@ -210,6 +210,8 @@ nvmlReturn_t nvmock_procs_of(nvmlDevice_t device, unsigned mask, unsigned *count
 	} else {
 		DEV(device, d);
 		node = d->node_index;
+		if (nvmock_mig_aggregate_denied(d))
+			return NVML_ERROR_NO_PERMISSION;
 	}
 	OUT(count);
 	unsigned n;

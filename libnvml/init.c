@@ -173,12 +173,16 @@ static nvmlReturn_t build_devices(void)
 	}
 	const char *root;
 	nvmock.caps_root[0] = '\0';
+	nvmock.mig_monitor = 1;
 	if (dev_filter(&root)) {
 		for (unsigned i = 0; i < count; i++)
 			keep[i] = dev_node_exists(root, nvmock.node[i].minor);
 		// MIG devices too: by their capability nodes (none: a container
 		// given whole GPUs sees no MIG device, as with NVIDIA's runtime).
 		snprintf(nvmock.caps_root, sizeof nvmock.caps_root, "%s/nvidia-caps", root);
+		char cap[sizeof nvmock.caps_root + 16];
+		snprintf(cap, sizeof cap, "%s/nvidia-cap2", nvmock.caps_root); // mig-minors: "monitor 2"
+		nvmock.mig_monitor = access(cap, F_OK) == 0;
 	} else {
 		ret = env_filter(count, (const char (*)[96])uuids, keep);
 		if (ret != NVML_SUCCESS)

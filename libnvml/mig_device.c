@@ -69,12 +69,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsign
 // (no nvidiactl: a process outside any device view) every one is.
 int nvmock_mig_visible(const struct nvmock_dev *d, unsigned gi, unsigned ci)
 {
-	if (nvmock.caps_root[0] == '\0')
+	if (nvmock.mig_monitor)
 		return 1;
 	char p[sizeof nvmock.caps_root + 32];
-	snprintf(p, sizeof p, "%s/nvidia-cap2", nvmock.caps_root); // mig-minors: "monitor 2"
-	if (access(p, F_OK) == 0)
-		return 1;
 	unsigned base = 3 + 135 * d->s->minor + 9 * gi; // /proc/driver/nvidia-caps/mig-minors
 	snprintf(p, sizeof p, "%s/nvidia-cap%u", nvmock.caps_root, base);
 	if (access(p, F_OK) != 0)

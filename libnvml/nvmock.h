@@ -44,6 +44,9 @@ struct nvmock_state {
 	// Where MIG capability nodes decide which MIG devices this process
 	// sees (mig_device.c); "": all of them.
 	char caps_root[4096];
+	// Whether this process holds the MIG monitor capability, as a host
+	// does: it sees every MIG device and a MIG-mode GPU's aggregates.
+	int mig_monitor;
 };
 
 // What the active faults do to a GPU.
@@ -139,6 +142,16 @@ static inline int nvmock_mig_on(const struct nvmock_dev *d)
 	    __atomic_load_n(&nvmock.live_gpus[d->node_index].mig_set, __ATOMIC_RELAXED))
 		return __atomic_load_n(&nvmock.live_gpus[d->node_index].mig_current, __ATOMIC_RELAXED) == 1;
 	return d->s->mig_current == 1;
+}
+
+// nvmock_mig_aggregate_denied: the memory, BAR1 and processes of a GPU
+// in MIG mode, summed over its instances, are for a caller with the MIG
+// monitor capability only (nvml.h: "only if the caller has appropriate
+// privileges"); a container given MIG devices reads them through their
+// handles.
+static inline int nvmock_mig_aggregate_denied(const struct nvmock_dev *d)
+{
+	return !nvmock.mig_monitor && nvmock_mig_on(d);
 }
 
 // DEV declares d for handle h, returning the validator's error.

@@ -1,0 +1,80 @@
+//go:build integration
+
+package smi
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// capRoot is a container's /dev with GPU 0 and the capability nodes of
+// GPU instance gi's compute instance 0, and the MIG monitor capability's
+// with monitor.
+func capRoot(t *testing.T, gi int, monitor bool) string {
+	nodes := []string{"nvidiactl", "nvidia0", "nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(0, gi, -1)),
+		"nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(0, gi, 0))}
+	if monitor {
+		nodes = append(nodes, "nvidia-caps/nvidia-cap2")
+	}
+	d := t.TempDir()
+	for _, n := range nodes {
+		os.MkdirAll(filepath.Dir(filepath.Join(d, n)), 0o755)
+		if err := os.WriteFile(filepath.Join(d, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// In a container given one MIG device (its GPU's node and the two
+// capability nodes) every nvidia-smi shows the GPU's memory as a real
+// one does there: N/A in the default view (an A100 and an H100 NVL in
+// containers on R535: DCGM #152, dcgm-exporter #544) and "[Insufficient
+// Permissions]" in queries (an A100 pod on 535.161.08,
+// StableSwarmUI #388), while its MIG device's row has its own. The MIG
+// monitor capability (NVIDIA_MIG_MONITOR_DEVICES=all) gives the GPU's.
+func TestAContainerOnAMIGDeviceReadsNoGPUTotals(t *testing.T) {
+	snap, p := testenv.Snapshot(t, "a100", 2)
+	gpuRow := regexp.MustCompile(`(?m)^\|\s+N/A\s+\d+C\s+P0\s+\d+W /\s+400W \|\s+(.*?)\s+\|\s+N/A\s+Default \|$`)
+	for _, s := range testenv.NvidiaSMIs(t) {
+		t.Run(s.Version, func(t *testing.T) {
+			testenv.LiveState(t, snap, 2, time.Time{})
+			run := smiRunner(t, s.Path, snap)
+			run("-i", "0", "-mig", "1")
+			if out := run("mig", "-cgi", "19", "-C"); !strings.Contains(out, "GPU instance ID 13") {
+				t.Fatalf("the 1g.5gb is not GPU instance 13:\n%s", out)
+			}
+			for _, monitor := range []bool{false, true} {
+				env := []string{"NVMOCK_DEV_ROOT=" + capRoot(t, 13, monitor)}
+				wantMem, wantQuery := "N/A", "[Insufficient Permissions], [Insufficient Permissions]\n"
+				if monitor {
+					// 470 reads the first memory call, which counts the
+					// driver's reserve as used.
+					used := 0
+					if major(s.Version) < 535 {
+						used = int(p.Board.Memory.Reserved >> 20)
+					}
+					wantMem, wantQuery = fmt.Sprintf("%dMiB / 40960MiB", used), fmt.Sprintf("40960 MiB, %d MiB\n", used)
+				}
+				out, code, err := runSMI(t, s.Path, snap, env)
+				m := gpuRow.FindStringSubmatch(out)
+				if err != nil || code != 0 || m == nil || squash(m[1]) != wantMem || !strings.Contains(squash(out), "| 0 13 0 0 | 0MiB / 4864MiB |") {
+					t.Errorf("monitor %v: default view (exit %d, %v): want the GPU's memory %q and the MIG device's:\n%s", monitor, code, err, wantMem, out)
+				}
+				out, code, err = runSMI(t, s.Path, snap, env, "--query-gpu=memory.total,memory.used", "--format=csv,noheader")
+				if err != nil || code != 0 || out != wantQuery {
+					t.Errorf("monitor %v: --query-gpu (exit %d, %v):\n%s\nwant\n%s", monitor, code, err, out, wantQuery)
+				}
+			}
+		})
+	}
+}
