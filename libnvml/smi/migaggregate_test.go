@@ -4,9 +4,7 @@ package smi
 
 import (
 	"fmt"
-	"os"
 	"regexp"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,14 +23,7 @@ func capRoot(t *testing.T, gi int, monitor bool) string {
 	if monitor {
 		nodes = append(nodes, "nvidia-caps/nvidia-cap2")
 	}
-	d := t.TempDir()
-	for _, n := range nodes {
-		os.MkdirAll(filepath.Dir(filepath.Join(d, n)), 0o755)
-		if err := os.WriteFile(filepath.Join(d, n), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return d
+	return devRoot(t, nodes...)
 }
 
 // In a container given one MIG device (its GPU's node and the two

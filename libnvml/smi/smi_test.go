@@ -210,6 +210,9 @@ func TestQueryGPUValuesComeFromTheProfile(t *testing.T) {
 func devRoot(t *testing.T, nodes ...string) string {
 	d := t.TempDir()
 	for _, n := range nodes {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(d, n)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(d, n), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
