@@ -5,6 +5,7 @@ package ibshim_test
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -37,56 +38,90 @@ func topoMatrix(t *testing.T, out string) map[[2]string]string {
 	return m
 }
 
-// nvidia-smi asks NVML the PCIe path between each GPU and NIC, and the
-// mock answers from the same PCI tree lspci and hwloc read, so topo -m
-// relates the NICs as on the real systems: a DGX H100's GPUs each PXB to
-// their own ConnectX-7 (its user guide's layout) and the two ports of a
-// storage card PIX, NODE to the GPUs of their socket (as a real H200
-// node's); a DGX A100's GPU pairs PXB to their two HCAs (ucx-py#749)
-// and its storage ports PIX.
-func TestNvidiaSMITopoRelatesNICsAsOnRealNodes(t *testing.T) {
-	for _, tc := range []struct {
-		profile string
-		want    map[string]string // "GPU0 NIC0": level
-		ownNICs int               // PXB NICs per GPU
-	}{
-		{"h100", map[string]string{
-			"GPU0 NIC0": "PXB", "GPU1 NIC3": "PXB", "GPU2 NIC4": "PXB", "GPU3 NIC5": "PXB",
-			"GPU4 NIC6": "PXB", "GPU5 NIC9": "PXB", "GPU6 NIC10": "PXB", "GPU7 NIC11": "PXB",
-			"NIC1 NIC2": "PIX", "NIC7 NIC8": "PIX", "GPU0 NIC1": "NODE", "GPU7 NIC8": "NODE",
-			"GPU0 NIC8": "SYS", "GPU0 NIC6": "SYS", "NIC0 NIC3": "NODE",
-		}, 1},
-		{"a100", map[string]string{
-			"GPU0 NIC0": "PXB", "GPU0 NIC1": "PXB", "GPU1 NIC0": "PXB", "GPU2 NIC2": "PXB", "GPU3 NIC3": "PXB",
-			"GPU4 NIC6": "PXB", "GPU5 NIC7": "PXB", "GPU6 NIC8": "PXB", "GPU7 NIC9": "PXB",
-			"NIC0 NIC1": "PXB", "NIC4 NIC5": "PIX", "NIC10 NIC11": "PIX", "GPU0 NIC6": "SYS",
-		}, 2},
-	} {
-		t.Run(tc.profile, func(t *testing.T) {
-			m := topoMatrix(t, nodeOf(t, tc.profile, "nvidia-smi topo -m"))
-			for k, want := range tc.want {
-				a, b, _ := strings.Cut(k, " ")
-				if got := m[[2]string{a, b}]; got != want {
-					t.Errorf("%s to %s: %q, want %s", a, b, got, want)
+// Real topo -m captures: every cell of each row shown, then a GPU's CPU and
+// NUMA affinity. nvidia-smi asks NVML the PCIe path between each GPU and
+// NIC, and the mock answers from the same PCI tree lspci and hwloc read,
+// so the mock nodes' matrices must be these.
+var realTopo = map[string]string{
+	// A DGX H100 (a user's capture; its last six NIC rows were cut): each
+	// GPU PXB to its own ConnectX-7, a storage card's two ports PIX, NODE to
+	// the GPUs of their socket.
+	"h100": `
+GPU0  X   NV18 NV18 NV18 NV18 NV18 NV18 NV18 PXB NODE NODE NODE NODE NODE SYS SYS SYS SYS SYS SYS 0-55,112-167 0
+GPU1  NV18 X   NV18 NV18 NV18 NV18 NV18 NV18 NODE NODE NODE PXB NODE NODE SYS SYS SYS SYS SYS SYS 0-55,112-167 0
+GPU2  NV18 NV18 X   NV18 NV18 NV18 NV18 NV18 NODE NODE NODE NODE PXB NODE SYS SYS SYS SYS SYS SYS 0-55,112-167 0
+GPU3  NV18 NV18 NV18 X   NV18 NV18 NV18 NV18 NODE NODE NODE NODE NODE PXB SYS SYS SYS SYS SYS SYS 0-55,112-167 0
+GPU4  NV18 NV18 NV18 NV18 X   NV18 NV18 NV18 SYS SYS SYS SYS SYS SYS PXB NODE NODE NODE NODE NODE 56-111,168-223 1
+GPU5  NV18 NV18 NV18 NV18 NV18 X   NV18 NV18 SYS SYS SYS SYS SYS SYS NODE NODE NODE PXB NODE NODE 56-111,168-223 1
+GPU6  NV18 NV18 NV18 NV18 NV18 NV18 X   NV18 SYS SYS SYS SYS SYS SYS NODE NODE NODE NODE PXB NODE 56-111,168-223 1
+GPU7  NV18 NV18 NV18 NV18 NV18 NV18 NV18 X   SYS SYS SYS SYS SYS SYS NODE NODE NODE NODE NODE PXB 56-111,168-223 1
+NIC0  PXB NODE NODE NODE SYS SYS SYS SYS X   NODE NODE NODE NODE NODE SYS SYS SYS SYS SYS SYS
+NIC1  NODE NODE NODE NODE SYS SYS SYS SYS NODE X   PIX NODE NODE NODE SYS SYS SYS SYS SYS SYS
+NIC2  NODE NODE NODE NODE SYS SYS SYS SYS NODE PIX X   NODE NODE NODE SYS SYS SYS SYS SYS SYS
+NIC3  NODE PXB NODE NODE SYS SYS SYS SYS NODE NODE NODE X   NODE NODE SYS SYS SYS SYS SYS SYS
+NIC4  NODE NODE PXB NODE SYS SYS SYS SYS NODE NODE NODE NODE X   NODE SYS SYS SYS SYS SYS SYS
+NIC5  NODE NODE NODE PXB SYS SYS SYS SYS NODE NODE NODE NODE NODE X   SYS SYS SYS SYS SYS SYS
+`,
+	// A DGX A100 (a user's capture, NICs named mlx5_0 to mlx5_11). Its CPUs
+	// are in NPS4, so each GPU pair and its two HCAs have a NUMA node of
+	// their own, and the storage cards' ports (NIC4/5, NIC10/11) are SYS to
+	// every GPU.
+	"a100": `
+GPU0  X   NV12 NV12 NV12 NV12 NV12 NV12 NV12 PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS 48-63,176-191 3
+GPU1  NV12 X   NV12 NV12 NV12 NV12 NV12 NV12 PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS 48-63,176-191 3
+GPU2  NV12 NV12 X   NV12 NV12 NV12 NV12 NV12 SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS 16-31,144-159 1
+GPU3  NV12 NV12 NV12 X   NV12 NV12 NV12 NV12 SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS 16-31,144-159 1
+GPU4  NV12 NV12 NV12 NV12 X   NV12 NV12 NV12 SYS SYS SYS SYS SYS SYS PXB PXB SYS SYS SYS SYS 112-127,240-255 7
+GPU5  NV12 NV12 NV12 NV12 NV12 X   NV12 NV12 SYS SYS SYS SYS SYS SYS PXB PXB SYS SYS SYS SYS 112-127,240-255 7
+GPU6  NV12 NV12 NV12 NV12 NV12 NV12 X   NV12 SYS SYS SYS SYS SYS SYS SYS SYS PXB PXB SYS SYS 80-95,208-223 5
+GPU7  NV12 NV12 NV12 NV12 NV12 NV12 NV12 X   SYS SYS SYS SYS SYS SYS SYS SYS PXB PXB SYS SYS 80-95,208-223 5
+NIC0  PXB PXB SYS SYS SYS SYS SYS SYS X   PXB SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS
+NIC1  PXB PXB SYS SYS SYS SYS SYS SYS PXB X   SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS
+NIC2  SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS X   PXB SYS SYS SYS SYS SYS SYS SYS SYS
+NIC3  SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS PXB X   SYS SYS SYS SYS SYS SYS SYS SYS
+NIC4  SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS X   PIX SYS SYS SYS SYS SYS SYS
+NIC5  SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS PIX X   SYS SYS SYS SYS SYS SYS
+NIC6  SYS SYS SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS X   PXB SYS SYS SYS SYS
+NIC7  SYS SYS SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS PXB X   SYS SYS SYS SYS
+NIC8  SYS SYS SYS SYS SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS X   PXB SYS SYS
+NIC9  SYS SYS SYS SYS SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS PXB X   SYS SYS
+NIC10 SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS X   PIX
+NIC11 SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS PIX X
+`,
+}
+
+func TestNvidiaSMITopoMatchesRealNodes(t *testing.T) {
+	for prof, rows := range realTopo {
+		t.Run(prof, func(t *testing.T) {
+			out := nodeOf(t, prof, "nvidia-smi topo -m")
+			m := topoMatrix(t, out)
+			aff := map[string][]string{} // a GPU row's CPU and NUMA affinity
+			for _, l := range strings.Split(out, "\n") {
+				f := strings.Split(l, "\t")
+				if len(f) > 22 && strings.HasPrefix(f[0], "GPU") {
+					aff[f[0]] = []string{strings.TrimSpace(f[21]), strings.TrimSpace(f[22])}
 				}
 			}
+			for _, l := range strings.Split(strings.TrimSpace(rows), "\n") {
+				f := strings.Fields(l)
+				row := f[0]
+				for i, want := range f[1:21] {
+					col := fmt.Sprintf("GPU%d", i)
+					if i >= 8 {
+						col = fmt.Sprintf("NIC%d", i-8)
+					}
+					if got := m[[2]string{row, col}]; want != "X" && got != want {
+						t.Errorf("%s to %s: %q, real %s", row, col, got, want)
+					}
+				}
+				if want := f[21:]; len(want) > 0 && !slices.Equal(aff[row], want) {
+					t.Errorf("%s CPU and NUMA affinity %q, real %q", row, aff[row], want)
+				}
+			}
+			// The rows the captures cut: the matrix is symmetric.
 			for k, v := range m {
 				if back := m[[2]string{k[1], k[0]}]; back != v {
 					t.Errorf("%s to %s is %s, back %s", k[0], k[1], v, back)
-				}
-				if k[0] != k[1] && !regexp.MustCompile(`^(PIX|PXB|PHB|NODE|SYS|NV\d+)$`).MatchString(v) {
-					t.Errorf("%s to %s: %q", k[0], k[1], v)
-				}
-			}
-			for g := 0; g < 8; g++ {
-				own := 0
-				for n := 0; n < 12; n++ {
-					if m[[2]string{fmt.Sprintf("GPU%d", g), fmt.Sprintf("NIC%d", n)}] == "PXB" {
-						own++
-					}
-				}
-				if own != tc.ownNICs {
-					t.Errorf("GPU%d is PXB to %d NICs, want %d", g, own, tc.ownNICs)
 				}
 			}
 		})

@@ -105,9 +105,10 @@ func TestBuiltinTreesAreTheRealSystems(t *testing.T) {
 		board string
 		rels  []rel
 	}{
-		// DGX A100: 4 switch complexes, each with 2 GPUs and 2 ConnectX-6.
+		// DGX A100: 4 switch complexes, each with 2 GPUs and 2 ConnectX-6,
+		// each on a NUMA node of its own (NPS4).
 		{"a100", []rel{{"0000:07:00.0", "0000:0f:00.0", "top switch"}, {"0000:07:00.0", "0000:0c:00.0", "top switch"},
-			{"0000:07:00.0", "0000:12:00.0", "top switch"}, {"0000:07:00.0", "0000:47:00.0", "numa"}, {"0000:07:00.0", "0000:87:00.0", "nothing"}}},
+			{"0000:07:00.0", "0000:12:00.0", "top switch"}, {"0000:07:00.0", "0000:47:00.0", "nothing"}, {"0000:07:00.0", "0000:87:00.0", "nothing"}}},
 		// HGX H100: per GPU a host bridge, its ConnectX-7 beside it under one switch.
 		{"h100", []rel{{"0000:53:00.0", "0000:50:00.0", "top switch"}, {"0000:53:00.0", "0000:64:00.0", "numa"}}},
 		// HGX B200: two GPUs per leaf switch, two ConnectX-7 beside them.

@@ -59,7 +59,7 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a PCIe generation of 9 does not exist", "linkGen: 4", "linkGen: 9", []string{"board.pci.linkGen", "not a PCIe generation"}},
 		{"an unknown brand lists the known ones", "brand: NVIDIA", "brand: Nvidya", []string{"board.brand", "\"Nvidya\" is not one of", "\"NVIDIA\""}},
 		{"a power limit outside min..max is impossible", "defaultLimit: 400", "defaultLimit: 500", []string{"board.power.defaultLimit", "outside minLimit..maxLimit"}},
-		{"a bad CPU list names its index", "cpuAffinity: [\"0-63,128-191\"", "cpuAffinity: [\"63-0\"", []string{"topology.cpuAffinity[0]", "not a CPU list"}},
+		{"a bad CPU list names its index", "cpuAffinity: [\"48-63,176-191\"", "cpuAffinity: [\"63-0\"", []string{"topology.cpuAffinity[0]", "not a CPU list"}},
 		{"a bad device id names the vendor", "deviceId: \"0x20B010DE\"", "deviceId: \"0x20B01234\"", []string{"board.pci.deviceId", "10DE"}},
 		{"broken YAML says so", "gpus: 8", "gpus: [8", []string{"bad.yaml", "not valid YAML"}},
 		{"an InfiniBand speed names the ones there are", "speed: HDR", "speed: QDR", []string{`infiniband.adapters["0x101b"].speed`, "not HDR, NDR or XDR"}},

@@ -153,10 +153,11 @@ func TestNICsArePlacedInTheGPUsTree(t *testing.T) {
 	if len(nics) != 12 {
 		t.Fatalf("%d NICs, want the DGX A100's 12", len(nics))
 	}
-	// mlx5_0 (0c:00.0) shares GPU0's top switch, not its leaf.
+	// mlx5_0 (0c:00.0) shares GPU0's top switch, not its leaf, and its
+	// NUMA node (3, of eight).
 	n, g := nics[0], devs[0]
 	if n.PCIDomain != 0 || n.PCIBDF != 0x0c<<8 || n.PcieRoot != g.PcieRoot || n.PcieSwitchTop != g.PcieSwitchTop ||
-		n.PcieSwitchLeaf == g.PcieSwitchLeaf || n.NUMANode != 0 {
+		n.PcieSwitchLeaf == g.PcieSwitchLeaf || n.NUMANode != 3 {
 		t.Errorf("mlx5_0: %+v; GPU0: root %d, switches %d, %d", n, g.PcieRoot, g.PcieSwitchTop, g.PcieSwitchLeaf)
 	}
 	var storage []NIC // 61:00.0 and 61:00.1
