@@ -127,3 +127,13 @@ func TestNvidiaSMITopoMatchesRealNodes(t *testing.T) {
 		})
 	}
 }
+
+// The same DGX A100 capture asks which GPUs are near CPUs 48 and 222.
+func TestNvidiaSMITopoCPUIsARealDGXA100s(t *testing.T) {
+	out := nodeOf(t, "a100", "nvidia-smi topo -c 48; nvidia-smi topo -c 222")
+	for _, want := range []string{"affinity with CPU 48 are:\n0, 1\n", "affinity with CPU 222 are:\n6, 7\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("topo -c: want %q in:\n%s", want, out)
+		}
+	}
+}
