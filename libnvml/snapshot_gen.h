@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 8
+#define SNAPSHOT_VERSION 9
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 #define SNAPSHOT_MAX_MIG_PROFILES 8
 // The library maps no larger file (libnvml/gen/limits.go).
@@ -186,13 +186,15 @@ struct snap_device {
 	uint32_t power_source; // nvmlPowerSource_t
 	uint32_t egm; // extended GPU memory: 0 disabled, 1 enabled
 	uint64_t cpu_affinity[16]; // bit mask of CPUs
+	uint64_t cpu_affinity_socket[16]; // bit mask of the socket's CPUs
+	uint64_t numa_socket_mask; // bit mask of the socket's NUMA nodes
 	uint64_t memory_total; // bytes
 	uint64_t memory_reserved; // bytes
 	uint64_t memory_used; // bytes
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
 };
-_Static_assert(sizeof(struct snap_device) == 2200, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 2336, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -332,11 +334,13 @@ _Static_assert(offsetof(struct snap_device, bus_type) == 2020, "snapshot layout"
 _Static_assert(offsetof(struct snap_device, power_source) == 2024, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, egm) == 2028, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, cpu_affinity) == 2032, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 2160, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 2168, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 2176, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 2184, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 2192, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity_socket) == 2160, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_socket_mask) == 2288, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 2296, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 2304, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 2312, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 2320, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 2328, "snapshot layout");
 
 // snap_nic one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
 struct snap_nic {

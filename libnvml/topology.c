@@ -6,23 +6,37 @@
 
 #include "nvmock.h"
 
+static void copy_mask(unsigned long *set, unsigned size, const uint64_t *mask, unsigned words)
+{
+	for (unsigned i = 0; i < size; i++)
+		set[i] = i < words ? (unsigned long)mask[i] : 0;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet)
 {
 	DEV(device, d);
 	if (cpuSet == NULL || cpuSetSize == 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	unsigned n = sizeof d->s->cpu_affinity / sizeof d->s->cpu_affinity[0];
-	for (unsigned i = 0; i < cpuSetSize; i++)
-		cpuSet[i] = i < n ? (unsigned long)d->s->cpu_affinity[i] : 0;
+	copy_mask(cpuSet, cpuSetSize, d->s->cpu_affinity, sizeof d->s->cpu_affinity / sizeof d->s->cpu_affinity[0]);
 	return NVML_SUCCESS;
 }
 
+// The node scope is the GPU's NUMA node's CPUs, as nvmlDeviceGetCpuAffinity
+// gives; the socket scope the whole socket's, which differ where a socket
+// has several NUMA nodes (a DGX A100's EPYCs in NPS4).
 NVML_API nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize,
 							  unsigned long *cpuSet, nvmlAffinityScope_t scope)
 {
 	if (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET)
 		return nvmock_ready() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
-	return nvmlDeviceGetCpuAffinity(device, cpuSetSize, cpuSet);
+	if (scope == NVML_AFFINITY_SCOPE_NODE)
+		return nvmlDeviceGetCpuAffinity(device, cpuSetSize, cpuSet);
+	DEV(device, d);
+	if (cpuSet == NULL || cpuSetSize == 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	copy_mask(cpuSet, cpuSetSize, d->s->cpu_affinity_socket,
+		  sizeof d->s->cpu_affinity_socket / sizeof d->s->cpu_affinity_socket[0]);
+	return NVML_SUCCESS;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize, unsigned long *nodeSet,
@@ -34,10 +48,10 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned 
 	unsigned node = d->s->numa_node;
 	if (node == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
-	memset(nodeSet, 0, nodeSetSize * sizeof *nodeSet);
-	unsigned bits = 8 * sizeof *nodeSet;
-	if (node / bits < nodeSetSize)
-		nodeSet[node / bits] = 1ul << (node % bits);
+	uint64_t nodes = scope == NVML_AFFINITY_SCOPE_SOCKET ? d->s->numa_socket_mask : 0;
+	if (node < 64)
+		nodes |= 1ull << node;
+	copy_mask(nodeSet, nodeSetSize, &nodes, 1);
 	return NVML_SUCCESS;
 }
 

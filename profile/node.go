@@ -1,6 +1,9 @@
 package profile
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Node is a valid profile resolved for one node into typed values: each
 // GPU's board, PCI address, NUMA node and CPUs, and the PCIe tree that holds
@@ -21,6 +24,10 @@ type GPU struct {
 	Address  PCIAddress
 	NUMANode int     // -1: not reported
 	CPUs     *CPUSet // nil: not reported
+	// Socket is the GPU's socket: its CPUs and NUMA nodes (bit n for node
+	// n). Without topology.sockets, the GPU's NUMA node and CPUs.
+	SocketCPUs  *CPUSet
+	SocketNodes uint64
 	// NVLinkSwitches are, per NVLink, the PCI address of the NVSwitch it
 	// reaches; nil where the switches are not PCI devices of the node.
 	NVLinkSwitches []PCIAddress
@@ -65,6 +72,9 @@ func (p *Profile) Node() (*Node, error) {
 			}
 			cs := CPUSet(m)
 			g.CPUs = &cs
+		}
+		if err := placeSocket(g, t.Sockets); err != nil {
+			return nil, err
 		}
 		for _, sw := range t.LinkSwitches(links) {
 			s, err := ParsePCIAddress(t.NVSwitches[sw])
@@ -162,4 +172,39 @@ func (s *CPUSet) Last() int {
 		}
 	}
 	return -1
+}
+
+// placeSocket finds the socket of the GPU's NUMA node, whose CPUs must
+// hold the GPU's.
+func placeSocket(g *GPU, sockets []Socket) error {
+	if len(sockets) == 0 {
+		g.SocketCPUs = g.CPUs
+		if g.NUMANode >= 0 && g.NUMANode < 64 {
+			g.SocketNodes = 1 << g.NUMANode
+		}
+		return nil
+	}
+	for i, s := range sockets {
+		if g.NUMANode < 0 || !slices.Contains(s.NUMANodes, uint32(g.NUMANode)) {
+			continue
+		}
+		m, err := ParseCPUList(s.CPUs)
+		if err != nil {
+			return fmt.Errorf("topology.sockets[%d].cpus: %w", i, err)
+		}
+		cs := CPUSet(m)
+		if g.CPUs != nil {
+			for w := range cs {
+				if g.CPUs[w]&^cs[w] != 0 {
+					return fmt.Errorf("topology.sockets[%d].cpus: GPU %d's CPUs (topology.cpuAffinity) are not all in %q", i, g.Index, s.CPUs)
+				}
+			}
+		}
+		g.SocketCPUs = &cs
+		for _, n := range s.NUMANodes {
+			g.SocketNodes |= 1 << n
+		}
+		return nil
+	}
+	return fmt.Errorf("topology.sockets: GPU %d's NUMA node %d (topology.numaNodes) is in no socket", g.Index, g.NUMANode)
 }

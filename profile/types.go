@@ -296,12 +296,21 @@ type NVLink struct {
 	RemoteDeviceID Hex32 `json:"remoteDeviceId,omitempty"`
 }
 
+// Socket is one CPU socket: its CPUs and NUMA nodes.
+type Socket struct {
+	CPUs      string   `json:"cpus"`      // CPU list, e.g. "0-63,128-191"
+	NUMANodes []uint32 `json:"numaNodes"` // e.g. [0, 1, 2, 3]
+}
+
 // Topology places the GPUs. Lists shorter than the GPU count repeat: GPU i
 // takes entry i mod len; repeats of busIds move to PCI domain + 0x10000 * (i / len).
 type Topology struct {
 	BusIDs      []string `json:"busIds"`      // PCI addresses, e.g. "0000:07:00.0"
 	NUMANodes   []uint32 `json:"numaNodes"`   // one per GPU
 	CPUAffinity []string `json:"cpuAffinity"` // CPU lists, e.g. "0-63,128-191"
+	// Sockets group NUMA nodes where a socket has several (AMD's NPS2 and
+	// NPS4), for NVML's socket scope. Empty: each NUMA node is a socket.
+	Sockets []Socket `json:"sockets,omitempty"`
 	// NVSwitches are the node's NVLink switches as PCI devices. Every GPU's
 	// links spread over them in order, in blocks of LinksPerSwitch (default:
 	// an even split). Empty where the switches are outside the node (an

@@ -378,6 +378,24 @@ func (t *Topology) validate(c *checker) {
 			c.fail(fmt.Sprintf("topology.cpuAffinity[%d]", i), "%v", err)
 		}
 	}
+	owner := map[uint32]int{}
+	for i, s := range t.Sockets {
+		if _, err := ParseCPUList(s.CPUs); err != nil {
+			c.fail(fmt.Sprintf("topology.sockets[%d].cpus", i), "%v", err)
+		}
+		if len(s.NUMANodes) == 0 {
+			c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "is required (the socket's NUMA nodes, e.g. [0, 1, 2, 3])")
+		}
+		for _, n := range s.NUMANodes {
+			if j, ok := owner[n]; ok {
+				c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "NUMA node %d is already in sockets[%d]", n, j)
+			}
+			if n >= 64 {
+				c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "NUMA node %d: at most 64 nodes", n)
+			}
+			owner[n] = i
+		}
+	}
 }
 
 // MaxCPUs is the size of the CPU affinity mask in the snapshot.

@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 8
+const SnapshotVersion = 9
 
 // Kind is the storage type of a field.
 type Kind int
@@ -199,6 +199,8 @@ var Schema = []Record{
 		{"power_source", U32, 0, "nvmlPowerSource_t"},
 		{"egm", U32, 0, "extended GPU memory: 0 disabled, 1 enabled"},
 		{"cpu_affinity", U64s, 16, "bit mask of CPUs"},
+		{"cpu_affinity_socket", U64s, 16, "bit mask of the socket's CPUs"},
+		{"numa_socket_mask", U64, 0, "bit mask of the socket's NUMA nodes"},
 		{"memory_total", U64, 0, "bytes"},
 		{"memory_reserved", U64, 0, "bytes"},
 		{"memory_used", U64, 0, "bytes"},

@@ -363,6 +363,10 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 	if g.CPUs != nil {
 		d.CPUAffinity = *g.CPUs
 	}
+	if g.SocketCPUs != nil {
+		d.CPUAffinitySocket = *g.SocketCPUs
+	}
+	d.NUMASocketMask = g.SocketNodes
 	if l := b.NVLink; l != nil {
 		d.NvlinkCount = l.Links
 		d.NvlinkVersion = profile.NVLinkVersions[l.Version]

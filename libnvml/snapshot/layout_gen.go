@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 8
+const Version = 9
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -195,6 +195,8 @@ type Device struct {
 	PowerSource           uint32     // nvmlPowerSource_t
 	Egm                   uint32     // extended GPU memory: 0 disabled, 1 enabled
 	CPUAffinity           [16]uint64 // bit mask of CPUs
+	CPUAffinitySocket     [16]uint64 // bit mask of the socket's CPUs
+	NUMASocketMask        uint64     // bit mask of the socket's NUMA nodes
 	MemoryTotal           uint64     // bytes
 	MemoryReserved        uint64     // bytes
 	MemoryUsed            uint64     // bytes
@@ -203,7 +205,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 2200
+const DeviceSize = 2336
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -346,11 +348,13 @@ var DeviceLayout = []FieldOffset{
 	{"power_source", "PowerSource", 2024},
 	{"egm", "Egm", 2028},
 	{"cpu_affinity", "CPUAffinity", 2032},
-	{"memory_total", "MemoryTotal", 2160},
-	{"memory_reserved", "MemoryReserved", 2168},
-	{"memory_used", "MemoryUsed", 2176},
-	{"bar1_total", "Bar1Total", 2184},
-	{"bar1_used", "Bar1Used", 2192},
+	{"cpu_affinity_socket", "CPUAffinitySocket", 2160},
+	{"numa_socket_mask", "NUMASocketMask", 2288},
+	{"memory_total", "MemoryTotal", 2296},
+	{"memory_reserved", "MemoryReserved", 2304},
+	{"memory_used", "MemoryUsed", 2312},
+	{"bar1_total", "Bar1Total", 2320},
+	{"bar1_used", "Bar1Used", 2328},
 }
 
 // NIC one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.

@@ -1,0 +1,55 @@
+//go:build integration
+
+package gonvml
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/nvmock/nvmock/profile"
+)
+
+// list spells an NVML CPU or node set as the kernel's cpulist files do.
+func list(words []uint) string {
+	var s profile.CPUSet
+	for i, w := range words {
+		if i < len(s) {
+			s[i] = uint64(w)
+		}
+	}
+	return s.List()
+}
+
+// A DGX A100's EPYCs run in NPS4: a GPU's NUMA node is a quarter of its
+// socket. NVML's node scope is the node, its socket scope the socket.
+func TestAffinityScopesOfAnNPS4Node(t *testing.T) {
+	lib, _ := startSnapshot(t, 0) // a100
+	for _, c := range []struct {
+		gpu                  int
+		nodeCPUs, socketCPUs string
+		nodeNUMA, socketNUMA string
+	}{
+		{0, "48-63,176-191", "0-63,128-191", "3", "0-3"},
+		{3, "16-31,144-159", "0-63,128-191", "1", "0-3"},
+		{6, "80-95,208-223", "64-127,192-255", "5", "4-7"},
+	} {
+		t.Run(fmt.Sprintf("GPU%d", c.gpu), func(t *testing.T) {
+			d, ret := lib.DeviceGetHandleByIndex(c.gpu)
+			if ret != nvml.SUCCESS {
+				t.Fatalf("DeviceGetHandleByIndex: %v", ret)
+			}
+			cpus, ret := d.GetCpuAffinity(profile.MaxCPUs)
+			check(t, "GetCpuAffinity", list(cpus), ret, c.nodeCPUs)
+			cpus, ret = d.GetCpuAffinityWithinScope(profile.MaxCPUs, nvml.AFFINITY_SCOPE_NODE)
+			check(t, "GetCpuAffinityWithinScope(NODE)", list(cpus), ret, c.nodeCPUs)
+			cpus, ret = d.GetCpuAffinityWithinScope(profile.MaxCPUs, nvml.AFFINITY_SCOPE_SOCKET)
+			check(t, "GetCpuAffinityWithinScope(SOCKET)", list(cpus), ret, c.socketCPUs)
+			nodes, ret := d.GetMemoryAffinity(64, nvml.AFFINITY_SCOPE_NODE)
+			check(t, "GetMemoryAffinity(NODE)", list(nodes), ret, c.nodeNUMA)
+			nodes, ret = d.GetMemoryAffinity(64, nvml.AFFINITY_SCOPE_SOCKET)
+			check(t, "GetMemoryAffinity(SOCKET)", list(nodes), ret, c.socketNUMA)
+		})
+	}
+}
