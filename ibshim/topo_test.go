@@ -3,7 +3,6 @@
 package ibshim_test
 
 import (
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -38,8 +37,8 @@ func topoMatrix(t *testing.T, out string) map[[2]string]string {
 	return m
 }
 
-// Real topo -m captures: every cell of each row shown, then a GPU's CPU and
-// NUMA affinity. nvidia-smi asks NVML the PCIe path between each GPU and
+// Real topo -m captures: the columns, then every cell of each row shown
+// and a GPU's affinity columns (CPU, NUMA and, on Grace, GPU NUMA ID). nvidia-smi asks NVML the PCIe path between each GPU and
 // NIC, and the mock answers from the same PCI tree lspci and hwloc read,
 // so the mock nodes' matrices must be these.
 var realTopo = map[string]string{
@@ -47,6 +46,7 @@ var realTopo = map[string]string{
 	// GPU PXB to its own ConnectX-7, a storage card's two ports PIX, NODE to
 	// the GPUs of their socket.
 	"h100": `
+GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7 NIC0 NIC1 NIC2 NIC3 NIC4 NIC5 NIC6 NIC7 NIC8 NIC9 NIC10 NIC11
 GPU0  X   NV18 NV18 NV18 NV18 NV18 NV18 NV18 PXB NODE NODE NODE NODE NODE SYS SYS SYS SYS SYS SYS 0-55,112-167 0
 GPU1  NV18 X   NV18 NV18 NV18 NV18 NV18 NV18 NODE NODE NODE PXB NODE NODE SYS SYS SYS SYS SYS SYS 0-55,112-167 0
 GPU2  NV18 NV18 X   NV18 NV18 NV18 NV18 NV18 NODE NODE NODE NODE PXB NODE SYS SYS SYS SYS SYS SYS 0-55,112-167 0
@@ -62,11 +62,28 @@ NIC3  NODE PXB NODE NODE SYS SYS SYS SYS NODE NODE NODE X   NODE NODE SYS SYS SY
 NIC4  NODE NODE PXB NODE SYS SYS SYS SYS NODE NODE NODE NODE X   NODE SYS SYS SYS SYS SYS SYS
 NIC5  NODE NODE NODE PXB SYS SYS SYS SYS NODE NODE NODE NODE NODE X   SYS SYS SYS SYS SYS SYS
 `,
+	// A GB200 NVL72 compute tray (a user's capture, R570): each GPU's HBM is
+	// a NUMA node of its own, so it is SYS to every NIC; the NICs, each in a
+	// PCI domain of its own, are SYS to each other but for the two ports of
+	// a BlueField-3 (PIX).
+	"gb200": `
+GPU0 GPU1 GPU2 GPU3 NIC0 NIC1 NIC2 NIC3 NIC4 NIC5 NIC6 NIC7
+GPU0  X   NV18 NV18 NV18 SYS SYS SYS SYS SYS SYS SYS SYS 0-71 0,3-9,11-17 2
+GPU1  NV18 X   NV18 NV18 SYS SYS SYS SYS SYS SYS SYS SYS 0-71 0,3-9,11-17 10
+GPU2  NV18 NV18 X   NV18 SYS SYS SYS SYS SYS SYS SYS SYS 72-143 1,19-25,27-33 18
+GPU3  NV18 NV18 NV18 X   SYS SYS SYS SYS SYS SYS SYS SYS 72-143 1,19-25,27-33 26
+NIC0  SYS SYS SYS SYS X   SYS SYS SYS SYS SYS SYS SYS
+NIC1  SYS SYS SYS SYS SYS X   SYS SYS SYS SYS SYS SYS
+NIC2  SYS SYS SYS SYS SYS SYS X   PIX SYS SYS SYS SYS
+NIC3  SYS SYS SYS SYS SYS SYS PIX X   SYS SYS SYS SYS
+NIC4  SYS SYS SYS SYS SYS SYS SYS SYS X   SYS SYS SYS
+`,
 	// A DGX A100 (a user's capture, NICs named mlx5_0 to mlx5_11). Its CPUs
 	// are in NPS4, so each GPU pair and its two HCAs have a NUMA node of
 	// their own, and the storage cards' ports (NIC4/5, NIC10/11) are SYS to
 	// every GPU.
 	"a100": `
+GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7 NIC0 NIC1 NIC2 NIC3 NIC4 NIC5 NIC6 NIC7 NIC8 NIC9 NIC10 NIC11
 GPU0  X   NV12 NV12 NV12 NV12 NV12 NV12 NV12 PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS 48-63,176-191 3
 GPU1  NV12 X   NV12 NV12 NV12 NV12 NV12 NV12 PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS 48-63,176-191 3
 GPU2  NV12 NV12 X   NV12 NV12 NV12 NV12 NV12 SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS 16-31,144-159 1
@@ -91,31 +108,33 @@ NIC11 SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS PI
 }
 
 func TestNvidiaSMITopoMatchesRealNodes(t *testing.T) {
-	for prof, rows := range realTopo {
+	for prof, real := range realTopo {
 		t.Run(prof, func(t *testing.T) {
 			out := nodeOf(t, prof, "nvidia-smi topo -m")
 			m := topoMatrix(t, out)
-			aff := map[string][]string{} // a GPU row's CPU and NUMA affinity
+			lines := strings.Split(strings.TrimSpace(real), "\n")
+			cols := strings.Fields(lines[0])
+			aff := map[string][]string{} // a GPU row's CPU, NUMA and GPU NUMA columns
 			for _, l := range strings.Split(out, "\n") {
 				f := strings.Split(l, "\t")
-				if len(f) > 22 && strings.HasPrefix(f[0], "GPU") {
-					aff[f[0]] = []string{strings.TrimSpace(f[21]), strings.TrimSpace(f[22])}
+				if len(f) > len(cols) && strings.HasPrefix(f[0], "GPU") {
+					for _, c := range f[len(cols)+1:] {
+						if c = strings.TrimSpace(c); c != "" {
+							aff[f[0]] = append(aff[f[0]], c)
+						}
+					}
 				}
 			}
-			for _, l := range strings.Split(strings.TrimSpace(rows), "\n") {
+			for _, l := range lines[1:] {
 				f := strings.Fields(l)
 				row := f[0]
-				for i, want := range f[1:21] {
-					col := fmt.Sprintf("GPU%d", i)
-					if i >= 8 {
-						col = fmt.Sprintf("NIC%d", i-8)
-					}
-					if got := m[[2]string{row, col}]; want != "X" && got != want {
-						t.Errorf("%s to %s: %q, real %s", row, col, got, want)
+				for i, want := range f[1 : len(cols)+1] {
+					if got := m[[2]string{row, cols[i]}]; want != "X" && got != want {
+						t.Errorf("%s to %s: %q, real %s", row, cols[i], got, want)
 					}
 				}
-				if want := f[21:]; len(want) > 0 && !slices.Equal(aff[row], want) {
-					t.Errorf("%s CPU and NUMA affinity %q, real %q", row, aff[row], want)
+				if want := f[len(cols)+1:]; len(want) > 0 && (len(aff[row]) < len(want) || !slices.Equal(aff[row][:len(want)], want)) {
+					t.Errorf("%s affinity columns %q, real %q", row, aff[row], want)
 				}
 			}
 			// The rows the captures cut: the matrix is symmetric.

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 9
+#define SNAPSHOT_VERSION 10
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 #define SNAPSHOT_MAX_MIG_PROFILES 8
 // The library maps no larger file (libnvml/gen/limits.go).
@@ -178,7 +178,7 @@ struct snap_device {
 	uint32_t pcie_root; // the GPU's PCI host bridge, numbered over the node
 	uint32_t pcie_switch_top; // the top-most PCIe switch above the GPU, numbered over the node; not available: none
 	uint32_t pcie_switch_leaf; // the nearest PCIe switch above the GPU, numbered over the node; not available: none
-	uint32_t pad3; // keeps the layout 8-aligned
+	uint32_t gpu_numa_node; // the GPU's own memory NUMA node (coherent boards); not available: none
 	uint32_t clock_reasons_supported; // nvmlClocksEventReason* bits
 	uint32_t memory_bus_width; // bits
 	uint32_t gpu_cores; // CUDA cores
@@ -188,13 +188,14 @@ struct snap_device {
 	uint64_t cpu_affinity[16]; // bit mask of CPUs
 	uint64_t cpu_affinity_socket[16]; // bit mask of the socket's CPUs
 	uint64_t numa_socket_mask; // bit mask of the socket's NUMA nodes
+	uint64_t numa_near_mask; // bit mask of the NUMA nodes nearest the GPU
 	uint64_t memory_total; // bytes
 	uint64_t memory_reserved; // bytes
 	uint64_t memory_used; // bytes
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
 };
-_Static_assert(sizeof(struct snap_device) == 2336, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 2344, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -326,7 +327,7 @@ _Static_assert(offsetof(struct snap_device, c2c_mode) == 1988, "snapshot layout"
 _Static_assert(offsetof(struct snap_device, pcie_root) == 1992, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, pcie_switch_top) == 1996, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 2000, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pad3) == 2004, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_numa_node) == 2004, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 2008, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, memory_bus_width) == 2012, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, gpu_cores) == 2016, "snapshot layout");
@@ -336,11 +337,12 @@ _Static_assert(offsetof(struct snap_device, egm) == 2028, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, cpu_affinity) == 2032, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, cpu_affinity_socket) == 2160, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, numa_socket_mask) == 2288, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 2296, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 2304, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 2312, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 2320, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 2328, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_near_mask) == 2296, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 2304, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 2312, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 2320, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 2328, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 2336, "snapshot layout");
 
 // snap_nic one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
 struct snap_nic {

@@ -45,24 +45,25 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned 
 	DEV(device, d);
 	if (nodeSet == NULL || nodeSetSize == 0 || (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET))
 		return NVML_ERROR_INVALID_ARGUMENT;
-	unsigned node = d->s->numa_node;
-	if (node == NA32)
+	if (d->s->numa_node == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
-	uint64_t nodes = scope == NVML_AFFINITY_SCOPE_SOCKET ? d->s->numa_socket_mask : 0;
-	if (node < 64)
-		nodes |= 1ull << node;
+	uint64_t nodes = d->s->numa_near_mask;
+	if (scope == NVML_AFFINITY_SCOPE_SOCKET)
+		nodes |= d->s->numa_socket_mask;
 	copy_mask(nodeSet, nodeSetSize, &nodes, 1);
 	return NVML_SUCCESS;
 }
 
 // The GPU's own NUMA node exists only where its memory is one (coherent
-// Grace boards), which no profile models yet; x86 nodes answer N/A.
+// Grace boards: a GB200's 2, 10, 18, 26); x86 nodes answer N/A.
 NVML_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
 {
 	DEV(device, d);
-	(void)d;
 	OUT(node);
-	return NVML_ERROR_NOT_SUPPORTED;
+	if (d->s->gpu_numa_node == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*node = d->s->gpu_numa_node;
+	return NVML_SUCCESS;
 }
 
 nvmlGpuTopologyLevel_t nvmock_place_level(const struct pci_place *a, const struct pci_place *b)
@@ -80,15 +81,20 @@ nvmlGpuTopologyLevel_t nvmock_place_level(const struct pci_place *a, const struc
 		return NVML_TOPOLOGY_MULTIPLE;
 	if (a->root != NA32 && a->root == b->root)
 		return NVML_TOPOLOGY_HOSTBRIDGE;
-	if (a->numa != NA32 && a->numa == b->numa)
+	// Not across PCI domains: a GB200 tray's NICs on one Grace, each in a
+	// domain of its own, are SYS to each other (real topo -m captures).
+	if (a->numa != NA32 && a->numa == b->numa && a->domain == b->domain)
 		return NVML_TOPOLOGY_NODE;
 	return NVML_TOPOLOGY_SYSTEM;
 }
 
 struct pci_place nvmock_gpu_place(const struct snap_device *s)
 {
+	// A coherent board's GPU is in its own memory's NUMA node, so NODE to
+	// nothing on the CPU's (a GB200's GPUs are SYS to every NIC).
+	unsigned numa = s->gpu_numa_node != NA32 ? s->gpu_numa_node : s->numa_node;
 	return (struct pci_place){s->pci_domain, s->pci_bus << 8 | s->pci_device << 3, s->pcie_root,
-				  s->pcie_switch_top, s->pcie_switch_leaf, s->numa_node};
+				  s->pcie_switch_top, s->pcie_switch_leaf, numa};
 }
 
 nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b)

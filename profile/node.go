@@ -28,6 +28,10 @@ type GPU struct {
 	// n). Without topology.sockets, the GPU's NUMA node and CPUs.
 	SocketCPUs  *CPUSet
 	SocketNodes uint64
+	// MemoryNode is the GPU's own memory NUMA node on a coherent board (-1:
+	// none); NearNodes the NUMA nodes NVML calls nearest it (bit n for n).
+	MemoryNode int
+	NearNodes  uint64
 	// NVLinkSwitches are, per NVLink, the PCI address of the NVSwitch it
 	// reaches; nil where the switches are not PCI devices of the node.
 	NVLinkSwitches []PCIAddress
@@ -72,6 +76,19 @@ func (p *Profile) Node() (*Node, error) {
 			}
 			cs := CPUSet(m)
 			g.CPUs = &cs
+		}
+		g.MemoryNode = -1
+		if len(t.GPUNUMANodes) > 0 {
+			g.MemoryNode = int(t.GPUNUMANodes[i%len(t.GPUNUMANodes)])
+		}
+		if len(t.NUMAAffinity) > 0 {
+			m, err := ParseCPUList(t.NUMAAffinity[i%len(t.NUMAAffinity)])
+			if err != nil {
+				return nil, fmt.Errorf("topology.numaAffinity: %w", err)
+			}
+			g.NearNodes = m[0]
+		} else if g.NUMANode >= 0 && g.NUMANode < 64 {
+			g.NearNodes = 1 << g.NUMANode
 		}
 		if err := placeSocket(g, t.Sockets); err != nil {
 			return nil, err

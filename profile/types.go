@@ -311,6 +311,12 @@ type Topology struct {
 	// Sockets group NUMA nodes where a socket has several (AMD's NPS2 and
 	// NPS4), for NVML's socket scope. Empty: each NUMA node is a socket.
 	Sockets []Socket `json:"sockets,omitempty"`
+	// GPUNUMANodes are, on coherent (Grace) boards, each GPU's own memory
+	// NUMA node, as nvmlDeviceGetNumaNodeId reports it. Empty: none (x86).
+	GPUNUMANodes []uint32 `json:"gpuNumaNodes,omitempty"`
+	// NUMAAffinity are, per GPU, the NUMA nodes NVML calls nearest (topo
+	// -m's NUMA Affinity), e.g. "0,3-9,11-17". Empty: the GPU's NUMA node.
+	NUMAAffinity []string `json:"numaAffinity,omitempty"`
 	// NVSwitches are the node's NVLink switches as PCI devices. Every GPU's
 	// links spread over them in order, in blocks of LinksPerSwitch (default:
 	// an even split). Empty where the switches are outside the node (an

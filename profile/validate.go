@@ -3,6 +3,7 @@ package profile
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -376,6 +377,14 @@ func (t *Topology) validate(c *checker) {
 	for i, s := range t.CPUAffinity {
 		if _, err := ParseCPUList(s); err != nil {
 			c.fail(fmt.Sprintf("topology.cpuAffinity[%d]", i), "%v", err)
+		}
+	}
+	for i, s := range t.NUMAAffinity {
+		m, err := ParseCPUList(s)
+		if err != nil {
+			c.fail(fmt.Sprintf("topology.numaAffinity[%d]", i), "%v", err)
+		} else if slices.ContainsFunc(m[1:], func(w uint64) bool { return w != 0 }) {
+			c.fail(fmt.Sprintf("topology.numaAffinity[%d]", i), "%q: NUMA nodes go up to 63", s)
 		}
 	}
 	owner := map[uint32]int{}

@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 9
+const SnapshotVersion = 10
 
 // Kind is the storage type of a field.
 type Kind int
@@ -191,7 +191,7 @@ var Schema = []Record{
 		{"pcie_root", U32, 0, "the GPU's PCI host bridge, numbered over the node"},
 		{"pcie_switch_top", U32, 0, "the top-most PCIe switch above the GPU, numbered over the node; not available: none"},
 		{"pcie_switch_leaf", U32, 0, "the nearest PCIe switch above the GPU, numbered over the node; not available: none"},
-		{"pad3", U32, 0, "keeps the layout 8-aligned"},
+		{"gpu_numa_node", U32, 0, "the GPU's own memory NUMA node (coherent boards); not available: none"},
 		{"clock_reasons_supported", U32, 0, "nvmlClocksEventReason* bits"},
 		{"memory_bus_width", U32, 0, "bits"},
 		{"gpu_cores", U32, 0, "CUDA cores"},
@@ -201,6 +201,7 @@ var Schema = []Record{
 		{"cpu_affinity", U64s, 16, "bit mask of CPUs"},
 		{"cpu_affinity_socket", U64s, 16, "bit mask of the socket's CPUs"},
 		{"numa_socket_mask", U64, 0, "bit mask of the socket's NUMA nodes"},
+		{"numa_near_mask", U64, 0, "bit mask of the NUMA nodes nearest the GPU"},
 		{"memory_total", U64, 0, "bytes"},
 		{"memory_reserved", U64, 0, "bytes"},
 		{"memory_used", U64, 0, "bytes"},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -52,4 +53,37 @@ func TestAffinityScopesOfAnNPS4Node(t *testing.T) {
 			check(t, "GetMemoryAffinity(SOCKET)", list(nodes), ret, c.socketNUMA)
 		})
 	}
+}
+
+// A GB200's GPU memory is a NUMA node of its own, which NVML reports, and
+// its NUMA affinity is its Grace's node with the empty nodes held for the
+// Grace's GPUs (real topo -m captures). An x86 GPU has no node of its own.
+func TestGraceGPUsHaveANUMANodeOfTheirOwn(t *testing.T) {
+	path, _ := testenv.Snapshot(t, "gb200", 0)
+	cleanEnv(t, path)
+	lib := newLib(t)
+	start(t, lib)
+	for i, c := range []struct {
+		node int
+		near string
+	}{{2, "0,3-9,11-17"}, {10, "0,3-9,11-17"}, {18, "1,19-25,27-33"}, {26, "1,19-25,27-33"}} {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("DeviceGetHandleByIndex(%d): %v", i, ret)
+		}
+		n, ret := d.GetNumaNodeId()
+		check(t, fmt.Sprintf("GPU %d GetNumaNodeId", i), n, ret, c.node)
+		nodes, ret := d.GetMemoryAffinity(64, nvml.AFFINITY_SCOPE_NODE)
+		check(t, fmt.Sprintf("GPU %d GetMemoryAffinity(NODE)", i), list(nodes), ret, c.near)
+	}
+}
+
+func TestX86GPUsHaveNoNUMANodeOfTheirOwn(t *testing.T) {
+	lib, _ := startSnapshot(t, 0) // a100
+	d, ret := lib.DeviceGetHandleByIndex(0)
+	if ret != nvml.SUCCESS {
+		t.Fatalf("DeviceGetHandleByIndex: %v", ret)
+	}
+	_, ret = d.GetNumaNodeId()
+	checkRet(t, "GetNumaNodeId", ret, nvml.ERROR_NOT_SUPPORTED)
 }

@@ -177,8 +177,12 @@ func TestChipFactsComeFromTheBoard(t *testing.T) {
 			} else {
 				check(t, "GetMarginTemperature", margin.MarginTemperature, ret, int32(*b.Thermal.TLimit))
 			}
-			_, ret = d.GetNumaNodeId()
-			checkRet(t, "GetNumaNodeId on a node whose GPU memory is no NUMA node", ret, nvml.ERROR_NOT_SUPPORTED)
+			numa, ret := d.GetNumaNodeId()
+			if g := p.Topology.GPUNUMANodes; len(g) > 0 {
+				check(t, "GetNumaNodeId", numa, ret, int(g[0]))
+			} else {
+				checkRet(t, "GetNumaNodeId on a node whose GPU memory is no NUMA node", ret, nvml.ERROR_NOT_SUPPORTED)
+			}
 			viol, ret := d.GetViolationStatus(nvml.PERF_POLICY_POWER)
 			now := uint64(time.Now().UnixMicro())
 			if ret != nvml.SUCCESS || viol.ViolationTime != 0 || viol.ReferenceTime+5e6 < now || viol.ReferenceTime > now {

@@ -367,6 +367,11 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 		d.CPUAffinitySocket = *g.SocketCPUs
 	}
 	d.NUMASocketMask = g.SocketNodes
+	d.NUMANearMask = g.NearNodes
+	d.GPUNUMANode = NA
+	if g.MemoryNode >= 0 {
+		d.GPUNUMANode = uint32(g.MemoryNode)
+	}
 	if l := b.NVLink; l != nil {
 		d.NvlinkCount = l.Links
 		d.NvlinkVersion = profile.NVLinkVersions[l.Version]

@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 9
+const Version = 10
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -187,7 +187,7 @@ type Device struct {
 	PcieRoot              uint32     // the GPU's PCI host bridge, numbered over the node
 	PcieSwitchTop         uint32     // the top-most PCIe switch above the GPU, numbered over the node; not available: none
 	PcieSwitchLeaf        uint32     // the nearest PCIe switch above the GPU, numbered over the node; not available: none
-	Pad3                  uint32     // keeps the layout 8-aligned
+	GPUNUMANode           uint32     // the GPU's own memory NUMA node (coherent boards); not available: none
 	ClockReasonsSupported uint32     // nvmlClocksEventReason* bits
 	MemoryBusWidth        uint32     // bits
 	GPUCores              uint32     // CUDA cores
@@ -197,6 +197,7 @@ type Device struct {
 	CPUAffinity           [16]uint64 // bit mask of CPUs
 	CPUAffinitySocket     [16]uint64 // bit mask of the socket's CPUs
 	NUMASocketMask        uint64     // bit mask of the socket's NUMA nodes
+	NUMANearMask          uint64     // bit mask of the NUMA nodes nearest the GPU
 	MemoryTotal           uint64     // bytes
 	MemoryReserved        uint64     // bytes
 	MemoryUsed            uint64     // bytes
@@ -205,7 +206,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 2336
+const DeviceSize = 2344
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -340,7 +341,7 @@ var DeviceLayout = []FieldOffset{
 	{"pcie_root", "PcieRoot", 1992},
 	{"pcie_switch_top", "PcieSwitchTop", 1996},
 	{"pcie_switch_leaf", "PcieSwitchLeaf", 2000},
-	{"pad3", "Pad3", 2004},
+	{"gpu_numa_node", "GPUNUMANode", 2004},
 	{"clock_reasons_supported", "ClockReasonsSupported", 2008},
 	{"memory_bus_width", "MemoryBusWidth", 2012},
 	{"gpu_cores", "GPUCores", 2016},
@@ -350,11 +351,12 @@ var DeviceLayout = []FieldOffset{
 	{"cpu_affinity", "CPUAffinity", 2032},
 	{"cpu_affinity_socket", "CPUAffinitySocket", 2160},
 	{"numa_socket_mask", "NUMASocketMask", 2288},
-	{"memory_total", "MemoryTotal", 2296},
-	{"memory_reserved", "MemoryReserved", 2304},
-	{"memory_used", "MemoryUsed", 2312},
-	{"bar1_total", "Bar1Total", 2320},
-	{"bar1_used", "Bar1Used", 2328},
+	{"numa_near_mask", "NUMANearMask", 2296},
+	{"memory_total", "MemoryTotal", 2304},
+	{"memory_reserved", "MemoryReserved", 2312},
+	{"memory_used", "MemoryUsed", 2320},
+	{"bar1_total", "Bar1Total", 2328},
+	{"bar1_used", "Bar1Used", 2336},
 }
 
 // NIC one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
