@@ -24,8 +24,8 @@ type GPU struct {
 	Address  PCIAddress
 	NUMANode int     // -1: not reported
 	CPUs     *CPUSet // nil: not reported
-	// Socket is the GPU's socket: its CPUs and NUMA nodes (bit n for node
-	// n). Without topology.sockets, the GPU's NUMA node and CPUs.
+	// SocketCPUs and SocketNodes are the GPU's socket's CPUs and NUMA nodes
+	// (bit n for node n); without topology.sockets, its NUMA node's.
 	SocketCPUs  *CPUSet
 	SocketNodes uint64
 	// MemoryNode is the GPU's own memory NUMA node on a coherent board (-1:

@@ -64,6 +64,7 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a NUMA node is in one socket", "numaNodes: [4, 5, 6, 7]}", "numaNodes: [3, 4, 5, 6, 7]}", []string{"topology.sockets[1].numaNodes", "NUMA node 3 is already in sockets[0]"}},
 		{"a GPU's NUMA node is in a socket", "numaNodes: [4, 5, 6, 7]}", "numaNodes: [4, 5, 6]}", []string{"topology.sockets", "GPU 4's NUMA node 7 (topology.numaNodes) is in no socket"}},
 		{"a socket holds its GPUs' CPUs", `cpus: "0-63,128-191"`, `cpus: "0-47,128-191"`, []string{"topology.sockets[0].cpus", "GPU 0's CPUs (topology.cpuAffinity) are not all in \"0-47,128-191\""}},
+		{"a NUMA node past 63", "numaNodes: [3, 3, 1, 1, 7, 7, 5, 5]", "numaNodes: [3, 3, 1, 1, 7, 7, 5, 64]", []string{"topology.numaNodes[7]", "NUMA node 64: NUMA nodes go up to 63"}},
 		{"a NUMA affinity past node 63", "  sockets:\n", "  numaAffinity: [\"0,64\"]\n  sockets:\n", []string{"topology.numaAffinity[0]", `"0,64": NUMA nodes go up to 63`}},
 		{"a NUMA affinity that is not a list", "  sockets:\n", "  numaAffinity: [\"near\"]\n  sockets:\n", []string{"topology.numaAffinity[0]", "not a CPU list"}},
 		{"a bad device id names the vendor", "deviceId: \"0x20B010DE\"", "deviceId: \"0x20B01234\"", []string{"board.pci.deviceId", "10DE"}},

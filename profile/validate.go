@@ -379,6 +379,16 @@ func (t *Topology) validate(c *checker) {
 			c.fail(fmt.Sprintf("topology.cpuAffinity[%d]", i), "%v", err)
 		}
 	}
+	for _, l := range []struct {
+		field string
+		nodes []uint32
+	}{{"numaNodes", t.NUMANodes}, {"gpuNumaNodes", t.GPUNUMANodes}} {
+		for i, n := range l.nodes {
+			if n >= 64 {
+				c.fail(fmt.Sprintf("topology.%s[%d]", l.field, i), "NUMA node %d: NUMA nodes go up to 63", n)
+			}
+		}
+	}
 	for i, s := range t.NUMAAffinity {
 		m, err := ParseCPUList(s)
 		if err != nil {
@@ -400,7 +410,7 @@ func (t *Topology) validate(c *checker) {
 				c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "NUMA node %d is already in sockets[%d]", n, j)
 			}
 			if n >= 64 {
-				c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "NUMA node %d: at most 64 nodes", n)
+				c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "NUMA node %d: NUMA nodes go up to 63", n)
 			}
 			owner[n] = i
 		}
