@@ -7,13 +7,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // topoMatrix reads nvidia-smi topo -m: the cell of each row and column
-// name, such as {"GPU0", "NIC3"}.
+// name, such as {"GPU0", "NIC3"}. R470 names a NIC by its RDMA device, in
+// the same order: mlx5_3 is NIC3.
 func topoMatrix(t *testing.T, out string) map[[2]string]string {
 	t.Helper()
-	lines := strings.Split(regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(out, ""), "\n")
+	out = regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(out, "")
+	out = regexp.MustCompile(`(?m)(^|\t)mlx5_(\d+)`).ReplaceAllString(out, "${1}NIC$2")
+	lines := strings.Split(out, "\n")
 	if len(lines) < 2 {
 		t.Fatalf("topo -m:\n%s", out)
 	}
@@ -107,43 +112,54 @@ NIC11 SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS PI
 `,
 }
 
+// Every release that runs the board: R470 runs no Hopper or Blackwell GPU.
 func TestNvidiaSMITopoMatchesRealNodes(t *testing.T) {
 	for prof, real := range realTopo {
-		t.Run(prof, func(t *testing.T) {
-			out := nodeOf(t, prof, "nvidia-smi topo -m")
-			m := topoMatrix(t, out)
-			lines := strings.Split(strings.TrimSpace(real), "\n")
-			cols := strings.Fields(lines[0])
-			aff := map[string][]string{} // a GPU row's CPU, NUMA and GPU NUMA columns
-			for _, l := range strings.Split(out, "\n") {
-				f := strings.Split(l, "\t")
-				if len(f) > len(cols) && strings.HasPrefix(f[0], "GPU") {
-					for _, c := range f[len(cols)+1:] {
-						if c = strings.TrimSpace(c); c != "" {
-							aff[f[0]] = append(aff[f[0]], c)
-						}
-					}
+		for _, smi := range testenv.NvidiaSMIs(t) {
+			if strings.HasPrefix(smi.Version, "470.") && prof != "a100" {
+				continue
+			}
+			t.Run(prof+"/"+smi.Version, func(t *testing.T) {
+				matchesReal(t, nodeOf(t, prof, smi.Path+" topo -m"), real)
+			})
+		}
+	}
+}
+
+// matchesReal compares topo -m's output with a real capture: its cells,
+// its affinity columns, and the symmetry of the rows the capture cut.
+func matchesReal(t *testing.T, out, real string) {
+	t.Helper()
+	m := topoMatrix(t, out)
+	lines := strings.Split(strings.TrimSpace(real), "\n")
+	cols := strings.Fields(lines[0])
+	aff := map[string][]string{} // a GPU row's CPU, NUMA and GPU NUMA columns
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Split(l, "\t")
+		if len(f) > len(cols) && strings.HasPrefix(f[0], "GPU") {
+			for _, c := range f[len(cols)+1:] {
+				if c = strings.TrimSpace(c); c != "" {
+					aff[f[0]] = append(aff[f[0]], c)
 				}
 			}
-			for _, l := range lines[1:] {
-				f := strings.Fields(l)
-				row := f[0]
-				for i, want := range f[1 : len(cols)+1] {
-					if got := m[[2]string{row, cols[i]}]; want != "X" && got != want {
-						t.Errorf("%s to %s: %q, real %s", row, cols[i], got, want)
-					}
-				}
-				if want := f[len(cols)+1:]; len(want) > 0 && (len(aff[row]) < len(want) || !slices.Equal(aff[row][:len(want)], want)) {
-					t.Errorf("%s affinity columns %q, real %q", row, aff[row], want)
-				}
+		}
+	}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		row := f[0]
+		for i, want := range f[1 : len(cols)+1] {
+			if got := m[[2]string{row, cols[i]}]; want != "X" && got != want {
+				t.Errorf("%s to %s: %q, real %s", row, cols[i], got, want)
 			}
-			// The rows the captures cut: the matrix is symmetric.
-			for k, v := range m {
-				if back := m[[2]string{k[1], k[0]}]; back != v {
-					t.Errorf("%s to %s is %s, back %s", k[0], k[1], v, back)
-				}
-			}
-		})
+		}
+		if want := f[len(cols)+1:]; len(want) > 0 && (len(aff[row]) < len(want) || !slices.Equal(aff[row][:len(want)], want)) {
+			t.Errorf("%s affinity columns %q, real %q", row, aff[row], want)
+		}
+	}
+	for k, v := range m {
+		if back := m[[2]string{k[1], k[0]}]; back != v {
+			t.Errorf("%s to %s is %s, back %s", k[0], k[1], v, back)
+		}
 	}
 }
 
