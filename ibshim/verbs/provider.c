@@ -25,6 +25,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +240,43 @@ static void parse_rate(const char *rate, uint8_t *width, uint8_t *speed)
 			*speed = speeds[i].speed;
 }
 
+/* The extended attributes (ibv_devinfo -v's ODP, clock, tag matching, CQ
+ * moderation and device memory lines), from the same real ConnectX-6 in IB
+ * mode as the limits above (ucx#9908): the raw-packet ones (TSO, RSS,
+ * pacing) are Ethernet's and stay 0. ConnectX-7 and later take them too,
+ * as they take the limits. Only fields within the caller's size are set:
+ * it may be an older libibverbs. */
+static void extended_caps(struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+#define FITS(f) (offsetof(struct ibv_device_attr_ex, f) + sizeof(attr->f) <= attr_size)
+	if (FITS(odp_caps)) {
+		attr->odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+		attr->odp_caps.per_transport_caps.rc_odp_caps =
+			IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+			IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+		attr->odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND;
+	}
+	if (FITS(completion_timestamp_mask))
+		attr->completion_timestamp_mask = 0x7fffffffffffffffULL;
+	if (FITS(hca_core_clock))
+		attr->hca_core_clock = 156250; /* kHz */
+	if (FITS(device_cap_flags_ex))
+		attr->device_cap_flags_ex = attr->orig_attr.device_cap_flags | IBV_DEVICE_PCI_WRITE_END_PADDING;
+	if (FITS(tm_caps))
+		attr->tm_caps = (struct ibv_tm_caps){
+			.max_rndv_hdr_size = 64, .max_num_tags = 127, .flags = IBV_TM_CAP_RC,
+			.max_ops = 32768, .max_sge = 1,
+		};
+	if (FITS(cq_mod_caps))
+		attr->cq_mod_caps = (struct ibv_cq_moderation_caps){ .max_cq_count = 65535, .max_cq_period = 4095 };
+	if (FITS(max_dm_size))
+		attr->max_dm_size = 131072;
+	if (FITS(xrc_odp_caps))
+		attr->xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+				     IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+#undef FITS
+}
+
 static int nvmock_query_device_ex(struct ibv_context *ibctx,
 				  const struct ibv_query_device_ex_input *input,
 				  struct ibv_device_attr_ex *attr, size_t attr_size)
@@ -262,6 +300,7 @@ static int nvmock_query_device_ex(struct ibv_context *ibctx,
 	if (ca_read(ibctx, buf, sizeof(buf), "hw_rev"))
 		a->hw_ver = strtoul(buf, NULL, 16);
 	a->phys_port_cnt = ca_count(ibctx, "ports", 0);
+	extended_caps(attr, attr_size);
 	return 0;
 }
 
