@@ -271,7 +271,8 @@ ibnetdiscover -C mlx5_8 | grep -c '^Ca'; echo ==; nvidia-smi topo -m; echo ==; s
 		{"CA type": "MT41692", "Firmware version": "32.47.1088", "Hardware version": "1", "Rate": "400", "Link layer": "InfiniBand",
 			"Node GUID": fmt.Sprintf("0x%016x", bf.GUID), "Base lid": strconv.Itoa(int(bf.Ports[1].LID)), "Capability mask": "0xa751ec48"},
 		{"CA type": "MT41692", "Link layer": "Ethernet", "System image GUID": fmt.Sprintf("0x%016x", bf.SysGUID)},
-		{"vendor_part_id": "41692", "hw_ver": "0x1", "board_id": "MT_0000000965", "fw_ver": "32.47.1088", "port_cap_flags": "0xa751ec48"},
+		{"vendor_part_id": "41692", "hw_ver": "0x1", "board_id": "MT_0000000965", "fw_ver": "32.47.1088", "port_cap_flags": "0xa751ec48",
+			"device_cap_flags": "0x21361c36", "max_qp_rd_atom": "16", "atomic_cap": "ATOMIC_HCA (1)", "device_cap_flags_ex": "0x3000005021361C36"},
 	} {
 		for name, w := range want {
 			if got := field(t, parts[i], name); got != w {

@@ -64,6 +64,7 @@
 struct hca_model {
 	const char *hca_type;
 	struct ibv_device_attr caps; /* the fields that do not come from sysfs */
+	uint64_t flags_ex;           /* device_cap_flags_ex above the 32 of caps */
 };
 
 #define MLX5_CAPS(part)                                                          \
@@ -97,11 +98,18 @@ struct hca_model {
 		.local_ca_ack_delay = 16,                                      \
 	}
 
+/* device_cap_flags_ex's upper bits: ConnectX-6 PCI_WRITE_END_PADDING (bit
+ * 36) alone, from its -vv; BlueField-3 also bits 38, 60 and 61 (flags_ex
+ * 0x3000005021361C36 in the B3220 capture). The ConnectX-7 and -8 take the
+ * BlueField-3's, whose network controller is a ConnectX-7 (inferred). */
+#define CX6_FLAGS_EX 0x0000001000000000ULL
+#define BF3_FLAGS_EX 0x3000005000000000ULL
+
 static const struct hca_model models[] = {
-	{ "MT4123", MLX5_CAPS(4123) },   /* ConnectX-6 */
-	{ "MT4129", MLX5_CAPS(4129) },   /* ConnectX-7 */
-	{ "MT4131", MLX5_CAPS(4131) },   /* ConnectX-8 */
-	{ "MT41692", MLX5_CAPS(41692) }, /* BlueField-3 */
+	{ "MT4123", MLX5_CAPS(4123), CX6_FLAGS_EX },   /* ConnectX-6 */
+	{ "MT4129", MLX5_CAPS(4129), BF3_FLAGS_EX },   /* ConnectX-7 */
+	{ "MT4131", MLX5_CAPS(4131), BF3_FLAGS_EX },   /* ConnectX-8 */
+	{ "MT41692", MLX5_CAPS(41692), BF3_FLAGS_EX }, /* BlueField-3 */
 };
 
 /* Port attributes sysfs does not carry, from the same ConnectX-6 -vv
@@ -242,11 +250,11 @@ static void parse_rate(const char *rate, uint8_t *width, uint8_t *speed)
 
 /* The extended attributes (ibv_devinfo -v's ODP, clock, tag matching, CQ
  * moderation and device memory lines), from the same real ConnectX-6 in IB
- * mode as the limits above (ucx#9908): the raw-packet ones (TSO, RSS,
- * pacing) are Ethernet's and stay 0. ConnectX-7 and later take them too,
- * as they take the limits. Only fields within the caller's size are set:
+ * mode as the limits above (ucx#9908), but for the model's flags_ex: the
+ * raw-packet ones (TSO, RSS, pacing) are Ethernet's and stay 0. ConnectX-7
+ * and later take them too, as they take the limits. Only fields within the caller's size are set:
  * it may be an older libibverbs. */
-static void extended_caps(struct ibv_device_attr_ex *attr, size_t attr_size)
+static void extended_caps(const struct hca_model *m, struct ibv_device_attr_ex *attr, size_t attr_size)
 {
 #define FITS(f) (offsetof(struct ibv_device_attr_ex, f) + sizeof(attr->f) <= attr_size)
 	if (FITS(odp_caps)) {
@@ -261,7 +269,7 @@ static void extended_caps(struct ibv_device_attr_ex *attr, size_t attr_size)
 	if (FITS(hca_core_clock))
 		attr->hca_core_clock = 156250; /* kHz */
 	if (FITS(device_cap_flags_ex))
-		attr->device_cap_flags_ex = attr->orig_attr.device_cap_flags | IBV_DEVICE_PCI_WRITE_END_PADDING;
+		attr->device_cap_flags_ex = attr->orig_attr.device_cap_flags | m->flags_ex;
 	if (FITS(tm_caps))
 		attr->tm_caps = (struct ibv_tm_caps){
 			.max_rndv_hdr_size = 64, .max_num_tags = 127, .flags = IBV_TM_CAP_RC,
@@ -300,7 +308,7 @@ static int nvmock_query_device_ex(struct ibv_context *ibctx,
 	if (ca_read(ibctx, buf, sizeof(buf), "hw_rev"))
 		a->hw_ver = strtoul(buf, NULL, 16);
 	a->phys_port_cnt = ca_count(ibctx, "ports", 0);
-	extended_caps(attr, attr_size);
+	extended_caps(to_ctx(ibctx)->model, attr, attr_size);
 	return 0;
 }
 
