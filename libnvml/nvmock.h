@@ -215,11 +215,12 @@ struct pci_place {
 };
 // nvmock_place_level is where two functions' PCIe paths meet: their device
 // (another function of it) or shared switch, else the host bridge, else
-// the NUMA node, else the system interconnect.
+// the NUMA node within one PCI domain, else the system interconnect.
 nvmlGpuTopologyLevel_t nvmock_place_level(const struct pci_place *a, const struct pci_place *b);
 // nvmock_ancestor is nvmock_place_level of two GPUs.
 nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct snap_device *b);
-// nvmock_gpu_place is a GPU's place.
+// nvmock_gpu_place is a GPU's place; a coherent board's GPU is in its own
+// memory's NUMA node.
 struct pci_place nvmock_gpu_place(const struct snap_device *s);
 uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
 			  nvmlMemoryLocation_t loc);

@@ -6,19 +6,25 @@
 
 #include "nvmock.h"
 
-static void copy_mask(unsigned long *set, unsigned size, const uint64_t *mask, unsigned words)
+_Static_assert(sizeof(unsigned long) == sizeof(uint64_t), "NVML's CPU and node sets are 64-bit words here");
+
+// affinity answers a CPU set query with one of the GPU's masks, the words
+// past it cleared.
+static nvmlReturn_t affinity(nvmlDevice_t device, unsigned size, unsigned long *set, int socket)
 {
+	DEV(device, d);
+	if (set == NULL || size == 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const uint64_t *mask = socket ? d->s->cpu_affinity_socket : d->s->cpu_affinity;
+	unsigned words = sizeof d->s->cpu_affinity / sizeof d->s->cpu_affinity[0];
 	for (unsigned i = 0; i < size; i++)
-		set[i] = i < words ? (unsigned long)mask[i] : 0;
+		set[i] = i < words ? mask[i] : 0;
+	return NVML_SUCCESS;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet)
 {
-	DEV(device, d);
-	if (cpuSet == NULL || cpuSetSize == 0)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	copy_mask(cpuSet, cpuSetSize, d->s->cpu_affinity, sizeof d->s->cpu_affinity / sizeof d->s->cpu_affinity[0]);
-	return NVML_SUCCESS;
+	return affinity(device, cpuSetSize, cpuSet, 0);
 }
 
 // The node scope is the GPU's NUMA node's CPUs, as nvmlDeviceGetCpuAffinity
@@ -29,14 +35,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, u
 {
 	if (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET)
 		return nvmock_ready() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
-	if (scope == NVML_AFFINITY_SCOPE_NODE)
-		return nvmlDeviceGetCpuAffinity(device, cpuSetSize, cpuSet);
-	DEV(device, d);
-	if (cpuSet == NULL || cpuSetSize == 0)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	copy_mask(cpuSet, cpuSetSize, d->s->cpu_affinity_socket,
-		  sizeof d->s->cpu_affinity_socket / sizeof d->s->cpu_affinity_socket[0]);
-	return NVML_SUCCESS;
+	return affinity(device, cpuSetSize, cpuSet, scope == NVML_AFFINITY_SCOPE_SOCKET);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize, unsigned long *nodeSet,
@@ -50,7 +49,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned 
 	uint64_t nodes = d->s->numa_near_mask;
 	if (scope == NVML_AFFINITY_SCOPE_SOCKET)
 		nodes |= d->s->numa_socket_mask;
-	copy_mask(nodeSet, nodeSetSize, &nodes, 1);
+	nodeSet[0] = nodes;
+	for (unsigned i = 1; i < nodeSetSize; i++)
+		nodeSet[i] = 0;
 	return NVML_SUCCESS;
 }
 
@@ -90,8 +91,8 @@ nvmlGpuTopologyLevel_t nvmock_place_level(const struct pci_place *a, const struc
 
 struct pci_place nvmock_gpu_place(const struct snap_device *s)
 {
-	// A coherent board's GPU is in its own memory's NUMA node, so NODE to
-	// nothing on the CPU's (a GB200's GPUs are SYS to every NIC).
+	// A coherent board's GPU is in its own memory's NUMA node, which no NIC
+	// shares: a GB200's GPUs are SYS to every NIC, as real trays show.
 	unsigned numa = s->gpu_numa_node != NA32 ? s->gpu_numa_node : s->numa_node;
 	return (struct pci_place){s->pci_domain, s->pci_bus << 8 | s->pci_device << 3, s->pcie_root,
 				  s->pcie_switch_top, s->pcie_switch_leaf, numa};

@@ -1,9 +1,6 @@
 package profile
 
-import (
-	"fmt"
-	"slices"
-)
+import "fmt"
 
 // Node is a valid profile resolved for one node into typed values: each
 // GPU's board, PCI address, NUMA node and CPUs, and the PCIe tree that holds
@@ -54,6 +51,10 @@ func (p *Profile) Node() (*Node, error) {
 	}
 	t := &p.Topology
 	n := &Node{Profile: p, GPUs: make([]GPU, p.GPUs)}
+	sockets, err := resolveSockets(t.Sockets)
+	if err != nil {
+		return nil, err
+	}
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
 		links := uint32(0)
@@ -81,16 +82,7 @@ func (p *Profile) Node() (*Node, error) {
 		if len(t.GPUNUMANodes) > 0 {
 			g.MemoryNode = int(t.GPUNUMANodes[i%len(t.GPUNUMANodes)])
 		}
-		if len(t.NUMAAffinity) > 0 {
-			m, err := ParseCPUList(t.NUMAAffinity[i%len(t.NUMAAffinity)])
-			if err != nil {
-				return nil, fmt.Errorf("topology.numaAffinity: %w", err)
-			}
-			g.NearNodes = m[0]
-		} else if g.NUMANode >= 0 && g.NUMANode < 64 {
-			g.NearNodes = 1 << g.NUMANode
-		}
-		if err := placeSocket(g, t.Sockets); err != nil {
+		if err := placeNUMA(g, t, sockets); err != nil {
 			return nil, err
 		}
 		for _, sw := range t.LinkSwitches(links) {
@@ -181,6 +173,26 @@ func (s *CPUSet) Mask(cpus int) string {
 // Has says whether CPU n is in the set.
 func (s *CPUSet) Has(n int) bool { return s[n/64]>>(n%64)&1 == 1 }
 
+// Intersects says whether s and o share a CPU.
+func (s *CPUSet) Intersects(o CPUSet) bool {
+	for w := range s {
+		if s[w]&o[w] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Holds says whether every CPU of o is in s.
+func (s *CPUSet) Holds(o CPUSet) bool {
+	for w := range s {
+		if o[w]&^s[w] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Last is the highest CPU in the set, -1 if it is empty.
 func (s *CPUSet) Last() int {
 	for n := MaxCPUs - 1; n >= 0; n-- {
@@ -191,36 +203,57 @@ func (s *CPUSet) Last() int {
 	return -1
 }
 
-// placeSocket finds the socket of the GPU's NUMA node, whose CPUs must
-// hold the GPU's.
-func placeSocket(g *GPU, sockets []Socket) error {
-	if len(sockets) == 0 {
-		g.SocketCPUs = g.CPUs
-		if g.NUMANode >= 0 && g.NUMANode < 64 {
-			g.SocketNodes = 1 << g.NUMANode
-		}
-		return nil
-	}
-	for i, s := range sockets {
-		if g.NUMANode < 0 || !slices.Contains(s.NUMANodes, uint32(g.NUMANode)) {
-			continue
-		}
+// socket is a topology.sockets entry resolved: its CPUs and NUMA nodes.
+type socket struct {
+	cpus  CPUSet
+	nodes uint64
+	list  string // as the profile gives the CPUs, for errors
+}
+
+func resolveSockets(in []Socket) ([]socket, error) {
+	out := make([]socket, len(in))
+	for i, s := range in {
 		m, err := ParseCPUList(s.CPUs)
 		if err != nil {
-			return fmt.Errorf("topology.sockets[%d].cpus: %w", i, err)
+			return nil, fmt.Errorf("topology.sockets[%d].cpus: %w", i, err)
 		}
-		cs := CPUSet(m)
-		if g.CPUs != nil {
-			for w := range cs {
-				if g.CPUs[w]&^cs[w] != 0 {
-					return fmt.Errorf("topology.sockets[%d].cpus: GPU %d's CPUs (topology.cpuAffinity) are not all in %q", i, g.Index, s.CPUs)
-				}
-			}
-		}
-		g.SocketCPUs = &cs
+		out[i] = socket{cpus: m, list: s.CPUs}
 		for _, n := range s.NUMANodes {
-			g.SocketNodes |= 1 << n
+			out[i].nodes |= 1 << n
 		}
+	}
+	return out, nil
+}
+
+// placeNUMA gives a GPU the NUMA nodes NVML calls nearest it, and its
+// socket: the one holding its NUMA node, whose CPUs must hold the GPU's.
+// Without sockets, its NUMA node is one.
+func placeNUMA(g *GPU, t *Topology, sockets []socket) error {
+	var own uint64
+	if g.NUMANode >= 0 {
+		own = 1 << g.NUMANode
+	}
+	g.NearNodes = own
+	if len(t.NUMAAffinity) > 0 {
+		m, err := ParseNodeList(t.NUMAAffinity[g.Index%len(t.NUMAAffinity)])
+		if err != nil {
+			return fmt.Errorf("topology.numaAffinity: %w", err)
+		}
+		g.NearNodes = m
+	}
+	if len(sockets) == 0 {
+		g.SocketCPUs, g.SocketNodes = g.CPUs, own
+		return nil
+	}
+	for i := range sockets {
+		s := &sockets[i]
+		if s.nodes&own == 0 {
+			continue
+		}
+		if g.CPUs != nil && !s.cpus.Holds(*g.CPUs) {
+			return fmt.Errorf("topology.sockets[%d].cpus: GPU %d's CPUs (topology.cpuAffinity) are not all in %q", i, g.Index, s.list)
+		}
+		g.SocketCPUs, g.SocketNodes = &s.cpus, s.nodes
 		return nil
 	}
 	return fmt.Errorf("topology.sockets: GPU %d's NUMA node %d (topology.numaNodes) is in no socket", g.Index, g.NUMANode)

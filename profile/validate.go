@@ -379,29 +379,55 @@ func (t *Topology) validate(c *checker) {
 			c.fail(fmt.Sprintf("topology.cpuAffinity[%d]", i), "%v", err)
 		}
 	}
-	for _, l := range []struct {
-		field string
-		nodes []uint32
-	}{{"numaNodes", t.NUMANodes}, {"gpuNumaNodes", t.GPUNUMANodes}} {
-		for i, n := range l.nodes {
-			if n >= 64 {
-				c.fail(fmt.Sprintf("topology.%s[%d]", l.field, i), "NUMA node %d: NUMA nodes go up to 63", n)
+	t.validateNUMA(c)
+}
+
+// maxNUMANode is the largest NUMA node id: the snapshot's node masks are
+// 64 bits.
+const maxNUMANode = 63
+
+// validateNUMA checks the NUMA fields: ids the snapshot can hold, node
+// lists, and sockets that own their nodes and CPUs alone.
+func (t *Topology) validateNUMA(c *checker) {
+	node := func(field string, n uint32) {
+		if n > maxNUMANode {
+			c.fail(field, "NUMA node %d: NUMA nodes go up to %d", n, maxNUMANode)
+		}
+	}
+	for i, n := range t.NUMANodes {
+		node(fmt.Sprintf("topology.numaNodes[%d]", i), n)
+	}
+	for i, n := range t.GPUNUMANodes {
+		node(fmt.Sprintf("topology.gpuNumaNodes[%d]", i), n)
+	}
+	for i, s := range t.NUMAAffinity {
+		if _, err := ParseNodeList(s); err != nil {
+			c.fail(fmt.Sprintf("topology.numaAffinity[%d]", i), "%v", err)
+		}
+	}
+	if len(t.NUMANodes) == 0 {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"sockets", len(t.Sockets) > 0}, {"gpuNumaNodes", len(t.GPUNUMANodes) > 0}, {"numaAffinity", len(t.NUMAAffinity) > 0}} {
+			if f.set {
+				c.fail("topology."+f.name, "needs topology.numaNodes (each GPU's NUMA node)")
 			}
 		}
 	}
-	for i, s := range t.NUMAAffinity {
-		m, err := ParseCPUList(s)
-		if err != nil {
-			c.fail(fmt.Sprintf("topology.numaAffinity[%d]", i), "%v", err)
-		} else if slices.ContainsFunc(m[1:], func(w uint64) bool { return w != 0 }) {
-			c.fail(fmt.Sprintf("topology.numaAffinity[%d]", i), "%q: NUMA nodes go up to 63", s)
-		}
-	}
 	owner := map[uint32]int{}
+	var cpus []CPUSet
 	for i, s := range t.Sockets {
-		if _, err := ParseCPUList(s.CPUs); err != nil {
+		m, err := ParseCPUList(s.CPUs)
+		if err != nil {
 			c.fail(fmt.Sprintf("topology.sockets[%d].cpus", i), "%v", err)
 		}
+		for j, o := range cpus {
+			if o.Intersects(CPUSet(m)) {
+				c.fail(fmt.Sprintf("topology.sockets[%d].cpus", i), "%q shares CPUs with sockets[%d]", s.CPUs, j)
+			}
+		}
+		cpus = append(cpus, CPUSet(m))
 		if len(s.NUMANodes) == 0 {
 			c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "is required (the socket's NUMA nodes, e.g. [0, 1, 2, 3])")
 		}
@@ -409,12 +435,20 @@ func (t *Topology) validate(c *checker) {
 			if j, ok := owner[n]; ok {
 				c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "NUMA node %d is already in sockets[%d]", n, j)
 			}
-			if n >= 64 {
-				c.fail(fmt.Sprintf("topology.sockets[%d].numaNodes", i), "NUMA node %d: NUMA nodes go up to 63", n)
-			}
+			node(fmt.Sprintf("topology.sockets[%d].numaNodes", i), n)
 			owner[n] = i
 		}
 	}
+}
+
+// ParseNodeList reads a NUMA node list such as "0,3-9,11-17" into a bit
+// mask, node n at bit n.
+func ParseNodeList(s string) (uint64, error) {
+	m, err := ParseCPUList(s)
+	if err != nil || slices.ContainsFunc(m[1:], func(w uint64) bool { return w != 0 }) {
+		return 0, fmt.Errorf("%q is not a NUMA node list such as \"0,3-9,11-17\" (nodes 0 to %d)", s, maxNUMANode)
+	}
+	return m[0], nil
 }
 
 // MaxCPUs is the size of the CPU affinity mask in the snapshot.

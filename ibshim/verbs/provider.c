@@ -251,9 +251,11 @@ static void parse_rate(const char *rate, uint8_t *width, uint8_t *speed)
 /* The extended attributes (ibv_devinfo -v's ODP, clock, tag matching, CQ
  * moderation and device memory lines), from the same real ConnectX-6 in IB
  * mode as the limits above (ucx#9908), but for the model's flags_ex: the
- * raw-packet ones (TSO, RSS, pacing) are Ethernet's and stay 0. ConnectX-7
- * and later take them too, as they take the limits. Only fields within the caller's size are set:
- * it may be an older libibverbs. */
+ * raw-packet ones (TSO, RSS, pacing) are Ethernet's and stay 0, on an
+ * Ethernet port too (no capture of one of these cards in Ethernet mode was
+ * found). ConnectX-7 and later take them, as they take the limits. Only fields within
+ * attr_size are set: a program built with older headers, or the plain
+ * ibv_query_device, asks for less. */
 static void extended_caps(const struct hca_model *m, struct ibv_device_attr_ex *attr, size_t attr_size)
 {
 #define FITS(f) (offsetof(struct ibv_device_attr_ex, f) + sizeof(attr->f) <= attr_size)
@@ -289,6 +291,7 @@ static int nvmock_query_device_ex(struct ibv_context *ibctx,
 				  const struct ibv_query_device_ex_input *input,
 				  struct ibv_device_attr_ex *attr, size_t attr_size)
 {
+	const struct hca_model *model = to_ctx(ibctx)->model;
 	struct ibv_device_attr *a = &attr->orig_attr;
 	char buf[64];
 
@@ -298,7 +301,7 @@ static int nvmock_query_device_ex(struct ibv_context *ibctx,
 		return EINVAL;
 	/* Zero only what the caller has: it may predate fields we know. */
 	memset(attr, 0, attr_size);
-	*a = to_ctx(ibctx)->model->caps;
+	*a = model->caps;
 	if (ca_read(ibctx, buf, sizeof(buf), "fw_ver"))
 		snprintf(a->fw_ver, sizeof(a->fw_ver), "%s", buf);
 	if (ca_read(ibctx, buf, sizeof(buf), "node_guid"))
@@ -308,7 +311,7 @@ static int nvmock_query_device_ex(struct ibv_context *ibctx,
 	if (ca_read(ibctx, buf, sizeof(buf), "hw_rev"))
 		a->hw_ver = strtoul(buf, NULL, 16);
 	a->phys_port_cnt = ca_count(ibctx, "ports", 0);
-	extended_caps(to_ctx(ibctx)->model, attr, attr_size);
+	extended_caps(model, attr, attr_size);
 	return 0;
 }
 

@@ -24,7 +24,9 @@ func list(words []uint) string {
 }
 
 // A DGX A100's EPYCs run in NPS4: a GPU's NUMA node is a quarter of its
-// socket. NVML's node scope is the node, its socket scope the socket.
+// socket. NVML's node scope is the node (the NUMA and CPU affinity of real
+// DGX A100 topo -m captures); its socket scope is the socket, as nvml.h
+// defines it (no capture of a socket-scope answer was found).
 func TestAffinityScopesOfAnNPS4Node(t *testing.T) {
 	lib, _ := startSnapshot(t, 0) // a100
 	for _, c := range []struct {
