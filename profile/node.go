@@ -227,7 +227,7 @@ func resolveSockets(in []Socket) ([]socket, error) {
 
 // placeNUMA gives a GPU the NUMA nodes NVML calls nearest it, and its
 // socket: the one holding its NUMA node, whose CPUs must hold the GPU's.
-// Without sockets, its NUMA node is one.
+// Without sockets, the GPU's NUMA node stands for its socket.
 func placeNUMA(g *GPU, t *Topology, sockets []socket) error {
 	var own uint64
 	if g.NUMANode >= 0 {
