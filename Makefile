@@ -45,8 +45,9 @@ infiniband: $(UMAD_SHIM)
 	hack/fetch-rdma-core.sh $(CACHE)
 	ibshim/verbs/build.sh $(CACHE) $(LIBDIR)/libibverbs
 
-$(UMAD_SHIM): ibshim/umad/umad.c ibshim/umad/proto.h ibshim/umad/build.sh
-	CC=$(CC) ibshim/umad/build.sh $(dir $@)
+$(UMAD_SHIM): ibshim/umad/umad.c ibshim/umad/providers.c ibshim/umad/proto.h ibshim/umad/shim.map ibshim/umad/build.sh
+	hack/fetch-rdma-core.sh $(CACHE)
+	CC=$(CC) ibshim/umad/build.sh $(dir $@) $(CACHE)
 
 cli: $(NVMOCK) $(HOOK)
 lib: $(LIB)

@@ -5,7 +5,8 @@
  * into a connection to the fabric daemon (`nvmock ibd`), so that unmodified
  * libibumad, libibmad and libibnetdisc programs (smpquery, saquery,
  * ibnetdiscover, perfquery, ibping, sminfo, opensm) exchange MADs with it.
- * The wire protocol is in proto.h.
+ * The wire protocol is in proto.h. The same library keeps other libibverbs
+ * providers off the mock HCAs (providers.c).
  *
  * What the kernel's ib_umad driver (drivers/infiniband/core/user_mad.c)
  * does, and what this shim does instead:

@@ -590,11 +590,12 @@ func TestIbpingServerRegistersAndAnswers(t *testing.T) {
 	}
 }
 
-// The shim exports exactly the functions it interposes.
+// The shim exports exactly the functions it interposes (and the version
+// node of libibverbs' provider registration).
 func TestExports(t *testing.T) {
 	got := testenv.Exports(t, shim(t))
-	want := []string{"__open64_2", "__open_2", "__openat64_2", "__openat_2", "__read_chk", "close", "close_range",
-		"closefrom", "dup2", "dup3", "ioctl", "open", "open64", "openat", "openat64", "read", "write"}
+	want := []string{"IBVERBS_PRIVATE_34", "__open64_2", "__open_2", "__openat64_2", "__openat_2", "__read_chk", "close", "close_range",
+		"closefrom", "dup2", "dup3", "ioctl", "open", "open64", "openat", "openat64", "read", "verbs_register_driver_34@@IBVERBS_PRIVATE_34", "write"}
 	if !slices.Equal(got, want) {
 		t.Errorf("exports %v, want %v", got, want)
 	}

@@ -49,6 +49,7 @@ type setup struct {
 	drivers string // RDMAV_DRIVERS
 	confDir string // replaces /etc/libibverbs.d when set
 	sysfs   string // SYSFS_PATH; the fixture when empty
+	preload string // LD_PRELOAD
 }
 
 type result struct {
@@ -99,7 +100,7 @@ func run(t *testing.T, s setup, tool string, args ...string) result {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "SYSFS_PATH", "RDMAV_DRIVERS", "IBV_DRIVERS", "NVMOCK_TRACE", "IBV_SHOW_WARNINGS", "VERBS_LOG_LEVEL":
+		case "SYSFS_PATH", "RDMAV_DRIVERS", "IBV_DRIVERS", "NVMOCK_TRACE", "IBV_SHOW_WARNINGS", "VERBS_LOG_LEVEL", "LD_PRELOAD":
 			continue
 		}
 		env = append(env, kv)
@@ -108,6 +109,9 @@ func run(t *testing.T, s setup, tool string, args ...string) result {
 		"NVMOCK_TEST_CDEVS="+strings.Join(cdevs, " "), "NVMOCK_TEST_CONFDIR="+s.confDir)
 	if s.drivers != "" {
 		env = append(env, "RDMAV_DRIVERS="+s.drivers)
+	}
+	if s.preload != "" {
+		env = append(env, "LD_PRELOAD="+s.preload)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -506,6 +510,37 @@ func TestProviderClaimsMockCAsAheadOfDebianMlx5(t *testing.T) {
 		}
 		if strings.Contains(r.stderr, "nvmock-verbs:") {
 			t.Errorf("the nvmock provider was loaded without being configured:\n%s", r.stderr)
+		}
+	})
+}
+
+// A program linked against libmlx5 (perftest, UCX) registers mlx5 before
+// libibverbs loads the nvmock provider, and mlx5 matches the mock CAs by
+// their PCI ids. The umad shim, preloaded wherever the planes are, keeps it
+// off them. Preloading libmlx5 stands for linking it: its constructor
+// registers the provider either way.
+func TestProvidersLinkedIntoTheProgramLeaveMockCAsToNvmock(t *testing.T) {
+	libs, _ := filepath.Glob("/usr/lib/*/libmlx5.so.1")
+	if len(libs) == 0 {
+		testenv.Missing(t, "Debian's libmlx5.so.1 (package ibverbs-providers)")
+	}
+	mlx5 := libs[0]
+	shim := filepath.Join(testenv.BuildDir(), "driver", "usr", "lib64", "nvmock", "libnvmock-umad.so")
+	if _, err := os.Stat(shim); err != nil {
+		testenv.Missing(t, "the umad shim %s (run make driver)", shim)
+	}
+	shim, _ = filepath.Abs(shim)
+	t.Run("with the shim the provider opens every mock CA", func(t *testing.T) {
+		checkDevinfo(t, fixture, run(t, setup{drivers: provider(t), preload: shim + ":" + mlx5}, "ibv_devinfo", "-v"), true)
+	})
+	// The control: without the shim mlx5 takes them.
+	t.Run("without the shim mlx5 takes them", func(t *testing.T) {
+		r := run(t, setup{drivers: provider(t), preload: mlx5}, "ibv_devinfo")
+		got := parseDevinfo(r.stdout)
+		for _, c := range cas(t, fixture) {
+			if fw := got[c.name].field("fw_ver"); fw == c.file("fw_ver") {
+				t.Errorf("%s: fw_ver %q: mlx5 did not take the CA; the test above proves nothing", c.name, fw)
+			}
 		}
 	})
 }
