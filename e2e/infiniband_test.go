@@ -104,6 +104,25 @@ func TestIbpingBetweenTwoContainers(t *testing.T) {
 	}
 }
 
+// RC traffic between two containers through the plugin's fabric daemon:
+// ibv_rc_pingpong checks the data it receives, and perftest (which links
+// libmlx5 itself) writes to the other container's memory.
+func TestRDMATrafficBetweenTwoContainers(t *testing.T) {
+	n := theNode
+	for _, c := range []struct{ name, server, client, want string }{
+		{"ibv_rc_pingpong", "ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 100 -p 18610", "ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 100 -p 18610 127.0.0.1", "819200 bytes in "},
+		{"ib_write_bw", "ib_write_bw -d mlx5_0 -n 100 -p 18611", "ib_write_bw -d mlx5_0 -n 100 -p 18611 127.0.0.1", " 65536      100  "},
+	} {
+		server := n.runPod(t, optedIn, nil)
+		n.start(t, server, ctr{image: "rdma", cmd: []string{"sh", "-c", c.server}})
+		client := n.runPod(t, optedIn, nil)
+		r := n.run(t, client, ctr{image: "rdma", cmd: []string{"sh", "-c", "sleep 0.5; " + c.client}})
+		if r.code != 0 || !strings.Contains(r.out, c.want) {
+			t.Errorf("%s from one container to another: exited %d\n%s\nwant %q", c.name, r.code, r.out, c.want)
+		}
+	}
+}
+
 // A second mock node, nvmock exec on this host with a daemon of its own,
 // joins the e2e node's fabric through the port the chart's plugin listens
 // on (infiniband.peerPort), and pings ibping -S in a container there: the

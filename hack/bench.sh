@@ -55,4 +55,7 @@ if [ "$(id -u)" = 0 ]; then
 	"$tmp/benchproc" -n 10 -label "nvmock exec -- true" -- "$build/bin/nvmock" exec -- true
 	"$build/bin/nvmock" exec --profile h100 -- true # renders h100's PCI tree into the cache once
 	"$tmp/benchproc" -n 10 -label "nvmock exec --profile h100 -- true (PCI tree cached)" -- "$build/bin/nvmock" exec --profile h100 -- true
+	if command -v ib_write_bw >/dev/null; then
+		"$tmp/benchproc" -n 5 -label "RC traffic on one h100 node (perftest, nvmock exec)" -- "$build/bin/nvmock" exec --profile h100 --assets "$build/driver" -- sh "$root/hack/bench-rdma.sh"
+	fi
 fi

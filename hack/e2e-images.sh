@@ -99,7 +99,7 @@ glibc_rootfs() {
 }
 
 # rdma_rootfs DIR: glibc_rootfs plus Debian's InfiniBand tools
-# (infiniband-diags, ibverbs-utils), what their scripts run, and
+# (infiniband-diags, ibverbs-utils, perftest's ib_write_bw), what their scripts run, and
 # libibverbs' providers with their driver files, as ibverbs-providers
 # installs them: a real image's mlx5 setup.
 rdma_rootfs() {
@@ -109,7 +109,8 @@ rdma_rootfs() {
     cp "/usr/sbin/$f" "$r/usr/sbin/"
   done
   # ibstatus runs sed; ibhosts and ibswitches awk (mawk); all basename.
-  for f in ibv_devices ibv_devinfo sed awk basename; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  # ibv_rc_pingpong and perftest's ib_write_bw move data; ib_write_bw links libmlx5 itself.
+  for f in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw sed awk basename; do cp "$(type -P "$f")" "$r/usr/bin/"; done
   mkdir -p "$r/etc/infiniband-diags" && cp /etc/infiniband-diags/* "$r/etc/infiniband-diags/"
   for f in $(dpkg -L ibverbs-providers | grep -E '^/(etc|usr/lib)/'); do
     if [ -d "$f" ] && [ ! -L "$f" ]; then mkdir -p "$r$f"; else cp -P "$f" "$r$f"; fi

@@ -78,6 +78,25 @@ func newPeer(c net.Conn) *peer {
 
 // send queues a frame; it never blocks.
 func (p *peer) send(typ byte, body ...[]byte) {
+	select {
+	case p.out <- frame(typ, body):
+	default:
+	}
+}
+
+// sendWait queues a frame, waiting at most dataWait for room: data has
+// backpressure, where a MAD is simply lost.
+func (p *peer) sendWait(typ byte, body ...[]byte) {
+	t := time.NewTimer(dataWait)
+	defer t.Stop()
+	defer func() { recover() }() // the peer went away and its queue closed
+	select {
+	case p.out <- frame(typ, body):
+	case <-t.C:
+	}
+}
+
+func frame(typ byte, body [][]byte) []byte {
 	n := 1
 	for _, b := range body {
 		n += len(b)
@@ -88,10 +107,7 @@ func (p *peer) send(typ byte, body ...[]byte) {
 	for _, b := range body {
 		buf = append(buf, b...)
 	}
-	select {
-	case p.out <- buf:
-	default:
-	}
+	return buf
 }
 
 func readFrame(r *bufio.Reader) (byte, []byte, error) {
@@ -227,6 +243,10 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		}
 		if typ == frameFaults {
 			d.peerFaults(p, body, log)
+			continue
+		}
+		if typ == frameVerbs {
+			d.verbsFromPeer(body)
 			continue
 		}
 		if typ != frameMAD || len(body) < 5+umadHdrLen+madLen || int(body[0]) >= len(d.fab.Subnets) {

@@ -44,15 +44,19 @@ func (d *Daemon) exchange(from, to *fabric.Port) {
 
 // count notes a MAD leaving from and arriving at to. Only the two ends
 // count it: the switches a MAD crosses keep no counters here.
-func (d *Daemon) count(from, to *fabric.Port) {
+func (d *Daemon) count(from, to *fabric.Port) { d.countData(from, to, madLen) }
+
+// countData notes a packet of n payload bytes from from to to (PortXmitData
+// and PortRcvData count 4-byte words).
+func (d *Daemon) countData(from, to *fabric.Port, n int) {
 	if from != nil {
 		c := d.counter(from)
-		c.xmitData += madLen / 4
+		c.xmitData += uint64(n) / 4
 		c.xmitPkts++
 	}
 	if to != nil {
 		c := d.counter(to)
-		c.rcvData += madLen / 4
+		c.rcvData += uint64(n) / 4
 		c.rcvPkts++
 	}
 }

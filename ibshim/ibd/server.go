@@ -48,6 +48,7 @@ type Daemon struct {
 	faults     []fabric.Fault // this node's, as the peers are told
 
 	hcas   map[*fabric.Port]string // this node's HCA ports, by HCA name
+	qpns   map[qpnBlock]*conn      // the verbs contexts, by port and QPN block
 	moved  map[*fabric.Port]bool   // this node's ports whose traffic counters sysfs has not shown yet
 	zeroed map[*fabric.Port]bool   // of those, the ones a PerfMgt Set reset
 }
@@ -92,6 +93,9 @@ type conn struct {
 	port *fabric.Port
 	issm *fabric.Port // the port whose issm this is
 	wmu  sync.Mutex
+
+	verbsPort *fabric.Port // a verbs context's port, and its QPN block
+	block     uint32
 }
 
 func (c *conn) send(u packet) {
@@ -104,7 +108,7 @@ func (c *conn) send(u packet) {
 // order (as the sysfs plane numbers them).
 func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
 	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, reset: map[*fabric.Port]bool{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{},
-		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}, hcas: map[*fabric.Port]string{}, moved: map[*fabric.Port]bool{}, zeroed: map[*fabric.Port]bool{}}
+		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}, hcas: map[*fabric.Port]string{}, qpns: map[qpnBlock]*conn{}, moved: map[*fabric.Port]bool{}, zeroed: map[*fabric.Port]bool{}}
 	for _, h := range n.IB.HCAs {
 		var p *fabric.Port
 		if nd := f.Find(h.Name); nd != nil {
@@ -231,9 +235,18 @@ func (d *Daemon) serveConn(c *conn) {
 		if err != nil || n == 0 {
 			return
 		}
+		if n >= 8 && binary.LittleEndian.Uint32(buf) == umad.Magic && binary.LittleEndian.Uint32(buf[4:]) == umad.OpVerbsPkt {
+			d.verbsPacket(c, buf[:n]) // delivered before the next read: no copy
+			continue
+		}
 		msg := append([]byte(nil), buf[:n]...)
 		if n >= 8 && binary.LittleEndian.Uint32(msg) == umad.Magic {
-			d.control(c, msg)
+			switch binary.LittleEndian.Uint32(msg[4:]) {
+			case umad.OpVerbsHello:
+				d.verbsHello(c, msg)
+			default:
+				d.control(c, msg)
+			}
 			continue
 		}
 		if n < umadHdrLen+madLen {
@@ -284,6 +297,9 @@ func (d *Daemon) drop(c *conn) {
 	defer d.mu.Unlock()
 	if c.issm != nil {
 		d.issm[c.issm]--
+	}
+	if c.verbsPort != nil {
+		delete(d.qpns, qpnBlock{c.verbsPort, c.block})
 	}
 	d.unregister(c, func(*agent) bool { return true })
 }

@@ -14,6 +14,8 @@ const (
 	OpHello      uint32 = 1 // {magic, op, umad_index, pid, kind}, right after connect
 	OpRegister   uint32 = 2 // {magic, op, agent_id, qpn, class, class_version, rmpp_version, pad, oui, method_mask[4]}
 	OpUnregister uint32 = 3 // {magic, op, agent_id}
+	OpVerbsHello uint32 = 4 // {magic, op, pid, port, ibdev[64]}; answered {magic, op, qpn_base, lid}
+	OpVerbsPkt   uint32 = 5 // a packet between QPs: header (PktSize bytes), then payload
 
 	KindUMAD uint32 = 0 // /dev/infiniband/umadN
 	KindISSM uint32 = 1 // /dev/infiniband/issmN: the port is an SM while it stays connected
@@ -21,6 +23,14 @@ const (
 	HelloSize      = 20
 	RegisterSize   = 40
 	UnregisterSize = 12
+
+	VerbsHelloSize   = 80
+	VerbsWelcomeSize = 16
+	QPNBlock         = 1024 // QPNs per verbs context
+	PktSize          = 72   // the packet header
+	PktDLIDOffset    = 8    // u16 destination LID
+	PktSLIDOffset    = 10   // u16 source LID, which the daemon sets
+	PktDQPNOffset    = 12   // u32 destination QPN
 
 	UMADHeaderSize = 64  // struct ib_user_mad with the P_Key index (ABI 5)
 	MADSize        = 256 // one MAD; a reassembled RMPP response is longer

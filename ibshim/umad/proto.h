@@ -17,6 +17,7 @@
 #ifndef NVMOCK_UMAD_PROTO_H
 #define NVMOCK_UMAD_PROTO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define NVMOCK_IBD_ENV "NVMOCK_IBD"
@@ -27,6 +28,9 @@
 #define NVMOCK_IBD_OP_HELLO 1u      /* sent right after connect */
 #define NVMOCK_IBD_OP_REGISTER 2u   /* an agent registered; no reply */
 #define NVMOCK_IBD_OP_UNREGISTER 3u /* an agent unregistered; no reply */
+
+#define NVMOCK_IBD_OP_VERBS_HELLO 4u /* a verbs context connected; WELCOME answers */
+#define NVMOCK_IBD_OP_VERBS_PKT 5u   /* one packet between two QPs, routed by LID and QPN */
 
 #define NVMOCK_IBD_KIND_UMAD 0u /* /dev/infiniband/umadN */
 #define NVMOCK_IBD_KIND_ISSM 1u /* /dev/infiniband/issmN: IsSM while open */
@@ -61,6 +65,82 @@ struct nvmock_ibd_unregister {
 	uint32_t agent_id;
 };
 
+/*
+ * The verbs data path (ibshim/verbs): a provider context that creates a QP
+ * connects, says which HCA and port it is (VERBS_HELLO), and gets a block of
+ * QP numbers of its own and the port's LID (the WELCOME, same op). Then
+ * packets: the daemon delivers each to the context holding the destination
+ * QPN at the destination LID, here or through another node's daemon, and
+ * drops what has nowhere to go (a lost packet: the requester retries, then
+ * fails the work request, as an HCA does).
+ */
+struct nvmock_ibd_verbs_hello {
+	uint32_t magic;
+	uint32_t op;
+	uint32_t pid;
+	uint32_t port;    /* port number on the HCA, from 1 */
+	char ibdev[64];   /* the HCA's name, NUL-terminated */
+};
+
+struct nvmock_ibd_verbs_welcome {
+	uint32_t magic;
+	uint32_t op;
+	uint32_t qpn_base; /* this context's QPNs: qpn_base .. qpn_base+NVMOCK_IBD_QPN_BLOCK-1; 0: no such InfiniBand port */
+	uint32_t lid;
+};
+
+#define NVMOCK_IBD_QPN_BLOCK 1024u
+
+/* Packet kinds: requests, and what answers them. */
+#define NVMOCK_PKT_SEND 1
+#define NVMOCK_PKT_WRITE 2
+#define NVMOCK_PKT_READ 3      /* a read request; READ_RESP carries the data */
+#define NVMOCK_PKT_CMP_SWP 4
+#define NVMOCK_PKT_FETCH_ADD 5
+#define NVMOCK_PKT_ACK 16
+#define NVMOCK_PKT_NAK 17      /* syndrome says why */
+#define NVMOCK_PKT_READ_RESP 18
+#define NVMOCK_PKT_ATOMIC_RESP 19
+
+#define NVMOCK_PKT_LAST 1u /* the message's last packet */
+#define NVMOCK_PKT_IMM 2u  /* carries immediate data */
+
+#define NVMOCK_NAK_RNR 1           /* no receive posted; timer = the responder's min_rnr_timer */
+#define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */
+#define NVMOCK_NAK_INVALID_REQ 3   /* does not fit the receive, or the QP cannot take it */
+
+struct nvmock_ibd_pkt {
+	uint32_t magic;
+	uint32_t op;       /* NVMOCK_IBD_OP_VERBS_PKT */
+	uint16_t dlid;
+	uint16_t slid;     /* the daemon sets it: the sending port's LID */
+	uint32_t dqpn;
+	uint32_t sqpn;
+	uint8_t kind;      /* NVMOCK_PKT_* */
+	uint8_t flags;     /* NVMOCK_PKT_LAST | NVMOCK_PKT_IMM */
+	uint8_t syndrome;  /* NAK: NVMOCK_NAK_*; RNR: the timer too, in timer */
+	uint8_t timer;
+	uint32_t seq;      /* the requester's message number; answers repeat it */
+	uint32_t offset;   /* of this packet's payload in the message */
+	uint32_t total;    /* the message's length */
+	uint32_t rkey;
+	uint32_t imm;      /* as posted (network order) */
+	uint64_t raddr;
+	uint64_t atomic[2]; /* compare (or add) and swap; the original value in ATOMIC_RESP */
+	/* payload follows */
+};
+
+/* Payload per packet: a message is cut into packets of at most this. */
+#define NVMOCK_PKT_MAX_PAYLOAD 32768u
+
+#define NVMOCK_IBD_VERBS_HELLO_SIZE 80
+#define NVMOCK_IBD_VERBS_WELCOME_SIZE 16
+#define NVMOCK_IBD_PKT_SIZE 72
+/* What the daemon reads and writes of a packet. */
+#define NVMOCK_IBD_PKT_DLID_OFF 8
+#define NVMOCK_IBD_PKT_SLID_OFF 10
+#define NVMOCK_IBD_PKT_DQPN_OFF 12
+
 #define NVMOCK_IBD_HELLO_SIZE 20
 #define NVMOCK_IBD_REGISTER_SIZE 40
 #define NVMOCK_IBD_UNREGISTER_SIZE 12
@@ -76,5 +156,11 @@ struct nvmock_ibd_unregister {
 _Static_assert(sizeof(struct nvmock_ibd_hello) == NVMOCK_IBD_HELLO_SIZE, "hello size");
 _Static_assert(sizeof(struct nvmock_ibd_register) == NVMOCK_IBD_REGISTER_SIZE, "register size");
 _Static_assert(sizeof(struct nvmock_ibd_unregister) == NVMOCK_IBD_UNREGISTER_SIZE, "unregister size");
+_Static_assert(sizeof(struct nvmock_ibd_verbs_hello) == NVMOCK_IBD_VERBS_HELLO_SIZE, "verbs hello size");
+_Static_assert(sizeof(struct nvmock_ibd_verbs_welcome) == NVMOCK_IBD_VERBS_WELCOME_SIZE, "verbs welcome size");
+_Static_assert(sizeof(struct nvmock_ibd_pkt) == NVMOCK_IBD_PKT_SIZE, "packet size");
+_Static_assert(offsetof(struct nvmock_ibd_pkt, dlid) == NVMOCK_IBD_PKT_DLID_OFF, "dlid offset");
+_Static_assert(offsetof(struct nvmock_ibd_pkt, slid) == NVMOCK_IBD_PKT_SLID_OFF, "slid offset");
+_Static_assert(offsetof(struct nvmock_ibd_pkt, dqpn) == NVMOCK_IBD_PKT_DQPN_OFF, "dqpn offset");
 
 #endif

@@ -15,15 +15,17 @@ inc=$1/rdma-core/include
 [ -f /usr/include/infiniband/verbs.h ] || die "no <infiniband/verbs.h> (install libibverbs-dev)"
 mkdir -p "$2"
 out=$(cd "$2" && pwd)/libnvmock-rdmav34.so
-src=$here/provider.c
+srcs=("$here"/provider.c "$here"/objects.c "$here"/post.c "$here"/engine.c "$here"/requester.c "$here"/responder.c)
 
-if [ -f "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$0" ] && [ "$out" -nt "$inc/infiniband/driver.h" ]; then
-  exit 0
-fi
+fresh=1
+for f in "${srcs[@]}" "$here/provider.h" "$here/datapath.h" "$here/../umad/proto.h" "$0" "$inc/infiniband/driver.h"; do
+  [ -f "$out" ] && [ "$out" -nt "$f" ] || fresh=0
+done
+[ $fresh = 1 ] && exit 0
 # -isystem: rdma-core's own headers are not -Wextra clean; ours must be.
 # Public verbs.h comes from libibverbs-dev, i.e. the libibverbs we run with.
-${CC:-gcc} -std=gnu11 -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden \
+${CC:-gcc} -std=gnu11 -O2 -fPIC -shared -pthread -Wall -Wextra -Werror -fvisibility=hidden \
   -isystem "$inc" -Wl,-z,defs -Wl,--no-undefined \
-  -o "$out.tmp" "$src" -libverbs
+  -o "$out.tmp" "${srcs[@]}" -libverbs
 mv "$out.tmp" "$out"
 echo "${0##*/}: built $out" >&2

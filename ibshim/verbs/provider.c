@@ -13,8 +13,9 @@
  * which on a mock node is an inert char node with /dev/null's numbers. This
  * provider claims exactly those devices and answers queries from the CA's
  * sysfs files (which nvmock renders from the profile) plus a table of real
- * ConnectX limits keyed by hca_type. Everything else (PDs, QPs, ...) stays
- * libibverbs' dummy op, which fails with EOPNOTSUPP.
+ * ConnectX limits keyed by hca_type. PDs, MRs, CQs and RC QPs, whose
+ * traffic goes through the fabric daemon, are datapath.c's; everything else
+ * stays libibverbs' dummy op, which fails with EOPNOTSUPP.
  *
  * Built against rdma-core's private provider ABI 34 (driver.h,
  * IBVERBS_PRIVATE_34); see hack/fetch-rdma-core.sh for which headers and
@@ -33,7 +34,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <infiniband/driver.h>
+#include "provider.h"
 
 /* The uverbs node of a mock CA has /dev/null's numbers (see the sysfs
  * plane); a real uverbs device never does, so real HCAs stay with their own
@@ -123,18 +124,8 @@ static const struct hca_model models[] = {
  * per online CPU, up to its EQ limit. */
 #define MLX5_MAX_COMP_VECTORS 63
 
-struct nvmock_context {
-	struct verbs_context vctx;
-	const struct hca_model *model;
-};
 
-static struct nvmock_context *to_ctx(struct ibv_context *ibctx)
-{
-	return container_of(ibctx, struct nvmock_context, vctx.context);
-}
-
-static void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void trace(const char *fmt, ...)
+void trace(const char *fmt, ...)
 {
 	const char *t = getenv("NVMOCK_TRACE");
 	va_list ap;
@@ -362,6 +353,7 @@ static void nvmock_free_context(struct ibv_context *ibctx)
 {
 	struct nvmock_context *ctx = to_ctx(ibctx);
 
+	datapath_free(ctx);
 	verbs_uninit_context(&ctx->vctx); /* closes cmd_fd and async_fd */
 	free(ctx);
 }
@@ -376,6 +368,7 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 						  int cmd_fd, void *private_data)
 {
 	struct verbs_sysfs_dev *sysfs = verbs_get_device(ibdev)->sysfs;
+	struct verbs_context_ops ops;
 	const struct hca_model *model = NULL;
 	struct nvmock_context *ctx;
 	char hca_type[32] = "";
@@ -403,7 +396,10 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 	if (!ctx)
 		return NULL;
 	ctx->model = model;
-	verbs_set_ops(&ctx->vctx, &nvmock_ctx_ops);
+	ctx->caps = &model->caps;
+	ops = nvmock_ctx_ops;
+	datapath_ops(&ops);
+	verbs_set_ops(&ctx->vctx, &ops);
 
 	/* Without an async fd libibverbs asks the kernel for one, which
 	 * /dev/null cannot give; an eventfd never signals, like an HCA
@@ -415,6 +411,12 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 		verbs_uninit_context(&ctx->vctx);
 		free(ctx);
 		errno = err;
+		return NULL;
+	}
+	if (datapath_init(ctx)) {
+		verbs_uninit_context(&ctx->vctx);
+		free(ctx);
+		errno = ENOMEM;
 		return NULL;
 	}
 	cpus = sysconf(_SC_NPROCESSORS_ONLN);

@@ -591,13 +591,14 @@ func TestUnknownHCATypeFailsToOpenAndSparesTheOthers(t *testing.T) {
 	}
 }
 
-// Verbs beyond queries are libibverbs' defaults: a real program gets an
-// error, not a crash.
+// Verbs the provider does not simulate are libibverbs' defaults: a real
+// program gets an error, not a crash. (The data path is tested with a
+// fabric daemon, in ibshim/datapath_test.go.)
 func TestUnsupportedVerbsFailCleanly(t *testing.T) {
 	c := cas(t, fixture)[0]
-	r := run(t, setup{drivers: provider(t)}, "ibv_rc_pingpong", "-d", c.name, "-g", "0")
-	if r.code == 0 || !strings.Contains(r.stderr, "Couldn't allocate PD") {
-		t.Errorf("ibv_rc_pingpong: exit %d, stderr %q; want \"Couldn't allocate PD\"", r.code, r.stderr)
+	r := run(t, setup{drivers: provider(t)}, "ibv_srq_pingpong", "-d", c.name, "-g", "0")
+	if r.code == 0 || !strings.Contains(r.stderr, "Couldn't create SRQ") {
+		t.Errorf("ibv_srq_pingpong: exit %d, stderr %q; want \"Couldn't create SRQ\"", r.code, r.stderr)
 	}
 	if !strings.Contains(r.stderr, "nvmock-verbs: "+c.name+": opened as ") {
 		t.Errorf("%s was not opened by the nvmock provider; stderr:\n%s", c.name, r.stderr)

@@ -1,0 +1,17 @@
+#!/bin/sh
+# RC traffic between two programs on one mock node, through the verbs
+# provider and the fabric daemon: run inside `nvmock exec --profile h100`
+# by hack/bench.sh, which takes the medians of the lines it prints.
+set -eu
+pair() { # TOOL ARGS...: server and client on mlx5_0; prints the client's output
+	t=$1; shift
+	"$t" -d mlx5_0 "$@" >/dev/null 2>&1 &
+	sleep 0.3
+	"$t" -d mlx5_0 "$@" localhost
+	wait
+}
+# Bandwidth tests: " #bytes #iterations peak average rate": the average.
+pair ib_write_bw -n 2000 | awk '$1 == 65536 && NF == 5 { print "ib_write_bw_64KiB_MBps", $4 }'
+pair ib_read_bw -n 2000 | awk '$1 == 65536 && NF == 5 { print "ib_read_bw_64KiB_MBps", $4 }'
+# Latency: "#bytes #iterations t_min t_max t_typical ...": the typical.
+pair ib_send_lat -n 1000 | awk '$1 == 2 && $2 == 1000 { print "ib_send_lat_typical_us", $5 }'

@@ -1,0 +1,121 @@
+//go:build integration
+
+package ibshim_test
+
+// The verbs data path: RC queue pairs move data between programs and
+// nodes through the fabric daemons, checked with Debian's unmodified
+// ibv_rc_pingpong and perftest and with a verbs program of our own for the
+// error completions no tool provokes.
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// modelledLID is the LID of a CA of a node that is only modelled.
+func modelledLID(t *testing.T, f *fabric.Fabric) uint16 {
+	t.Helper()
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Type == fabric.CA && nd.Slot >= 0 && nd.Slot != f.Local {
+			return nd.Ports[1].LID
+		}
+	}
+	t.Fatal("the fabric has no modelled CA")
+	return 0
+}
+
+func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
+	cc := testenv.Tool(t, "gcc")
+	bin := filepath.Join(t.TempDir(), "rcpair")
+	if out, err := exec.Command(cc, "-O1", "-Wall", "-Werror", "-o", bin, "testdata/rcpair.c", "-libverbs").CombinedOutput(); err != nil {
+		testenv.Missing(t, "building testdata/rcpair.c against libibverbs (libibverbs-dev): %v\n%s", err, out)
+	}
+	out := node(t, fmt.Sprintf("%s mlx5_0 %d", bin, modelledLID(t, model(t))))
+	for _, check := range []string{"send", "write", "write-with-immediate", "read", "atomics", "rnr-then-receive", "states",
+		"remote-access-error", "out-of-range", "too-long", "rnr-retry-exceeded", "retry-exceeded"} {
+		if !strings.Contains(out, "ok "+check+"\n") {
+			t.Errorf("rcpair did not pass %q:\n%s", check, out)
+			break
+		}
+	}
+}
+
+// ibv_rc_pingpong -c checks every buffer it receives.
+func TestRcPingpongBetweenTwoProgramsChecksItsData(t *testing.T) {
+	testenv.Tool(t, "ibv_rc_pingpong")
+	out := node(t, `ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 200 > /tmp/server.out 2>&1 & srv=$!
+sleep 0.5; ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 200 localhost; echo "client exit $?"
+wait $srv; echo "server exit $?"; cat /tmp/server.out`)
+	if n := strings.Count(out, "1638400 bytes in "); n != 2 || !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
+		t.Errorf("ibv_rc_pingpong -c, both ends on one node:\n%s\nwant both to move 1638400 bytes (200 round trips of 4096) and exit 0", out)
+	}
+}
+
+// perftest's bandwidth tests between two mock nodes, each with its own
+// daemon: the packets cross between the daemons, and the node's port
+// counters count them.
+func TestPerftestRunsBetweenTwoNodes(t *testing.T) {
+	tools := []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw"}
+	for _, tool := range tools {
+		testenv.Tool(t, tool)
+	}
+	var server, client []string
+	for i, tool := range tools {
+		port := 18515 + i
+		server = append(server, fmt.Sprintf("%s -d mlx5_0 -n 200 -p %d", tool, port))
+		client = append(client, fmt.Sprintf("sleep 0.5; echo '== %s'; %s -d mlx5_0 -n 200 -p %d 127.0.0.1 || echo \"exit $?\"", tool, tool, port))
+	}
+	out, serverOut := twoNodes(t, []string{"sh", "-c", strings.Join(server, " && ")},
+		"sleep 1.5\n"+strings.Join(client, "\n")+"\necho '== counters'; perfquery -x -C mlx5_0")
+	// " 65536      200      peak      average      rate"
+	row := regexp.MustCompile(`(?m)^\s*(\d+)\s+200\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s*$`)
+	parts := strings.Split(out, "== ")
+	for i, tool := range tools {
+		part := parts[i+1]
+		m := row.FindStringSubmatch(part)
+		if m == nil || strings.Contains(part, "exit ") {
+			t.Errorf("%s from node-b to node-a:\n%s\nnode-a:\n%s", tool, part, serverOut)
+			continue
+		}
+		if avg, _ := strconv.ParseFloat(m[2], 64); avg <= 0 {
+			t.Errorf("%s: average bandwidth %s MB/s", tool, m[2])
+		}
+	}
+	// write, read and send move 200 x 64 KiB each; the port sends the
+	// writes and sends, and receives the reads.
+	words := func(name string) uint64 {
+		m := regexp.MustCompile(name + `:\.*(\d+)`).FindStringSubmatch(parts[len(parts)-1])
+		if m == nil {
+			t.Fatalf("perfquery -x:\n%s", parts[len(parts)-1])
+		}
+		n, _ := strconv.ParseUint(m[1], 10, 64)
+		return n
+	}
+	if x, r := words("PortXmitData"), words("PortRcvData"); x < 2*200*65536/4 || r < 200*65536/4 {
+		t.Errorf("node-b's mlx5_0 counts %d words sent and %d received; want at least %d and %d", x, r, 2*200*65536/4, 200*65536/4)
+	}
+}
+
+// What is not simulated is refused, not faked: UD and SRQ queue pairs and
+// completion channels fail to be made, as perftest and the pingpongs say.
+func TestUnsimulatedVerbsAreRefused(t *testing.T) {
+	for _, tool := range []string{"ibv_ud_pingpong", "ibv_srq_pingpong", "ibv_rc_pingpong"} {
+		testenv.Tool(t, tool)
+	}
+	out := node(t, `ibv_ud_pingpong -d mlx5_0 -g 0; echo "== ud $?"
+ibv_srq_pingpong -d mlx5_0 -g 0; echo "== srq $?"
+ibv_rc_pingpong -d mlx5_0 -e; echo "== events $?"`)
+	for _, want := range []string{"Couldn't create QP\n== ud 1", "Couldn't create SRQ\n== srq 1", "Couldn't create CQ\n== events 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output:\n%s\nwant %q", out, want)
+		}
+	}
+}

@@ -1,0 +1,281 @@
+/*
+ * rcpair: a verbs program that checks, on one mock HCA, what an HCA does
+ * for RC queue pairs connected through the fabric: data arrives intact,
+ * and the errors come as real HCAs report them. Built and run by
+ * ibshim/datapath_test.go inside `nvmock exec`; prints "ok <check>" per check and
+ * exits non-zero at the first that fails.
+ *
+ * Usage: rcpair DEVICE UNREACHABLE_LID
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#define BIG (100 * 1024 + 7) /* several packets, not a multiple of any */
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static uint16_t lid;
+
+#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+
+struct end {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint8_t *buf;
+	struct ibv_mr *mr;
+};
+
+static void make_end(struct end *e, int access)
+{
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2 } };
+
+	e->cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	if (!e->cq)
+		FAIL("ibv_create_cq: %s", strerror(errno));
+	ia.send_cq = ia.recv_cq = e->cq;
+	e->qp = ibv_create_qp(pd, &ia);
+	if (!e->qp)
+		FAIL("ibv_create_qp: %s", strerror(errno));
+	e->buf = calloc(1, BIG);
+	e->mr = ibv_reg_mr(pd, e->buf, BIG, access);
+	if (!e->mr)
+		FAIL("ibv_reg_mr: %s", strerror(errno));
+}
+
+static void connect_to(struct end *e, uint16_t dlid, uint32_t dqpn, uint8_t timeout, uint8_t retry, uint8_t rnr_retry)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
+	int err;
+
+	if ((err = ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+		FAIL("to INIT: %s", strerror(err));
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = dqpn,
+		.max_dest_rd_atomic = 16, .min_rnr_timer = 1, .ah_attr = { .dlid = dlid, .port_num = 1 } };
+	if ((err = ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
+		FAIL("to RTR: %s", strerror(err));
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = timeout, .retry_cnt = retry,
+		.rnr_retry = rnr_retry, .max_rd_atomic = 16 };
+	if ((err = ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+		FAIL("to RTS: %s", strerror(err));
+}
+
+static void pair(struct end *a, struct end *b, uint8_t rnr_retry)
+{
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+	make_end(a, acc);
+	make_end(b, acc);
+	connect_to(a, lid, b->qp->qp_num, 14, 7, rnr_retry);
+	connect_to(b, lid, a->qp->qp_num, 14, 7, rnr_retry);
+}
+
+static struct ibv_wc wait_wc(struct ibv_cq *cq, const char *what)
+{
+	struct timespec t0, t;
+	struct ibv_wc wc;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+
+		if (n < 0)
+			FAIL("%s: ibv_poll_cq: %d", what, n);
+		if (n == 1)
+			return wc;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 10)
+			FAIL("%s: no completion in 10 s", what);
+		usleep(100);
+	}
+}
+
+static void expect(struct ibv_wc wc, uint64_t wr_id, enum ibv_wc_status st, enum ibv_wc_opcode op, const char *what)
+{
+	if (wc.wr_id != wr_id || wc.status != st || (st == IBV_WC_SUCCESS && wc.opcode != op))
+		FAIL("%s: completion wr_id %llu status %s opcode %d, want wr_id %llu status %s opcode %d", what,
+		     (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.opcode,
+		     (unsigned long long)wr_id, ibv_wc_status_str(st), op);
+}
+
+static void post_recv(struct end *e, uint64_t id, uint32_t len)
+{
+	struct ibv_sge s = { (uintptr_t)e->buf, len, e->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 }, *bad;
+	int err = ibv_post_recv(e->qp, &wr, &bad);
+
+	if (err)
+		FAIL("ibv_post_recv: %s", strerror(err));
+}
+
+static void post(struct end *e, uint64_t id, enum ibv_wr_opcode op, uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge s[2] = { { (uintptr_t)e->buf, len / 2, e->mr->lkey }, { (uintptr_t)e->buf + len / 2, len - len / 2, e->mr->lkey } };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = s, .num_sge = 2, .opcode = op, .send_flags = IBV_SEND_SIGNALED,
+		.imm_data = htobe32(0x1234) }, *bad;
+	int err;
+
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if ((err = ibv_post_send(e->qp, &wr, &bad)))
+		FAIL("ibv_post_send: %s", strerror(err));
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 31 + seed);
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_device **list;
+	struct ibv_port_attr pa;
+	struct end a, b;
+	struct ibv_wc wc;
+	int i, n, err;
+
+	if (argc != 3)
+		FAIL("usage: rcpair DEVICE UNREACHABLE_LID");
+	list = ibv_get_device_list(&n);
+	for (i = 0; i < n && strcmp(ibv_get_device_name(list[i]), argv[1]); i++)
+		;
+	if (i == n || !(ctx = ibv_open_device(list[i])))
+		FAIL("open %s", argv[1]);
+	if (ibv_query_port(ctx, 1, &pa))
+		FAIL("ibv_query_port");
+	lid = pa.lid;
+	pd = ibv_alloc_pd(ctx);
+
+	/* Data of several packets arrives whole, by each operation. */
+	pair(&a, &b, 7);
+	fill(a.buf, BIG, 1);
+	post_recv(&b, 10, BIG);
+	post(&a, 1, IBV_WR_SEND_WITH_IMM, BIG, 0, 0);
+	expect(wait_wc(b.cq, "send: receive"), 10, IBV_WC_SUCCESS, IBV_WC_RECV, "send: receive");
+	wc = wait_wc(a.cq, "send");
+	expect(wc, 1, IBV_WC_SUCCESS, IBV_WC_SEND, "send");
+	if (memcmp(a.buf, b.buf, BIG))
+		FAIL("send: the receive buffer differs from what was sent");
+	puts("ok send");
+
+	fill(a.buf, BIG, 2);
+	post(&a, 2, IBV_WR_RDMA_WRITE, BIG, (uintptr_t)b.buf, b.mr->rkey);
+	expect(wait_wc(a.cq, "write"), 2, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "write");
+	if (memcmp(a.buf, b.buf, BIG))
+		FAIL("write: the target differs from what was written");
+	puts("ok write");
+
+	post_recv(&b, 11, 0);
+	fill(a.buf, 4096, 3);
+	post(&a, 3, IBV_WR_RDMA_WRITE_WITH_IMM, 4096, (uintptr_t)b.buf, b.mr->rkey);
+	wc = wait_wc(b.cq, "write with immediate: receive");
+	expect(wc, 11, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, "write with immediate: receive");
+	if (!(wc.wc_flags & IBV_WC_WITH_IMM) || be32toh(wc.imm_data) != 0x1234 || wc.byte_len != 4096)
+		FAIL("write with immediate: flags %#x imm %#x len %u", wc.wc_flags, be32toh(wc.imm_data), wc.byte_len);
+	expect(wait_wc(a.cq, "write with immediate"), 3, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "write with immediate");
+	puts("ok write-with-immediate");
+
+	fill(b.buf, BIG, 4);
+	memset(a.buf, 0, BIG);
+	post(&a, 4, IBV_WR_RDMA_READ, BIG, (uintptr_t)b.buf, b.mr->rkey);
+	wc = wait_wc(a.cq, "read");
+	expect(wc, 4, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "read");
+	if (memcmp(a.buf, b.buf, BIG) || wc.byte_len != BIG)
+		FAIL("read: %u bytes, or they differ from the source", wc.byte_len);
+	puts("ok read");
+
+	{
+		uint64_t *word = (uint64_t *)(b.buf + 64), *got = (uint64_t *)a.buf;
+		struct ibv_sge s = { (uintptr_t)a.buf, 8, a.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 5, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+			.send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		*word = 40;
+		wr.wr.atomic.remote_addr = (uintptr_t)word;
+		wr.wr.atomic.rkey = b.mr->rkey;
+		wr.wr.atomic.compare_add = 2;
+		if ((err = ibv_post_send(a.qp, &wr, &bad)))
+			FAIL("fetch-add: %s", strerror(err));
+		expect(wait_wc(a.cq, "fetch-add"), 5, IBV_WC_SUCCESS, IBV_WC_FETCH_ADD, "fetch-add");
+		if (*got != 40 || *word != 42)
+			FAIL("fetch-add: got %llu, memory %llu; want 40, 42", (unsigned long long)*got, (unsigned long long)*word);
+		wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+		wr.wr.atomic.compare_add = 42;
+		wr.wr.atomic.swap = 7;
+		if ((err = ibv_post_send(a.qp, &wr, &bad)))
+			FAIL("compare-swap: %s", strerror(err));
+		expect(wait_wc(a.cq, "compare-swap"), 5, IBV_WC_SUCCESS, IBV_WC_COMP_SWAP, "compare-swap");
+		if (*got != 42 || *word != 7)
+			FAIL("compare-swap: got %llu, memory %llu; want 42, 7", (unsigned long long)*got, (unsigned long long)*word);
+	}
+	puts("ok atomics");
+
+	/* A send that finds no receive waits (RNR, retried for ever with
+	 * rnr_retry 7) and completes once one is posted. */
+	post(&a, 6, IBV_WR_SEND, 64, 0, 0);
+	usleep(50000);
+	if (ibv_poll_cq(a.cq, 1, &wc) != 0)
+		FAIL("rnr: the send completed (status %s) with no receive posted", ibv_wc_status_str(wc.status));
+	post_recv(&b, 12, 64);
+	expect(wait_wc(b.cq, "rnr: receive"), 12, IBV_WC_SUCCESS, IBV_WC_RECV, "rnr: receive");
+	expect(wait_wc(a.cq, "rnr"), 6, IBV_WC_SUCCESS, IBV_WC_SEND, "rnr");
+	puts("ok rnr-then-receive");
+
+	/* Posting needs RTS. */
+	{
+		struct end c;
+		struct ibv_sge s = { 0, 0, 0 };
+		struct ibv_send_wr wr = { .sg_list = &s, .opcode = IBV_WR_SEND }, *bad;
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_RTR };
+
+		make_end(&c, IBV_ACCESS_LOCAL_WRITE);
+		if (ibv_post_send(c.qp, &wr, &bad) != EINVAL)
+			FAIL("post_send in RESET did not fail with EINVAL");
+		if (ibv_modify_qp(c.qp, &at, IBV_QP_STATE) != EINVAL)
+			FAIL("RESET to RTR did not fail with EINVAL");
+	}
+	puts("ok states");
+
+	/* Errors, each on a fresh pair (an error ends the QP). */
+	pair(&a, &b, 7);
+	post(&a, 20, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey + 0x100);
+	post(&a, 21, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey);
+	expect(wait_wc(a.cq, "bad rkey"), 20, IBV_WC_REM_ACCESS_ERR, 0, "bad rkey");
+	expect(wait_wc(a.cq, "after bad rkey"), 21, IBV_WC_WR_FLUSH_ERR, 0, "after bad rkey");
+	puts("ok remote-access-error");
+
+	pair(&a, &b, 7);
+	post(&a, 22, IBV_WR_RDMA_READ, 64, (uintptr_t)b.buf + BIG - 8, b.mr->rkey);
+	expect(wait_wc(a.cq, "read past the region"), 22, IBV_WC_REM_ACCESS_ERR, 0, "read past the region");
+	puts("ok out-of-range");
+
+	pair(&a, &b, 7);
+	post_recv(&b, 23, 16);
+	post(&a, 24, IBV_WR_SEND, 64, 0, 0);
+	expect(wait_wc(b.cq, "too long: receive"), 23, IBV_WC_LOC_LEN_ERR, 0, "too long: receive");
+	expect(wait_wc(a.cq, "too long"), 24, IBV_WC_REM_INV_REQ_ERR, 0, "too long");
+	puts("ok too-long");
+
+	pair(&a, &b, 1);
+	post(&a, 25, IBV_WR_SEND, 64, 0, 0);
+	expect(wait_wc(a.cq, "rnr retries"), 25, IBV_WC_RNR_RETRY_EXC_ERR, 0, "rnr retries");
+	puts("ok rnr-retry-exceeded");
+
+	/* Nobody there: a modelled node's port has no such QP. */
+	make_end(&a, IBV_ACCESS_LOCAL_WRITE);
+	connect_to(&a, (uint16_t)atoi(argv[2]), 0x400, 1, 1, 7);
+	post(&a, 26, IBV_WR_SEND, 64, 0, 0);
+	expect(wait_wc(a.cq, "unreachable"), 26, IBV_WC_RETRY_EXC_ERR, 0, "unreachable");
+	puts("ok retry-exceeded");
+	return 0;
+}

@@ -1,0 +1,196 @@
+//go:build ignore
+
+/*
+ * The data path of the mock HCAs: protection domains, memory regions,
+ * completion queues and reliable-connected queue pairs whose traffic really
+ * moves, between processes and nodes, through the fabric daemon.
+ *
+ * A context that creates its first QP connects to the daemon (the umad
+ * shim's socket, NVMOCK_IBD) for its port and gets a block of QP numbers and
+ * the port's LID. A send, RDMA write, RDMA read or atomic becomes packets of
+ * at most NVMOCK_PKT_MAX_PAYLOAD bytes; the daemon hands each to the context
+ * holding the destination QPN at the destination LID, on this node or, via
+ * its peer daemon, another. The responder does what the HCA would: checks
+ * the rkey, range and rights, writes or reads the registered memory, takes
+ * a posted receive (or answers RNR), and acknowledges. The requester
+ * completes work requests in order when answered, retries after an RNR
+ * (rnr_retry times, 7 for ever) or after its timeout (retry_cnt times, going
+ * back to the oldest unanswered request), then fails them as an HCA does.
+ *
+ * Both sides need an engine: the responder of an RDMA write or read never
+ * calls into verbs while it is served. So the first QP starts one thread per
+ * context, which reads the daemon's socket, answers requests, completes
+ * work and runs the timers; the program's own calls (post, poll) take the
+ * same lock. Packets refer to the registered memory rather than copying it
+ * until they are sent, as an HCA reads memory when it transmits; inline
+ * data is copied when posted.
+ *
+ * Not simulated, and refused rather than faked: UC, UD, XRC and raw QPs,
+ * shared receive queues, memory windows, completion channels (events), and
+ * RoCE (a QP on an Ethernet port cannot reach RTR).
+ *
+ * objects.c: PDs, MRs, CQs, QPs' life; post.c: posting, and the ibv_qp_ex
+ * builder; engine.c: the daemon connection, packet queue and engine
+ * thread; requester.c and responder.c: the two ends of the transport.
+ */
+#ifndef NVMOCK_DATAPATH_H
+#define NVMOCK_DATAPATH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "provider.h"
+#include "../umad/proto.h"
+
+#define MAX_INLINE 512
+/* The IBA's local ACK timeout is 4.096 us << timeout; a packet through the
+ * daemon takes far longer than a wire's, so no timeout is shorter than
+ * this (retrying a request that is only slow is harmless, retrying out of
+ * retries is not). */
+#define MIN_TIMEOUT_NS (100 * 1000000LL)
+#define RX_SIZE (NVMOCK_IBD_PKT_SIZE + NVMOCK_PKT_MAX_PAYLOAD)
+#define RX_BATCH 64
+struct nvmock_mr {
+	struct verbs_mr vmr;
+	struct nvmock_mr *next;
+	uint64_t iova;
+};
+
+struct nvmock_cq {
+	struct ibv_cq cq;
+	struct ibv_wc *ring;
+	uint32_t size, head, count;
+};
+
+/* A send work request, kept until it completes. */
+struct swqe {
+	uint64_t wr_id;
+	enum ibv_wr_opcode opcode;
+	bool signaled;
+	bool done;
+	uint32_t total;
+	uint32_t rkey;
+	uint32_t imm;
+	uint64_t raddr;
+	uint64_t atomic[2];
+	int nsge;
+	struct ibv_sge *sge;
+	uint8_t *inl; /* the inline copy, or NULL */
+};
+
+struct rwqe {
+	uint64_t wr_id;
+	int nsge;
+	struct ibv_sge *sge;
+};
+
+struct nvmock_qp {
+	struct verbs_qp vqp;
+	struct nvmock_context *ctx;
+	uint32_t idx;
+
+	/* Send queue: monotonic counters, slot = counter % sq_size. Posted
+	 * WQEs are [sq_head, sq_tail); [sq_head, sq_next) were sent. A WQE's
+	 * message sequence number is psn0 + its counter: the two ends count
+	 * from the PSNs the program exchanged (sq_psn here, rq_psn there), so
+	 * a peer that was reset is not taken for a duplicate. */
+	struct swqe *sq;
+	struct ibv_sge *sq_sge;
+	uint8_t *sq_inl;
+	uint32_t sq_size, sq_head, sq_next, sq_tail, max_send_sge, max_inline, psn0;
+	bool sig_all;
+
+	struct rwqe *rq;
+	struct ibv_sge *rq_sge;
+	uint32_t rq_size, rq_head, rq_tail, max_recv_sge;
+
+	/* Attributes. */
+	uint8_t port, timeout, retry_cnt, rnr_retry, min_rnr_timer, max_rd_atomic, max_dest_rd_atomic;
+	uint16_t pkey_index, dlid;
+	uint32_t dqpn, sq_psn, rq_psn;
+	int access;
+	enum ibv_mtu mtu;
+	struct ibv_ah_attr ah;
+
+	/* Requester. */
+	int retries_left, rnr_left;
+	int64_t deadline;  /* ns: when the oldest unanswered request times out; 0: none */
+	int64_t resend_at; /* ns: after an RNR NAK, when to send again; 0: none */
+
+	/* Responder. */
+	uint32_t resp_seq; /* the next message expected */
+	bool resp_skip;    /* the rest of a message refused at its start */
+	bool resp_rwqe;    /* a receive is taken for the message in progress */
+	uint64_t last_atomic;
+	uint32_t last_atomic_seq;
+	bool last_atomic_valid;
+
+	/* The ibv_qp_ex work-request batch (wr_start .. wr_complete). */
+	struct ibv_send_wr *batch;
+	struct ibv_sge *batch_sge;
+	uint8_t *batch_inl;
+	uint32_t batch_n;
+	int batch_err;
+};
+
+/* One packet waiting for the socket; data points into registered memory
+ * (or an inline copy) until it is sent. */
+struct out_pkt {
+	struct out_pkt *next;
+	struct nvmock_qp *qp;
+	struct nvmock_mr *mr;
+	const void *data;
+	uint32_t len;
+	struct nvmock_ibd_pkt hdr;
+};
+static inline struct nvmock_qp *to_qp(struct ibv_qp *qp) { return container_of(qp, struct nvmock_qp, vqp.qp); }
+static inline struct nvmock_cq *to_cq(struct ibv_cq *cq) { return container_of(cq, struct nvmock_cq, cq); }
+
+static inline int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline void wake(struct nvmock_context *ctx)
+{
+	uint64_t one = 1;
+
+	if (ctx->wake >= 0 && write(ctx->wake, &one, sizeof(one)) < 0) {
+		/* A full counter already wakes the engine. */
+	}
+}
+
+bool flush(struct nvmock_context *ctx);
+bool transmit(struct nvmock_qp *qp, uint32_t n_wqe);
+int post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int start_engine(struct nvmock_context *ctx);
+int64_t timeout_ns(struct nvmock_qp *qp);
+struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key);
+struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq);
+uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len);
+uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, uint32_t *room, struct nvmock_mr **mrp, int need);
+void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
+void complete(struct nvmock_cq *cq, const struct ibv_wc *wc);
+void connect_daemon(struct nvmock_context *ctx, uint8_t port);
+void go_back(struct nvmock_qp *qp, uint32_t n);
+void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n);
+void kick(struct nvmock_qp *qp);
+void progress(struct nvmock_context *ctx);
+void purge(struct nvmock_context *ctx, struct nvmock_qp *qp, struct nvmock_mr *mr, bool requests_only);
+void qp_error(struct nvmock_qp *qp, enum ibv_wc_status st);
+void qp_init_wqe(struct nvmock_qp *qp);
+void qpx_setup(struct nvmock_qp *qp);
+void queue(struct nvmock_context *ctx, struct out_pkt *o);
+void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, const struct nvmock_ibd_pkt *p);
+void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
+void retire(struct nvmock_qp *qp);
+void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st);
+
+#endif

@@ -1,0 +1,288 @@
+//go:build ignore
+
+/* The daemon connection, the packet queue and the engine thread (datapath.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "datapath.h"
+
+/* ---- the daemon connection and the engine ---- */
+
+static void *engine(void *arg);
+
+/* Connects for the port and gets a QPN block; without a daemon (or for a
+ * port the fabric does not have) the context still makes QPs, whose
+ * packets go nowhere, as on a fabric that is down. */
+void connect_daemon(struct nvmock_context *ctx, uint8_t port)
+{
+	struct nvmock_ibd_verbs_hello hello = { .magic = NVMOCK_IBD_MAGIC, .op = NVMOCK_IBD_OP_VERBS_HELLO, .pid = (uint32_t)getpid(), .port = port };
+	struct nvmock_ibd_verbs_welcome w = { 0 };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *path = getenv(NVMOCK_IBD_ENV);
+	struct pollfd pfd;
+	int fd;
+
+	ctx->connected = true;
+	ctx->port = port;
+	ctx->qpn_base = ((uint32_t)getpid() % (0xffffff / NVMOCK_IBD_QPN_BLOCK - 1) + 1) * NVMOCK_IBD_QPN_BLOCK;
+	if (!path || !path[0])
+		path = NVMOCK_IBD_SOCKET;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	snprintf(hello.ibdev, sizeof(hello.ibdev), "%s", ctx->vctx.context.device->name);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
+		trace("%s: no fabric daemon at %s: %s", hello.ibdev, path, strerror(errno));
+		close(fd);
+		return;
+	}
+	pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+	if (poll(&pfd, 1, 5000) != 1 || recv(fd, &w, sizeof(w), 0) != sizeof(w) ||
+	    w.magic != NVMOCK_IBD_MAGIC || w.op != NVMOCK_IBD_OP_VERBS_HELLO || !w.qpn_base) {
+		trace("%s: the fabric daemon has no InfiniBand port %u for it", hello.ibdev, port);
+		close(fd);
+		return;
+	}
+	ctx->sock = fd;
+	ctx->qpn_base = w.qpn_base;
+	trace("%s: QPNs from %#x, LID %u", hello.ibdev, w.qpn_base, w.lid);
+}
+
+int start_engine(struct nvmock_context *ctx)
+{
+	int err;
+
+	if (ctx->engine_running)
+		return 0;
+	ctx->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ctx->rx = malloc(RX_SIZE);
+	if (ctx->wake < 0 || !ctx->rx)
+		return ENOMEM;
+	err = pthread_create(&ctx->engine, NULL, engine, ctx);
+	if (err)
+		return err;
+	ctx->engine_running = true;
+	return 0;
+}
+
+int datapath_init(struct nvmock_context *ctx)
+{
+	ctx->sock = -1;
+	ctx->wake = -1;
+	ctx->qps = calloc(NVMOCK_IBD_QPN_BLOCK, sizeof(*ctx->qps));
+	if (!ctx->qps)
+		return ENOMEM;
+	return pthread_mutex_init(&ctx->lock, NULL);
+}
+
+void datapath_free(struct nvmock_context *ctx)
+{
+	struct out_pkt *o;
+
+	if (ctx->engine_running) {
+		pthread_mutex_lock(&ctx->lock);
+		ctx->stopping = true;
+		pthread_mutex_unlock(&ctx->lock);
+		wake(ctx);
+		pthread_join(ctx->engine, NULL);
+	}
+	while ((o = ctx->out_head)) {
+		ctx->out_head = o->next;
+		free(o);
+	}
+	if (ctx->sock >= 0)
+		close(ctx->sock);
+	if (ctx->wake >= 0)
+		close(ctx->wake);
+	free(ctx->rx);
+	free(ctx->qps);
+	pthread_mutex_destroy(&ctx->lock);
+}
+
+struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq)
+{
+	struct out_pkt *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return NULL;
+	o->qp = qp;
+	o->hdr = (struct nvmock_ibd_pkt){
+		.magic = NVMOCK_IBD_MAGIC, .op = NVMOCK_IBD_OP_VERBS_PKT,
+		.dlid = qp->dlid, .dqpn = qp->dqpn, .sqpn = qp->vqp.qp.qp_num,
+		.kind = kind, .seq = seq,
+	};
+	return o;
+}
+
+void queue(struct nvmock_context *ctx, struct out_pkt *o)
+{
+	if (ctx->out_tail)
+		ctx->out_tail->next = o;
+	else
+		ctx->out_head = o;
+	ctx->out_tail = o;
+}
+
+/* Drops queued packets of a QP (its requests only, or all) or of a memory
+ * region going away. */
+void purge(struct nvmock_context *ctx, struct nvmock_qp *qp, struct nvmock_mr *mr, bool requests_only)
+{
+	struct out_pkt **p = &ctx->out_head, *o;
+
+	ctx->out_tail = NULL;
+	while ((o = *p)) {
+		bool drop = mr ? o->mr == mr : o->qp == qp && (!requests_only || o->hdr.kind < NVMOCK_PKT_ACK);
+		if (drop) {
+			*p = o->next;
+			free(o);
+			continue;
+		}
+		ctx->out_tail = o;
+		p = &o->next;
+	}
+}
+
+/* Sends what the socket takes; says whether some is left. */
+bool flush(struct nvmock_context *ctx)
+{
+	struct out_pkt *o;
+
+	while ((o = ctx->out_head)) {
+		if (ctx->sock >= 0) {
+			struct iovec iov[2] = { { &o->hdr, sizeof(o->hdr) }, { (void *)o->data, o->len } };
+			struct msghdr m = { .msg_iov = iov, .msg_iovlen = o->len ? 2 : 1 };
+
+			if (sendmsg(ctx->sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+				if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+					return true;
+				trace("fabric daemon gone: %s", strerror(errno));
+				close(ctx->sock);
+				ctx->sock = -1; /* from now on, packets are lost */
+			}
+		}
+		ctx->out_head = o->next;
+		if (!ctx->out_head)
+			ctx->out_tail = NULL;
+		free(o);
+	}
+	return false;
+}
+
+void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
+{
+	const struct nvmock_ibd_pkt *p = (const void *)buf;
+	struct nvmock_qp *qp;
+	uint32_t len;
+
+	if (n < sizeof(*p) || p->magic != NVMOCK_IBD_MAGIC || p->op != NVMOCK_IBD_OP_VERBS_PKT ||
+	    p->dqpn < ctx->qpn_base || p->dqpn - ctx->qpn_base >= NVMOCK_IBD_QPN_BLOCK)
+		return;
+	qp = ctx->qps[p->dqpn - ctx->qpn_base];
+	len = n - sizeof(*p);
+	/* A connected QP hears only its peer. */
+	if (!qp || p->slid != qp->dlid || p->sqpn != qp->dqpn)
+		return;
+	if (p->kind < NVMOCK_PKT_ACK) {
+		if (p->offset > p->total || len > p->total - p->offset)
+			return;
+		if (qp->vqp.qp.state == IBV_QPS_RTR || qp->vqp.qp.state == IBV_QPS_RTS)
+			respond(qp, p, buf + sizeof(*p), len);
+	} else {
+		if (p->kind == NVMOCK_PKT_READ_RESP && (p->offset > p->total || len > p->total - p->offset))
+			return;
+		answered(qp, p, buf + sizeof(*p), len);
+		kick(qp);
+	}
+}
+
+/* Runs what is due; returns when the next thing is (0: nothing). */
+static int64_t timers(struct nvmock_context *ctx, int64_t now)
+{
+	int64_t next = 0;
+	uint32_t i;
+
+	for (i = 0; i < NVMOCK_IBD_QPN_BLOCK; i++) {
+		struct nvmock_qp *qp = ctx->qps[i];
+
+		if (!qp)
+			continue;
+		if (qp->resend_at && qp->resend_at <= now) {
+			qp->resend_at = 0;
+			kick(qp);
+		}
+		if (qp->deadline && qp->deadline <= now) {
+			if (qp->retries_left-- <= 0) {
+				qp_error(qp, IBV_WC_RETRY_EXC_ERR);
+			} else {
+				go_back(qp, qp->sq_head);
+				kick(qp);
+			}
+		}
+		if (qp->resend_at && (!next || qp->resend_at < next))
+			next = qp->resend_at;
+		if (qp->deadline && (!next || qp->deadline < next))
+			next = qp->deadline;
+	}
+	return next;
+}
+
+/* Takes what arrived (a batch, so the lock changes hands) and sends what
+ * is queued; lock held. */
+void progress(struct nvmock_context *ctx)
+{
+	int i;
+
+	for (i = 0; i < RX_BATCH && ctx->sock >= 0; i++) {
+		ssize_t n = recv(ctx->sock, ctx->rx, RX_SIZE, MSG_DONTWAIT);
+
+		if (n > 0) {
+			handle(ctx, ctx->rx, n);
+			continue;
+		}
+		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			trace("fabric daemon gone");
+			close(ctx->sock);
+			ctx->sock = -1;
+		}
+		break;
+	}
+	flush(ctx);
+}
+
+static void *engine(void *arg)
+{
+	struct nvmock_context *ctx = arg;
+
+	pthread_mutex_lock(&ctx->lock);
+	while (!ctx->stopping) {
+		int64_t now = now_ns(), next = timers(ctx, now);
+		bool more = flush(ctx);
+		struct pollfd p[2] = {
+			{ .fd = ctx->sock, .events = POLLIN | (more ? POLLOUT : 0) },
+			{ .fd = ctx->wake, .events = POLLIN },
+		};
+		int ms = next ? (int)((next - now + 999999) / 1000000) : -1;
+		uint64_t v;
+
+		pthread_mutex_unlock(&ctx->lock);
+		poll(p, 2, ms);
+		pthread_mutex_lock(&ctx->lock);
+		if (p[1].revents & POLLIN && read(ctx->wake, &v, sizeof(v)) < 0) {
+			/* nothing to clear */
+		}
+		progress(ctx);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return NULL;
+}

@@ -1,0 +1,509 @@
+//go:build ignore
+
+/* Protection domains, memory regions, completion queues and the life of queue pairs (datapath.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "datapath.h"
+
+/* ---- protection domains and memory regions ---- */
+
+static struct ibv_pd *alloc_pd(struct ibv_context *ibctx)
+{
+	(void)ibctx;
+	return calloc(1, sizeof(struct ibv_pd));
+}
+
+static int dealloc_pd(struct ibv_pd *pd)
+{
+	free(pd);
+	return 0;
+}
+
+static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	struct nvmock_context *ctx = to_ctx(pd->context);
+	struct nvmock_mr *mr;
+
+	/* Remote write and atomics need local write, as the IBA says. */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!addr && length) {
+		errno = EINVAL;
+		return NULL;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return NULL;
+	mr->iova = iova;
+	mr->vmr.mr_type = IBV_MR_TYPE_MR;
+	mr->vmr.access = access;
+	pthread_mutex_lock(&ctx->lock);
+	/* mlx5 keys: an index above 8 bits of variant. */
+	mr->vmr.ibv_mr.lkey = mr->vmr.ibv_mr.rkey = (++ctx->next_key << 8) | 0x07;
+	mr->vmr.ibv_mr.handle = ctx->next_key;
+	mr->next = ctx->mrs;
+	ctx->mrs = mr;
+	pthread_mutex_unlock(&ctx->lock);
+	return &mr->vmr.ibv_mr;
+}
+
+
+static int dereg_mr(struct verbs_mr *vmr)
+{
+	struct nvmock_mr *mr = container_of(vmr, struct nvmock_mr, vmr);
+	struct nvmock_context *ctx = to_ctx(vmr->ibv_mr.context);
+	struct nvmock_mr **p;
+
+	pthread_mutex_lock(&ctx->lock);
+	for (p = &ctx->mrs; *p; p = &(*p)->next)
+		if (*p == mr) {
+			*p = mr->next;
+			break;
+		}
+	purge(ctx, NULL, mr, false);
+	pthread_mutex_unlock(&ctx->lock);
+	free(mr);
+	return 0;
+}
+
+struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key)
+{
+	struct nvmock_mr *mr;
+
+	for (mr = ctx->mrs; mr; mr = mr->next)
+		if (mr->vmr.ibv_mr.lkey == key)
+			return mr;
+	return NULL;
+}
+
+/* The memory of [addr, addr+len) in mr's address space, or NULL. */
+uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len)
+{
+	if (!mr || addr < mr->iova || len > mr->vmr.ibv_mr.length ||
+	    addr - mr->iova > mr->vmr.ibv_mr.length - len)
+		return NULL;
+	return (uint8_t *)mr->vmr.ibv_mr.addr + (addr - mr->iova);
+}
+
+/* ---- completion queues ---- */
+
+static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector)
+{
+	const struct ibv_device_attr *caps = to_ctx(ibctx)->caps;
+	struct nvmock_cq *cq;
+	uint32_t size = 1;
+
+	if (channel) {
+		/* Completion events need the kernel's channel. */
+		trace("completion channels are not simulated");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (cqe < 1 || cqe > caps->max_cqe || comp_vector < 0 || comp_vector >= ibctx->num_comp_vectors) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* mlx5 rounds up to a power of two, less one. */
+	while (size < (uint32_t)cqe + 1)
+		size <<= 1;
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return NULL;
+	cq->ring = calloc(size, sizeof(*cq->ring));
+	if (!cq->ring) {
+		free(cq);
+		return NULL;
+	}
+	cq->size = size;
+	cq->cq.cqe = size - 1;
+	return &cq->cq;
+}
+
+static int destroy_cq(struct ibv_cq *ibcq)
+{
+	struct nvmock_cq *cq = to_cq(ibcq);
+
+	free(cq->ring);
+	free(cq);
+	return 0;
+}
+
+static int poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+	struct nvmock_context *ctx = to_ctx(ibcq->context);
+	struct nvmock_cq *cq = to_cq(ibcq);
+	int i;
+
+	if (n < 0)
+		return -1;
+	pthread_mutex_lock(&ctx->lock);
+	/* A program polling an empty CQ moves the traffic itself: no wait for
+	 * the engine thread to be scheduled. */
+	if (!cq->count)
+		progress(ctx);
+	for (i = 0; i < n && cq->count; i++) {
+		wc[i] = cq->ring[cq->head];
+		cq->head = (cq->head + 1) % cq->size;
+		cq->count--;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return i;
+}
+
+void complete(struct nvmock_cq *cq, const struct ibv_wc *wc)
+{
+	if (cq->count == cq->size) {
+		/* An overrun CQ loses completions (a real one raises an
+		 * async CQ error too). */
+		trace("CQ overrun: completion of wr_id %llu lost", (unsigned long long)wc->wr_id);
+		return;
+	}
+	cq->ring[(cq->head + cq->count) % cq->size] = *wc;
+	cq->count++;
+}
+
+void qp_init_wqe(struct nvmock_qp *qp)
+{
+	qp->sq_head = qp->sq_next = qp->sq_tail = 0;
+	qp->rq_head = qp->rq_tail = 0;
+	qp->resp_seq = qp->rq_psn;
+	qp->psn0 = qp->sq_psn;
+	qp->resp_skip = qp->resp_rwqe = qp->last_atomic_valid = false;
+	qp->deadline = qp->resend_at = 0;
+}
+
+static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd *pd, struct ibv_qp_init_attr_ex *a)
+{
+	struct nvmock_context *ctx = to_ctx(ibctx);
+	const struct ibv_device_attr *caps = ctx->caps;
+	struct nvmock_qp *qp;
+	uint32_t i;
+	int err;
+
+	if (a->qp_type != IBV_QPT_RC || a->srq) {
+		trace("QP type %d%s is not simulated (RC only, without a shared receive queue)", a->qp_type, a->srq ? " with an SRQ" : "");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!a->send_cq || !a->recv_cq || a->send_cq->context != ibctx || a->recv_cq->context != ibctx ||
+	    a->cap.max_send_wr > (uint32_t)caps->max_qp_wr || a->cap.max_recv_wr > (uint32_t)caps->max_qp_wr ||
+	    a->cap.max_send_sge > (uint32_t)caps->max_sge || a->cap.max_recv_sge > (uint32_t)caps->max_sge ||
+	    a->cap.max_inline_data > MAX_INLINE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return NULL;
+	qp->ctx = ctx;
+	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
+	qp->rq_size = a->cap.max_recv_wr ? a->cap.max_recv_wr : 1;
+	qp->max_send_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
+	qp->max_recv_sge = a->cap.max_recv_sge ? a->cap.max_recv_sge : 1;
+	qp->max_inline = a->cap.max_inline_data;
+	qp->sig_all = a->sq_sig_all;
+	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
+	qp->sq_sge = calloc((size_t)qp->sq_size * qp->max_send_sge, sizeof(*qp->sq_sge));
+	qp->rq = calloc(qp->rq_size, sizeof(*qp->rq));
+	qp->rq_sge = calloc((size_t)qp->rq_size * qp->max_recv_sge, sizeof(*qp->rq_sge));
+	qp->batch = calloc(qp->sq_size, sizeof(*qp->batch));
+	qp->batch_sge = calloc((size_t)qp->sq_size * qp->max_send_sge, sizeof(*qp->batch_sge));
+	if (qp->max_inline) {
+		qp->sq_inl = malloc((size_t)qp->sq_size * qp->max_inline);
+		qp->batch_inl = malloc((size_t)qp->sq_size * qp->max_inline);
+	}
+	if (!qp->sq || !qp->sq_sge || !qp->rq || !qp->rq_sge || !qp->batch || !qp->batch_sge ||
+	    (qp->max_inline && (!qp->sq_inl || !qp->batch_inl))) {
+		err = ENOMEM;
+		goto fail;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	if (!ctx->connected)
+		connect_daemon(ctx, 1);
+	err = start_engine(ctx);
+	for (i = 0; !err && i < NVMOCK_IBD_QPN_BLOCK && ctx->qps[i]; i++)
+		;
+	if (!err && i == NVMOCK_IBD_QPN_BLOCK)
+		err = ENOMEM;
+	if (!err) {
+		qp->idx = i;
+		ctx->qps[i] = qp;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (err)
+		goto fail;
+
+	struct ibv_qp *q = &qp->vqp.qp;
+	q->context = ibctx;
+	q->qp_context = a->qp_context;
+	q->pd = pd;
+	q->send_cq = a->send_cq;
+	q->recv_cq = a->recv_cq;
+	q->qp_num = ctx->qpn_base + qp->idx;
+	q->handle = q->qp_num;
+	q->state = IBV_QPS_RESET;
+	q->qp_type = a->qp_type;
+	pthread_mutex_init(&q->mutex, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	a->cap.max_send_wr = qp->sq_size;
+	a->cap.max_recv_wr = qp->rq_size;
+	a->cap.max_send_sge = qp->max_send_sge;
+	a->cap.max_recv_sge = qp->max_recv_sge;
+	return q;
+fail:
+	free(qp->sq);
+	free(qp->sq_sge);
+	free(qp->rq);
+	free(qp->rq_sge);
+	free(qp->batch);
+	free(qp->batch_sge);
+	free(qp->sq_inl);
+	free(qp->batch_inl);
+	free(qp);
+	errno = err;
+	return NULL;
+}
+
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex a = {
+		.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
+		.srq = attr->srq, .cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all,
+		.comp_mask = IBV_QP_INIT_ATTR_PD, .pd = pd,
+	};
+	struct ibv_qp *qp = create_qp_common(pd->context, pd, &a);
+
+	if (qp)
+		attr->cap = a.cap;
+	return qp;
+}
+
+static struct ibv_qp *create_qp_ex(struct ibv_context *ibctx, struct ibv_qp_init_attr_ex *a)
+{
+	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+			     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+	struct ibv_qp *q;
+
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) ||
+	    (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) ||
+	    ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops))) {
+		trace("create_qp_ex: comp_mask %#x, send_ops_flags %#llx: only a PD and the RC send operations are simulated",
+		      a->comp_mask, (unsigned long long)a->send_ops_flags);
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	q = create_qp_common(ibctx, a->pd, a);
+	if (q && (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+		qpx_setup(to_qp(q));
+	return q;
+}
+
+static int destroy_qp(struct ibv_qp *q)
+{
+	struct nvmock_qp *qp = to_qp(q);
+	struct nvmock_context *ctx = qp->ctx;
+
+	pthread_mutex_lock(&ctx->lock);
+	purge(ctx, qp, NULL, false);
+	ctx->qps[qp->idx] = NULL;
+	pthread_mutex_unlock(&ctx->lock);
+	free(qp->sq);
+	free(qp->sq_sge);
+	free(qp->rq);
+	free(qp->rq_sge);
+	free(qp->batch);
+	free(qp->batch_sge);
+	free(qp->sq_inl);
+	free(qp->batch_inl);
+	free(qp);
+	return 0;
+}
+
+/* The attributes each RC transition needs and may take (IBA 11.2.5.2 and
+ * the kernel's qp_state_table). */
+static bool transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
+{
+	int req = 0, opt = 0;
+
+	if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
+		return !(mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE));
+	switch (cur * 16 + next) {
+	case IBV_QPS_RESET * 16 + IBV_QPS_INIT:
+		req = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+		break;
+	case IBV_QPS_INIT * 16 + IBV_QPS_INIT:
+		opt = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+		break;
+	case IBV_QPS_INIT * 16 + IBV_QPS_RTR:
+		req = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		opt = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
+		break;
+	case IBV_QPS_RTR * 16 + IBV_QPS_RTS:
+		req = IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+		opt = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
+		break;
+	case IBV_QPS_RTS * 16 + IBV_QPS_RTS:
+		opt = IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER;
+		break;
+	default:
+		return false;
+	}
+	mask &= ~IBV_QP_STATE;
+	return (mask & req) == req && !(mask & ~(req | opt));
+}
+
+static bool port_exists(struct nvmock_context *ctx, uint8_t port)
+{
+	struct ibv_port_attr pa;
+
+	return port && !ibv_query_port(&ctx->vctx.context, port, &pa);
+}
+
+static bool port_is_ib(struct nvmock_context *ctx, uint8_t port)
+{
+	struct ibv_port_attr pa;
+
+	return !ibv_query_port(&ctx->vctx.context, port, &pa) && pa.link_layer != IBV_LINK_LAYER_ETHERNET;
+}
+
+static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
+{
+	struct nvmock_qp *qp = to_qp(q);
+	struct nvmock_context *ctx = qp->ctx;
+	enum ibv_qp_state cur, next;
+	int err = 0;
+
+	pthread_mutex_lock(&ctx->lock);
+	cur = q->state;
+	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
+		err = EINVAL;
+	next = mask & IBV_QP_STATE ? attr->qp_state : cur;
+	if (!err && !transition_ok(cur, next, mask))
+		err = EINVAL;
+	if (!err && (mask & IBV_QP_PORT) && !port_exists(ctx, attr->port_num))
+		err = EINVAL;
+	if (!err && next == IBV_QPS_RTR && !port_is_ib(ctx, qp->port)) {
+		trace("QP %#x: RoCE (an Ethernet port) is not simulated", q->qp_num);
+		err = EOPNOTSUPP;
+	}
+	/* The subnet has no routers: a QP reaches its peer by LID. */
+	if (!err && next == IBV_QPS_RTR && !attr->ah_attr.dlid)
+		err = EINVAL;
+	if (err) {
+		pthread_mutex_unlock(&ctx->lock);
+		return err;
+	}
+	if (mask & IBV_QP_PKEY_INDEX)
+		qp->pkey_index = attr->pkey_index;
+	if (mask & IBV_QP_PORT)
+		qp->port = attr->port_num;
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		qp->access = attr->qp_access_flags;
+	if (mask & IBV_QP_AV) {
+		qp->ah = attr->ah_attr;
+		qp->dlid = attr->ah_attr.dlid;
+	}
+	if (mask & IBV_QP_PATH_MTU)
+		qp->mtu = attr->path_mtu;
+	if (mask & IBV_QP_DEST_QPN)
+		qp->dqpn = attr->dest_qp_num;
+	if (mask & IBV_QP_RQ_PSN)
+		qp->resp_seq = qp->rq_psn = attr->rq_psn;
+	if (mask & IBV_QP_SQ_PSN)
+		qp->psn0 = (qp->sq_psn = attr->sq_psn) - qp->sq_tail;
+	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+		qp->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
+		qp->max_rd_atomic = attr->max_rd_atomic;
+	if (mask & IBV_QP_MIN_RNR_TIMER)
+		qp->min_rnr_timer = attr->min_rnr_timer;
+	if (mask & IBV_QP_TIMEOUT)
+		qp->timeout = attr->timeout;
+	if (mask & IBV_QP_RETRY_CNT)
+		qp->retries_left = qp->retry_cnt = attr->retry_cnt;
+	if (mask & IBV_QP_RNR_RETRY)
+		qp->rnr_left = qp->rnr_retry = attr->rnr_retry;
+	if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
+		qp_error(qp, IBV_WC_WR_FLUSH_ERR);
+	} else if (next == IBV_QPS_RESET) {
+		purge(ctx, qp, NULL, false);
+		qp_init_wqe(qp);
+	}
+	q->state = next;
+	if (next == IBV_QPS_RTS) {
+		kick(qp);
+		flush(ctx);
+		wake(ctx);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return 0;
+}
+
+static int query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	struct nvmock_qp *qp = to_qp(q);
+
+	(void)mask;
+	memset(attr, 0, sizeof(*attr));
+	memset(init, 0, sizeof(*init));
+	pthread_mutex_lock(&qp->ctx->lock);
+	attr->qp_state = attr->cur_qp_state = q->state;
+	attr->path_mtu = qp->mtu;
+	attr->qp_access_flags = qp->access;
+	attr->pkey_index = qp->pkey_index;
+	attr->port_num = qp->port;
+	attr->ah_attr = qp->ah;
+	attr->dest_qp_num = qp->dqpn;
+	attr->rq_psn = qp->rq_psn;
+	attr->sq_psn = qp->sq_psn;
+	attr->max_rd_atomic = qp->max_rd_atomic;
+	attr->max_dest_rd_atomic = qp->max_dest_rd_atomic;
+	attr->min_rnr_timer = qp->min_rnr_timer;
+	attr->timeout = qp->timeout;
+	attr->retry_cnt = qp->retry_cnt;
+	attr->rnr_retry = qp->rnr_retry;
+	attr->cap.max_send_wr = qp->sq_size;
+	attr->cap.max_recv_wr = qp->rq_size;
+	attr->cap.max_send_sge = qp->max_send_sge;
+	attr->cap.max_recv_sge = qp->max_recv_sge;
+	attr->cap.max_inline_data = qp->max_inline;
+	init->qp_context = q->qp_context;
+	init->send_cq = q->send_cq;
+	init->recv_cq = q->recv_cq;
+	init->cap = attr->cap;
+	init->qp_type = q->qp_type;
+	init->sq_sig_all = qp->sig_all;
+	pthread_mutex_unlock(&qp->ctx->lock);
+	return 0;
+}
+
+void datapath_ops(struct verbs_context_ops *ops)
+{
+	ops->alloc_pd = alloc_pd;
+	ops->dealloc_pd = dealloc_pd;
+	ops->reg_mr = reg_mr;
+	ops->dereg_mr = dereg_mr;
+	ops->create_cq = create_cq;
+	ops->destroy_cq = destroy_cq;
+	ops->poll_cq = poll_cq;
+	ops->create_qp = create_qp;
+	ops->create_qp_ex = create_qp_ex;
+	ops->modify_qp = modify_qp;
+	ops->query_qp = query_qp;
+	ops->destroy_qp = destroy_qp;
+	ops->post_send = post_send;
+	ops->post_recv = post_recv;
+}

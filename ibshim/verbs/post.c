@@ -1,0 +1,343 @@
+//go:build ignore
+
+/* Posting work requests: ibv_post_send and ibv_post_recv, and the ibv_qp_ex builder (datapath.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "datapath.h"
+
+/* ---- posting ---- */
+
+static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
+{
+	struct swqe *w;
+	uint32_t total = 0;
+	int i;
+
+	switch (wr->opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		if (wr->num_sge != 1 || wr->sg_list[0].length != 8 || wr->wr.atomic.remote_addr % 8)
+			return EINVAL;
+		break;
+	default:
+		return EINVAL;
+	}
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
+		return EINVAL;
+	for (i = 0; i < wr->num_sge; i++) {
+		if (wr->sg_list[i].length > UINT32_MAX - total)
+			return EINVAL;
+		total += wr->sg_list[i].length;
+	}
+	if (total > 0x40000000) /* the port's max_msg_sz */
+		return EINVAL;
+	if ((wr->send_flags & IBV_SEND_INLINE) && (total > qp->max_inline || wr->opcode == IBV_WR_RDMA_READ ||
+						  wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD))
+		return EINVAL;
+	if (qp->sq_tail - qp->sq_head == qp->sq_size)
+		return ENOMEM;
+	w = &qp->sq[qp->sq_tail % qp->sq_size];
+	*w = (struct swqe){
+		.wr_id = wr->wr_id, .opcode = wr->opcode, .total = total, .nsge = wr->num_sge, .imm = wr->imm_data,
+		.signaled = qp->sig_all || (wr->send_flags & IBV_SEND_SIGNALED),
+		.sge = &qp->sq_sge[(size_t)(qp->sq_tail % qp->sq_size) * qp->max_send_sge],
+	};
+	memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * wr->num_sge);
+	if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		w->raddr = wr->wr.atomic.remote_addr;
+		w->rkey = wr->wr.atomic.rkey;
+		w->atomic[0] = wr->wr.atomic.compare_add;
+		w->atomic[1] = wr->wr.atomic.swap;
+	} else {
+		w->raddr = wr->wr.rdma.remote_addr;
+		w->rkey = wr->wr.rdma.rkey;
+	}
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		uint32_t off = 0;
+
+		w->inl = &qp->sq_inl[(size_t)(qp->sq_tail % qp->sq_size) * qp->max_inline];
+		for (i = 0; i < wr->num_sge; i++) {
+			memcpy(w->inl + off, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+			off += wr->sg_list[i].length;
+		}
+	}
+	qp->sq_tail++;
+	return 0;
+}
+
+int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct ibv_qp *q = &qp->vqp.qp;
+	int err = 0;
+
+	if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_ERR) {
+		*bad = wr;
+		return EINVAL;
+	}
+	for (; wr; wr = wr->next) {
+		err = post_one(qp, wr);
+		if (err) {
+			*bad = wr;
+			break;
+		}
+		if (q->state == IBV_QPS_ERR) {
+			send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], IBV_WC_WR_FLUSH_ERR);
+			qp->sq_head = qp->sq_next = qp->sq_tail;
+		}
+	}
+	kick(qp);
+	if (flush(qp->ctx) || qp->deadline)
+		wake(qp->ctx);
+	return err;
+}
+
+int post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct nvmock_qp *qp = to_qp(q);
+	int err;
+
+	pthread_mutex_lock(&qp->ctx->lock);
+	err = post_send_locked(qp, wr, bad);
+	pthread_mutex_unlock(&qp->ctx->lock);
+	return err;
+}
+
+int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct nvmock_qp *qp = to_qp(q);
+	int err = 0;
+
+	pthread_mutex_lock(&qp->ctx->lock);
+	if (q->state == IBV_QPS_RESET) {
+		*bad = wr;
+		err = EINVAL;
+	}
+	for (; !err && wr; wr = wr->next) {
+		struct rwqe *r;
+
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_recv_sge) {
+			err = EINVAL;
+		} else if (qp->rq_tail - qp->rq_head == qp->rq_size) {
+			err = ENOMEM;
+		}
+		if (err) {
+			*bad = wr;
+			break;
+		}
+		r = &qp->rq[qp->rq_tail % qp->rq_size];
+		r->wr_id = wr->wr_id;
+		r->nsge = wr->num_sge;
+		r->sge = &qp->rq_sge[(size_t)(qp->rq_tail % qp->rq_size) * qp->max_recv_sge];
+		memcpy(r->sge, wr->sg_list, sizeof(*r->sge) * wr->num_sge);
+		qp->rq_tail++;
+		if (q->state == IBV_QPS_ERR) {
+			recv_done(qp, r, IBV_WC_WR_FLUSH_ERR, NULL);
+			qp->rq_head++;
+		}
+	}
+	pthread_mutex_unlock(&qp->ctx->lock);
+	return err;
+}
+
+/* ---- the ibv_qp_ex work-request interface ---- */
+
+static struct nvmock_qp *qpx_qp(struct ibv_qp_ex *x) { return to_qp(&x->qp_base); }
+
+static struct ibv_send_wr *qpx_new(struct ibv_qp_ex *x, enum ibv_wr_opcode op)
+{
+	struct nvmock_qp *qp = qpx_qp(x);
+	struct ibv_send_wr *wr;
+
+	if (qp->batch_err)
+		return NULL;
+	if (qp->batch_n == qp->sq_size) {
+		qp->batch_err = ENOMEM;
+		return NULL;
+	}
+	wr = &qp->batch[qp->batch_n];
+	*wr = (struct ibv_send_wr){
+		.wr_id = x->wr_id, .opcode = op, .send_flags = x->wr_flags,
+		.sg_list = &qp->batch_sge[(size_t)qp->batch_n * qp->max_send_sge],
+	};
+	if (qp->batch_n)
+		qp->batch[qp->batch_n - 1].next = wr;
+	qp->batch_n++;
+	return wr;
+}
+
+static struct ibv_send_wr *qpx_cur(struct ibv_qp_ex *x)
+{
+	struct nvmock_qp *qp = qpx_qp(x);
+
+	if (qp->batch_err || !qp->batch_n) {
+		if (!qp->batch_err)
+			qp->batch_err = EINVAL;
+		return NULL;
+	}
+	return &qp->batch[qp->batch_n - 1];
+}
+
+static void qpx_start(struct ibv_qp_ex *x)
+{
+	qpx_qp(x)->batch_n = 0;
+	qpx_qp(x)->batch_err = 0;
+}
+
+static int qpx_complete(struct ibv_qp_ex *x)
+{
+	struct nvmock_qp *qp = qpx_qp(x);
+	struct ibv_send_wr *bad;
+	int err = qp->batch_err;
+
+	if (!err && qp->batch_n) {
+		pthread_mutex_lock(&qp->ctx->lock);
+		err = post_send_locked(qp, qp->batch, &bad);
+		pthread_mutex_unlock(&qp->ctx->lock);
+	}
+	qp->batch_n = 0;
+	qp->batch_err = 0;
+	return err;
+}
+
+static void qpx_abort(struct ibv_qp_ex *x) { qpx_start(x); }
+
+static void qpx_send(struct ibv_qp_ex *x) { qpx_new(x, IBV_WR_SEND); }
+
+static void qpx_send_imm(struct ibv_qp_ex *x, __be32 imm)
+{
+	struct ibv_send_wr *wr = qpx_new(x, IBV_WR_SEND_WITH_IMM);
+
+	if (wr)
+		wr->imm_data = imm;
+}
+
+static void qpx_rdma(struct ibv_qp_ex *x, enum ibv_wr_opcode op, uint32_t rkey, uint64_t raddr, __be32 imm)
+{
+	struct ibv_send_wr *wr = qpx_new(x, op);
+
+	if (wr) {
+		wr->wr.rdma.rkey = rkey;
+		wr->wr.rdma.remote_addr = raddr;
+		wr->imm_data = imm;
+	}
+}
+
+static void qpx_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr) { qpx_rdma(x, IBV_WR_RDMA_WRITE, rkey, raddr, 0); }
+static void qpx_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, __be32 imm) { qpx_rdma(x, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, raddr, imm); }
+static void qpx_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr) { qpx_rdma(x, IBV_WR_RDMA_READ, rkey, raddr, 0); }
+
+static void qpx_atomic(struct ibv_qp_ex *x, enum ibv_wr_opcode op, uint32_t rkey, uint64_t raddr, uint64_t a, uint64_t b)
+{
+	struct ibv_send_wr *wr = qpx_new(x, op);
+
+	if (wr) {
+		wr->wr.atomic.rkey = rkey;
+		wr->wr.atomic.remote_addr = raddr;
+		wr->wr.atomic.compare_add = a;
+		wr->wr.atomic.swap = b;
+	}
+}
+
+static void qpx_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, uint64_t compare, uint64_t swap)
+{
+	qpx_atomic(x, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, raddr, compare, swap);
+}
+
+static void qpx_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, uint64_t add)
+{
+	qpx_atomic(x, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
+}
+
+static void qpx_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_send_wr *wr = qpx_cur(x);
+
+	if (wr) {
+		wr->sg_list[0] = (struct ibv_sge){ .addr = addr, .length = length, .lkey = lkey };
+		wr->num_sge = 1;
+	}
+}
+
+static void qpx_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge *list)
+{
+	struct ibv_send_wr *wr = qpx_cur(x);
+
+	if (!wr)
+		return;
+	if (n > qpx_qp(x)->max_send_sge) {
+		qpx_qp(x)->batch_err = EINVAL;
+		return;
+	}
+	memcpy(wr->sg_list, list, n * sizeof(*list));
+	wr->num_sge = n;
+}
+
+static void qpx_set_inline_list(struct ibv_qp_ex *x, size_t n, const struct ibv_data_buf *bufs)
+{
+	struct nvmock_qp *qp = qpx_qp(x);
+	struct ibv_send_wr *wr = qpx_cur(x);
+	uint8_t *slot;
+	size_t i, total = 0;
+
+	if (!wr)
+		return;
+	for (i = 0; i < n; i++)
+		total += bufs[i].length;
+	if (total > qp->max_inline) {
+		qp->batch_err = EINVAL;
+		return;
+	}
+	/* Copied now: the caller may reuse its buffers at once. */
+	slot = &qp->batch_inl[(size_t)(qp->batch_n - 1) * qp->max_inline];
+	for (total = 0, i = 0; i < n; i++) {
+		memcpy(slot + total, bufs[i].addr, bufs[i].length);
+		total += bufs[i].length;
+	}
+	wr->sg_list[0] = (struct ibv_sge){ .addr = (uintptr_t)slot, .length = total };
+	wr->num_sge = 1;
+	wr->send_flags |= IBV_SEND_INLINE;
+}
+
+static void qpx_set_inline(struct ibv_qp_ex *x, void *addr, size_t length)
+{
+	struct ibv_data_buf b = { .addr = addr, .length = length };
+
+	qpx_set_inline_list(x, 1, &b);
+}
+
+void qpx_setup(struct nvmock_qp *qp)
+{
+	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
+
+	qp->vqp.comp_mask |= VERBS_QP_EX;
+	x->wr_start = qpx_start;
+	x->wr_complete = qpx_complete;
+	x->wr_abort = qpx_abort;
+	x->wr_send = qpx_send;
+	x->wr_send_imm = qpx_send_imm;
+	x->wr_rdma_write = qpx_write;
+	x->wr_rdma_write_imm = qpx_write_imm;
+	x->wr_rdma_read = qpx_read;
+	x->wr_atomic_cmp_swp = qpx_cmp_swp;
+	x->wr_atomic_fetch_add = qpx_fetch_add;
+	x->wr_set_sge = qpx_set_sge;
+	x->wr_set_sge_list = qpx_set_sge_list;
+	x->wr_set_inline_data = qpx_set_inline;
+	x->wr_set_inline_data_list = qpx_set_inline_list;
+}

@@ -1,0 +1,55 @@
+//go:build ignore
+
+/* What provider.c (device, queries) and datapath.c (objects, traffic)
+ * share. */
+#ifndef NVMOCK_PROVIDER_H
+#define NVMOCK_PROVIDER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <infiniband/driver.h>
+
+struct hca_model;
+struct nvmock_qp;
+struct nvmock_mr;
+struct out_pkt;
+
+struct nvmock_context {
+	struct verbs_context vctx;
+	const struct hca_model *model;
+	const struct ibv_device_attr *caps;
+
+	/* The data path, set up by the first QP (datapath.c). lock guards
+	 * everything below; the engine thread and the program's calls take
+	 * it in turn. */
+	pthread_mutex_t lock;
+	bool connected;       /* tried the daemon (sock < 0: it was not there) */
+	int sock;             /* to the fabric daemon */
+	int wake;             /* eventfd: tells the engine to look again */
+	bool engine_running;
+	bool stopping;
+	pthread_t engine;
+	uint32_t qpn_base;    /* 0 until connected to an InfiniBand port */
+	uint8_t port;         /* the port the context connected for */
+	struct nvmock_qp **qps; /* by QPN - qpn_base */
+	struct nvmock_mr *mrs;
+	uint32_t next_key;
+	struct out_pkt *out_head, *out_tail;
+	uint8_t *rx;          /* one received packet */
+};
+
+static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)
+{
+	return container_of(ibctx, struct nvmock_context, vctx.context);
+}
+
+void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* datapath.c */
+void datapath_ops(struct verbs_context_ops *ops);
+int datapath_init(struct nvmock_context *ctx);
+void datapath_free(struct nvmock_context *ctx);
+
+#endif

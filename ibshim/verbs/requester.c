@@ -1,0 +1,318 @@
+//go:build ignore
+
+/* The requester: sending work requests as packets, and their answers (datapath.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "datapath.h"
+
+/* ---- queue pairs ---- */
+
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ:
+		return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return IBV_WC_FETCH_ADD;
+	default:
+		return IBV_WC_SEND;
+	}
+}
+
+void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st)
+{
+	struct ibv_wc wc = { .wr_id = w->wr_id, .status = st, .opcode = wc_opcode(w->opcode), .qp_num = qp->vqp.qp.qp_num };
+
+	if (w->opcode == IBV_WR_RDMA_READ)
+		wc.byte_len = w->total;
+	else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+		wc.byte_len = 8;
+	/* Errors always complete; successes when signaled. */
+	if (st != IBV_WC_SUCCESS || w->signaled)
+		complete(to_cq(qp->vqp.qp.send_cq), &wc);
+}
+
+void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, const struct nvmock_ibd_pkt *p)
+{
+	struct ibv_wc wc = { .wr_id = r->wr_id, .status = st, .opcode = IBV_WC_RECV, .qp_num = qp->vqp.qp.qp_num };
+
+	if (p && st == IBV_WC_SUCCESS) {
+		wc.byte_len = p->total;
+		wc.src_qp = p->sqpn;
+		wc.slid = p->slid;
+		if (p->flags & NVMOCK_PKT_IMM) {
+			wc.wc_flags = IBV_WC_WITH_IMM;
+			wc.imm_data = p->imm;
+			if (p->kind == NVMOCK_PKT_WRITE)
+				wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+		}
+	}
+	complete(to_cq(qp->vqp.qp.recv_cq), &wc);
+}
+
+/* The QP goes to the error state: the failing request completes with st,
+ * everything else outstanding with WR_FLUSH_ERR. */
+void qp_error(struct nvmock_qp *qp, enum ibv_wc_status st)
+{
+	bool first = true;
+
+	qp->vqp.qp.state = IBV_QPS_ERR;
+	purge(qp->ctx, qp, NULL, true);
+	for (; qp->sq_head != qp->sq_tail; qp->sq_head++) {
+		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], first ? st : IBV_WC_WR_FLUSH_ERR);
+		first = false;
+	}
+	qp->sq_next = qp->sq_head;
+	for (; qp->rq_head != qp->rq_tail; qp->rq_head++)
+		recv_done(qp, &qp->rq[qp->rq_head % qp->rq_size], IBV_WC_WR_FLUSH_ERR, NULL);
+	qp->deadline = qp->resend_at = 0;
+}
+
+int64_t timeout_ns(struct nvmock_qp *qp)
+{
+	int64_t t;
+
+	if (!qp->timeout)
+		return 0; /* 0: wait for ever */
+	t = 4096LL << (qp->timeout > 31 ? 31 : qp->timeout);
+	return t < MIN_TIMEOUT_NS ? MIN_TIMEOUT_NS : t;
+}
+
+/* The local memory of a work request's gather/scatter list at offset. */
+uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge *sge, int nsge,
+		       uint32_t off, uint32_t *room, struct nvmock_mr **mrp, int need)
+{
+	int i;
+
+	for (i = 0; i < nsge; i++) {
+		if (off < sge[i].length) {
+			struct nvmock_mr *mr = find_mr(ctx, sge[i].lkey);
+			uint8_t *p = mr_ptr(mr, sge[i].addr, sge[i].length);
+
+			if (!p || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || (mr->vmr.access & need) != need)
+				return NULL;
+			*room = sge[i].length - off;
+			if (mrp)
+				*mrp = mr;
+			return p + off;
+		}
+		off -= sge[i].length;
+	}
+	*room = 0;
+	return NULL;
+}
+
+/* Queues the packets of the send WQE with counter n. */
+bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
+{
+	struct nvmock_context *ctx = qp->ctx;
+	struct swqe *w = &qp->sq[n_wqe % qp->sq_size];
+	uint32_t seq = qp->psn0 + n_wqe;
+	uint8_t kind;
+	uint32_t off = 0;
+
+	switch (w->opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		kind = NVMOCK_PKT_SEND;
+		break;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		kind = NVMOCK_PKT_WRITE;
+		break;
+	case IBV_WR_RDMA_READ:
+		kind = NVMOCK_PKT_READ;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		kind = NVMOCK_PKT_CMP_SWP;
+		break;
+	default:
+		kind = NVMOCK_PKT_FETCH_ADD;
+		break;
+	}
+	do {
+		struct out_pkt *o = new_pkt(qp, kind, seq);
+		uint32_t room = 0, n = 0;
+
+		if (!o)
+			return false;
+		o->hdr.offset = off;
+		o->hdr.total = w->total;
+		o->hdr.rkey = w->rkey;
+		o->hdr.raddr = w->raddr;
+		o->hdr.imm = w->imm;
+		o->hdr.atomic[0] = w->atomic[0];
+		o->hdr.atomic[1] = w->atomic[1];
+		if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			o->hdr.flags |= NVMOCK_PKT_IMM;
+		if (kind == NVMOCK_PKT_SEND || kind == NVMOCK_PKT_WRITE) {
+			if (w->inl) {
+				o->data = w->inl + off;
+				n = w->total - off;
+			} else if (w->total) {
+				o->data = sge_at(ctx, qp, w->sge, w->nsge, off, &room, &o->mr, 0);
+				if (!o->data) {
+					free(o);
+					qp_error(qp, IBV_WC_LOC_PROT_ERR);
+					return false;
+				}
+				n = room;
+			}
+			if (n > NVMOCK_PKT_MAX_PAYLOAD)
+				n = NVMOCK_PKT_MAX_PAYLOAD;
+			o->len = n;
+			off += n;
+		} else {
+			off = w->total;
+		}
+		if (off >= w->total)
+			o->hdr.flags |= NVMOCK_PKT_LAST;
+		queue(ctx, o);
+	} while (off < w->total);
+	return true;
+}
+
+/* Sends what is posted and not yet sent, unless an RNR wait holds it. */
+void kick(struct nvmock_qp *qp)
+{
+	if (qp->vqp.qp.state != IBV_QPS_RTS || qp->resend_at)
+		return;
+	while (qp->sq_next != qp->sq_tail) {
+		if (!transmit(qp, qp->sq_next))
+			return;
+		qp->sq_next++;
+		if (!qp->deadline && timeout_ns(qp))
+			qp->deadline = now_ns() + timeout_ns(qp);
+	}
+}
+
+/* Completes answered requests from the oldest, in order. */
+void retire(struct nvmock_qp *qp)
+{
+	bool progress = false;
+
+	while (qp->sq_head != qp->sq_next && qp->sq[qp->sq_head % qp->sq_size].done) {
+		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], IBV_WC_SUCCESS);
+		qp->sq_head++;
+		progress = true;
+	}
+	if (progress) {
+		qp->retries_left = qp->retry_cnt;
+		qp->rnr_left = qp->rnr_retry;
+		qp->deadline = qp->sq_head != qp->sq_next && timeout_ns(qp) ? now_ns() + timeout_ns(qp) : 0;
+	}
+}
+
+/* Sends again from the request with counter n. */
+void go_back(struct nvmock_qp *qp, uint32_t n)
+{
+	purge(qp->ctx, qp, NULL, true);
+	qp->sq_next = n;
+	qp->deadline = 0;
+}
+
+/* ---- the requester's answers ---- */
+
+/* The IBA's RNR NAK timer field, in microseconds (0 is the longest). */
+static const uint32_t rnr_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520,
+};
+
+void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len)
+{
+	uint32_t n = p->seq - qp->psn0; /* the WQE's counter */
+	int32_t back = (int32_t)(n - qp->sq_head);
+	struct swqe *w;
+
+	if (qp->vqp.qp.state != IBV_QPS_RTS || back < 0 || (uint32_t)back >= qp->sq_next - qp->sq_head)
+		return; /* stale: answered already, or never sent */
+	w = &qp->sq[n % qp->sq_size];
+	switch (p->kind) {
+	case NVMOCK_PKT_ACK: {
+		/* Acknowledges every send and write up to it. */
+		uint32_t s;
+
+		for (s = qp->sq_head; (int32_t)(n - s) >= 0; s++) {
+			struct swqe *x = &qp->sq[s % qp->sq_size];
+
+			if (x->opcode != IBV_WR_RDMA_READ && x->opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
+			    x->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD)
+				x->done = true;
+		}
+		break;
+	}
+	case NVMOCK_PKT_READ_RESP: {
+		uint32_t off = p->offset;
+
+		if (w->opcode != IBV_WR_RDMA_READ)
+			return;
+		while (len) {
+			uint32_t room;
+			uint8_t *dst = sge_at(qp->ctx, qp, w->sge, w->nsge, off, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
+
+			if (!dst) {
+				qp_error(qp, IBV_WC_LOC_PROT_ERR);
+				return;
+			}
+			if (room > len)
+				room = len;
+			memcpy(dst, data, room);
+			data += room;
+			off += room;
+			len -= room;
+		}
+		if (p->flags & NVMOCK_PKT_LAST)
+			w->done = true;
+		break;
+	}
+	case NVMOCK_PKT_ATOMIC_RESP: {
+		uint32_t room;
+		uint8_t *dst;
+
+		if (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD)
+			return;
+		dst = sge_at(qp->ctx, qp, w->sge, w->nsge, 0, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
+		if (!dst || room < 8) {
+			qp_error(qp, IBV_WC_LOC_PROT_ERR);
+			return;
+		}
+		memcpy(dst, &p->atomic[0], 8);
+		w->done = true;
+		break;
+	}
+	case NVMOCK_PKT_NAK:
+		if (p->syndrome == NVMOCK_NAK_RNR) {
+			retire(qp); /* the ones before it may be done */
+			if (qp->rnr_retry != 7 && qp->rnr_left-- <= 0) {
+				qp_error(qp, IBV_WC_RNR_RETRY_EXC_ERR);
+				return;
+			}
+			go_back(qp, n);
+			qp->resend_at = now_ns() + (int64_t)rnr_us[p->timer & 31] * 1000;
+			return;
+		}
+		/* Answers arrive in order: what came before is retired. */
+		retire(qp);
+		qp_error(qp, p->syndrome == NVMOCK_NAK_REMOTE_ACCESS ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR);
+		return;
+	default:
+		return;
+	}
+	retire(qp);
+}

@@ -1,0 +1,245 @@
+//go:build ignore
+
+/* The responder: what a QP does with the requests that reach it (datapath.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "datapath.h"
+
+/* ---- the responder ---- */
+
+static void answer(struct nvmock_qp *qp, uint8_t kind, uint32_t seq, uint8_t syndrome)
+{
+	struct out_pkt *o = new_pkt(qp, kind, seq);
+
+	if (!o)
+		return; /* lost: the requester retries */
+	o->hdr.flags = NVMOCK_PKT_LAST;
+	o->hdr.syndrome = syndrome;
+	if (syndrome == NVMOCK_NAK_RNR)
+		o->hdr.timer = qp->min_rnr_timer;
+	queue(qp->ctx, o);
+}
+
+/* The responder refuses a message: NAK, and the rest of it is dropped.
+ * Access and request errors also end the responder's QP, as an HCA's. */
+static void refuse(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, uint8_t syndrome)
+{
+	answer(qp, NVMOCK_PKT_NAK, p->seq, syndrome);
+	qp->resp_skip = true;
+	if (syndrome != NVMOCK_NAK_RNR)
+		qp_error(qp, syndrome == NVMOCK_NAK_REMOTE_ACCESS ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR);
+}
+
+/* Scatters a SEND's payload into the receive being filled. */
+static bool scatter(struct nvmock_qp *qp, struct rwqe *r, uint32_t off, const uint8_t *data, uint32_t len)
+{
+	while (len) {
+		uint32_t room;
+		uint8_t *dst = sge_at(qp->ctx, qp, r->sge, r->nsge, off, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
+
+		if (!dst)
+			return false;
+		if (room > len)
+			room = len;
+		memcpy(dst, data, room);
+		data += room;
+		off += room;
+		len -= room;
+	}
+	return true;
+}
+
+static uint32_t rwqe_len(struct rwqe *r)
+{
+	uint64_t n = 0;
+	int i;
+
+	for (i = 0; i < r->nsge; i++)
+		n += r->sge[i].length;
+	return n > UINT32_MAX ? UINT32_MAX : n;
+}
+
+void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len)
+{
+	struct nvmock_context *ctx = qp->ctx;
+	int32_t ahead = (int32_t)(p->seq - qp->resp_seq);
+	bool last = p->flags & NVMOCK_PKT_LAST;
+	struct rwqe *r = &qp->rq[qp->rq_head % qp->rq_size];
+	struct nvmock_mr *mr;
+	uint8_t *mem;
+
+	if (ahead < 0) {
+		/* A duplicate of one done: answer again, do not do again. */
+		if (!last)
+			return;
+		if (p->kind == NVMOCK_PKT_CMP_SWP || p->kind == NVMOCK_PKT_FETCH_ADD) {
+			if (qp->last_atomic_valid && qp->last_atomic_seq == p->seq) {
+				struct out_pkt *o = new_pkt(qp, NVMOCK_PKT_ATOMIC_RESP, p->seq);
+
+				if (o) {
+					o->hdr.flags = NVMOCK_PKT_LAST;
+					o->hdr.atomic[0] = qp->last_atomic;
+					queue(ctx, o);
+				}
+			}
+			return;
+		}
+		if (p->kind != NVMOCK_PKT_READ) {
+			answer(qp, NVMOCK_PKT_ACK, p->seq, 0);
+			return;
+		}
+		/* A read is done again: it changes nothing. */
+	} else if (ahead > 0) {
+		return; /* after a NAK, until the requester goes back */
+	}
+	if (p->offset == 0)
+		qp->resp_skip = false;
+	else if (qp->resp_skip)
+		return;
+
+	switch (p->kind) {
+	case NVMOCK_PKT_SEND:
+		if (p->offset == 0) {
+			if (qp->rq_head == qp->rq_tail) {
+				refuse(qp, p, NVMOCK_NAK_RNR);
+				return;
+			}
+			if (p->total > rwqe_len(r)) {
+				recv_done(qp, r, IBV_WC_LOC_LEN_ERR, NULL);
+				qp->rq_head++;
+				refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+				return;
+			}
+			qp->resp_rwqe = true;
+		}
+		if (!qp->resp_rwqe)
+			return;
+		if (!scatter(qp, r, p->offset, data, len)) {
+			recv_done(qp, r, IBV_WC_LOC_PROT_ERR, NULL);
+			qp->rq_head++;
+			qp->resp_rwqe = false;
+			refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+			return;
+		}
+		if (last) {
+			recv_done(qp, r, IBV_WC_SUCCESS, p);
+			qp->rq_head++;
+			qp->resp_rwqe = false;
+			qp->resp_seq++;
+			answer(qp, NVMOCK_PKT_ACK, p->seq, 0);
+		}
+		return;
+	case NVMOCK_PKT_WRITE:
+		if (p->offset == 0) {
+			if (!(qp->access & IBV_ACCESS_REMOTE_WRITE)) {
+				refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+				return;
+			}
+			mr = find_mr(ctx, p->rkey);
+			/* A zero-length transfer checks no R_Key, as the IBA says. */
+			if (p->total && (!mr_ptr(mr, p->raddr, p->total) || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd ||
+					 !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE))) {
+				refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS);
+				return;
+			}
+			if ((p->flags & NVMOCK_PKT_IMM) && qp->rq_head == qp->rq_tail) {
+				refuse(qp, p, NVMOCK_NAK_RNR);
+				return;
+			}
+		}
+		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len) : NULL;
+		if (len && !mem) {
+			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS); /* deregistered meanwhile */
+			return;
+		}
+		if (len)
+			memcpy(mem, data, len);
+		if (last) {
+			if (p->flags & NVMOCK_PKT_IMM) {
+				recv_done(qp, r, IBV_WC_SUCCESS, p);
+				qp->rq_head++;
+			}
+			qp->resp_seq++;
+			answer(qp, NVMOCK_PKT_ACK, p->seq, 0);
+		}
+		return;
+	case NVMOCK_PKT_READ: {
+		uint32_t off = 0;
+
+		mr = find_mr(ctx, p->rkey);
+		if (!(qp->access & IBV_ACCESS_REMOTE_READ)) {
+			refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+			return;
+		}
+		mem = mr_ptr(mr, p->raddr, p->total);
+		if (p->total && (!mem || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || !(mr->vmr.access & IBV_ACCESS_REMOTE_READ))) {
+			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS);
+			return;
+		}
+		do {
+			struct out_pkt *o = new_pkt(qp, NVMOCK_PKT_READ_RESP, p->seq);
+			uint32_t n = p->total - off;
+
+			if (!o)
+				return;
+			if (n > NVMOCK_PKT_MAX_PAYLOAD)
+				n = NVMOCK_PKT_MAX_PAYLOAD;
+			o->mr = mr;
+			o->data = mem ? mem + off : NULL;
+			o->len = n;
+			o->hdr.offset = off;
+			o->hdr.total = p->total;
+			off += n;
+			if (off >= p->total)
+				o->hdr.flags = NVMOCK_PKT_LAST;
+			queue(ctx, o);
+		} while (off < p->total);
+		if (ahead == 0)
+			qp->resp_seq++;
+		return;
+	}
+	case NVMOCK_PKT_CMP_SWP:
+	case NVMOCK_PKT_FETCH_ADD: {
+		struct out_pkt *o;
+		uint64_t *word, orig;
+
+		mr = find_mr(ctx, p->rkey);
+		word = (uint64_t *)mr_ptr(mr, p->raddr, 8);
+		if (!(qp->access & IBV_ACCESS_REMOTE_ATOMIC) || p->raddr % 8) {
+			refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+			return;
+		}
+		if (!word || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || !(mr->vmr.access & IBV_ACCESS_REMOTE_ATOMIC)) {
+			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS);
+			return;
+		}
+		if (p->kind == NVMOCK_PKT_FETCH_ADD) {
+			orig = __atomic_fetch_add(word, p->atomic[0], __ATOMIC_SEQ_CST);
+		} else {
+			orig = p->atomic[0];
+			__atomic_compare_exchange_n(word, &orig, p->atomic[1], false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		}
+		qp->last_atomic = orig;
+		qp->last_atomic_seq = p->seq;
+		qp->last_atomic_valid = true;
+		qp->resp_seq++;
+		o = new_pkt(qp, NVMOCK_PKT_ATOMIC_RESP, p->seq);
+		if (o) {
+			o->hdr.flags = NVMOCK_PKT_LAST;
+			o->hdr.atomic[0] = orig;
+			queue(ctx, o);
+		}
+		return;
+	}
+	}
+}
