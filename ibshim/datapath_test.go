@@ -40,7 +40,7 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	}
 	out := node(t, fmt.Sprintf("%s mlx5_0 %d", bin, modelledLID(t, model(t))))
 	for _, check := range []string{"send", "write", "write-with-immediate", "read", "atomics", "rnr-then-receive", "states",
-		"remote-access-error", "out-of-range", "too-long", "rnr-retry-exceeded", "retry-exceeded"} {
+		"remote-access-error", "out-of-range", "too-long", "rnr-retry-exceeded", "big-write", "retry-exceeded"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rcpair did not pass %q:\n%s", check, out)
 			break
@@ -113,7 +113,7 @@ func TestUnsimulatedVerbsAreRefused(t *testing.T) {
 	out := node(t, `ibv_ud_pingpong -d mlx5_0 -g 0; echo "== ud $?"
 ibv_srq_pingpong -d mlx5_0 -g 0; echo "== srq $?"
 ibv_rc_pingpong -d mlx5_0 -e; echo "== events $?"`)
-	for _, want := range []string{"Couldn't create QP\n== ud 1", "Couldn't create SRQ\n== srq 1", "Couldn't create CQ\n== events 1"} {
+	for _, want := range []string{"Couldn't create QP\n== ud 1", "Couldn't create SRQ\n== srq 1", "Couldn't create completion channel\n== events 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output:\n%s\nwant %q", out, want)
 		}

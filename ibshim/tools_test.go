@@ -544,14 +544,16 @@ func TestExecTakesARelativeAssetsDir(t *testing.T) {
 
 // A cable pulled on one real node (nvmock ctl ib) reaches the other's
 // daemon: its discovery no longer finds that CA, and its leaf's port to it
-// is Down/Polling.
+// is Down/Polling. (A discovery that runs while the news arrives may find
+// the link gone mid-walk and warn of a timeout, as on a real fabric: the
+// loop's warnings are not the answer.)
 func TestAPortFaultReachesTheOtherNode(t *testing.T) {
 	testenv.Tool(t, "ibnetdiscover")
 	bin := builtNvmock(t)
 	// node-a lives until twoNodes ends it: a node that went away by
 	// itself would take its HCAs' names and faults with it.
 	out, nodeA := twoNodes(t, []string{"sh", "-c", bin + " ctl ib down mlx5_0 && exec sleep 600"},
-		`for i in $(seq 100); do n=$(ibnetdiscover -C mlx5_0 | grep -c '"node-a mlx5_'); [ "$n" = 14 ] && break; sleep 0.1; done
+		`for i in $(seq 100); do n=$(ibnetdiscover -C mlx5_0 2>/dev/null | grep -c '"node-a mlx5_'); [ "$n" = 14 ] && break; sleep 0.1; done
 echo $n; iblinkinfo -C mlx5_0 | grep -c 'Down/ Polling'`)
 	if got := strings.Fields(out); !slices.Equal(got, []string{"14", "1"}) {
 		t.Errorf("node-b names node-a's HCAs and sees links down: %v; want 14 (16 less mlx5_0's two lines) and 1\nnode-a:\n%s", got, nodeA)

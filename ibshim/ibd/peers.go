@@ -54,21 +54,26 @@ type peer struct {
 	conn net.Conn
 	slot int
 	host string
-	out  chan []byte
+	out  chan []byte   // never closed: senders may hold the peer a while
+	done chan struct{} // closed when the connection ends
 }
 
 // peerQueue is how many frames may wait for a peer's writer.
 const peerQueue = 256
 
 func newPeer(c net.Conn) *peer {
-	p := &peer{conn: c, out: make(chan []byte, peerQueue)}
+	p := &peer{conn: c, out: make(chan []byte, peerQueue), done: make(chan struct{})}
 	go func() {
-		for b := range p.out {
-			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-			if _, err := c.Write(b); err != nil {
-				c.Close() // a frame half written leaves the stream unreadable
-				for range p.out {
+		for {
+			select {
+			case b := <-p.out:
+				c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write(b); err != nil {
+					c.Close() // a frame half written leaves the stream unreadable
+					<-p.done
+					return
 				}
+			case <-p.done:
 				return
 			}
 		}
@@ -89,9 +94,9 @@ func (p *peer) send(typ byte, body ...[]byte) {
 func (p *peer) sendWait(typ byte, body ...[]byte) {
 	t := time.NewTimer(dataWait)
 	defer t.Stop()
-	defer func() { recover() }() // the peer went away and its queue closed
 	select {
 	case p.out <- frame(typ, body):
+	case <-p.done:
 	case <-t.C:
 	}
 }
@@ -180,7 +185,7 @@ func (d *Daemon) DialPeers(addrs func() []string, stop <-chan struct{}) {
 // hopeless: it is this daemon itself, or one it cannot be in a fabric with.
 func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	p := newPeer(c)
-	defer func() { close(p.out); c.Close() }()
+	defer func() { close(p.done); c.Close() }()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

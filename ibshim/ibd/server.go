@@ -96,6 +96,8 @@ type conn struct {
 
 	verbsPort *fabric.Port // a verbs context's port, and its QPN block
 	block     uint32
+	peerIn    chan []byte // packets from other nodes, for their writer
+	peerOnce  sync.Once
 }
 
 func (c *conn) send(u packet) {

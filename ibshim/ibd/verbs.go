@@ -3,6 +3,8 @@ package ibd
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"net"
 	"time"
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
@@ -74,11 +76,11 @@ func (d *Daemon) verbsPacket(c *conn, msg []byte) {
 	}
 	le.PutUint16(msg[umad.PktSLIDOffset:], from.LID)
 	to := from.Node.Subnet.Port(le.Uint16(msg[umad.PktDLIDOffset:]))
-	if to == nil || from.Down() || to.Down() {
+	// A context speaks only for its own QPs.
+	if to == nil || from.Down() || to.Down() || le.Uint32(msg[umad.PktSQPNOffset:])/umad.QPNBlock != c.block {
 		d.mu.Unlock()
 		return
 	}
-	d.countData(from, to, len(msg)-umad.PktSize)
 	var dst *conn
 	var p *peer
 	idx := 0
@@ -91,6 +93,9 @@ func (d *Daemon) verbsPacket(c *conn, msg []byte) {
 				idx = i
 			}
 		}
+	}
+	if dst != nil || p != nil {
+		d.countData(from, to, len(msg)-umad.PktSize)
 	}
 	d.mu.Unlock()
 	switch {
@@ -113,20 +118,47 @@ func (d *Daemon) verbsFromPeer(body []byte) {
 	src, dst := s.Port(le.Uint16(msg[umad.PktSLIDOffset:])), s.Port(le.Uint16(msg[umad.PktDLIDOffset:]))
 	var c *conn
 	if src != nil && dst != nil && dst.Node.Slot == d.fab.Local && !dst.Down() {
-		d.countData(src, dst, len(msg)-umad.PktSize)
 		c = d.qpns[qpnBlock{dst, le.Uint32(msg[umad.PktDQPNOffset:]) / umad.QPNBlock}]
+		if c != nil {
+			d.countData(src, dst, len(msg)-umad.PktSize)
+		}
 	}
 	d.mu.Unlock()
 	if c != nil {
-		c.sendData(msg)
+		c.fromPeer(msg)
 	}
 }
 
-// sendData writes a packet, waiting at most dataWait for room.
-func (c *conn) sendData(b []byte) {
+// peerInQueue bounds the packets from other nodes waiting for one program.
+const peerInQueue = 1024
+
+// fromPeer hands a relayed packet to the program's own writer, so that a
+// slow program does not hold up the link it came by (and the MADs behind
+// it); a full queue loses the packet.
+func (c *conn) fromPeer(msg []byte) {
+	c.peerOnce.Do(func() {
+		c.peerIn = make(chan []byte, peerInQueue)
+		go func() {
+			for b := range c.peerIn {
+				if err := c.sendData(b); errors.Is(err, net.ErrClosed) {
+					return // the program is gone; what is queued is lost
+				}
+			}
+		}()
+	})
+	select {
+	case c.peerIn <- msg:
+	default:
+	}
+}
+
+// sendData writes a packet, waiting at most dataWait for room; one not
+// taken is lost, as on a congested link.
+func (c *conn) sendData(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.uc.SetWriteDeadline(time.Now().Add(dataWait))
-	c.uc.Write(b) // not taken: lost, as on a congested link
+	_, err := c.uc.Write(b)
 	c.uc.SetWriteDeadline(time.Time{})
+	return err
 }

@@ -60,13 +60,14 @@ func verbsConn(tb testing.TB, sock, hca string, port uint32) (*net.UnixConn, uin
 	return c, le.Uint32(w[8:]), uint16(le.Uint32(w[12:]))
 }
 
-func verbsPkt(dlid uint16, dqpn uint32, payload int) []byte {
+func verbsPkt(dlid uint16, dqpn, sqpn uint32, payload int) []byte {
 	le := binary.LittleEndian
 	p := make([]byte, umad.PktSize+payload)
 	le.PutUint32(p, umad.Magic)
 	le.PutUint32(p[4:], umad.OpVerbsPkt)
 	le.PutUint16(p[umad.PktDLIDOffset:], dlid)
 	le.PutUint32(p[umad.PktDQPNOffset:], dqpn)
+	le.PutUint32(p[umad.PktSQPNOffset:], sqpn)
 	return p
 }
 
@@ -88,14 +89,15 @@ func TestVerbsContextsGetQPNBlocksAndPacketsFindThem(t *testing.T) {
 	}
 
 	// To B's QP 5: it arrives with the sender's LID.
-	if _, err := a.Write(verbsPkt(lid, baseB+5, 100)); err != nil {
+	if _, err := a.Write(verbsPkt(lid, baseB+5, baseA+1, 100)); err != nil {
 		t.Fatal(err)
 	}
 	got := read(t, b, 2*time.Second)
 	if len(got) != umad.PktSize+100 || binary.LittleEndian.Uint16(got[umad.PktSLIDOffset:]) != lid {
 		t.Fatalf("B got %d bytes, source LID %d; want %d with LID %d", len(got), binary.LittleEndian.Uint16(got[umad.PktSLIDOffset:]), umad.PktSize+100, lid)
 	}
-	// To a block no one holds, and to a modelled node: lost.
+	// To a block no one holds, to a modelled node, and from a QPN that is
+	// not the sender's: lost.
 	var modelled uint16
 	for _, nd := range f.Subnets[0].Nodes {
 		if nd.Type == fabric.CA && nd.Slot > 0 {
@@ -103,7 +105,7 @@ func TestVerbsContextsGetQPNBlocksAndPacketsFindThem(t *testing.T) {
 			break
 		}
 	}
-	for _, p := range [][]byte{verbsPkt(lid, 7*umad.QPNBlock, 10), verbsPkt(modelled, baseB, 10)} {
+	for _, p := range [][]byte{verbsPkt(lid, 7*umad.QPNBlock, baseA, 10), verbsPkt(modelled, baseB, baseA, 10), verbsPkt(lid, baseB, baseB, 10)} {
 		if _, err := a.Write(p); err != nil {
 			t.Fatal(err)
 		}
@@ -123,9 +125,9 @@ func TestVerbsContextsGetQPNBlocksAndPacketsFindThem(t *testing.T) {
 func BenchmarkVerbsPacketThroughTheDaemon(b *testing.B) {
 	sock, f := daemonAt(b)
 	lid := f.Find("mlx5_0").Ports[1].LID
-	src, _, _ := verbsConn(b, sock, "mlx5_0", 1)
+	src, srcBase, _ := verbsConn(b, sock, "mlx5_0", 1)
 	dst, base, _ := verbsConn(b, sock, "mlx5_0", 1)
-	p := verbsPkt(lid, base, 32768)
+	p := verbsPkt(lid, base, srcBase, 32768)
 	buf := make([]byte, 64<<10)
 	b.SetBytes(32768)
 	b.ResetTimer()

@@ -32,6 +32,8 @@ struct end {
 	struct ibv_mr *mr;
 };
 
+static size_t buf_size = BIG;
+
 static void make_end(struct end *e, int access)
 {
 	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2 } };
@@ -43,8 +45,8 @@ static void make_end(struct end *e, int access)
 	e->qp = ibv_create_qp(pd, &ia);
 	if (!e->qp)
 		FAIL("ibv_create_qp: %s", strerror(errno));
-	e->buf = calloc(1, BIG);
-	e->mr = ibv_reg_mr(pd, e->buf, BIG, access);
+	e->buf = calloc(1, buf_size);
+	e->mr = ibv_reg_mr(pd, e->buf, buf_size, access);
 	if (!e->mr)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
 }
@@ -69,15 +71,17 @@ static void connect_to(struct end *e, uint16_t dlid, uint32_t dqpn, uint8_t time
 		FAIL("to RTS: %s", strerror(err));
 }
 
-static void pair(struct end *a, struct end *b, uint8_t rnr_retry)
+static void pair_with(struct end *a, struct end *b, uint8_t timeout, uint8_t retry, uint8_t rnr_retry)
 {
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 	make_end(a, acc);
 	make_end(b, acc);
-	connect_to(a, lid, b->qp->qp_num, 14, 7, rnr_retry);
-	connect_to(b, lid, a->qp->qp_num, 14, 7, rnr_retry);
+	connect_to(a, lid, b->qp->qp_num, timeout, retry, rnr_retry);
+	connect_to(b, lid, a->qp->qp_num, timeout, retry, rnr_retry);
 }
+
+static void pair(struct end *a, struct end *b, uint8_t rnr_retry) { pair_with(a, b, 14, 7, rnr_retry); }
 
 static struct ibv_wc wait_wc(struct ibv_cq *cq, const char *what)
 {
@@ -270,6 +274,28 @@ int main(int argc, char **argv)
 	post(&a, 25, IBV_WR_SEND, 64, 0, 0);
 	expect(wait_wc(a.cq, "rnr retries"), 25, IBV_WC_RNR_RETRY_EXC_ERR, 0, "rnr retries");
 	puts("ok rnr-retry-exceeded");
+
+	/* A message that takes longer to move than the timeout is not taken
+	 * for lost: the clock runs from its last packet, and no retry is
+	 * allowed here. */
+	buf_size = 128 << 20;
+	pair_with(&a, &b, 1, 0, 7);
+	memset(a.buf, 0x5a, buf_size);
+	{
+		struct ibv_sge s = { (uintptr_t)a.buf, (uint32_t)buf_size, a.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 30, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+			.send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+		wr.wr.rdma.rkey = b.mr->rkey;
+		if ((err = ibv_post_send(a.qp, &wr, &bad)))
+			FAIL("big write: %s", strerror(err));
+		expect(wait_wc(a.cq, "big write"), 30, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "big write");
+		if (memcmp(a.buf, b.buf, buf_size))
+			FAIL("big write: the target differs");
+	}
+	buf_size = BIG;
+	puts("ok big-write");
 
 	/* Nobody there: a modelled node's port has no such QP. */
 	make_end(&a, IBV_ACCESS_LOCAL_WRITE);

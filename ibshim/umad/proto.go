@@ -31,6 +31,7 @@ const (
 	PktDLIDOffset    = 8    // u16 destination LID
 	PktSLIDOffset    = 10   // u16 source LID, which the daemon sets
 	PktDQPNOffset    = 12   // u32 destination QPN
+	PktSQPNOffset    = 16   // u32 source QPN, which must be the sender's
 
 	UMADHeaderSize = 64  // struct ib_user_mad with the P_Key index (ABI 5)
 	MADSize        = 256 // one MAD; a reassembled RMPP response is longer

@@ -140,6 +140,7 @@ struct nvmock_ibd_pkt {
 #define NVMOCK_IBD_PKT_DLID_OFF 8
 #define NVMOCK_IBD_PKT_SLID_OFF 10
 #define NVMOCK_IBD_PKT_DQPN_OFF 12
+#define NVMOCK_IBD_PKT_SQPN_OFF 16
 
 #define NVMOCK_IBD_HELLO_SIZE 20
 #define NVMOCK_IBD_REGISTER_SIZE 40
@@ -162,5 +163,6 @@ _Static_assert(sizeof(struct nvmock_ibd_pkt) == NVMOCK_IBD_PKT_SIZE, "packet siz
 _Static_assert(offsetof(struct nvmock_ibd_pkt, dlid) == NVMOCK_IBD_PKT_DLID_OFF, "dlid offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, slid) == NVMOCK_IBD_PKT_SLID_OFF, "slid offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, dqpn) == NVMOCK_IBD_PKT_DQPN_OFF, "dqpn offset");
+_Static_assert(offsetof(struct nvmock_ibd_pkt, sqpn) == NVMOCK_IBD_PKT_SQPN_OFF, "sqpn offset");
 
 #endif

@@ -57,6 +57,7 @@ func TestProtoMatchesHeader(t *testing.T) {
 		{"NVMOCK_IBD_PKT_DLID_OFF", PktDLIDOffset},
 		{"NVMOCK_IBD_PKT_SLID_OFF", PktSLIDOffset},
 		{"NVMOCK_IBD_PKT_DQPN_OFF", PktDQPNOffset},
+		{"NVMOCK_IBD_PKT_SQPN_OFF", PktSQPNOffset},
 		{"NVMOCK_UMAD_HDR_SIZE", UMADHeaderSize},
 		{"NVMOCK_UMAD_MAD_SIZE", MADSize},
 		{"NVMOCK_UMAD_STATUS_OFF", StatusOffset},

@@ -46,12 +46,18 @@
 
 #define MAX_INLINE 512
 /* The IBA's local ACK timeout is 4.096 us << timeout; a packet through the
- * daemon takes far longer than a wire's, so no timeout is shorter than
- * this (retrying a request that is only slow is harmless, retrying out of
- * retries is not). */
-#define MIN_TIMEOUT_NS (100 * 1000000LL)
+ * daemon takes far longer than a wire's, and the daemon holds one up to 2 s
+ * for a busy program, so no timeout is shorter than this (retrying a
+ * request that is only slow is harmless, running out of retries is not).
+ * The clock runs from when a request's last packet left, and restarts with
+ * every answer. */
+#define MIN_TIMEOUT_NS (500 * 1000000LL)
 #define RX_SIZE (NVMOCK_IBD_PKT_SIZE + NVMOCK_PKT_MAX_PAYLOAD)
 #define RX_BATCH 64
+/* Atomics a responder remembers, to answer their duplicates again: the
+ * most any QP may have outstanding (max_qp_rd_atom). */
+#define ATOMIC_REPLAY 16
+
 struct nvmock_mr {
 	struct verbs_mr vmr;
 	struct nvmock_mr *next;
@@ -62,6 +68,8 @@ struct nvmock_cq {
 	struct ibv_cq cq;
 	struct ibv_wc *ring;
 	uint32_t size, head, count;
+	uint32_t users; /* QPs that complete into it: it cannot go while any does */
+	bool overrun;
 };
 
 /* A send work request, kept until it completes. */
@@ -71,6 +79,7 @@ struct swqe {
 	bool signaled;
 	bool done;
 	uint32_t total;
+	uint32_t rd_off; /* a read: the bytes of its answer arrived so far */
 	uint32_t rkey;
 	uint32_t imm;
 	uint64_t raddr;
@@ -90,6 +99,10 @@ struct nvmock_qp {
 	struct verbs_qp vqp;
 	struct nvmock_context *ctx;
 	uint32_t idx;
+	/* The QP's state. libibverbs writes vqp.qp.state after modify and
+	 * query return, without the lock; this one only moves under it. */
+	enum ibv_qp_state state;
+	uint32_t queued; /* this QP's packets waiting for the socket */
 
 	/* Send queue: monotonic counters, slot = counter % sq_size. Posted
 	 * WQEs are [sq_head, sq_tail); [sq_head, sq_next) were sent. A WQE's
@@ -121,13 +134,16 @@ struct nvmock_qp {
 
 	/* Responder. */
 	uint32_t resp_seq; /* the next message expected */
+	uint32_t resp_off; /* the next offset expected in it */
 	bool resp_skip;    /* the rest of a message refused at its start */
 	bool resp_rwqe;    /* a receive is taken for the message in progress */
-	uint64_t last_atomic;
-	uint32_t last_atomic_seq;
-	bool last_atomic_valid;
+	uint64_t atomic_val[ATOMIC_REPLAY];
+	uint32_t atomic_seq[ATOMIC_REPLAY];
+	uint32_t atomics; /* done so far; the last ATOMIC_REPLAY are kept */
 
-	/* The ibv_qp_ex work-request batch (wr_start .. wr_complete). */
+	/* The ibv_qp_ex work-request batch (wr_start .. wr_complete), a
+	 * critical section of its own, as ibv_wr_post(3) requires. */
+	pthread_mutex_t wr_lock;
 	struct ibv_send_wr *batch;
 	struct ibv_sge *batch_sge;
 	uint8_t *batch_inl;
@@ -143,6 +159,7 @@ struct out_pkt {
 	struct nvmock_mr *mr;
 	const void *data;
 	uint32_t len;
+	bool last_req; /* a request's last packet: its answer's clock starts */
 	struct nvmock_ibd_pkt hdr;
 };
 static inline struct nvmock_qp *to_qp(struct ibv_qp *qp) { return container_of(qp, struct nvmock_qp, vqp.qp); }
@@ -169,7 +186,7 @@ bool flush(struct nvmock_context *ctx);
 bool transmit(struct nvmock_qp *qp, uint32_t n_wqe);
 int post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
-int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad, bool whole);
 int start_engine(struct nvmock_context *ctx);
 int64_t timeout_ns(struct nvmock_qp *qp);
 struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key);
@@ -178,13 +195,13 @@ uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len);
 uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, uint32_t *room, struct nvmock_mr **mrp, int need);
 void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
 void complete(struct nvmock_cq *cq, const struct ibv_wc *wc);
-void connect_daemon(struct nvmock_context *ctx, uint8_t port);
+int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base);
 void go_back(struct nvmock_qp *qp, uint32_t n);
 void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n);
 void kick(struct nvmock_qp *qp);
-void progress(struct nvmock_context *ctx);
+int progress(struct nvmock_context *ctx);
 void purge(struct nvmock_context *ctx, struct nvmock_qp *qp, struct nvmock_mr *mr, bool requests_only);
-void qp_error(struct nvmock_qp *qp, enum ibv_wc_status st);
+void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 void qp_init_wqe(struct nvmock_qp *qp);
 void qpx_setup(struct nvmock_qp *qp);
 void queue(struct nvmock_context *ctx, struct out_pkt *o);

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,11 @@
 
 static void *engine(void *arg);
 
-/* Connects for the port and gets a QPN block; without a daemon (or for a
- * port the fabric does not have) the context still makes QPs, whose
- * packets go nowhere, as on a fabric that is down. */
-void connect_daemon(struct nvmock_context *ctx, uint8_t port)
+/* Connects to the daemon for the port and returns the socket (-1: none)
+ * and the context's QPN block. Without a daemon (or for a port the fabric
+ * does not have) the context still makes QPs, whose packets go nowhere, as
+ * on a fabric that is down. Called without the lock: it may wait. */
+int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base)
 {
 	struct nvmock_ibd_verbs_hello hello = { .magic = NVMOCK_IBD_MAGIC, .op = NVMOCK_IBD_OP_VERBS_HELLO, .pid = (uint32_t)getpid(), .port = port };
 	struct nvmock_ibd_verbs_welcome w = { 0 };
@@ -31,45 +33,51 @@ void connect_daemon(struct nvmock_context *ctx, uint8_t port)
 	struct pollfd pfd;
 	int fd;
 
-	ctx->connected = true;
-	ctx->port = port;
-	ctx->qpn_base = ((uint32_t)getpid() % (0xffffff / NVMOCK_IBD_QPN_BLOCK - 1) + 1) * NVMOCK_IBD_QPN_BLOCK;
+	*qpn_base = ((uint32_t)getpid() % (0xffffff / NVMOCK_IBD_QPN_BLOCK - 1) + 1) * NVMOCK_IBD_QPN_BLOCK;
 	if (!path || !path[0])
 		path = NVMOCK_IBD_SOCKET;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
 	snprintf(hello.ibdev, sizeof(hello.ibdev), "%s", ctx->vctx.context.device->name);
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return;
+		return -1;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
 		trace("%s: no fabric daemon at %s: %s", hello.ibdev, path, strerror(errno));
 		close(fd);
-		return;
+		return -1;
 	}
 	pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
 	if (poll(&pfd, 1, 5000) != 1 || recv(fd, &w, sizeof(w), 0) != sizeof(w) ||
 	    w.magic != NVMOCK_IBD_MAGIC || w.op != NVMOCK_IBD_OP_VERBS_HELLO || !w.qpn_base) {
 		trace("%s: the fabric daemon has no InfiniBand port %u for it", hello.ibdev, port);
 		close(fd);
-		return;
+		return -1;
 	}
-	ctx->sock = fd;
-	ctx->qpn_base = w.qpn_base;
+	*qpn_base = w.qpn_base;
 	trace("%s: QPNs from %#x, LID %u", hello.ibdev, w.qpn_base, w.lid);
+	return fd;
 }
 
 int start_engine(struct nvmock_context *ctx)
 {
 	int err;
 
+	sigset_t all, old;
+
 	if (ctx->engine_running)
 		return 0;
-	ctx->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	ctx->rx = malloc(RX_SIZE);
+	if (ctx->wake < 0)
+		ctx->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (!ctx->rx)
+		ctx->rx = malloc(RX_SIZE);
 	if (ctx->wake < 0 || !ctx->rx)
 		return ENOMEM;
+	/* The program's signals are for its own threads, not this one. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	err = pthread_create(&ctx->engine, NULL, engine, ctx);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (err)
 		return err;
 	ctx->engine_running = true;
@@ -83,7 +91,11 @@ int datapath_init(struct nvmock_context *ctx)
 	ctx->qps = calloc(NVMOCK_IBD_QPN_BLOCK, sizeof(*ctx->qps));
 	if (!ctx->qps)
 		return ENOMEM;
-	return pthread_mutex_init(&ctx->lock, NULL);
+	if (pthread_mutex_init(&ctx->lock, NULL)) {
+		free(ctx->qps);
+		return ENOMEM;
+	}
+	return 0;
 }
 
 void datapath_free(struct nvmock_context *ctx)
@@ -127,6 +139,7 @@ struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq)
 
 void queue(struct nvmock_context *ctx, struct out_pkt *o)
 {
+	o->qp->queued++;
 	if (ctx->out_tail)
 		ctx->out_tail->next = o;
 	else
@@ -145,6 +158,7 @@ void purge(struct nvmock_context *ctx, struct nvmock_qp *qp, struct nvmock_mr *m
 		bool drop = mr ? o->mr == mr : o->qp == qp && (!requests_only || o->hdr.kind < NVMOCK_PKT_ACK);
 		if (drop) {
 			*p = o->next;
+			o->qp->queued--;
 			free(o);
 			continue;
 		}
@@ -153,7 +167,8 @@ void purge(struct nvmock_context *ctx, struct nvmock_qp *qp, struct nvmock_mr *m
 	}
 }
 
-/* Sends what the socket takes; says whether some is left. */
+/* Sends what the socket takes; says whether some is left. A request's
+ * last packet, sent (or lost), starts its answer's clock. */
 bool flush(struct nvmock_context *ctx)
 {
 	struct out_pkt *o;
@@ -166,14 +181,22 @@ bool flush(struct nvmock_context *ctx)
 			if (sendmsg(ctx->sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
 				if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
 					return true;
-				trace("fabric daemon gone: %s", strerror(errno));
-				close(ctx->sock);
-				ctx->sock = -1; /* from now on, packets are lost */
+				if (errno == EFAULT || errno == EMSGSIZE || errno == EINVAL) {
+					/* This packet's memory or size: it alone is lost. */
+					trace("packet to QPN %#x lost: %s", o->hdr.dqpn, strerror(errno));
+				} else {
+					trace("fabric daemon gone: %s", strerror(errno));
+					close(ctx->sock);
+					ctx->sock = -1; /* from now on, packets are lost */
+				}
 			}
 		}
 		ctx->out_head = o->next;
 		if (!ctx->out_head)
 			ctx->out_tail = NULL;
+		o->qp->queued--;
+		if (o->last_req && timeout_ns(o->qp))
+			o->qp->deadline = now_ns() + timeout_ns(o->qp);
 		free(o);
 	}
 	return false;
@@ -196,7 +219,7 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 	if (p->kind < NVMOCK_PKT_ACK) {
 		if (p->offset > p->total || len > p->total - p->offset)
 			return;
-		if (qp->vqp.qp.state == IBV_QPS_RTR || qp->vqp.qp.state == IBV_QPS_RTS)
+		if (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS)
 			respond(qp, p, buf + sizeof(*p), len);
 	} else {
 		if (p->kind == NVMOCK_PKT_READ_RESP && (p->offset > p->total || len > p->total - p->offset))
@@ -222,8 +245,11 @@ static int64_t timers(struct nvmock_context *ctx, int64_t now)
 			kick(qp);
 		}
 		if (qp->deadline && qp->deadline <= now) {
-			if (qp->retries_left-- <= 0) {
-				qp_error(qp, IBV_WC_RETRY_EXC_ERR);
+			if (qp->queued) {
+				/* Not lost: still waiting here to be sent. */
+				qp->deadline = now + timeout_ns(qp);
+			} else if (qp->retries_left-- <= 0) {
+				qp_error(qp, qp->sq_head, IBV_WC_RETRY_EXC_ERR);
 			} else {
 				go_back(qp, qp->sq_head);
 				kick(qp);
@@ -238,14 +264,16 @@ static int64_t timers(struct nvmock_context *ctx, int64_t now)
 }
 
 /* Takes what arrived (a batch, so the lock changes hands) and sends what
- * is queued; lock held. */
-void progress(struct nvmock_context *ctx)
+ * is queued; lock held. Returns how many packets it took. */
+int progress(struct nvmock_context *ctx)
 {
 	int i;
 
 	for (i = 0; i < RX_BATCH && ctx->sock >= 0; i++) {
-		ssize_t n = recv(ctx->sock, ctx->rx, RX_SIZE, MSG_DONTWAIT);
+		ssize_t n = recv(ctx->sock, ctx->rx, RX_SIZE, MSG_DONTWAIT | MSG_TRUNC);
 
+		if (n > RX_SIZE)
+			continue; /* longer than any packet: not one */
 		if (n > 0) {
 			handle(ctx, ctx->rx, n);
 			continue;
@@ -258,6 +286,7 @@ void progress(struct nvmock_context *ctx)
 		break;
 	}
 	flush(ctx);
+	return i;
 }
 
 static void *engine(void *arg)
@@ -266,17 +295,20 @@ static void *engine(void *arg)
 
 	pthread_mutex_lock(&ctx->lock);
 	while (!ctx->stopping) {
-		int64_t now = now_ns(), next = timers(ctx, now);
-		bool more = flush(ctx);
-		struct pollfd p[2] = {
-			{ .fd = ctx->sock, .events = POLLIN | (more ? POLLOUT : 0) },
-			{ .fd = ctx->wake, .events = POLLIN },
-		};
-		int ms = next ? (int)((next - now + 999999) / 1000000) : -1;
+		int64_t now = now_ns(), next;
+		struct pollfd p[2];
 		uint64_t v;
+		bool more;
+		int ms;
 
+		timers(ctx, now);
+		more = flush(ctx); /* may start clocks */
+		next = timers(ctx, now);
+		ms = next ? (int)((next - now + 999999) / 1000000) : -1;
+		p[0] = (struct pollfd){ .fd = ctx->sock, .events = POLLIN | (more ? POLLOUT : 0) };
+		p[1] = (struct pollfd){ .fd = ctx->wake, .events = POLLIN };
 		pthread_mutex_unlock(&ctx->lock);
-		poll(p, 2, ms);
+		poll(p, 2, next && ms < 0 ? 0 : ms);
 		pthread_mutex_lock(&ctx->lock);
 		if (p[1].revents & POLLIN && read(ctx->wake, &v, sizeof(v)) < 0) {
 			/* nothing to clear */

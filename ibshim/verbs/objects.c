@@ -49,6 +49,12 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	mr->iova = iova;
 	mr->vmr.mr_type = IBV_MR_TYPE_MR;
 	mr->vmr.access = access;
+	/* libibverbs sets these too, but only once we return: the engine may
+	 * look the region up before. */
+	mr->vmr.ibv_mr.context = pd->context;
+	mr->vmr.ibv_mr.pd = pd;
+	mr->vmr.ibv_mr.addr = addr;
+	mr->vmr.ibv_mr.length = length;
 	pthread_mutex_lock(&ctx->lock);
 	/* mlx5 keys: an index above 8 bits of variant. */
 	mr->vmr.ibv_mr.lkey = mr->vmr.ibv_mr.rkey = (++ctx->next_key << 8) | 0x07;
@@ -133,8 +139,15 @@ static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_c
 
 static int destroy_cq(struct ibv_cq *ibcq)
 {
+	struct nvmock_context *ctx = to_ctx(ibcq->context);
 	struct nvmock_cq *cq = to_cq(ibcq);
+	bool busy;
 
+	pthread_mutex_lock(&ctx->lock);
+	busy = cq->users > 0;
+	pthread_mutex_unlock(&ctx->lock);
+	if (busy)
+		return EBUSY; /* as the kernel answers while QPs use it */
 	free(cq->ring);
 	free(cq);
 	return 0;
@@ -150,9 +163,10 @@ static int poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		return -1;
 	pthread_mutex_lock(&ctx->lock);
 	/* A program polling an empty CQ moves the traffic itself: no wait for
-	 * the engine thread to be scheduled. */
-	if (!cq->count)
-		progress(ctx);
+	 * the engine thread to be scheduled. What it took may have set timers
+	 * or left answers to send: the engine looks again. */
+	if (!cq->count && progress(ctx))
+		wake(ctx);
 	for (i = 0; i < n && cq->count; i++) {
 		wc[i] = cq->ring[cq->head];
 		cq->head = (cq->head + 1) % cq->size;
@@ -165,9 +179,12 @@ static int poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 void complete(struct nvmock_cq *cq, const struct ibv_wc *wc)
 {
 	if (cq->count == cq->size) {
-		/* An overrun CQ loses completions (a real one raises an
-		 * async CQ error too). */
-		trace("CQ overrun: completion of wr_id %llu lost", (unsigned long long)wc->wr_id);
+		/* An overrun CQ loses completions (a real one raises an async
+		 * CQ error too): said once, as a program waiting for one would
+		 * otherwise wait for ever without a hint. */
+		if (!cq->overrun)
+			fprintf(stderr, "nvmock-verbs: CQ of %u entries overrun: completions lost\n", cq->size - 1);
+		cq->overrun = true;
 		return;
 	}
 	cq->ring[(cq->head + cq->count) % cq->size] = *wc;
@@ -180,7 +197,8 @@ void qp_init_wqe(struct nvmock_qp *qp)
 	qp->rq_head = qp->rq_tail = 0;
 	qp->resp_seq = qp->rq_psn;
 	qp->psn0 = qp->sq_psn;
-	qp->resp_skip = qp->resp_rwqe = qp->last_atomic_valid = false;
+	qp->resp_off = qp->atomics = 0;
+	qp->resp_skip = qp->resp_rwqe = false;
 	qp->deadline = qp->resend_at = 0;
 }
 
@@ -189,8 +207,9 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	struct nvmock_context *ctx = to_ctx(ibctx);
 	const struct ibv_device_attr *caps = ctx->caps;
 	struct nvmock_qp *qp;
-	uint32_t i;
-	int err;
+	bool connected;
+	uint32_t i, base = 0;
+	int err, fd = -1;
 
 	if (a->qp_type != IBV_QPT_RC || a->srq) {
 		trace("QP type %d%s is not simulated (RC only, without a shared receive queue)", a->qp_type, a->srq ? " with an SRQ" : "");
@@ -208,8 +227,13 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	if (!qp)
 		return NULL;
 	qp->ctx = ctx;
-	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
-	qp->rq_size = a->cap.max_recv_wr ? a->cap.max_recv_wr : 1;
+	/* Powers of two, as mlx5 rounds them: the free-running counters then
+	 * map to slots alike across their wrap. */
+	qp->sq_size = qp->rq_size = 1;
+	while (qp->sq_size < a->cap.max_send_wr)
+		qp->sq_size <<= 1;
+	while (qp->rq_size < a->cap.max_recv_wr)
+		qp->rq_size <<= 1;
 	qp->max_send_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
 	qp->max_recv_sge = a->cap.max_recv_sge ? a->cap.max_recv_sge : 1;
 	qp->max_inline = a->cap.max_inline_data;
@@ -229,21 +253,15 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		err = ENOMEM;
 		goto fail;
 	}
+	pthread_mutex_init(&qp->wr_lock, NULL);
+
+	/* The daemon, once per context; connecting may wait, so not under
+	 * the lock (a thread that loses the race closes its socket). */
 	pthread_mutex_lock(&ctx->lock);
-	if (!ctx->connected)
-		connect_daemon(ctx, 1);
-	err = start_engine(ctx);
-	for (i = 0; !err && i < NVMOCK_IBD_QPN_BLOCK && ctx->qps[i]; i++)
-		;
-	if (!err && i == NVMOCK_IBD_QPN_BLOCK)
-		err = ENOMEM;
-	if (!err) {
-		qp->idx = i;
-		ctx->qps[i] = qp;
-	}
+	connected = ctx->connected;
 	pthread_mutex_unlock(&ctx->lock);
-	if (err)
-		goto fail;
+	if (!connected)
+		fd = connect_daemon(ctx, 1, &base);
 
 	struct ibv_qp *q = &qp->vqp.qp;
 	q->context = ibctx;
@@ -251,12 +269,41 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	q->pd = pd;
 	q->send_cq = a->send_cq;
 	q->recv_cq = a->recv_cq;
-	q->qp_num = ctx->qpn_base + qp->idx;
-	q->handle = q->qp_num;
-	q->state = IBV_QPS_RESET;
+	q->state = qp->state = IBV_QPS_RESET;
 	q->qp_type = a->qp_type;
 	pthread_mutex_init(&q->mutex, NULL);
 	pthread_cond_init(&q->cond, NULL);
+
+	pthread_mutex_lock(&ctx->lock);
+	if (!connected && !ctx->connected) {
+		ctx->connected = true;
+		ctx->port = 1;
+		ctx->sock = fd;
+		ctx->qpn_base = base;
+		fd = -1;
+	}
+	err = start_engine(ctx);
+	/* Round the table from the last QPN given, so that a stale packet
+	 * does not find a new QP at once. */
+	for (i = 0; !err && i < NVMOCK_IBD_QPN_BLOCK; i++)
+		if (!ctx->qps[(ctx->next_qp + i) % NVMOCK_IBD_QPN_BLOCK])
+			break;
+	if (!err && i == NVMOCK_IBD_QPN_BLOCK)
+		err = ENOMEM;
+	if (!err) {
+		qp->idx = (ctx->next_qp + i) % NVMOCK_IBD_QPN_BLOCK;
+		ctx->next_qp = qp->idx + 1;
+		q->qp_num = ctx->qpn_base + qp->idx;
+		q->handle = q->qp_num;
+		to_cq(a->send_cq)->users++;
+		to_cq(a->recv_cq)->users++;
+		ctx->qps[qp->idx] = qp;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (fd >= 0)
+		close(fd);
+	if (err)
+		goto fail;
 	a->cap.max_send_wr = qp->sq_size;
 	a->cap.max_recv_wr = qp->rq_size;
 	a->cap.max_send_sge = qp->max_send_sge;
@@ -275,6 +322,7 @@ fail:
 	errno = err;
 	return NULL;
 }
+
 
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
@@ -319,6 +367,8 @@ static int destroy_qp(struct ibv_qp *q)
 	pthread_mutex_lock(&ctx->lock);
 	purge(ctx, qp, NULL, false);
 	ctx->qps[qp->idx] = NULL;
+	to_cq(q->send_cq)->users--;
+	to_cq(q->recv_cq)->users--;
 	pthread_mutex_unlock(&ctx->lock);
 	free(qp->sq);
 	free(qp->sq_sge);
@@ -365,6 +415,19 @@ static bool transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next, int mas
 	return (mask & req) == req && !(mask & ~(req | opt));
 }
 
+/* Values the kernel refuses (ib_modify_qp_is_ok and the mlx5 driver). */
+static bool attrs_ok(const struct ibv_qp_attr *a, int mask)
+{
+	return !((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > 16) &&
+	       !((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > 16) &&
+	       !((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) &&
+	       !((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7) &&
+	       !((mask & IBV_QP_TIMEOUT) && a->timeout > 31) &&
+	       !((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31) &&
+	       !((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096)) &&
+	       !((mask & IBV_QP_PKEY_INDEX) && a->pkey_index >= 128);
+}
+
 static bool port_exists(struct nvmock_context *ctx, uint8_t port)
 {
 	struct ibv_port_attr pa;
@@ -387,14 +450,20 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 	int err = 0;
 
 	pthread_mutex_lock(&ctx->lock);
-	cur = q->state;
+	cur = qp->state;
 	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
 		err = EINVAL;
 	next = mask & IBV_QP_STATE ? attr->qp_state : cur;
-	if (!err && !transition_ok(cur, next, mask))
+	if (!err && (!transition_ok(cur, next, mask) || !attrs_ok(attr, mask)))
 		err = EINVAL;
 	if (!err && (mask & IBV_QP_PORT) && !port_exists(ctx, attr->port_num))
 		err = EINVAL;
+	/* The context reached the daemon for its first port; every mock HCA
+	 * has one. */
+	if (!err && next == IBV_QPS_RTR && qp->port != ctx->port) {
+		trace("QP %#x: port %u: only port %u is connected", q->qp_num, qp->port, ctx->port);
+		err = EOPNOTSUPP;
+	}
 	if (!err && next == IBV_QPS_RTR && !port_is_ib(ctx, qp->port)) {
 		trace("QP %#x: RoCE (an Ethernet port) is not simulated", q->qp_num);
 		err = EOPNOTSUPP;
@@ -437,12 +506,12 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 	if (mask & IBV_QP_RNR_RETRY)
 		qp->rnr_left = qp->rnr_retry = attr->rnr_retry;
 	if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
-		qp_error(qp, IBV_WC_WR_FLUSH_ERR);
+		qp_error(qp, qp->sq_head, IBV_WC_WR_FLUSH_ERR);
 	} else if (next == IBV_QPS_RESET) {
 		purge(ctx, qp, NULL, false);
 		qp_init_wqe(qp);
 	}
-	q->state = next;
+	qp->state = q->state = next;
 	if (next == IBV_QPS_RTS) {
 		kick(qp);
 		flush(ctx);
@@ -460,7 +529,7 @@ static int query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct
 	memset(attr, 0, sizeof(*attr));
 	memset(init, 0, sizeof(*init));
 	pthread_mutex_lock(&qp->ctx->lock);
-	attr->qp_state = attr->cur_qp_state = q->state;
+	attr->qp_state = attr->cur_qp_state = qp->state;
 	attr->path_mtu = qp->mtu;
 	attr->qp_access_flags = qp->access;
 	attr->pkey_index = qp->pkey_index;

@@ -68,7 +68,7 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		w->raddr = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
 	}
-	if (wr->send_flags & IBV_SEND_INLINE) {
+	if ((wr->send_flags & IBV_SEND_INLINE) && total) {
 		uint32_t off = 0;
 
 		w->inl = &qp->sq_inl[(size_t)(qp->sq_tail % qp->sq_size) * qp->max_inline];
@@ -81,14 +81,27 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	return 0;
 }
 
-int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+/* Posts a list of work requests: up to the first bad one, or (whole)
+ * none of them if one is bad. */
+int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad, bool whole)
 {
-	struct ibv_qp *q = &qp->vqp.qp;
+	uint32_t tail = qp->sq_tail;
+	struct ibv_send_wr *first = wr;
 	int err = 0;
 
-	if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_ERR) {
+	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
 		*bad = wr;
 		return EINVAL;
+	}
+	if (whole) {
+		for (; wr && !err; wr = wr->next)
+			err = post_one(qp, wr);
+		qp->sq_tail = tail; /* checked: now post for real, or not at all */
+		if (err) {
+			*bad = first;
+			return err;
+		}
+		wr = first;
 	}
 	for (; wr; wr = wr->next) {
 		err = post_one(qp, wr);
@@ -96,7 +109,7 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 			*bad = wr;
 			break;
 		}
-		if (q->state == IBV_QPS_ERR) {
+		if (qp->state == IBV_QPS_ERR) {
 			send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], IBV_WC_WR_FLUSH_ERR);
 			qp->sq_head = qp->sq_next = qp->sq_tail;
 		}
@@ -113,7 +126,7 @@ int post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad
 	int err;
 
 	pthread_mutex_lock(&qp->ctx->lock);
-	err = post_send_locked(qp, wr, bad);
+	err = post_send_locked(qp, wr, bad, false);
 	pthread_mutex_unlock(&qp->ctx->lock);
 	return err;
 }
@@ -124,7 +137,7 @@ int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
 	int err = 0;
 
 	pthread_mutex_lock(&qp->ctx->lock);
-	if (q->state == IBV_QPS_RESET) {
+	if (qp->state == IBV_QPS_RESET) {
 		*bad = wr;
 		err = EINVAL;
 	}
@@ -146,7 +159,7 @@ int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
 		r->sge = &qp->rq_sge[(size_t)(qp->rq_tail % qp->rq_size) * qp->max_recv_sge];
 		memcpy(r->sge, wr->sg_list, sizeof(*r->sge) * wr->num_sge);
 		qp->rq_tail++;
-		if (q->state == IBV_QPS_ERR) {
+		if (qp->state == IBV_QPS_ERR) {
 			recv_done(qp, r, IBV_WC_WR_FLUSH_ERR, NULL);
 			qp->rq_head++;
 		}
@@ -193,10 +206,15 @@ static struct ibv_send_wr *qpx_cur(struct ibv_qp_ex *x)
 	return &qp->batch[qp->batch_n - 1];
 }
 
+/* wr_start .. wr_complete or wr_abort is a critical section per QP, and
+ * the batch goes in whole or not at all (ibv_wr_post(3)). */
 static void qpx_start(struct ibv_qp_ex *x)
 {
-	qpx_qp(x)->batch_n = 0;
-	qpx_qp(x)->batch_err = 0;
+	struct nvmock_qp *qp = qpx_qp(x);
+
+	pthread_mutex_lock(&qp->wr_lock);
+	qp->batch_n = 0;
+	qp->batch_err = 0;
 }
 
 static int qpx_complete(struct ibv_qp_ex *x)
@@ -207,15 +225,23 @@ static int qpx_complete(struct ibv_qp_ex *x)
 
 	if (!err && qp->batch_n) {
 		pthread_mutex_lock(&qp->ctx->lock);
-		err = post_send_locked(qp, qp->batch, &bad);
+		err = post_send_locked(qp, qp->batch, &bad, true);
 		pthread_mutex_unlock(&qp->ctx->lock);
 	}
 	qp->batch_n = 0;
 	qp->batch_err = 0;
+	pthread_mutex_unlock(&qp->wr_lock);
 	return err;
 }
 
-static void qpx_abort(struct ibv_qp_ex *x) { qpx_start(x); }
+static void qpx_abort(struct ibv_qp_ex *x)
+{
+	struct nvmock_qp *qp = qpx_qp(x);
+
+	qp->batch_n = 0;
+	qp->batch_err = 0;
+	pthread_mutex_unlock(&qp->wr_lock);
+}
 
 static void qpx_send(struct ibv_qp_ex *x) { qpx_new(x, IBV_WR_SEND); }
 
@@ -303,6 +329,10 @@ static void qpx_set_inline_list(struct ibv_qp_ex *x, size_t n, const struct ibv_
 		qp->batch_err = EINVAL;
 		return;
 	}
+	wr->send_flags |= IBV_SEND_INLINE;
+	wr->num_sge = 0;
+	if (!total)
+		return;
 	/* Copied now: the caller may reuse its buffers at once. */
 	slot = &qp->batch_inl[(size_t)(qp->batch_n - 1) * qp->max_inline];
 	for (total = 0, i = 0; i < n; i++) {
@@ -311,7 +341,6 @@ static void qpx_set_inline_list(struct ibv_qp_ex *x, size_t n, const struct ibv_
 	}
 	wr->sg_list[0] = (struct ibv_sge){ .addr = (uintptr_t)slot, .length = total };
 	wr->num_sge = 1;
-	wr->send_flags |= IBV_SEND_INLINE;
 }
 
 static void qpx_set_inline(struct ibv_qp_ex *x, void *addr, size_t length)

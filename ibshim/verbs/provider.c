@@ -14,17 +14,19 @@
  * provider claims exactly those devices and answers queries from the CA's
  * sysfs files (which nvmock renders from the profile) plus a table of real
  * ConnectX limits keyed by hca_type. PDs, MRs, CQs and RC QPs, whose
- * traffic goes through the fabric daemon, are datapath.c's; everything else
+ * traffic goes through the fabric daemon, are datapath.h's; everything else
  * stays libibverbs' dummy op, which fails with EOPNOTSUPP.
  *
  * Built against rdma-core's private provider ABI 34 (driver.h,
  * IBVERBS_PRIVATE_34); see hack/fetch-rdma-core.sh for which headers and
  * why they match Debian 12's libibverbs 44.
  */
+#define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -370,6 +372,7 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 	struct verbs_sysfs_dev *sysfs = verbs_get_device(ibdev)->sysfs;
 	struct verbs_context_ops ops;
 	const struct hca_model *model = NULL;
+	int full;
 	struct nvmock_context *ctx;
 	char hca_type[32] = "";
 	long cpus;
@@ -395,6 +398,15 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 					   RDMA_DRIVER_UNKNOWN);
 	if (!ctx)
 		return NULL;
+	/* libibverbs writes a few commands to the kernel itself (a completion
+	 * channel's); /dev/null would take them and leave the answer zeroed,
+	 * a channel on fd 0 that ibv_destroy_comp_channel then closes.
+	 * /dev/full refuses them (ENOSPC), as no kernel is there to answer. */
+	full = open("/dev/full", O_RDWR | O_CLOEXEC);
+	if (full >= 0) {
+		dup3(full, ctx->vctx.context.cmd_fd, O_CLOEXEC);
+		close(full);
+	}
 	ctx->model = model;
 	ctx->caps = &model->caps;
 	ops = nvmock_ctx_ops;

@@ -1,6 +1,6 @@
 //go:build ignore
 
-/* What provider.c (device, queries) and datapath.c (objects, traffic)
+/* What provider.c (device, queries) and the data path (datapath.h)
  * share. */
 #ifndef NVMOCK_PROVIDER_H
 #define NVMOCK_PROVIDER_H
@@ -21,7 +21,7 @@ struct nvmock_context {
 	const struct hca_model *model;
 	const struct ibv_device_attr *caps;
 
-	/* The data path, set up by the first QP (datapath.c). lock guards
+	/* The data path, set up by the first QP (datapath.h). lock guards
 	 * everything below; the engine thread and the program's calls take
 	 * it in turn. */
 	pthread_mutex_t lock;
@@ -38,6 +38,7 @@ struct nvmock_context {
 	uint32_t next_key;
 	struct out_pkt *out_head, *out_tail;
 	uint8_t *rx;          /* one received packet */
+	uint32_t next_qp;     /* QPNs go round, so a stale packet finds no new QP */
 };
 
 static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)
@@ -47,7 +48,7 @@ static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)
 
 void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* datapath.c */
+/* datapath.h */
 void datapath_ops(struct verbs_context_ops *ops);
 int datapath_init(struct nvmock_context *ctx);
 void datapath_free(struct nvmock_context *ctx);

@@ -65,18 +65,14 @@ void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, cons
 	complete(to_cq(qp->vqp.qp.recv_cq), &wc);
 }
 
-/* The QP goes to the error state: the failing request completes with st,
- * everything else outstanding with WR_FLUSH_ERR. */
-void qp_error(struct nvmock_qp *qp, enum ibv_wc_status st)
+/* The QP goes to the error state: the request with counter n completes
+ * with st, everything else outstanding with WR_FLUSH_ERR. */
+void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 {
-	bool first = true;
-
-	qp->vqp.qp.state = IBV_QPS_ERR;
+	qp->state = qp->vqp.qp.state = IBV_QPS_ERR;
 	purge(qp->ctx, qp, NULL, true);
-	for (; qp->sq_head != qp->sq_tail; qp->sq_head++) {
-		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], first ? st : IBV_WC_WR_FLUSH_ERR);
-		first = false;
-	}
+	for (; qp->sq_head != qp->sq_tail; qp->sq_head++)
+		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], qp->sq_head == n ? st : IBV_WC_WR_FLUSH_ERR);
 	qp->sq_next = qp->sq_head;
 	for (; qp->rq_head != qp->rq_tail; qp->rq_head++)
 		recv_done(qp, &qp->rq[qp->rq_head % qp->rq_size], IBV_WC_WR_FLUSH_ERR, NULL);
@@ -168,7 +164,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 				o->data = sge_at(ctx, qp, w->sge, w->nsge, off, &room, &o->mr, 0);
 				if (!o->data) {
 					free(o);
-					qp_error(qp, IBV_WC_LOC_PROT_ERR);
+					qp_error(qp, n_wqe, IBV_WC_LOC_PROT_ERR);
 					return false;
 				}
 				n = room;
@@ -180,8 +176,10 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 		} else {
 			off = w->total;
 		}
-		if (off >= w->total)
+		if (off >= w->total) {
 			o->hdr.flags |= NVMOCK_PKT_LAST;
+			o->last_req = true;
+		}
 		queue(ctx, o);
 	} while (off < w->total);
 	return true;
@@ -190,14 +188,13 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 /* Sends what is posted and not yet sent, unless an RNR wait holds it. */
 void kick(struct nvmock_qp *qp)
 {
-	if (qp->vqp.qp.state != IBV_QPS_RTS || qp->resend_at)
+	if (qp->state != IBV_QPS_RTS || qp->resend_at)
 		return;
 	while (qp->sq_next != qp->sq_tail) {
+		qp->sq[qp->sq_next % qp->sq_size].rd_off = 0;
 		if (!transmit(qp, qp->sq_next))
 			return;
 		qp->sq_next++;
-		if (!qp->deadline && timeout_ns(qp))
-			qp->deadline = now_ns() + timeout_ns(qp);
 	}
 }
 
@@ -214,7 +211,8 @@ void retire(struct nvmock_qp *qp)
 	if (progress) {
 		qp->retries_left = qp->retry_cnt;
 		qp->rnr_left = qp->rnr_retry;
-		qp->deadline = qp->sq_head != qp->sq_next && timeout_ns(qp) ? now_ns() + timeout_ns(qp) : 0;
+		if (qp->sq_head == qp->sq_next)
+			qp->deadline = 0;
 	}
 }
 
@@ -240,9 +238,12 @@ void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_
 	int32_t back = (int32_t)(n - qp->sq_head);
 	struct swqe *w;
 
-	if (qp->vqp.qp.state != IBV_QPS_RTS || back < 0 || (uint32_t)back >= qp->sq_next - qp->sq_head)
+	if (qp->state != IBV_QPS_RTS || back < 0 || (uint32_t)back >= qp->sq_next - qp->sq_head)
 		return; /* stale: answered already, or never sent */
 	w = &qp->sq[n % qp->sq_size];
+	/* An answer restarts the clock: the peer is there. */
+	if (qp->deadline)
+		qp->deadline = now_ns() + timeout_ns(qp);
 	switch (p->kind) {
 	case NVMOCK_PKT_ACK: {
 		/* Acknowledges every send and write up to it. */
@@ -260,14 +261,16 @@ void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_
 	case NVMOCK_PKT_READ_RESP: {
 		uint32_t off = p->offset;
 
-		if (w->opcode != IBV_WR_RDMA_READ)
+		/* In order, without a gap: anything else waits for the read to
+		 * be asked again. */
+		if (w->opcode != IBV_WR_RDMA_READ || w->done || off != w->rd_off)
 			return;
 		while (len) {
 			uint32_t room;
 			uint8_t *dst = sge_at(qp->ctx, qp, w->sge, w->nsge, off, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
 
 			if (!dst) {
-				qp_error(qp, IBV_WC_LOC_PROT_ERR);
+				qp_error(qp, n, IBV_WC_LOC_PROT_ERR);
 				return;
 			}
 			if (room > len)
@@ -277,7 +280,8 @@ void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_
 			off += room;
 			len -= room;
 		}
-		if (p->flags & NVMOCK_PKT_LAST)
+		w->rd_off = off;
+		if ((p->flags & NVMOCK_PKT_LAST) && off == w->total)
 			w->done = true;
 		break;
 	}
@@ -289,7 +293,7 @@ void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_
 			return;
 		dst = sge_at(qp->ctx, qp, w->sge, w->nsge, 0, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
 		if (!dst || room < 8) {
-			qp_error(qp, IBV_WC_LOC_PROT_ERR);
+			qp_error(qp, n, IBV_WC_LOC_PROT_ERR);
 			return;
 		}
 		memcpy(dst, &p->atomic[0], 8);
@@ -300,7 +304,7 @@ void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_
 		if (p->syndrome == NVMOCK_NAK_RNR) {
 			retire(qp); /* the ones before it may be done */
 			if (qp->rnr_retry != 7 && qp->rnr_left-- <= 0) {
-				qp_error(qp, IBV_WC_RNR_RETRY_EXC_ERR);
+				qp_error(qp, n, IBV_WC_RNR_RETRY_EXC_ERR);
 				return;
 			}
 			go_back(qp, n);
@@ -309,7 +313,7 @@ void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_
 		}
 		/* Answers arrive in order: what came before is retired. */
 		retire(qp);
-		qp_error(qp, p->syndrome == NVMOCK_NAK_REMOTE_ACCESS ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR);
+		qp_error(qp, n, p->syndrome == NVMOCK_NAK_REMOTE_ACCESS ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR);
 		return;
 	default:
 		return;

@@ -31,13 +31,35 @@ static void answer(struct nvmock_qp *qp, uint8_t kind, uint32_t seq, uint8_t syn
 }
 
 /* The responder refuses a message: NAK, and the rest of it is dropped.
- * Access and request errors also end the responder's QP, as an HCA's. */
+ * Access and request errors also end the responder's QP, as an HCA's: its
+ * own work is flushed (the error is the requester's to report). */
 static void refuse(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, uint8_t syndrome)
 {
 	answer(qp, NVMOCK_PKT_NAK, p->seq, syndrome);
 	qp->resp_skip = true;
 	if (syndrome != NVMOCK_NAK_RNR)
-		qp_error(qp, syndrome == NVMOCK_NAK_REMOTE_ACCESS ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR);
+		qp_error(qp, qp->sq_head, IBV_WC_WR_FLUSH_ERR);
+}
+
+/* Answers an atomic again with the value it found, if still remembered. */
+static void atomic_again(struct nvmock_qp *qp, uint32_t seq)
+{
+	uint32_t i, kept = qp->atomics < ATOMIC_REPLAY ? qp->atomics : ATOMIC_REPLAY;
+
+	for (i = 0; i < kept; i++) {
+		uint32_t k = (qp->atomics - 1 - i) % ATOMIC_REPLAY;
+		struct out_pkt *o;
+
+		if (qp->atomic_seq[k] != seq)
+			continue;
+		o = new_pkt(qp, NVMOCK_PKT_ATOMIC_RESP, seq);
+		if (o) {
+			o->hdr.flags = NVMOCK_PKT_LAST;
+			o->hdr.atomic[0] = qp->atomic_val[k];
+			queue(qp->ctx, o);
+		}
+		return;
+	}
 }
 
 /* Scatters a SEND's payload into the receive being filled. */
@@ -83,15 +105,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 		if (!last)
 			return;
 		if (p->kind == NVMOCK_PKT_CMP_SWP || p->kind == NVMOCK_PKT_FETCH_ADD) {
-			if (qp->last_atomic_valid && qp->last_atomic_seq == p->seq) {
-				struct out_pkt *o = new_pkt(qp, NVMOCK_PKT_ATOMIC_RESP, p->seq);
-
-				if (o) {
-					o->hdr.flags = NVMOCK_PKT_LAST;
-					o->hdr.atomic[0] = qp->last_atomic;
-					queue(ctx, o);
-				}
-			}
+			atomic_again(qp, p->seq);
 			return;
 		}
 		if (p->kind != NVMOCK_PKT_READ) {
@@ -102,10 +116,21 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 	} else if (ahead > 0) {
 		return; /* after a NAK, until the requester goes back */
 	}
-	if (p->offset == 0)
+	/* In order and without a gap: a packet anywhere but at the next
+	 * offset waits for the requester to send the message again from its
+	 * start (a lost packet, then its timeout). */
+	if (p->offset == 0) {
 		qp->resp_skip = false;
-	else if (qp->resp_skip)
+	} else if (qp->resp_skip || p->offset != qp->resp_off) {
 		return;
+	}
+	if (p->kind == NVMOCK_PKT_SEND || p->kind == NVMOCK_PKT_WRITE) {
+		qp->resp_off = p->offset + len;
+		if (last && qp->resp_off != p->total)
+			return;
+	}
+	if (last)
+		qp->resp_off = 0; /* the next message starts at 0 */
 
 	switch (p->kind) {
 	case NVMOCK_PKT_SEND:
@@ -166,6 +191,10 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			memcpy(mem, data, len);
 		if (last) {
 			if (p->flags & NVMOCK_PKT_IMM) {
+				if (qp->rq_head == qp->rq_tail) {
+					refuse(qp, p, NVMOCK_NAK_RNR);
+					return;
+				}
 				recv_done(qp, r, IBV_WC_SUCCESS, p);
 				qp->rq_head++;
 			}
@@ -215,7 +244,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 
 		mr = find_mr(ctx, p->rkey);
 		word = (uint64_t *)mr_ptr(mr, p->raddr, 8);
-		if (!(qp->access & IBV_ACCESS_REMOTE_ATOMIC) || p->raddr % 8) {
+		if (!(qp->access & IBV_ACCESS_REMOTE_ATOMIC) || p->raddr % 8 || (uintptr_t)word % 8) {
 			refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
 			return;
 		}
@@ -229,9 +258,9 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			orig = p->atomic[0];
 			__atomic_compare_exchange_n(word, &orig, p->atomic[1], false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 		}
-		qp->last_atomic = orig;
-		qp->last_atomic_seq = p->seq;
-		qp->last_atomic_valid = true;
+		qp->atomic_seq[qp->atomics % ATOMIC_REPLAY] = p->seq;
+		qp->atomic_val[qp->atomics % ATOMIC_REPLAY] = orig;
+		qp->atomics++;
 		qp->resp_seq++;
 		o = new_pkt(qp, NVMOCK_PKT_ATOMIC_RESP, p->seq);
 		if (o) {
