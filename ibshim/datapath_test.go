@@ -40,7 +40,7 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	}
 	out := node(t, fmt.Sprintf("%s mlx5_0 %d", bin, modelledLID(t, model(t))))
 	for _, check := range []string{"send", "write", "write-with-immediate", "read", "atomics", "rnr-then-receive", "states",
-		"remote-access-error", "out-of-range", "too-long", "rnr-retry-exceeded", "big-write", "retry-exceeded"} {
+		"remote-access-error", "out-of-range", "too-long", "rnr-retry-exceeded", "big-write", "datagrams", "retry-exceeded"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rcpair did not pass %q:\n%s", check, out)
 			break
@@ -48,14 +48,19 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	}
 }
 
-// ibv_rc_pingpong -c checks every buffer it receives.
-func TestRcPingpongBetweenTwoProgramsChecksItsData(t *testing.T) {
-	testenv.Tool(t, "ibv_rc_pingpong")
-	out := node(t, `ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 200 > /tmp/server.out 2>&1 & srv=$!
-sleep 0.5; ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 200 localhost; echo "client exit $?"
-wait $srv; echo "server exit $?"; cat /tmp/server.out`)
-	if n := strings.Count(out, "1638400 bytes in "); n != 2 || !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
-		t.Errorf("ibv_rc_pingpong -c, both ends on one node:\n%s\nwant both to move 1638400 bytes (200 round trips of 4096) and exit 0", out)
+// ibv_rc_pingpong and ibv_ud_pingpong -c check every buffer they receive.
+func TestPingpongsBetweenTwoProgramsCheckTheirData(t *testing.T) {
+	for _, c := range []struct{ tool, bytes string }{
+		{"ibv_rc_pingpong", "1638400"}, // 200 round trips of 4096
+		{"ibv_ud_pingpong", "409600"},  // of 2048, its default
+	} {
+		testenv.Tool(t, c.tool)
+		out := node(t, fmt.Sprintf(`%[1]s -d mlx5_0 -g 0 -c -n 200 > /tmp/server.out 2>&1 & srv=$!
+sleep 0.5; %[1]s -d mlx5_0 -g 0 -c -n 200 localhost; echo "client exit $?"
+wait $srv; echo "server exit $?"; cat /tmp/server.out`, c.tool))
+		if n := strings.Count(out, c.bytes+" bytes in "); n != 2 || !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
+			t.Errorf("%s -c, both ends on one node:\n%s\nwant both to move %s bytes and exit 0", c.tool, out, c.bytes)
+		}
 	}
 }
 
@@ -63,9 +68,9 @@ wait $srv; echo "server exit $?"; cat /tmp/server.out`)
 // daemon: the packets cross between the daemons, and the node's port
 // counters count them.
 func TestPerftestRunsBetweenTwoNodes(t *testing.T) {
-	tools := []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw"}
+	tools := []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_send_bw -c UD"}
 	for _, tool := range tools {
-		testenv.Tool(t, tool)
+		testenv.Tool(t, strings.Fields(tool)[0])
 	}
 	var server, client []string
 	for i, tool := range tools {
@@ -75,7 +80,7 @@ func TestPerftestRunsBetweenTwoNodes(t *testing.T) {
 	}
 	out, serverOut := twoNodes(t, []string{"sh", "-c", strings.Join(server, " && ")},
 		"sleep 1.5\n"+strings.Join(client, "\n")+"\necho '== counters'; perfquery -x -C mlx5_0")
-	// " 65536      200      peak      average      rate"
+	// " 65536      200      peak      average      rate" (4096 for UD)
 	row := regexp.MustCompile(`(?m)^\s*(\d+)\s+200\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s*$`)
 	parts := strings.Split(out, "== ")
 	for i, tool := range tools {
@@ -104,16 +109,15 @@ func TestPerftestRunsBetweenTwoNodes(t *testing.T) {
 	}
 }
 
-// What is not simulated is refused, not faked: UD and SRQ queue pairs and
-// completion channels fail to be made, as perftest and the pingpongs say.
+// What is not simulated is refused, not faked: shared receive queues and
+// completion channels fail to be made, as the pingpongs say.
 func TestUnsimulatedVerbsAreRefused(t *testing.T) {
-	for _, tool := range []string{"ibv_ud_pingpong", "ibv_srq_pingpong", "ibv_rc_pingpong"} {
+	for _, tool := range []string{"ibv_srq_pingpong", "ibv_rc_pingpong"} {
 		testenv.Tool(t, tool)
 	}
-	out := node(t, `ibv_ud_pingpong -d mlx5_0 -g 0; echo "== ud $?"
-ibv_srq_pingpong -d mlx5_0 -g 0; echo "== srq $?"
+	out := node(t, `ibv_srq_pingpong -d mlx5_0 -g 0; echo "== srq $?"
 ibv_rc_pingpong -d mlx5_0 -e; echo "== events $?"`)
-	for _, want := range []string{"Couldn't create QP\n== ud 1", "Couldn't create SRQ\n== srq 1", "Couldn't create completion channel\n== events 1"} {
+	for _, want := range []string{"Couldn't create SRQ\n== srq 1", "Couldn't create completion channel\n== events 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output:\n%s\nwant %q", out, want)
 		}

@@ -297,6 +297,71 @@ int main(int argc, char **argv)
 	buf_size = BIG;
 	puts("ok big-write");
 
+	/* Datagrams: to a QP by number, through an address handle. One with
+	 * a GRH arrives after it; one with another Q_Key, or for which no
+	 * receive is posted, is dropped unanswered. */
+	{
+		struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_UD, .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
+		struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		uint8_t *ub = calloc(1, 8192);
+		struct ibv_mr *mr = ibv_reg_mr(pd, ub, 8192, IBV_ACCESS_LOCAL_WRITE);
+		struct ibv_qp *u[2];
+		union ibv_gid gid;
+		struct ibv_ah_attr aa = { .dlid = lid, .port_num = 1, .is_global = 1 };
+		struct ibv_ah *ah;
+		struct ibv_sge s = { (uintptr_t)ub, 64, mr->lkey }, rs = { (uintptr_t)ub + 4096, 40 + 64, mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 40, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+		struct ibv_recv_wr rw = { .wr_id = 41, .sg_list = &rs, .num_sge = 1 }, *rbad;
+
+		if (!cq || !mr || ibv_query_gid(ctx, 1, 0, &gid))
+			FAIL("datagram setup");
+		ia.send_cq = ia.recv_cq = cq;
+		for (i = 0; i < 2; i++) {
+			if (!(u[i] = ibv_create_qp(pd, &ia)))
+				FAIL("UD QP: %s", strerror(errno));
+			at.qp_state = IBV_QPS_INIT;
+			if ((err = ibv_modify_qp(u[i], &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)))
+				FAIL("UD to INIT: %s", strerror(err));
+			at.qp_state = IBV_QPS_RTR;
+			if ((err = ibv_modify_qp(u[i], &at, IBV_QP_STATE)))
+				FAIL("UD to RTR: %s", strerror(err));
+			at.qp_state = IBV_QPS_RTS;
+			if ((err = ibv_modify_qp(u[i], &at, IBV_QP_STATE | IBV_QP_SQ_PSN)))
+				FAIL("UD to RTS: %s", strerror(err));
+		}
+		aa.grh.dgid = gid;
+		aa.grh.hop_limit = 1;
+		if (!(ah = ibv_create_ah(pd, &aa)))
+			FAIL("ibv_create_ah: %s", strerror(errno));
+		fill(ub, 64, 5);
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = u[1]->qp_num;
+		wr.wr.ud.remote_qkey = 0x11111111;
+		if (ibv_post_recv(u[1], &rw, &rbad) || ibv_post_send(u[0], &wr, &bad))
+			FAIL("datagram: post");
+		for (i = 0; i < 2; i++) {
+			wc = wait_wc(cq, "datagram");
+			if (wc.wr_id == 41) {
+				expect(wc, 41, IBV_WC_SUCCESS, IBV_WC_RECV, "datagram: receive");
+				if (wc.byte_len != 40 + 64 || !(wc.wc_flags & IBV_WC_GRH) || wc.src_qp != u[0]->qp_num || wc.slid != lid)
+					FAIL("datagram: %u bytes, flags %#x, from QPN %#x LID %u", wc.byte_len, wc.wc_flags, wc.src_qp, wc.slid);
+			} else {
+				expect(wc, 40, IBV_WC_SUCCESS, IBV_WC_SEND, "datagram: send");
+			}
+		}
+		if (memcmp(ub + 4096 + 40, ub, 64) || memcmp(ub + 4096 + 8, gid.raw, 16) || memcmp(ub + 4096 + 24, gid.raw, 16))
+			FAIL("datagram: the payload or the GRH's GIDs differ");
+		wr.wr.ud.remote_qkey = 0x22222222;
+		if (ibv_post_recv(u[1], &rw, &rbad) || ibv_post_send(u[0], &wr, &bad))
+			FAIL("datagram: post");
+		expect(wait_wc(cq, "datagram, other Q_Key"), 40, IBV_WC_SUCCESS, IBV_WC_SEND, "datagram, other Q_Key");
+		usleep(200000);
+		if (ibv_poll_cq(cq, 1, &wc) != 0)
+			FAIL("datagram with another Q_Key was received (wr_id %llu)", (unsigned long long)wc.wr_id);
+	}
+	puts("ok datagrams");
+
 	/* Nobody there: a modelled node's port has no such QP. */
 	make_end(&a, IBV_ACCESS_LOCAL_WRITE);
 	connect_to(&a, (uint16_t)atoi(argv[2]), 0x400, 1, 1, 7);

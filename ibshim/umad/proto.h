@@ -97,6 +97,7 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_PKT_READ 3      /* a read request; READ_RESP carries the data */
 #define NVMOCK_PKT_CMP_SWP 4
 #define NVMOCK_PKT_FETCH_ADD 5
+#define NVMOCK_PKT_UD_SEND 6   /* a datagram, unanswered: rkey carries the Q_Key */
 #define NVMOCK_PKT_ACK 16
 #define NVMOCK_PKT_NAK 17      /* syndrome says why */
 #define NVMOCK_PKT_READ_RESP 18
@@ -104,6 +105,7 @@ struct nvmock_ibd_verbs_welcome {
 
 #define NVMOCK_PKT_LAST 1u /* the message's last packet */
 #define NVMOCK_PKT_IMM 2u  /* carries immediate data */
+#define NVMOCK_PKT_GRH 4u  /* a datagram sent with a GRH */
 
 #define NVMOCK_NAK_RNR 1           /* no receive posted; timer = the responder's min_rnr_timer */
 #define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */

@@ -25,9 +25,13 @@
  * until they are sent, as an HCA reads memory when it transmits; inline
  * data is copied when posted.
  *
- * Not simulated, and refused rather than faked: UC, UD, XRC and raw QPs,
- * shared receive queues, memory windows, completion channels (events), and
- * RoCE (a QP on an Ethernet port cannot reach RTR).
+ * UD QPs send datagrams of up to the MTU to a QPN through an address
+ * handle, unanswered: the receiver drops what has another Q_Key or finds
+ * no receive, and puts a GRH's 40 bytes first.
+ *
+ * Not simulated, and refused rather than faked: UC, XRC and raw QPs,
+ * shared receive queues, memory windows, multicast, completion channels
+ * (events), and RoCE (a QP on an Ethernet port cannot reach RTR).
  *
  * objects.c: PDs, MRs, CQs, QPs' life; post.c: posting, and the ibv_qp_ex
  * builder; engine.c: the daemon connection, packet queue and engine
@@ -87,6 +91,10 @@ struct swqe {
 	int nsge;
 	struct ibv_sge *sge;
 	uint8_t *inl; /* the inline copy, or NULL */
+	/* A datagram's address (UD), from its address handle. */
+	uint16_t ud_dlid;
+	bool ud_grh;
+	uint32_t ud_qpn, ud_qkey;
 };
 
 struct rwqe {
@@ -120,6 +128,8 @@ struct nvmock_qp {
 	uint32_t rq_size, rq_head, rq_tail, max_recv_sge;
 
 	/* Attributes. */
+	bool ud;       /* an unreliable datagram QP; else reliable connected */
+	uint32_t qkey; /* UD */
 	uint8_t port, timeout, retry_cnt, rnr_retry, min_rnr_timer, max_rd_atomic, max_dest_rd_atomic;
 	uint16_t pkey_index, dlid;
 	uint32_t dqpn, sq_psn, rq_psn;
@@ -162,6 +172,11 @@ struct out_pkt {
 	bool last_req; /* a request's last packet: its answer's clock starts */
 	struct nvmock_ibd_pkt hdr;
 };
+struct nvmock_ah {
+	struct ibv_ah ah;
+	struct ibv_ah_attr attr;
+};
+
 static inline struct nvmock_qp *to_qp(struct ibv_qp *qp) { return container_of(qp, struct nvmock_qp, vqp.qp); }
 static inline struct nvmock_cq *to_cq(struct ibv_cq *cq) { return container_of(cq, struct nvmock_cq, cq); }
 

@@ -213,8 +213,8 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 		return;
 	qp = ctx->qps[p->dqpn - ctx->qpn_base];
 	len = n - sizeof(*p);
-	/* A connected QP hears only its peer. */
-	if (!qp || p->slid != qp->dlid || p->sqpn != qp->dqpn)
+	/* A connected QP hears only its peer; a datagram QP only datagrams. */
+	if (!qp || (qp->ud ? p->kind != NVMOCK_PKT_UD_SEND : p->slid != qp->dlid || p->sqpn != qp->dqpn))
 		return;
 	if (p->kind < NVMOCK_PKT_ACK) {
 		if (p->offset > p->total || len > p->total - p->offset)

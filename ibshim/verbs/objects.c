@@ -208,11 +208,12 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	const struct ibv_device_attr *caps = ctx->caps;
 	struct nvmock_qp *qp;
 	bool connected;
+	union ibv_gid gid;
 	uint32_t i, base = 0;
 	int err, fd = -1;
 
-	if (a->qp_type != IBV_QPT_RC || a->srq) {
-		trace("QP type %d%s is not simulated (RC only, without a shared receive queue)", a->qp_type, a->srq ? " with an SRQ" : "");
+	if ((a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) || a->srq) {
+		trace("QP type %d%s is not simulated (RC and UD, without a shared receive queue)", a->qp_type, a->srq ? " with an SRQ" : "");
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -227,6 +228,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	if (!qp)
 		return NULL;
 	qp->ctx = ctx;
+	qp->ud = a->qp_type == IBV_QPT_UD;
 	/* Powers of two, as mlx5 rounds them: the free-running counters then
 	 * map to slots alike across their wrap. */
 	qp->sq_size = qp->rq_size = 1;
@@ -260,8 +262,11 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	pthread_mutex_lock(&ctx->lock);
 	connected = ctx->connected;
 	pthread_mutex_unlock(&ctx->lock);
-	if (!connected)
+	if (!connected) {
 		fd = connect_daemon(ctx, 1, &base);
+		if (ibv_query_gid(ibctx, 1, 0, &gid))
+			memset(&gid, 0, sizeof(gid));
+	}
 
 	struct ibv_qp *q = &qp->vqp.qp;
 	q->context = ibctx;
@@ -280,6 +285,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		ctx->port = 1;
 		ctx->sock = fd;
 		ctx->qpn_base = base;
+		ctx->gid = gid;
 		fd = -1;
 	}
 	err = start_engine(ctx);
@@ -382,14 +388,45 @@ static int destroy_qp(struct ibv_qp *q)
 	return 0;
 }
 
-/* The attributes each RC transition needs and may take (IBA 11.2.5.2 and
+/* The attributes each UD transition needs and may take. */
+static bool ud_transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
+{
+	int req = 0, opt = 0;
+
+	switch (cur * 16 + next) {
+	case IBV_QPS_RESET * 16 + IBV_QPS_INIT:
+		req = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+		break;
+	case IBV_QPS_INIT * 16 + IBV_QPS_INIT:
+		opt = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+		break;
+	case IBV_QPS_INIT * 16 + IBV_QPS_RTR:
+		opt = IBV_QP_PKEY_INDEX | IBV_QP_QKEY;
+		break;
+	case IBV_QPS_RTR * 16 + IBV_QPS_RTS:
+		req = IBV_QP_SQ_PSN;
+		opt = IBV_QP_CUR_STATE | IBV_QP_QKEY;
+		break;
+	case IBV_QPS_RTS * 16 + IBV_QPS_RTS:
+		opt = IBV_QP_CUR_STATE | IBV_QP_QKEY;
+		break;
+	default:
+		return false;
+	}
+	mask &= ~IBV_QP_STATE;
+	return (mask & req) == req && !(mask & ~(req | opt));
+}
+
+/* The attributes each transition needs and may take (IBA 11.2.5.2 and
  * the kernel's qp_state_table). */
-static bool transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
+static bool transition_ok(bool ud, enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
 {
 	int req = 0, opt = 0;
 
 	if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
 		return !(mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE));
+	if (ud)
+		return ud_transition_ok(cur, next, mask);
 	switch (cur * 16 + next) {
 	case IBV_QPS_RESET * 16 + IBV_QPS_INIT:
 		req = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
@@ -454,7 +491,7 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
 		err = EINVAL;
 	next = mask & IBV_QP_STATE ? attr->qp_state : cur;
-	if (!err && (!transition_ok(cur, next, mask) || !attrs_ok(attr, mask)))
+	if (!err && (!transition_ok(qp->ud, cur, next, mask) || !attrs_ok(attr, mask)))
 		err = EINVAL;
 	if (!err && (mask & IBV_QP_PORT) && !port_exists(ctx, attr->port_num))
 		err = EINVAL;
@@ -469,7 +506,7 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 		err = EOPNOTSUPP;
 	}
 	/* The subnet has no routers: a QP reaches its peer by LID. */
-	if (!err && next == IBV_QPS_RTR && !attr->ah_attr.dlid)
+	if (!err && next == IBV_QPS_RTR && !qp->ud && !attr->ah_attr.dlid)
 		err = EINVAL;
 	if (err) {
 		pthread_mutex_unlock(&ctx->lock);
@@ -481,6 +518,8 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 		qp->port = attr->port_num;
 	if (mask & IBV_QP_ACCESS_FLAGS)
 		qp->access = attr->qp_access_flags;
+	if (mask & IBV_QP_QKEY)
+		qp->qkey = attr->qkey;
 	if (mask & IBV_QP_AV) {
 		qp->ah = attr->ah_attr;
 		qp->dlid = attr->ah_attr.dlid;
@@ -532,6 +571,7 @@ static int query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct
 	attr->qp_state = attr->cur_qp_state = qp->state;
 	attr->path_mtu = qp->mtu;
 	attr->qp_access_flags = qp->access;
+	attr->qkey = qp->qkey;
 	attr->pkey_index = qp->pkey_index;
 	attr->port_num = qp->port;
 	attr->ah_attr = qp->ah;
@@ -559,8 +599,33 @@ static int query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct
 	return 0;
 }
 
+/* Address handles, for datagrams: the subnet routes by LID. */
+static struct ibv_ah *create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct nvmock_ah *ah;
+
+	if (!attr->dlid || attr->dlid >= 0xc000 || !port_exists(to_ctx(pd->context), attr->port_num)) {
+		/* 0xc000 and up: multicast, which the fabric does not carry. */
+		errno = EINVAL;
+		return NULL;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah)
+		return NULL;
+	ah->attr = *attr;
+	return &ah->ah;
+}
+
+static int destroy_ah(struct ibv_ah *ah)
+{
+	free(container_of(ah, struct nvmock_ah, ah));
+	return 0;
+}
+
 void datapath_ops(struct verbs_context_ops *ops)
 {
+	ops->create_ah = create_ah;
+	ops->destroy_ah = destroy_ah;
 	ops->alloc_pd = alloc_pd;
 	ops->dealloc_pd = dealloc_pd;
 	ops->reg_mr = reg_mr;

@@ -38,6 +38,9 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	default:
 		return EINVAL;
 	}
+	/* A datagram: a send to an address handle, of at most the MTU. */
+	if (qp->ud && (!wr->wr.ud.ah || (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)))
+		return EINVAL;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
 		return EINVAL;
 	for (i = 0; i < wr->num_sge; i++) {
@@ -45,7 +48,7 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 			return EINVAL;
 		total += wr->sg_list[i].length;
 	}
-	if (total > 0x40000000) /* the port's max_msg_sz */
+	if (total > (qp->ud ? 4096u : 0x40000000u)) /* the port's MTU, or max_msg_sz */
 		return EINVAL;
 	if ((wr->send_flags & IBV_SEND_INLINE) && (total > qp->max_inline || wr->opcode == IBV_WR_RDMA_READ ||
 						  wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD))
@@ -64,6 +67,14 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		w->rkey = wr->wr.atomic.rkey;
 		w->atomic[0] = wr->wr.atomic.compare_add;
 		w->atomic[1] = wr->wr.atomic.swap;
+	} else if (qp->ud) {
+		struct nvmock_ah *ah = container_of(wr->wr.ud.ah, struct nvmock_ah, ah);
+
+		w->ud_dlid = ah->attr.dlid;
+		w->ud_grh = ah->attr.is_global;
+		w->ud_qpn = wr->wr.ud.remote_qpn;
+		/* A Q_Key with its high bit set means the QP's own (IBA 10.2.5). */
+		w->ud_qkey = wr->wr.ud.remote_qkey & 0x80000000u ? qp->qkey : wr->wr.ud.remote_qkey;
 	} else {
 		w->raddr = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
@@ -290,6 +301,17 @@ static void qpx_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, ui
 	qpx_atomic(x, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
 }
 
+static void qpx_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey)
+{
+	struct ibv_send_wr *wr = qpx_cur(x);
+
+	if (wr) {
+		wr->wr.ud.ah = ah;
+		wr->wr.ud.remote_qpn = remote_qpn;
+		wr->wr.ud.remote_qkey = remote_qkey;
+	}
+}
+
 static void qpx_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
 {
 	struct ibv_send_wr *wr = qpx_cur(x);
@@ -366,6 +388,7 @@ void qpx_setup(struct nvmock_qp *qp)
 	x->wr_atomic_cmp_swp = qpx_cmp_swp;
 	x->wr_atomic_fetch_add = qpx_fetch_add;
 	x->wr_set_sge = qpx_set_sge;
+	x->wr_set_ud_addr = qpx_set_ud_addr;
 	x->wr_set_sge_list = qpx_set_sge_list;
 	x->wr_set_inline_data = qpx_set_inline;
 	x->wr_set_inline_data_list = qpx_set_inline_list;

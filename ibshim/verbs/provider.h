@@ -39,6 +39,7 @@ struct nvmock_context {
 	struct out_pkt *out_head, *out_tail;
 	uint8_t *rx;          /* one received packet */
 	uint32_t next_qp;     /* QPNs go round, so a stale packet finds no new QP */
+	union ibv_gid gid;    /* the port's GID 0, for datagrams' GRHs */
 };
 
 static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)

@@ -55,8 +55,10 @@ void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, cons
 		wc.byte_len = p->total;
 		wc.src_qp = p->sqpn;
 		wc.slid = p->slid;
+		if (p->flags & NVMOCK_PKT_GRH)
+			wc.wc_flags |= IBV_WC_GRH;
 		if (p->flags & NVMOCK_PKT_IMM) {
-			wc.wc_flags = IBV_WC_WITH_IMM;
+			wc.wc_flags |= IBV_WC_WITH_IMM;
 			wc.imm_data = p->imm;
 			if (p->kind == NVMOCK_PKT_WRITE)
 				wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
@@ -125,7 +127,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 	switch (w->opcode) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
-		kind = NVMOCK_PKT_SEND;
+		kind = qp->ud ? NVMOCK_PKT_UD_SEND : NVMOCK_PKT_SEND;
 		break;
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -147,16 +149,29 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 
 		if (!o)
 			return false;
+		if (qp->ud) {
+			o->hdr.dlid = w->ud_dlid;
+			o->hdr.dqpn = w->ud_qpn;
+			o->hdr.rkey = w->ud_qkey;
+			if (w->ud_grh) {
+				/* The GRH's source GID travels in the header. */
+				o->hdr.flags |= NVMOCK_PKT_GRH;
+				memcpy(o->hdr.atomic, ctx->gid.raw, sizeof(o->hdr.atomic));
+			}
+		}
 		o->hdr.offset = off;
 		o->hdr.total = w->total;
-		o->hdr.rkey = w->rkey;
+		if (!qp->ud)
+			o->hdr.rkey = w->rkey;
 		o->hdr.raddr = w->raddr;
 		o->hdr.imm = w->imm;
-		o->hdr.atomic[0] = w->atomic[0];
-		o->hdr.atomic[1] = w->atomic[1];
+		if (!qp->ud) {
+			o->hdr.atomic[0] = w->atomic[0];
+			o->hdr.atomic[1] = w->atomic[1];
+		}
 		if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 			o->hdr.flags |= NVMOCK_PKT_IMM;
-		if (kind == NVMOCK_PKT_SEND || kind == NVMOCK_PKT_WRITE) {
+		if (kind == NVMOCK_PKT_SEND || kind == NVMOCK_PKT_WRITE || kind == NVMOCK_PKT_UD_SEND) {
 			if (w->inl) {
 				o->data = w->inl + off;
 				n = w->total - off;
@@ -178,7 +193,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 		}
 		if (off >= w->total) {
 			o->hdr.flags |= NVMOCK_PKT_LAST;
-			o->last_req = true;
+			o->last_req = !qp->ud; /* a datagram waits for no answer */
 		}
 		queue(ctx, o);
 	} while (off < w->total);
@@ -194,8 +209,13 @@ void kick(struct nvmock_qp *qp)
 		qp->sq[qp->sq_next % qp->sq_size].rd_off = 0;
 		if (!transmit(qp, qp->sq_next))
 			return;
+		/* A datagram is done once it is on its way. */
+		if (qp->ud)
+			qp->sq[qp->sq_next % qp->sq_size].done = true;
 		qp->sq_next++;
 	}
+	if (qp->ud)
+		retire(qp);
 }
 
 /* Completes answered requests from the oldest, in order. */

@@ -91,6 +91,46 @@ static uint32_t rwqe_len(struct rwqe *r)
 	return n > UINT32_MAX ? UINT32_MAX : n;
 }
 
+/* A datagram: into the next receive, after the 40 bytes a GRH takes
+ * (filled only when one came), or nowhere: a UD QP answers nothing, so one
+ * with no receive posted or another Q_Key drops it. */
+static void datagram(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len)
+{
+	struct rwqe *r = &qp->rq[qp->rq_head % qp->rq_size];
+	struct nvmock_ibd_pkt h = *p;
+
+	if (p->offset || len != p->total || p->rkey != qp->qkey || qp->rq_head == qp->rq_tail)
+		return;
+	if (40 + (uint64_t)len > rwqe_len(r)) {
+		recv_done(qp, r, IBV_WC_LOC_LEN_ERR, NULL);
+		qp->rq_head++;
+		qp_error(qp, qp->sq_head, IBV_WC_WR_FLUSH_ERR);
+		return;
+	}
+	if (p->flags & NVMOCK_PKT_GRH) {
+		uint8_t grh[40] = { 0x60 }; /* IP version 6, as a GRH starts */
+
+		grh[4] = len >> 8; /* payload length */
+		grh[5] = len;
+		grh[6] = 0x1b;     /* next header: IBA transport */
+		grh[7] = 64;       /* hop limit */
+		memcpy(grh + 8, p->atomic, 16);          /* source GID */
+		memcpy(grh + 24, qp->ctx->gid.raw, 16); /* destination GID */
+		if (!scatter(qp, r, 0, grh, sizeof(grh)))
+			goto prot;
+	}
+	if (!scatter(qp, r, 40, data, len))
+		goto prot;
+	h.total = 40 + len;
+	recv_done(qp, r, IBV_WC_SUCCESS, &h);
+	qp->rq_head++;
+	return;
+prot:
+	recv_done(qp, r, IBV_WC_LOC_PROT_ERR, NULL);
+	qp->rq_head++;
+	qp_error(qp, qp->sq_head, IBV_WC_WR_FLUSH_ERR);
+}
+
 void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len)
 {
 	struct nvmock_context *ctx = qp->ctx;
@@ -100,6 +140,10 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 	struct nvmock_mr *mr;
 	uint8_t *mem;
 
+	if (qp->ud) {
+		datagram(qp, p, data, len);
+		return;
+	}
 	if (ahead < 0) {
 		/* A duplicate of one done: answer again, do not do again. */
 		if (!last)
