@@ -3,11 +3,8 @@ package ibd
 import (
 	"encoding/binary"
 	"net"
-	"path/filepath"
 	"runtime"
 	"testing"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/umad"
@@ -18,19 +15,7 @@ import (
 // the shim does for umad0, with agent 0 registered for LID-routed SMPs.
 func serve(tb testing.TB) (*net.UnixConn, *fabric.Fabric) {
 	tb.Helper()
-	n := testenv.Node(tb, "h100", 8)
-	f, err := fabric.Build(n, "node-a", 0)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sock := filepath.Join(tb.TempDir(), "ibd.sock")
-	l, err := Listen(sock)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { l.Close() })
-	log := logrus.New()
-	go New(n, f, log).Serve(l)
+	sock, f := daemonAt(tb)
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
 	if err != nil {
 		tb.Fatal(err)

@@ -98,6 +98,7 @@ type conn struct {
 	block     uint32
 	peerIn    chan []byte // packets from other nodes, for their writer
 	peerOnce  sync.Once
+	gone      chan struct{} // closed when the program's connection ends
 }
 
 func (c *conn) send(u packet) {
@@ -225,7 +226,7 @@ func (d *Daemon) Serve(l *net.UnixListener) error {
 			}
 			return err
 		}
-		go d.serveConn(&conn{uc: uc})
+		go d.serveConn(&conn{uc: uc, gone: make(chan struct{})})
 	}
 }
 
@@ -295,6 +296,7 @@ func (d *Daemon) control(c *conn, msg []byte) {
 
 func (d *Daemon) drop(c *conn) {
 	c.uc.Close()
+	close(c.gone) // ends the writer of packets from other nodes
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c.issm != nil {

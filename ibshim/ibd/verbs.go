@@ -139,9 +139,14 @@ func (c *conn) fromPeer(msg []byte) {
 	c.peerOnce.Do(func() {
 		c.peerIn = make(chan []byte, peerInQueue)
 		go func() {
-			for b := range c.peerIn {
-				if err := c.sendData(b); errors.Is(err, net.ErrClosed) {
-					return // the program is gone; what is queued is lost
+			for {
+				select {
+				case b := <-c.peerIn:
+					if err := c.sendData(b); errors.Is(err, net.ErrClosed) {
+						return // the program is gone; what is queued is lost
+					}
+				case <-c.gone:
+					return
 				}
 			}
 		}()

@@ -301,7 +301,7 @@ int main(int argc, char **argv)
 	 * a GRH arrives after it; one with another Q_Key, or for which no
 	 * receive is posted, is dropped unanswered. */
 	{
-		struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_UD, .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
+		struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_UD, .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 1 } };
 		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
 		struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 		uint8_t *ub = calloc(1, 8192);
@@ -352,6 +352,25 @@ int main(int argc, char **argv)
 		}
 		if (memcmp(ub + 4096 + 40, ub, 64) || memcmp(ub + 4096 + 8, gid.raw, 16) || memcmp(ub + 4096 + 24, gid.raw, 16))
 			FAIL("datagram: the payload or the GRH's GIDs differ");
+		/* Gathered from two pieces, one datagram. */
+		{
+			struct ibv_sge two[2] = { { (uintptr_t)ub + 1024, 32, mr->lkey }, { (uintptr_t)ub + 2048, 32, mr->lkey } };
+
+			fill(ub + 1024, 32, 6);
+			fill(ub + 2048, 32, 7);
+			memset(ub + 4096, 0, 40 + 64);
+			wr.sg_list = two;
+			wr.num_sge = 2;
+			if (ibv_post_recv(u[1], &rw, &rbad) || ibv_post_send(u[0], &wr, &bad))
+				FAIL("datagram of two pieces: post");
+			wr.sg_list = &s;
+			wr.num_sge = 1;
+			for (i = 0; i < 2; i++)
+				if (wait_wc(cq, "datagram of two pieces").status != IBV_WC_SUCCESS)
+					FAIL("datagram of two pieces: an error completion");
+			if (memcmp(ub + 4096 + 40, ub + 1024, 32) || memcmp(ub + 4096 + 72, ub + 2048, 32))
+				FAIL("datagram of two pieces: the payload differs");
+		}
 		wr.wr.ud.remote_qkey = 0x22222222;
 		if (ibv_post_recv(u[1], &rw, &rbad) || ibv_post_send(u[0], &wr, &bad))
 			FAIL("datagram: post");

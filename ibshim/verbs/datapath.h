@@ -111,6 +111,7 @@ struct nvmock_qp {
 	 * query return, without the lock; this one only moves under it. */
 	enum ibv_qp_state state;
 	uint32_t queued; /* this QP's packets waiting for the socket */
+	bool lost;       /* a request packet of it was dropped before it left */
 
 	/* Send queue: monotonic counters, slot = counter % sq_size. Posted
 	 * WQEs are [sq_head, sq_tail); [sq_head, sq_next) were sent. A WQE's
@@ -153,7 +154,8 @@ struct nvmock_qp {
 
 	/* The ibv_qp_ex work-request batch (wr_start .. wr_complete), a
 	 * critical section of its own, as ibv_wr_post(3) requires. */
-	pthread_mutex_t wr_lock;
+	pthread_mutex_t wr_lock; /* error-checking: misuse fails, not hangs */
+	bool batch_open;
 	struct ibv_send_wr *batch;
 	struct ibv_sge *batch_sge;
 	uint8_t *batch_inl;
@@ -170,6 +172,7 @@ struct out_pkt {
 	const void *data;
 	uint32_t len;
 	bool last_req; /* a request's last packet: its answer's clock starts */
+	bool owned;    /* data is a copy this packet owns (a datagram's) */
 	struct nvmock_ibd_pkt hdr;
 };
 struct nvmock_ah {
@@ -211,6 +214,7 @@ uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge
 void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
 void complete(struct nvmock_cq *cq, const struct ibv_wc *wc);
 int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base);
+void free_pkt(struct out_pkt *o);
 void go_back(struct nvmock_qp *qp, uint32_t n);
 void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n);
 void kick(struct nvmock_qp *qp);

@@ -111,7 +111,7 @@ void datapath_free(struct nvmock_context *ctx)
 	}
 	while ((o = ctx->out_head)) {
 		ctx->out_head = o->next;
-		free(o);
+		free_pkt(o);
 	}
 	if (ctx->sock >= 0)
 		close(ctx->sock);
@@ -137,6 +137,13 @@ struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq)
 	return o;
 }
 
+void free_pkt(struct out_pkt *o)
+{
+	if (o->owned)
+		free((void *)o->data);
+	free(o);
+}
+
 void queue(struct nvmock_context *ctx, struct out_pkt *o)
 {
 	o->qp->queued++;
@@ -159,7 +166,11 @@ void purge(struct nvmock_context *ctx, struct nvmock_qp *qp, struct nvmock_mr *m
 		if (drop) {
 			*p = o->next;
 			o->qp->queued--;
-			free(o);
+			/* A request whose memory went: sent again, it fails as
+			 * an HCA's would (LOC_PROT), rather than wait for ever. */
+			if (mr && o->hdr.kind < NVMOCK_PKT_ACK)
+				o->qp->lost = true;
+			free_pkt(o);
 			continue;
 		}
 		ctx->out_tail = o;
@@ -197,7 +208,7 @@ bool flush(struct nvmock_context *ctx)
 		o->qp->queued--;
 		if (o->last_req && timeout_ns(o->qp))
 			o->qp->deadline = now_ns() + timeout_ns(o->qp);
-		free(o);
+		free_pkt(o);
 	}
 	return false;
 }
@@ -214,7 +225,8 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 	qp = ctx->qps[p->dqpn - ctx->qpn_base];
 	len = n - sizeof(*p);
 	/* A connected QP hears only its peer; a datagram QP only datagrams. */
-	if (!qp || (qp->ud ? p->kind != NVMOCK_PKT_UD_SEND : p->slid != qp->dlid || p->sqpn != qp->dqpn))
+	if (!qp || (qp->ud ? p->kind != NVMOCK_PKT_UD_SEND
+			   : p->kind == NVMOCK_PKT_UD_SEND || p->slid != qp->dlid || p->sqpn != qp->dqpn))
 		return;
 	if (p->kind < NVMOCK_PKT_ACK) {
 		if (p->offset > p->total || len > p->total - p->offset)

@@ -71,6 +71,7 @@ static int dereg_mr(struct verbs_mr *vmr)
 	struct nvmock_mr *mr = container_of(vmr, struct nvmock_mr, vmr);
 	struct nvmock_context *ctx = to_ctx(vmr->ibv_mr.context);
 	struct nvmock_mr **p;
+	uint32_t i;
 
 	pthread_mutex_lock(&ctx->lock);
 	for (p = &ctx->mrs; *p; p = &(*p)->next)
@@ -79,6 +80,16 @@ static int dereg_mr(struct verbs_mr *vmr)
 			break;
 		}
 	purge(ctx, NULL, mr, false);
+	for (i = 0; i < NVMOCK_IBD_QPN_BLOCK; i++) {
+		struct nvmock_qp *qp = ctx->qps[i];
+
+		if (qp && qp->lost) {
+			qp->lost = false;
+			go_back(qp, qp->sq_head);
+			kick(qp);
+		}
+	}
+	flush(ctx);
 	pthread_mutex_unlock(&ctx->lock);
 	free(mr);
 	return 0;
@@ -145,10 +156,11 @@ static int destroy_cq(struct ibv_cq *ibcq)
 
 	pthread_mutex_lock(&ctx->lock);
 	busy = cq->users > 0;
+	if (!busy)
+		free(cq->ring);
 	pthread_mutex_unlock(&ctx->lock);
 	if (busy)
 		return EBUSY; /* as the kernel answers while QPs use it */
-	free(cq->ring);
 	free(cq);
 	return 0;
 }
@@ -255,7 +267,14 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		err = ENOMEM;
 		goto fail;
 	}
-	pthread_mutex_init(&qp->wr_lock, NULL);
+	{
+		pthread_mutexattr_t ma;
+
+		pthread_mutexattr_init(&ma);
+		pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+		pthread_mutex_init(&qp->wr_lock, &ma);
+		pthread_mutexattr_destroy(&ma);
+	}
 
 	/* The daemon, once per context; connecting may wait, so not under
 	 * the lock (a thread that loses the race closes its socket). */
@@ -371,6 +390,10 @@ static int destroy_qp(struct ibv_qp *q)
 	struct nvmock_context *ctx = qp->ctx;
 
 	pthread_mutex_lock(&ctx->lock);
+	if (qp->batch_open) {
+		pthread_mutex_unlock(&ctx->lock);
+		return EBUSY; /* between wr_start and wr_complete */
+	}
 	purge(ctx, qp, NULL, false);
 	ctx->qps[qp->idx] = NULL;
 	to_cq(q->send_cq)->users--;
@@ -388,68 +411,46 @@ static int destroy_qp(struct ibv_qp *q)
 	return 0;
 }
 
-/* The attributes each UD transition needs and may take. */
-static bool ud_transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
-{
-	int req = 0, opt = 0;
-
-	switch (cur * 16 + next) {
-	case IBV_QPS_RESET * 16 + IBV_QPS_INIT:
-		req = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
-		break;
-	case IBV_QPS_INIT * 16 + IBV_QPS_INIT:
-		opt = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
-		break;
-	case IBV_QPS_INIT * 16 + IBV_QPS_RTR:
-		opt = IBV_QP_PKEY_INDEX | IBV_QP_QKEY;
-		break;
-	case IBV_QPS_RTR * 16 + IBV_QPS_RTS:
-		req = IBV_QP_SQ_PSN;
-		opt = IBV_QP_CUR_STATE | IBV_QP_QKEY;
-		break;
-	case IBV_QPS_RTS * 16 + IBV_QPS_RTS:
-		opt = IBV_QP_CUR_STATE | IBV_QP_QKEY;
-		break;
-	default:
-		return false;
-	}
-	mask &= ~IBV_QP_STATE;
-	return (mask & req) == req && !(mask & ~(req | opt));
-}
-
 /* The attributes each transition needs and may take (IBA 11.2.5.2 and
- * the kernel's qp_state_table). */
+ * the kernel's qp_state_table), RC and UD. */
+struct transition {
+	enum ibv_qp_state cur, next;
+	int req, opt;
+};
+
+static const struct transition rc_transitions[] = {
+	{ IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0 },
+	{ IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS },
+	{ IBV_QPS_INIT, IBV_QPS_RTR,
+	  IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+	  IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX },
+	{ IBV_QPS_RTR, IBV_QPS_RTS,
+	  IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
+	  IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE },
+	{ IBV_QPS_RTS, IBV_QPS_RTS, 0,
+	  IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER },
+};
+
+static const struct transition ud_transitions[] = {
+	{ IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0 },
+	{ IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY },
+	{ IBV_QPS_INIT, IBV_QPS_RTR, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY },
+	{ IBV_QPS_RTR, IBV_QPS_RTS, IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY },
+	{ IBV_QPS_RTS, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY },
+};
+
 static bool transition_ok(bool ud, enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
 {
-	int req = 0, opt = 0;
+	const struct transition *t = ud ? ud_transitions : rc_transitions;
+	size_t i, n = ud ? sizeof(ud_transitions) / sizeof(*t) : sizeof(rc_transitions) / sizeof(*t);
 
 	if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
 		return !(mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE));
-	if (ud)
-		return ud_transition_ok(cur, next, mask);
-	switch (cur * 16 + next) {
-	case IBV_QPS_RESET * 16 + IBV_QPS_INIT:
-		req = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-		break;
-	case IBV_QPS_INIT * 16 + IBV_QPS_INIT:
-		opt = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-		break;
-	case IBV_QPS_INIT * 16 + IBV_QPS_RTR:
-		req = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-		opt = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
-		break;
-	case IBV_QPS_RTR * 16 + IBV_QPS_RTS:
-		req = IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-		opt = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
-		break;
-	case IBV_QPS_RTS * 16 + IBV_QPS_RTS:
-		opt = IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER;
-		break;
-	default:
-		return false;
-	}
 	mask &= ~IBV_QP_STATE;
-	return (mask & req) == req && !(mask & ~(req | opt));
+	for (i = 0; i < n; i++)
+		if (t[i].cur == cur && t[i].next == next)
+			return (mask & t[i].req) == t[i].req && !(mask & ~(t[i].req | t[i].opt));
+	return false;
 }
 
 /* Values the kernel refuses (ib_modify_qp_is_ok and the mlx5 driver). */

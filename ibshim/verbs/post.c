@@ -39,7 +39,8 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		return EINVAL;
 	}
 	/* A datagram: a send to an address handle, of at most the MTU. */
-	if (qp->ud && (!wr->wr.ud.ah || (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)))
+	if (qp->ud && (!wr->wr.ud.ah || wr->wr.ud.ah->context != qp->vqp.qp.context ||
+		       (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)))
 		return EINVAL;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
 		return EINVAL;
@@ -223,7 +224,11 @@ static void qpx_start(struct ibv_qp_ex *x)
 {
 	struct nvmock_qp *qp = qpx_qp(x);
 
-	pthread_mutex_lock(&qp->wr_lock);
+	if (pthread_mutex_lock(&qp->wr_lock))
+		return; /* wr_start twice: the open batch goes on */
+	pthread_mutex_lock(&qp->ctx->lock);
+	qp->batch_open = true;
+	pthread_mutex_unlock(&qp->ctx->lock);
 	qp->batch_n = 0;
 	qp->batch_err = 0;
 }
@@ -234,11 +239,15 @@ static int qpx_complete(struct ibv_qp_ex *x)
 	struct ibv_send_wr *bad;
 	int err = qp->batch_err;
 
-	if (!err && qp->batch_n) {
-		pthread_mutex_lock(&qp->ctx->lock);
-		err = post_send_locked(qp, qp->batch, &bad, true);
+	pthread_mutex_lock(&qp->ctx->lock);
+	if (!qp->batch_open) {
 		pthread_mutex_unlock(&qp->ctx->lock);
+		return EINVAL; /* no wr_start: nothing of this thread's to post */
 	}
+	if (!err && qp->batch_n)
+		err = post_send_locked(qp, qp->batch, &bad, true);
+	qp->batch_open = false;
+	pthread_mutex_unlock(&qp->ctx->lock);
 	qp->batch_n = 0;
 	qp->batch_err = 0;
 	pthread_mutex_unlock(&qp->wr_lock);
@@ -249,6 +258,13 @@ static void qpx_abort(struct ibv_qp_ex *x)
 {
 	struct nvmock_qp *qp = qpx_qp(x);
 
+	pthread_mutex_lock(&qp->ctx->lock);
+	if (!qp->batch_open) {
+		pthread_mutex_unlock(&qp->ctx->lock);
+		return;
+	}
+	qp->batch_open = false;
+	pthread_mutex_unlock(&qp->ctx->lock);
 	qp->batch_n = 0;
 	qp->batch_err = 0;
 	pthread_mutex_unlock(&qp->wr_lock);

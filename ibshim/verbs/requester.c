@@ -71,6 +71,7 @@ void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, cons
  * with st, everything else outstanding with WR_FLUSH_ERR. */
 void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 {
+	retire(qp); /* what was done before stays done */
 	qp->state = qp->vqp.qp.state = IBV_QPS_ERR;
 	purge(qp->ctx, qp, NULL, true);
 	for (; qp->sq_head != qp->sq_tail; qp->sq_head++)
@@ -113,6 +114,40 @@ uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge
 	}
 	*room = 0;
 	return NULL;
+}
+
+/* Copies a work request's whole payload into packet o. */
+static bool gather(struct nvmock_qp *qp, struct swqe *w, struct out_pkt *o)
+{
+	uint8_t *copy;
+	uint32_t off = 0;
+
+	if (!w->total)
+		return true;
+	copy = malloc(w->total);
+	if (!copy)
+		return false;
+	if (w->inl) {
+		memcpy(copy, w->inl, w->total);
+	} else {
+		while (off < w->total) {
+			uint32_t room;
+			uint8_t *src = sge_at(qp->ctx, qp, w->sge, w->nsge, off, &room, NULL, 0);
+
+			if (!src) {
+				free(copy);
+				return false;
+			}
+			if (room > w->total - off)
+				room = w->total - off;
+			memcpy(copy + off, src, room);
+			off += room;
+		}
+	}
+	o->data = copy;
+	o->len = w->total;
+	o->owned = true;
+	return true;
 }
 
 /* Queues the packets of the send WQE with counter n. */
@@ -171,7 +206,17 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 		}
 		if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 			o->hdr.flags |= NVMOCK_PKT_IMM;
-		if (kind == NVMOCK_PKT_SEND || kind == NVMOCK_PKT_WRITE || kind == NVMOCK_PKT_UD_SEND) {
+		if (kind == NVMOCK_PKT_UD_SEND) {
+			/* A datagram is done once handed over, so it is copied
+			 * whole now (one packet, at most the MTU): the program
+			 * may reuse its buffer at the completion. */
+			if (!gather(qp, w, o)) {
+				free(o);
+				qp_error(qp, n_wqe, IBV_WC_LOC_PROT_ERR);
+				return false;
+			}
+			off = w->total;
+		} else if (kind == NVMOCK_PKT_SEND || kind == NVMOCK_PKT_WRITE) {
 			if (w->inl) {
 				o->data = w->inl + off;
 				n = w->total - off;
