@@ -227,6 +227,7 @@ void queue(struct nvmock_context *ctx, struct out_pkt *o);
 void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, const struct nvmock_ibd_pkt *p);
 void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
 void retire(struct nvmock_qp *qp);
+bool scatter(struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, const uint8_t *data, uint32_t len);
 void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st);
 
 #endif

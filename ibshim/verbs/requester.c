@@ -116,6 +116,26 @@ uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge
 	return NULL;
 }
 
+/* Copies data into a scatter list at offset off, through the registered
+ * memory it names (which must allow local writes). */
+bool scatter(struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, const uint8_t *data, uint32_t len)
+{
+	while (len) {
+		uint32_t room;
+		uint8_t *dst = sge_at(qp->ctx, qp, sge, nsge, off, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
+
+		if (!dst)
+			return false;
+		if (room > len)
+			room = len;
+		memcpy(dst, data, room);
+		data += room;
+		off += room;
+		len -= room;
+	}
+	return true;
+}
+
 /* Copies a work request's whole payload into packet o. */
 static bool gather(struct nvmock_qp *qp, struct swqe *w, struct out_pkt *o)
 {
@@ -330,22 +350,11 @@ void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_
 		 * be asked again. */
 		if (w->opcode != IBV_WR_RDMA_READ || w->done || off != w->rd_off)
 			return;
-		while (len) {
-			uint32_t room;
-			uint8_t *dst = sge_at(qp->ctx, qp, w->sge, w->nsge, off, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
-
-			if (!dst) {
-				qp_error(qp, n, IBV_WC_LOC_PROT_ERR);
-				return;
-			}
-			if (room > len)
-				room = len;
-			memcpy(dst, data, room);
-			data += room;
-			off += room;
-			len -= room;
+		if (!scatter(qp, w->sge, w->nsge, off, data, len)) {
+			qp_error(qp, n, IBV_WC_LOC_PROT_ERR);
+			return;
 		}
-		w->rd_off = off;
+		w->rd_off = off += len;
 		if ((p->flags & NVMOCK_PKT_LAST) && off == w->total)
 			w->done = true;
 		break;

@@ -62,25 +62,6 @@ static void atomic_again(struct nvmock_qp *qp, uint32_t seq)
 	}
 }
 
-/* Scatters a SEND's payload into the receive being filled. */
-static bool scatter(struct nvmock_qp *qp, struct rwqe *r, uint32_t off, const uint8_t *data, uint32_t len)
-{
-	while (len) {
-		uint32_t room;
-		uint8_t *dst = sge_at(qp->ctx, qp, r->sge, r->nsge, off, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
-
-		if (!dst)
-			return false;
-		if (room > len)
-			room = len;
-		memcpy(dst, data, room);
-		data += room;
-		off += room;
-		len -= room;
-	}
-	return true;
-}
-
 static uint32_t rwqe_len(struct rwqe *r)
 {
 	uint64_t n = 0;
@@ -116,10 +97,10 @@ static void datagram(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const
 		grh[7] = 64;       /* hop limit */
 		memcpy(grh + 8, p->atomic, 16);          /* source GID */
 		memcpy(grh + 24, qp->ctx->gid.raw, 16); /* destination GID */
-		if (!scatter(qp, r, 0, grh, sizeof(grh)))
+		if (!scatter(qp, r->sge, r->nsge, 0, grh, sizeof(grh)))
 			goto prot;
 	}
-	if (!scatter(qp, r, 40, data, len))
+	if (!scatter(qp, r->sge, r->nsge, 40, data, len))
 		goto prot;
 	h.total = 40 + len;
 	recv_done(qp, r, IBV_WC_SUCCESS, &h);
@@ -193,7 +174,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 		}
 		if (!qp->resp_rwqe)
 			return;
-		if (!scatter(qp, r, p->offset, data, len)) {
+		if (!scatter(qp, r->sge, r->nsge, p->offset, data, len)) {
 			recv_done(qp, r, IBV_WC_LOC_PROT_ERR, NULL);
 			qp->rq_head++;
 			qp->resp_rwqe = false;
