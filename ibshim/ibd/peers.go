@@ -227,16 +227,25 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		return true
 	}
 	d.peers[p.slot] = p // the same node again (both dialled each other): the newer link
+	d.links[p] = true
 	d.name(p.slot, p.host)
 	p.send(frameFaults, d.faultsFrame())
 	d.mu.Unlock()
 	log.Info("peer connected")
 	defer func() {
 		d.mu.Lock()
+		delete(d.links, p)
 		if d.peers[p.slot] == p {
 			delete(d.peers, p.slot)
-			d.name(p.slot, fmt.Sprintf(d.fab.HostFormat, p.slot+1)) // modelled again
-			d.fab.ApplyAt(p.slot, nil)                              // and healthy
+			for q := range d.links {
+				if q.slot == p.slot {
+					d.peers[q.slot] = q // the node's other link carries on
+				}
+			}
+			if d.peers[p.slot] == nil {
+				d.name(p.slot, fmt.Sprintf(d.fab.HostFormat, p.slot+1)) // modelled again
+				d.fab.ApplyAt(p.slot, nil)                              // and healthy
+			}
 		}
 		d.mu.Unlock()
 		log.Info("peer gone")

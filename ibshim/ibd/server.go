@@ -37,7 +37,8 @@ type Daemon struct {
 	reset    map[*fabric.Port]bool // ports whose fault's error counters a PerfMgt Set cleared
 	agents   []*agent
 	pending  map[pendingKey]*pending
-	peers    map[int]*peer // other real nodes' daemons, by slot
+	peers    map[int]*peer  // other real nodes' daemons, by slot: the link in use
+	links    map[*peer]bool // every link to them: two nodes that dialled each other have two
 	conns    map[net.Conn]bool
 	closed   bool
 	issm     map[*fabric.Port]int // programs holding the port's issm open
@@ -110,7 +111,7 @@ func (c *conn) send(u packet) {
 // New makes the daemon of a node, whose HCAs are the packet devices in
 // order (as the sysfs plane numbers them).
 func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
-	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, reset: map[*fabric.Port]bool{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{},
+	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, reset: map[*fabric.Port]bool{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{}, links: map[*peer]bool{},
 		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}, hcas: map[*fabric.Port]string{}, qpns: map[qpnBlock]*conn{}, moved: map[*fabric.Port]bool{}, zeroed: map[*fabric.Port]bool{}}
 	for _, h := range n.IB.HCAs {
 		var p *fabric.Port
@@ -191,7 +192,9 @@ func (d *Daemon) refresh() {
 			d.faults = append(d.faults, ft)
 		}
 	}
-	for _, p := range d.peers {
+	// Every link, not only the one in use here: the peer may use the
+	// other, and takes faults only from the link it uses.
+	for p := range d.links {
 		p.send(frameFaults, d.faultsFrame())
 	}
 }
