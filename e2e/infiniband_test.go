@@ -112,6 +112,8 @@ func TestRDMATrafficBetweenTwoContainers(t *testing.T) {
 	for _, c := range []struct{ name, server, client, want string }{
 		{"ibv_rc_pingpong", "ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 100 -p 18610", "ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 100 -p 18610 127.0.0.1", "819200 bytes in "},
 		{"ib_write_bw", "ib_write_bw -d mlx5_0 -n 100 -p 18611", "ib_write_bw -d mlx5_0 -n 100 -p 18611 127.0.0.1", " 65536      100  "},
+		// Completion channels: both ends sleep on one between messages.
+		{"ibv_rc_pingpong -e", "ibv_rc_pingpong -e -d mlx5_0 -g 0 -c -n 100 -p 18612", "ibv_rc_pingpong -e -d mlx5_0 -g 0 -c -n 100 -p 18612 127.0.0.1", "819200 bytes in "},
 	} {
 		server := n.runPod(t, optedIn, nil)
 		n.start(t, server, ctr{image: "rdma", cmd: []string{"sh", "-c", c.server}})

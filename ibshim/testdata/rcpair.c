@@ -7,7 +7,10 @@
  *
  * Usage: rcpair DEVICE UNREACHABLE_LID
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,11 +37,11 @@ struct end {
 
 static size_t buf_size = BIG;
 
-static void make_end(struct end *e, int access)
+static void make_end_on(struct end *e, int access, struct ibv_comp_channel *ch)
 {
 	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2 } };
 
-	e->cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	e->cq = ibv_create_cq(ctx, 64, e, ch, 0);
 	if (!e->cq)
 		FAIL("ibv_create_cq: %s", strerror(errno));
 	ia.send_cq = ia.recv_cq = e->cq;
@@ -50,6 +53,8 @@ static void make_end(struct end *e, int access)
 	if (!e->mr)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
 }
+
+static void make_end(struct end *e, int access) { make_end_on(e, access, NULL); }
 
 static void connect_to(struct end *e, uint16_t dlid, uint32_t dqpn, uint8_t timeout, uint8_t retry, uint8_t rnr_retry)
 {
@@ -138,6 +143,132 @@ static void fill(uint8_t *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++)
 		p[i] = (uint8_t)(i * 31 + seed);
+}
+
+/* ready says whether the channel has an event within ms. */
+static int ready(struct ibv_comp_channel *ch, int ms)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	int n = poll(&p, 1, ms);
+
+	if (n < 0)
+		FAIL("poll on the channel: %s", strerror(errno));
+	return n;
+}
+
+static void send_to(struct end *a, uint64_t id, int flags)
+{
+	struct ibv_sge s = { (uintptr_t)a->buf, 64, a->mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED | flags }, *bad;
+
+	if (ibv_post_send(a->qp, &wr, &bad))
+		FAIL("events: ibv_post_send");
+	expect(wait_wc(a->cq, "events: send"), id, IBV_WC_SUCCESS, IBV_WC_SEND, "events: send");
+}
+
+static void get_event(struct ibv_comp_channel *ch, struct end *b, const char *what)
+{
+	struct ibv_cq *cq;
+	void *cq_ctx;
+
+	if (!ready(ch, 5000))
+		FAIL("%s: no event in 5 s", what);
+	if (ibv_get_cq_event(ch, &cq, &cq_ctx))
+		FAIL("%s: ibv_get_cq_event", what);
+	if (cq != b->cq || cq_ctx != b)
+		FAIL("%s: the event names CQ %p (context %p), want %p (%p)", what, (void *)cq, cq_ctx, (void *)b->cq, (void *)b);
+	ibv_ack_cq_events(cq, 1);
+}
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (!d)
+		FAIL("opendir /proc/self/fd: %s", strerror(errno));
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Completion channels: an armed CQ raises one event, for solicited
+ * messages only if asked, and none once taken; a destroyed CQ's unread
+ * event is gone with it. */
+static void events(void)
+{
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	int fds = open_fds(), fd, i;
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx), fake;
+	struct end a, b;
+	char c[4];
+
+	if (!ch)
+		FAIL("ibv_create_comp_channel: %s", strerror(errno));
+	if (ch->fd <= 2)
+		FAIL("the channel is fd %d", ch->fd);
+	make_end_on(&a, acc, NULL);
+	make_end_on(&b, acc, ch);
+	connect_to(&a, lid, b.qp->qp_num, 14, 7, 7);
+	connect_to(&b, lid, a.qp->qp_num, 14, 7, 7);
+	for (i = 0; i < 8; i++)
+		post_recv(&b, 50 + i, 64);
+
+	if (ibv_req_notify_cq(b.cq, 0))
+		FAIL("ibv_req_notify_cq");
+	if (ready(ch, 100))
+		FAIL("events: an event before any completion");
+	send_to(&a, 60, 0);
+	get_event(ch, &b, "events: next completion");
+	expect(wait_wc(b.cq, "events: receive"), 50, IBV_WC_SUCCESS, IBV_WC_RECV, "events: receive");
+	send_to(&a, 61, 0);
+	if (ready(ch, 300))
+		FAIL("events: an event without arming");
+	expect(wait_wc(b.cq, "events: receive"), 51, IBV_WC_SUCCESS, IBV_WC_RECV, "events: receive");
+
+	if (ibv_req_notify_cq(b.cq, 1))
+		FAIL("ibv_req_notify_cq(solicited)");
+	send_to(&a, 62, 0);
+	if (ready(ch, 300))
+		FAIL("events: an unsolicited message raised a solicited-only event");
+	send_to(&a, 63, IBV_SEND_SOLICITED);
+	get_event(ch, &b, "events: solicited");
+	/* Two receives wait unpolled: arming raises the event at once. */
+	if (ibv_req_notify_cq(b.cq, 0))
+		FAIL("ibv_req_notify_cq");
+	get_event(ch, &b, "events: arming a CQ with unpolled completions");
+	for (i = 52; i < 54; i++)
+		expect(wait_wc(b.cq, "events: receive"), i, IBV_WC_SUCCESS, IBV_WC_RECV, "events: receive");
+
+	if (read(ch->fd, c, sizeof(c)) != -1 || errno != EINVAL)
+		FAIL("events: a 4-byte read of the channel did not fail with EINVAL");
+	if (write(ch->fd, c, sizeof(c)) != -1 || errno != EINVAL)
+		FAIL("events: a write to the channel did not fail with EINVAL");
+	fake = (struct ibv_comp_channel){ .context = ctx, .fd = 1 };
+	if (ibv_create_cq(ctx, 4, NULL, &fake, 0) || errno != EINVAL)
+		FAIL("events: a CQ on fd 1 as its channel was made (or not with EINVAL)");
+
+	/* An event nobody read goes with its CQ. */
+	if (ibv_req_notify_cq(b.cq, 0))
+		FAIL("ibv_req_notify_cq");
+	send_to(&a, 64, 0);
+	if (!ready(ch, 5000))
+		FAIL("events: no event in 5 s");
+	if (ibv_destroy_comp_channel(ch) != EBUSY)
+		FAIL("events: a channel with a CQ on it was destroyed");
+	if (ibv_destroy_qp(b.qp) || ibv_destroy_cq(b.cq))
+		FAIL("events: destroying the QP and CQ");
+	if (ready(ch, 0))
+		FAIL("events: the destroyed CQ's event is still in the channel");
+	fd = ch->fd;
+	if (ibv_destroy_comp_channel(ch))
+		FAIL("events: ibv_destroy_comp_channel");
+	if (fcntl(fd, F_GETFD) != -1)
+		FAIL("events: the channel's fd is still open");
+	if (open_fds() != fds)
+		FAIL("events: %d fds open after the channel went, %d before it", open_fds(), fds);
 }
 
 int main(int argc, char **argv)
@@ -380,6 +511,9 @@ int main(int argc, char **argv)
 			FAIL("datagram with another Q_Key was received (wr_id %llu)", (unsigned long long)wc.wr_id);
 	}
 	puts("ok datagrams");
+
+	events();
+	puts("ok events");
 
 	/* Nobody there: a modelled node's port has no such QP. */
 	make_end(&a, IBV_ACCESS_LOCAL_WRITE);

@@ -1,9 +1,10 @@
 #!/bin/sh
 # build.sh OUT_DIR CACHE_DIR: build OUT_DIR/libnvmock-umad.so, the LD_PRELOAD
 # shim that connects /dev/infiniband/umadN to the fabric daemon (umad.c) and
-# keeps other libibverbs providers off the mock HCAs (providers.c, built
-# against rdma-core's private headers that hack/fetch-rdma-core.sh put in
-# CACHE_DIR).
+# keeps other libibverbs providers off the mock HCAs (providers.c), and
+# makes completion channels for the mock HCAs (channels.c); the last two
+# build against rdma-core's headers that hack/fetch-rdma-core.sh put in
+# CACHE_DIR.
 set -eu
 out=${1:?usage: build.sh OUT_DIR CACHE_DIR}
 inc=${2:?usage: build.sh OUT_DIR CACHE_DIR}/rdma-core/include
@@ -21,6 +22,6 @@ ${CC:-gcc} -std=gnu11 -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidde
 	-isystem "$inc" \
 	-Wl,-soname,libnvmock-umad.so -Wl,-z,defs -Wl,-z,now \
 	-Wl,--version-script="$here/shim.map" \
-	-o "$out/libnvmock-umad.so.tmp" "$here/umad.c" "$here/providers.c" \
+	-o "$out/libnvmock-umad.so.tmp" "$here/umad.c" "$here/providers.c" "$here/channels.c" \
 	-Wl,--push-state,--no-as-needed -l:libdl.so.2 -Wl,--pop-state -ldl
 mv "$out/libnvmock-umad.so.tmp" "$out/libnvmock-umad.so"

@@ -6,7 +6,8 @@
  * libibumad, libibmad and libibnetdisc programs (smpquery, saquery,
  * ibnetdiscover, perfquery, ibping, sminfo, opensm) exchange MADs with it.
  * The wire protocol is in proto.h. The same library keeps other libibverbs
- * providers off the mock HCAs (providers.c).
+ * providers off the mock HCAs (providers.c) and makes their completion
+ * channels (channels.c); its fd table here holds those fds too.
  *
  * What the kernel's ib_umad driver (drivers/infiniband/core/user_mad.c)
  * does, and what this shim does instead:
@@ -75,8 +76,7 @@
 #include <unistd.h>
 
 #include "proto.h"
-
-#define EXPORT __attribute__((visibility("default")))
+#include "shim.h"
 
 /*
  * Bind dlsym to its oldest version, so that the shim also loads into
@@ -89,8 +89,6 @@ __asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
 __asm__(".symver dlsym,dlsym@GLIBC_2.17");
 #endif
 
-/* The fd table covers 0..NVMOCK_UMAD_MAX_FD-1 (4 KiB of kinds). */
-#define NVMOCK_UMAD_MAX_FD 4096
 
 /* ioctls, as rdma/ib_user_mad.h + rdma/rdma_user_ioctl.h define them. */
 struct umad_reg_req { /* struct ib_user_mad_reg_req: 28 bytes, not packed */
@@ -202,13 +200,13 @@ static ssize_t sys_read(int fd, void *buf, size_t n)
 	return f ? f(fd, buf, n) : syscall(SYS_read, fd, buf, n);
 }
 
-static ssize_t sys_write(int fd, const void *buf, size_t n)
+ssize_t sys_write(int fd, const void *buf, size_t n)
 {
 	ssize_t (*f)(int, const void *, size_t) = NEXTFN(write);
 	return f ? f(fd, buf, n) : syscall(SYS_write, fd, buf, n);
 }
 
-static int sys_close(int fd)
+int sys_close(int fd)
 {
 	int (*f)(int) = NEXTFN(close);
 	return f ? f(fd) : (int)syscall(SYS_close, fd);
@@ -223,16 +221,9 @@ static int sys_dup3(int oldfd, int newfd, int flags)
 /* ---------------------------------------------------------------------- */
 /* Debug output: stderr, only with NVMOCK_UMAD_DEBUG=1 (read at open). */
 
-static int debug;
+int debug;
 
-/* dbg's arguments are evaluated only when debugging. */
-#define dbg(...)                                                         \
-	do {                                                             \
-		if (__builtin_expect(__atomic_load_n(&debug, __ATOMIC_RELAXED), 0)) \
-			dbg_print(__VA_ARGS__);                          \
-	} while (0)
-
-__attribute__((format(printf, 1, 2))) static void dbg_print(const char *fmt, ...)
+void dbg_print(const char *fmt, ...)
 {
 	char buf[256];
 	int n, saved = errno;
@@ -254,19 +245,10 @@ __attribute__((format(printf, 1, 2))) static void dbg_print(const char *fmt, ...
 /* ---------------------------------------------------------------------- */
 /* The fd table. kinds[] is the only thing the pass-through path reads. */
 
-enum { FD_NONE = 0, FD_LIVE = 1, FD_DEAD = 2 };
-
-static uint8_t kinds[NVMOCK_UMAD_MAX_FD];
+uint8_t kinds[NVMOCK_UMAD_MAX_FD];
 static uint32_t agents[NVMOCK_UMAD_MAX_FD]; /* bit i: agent id i registered */
 
-static inline int kind_of(int fd)
-{
-	if ((unsigned int)fd >= NVMOCK_UMAD_MAX_FD)
-		return FD_NONE;
-	return __atomic_load_n(&kinds[fd], __ATOMIC_RELAXED);
-}
-
-static void track(int fd, int kind)
+void track(int fd, int kind)
 {
 	__atomic_store_n(&agents[fd], 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&kinds[fd], (uint8_t)kind, __ATOMIC_RELEASE);
@@ -274,14 +256,25 @@ static void track(int fd, int kind)
 
 static void forget(int fd)
 {
-	if (kind_of(fd) != FD_NONE) {
+	int k = kind_of(fd);
+
+	if (k != FD_NONE) {
 		dbg("fd %d forgotten", fd);
 		__atomic_store_n(&kinds[fd], FD_NONE, __ATOMIC_RELEASE);
+		if (k == FD_CHAN)
+			channel_gone(fd);
 	}
 }
 
+/* forget_range forgets the fds of a close_range or closefrom. A channel's
+ * provider end in the range is the caller's to close: it is forgotten
+ * first, so that forgetting its channel does not close it too (its
+ * number may already be reused). */
 static void forget_range(unsigned int first, unsigned int last)
 {
+	for (unsigned int fd = first; fd <= last && fd < NVMOCK_UMAD_MAX_FD; fd++)
+		if (kind_of((int)fd) == FD_CHAN_W)
+			__atomic_store_n(&kinds[fd], FD_NONE, __ATOMIC_RELEASE);
 	for (unsigned int fd = first; fd <= last && fd < NVMOCK_UMAD_MAX_FD; fd++)
 		forget((int)fd);
 }
@@ -333,7 +326,7 @@ static int set_nonblock(int fd, int on)
 }
 
 /* below_limit moves fd under NVMOCK_UMAD_MAX_FD, or fails with EMFILE. */
-static int below_limit(int fd, int cloexec)
+int below_limit(int fd, int cloexec)
 {
 	int low;
 
@@ -879,8 +872,12 @@ EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 
 EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
-	if (kind_of(fd) != FD_NONE)
+	int k = kind_of(fd);
+
+	if (k == FD_LIVE || k == FD_DEAD)
 		return shim_read(fd, buf, count);
+	if (k == FD_CHAN && count < NVMOCK_COMP_EVENT_SIZE)
+		return channel_short_read();
 	return sys_read(fd, buf, count);
 }
 
@@ -889,8 +886,12 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 {
 	ssize_t (*f)(int, void *, size_t, size_t);
 
-	if (kind_of(fd) != FD_NONE && count <= buflen)
+	int k = kind_of(fd);
+
+	if ((k == FD_LIVE || k == FD_DEAD) && count <= buflen)
 		return shim_read(fd, buf, count);
+	if (k == FD_CHAN && count < NVMOCK_COMP_EVENT_SIZE)
+		return channel_short_read();
 	f = NEXTFN(read_chk);
 	if (f)
 		return f(fd, buf, count, buflen);
@@ -901,9 +902,13 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 
 EXPORT ssize_t write(int fd, const void *buf, size_t count)
 {
-	if (kind_of(fd) != FD_NONE)
+	int k = kind_of(fd);
+
+	if (k == FD_NONE)
+		return sys_write(fd, buf, count);
+	if (k == FD_LIVE || k == FD_DEAD)
 		return shim_write(fd, buf, count);
-	return sys_write(fd, buf, count);
+	return verbs_write(fd, k, buf, count);
 }
 
 EXPORT int ioctl(int fd, unsigned long req, ...)
@@ -915,7 +920,8 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	if (kind_of(fd) != FD_NONE)
+	int k = kind_of(fd);
+	if (k == FD_LIVE || k == FD_DEAD)
 		return shim_ioctl(fd, req, arg);
 	f = NEXTFN(ioctl);
 	return f ? f(fd, req, arg) : (int)syscall(SYS_ioctl, fd, req, arg);

@@ -29,9 +29,14 @@
  * handle, unanswered: the receiver drops what has another Q_Key or finds
  * no receive, and puts a GRH's 40 bytes first.
  *
+ * Completion channels need the umad shim, which answers libibverbs'
+ * CREATE_COMP_CHANNEL command (umad/channels.c); an armed CQ that
+ * completes work sends its handle to the channel, which ibv_get_cq_event
+ * reads.
+ *
  * Not simulated, and refused rather than faked: UC, XRC and raw QPs,
- * shared receive queues, memory windows, multicast, completion channels
- * (events), and RoCE (a QP on an Ethernet port cannot reach RTR).
+ * shared receive queues, memory windows, multicast, and RoCE (a QP on an
+ * Ethernet port cannot reach RTR).
  *
  * objects.c: PDs, MRs, CQs, QPs' life; post.c: posting, and the ibv_qp_ex
  * builder; engine.c: the daemon connection, packet queue and engine
@@ -68,12 +73,19 @@ struct nvmock_mr {
 	uint64_t iova;
 };
 
+enum { ARM_NONE, ARM_NEXT, ARM_SOLICITED };
+
 struct nvmock_cq {
 	struct ibv_cq cq;
 	struct ibv_wc *ring;
 	uint32_t size, head, count;
 	uint32_t users; /* QPs that complete into it: it cannot go while any does */
 	bool overrun;
+	/* Completion events: the provider's end of the CQ's channel (-1:
+	 * none) and what ibv_req_notify_cq asked for, until it fires. */
+	int chan_w;
+	uint8_t armed;
+	bool event_lost;
 };
 
 /* A send work request, kept until it completes. */
@@ -81,6 +93,7 @@ struct swqe {
 	uint64_t wr_id;
 	enum ibv_wr_opcode opcode;
 	bool signaled;
+	bool solicited; /* the receiver's CQ raises a solicited event */
 	bool done;
 	uint32_t total;
 	uint32_t rd_off; /* a read: the bytes of its answer arrived so far */
@@ -212,7 +225,7 @@ struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq);
 uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len);
 uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, uint32_t *room, struct nvmock_mr **mrp, int need);
 void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
-void complete(struct nvmock_cq *cq, const struct ibv_wc *wc);
+void complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited);
 int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base);
 void free_pkt(struct out_pkt *o);
 void go_back(struct nvmock_qp *qp, uint32_t n);

@@ -122,11 +122,16 @@ static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_c
 	struct nvmock_cq *cq;
 	uint32_t size = 1;
 
+	int chan_w = -1;
+
 	if (channel) {
-		/* Completion events need the kernel's channel. */
-		trace("completion channels are not simulated");
-		errno = EOPNOTSUPP;
-		return NULL;
+		/* Only a channel the shim made for this device's context. */
+		chan_w = shim_channel_writer && channel->context == ibctx ? shim_channel_writer(channel->fd) : -1;
+		if (chan_w < 0) {
+			trace("create_cq: fd %d is not a completion channel of this context", channel->fd);
+			errno = EINVAL;
+			return NULL;
+		}
 	}
 	if (cqe < 1 || cqe > caps->max_cqe || comp_vector < 0 || comp_vector >= ibctx->num_comp_vectors) {
 		errno = EINVAL;
@@ -145,7 +150,56 @@ static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_c
 	}
 	cq->size = size;
 	cq->cq.cqe = size - 1;
+	cq->chan_w = chan_w;
 	return &cq->cq;
+}
+
+/* fire sends the CQ's event to its channel and disarms it. */
+static void fire(struct nvmock_cq *cq)
+{
+	uint64_t handle = (uintptr_t)&cq->cq;
+
+	cq->armed = ARM_NONE;
+	if (cq->chan_w < 0)
+		return; /* armed without a channel: nobody to tell */
+	if (send(cq->chan_w, &handle, sizeof(handle), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(handle) && !cq->event_lost) {
+		/* Only a channel with hundreds of unread events is full. */
+		fprintf(stderr, "nvmock-verbs: completion event lost: %s\n", strerror(errno));
+		cq->event_lost = true;
+	}
+}
+
+/* take_back removes a destroyed CQ's unread events from its channel, as
+ * the kernel does: ibv_get_cq_event would hand out a freed CQ. */
+static void take_back(struct nvmock_cq *cq)
+{
+	uint64_t me = (uintptr_t)&cq->cq, h, others[512];
+	int fd = cq->cq.channel ? cq->cq.channel->fd : -1, i, n = 0;
+
+	if (fd < 0 || cq->chan_w < 0)
+		return;
+	while (n < (int)(sizeof(others) / sizeof(others[0])) && recv(fd, &h, sizeof(h), MSG_DONTWAIT) == sizeof(h))
+		if (h != me)
+			others[n++] = h;
+	for (i = 0; i < n; i++)
+		if (send(cq->chan_w, &others[i], sizeof(others[i]), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(others[i]))
+			fprintf(stderr, "nvmock-verbs: completion event lost: %s\n", strerror(errno));
+}
+
+static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct nvmock_context *ctx = to_ctx(ibcq->context);
+	struct nvmock_cq *cq = to_cq(ibcq);
+
+	pthread_mutex_lock(&ctx->lock);
+	cq->armed = solicited_only ? ARM_SOLICITED : ARM_NEXT;
+	/* A ConnectX is armed with the CQ's consumer index: completions not
+	 * yet polled raise the event at once, so a program that arms after
+	 * its last poll never waits for one that already came. */
+	if (!solicited_only && cq->count)
+		fire(cq);
+	pthread_mutex_unlock(&ctx->lock);
+	return 0;
 }
 
 static int destroy_cq(struct ibv_cq *ibcq)
@@ -156,8 +210,10 @@ static int destroy_cq(struct ibv_cq *ibcq)
 
 	pthread_mutex_lock(&ctx->lock);
 	busy = cq->users > 0;
-	if (!busy)
+	if (!busy) {
 		free(cq->ring);
+		take_back(cq);
+	}
 	pthread_mutex_unlock(&ctx->lock);
 	if (busy)
 		return EBUSY; /* as the kernel answers while QPs use it */
@@ -188,7 +244,7 @@ static int poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	return i;
 }
 
-void complete(struct nvmock_cq *cq, const struct ibv_wc *wc)
+void complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
 	if (cq->count == cq->size) {
 		/* An overrun CQ loses completions (a real one raises an async
@@ -201,6 +257,10 @@ void complete(struct nvmock_cq *cq, const struct ibv_wc *wc)
 	}
 	cq->ring[(cq->head + cq->count) % cq->size] = *wc;
 	cq->count++;
+	/* Errors count as solicited (ibv_req_notify_cq(3)). */
+	if (cq->armed == ARM_NEXT ||
+	    (cq->armed == ARM_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS)))
+		fire(cq);
 }
 
 void qp_init_wqe(struct nvmock_qp *qp)
@@ -633,6 +693,7 @@ void datapath_ops(struct verbs_context_ops *ops)
 	ops->dereg_mr = dereg_mr;
 	ops->create_cq = create_cq;
 	ops->destroy_cq = destroy_cq;
+	ops->req_notify_cq = req_notify_cq;
 	ops->poll_cq = poll_cq;
 	ops->create_qp = create_qp;
 	ops->create_qp_ex = create_qp_ex;

@@ -60,6 +60,7 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	*w = (struct swqe){
 		.wr_id = wr->wr_id, .opcode = wr->opcode, .total = total, .nsge = wr->num_sge, .imm = wr->imm_data,
 		.signaled = qp->sig_all || (wr->send_flags & IBV_SEND_SIGNALED),
+		.solicited = (wr->send_flags & IBV_SEND_SOLICITED) != 0,
 		.sge = &qp->sq_sge[(size_t)(qp->sq_tail % qp->sq_size) * qp->max_send_sge],
 	};
 	memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * wr->num_sge);

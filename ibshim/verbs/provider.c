@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -366,6 +367,9 @@ static const struct verbs_context_ops nvmock_ctx_ops = {
 	.free_context = nvmock_free_context,
 };
 
+int (*shim_cmd_fd)(int fd);
+int (*shim_channel_writer)(int fd);
+
 static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 						  int cmd_fd, void *private_data)
 {
@@ -401,11 +405,17 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 	/* libibverbs writes a few commands to the kernel itself (a completion
 	 * channel's); /dev/null would take them and leave the answer zeroed,
 	 * a channel on fd 0 that ibv_destroy_comp_channel then closes.
-	 * /dev/full refuses them (ENOSPC), as no kernel is there to answer. */
+	 * /dev/full refuses them (ENOSPC), as no kernel is there to answer;
+	 * the umad shim, where it is loaded, answers the channel's instead. */
 	full = open("/dev/full", O_RDWR | O_CLOEXEC);
 	if (full >= 0) {
-		dup3(full, ctx->vctx.context.cmd_fd, O_CLOEXEC);
+		int swapped = dup3(full, ctx->vctx.context.cmd_fd, O_CLOEXEC) >= 0;
+
 		close(full);
+		shim_cmd_fd = (int (*)(int))dlsym(RTLD_DEFAULT, "nvmock_verbs_cmd_fd");
+		shim_channel_writer = (int (*)(int))dlsym(RTLD_DEFAULT, "nvmock_verbs_channel_writer");
+		if (swapped && shim_cmd_fd)
+			shim_cmd_fd(ctx->vctx.context.cmd_fd);
 	}
 	ctx->model = model;
 	ctx->caps = &model->caps;

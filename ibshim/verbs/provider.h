@@ -47,6 +47,11 @@ static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)
 	return container_of(ibctx, struct nvmock_context, vctx.context);
 }
 
+/* The umad shim's calls for completion channels (umad/channels.c), found
+ * when a context opens; NULL without the shim. */
+extern int (*shim_cmd_fd)(int fd);
+extern int (*shim_channel_writer)(int fd);
+
 void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* datapath.h */

@@ -44,7 +44,7 @@ void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st)
 		wc.byte_len = 8;
 	/* Errors always complete; successes when signaled. */
 	if (st != IBV_WC_SUCCESS || w->signaled)
-		complete(to_cq(qp->vqp.qp.send_cq), &wc);
+		complete(to_cq(qp->vqp.qp.send_cq), &wc, false);
 }
 
 void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, const struct nvmock_ibd_pkt *p)
@@ -64,7 +64,7 @@ void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, cons
 				wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
 		}
 	}
-	complete(to_cq(qp->vqp.qp.recv_cq), &wc);
+	complete(to_cq(qp->vqp.qp.recv_cq), &wc, p && (p->flags & NVMOCK_PKT_SE));
 }
 
 /* The QP goes to the error state: the request with counter n completes
@@ -258,6 +258,8 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 		}
 		if (off >= w->total) {
 			o->hdr.flags |= NVMOCK_PKT_LAST;
+			if (w->solicited)
+				o->hdr.flags |= NVMOCK_PKT_SE;
 			o->last_req = !qp->ud; /* a datagram waits for no answer */
 		}
 		queue(ctx, o);
