@@ -112,6 +112,26 @@ func TestPerftestRunsBetweenTwoNodes(t *testing.T) {
 	}
 }
 
+// A verbs program waiting on its context's async fd hears of the port
+// going down and coming back, as an HCA raises them.
+func TestAsyncEventsTellOfThePortGoingDownAndUp(t *testing.T) {
+	testenv.Tool(t, "ibv_asyncwatch")
+	testenv.Tool(t, "stdbuf")
+	bin := builtNvmock(t)
+	// stdbuf: ibv_asyncwatch never exits by itself, and would keep what
+	// it printed in its buffer when killed.
+	out := node(t, fmt.Sprintf(`stdbuf -oL ibv_asyncwatch -d mlx5_0 > /tmp/aw.out 2>&1 & aw=$!
+sleep 0.3; %[1]s ctl ib down mlx5_0
+for i in $(seq 50); do grep -q PORT_ERR /tmp/aw.out && break; sleep 0.1; done
+%[1]s ctl ib up mlx5_0
+for i in $(seq 50); do grep -q PORT_ACTIVE /tmp/aw.out && break; sleep 0.1; done
+kill $aw; cat /tmp/aw.out`, bin))
+	want := "  event_type IBV_EVENT_PORT_ERR (10), port 1\n  event_type IBV_EVENT_PORT_ACTIVE (9), port 1\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("ibv_asyncwatch while mlx5_0 went down and up:\n%s\nwant\n%s", out, want)
+	}
+}
+
 // What is not simulated is refused, not faked: shared receive queues fail
 // to be made, as do completion channels without the umad shim (only it
 // answers libibverbs' command for one), as the pingpongs say.

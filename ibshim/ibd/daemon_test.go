@@ -155,18 +155,7 @@ func TestTheDaemonFollowsTheFaultsFile(t *testing.T) {
 	d := New(n, f, log)
 	defer d.Close()
 	path := filepath.Join(t.TempDir(), "faults.json")
-	write := func(s string) {
-		t.Helper()
-		if err := os.WriteFile(path+".new", []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".new", path); err != nil {
-			t.Fatal(err)
-		}
-		d.mu.Lock()
-		d.refresh()
-		d.mu.Unlock()
-	}
+	write := func(s string) { t.Helper(); setFaults(t, d, path, s) }
 	port := f.Find("mlx5_3").Ports[1]
 	write(`[{"HCA":"mlx5_3","Down":true}]`)
 	d.FollowFaults(path)
@@ -182,4 +171,19 @@ func TestTheDaemonFollowsTheFaultsFile(t *testing.T) {
 	if port.Down() {
 		t.Error("mlx5_3 is still down after a file with no faults")
 	}
+}
+
+// setFaults replaces the faults file at path, as nvmock ctl ib does, and
+// has d look at it.
+func setFaults(t *testing.T, d *Daemon, path, faults string) {
+	t.Helper()
+	if err := os.WriteFile(path+".new", []byte(faults), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.refresh()
+	d.mu.Unlock()
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,16 +30,7 @@ func TestFaultsGoOutOnEveryLinkToAPeer(t *testing.T) {
 	d := New(n, f, log)
 	defer d.Close()
 	path := filepath.Join(t.TempDir(), "faults.json")
-	write := func(s string) {
-		t.Helper()
-		if err := os.WriteFile(path+".new", []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".new", path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(`[]`)
+	setFaults(t, d, path, `[]`)
 	d.FollowFaults(path)
 
 	// node-b's ends of two links, each greeted as node-b would.
@@ -62,10 +52,7 @@ func TestFaultsGoOutOnEveryLinkToAPeer(t *testing.T) {
 		}
 		links = append(links, r)
 	}
-	write(`[{"HCA":"mlx5_3","Down":true}]`)
-	d.mu.Lock()
-	d.refresh()
-	d.mu.Unlock()
+	setFaults(t, d, path, `[{"HCA":"mlx5_3","Down":true}]`)
 	for i, r := range links {
 		if faults := nextFaults(t, r); !strings.Contains(faults, `"mlx5_3"`) {
 			t.Errorf("link %d: faults %s, want mlx5_3's", i+1, faults)

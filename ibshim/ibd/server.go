@@ -39,6 +39,7 @@ type Daemon struct {
 	pending  map[pendingKey]*pending
 	peers    map[int]*peer  // other real nodes' daemons, by slot: the link in use
 	links    map[*peer]bool // every link to them: two nodes that dialled each other have two
+	async    map[*conn]bool // verbs contexts' async fds
 	conns    map[net.Conn]bool
 	closed   bool
 	issm     map[*fabric.Port]int // programs holding the port's issm open
@@ -95,6 +96,9 @@ type conn struct {
 	issm *fabric.Port // the port whose issm this is
 	wmu  sync.Mutex
 
+	asyncPort *fabric.Port // a verbs context's async fd: the port it hears of
+	asyncDown bool         // the port's state it last heard
+
 	verbsPort *fabric.Port // a verbs context's port, and its QPN block
 	block     uint32
 	peerIn    chan []byte // packets from other nodes, for their writer
@@ -111,7 +115,7 @@ func (c *conn) send(u packet) {
 // New makes the daemon of a node, whose HCAs are the packet devices in
 // order (as the sysfs plane numbers them).
 func New(n *profile.Node, f *fabric.Fabric, log *logrus.Logger) *Daemon {
-	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, reset: map[*fabric.Port]bool{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{}, links: map[*peer]bool{},
+	d := &Daemon{fab: f, log: log, start: time.Now(), counters: map[*fabric.Port]*counters{}, reset: map[*fabric.Port]bool{}, pending: map[pendingKey]*pending{}, peers: map[int]*peer{}, links: map[*peer]bool{}, async: map[*conn]bool{},
 		conns: map[net.Conn]bool{}, issm: map[*fabric.Port]int{}, hcas: map[*fabric.Port]string{}, qpns: map[qpnBlock]*conn{}, moved: map[*fabric.Port]bool{}, zeroed: map[*fabric.Port]bool{}}
 	for _, h := range n.IB.HCAs {
 		var p *fabric.Port
@@ -197,6 +201,7 @@ func (d *Daemon) refresh() {
 	for p := range d.links {
 		p.send(frameFaults, d.faultsFrame())
 	}
+	d.portEvents()
 }
 
 // activity is SMInfo's ActCount: the SM's work, which never stops.
@@ -250,6 +255,8 @@ func (d *Daemon) serveConn(c *conn) {
 			switch binary.LittleEndian.Uint32(msg[4:]) {
 			case umad.OpVerbsHello:
 				d.verbsHello(c, msg)
+			case umad.OpAsyncHello:
+				d.asyncHello(c, msg)
 			default:
 				d.control(c, msg)
 			}
@@ -308,6 +315,7 @@ func (d *Daemon) drop(c *conn) {
 	if c.verbsPort != nil {
 		delete(d.qpns, qpnBlock{c.verbsPort, c.block})
 	}
+	delete(d.async, c)
 	d.unregister(c, func(*agent) bool { return true })
 }
 

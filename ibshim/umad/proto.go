@@ -16,6 +16,11 @@ const (
 	OpUnregister uint32 = 3 // {magic, op, agent_id}
 	OpVerbsHello uint32 = 4 // {magic, op, pid, port, ibdev[64]}; answered {magic, op, qpn_base, lid}
 	OpVerbsPkt   uint32 = 5 // a packet between QPs: header (PktSize bytes), then payload
+	OpAsyncHello uint32 = 6 // a verbs hello for a context's async fd; AsyncEventSize-byte events follow
+
+	AsyncEventSize         = 16 // struct ib_uverbs_async_event_desc: {u64 port, u32 event type, u32 0}, host order
+	EventPortActive uint32 = 9  // IBV_EVENT_PORT_ACTIVE
+	EventPortErr    uint32 = 10 // IBV_EVENT_PORT_ERR
 
 	KindUMAD uint32 = 0 // /dev/infiniband/umadN
 	KindISSM uint32 = 1 // /dev/infiniband/issmN: the port is an SM while it stays connected

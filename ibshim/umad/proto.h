@@ -31,6 +31,14 @@
 
 #define NVMOCK_IBD_OP_VERBS_HELLO 4u /* a verbs context connected; WELCOME answers */
 #define NVMOCK_IBD_OP_VERBS_PKT 5u   /* one packet between two QPs, routed by LID and QPN */
+#define NVMOCK_IBD_OP_ASYNC_HELLO 6u /* a verbs context's async fd (a verbs hello); events follow, no reply */
+
+/* What the daemon sends an async fd: struct ib_uverbs_async_event_desc,
+ * in host order ({u64 element: the port number; u32 event_type; u32 0}),
+ * as ibv_get_async_event reads it. */
+#define NVMOCK_IBD_ASYNC_EVENT_SIZE 16
+#define NVMOCK_IBD_EVENT_PORT_ACTIVE 9u /* IBV_EVENT_PORT_ACTIVE */
+#define NVMOCK_IBD_EVENT_PORT_ERR 10u   /* IBV_EVENT_PORT_ERR */
 
 #define NVMOCK_IBD_KIND_UMAD 0u /* /dev/infiniband/umadN */
 #define NVMOCK_IBD_KIND_ISSM 1u /* /dev/infiniband/issmN: IsSM while open */

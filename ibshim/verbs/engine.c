@@ -59,6 +59,32 @@ int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base)
 	return fd;
 }
 
+/* The context's async fd: a connection on which the daemon sends the
+ * port's events (struct ib_uverbs_async_event_desc, one per message), as
+ * the kernel's async fd gives them; -1 without a daemon. Blocking, as the
+ * kernel's is. */
+int connect_async(struct nvmock_context *ctx)
+{
+	struct nvmock_ibd_verbs_hello hello = { .magic = NVMOCK_IBD_MAGIC, .op = NVMOCK_IBD_OP_ASYNC_HELLO, .pid = (uint32_t)getpid(), .port = 1 };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *path = getenv(NVMOCK_IBD_ENV);
+	int fd;
+
+	if (!path || !path[0])
+		path = NVMOCK_IBD_SOCKET;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	snprintf(hello.ibdev, sizeof(hello.ibdev), "%s", ctx->vctx.context.device->name);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 int start_engine(struct nvmock_context *ctx)
 {
 	int err;

@@ -424,9 +424,12 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 	verbs_set_ops(&ctx->vctx, &ops);
 
 	/* Without an async fd libibverbs asks the kernel for one, which
-	 * /dev/null cannot give; an eventfd never signals, like an HCA
+	 * /dev/null cannot give. The daemon's tells of the port going down
+	 * and up; without a daemon an eventfd never signals, like an HCA
 	 * with no async events. */
-	ctx->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ctx->vctx.context.async_fd = connect_async(ctx);
+	if (ctx->vctx.context.async_fd < 0)
+		ctx->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC);
 	if (ctx->vctx.context.async_fd < 0) {
 		int err = errno;
 

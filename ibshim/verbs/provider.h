@@ -57,6 +57,7 @@ void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* datapath.h */
 void datapath_ops(struct verbs_context_ops *ops);
 int datapath_init(struct nvmock_context *ctx);
+int connect_async(struct nvmock_context *ctx);
 void datapath_free(struct nvmock_context *ctx);
 
 #endif

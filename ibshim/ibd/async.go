@@ -1,0 +1,50 @@
+package ibd
+
+import (
+	"bytes"
+	"encoding/binary"
+	"time"
+
+	"github.com/nvmock/nvmock/ibshim/umad"
+)
+
+// asyncHello takes a verbs context's async fd: it hears of its HCA port
+// going down and up, as an HCA raises IBV_EVENT_PORT_ERR and
+// IBV_EVENT_PORT_ACTIVE. An HCA the daemon does not have hears nothing.
+func (d *Daemon) asyncHello(c *conn, msg []byte) {
+	if len(msg) < umad.VerbsHelloSize || binary.LittleEndian.Uint32(msg[12:]) != 1 {
+		return
+	}
+	name, _, _ := bytes.Cut(msg[16:umad.VerbsHelloSize], []byte{0})
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for p, n := range d.hcas {
+		if n == string(name) {
+			c.asyncPort, c.asyncDown = p, p.Down()
+			d.async[c] = true
+		}
+	}
+}
+
+// eventWait is how long an event waits for room in an async fd that
+// nobody reads before it is lost (after hundreds unread).
+const eventWait = 10 * time.Millisecond
+
+// portEvents tells async fds of the ports whose state changed; mu is held.
+func (d *Daemon) portEvents() {
+	for c := range d.async {
+		down := c.asyncPort.Down()
+		if down == c.asyncDown {
+			continue
+		}
+		c.asyncDown = down
+		ev := make([]byte, umad.AsyncEventSize)
+		binary.NativeEndian.PutUint64(ev, 1) // the port number
+		binary.NativeEndian.PutUint32(ev[8:], map[bool]uint32{true: umad.EventPortErr, false: umad.EventPortActive}[down])
+		c.wmu.Lock()
+		c.uc.SetWriteDeadline(time.Now().Add(eventWait))
+		c.uc.Write(ev)
+		c.uc.SetWriteDeadline(time.Time{})
+		c.wmu.Unlock()
+	}
+}
