@@ -45,7 +45,7 @@ infiniband: $(UMAD_SHIM)
 	hack/fetch-rdma-core.sh $(CACHE)
 	ibshim/verbs/build.sh $(CACHE) $(LIBDIR)/libibverbs
 
-$(UMAD_SHIM): ibshim/umad/umad.c ibshim/umad/providers.c ibshim/umad/proto.h ibshim/umad/shim.map ibshim/umad/build.sh
+$(UMAD_SHIM): ibshim/umad/umad.c ibshim/umad/providers.c ibshim/umad/channels.c ibshim/umad/shim.h ibshim/umad/proto.h ibshim/umad/shim.map ibshim/umad/build.sh
 	hack/fetch-rdma-core.sh $(CACHE)
 	CC=$(CC) ibshim/umad/build.sh $(dir $@) $(CACHE)
 

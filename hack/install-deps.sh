@@ -7,10 +7,10 @@ set -euo pipefail
 # pciutils and hwloc-nox: lspci and lstopo read the pcisim tree in the tests; musl-tools:
 # the e2e musl image. python3-blessed, -psutil, -six, -pkg-resources: what gpustat imports.
 # infiniband-diags, ibverbs-utils, ibverbs-providers: the real tools the InfiniBand planes
-# are tested with (and mlx5's provider, which must not claim the mock HCAs); perftest: RC
-# traffic through the verbs provider; libibverbs-dev and curl: building the verbs provider
-# against rdma-core's source.
-pkgs=(gcc libc6-dev binutils make python3 ca-certificates patchelf busybox-static iptables conntrack nftables nfacct pciutils hwloc-nox musl-tools python3-blessed python3-psutil python3-six python3-pkg-resources infiniband-diags ibverbs-utils ibverbs-providers perftest libibverbs-dev curl)
+# are tested with (and mlx5's provider, which must not claim the mock HCAs); perftest and
+# ucx-utils: traffic through the verbs provider; libibverbs-dev and curl: building the
+# verbs provider against rdma-core's source.
+pkgs=(gcc libc6-dev binutils make python3 ca-certificates patchelf busybox-static iptables conntrack nftables nfacct pciutils hwloc-nox musl-tools python3-blessed python3-psutil python3-six python3-pkg-resources infiniband-diags ibverbs-utils ibverbs-providers perftest ucx-utils libibverbs-dev curl)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

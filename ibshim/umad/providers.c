@@ -26,11 +26,15 @@
 
 #include <infiniband/driver.h>
 
-/* As in umad.c: dlsym's oldest version, for programs of glibc < 2.34. */
+/* As in umad.c: the oldest versions, for programs of glibc < 2.34. */
 #if defined(__x86_64__)
 __asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
+__asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
 #elif defined(__aarch64__)
 __asm__(".symver dlsym,dlsym@GLIBC_2.17");
+__asm__(".symver dlopen,dlopen@GLIBC_2.17");
+__asm__(".symver dlclose,dlclose@GLIBC_2.17");
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
@@ -73,6 +77,18 @@ EXPORT void verbs_register_driver(const struct verbs_device_ops *ops)
 
 	if (!next)
 		next = (void (*)(const struct verbs_device_ops *))dlsym(RTLD_NEXT, "verbs_register_driver_34");
+	if (!next) {
+		/* libibverbs was dlopened without RTLD_GLOBAL (UCX, NCCL and
+		 * MPI load it so), out of RTLD_NEXT's reach: ask it directly.
+		 * Dropping the call would leave the program with no providers
+		 * at all. */
+		void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+
+		if (h) {
+			next = (void (*)(const struct verbs_device_ops *))dlsym(h, "verbs_register_driver_34");
+			dlclose(h);
+		}
+	}
 	if (!next)
 		return; /* cannot happen: the caller linked against libibverbs */
 	/* Providers register from their constructors, which the loader

@@ -21,6 +21,8 @@
  *    A live fd whose daemon hangs up turns dead in place (dup3).
  *  - open issmN: a connection with HELLO kind=issm (the port is an SM while
  *    it stays open, as the kernel sets IsSM); /dev/null without a daemon.
+ *  - open rdma_cm: fails with ENODEV, as without the rdma_ucm module
+ *    (librdmacm's rdma_create_event_channel then fails, and UCX goes on).
  *  - ioctl REGISTER_AGENT(2)/UNREGISTER_AGENT/ENABLE_PKEY on umad fds: the
  *    shim assigns agent ids per fd (lowest free of 32, as the kernel) and
  *    tells the daemon (REGISTER/UNREGISTER); other ioctls fail with ENOTTY,
@@ -280,9 +282,10 @@ static void forget_range(unsigned int first, unsigned int last)
 }
 
 /* ---------------------------------------------------------------------- */
-/* The one decision: is this path a umad or issm device, and which. */
+/* The one decision: is this path a umad or issm device, and which, or
+ * the rdma_cm device. */
 
-enum { PATH_OTHER = 0, PATH_UMAD, PATH_ISSM };
+enum { PATH_OTHER = 0, PATH_UMAD, PATH_ISSM, PATH_RDMA_CM };
 
 static int redirect_path(const char *p, uint32_t *index)
 {
@@ -296,6 +299,8 @@ static int redirect_path(const char *p, uint32_t *index)
 		if (p[i] != prefix[i])
 			return PATH_OTHER;
 	p += sizeof prefix - 1;
+	if (!strcmp(p, "rdma_cm"))
+		return PATH_RDMA_CM;
 	if (p[0] == 'u' && p[1] == 'm' && p[2] == 'a' && p[3] == 'd')
 		kind = PATH_UMAD;
 	else if (p[0] == 'i' && p[1] == 's' && p[2] == 's' && p[3] == 'm')
@@ -765,6 +770,14 @@ static inline int redirected(const char *path, int flags, int *fd)
 
 	if (__builtin_expect(kind == PATH_OTHER, 1))
 		return 0;
+	if (kind == PATH_RDMA_CM) {
+		/* No kernel rdma_cm: the node is there, its driver is not, as
+		 * on a node without rdma_ucm (misc_open's ENODEV). /dev/null's
+		 * zeroed answers hung librdmacm (UCX) on its own lock. */
+		errno = ENODEV;
+		*fd = -1;
+		return 1;
+	}
 	*fd = shim_open(kind, index, flags);
 	return 1;
 }
