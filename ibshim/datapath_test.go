@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,6 +130,23 @@ kill $aw; cat /tmp/aw.out`, bin))
 	want := "  event_type IBV_EVENT_PORT_ERR (10), port 1\n  event_type IBV_EVENT_PORT_ACTIVE (9), port 1\n"
 	if !strings.Contains(out, want) {
 		t.Errorf("ibv_asyncwatch while mlx5_0 went down and up:\n%s\nwant\n%s", out, want)
+	}
+
+	// A daemon that goes away ends no kernel async fd: ibv_asyncwatch
+	// waits on (timeout ends it, 124). Without the shim's preload it
+	// reads the end of the connection and gives up (1): the control.
+	testenv.Tool(t, "python3")
+	out = node(t, `for preload in "$LD_PRELOAD" ""; do
+sock=$(mktemp -u /tmp/nvmock-gone.XXXXXX)
+python3 -c 'import socket,sys,time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen()
+c, _ = s.accept(); c.recv(128); c.close(); time.sleep(2)' $sock &
+for i in $(seq 100); do [ -S $sock ] && break; sleep 0.1; done
+LD_PRELOAD="$preload" NVMOCK_IBD=$sock timeout 1 ibv_asyncwatch -d mlx5_0 >/dev/null; echo "exit $?"
+kill $! 2>/dev/null; rm -f $sock
+done`)
+	if got := strings.Fields(out); !slices.Equal(got, []string{"exit", "124", "exit", "1"}) {
+		t.Errorf("ibv_asyncwatch after its daemon went away, with the shim and without: %q; want exit 124, then exit 1", got)
 	}
 }
 

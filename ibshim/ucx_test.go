@@ -35,7 +35,7 @@ func TestUCXListsTheMockHCAsTransports(t *testing.T) {
 		}
 		// ud_verbs opens; rc_verbs needs a shared receive queue, which
 		// the mock refuses, and says so.
-		if !regexp.MustCompile(`Transport: ud_verbs\n#\s+Device: ` + hca + `:1\n`).MatchString(b) ||
+		if !regexp.MustCompile(`Transport: ud_verbs\n#\s+Device: `+hca+`:1\n`).MatchString(b) ||
 			!strings.Contains(b, "ibv_create_srq() failed: Operation not supported") {
 			t.Errorf("memory domain %s:\n%s\nwant ud_verbs on %[1]s:1, and rc_verbs failing at ibv_create_srq", hca, b)
 		}

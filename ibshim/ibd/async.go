@@ -3,7 +3,7 @@ package ibd
 import (
 	"bytes"
 	"encoding/binary"
-	"time"
+	"syscall"
 
 	"github.com/nvmock/nvmock/ibshim/umad"
 )
@@ -26,11 +26,9 @@ func (d *Daemon) asyncHello(c *conn, msg []byte) {
 	}
 }
 
-// eventWait is how long an event waits for room in an async fd that
-// nobody reads before it is lost (after hundreds unread).
-const eventWait = 10 * time.Millisecond
-
-// portEvents tells async fds of the ports whose state changed; mu is held.
+// portEvents tells async fds of the ports whose state changed; mu is held,
+// so nothing here waits: an event for an fd with no room (hundreds left
+// unread, as by a program that never reads its async fd) is lost.
 func (d *Daemon) portEvents() {
 	for c := range d.async {
 		down := c.asyncPort.Down()
@@ -41,10 +39,11 @@ func (d *Daemon) portEvents() {
 		ev := make([]byte, umad.AsyncEventSize)
 		binary.NativeEndian.PutUint64(ev, 1) // the port number
 		binary.NativeEndian.PutUint32(ev[8:], map[bool]uint32{true: umad.EventPortErr, false: umad.EventPortActive}[down])
-		c.wmu.Lock()
-		c.uc.SetWriteDeadline(time.Now().Add(eventWait))
-		c.uc.Write(ev)
-		c.uc.SetWriteDeadline(time.Time{})
-		c.wmu.Unlock()
+		if rc, err := c.uc.SyscallConn(); err == nil {
+			rc.Write(func(fd uintptr) bool {
+				syscall.Sendto(int(fd), ev, syscall.MSG_DONTWAIT, nil)
+				return true // one try, never a wait
+			})
+		}
 	}
 }

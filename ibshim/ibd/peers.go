@@ -56,6 +56,9 @@ type peer struct {
 	host string
 	out  chan []byte   // never closed: senders may hold the peer a while
 	done chan struct{} // closed when the connection ends
+	// faults is the last faults frame that came on this link (under
+	// Daemon.mu): the node's state, should this link become the one in use.
+	faults []fabric.Fault
 }
 
 // peerQueue is how many frames may wait for a peer's writer.
@@ -240,6 +243,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 			for q := range d.links {
 				if q.slot == p.slot {
 					d.peers[q.slot] = q // the node's other link carries on
+					d.fab.ApplyAt(q.slot, q.faults)
 				}
 			}
 			if d.peers[p.slot] == nil {
@@ -287,6 +291,7 @@ func (d *Daemon) peerFaults(p *peer, body []byte, log *logrus.Entry) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	p.faults = faults
 	if d.peers[p.slot] != p {
 		return
 	}

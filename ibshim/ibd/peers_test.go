@@ -3,6 +3,7 @@ package ibd
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
@@ -83,5 +84,64 @@ func nextFaults(t *testing.T, r *bufio.Reader) string {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no faults frame in 5 s")
 		return ""
+	}
+}
+
+// When the link in use ends, the node's other link carries on, with the
+// faults that last came on it, though they were not applied then.
+func TestTheOtherLinkCarriesOnWithItsFaults(t *testing.T) {
+	n := testenv.Node(t, "h100", 8)
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(&strings.Builder{})
+	d := New(n, f, log)
+	defer d.Close()
+	var theirs []net.Conn
+	for range 2 {
+		ours, conn := net.Pipe()
+		t.Cleanup(func() { ours.Close() })
+		go d.peerConn(conn)
+		r := bufio.NewReader(ours)
+		if typ, _, err := readFrame(r); err != nil || typ != frameHello {
+			t.Fatalf("no hello from the daemon: type %d, %v", typ, err)
+		}
+		me, _ := json.Marshal(hello{Fabric: f.Name, Slot: 1, Host: "node-b"})
+		if _, err := ours.Write(frame(frameHello, [][]byte{me})); err != nil {
+			t.Fatal(err)
+		}
+		nextFaults(t, r)
+		go io.Copy(io.Discard, r) // the daemon's later frames
+		theirs = append(theirs, ours)
+	}
+	var port *fabric.Port
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Type == fabric.CA && nd.Slot == 1 && nd.HCA == "mlx5_0" {
+			port = nd.Ports[1]
+		}
+	}
+	if port == nil {
+		t.Fatal("the fabric has no mlx5_0 at slot 1")
+	}
+	// The first link is not the one in use: its faults wait.
+	if _, err := theirs[0].Write(frame(frameFaults, [][]byte{[]byte(`[{"HCA":"mlx5_0","Down":true}]`)})); err != nil {
+		t.Fatal(err)
+	}
+	down := func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return port.Down()
+	}
+	time.Sleep(100 * time.Millisecond)
+	if down() {
+		t.Fatal("faults from the link not in use were applied")
+	}
+	theirs[1].Close()
+	for deadline := time.Now().Add(5 * time.Second); !down(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node-b's mlx5_0 is up after the link in use ended; its other link said down")
+		}
 	}
 }

@@ -202,7 +202,7 @@ static void events(void)
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 	int fds = open_fds(), fd, i;
 	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx), fake;
-	struct end a, b;
+	struct end a, b, c2, d2;
 	char c[4];
 
 	if (!ch)
@@ -235,33 +235,46 @@ static void events(void)
 		FAIL("events: an unsolicited message raised a solicited-only event");
 	send_to(&a, 63, IBV_SEND_SOLICITED);
 	get_event(ch, &b, "events: solicited");
-	/* Two receives wait unpolled: arming raises the event at once. */
+	/* Two receives wait unpolled: arming raises the event at once. A
+	 * read shorter than it fails and leaves it there. */
 	if (ibv_req_notify_cq(b.cq, 0))
 		FAIL("ibv_req_notify_cq");
+	if (!ready(ch, 5000))
+		FAIL("events: arming a CQ with unpolled completions raised no event");
+	if (read(ch->fd, c, sizeof(c)) != -1 || errno != EINVAL)
+		FAIL("events: a 4-byte read of the channel did not fail with EINVAL");
 	get_event(ch, &b, "events: arming a CQ with unpolled completions");
 	for (i = 52; i < 54; i++)
 		expect(wait_wc(b.cq, "events: receive"), i, IBV_WC_SUCCESS, IBV_WC_RECV, "events: receive");
 
-	if (read(ch->fd, c, sizeof(c)) != -1 || errno != EINVAL)
-		FAIL("events: a 4-byte read of the channel did not fail with EINVAL");
-	if (write(ch->fd, c, sizeof(c)) != -1 || errno != EINVAL)
-		FAIL("events: a write to the channel did not fail with EINVAL");
+	if (write(ch->fd, c, sizeof(c)) != -1 || errno != EBADF)
+		FAIL("events: a write to the channel did not fail with EBADF");
 	fake = (struct ibv_comp_channel){ .context = ctx, .fd = 1 };
 	if (ibv_create_cq(ctx, 4, NULL, &fake, 0) || errno != EINVAL)
 		FAIL("events: a CQ on fd 1 as its channel was made (or not with EINVAL)");
 
-	/* An event nobody read goes with its CQ. */
-	if (ibv_req_notify_cq(b.cq, 0))
+	/* An event nobody read goes with its CQ; another CQ's on the same
+	 * channel stays. */
+	make_end_on(&c2, acc, NULL);
+	make_end_on(&d2, acc, ch);
+	connect_to(&c2, lid, d2.qp->qp_num, 14, 7, 7);
+	connect_to(&d2, lid, c2.qp->qp_num, 14, 7, 7);
+	post_recv(&d2, 70, 64);
+	if (ibv_req_notify_cq(b.cq, 0) || ibv_req_notify_cq(d2.cq, 0))
 		FAIL("ibv_req_notify_cq");
 	send_to(&a, 64, 0);
 	if (!ready(ch, 5000))
 		FAIL("events: no event in 5 s");
+	send_to(&c2, 65, 0); /* answered once d2's event is sent */
 	if (ibv_destroy_comp_channel(ch) != EBUSY)
 		FAIL("events: a channel with a CQ on it was destroyed");
 	if (ibv_destroy_qp(b.qp) || ibv_destroy_cq(b.cq))
 		FAIL("events: destroying the QP and CQ");
+	get_event(ch, &d2, "events: the other CQ's event");
 	if (ready(ch, 0))
 		FAIL("events: the destroyed CQ's event is still in the channel");
+	if (ibv_destroy_qp(d2.qp) || ibv_destroy_cq(d2.cq))
+		FAIL("events: destroying the other QP and CQ");
 	fd = ch->fd;
 	if (ibv_destroy_comp_channel(ch))
 		FAIL("events: ibv_destroy_comp_channel");

@@ -19,11 +19,17 @@
  * destroyed CQ's events back. Closing the channel closes the provider's end
  * too. Every other command still fails: libibverbs sends no other one
  * for this provider.
+ *
+ * The provider also hands over its async fd (a connection on which the
+ * daemon sends port events), so that the daemon going away never reads
+ * as an end of file, which the kernel's async fd never gives.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -83,7 +89,7 @@ ssize_t verbs_write(int fd, int kind, const void *buf, size_t n)
 	struct ib_uverbs_cmd_hdr h;
 
 	if (kind == FD_CHAN) {
-		errno = EINVAL; /* the kernel's channel file has no write */
+		errno = EBADF; /* the kernel opens its channel file read-only */
 		return -1;
 	}
 	if (kind == FD_CMD && n >= sizeof(h)) {
@@ -94,9 +100,14 @@ ssize_t verbs_write(int fd, int kind, const void *buf, size_t n)
 	return sys_write(fd, buf, n);
 }
 
-/* The kernel refuses a read shorter than one event. */
-ssize_t channel_short_read(void)
+/* The kernel refuses a read shorter than one event, once there is one
+ * (ib_uverbs_event_read waits first, or says EAGAIN if non-blocking). */
+ssize_t channel_short_read(int fd)
 {
+	char c;
+
+	if (recv(fd, &c, 0, MSG_PEEK) < 0)
+		return -1;
 	errno = EINVAL;
 	return -1;
 }
@@ -111,6 +122,44 @@ void channel_gone(int fd)
 		__atomic_store_n(&kinds[w], FD_NONE, __ATOMIC_RELEASE);
 		sys_close(w);
 	}
+}
+
+/* async_read reads a mock HCA's async fd, a connection to the daemon.
+ * The daemon going away (end of file) must not show: the kernel's async
+ * fd never ends, and a program polling it would spin. The fd becomes an
+ * eventfd in place, which never signals: no more events, as from an HCA
+ * that has none. */
+ssize_t async_read(int fd, void *buf, size_t n)
+{
+	ssize_t r = sys_read_next(fd, buf, n);
+	int fdfl, fl, q;
+
+	if (r != 0 || n == 0)
+		return r;
+	fdfl = fcntl(fd, F_GETFD);
+	fl = fcntl(fd, F_GETFL);
+	q = eventfd(0, ((fdfl >= 0 && (fdfl & FD_CLOEXEC)) ? EFD_CLOEXEC : 0) | ((fl >= 0 && (fl & O_NONBLOCK)) ? EFD_NONBLOCK : 0));
+	if (q < 0)
+		return 0;
+	__atomic_store_n(&kinds[fd], FD_NONE, __ATOMIC_RELEASE);
+	if (sys_dup3(q, fd, (fdfl >= 0 && (fdfl & FD_CLOEXEC)) ? O_CLOEXEC : 0) < 0) {
+		sys_close(q);
+		return 0;
+	}
+	sys_close(q);
+	dbg("async fd %d: the fabric daemon went away; no more port events", fd);
+	return sys_read_next(fd, buf, n);
+}
+
+/* The provider marks a mock HCA's async fd. */
+EXPORT int nvmock_verbs_async_fd(int fd)
+{
+	if (fd < 0 || fd >= NVMOCK_UMAD_MAX_FD) {
+		errno = EMFILE;
+		return -1;
+	}
+	track(fd, FD_ASYNC);
+	return 0;
 }
 
 /* The provider marks a mock HCA's command fd. */

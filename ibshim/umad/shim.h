@@ -21,6 +21,7 @@ enum {
 	FD_CMD = 3,    /* a mock HCA's verbs command fd (the provider said so) */
 	FD_CHAN = 4,   /* a completion channel, as the program holds it */
 	FD_CHAN_W = 5, /* the provider's end of a completion channel */
+	FD_ASYNC = 6,  /* a mock HCA's async fd: the daemon's port events */
 };
 
 /* struct ib_uverbs_comp_event_desc: what one read of a channel returns. */
@@ -46,12 +47,15 @@ static inline int kind_of(int fd)
 void dbg_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void track(int fd, int kind);
 int below_limit(int fd, int cloexec);
+ssize_t sys_read_next(int fd, void *buf, size_t n);
 ssize_t sys_write(int fd, const void *buf, size_t n);
+int sys_dup3(int oldfd, int newfd, int flags);
 int sys_close(int fd);
 
 /* channels.c */
 ssize_t verbs_write(int fd, int kind, const void *buf, size_t n);
-ssize_t channel_short_read(void);
+ssize_t channel_short_read(int fd);
+ssize_t async_read(int fd, void *buf, size_t n);
 void channel_gone(int fd);
 
 #endif

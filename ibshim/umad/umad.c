@@ -202,6 +202,8 @@ static ssize_t sys_read(int fd, void *buf, size_t n)
 	return f ? f(fd, buf, n) : syscall(SYS_read, fd, buf, n);
 }
 
+ssize_t sys_read_next(int fd, void *buf, size_t n) { return sys_read(fd, buf, n); }
+
 ssize_t sys_write(int fd, const void *buf, size_t n)
 {
 	ssize_t (*f)(int, const void *, size_t) = NEXTFN(write);
@@ -214,7 +216,7 @@ int sys_close(int fd)
 	return f ? f(fd) : (int)syscall(SYS_close, fd);
 }
 
-static int sys_dup3(int oldfd, int newfd, int flags)
+int sys_dup3(int oldfd, int newfd, int flags)
 {
 	int (*f)(int, int, int) = NEXTFN(dup3);
 	return f ? f(oldfd, newfd, flags) : (int)syscall(SYS_dup3, oldfd, newfd, flags);
@@ -890,7 +892,9 @@ EXPORT ssize_t read(int fd, void *buf, size_t count)
 	if (k == FD_LIVE || k == FD_DEAD)
 		return shim_read(fd, buf, count);
 	if (k == FD_CHAN && count < NVMOCK_COMP_EVENT_SIZE)
-		return channel_short_read();
+		return channel_short_read(fd);
+	if (k == FD_ASYNC)
+		return async_read(fd, buf, count);
 	return sys_read(fd, buf, count);
 }
 
@@ -904,7 +908,9 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 	if ((k == FD_LIVE || k == FD_DEAD) && count <= buflen)
 		return shim_read(fd, buf, count);
 	if (k == FD_CHAN && count < NVMOCK_COMP_EVENT_SIZE)
-		return channel_short_read();
+		return channel_short_read(fd);
+	if (k == FD_ASYNC && count <= buflen)
+		return async_read(fd, buf, count);
 	f = NEXTFN(read_chk);
 	if (f)
 		return f(fd, buf, count, buflen);
@@ -982,11 +988,12 @@ EXPORT int dup3(int oldfd, int newfd, int flags)
 EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 {
 	int (*f)(unsigned int, unsigned int, int) = NEXTFN(close_range);
-	int r = f ? f(first, last, flags) : (int)syscall(SYS_close_range, first, last, flags);
 
-	if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
+	/* Forgotten before they close, as closefrom does: a channel made by
+	 * another thread just after could take the numbers otherwise. */
+	if (first <= last && !(flags & CLOSE_RANGE_CLOEXEC))
 		forget_range(first, last);
-	return r;
+	return f ? f(first, last, flags) : (int)syscall(SYS_close_range, first, last, flags);
 }
 
 EXPORT void closefrom(int lowfd)

@@ -596,7 +596,7 @@ func TestIbpingServerRegistersAndAnswers(t *testing.T) {
 func TestExports(t *testing.T) {
 	got := testenv.Exports(t, shim(t))
 	want := []string{"IBVERBS_PRIVATE_34", "__open64_2", "__open_2", "__openat64_2", "__openat_2", "__read_chk", "close", "close_range",
-		"closefrom", "dup2", "dup3", "ioctl", "nvmock_verbs_channel_writer", "nvmock_verbs_cmd_fd", "open", "open64", "openat", "openat64", "read", "verbs_register_driver_34@@IBVERBS_PRIVATE_34", "write"}
+		"closefrom", "dup2", "dup3", "ioctl", "nvmock_verbs_async_fd", "nvmock_verbs_channel_writer", "nvmock_verbs_cmd_fd", "open", "open64", "openat", "openat64", "read", "verbs_register_driver_34@@IBVERBS_PRIVATE_34", "write"}
 	if !slices.Equal(got, want) {
 		t.Errorf("exports %v, want %v", got, want)
 	}

@@ -86,6 +86,7 @@ struct nvmock_cq {
 	int chan_w;
 	uint8_t armed;
 	bool event_lost;
+	uint32_t events; /* sent and not taken back: what destroy waits to see acknowledged */
 };
 
 /* A send work request, kept until it completes. */

@@ -3,6 +3,7 @@
 /* Protection domains, memory regions, completion queues and the life of queue pairs (datapath.h). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,8 +126,13 @@ static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_c
 	int chan_w = -1;
 
 	if (channel) {
-		/* Only a channel the shim made for this device's context. */
+		/* Only a channel the shim made for this device's context. The
+		 * CQ keeps a writer of its own, as the kernel keeps the channel
+		 * while a CQ refers to it: the shim's goes when the program
+		 * closes the channel, and its number may then be reused. */
 		chan_w = shim_channel_writer && channel->context == ibctx ? shim_channel_writer(channel->fd) : -1;
+		if (chan_w >= 0)
+			chan_w = fcntl(chan_w, F_DUPFD_CLOEXEC, 0);
 		if (chan_w < 0) {
 			trace("create_cq: fd %d is not a completion channel of this context", channel->fd);
 			errno = EINVAL;
@@ -141,11 +147,13 @@ static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_c
 	while (size < (uint32_t)cqe + 1)
 		size <<= 1;
 	cq = calloc(1, sizeof(*cq));
-	if (!cq)
-		return NULL;
-	cq->ring = calloc(size, sizeof(*cq->ring));
-	if (!cq->ring) {
+	if (cq)
+		cq->ring = calloc(size, sizeof(*cq->ring));
+	if (!cq || !cq->ring) {
 		free(cq);
+		if (chan_w >= 0)
+			close(chan_w);
+		errno = ENOMEM;
 		return NULL;
 	}
 	cq->size = size;
@@ -162,10 +170,12 @@ static void fire(struct nvmock_cq *cq)
 	cq->armed = ARM_NONE;
 	if (cq->chan_w < 0)
 		return; /* armed without a channel: nobody to tell */
+	cq->events++;
 	if (send(cq->chan_w, &handle, sizeof(handle), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(handle) && !cq->event_lost) {
 		/* Only a channel with hundreds of unread events is full. */
 		fprintf(stderr, "nvmock-verbs: completion event lost: %s\n", strerror(errno));
 		cq->event_lost = true;
+		cq->events--;
 	}
 }
 
@@ -176,11 +186,15 @@ static void take_back(struct nvmock_cq *cq)
 	uint64_t me = (uintptr_t)&cq->cq, h, others[512];
 	int fd = cq->cq.channel ? cq->cq.channel->fd : -1, i, n = 0;
 
-	if (fd < 0 || cq->chan_w < 0)
+	/* A channel fd the program closed may be another file by now. */
+	if (fd < 0 || cq->chan_w < 0 || !shim_channel_writer || shim_channel_writer(fd) < 0)
 		return;
-	while (n < (int)(sizeof(others) / sizeof(others[0])) && recv(fd, &h, sizeof(h), MSG_DONTWAIT) == sizeof(h))
+	while (n < (int)(sizeof(others) / sizeof(others[0])) && recv(fd, &h, sizeof(h), MSG_DONTWAIT) == sizeof(h)) {
 		if (h != me)
 			others[n++] = h;
+		else
+			cq->events--;
+	}
 	for (i = 0; i < n; i++)
 		if (send(cq->chan_w, &others[i], sizeof(others[i]), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(others[i]))
 			fprintf(stderr, "nvmock-verbs: completion event lost: %s\n", strerror(errno));
@@ -192,7 +206,10 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	struct nvmock_cq *cq = to_cq(ibcq);
 
 	pthread_mutex_lock(&ctx->lock);
-	cq->armed = solicited_only ? ARM_SOLICITED : ARM_NEXT;
+	/* Armed for any completion, a solicited-only request changes nothing
+	 * (the kernel ORs the two). */
+	if (!(solicited_only && cq->armed == ARM_NEXT))
+		cq->armed = solicited_only ? ARM_SOLICITED : ARM_NEXT;
 	/* A ConnectX is armed with the CQ's consumer index: completions not
 	 * yet polled raise the event at once, so a program that arms after
 	 * its last poll never waits for one that already came. */
@@ -217,6 +234,16 @@ static int destroy_cq(struct ibv_cq *ibcq)
 	pthread_mutex_unlock(&ctx->lock);
 	if (busy)
 		return EBUSY; /* as the kernel answers while QPs use it */
+	if (cq->chan_w >= 0) {
+		/* As ibv_destroy_cq(3) promises: it waits until every event
+		 * the program got is acknowledged (ibv_ack_cq_events), so no
+		 * thread still holds the CQ from ibv_get_cq_event. */
+		pthread_mutex_lock(&ibcq->mutex);
+		while (ibcq->comp_events_completed != cq->events)
+			pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+		pthread_mutex_unlock(&ibcq->mutex);
+		close(cq->chan_w);
+	}
 	free(cq);
 	return 0;
 }

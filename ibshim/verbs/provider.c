@@ -369,6 +369,7 @@ static const struct verbs_context_ops nvmock_ctx_ops = {
 
 int (*shim_cmd_fd)(int fd);
 int (*shim_channel_writer)(int fd);
+int (*shim_async_fd)(int fd);
 
 static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 						  int cmd_fd, void *private_data)
@@ -414,6 +415,7 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 		close(full);
 		shim_cmd_fd = (int (*)(int))dlsym(RTLD_DEFAULT, "nvmock_verbs_cmd_fd");
 		shim_channel_writer = (int (*)(int))dlsym(RTLD_DEFAULT, "nvmock_verbs_channel_writer");
+		shim_async_fd = (int (*)(int))dlsym(RTLD_DEFAULT, "nvmock_verbs_async_fd");
 		if (swapped && shim_cmd_fd)
 			shim_cmd_fd(ctx->vctx.context.cmd_fd);
 	}
@@ -428,6 +430,8 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 	 * and up; without a daemon an eventfd never signals, like an HCA
 	 * with no async events. */
 	ctx->vctx.context.async_fd = connect_async(ctx);
+	if (ctx->vctx.context.async_fd >= 0 && shim_async_fd)
+		shim_async_fd(ctx->vctx.context.async_fd);
 	if (ctx->vctx.context.async_fd < 0)
 		ctx->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC);
 	if (ctx->vctx.context.async_fd < 0) {

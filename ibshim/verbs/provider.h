@@ -51,6 +51,7 @@ static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)
  * when a context opens; NULL without the shim. */
 extern int (*shim_cmd_fd)(int fd);
 extern int (*shim_channel_writer)(int fd);
+extern int (*shim_async_fd)(int fd);
 
 void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
