@@ -284,6 +284,81 @@ static void events(void)
 		FAIL("events: %d fds open after the channel went, %d before it", open_fds(), fds);
 }
 
+/* Shared receive queues: two QPs take their receives from one, in turn;
+ * one QP's error leaves the SRQ's receives alone; and what the mock does
+ * not do (limits, resizing) or the verbs forbid fails. */
+static void srq_check(void)
+{
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 4, .max_send_sge = 1 } };
+	struct ibv_srq_attr attr = { .srq_limit = 2 };
+	struct ibv_recv_wr rw = { .num_sge = 1 }, *rbad;
+	struct ibv_qp_attr err_attr = { .qp_state = IBV_QPS_ERR };
+	struct end s[2], r[2];
+	struct ibv_srq *srq;
+	struct ibv_sge sge;
+	struct ibv_wc wc;
+	uint8_t *rbuf = calloc(1, 4096);
+	struct ibv_mr *rmr = ibv_reg_mr(pd, rbuf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	int i;
+
+	sa.attr.srq_limit = 1;
+	if (ibv_create_srq(pd, &sa) || errno != EOPNOTSUPP)
+		FAIL("srq: an SRQ with a limit was made (or not with EOPNOTSUPP)");
+	sa.attr.srq_limit = 0;
+	if (!(srq = ibv_create_srq(pd, &sa)))
+		FAIL("ibv_create_srq: %s", strerror(errno));
+	if (ibv_modify_srq(srq, &attr, IBV_SRQ_LIMIT) != EOPNOTSUPP)
+		FAIL("srq: arming a limit did not fail with EOPNOTSUPP");
+	for (i = 0; i < 2; i++) {
+		make_end_on(&s[i], acc, NULL);
+		r[i].buf = rbuf;
+		r[i].mr = rmr;
+		r[i].cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		ia.send_cq = ia.recv_cq = r[i].cq;
+		ia.srq = srq;
+		if (!r[i].cq || !(r[i].qp = ibv_create_qp(pd, &ia)))
+			FAIL("srq: a QP on the SRQ: %s", strerror(errno));
+		connect_to(&s[i], lid, r[i].qp->qp_num, 14, 7, 7);
+		connect_to(&r[i], lid, s[i].qp->qp_num, 14, 7, 7);
+	}
+	rw.sg_list = &sge;
+	sge = (struct ibv_sge){ (uintptr_t)rbuf, 64, rmr->lkey };
+	if (ibv_post_recv(r[0].qp, &rw, &rbad) != EINVAL)
+		FAIL("srq: a receive posted to an SRQ's QP did not fail with EINVAL");
+	for (i = 0; i < 3; i++) {
+		rw.wr_id = 80 + i;
+		if (ibv_post_srq_recv(srq, &rw, &rbad))
+			FAIL("ibv_post_srq_recv");
+	}
+	/* Each QP's message takes the SRQ's next receive. */
+	send_to(&s[1], 90, 0);
+	wc = wait_wc(r[1].cq, "srq: receive on the second QP");
+	if (wc.wr_id != 80 || wc.status != IBV_WC_SUCCESS || wc.qp_num != r[1].qp->qp_num)
+		FAIL("srq: second QP: wr_id %llu status %s qp %#x", (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.qp_num);
+	send_to(&s[0], 91, 0);
+	wc = wait_wc(r[0].cq, "srq: receive on the first QP");
+	if (wc.wr_id != 81 || wc.qp_num != r[0].qp->qp_num)
+		FAIL("srq: first QP: wr_id %llu qp %#x", (unsigned long long)wc.wr_id, wc.qp_num);
+	/* The first QP's error flushes nothing of the SRQ's. */
+	if (ibv_modify_qp(r[0].qp, &err_attr, IBV_QP_STATE))
+		FAIL("srq: to ERR");
+	usleep(100000);
+	if (ibv_poll_cq(r[0].cq, 1, &wc) != 0)
+		FAIL("srq: the QP's error flushed receive %llu of the SRQ", (unsigned long long)wc.wr_id);
+	send_to(&s[1], 92, 0);
+	if (wait_wc(r[1].cq, "srq: the receive left").wr_id != 82)
+		FAIL("srq: the second QP did not get the receive left");
+	if (ibv_destroy_srq(srq) != EBUSY)
+		FAIL("srq: an SRQ with QPs on it was destroyed");
+	for (i = 0; i < 2; i++)
+		if (ibv_destroy_qp(r[i].qp))
+			FAIL("srq: ibv_destroy_qp");
+	if (ibv_destroy_srq(srq))
+		FAIL("ibv_destroy_srq");
+}
+
 int main(int argc, char **argv)
 {
 	struct ibv_device **list;
@@ -527,6 +602,8 @@ int main(int argc, char **argv)
 
 	events();
 	puts("ok events");
+	srq_check();
+	puts("ok srq");
 
 	/* Nobody there: a modelled node's port has no such QP. */
 	make_end(&a, IBV_ACCESS_LOCAL_WRITE);

@@ -34,9 +34,11 @@
  * completes work sends its handle to the channel, which ibv_get_cq_event
  * reads.
  *
+ * Shared receive queues: srq.c.
+ *
  * Not simulated, and refused rather than faked: UC, XRC and raw QPs,
- * shared receive queues, memory windows, multicast, and RoCE (a QP on an
- * Ethernet port cannot reach RTR).
+ * SRQ limits, memory windows, multicast, and RoCE (a QP on an Ethernet
+ * port cannot reach RTR).
  *
  * objects.c: PDs, MRs, CQs, QPs' life; post.c: posting, and the ibv_qp_ex
  * builder; engine.c: the daemon connection, packet queue and engine
@@ -117,9 +119,18 @@ struct rwqe {
 	struct ibv_sge *sge;
 };
 
+struct nvmock_srq {
+	struct ibv_srq srq;
+	struct rwqe *rq;
+	struct ibv_sge *sge;
+	uint32_t size, head, tail, max_sge; /* holds size - 1, as mlx5 */
+	uint32_t users; /* QPs made with it: it cannot go while any is */
+};
+
 struct nvmock_qp {
 	struct verbs_qp vqp;
 	struct nvmock_context *ctx;
+	struct nvmock_srq *srq; /* receives come from it (srq.c) */
 	uint32_t idx;
 	/* The QP's state. libibverbs writes vqp.qp.state after modify and
 	 * query return, without the lock; this one only moves under it. */
@@ -196,6 +207,7 @@ struct nvmock_ah {
 
 static inline struct nvmock_qp *to_qp(struct ibv_qp *qp) { return container_of(qp, struct nvmock_qp, vqp.qp); }
 static inline struct nvmock_cq *to_cq(struct ibv_cq *cq) { return container_of(cq, struct nvmock_cq, cq); }
+static inline struct nvmock_srq *to_srq(struct ibv_srq *s) { return container_of(s, struct nvmock_srq, srq); }
 
 static inline int64_t now_ns(void)
 {
@@ -243,5 +255,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 void retire(struct nvmock_qp *qp);
 bool scatter(struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, const uint8_t *data, uint32_t len);
 void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st);
+void srq_ops(struct verbs_context_ops *ops);
+bool take_recv(struct nvmock_qp *qp);
 
 #endif

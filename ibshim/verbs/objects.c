@@ -311,9 +311,13 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	uint32_t i, base = 0;
 	int err, fd = -1;
 
-	if ((a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) || a->srq) {
-		trace("QP type %d%s is not simulated (RC and UD, without a shared receive queue)", a->qp_type, a->srq ? " with an SRQ" : "");
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) {
+		trace("QP type %d is not simulated (RC and UD)", a->qp_type);
 		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (a->srq && a->srq->context != ibctx) {
+		errno = EINVAL;
 		return NULL;
 	}
 	if (!a->send_cq || !a->recv_cq || a->send_cq->context != ibctx || a->recv_cq->context != ibctx ||
@@ -337,6 +341,12 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		qp->rq_size <<= 1;
 	qp->max_send_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
 	qp->max_recv_sge = a->cap.max_recv_sge ? a->cap.max_recv_sge : 1;
+	if (a->srq) {
+		/* One slot: the SRQ receive taken for the message in progress. */
+		qp->srq = to_srq(a->srq);
+		qp->rq_size = 1;
+		qp->max_recv_sge = qp->srq->max_sge;
+	}
 	qp->max_inline = a->cap.max_inline_data;
 	qp->sig_all = a->sq_sig_all;
 	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
@@ -409,6 +419,8 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		q->handle = q->qp_num;
 		to_cq(a->send_cq)->users++;
 		to_cq(a->recv_cq)->users++;
+		if (qp->srq)
+			qp->srq->users++;
 		ctx->qps[qp->idx] = qp;
 	}
 	pthread_mutex_unlock(&ctx->lock);
@@ -417,7 +429,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	if (err)
 		goto fail;
 	a->cap.max_send_wr = qp->sq_size;
-	a->cap.max_recv_wr = qp->rq_size;
+	a->cap.max_recv_wr = qp->srq ? 0 : qp->rq_size;
 	a->cap.max_send_sge = qp->max_send_sge;
 	a->cap.max_recv_sge = qp->max_recv_sge;
 	return q;
@@ -485,6 +497,8 @@ static int destroy_qp(struct ibv_qp *q)
 	ctx->qps[qp->idx] = NULL;
 	to_cq(q->send_cq)->users--;
 	to_cq(q->recv_cq)->users--;
+	if (qp->srq)
+		qp->srq->users--;
 	pthread_mutex_unlock(&ctx->lock);
 	free(qp->sq);
 	free(qp->sq_sge);
@@ -729,4 +743,5 @@ void datapath_ops(struct verbs_context_ops *ops)
 	ops->destroy_qp = destroy_qp;
 	ops->post_send = post_send;
 	ops->post_recv = post_recv;
+	srq_ops(ops);
 }

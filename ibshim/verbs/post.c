@@ -150,7 +150,7 @@ int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
 	int err = 0;
 
 	pthread_mutex_lock(&qp->ctx->lock);
-	if (qp->state == IBV_QPS_RESET) {
+	if (qp->state == IBV_QPS_RESET || qp->srq) { /* an SRQ's QP takes no receives of its own */
 		*bad = wr;
 		err = EINVAL;
 	}

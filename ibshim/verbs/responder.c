@@ -80,7 +80,7 @@ static void datagram(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const
 	struct rwqe *r = &qp->rq[qp->rq_head % qp->rq_size];
 	struct nvmock_ibd_pkt h = *p;
 
-	if (p->offset || len != p->total || p->rkey != qp->qkey || qp->rq_head == qp->rq_tail)
+	if (p->offset || len != p->total || p->rkey != qp->qkey || !take_recv(qp))
 		return;
 	if (40 + (uint64_t)len > rwqe_len(r)) {
 		recv_done(qp, r, IBV_WC_LOC_LEN_ERR, NULL);
@@ -160,7 +160,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 	switch (p->kind) {
 	case NVMOCK_PKT_SEND:
 		if (p->offset == 0) {
-			if (qp->rq_head == qp->rq_tail) {
+			if (!take_recv(qp)) {
 				refuse(qp, p, NVMOCK_NAK_RNR);
 				return;
 			}
@@ -202,7 +202,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 				refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS);
 				return;
 			}
-			if ((p->flags & NVMOCK_PKT_IMM) && qp->rq_head == qp->rq_tail) {
+			if ((p->flags & NVMOCK_PKT_IMM) && !take_recv(qp)) {
 				refuse(qp, p, NVMOCK_NAK_RNR);
 				return;
 			}
@@ -216,7 +216,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			memcpy(mem, data, len);
 		if (last) {
 			if (p->flags & NVMOCK_PKT_IMM) {
-				if (qp->rq_head == qp->rq_tail) {
+				if (!take_recv(qp)) {
 					refuse(qp, p, NVMOCK_NAK_RNR);
 					return;
 				}
