@@ -11,6 +11,9 @@ import (
 // asyncHello takes a verbs context's async fd: it hears of its HCA port
 // going down and up, as an HCA raises IBV_EVENT_PORT_ERR and
 // IBV_EVENT_PORT_ACTIVE. An HCA the daemon does not have hears nothing.
+// The provider raises the events of its own objects (a CQ overrun, an
+// SRQ's limit, a QP's last WQE) through it too: OpAsyncRaise comes back
+// as the event, as only the daemon's end can make the fd readable.
 func (d *Daemon) asyncHello(c *conn, msg []byte) {
 	if len(msg) < umad.VerbsHelloSize || binary.LittleEndian.Uint32(msg[12:]) != 1 {
 		return
@@ -39,11 +42,16 @@ func (d *Daemon) portEvents() {
 		ev := make([]byte, umad.AsyncEventSize)
 		binary.NativeEndian.PutUint64(ev, 1) // the port number
 		binary.NativeEndian.PutUint32(ev[8:], map[bool]uint32{true: umad.EventPortErr, false: umad.EventPortActive}[down])
-		if rc, err := c.uc.SyscallConn(); err == nil {
-			rc.Write(func(fd uintptr) bool {
-				syscall.Sendto(int(fd), ev, syscall.MSG_DONTWAIT, nil)
-				return true // one try, never a wait
-			})
-		}
+		sendNow(c, ev)
+	}
+}
+
+// sendNow sends b to c if there is room at once, or loses it.
+func sendNow(c *conn, b []byte) {
+	if rc, err := c.uc.SyscallConn(); err == nil {
+		rc.Write(func(fd uintptr) bool {
+			syscall.Sendto(int(fd), b, syscall.MSG_DONTWAIT, nil)
+			return true // one try, never a wait
+		})
 	}
 }

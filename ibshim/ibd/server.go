@@ -257,6 +257,10 @@ func (d *Daemon) serveConn(c *conn) {
 				d.verbsHello(c, msg)
 			case umad.OpAsyncHello:
 				d.asyncHello(c, msg)
+			case umad.OpAsyncRaise:
+				if len(msg) >= umad.AsyncRaiseSize {
+					sendNow(c, msg[8:umad.AsyncRaiseSize])
+				}
 			default:
 				d.control(c, msg)
 			}

@@ -284,6 +284,20 @@ static void events(void)
 		FAIL("events: %d fds open after the channel went, %d before it", open_fds(), fds);
 }
 
+/* next_async is the context's next async event, within 5 s. */
+static struct ibv_async_event next_async(const char *what)
+{
+	struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+	struct ibv_async_event ev;
+
+	if (poll(&p, 1, 5000) != 1)
+		FAIL("%s: no async event in 5 s", what);
+	if (ibv_get_async_event(ctx, &ev))
+		FAIL("%s: ibv_get_async_event", what);
+	ibv_ack_async_event(&ev);
+	return ev;
+}
+
 /* Shared receive queues: two QPs take their receives from one, in turn;
  * one QP's error leaves the SRQ's receives alone; and what the mock does
  * not do (limits, resizing) or the verbs forbid fails. */
@@ -303,14 +317,12 @@ static void srq_check(void)
 	struct ibv_mr *rmr = ibv_reg_mr(pd, rbuf, 4096, IBV_ACCESS_LOCAL_WRITE);
 	int i;
 
-	sa.attr.srq_limit = 1;
-	if (ibv_create_srq(pd, &sa) || errno != EOPNOTSUPP)
-		FAIL("srq: an SRQ with a limit was made (or not with EOPNOTSUPP)");
-	sa.attr.srq_limit = 0;
+	sa.attr.srq_limit = 5; /* ignored at creation, as ibv_create_srq(3) says */
 	if (!(srq = ibv_create_srq(pd, &sa)))
 		FAIL("ibv_create_srq: %s", strerror(errno));
-	if (ibv_modify_srq(srq, &attr, IBV_SRQ_LIMIT) != EOPNOTSUPP)
-		FAIL("srq: arming a limit did not fail with EOPNOTSUPP");
+	attr.max_wr = 1;
+	if (ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR) != EINVAL)
+		FAIL("srq: resizing did not fail with EINVAL");
 	for (i = 0; i < 2; i++) {
 		make_end_on(&s[i], acc, NULL);
 		r[i].buf = rbuf;
@@ -332,18 +344,44 @@ static void srq_check(void)
 		if (ibv_post_srq_recv(srq, &rw, &rbad))
 			FAIL("ibv_post_srq_recv");
 	}
+	/* Armed at 2 with 3 posted: the second receive taken raises it. */
+	attr.srq_limit = 2;
+	if (ibv_modify_srq(srq, &attr, IBV_SRQ_LIMIT) || ibv_query_srq(srq, &attr) || attr.srq_limit != 2)
+		FAIL("srq: arming the limit at 2 (query says %u)", attr.srq_limit);
 	/* Each QP's message takes the SRQ's next receive. */
 	send_to(&s[1], 90, 0);
 	wc = wait_wc(r[1].cq, "srq: receive on the second QP");
 	if (wc.wr_id != 80 || wc.status != IBV_WC_SUCCESS || wc.qp_num != r[1].qp->qp_num)
 		FAIL("srq: second QP: wr_id %llu status %s qp %#x", (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.qp_num);
+	{
+		struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+
+		if (poll(&p, 1, 200) != 0)
+			FAIL("srq: an async event with 2 receives left of a limit of 2");
+	}
 	send_to(&s[0], 91, 0);
 	wc = wait_wc(r[0].cq, "srq: receive on the first QP");
 	if (wc.wr_id != 81 || wc.qp_num != r[0].qp->qp_num)
 		FAIL("srq: first QP: wr_id %llu qp %#x", (unsigned long long)wc.wr_id, wc.qp_num);
+	{
+		struct ibv_async_event ev = next_async("srq: limit");
+
+		if (ev.event_type != IBV_EVENT_SRQ_LIMIT_REACHED || ev.element.srq != srq)
+			FAIL("srq: async event %s for %p, want IBV_EVENT_SRQ_LIMIT_REACHED for the SRQ",
+			     ibv_event_type_str(ev.event_type), (void *)ev.element.srq);
+		if (ibv_query_srq(srq, &attr) || attr.srq_limit != 0)
+			FAIL("srq: the limit is still armed (%u) after its event", attr.srq_limit);
+	}
 	/* The first QP's error flushes nothing of the SRQ's. */
 	if (ibv_modify_qp(r[0].qp, &err_attr, IBV_QP_STATE))
 		FAIL("srq: to ERR");
+	{
+		struct ibv_async_event ev = next_async("srq: last WQE");
+
+		if (ev.event_type != IBV_EVENT_QP_LAST_WQE_REACHED || ev.element.qp != r[0].qp)
+			FAIL("srq: async event %s, want IBV_EVENT_QP_LAST_WQE_REACHED for the QP in error",
+			     ibv_event_type_str(ev.event_type));
+	}
 	usleep(100000);
 	if (ibv_poll_cq(r[0].cq, 1, &wc) != 0)
 		FAIL("srq: the QP's error flushed receive %llu of the SRQ", (unsigned long long)wc.wr_id);
@@ -357,6 +395,33 @@ static void srq_check(void)
 			FAIL("srq: ibv_destroy_qp");
 	if (ibv_destroy_srq(srq))
 		FAIL("ibv_destroy_srq");
+}
+
+/* A CQ that overruns raises IBV_EVENT_CQ_ERR (and says so on stderr). */
+static void cq_overrun(void)
+{
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_async_event ev;
+	struct end x, y;
+	int i;
+
+	make_end_on(&x, acc, NULL);
+	y.buf = calloc(1, 4096);
+	y.mr = ibv_reg_mr(pd, y.buf, 4096, acc);
+	y.cq = ibv_create_cq(ctx, 1, NULL, NULL, 0);
+	ia.send_cq = ia.recv_cq = y.cq;
+	if (!y.mr || !y.cq || !(y.qp = ibv_create_qp(pd, &ia)))
+		FAIL("overrun: making the QP: %s", strerror(errno));
+	connect_to(&x, lid, y.qp->qp_num, 14, 7, 7);
+	connect_to(&y, lid, x.qp->qp_num, 14, 7, 7);
+	for (i = 0; i < 3; i++)
+		post_recv(&y, 100 + i, 64);
+	for (i = 0; i < 3; i++)
+		send_to(&x, 110 + i, 0);
+	ev = next_async("overrun");
+	if (ev.event_type != IBV_EVENT_CQ_ERR || ev.element.cq != y.cq)
+		FAIL("overrun: async event %s, want IBV_EVENT_CQ_ERR for the CQ", ibv_event_type_str(ev.event_type));
 }
 
 int main(int argc, char **argv)
@@ -604,6 +669,8 @@ int main(int argc, char **argv)
 	puts("ok events");
 	srq_check();
 	puts("ok srq");
+	cq_overrun();
+	puts("ok cq-overrun");
 
 	/* Nobody there: a modelled node's port has no such QP. */
 	make_end(&a, IBV_ACCESS_LOCAL_WRITE);

@@ -17,6 +17,9 @@ const (
 	OpVerbsHello uint32 = 4 // {magic, op, pid, port, ibdev[64]}; answered {magic, op, qpn_base, lid}
 	OpVerbsPkt   uint32 = 5 // a packet between QPs: header (PktSize bytes), then payload
 	OpAsyncHello uint32 = 6 // a verbs hello for a context's async fd; AsyncEventSize-byte events follow
+	OpAsyncRaise uint32 = 7 // {magic, op, event}: the event comes back on the same async fd
+
+	AsyncRaiseSize = 24
 
 	AsyncEventSize         = 16 // struct ib_uverbs_async_event_desc: {u64 port, u32 event type, u32 0}, host order
 	EventPortActive uint32 = 9  // IBV_EVENT_PORT_ACTIVE

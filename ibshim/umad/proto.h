@@ -32,11 +32,13 @@
 #define NVMOCK_IBD_OP_VERBS_HELLO 4u /* a verbs context connected; WELCOME answers */
 #define NVMOCK_IBD_OP_VERBS_PKT 5u   /* one packet between two QPs, routed by LID and QPN */
 #define NVMOCK_IBD_OP_ASYNC_HELLO 6u /* a verbs context's async fd (a verbs hello); events follow, no reply */
+#define NVMOCK_IBD_OP_ASYNC_RAISE 7u /* {magic, op, event}: the daemon sends the event back on the async fd */
 
 /* What the daemon sends an async fd: struct ib_uverbs_async_event_desc,
  * in host order ({u64 element: the port number; u32 event_type; u32 0}),
  * as ibv_get_async_event reads it. */
 #define NVMOCK_IBD_ASYNC_EVENT_SIZE 16
+#define NVMOCK_IBD_ASYNC_RAISE_SIZE 24
 #define NVMOCK_IBD_EVENT_PORT_ACTIVE 9u /* IBV_EVENT_PORT_ACTIVE */
 #define NVMOCK_IBD_EVENT_PORT_ERR 10u   /* IBV_EVENT_PORT_ERR */
 

@@ -52,6 +52,8 @@ func TestProtoMatchesHeader(t *testing.T) {
 		{"NVMOCK_IBD_OP_VERBS_PKT", uint64(OpVerbsPkt)},
 		{"NVMOCK_IBD_OP_ASYNC_HELLO", uint64(OpAsyncHello)},
 		{"NVMOCK_IBD_ASYNC_EVENT_SIZE", AsyncEventSize},
+		{"NVMOCK_IBD_OP_ASYNC_RAISE", uint64(OpAsyncRaise)},
+		{"NVMOCK_IBD_ASYNC_RAISE_SIZE", AsyncRaiseSize},
 		{"NVMOCK_IBD_EVENT_PORT_ACTIVE", uint64(EventPortActive)},
 		{"NVMOCK_IBD_EVENT_PORT_ERR", uint64(EventPortErr)},
 		{"NVMOCK_IBD_VERBS_HELLO_SIZE", VerbsHelloSize},

@@ -37,8 +37,8 @@
  * Shared receive queues: srq.c.
  *
  * Not simulated, and refused rather than faked: UC, XRC and raw QPs,
- * SRQ limits, memory windows, multicast, and RoCE (a QP on an Ethernet
- * port cannot reach RTR).
+ * memory windows, multicast, and RoCE (a QP on an Ethernet port cannot
+ * reach RTR).
  *
  * objects.c: PDs, MRs, CQs, QPs' life; post.c: posting, and the ibv_qp_ex
  * builder; engine.c: the daemon connection, packet queue and engine
@@ -124,6 +124,7 @@ struct nvmock_srq {
 	struct rwqe *rq;
 	struct ibv_sge *sge;
 	uint32_t size, head, tail, max_sge; /* holds size - 1, as mlx5 */
+	uint32_t limit; /* armed: the event when fewer are left; 0: not */
 	uint32_t users; /* QPs made with it: it cannot go while any is */
 };
 

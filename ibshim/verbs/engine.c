@@ -85,6 +85,27 @@ int connect_async(struct nvmock_context *ctx)
 	return fd;
 }
 
+/* raise_event has the daemon send an async event about one of this
+ * context's objects back on its async fd (the kernel's handle for it is
+ * the object's address, which libibverbs hands back as the element).
+ * Without a daemon there is no way to the program: the event is lost, as
+ * when the shim made the fd silent (send then fails). */
+void raise_event(struct nvmock_context *ctx, enum ibv_event_type type, const void *element)
+{
+	uint8_t msg[NVMOCK_IBD_ASYNC_RAISE_SIZE] = { 0 };
+	uint32_t magic = NVMOCK_IBD_MAGIC, op = NVMOCK_IBD_OP_ASYNC_RAISE, t = type;
+	uint64_t e = (uintptr_t)element;
+
+	if (!ctx->async_live)
+		return;
+	memcpy(msg, &magic, 4);
+	memcpy(msg + 4, &op, 4);
+	memcpy(msg + 8, &e, 8);
+	memcpy(msg + 16, &t, 4);
+	if (send(ctx->vctx.context.async_fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		trace("async event %d lost: %s", type, strerror(errno));
+}
+
 int start_engine(struct nvmock_context *ctx)
 {
 	int err;

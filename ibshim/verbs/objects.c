@@ -277,8 +277,10 @@ void complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 		/* An overrun CQ loses completions (a real one raises an async
 		 * CQ error too): said once, as a program waiting for one would
 		 * otherwise wait for ever without a hint. */
-		if (!cq->overrun)
+		if (!cq->overrun) {
 			fprintf(stderr, "nvmock-verbs: CQ of %u entries overrun: completions lost\n", cq->size - 1);
+			raise_event(to_ctx(cq->cq.context), IBV_EVENT_CQ_ERR, &cq->cq);
+		}
 		cq->overrun = true;
 		return;
 	}

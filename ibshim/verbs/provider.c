@@ -430,7 +430,8 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 	 * and up; without a daemon an eventfd never signals, like an HCA
 	 * with no async events. */
 	ctx->vctx.context.async_fd = connect_async(ctx);
-	if (ctx->vctx.context.async_fd >= 0 && shim_async_fd)
+	ctx->async_live = ctx->vctx.context.async_fd >= 0;
+	if (ctx->async_live && shim_async_fd)
 		shim_async_fd(ctx->vctx.context.async_fd);
 	if (ctx->vctx.context.async_fd < 0)
 		ctx->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC);

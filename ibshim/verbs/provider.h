@@ -40,6 +40,7 @@ struct nvmock_context {
 	uint8_t *rx;          /* one received packet */
 	uint32_t next_qp;     /* QPNs go round, so a stale packet finds no new QP */
 	union ibv_gid gid;    /* the port's GID 0, for datagrams' GRHs */
+	bool async_live;      /* async_fd is the daemon's connection */
 };
 
 static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)
@@ -59,6 +60,7 @@ void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void datapath_ops(struct verbs_context_ops *ops);
 int datapath_init(struct nvmock_context *ctx);
 int connect_async(struct nvmock_context *ctx);
+void raise_event(struct nvmock_context *ctx, enum ibv_event_type type, const void *element);
 void datapath_free(struct nvmock_context *ctx);
 
 #endif

@@ -80,6 +80,9 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 	for (; qp->rq_head != qp->rq_tail; qp->rq_head++)
 		recv_done(qp, &qp->rq[qp->rq_head % qp->rq_size], IBV_WC_WR_FLUSH_ERR, NULL);
 	qp->deadline = qp->resend_at = 0;
+	/* The IBA's Last WQE Reached: an SRQ's QP consumes no more. */
+	if (qp->srq)
+		raise_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->vqp.qp);
 }
 
 int64_t timeout_ns(struct nvmock_qp *qp)

@@ -8,9 +8,10 @@
  * completes it (or the QP's error flushes it). Receives still in the SRQ
  * belong to no QP and survive any QP's error.
  *
- * Not simulated: the SRQ limit (its event, IBV_EVENT_SRQ_LIMIT_REACHED,
- * would have no way to the program), refused when asked for; resizing,
- * refused as mlx5 refuses it; XRC SRQs.
+ * An armed limit raises IBV_EVENT_SRQ_LIMIT_REACHED when a receive taken
+ * leaves fewer than it, and a QP of an SRQ that goes to the error state
+ * raises IBV_EVENT_QP_LAST_WQE_REACHED, through the daemon (raise_event).
+ * Not simulated: resizing, refused as mlx5 refuses it; XRC SRQs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,11 +28,6 @@ static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a
 
 	if (!a->attr.max_wr || a->attr.max_wr > (uint32_t)caps->max_srq_wr || a->attr.max_sge > (uint32_t)caps->max_srq_sge) {
 		errno = EINVAL;
-		return NULL;
-	}
-	if (a->attr.srq_limit) {
-		trace("create_srq: an SRQ limit (%u) is not simulated", a->attr.srq_limit);
-		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	/* mlx5 rounds up to a power of two, less one. */
@@ -58,12 +54,19 @@ static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a
 
 static int modify_srq(struct ibv_srq *s, struct ibv_srq_attr *attr, int mask)
 {
-	(void)s;
+	struct nvmock_context *ctx = to_ctx(s->context);
+	struct nvmock_srq *srq = to_srq(s);
+
 	if (mask & IBV_SRQ_MAX_WR)
 		return EINVAL; /* mlx5 cannot resize an SRQ */
-	if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit) {
-		trace("modify_srq: an SRQ limit (%u) is not simulated", attr->srq_limit);
-		return EOPNOTSUPP;
+	if (mask & IBV_SRQ_LIMIT) {
+		if (attr->srq_limit > srq->size - 1)
+			return EINVAL;
+		/* Armed: the next receive taken below it raises
+		 * IBV_EVENT_SRQ_LIMIT_REACHED, once. */
+		pthread_mutex_lock(&ctx->lock);
+		srq->limit = attr->srq_limit;
+		pthread_mutex_unlock(&ctx->lock);
 	}
 	return 0;
 }
@@ -72,7 +75,7 @@ static int query_srq(struct ibv_srq *s, struct ibv_srq_attr *attr)
 {
 	struct nvmock_srq *srq = to_srq(s);
 
-	*attr = (struct ibv_srq_attr){ .max_wr = srq->size - 1, .max_sge = srq->max_sge };
+	*attr = (struct ibv_srq_attr){ .max_wr = srq->size - 1, .max_sge = srq->max_sge, .srq_limit = srq->limit };
 	return 0;
 }
 
@@ -141,6 +144,10 @@ bool take_recv(struct nvmock_qp *qp)
 	memcpy(to->sge, from->sge, sizeof(*to->sge) * from->nsge);
 	srq->head++;
 	qp->rq_tail++;
+	if (srq->limit && srq->tail - srq->head < srq->limit) {
+		srq->limit = 0;
+		raise_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->srq);
+	}
 	return true;
 }
 
