@@ -332,6 +332,14 @@ static void srq_check(void)
 		ia.srq = srq;
 		if (!r[i].cq || !(r[i].qp = ibv_create_qp(pd, &ia)))
 			FAIL("srq: a QP on the SRQ: %s", strerror(errno));
+		{
+			struct ibv_qp_attr qa;
+			struct ibv_qp_init_attr qi;
+
+			if (r[i].qp->srq != srq || ibv_query_qp(r[i].qp, &qa, IBV_QP_CAP, &qi) || qi.srq != srq ||
+			    qa.cap.max_recv_wr != 0 || ia.cap.max_recv_wr != 0)
+				FAIL("srq: the QP does not say it is on the SRQ with no receive queue of its own");
+		}
 		connect_to(&s[i], lid, r[i].qp->qp_num, 14, 7, 7);
 		connect_to(&r[i], lid, s[i].qp->qp_num, 14, 7, 7);
 	}

@@ -322,6 +322,15 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		errno = EINVAL;
 		return NULL;
 	}
+	if (a->srq && a->srq->pd != pd) {
+		/* An HCA checks an SRQ's receives against the SRQ's PD; the
+		 * data path checks a QP's against its own. */
+		trace("create_qp: an SRQ of another PD is not simulated");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (a->srq) /* mlx5 ignores them then */
+		a->cap.max_recv_wr = a->cap.max_recv_sge = 0;
 	if (!a->send_cq || !a->recv_cq || a->send_cq->context != ibctx || a->recv_cq->context != ibctx ||
 	    a->cap.max_send_wr > (uint32_t)caps->max_qp_wr || a->cap.max_recv_wr > (uint32_t)caps->max_qp_wr ||
 	    a->cap.max_send_sge > (uint32_t)caps->max_sge || a->cap.max_recv_sge > (uint32_t)caps->max_sge ||
@@ -392,6 +401,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	q->pd = pd;
 	q->send_cq = a->send_cq;
 	q->recv_cq = a->recv_cq;
+	q->srq = a->srq;
 	q->state = qp->state = IBV_QPS_RESET;
 	q->qp_type = a->qp_type;
 	pthread_mutex_init(&q->mutex, NULL);
@@ -432,6 +442,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		goto fail;
 	a->cap.max_send_wr = qp->sq_size;
 	a->cap.max_recv_wr = qp->srq ? 0 : qp->rq_size;
+	a->cap.max_recv_sge = qp->srq ? 0 : qp->max_recv_sge;
 	a->cap.max_send_sge = qp->max_send_sge;
 	a->cap.max_recv_sge = qp->max_recv_sge;
 	return q;
@@ -689,13 +700,14 @@ static int query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct
 	attr->retry_cnt = qp->retry_cnt;
 	attr->rnr_retry = qp->rnr_retry;
 	attr->cap.max_send_wr = qp->sq_size;
-	attr->cap.max_recv_wr = qp->rq_size;
+	attr->cap.max_recv_wr = qp->srq ? 0 : qp->rq_size; /* an SRQ's QP has no queue of its own */
 	attr->cap.max_send_sge = qp->max_send_sge;
-	attr->cap.max_recv_sge = qp->max_recv_sge;
+	attr->cap.max_recv_sge = qp->srq ? 0 : qp->max_recv_sge;
 	attr->cap.max_inline_data = qp->max_inline;
 	init->qp_context = q->qp_context;
 	init->send_cq = q->send_cq;
 	init->recv_cq = q->recv_cq;
+	init->srq = q->srq;
 	init->cap = attr->cap;
 	init->qp_type = q->qp_type;
 	init->sq_sig_all = qp->sig_all;
