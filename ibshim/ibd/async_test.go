@@ -4,29 +4,16 @@ import (
 	"encoding/binary"
 	"net"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
-	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/umad"
-	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // A verbs context's async fd hears its HCA's port go down and up, once
 // each; another HCA's change is not its.
 func TestAsyncFdsHearTheirPortGoDownAndUp(t *testing.T) {
-	n := testenv.Node(t, "h100", 8)
-	f, err := fabric.Build(n, "node-a", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := logrus.New()
-	log.SetOutput(&strings.Builder{})
-	d := New(n, f, log)
-	defer d.Close()
+	d, _ := quietDaemon(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "faults.json")
 	set := func(s string) { t.Helper(); setFaults(t, d, path, s) }

@@ -21,33 +21,14 @@ import (
 // peer takes faults only from the link it uses (seen as node-b missing
 // node-a's port going down for good).
 func TestFaultsGoOutOnEveryLinkToAPeer(t *testing.T) {
-	n := testenv.Node(t, "h100", 8)
-	f, err := fabric.Build(n, "node-a", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := logrus.New()
-	log.SetOutput(&strings.Builder{})
-	d := New(n, f, log)
-	defer d.Close()
+	d, f := quietDaemon(t)
 	path := filepath.Join(t.TempDir(), "faults.json")
 	setFaults(t, d, path, `[]`)
 	d.FollowFaults(path)
 
-	// node-b's ends of two links, each greeted as node-b would.
 	var links []*bufio.Reader
 	for range 2 {
-		ours, theirs := net.Pipe()
-		t.Cleanup(func() { ours.Close() })
-		go d.peerConn(theirs)
-		r := bufio.NewReader(ours)
-		if typ, _, err := readFrame(r); err != nil || typ != frameHello {
-			t.Fatalf("no hello from the daemon: type %d, %v", typ, err)
-		}
-		me, _ := json.Marshal(hello{Fabric: f.Name, Slot: 1, Host: "node-b"})
-		if _, err := ours.Write(frame(frameHello, [][]byte{me})); err != nil {
-			t.Fatal(err)
-		}
+		_, r := nodeBLink(t, d, f)
 		if faults := nextFaults(t, r); faults != "null" && faults != "[]" {
 			t.Fatalf("faults at connect: %s, want none", faults)
 		}
@@ -90,28 +71,10 @@ func nextFaults(t *testing.T, r *bufio.Reader) string {
 // When the link in use ends, the node's other link carries on, with the
 // faults that last came on it, though they were not applied then.
 func TestTheOtherLinkCarriesOnWithItsFaults(t *testing.T) {
-	n := testenv.Node(t, "h100", 8)
-	f, err := fabric.Build(n, "node-a", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := logrus.New()
-	log.SetOutput(&strings.Builder{})
-	d := New(n, f, log)
-	defer d.Close()
+	d, f := quietDaemon(t)
 	var theirs []net.Conn
 	for range 2 {
-		ours, conn := net.Pipe()
-		t.Cleanup(func() { ours.Close() })
-		go d.peerConn(conn)
-		r := bufio.NewReader(ours)
-		if typ, _, err := readFrame(r); err != nil || typ != frameHello {
-			t.Fatalf("no hello from the daemon: type %d, %v", typ, err)
-		}
-		me, _ := json.Marshal(hello{Fabric: f.Name, Slot: 1, Host: "node-b"})
-		if _, err := ours.Write(frame(frameHello, [][]byte{me})); err != nil {
-			t.Fatal(err)
-		}
+		ours, r := nodeBLink(t, d, f)
 		nextFaults(t, r)
 		go io.Copy(io.Discard, r) // the daemon's later frames
 		theirs = append(theirs, ours)
@@ -144,4 +107,37 @@ func TestTheOtherLinkCarriesOnWithItsFaults(t *testing.T) {
 			t.Fatal("node-b's mlx5_0 is up after the link in use ended; its other link said down")
 		}
 	}
+}
+
+// quietDaemon is node-a's daemon of an h100 fabric, logging nowhere.
+func quietDaemon(t *testing.T) (*Daemon, *fabric.Fabric) {
+	t.Helper()
+	n := testenv.Node(t, "h100", 8)
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(&strings.Builder{})
+	d := New(n, f, log)
+	t.Cleanup(d.Close)
+	return d, f
+}
+
+// nodeBLink is node-b's end of a new peer link to d, greeted as node-b's
+// daemon would.
+func nodeBLink(t *testing.T, d *Daemon, f *fabric.Fabric) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	ours, theirs := net.Pipe()
+	t.Cleanup(func() { ours.Close() })
+	go d.peerConn(theirs)
+	r := bufio.NewReader(ours)
+	if typ, _, err := readFrame(r); err != nil || typ != frameHello {
+		t.Fatalf("no hello from the daemon: type %d, %v", typ, err)
+	}
+	me, _ := json.Marshal(hello{Fabric: f.Name, Slot: 1, Host: "node-b"})
+	if _, err := ours.Write(frame(frameHello, [][]byte{me})); err != nil {
+		t.Fatal(err)
+	}
+	return ours, r
 }

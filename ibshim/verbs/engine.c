@@ -20,42 +20,54 @@
 
 static void *engine(void *arg);
 
+/* hello connects to the daemon and says hello (op) for this context's
+ * device and port: the socket, or -1. */
+static int hello(struct nvmock_context *ctx, uint32_t op, uint8_t port)
+{
+	struct nvmock_ibd_verbs_hello h = { .magic = NVMOCK_IBD_MAGIC, .op = op, .pid = (uint32_t)getpid(), .port = port };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *path = getenv(NVMOCK_IBD_ENV);
+	int fd;
+
+	if (!path || !path[0])
+		path = NVMOCK_IBD_SOCKET;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	snprintf(h.ibdev, sizeof(h.ibdev), "%s", ctx->vctx.context.device->name);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h)) {
+		trace("%s: no fabric daemon at %s: %s", h.ibdev, path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* Connects to the daemon for the port and returns the socket (-1: none)
  * and the context's QPN block. Without a daemon (or for a port the fabric
  * does not have) the context still makes QPs, whose packets go nowhere, as
  * on a fabric that is down. Called without the lock: it may wait. */
 int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base)
 {
-	struct nvmock_ibd_verbs_hello hello = { .magic = NVMOCK_IBD_MAGIC, .op = NVMOCK_IBD_OP_VERBS_HELLO, .pid = (uint32_t)getpid(), .port = port };
 	struct nvmock_ibd_verbs_welcome w = { 0 };
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	const char *path = getenv(NVMOCK_IBD_ENV);
 	struct pollfd pfd;
 	int fd;
 
 	*qpn_base = ((uint32_t)getpid() % (0xffffff / NVMOCK_IBD_QPN_BLOCK - 1) + 1) * NVMOCK_IBD_QPN_BLOCK;
-	if (!path || !path[0])
-		path = NVMOCK_IBD_SOCKET;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	snprintf(hello.ibdev, sizeof(hello.ibdev), "%s", ctx->vctx.context.device->name);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	fd = hello(ctx, NVMOCK_IBD_OP_VERBS_HELLO, port);
 	if (fd < 0)
 		return -1;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
-		trace("%s: no fabric daemon at %s: %s", hello.ibdev, path, strerror(errno));
-		close(fd);
-		return -1;
-	}
 	pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
 	if (poll(&pfd, 1, 5000) != 1 || recv(fd, &w, sizeof(w), 0) != sizeof(w) ||
 	    w.magic != NVMOCK_IBD_MAGIC || w.op != NVMOCK_IBD_OP_VERBS_HELLO || !w.qpn_base) {
-		trace("%s: the fabric daemon has no InfiniBand port %u for it", hello.ibdev, port);
+		trace("%s: the fabric daemon has no InfiniBand port %u for it", ctx->vctx.context.device->name, port);
 		close(fd);
 		return -1;
 	}
 	*qpn_base = w.qpn_base;
-	trace("%s: QPNs from %#x, LID %u", hello.ibdev, w.qpn_base, w.lid);
+	trace("%s: QPNs from %#x, LID %u", ctx->vctx.context.device->name, w.qpn_base, w.lid);
 	return fd;
 }
 
@@ -65,24 +77,7 @@ int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base)
  * kernel's is. */
 int connect_async(struct nvmock_context *ctx)
 {
-	struct nvmock_ibd_verbs_hello hello = { .magic = NVMOCK_IBD_MAGIC, .op = NVMOCK_IBD_OP_ASYNC_HELLO, .pid = (uint32_t)getpid(), .port = 1 };
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	const char *path = getenv(NVMOCK_IBD_ENV);
-	int fd;
-
-	if (!path || !path[0])
-		path = NVMOCK_IBD_SOCKET;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	snprintf(hello.ibdev, sizeof(hello.ibdev), "%s", ctx->vctx.context.device->name);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
-		close(fd);
-		return -1;
-	}
-	return fd;
+	return hello(ctx, NVMOCK_IBD_OP_ASYNC_HELLO, 1);
 }
 
 /* raise_event has the daemon send an async event about one of this
