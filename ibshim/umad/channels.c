@@ -16,9 +16,10 @@
  *
  * The channel fd is a SOCK_SEQPACKET socket: each read returns one event,
  * as the kernel's does, poll and epoll work, and the provider can take a
- * destroyed CQ's events back. Closing the channel closes the provider's end
- * too. Every other command still fails: libibverbs sends no other one
- * for this provider.
+ * destroyed CQ's events back. Closing the channel closes the shim's copy
+ * of the provider's end; each CQ on it holds its own (verbs/objects.c), as
+ * the kernel keeps a channel while a CQ refers to it. Every other command
+ * still fails: libibverbs sends no other one for this provider.
  *
  * The provider also hands over its async fd (a connection on which the
  * daemon sends port events), so that the daemon going away never reads
