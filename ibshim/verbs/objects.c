@@ -170,12 +170,12 @@ static void fire(struct nvmock_cq *cq)
 	cq->armed = ARM_NONE;
 	if (cq->chan_w < 0)
 		return; /* armed without a channel: nobody to tell */
-	cq->events++;
-	if (send(cq->chan_w, &handle, sizeof(handle), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(handle) && !cq->event_lost) {
+	if (send(cq->chan_w, &handle, sizeof(handle), MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof(handle)) {
+		cq->events++;
+	} else if (!cq->event_lost) {
 		/* Only a channel with hundreds of unread events is full. */
 		fprintf(stderr, "nvmock-verbs: completion event lost: %s\n", strerror(errno));
 		cq->event_lost = true;
-		cq->events--;
 	}
 }
 
@@ -196,8 +196,11 @@ static void take_back(struct nvmock_cq *cq)
 			cq->events--;
 	}
 	for (i = 0; i < n; i++)
-		if (send(cq->chan_w, &others[i], sizeof(others[i]), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(others[i]))
+		if (send(cq->chan_w, &others[i], sizeof(others[i]), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(others[i])) {
+			/* Its CQ's destroy must not wait for it. */
+			to_cq((struct ibv_cq *)(uintptr_t)others[i])->events--;
 			fprintf(stderr, "nvmock-verbs: completion event lost: %s\n", strerror(errno));
+		}
 }
 
 static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
