@@ -132,7 +132,7 @@ void channel_gone(int fd)
  * that has none. */
 ssize_t async_read(int fd, void *buf, size_t n)
 {
-	ssize_t r = sys_read_next(fd, buf, n);
+	ssize_t r = sys_read(fd, buf, n);
 	int fdfl, fl, q;
 
 	if (r != 0 || n == 0)
@@ -149,30 +149,22 @@ ssize_t async_read(int fd, void *buf, size_t n)
 	}
 	sys_close(q);
 	dbg("async fd %d: the fabric daemon went away; no more port events", fd);
-	return sys_read_next(fd, buf, n);
+	return sys_read(fd, buf, n);
 }
 
-/* The provider marks a mock HCA's async fd. */
-EXPORT int nvmock_verbs_async_fd(int fd)
+static int mark(int fd, int kind)
 {
 	if (fd < 0 || fd >= NVMOCK_UMAD_MAX_FD) {
 		errno = EMFILE;
 		return -1;
 	}
-	track(fd, FD_ASYNC);
+	track(fd, kind);
 	return 0;
 }
 
-/* The provider marks a mock HCA's command fd. */
-EXPORT int nvmock_verbs_cmd_fd(int fd)
-{
-	if (fd < 0 || fd >= NVMOCK_UMAD_MAX_FD) {
-		errno = EMFILE;
-		return -1;
-	}
-	track(fd, FD_CMD);
-	return 0;
-}
+/* The provider marks a mock HCA's async fd and its command fd. */
+EXPORT int nvmock_verbs_async_fd(int fd) { return mark(fd, FD_ASYNC); }
+EXPORT int nvmock_verbs_cmd_fd(int fd) { return mark(fd, FD_CMD); }
 
 /* The provider's end of the channel fd, or -1 if fd is not one. */
 EXPORT int nvmock_verbs_channel_writer(int fd)

@@ -47,7 +47,7 @@ static inline int kind_of(int fd)
 void dbg_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void track(int fd, int kind);
 int below_limit(int fd, int cloexec);
-ssize_t sys_read_next(int fd, void *buf, size_t n);
+ssize_t sys_read(int fd, void *buf, size_t n);
 ssize_t sys_write(int fd, const void *buf, size_t n);
 int sys_dup3(int oldfd, int newfd, int flags);
 int sys_close(int fd);

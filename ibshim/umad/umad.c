@@ -196,13 +196,11 @@ static void resolve(void)
 		 ? next.field                                                    \
 		 : (resolve(), __atomic_load_n(&next.field, __ATOMIC_RELAXED)))
 
-static ssize_t sys_read(int fd, void *buf, size_t n)
+ssize_t sys_read(int fd, void *buf, size_t n)
 {
 	ssize_t (*f)(int, void *, size_t) = NEXTFN(read);
 	return f ? f(fd, buf, n) : syscall(SYS_read, fd, buf, n);
 }
-
-ssize_t sys_read_next(int fd, void *buf, size_t n) { return sys_read(fd, buf, n); }
 
 ssize_t sys_write(int fd, const void *buf, size_t n)
 {

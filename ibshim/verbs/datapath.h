@@ -49,6 +49,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -209,6 +210,21 @@ struct nvmock_ah {
 static inline struct nvmock_qp *to_qp(struct ibv_qp *qp) { return container_of(qp, struct nvmock_qp, vqp.qp); }
 static inline struct nvmock_cq *to_cq(struct ibv_cq *cq) { return container_of(cq, struct nvmock_cq, cq); }
 static inline struct nvmock_srq *to_srq(struct ibv_srq *s) { return container_of(s, struct nvmock_srq, srq); }
+
+/* put_rwqe fills slot n of a receive ring (rq, with max_sge SGEs a slot in
+ * sges) with a receive: its SGEs are copied, as the program may reuse its
+ * list. Returns the slot. */
+static inline struct rwqe *put_rwqe(struct rwqe *rq, struct ibv_sge *sges, uint32_t size, uint32_t max_sge,
+				    uint32_t n, uint64_t wr_id, int nsge, const struct ibv_sge *sg)
+{
+	struct rwqe *r = &rq[n % size];
+
+	r->wr_id = wr_id;
+	r->nsge = nsge;
+	r->sge = &sges[(size_t)(n % size) * max_sge];
+	memcpy(r->sge, sg, sizeof(*r->sge) * nsge);
+	return r;
+}
 
 static inline int64_t now_ns(void)
 {

@@ -166,12 +166,7 @@ int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
 			*bad = wr;
 			break;
 		}
-		r = &qp->rq[qp->rq_tail % qp->rq_size];
-		r->wr_id = wr->wr_id;
-		r->nsge = wr->num_sge;
-		r->sge = &qp->rq_sge[(size_t)(qp->rq_tail % qp->rq_size) * qp->max_recv_sge];
-		memcpy(r->sge, wr->sg_list, sizeof(*r->sge) * wr->num_sge);
-		qp->rq_tail++;
+		r = put_rwqe(qp->rq, qp->rq_sge, qp->rq_size, qp->max_recv_sge, qp->rq_tail++, wr->wr_id, wr->num_sge, wr->sg_list);
 		if (qp->state == IBV_QPS_ERR) {
 			recv_done(qp, r, IBV_WC_WR_FLUSH_ERR, NULL);
 			qp->rq_head++;

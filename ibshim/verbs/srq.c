@@ -104,8 +104,6 @@ static int post_srq_recv(struct ibv_srq *s, struct ibv_recv_wr *wr, struct ibv_r
 
 	pthread_mutex_lock(&ctx->lock);
 	for (; wr; wr = wr->next) {
-		struct rwqe *r;
-
 		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > srq->max_sge)
 			err = EINVAL;
 		else if (srq->tail - srq->head == srq->size - 1)
@@ -114,12 +112,7 @@ static int post_srq_recv(struct ibv_srq *s, struct ibv_recv_wr *wr, struct ibv_r
 			*bad = wr;
 			break;
 		}
-		r = &srq->rq[srq->tail % srq->size];
-		r->wr_id = wr->wr_id;
-		r->nsge = wr->num_sge;
-		r->sge = &srq->sge[(size_t)(srq->tail % srq->size) * srq->max_sge];
-		memcpy(r->sge, wr->sg_list, sizeof(*r->sge) * wr->num_sge);
-		srq->tail++;
+		put_rwqe(srq->rq, srq->sge, srq->size, srq->max_sge, srq->tail++, wr->wr_id, wr->num_sge, wr->sg_list);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return err;
@@ -130,19 +123,14 @@ static int post_srq_recv(struct ibv_srq *s, struct ibv_recv_wr *wr, struct ibv_r
 bool take_recv(struct nvmock_qp *qp)
 {
 	struct nvmock_srq *srq = qp->srq;
-	struct rwqe *from, *to;
+	struct rwqe *from;
 
 	if (qp->rq_head != qp->rq_tail)
 		return true;
 	if (!srq || srq->head == srq->tail)
 		return false;
-	from = &srq->rq[srq->head % srq->size];
-	to = &qp->rq[qp->rq_tail % qp->rq_size];
-	to->wr_id = from->wr_id;
-	to->nsge = from->nsge;
-	to->sge = &qp->rq_sge[(size_t)(qp->rq_tail % qp->rq_size) * qp->max_recv_sge];
-	memcpy(to->sge, from->sge, sizeof(*to->sge) * from->nsge);
-	srq->head++;
+	from = &srq->rq[srq->head++ % srq->size];
+	put_rwqe(qp->rq, qp->rq_sge, qp->rq_size, qp->max_recv_sge, qp->rq_tail, from->wr_id, from->nsge, from->sge);
 	qp->rq_tail++;
 	if (srq->limit && srq->tail - srq->head < srq->limit) {
 		srq->limit = 0;
