@@ -41,7 +41,11 @@ func (d *Daemon) portEvents() {
 		c.asyncDown = down
 		ev := make([]byte, umad.AsyncEventSize)
 		binary.NativeEndian.PutUint64(ev, 1) // the port number
-		binary.NativeEndian.PutUint32(ev[8:], map[bool]uint32{true: umad.EventPortErr, false: umad.EventPortActive}[down])
+		typ := umad.EventPortActive
+		if down {
+			typ = umad.EventPortErr
+		}
+		binary.NativeEndian.PutUint32(ev[8:], typ)
 		sendNow(c, ev)
 	}
 }
