@@ -41,7 +41,7 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	}
 	out := node(t, fmt.Sprintf("%s mlx5_0 %d", bin, modelledLID(t, model(t))))
 	for _, check := range []string{"send", "write", "write-with-immediate", "read", "atomics", "rnr-then-receive", "states",
-		"remote-access-error", "out-of-range", "too-long", "rnr-retry-exceeded", "big-write", "datagrams", "events", "srq", "cq-overrun", "retry-exceeded"} {
+		"remote-access-error", "out-of-range", "misaligned-atomic", "operation-not-allowed", "too-long", "rnr-retry-exceeded", "big-write", "datagrams", "events", "srq", "cq-overrun", "comm-est", "retry-exceeded"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rcpair did not pass %q:\n%s", check, out)
 			break

@@ -298,6 +298,33 @@ static struct ibv_async_event next_async(const char *what)
 	return ev;
 }
 
+/* no_async fails if an async event comes within 200 ms. */
+static void no_async(const char *what)
+{
+	struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+	struct ibv_async_event ev;
+
+	if (poll(&p, 1, 200) == 0)
+		return;
+	if (ibv_get_async_event(ctx, &ev))
+		FAIL("%s: ibv_get_async_event", what);
+	FAIL("%s: unexpected async event %s", what, ibv_event_type_str(ev.event_type));
+}
+
+/* qp_event fails unless the next async event is type, for qp, and qp
+ * is then in state. */
+static void qp_event(enum ibv_event_type type, struct ibv_qp *qp, enum ibv_qp_state state, const char *what)
+{
+	struct ibv_async_event ev = next_async(what);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+
+	if (ev.event_type != type || ev.element.qp != qp)
+		FAIL("%s: async event %s, want %s for the QP", what, ibv_event_type_str(ev.event_type), ibv_event_type_str(type));
+	if (ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) || qa.qp_state != state)
+		FAIL("%s: the QP is in state %d, want %d", what, qa.qp_state, state);
+}
+
 /* Shared receive queues: two QPs take their receives from one, in turn;
  * one QP's error leaves the SRQ's receives alone; and what the mock does
  * not do (limits, resizing) or the verbs forbid fails. */
@@ -361,12 +388,7 @@ static void srq_check(void)
 	wc = wait_wc(r[1].cq, "srq: receive on the second QP");
 	if (wc.wr_id != 80 || wc.status != IBV_WC_SUCCESS || wc.qp_num != r[1].qp->qp_num)
 		FAIL("srq: second QP: wr_id %llu status %s qp %#x", (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.qp_num);
-	{
-		struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
-
-		if (poll(&p, 1, 200) != 0)
-			FAIL("srq: an async event with 2 receives left of a limit of 2");
-	}
+	no_async("srq: 2 receives left of a limit of 2");
 	send_to(&s[0], 91, 0);
 	wc = wait_wc(r[0].cq, "srq: receive on the first QP");
 	if (wc.wr_id != 81 || wc.qp_num != r[0].qp->qp_num)
@@ -383,13 +405,7 @@ static void srq_check(void)
 	/* The first QP's error flushes nothing of the SRQ's. */
 	if (ibv_modify_qp(r[0].qp, &err_attr, IBV_QP_STATE))
 		FAIL("srq: to ERR");
-	{
-		struct ibv_async_event ev = next_async("srq: last WQE");
-
-		if (ev.event_type != IBV_EVENT_QP_LAST_WQE_REACHED || ev.element.qp != r[0].qp)
-			FAIL("srq: async event %s, want IBV_EVENT_QP_LAST_WQE_REACHED for the QP in error",
-			     ibv_event_type_str(ev.event_type));
-	}
+	qp_event(IBV_EVENT_QP_LAST_WQE_REACHED, r[0].qp, IBV_QPS_ERR, "srq: last WQE");
 	usleep(100000);
 	if (ibv_poll_cq(r[0].cq, 1, &wc) != 0)
 		FAIL("srq: the QP's error flushed receive %llu of the SRQ", (unsigned long long)wc.wr_id);
@@ -405,7 +421,8 @@ static void srq_check(void)
 		FAIL("ibv_destroy_srq");
 }
 
-/* A CQ that overruns raises IBV_EVENT_CQ_ERR (and says so on stderr). */
+/* A CQ that overruns raises IBV_EVENT_CQ_ERR (and says so on stderr); the
+ * QP whose completion it lost gets IBV_EVENT_QP_FATAL and goes to ERR. */
 static void cq_overrun(void)
 {
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
@@ -430,6 +447,48 @@ static void cq_overrun(void)
 	ev = next_async("overrun");
 	if (ev.event_type != IBV_EVENT_CQ_ERR || ev.element.cq != y.cq)
 		FAIL("overrun: async event %s, want IBV_EVENT_CQ_ERR for the CQ", ibv_event_type_str(ev.event_type));
+	qp_event(IBV_EVENT_QP_FATAL, y.qp, IBV_QPS_ERR, "overrun: the QP");
+	no_async("overrun: after the QP's event");
+}
+
+/* Communication Established: a message to a QP still in RTR is received
+ * and raises IBV_EVENT_COMM_EST, once; in RTS nothing is raised. */
+static void comm_est(void)
+{
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1 };
+	struct end x, y;
+	int err;
+
+	make_end(&x, acc);
+	make_end(&y, acc);
+	connect_to(&x, lid, y.qp->qp_num, 14, 7, 7);
+	{
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+
+		if ((err = ibv_modify_qp(y.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+			FAIL("comm-est: to INIT: %s", strerror(err));
+		a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = x.qp->qp_num,
+			.max_dest_rd_atomic = 1, .min_rnr_timer = 1, .ah_attr = { .dlid = lid, .port_num = 1 } };
+		if ((err = ibv_modify_qp(y.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
+			FAIL("comm-est: to RTR: %s", strerror(err));
+	}
+	post_recv(&y, 120, 64);
+	send_to(&x, 121, 0);
+	expect(wait_wc(y.cq, "comm-est: receive in RTR"), 120, IBV_WC_SUCCESS, IBV_WC_RECV, "comm-est: receive in RTR");
+	qp_event(IBV_EVENT_COMM_EST, y.qp, IBV_QPS_RTR, "comm-est");
+	post_recv(&y, 122, 64);
+	send_to(&x, 123, 0);
+	expect(wait_wc(y.cq, "comm-est: second receive"), 122, IBV_WC_SUCCESS, IBV_WC_RECV, "comm-est: second receive");
+	no_async("comm-est: a second message in RTR");
+	if ((err = ibv_modify_qp(y.qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+		FAIL("comm-est: to RTS: %s", strerror(err));
+	post_recv(&y, 124, 64);
+	send_to(&x, 125, 0);
+	expect(wait_wc(y.cq, "comm-est: receive in RTS"), 124, IBV_WC_SUCCESS, IBV_WC_RECV, "comm-est: receive in RTS");
+	no_async("comm-est: a message in RTS");
 }
 
 int main(int argc, char **argv)
@@ -539,6 +598,22 @@ int main(int argc, char **argv)
 			FAIL("post_send in RESET did not fail with EINVAL");
 		if (ibv_modify_qp(c.qp, &at, IBV_QP_STATE) != EINVAL)
 			FAIL("RESET to RTR did not fail with EINVAL");
+		/* The kernel's table: RESET cannot go to ERR; CUR_STATE only
+		 * where a transition takes it (RTS to RTS, not to ERR). */
+		at.qp_state = IBV_QPS_ERR;
+		if (ibv_modify_qp(c.qp, &at, IBV_QP_STATE) != EINVAL)
+			FAIL("RESET to ERR did not fail with EINVAL");
+		at = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .cur_qp_state = IBV_QPS_RTS };
+		if ((err = ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_CUR_STATE)))
+			FAIL("RTS to RTS with CUR_STATE: %s", strerror(err));
+		at.qp_state = IBV_QPS_ERR;
+		if (ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_CUR_STATE) != EINVAL)
+			FAIL("RTS to ERR with CUR_STATE did not fail with EINVAL");
+		if ((err = ibv_modify_qp(a.qp, &at, IBV_QP_STATE)))
+			FAIL("RTS to ERR: %s", strerror(err));
+		at.qp_state = IBV_QPS_RESET;
+		if ((err = ibv_modify_qp(a.qp, &at, IBV_QP_STATE)))
+			FAIL("ERR to RESET: %s", strerror(err));
 	}
 	puts("ok states");
 
@@ -548,18 +623,52 @@ int main(int argc, char **argv)
 	post(&a, 21, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey);
 	expect(wait_wc(a.cq, "bad rkey"), 20, IBV_WC_REM_ACCESS_ERR, 0, "bad rkey");
 	expect(wait_wc(a.cq, "after bad rkey"), 21, IBV_WC_WR_FLUSH_ERR, 0, "after bad rkey");
+	/* The responder has no completion to report it in: an async event. */
+	qp_event(IBV_EVENT_QP_ACCESS_ERR, b.qp, IBV_QPS_ERR, "bad rkey: the responder");
 	puts("ok remote-access-error");
 
 	pair(&a, &b, 7);
 	post(&a, 22, IBV_WR_RDMA_READ, 64, (uintptr_t)b.buf + BIG - 8, b.mr->rkey);
 	expect(wait_wc(a.cq, "read past the region"), 22, IBV_WC_REM_ACCESS_ERR, 0, "read past the region");
+	qp_event(IBV_EVENT_QP_ACCESS_ERR, b.qp, IBV_QPS_ERR, "read past the region: the responder");
 	puts("ok out-of-range");
+
+	pair(&a, &b, 7);
+	{
+		struct ibv_sge sg = { (uintptr_t)a.buf, 8, a.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 27, .sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+			.send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		wr.wr.atomic.remote_addr = (uintptr_t)b.buf + 4;
+		wr.wr.atomic.rkey = b.mr->rkey;
+		if ((err = ibv_post_send(a.qp, &wr, &bad)))
+			FAIL("misaligned atomic: %s", strerror(err));
+	}
+	expect(wait_wc(a.cq, "misaligned atomic"), 27, IBV_WC_REM_INV_REQ_ERR, 0, "misaligned atomic");
+	qp_event(IBV_EVENT_QP_ACCESS_ERR, b.qp, IBV_QPS_ERR, "misaligned atomic: the responder");
+	puts("ok misaligned-atomic");
+
+	/* An operation the responder's QP does not allow: reads are taken
+	 * away by RTS to RTS, an optional attribute there. */
+	pair(&a, &b, 7);
+	{
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_RTS, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+
+		if ((err = ibv_modify_qp(b.qp, &at, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS)))
+			FAIL("RTS to RTS with access flags: %s", strerror(err));
+	}
+	post(&a, 28, IBV_WR_RDMA_READ, 64, (uintptr_t)b.buf, b.mr->rkey);
+	expect(wait_wc(a.cq, "read not allowed"), 28, IBV_WC_REM_INV_REQ_ERR, 0, "read not allowed");
+	qp_event(IBV_EVENT_QP_REQ_ERR, b.qp, IBV_QPS_ERR, "read not allowed: the responder");
+	puts("ok operation-not-allowed");
 
 	pair(&a, &b, 7);
 	post_recv(&b, 23, 16);
 	post(&a, 24, IBV_WR_SEND, 64, 0, 0);
 	expect(wait_wc(b.cq, "too long: receive"), 23, IBV_WC_LOC_LEN_ERR, 0, "too long: receive");
 	expect(wait_wc(a.cq, "too long"), 24, IBV_WC_REM_INV_REQ_ERR, 0, "too long");
+	/* The receive's completion reports it: no event. */
+	no_async("too long");
 	puts("ok too-long");
 
 	pair(&a, &b, 1);
@@ -679,6 +788,8 @@ int main(int argc, char **argv)
 	puts("ok srq");
 	cq_overrun();
 	puts("ok cq-overrun");
+	comm_est();
+	puts("ok comm-est");
 
 	/* Nobody there: a modelled node's port has no such QP. */
 	make_end(&a, IBV_ACCESS_LOCAL_WRITE);

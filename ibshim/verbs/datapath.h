@@ -139,6 +139,8 @@ struct nvmock_qp {
 	enum ibv_qp_state state;
 	uint32_t queued; /* this QP's packets waiting for the socket */
 	bool lost;       /* a request packet of it was dropped before it left */
+	bool fatal;      /* a completion of it found its CQ broken (settle) */
+	bool comm_est;   /* a packet came in RTR: IBV_EVENT_COMM_EST was raised */
 
 	/* Send queue: monotonic counters, slot = counter % sq_size. Posted
 	 * WQEs are [sq_head, sq_tail); [sq_head, sq_next) were sent. A WQE's
@@ -255,7 +257,7 @@ struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq);
 uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len);
 uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, uint32_t *room, struct nvmock_mr **mrp, int need);
 void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
-void complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited);
+bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited);
 int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base);
 void free_pkt(struct out_pkt *o);
 void go_back(struct nvmock_qp *qp, uint32_t n);
@@ -272,6 +274,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 void retire(struct nvmock_qp *qp);
 bool scatter(struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, const uint8_t *data, uint32_t len);
 void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st);
+void settle(struct nvmock_qp *qp);
 void srq_ops(struct verbs_context_ops *ops);
 bool take_recv(struct nvmock_qp *qp);
 

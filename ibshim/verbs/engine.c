@@ -273,6 +273,12 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 	if (p->kind < NVMOCK_PKT_ACK) {
 		if (p->offset > p->total || len > p->total - p->offset)
 			return;
+		/* The IBA's Communication Established: the first packet to
+		 * a connected QP still in RTR. */
+		if (qp->state == IBV_QPS_RTR && !qp->ud && !qp->comm_est) {
+			qp->comm_est = true;
+			raise_event(ctx, IBV_EVENT_COMM_EST, &qp->vqp.qp);
+		}
 		if (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS)
 			respond(qp, p, buf + sizeof(*p), len);
 	} else {
@@ -281,6 +287,7 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 		answered(qp, p, buf + sizeof(*p), len);
 		kick(qp);
 	}
+	settle(qp);
 }
 
 /* Runs what is due; returns when the next thing is (0: nothing). */

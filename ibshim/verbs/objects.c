@@ -274,18 +274,20 @@ static int poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	return i;
 }
 
-void complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
+/* Adds a completion; false if it is lost because the CQ is in error. */
+bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
-	if (cq->count == cq->size) {
-		/* An overrun CQ loses completions (a real one raises an async
-		 * CQ error too): said once, as a program waiting for one would
+	if (cq->overrun || cq->count == cq->size) {
+		/* An overrun CQ is in error from then on: it takes no more
+		 * completions, and raises an async CQ error. Said once on
+		 * stderr too, as a program waiting for a completion would
 		 * otherwise wait for ever without a hint. */
 		if (!cq->overrun) {
 			fprintf(stderr, "nvmock-verbs: CQ of %u entries overrun: completions lost\n", cq->size - 1);
 			raise_event(to_ctx(cq->cq.context), IBV_EVENT_CQ_ERR, &cq->cq);
 		}
 		cq->overrun = true;
-		return;
+		return false;
 	}
 	cq->ring[(cq->head + cq->count) % cq->size] = *wc;
 	cq->count++;
@@ -293,6 +295,7 @@ void complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 	if (cq->armed == ARM_NEXT ||
 	    (cq->armed == ARM_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS)))
 		fire(cq);
+	return true;
 }
 
 void qp_init_wqe(struct nvmock_qp *qp)
@@ -303,6 +306,7 @@ void qp_init_wqe(struct nvmock_qp *qp)
 	qp->psn0 = qp->sq_psn;
 	qp->resp_off = qp->atomics = 0;
 	qp->resp_skip = qp->resp_rwqe = false;
+	qp->fatal = qp->comm_est = false;
 	qp->deadline = qp->resend_at = 0;
 }
 
@@ -561,8 +565,11 @@ static bool transition_ok(bool ud, enum ibv_qp_state cur, enum ibv_qp_state next
 	const struct transition *t = ud ? ud_transitions : rc_transitions;
 	size_t i, n = ud ? sizeof(ud_transitions) / sizeof(*t) : sizeof(rc_transitions) / sizeof(*t);
 
+	/* Any state may go to RESET or ERR but RESET to ERR (the kernel's
+	 * ib_modify_qp_is_ok), with no other attribute: not even CUR_STATE,
+	 * which only a few transitions take. */
 	if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
-		return !(mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE));
+		return !(mask & ~IBV_QP_STATE) && !(cur == IBV_QPS_RESET && next == IBV_QPS_ERR);
 	mask &= ~IBV_QP_STATE;
 	for (i = 0; i < n; i++)
 		if (t[i].cur == cur && t[i].next == next)

@@ -32,7 +32,9 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		break;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		if (wr->num_sge != 1 || wr->sg_list[0].length != 8 || wr->wr.atomic.remote_addr % 8)
+		/* A misaligned target is posted, as mlx5 does: the responder
+		 * refuses it. */
+		if (wr->num_sge != 1 || wr->sg_list[0].length != 8)
 			return EINVAL;
 		break;
 	default:

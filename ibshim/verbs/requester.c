@@ -34,6 +34,17 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 	}
 }
 
+/* A completion its CQ cannot take breaks the QP: the IBA's Local Work
+ * Queue Catastrophic Error, IBV_EVENT_QP_FATAL, raised once, as NVIDIA's
+ * RDMA Aware Programming manual says every QP of an overrun CQ gets it. */
+static void lost_completion(struct nvmock_qp *qp)
+{
+	if (qp->fatal)
+		return;
+	qp->fatal = true;
+	raise_event(qp->ctx, IBV_EVENT_QP_FATAL, &qp->vqp.qp);
+}
+
 void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st)
 {
 	struct ibv_wc wc = { .wr_id = w->wr_id, .status = st, .opcode = wc_opcode(w->opcode), .qp_num = qp->vqp.qp.qp_num };
@@ -43,8 +54,8 @@ void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st)
 	else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
 		wc.byte_len = 8;
 	/* Errors always complete; successes when signaled. */
-	if (st != IBV_WC_SUCCESS || w->signaled)
-		complete(to_cq(qp->vqp.qp.send_cq), &wc, false);
+	if ((st != IBV_WC_SUCCESS || w->signaled) && !complete(to_cq(qp->vqp.qp.send_cq), &wc, false))
+		lost_completion(qp);
 }
 
 void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, const struct nvmock_ibd_pkt *p)
@@ -64,7 +75,17 @@ void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, cons
 				wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
 		}
 	}
-	complete(to_cq(qp->vqp.qp.recv_cq), &wc, p && (p->flags & NVMOCK_PKT_SE));
+	if (!complete(to_cq(qp->vqp.qp.recv_cq), &wc, p && (p->flags & NVMOCK_PKT_SE)))
+		lost_completion(qp);
+}
+
+/* A QP that met its broken CQ goes to the error state, but not at once:
+ * the caller may be walking its queues. The datapath settles it when it
+ * is done with the QP. */
+void settle(struct nvmock_qp *qp)
+{
+	if (qp->fatal && qp->state != IBV_QPS_ERR)
+		qp_error(qp, qp->sq_head, IBV_WC_WR_FLUSH_ERR);
 }
 
 /* The QP goes to the error state: the request with counter n completes
@@ -284,8 +305,10 @@ void kick(struct nvmock_qp *qp)
 			qp->sq[qp->sq_next % qp->sq_size].done = true;
 		qp->sq_next++;
 	}
-	if (qp->ud)
+	if (qp->ud) {
 		retire(qp);
+		settle(qp);
+	}
 }
 
 /* Completes answered requests from the oldest, in order. */

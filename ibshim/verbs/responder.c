@@ -30,15 +30,24 @@ static void answer(struct nvmock_qp *qp, uint8_t kind, uint32_t seq, uint8_t syn
 	queue(qp->ctx, o);
 }
 
+/* No async event: the error is in a completion, or there is none. */
+#define NO_EVENT (-1)
+
 /* The responder refuses a message: NAK, and the rest of it is dropped.
  * Access and request errors also end the responder's QP, as an HCA's: its
- * own work is flushed (the error is the requester's to report). */
-static void refuse(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, uint8_t syndrome)
+ * own work is flushed. Where no receive carries the error, the responder
+ * learns of it by an affiliated async event (NVIDIA's RDMA Aware
+ * Programming manual): QP_ACCESS_ERR for an R_Key violation or a
+ * misaligned atomic, QP_REQ_ERR for an operation the QP does not take. */
+static void refuse(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, uint8_t syndrome, int event)
 {
 	answer(qp, NVMOCK_PKT_NAK, p->seq, syndrome);
 	qp->resp_skip = true;
-	if (syndrome != NVMOCK_NAK_RNR)
-		qp_error(qp, qp->sq_head, IBV_WC_WR_FLUSH_ERR);
+	if (syndrome == NVMOCK_NAK_RNR)
+		return;
+	if (event != NO_EVENT)
+		raise_event(qp->ctx, event, &qp->vqp.qp);
+	qp_error(qp, qp->sq_head, IBV_WC_WR_FLUSH_ERR);
 }
 
 /* Answers an atomic again with the value it found, if still remembered. */
@@ -161,13 +170,13 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 	case NVMOCK_PKT_SEND:
 		if (p->offset == 0) {
 			if (!take_recv(qp)) {
-				refuse(qp, p, NVMOCK_NAK_RNR);
+				refuse(qp, p, NVMOCK_NAK_RNR, NO_EVENT);
 				return;
 			}
 			if (p->total > rwqe_len(r)) {
 				recv_done(qp, r, IBV_WC_LOC_LEN_ERR, NULL);
 				qp->rq_head++;
-				refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+				refuse(qp, p, NVMOCK_NAK_INVALID_REQ, NO_EVENT);
 				return;
 			}
 			qp->resp_rwqe = true;
@@ -178,7 +187,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			recv_done(qp, r, IBV_WC_LOC_PROT_ERR, NULL);
 			qp->rq_head++;
 			qp->resp_rwqe = false;
-			refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, NO_EVENT);
 			return;
 		}
 		if (last) {
@@ -192,24 +201,24 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 	case NVMOCK_PKT_WRITE:
 		if (p->offset == 0) {
 			if (!(qp->access & IBV_ACCESS_REMOTE_WRITE)) {
-				refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+				refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_REQ_ERR);
 				return;
 			}
 			mr = find_mr(ctx, p->rkey);
 			/* A zero-length transfer checks no R_Key, as the IBA says. */
 			if (p->total && (!mr_ptr(mr, p->raddr, p->total) || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd ||
 					 !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE))) {
-				refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS);
+				refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 				return;
 			}
 			if ((p->flags & NVMOCK_PKT_IMM) && !take_recv(qp)) {
-				refuse(qp, p, NVMOCK_NAK_RNR);
+				refuse(qp, p, NVMOCK_NAK_RNR, NO_EVENT);
 				return;
 			}
 		}
 		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len) : NULL;
 		if (len && !mem) {
-			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS); /* deregistered meanwhile */
+			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR); /* deregistered meanwhile */
 			return;
 		}
 		if (len)
@@ -217,7 +226,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 		if (last) {
 			if (p->flags & NVMOCK_PKT_IMM) {
 				if (!take_recv(qp)) {
-					refuse(qp, p, NVMOCK_NAK_RNR);
+					refuse(qp, p, NVMOCK_NAK_RNR, NO_EVENT);
 					return;
 				}
 				recv_done(qp, r, IBV_WC_SUCCESS, p);
@@ -232,12 +241,12 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 
 		mr = find_mr(ctx, p->rkey);
 		if (!(qp->access & IBV_ACCESS_REMOTE_READ)) {
-			refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_REQ_ERR);
 			return;
 		}
 		mem = mr_ptr(mr, p->raddr, p->total);
 		if (p->total && (!mem || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || !(mr->vmr.access & IBV_ACCESS_REMOTE_READ))) {
-			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS);
+			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
 		do {
@@ -269,12 +278,16 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 
 		mr = find_mr(ctx, p->rkey);
 		word = (uint64_t *)mr_ptr(mr, p->raddr, 8);
-		if (!(qp->access & IBV_ACCESS_REMOTE_ATOMIC) || p->raddr % 8 || (uintptr_t)word % 8) {
-			refuse(qp, p, NVMOCK_NAK_INVALID_REQ);
+		if (!(qp->access & IBV_ACCESS_REMOTE_ATOMIC)) {
+			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_REQ_ERR);
+			return;
+		}
+		if (p->raddr % 8 || (uintptr_t)word % 8) {
+			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
 		if (!word || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || !(mr->vmr.access & IBV_ACCESS_REMOTE_ATOMIC)) {
-			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS);
+			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
 		if (p->kind == NVMOCK_PKT_FETCH_ADD) {
