@@ -16,12 +16,14 @@ pair ib_read_bw -n 2000 | awk '$1 == 65536 && NF == 5 { print "ib_read_bw_64KiB_
 # Latency: "#bytes #iterations t_min t_max t_typical ...": the typical.
 pair ib_send_lat -n 1000 | awk '$1 == 2 && $2 == 1000 { print "ib_send_lat_typical_us", $5 }'
 # UCX: "Final: iterations overhead(3) bandwidth(2) rate(2)": the average bandwidth.
-ucx() { # NAME UCX_TLS PORT
-	UCX_TLS=$2 UCX_NET_DEVICES=mlx5_0:1 ucx_perftest -t tag_bw -n 1000 -s 65536 -p "$3" >/dev/null 2>&1 &
+ucx() { # NAME TEST UCX_TLS PORT
+	UCX_TLS=$3 UCX_NET_DEVICES=mlx5_0:1 ucx_perftest -t "$2" -n 1000 -s 65536 -p "$4" >/dev/null 2>&1 &
 	sleep 1
-	UCX_TLS=$2 UCX_NET_DEVICES=mlx5_0:1 ucx_perftest -t tag_bw -n 1000 -s 65536 -p "$3" 127.0.0.1 |
+	UCX_TLS=$3 UCX_NET_DEVICES=mlx5_0:1 ucx_perftest -t "$2" -n 1000 -s 65536 -p "$4" 127.0.0.1 |
 		awk -v n="$1" '$1 == "Final:" { print n, $6 }'
 	wait
 }
-ucx ucx_tag_bw_ud_64KiB_MBps ud_verbs,self 18630
-ucx ucx_tag_bw_rc_64KiB_MBps rc_verbs,ud_verbs:aux,self 18631
+ucx ucx_tag_bw_ud_64KiB_MBps tag_bw ud_verbs,self 18630
+ucx ucx_tag_bw_rc_64KiB_MBps tag_bw rc_verbs,ud_verbs:aux,self 18631
+# One-sided: RDMA writes (ucx_perftest's put test).
+ucx ucx_put_bw_rc_64KiB_MBps ucp_put_bw rc_verbs,ud_verbs:aux,self 18632

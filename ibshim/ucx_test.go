@@ -11,6 +11,7 @@ package ibshim_test
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,6 +70,32 @@ wait $srv; echo "server exit $?"; cat /tmp/server.out`, tls, 18620+i))
 		}
 		if m[1] == "0.00" {
 			t.Errorf("ucx_perftest with UCX_TLS=%s: average bandwidth %s MB/s", tls, m[1])
+		}
+	}
+}
+
+// UCX's one-sided operations over rc_verbs are the HCA's: a put is RDMA
+// writes and a get RDMA reads, as the provider counts them (NVMOCK_TRACE
+// prints what a context sent when it closes). Its tagged rendezvous reads
+// too.
+func TestUCXOneSidedOperationsAreRDMA(t *testing.T) {
+	testenv.Tool(t, "ucx_perftest")
+	for i, c := range []struct{ test, kind string }{{"ucp_put_bw", "write"}, {"ucp_get", "read"}} {
+		out := node(t, fmt.Sprintf(`export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=mlx5_0:1
+ucx_perftest -t %s -n 100 -s 65536 -p %d > /tmp/server.out 2>&1 & srv=$!
+sleep 1; NVMOCK_TRACE=1 ucx_perftest -t %[1]s -n 100 -s 65536 -p %[2]d 127.0.0.1 2>&1; echo "client exit $?"
+wait $srv; echo "server exit $?"; cat /tmp/server.out`, c.test, 18640+i))
+		if !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
+			t.Errorf("ucx_perftest -t %s between two programs:\n%s", c.test, out)
+			continue
+		}
+		m := regexp.MustCompile(`nvmock-verbs: mlx5_0: messages sent/taken in:.* ` + c.kind + ` (\d+)/`).FindStringSubmatch(out)
+		n := 0
+		if m != nil {
+			n, _ = strconv.Atoi(m[1])
+		}
+		if n < 100 { // one a message at least
+			t.Errorf("ucx_perftest -t %s: the client did not send 100 or more RDMA %ss:\n%s", c.test, c.kind, out)
 		}
 	}
 }

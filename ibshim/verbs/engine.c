@@ -140,9 +140,33 @@ int datapath_init(struct nvmock_context *ctx)
 	return 0;
 }
 
+static const char *const kind_names[] = {
+	[NVMOCK_PKT_SEND] = "send", [NVMOCK_PKT_WRITE] = "write", [NVMOCK_PKT_READ] = "read",
+	[NVMOCK_PKT_CMP_SWP] = "compare-swap", [NVMOCK_PKT_FETCH_ADD] = "fetch-add",
+	[NVMOCK_PKT_UD_SEND] = "datagram", [NVMOCK_PKT_ACK] = "ack", [NVMOCK_PKT_NAK] = "nak",
+	[NVMOCK_PKT_READ_RESP] = "read-response", [NVMOCK_PKT_ATOMIC_RESP] = "atomic-response",
+};
+
+/* Says how many messages of each kind the context sent and took in. */
+static void trace_counts(struct nvmock_context *ctx)
+{
+	char line[512];
+	size_t n = 0;
+	unsigned k;
+
+	for (k = 0; k < sizeof(kind_names) / sizeof(*kind_names); k++)
+		if (kind_names[k] && (ctx->sent[k] || ctx->taken[k]) && n < sizeof(line))
+			n += snprintf(line + n, sizeof(line) - n, " %s %llu/%llu", kind_names[k],
+				      (unsigned long long)ctx->sent[k], (unsigned long long)ctx->taken[k]);
+	if (n)
+		trace("%s: messages sent/taken in:%s", ctx->vctx.context.device->name, line);
+}
+
 void datapath_free(struct nvmock_context *ctx)
 {
 	struct out_pkt *o;
+
+	trace_counts(ctx);
 
 	if (ctx->engine_running) {
 		pthread_mutex_lock(&ctx->lock);
@@ -247,6 +271,8 @@ bool flush(struct nvmock_context *ctx)
 		ctx->out_head = o->next;
 		if (!ctx->out_head)
 			ctx->out_tail = NULL;
+		if (o->hdr.flags & NVMOCK_PKT_LAST)
+			ctx->sent[o->hdr.kind]++;
 		o->qp->queued--;
 		if (o->last_req && timeout_ns(o->qp))
 			o->qp->deadline = now_ns() + timeout_ns(o->qp);
@@ -270,6 +296,8 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 	if (!qp || (qp->ud ? p->kind != NVMOCK_PKT_UD_SEND
 			   : p->kind == NVMOCK_PKT_UD_SEND || p->slid != qp->dlid || p->sqpn != qp->dqpn))
 		return;
+	if ((p->flags & NVMOCK_PKT_LAST) && p->kind <= NVMOCK_PKT_ATOMIC_RESP)
+		ctx->taken[p->kind]++;
 	if (p->kind < NVMOCK_PKT_ACK) {
 		if (p->offset > p->total || len > p->total - p->offset)
 			return;

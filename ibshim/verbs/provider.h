@@ -11,6 +11,8 @@
 
 #include <infiniband/driver.h>
 
+#include "../umad/proto.h"
+
 struct hca_model;
 struct nvmock_qp;
 struct nvmock_mr;
@@ -41,6 +43,10 @@ struct nvmock_context {
 	uint32_t next_qp;     /* QPNs go round, so a stale packet finds no new QP */
 	union ibv_gid gid;    /* the port's GID 0, for datagrams' GRHs */
 	bool async_live;      /* async_fd is the daemon's connection */
+	/* Messages by packet kind (NVMOCK_PKT_*), sent and taken in: what
+	 * NVMOCK_TRACE prints when the context closes, to tell which
+	 * operations a library chose. */
+	uint64_t sent[NVMOCK_PKT_ATOMIC_RESP + 1], taken[NVMOCK_PKT_ATOMIC_RESP + 1];
 };
 
 static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)
