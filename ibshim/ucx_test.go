@@ -99,3 +99,36 @@ wait $srv; echo "server exit $?"; cat /tmp/server.out`, c.test, 18640+i))
 		}
 	}
 }
+
+// Between two mock nodes, each with its own daemon, UCX connects over
+// TCP and then moves tagged messages and RDMA writes through the daemons.
+func TestUCXRunsBetweenTwoNodes(t *testing.T) {
+	testenv.Tool(t, "ucx_perftest")
+	env := "export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=mlx5_0:1; "
+	var server, client []string
+	for i, test := range []string{"tag_bw", "ucp_put_bw"} {
+		port := 18650 + i
+		server = append(server, fmt.Sprintf("ucx_perftest -t %s -n 200 -s 65536 -p %d", test, port))
+		client = append(client, fmt.Sprintf(`sleep 1; echo '== %s'; NVMOCK_TRACE=1 ucx_perftest -t %[1]s -n 200 -s 65536 -p %d 127.0.0.1 2>&1; echo "exit $?"`, test, port))
+	}
+	out, serverOut := twoNodes(t, []string{"sh", "-c", env + strings.Join(server, " && ")},
+		"sleep 0.5; "+env+strings.Join(client, "\n"))
+	final := regexp.MustCompile(`(?m)^Final:\s+200\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+[\d.]+`)
+	parts := strings.Split(out, "== ")
+	for i, kind := range []string{"send", "write"} {
+		part := parts[i+1]
+		m := final.FindStringSubmatch(part)
+		if m == nil || !strings.Contains(part, "exit 0") || m[1] == "0.00" {
+			t.Errorf("ucx_perftest from node-b to node-a:\n%s\nnode-a:\n%s", part, serverOut)
+			continue
+		}
+		c := regexp.MustCompile(`messages sent/taken in:.* ` + kind + ` (\d+)/`).FindStringSubmatch(part)
+		n := 0
+		if c != nil {
+			n, _ = strconv.Atoi(c[1])
+		}
+		if n < 200 {
+			t.Errorf("node-b sent %d %s messages, want 200 or more:\n%s", n, kind, part)
+		}
+	}
+}
