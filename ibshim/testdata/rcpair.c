@@ -412,6 +412,36 @@ static void srq_check(void)
 	send_to(&s[1], 92, 0);
 	if (wait_wc(r[1].cq, "srq: the receive left").wr_id != 82)
 		FAIL("srq: the second QP did not get the receive left");
+	/* Messages of several packets from two QPs, the first pair reset and
+	 * connected again: each fills one SRQ receive whole. */
+	{
+		struct ibv_qp_attr rst = { .qp_state = IBV_QPS_RESET };
+		uint8_t *big = calloc(2, BIG);
+		struct ibv_mr *bmr = ibv_reg_mr(pd, big, 2 * BIG, IBV_ACCESS_LOCAL_WRITE);
+
+		if (!bmr || ibv_modify_qp(r[0].qp, &rst, IBV_QP_STATE) || ibv_modify_qp(s[0].qp, &rst, IBV_QP_STATE))
+			FAIL("srq: resetting the first pair");
+		connect_to(&s[0], lid, r[0].qp->qp_num, 14, 7, 7);
+		connect_to(&r[0], lid, s[0].qp->qp_num, 14, 7, 7);
+		for (i = 0; i < 2; i++) {
+			sge = (struct ibv_sge){ (uintptr_t)big + i * BIG, BIG, bmr->lkey };
+			rw.wr_id = 85 + i;
+			if (ibv_post_srq_recv(srq, &rw, &rbad))
+				FAIL("srq: posting a big receive");
+		}
+		for (i = 0; i < 2; i++) {
+			fill(s[i].buf, BIG, 10 + i);
+			post(&s[i], 95 + i, IBV_WR_SEND, BIG, 0, 0);
+		}
+		for (i = 0; i < 2; i++) {
+			expect(wait_wc(s[i].cq, "srq: big send"), 95 + i, IBV_WC_SUCCESS, IBV_WC_SEND, "srq: big send");
+			wc = wait_wc(r[i].cq, "srq: big receive");
+			if (wc.status != IBV_WC_SUCCESS || wc.byte_len != BIG || wc.wr_id < 85 || wc.wr_id > 86 ||
+			    memcmp(big + (wc.wr_id - 85) * BIG, s[i].buf, BIG))
+				FAIL("srq: QP %d's big message: wr_id %llu status %s, %u bytes, or they differ", i,
+				     (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.byte_len);
+		}
+	}
 	if (ibv_destroy_srq(srq) != EBUSY)
 		FAIL("srq: an SRQ with QPs on it was destroyed");
 	for (i = 0; i < 2; i++)
