@@ -106,14 +106,17 @@ func TestIbpingBetweenTwoContainers(t *testing.T) {
 
 // RC traffic between two containers through the plugin's fabric daemon:
 // ibv_rc_pingpong checks the data it receives, and perftest (which links
-// libmlx5 itself) writes to the other container's memory.
+// libmlx5 itself) and UCX write to the other container's memory.
 func TestRDMATrafficBetweenTwoContainers(t *testing.T) {
 	n := theNode
+	const ucx = "export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=mlx5_0:1; "
 	for _, c := range []struct{ name, server, client, want string }{
 		{"ibv_rc_pingpong", "ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 100 -p 18610", "ibv_rc_pingpong -d mlx5_0 -g 0 -c -n 100 -p 18610 127.0.0.1", "819200 bytes in "},
 		{"ib_write_bw", "ib_write_bw -d mlx5_0 -n 100 -p 18611", "ib_write_bw -d mlx5_0 -n 100 -p 18611 127.0.0.1", " 65536      100  "},
 		// Completion channels: both ends sleep on one between messages.
 		{"ibv_rc_pingpong -e", "ibv_rc_pingpong -e -d mlx5_0 -g 0 -c -n 100 -p 18612", "ibv_rc_pingpong -e -d mlx5_0 -g 0 -c -n 100 -p 18612 127.0.0.1", "819200 bytes in "},
+		// UCX dlopens libibverbs, out of the preloaded shim's scope.
+		{"ucx_perftest", ucx + "ucx_perftest -t ucp_put_bw -n 100 -s 65536 -p 18613", ucx + "ucx_perftest -t ucp_put_bw -n 100 -s 65536 -p 18613 127.0.0.1", "Final:                   100 "},
 	} {
 		server := n.runPod(t, optedIn, nil)
 		n.start(t, server, ctr{image: "rdma", cmd: []string{"sh", "-c", c.server}})

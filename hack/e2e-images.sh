@@ -99,7 +99,8 @@ glibc_rootfs() {
 }
 
 # rdma_rootfs DIR: glibc_rootfs plus Debian's InfiniBand tools
-# (infiniband-diags, ibverbs-utils, perftest's ib_write_bw), what their scripts run, and
+# (infiniband-diags, ibverbs-utils, perftest's ib_write_bw, UCX's
+# ucx_perftest), what their scripts run, and
 # libibverbs' providers with their driver files, as ibverbs-providers
 # installs them: a real image's mlx5 setup.
 rdma_rootfs() {
@@ -110,12 +111,13 @@ rdma_rootfs() {
   done
   # ibstatus runs sed; ibhosts and ibswitches awk (mawk); all basename.
   # ibv_rc_pingpong and perftest's ib_write_bw move data; ib_write_bw links libmlx5 itself.
-  for f in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw sed awk basename; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  # UCX's ucx_perftest, with the transports it dlopens (libucx0's ucx/).
+  for f in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ucx_perftest sed awk basename; do cp "$(type -P "$f")" "$r/usr/bin/"; done
   mkdir -p "$r/etc/infiniband-diags" && cp /etc/infiniband-diags/* "$r/etc/infiniband-diags/"
-  for f in $(dpkg -L ibverbs-providers | grep -E '^/(etc|usr/lib)/'); do
+  for f in $(dpkg -L ibverbs-providers libucx0 | grep -E '^/(etc|usr/lib)/'); do
     if [ -d "$f" ] && [ ! -L "$f" ]; then mkdir -p "$r$f"; else cp -P "$f" "$r$f"; fi
   done
-  copy_libs "$r" "$r"/usr/{bin,sbin}/* "$r"/usr/lib/x86_64-linux-gnu/libibverbs/*.so
+  copy_libs "$r" "$r"/usr/{bin,sbin}/* "$r"/usr/lib/x86_64-linux-gnu/libibverbs/*.so "$r"/usr/lib/x86_64-linux-gnu/ucx/*.so
 }
 
 # copy_libs ROOT FILE...: the libraries FILEs load, from this machine into
