@@ -105,6 +105,7 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 	int err = 0;
 
 	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
+		trace("QP %#x: post_send in state %d", qp->vqp.qp.qp_num, qp->state);
 		*bad = wr;
 		return EINVAL;
 	}
@@ -113,6 +114,8 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 			err = post_one(qp, wr);
 		qp->sq_tail = tail; /* checked: now post for real, or not at all */
 		if (err) {
+			trace("QP %#x: post_send: %s (%u of %u sends outstanding)", qp->vqp.qp.qp_num, strerror(err),
+			      qp->sq_tail - qp->sq_head, qp->sq_size);
 			*bad = first;
 			return err;
 		}
@@ -121,6 +124,8 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 	for (; wr; wr = wr->next) {
 		err = post_one(qp, wr);
 		if (err) {
+			trace("QP %#x: post_send: %s (%u of %u sends outstanding)", qp->vqp.qp.qp_num, strerror(err),
+			      qp->sq_tail - qp->sq_head, qp->sq_size);
 			*bad = wr;
 			break;
 		}
