@@ -39,13 +39,20 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	if out, err := exec.Command(cc, "-O1", "-Wall", "-Werror", "-o", bin, "testdata/rcpair.c", "-libverbs").CombinedOutput(); err != nil {
 		testenv.Missing(t, "building testdata/rcpair.c against libibverbs (libibverbs-dev): %v\n%s", err, out)
 	}
-	out := node(t, fmt.Sprintf("%s mlx5_0 %d", bin, modelledLID(t, model(t))))
+	lid := modelledLID(t, model(t))
+	out := node(t, fmt.Sprintf("%s mlx5_0 %d", bin, lid))
 	for _, check := range []string{"send", "write", "write-with-immediate", "read", "atomics", "rnr-then-receive", "states",
 		"remote-access-error", "out-of-range", "misaligned-atomic", "operation-not-allowed", "too-long", "rnr-retry-exceeded", "big-write", "datagrams", "events", "srq", "cq-overrun", "comm-est", "retry-exceeded"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rcpair did not pass %q:\n%s", check, out)
 			break
 		}
+	}
+	// Under valgrind, which reports a freed QP that libibverbs touches.
+	vg := testenv.Tool(t, "valgrind")
+	out = node(t, fmt.Sprintf("%s -q --error-exitcode=9 %s mlx5_0 %d event-after-destroy; echo \"exit $?\"", vg, bin, lid))
+	if !strings.Contains(out, "ok event-after-destroy\n") || !strings.Contains(out, "exit 0") {
+		t.Errorf("rcpair event-after-destroy under valgrind:\n%s", out)
 	}
 }
 

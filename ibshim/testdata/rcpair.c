@@ -5,7 +5,10 @@
  * ibshim/datapath_test.go inside `nvmock exec`; prints "ok <check>" per check and
  * exits non-zero at the first that fails.
  *
- * Usage: rcpair DEVICE UNREACHABLE_LID
+ * Usage: rcpair DEVICE UNREACHABLE_LID [event-after-destroy]
+ *
+ * event-after-destroy runs that check alone (the test runs it under
+ * valgrind, which sees what a freed QP would do).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -452,7 +455,8 @@ static void srq_check(void)
 }
 
 /* A CQ that overruns raises IBV_EVENT_CQ_ERR (and says so on stderr); the
- * QP whose completion it lost gets IBV_EVENT_QP_FATAL and goes to ERR. */
+ * QP whose completion it lost gets IBV_EVENT_QP_FATAL and goes to ERR, and
+ * so does another QP completing into it later, though it has room again. */
 static void cq_overrun(void)
 {
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
@@ -479,16 +483,40 @@ static void cq_overrun(void)
 		FAIL("overrun: async event %s, want IBV_EVENT_CQ_ERR for the CQ", ibv_event_type_str(ev.event_type));
 	qp_event(IBV_EVENT_QP_FATAL, y.qp, IBV_QPS_ERR, "overrun: the QP");
 	no_async("overrun: after the QP's event");
+	{
+		struct ibv_wc wc[4];
+		struct end x2, z;
+
+		while (ibv_poll_cq(y.cq, 4, wc) > 0)
+			;
+		make_end(&x2, acc);
+		z.buf = y.buf;
+		z.mr = y.mr;
+		z.cq = y.cq;
+		if (!(z.qp = ibv_create_qp(pd, &ia)))
+			FAIL("overrun: a second QP on the CQ: %s", strerror(errno));
+		connect_to(&x2, lid, z.qp->qp_num, 14, 7, 7);
+		connect_to(&z, lid, x2.qp->qp_num, 14, 7, 7);
+		post_recv(&z, 130, 64);
+		send_to(&x2, 131, 0);
+		qp_event(IBV_EVENT_QP_FATAL, z.qp, IBV_QPS_ERR, "overrun: a second QP on the CQ");
+	}
 }
 
 /* Communication Established: a message to a QP still in RTR is received
- * and raises IBV_EVENT_COMM_EST, once; in RTS nothing is raised. */
+ * and raises IBV_EVENT_COMM_EST, once; a QP already in RTS raises none. */
 static void comm_est(void)
 {
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 	struct ibv_qp_attr at = { .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1 };
 	struct end x, y;
 	int err;
+
+	pair(&x, &y, 7);
+	post_recv(&y, 119, 64);
+	send_to(&x, 118, 0);
+	expect(wait_wc(y.cq, "comm-est: receive in RTS"), 119, IBV_WC_SUCCESS, IBV_WC_RECV, "comm-est: receive in RTS");
+	no_async("comm-est: a QP in RTS receives");
 
 	make_end(&x, acc);
 	make_end(&y, acc);
@@ -517,8 +545,32 @@ static void comm_est(void)
 		FAIL("comm-est: to RTS: %s", strerror(err));
 	post_recv(&y, 124, 64);
 	send_to(&x, 125, 0);
-	expect(wait_wc(y.cq, "comm-est: receive in RTS"), 124, IBV_WC_SUCCESS, IBV_WC_RECV, "comm-est: receive in RTS");
-	no_async("comm-est: a message in RTS");
+	expect(wait_wc(y.cq, "comm-est: receive after RTS"), 124, IBV_WC_SUCCESS, IBV_WC_RECV, "comm-est: receive after RTS");
+	no_async("comm-est: a message after RTS");
+}
+
+/* A program that destroys a QP on an error completion may read the
+ * responder's event afterwards: it still names the QP, and acknowledging it
+ * (which locks the QP's mutex) touches no freed memory. */
+static void event_after_destroy(void)
+{
+	struct ibv_async_event ev;
+	struct pollfd p = { .events = POLLIN };
+	struct ibv_qp *gone;
+	struct end a, b;
+
+	pair(&a, &b, 7);
+	post(&a, 140, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey + 0x100);
+	expect(wait_wc(a.cq, "event after destroy"), 140, IBV_WC_REM_ACCESS_ERR, 0, "event after destroy");
+	gone = b.qp;
+	if (ibv_destroy_qp(b.qp))
+		FAIL("event after destroy: ibv_destroy_qp");
+	p.fd = ctx->async_fd;
+	if (poll(&p, 1, 5000) != 1 || ibv_get_async_event(ctx, &ev))
+		FAIL("event after destroy: no event");
+	if (ev.event_type != IBV_EVENT_QP_ACCESS_ERR || ev.element.qp != gone)
+		FAIL("event after destroy: %s, want IBV_EVENT_QP_ACCESS_ERR for the QP", ibv_event_type_str(ev.event_type));
+	ibv_ack_async_event(&ev);
 }
 
 int main(int argc, char **argv)
@@ -529,8 +581,8 @@ int main(int argc, char **argv)
 	struct ibv_wc wc;
 	int i, n, err;
 
-	if (argc != 3)
-		FAIL("usage: rcpair DEVICE UNREACHABLE_LID");
+	if (argc != 3 && argc != 4)
+		FAIL("usage: rcpair DEVICE UNREACHABLE_LID [event-after-destroy]");
 	list = ibv_get_device_list(&n);
 	for (i = 0; i < n && strcmp(ibv_get_device_name(list[i]), argv[1]); i++)
 		;
@@ -540,6 +592,13 @@ int main(int argc, char **argv)
 		FAIL("ibv_query_port");
 	lid = pa.lid;
 	pd = ibv_alloc_pd(ctx);
+	if (argc == 4) {
+		if (strcmp(argv[3], "event-after-destroy"))
+			FAIL("no check %s", argv[3]);
+		event_after_destroy();
+		puts("ok event-after-destroy");
+		return 0;
+	}
 
 	/* Data of several packets arrives whole, by each operation. */
 	pair(&a, &b, 7);

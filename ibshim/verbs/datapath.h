@@ -84,6 +84,7 @@ struct nvmock_cq {
 	uint32_t size, head, count;
 	uint32_t users; /* QPs that complete into it: it cannot go while any does */
 	bool overrun;
+	bool raised; /* an async event named it (keep) */
 	/* Completion events: the provider's end of the CQ's channel (-1:
 	 * none) and what ibv_req_notify_cq asked for, until it fires. */
 	int chan_w;
@@ -127,6 +128,7 @@ struct nvmock_srq {
 	uint32_t size, head, tail, max_sge; /* holds size - 1, as mlx5 */
 	uint32_t limit; /* armed: the event when fewer are left; 0: not */
 	uint32_t users; /* QPs made with it: it cannot go while any is */
+	bool raised;    /* an async event named it (keep) */
 };
 
 struct nvmock_qp {
@@ -140,6 +142,7 @@ struct nvmock_qp {
 	uint32_t queued; /* this QP's packets waiting for the socket */
 	bool lost;       /* a request packet of it was dropped before it left */
 	bool fatal;      /* a completion of it found its CQ broken (settle) */
+	bool raised;     /* an async event named it (keep) */
 	bool comm_est;   /* a packet came in RTR: IBV_EVENT_COMM_EST was raised */
 
 	/* Send queue: monotonic counters, slot = counter % sq_size. Posted
@@ -275,6 +278,13 @@ void retire(struct nvmock_qp *qp);
 bool scatter(struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, const uint8_t *data, uint32_t len);
 void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st);
 void settle(struct nvmock_qp *qp);
+
+/* Raises an async event about a QP, which is then kept past its destroy. */
+static inline void raise_qp_event(struct nvmock_qp *qp, enum ibv_event_type type)
+{
+	if (raise_event(qp->ctx, type, &qp->vqp.qp))
+		qp->raised = true;
+}
 void srq_ops(struct verbs_context_ops *ops);
 bool take_recv(struct nvmock_qp *qp);
 

@@ -85,20 +85,46 @@ int connect_async(struct nvmock_context *ctx)
  * the object's address, which libibverbs hands back as the element).
  * Without a daemon there is no way to the program: the event is lost, as
  * when the shim made the fd silent (send then fails). */
-void raise_event(struct nvmock_context *ctx, enum ibv_event_type type, const void *element)
+bool raise_event(struct nvmock_context *ctx, enum ibv_event_type type, const void *element)
 {
 	uint8_t msg[NVMOCK_IBD_ASYNC_RAISE_SIZE] = { 0 };
 	uint32_t magic = NVMOCK_IBD_MAGIC, op = NVMOCK_IBD_OP_ASYNC_RAISE, t = type;
 	uint64_t e = (uintptr_t)element;
 
 	if (!ctx->async_live)
-		return;
+		return false;
 	memcpy(msg, &magic, 4);
 	memcpy(msg + 4, &op, 4);
 	memcpy(msg + 8, &e, 8);
 	memcpy(msg + 16, &t, 4);
-	if (send(ctx->vctx.context.async_fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+	if (send(ctx->vctx.context.async_fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
 		trace("async event %d lost: %s", type, strerror(errno));
+		return false;
+	}
+	return true;
+}
+
+struct kept {
+	struct kept *next;
+	void *obj;
+};
+
+/* Keeps a destroyed object's memory until the context closes, when an
+ * async event named it: ibv_ack_async_event locks the element's mutex, and
+ * the program may read the event after the destroy. (The kernel's destroy
+ * waits for the events it handed out and drops the rest; the mock cannot
+ * tell which the program has read.) */
+void keep(struct nvmock_context *ctx, void *obj)
+{
+	struct kept *k = malloc(sizeof(*k));
+
+	if (!k)
+		return; /* not freed at all: still safe */
+	k->obj = obj;
+	pthread_mutex_lock(&ctx->lock);
+	k->next = ctx->kept;
+	ctx->kept = k;
+	pthread_mutex_unlock(&ctx->lock);
 }
 
 int start_engine(struct nvmock_context *ctx)
@@ -165,8 +191,7 @@ static void trace_counts(struct nvmock_context *ctx)
 void datapath_free(struct nvmock_context *ctx)
 {
 	struct out_pkt *o;
-
-	trace_counts(ctx);
+	struct kept *k;
 
 	if (ctx->engine_running) {
 		pthread_mutex_lock(&ctx->lock);
@@ -174,6 +199,12 @@ void datapath_free(struct nvmock_context *ctx)
 		pthread_mutex_unlock(&ctx->lock);
 		wake(ctx);
 		pthread_join(ctx->engine, NULL);
+	}
+	trace_counts(ctx);
+	while ((k = ctx->kept)) {
+		ctx->kept = k->next;
+		free(k->obj);
+		free(k);
 	}
 	while ((o = ctx->out_head)) {
 		ctx->out_head = o->next;
@@ -266,19 +297,25 @@ bool flush(struct nvmock_context *ctx)
 					close(ctx->sock);
 					ctx->sock = -1; /* from now on, packets are lost */
 				}
+			} else if (o->hdr.flags & NVMOCK_PKT_LAST) {
+				ctx->sent[o->hdr.kind]++;
 			}
 		}
 		ctx->out_head = o->next;
 		if (!ctx->out_head)
 			ctx->out_tail = NULL;
-		if (o->hdr.flags & NVMOCK_PKT_LAST)
-			ctx->sent[o->hdr.kind]++;
 		o->qp->queued--;
 		if (o->last_req && timeout_ns(o->qp))
 			o->qp->deadline = now_ns() + timeout_ns(o->qp);
 		free_pkt(o);
 	}
 	return false;
+}
+
+static void count_in(struct nvmock_context *ctx, const struct nvmock_ibd_pkt *p)
+{
+	if ((p->flags & NVMOCK_PKT_LAST) && p->kind <= NVMOCK_PKT_ATOMIC_RESP)
+		ctx->taken[p->kind]++;
 }
 
 void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
@@ -296,22 +333,22 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 	if (!qp || (qp->ud ? p->kind != NVMOCK_PKT_UD_SEND
 			   : p->kind == NVMOCK_PKT_UD_SEND || p->slid != qp->dlid || p->sqpn != qp->dqpn))
 		return;
-	if ((p->flags & NVMOCK_PKT_LAST) && p->kind <= NVMOCK_PKT_ATOMIC_RESP)
-		ctx->taken[p->kind]++;
 	if (p->kind < NVMOCK_PKT_ACK) {
 		if (p->offset > p->total || len > p->total - p->offset)
 			return;
+		count_in(ctx, p);
 		/* The IBA's Communication Established: the first packet to
 		 * a connected QP still in RTR. */
 		if (qp->state == IBV_QPS_RTR && !qp->ud && !qp->comm_est) {
 			qp->comm_est = true;
-			raise_event(ctx, IBV_EVENT_COMM_EST, &qp->vqp.qp);
+			raise_qp_event(qp, IBV_EVENT_COMM_EST);
 		}
 		if (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS)
 			respond(qp, p, buf + sizeof(*p), len);
 	} else {
 		if (p->kind == NVMOCK_PKT_READ_RESP && (p->offset > p->total || len > p->total - p->offset))
 			return;
+		count_in(ctx, p);
 		answered(qp, p, buf + sizeof(*p), len);
 		kick(qp);
 	}

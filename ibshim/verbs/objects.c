@@ -247,7 +247,10 @@ static int destroy_cq(struct ibv_cq *ibcq)
 		pthread_mutex_unlock(&ibcq->mutex);
 		close(cq->chan_w);
 	}
-	free(cq);
+	if (cq->raised)
+		keep(ctx, cq);
+	else
+		free(cq);
 	return 0;
 }
 
@@ -284,7 +287,7 @@ bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 		 * otherwise wait for ever without a hint. */
 		if (!cq->overrun) {
 			fprintf(stderr, "nvmock-verbs: CQ of %u entries overrun: completions lost\n", cq->size - 1);
-			raise_event(to_ctx(cq->cq.context), IBV_EVENT_CQ_ERR, &cq->cq);
+			cq->raised = raise_event(to_ctx(cq->cq.context), IBV_EVENT_CQ_ERR, &cq->cq);
 		}
 		cq->overrun = true;
 		return false;
@@ -528,7 +531,10 @@ static int destroy_qp(struct ibv_qp *q)
 	free(qp->batch_sge);
 	free(qp->sq_inl);
 	free(qp->batch_inl);
-	free(qp);
+	if (qp->raised)
+		keep(ctx, qp);
+	else
+		free(qp);
 	return 0;
 }
 

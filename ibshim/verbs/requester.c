@@ -35,14 +35,15 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 }
 
 /* A completion its CQ cannot take breaks the QP: the IBA's Local Work
- * Queue Catastrophic Error, IBV_EVENT_QP_FATAL, raised once, as NVIDIA's
- * RDMA Aware Programming manual says every QP of an overrun CQ gets it. */
+ * Queue Catastrophic Error, IBV_EVENT_QP_FATAL, raised once. NVIDIA's RDMA
+ * Aware Programming manual gives it to the QPs of an overrun CQ; here a QP
+ * gets it when it next completes work into that CQ. */
 static void lost_completion(struct nvmock_qp *qp)
 {
 	if (qp->fatal)
 		return;
 	qp->fatal = true;
-	raise_event(qp->ctx, IBV_EVENT_QP_FATAL, &qp->vqp.qp);
+	raise_qp_event(qp, IBV_EVENT_QP_FATAL);
 }
 
 void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st)
@@ -94,7 +95,9 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 {
 	retire(qp); /* what was done before stays done */
 	qp->state = qp->vqp.qp.state = IBV_QPS_ERR;
-	purge(qp->ctx, qp, NULL, true);
+	/* A datagram queued here was already reported sent: it still goes. */
+	if (!qp->ud)
+		purge(qp->ctx, qp, NULL, true);
 	for (; qp->sq_head != qp->sq_tail; qp->sq_head++)
 		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], qp->sq_head == n ? st : IBV_WC_WR_FLUSH_ERR);
 	qp->sq_next = qp->sq_head;
@@ -103,7 +106,7 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 	qp->deadline = qp->resend_at = 0;
 	/* The IBA's Last WQE Reached: an SRQ's QP consumes no more. */
 	if (qp->srq)
-		raise_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->vqp.qp);
+		raise_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
 int64_t timeout_ns(struct nvmock_qp *qp)

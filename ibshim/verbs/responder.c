@@ -46,7 +46,7 @@ static void refuse(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, uint8_t
 	if (syndrome == NVMOCK_NAK_RNR)
 		return;
 	if (event != NO_EVENT)
-		raise_event(qp->ctx, event, &qp->vqp.qp);
+		raise_qp_event(qp, event);
 	qp_error(qp, qp->sq_head, IBV_WC_WR_FLUSH_ERR);
 }
 

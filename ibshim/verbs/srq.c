@@ -92,7 +92,10 @@ static int destroy_srq(struct ibv_srq *s)
 		return EBUSY; /* as the kernel answers while QPs use it */
 	free(srq->rq);
 	free(srq->sge);
-	free(srq);
+	if (srq->raised)
+		keep(ctx, srq);
+	else
+		free(srq);
 	return 0;
 }
 
@@ -134,7 +137,8 @@ bool take_recv(struct nvmock_qp *qp)
 	qp->rq_tail++;
 	if (srq->limit && srq->tail - srq->head < srq->limit) {
 		srq->limit = 0;
-		raise_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->srq);
+		if (raise_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->srq))
+			srq->raised = true;
 	}
 	return true;
 }
