@@ -868,6 +868,40 @@ int main(int argc, char **argv)
 		usleep(200000);
 		if (ibv_poll_cq(cq, 1, &wc) != 0)
 			FAIL("datagram with another Q_Key was received (wr_id %llu)", (unsigned long long)wc.wr_id);
+		/* A send error moves a datagram QP to SQE, where it still
+		 * receives and flushes sends, until it is moved back to RTS. */
+		{
+			struct ibv_sge bad_sge = { (uintptr_t)ub, 64, mr->lkey + 0x100 };
+			struct ibv_qp_attr qa = { .qp_state = IBV_QPS_RTS };
+			struct ibv_qp_init_attr qi;
+
+			wr.wr.ud.remote_qkey = 0x11111111;
+			wr.sg_list = &bad_sge;
+			if (ibv_post_send(u[0], &wr, &bad))
+				FAIL("datagram with a bad lkey: post");
+			wr.sg_list = &s;
+			expect(wait_wc(cq, "datagram with a bad lkey"), 40, IBV_WC_LOC_PROT_ERR, 0, "datagram with a bad lkey");
+			if (ibv_query_qp(u[0], &qa, IBV_QP_STATE, &qi) || qa.qp_state != IBV_QPS_SQE)
+				FAIL("datagram with a bad lkey: the QP is in state %d, want SQE", qa.qp_state);
+			wr.wr.ud.remote_qpn = u[0]->qp_num;
+			if (ibv_post_recv(u[0], &rw, &rbad) || ibv_post_send(u[1], &wr, &bad))
+				FAIL("datagram to a QP in SQE: post");
+			for (i = 0; i < 2; i++)
+				if (wait_wc(cq, "datagram to a QP in SQE").status != IBV_WC_SUCCESS)
+					FAIL("datagram to a QP in SQE: an error completion");
+			wr.wr.ud.remote_qpn = u[1]->qp_num;
+			if (ibv_post_send(u[0], &wr, &bad))
+				FAIL("datagram from a QP in SQE: post");
+			expect(wait_wc(cq, "datagram from a QP in SQE"), 40, IBV_WC_WR_FLUSH_ERR, 0, "datagram from a QP in SQE");
+			qa.qp_state = IBV_QPS_RTS;
+			if ((err = ibv_modify_qp(u[0], &qa, IBV_QP_STATE)))
+				FAIL("SQE to RTS: %s", strerror(err));
+			if (ibv_post_recv(u[1], &rw, &rbad) || ibv_post_send(u[0], &wr, &bad))
+				FAIL("datagram after SQE: post");
+			for (i = 0; i < 2; i++)
+				if (wait_wc(cq, "datagram after SQE").status != IBV_WC_SUCCESS)
+					FAIL("datagram after SQE: an error completion");
+		}
 	}
 	puts("ok datagrams");
 

@@ -278,6 +278,7 @@ void retire(struct nvmock_qp *qp);
 bool scatter(struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, const uint8_t *data, uint32_t len);
 void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st);
 void settle(struct nvmock_qp *qp);
+void sq_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 
 /* Raises an async event about a QP, which is then kept past its destroy. */
 static inline void raise_qp_event(struct nvmock_qp *qp, enum ibv_event_type type)

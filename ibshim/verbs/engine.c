@@ -343,7 +343,8 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 			qp->comm_est = true;
 			raise_qp_event(qp, IBV_EVENT_COMM_EST);
 		}
-		if (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS)
+		/* A datagram QP in SQE still receives. */
+		if (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQE)
 			respond(qp, p, buf + sizeof(*p), len);
 	} else {
 		if (p->kind == NVMOCK_PKT_READ_RESP && (p->offset > p->total || len > p->total - p->offset))

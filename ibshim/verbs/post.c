@@ -104,7 +104,7 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 	struct ibv_send_wr *first = wr;
 	int err = 0;
 
-	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
+	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_SQE) {
 		trace("QP %#x: post_send in state %d", qp->vqp.qp.qp_num, qp->state);
 		*bad = wr;
 		return EINVAL;
@@ -129,7 +129,7 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 			*bad = wr;
 			break;
 		}
-		if (qp->state == IBV_QPS_ERR) {
+		if (qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_SQE) {
 			send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], IBV_WC_WR_FLUSH_ERR);
 			qp->sq_head = qp->sq_next = qp->sq_tail;
 		}

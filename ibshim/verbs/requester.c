@@ -109,6 +109,19 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 		raise_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
+/* A datagram QP's send error moves it to SQE, not ERR (the IBA's Send
+ * Queue Error state, which mlx5 has; IPoIB moves its QP from there back to
+ * RTS): the failed request completes with st, those after it flush, and
+ * receives go on. */
+void sq_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
+{
+	retire(qp); /* the datagrams before it went */
+	qp->state = qp->vqp.qp.state = IBV_QPS_SQE;
+	for (; qp->sq_head != qp->sq_tail; qp->sq_head++)
+		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], qp->sq_head == n ? st : IBV_WC_WR_FLUSH_ERR);
+	qp->sq_next = qp->sq_head;
+}
+
 int64_t timeout_ns(struct nvmock_qp *qp)
 {
 	int64_t t;
@@ -259,7 +272,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 			 * may reuse its buffer at the completion. */
 			if (!gather(qp, w, o)) {
 				free(o);
-				qp_error(qp, n_wqe, IBV_WC_LOC_PROT_ERR);
+				sq_error(qp, n_wqe, IBV_WC_LOC_PROT_ERR);
 				return false;
 			}
 			off = w->total;
