@@ -35,9 +35,10 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 }
 
 /* A completion its CQ cannot take breaks the QP: the IBA's Local Work
- * Queue Catastrophic Error, IBV_EVENT_QP_FATAL, raised once. NVIDIA's RDMA
- * Aware Programming manual gives it to the QPs of an overrun CQ; here a QP
- * gets it when it next completes work into that CQ. */
+ * Queue Catastrophic Error, IBV_EVENT_QP_FATAL, raised once. The IBA
+ * raises it when a QP of the CQ in error next tries to use it, as here;
+ * NVIDIA's RDMA Aware Programming manual says only that the CQ's QPs get
+ * it. */
 static void lost_completion(struct nvmock_qp *qp)
 {
 	if (qp->fatal)
