@@ -19,7 +19,8 @@ const nfdPCIOptions = `{"sources": {"pci": {"deviceClassWhitelist": ["02", "0200
 
 // node-feature-discovery's nfd-worker (static Go, v0.18.2) labels the mock
 // node from its PCI source alone, with no feature file: the GPUs' vendor,
-// and Mellanox where the board's system has ConnectX NICs.
+// and Mellanox where the board's system has ConnectX NICs, which its
+// custom source's built-in rule also labels RDMA capable.
 func TestNFDWorkerLabelsTheNodeFromThePCITree(t *testing.T) {
 	needRoot(t)
 	nfd := filepath.Join(testenv.CacheDir(), "bin", "nfd-worker")
@@ -40,7 +41,7 @@ current-context: none
 			res, p := installNode(t, board, 0)
 			env := append(cleanEnv(), "NODE_NAME=nfd-test")
 			out := string(inNode(t, res, 2*time.Minute, env, nfd, "-oneshot", "-no-publish",
-				"-feature-sources=pci", "-label-sources=pci", "-kubeconfig", kubeconfig, "-options", nfdPCIOptions,
+				"-feature-sources=pci", "-label-sources=pci,custom", "-kubeconfig", kubeconfig, "-options", nfdPCIOptions,
 				"-v", "1")) // the labels are logged at verbosity 1
 			_, labels, ok := strings.Cut(out, `"feature discovery completed" labels=<`)
 			if !ok {
@@ -48,7 +49,8 @@ current-context: none
 			}
 			labels, _, _ = strings.Cut(labels, ">")
 			want := map[string]bool{"feature.node.kubernetes.io/pci-10de.present": true,
-				"feature.node.kubernetes.io/pci-15b3.present": hasMellanox(p)}
+				"feature.node.kubernetes.io/pci-15b3.present": hasMellanox(p),
+				"rdma.capable": hasMellanox(p)} // the custom source's, prefixed when published
 			for l, present := range want {
 				if got := strings.Contains(labels, l+`: "true"`); got != present {
 					t.Errorf("%s present: %v, want %v; labels:%s", l, got, present, labels)
