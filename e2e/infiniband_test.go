@@ -220,8 +220,11 @@ func TestCtlIBReachesARunningContainer(t *testing.T) {
 	p := n.runPod(t, optedIn, nil)
 	id := n.start(t, p, ctr{image: "rdma", cmd: []string{"sh", "-c", `while true; do
 echo "$(ibstat mlx5_1 | grep -m1 'State:') / $(ibnetdiscover -C mlx5_0 | grep -c '^Ca') CAs"; sleep 0.1; done`}})
+	// A verbs program waiting on the HCA's async fd hears it too.
+	watch := n.start(t, n.runPod(t, optedIn, nil), ctr{image: "rdma", cmd: []string{"stdbuf", "-oL", "ibv_asyncwatch", "-d", "mlx5_1"}})
 	up, down := fmt.Sprintf("State: Active / %d CAs", cas), fmt.Sprintf("State: Down / %d CAs", cas-1)
 	n.waitOutput(t, id, up)
+	n.waitOutput(t, watch, "mlx5_1: async event FD")
 	n.ctl(t, "ib", "down", "mlx5_1")
 	defer n.ctl(t, "ib", "clear", "mlx5_1") // the chart's faults on mlx5_4 and mlx5_10 stay
 	n.waitOutput(t, id, down)
@@ -235,6 +238,7 @@ echo "$(ibstat mlx5_1 | grep -m1 'State:') / $(ibnetdiscover -C mlx5_0 | grep -c
 			t.Fatalf("after ctl ib up mlx5_1 the container printed:\n%s\nwant %q again", out, up)
 		}
 	}
+	n.waitOutput(t, watch, "  event_type IBV_EVENT_PORT_ERR (10), port 1\n  event_type IBV_EVENT_PORT_ACTIVE (9), port 1\n")
 	if got := n.ctl(t, "ib"); !strings.Contains(got, "mlx5_1=link_downed:1") || !strings.Contains(got, "mlx5_10=down") {
 		t.Errorf("ctl ib lists:\n%s\nwant mlx5_1's link_downed beside the chart's faults", got)
 	}
