@@ -501,6 +501,34 @@ static void cq_overrun(void)
 		send_to(&x2, 131, 0);
 		qp_event(IBV_EVENT_QP_FATAL, z.qp, IBV_QPS_ERR, "overrun: a second QP on the CQ");
 	}
+	/* A datagram QP's send error that cannot be reported is fatal too:
+	 * ERR, not the SQE a reported one leaves it in. */
+	{
+		struct ibv_qp_init_attr ua = { .qp_type = IBV_QPT_UD, .send_cq = y.cq, .recv_cq = y.cq,
+			.cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1 } };
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
+		struct ibv_ah_attr aa = { .dlid = lid, .port_num = 1 };
+		struct ibv_sge bad_sge = { (uintptr_t)y.buf, 64, y.mr->lkey + 0x100 };
+		struct ibv_send_wr wr = { .wr_id = 132, .sg_list = &bad_sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+			.send_flags = IBV_SEND_SIGNALED }, *bad;
+		struct ibv_qp *u = ibv_create_qp(pd, &ua);
+		struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+
+		if (!u || !ah || ibv_modify_qp(u, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+			FAIL("overrun: a datagram QP on the CQ");
+		at.qp_state = IBV_QPS_RTR;
+		if (ibv_modify_qp(u, &at, IBV_QP_STATE))
+			FAIL("overrun: datagram QP to RTR");
+		at.qp_state = IBV_QPS_RTS;
+		if (ibv_modify_qp(u, &at, IBV_QP_STATE | IBV_QP_SQ_PSN))
+			FAIL("overrun: datagram QP to RTS");
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = u->qp_num;
+		wr.wr.ud.remote_qkey = 0x11111111;
+		if (ibv_post_send(u, &wr, &bad))
+			FAIL("overrun: datagram with a bad lkey: post");
+		qp_event(IBV_EVENT_QP_FATAL, u, IBV_QPS_ERR, "overrun: a datagram QP's lost send error");
+	}
 }
 
 /* Communication Established: a message to a QP still in RTR is received

@@ -316,16 +316,17 @@ void kick(struct nvmock_qp *qp)
 	while (qp->sq_next != qp->sq_tail) {
 		qp->sq[qp->sq_next % qp->sq_size].rd_off = 0;
 		if (!transmit(qp, qp->sq_next))
-			return;
+			break;
 		/* A datagram is done once it is on its way. */
 		if (qp->ud)
 			qp->sq[qp->sq_next % qp->sq_size].done = true;
 		qp->sq_next++;
 	}
-	if (qp->ud) {
+	if (qp->ud)
 		retire(qp);
-		settle(qp);
-	}
+	/* A completion lost on the way (here, or in the error that stopped
+	 * the loop) moves the QP to ERR now, not at its next packet. */
+	settle(qp);
 }
 
 /* Completes answered requests from the oldest, in order. */
