@@ -84,7 +84,7 @@ struct nvmock_cq {
 	uint32_t size, head, count;
 	uint32_t users; /* QPs that complete into it: it cannot go while any does */
 	bool overrun;
-	bool raised; /* an async event named it (keep) */
+	bool raised; /* an async event named it (release) */
 	/* Completion events: the provider's end of the CQ's channel (-1:
 	 * none) and what ibv_req_notify_cq asked for, until it fires. */
 	int chan_w;
@@ -128,7 +128,7 @@ struct nvmock_srq {
 	uint32_t size, head, tail, max_sge; /* holds size - 1, as mlx5 */
 	uint32_t limit; /* armed: the event when fewer are left; 0: not */
 	uint32_t users; /* QPs made with it: it cannot go while any is */
-	bool raised;    /* an async event named it (keep) */
+	bool raised;    /* an async event named it (release) */
 };
 
 struct nvmock_qp {
@@ -142,7 +142,7 @@ struct nvmock_qp {
 	uint32_t queued; /* this QP's packets waiting for the socket */
 	bool lost;       /* a request packet of it was dropped before it left */
 	bool fatal;      /* a completion of it found its CQ broken (settle) */
-	bool raised;     /* an async event named it (keep) */
+	bool raised;     /* an async event named it (release) */
 	bool comm_est;   /* a packet came in RTR: IBV_EVENT_COMM_EST was raised */
 
 	/* Send queue: monotonic counters, slot = counter % sq_size. Posted

@@ -109,16 +109,20 @@ struct kept {
 	void *obj;
 };
 
-/* Keeps a destroyed object's memory until the context closes, when an
- * async event named it: ibv_ack_async_event locks the element's mutex, and
- * the program may read the event after the destroy. (The kernel's destroy
- * waits for the events it handed out and drops the rest; the mock cannot
- * tell which the program has read.) */
-void keep(struct nvmock_context *ctx, void *obj)
+/* Frees a destroyed object or, when an async event named it, keeps its
+ * memory until the context closes: ibv_ack_async_event locks the element's
+ * mutex, and the program may read the event after the destroy. (The
+ * kernel's destroy waits for the events it handed out and drops the rest;
+ * the mock cannot tell which the program has read.) */
+void release(struct nvmock_context *ctx, void *obj, bool named)
 {
-	struct kept *k = malloc(sizeof(*k));
+	struct kept *k;
 
-	if (!k)
+	if (!named) {
+		free(obj);
+		return;
+	}
+	if (!(k = malloc(sizeof(*k))))
 		return; /* not freed at all: still safe */
 	k->obj = obj;
 	pthread_mutex_lock(&ctx->lock);

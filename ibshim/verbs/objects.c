@@ -247,10 +247,7 @@ static int destroy_cq(struct ibv_cq *ibcq)
 		pthread_mutex_unlock(&ibcq->mutex);
 		close(cq->chan_w);
 	}
-	if (cq->raised)
-		keep(ctx, cq);
-	else
-		free(cq);
+	release(ctx, cq, cq->raised);
 	return 0;
 }
 
@@ -531,10 +528,7 @@ static int destroy_qp(struct ibv_qp *q)
 	free(qp->batch_sge);
 	free(qp->sq_inl);
 	free(qp->batch_inl);
-	if (qp->raised)
-		keep(ctx, qp);
-	else
-		free(qp);
+	release(ctx, qp, qp->raised);
 	return 0;
 }
 

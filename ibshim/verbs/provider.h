@@ -47,7 +47,7 @@ struct nvmock_context {
 	 * NVMOCK_TRACE prints when the context closes, to tell which
 	 * operations a library chose. */
 	uint64_t sent[NVMOCK_PKT_ATOMIC_RESP + 1], taken[NVMOCK_PKT_ATOMIC_RESP + 1];
-	struct kept *kept; /* destroyed objects an async event named (keep) */
+	struct kept *kept; /* destroyed objects an async event named (release) */
 };
 
 static inline struct nvmock_context *to_ctx(struct ibv_context *ibctx)
@@ -68,7 +68,7 @@ void datapath_ops(struct verbs_context_ops *ops);
 int datapath_init(struct nvmock_context *ctx);
 int connect_async(struct nvmock_context *ctx);
 bool raise_event(struct nvmock_context *ctx, enum ibv_event_type type, const void *element);
-void keep(struct nvmock_context *ctx, void *obj);
+void release(struct nvmock_context *ctx, void *obj, bool named);
 void datapath_free(struct nvmock_context *ctx);
 
 #endif

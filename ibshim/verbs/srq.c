@@ -92,10 +92,7 @@ static int destroy_srq(struct ibv_srq *s)
 		return EBUSY; /* as the kernel answers while QPs use it */
 	free(srq->rq);
 	free(srq->sge);
-	if (srq->raised)
-		keep(ctx, srq);
-	else
-		free(srq);
+	release(ctx, srq, srq->raised);
 	return 0;
 }
 
