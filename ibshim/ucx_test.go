@@ -57,10 +57,13 @@ func TestUCXListsTheMockHCAsTransports(t *testing.T) {
 func TestUCXPerftestMovesTaggedMessages(t *testing.T) {
 	testenv.Tool(t, "ucx_perftest")
 	for i, tls := range []string{"ud_verbs,self", "rc_verbs,ud_verbs:aux,self"} {
-		out := node(t, fmt.Sprintf(`export UCX_TLS=%s UCX_NET_DEVICES=mlx5_0:1
+		// The client's output comes last, where a failure's report is
+		// read first; the provider's trace says why a post failed.
+		out := node(t, fmt.Sprintf(`export UCX_TLS=%s UCX_NET_DEVICES=mlx5_0:1 NVMOCK_TRACE=1
 ucx_perftest -t tag_bw -n 500 -s 65536 -p %d > /tmp/server.out 2>&1 & srv=$!
-sleep 1; ucx_perftest -t tag_bw -n 500 -s 65536 -p %[2]d 127.0.0.1; echo "client exit $?"
-wait $srv; echo "server exit $?"; cat /tmp/server.out`, tls, 18620+i))
+sleep 1; ucx_perftest -t tag_bw -n 500 -s 65536 -p %[2]d 127.0.0.1 > /tmp/client.out 2>&1; c=$?
+wait $srv; s=$?; echo "== server:"; cat /tmp/server.out; echo "== client:"; cat /tmp/client.out
+echo "server exit $s"; echo "client exit $c"`, tls, 18620+i))
 		// "Final:   500   overhead...   bandwidth...   rate..."
 		final := regexp.MustCompile(`(?m)^Final:\s+500\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+[\d.]+`)
 		m := final.FindStringSubmatch(out)
@@ -83,8 +86,9 @@ func TestUCXOneSidedOperationsAreRDMA(t *testing.T) {
 	for i, c := range []struct{ test, kind string }{{"ucp_put_bw", "write"}, {"ucp_get", "read"}} {
 		out := node(t, fmt.Sprintf(`export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=mlx5_0:1
 ucx_perftest -t %s -n 100 -s 65536 -p %d > /tmp/server.out 2>&1 & srv=$!
-sleep 1; NVMOCK_TRACE=1 ucx_perftest -t %[1]s -n 100 -s 65536 -p %[2]d 127.0.0.1 2>&1; echo "client exit $?"
-wait $srv; echo "server exit $?"; cat /tmp/server.out`, c.test, 18640+i))
+sleep 1; NVMOCK_TRACE=1 ucx_perftest -t %[1]s -n 100 -s 65536 -p %[2]d 127.0.0.1 > /tmp/client.out 2>&1; c=$?
+wait $srv; s=$?; echo "== server:"; cat /tmp/server.out; echo "== client:"; cat /tmp/client.out
+echo "server exit $s"; echo "client exit $c"`, c.test, 18640+i))
 		if !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
 			t.Errorf("ucx_perftest -t %s between two programs:\n%s", c.test, out)
 			continue
