@@ -2,10 +2,10 @@
 
 package ibshim_test
 
-// The verbs data path: RC queue pairs move data between programs and
-// nodes through the fabric daemons, checked with Debian's unmodified
-// ibv_rc_pingpong and perftest and with a verbs program of our own for the
-// error completions no tool provokes.
+// The verbs data path: RC, UC and UD queue pairs move data between
+// programs and nodes through the fabric daemons, checked with Debian's
+// unmodified pingpongs and perftest and with a verbs program of our own for
+// the error completions no tool provokes.
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	lid := modelledLID(t, model(t))
 	out := node(t, fmt.Sprintf("%s mlx5_0 %d", bin, lid))
 	for _, check := range []string{"send", "write", "write-with-immediate", "read", "atomics", "rnr-then-receive", "states",
-		"remote-access-error", "out-of-range", "misaligned-atomic", "operation-not-allowed", "too-long", "rnr-retry-exceeded", "big-write", "datagrams", "events", "srq", "cq-overrun", "comm-est", "retry-exceeded"} {
+		"remote-access-error", "out-of-range", "misaligned-atomic", "operation-not-allowed", "too-long", "rnr-retry-exceeded", "big-write", "datagrams", "events", "srq", "cq-overrun", "comm-est", "uc", "retry-exceeded"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rcpair did not pass %q:\n%s", check, out)
 			break
@@ -59,6 +59,7 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 // ibv_rc_pingpong and ibv_ud_pingpong -c check every buffer they receive;
 // with -e they sleep on a completion channel instead of polling.
 // ibv_srq_pingpong's 16 QPs take their receives from one SRQ.
+// ibv_uc_pingpong's QPs are unreliable connected.
 func TestPingpongsBetweenTwoProgramsCheckTheirData(t *testing.T) {
 	for _, c := range []struct{ tool, bytes string }{
 		{"ibv_rc_pingpong", "1638400"},    // 200 round trips of 4096
@@ -66,6 +67,7 @@ func TestPingpongsBetweenTwoProgramsCheckTheirData(t *testing.T) {
 		{"ibv_rc_pingpong -e", "1638400"}, // events
 		{"ibv_ud_pingpong -e", "409600"},
 		{"ibv_srq_pingpong", "1638400"},
+		{"ibv_uc_pingpong", "1638400"}, // UC: unanswered
 	} {
 		testenv.Tool(t, strings.Fields(c.tool)[0])
 		out := node(t, fmt.Sprintf(`%[1]s -d mlx5_0 -g 0 -c -n 200 > /tmp/server.out 2>&1 & srv=$!
@@ -81,7 +83,8 @@ wait $srv; echo "server exit $?"; cat /tmp/server.out`, c.tool))
 // daemon: the packets cross between the daemons, and the node's port
 // counters count them.
 func TestPerftestRunsBetweenTwoNodes(t *testing.T) {
-	tools := []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_send_bw -c UD", "ib_send_bw -e"}
+	tools := []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_send_bw -c UD", "ib_send_bw -e",
+		"ib_send_bw -c UC", "ib_write_bw -c UC"}
 	for _, tool := range tools {
 		testenv.Tool(t, strings.Fields(tool)[0])
 	}

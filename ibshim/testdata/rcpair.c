@@ -1,7 +1,7 @@
 /*
  * rcpair: a verbs program that checks, on one mock HCA, what an HCA does
- * for RC queue pairs connected through the fabric: data arrives intact,
- * and the errors come as real HCAs report them. Built and run by
+ * for RC queue pairs connected through the fabric (and UC and UD ones):
+ * data arrives intact, and the errors come as real HCAs report them. Built and run by
  * ibshim/datapath_test.go inside `nvmock exec`; prints "ok <check>" per check and
  * exits non-zero at the first that fails.
  *
@@ -40,9 +40,11 @@ struct end {
 
 static size_t buf_size = BIG;
 
+static enum ibv_qp_type qp_type = IBV_QPT_RC; /* what make_end makes */
+
 static void make_end_on(struct end *e, int access, struct ibv_comp_channel *ch)
 {
-	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2 } };
+	struct ibv_qp_init_attr ia = { .qp_type = qp_type, .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2 } };
 
 	e->cq = ibv_create_cq(ctx, 64, e, ch, 0);
 	if (!e->cq)
@@ -601,6 +603,243 @@ static void event_after_destroy(void)
 	ibv_ack_async_event(&ev);
 }
 
+static int qp_state(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr i;
+
+	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &i))
+		FAIL("ibv_query_qp");
+	return a.qp_state;
+}
+
+/* Nothing completes on cq within 200 ms. */
+static void nothing(struct ibv_cq *cq, const char *what)
+{
+	struct ibv_wc wc;
+
+	usleep(200000);
+	if (ibv_poll_cq(cq, 1, &wc) != 0)
+		FAIL("%s: a completion came (wr_id %llu, %s)", what, (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+}
+
+/* UC: connected, unanswered. What the responder cannot take is dropped
+ * without a word; its own errors end it, as on RC. */
+static void connect_uc(struct end *e, uint32_t dqpn, int access)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access };
+	int err;
+
+	if ((err = ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+		FAIL("uc: to INIT: %s", strerror(err));
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = dqpn,
+		.max_dest_rd_atomic = 1, .min_rnr_timer = 1, .ah_attr = { .dlid = lid, .port_num = 1 } };
+	/* RC's responder attributes are not UC's (the kernel's state table). */
+	if (!ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		FAIL("uc: to RTR with RC's attributes: accepted");
+	if ((err = ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN)))
+		FAIL("uc: to RTR: %s", strerror(err));
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14 };
+	if (!ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT))
+		FAIL("uc: to RTS with a timeout: accepted");
+	if ((err = ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN)))
+		FAIL("uc: to RTS: %s", strerror(err));
+}
+
+static void uc_pair(struct end *a, struct end *b)
+{
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+
+	qp_type = IBV_QPT_UC;
+	make_end(a, acc);
+	make_end(b, acc);
+	qp_type = IBV_QPT_RC;
+	connect_uc(a, b->qp->qp_num, IBV_ACCESS_REMOTE_WRITE);
+	connect_uc(b, a->qp->qp_num, IBV_ACCESS_REMOTE_WRITE);
+}
+
+/* Sends a message that its sender's memory going cuts short, then a
+ * short one, to qp (with its receives in srq, or its own). */
+static void cut_message(struct end *a, struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_srq *srq)
+{
+	size_t big = 8 << 20;
+	uint8_t *src = malloc(big), *dst = malloc(big);
+	struct ibv_mr *smr = ibv_reg_mr(pd, src, big, 0), *dmr = ibv_reg_mr(pd, dst, big, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge s = { (uintptr_t)src, big, smr ? smr->lkey : 0 }, d = { (uintptr_t)dst, big, dmr ? dmr->lkey : 0 };
+	struct ibv_send_wr sw = { .wr_id = 71, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_recv_wr rw = { .wr_id = 72, .sg_list = &d, .num_sge = 1 }, *rbad;
+	struct ibv_wc wc;
+	int err;
+
+	if (!src || !dst || !smr || !dmr)
+		FAIL("uc cut: buffers");
+	if ((srq ? ibv_post_srq_recv(srq, &rw, &rbad) : ibv_post_recv(qp, &rw, &rbad)) || ibv_post_send(a->qp, &sw, &bad))
+		FAIL("uc cut: post");
+	ibv_dereg_mr(smr);
+	expect(wait_wc(a->cq, "uc cut"), 71, IBV_WC_LOC_PROT_ERR, 0, "uc cut");
+	nothing(cq, "uc cut");
+	if ((err = ibv_modify_qp(a->qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS }, IBV_QP_STATE)))
+		FAIL("uc cut: SQE to RTS: %s", strerror(err));
+	if (srq) {
+		rw.wr_id = 73;
+		if (ibv_post_srq_recv(srq, &rw, &rbad))
+			FAIL("uc cut: post to the SRQ");
+	}
+	fill(a->buf, 64, 23);
+	post(a, 74, IBV_WR_SEND, 64, 0, 0);
+	if (srq)
+		expect(wait_wc(cq, "uc cut, srq"), 72, IBV_WC_REM_INV_REQ_ERR, 0, "uc cut, srq");
+	wc = wait_wc(cq, "uc after a cut");
+	expect(wc, srq ? 73 : 72, IBV_WC_SUCCESS, IBV_WC_RECV, "uc after a cut");
+	if (wc.byte_len != 64 || memcmp(dst, a->buf, 64))
+		FAIL("uc after a cut: %u bytes, or they differ from what was sent", wc.byte_len);
+	expect(wait_wc(a->cq, "uc after a cut"), 74, IBV_WC_SUCCESS, IBV_WC_SEND, "uc after a cut");
+	ibv_dereg_mr(dmr);
+	free(src);
+	free(dst);
+}
+
+static void uc_check(void)
+{
+	struct end a, b, r;
+	struct ibv_wc wc;
+	struct ibv_send_wr wr = { .opcode = IBV_WR_RDMA_READ }, *bad;
+	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_RTS };
+	int err;
+
+	uc_pair(&a, &b);
+	/* Several packets, by send and by write, arrive whole. */
+	fill(a.buf, BIG, 21);
+	post_recv(&b, 60, BIG);
+	post(&a, 61, IBV_WR_SEND, BIG, 0, 0);
+	expect(wait_wc(a.cq, "uc send"), 61, IBV_WC_SUCCESS, IBV_WC_SEND, "uc send");
+	wc = wait_wc(b.cq, "uc send: receive");
+	expect(wc, 60, IBV_WC_SUCCESS, IBV_WC_RECV, "uc send: receive");
+	if (wc.byte_len != BIG || memcmp(a.buf, b.buf, BIG))
+		FAIL("uc send: %u bytes, or they differ from what was sent", wc.byte_len);
+	fill(a.buf, BIG, 22);
+	post(&a, 62, IBV_WR_RDMA_WRITE, BIG, (uintptr_t)b.buf, b.mr->rkey);
+	expect(wait_wc(a.cq, "uc write"), 62, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write");
+	usleep(50000); /* done when sent, not when written */
+	if (memcmp(a.buf, b.buf, BIG))
+		FAIL("uc write: the target differs from what was written");
+	post_recv(&b, 63, 0);
+	post(&a, 64, IBV_WR_RDMA_WRITE_WITH_IMM, 4096, (uintptr_t)b.buf, b.mr->rkey);
+	expect(wait_wc(a.cq, "uc write with immediate"), 64, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write with immediate");
+	expect(wait_wc(b.cq, "uc write with immediate: receive"), 63, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
+	       "uc write with immediate: receive");
+
+	/* Reads and atomics are not UC's. */
+	wr.sg_list = &(struct ibv_sge){ (uintptr_t)a.buf, 8, a.mr->lkey };
+	wr.num_sge = 1;
+	if ((err = ibv_post_send(a.qp, &wr, &bad)) != EINVAL)
+		FAIL("uc read: ibv_post_send gave %d, want EINVAL", err);
+	wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+	if ((err = ibv_post_send(a.qp, &wr, &bad)) != EINVAL)
+		FAIL("uc fetch-add: ibv_post_send gave %d, want EINVAL", err);
+
+	/* Dropped without a word, and the QPs go on: a send with no receive,
+	 * a write with a bad R_Key, a write the QP does not allow. */
+	post(&a, 65, IBV_WR_SEND, 64, 0, 0);
+	expect(wait_wc(a.cq, "uc send, no receive"), 65, IBV_WC_SUCCESS, IBV_WC_SEND, "uc send, no receive");
+	nothing(b.cq, "uc send, no receive");
+	memset(b.buf, 0, BIG);
+	post(&a, 66, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey + 0x100);
+	expect(wait_wc(a.cq, "uc write, bad rkey"), 66, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write, bad rkey");
+	qa.qp_access_flags = 0;
+	if ((err = ibv_modify_qp(b.qp, &qa, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS)))
+		FAIL("uc: RTS to RTS, no remote write: %s", strerror(err));
+	post(&a, 67, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey);
+	expect(wait_wc(a.cq, "uc write, not allowed"), 67, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write, not allowed");
+	nothing(b.cq, "uc writes refused");
+	if (b.buf[0] || qp_state(b.qp) != IBV_QPS_RTS)
+		FAIL("uc writes refused: the target changed, or the QP is in state %d", qp_state(b.qp));
+	qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if ((err = ibv_modify_qp(b.qp, &qa, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS)))
+		FAIL("uc: RTS to RTS, remote write: %s", strerror(err));
+	post_recv(&b, 68, 64);
+	post(&a, 69, IBV_WR_SEND, 64, 0, 0);
+	expect(wait_wc(b.cq, "uc send after the drops"), 68, IBV_WC_SUCCESS, IBV_WC_RECV, "uc send after the drops");
+	expect(wait_wc(a.cq, "uc send after the drops"), 69, IBV_WC_SUCCESS, IBV_WC_SEND, "uc send after the drops");
+
+	/* The sender's own error: SQE, and back to RTS. */
+	{
+		struct ibv_sge s = { (uintptr_t)a.buf, 64, a.mr->lkey + 0x100 };
+		struct ibv_send_wr sw = { .wr_id = 70, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+			.send_flags = IBV_SEND_SIGNALED };
+
+		if (ibv_post_send(a.qp, &sw, &bad))
+			FAIL("uc send, bad lkey: post");
+		expect(wait_wc(a.cq, "uc send, bad lkey"), 70, IBV_WC_LOC_PROT_ERR, 0, "uc send, bad lkey");
+		if (qp_state(a.qp) != IBV_QPS_SQE)
+			FAIL("uc send, bad lkey: the QP is in state %d, want SQE", qp_state(a.qp));
+	}
+	if ((err = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS }, IBV_QP_STATE)))
+		FAIL("uc: SQE to RTS: %s", strerror(err));
+
+	/* A message cut short (its memory deregistered while it went out)
+	 * leaves its receive to the next message, or, an SRQ's, completes in
+	 * error. */
+	cut_message(&a, b.qp, b.cq, NULL);
+	{
+		struct ibv_srq_init_attr si = { .attr = { .max_wr = 4, .max_sge = 1 } };
+		struct ibv_srq *srq = ibv_create_srq(pd, &si);
+		struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_UC, .send_cq = b.cq, .recv_cq = b.cq, .srq = srq,
+			.cap = { .max_send_wr = 4, .max_send_sge = 1 } };
+		struct end s = b;
+
+		if (!srq || !(s.qp = ibv_create_qp(pd, &ia)))
+			FAIL("uc cut, srq: %s", strerror(errno));
+		connect_uc(&s, a.qp->qp_num, 0);
+		if ((err = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET }, IBV_QP_STATE)))
+			FAIL("uc: to RESET: %s", strerror(err));
+		connect_uc(&a, s.qp->qp_num, 0);
+		cut_message(&a, s.qp, b.cq, srq);
+		if ((err = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET }, IBV_QP_STATE)))
+			FAIL("uc: to RESET: %s", strerror(err));
+		connect_uc(&a, b.qp->qp_num, 0);
+	}
+
+	/* An RC QP hears no UC packets. */
+	make_end(&r, IBV_ACCESS_LOCAL_WRITE);
+	connect_to(&r, lid, a.qp->qp_num, 14, 7, 7);
+	if ((err = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET }, IBV_QP_STATE)))
+		FAIL("uc: to RESET: %s", strerror(err));
+	connect_uc(&a, r.qp->qp_num, 0);
+	post_recv(&r, 74, 64);
+	post(&a, 75, IBV_WR_SEND, 64, 0, 0);
+	expect(wait_wc(a.cq, "uc to rc"), 75, IBV_WC_SUCCESS, IBV_WC_SEND, "uc to rc");
+	nothing(r.cq, "uc to rc");
+
+	/* The responder's own error ends it: a receive too short. */
+	post_recv(&b, 76, 16);
+	if ((err = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET }, IBV_QP_STATE)))
+		FAIL("uc: to RESET: %s", strerror(err));
+	connect_uc(&a, b.qp->qp_num, 0);
+	post(&a, 77, IBV_WR_SEND, 64, 0, 0);
+	expect(wait_wc(b.cq, "uc too long"), 76, IBV_WC_LOC_LEN_ERR, 0, "uc too long");
+	if (qp_state(b.qp) != IBV_QPS_ERR)
+		FAIL("uc too long: the receiver is in state %d, want ERR", qp_state(b.qp));
+
+	/* mlx5's send operations for UC: no reads or atomics. */
+	{
+		struct ibv_qp_init_attr_ex x = { .qp_type = IBV_QPT_UC, .send_cq = a.cq, .recv_cq = a.cq, .pd = pd,
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+			.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ };
+		struct ibv_qp *q = ibv_create_qp_ex(ctx, &x);
+
+		if (q || errno != EOPNOTSUPP)
+			FAIL("uc create_qp_ex with reads: %s, want EOPNOTSUPP", q ? "made" : strerror(errno));
+		x.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+		if (!(q = ibv_create_qp_ex(ctx, &x)))
+			FAIL("uc create_qp_ex with sends and writes: %s", strerror(errno));
+		ibv_destroy_qp(q);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct ibv_device **list;
@@ -941,6 +1180,8 @@ int main(int argc, char **argv)
 	puts("ok cq-overrun");
 	comm_est();
 	puts("ok comm-est");
+	uc_check();
+	puts("ok uc");
 
 	/* Nobody there: a modelled node's port has no such QP. */
 	make_end(&a, IBV_ACCESS_LOCAL_WRITE);

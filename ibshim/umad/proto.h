@@ -117,6 +117,7 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_PKT_IMM 2u  /* carries immediate data */
 #define NVMOCK_PKT_GRH 4u  /* a datagram sent with a GRH */
 #define NVMOCK_PKT_SE 8u   /* the last packet of a solicited message (IBV_SEND_SOLICITED) */
+#define NVMOCK_PKT_UC 16u  /* from a UC QP: only a UC QP takes it, as a BTH opcode names its transport */
 
 #define NVMOCK_NAK_RNR 1           /* no receive posted; timer = the responder's min_rnr_timer */
 #define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */
@@ -130,7 +131,7 @@ struct nvmock_ibd_pkt {
 	uint32_t dqpn;
 	uint32_t sqpn;
 	uint8_t kind;      /* NVMOCK_PKT_* */
-	uint8_t flags;     /* NVMOCK_PKT_LAST | _IMM | _GRH | _SE */
+	uint8_t flags;     /* NVMOCK_PKT_LAST | _IMM | _GRH | _SE | _UC */
 	uint8_t syndrome;  /* NAK: NVMOCK_NAK_*; RNR: the timer too, in timer */
 	uint8_t timer;
 	uint32_t seq;      /* the requester's message number; answers repeat it */

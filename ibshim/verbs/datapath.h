@@ -34,9 +34,13 @@
  * completes work sends its handle to the channel, which ibv_get_cq_event
  * reads.
  *
+ * UC QPs (uc.c) send messages as RC ones do, but nothing answers them: a
+ * request is done when its last packet has left, and the responder drops
+ * what it cannot take.
+ *
  * Shared receive queues: srq.c.
  *
- * Not simulated, and refused rather than faked: UC, XRC and raw QPs,
+ * Not simulated, and refused rather than faked: XRC and raw QPs,
  * memory windows, multicast, and RoCE (a QP on an Ethernet port cannot
  * reach RTR).
  *
@@ -161,7 +165,8 @@ struct nvmock_qp {
 	uint32_t rq_size, rq_head, rq_tail, max_recv_sge;
 
 	/* Attributes. */
-	bool ud;       /* an unreliable datagram QP; else reliable connected */
+	bool ud;       /* an unreliable datagram QP */
+	bool uc;       /* an unreliable connected QP (uc.c); neither: reliable connected */
 	uint32_t qkey; /* UD */
 	uint8_t port, timeout, retry_cnt, rnr_retry, min_rnr_timer, max_rd_atomic, max_dest_rd_atomic;
 	uint16_t pkey_index, dlid;
@@ -288,5 +293,9 @@ static inline void raise_qp_event(struct nvmock_qp *qp, enum ibv_event_type type
 }
 void srq_ops(struct verbs_context_ops *ops);
 bool take_recv(struct nvmock_qp *qp);
+uint32_t rwqe_len(struct rwqe *r);
+void send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
+void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
+void uc_sent(struct nvmock_qp *qp, uint32_t seq);
 
 #endif

@@ -280,12 +280,17 @@ void purge(struct nvmock_context *ctx, struct nvmock_qp *qp, struct nvmock_mr *m
 }
 
 /* Sends what the socket takes; says whether some is left. A request's
- * last packet, sent (or lost), starts its answer's clock. */
+ * last packet, sent (or lost), starts its answer's clock, or, from a UC
+ * QP, completes it. */
 bool flush(struct nvmock_context *ctx)
 {
 	struct out_pkt *o;
 
 	while ((o = ctx->out_head)) {
+		struct nvmock_qp *qp = o->qp;
+		uint32_t seq = o->hdr.seq;
+		bool uc_last;
+
 		if (ctx->sock >= 0) {
 			struct iovec iov[2] = { { &o->hdr, sizeof(o->hdr) }, { (void *)o->data, o->len } };
 			struct msghdr m = { .msg_iov = iov, .msg_iovlen = o->len ? 2 : 1 };
@@ -311,7 +316,11 @@ bool flush(struct nvmock_context *ctx)
 		o->qp->queued--;
 		if (o->last_req && timeout_ns(o->qp))
 			o->qp->deadline = now_ns() + timeout_ns(o->qp);
+		uc_last = (o->hdr.flags & (NVMOCK_PKT_UC | NVMOCK_PKT_LAST)) == (NVMOCK_PKT_UC | NVMOCK_PKT_LAST);
 		free_pkt(o);
+		/* Off the queue first: completing may purge it. */
+		if (uc_last)
+			uc_sent(qp, seq);
 	}
 	return false;
 }
@@ -336,6 +345,9 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 	/* A connected QP hears only its peer; a datagram QP only datagrams. */
 	if (!qp || (qp->ud ? p->kind != NVMOCK_PKT_UD_SEND
 			   : p->kind == NVMOCK_PKT_UD_SEND || p->slid != qp->dlid || p->sqpn != qp->dqpn))
+		return;
+	/* RC and UC packets reach only QPs of their own transport. */
+	if (!qp->ud && !(p->flags & NVMOCK_PKT_UC) != !qp->uc)
 		return;
 	if (p->kind < NVMOCK_PKT_ACK) {
 		if (p->offset > p->total || len > p->total - p->offset)

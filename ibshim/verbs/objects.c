@@ -320,8 +320,8 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	uint32_t i, base = 0;
 	int err, fd = -1;
 
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) {
-		trace("QP type %d is not simulated (RC and UD)", a->qp_type);
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
+		trace("QP type %d is not simulated (RC, UC and UD)", a->qp_type);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -350,6 +350,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		return NULL;
 	qp->ctx = ctx;
 	qp->ud = a->qp_type == IBV_QPT_UD;
+	qp->uc = a->qp_type == IBV_QPT_UC;
 	/* Powers of two, as mlx5 rounds them: the free-running counters then
 	 * map to slots alike across their wrap. */
 	qp->sq_size = qp->rq_size = 1;
@@ -484,15 +485,19 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 
 static struct ibv_qp *create_qp_ex(struct ibv_context *ibctx, struct ibv_qp_init_attr_ex *a)
 {
-	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-			     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+	/* What mlx5 takes for each type, of what the mock simulates. */
+	const uint64_t sends = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
+		       writes = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+		       ops = a->qp_type == IBV_QPT_UD ? sends
+			   : a->qp_type == IBV_QPT_UC ? sends | writes
+			   : sends | writes | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+						 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 	struct ibv_qp *q;
 
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) ||
 	    (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) ||
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops))) {
-		trace("create_qp_ex: comp_mask %#x, send_ops_flags %#llx: only a PD and the RC send operations are simulated",
+		trace("create_qp_ex: comp_mask %#x, send_ops_flags %#llx: only a PD and the QP type's send operations are simulated",
 		      a->comp_mask, (unsigned long long)a->send_ops_flags);
 		errno = EOPNOTSUPP;
 		return NULL;
@@ -533,7 +538,7 @@ static int destroy_qp(struct ibv_qp *q)
 }
 
 /* The attributes each transition needs and may take (IBA 11.2.5.2 and
- * the kernel's qp_state_table), RC and UD. */
+ * the kernel's qp_state_table), RC, UC and UD. */
 struct transition {
 	enum ibv_qp_state cur, next;
 	int req, opt;
@@ -552,6 +557,17 @@ static const struct transition rc_transitions[] = {
 	  IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER },
 };
 
+static const struct transition uc_transitions[] = {
+	{ IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0 },
+	{ IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS },
+	{ IBV_QPS_INIT, IBV_QPS_RTR, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+	  IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX },
+	{ IBV_QPS_RTR, IBV_QPS_RTS, IBV_QP_SQ_PSN,
+	  IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE },
+	{ IBV_QPS_RTS, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE },
+	{ IBV_QPS_SQE, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS },
+};
+
 static const struct transition ud_transitions[] = {
 	{ IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0 },
 	{ IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY },
@@ -561,10 +577,11 @@ static const struct transition ud_transitions[] = {
 	{ IBV_QPS_SQE, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY },
 };
 
-static bool transition_ok(bool ud, enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
+static bool transition_ok(const struct nvmock_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
 {
-	const struct transition *t = ud ? ud_transitions : rc_transitions;
-	size_t i, n = ud ? sizeof(ud_transitions) / sizeof(*t) : sizeof(rc_transitions) / sizeof(*t);
+	const struct transition *t = qp->ud ? ud_transitions : qp->uc ? uc_transitions : rc_transitions;
+	size_t i, n = qp->ud ? sizeof(ud_transitions) / sizeof(*t)
+		    : qp->uc ? sizeof(uc_transitions) / sizeof(*t) : sizeof(rc_transitions) / sizeof(*t);
 
 	/* Any state may go to RESET or ERR but RESET to ERR (the kernel's
 	 * ib_modify_qp_is_ok), with no other attribute: not even CUR_STATE,
@@ -617,7 +634,7 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
 		err = EINVAL;
 	next = mask & IBV_QP_STATE ? attr->qp_state : cur;
-	if (!err && (!transition_ok(qp->ud, cur, next, mask) || !attrs_ok(attr, mask)))
+	if (!err && (!transition_ok(qp, cur, next, mask) || !attrs_ok(attr, mask)))
 		err = EINVAL;
 	if (!err && (mask & IBV_QP_PORT) && !port_exists(ctx, attr->port_num))
 		err = EINVAL;

@@ -40,6 +40,11 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	default:
 		return EINVAL;
 	}
+	/* UC sends and writes; mlx5 would post a read or an atomic, whose fate
+	 * on the wire is not known here, so the mock refuses it. */
+	if (qp->uc && (wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+		       wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD))
+		return EINVAL;
 	/* A datagram: a send to an address handle, of at most the MTU. */
 	if (qp->ud && (!wr->wr.ud.ah || wr->wr.ud.ah->context != qp->vqp.qp.context ||
 		       (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)))

@@ -13,7 +13,7 @@
  * which on a mock node is an inert char node with /dev/null's numbers. This
  * provider claims exactly those devices and answers queries from the CA's
  * sysfs files (which nvmock renders from the profile) plus a table of real
- * ConnectX limits keyed by hca_type. PDs, MRs, CQs and RC and UD QPs, whose
+ * ConnectX limits keyed by hca_type. PDs, MRs, CQs and RC, UC and UD QPs, whose
  * traffic goes through the fabric daemon, are datapath.h's; everything else
  * stays libibverbs' dummy op, which fails with EOPNOTSUPP.
  *

@@ -110,17 +110,30 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 		raise_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
-/* A datagram QP's send error moves it to SQE, not ERR (the IBA's Send
- * Queue Error state, which mlx5 has; IPoIB moves its QP from there back to
- * RTS): the failed request completes with st, those after it flush, and
- * receives go on. */
+/* An unreliable QP's send error moves it to SQE, not ERR (the IBA's Send
+ * Queue Error state, which mlx5 has and the kernel's state table gives UD
+ * and UC alone; IPoIB moves its QP from there back to RTS): the failed
+ * request completes with st, those after it flush, and receives go on. */
 void sq_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 {
 	retire(qp); /* the datagrams before it went */
+	/* A UC message not wholly sent is flushed: none of it goes. */
+	if (qp->uc)
+		purge(qp->ctx, qp, NULL, true);
 	qp->state = qp->vqp.qp.state = IBV_QPS_SQE;
 	for (; qp->sq_head != qp->sq_tail; qp->sq_head++)
 		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], qp->sq_head == n ? st : IBV_WC_WR_FLUSH_ERR);
 	qp->sq_next = qp->sq_head;
+}
+
+/* A local error in sending the request with counter n: ERR for an RC QP,
+ * SQE for an unreliable one. */
+void send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
+{
+	if (qp->ud || qp->uc)
+		sq_error(qp, n, st);
+	else
+		qp_error(qp, n, st);
 }
 
 int64_t timeout_ns(struct nvmock_qp *qp)
@@ -267,6 +280,8 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 		}
 		if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 			o->hdr.flags |= NVMOCK_PKT_IMM;
+		if (qp->uc)
+			o->hdr.flags |= NVMOCK_PKT_UC;
 		if (kind == NVMOCK_PKT_UD_SEND) {
 			/* A datagram is done once handed over, so it is copied
 			 * whole now (one packet, at most the MTU): the program
@@ -285,7 +300,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 				o->data = sge_at(ctx, qp, w->sge, w->nsge, off, &room, &o->mr, 0);
 				if (!o->data) {
 					free(o);
-					qp_error(qp, n_wqe, IBV_WC_LOC_PROT_ERR);
+					send_error(qp, n_wqe, IBV_WC_LOC_PROT_ERR);
 					return false;
 				}
 				n = room;
@@ -301,7 +316,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 			o->hdr.flags |= NVMOCK_PKT_LAST;
 			if (w->solicited)
 				o->hdr.flags |= NVMOCK_PKT_SE;
-			o->last_req = !qp->ud; /* a datagram waits for no answer */
+			o->last_req = !qp->ud && !qp->uc; /* unreliable: no answer comes */
 		}
 		queue(ctx, o);
 	} while (off < w->total);

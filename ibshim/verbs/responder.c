@@ -71,7 +71,7 @@ static void atomic_again(struct nvmock_qp *qp, uint32_t seq)
 	}
 }
 
-static uint32_t rwqe_len(struct rwqe *r)
+uint32_t rwqe_len(struct rwqe *r)
 {
 	uint64_t n = 0;
 	int i;
@@ -132,6 +132,10 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 
 	if (qp->ud) {
 		datagram(qp, p, data, len);
+		return;
+	}
+	if (qp->uc) {
+		uc_respond(qp, p, data, len);
 		return;
 	}
 	if (ahead < 0) {
