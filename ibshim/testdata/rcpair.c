@@ -659,6 +659,68 @@ static void uc_pair(struct end *a, struct end *b)
 	connect_uc(b, a->qp->qp_num, IBV_ACCESS_REMOTE_WRITE);
 }
 
+/* Writes a marker from a into b's buffer, away from its start, and waits
+ * until it is there: what a sent before has been taken in by then (a
+ * QP's packets arrive in order). No receive is needed, so a send that
+ * found none before cannot take it. */
+static void probe(struct end *a, struct end *b, uint64_t id, const char *what)
+{
+	struct timespec t0, t;
+	struct ibv_wc wc;
+
+	fill(a->buf + 8192, 64, (unsigned)id);
+	b->buf[8192] = (uint8_t)~a->buf[8192];
+	{
+		struct ibv_sge g = { (uintptr_t)a->buf + 8192, 64, a->mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = id, .sg_list = &g, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+			.send_flags = IBV_SEND_SIGNALED, .wr.rdma = { (uintptr_t)b->buf + 8192, b->mr->rkey } }, *bad;
+
+		if (ibv_post_send(a->qp, &wr, &bad))
+			FAIL("%s: probe: post", what);
+	}
+	do
+		wc = wait_wc(a->cq, what);
+	while (wc.wr_id != id && wc.status == IBV_WC_SUCCESS);
+	expect(wc, id, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, what);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (memcmp((const void *)(b->buf + 8192), a->buf + 8192, 64)) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 10)
+			FAIL("%s: the probe's write did not arrive in 10 s", what);
+		usleep(100);
+	}
+	usleep(1000); /* the engine finishes the packet it copied */
+}
+
+/* The same, by a send into a receive posted now (for a QP that takes no
+ * writes): only once no earlier send can be waiting for one. */
+static void probe_send(struct end *a, struct end *b, uint64_t id, const char *what)
+{
+	struct ibv_sge d = { (uintptr_t)b->buf + 8192, 64, b->mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = id, .sg_list = &d, .num_sge = 1 }, *rbad;
+	struct ibv_wc wc;
+
+	if (ibv_post_recv(b->qp, &rw, &rbad))
+		FAIL("%s: post_recv", what);
+	post(a, id, IBV_WR_SEND, 64, 0, 0);
+	do
+		wc = wait_wc(a->cq, what);
+	while (wc.wr_id != id && wc.status == IBV_WC_SUCCESS);
+	expect(wc, id, IBV_WC_SUCCESS, IBV_WC_SEND, what);
+	expect(wait_wc(b->cq, what), id, IBV_WC_SUCCESS, IBV_WC_RECV, what);
+}
+
+/* A write with immediate of one packet (post's two pieces make two). */
+static void write_imm_one(struct end *a, uint64_t id, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge g = { (uintptr_t)a->buf, 64, a->mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &g, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+		.send_flags = IBV_SEND_SIGNALED, .wr.rdma = { raddr, rkey } }, *bad;
+
+	if (ibv_post_send(a->qp, &wr, &bad))
+		FAIL("write with immediate: post");
+}
+
 /* Sends a message that its sender's memory going cuts short, then a
  * short one, to qp (with its receives in srq, or its own). */
 static void cut_message(struct end *a, struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_srq *srq)
@@ -741,37 +803,41 @@ static void uc_check(void)
 		FAIL("uc fetch-add: ibv_post_send gave %d, want EINVAL", err);
 
 	/* Dropped without a word, and the QPs go on: a send with no receive,
-	 * a write with a bad R_Key, a write the QP does not allow. */
-	post(&a, 65, IBV_WR_SEND, 64, 0, 0);
-	expect(wait_wc(a.cq, "uc send, no receive"), 65, IBV_WC_SUCCESS, IBV_WC_SEND, "uc send, no receive");
-	nothing(b.cq, "uc send, no receive");
+	 * a write with a bad R_Key, a write with immediate with no receive
+	 * (not written either), a write the QP does not allow. A send that
+	 * arrives after them (in order, as packets of one QP do) shows they
+	 * were taken in. */
 	memset(b.buf, 0, BIG);
+	post(&a, 65, IBV_WR_SEND, 64, 0, 0);
 	post(&a, 66, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey + 0x100);
-	expect(wait_wc(a.cq, "uc write, bad rkey"), 66, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write, bad rkey");
+	write_imm_one(&a, 80, (uintptr_t)b.buf, b.mr->rkey);
+	probe(&a, &b, 68, "uc drops");
 	qa.qp_access_flags = 0;
 	if ((err = ibv_modify_qp(b.qp, &qa, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS)))
 		FAIL("uc: RTS to RTS, no remote write: %s", strerror(err));
 	post(&a, 67, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey);
-	expect(wait_wc(a.cq, "uc write, not allowed"), 67, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write, not allowed");
-	nothing(b.cq, "uc writes refused");
+	probe_send(&a, &b, 69, "uc write not allowed");
 	if (b.buf[0] || qp_state(b.qp) != IBV_QPS_RTS)
-		FAIL("uc writes refused: the target changed, or the QP is in state %d", qp_state(b.qp));
+		FAIL("uc drops: the target changed, or the QP is in state %d", qp_state(b.qp));
 	qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
 	if ((err = ibv_modify_qp(b.qp, &qa, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS)))
 		FAIL("uc: RTS to RTS, remote write: %s", strerror(err));
-	post_recv(&b, 68, 64);
-	post(&a, 69, IBV_WR_SEND, 64, 0, 0);
-	expect(wait_wc(b.cq, "uc send after the drops"), 68, IBV_WC_SUCCESS, IBV_WC_RECV, "uc send after the drops");
-	expect(wait_wc(a.cq, "uc send after the drops"), 69, IBV_WC_SUCCESS, IBV_WC_SEND, "uc send after the drops");
 
-	/* The sender's own error: SQE, and back to RTS. */
+	/* The sender's own error: SQE, and back to RTS. The send posted
+	 * before it still goes. */
 	{
-		struct ibv_sge s = { (uintptr_t)a.buf, 64, a.mr->lkey + 0x100 };
+		struct ibv_sge s = { (uintptr_t)a.buf, 64, a.mr->lkey + 0x100 }, g = { (uintptr_t)a.buf, 64, a.mr->lkey };
 		struct ibv_send_wr sw = { .wr_id = 70, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
 			.send_flags = IBV_SEND_SIGNALED };
+		struct ibv_send_wr good = { .wr_id = 79, .sg_list = &g, .num_sge = 1, .opcode = IBV_WR_SEND,
+			.send_flags = IBV_SEND_SIGNALED, .next = &sw };
 
-		if (ibv_post_send(a.qp, &sw, &bad))
+		post_recv(&b, 78, 64);
+		if (ibv_post_send(a.qp, &good, &bad))
 			FAIL("uc send, bad lkey: post");
+		expect(wait_wc(a.cq, "uc send before a bad lkey"), 79, IBV_WC_SUCCESS, IBV_WC_SEND, "uc send before a bad lkey");
+		expect(wait_wc(b.cq, "uc send before a bad lkey: receive"), 78, IBV_WC_SUCCESS, IBV_WC_RECV,
+		       "uc send before a bad lkey: receive");
 		expect(wait_wc(a.cq, "uc send, bad lkey"), 70, IBV_WC_LOC_PROT_ERR, 0, "uc send, bad lkey");
 		if (qp_state(a.qp) != IBV_QPS_SQE)
 			FAIL("uc send, bad lkey: the QP is in state %d, want SQE", qp_state(a.qp));
@@ -792,11 +858,23 @@ static void uc_check(void)
 
 		if (!srq || !(s.qp = ibv_create_qp(pd, &ia)))
 			FAIL("uc cut, srq: %s", strerror(errno));
-		connect_uc(&s, a.qp->qp_num, 0);
+		connect_uc(&s, a.qp->qp_num, IBV_ACCESS_REMOTE_WRITE);
 		if ((err = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET }, IBV_QP_STATE)))
 			FAIL("uc: to RESET: %s", strerror(err));
 		connect_uc(&a, s.qp->qp_num, 0);
 		cut_message(&a, s.qp, b.cq, srq);
+		/* rxe's UC class D: a one-packet write with immediate and a
+		 * bad R_Key has taken an SRQ receive, which completes in error. */
+		{
+			struct ibv_sge d = { (uintptr_t)b.buf, 64, b.mr->lkey };
+			struct ibv_recv_wr rw = { .wr_id = 83, .sg_list = &d, .num_sge = 1 }, *rbad;
+
+			if (ibv_post_srq_recv(srq, &rw, &rbad))
+				FAIL("uc srq, bad rkey: post");
+			write_imm_one(&a, 84, (uintptr_t)b.buf, b.mr->rkey + 0x100);
+			expect(wait_wc(a.cq, "uc srq, bad rkey"), 84, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc srq, bad rkey");
+			expect(wait_wc(b.cq, "uc srq, bad rkey: receive"), 83, IBV_WC_REM_ACCESS_ERR, 0, "uc srq, bad rkey: receive");
+		}
 		if ((err = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET }, IBV_QP_STATE)))
 			FAIL("uc: to RESET: %s", strerror(err));
 		connect_uc(&a, b.qp->qp_num, 0);
@@ -823,7 +901,8 @@ static void uc_check(void)
 	if (qp_state(b.qp) != IBV_QPS_ERR)
 		FAIL("uc too long: the receiver is in state %d, want ERR", qp_state(b.qp));
 
-	/* mlx5's send operations for UC: no reads or atomics. */
+	/* mlx5's send operations for UC: no reads or atomics; for UD, sends
+	 * alone. */
 	{
 		struct ibv_qp_init_attr_ex x = { .qp_type = IBV_QPT_UC, .send_cq = a.cq, .recv_cq = a.cq, .pd = pd,
 			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
@@ -836,6 +915,13 @@ static void uc_check(void)
 		x.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 		if (!(q = ibv_create_qp_ex(ctx, &x)))
 			FAIL("uc create_qp_ex with sends and writes: %s", strerror(errno));
+		ibv_destroy_qp(q);
+		x.qp_type = IBV_QPT_UD;
+		if ((q = ibv_create_qp_ex(ctx, &x)) || errno != EOPNOTSUPP)
+			FAIL("ud create_qp_ex with writes: %s, want EOPNOTSUPP", q ? "made" : strerror(errno));
+		x.send_ops_flags = IBV_QP_EX_WITH_SEND_WITH_IMM;
+		if (!(q = ibv_create_qp_ex(ctx, &x)))
+			FAIL("ud create_qp_ex with sends: %s", strerror(errno));
 		ibv_destroy_qp(q);
 	}
 }

@@ -148,6 +148,11 @@ struct nvmock_qp {
 	bool fatal;      /* a completion of it found its CQ broken (settle) */
 	bool raised;     /* an async event named it (release) */
 	bool comm_est;   /* a packet came in RTR: IBV_EVENT_COMM_EST was raised */
+	/* UC: a request that could not be sent (counter uc_err_n), whose
+	 * error waits for the requests before it to leave (uc.c). */
+	bool uc_err;
+	uint32_t uc_err_n;
+	enum ibv_wc_status uc_err_st;
 
 	/* Send queue: monotonic counters, slot = counter % sq_size. Posted
 	 * WQEs are [sq_head, sq_tail); [sq_head, sq_next) were sent. A WQE's
@@ -297,5 +302,6 @@ uint32_t rwqe_len(struct rwqe *r);
 void send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
 void uc_sent(struct nvmock_qp *qp, uint32_t seq);
+void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 
 #endif

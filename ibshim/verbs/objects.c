@@ -308,6 +308,7 @@ void qp_init_wqe(struct nvmock_qp *qp)
 	qp->resp_skip = qp->resp_rwqe = false;
 	qp->fatal = qp->comm_est = false;
 	qp->deadline = qp->resend_at = 0;
+	qp->uc_err = false;
 }
 
 static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd *pd, struct ibv_qp_init_attr_ex *a)

@@ -105,6 +105,7 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 	for (; qp->rq_head != qp->rq_tail; qp->rq_head++)
 		recv_done(qp, &qp->rq[qp->rq_head % qp->rq_size], IBV_WC_WR_FLUSH_ERR, NULL);
 	qp->deadline = qp->resend_at = 0;
+	qp->uc_err = false;
 	/* The IBA's Last WQE Reached: an SRQ's QP consumes no more. */
 	if (qp->srq)
 		raise_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
@@ -117,9 +118,6 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 void sq_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 {
 	retire(qp); /* the datagrams before it went */
-	/* A UC message not wholly sent is flushed: none of it goes. */
-	if (qp->uc)
-		purge(qp->ctx, qp, NULL, true);
 	qp->state = qp->vqp.qp.state = IBV_QPS_SQE;
 	for (; qp->sq_head != qp->sq_tail; qp->sq_head++)
 		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], qp->sq_head == n ? st : IBV_WC_WR_FLUSH_ERR);
@@ -130,7 +128,9 @@ void sq_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
  * SQE for an unreliable one. */
 void send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 {
-	if (qp->ud || qp->uc)
+	if (qp->uc)
+		uc_send_error(qp, n, st);
+	else if (qp->ud)
 		sq_error(qp, n, st);
 	else
 		qp_error(qp, n, st);
@@ -323,10 +323,11 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 	return true;
 }
 
-/* Sends what is posted and not yet sent, unless an RNR wait holds it. */
+/* Sends what is posted and not yet sent, unless an RNR wait (or a UC
+ * error waiting its turn) holds it. */
 void kick(struct nvmock_qp *qp)
 {
-	if (qp->state != IBV_QPS_RTS || qp->resend_at)
+	if (qp->state != IBV_QPS_RTS || qp->resend_at || qp->uc_err)
 		return;
 	while (qp->sq_next != qp->sq_tail) {
 		qp->sq[qp->sq_next % qp->sq_size].rd_off = 0;

@@ -9,17 +9,28 @@
  * completion and no change of state, as the IBA's error classes (and rxe,
  * the kernel's software HCA) have it for UC: a message with a gap, a write
  * the QP or the R_Key does not allow, a send or a write with immediate
- * that finds no receive. A message cut short by a lost packet leaves its
- * receive for the next one (with an SRQ it completes in error,
- * REM_INV_REQ); rxe drops that next message too, the mock takes it. A receive too short or not writable is the responder's own
- * error, as on RC: it completes with LOC_LEN_ERR or LOC_PROT_ERR and the QP
- * goes to ERR.
+ * that finds no receive (rxe's class D; with an SRQ, a one-packet write
+ * with immediate and a bad R_Key completes the receive it took). A
+ * message cut short by a lost packet leaves its receive for the next one
+ * (with an SRQ it completes in error, REM_INV_REQ); rxe drops that next
+ * message too, the mock takes it. A receive too short or not writable is
+ * the responder's own error, as on RC: it completes with LOC_LEN_ERR or
+ * LOC_PROT_ERR and the QP goes to ERR.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 
 #include "datapath.h"
+
+/* A failed request's error, once the requests before it have left. */
+static void fail_when_due(struct nvmock_qp *qp)
+{
+	if (qp->uc_err && qp->sq_head == qp->uc_err_n) {
+		qp->uc_err = false;
+		sq_error(qp, qp->uc_err_n, qp->uc_err_st);
+	}
+}
 
 /* The request with message number seq has sent its last packet. */
 void uc_sent(struct nvmock_qp *qp, uint32_t seq)
@@ -30,7 +41,22 @@ void uc_sent(struct nvmock_qp *qp, uint32_t seq)
 		return; /* flushed meanwhile */
 	qp->sq[n % qp->sq_size].done = true;
 	retire(qp);
+	fail_when_due(qp);
 	settle(qp);
+}
+
+/* A request that cannot be sent (its memory): the requests before it
+ * still leave, and complete as they do, as an HCA works through its send
+ * queue in order; then it fails, those after it flush, and the QP is in
+ * SQE. Nothing more is sent meanwhile. Its packets already queued go, a
+ * message the responder never sees end. */
+void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
+{
+	qp->sq_next = n;
+	qp->uc_err = true;
+	qp->uc_err_n = n;
+	qp->uc_err_st = st;
+	fail_when_due(qp);
 }
 
 /* The message in progress is given up: its receive waits for the next,
@@ -115,13 +141,29 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 		if (p->offset == 0) {
 			struct nvmock_mr *mr = find_mr(ctx, p->rkey);
 
-			/* A zero-length write checks no R_Key, as the IBA says. */
-			if (!(qp->access & IBV_ACCESS_REMOTE_WRITE) ||
-			    (p->total && (!mr_ptr(mr, p->raddr, p->total) || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd ||
-					  !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE)))) {
+			if (!(qp->access & IBV_ACCESS_REMOTE_WRITE)) {
 				drop(qp);
 				return;
 			}
+			/* A zero-length write checks no R_Key, as the IBA says. */
+			if (p->total && (!mr_ptr(mr, p->raddr, p->total) || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd ||
+					 !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE))) {
+				/* rxe's UC class D: a one-packet write with
+				 * immediate has taken an SRQ's receive by then,
+				 * which completes in error. */
+				if (last && (p->flags & NVMOCK_PKT_IMM) && qp->srq && take_recv(qp)) {
+					recv_done(qp, r, IBV_WC_REM_ACCESS_ERR, NULL);
+					qp->rq_head++;
+				}
+				drop(qp);
+				return;
+			}
+		}
+		/* The packet with the immediate needs a receive before it is
+		 * written (what came before it stays written). */
+		if (last && (p->flags & NVMOCK_PKT_IMM) && !take_recv(qp)) {
+			drop(qp);
+			return;
 		}
 		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len) : NULL;
 		if (len && !mem) {
@@ -131,10 +173,6 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 		if (len)
 			memcpy(mem, data, len);
 		if (last && (p->flags & NVMOCK_PKT_IMM)) {
-			if (!take_recv(qp)) {
-				drop(qp); /* written, but nothing says so */
-				return;
-			}
 			recv_done(qp, r, IBV_WC_SUCCESS, p);
 			qp->rq_head++;
 		}
