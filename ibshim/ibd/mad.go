@@ -90,6 +90,8 @@ func reply(u packet) packet {
 	switch m.method() {
 	case methodGetTbl:
 		m[3] = methodTblRsp
+	case methodDelete:
+		m[3] = methodDelResp
 	default:
 		m[3] = methodResp
 	}

@@ -57,9 +57,10 @@ var records = map[uint16]recordKind{
 	attrGUIDInfoRecord: {size: 72, fields: map[int]field{0: at(0, 2), 1: at(2, 1)}},
 	attrPathRecord: {size: 64, loose: true, fields: map[int]field{2: at(8, 16), 3: at(24, 16), 4: at(40, 2),
 		5: at(42, 2), 13: at(50, 2), 15: bits(53, 0x0f), 17: bits(54, 0x3f), 19: bits(55, 0x3f)}},
-	attrServiceRecord:  {size: 176, loose: true},
-	attrMCMemberRecord: {size: 52, loose: true},
-	attrInformRecord:   {size: 60, loose: true},
+	attrServiceRecord: {size: 176, loose: true},
+	attrMCMemberRecord: {size: mcRecLen, loose: true, fields: map[int]field{0: at(0, 16), 1: at(16, 16), 2: at(32, 4),
+		3: at(36, 2), 6: at(39, 1), 7: at(40, 2), 12: bits(44, 0xf0), 15: bits(48, 0xf0), 16: bits(48, 0x0f)}},
+	attrInformRecord: {size: 60, loose: true},
 }
 
 // sa answers a subnet administration query from port from. It returns the
@@ -78,6 +79,11 @@ func (d *Daemon) sa(m mad, from *fabric.Port) (out []byte, attrOffset int, statu
 	kind, ok := records[m.attr()]
 	if !ok {
 		return nil, 0, statusBadMethodAttr
+	}
+	off := (kind.size + 7) / 8
+	if m.attr() == attrMCMemberRecord && (m.method() == methodSet || m.method() == methodDelete) {
+		r, st := d.mcJoin(m, from)
+		return r, off, st
 	}
 	if m.method() != methodGet && m.method() != methodGetTbl {
 		return nil, 0, statusBadMethod
@@ -126,16 +132,18 @@ func (d *Daemon) sa(m mad, from *fabric.Port) (out []byte, attrOffset int, statu
 		}
 	case attrPathRecord:
 		all = d.pathRecords(s, from, tmpl, mask)
+	case attrMCMemberRecord:
+		all = d.mcRecords(s)
 	}
-	// Mock nodes run no IPoIB, register no services and subscribe to no
-	// traps: no multicast groups, service or inform records.
+	// Mock nodes run no IPoIB (whose broadcast group an SM makes),
+	// register no services and subscribe to no traps: no service or
+	// inform records, and only the multicast groups programs join.
 	var match [][]byte
 	for _, r := range all {
 		if matches(r, tmpl, mask, kind.fields) {
 			match = append(match, r)
 		}
 	}
-	off := (kind.size + 7) / 8
 	if m.method() == methodGet {
 		switch len(match) {
 		case 0:

@@ -53,6 +53,9 @@ type Daemon struct {
 	qpns   map[qpnBlock]*conn      // the verbs contexts, by port and QPN block
 	moved  map[*fabric.Port]bool   // this node's ports whose traffic counters sysfs has not shown yet
 	zeroed map[*fabric.Port]bool   // of those, the ones a PerfMgt Set reset
+
+	groups   map[mcKey]*mcGroup            // multicast groups joined through this daemon (mcast.go)
+	attached map[mlidKey]map[mcAttach]bool // this node's QPs attached to multicast LIDs
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -261,6 +264,8 @@ func (d *Daemon) serveConn(c *conn) {
 				if len(msg) >= umad.AsyncRaiseSize {
 					sendNow(c, msg[8:umad.AsyncRaiseSize])
 				}
+			case umad.OpVerbsAttach:
+				d.mcAttachMsg(c, msg)
 			default:
 				d.control(c, msg)
 			}
@@ -320,6 +325,7 @@ func (d *Daemon) drop(c *conn) {
 		delete(d.qpns, qpnBlock{c.verbsPort, c.block})
 	}
 	delete(d.async, c)
+	d.mcDrop(c)
 	d.unregister(c, func(*agent) bool { return true })
 }
 

@@ -75,6 +75,10 @@ func (d *Daemon) verbsPacket(c *conn, msg []byte) {
 		return
 	}
 	le.PutUint16(msg[umad.PktSLIDOffset:], from.LID)
+	if dlid := le.Uint16(msg[umad.PktDLIDOffset:]); dlid >= mlidBase && dlid <= mlidTop {
+		d.mcPacket(c, from, dlid, msg) // unlocks mu
+		return
+	}
 	to := from.Node.Subnet.Port(le.Uint16(msg[umad.PktDLIDOffset:]))
 	// A context speaks only for its own QPs.
 	if to == nil || from.Down() || to.Down() || le.Uint32(msg[umad.PktSQPNOffset:])/umad.QPNBlock != c.block {
@@ -115,6 +119,17 @@ func (d *Daemon) verbsFromPeer(body []byte) {
 	msg := body[1:]
 	d.mu.Lock()
 	s := d.fab.Subnets[body[0]]
+	if dlid := le.Uint16(msg[umad.PktDLIDOffset:]); dlid >= mlidBase && dlid <= mlidTop {
+		var ts []mcAttach
+		if s.Port(le.Uint16(msg[umad.PktSLIDOffset:])) != nil {
+			ts = d.mcTargets(s, dlid)
+		}
+		d.mu.Unlock()
+		for _, t := range ts {
+			t.c.fromPeer(addressed(msg, t.qpn))
+		}
+		return
+	}
 	src, dst := s.Port(le.Uint16(msg[umad.PktSLIDOffset:])), s.Port(le.Uint16(msg[umad.PktDLIDOffset:]))
 	var c *conn
 	if src != nil && dst != nil && dst.Node.Slot == d.fab.Local && !dst.Down() {

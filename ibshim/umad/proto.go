@@ -11,15 +11,17 @@ const (
 
 	Magic uint32 = 0x4b4d564e // "NVMK" as little-endian bytes
 
-	OpHello      uint32 = 1 // {magic, op, umad_index, pid, kind}, right after connect
-	OpRegister   uint32 = 2 // {magic, op, agent_id, qpn, class, class_version, rmpp_version, pad, oui, method_mask[4]}
-	OpUnregister uint32 = 3 // {magic, op, agent_id}
-	OpVerbsHello uint32 = 4 // {magic, op, pid, port, ibdev[64]}; answered {magic, op, qpn_base, lid}
-	OpVerbsPkt   uint32 = 5 // a packet between QPs: header (PktSize bytes), then payload
-	OpAsyncHello uint32 = 6 // a verbs hello for a context's async fd; AsyncEventSize-byte events follow
-	OpAsyncRaise uint32 = 7 // {magic, op, event}: the event comes back on the same async fd
+	OpHello       uint32 = 1 // {magic, op, umad_index, pid, kind}, right after connect
+	OpRegister    uint32 = 2 // {magic, op, agent_id, qpn, class, class_version, rmpp_version, pad, oui, method_mask[4]}
+	OpUnregister  uint32 = 3 // {magic, op, agent_id}
+	OpVerbsHello  uint32 = 4 // {magic, op, pid, port, ibdev[64]}; answered {magic, op, qpn_base, lid}
+	OpVerbsPkt    uint32 = 5 // a packet between QPs: header (PktSize bytes), then payload
+	OpAsyncHello  uint32 = 6 // a verbs hello for a context's async fd; AsyncEventSize-byte events follow
+	OpAsyncRaise  uint32 = 7 // {magic, op, event}: the event comes back on the same async fd
+	OpVerbsAttach uint32 = 8 // {magic, op, u32 qpn, u16 mlid, u8 attach}: a QP joins (1) or leaves (0) a multicast LID
 
-	AsyncRaiseSize = 24
+	AsyncRaiseSize  = 24
+	VerbsAttachSize = 15
 
 	AsyncEventSize         = 16 // struct ib_uverbs_async_event_desc: {u64 port, u32 event type, u32 0}, host order
 	EventPortActive uint32 = 9  // IBV_EVENT_PORT_ACTIVE
@@ -40,6 +42,8 @@ const (
 	PktSLIDOffset    = 10   // u16 source LID, which the daemon sets
 	PktDQPNOffset    = 12   // u32 destination QPN
 	PktSQPNOffset    = 16   // u32 source QPN, which must be the sender's
+	PktKindOffset    = 20   // u8 kind
+	PktUDSend        = 6    // the kind of a datagram
 
 	UMADHeaderSize = 64  // struct ib_user_mad with the P_Key index (ABI 5)
 	MADSize        = 256 // one MAD; a reassembled RMPP response is longer

@@ -33,6 +33,8 @@
 #define NVMOCK_IBD_OP_VERBS_PKT 5u   /* one packet between two QPs, routed by LID and QPN */
 #define NVMOCK_IBD_OP_ASYNC_HELLO 6u /* a verbs context's async fd (a verbs hello); events follow, no reply */
 #define NVMOCK_IBD_OP_ASYNC_RAISE 7u /* {magic, op, event}: the daemon sends the event back on the async fd */
+#define NVMOCK_IBD_OP_VERBS_ATTACH 8u /* {magic, op, u32 qpn, u16 mlid, u8 attach}: a QP joins (1) or leaves (0) a multicast LID; no reply */
+#define NVMOCK_IBD_VERBS_ATTACH_SIZE 15
 
 /* What the daemon sends an async fd: struct ib_uverbs_async_event_desc,
  * in host order ({u64 element: the port number; u32 event_type; u32 0}),
@@ -155,6 +157,7 @@ struct nvmock_ibd_pkt {
 #define NVMOCK_IBD_PKT_SLID_OFF 10
 #define NVMOCK_IBD_PKT_DQPN_OFF 12
 #define NVMOCK_IBD_PKT_SQPN_OFF 16
+#define NVMOCK_IBD_PKT_KIND_OFF 20
 
 #define NVMOCK_IBD_HELLO_SIZE 20
 #define NVMOCK_IBD_REGISTER_SIZE 40
@@ -178,5 +181,6 @@ _Static_assert(offsetof(struct nvmock_ibd_pkt, dlid) == NVMOCK_IBD_PKT_DLID_OFF,
 _Static_assert(offsetof(struct nvmock_ibd_pkt, slid) == NVMOCK_IBD_PKT_SLID_OFF, "slid offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, dqpn) == NVMOCK_IBD_PKT_DQPN_OFF, "dqpn offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, sqpn) == NVMOCK_IBD_PKT_SQPN_OFF, "sqpn offset");
+_Static_assert(offsetof(struct nvmock_ibd_pkt, kind) == NVMOCK_IBD_PKT_KIND_OFF, "kind offset");
 
 #endif

@@ -38,10 +38,10 @@
  * request is done when its last packet has left, and the responder drops
  * what it cannot take.
  *
- * Shared receive queues: srq.c.
+ * Multicast: mcast.c. Shared receive queues: srq.c.
  *
  * Not simulated, and refused rather than faked: XRC and raw QPs,
- * memory windows, multicast, and RoCE (a QP on an Ethernet port cannot
+ * memory windows, and RoCE (a QP on an Ethernet port cannot
  * reach RTR).
  *
  * objects.c: PDs, MRs, CQs, QPs' life; post.c: posting, and the ibv_qp_ex
@@ -153,6 +153,9 @@ struct nvmock_qp {
 	bool uc_err;
 	uint32_t uc_err_n;
 	enum ibv_wc_status uc_err_st;
+	/* UD: the multicast groups it is attached to (mcast.c). */
+	struct { union ibv_gid gid; uint16_t lid; } *mc;
+	uint32_t n_mc;
 
 	/* Send queue: monotonic counters, slot = counter % sq_size. Posted
 	 * WQEs are [sq_head, sq_tail); [sq_head, sq_next) were sent. A WQE's
@@ -303,5 +306,7 @@ void send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
 void uc_sent(struct nvmock_qp *qp, uint32_t seq);
 void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
+void mcast_ops(struct verbs_context_ops *ops);
+const union ibv_gid *mc_gid(struct nvmock_qp *qp, uint16_t lid);
 
 #endif

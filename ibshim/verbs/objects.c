@@ -515,9 +515,9 @@ static int destroy_qp(struct ibv_qp *q)
 	struct nvmock_context *ctx = qp->ctx;
 
 	pthread_mutex_lock(&ctx->lock);
-	if (qp->batch_open) {
+	if (qp->batch_open || qp->n_mc) {
 		pthread_mutex_unlock(&ctx->lock);
-		return EBUSY; /* between wr_start and wr_complete */
+		return EBUSY; /* between wr_start and wr_complete, or attached to a group */
 	}
 	purge(ctx, qp, NULL, false);
 	ctx->qps[qp->idx] = NULL;
@@ -534,6 +534,7 @@ static int destroy_qp(struct ibv_qp *q)
 	free(qp->batch_sge);
 	free(qp->sq_inl);
 	free(qp->batch_inl);
+	free(qp->mc);
 	release(ctx, qp, qp->raised);
 	return 0;
 }
@@ -744,13 +745,13 @@ static int query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct
 	return 0;
 }
 
-/* Address handles, for datagrams: the subnet routes by LID. */
+/* Address handles, for datagrams: the subnet routes by LID (0xc000 and
+ * up: a multicast group's). */
 static struct ibv_ah *create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
 	struct nvmock_ah *ah;
 
-	if (!attr->dlid || attr->dlid >= 0xc000 || !port_exists(to_ctx(pd->context), attr->port_num)) {
-		/* 0xc000 and up: multicast, which the fabric does not carry. */
+	if (!attr->dlid || attr->dlid == 0xffff || !port_exists(to_ctx(pd->context), attr->port_num)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -787,4 +788,5 @@ void datapath_ops(struct verbs_context_ops *ops)
 	ops->post_send = post_send;
 	ops->post_recv = post_recv;
 	srq_ops(ops);
+	mcast_ops(ops);
 }

@@ -88,7 +88,11 @@ static void datagram(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const
 {
 	struct rwqe *r = &qp->rq[qp->rq_head % qp->rq_size];
 	struct nvmock_ibd_pkt h = *p;
+	const union ibv_gid *dgid = &qp->ctx->gid;
 
+	/* To a group: only while attached, and its GID is the destination. */
+	if (p->dlid >= 0xc000 && !(dgid = mc_gid(qp, p->dlid)))
+		return;
 	if (p->offset || len != p->total || p->rkey != qp->qkey || !take_recv(qp))
 		return;
 	if (40 + (uint64_t)len > rwqe_len(r)) {
@@ -105,7 +109,7 @@ static void datagram(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const
 		grh[6] = 0x1b;     /* next header: IBA transport */
 		grh[7] = 64;       /* hop limit */
 		memcpy(grh + 8, p->atomic, 16);          /* source GID */
-		memcpy(grh + 24, qp->ctx->gid.raw, 16); /* destination GID */
+		memcpy(grh + 24, dgid->raw, 16);         /* destination GID */
 		if (!scatter(qp, r->sge, r->nsge, 0, grh, sizeof(grh)))
 			goto prot;
 	}

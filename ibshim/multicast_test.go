@@ -1,0 +1,66 @@
+//go:build integration
+
+package ibshim_test
+
+// UD multicast: programs join groups through the SA (MCMemberRecord over
+// umad), attach QPs to the group's MLID, and the daemons copy each
+// datagram to the QPs attached on ports that joined, on every node.
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+func TestMulticastGroupsCarryDatagramsToThePortsThatJoined(t *testing.T) {
+	cc := testenv.Tool(t, "gcc")
+	testenv.Tool(t, "saquery")
+	bin := filepath.Join(t.TempDir(), "mcgroup")
+	if out, err := exec.Command(cc, "-O1", "-Wall", "-Werror", "-o", bin, "testdata/mcgroup.c", "-libverbs", "-l:libibumad.so.3").CombinedOutput(); err != nil {
+		testenv.Missing(t, "building testdata/mcgroup.c against libibverbs and libibumad (libibverbs-dev, libibumad3): %v\n%s", err, out)
+	}
+	out := node(t, fmt.Sprintf(`%s mlx5_0; echo "exit $?"; echo '== groups'; saquery -C mlx5_0 -g; echo '== members'; saquery -C mlx5_0 -m`, bin))
+	for _, check := range []string{"sa-errors", "join", "attach-checks", "delivery", "detach", "leave"} {
+		if !strings.Contains(out, "ok "+check+"\n") {
+			t.Fatalf("mcgroup did not pass %q:\n%s", check, out)
+		}
+	}
+	m := regexp.MustCompile(`kept mlid 0x([0-9a-f]+)\nexit 0\n`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("mcgroup did not end joined to a group:\n%s", out)
+	}
+	mlid, _ := strconv.ParseUint(m[1], 16, 16)
+	// The group the program left behind is the SA's: saquery lists it,
+	// and this port as its full member; the one it left is gone.
+	groups, members, _ := strings.Cut(strings.SplitN(out, "== groups\n", 2)[1], "== members\n")
+	wantGroup := fmt.Sprintf("MGID....................ff12:601b:ffff::4d43\n\t\tMlid....................0x%04X\n\t\tMtu.....................0x85\n\t\tpkey....................0xFFFF\n", mlid)
+	if !strings.Contains(groups, wantGroup) || strings.Count(groups, "MGID") != 1 {
+		t.Errorf("saquery -g:\n%s\nwant the one group left joined:\n%s", groups, wantGroup)
+	}
+	gid := regexp.MustCompile(`PortGid\.+(fe80:\S+)\n\t\tScopeState\.+0x21\n`).FindStringSubmatch(members)
+	if gid == nil || !strings.Contains(members, "NodeDescription") {
+		t.Errorf("saquery -m:\n%s\nwant this port, a full member of a link-local group", members)
+	}
+}
+
+// perftest's multicast test between two nodes: each joins through its own
+// daemon; the client's datagrams to the group cross to the server's node.
+func TestPerftestMulticastBetweenTwoNodes(t *testing.T) {
+	testenv.Tool(t, "ib_send_bw")
+	out, serverOut := twoNodes(t, []string{"sh", "-c", `ib_send_bw -c UD -g -d mlx5_0 -n 200 -p 18530; echo "server exit $?"`},
+		`sleep 1; ib_send_bw -c UD -g -d mlx5_0 -n 200 -p 18530 127.0.0.1; echo "client exit $?"; sleep 0.5`)
+	row := regexp.MustCompile(`(?m)^\s*4096\s+200\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s*$`)
+	c, s := row.FindStringSubmatch(out), row.FindStringSubmatch(serverOut)
+	if c == nil || s == nil || !strings.Contains(out, "client exit 0") || !strings.Contains(serverOut, "server exit 0") {
+		t.Fatalf("ib_send_bw -c UD -g from node-b to node-a:\n%s\nnode-a:\n%s", out, serverOut)
+	}
+	if avg, _ := strconv.ParseFloat(s[1], 64); avg <= 0 {
+		t.Errorf("ib_send_bw -c UD -g: node-a received at %s MB/s", s[1])
+	}
+}
