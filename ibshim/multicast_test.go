@@ -25,8 +25,9 @@ func TestMulticastGroupsCarryDatagramsToThePortsThatJoined(t *testing.T) {
 	if out, err := exec.Command(cc, "-O1", "-Wall", "-Werror", "-o", bin, "testdata/mcgroup.c", "-libverbs", "-l:libibumad.so.3").CombinedOutput(); err != nil {
 		testenv.Missing(t, "building testdata/mcgroup.c against libibverbs and libibumad (libibverbs-dev, libibumad3): %v\n%s", err, out)
 	}
-	out := node(t, fmt.Sprintf(`%s mlx5_0; echo "exit $?"; echo '== groups'; saquery -C mlx5_0 -g; echo '== members'; saquery -C mlx5_0 -m`, bin))
-	for _, check := range []string{"sa-errors", "join", "attach-checks", "delivery", "detach", "leave"} {
+	out := node(t, fmt.Sprintf(`%s mlx5_0; echo "exit $?"; echo '== groups'; saquery -C mlx5_0 -g
+echo '== members'; saquery -C mlx5_0 --smkey 1 -m; echo '== untrusted'; saquery -C mlx5_0 -m`, bin))
+	for _, check := range []string{"sa-errors", "join", "attach-checks", "delivery", "detach", "leave", "shared-mlid"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Fatalf("mcgroup did not pass %q:\n%s", check, out)
 		}
@@ -37,15 +38,20 @@ func TestMulticastGroupsCarryDatagramsToThePortsThatJoined(t *testing.T) {
 	}
 	mlid, _ := strconv.ParseUint(m[1], 16, 16)
 	// The group the program left behind is the SA's: saquery lists it,
-	// and this port as its full member; the one it left is gone.
+	// and, asked with OpenSM's SA key (trusted), this port as its full
+	// member; the ones it left are gone. Untrusted, the IBA hides who.
 	groups, members, _ := strings.Cut(strings.SplitN(out, "== groups\n", 2)[1], "== members\n")
+	members, untrusted, _ := strings.Cut(members, "== untrusted\n")
 	wantGroup := fmt.Sprintf("MGID....................ff12:601b:ffff::4d43\n\t\tMlid....................0x%04X\n\t\tMtu.....................0x85\n\t\tpkey....................0xFFFF\n", mlid)
 	if !strings.Contains(groups, wantGroup) || strings.Count(groups, "MGID") != 1 {
 		t.Errorf("saquery -g:\n%s\nwant the one group left joined:\n%s", groups, wantGroup)
 	}
 	gid := regexp.MustCompile(`PortGid\.+(fe80:\S+)\n\t\tScopeState\.+0x21\n`).FindStringSubmatch(members)
-	if gid == nil || !strings.Contains(members, "NodeDescription") {
-		t.Errorf("saquery -m:\n%s\nwant this port, a full member of a link-local group", members)
+	if gid == nil || !strings.Contains(members, "NodeDescription") || strings.Count(members, "MGID") != 1 {
+		t.Errorf("saquery --smkey 1 -m:\n%s\nwant this port, a full member of a link-local group", members)
+	}
+	if !strings.Contains(untrusted, "PortGid.................::\n\t\tScopeState..............0x20\n") {
+		t.Errorf("saquery -m (untrusted):\n%s\nwant the group with no port and no join state", untrusted)
 	}
 }
 

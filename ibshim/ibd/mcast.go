@@ -1,8 +1,10 @@
 package ibd
 
 import (
+	"bytes"
 	"encoding/binary"
 	"hash/fnv"
+	"sort"
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/umad"
@@ -18,6 +20,9 @@ import (
 // the same one and a datagram relayed to a peer reaches the QPs attached
 // there. (A real SM hands out MLIDs from 0xC000 in the order groups are
 // made; which one a group gets is not something programs can rely on.)
+// Two groups may then share an MLID, which a real SM does only when it
+// runs out: a datagram carries its group's GID (its GRH's destination),
+// by which ports and QPs tell the groups apart.
 
 const (
 	methodDelete  = 0x15
@@ -25,9 +30,11 @@ const (
 	mlidBase      = 0xc000
 	mlidTop       = 0xfffe // 0xffff is the permissive LID
 
-	saStatusInvalidGID   = 0x0500 // 15.2.1.1: ERR_REQ_INVALID_GID
-	saStatusInsufficient = 0x0600 // ERR_REQ_INSUFFICIENT_COMPONENTS
-	mcRecLen             = 52
+	saStatusInsufficient = 0x0600 // 15.2.1.1: ERR_REQ_INSUFFICIENT_COMPONENTS
+
+	joinFull = 1 // JoinState bits: full member, non-member, send-only non-member
+	saKey    = 1 // OpenSM's default SA key: a query with it is trusted
+	mcRecLen = 52
 )
 
 // MCMemberRecord component mask bits.
@@ -36,9 +43,11 @@ const (
 	mcPortGID   = 1 << 1
 	mcQKey      = 1 << 2
 	mcTClass    = 1 << 6
+	mcMLID      = 1 << 3
 	mcPKey      = 1 << 7
 	mcSL        = 1 << 12
 	mcFlowLabel = 1 << 13
+	mcScope     = 1 << 15
 	mcJoinState = 1 << 16
 )
 
@@ -91,12 +100,9 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 		return nil, saStatusInsufficient
 	}
 	// A port joins for itself: proxy joins and SM-assigned MGIDs (an MGID
-	// of zero) are not simulated.
-	if pgid != portGID(from) || join == 0 {
+	// of zero) are not simulated, and refused as OpenSM refuses a bad one.
+	if pgid != portGID(from) || join == 0 || mgid[0] != 0xff {
 		return nil, saStatusInvalid
-	}
-	if mgid[0] != 0xff {
-		return nil, saStatusInvalidGID
 	}
 	if d.groups == nil {
 		d.groups = map[mcKey]*mcGroup{}
@@ -104,7 +110,8 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 	k := mcKey{from.Node.Subnet, mgid}
 	g := d.groups[k]
 	if m.method() == methodDelete {
-		if g == nil || g.members[pgid]&join == 0 {
+		// A leave names join states the port holds (o15-0.1.14).
+		if g == nil || g.members[pgid] == 0 || join&^g.members[pgid] != 0 {
 			return nil, saStatusInvalid
 		}
 		if g.members[pgid] &^= join; g.members[pgid] == 0 {
@@ -122,10 +129,14 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 		return g.record(pgid, join), 0
 	}
 	if g == nil {
-		// Making a group takes what its packets carry (OpenSM's rule).
+		// Making a group takes what its packets carry (OpenSM's rule),
+		// and a full member (o15-0.1.9).
 		need := uint64(mcQKey | mcTClass | mcPKey | mcSL | mcFlowLabel)
 		if mask&need != need {
 			return nil, saStatusInsufficient
+		}
+		if join&joinFull == 0 {
+			return nil, saStatusInvalid
 		}
 		if binary.BigEndian.Uint16(t[40:])&0x7fff != 0x7fff {
 			return nil, saStatusInvalid // the ports hold the default partition alone
@@ -161,15 +172,54 @@ func (g *mcGroup) record(pgid [16]byte, join byte) []byte {
 	return r
 }
 
-// mcRecords lists the subnet's groups, a record per member.
-func (d *Daemon) mcRecords(s *fabric.Subnet) [][]byte {
-	var out [][]byte
-	for k, g := range d.groups {
-		if k.s != s {
-			continue
+// mcRecords answers a query (OpenSM's rules, after the IBA's p923): a
+// record per group, or for the port the query names; a trusted query
+// (OpenSM's SA key) without a port gets a record per member. Only a
+// trusted one sees PortGID and JoinState. The other components are
+// matched by the caller.
+func (d *Daemon) mcRecords(s *fabric.Subnet, t []byte, mask uint64, trusted bool) [][]byte {
+	var keys []mcKey
+	for k := range d.groups {
+		if k.s == s {
+			keys = append(keys, k)
 		}
-		for _, p := range g.order {
-			out = append(out, g.record(p, g.members[p]))
+	}
+	sort.Slice(keys, func(i, j int) bool { return bytes.Compare(keys[i].mgid[:], keys[j].mgid[:]) < 0 })
+	var out [][]byte
+	stateMask := byte(0)
+	if mask&mcScope != 0 {
+		stateMask |= 0xf0
+	}
+	if mask&mcJoinState != 0 {
+		stateMask |= 0x0f
+	}
+	for _, k := range keys {
+		g := d.groups[k]
+		var recs [][]byte
+		switch {
+		case mask&mcPortGID != 0:
+			var p [16]byte
+			copy(p[:], t[16:])
+			if g.members[p] != 0 {
+				recs = append(recs, g.record(p, g.members[p]))
+			}
+		case trusted:
+			for _, p := range g.order {
+				recs = append(recs, g.record(p, g.members[p]))
+			}
+		default:
+			recs = append(recs, g.record([16]byte{}, g.rec[48]&0x0f))
+		}
+		for _, r := range recs {
+			if r[48]&stateMask != t[48]&stateMask {
+				continue
+			}
+			if !trusted {
+				clear(r[16:32])
+				r[48] &= 0xf0
+				r[49] &^= 0x80 // ProxyJoin
+			}
+			out = append(out, r)
 		}
 	}
 	return out
@@ -224,24 +274,45 @@ func (d *Daemon) mcDrop(c *conn) {
 // non-member; a send-only member receives nothing): as on a fabric, where
 // the SM routes a group only to the ports that joined it. The joins of
 // this node's ports were made through this daemon. mu is held.
-func (d *Daemon) mcTargets(s *fabric.Subnet, mlid uint16) []mcAttach {
+func (d *Daemon) mcTargets(s *fabric.Subnet, mlid uint16, msg []byte) []mcAttach {
 	var out []mcAttach
 	for a := range d.attached[mlidKey{s, mlid}] {
-		if p := a.c.verbsPort; p != nil && !p.Down() && d.receives(p, mlid) {
+		if p := a.c.verbsPort; p != nil && !p.Down() && d.receives(p, mlid, groupOf(msg)) {
 			out = append(out, a)
 		}
 	}
 	return out
 }
 
-func (d *Daemon) receives(p *fabric.Port, mlid uint16) bool {
+// groupOf is the GID a datagram to a group names (its GRH's
+// destination), or zero: sent without a GRH, it names its MLID alone.
+func groupOf(msg []byte) (g [16]byte) {
+	if msg[umad.PktFlagsOffset]&umad.PktMcast != 0 && len(msg) >= umad.PktSize+16 {
+		copy(g[:], msg[umad.PktSize:])
+	}
+	return g
+}
+
+func (d *Daemon) receives(p *fabric.Port, mlid uint16, mgid [16]byte) bool {
 	gid := portGID(p)
 	for k, g := range d.groups {
-		if k.s == p.Node.Subnet && binary.BigEndian.Uint16(g.rec[36:]) == mlid && g.members[gid]&3 != 0 {
+		if k.s == p.Node.Subnet && binary.BigEndian.Uint16(g.rec[36:]) == mlid && (mgid == [16]byte{} || k.mgid == mgid) &&
+			g.members[gid]&3 != 0 { // a full member or a non-member: not send-only
 			return true
 		}
 	}
 	return false
+}
+
+// countIn counts a datagram in at each port it reaches, once a port.
+func (d *Daemon) countIn(ts []mcAttach, n int) {
+	seen := map[*fabric.Port]bool{}
+	for _, t := range ts {
+		if p := t.c.verbsPort; !seen[p] {
+			seen[p] = true
+			d.countData(nil, p, n)
+		}
+	}
 }
 
 // mcPacket sends a datagram a context sent to an MLID to this node's QPs
@@ -255,7 +326,7 @@ func (d *Daemon) mcPacket(c *conn, from *fabric.Port, mlid uint16, msg []byte) {
 		return // a connected QP's packets go to a port, not a group
 	}
 	s := from.Node.Subnet
-	ts := d.mcTargets(s, mlid)
+	ts := d.mcTargets(s, mlid, msg)
 	idx := 0
 	for i, x := range d.fab.Subnets {
 		if x == s {
@@ -267,9 +338,7 @@ func (d *Daemon) mcPacket(c *conn, from *fabric.Port, mlid uint16, msg []byte) {
 		peers = append(peers, p)
 	}
 	d.countData(from, nil, len(msg)-umad.PktSize)
-	for _, t := range ts {
-		d.countData(nil, t.c.verbsPort, len(msg)-umad.PktSize)
-	}
+	d.countIn(ts, len(msg)-umad.PktSize)
 	d.mu.Unlock()
 	for _, t := range ts {
 		t.c.sendData(addressed(msg, t.qpn))

@@ -58,8 +58,9 @@ var records = map[uint16]recordKind{
 	attrPathRecord: {size: 64, loose: true, fields: map[int]field{2: at(8, 16), 3: at(24, 16), 4: at(40, 2),
 		5: at(42, 2), 13: at(50, 2), 15: bits(53, 0x0f), 17: bits(54, 0x3f), 19: bits(55, 0x3f)}},
 	attrServiceRecord: {size: 176, loose: true},
-	attrMCMemberRecord: {size: mcRecLen, loose: true, fields: map[int]field{0: at(0, 16), 1: at(16, 16), 2: at(32, 4),
-		3: at(36, 2), 6: at(39, 1), 7: at(40, 2), 12: bits(44, 0xf0), 15: bits(48, 0xf0), 16: bits(48, 0x0f)}},
+	// PortGID, Scope and JoinState: mcRecords.
+	attrMCMemberRecord: {size: mcRecLen, loose: true, fields: map[int]field{0: at(0, 16), 2: at(32, 4),
+		3: at(36, 2), 6: at(39, 1), 7: at(40, 2), 12: bits(44, 0xf0)}},
 	attrInformRecord: {size: 60, loose: true},
 }
 
@@ -133,7 +134,7 @@ func (d *Daemon) sa(m mad, from *fabric.Port) (out []byte, attrOffset int, statu
 	case attrPathRecord:
 		all = d.pathRecords(s, from, tmpl, mask)
 	case attrMCMemberRecord:
-		all = d.mcRecords(s)
+		all = d.mcRecords(s, tmpl, mask, binary.BigEndian.Uint64(m[36:]) == saKey)
 	}
 	// Mock nodes run no IPoIB (whose broadcast group an SM makes),
 	// register no services and subscribe to no traps: no service or

@@ -122,7 +122,8 @@ func (d *Daemon) verbsFromPeer(body []byte) {
 	if dlid := le.Uint16(msg[umad.PktDLIDOffset:]); dlid >= mlidBase && dlid <= mlidTop {
 		var ts []mcAttach
 		if s.Port(le.Uint16(msg[umad.PktSLIDOffset:])) != nil {
-			ts = d.mcTargets(s, dlid)
+			ts = d.mcTargets(s, dlid, msg)
+			d.countIn(ts, len(msg)-umad.PktSize)
 		}
 		d.mu.Unlock()
 		for _, t := range ts {

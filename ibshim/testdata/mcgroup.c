@@ -56,7 +56,7 @@ static int umad_port, agent;
 
 /* One SA request: method 0x02 (Set, a join) or 0x15 (Delete, a leave).
  * Returns the MAD status; the MLID of the answer in *mlid. */
-static int sa(uint8_t method, const uint8_t mgid[16], uint64_t mask, uint16_t *mlid)
+static int sa_as(uint8_t method, const uint8_t mgid[16], uint64_t mask, uint8_t join, uint16_t *mlid)
 {
 	static uint32_t tid = 1;
 	void *u = calloc(1, umad_size() + 256);
@@ -73,7 +73,7 @@ static int sa(uint8_t method, const uint8_t mgid[16], uint64_t mask, uint16_t *m
 	memcpy(rec + 16, port_gid.raw, 16);
 	rec[32] = 0x11, rec[33] = 0x11, rec[34] = 0x11, rec[35] = 0x11;
 	rec[40] = 0xff, rec[41] = 0xff; /* the default partition */
-	rec[48] = 0x01;                 /* a full member */
+	rec[48] = join;
 	if (umad_set_addr(u, sm_lid, 1, 0, 0x80010000) < 0 || umad_send(umad_port, agent, u, 256, 1000, 3) < 0 ||
 	    umad_recv(umad_port, u, &len, 5000) < 0 || umad_status(u))
 		FAIL("SA request (method %#x): no answer (status %d)", method, umad_status(u));
@@ -81,6 +81,12 @@ static int sa(uint8_t method, const uint8_t mgid[16], uint64_t mask, uint16_t *m
 	i = m[4] << 8 | m[5];
 	free(u);
 	return i;
+}
+
+/* As a full member. */
+static int sa(uint8_t method, const uint8_t mgid[16], uint64_t mask, uint16_t *mlid)
+{
+	return sa_as(method, mgid, mask, 0x01, mlid);
 }
 
 static struct ibv_qp *ud_qp(void)
@@ -195,11 +201,21 @@ int main(int argc, char **argv)
 		FAIL("join without the group's fields: status %#x, want 0x600 (insufficient components)", err);
 	if ((err = sa(0x15, mgid, C_MGID | C_PORT_GID | C_JOIN, &mlid)) != 0x0200)
 		FAIL("leave before joining: status %#x, want 0x200", err);
+	if ((err = sa_as(0x02, mgid, ALL, 0x02, &mlid)) != 0x0200)
+		FAIL("make a group as a non-member: status %#x, want 0x200", err);
+	{
+		static const uint8_t unicast[16] = { 0xfe, 0x80 };
+
+		if ((err = sa(0x02, unicast, ALL, &mlid)) != 0x0200)
+			FAIL("join a unicast GID: status %#x, want 0x200", err);
+	}
 	puts("ok sa-errors");
 	if ((err = sa(0x02, mgid, ALL, &mlid)) || mlid < 0xc000 || mlid == 0xffff)
 		FAIL("join: status %#x, MLID %#x", err, mlid);
 	if ((err = sa(0x02, mgid, ALL, &mlid2)) || mlid2 != mlid)
 		FAIL("join again: status %#x, MLID %#x, want %#x", err, mlid2, mlid);
+	if ((err = sa_as(0x15, mgid, C_MGID | C_PORT_GID | C_JOIN, 0x03, &mlid2)) != 0x0200)
+		FAIL("leave as a member the port is not: status %#x, want 0x200", err);
 	puts("ok join");
 
 	/* The kernel's checks: a UD QP, a multicast GID, a multicast LID. */
@@ -255,6 +271,39 @@ int main(int argc, char **argv)
 		if ((err = sa(0x15, mgid, C_MGID | C_PORT_GID | C_JOIN, &mlid2)) != 0x0200)
 			FAIL("leave again: status %#x, want 0x200", err);
 		puts("ok leave");
+	}
+
+	/* Two groups on one MLID (which the mock's MLIDs, following from the
+	 * MGIDs, can give): a datagram names its group by GID, and reaches
+	 * the QPs attached to that group alone. */
+	{
+		static const uint8_t a[16] = { 0xff, 0x12, 0x60, 0x1b, 0xff, 0xff, [14] = 0x01, [15] = 0x96 };
+		static const uint8_t b[16] = { 0xff, 0x12, 0x60, 0x1b, 0xff, 0xff, [14] = 0x08, [15] = 0x40 };
+		union ibv_gid ga, gb;
+		struct ibv_qp *r3 = ud_qp();
+		uint16_t la, lb;
+
+		memcpy(ga.raw, a, 16);
+		memcpy(gb.raw, b, 16);
+		if ((err = sa(0x02, a, ALL, &la)) || (err = sa(0x02, b, ALL, &lb)))
+			FAIL("join two groups: status %#x", err);
+		if (la != lb)
+			FAIL("ff12:601b:ffff::196 and ::840 have MLIDs %#x and %#x: pick two that share one", la, lb);
+		if ((err = ibv_attach_mcast(r1, &ga, la)) || (err = ibv_attach_mcast(r3, &ga, la)) ||
+		    (err = ibv_attach_mcast(r3, &gb, lb)))
+			FAIL("attach: %s", strerror(err));
+		post_recv(r3, 6); /* r1 still has 4 posted, which nothing took */
+		send_to_group(s, b, lb);
+		if ((n = received(b, s->qp_num)) != 1u << 6)
+			FAIL("a datagram to one of two groups on an MLID: receives %#x, want the QP attached to it alone (0x40)", n);
+		post_recv(r3, 7);
+		send_to_group(s, a, la);
+		if ((n = received(a, s->qp_num)) != (1u << 4 | 1u << 7))
+			FAIL("a datagram to the other group: receives %#x, want both QPs attached to it (0x90)", n);
+		puts("ok shared-mlid");
+		if (ibv_detach_mcast(r1, &ga, la) || ibv_detach_mcast(r3, &ga, la) || ibv_detach_mcast(r3, &gb, lb) ||
+		    sa(0x15, a, C_MGID | C_PORT_GID | C_JOIN, &la) || sa(0x15, b, C_MGID | C_PORT_GID | C_JOIN, &lb))
+			FAIL("detach and leave both groups");
 	}
 
 	/* One group stays joined after the program: the SM's, not its. */

@@ -43,7 +43,9 @@ const (
 	PktDQPNOffset    = 12   // u32 destination QPN
 	PktSQPNOffset    = 16   // u32 source QPN, which must be the sender's
 	PktKindOffset    = 20   // u8 kind
+	PktFlagsOffset   = 21   // u8 flags
 	PktUDSend        = 6    // the kind of a datagram
+	PktMcast         = 32   // flag: a datagram to a group, its destination GID leading the payload
 
 	UMADHeaderSize = 64  // struct ib_user_mad with the P_Key index (ABI 5)
 	MADSize        = 256 // one MAD; a reassembled RMPP response is longer

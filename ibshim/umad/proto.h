@@ -120,6 +120,7 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_PKT_GRH 4u  /* a datagram sent with a GRH */
 #define NVMOCK_PKT_SE 8u   /* the last packet of a solicited message (IBV_SEND_SOLICITED) */
 #define NVMOCK_PKT_UC 16u  /* from a UC QP: only a UC QP takes it, as a BTH opcode names its transport */
+#define NVMOCK_PKT_MCAST 32u /* a datagram to a multicast group: its GRH's destination GID (16 bytes) leads the payload */
 
 #define NVMOCK_NAK_RNR 1           /* no receive posted; timer = the responder's min_rnr_timer */
 #define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */
@@ -133,7 +134,7 @@ struct nvmock_ibd_pkt {
 	uint32_t dqpn;
 	uint32_t sqpn;
 	uint8_t kind;      /* NVMOCK_PKT_* */
-	uint8_t flags;     /* NVMOCK_PKT_LAST | _IMM | _GRH | _SE | _UC */
+	uint8_t flags;     /* NVMOCK_PKT_LAST | _IMM | _GRH | _SE | _UC | _MCAST */
 	uint8_t syndrome;  /* NAK: NVMOCK_NAK_*; RNR: the timer too, in timer */
 	uint8_t timer;
 	uint32_t seq;      /* the requester's message number; answers repeat it */
@@ -158,6 +159,7 @@ struct nvmock_ibd_pkt {
 #define NVMOCK_IBD_PKT_DQPN_OFF 12
 #define NVMOCK_IBD_PKT_SQPN_OFF 16
 #define NVMOCK_IBD_PKT_KIND_OFF 20
+#define NVMOCK_IBD_PKT_FLAGS_OFF 21
 
 #define NVMOCK_IBD_HELLO_SIZE 20
 #define NVMOCK_IBD_REGISTER_SIZE 40
@@ -182,5 +184,6 @@ _Static_assert(offsetof(struct nvmock_ibd_pkt, slid) == NVMOCK_IBD_PKT_SLID_OFF,
 _Static_assert(offsetof(struct nvmock_ibd_pkt, dqpn) == NVMOCK_IBD_PKT_DQPN_OFF, "dqpn offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, sqpn) == NVMOCK_IBD_PKT_SQPN_OFF, "sqpn offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, kind) == NVMOCK_IBD_PKT_KIND_OFF, "kind offset");
+_Static_assert(offsetof(struct nvmock_ibd_pkt, flags) == NVMOCK_IBD_PKT_FLAGS_OFF, "flags offset");
 
 #endif

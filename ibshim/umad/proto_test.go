@@ -68,6 +68,8 @@ func TestProtoMatchesHeader(t *testing.T) {
 		{"NVMOCK_IBD_PKT_SQPN_OFF", PktSQPNOffset},
 		{"NVMOCK_IBD_PKT_KIND_OFF", PktKindOffset},
 		{"NVMOCK_PKT_UD_SEND", PktUDSend},
+		{"NVMOCK_IBD_PKT_FLAGS_OFF", PktFlagsOffset},
+		{"NVMOCK_PKT_MCAST", PktMcast},
 		{"NVMOCK_UMAD_HDR_SIZE", UMADHeaderSize},
 		{"NVMOCK_UMAD_MAD_SIZE", MADSize},
 		{"NVMOCK_UMAD_STATUS_OFF", StatusOffset},

@@ -116,6 +116,7 @@ struct swqe {
 	/* A datagram's address (UD), from its address handle. */
 	uint16_t ud_dlid;
 	bool ud_grh;
+	uint8_t ud_dgid[16]; /* to a group: its GID (zero without a GRH) */
 	uint32_t ud_qpn, ud_qkey;
 };
 
@@ -307,6 +308,6 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 void uc_sent(struct nvmock_qp *qp, uint32_t seq);
 void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 void mcast_ops(struct verbs_context_ops *ops);
-const union ibv_gid *mc_gid(struct nvmock_qp *qp, uint16_t lid);
+const union ibv_gid *mc_gid(struct nvmock_qp *qp, uint16_t lid, const uint8_t gid[16]);
 
 #endif

@@ -11,27 +11,39 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "datapath.h"
 
 #define MAX_ATTACH 240 /* per QP: the device's max_mcast_qp_attach */
 
-/* Tells the daemon, in order with the QP's packets. ctx->lock is held. */
-static void tell(struct nvmock_qp *qp, uint16_t lid, bool on)
+/* Tells the daemon at once (not behind the packets queued) on fd, a copy
+ * of the context's socket taken under the lock, which the send waits
+ * without: the engine may close the socket meanwhile. */
+static void tell(int fd, uint32_t qpn, uint16_t lid, bool on)
 {
 	uint8_t msg[NVMOCK_IBD_VERBS_ATTACH_SIZE] = { 0 };
-	uint32_t magic = NVMOCK_IBD_MAGIC, op = NVMOCK_IBD_OP_VERBS_ATTACH, qpn = qp->vqp.qp.qp_num;
+	uint32_t magic = NVMOCK_IBD_MAGIC, op = NVMOCK_IBD_OP_VERBS_ATTACH;
 
+	if (fd < 0)
+		return; /* no daemon: nothing arrives anyway */
 	memcpy(msg, &magic, 4);
 	memcpy(msg + 4, &op, 4);
 	memcpy(msg + 8, &qpn, 4);
 	memcpy(msg + 12, &lid, 2);
 	msg[14] = on;
-	if (qp->ctx->sock >= 0 && send(qp->ctx->sock, msg, sizeof(msg), MSG_NOSIGNAL) < 0)
+	if (send(fd, msg, sizeof(msg), MSG_NOSIGNAL) < 0)
 		trace("QP %#x: multicast LID %#x: the daemon was not told: %m", qpn, lid);
+	close(fd);
+}
+
+static int sock_copy(struct nvmock_context *ctx)
+{
+	return ctx->sock >= 0 ? fcntl(ctx->sock, F_DUPFD_CLOEXEC, 0) : -1;
 }
 
 static int find(struct nvmock_qp *qp, const union ibv_gid *gid, uint16_t lid)
@@ -44,27 +56,35 @@ static int find(struct nvmock_qp *qp, const union ibv_gid *gid, uint16_t lid)
 	return -1;
 }
 
-/* The group GID a QP attached with at lid, or NULL: a datagram to a group
- * it is not attached to is not for it. */
-const union ibv_gid *mc_gid(struct nvmock_qp *qp, uint16_t lid)
+/* The group a datagram to (lid, gid) is for, if the QP is attached to
+ * it, or NULL. A datagram sent without a GRH (gid zero) names its group by
+ * the MLID alone. */
+const union ibv_gid *mc_gid(struct nvmock_qp *qp, uint16_t lid, const uint8_t gid[16])
 {
+	static const uint8_t none[16];
+	bool any = !memcmp(gid, none, 16);
 	uint32_t i;
 
 	for (i = 0; i < qp->n_mc; i++)
-		if (qp->mc[i].lid == lid)
+		if (qp->mc[i].lid == lid && (any || !memcmp(qp->mc[i].gid.raw, gid, 16)))
 			return &qp->mc[i].gid;
 	return NULL;
 }
 
 static bool lid_used(struct nvmock_qp *qp, uint16_t lid)
 {
-	return mc_gid(qp, lid) != NULL;
+	uint32_t i;
+
+	for (i = 0; i < qp->n_mc; i++)
+		if (qp->mc[i].lid == lid)
+			return true;
+	return false;
 }
 
 static int attach_mcast(struct ibv_qp *q, const union ibv_gid *gid, uint16_t lid)
 {
 	struct nvmock_qp *qp = to_qp(q);
-	int err = 0;
+	int err = 0, fd = -1;
 
 	if (q->qp_type != IBV_QPT_UD || gid->raw[0] != 0xff || lid < 0xc000 || lid == 0xffff)
 		return EINVAL;
@@ -79,32 +99,32 @@ static int attach_mcast(struct ibv_qp *q, const union ibv_gid *gid, uint16_t lid
 		if (!mc) {
 			err = ENOMEM;
 		} else {
-			bool told = lid_used(qp, lid);
-
+			if (!lid_used(qp, lid))
+				fd = sock_copy(qp->ctx);
 			qp->mc = mc;
 			qp->mc[qp->n_mc].gid = *gid;
 			qp->mc[qp->n_mc++].lid = lid;
-			if (!told)
-				tell(qp, lid, true);
 		}
 	}
 	pthread_mutex_unlock(&qp->ctx->lock);
+	tell(fd, q->qp_num, lid, true);
 	return err;
 }
 
 static int detach_mcast(struct ibv_qp *q, const union ibv_gid *gid, uint16_t lid)
 {
 	struct nvmock_qp *qp = to_qp(q);
-	int i;
+	int i, fd = -1;
 
 	pthread_mutex_lock(&qp->ctx->lock);
 	i = find(qp, gid, lid);
 	if (i >= 0) {
 		qp->mc[i] = qp->mc[--qp->n_mc];
 		if (!lid_used(qp, lid))
-			tell(qp, lid, false);
+			fd = sock_copy(qp->ctx);
 	}
 	pthread_mutex_unlock(&qp->ctx->lock);
+	tell(fd, q->qp_num, lid, false);
 	return i < 0 ? EINVAL : 0;
 }
 

@@ -81,6 +81,10 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 
 		w->ud_dlid = ah->attr.dlid;
 		w->ud_grh = ah->attr.is_global;
+		if (ah->attr.dlid >= 0xc000 && ah->attr.is_global)
+			memcpy(w->ud_dgid, ah->attr.grh.dgid.raw, 16);
+		else
+			memset(w->ud_dgid, 0, 16);
 		w->ud_qpn = wr->wr.ud.remote_qpn;
 		/* A Q_Key with its high bit set means the QP's own (IBA 10.2.5). */
 		w->ud_qkey = wr->wr.ud.remote_qkey & 0x80000000u ? qp->qkey : wr->wr.ud.remote_qkey;

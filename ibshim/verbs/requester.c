@@ -193,14 +193,20 @@ bool scatter(struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, 
 /* Copies a work request's whole payload into packet o. */
 static bool gather(struct nvmock_qp *qp, struct swqe *w, struct out_pkt *o)
 {
+	/* To a group, the GID the receivers tell it by goes first. */
+	uint32_t pre = o->hdr.flags & NVMOCK_PKT_MCAST ? 16 : 0, off = 0;
 	uint8_t *copy;
-	uint32_t off = 0;
 
-	if (!w->total)
+	if (!w->total && !pre)
 		return true;
-	copy = malloc(w->total);
+	copy = malloc(pre + w->total);
 	if (!copy)
 		return false;
+	memcpy(copy, w->ud_dgid, pre);
+	o->data = copy;
+	o->len = pre + w->total;
+	o->owned = true;
+	copy += pre;
 	if (w->inl) {
 		memcpy(copy, w->inl, w->total);
 	} else {
@@ -208,19 +214,14 @@ static bool gather(struct nvmock_qp *qp, struct swqe *w, struct out_pkt *o)
 			uint32_t room;
 			uint8_t *src = sge_at(qp->ctx, qp, w->sge, w->nsge, off, &room, NULL, 0);
 
-			if (!src) {
-				free(copy);
-				return false;
-			}
+			if (!src)
+				return false; /* the caller frees o and its copy */
 			if (room > w->total - off)
 				room = w->total - off;
 			memcpy(copy + off, src, room);
 			off += room;
 		}
 	}
-	o->data = copy;
-	o->len = w->total;
-	o->owned = true;
 	return true;
 }
 
@@ -267,9 +268,11 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 				o->hdr.flags |= NVMOCK_PKT_GRH;
 				memcpy(o->hdr.atomic, ctx->gid.raw, sizeof(o->hdr.atomic));
 			}
+			if (w->ud_dlid >= 0xc000)
+				o->hdr.flags |= NVMOCK_PKT_MCAST;
 		}
 		o->hdr.offset = off;
-		o->hdr.total = w->total;
+		o->hdr.total = w->total + (o->hdr.flags & NVMOCK_PKT_MCAST ? 16 : 0);
 		if (!qp->ud)
 			o->hdr.rkey = w->rkey;
 		o->hdr.raddr = w->raddr;
@@ -287,7 +290,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 			 * whole now (one packet, at most the MTU): the program
 			 * may reuse its buffer at the completion. */
 			if (!gather(qp, w, o)) {
-				free(o);
+				free_pkt(o);
 				sq_error(qp, n_wqe, IBV_WC_LOC_PROT_ERR);
 				return false;
 			}

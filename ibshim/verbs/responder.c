@@ -90,10 +90,16 @@ static void datagram(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const
 	struct nvmock_ibd_pkt h = *p;
 	const union ibv_gid *dgid = &qp->ctx->gid;
 
-	/* To a group: only while attached, and its GID is the destination. */
-	if (p->dlid >= 0xc000 && !(dgid = mc_gid(qp, p->dlid)))
-		return;
-	if (p->offset || len != p->total || p->rkey != qp->qkey || !take_recv(qp))
+	/* To a group: only to a QP attached to it (told by its GID, as two
+	 * groups may share an MLID), whose GID is the destination. */
+	if (p->flags & NVMOCK_PKT_MCAST) {
+		if (len < 16 || !(dgid = mc_gid(qp, p->dlid, data)))
+			return;
+		data += 16;
+		len -= 16;
+		h.total -= 16;
+	}
+	if (p->offset || len != h.total || p->rkey != qp->qkey || !take_recv(qp))
 		return;
 	if (40 + (uint64_t)len > rwqe_len(r)) {
 		recv_done(qp, r, IBV_WC_LOC_LEN_ERR, NULL);
