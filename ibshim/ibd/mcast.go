@@ -115,13 +115,7 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 			return nil, saStatusInvalid
 		}
 		if g.members[pgid] &^= join; g.members[pgid] == 0 {
-			delete(g.members, pgid)
-			for i, p := range g.order {
-				if p == pgid {
-					g.order = append(g.order[:i], g.order[i+1:]...)
-					break
-				}
-			}
+			g.leave(pgid)
 			if len(g.members) == 0 {
 				delete(d.groups, k)
 			}
@@ -353,4 +347,32 @@ func addressed(msg []byte, qpn uint32) []byte {
 	b := append([]byte(nil), msg...)
 	binary.LittleEndian.PutUint32(b[umad.PktDQPNOffset:], qpn)
 	return b
+}
+
+// mcPortsDown takes the ports of this node that are down out of their
+// groups: OpenSM's drop manager does so with a port it no longer finds,
+// and a program joins again when the port is back (IPoIB does, on the
+// port's event). mu is held.
+func (d *Daemon) mcPortsDown() {
+	for k, g := range d.groups {
+		for gid := range g.members {
+			if p := k.s.ByGUID(binary.BigEndian.Uint64(gid[8:])); p == nil || p.Down() {
+				g.leave(gid)
+			}
+		}
+		if len(g.members) == 0 {
+			delete(d.groups, k)
+		}
+	}
+}
+
+// leave takes a port out of the group.
+func (g *mcGroup) leave(gid [16]byte) {
+	delete(g.members, gid)
+	for i, p := range g.order {
+		if p == gid {
+			g.order = append(g.order[:i], g.order[i+1:]...)
+			return
+		}
+	}
 }

@@ -205,6 +205,7 @@ func (d *Daemon) refresh() {
 		p.send(frameFaults, d.faultsFrame())
 	}
 	d.portEvents()
+	d.mcPortsDown()
 }
 
 // activity is SMInfo's ActCount: the SM's work, which never stops.
