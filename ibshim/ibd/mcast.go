@@ -141,11 +141,11 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 		g.rec[38] = 2<<6 | mtu4096
 		g.rec[42] = 2<<6 | rateEnum(from.Speed)
 		g.rec[43] = 2<<6 | 18
-		g.rec[47] = 0 // hop limit: the subnet has no routers
-		g.rec[48] = mgid[1]&0x0f<<4 | 0
+		g.rec[47] = 0                     // hop limit: the subnet has no routers
+		g.rec[48] = (mgid[1] & 0x0f) << 4 // scope, from the MGID; join state per member
 		clear(g.rec[49:])
 		d.groups[k] = g
-	} else if (mask&mcQKey != 0 && !equal(t[32:36], g.rec[32:36])) || (mask&mcPKey != 0 && !equal(t[40:42], g.rec[40:42])) {
+	} else if (mask&mcQKey != 0 && !bytes.Equal(t[32:36], g.rec[32:36])) || (mask&mcPKey != 0 && !bytes.Equal(t[40:42], g.rec[40:42])) {
 		return nil, saStatusInvalid // a join must fit the group
 	}
 	if g.members[pgid] == 0 {
@@ -154,8 +154,6 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 	g.members[pgid] |= join
 	return g.record(pgid, g.members[pgid]), 0
 }
-
-func equal(a, b []byte) bool { return string(a) == string(b) }
 
 // record is the group's MCMemberRecord for one member.
 func (g *mcGroup) record(pgid [16]byte, join byte) []byte {
