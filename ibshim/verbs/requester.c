@@ -326,13 +326,13 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 	return true;
 }
 
-/* Sends what is posted and not yet sent, unless an RNR wait (or a UC
- * error waiting its turn) holds it. */
+/* Sends what is posted and not yet sent, unless an RNR wait holds it, up
+ * to a UC request whose error waits its turn. */
 void kick(struct nvmock_qp *qp)
 {
-	if (qp->state != IBV_QPS_RTS || qp->resend_at || qp->uc_err)
+	if (qp->state != IBV_QPS_RTS || qp->resend_at)
 		return;
-	while (qp->sq_next != qp->sq_tail) {
+	while (qp->sq_next != qp->sq_tail && !(qp->uc_err && qp->sq_next == qp->uc_err_n)) {
 		qp->sq[qp->sq_next % qp->sq_size].rd_off = 0;
 		if (!transmit(qp, qp->sq_next))
 			break;
