@@ -5,15 +5,18 @@
  * ibshim/datapath_test.go inside `nvmock exec`; prints "ok <check>" per check and
  * exits non-zero at the first that fails.
  *
- * Usage: rcpair DEVICE UNREACHABLE_LID [event-after-destroy]
+ * Usage: rcpair DEVICE UNREACHABLE_LID [event-after-destroy|event-then-destroy]
  *
  * event-after-destroy runs that check alone (the test runs it under
- * valgrind, which sees what a freed QP would do).
+ * valgrind, which sees what a freed QP would do); event-then-destroy
+ * acknowledges the event first. Both close the device at the end, where
+ * NVMOCK_TRACE says what the provider kept.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -582,7 +585,9 @@ static void comm_est(void)
 /* A program that destroys a QP on an error completion may read the
  * responder's event afterwards: it still names the QP, and acknowledging it
  * (which locks the QP's mutex) touches no freed memory. */
-static void event_after_destroy(void)
+/* The responder's QP gets an async event; the program reads it after
+ * destroying the QP (after), or reads and acknowledges it first. */
+static void event_and_destroy(bool after)
 {
 	struct ibv_async_event ev;
 	struct pollfd p = { .events = POLLIN };
@@ -591,16 +596,18 @@ static void event_after_destroy(void)
 
 	pair(&a, &b, 7);
 	post(&a, 140, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf, b.mr->rkey + 0x100);
-	expect(wait_wc(a.cq, "event after destroy"), 140, IBV_WC_REM_ACCESS_ERR, 0, "event after destroy");
+	expect(wait_wc(a.cq, "event and destroy"), 140, IBV_WC_REM_ACCESS_ERR, 0, "event and destroy");
 	gone = b.qp;
-	if (ibv_destroy_qp(b.qp))
+	if (after && ibv_destroy_qp(b.qp))
 		FAIL("event after destroy: ibv_destroy_qp");
 	p.fd = ctx->async_fd;
 	if (poll(&p, 1, 5000) != 1 || ibv_get_async_event(ctx, &ev))
-		FAIL("event after destroy: no event");
+		FAIL("event and destroy: no event");
 	if (ev.event_type != IBV_EVENT_QP_ACCESS_ERR || ev.element.qp != gone)
-		FAIL("event after destroy: %s, want IBV_EVENT_QP_ACCESS_ERR for the QP", ibv_event_type_str(ev.event_type));
+		FAIL("event and destroy: %s, want IBV_EVENT_QP_ACCESS_ERR for the QP", ibv_event_type_str(ev.event_type));
 	ibv_ack_async_event(&ev);
+	if (!after && ibv_destroy_qp(b.qp))
+		FAIL("event then destroy: ibv_destroy_qp");
 }
 
 static int qp_state(struct ibv_qp *qp)
@@ -935,7 +942,7 @@ int main(int argc, char **argv)
 	int i, n, err;
 
 	if (argc != 3 && argc != 4)
-		FAIL("usage: rcpair DEVICE UNREACHABLE_LID [event-after-destroy]");
+		FAIL("usage: rcpair DEVICE UNREACHABLE_LID [event-after-destroy|event-then-destroy]");
 	list = ibv_get_device_list(&n);
 	for (i = 0; i < n && strcmp(ibv_get_device_name(list[i]), argv[1]); i++)
 		;
@@ -946,10 +953,12 @@ int main(int argc, char **argv)
 	lid = pa.lid;
 	pd = ibv_alloc_pd(ctx);
 	if (argc == 4) {
-		if (strcmp(argv[3], "event-after-destroy"))
+		if (strcmp(argv[3], "event-after-destroy") && strcmp(argv[3], "event-then-destroy"))
 			FAIL("no check %s", argv[3]);
-		event_after_destroy();
-		puts("ok event-after-destroy");
+		event_and_destroy(!strcmp(argv[3], "event-after-destroy"));
+		printf("ok %s\n", argv[3]);
+		fflush(stdout);
+		ibv_close_device(ctx);
 		return 0;
 	}
 

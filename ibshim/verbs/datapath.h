@@ -88,7 +88,7 @@ struct nvmock_cq {
 	uint32_t size, head, count;
 	uint32_t users; /* QPs that complete into it: it cannot go while any does */
 	bool overrun;
-	bool raised; /* an async event named it (release) */
+	uint32_t raised; /* async events that named it (release) */
 	/* Completion events: the provider's end of the CQ's channel (-1:
 	 * none) and what ibv_req_notify_cq asked for, until it fires. */
 	int chan_w;
@@ -133,7 +133,7 @@ struct nvmock_srq {
 	uint32_t size, head, tail, max_sge; /* holds size - 1, as mlx5 */
 	uint32_t limit; /* armed: the event when fewer are left; 0: not */
 	uint32_t users; /* QPs made with it: it cannot go while any is */
-	bool raised;    /* an async event named it (release) */
+	uint32_t raised; /* async events that named it (release) */
 };
 
 struct nvmock_qp {
@@ -147,7 +147,7 @@ struct nvmock_qp {
 	uint32_t queued; /* this QP's packets waiting for the socket */
 	bool lost;       /* a request packet of it was dropped before it left */
 	bool fatal;      /* a completion of it found its CQ broken (settle) */
-	bool raised;     /* an async event named it (release) */
+	uint32_t raised; /* async events that named it (release) */
 	bool comm_est;   /* a packet came in RTR: IBV_EVENT_COMM_EST was raised */
 	/* UC: a request that could not be sent (counter uc_err_n), whose
 	 * error waits for the requests before it to leave (uc.c). */
@@ -294,11 +294,26 @@ void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st);
 void settle(struct nvmock_qp *qp);
 void sq_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 
-/* Raises an async event about a QP, which is then kept past its destroy. */
+/* How many of an object's async events the program has acknowledged:
+ * libibverbs counts them under the object's mutex. An object destroyed
+ * with fewer acknowledged than raised is kept (release). */
+static inline uint32_t acked_count(pthread_mutex_t *m, uint32_t *n)
+{
+	uint32_t v;
+
+	pthread_mutex_lock(m);
+	v = *n;
+	pthread_mutex_unlock(m);
+	return v;
+}
+#define acked(obj, field) acked_count(&(obj)->mutex, (field))
+
+/* Raises an async event about a QP, which is then kept past its destroy
+ * until the program acknowledges it. */
 static inline void raise_qp_event(struct nvmock_qp *qp, enum ibv_event_type type)
 {
 	if (raise_event(qp->ctx, type, &qp->vqp.qp))
-		qp->raised = true;
+		qp->raised++;
 }
 void srq_ops(struct verbs_context_ops *ops);
 bool take_recv(struct nvmock_qp *qp);

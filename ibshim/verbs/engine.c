@@ -109,11 +109,12 @@ struct kept {
 	void *obj;
 };
 
-/* Frees a destroyed object or, when an async event named it, keeps its
- * memory until the context closes: ibv_ack_async_event locks the element's
- * mutex, and the program may read the event after the destroy. (The
- * kernel's destroy waits for the events it handed out and drops the rest;
- * the mock cannot tell which the program has read.) */
+/* Frees a destroyed object or, when an async event named it that the
+ * program has not acknowledged (named), keeps its memory until the context
+ * closes: ibv_ack_async_event locks the element's mutex, and the program
+ * may read the event after the destroy. (The kernel's destroy waits for the
+ * events it handed out and drops the rest; the mock cannot tell which the
+ * program has read, only which it acknowledged.) */
 void release(struct nvmock_context *ctx, void *obj, bool named)
 {
 	struct kept *k;
@@ -196,6 +197,7 @@ void datapath_free(struct nvmock_context *ctx)
 {
 	struct out_pkt *o;
 	struct kept *k;
+	unsigned n;
 
 	if (ctx->engine_running) {
 		pthread_mutex_lock(&ctx->lock);
@@ -205,11 +207,13 @@ void datapath_free(struct nvmock_context *ctx)
 		pthread_join(ctx->engine, NULL);
 	}
 	trace_counts(ctx);
-	while ((k = ctx->kept)) {
+	for (n = 0; (k = ctx->kept); n++) {
 		ctx->kept = k->next;
 		free(k->obj);
 		free(k);
 	}
+	if (n)
+		trace("%s: %u destroyed objects were kept for async events not acknowledged", ctx->vctx.context.device->name, n);
 	while ((o = ctx->out_head)) {
 		ctx->out_head = o->next;
 		free_pkt(o);

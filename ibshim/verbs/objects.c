@@ -247,7 +247,7 @@ static int destroy_cq(struct ibv_cq *ibcq)
 		pthread_mutex_unlock(&ibcq->mutex);
 		close(cq->chan_w);
 	}
-	release(ctx, cq, cq->raised);
+	release(ctx, cq, cq->raised != acked(ibcq, &ibcq->async_events_completed));
 	return 0;
 }
 
@@ -284,7 +284,8 @@ bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 		 * otherwise wait for ever without a hint. */
 		if (!cq->overrun) {
 			fprintf(stderr, "nvmock-verbs: CQ of %u entries overrun: completions lost\n", cq->size - 1);
-			cq->raised = raise_event(to_ctx(cq->cq.context), IBV_EVENT_CQ_ERR, &cq->cq);
+			if (raise_event(to_ctx(cq->cq.context), IBV_EVENT_CQ_ERR, &cq->cq))
+				cq->raised++;
 		}
 		cq->overrun = true;
 		return false;
@@ -535,7 +536,7 @@ static int destroy_qp(struct ibv_qp *q)
 	free(qp->sq_inl);
 	free(qp->batch_inl);
 	free(qp->mc);
-	release(ctx, qp, qp->raised);
+	release(ctx, qp, qp->raised != acked(q, &q->events_completed));
 	return 0;
 }
 

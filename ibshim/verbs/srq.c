@@ -92,7 +92,7 @@ static int destroy_srq(struct ibv_srq *s)
 		return EBUSY; /* as the kernel answers while QPs use it */
 	free(srq->rq);
 	free(srq->sge);
-	release(ctx, srq, srq->raised);
+	release(ctx, srq, srq->raised != acked(s, &s->events_completed));
 	return 0;
 }
 
@@ -135,7 +135,7 @@ bool take_recv(struct nvmock_qp *qp)
 	if (srq->limit && srq->tail - srq->head < srq->limit) {
 		srq->limit = 0;
 		if (raise_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->srq))
-			srq->raised = true;
+			srq->raised++;
 	}
 	return true;
 }
