@@ -43,7 +43,6 @@ const (
 	mcPortGID   = 1 << 1
 	mcQKey      = 1 << 2
 	mcTClass    = 1 << 6
-	mcMLID      = 1 << 3
 	mcPKey      = 1 << 7
 	mcSL        = 1 << 12
 	mcFlowLabel = 1 << 13
@@ -319,12 +318,7 @@ func (d *Daemon) mcPacket(c *conn, from *fabric.Port, mlid uint16, msg []byte) {
 	}
 	s := from.Node.Subnet
 	ts := d.mcTargets(s, mlid, msg)
-	idx := 0
-	for i, x := range d.fab.Subnets {
-		if x == s {
-			idx = i
-		}
-	}
+	idx := d.subnetIndex(s)
 	peers := make([]*peer, 0, len(d.peers))
 	for _, p := range d.peers {
 		peers = append(peers, p)

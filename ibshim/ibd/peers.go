@@ -313,15 +313,20 @@ func (d *Daemon) name(slot int, host string) {
 	}
 }
 
-// relay sends a request or answer between ports of two real nodes.
-func (d *Daemon) relay(p *peer, from, to *fabric.Port, u packet) {
-	idx := 0
-	for i, s := range d.fab.Subnets {
-		if s == from.Node.Subnet {
-			idx = i
+// subnetIndex is a subnet's index in the fabric, which a frame between
+// daemons names it by.
+func (d *Daemon) subnetIndex(s *fabric.Subnet) int {
+	for i, x := range d.fab.Subnets {
+		if x == s {
+			return i
 		}
 	}
-	head := []byte{byte(idx), 0, 0, 0, 0}
+	return 0
+}
+
+// relay sends a request or answer between ports of two real nodes.
+func (d *Daemon) relay(p *peer, from, to *fabric.Port, u packet) {
+	head := []byte{byte(d.subnetIndex(from.Node.Subnet)), 0, 0, 0, 0}
 	binary.BigEndian.PutUint16(head[1:], from.LID)
 	binary.BigEndian.PutUint16(head[3:], to.LID)
 	p.send(frameMAD, head, u)

@@ -92,11 +92,7 @@ func (d *Daemon) verbsPacket(c *conn, msg []byte) {
 		dst = d.qpns[qpnBlock{to, le.Uint32(msg[umad.PktDQPNOffset:]) / umad.QPNBlock}]
 	} else if to.Node.Type == fabric.CA {
 		p = d.peers[to.Node.Slot]
-		for i, s := range d.fab.Subnets {
-			if s == from.Node.Subnet {
-				idx = i
-			}
-		}
+		idx = d.subnetIndex(from.Node.Subnet)
 	}
 	if dst != nil || p != nil {
 		d.countData(from, to, len(msg)-umad.PktSize)
