@@ -117,6 +117,8 @@ func TestRDMATrafficBetweenTwoContainers(t *testing.T) {
 		{"ibv_rc_pingpong -e", "ibv_rc_pingpong -e -d mlx5_0 -g 0 -c -n 100 -p 18612", "ibv_rc_pingpong -e -d mlx5_0 -g 0 -c -n 100 -p 18612 127.0.0.1", "819200 bytes in "},
 		// UC: unanswered, each message checked.
 		{"ibv_uc_pingpong", "ibv_uc_pingpong -d mlx5_0 -g 0 -c -n 100 -p 18614", "ibv_uc_pingpong -d mlx5_0 -g 0 -c -n 100 -p 18614 127.0.0.1", "819200 bytes in "},
+		// XRC: each message names the SRQ it is for, through a target QP.
+		{"ibv_xsrq_pingpong", "ibv_xsrq_pingpong -d mlx5_0 -n 50 -p 18615", "ibv_xsrq_pingpong -d mlx5_0 -n 50 -p 18615 127.0.0.1", "success\n"},
 		// UCX dlopens libibverbs, out of the preloaded shim's scope.
 		{"ucx_perftest", ucx + "ucx_perftest -t ucp_put_bw -n 100 -s 65536 -p 18613", ucx + "ucx_perftest -t ucp_put_bw -n 100 -s 65536 -p 18613 127.0.0.1", "Final:                   100 "},
 	} {

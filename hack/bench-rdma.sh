@@ -1,5 +1,5 @@
 #!/bin/sh
-# RC and UC traffic (and UCX over UD) between two programs on one mock node, through the verbs
+# RC, UC and XRC traffic (and UCX over UD) between two programs on one mock node, through the verbs
 # provider and the fabric daemon: run inside `nvmock exec --profile h100`
 # by hack/bench.sh, which takes the medians of the lines it prints.
 set -eu
@@ -15,6 +15,8 @@ pair ib_write_bw -n 2000 | awk '$1 == 65536 && NF == 5 { print "ib_write_bw_64Ki
 pair ib_read_bw -n 2000 | awk '$1 == 65536 && NF == 5 { print "ib_read_bw_64KiB_MBps", $4 }'
 # UC: unanswered, so the writer does not wait for the responder.
 pair ib_write_bw -c UC -n 2000 | awk '$1 == 65536 && NF == 5 { print "ib_write_bw_uc_64KiB_MBps", $4 }'
+# XRC: an initiator writing through a target, checked by its SRQ's PD.
+pair ib_write_bw -c XRC -n 2000 | awk '$1 == 65536 && NF == 5 { print "ib_write_bw_xrc_64KiB_MBps", $4 }'
 # Latency: "#bytes #iterations t_min t_max t_typical ...": the typical.
 pair ib_send_lat -n 1000 | awk '$1 == 2 && $2 == 1000 { print "ib_send_lat_typical_us", $5 }'
 # UCX: "Final: iterations overhead(3) bandwidth(2) rate(2)": the average bandwidth.

@@ -110,10 +110,10 @@ rdma_rootfs() {
     cp "/usr/sbin/$f" "$r/usr/sbin/"
   done
   # ibstatus runs sed; ibhosts and ibswitches awk (mawk); all basename.
-  # ibv_rc_pingpong, ibv_uc_pingpong and perftest's ib_write_bw move data; ib_write_bw links libmlx5 itself.
+  # ibv_rc_pingpong, ibv_uc_pingpong, ibv_xsrq_pingpong and perftest's ib_write_bw move data; ib_write_bw links libmlx5 itself.
   # UCX's ucx_perftest, with the transports it dlopens (libucx0's ucx/);
   # ibv_asyncwatch, line-buffered by stdbuf (with its preload library).
-  for f in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_asyncwatch ib_write_bw ucx_perftest stdbuf sed awk basename; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  for f in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_xsrq_pingpong ibv_asyncwatch ib_write_bw ucx_perftest stdbuf sed awk basename; do cp "$(type -P "$f")" "$r/usr/bin/"; done
   mkdir -p "$r/usr/libexec/coreutils" && cp /usr/libexec/coreutils/libstdbuf.so "$r/usr/libexec/coreutils/"
   mkdir -p "$r/etc/infiniband-diags" && cp /etc/infiniband-diags/* "$r/etc/infiniband-diags/"
   for f in $(dpkg -L ibverbs-providers libucx0 | grep -E '^/(etc|usr/lib)/'); do

@@ -2,7 +2,7 @@
 
 package ibshim_test
 
-// The verbs data path: RC, UC and UD queue pairs move data between
+// The verbs data path: RC, UC, UD and XRC queue pairs move data between
 // programs and nodes through the fabric daemons, checked with Debian's
 // unmodified pingpongs and perftest and with a verbs program of our own for
 // the error completions no tool provokes.
@@ -64,6 +64,35 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	}
 }
 
+// XRC: domains, XRC SRQs, and initiator and target QPs, checked by a
+// verbs program of ours (what a send, RDMA and the errors do), then
+// ibv_xsrq_pingpong between two programs, polling and with events.
+func TestXRCRequestsReachTheSRQTheyName(t *testing.T) {
+	cc := testenv.Tool(t, "gcc")
+	bin := filepath.Join(t.TempDir(), "xrcpair")
+	if out, err := exec.Command(cc, "-O1", "-Wall", "-Werror", "-o", bin, "testdata/xrcpair.c", "-libverbs").CombinedOutput(); err != nil {
+		testenv.Missing(t, "building testdata/xrcpair.c against libibverbs (libibverbs-dev): %v\n%s", err, out)
+	}
+	out := node(t, bin+" mlx5_0 /tmp/xrc-domain")
+	for _, check := range []string{"domains", "srqs", "send", "rnr", "rdma", "domain-violation", "refusals", "close"} {
+		if !strings.Contains(out, "ok "+check+"\n") {
+			t.Errorf("xrcpair did not pass %q:\n%s", check, out)
+			break
+		}
+	}
+	testenv.Tool(t, "ibv_xsrq_pingpong")
+	for _, flags := range []string{"", "-e"} {
+		// A port of its own: nvmock exec shares the host's network, and
+		// the pingpongs' default is everyone's.
+		out := node(t, fmt.Sprintf(`ibv_xsrq_pingpong -d mlx5_0 %[1]s -n 50 -p 18660 > /tmp/server.out 2>&1 & srv=$!
+sleep 0.5; ibv_xsrq_pingpong -d mlx5_0 %[1]s -n 50 -p 18660 localhost; echo "client exit $?"
+wait $srv; echo "server exit $?"; cat /tmp/server.out`, flags))
+		if strings.Count(out, "success\n") != 2 || !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
+			t.Errorf("ibv_xsrq_pingpong %s, both ends on one node:\n%s\nwant both to succeed", flags, out)
+		}
+	}
+}
+
 // ibv_rc_pingpong and ibv_ud_pingpong -c check every buffer they receive;
 // with -e they sleep on a completion channel instead of polling.
 // ibv_srq_pingpong's 16 QPs take their receives from one SRQ.
@@ -92,7 +121,7 @@ wait $srv; echo "server exit $?"; cat /tmp/server.out`, c.tool))
 // counters count them.
 func TestPerftestRunsBetweenTwoNodes(t *testing.T) {
 	tools := []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_send_bw -c UD", "ib_send_bw -e",
-		"ib_send_bw -c UC", "ib_write_bw -c UC"}
+		"ib_send_bw -c UC", "ib_write_bw -c UC", "ib_send_bw -c XRC", "ib_write_bw -c XRC", "ib_read_bw -c XRC"}
 	for _, tool := range tools {
 		testenv.Tool(t, strings.Fields(tool)[0])
 	}

@@ -37,7 +37,7 @@ const (
 	VerbsHelloSize   = 80
 	VerbsWelcomeSize = 16
 	QPNBlock         = 1024 // QPNs per verbs context
-	PktSize          = 72   // the packet header
+	PktSize          = 80   // the packet header
 	PktDLIDOffset    = 8    // u16 destination LID
 	PktSLIDOffset    = 10   // u16 source LID, which the daemon sets
 	PktDQPNOffset    = 12   // u32 destination QPN

@@ -121,6 +121,7 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_PKT_SE 8u   /* the last packet of a solicited message (IBV_SEND_SOLICITED) */
 #define NVMOCK_PKT_UC 16u  /* from a UC QP: only a UC QP takes it, as a BTH opcode names its transport */
 #define NVMOCK_PKT_MCAST 32u /* a datagram to a multicast group: its GRH's destination GID (16 bytes) leads the payload */
+#define NVMOCK_PKT_XRC 64u   /* between XRC QPs: only they take it, as XRC has BTH opcodes of its own */
 
 #define NVMOCK_NAK_RNR 1           /* no receive posted; timer = the responder's min_rnr_timer */
 #define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */
@@ -134,7 +135,7 @@ struct nvmock_ibd_pkt {
 	uint32_t dqpn;
 	uint32_t sqpn;
 	uint8_t kind;      /* NVMOCK_PKT_* */
-	uint8_t flags;     /* NVMOCK_PKT_LAST | _IMM | _GRH | _SE | _UC | _MCAST */
+	uint8_t flags;     /* NVMOCK_PKT_LAST | _IMM | _GRH | _SE | _UC | _MCAST | _XRC */
 	uint8_t syndrome;  /* NAK: NVMOCK_NAK_*; RNR: the timer too, in timer */
 	uint8_t timer;
 	uint32_t seq;      /* the requester's message number; answers repeat it */
@@ -144,6 +145,8 @@ struct nvmock_ibd_pkt {
 	uint32_t imm;      /* as posted (network order) */
 	uint64_t raddr;
 	uint64_t atomic[2]; /* compare (or add) and swap; the original value in ATOMIC_RESP */
+	uint32_t srqn;     /* XRC: the XRC SRQ a request is for (the IBA's XRCETH) */
+	uint32_t pad;
 	/* payload follows */
 };
 
@@ -152,7 +155,7 @@ struct nvmock_ibd_pkt {
 
 #define NVMOCK_IBD_VERBS_HELLO_SIZE 80
 #define NVMOCK_IBD_VERBS_WELCOME_SIZE 16
-#define NVMOCK_IBD_PKT_SIZE 72
+#define NVMOCK_IBD_PKT_SIZE 80
 /* What the daemon reads and writes of a packet. */
 #define NVMOCK_IBD_PKT_DLID_OFF 8
 #define NVMOCK_IBD_PKT_SLID_OFF 10

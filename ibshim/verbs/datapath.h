@@ -38,9 +38,9 @@
  * request is done when its last packet has left, and the responder drops
  * what it cannot take.
  *
- * Multicast: mcast.c. Shared receive queues: srq.c.
+ * Multicast: mcast.c. Shared receive queues: srq.c. XRC: xrc.c.
  *
- * Not simulated, and refused rather than faked: XRC and raw QPs,
+ * Not simulated, and refused rather than faked: raw QPs,
  * memory windows, and RoCE (a QP on an Ethernet port cannot
  * reach RTR).
  *
@@ -118,6 +118,7 @@ struct swqe {
 	bool ud_grh;
 	uint8_t ud_dgid[16]; /* to a group: its GID (zero without a GRH) */
 	uint32_t ud_qpn, ud_qkey;
+	uint32_t srqn; /* XRC: the remote SRQ it is for */
 };
 
 struct rwqe {
@@ -126,8 +127,21 @@ struct rwqe {
 	struct ibv_sge *sge;
 };
 
+/* An XRC domain as this process knows it (xrc.c). */
+struct xrc_domain;
+
+struct nvmock_xrcd {
+	struct verbs_xrcd vx;
+	struct xrc_domain *dom;
+	uint32_t users; /* SRQs and targets made through this handle */
+};
+
 struct nvmock_srq {
-	struct ibv_srq srq;
+	struct verbs_srq vsrq;
+	struct nvmock_srq *next; /* in ctx->srqs */
+	uint32_t srqn;
+	struct nvmock_xrcd *xrcd; /* an XRC SRQ: its domain; NULL: a basic one */
+	struct nvmock_cq *cq;     /* an XRC SRQ's completions go there */
 	struct rwqe *rq;
 	struct ibv_sge *sge;
 	uint32_t size, head, tail, max_sge; /* holds size - 1, as mlx5 */
@@ -154,6 +168,10 @@ struct nvmock_qp {
 	bool uc_err;
 	uint32_t uc_err_n;
 	enum ibv_wc_status uc_err_st;
+	/* XRC (xrc.c): an initiator (XRC_SEND) or a target (XRC_RECV),
+	 * whose srq is the SRQ of the message in progress. */
+	bool xrc, tgt;
+	struct nvmock_xrcd *xrcd; /* a target's */
 	/* UD: the multicast groups it is attached to (mcast.c). */
 	struct { union ibv_gid gid; uint16_t lid; } *mc;
 	uint32_t n_mc;
@@ -228,7 +246,7 @@ struct nvmock_ah {
 
 static inline struct nvmock_qp *to_qp(struct ibv_qp *qp) { return container_of(qp, struct nvmock_qp, vqp.qp); }
 static inline struct nvmock_cq *to_cq(struct ibv_cq *cq) { return container_of(cq, struct nvmock_cq, cq); }
-static inline struct nvmock_srq *to_srq(struct ibv_srq *s) { return container_of(s, struct nvmock_srq, srq); }
+static inline struct nvmock_srq *to_srq(struct ibv_srq *s) { return container_of(s, struct nvmock_srq, vsrq.srq); }
 
 /* put_rwqe fills slot n of a receive ring (rq, with max_sge SGEs a slot in
  * sges) with a receive: its SGEs are copied, as the program may reuse its
@@ -323,6 +341,11 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 void uc_sent(struct nvmock_qp *qp, uint32_t seq);
 void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 void mcast_ops(struct verbs_context_ops *ops);
+void xrc_ops(struct verbs_context_ops *ops);
+void ensure_connected(struct nvmock_context *ctx);
+bool xrc_target(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p);
+struct ibv_pd *resp_pd(struct nvmock_qp *qp);
+void xrc_srq_gone(struct nvmock_context *ctx, struct nvmock_srq *srq);
 const union ibv_gid *mc_gid(struct nvmock_qp *qp, uint16_t lid, const uint8_t gid[16]);
 
 #endif

@@ -237,7 +237,7 @@ struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq)
 	o->hdr = (struct nvmock_ibd_pkt){
 		.magic = NVMOCK_IBD_MAGIC, .op = NVMOCK_IBD_OP_VERBS_PKT,
 		.dlid = qp->dlid, .dqpn = qp->dqpn, .sqpn = qp->vqp.qp.qp_num,
-		.kind = kind, .seq = seq,
+		.kind = kind, .seq = seq, .flags = qp->xrc ? NVMOCK_PKT_XRC : 0,
 	};
 	return o;
 }
@@ -350,8 +350,8 @@ void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n)
 	if (!qp || (qp->ud ? p->kind != NVMOCK_PKT_UD_SEND
 			   : p->kind == NVMOCK_PKT_UD_SEND || p->slid != qp->dlid || p->sqpn != qp->dqpn))
 		return;
-	/* RC and UC packets reach only QPs of their own transport. */
-	if (!qp->ud && !(p->flags & NVMOCK_PKT_UC) != !qp->uc)
+	/* RC, UC and XRC packets reach only QPs of their own transport. */
+	if (!qp->ud && (!(p->flags & NVMOCK_PKT_UC) != !qp->uc || !(p->flags & NVMOCK_PKT_XRC) != !qp->xrc))
 		return;
 	if (p->kind < NVMOCK_PKT_ACK) {
 		if (p->offset > p->total || len > p->total - p->offset)

@@ -312,22 +312,74 @@ void qp_init_wqe(struct nvmock_qp *qp)
 	qp->uc_err = false;
 }
 
-static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd *pd, struct ibv_qp_init_attr_ex *a)
+/* Connects the context to the daemon, once: it then has its block of
+ * QP and SRQ numbers and the port's LID. Not under the lock, as connecting
+ * may wait (a thread that loses the race closes its socket). */
+void ensure_connected(struct nvmock_context *ctx)
 {
+	union ibv_gid gid;
+	uint32_t base = 0;
+	bool connected;
+	int fd;
+
+	pthread_mutex_lock(&ctx->lock);
+	connected = ctx->connected;
+	pthread_mutex_unlock(&ctx->lock);
+	if (connected)
+		return;
+	fd = connect_daemon(ctx, 1, &base);
+	if (ibv_query_gid(&ctx->vctx.context, 1, 0, &gid))
+		memset(&gid, 0, sizeof(gid));
+	pthread_mutex_lock(&ctx->lock);
+	if (!ctx->connected) {
+		ctx->connected = true;
+		ctx->port = 1;
+		ctx->sock = fd;
+		ctx->qpn_base = base;
+		ctx->gid = gid;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Creates a QP of in's type; in->cap gets what it was given. The rest of
+ * in is the program's and stays as it was. */
+static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd *pd, struct ibv_qp_init_attr_ex *in)
+{
+	struct ibv_qp_init_attr_ex copy = *in, *a = &copy;
 	struct nvmock_context *ctx = to_ctx(ibctx);
 	const struct ibv_device_attr *caps = ctx->caps;
 	struct nvmock_qp *qp;
-	bool connected;
-	union ibv_gid gid;
-	uint32_t i, base = 0;
-	int err, fd = -1;
+	bool tgt = a->qp_type == IBV_QPT_XRC_RECV, ini = a->qp_type == IBV_QPT_XRC_SEND;
+	uint32_t i;
+	int err;
 
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
-		trace("QP type %d is not simulated (RC, UC and UD)", a->qp_type);
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD && !tgt && !ini) {
+		trace("QP type %d is not simulated (RC, UC, UD and XRC)", a->qp_type);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (a->srq && a->srq->context != ibctx) {
+	if (tgt) {
+		/* A target has a domain and nothing else: no PD, CQs, SRQ
+		 * or queues (the kernel ignores them). */
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd || a->xrcd->context != ibctx) {
+			errno = EINVAL;
+			return NULL;
+		}
+		pd = NULL;
+		a->send_cq = a->recv_cq = NULL;
+		a->srq = NULL;
+		a->cap = (struct ibv_qp_cap){ 0 };
+	} else if (ini) {
+		/* An initiator sends only. */
+		a->recv_cq = NULL;
+		a->srq = NULL;
+		a->cap.max_recv_wr = a->cap.max_recv_sge = 0;
+	}
+	/* An XRC SRQ serves XRC targets only (the kernel's create_qp). */
+	if (a->srq && (a->srq->context != ibctx || to_srq(a->srq)->xrcd)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -340,7 +392,8 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	}
 	if (a->srq) /* mlx5 ignores them then */
 		a->cap.max_recv_wr = a->cap.max_recv_sge = 0;
-	if (!a->send_cq || !a->recv_cq || a->send_cq->context != ibctx || a->recv_cq->context != ibctx ||
+	if ((!tgt && (!a->send_cq || a->send_cq->context != ibctx)) ||
+	    (!tgt && !ini && (!a->recv_cq || a->recv_cq->context != ibctx)) ||
 	    a->cap.max_send_wr > (uint32_t)caps->max_qp_wr || a->cap.max_recv_wr > (uint32_t)caps->max_qp_wr ||
 	    a->cap.max_send_sge > (uint32_t)caps->max_sge || a->cap.max_recv_sge > (uint32_t)caps->max_sge ||
 	    a->cap.max_inline_data > MAX_INLINE) {
@@ -353,6 +406,8 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	qp->ctx = ctx;
 	qp->ud = a->qp_type == IBV_QPT_UD;
 	qp->uc = a->qp_type == IBV_QPT_UC;
+	qp->xrc = tgt || ini;
+	qp->tgt = tgt;
 	/* Powers of two, as mlx5 rounds them: the free-running counters then
 	 * map to slots alike across their wrap. */
 	qp->sq_size = qp->rq_size = 1;
@@ -368,6 +423,8 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		qp->rq_size = 1;
 		qp->max_recv_sge = qp->srq->max_sge;
 	}
+	if (tgt) /* one slot, for the receive of any SRQ a message names */
+		qp->max_recv_sge = caps->max_srq_sge;
 	qp->max_inline = a->cap.max_inline_data;
 	qp->sig_all = a->sq_sig_all;
 	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
@@ -394,16 +451,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		pthread_mutexattr_destroy(&ma);
 	}
 
-	/* The daemon, once per context; connecting may wait, so not under
-	 * the lock (a thread that loses the race closes its socket). */
-	pthread_mutex_lock(&ctx->lock);
-	connected = ctx->connected;
-	pthread_mutex_unlock(&ctx->lock);
-	if (!connected) {
-		fd = connect_daemon(ctx, 1, &base);
-		if (ibv_query_gid(ibctx, 1, 0, &gid))
-			memset(&gid, 0, sizeof(gid));
-	}
+	ensure_connected(ctx);
 
 	struct ibv_qp *q = &qp->vqp.qp;
 	q->context = ibctx;
@@ -418,14 +466,6 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	pthread_cond_init(&q->cond, NULL);
 
 	pthread_mutex_lock(&ctx->lock);
-	if (!connected && !ctx->connected) {
-		ctx->connected = true;
-		ctx->port = 1;
-		ctx->sock = fd;
-		ctx->qpn_base = base;
-		ctx->gid = gid;
-		fd = -1;
-	}
 	err = start_engine(ctx);
 	/* Round the table from the last QPN given, so that a stale packet
 	 * does not find a new QP at once. */
@@ -439,22 +479,30 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		ctx->next_qp = qp->idx + 1;
 		q->qp_num = ctx->qpn_base + qp->idx;
 		q->handle = q->qp_num;
-		to_cq(a->send_cq)->users++;
-		to_cq(a->recv_cq)->users++;
+		if (a->send_cq)
+			to_cq(a->send_cq)->users++;
+		if (a->recv_cq)
+			to_cq(a->recv_cq)->users++;
 		if (qp->srq)
 			qp->srq->users++;
+		if (tgt) {
+			qp->xrcd = container_of(a->xrcd, struct nvmock_xrcd, vx.xrcd);
+			qp->xrcd->users++;
+			qp->vqp.xrcd = &qp->xrcd->vx;
+			qp->vqp.comp_mask |= VERBS_QP_XRCD;
+		}
 		ctx->qps[qp->idx] = qp;
 	}
 	pthread_mutex_unlock(&ctx->lock);
-	if (fd >= 0)
-		close(fd);
 	if (err)
 		goto fail;
-	a->cap.max_send_wr = qp->sq_size;
-	a->cap.max_recv_wr = qp->srq ? 0 : qp->rq_size;
-	a->cap.max_recv_sge = qp->srq ? 0 : qp->max_recv_sge;
-	a->cap.max_send_sge = qp->max_send_sge;
-	a->cap.max_recv_sge = qp->max_recv_sge;
+	if (!tgt) {
+		a->cap.max_send_wr = qp->sq_size;
+		a->cap.max_recv_wr = qp->srq || ini ? 0 : qp->rq_size;
+		a->cap.max_send_sge = qp->max_send_sge;
+		a->cap.max_recv_sge = qp->srq || ini ? 0 : qp->max_recv_sge;
+	}
+	in->cap = a->cap;
 	return q;
 fail:
 	free(qp->sq);
@@ -492,19 +540,27 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *ibctx, struct ibv_qp_init
 		       writes = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
 		       ops = a->qp_type == IBV_QPT_UD ? sends
 			   : a->qp_type == IBV_QPT_UC ? sends | writes
+			   : a->qp_type == IBV_QPT_XRC_RECV ? 0
 			   : sends | writes | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
 						 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+	/* A target has a domain instead of a PD. */
+	const uint32_t need = a->qp_type == IBV_QPT_XRC_RECV ? IBV_QP_INIT_ATTR_XRCD : IBV_QP_INIT_ATTR_PD;
 	struct ibv_qp *q;
 
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) ||
-	    (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) ||
+	/* mlx5 takes a PD with a target's domain, which the kernel ignores. */
+	const uint32_t may = need | IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	if (!(a->comp_mask & need) || (a->comp_mask & ~may) ||
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops))) {
-		trace("create_qp_ex: comp_mask %#x, send_ops_flags %#llx: only a PD and the QP type's send operations are simulated",
+		trace("create_qp_ex: comp_mask %#x, send_ops_flags %#llx: only a PD (a domain for XRC_RECV) and the QP type's send operations are simulated",
 		      a->comp_mask, (unsigned long long)a->send_ops_flags);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	q = create_qp_common(ibctx, a->pd, a);
+	if (need == IBV_QP_INIT_ATTR_PD && (!a->pd || a->pd->context != ibctx)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	q = create_qp_common(ibctx, need == IBV_QP_INIT_ATTR_PD ? a->pd : NULL, a);
 	if (q && (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
 		qpx_setup(to_qp(q));
 	return q;
@@ -522,10 +578,14 @@ static int destroy_qp(struct ibv_qp *q)
 	}
 	purge(ctx, qp, NULL, false);
 	ctx->qps[qp->idx] = NULL;
-	to_cq(q->send_cq)->users--;
-	to_cq(q->recv_cq)->users--;
-	if (qp->srq)
+	if (q->send_cq)
+		to_cq(q->send_cq)->users--;
+	if (q->recv_cq)
+		to_cq(q->recv_cq)->users--;
+	if (qp->srq && !qp->tgt)
 		qp->srq->users--;
+	if (qp->xrcd)
+		qp->xrcd->users--;
 	pthread_mutex_unlock(&ctx->lock);
 	free(qp->sq);
 	free(qp->sq_sge);
@@ -541,7 +601,7 @@ static int destroy_qp(struct ibv_qp *q)
 }
 
 /* The attributes each transition needs and may take (IBA 11.2.5.2 and
- * the kernel's qp_state_table), RC, UC and UD. */
+ * the kernel's qp_state_table), RC, UC, UD and XRC's two types. */
 struct transition {
 	enum ibv_qp_state cur, next;
 	int req, opt;
@@ -571,6 +631,29 @@ static const struct transition uc_transitions[] = {
 	{ IBV_QPS_SQE, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS },
 };
 
+static const struct transition xrc_ini_transitions[] = {
+	{ IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0 },
+	{ IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS },
+	{ IBV_QPS_INIT, IBV_QPS_RTR, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+	  IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX },
+	{ IBV_QPS_RTR, IBV_QPS_RTS,
+	  IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
+	  IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE },
+	{ IBV_QPS_RTS, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE },
+};
+
+static const struct transition xrc_tgt_transitions[] = {
+	{ IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0 },
+	{ IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS },
+	{ IBV_QPS_INIT, IBV_QPS_RTR,
+	  IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+	  IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX },
+	{ IBV_QPS_RTR, IBV_QPS_RTS, IBV_QP_SQ_PSN | IBV_QP_TIMEOUT,
+	  IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE },
+	{ IBV_QPS_RTS, IBV_QPS_RTS, 0,
+	  IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER },
+};
+
 static const struct transition ud_transitions[] = {
 	{ IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0 },
 	{ IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY },
@@ -582,9 +665,21 @@ static const struct transition ud_transitions[] = {
 
 static bool transition_ok(const struct nvmock_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
 {
-	const struct transition *t = qp->ud ? ud_transitions : qp->uc ? uc_transitions : rc_transitions;
-	size_t i, n = qp->ud ? sizeof(ud_transitions) / sizeof(*t)
-		    : qp->uc ? sizeof(uc_transitions) / sizeof(*t) : sizeof(rc_transitions) / sizeof(*t);
+#define TABLE(x) t = x, n = sizeof(x) / sizeof(*x)
+	const struct transition *t;
+	size_t i, n;
+
+	if (qp->ud)
+		TABLE(ud_transitions);
+	else if (qp->uc)
+		TABLE(uc_transitions);
+	else if (qp->tgt)
+		TABLE(xrc_tgt_transitions);
+	else if (qp->xrc)
+		TABLE(xrc_ini_transitions);
+	else
+		TABLE(rc_transitions);
+#undef TABLE
 
 	/* Any state may go to RESET or ERR but RESET to ERR (the kernel's
 	 * ib_modify_qp_is_ok), with no other attribute: not even CUR_STATE,
@@ -632,6 +727,12 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 	enum ibv_qp_state cur, next;
 	int err = 0;
 
+	/* uverbs drops what XRC's types ignore before anything checks the
+	 * mask (its modify_qp_mask). */
+	if (qp->tgt)
+		mask &= ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
+	else if (qp->xrc)
+		mask &= ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
 	pthread_mutex_lock(&ctx->lock);
 	cur = qp->state;
 	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
@@ -730,15 +831,18 @@ static int query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct
 	attr->timeout = qp->timeout;
 	attr->retry_cnt = qp->retry_cnt;
 	attr->rnr_retry = qp->rnr_retry;
-	attr->cap.max_send_wr = qp->sq_size;
-	attr->cap.max_recv_wr = qp->srq ? 0 : qp->rq_size; /* an SRQ's QP has no queue of its own */
-	attr->cap.max_send_sge = qp->max_send_sge;
-	attr->cap.max_recv_sge = qp->srq ? 0 : qp->max_recv_sge;
-	attr->cap.max_inline_data = qp->max_inline;
+	if (!qp->tgt) { /* a target has no queues */
+		attr->cap.max_send_wr = qp->sq_size;
+		/* An SRQ's QP has no receive queue of its own, an initiator none. */
+		attr->cap.max_recv_wr = qp->srq || qp->xrc ? 0 : qp->rq_size;
+		attr->cap.max_send_sge = qp->max_send_sge;
+		attr->cap.max_recv_sge = qp->srq || qp->xrc ? 0 : qp->max_recv_sge;
+		attr->cap.max_inline_data = qp->max_inline;
+	}
 	init->qp_context = q->qp_context;
 	init->send_cq = q->send_cq;
 	init->recv_cq = q->recv_cq;
-	init->srq = q->srq;
+	init->srq = qp->tgt ? NULL : q->srq;
 	init->cap = attr->cap;
 	init->qp_type = q->qp_type;
 	init->sq_sig_all = qp->sig_all;
@@ -790,4 +894,5 @@ void datapath_ops(struct verbs_context_ops *ops)
 	ops->post_recv = post_recv;
 	srq_ops(ops);
 	mcast_ops(ops);
+	xrc_ops(ops);
 }

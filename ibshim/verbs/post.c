@@ -45,6 +45,8 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	if (qp->uc && (wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
 		       wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD))
 		return EINVAL;
+	if (qp->tgt)
+		return EINVAL; /* a target has no send queue */
 	/* A datagram: a send to an address handle, of at most the MTU. */
 	if (qp->ud && (!wr->wr.ud.ah || wr->wr.ud.ah->context != qp->vqp.qp.context ||
 		       (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)))
@@ -69,6 +71,7 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		.signaled = qp->sig_all || (wr->send_flags & IBV_SEND_SIGNALED),
 		.solicited = (wr->send_flags & IBV_SEND_SOLICITED) != 0,
 		.sge = &qp->sq_sge[(size_t)(qp->sq_tail % qp->sq_size) * qp->max_send_sge],
+		.srqn = qp->xrc ? wr->qp_type.xrc.remote_srqn : 0,
 	};
 	memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * wr->num_sge);
 	if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
@@ -166,7 +169,8 @@ int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
 	int err = 0;
 
 	pthread_mutex_lock(&qp->ctx->lock);
-	if (qp->state == IBV_QPS_RESET || qp->srq) { /* an SRQ's QP takes no receives of its own */
+	/* An SRQ's QP takes no receives of its own, nor an XRC one. */
+	if (qp->state == IBV_QPS_RESET || qp->srq || qp->xrc) {
 		*bad = wr;
 		err = EINVAL;
 	}
@@ -340,6 +344,14 @@ static void qpx_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t rem
 	}
 }
 
+static void qpx_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
+{
+	struct ibv_send_wr *wr = qpx_cur(x);
+
+	if (wr)
+		wr->qp_type.xrc.remote_srqn = srqn;
+}
+
 static void qpx_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
 {
 	struct ibv_send_wr *wr = qpx_cur(x);
@@ -417,6 +429,7 @@ void qpx_setup(struct nvmock_qp *qp)
 	x->wr_atomic_fetch_add = qpx_fetch_add;
 	x->wr_set_sge = qpx_set_sge;
 	x->wr_set_ud_addr = qpx_set_ud_addr;
+	x->wr_set_xrc_srqn = qpx_set_xrc_srqn;
 	x->wr_set_sge_list = qpx_set_sge_list;
 	x->wr_set_inline_data = qpx_set_inline;
 	x->wr_set_inline_data_list = qpx_set_inline_list;

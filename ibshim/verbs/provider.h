@@ -16,6 +16,7 @@
 struct hca_model;
 struct nvmock_qp;
 struct nvmock_mr;
+struct nvmock_srq;
 struct out_pkt;
 
 struct nvmock_context {
@@ -37,7 +38,8 @@ struct nvmock_context {
 	uint8_t port;         /* the port the context connected for */
 	struct nvmock_qp **qps; /* by QPN - qpn_base */
 	struct nvmock_mr *mrs;
-	uint32_t next_key;
+	struct nvmock_srq *srqs; /* by number, for XRC targets (xrc.c) */
+	uint32_t next_key, next_srq;
 	struct out_pkt *out_head, *out_tail;
 	uint8_t *rx;          /* one received packet */
 	uint32_t next_qp;     /* QPNs go round, so a stale packet finds no new QP */

@@ -63,6 +63,8 @@ void send_done(struct nvmock_qp *qp, struct swqe *w, enum ibv_wc_status st)
 void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, const struct nvmock_ibd_pkt *p)
 {
 	struct ibv_wc wc = { .wr_id = r->wr_id, .status = st, .opcode = IBV_WC_RECV, .qp_num = qp->vqp.qp.qp_num };
+	/* A target's receives complete into their SRQ's CQ. */
+	struct ibv_cq *cq = qp->tgt ? (qp->srq ? &qp->srq->cq->cq : NULL) : qp->vqp.qp.recv_cq;
 
 	if (p && st == IBV_WC_SUCCESS) {
 		wc.byte_len = p->total;
@@ -77,7 +79,7 @@ void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, cons
 				wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
 		}
 	}
-	if (!complete(to_cq(qp->vqp.qp.recv_cq), &wc, p && (p->flags & NVMOCK_PKT_SE)))
+	if (cq && !complete(to_cq(cq), &wc, p && (p->flags & NVMOCK_PKT_SE)))
 		lost_completion(qp);
 }
 
@@ -106,8 +108,9 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 		recv_done(qp, &qp->rq[qp->rq_head % qp->rq_size], IBV_WC_WR_FLUSH_ERR, NULL);
 	qp->deadline = qp->resend_at = 0;
 	qp->uc_err = false;
-	/* The IBA's Last WQE Reached: an SRQ's QP consumes no more. */
-	if (qp->srq)
+	/* The IBA's Last WQE Reached: an SRQ's QP consumes no more (a
+	 * target has no SRQ of its own). */
+	if (qp->srq && !qp->tgt)
 		raise_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
@@ -157,7 +160,7 @@ uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge
 			struct nvmock_mr *mr = find_mr(ctx, sge[i].lkey);
 			uint8_t *p = mr_ptr(mr, sge[i].addr, sge[i].length);
 
-			if (!p || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || (mr->vmr.access & need) != need)
+			if (!p || mr->vmr.ibv_mr.pd != resp_pd(qp) || (mr->vmr.access & need) != need)
 				return NULL;
 			*room = sge[i].length - off;
 			if (mrp)
@@ -277,6 +280,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 			o->hdr.rkey = w->rkey;
 		o->hdr.raddr = w->raddr;
 		o->hdr.imm = w->imm;
+		o->hdr.srqn = w->srqn;
 		if (!qp->ud) {
 			o->hdr.atomic[0] = w->atomic[0];
 			o->hdr.atomic[1] = w->atomic[1];

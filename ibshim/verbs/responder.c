@@ -23,7 +23,7 @@ static void answer(struct nvmock_qp *qp, uint8_t kind, uint32_t seq, uint8_t syn
 
 	if (!o)
 		return; /* lost: the requester retries */
-	o->hdr.flags = NVMOCK_PKT_LAST;
+	o->hdr.flags |= NVMOCK_PKT_LAST;
 	o->hdr.syndrome = syndrome;
 	if (syndrome == NVMOCK_NAK_RNR)
 		o->hdr.timer = qp->min_rnr_timer;
@@ -63,7 +63,7 @@ static void atomic_again(struct nvmock_qp *qp, uint32_t seq)
 			continue;
 		o = new_pkt(qp, NVMOCK_PKT_ATOMIC_RESP, seq);
 		if (o) {
-			o->hdr.flags = NVMOCK_PKT_LAST;
+			o->hdr.flags |= NVMOCK_PKT_LAST;
 			o->hdr.atomic[0] = qp->atomic_val[k];
 			queue(qp->ctx, o);
 		}
@@ -148,6 +148,13 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 		uc_respond(qp, p, data, len);
 		return;
 	}
+	/* An initiator only sends: a request to it is the IBA's unexpected
+	 * opcode, an invalid request. */
+	if (qp->xrc && !qp->tgt) {
+		if (p->flags & NVMOCK_PKT_LAST)
+			answer(qp, NVMOCK_PKT_NAK, p->seq, NVMOCK_NAK_INVALID_REQ);
+		return;
+	}
 	if (ahead < 0) {
 		/* A duplicate of one done: answer again, do not do again. */
 		if (!last)
@@ -179,6 +186,11 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 	}
 	if (last)
 		qp->resp_off = 0; /* the next message starts at 0 */
+	/* A target serves each message for the SRQ it names. */
+	if (qp->tgt && !xrc_target(qp, p)) {
+		refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_REQ_ERR);
+		return;
+	}
 
 	switch (p->kind) {
 	case NVMOCK_PKT_SEND:
@@ -220,7 +232,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			}
 			mr = find_mr(ctx, p->rkey);
 			/* A zero-length transfer checks no R_Key, as the IBA says. */
-			if (p->total && (!mr_ptr(mr, p->raddr, p->total) || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd ||
+			if (p->total && (!mr_ptr(mr, p->raddr, p->total) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
 					 !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE))) {
 				refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 				return;
@@ -259,7 +271,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			return;
 		}
 		mem = mr_ptr(mr, p->raddr, p->total);
-		if (p->total && (!mem || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || !(mr->vmr.access & IBV_ACCESS_REMOTE_READ))) {
+		if (p->total && (!mem || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->vmr.access & IBV_ACCESS_REMOTE_READ))) {
 			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
@@ -278,7 +290,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			o->hdr.total = p->total;
 			off += n;
 			if (off >= p->total)
-				o->hdr.flags = NVMOCK_PKT_LAST;
+				o->hdr.flags |= NVMOCK_PKT_LAST;
 			queue(ctx, o);
 		} while (off < p->total);
 		if (ahead == 0)
@@ -300,7 +312,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
-		if (!word || mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || !(mr->vmr.access & IBV_ACCESS_REMOTE_ATOMIC)) {
+		if (!word || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->vmr.access & IBV_ACCESS_REMOTE_ATOMIC)) {
 			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
@@ -316,7 +328,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 		qp->resp_seq++;
 		o = new_pkt(qp, NVMOCK_PKT_ATOMIC_RESP, p->seq);
 		if (o) {
-			o->hdr.flags = NVMOCK_PKT_LAST;
+			o->hdr.flags |= NVMOCK_PKT_LAST;
 			o->hdr.atomic[0] = orig;
 			queue(ctx, o);
 		}

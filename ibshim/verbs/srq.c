@@ -11,7 +11,8 @@
  * An armed limit raises IBV_EVENT_SRQ_LIMIT_REACHED when a receive taken
  * leaves fewer than it, and a QP of an SRQ that goes to the error state
  * raises IBV_EVENT_QP_LAST_WQE_REACHED, through the daemon (raise_event).
- * Not simulated: resizing, refused as mlx5 refuses it; XRC SRQs.
+ * XRC SRQs take messages through XRC targets (xrc.c). Not simulated:
+ * resizing, refused as mlx5 refuses it; tag-matching SRQs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,24 +21,26 @@
 
 #include "datapath.h"
 
-static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+/* An SRQ of max_wr receives of max_sge SGEs (rounded as mlx5 rounds
+ * them, and told back in attr), with the next number of the context's block. */
+static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_attr *attr)
 {
-	const struct ibv_device_attr *caps = to_ctx(pd->context)->caps;
+	const struct ibv_device_attr *caps = ctx->caps;
 	struct nvmock_srq *srq;
-	uint32_t size = 1;
+	uint32_t size = 1, n;
 
-	if (!a->attr.max_wr || a->attr.max_wr > (uint32_t)caps->max_srq_wr || a->attr.max_sge > (uint32_t)caps->max_srq_sge) {
+	if (!attr->max_wr || attr->max_wr > (uint32_t)caps->max_srq_wr || attr->max_sge > (uint32_t)caps->max_srq_sge) {
 		errno = EINVAL;
 		return NULL;
 	}
 	/* mlx5 rounds up to a power of two, less one. */
-	while (size < a->attr.max_wr + 1)
+	while (size < attr->max_wr + 1)
 		size <<= 1;
 	srq = calloc(1, sizeof(*srq));
 	if (!srq)
 		return NULL;
 	srq->size = size;
-	srq->max_sge = a->attr.max_sge ? a->attr.max_sge : 1;
+	srq->max_sge = attr->max_sge ? attr->max_sge : 1;
 	srq->rq = calloc(size, sizeof(*srq->rq));
 	srq->sge = calloc((size_t)size * srq->max_sge, sizeof(*srq->sge));
 	if (!srq->rq || !srq->sge) {
@@ -47,9 +50,96 @@ static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a
 		errno = ENOMEM;
 		return NULL;
 	}
-	a->attr.max_wr = size - 1;
-	a->attr.max_sge = srq->max_sge;
-	return &srq->srq;
+	attr->max_wr = size - 1;
+	attr->max_sge = srq->max_sge;
+	/* SRQ numbers come from the context's block, as QPNs do, so that
+	 * no two of a node's contexts share one (xrc.c); from its top, so
+	 * that traces tell them from the QPNs. */
+	ensure_connected(ctx);
+	pthread_mutex_lock(&ctx->lock);
+	for (n = 0; n < NVMOCK_IBD_QPN_BLOCK; n++) {
+		uint32_t num = ctx->qpn_base + NVMOCK_IBD_QPN_BLOCK - 1 - ctx->next_srq++ % NVMOCK_IBD_QPN_BLOCK;
+		struct nvmock_srq *o;
+
+		for (o = ctx->srqs; o && o->srqn != num; o = o->next)
+			;
+		if (!o) {
+			srq->srqn = num;
+			break;
+		}
+	}
+	if (n == NVMOCK_IBD_QPN_BLOCK) { /* every number is in use */
+		pthread_mutex_unlock(&ctx->lock);
+		free(srq->rq);
+		free(srq->sge);
+		free(srq);
+		errno = ENOMEM;
+		return NULL;
+	}
+	srq->next = ctx->srqs;
+	ctx->srqs = srq;
+	pthread_mutex_unlock(&ctx->lock);
+	srq->vsrq.srq_num = srq->srqn;
+	return srq;
+}
+
+static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+{
+	struct nvmock_srq *srq = new_srq(to_ctx(pd->context), &a->attr);
+
+	return srq ? &srq->vsrq.srq : NULL;
+}
+
+/* ibv_create_srq_ex: a basic SRQ, or an XRC one (with its domain and CQ,
+ * as libibverbs and the kernel require). libibverbs fills in nothing of
+ * it: the ibv_srq is set up here, as ibv_cmd_create_srq_ex would. */
+static struct ibv_srq *create_srq_ex(struct ibv_context *ibctx, struct ibv_srq_init_attr_ex *a)
+{
+	struct nvmock_context *ctx = to_ctx(ibctx);
+	enum ibv_srq_type type = a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE ? a->srq_type : IBV_SRQT_BASIC;
+	bool xrc = type == IBV_SRQT_XRC;
+	struct nvmock_srq *srq;
+	struct ibv_srq *s;
+
+	if (a->comp_mask >= IBV_SRQ_INIT_ATTR_RESERVED || (type != IBV_SRQT_BASIC && !xrc)) {
+		trace("create_srq_ex: comp_mask %#x, type %d: basic and XRC SRQs are simulated", a->comp_mask, type);
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !a->pd || a->pd->context != ibctx ||
+	    (xrc && (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !a->xrcd ||
+		     !a->cq || a->xrcd->context != ibctx || a->cq->context != ibctx))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	srq = new_srq(ctx, &a->attr);
+	if (!srq)
+		return NULL;
+	s = &srq->vsrq.srq;
+	s->context = ibctx;
+	s->srq_context = a->srq_context;
+	s->pd = a->pd;
+	pthread_mutex_init(&s->mutex, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	srq->vsrq.srq_type = type;
+	if (a->comp_mask & IBV_SRQ_INIT_ATTR_CQ)
+		srq->vsrq.cq = a->cq;
+	if (xrc) {
+		pthread_mutex_lock(&ctx->lock);
+		srq->xrcd = container_of(a->xrcd, struct nvmock_xrcd, vx.xrcd);
+		srq->xrcd->users++;
+		srq->cq = to_cq(a->cq);
+		srq->cq->users++;
+		pthread_mutex_unlock(&ctx->lock);
+		srq->vsrq.xrcd = &srq->xrcd->vx;
+	}
+	return s;
+}
+
+static int get_srq_num(struct ibv_srq *s, uint32_t *num)
+{
+	*num = to_srq(s)->srqn;
+	return 0;
 }
 
 static int modify_srq(struct ibv_srq *s, struct ibv_srq_attr *attr, int mask)
@@ -82,14 +172,26 @@ static int query_srq(struct ibv_srq *s, struct ibv_srq_attr *attr)
 static int destroy_srq(struct ibv_srq *s)
 {
 	struct nvmock_context *ctx = to_ctx(s->context);
-	struct nvmock_srq *srq = to_srq(s);
+	struct nvmock_srq *srq = to_srq(s), **p;
 	bool busy;
 
 	pthread_mutex_lock(&ctx->lock);
 	busy = srq->users > 0;
-	pthread_mutex_unlock(&ctx->lock);
-	if (busy)
+	if (busy) {
+		pthread_mutex_unlock(&ctx->lock);
 		return EBUSY; /* as the kernel answers while QPs use it */
+	}
+	for (p = &ctx->srqs; *p; p = &(*p)->next)
+		if (*p == srq) {
+			*p = srq->next;
+			break;
+		}
+	if (srq->xrcd) {
+		srq->xrcd->users--;
+		srq->cq->users--;
+		xrc_srq_gone(ctx, srq);
+	}
+	pthread_mutex_unlock(&ctx->lock);
 	free(srq->rq);
 	free(srq->sge);
 	release(ctx, srq, srq->raised != acked(s, &s->events_completed));
@@ -134,7 +236,7 @@ bool take_recv(struct nvmock_qp *qp)
 	qp->rq_tail++;
 	if (srq->limit && srq->tail - srq->head < srq->limit) {
 		srq->limit = 0;
-		if (raise_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->srq))
+		if (raise_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->vsrq.srq))
 			srq->raised++;
 	}
 	return true;
@@ -147,4 +249,6 @@ void srq_ops(struct verbs_context_ops *ops)
 	ops->query_srq = query_srq;
 	ops->destroy_srq = destroy_srq;
 	ops->post_srq_recv = post_srq_recv;
+	ops->create_srq_ex = create_srq_ex;
+	ops->get_srq_num = get_srq_num;
 }
