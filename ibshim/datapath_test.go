@@ -64,6 +64,37 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	}
 }
 
+// ibv_rc_pingpong -t polls an extended CQ for completion timestamps, in
+// ticks of the clock ibv_devinfo reports: the mean gap between receives
+// is one round trip, which the tool also times by the system's clock.
+// (With -e it arms the CQ before polling it, and stops at the event a
+// ConnectX raises at once for completions not yet polled: its
+// ibv_start_poll finds none, ENOENT, which its -t path takes as an error.)
+func TestCompletionTimestampsTickWithTheDevicesClock(t *testing.T) {
+	testenv.Tool(t, "ibv_rc_pingpong")
+	for _, flags := range []string{"-t"} {
+		out := node(t, fmt.Sprintf(`ibv_devinfo -v -d mlx5_0 | grep hca_core_clock
+ibv_rc_pingpong -d mlx5_0 -g 0 -c %[1]s -n 200 -p 18661 > /tmp/server.out 2>&1 & srv=$!
+sleep 0.5; ibv_rc_pingpong -d mlx5_0 -g 0 -c %[1]s -n 200 -p 18661 localhost; echo "client exit $?"
+wait $srv; echo "server exit $?"`, flags))
+		clock := regexp.MustCompile(`hca_core_clock:\s*(\d+)kHZ`).FindStringSubmatch(out)
+		iter := regexp.MustCompile(`200 iters in [\d.]+ seconds = ([\d.]+) usec/iter`).FindStringSubmatch(out)
+		cycles := regexp.MustCompile(`Average receive completion clock cycles = ([\d.]+)`).FindStringSubmatch(out)
+		if clock == nil || iter == nil || cycles == nil || !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
+			t.Errorf("ibv_rc_pingpong %s:\n%s", flags, out)
+			continue
+		}
+		khz, _ := strconv.ParseFloat(clock[1], 64)
+		us, _ := strconv.ParseFloat(iter[1], 64)
+		c, _ := strconv.ParseFloat(cycles[1], 64)
+		// Round trips vary; their mean by the two clocks agrees within 2x.
+		if got := c / khz * 1000; got < us/2 || got > us*2 {
+			t.Errorf("ibv_rc_pingpong %s: %.0f cycles of %.0f kHz between receives is %.1f us, the tool's clock says %.1f us a round trip:\n%s",
+				flags, c, khz, got, us, out)
+		}
+	}
+}
+
 // XRC: domains, XRC SRQs, and initiator and target QPs, checked by a
 // verbs program of ours (what a send, RDMA and the errors do), then
 // ibv_xsrq_pingpong between two programs, polling and with events.

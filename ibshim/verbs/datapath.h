@@ -39,6 +39,7 @@
  * what it cannot take.
  *
  * Multicast: mcast.c. Shared receive queues: srq.c. XRC: xrc.c.
+ * Extended CQs (ibv_create_cq_ex, completion timestamps): cqex.c.
  *
  * Not simulated, and refused rather than faked: raw QPs,
  * memory windows, and RoCE (a QP on an Ethernet port cannot
@@ -83,7 +84,10 @@ struct nvmock_mr {
 enum { ARM_NONE, ARM_NEXT, ARM_SOLICITED };
 
 struct nvmock_cq {
-	struct ibv_cq cq;
+	union {
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx; /* an extended CQ's (cqex.c): the same start */
+	};
 	struct ibv_wc *ring;
 	uint32_t size, head, count;
 	uint32_t users; /* QPs that complete into it: it cannot go while any does */
@@ -95,6 +99,12 @@ struct nvmock_cq {
 	uint8_t armed;
 	bool event_lost;
 	uint32_t events; /* sent and not taken back: what destroy waits to see acknowledged */
+	/* An extended CQ's: each entry's completion time (ns, monotonic),
+	 * and the completion start_poll or next_poll took. */
+	int64_t *ts;
+	struct ibv_wc cur;
+	int64_t cur_ts;
+	uint64_t khz; /* the device's clock, for timestamps */
 };
 
 /* A send work request, kept until it completes. */
@@ -342,6 +352,8 @@ void uc_sent(struct nvmock_qp *qp, uint32_t seq);
 void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 void mcast_ops(struct verbs_context_ops *ops);
 void xrc_ops(struct verbs_context_ops *ops);
+void cqex_ops(struct verbs_context_ops *ops);
+struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector, bool ts);
 void ensure_connected(struct nvmock_context *ctx);
 bool xrc_target(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p);
 struct ibv_pd *resp_pd(struct nvmock_qp *qp);

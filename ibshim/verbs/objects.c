@@ -117,7 +117,9 @@ uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len)
 
 /* ---- completion queues ---- */
 
-static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector)
+/* A CQ of at least cqe entries, completing events to channel (or NULL);
+ * with ts, one that keeps each completion's time (cqex.c). */
+struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector, bool ts)
 {
 	const struct ibv_device_attr *caps = to_ctx(ibctx)->caps;
 	struct nvmock_cq *cq;
@@ -147,9 +149,16 @@ static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_c
 	while (size < (uint32_t)cqe + 1)
 		size <<= 1;
 	cq = calloc(1, sizeof(*cq));
-	if (cq)
+	if (cq) {
 		cq->ring = calloc(size, sizeof(*cq->ring));
-	if (!cq || !cq->ring) {
+		if (ts)
+			cq->ts = calloc(size, sizeof(*cq->ts));
+	}
+	if (!cq || !cq->ring || (ts && !cq->ts)) {
+		if (cq) {
+			free(cq->ring);
+			free(cq->ts);
+		}
 		free(cq);
 		if (chan_w >= 0)
 			close(chan_w);
@@ -159,7 +168,14 @@ static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_c
 	cq->size = size;
 	cq->cq.cqe = size - 1;
 	cq->chan_w = chan_w;
-	return &cq->cq;
+	return cq;
+}
+
+static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct nvmock_cq *cq = new_cq(ibctx, cqe, channel, comp_vector, false);
+
+	return cq ? &cq->cq : NULL;
 }
 
 /* fire sends the CQ's event to its channel and disarms it. */
@@ -232,6 +248,7 @@ static int destroy_cq(struct ibv_cq *ibcq)
 	busy = cq->users > 0;
 	if (!busy) {
 		free(cq->ring);
+		free(cq->ts);
 		take_back(cq);
 	}
 	pthread_mutex_unlock(&ctx->lock);
@@ -291,6 +308,8 @@ bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 		return false;
 	}
 	cq->ring[(cq->head + cq->count) % cq->size] = *wc;
+	if (cq->ts)
+		cq->ts[(cq->head + cq->count) % cq->size] = now_ns();
 	cq->count++;
 	/* Errors count as solicited (ibv_req_notify_cq(3)). */
 	if (cq->armed == ARM_NEXT ||
@@ -895,4 +914,5 @@ void datapath_ops(struct verbs_context_ops *ops)
 	srq_ops(ops);
 	mcast_ops(ops);
 	xrc_ops(ops);
+	cqex_ops(ops);
 }

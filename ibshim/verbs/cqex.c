@@ -1,0 +1,135 @@
+//go:build ignore
+
+/*
+ * Extended CQs (datapath.h): ibv_create_cq_ex and the polling API of
+ * struct ibv_cq_ex (start_poll, next_poll, end_poll and the read_*
+ * functions), over the same ring as ibv_poll_cq's. Completion timestamps
+ * are in ticks of the clock the device reports (hca_core_clock, kHz),
+ * taken when the completion is written; completion_timestamp_mask lets
+ * them run for ever.
+ *
+ * The work-completion fields a CQ may be asked for are mlx5's standard
+ * ones and the timestamp; VLANs and flow tags (raw packets), tag matching
+ * and the wall clock are refused (EOPNOTSUPP), as are a parent domain and
+ * the creation flags but single-threaded.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+
+#include "datapath.h"
+
+static struct nvmock_cq *xcq(struct ibv_cq_ex *x) { return container_of(x, struct nvmock_cq, cqx); }
+
+/* Takes the next completion into cur; ctx->lock is held. */
+static int take(struct nvmock_cq *cq)
+{
+	if (!cq->count)
+		return ENOENT;
+	cq->cur = cq->ring[cq->head];
+	cq->cur_ts = cq->ts[cq->head];
+	cq->head = (cq->head + 1) % cq->size;
+	cq->count--;
+	cq->cqx.wr_id = cq->cur.wr_id;
+	cq->cqx.status = cq->cur.status;
+	return 0;
+}
+
+static int start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
+{
+	struct nvmock_context *ctx = to_ctx(x->context);
+	struct nvmock_cq *cq = xcq(x);
+	int err;
+
+	if (attr->comp_mask)
+		return EINVAL;
+	pthread_mutex_lock(&ctx->lock);
+	/* As poll_cq: a program polling an empty CQ moves the traffic. */
+	if (!cq->count && progress(ctx))
+		wake(ctx);
+	err = take(cq);
+	pthread_mutex_unlock(&ctx->lock);
+	return err;
+}
+
+static int next_poll(struct ibv_cq_ex *x)
+{
+	struct nvmock_context *ctx = to_ctx(x->context);
+	int err;
+
+	pthread_mutex_lock(&ctx->lock);
+	err = take(xcq(x));
+	pthread_mutex_unlock(&ctx->lock);
+	return err;
+}
+
+static void end_poll(struct ibv_cq_ex *x) { (void)x; } /* take consumed them */
+
+static enum ibv_wc_opcode read_opcode(struct ibv_cq_ex *x) { return xcq(x)->cur.opcode; }
+static uint32_t read_vendor_err(struct ibv_cq_ex *x) { return xcq(x)->cur.vendor_err; }
+static uint32_t read_byte_len(struct ibv_cq_ex *x) { return xcq(x)->cur.byte_len; }
+static __be32 read_imm_data(struct ibv_cq_ex *x) { return xcq(x)->cur.imm_data; }
+static uint32_t read_qp_num(struct ibv_cq_ex *x) { return xcq(x)->cur.qp_num; }
+static uint32_t read_src_qp(struct ibv_cq_ex *x) { return xcq(x)->cur.src_qp; }
+static unsigned int read_wc_flags(struct ibv_cq_ex *x) { return xcq(x)->cur.wc_flags; }
+static uint32_t read_slid(struct ibv_cq_ex *x) { return xcq(x)->cur.slid; }
+static uint8_t read_sl(struct ibv_cq_ex *x) { return xcq(x)->cur.sl; }
+static uint8_t read_dlid_path_bits(struct ibv_cq_ex *x) { return xcq(x)->cur.dlid_path_bits; }
+
+/* The completion's time in ticks of the device's clock. */
+static uint64_t read_completion_ts(struct ibv_cq_ex *x)
+{
+	struct nvmock_cq *cq = xcq(x);
+	uint64_t ns = (uint64_t)cq->cur_ts;
+
+	return ns / 1000000 * cq->khz + ns % 1000000 * cq->khz / 1000000;
+}
+
+static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ibctx, struct ibv_cq_init_attr_ex *a)
+{
+	const uint64_t flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	struct ibv_device_attr_ex dev = { 0 };
+	struct nvmock_cq *cq;
+	struct ibv_cq_ex *x;
+
+	if ((a->wc_flags & ~flags) || (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+		trace("create_cq_ex: wc_flags %#llx, comp_mask %#x: the standard fields and the timestamp are simulated",
+		      (unsigned long long)a->wc_flags, a->comp_mask);
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (a->cqe > INT32_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ibv_query_device_ex(ibctx, NULL, &dev))
+		return NULL;
+	cq = new_cq(ibctx, (int)a->cqe, a->channel, (int)a->comp_vector, true);
+	if (!cq)
+		return NULL;
+	cq->khz = dev.hca_core_clock;
+	/* What ibv_cmd_create_cq_ex does for a provider. */
+	verbs_init_cq(&cq->cq, ibctx, a->channel, a->cq_context);
+	x = &cq->cqx;
+	x->start_poll = start_poll;
+	x->next_poll = next_poll;
+	x->end_poll = end_poll;
+	x->read_opcode = read_opcode;
+	x->read_vendor_err = read_vendor_err;
+	x->read_byte_len = read_byte_len;
+	x->read_imm_data = read_imm_data;
+	x->read_qp_num = read_qp_num;
+	x->read_src_qp = read_src_qp;
+	x->read_wc_flags = read_wc_flags;
+	x->read_slid = read_slid;
+	x->read_sl = read_sl;
+	x->read_dlid_path_bits = read_dlid_path_bits;
+	x->read_completion_ts = read_completion_ts;
+	return x;
+}
+
+void cqex_ops(struct verbs_context_ops *ops)
+{
+	ops->create_cq_ex = create_cq_ex;
+}
