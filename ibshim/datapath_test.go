@@ -87,8 +87,10 @@ wait $srv; echo "server exit $?"`, flags))
 		khz, _ := strconv.ParseFloat(clock[1], 64)
 		us, _ := strconv.ParseFloat(iter[1], 64)
 		c, _ := strconv.ParseFloat(cycles[1], 64)
-		// Round trips vary; their mean by the two clocks agrees within 2x.
-		if got := c / khz * 1000; got < us/2 || got > us*2 {
+		// The two clocks time the same round trips, but the tool's
+		// includes its first (a connection's start), which the mean gap
+		// between receives leaves out.
+		if got := c / khz * 1000; got < us/1.5 || got > us*1.5 {
 			t.Errorf("ibv_rc_pingpong %s: %.0f cycles of %.0f kHz between receives is %.1f us, the tool's clock says %.1f us a round trip:\n%s",
 				flags, c, khz, got, us, out)
 		}

@@ -11,7 +11,8 @@
  * The work-completion fields a CQ may be asked for are mlx5's standard
  * ones and the timestamp; VLANs and flow tags (raw packets), tag matching
  * and the wall clock are refused (EOPNOTSUPP), as are a parent domain and
- * the creation flags but single-threaded.
+ * the creation flags but single-threaded: mlx5 takes IGNORE_OVERRUN, and
+ * UCX, which asks for it in newer releases, then makes a plain CQ.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,12 +44,18 @@ static int start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 
 	if (attr->comp_mask)
 		return EINVAL;
+	/* As mlx5: from start_poll to end_poll the CQ is this thread's,
+	 * unless it was made single-threaded. */
+	if (cq->poll_shared)
+		pthread_mutex_lock(&cq->poll);
 	pthread_mutex_lock(&ctx->lock);
 	/* As poll_cq: a program polling an empty CQ moves the traffic. */
 	if (!cq->count && progress(ctx))
 		wake(ctx);
 	err = take(cq);
 	pthread_mutex_unlock(&ctx->lock);
+	if (err && cq->poll_shared)
+		pthread_mutex_unlock(&cq->poll); /* no end_poll follows */
 	return err;
 }
 
@@ -63,7 +70,14 @@ static int next_poll(struct ibv_cq_ex *x)
 	return err;
 }
 
-static void end_poll(struct ibv_cq_ex *x) { (void)x; } /* take consumed them */
+/* take consumed the entries already. */
+static void end_poll(struct ibv_cq_ex *x)
+{
+	struct nvmock_cq *cq = xcq(x);
+
+	if (cq->poll_shared)
+		pthread_mutex_unlock(&cq->poll);
+}
 
 static enum ibv_wc_opcode read_opcode(struct ibv_cq_ex *x) { return xcq(x)->cur.opcode; }
 static uint32_t read_vendor_err(struct ibv_cq_ex *x) { return xcq(x)->cur.vendor_err; }
@@ -109,8 +123,10 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ibctx, struct ibv_cq_i
 	if (!cq)
 		return NULL;
 	cq->khz = dev.hca_core_clock;
-	/* What ibv_cmd_create_cq_ex does for a provider. */
-	verbs_init_cq(&cq->cq, ibctx, a->channel, a->cq_context);
+	/* libibverbs' wrapper sets up the ibv_cq part (verbs_init_cq)
+	 * once this returns, the channel's reference with it. */
+	cq->poll_shared = !((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED));
+	pthread_mutex_init(&cq->poll, NULL);
 	x = &cq->cqx;
 	x->start_poll = start_poll;
 	x->next_poll = next_poll;

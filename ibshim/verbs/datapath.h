@@ -105,6 +105,8 @@ struct nvmock_cq {
 	struct ibv_wc cur;
 	int64_t cur_ts;
 	uint64_t khz; /* the device's clock, for timestamps */
+	pthread_mutex_t poll; /* held from start_poll to end_poll */
+	bool poll_shared;     /* not made single-threaded: poll is taken */
 };
 
 /* A send work request, kept until it completes. */
