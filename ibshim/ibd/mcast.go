@@ -15,10 +15,10 @@ import (
 // and the QPs attached to a group's MLID, to which the daemon copies each
 // datagram sent to it.
 //
-// A daemon knows the joins made through it; its peers have their own. A
-// group's MLID follows from its MGID, so that every node's daemon gives
-// the same one and a datagram relayed to a peer reaches the QPs attached
-// there. (A real SM hands out MLIDs from 0xC000 in the order groups are
+// A daemon takes the joins of its node's ports and learns the other real
+// nodes' from their daemons (mcpeers.go). A group's MLID follows from its
+// MGID, so that every node's daemon gives the same one and a datagram
+// relayed to a peer reaches the QPs attached there. (A real SM hands out MLIDs from 0xC000 in the order groups are
 // made; which one a group gets is not something programs can rely on.)
 // Two groups may then share an MLID, which a real SM does only when it
 // runs out: a datagram carries its group's GID (its GRH's destination),
@@ -108,6 +108,16 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 	}
 	k := mcKey{from.Node.Subnet, mgid}
 	g := d.groups[k]
+	if g == nil && m.method() != methodDelete {
+		// A group another node's ports joined: this node joins it as made.
+		if o := d.subnetGroups(k.s)[mgid]; o != nil {
+			g = &mcGroup{rec: o.rec, members: map[[16]byte]byte{}}
+			if !fits(g, t, mask) {
+				return nil, saStatusInvalid
+			}
+			d.groups[k] = g
+		}
+	}
 	if m.method() == methodDelete {
 		// A leave names join states the port holds (o15-0.1.14).
 		if g == nil || g.members[pgid] == 0 || join&^g.members[pgid] != 0 {
@@ -119,6 +129,7 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 				delete(d.groups, k)
 			}
 		}
+		d.groupsChanged()
 		return g.record(pgid, join), 0
 	}
 	if g == nil {
@@ -144,14 +155,21 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 		g.rec[48] = (mgid[1] & 0x0f) << 4 // scope, from the MGID; join state per member
 		clear(g.rec[49:])
 		d.groups[k] = g
-	} else if (mask&mcQKey != 0 && !bytes.Equal(t[32:36], g.rec[32:36])) || (mask&mcPKey != 0 && !bytes.Equal(t[40:42], g.rec[40:42])) {
-		return nil, saStatusInvalid // a join must fit the group
+	} else if !fits(g, t, mask) {
+		return nil, saStatusInvalid
 	}
 	if g.members[pgid] == 0 {
 		g.order = append(g.order, pgid)
 	}
 	g.members[pgid] |= join
+	d.groupsChanged()
 	return g.record(pgid, g.members[pgid]), 0
+}
+
+// fits says whether a join's record t fits group g: a join must fit the
+// group it joins.
+func fits(g *mcGroup, t []byte, mask uint64) bool {
+	return (mask&mcQKey == 0 || bytes.Equal(t[32:36], g.rec[32:36])) && (mask&mcPKey == 0 || bytes.Equal(t[40:42], g.rec[40:42]))
 }
 
 // record is the group's MCMemberRecord for one member.
@@ -169,13 +187,12 @@ func (g *mcGroup) record(pgid [16]byte, join byte) []byte {
 // trusted one sees PortGID and JoinState. The other components are
 // matched by the caller.
 func (d *Daemon) mcRecords(s *fabric.Subnet, t []byte, mask uint64, trusted bool) [][]byte {
-	var keys []mcKey
-	for k := range d.groups {
-		if k.s == s {
-			keys = append(keys, k)
-		}
+	groups := d.subnetGroups(s)
+	var keys [][16]byte
+	for k := range groups {
+		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return bytes.Compare(keys[i].mgid[:], keys[j].mgid[:]) < 0 })
+	sort.Slice(keys, func(i, j int) bool { return bytes.Compare(keys[i][:], keys[j][:]) < 0 })
 	var out [][]byte
 	stateMask := byte(0)
 	if mask&mcScope != 0 {
@@ -185,7 +202,7 @@ func (d *Daemon) mcRecords(s *fabric.Subnet, t []byte, mask uint64, trusted bool
 		stateMask |= 0x0f
 	}
 	for _, k := range keys {
-		g := d.groups[k]
+		g := groups[k]
 		var recs [][]byte
 		switch {
 		case mask&mcPortGID != 0:
@@ -346,15 +363,20 @@ func addressed(msg []byte, qpn uint32) []byte {
 // and a program joins again when the port is back (IPoIB does, on the
 // port's event). mu is held.
 func (d *Daemon) mcPortsDown() {
+	changed := false
 	for k, g := range d.groups {
 		for gid := range g.members {
 			if p := k.s.ByGUID(binary.BigEndian.Uint64(gid[8:])); p == nil || p.Down() {
 				g.leave(gid)
+				changed = true
 			}
 		}
 		if len(g.members) == 0 {
 			delete(d.groups, k)
 		}
+	}
+	if changed {
+		d.groupsChanged()
 	}
 }
 

@@ -59,29 +59,53 @@ type peer struct {
 	// faults is the last faults frame that came on this link (under
 	// Daemon.mu): the node's state, should this link become the one in use.
 	faults []fabric.Fault
+	// groups is the node's multicast memberships, as the last groups
+	// frame on this link said (under Daemon.mu).
+	groups map[mcKey]*mcGroup
+	// state holds the latest groups frame not yet written: a newer one
+	// replaces it, and none is lost to a full queue.
+	state chan []byte
 }
 
 // peerQueue is how many frames may wait for a peer's writer.
 const peerQueue = 256
 
 func newPeer(c net.Conn) *peer {
-	p := &peer{conn: c, out: make(chan []byte, peerQueue), done: make(chan struct{})}
+	p := &peer{conn: c, out: make(chan []byte, peerQueue), done: make(chan struct{}), state: make(chan []byte, 1)}
 	go func() {
 		for {
+			var b []byte
 			select {
-			case b := <-p.out:
-				c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-				if _, err := c.Write(b); err != nil {
-					c.Close() // a frame half written leaves the stream unreadable
-					<-p.done
-					return
-				}
+			case b = <-p.out:
+			case b = <-p.state:
 			case <-p.done:
+				return
+			}
+			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(b); err != nil {
+				c.Close() // a frame half written leaves the stream unreadable
+				<-p.done
 				return
 			}
 		}
 	}()
 	return p
+}
+
+// sendState queues a groups frame in place of one not yet written.
+func (p *peer) sendState(body []byte) {
+	b := frame(frameGroups, [][]byte{body})
+	for {
+		select {
+		case p.state <- b:
+			return
+		default:
+			select {
+			case <-p.state:
+			default:
+			}
+		}
+	}
 }
 
 // send queues a frame; it never blocks.
@@ -233,6 +257,8 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	d.links[p] = true
 	d.name(p.slot, p.host)
 	p.send(frameFaults, d.faultsFrame())
+	p.sendState(d.groupsFrame())
+	d.mftChanged()
 	d.mu.Unlock()
 	log.Info("peer connected")
 	defer func() {
@@ -250,6 +276,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 				d.name(p.slot, fmt.Sprintf(d.fab.HostFormat, p.slot+1)) // modelled again
 				d.fab.ApplyAt(p.slot, nil)                              // and healthy
 			}
+			d.mftChanged()
 		}
 		d.mu.Unlock()
 		log.Info("peer gone")
@@ -261,6 +288,10 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		}
 		if typ == frameFaults {
 			d.peerFaults(p, body, log)
+			continue
+		}
+		if typ == frameGroups {
+			d.peerGroups(p, body, log)
 			continue
 		}
 		if typ == frameVerbs {
@@ -298,6 +329,7 @@ func (d *Daemon) peerFaults(p *peer, body []byte, log *logrus.Entry) {
 	if err := d.fab.ApplyAt(p.slot, faults); err != nil {
 		log.Warnf("port faults from peer: %v", err)
 	}
+	d.mftChanged()
 }
 
 // name gives a slot's CAs their host's name, as rdma-ndd sets node

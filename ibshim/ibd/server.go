@@ -54,8 +54,9 @@ type Daemon struct {
 	moved  map[*fabric.Port]bool   // this node's ports whose traffic counters sysfs has not shown yet
 	zeroed map[*fabric.Port]bool   // of those, the ones a PerfMgt Set reset
 
-	groups   map[mcKey]*mcGroup            // multicast groups joined through this daemon (mcast.go)
-	attached map[mlidKey]map[mcAttach]bool // this node's QPs attached to multicast LIDs
+	groups   map[mcKey]*mcGroup                                      // multicast groups joined through this daemon (mcast.go)
+	attached map[mlidKey]map[mcAttach]bool                           // this node's QPs attached to multicast LIDs
+	mftCache map[*fabric.Subnet]map[*fabric.Node]map[uint16][]uint16 // the switches' multicast tables (mft.go)
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -206,6 +207,7 @@ func (d *Daemon) refresh() {
 	}
 	d.portEvents()
 	d.mcPortsDown()
+	d.mftChanged()
 }
 
 // activity is SMInfo's ActCount: the SM's work, which never stops.

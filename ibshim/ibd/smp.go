@@ -67,7 +67,7 @@ func (d *Daemon) sma(m mad, nd *fabric.Node, in *fabric.Port, data []byte) uint1
 		if nd.Type != fabric.Switch {
 			return statusBadMethodAttr
 		}
-		switchInfo(nd, data)
+		switchInfo(nd, data, d.mftTop(nd))
 	case attrGUIDInfo:
 		if mod == 0 {
 			put64(data, in.Base().GUID)
@@ -86,11 +86,13 @@ func (d *Daemon) sma(m mad, nd *fabric.Node, in *fabric.Port, data []byte) uint1
 				data[i] = nd.LFT[lid]
 			}
 		}
-	case attrMFT, attrSL2VL, attrVLArb:
-		if m.attr() == attrMFT && nd.Type != fabric.Switch {
+	case attrMFT:
+		if nd.Type != fabric.Switch {
 			return statusBadMethodAttr
 		}
-		// No multicast routes, every SL on VL 0, no arbitration weights.
+		return d.mft(nd, mod, data)
+	case attrSL2VL, attrVLArb:
+		// Every SL on VL 0, no arbitration weights.
 	case attrSMInfo:
 		s := nd.Subnet
 		if in.Base() != s.SM {
@@ -188,7 +190,7 @@ func extSpeed(s profile.IBSpeed) (active, supported byte) {
 	return 0, 1 | 2 | 4 | 8
 }
 
-func switchInfo(nd *fabric.Node, b []byte) {
+func switchInfo(nd *fabric.Node, b []byte, mcastTop uint16) {
 	put16(b[0:], nd.LinearFDBCap)
 	put16(b[4:], nd.MulticastFDBCap)
 	put16(b[6:], nd.Subnet.TopLID)
@@ -196,5 +198,5 @@ func switchInfo(nd *fabric.Node, b []byte) {
 	b[11] = 18 << 3 // life time value
 	put16(b[14:], 32)
 	b[16] = 0x80 | 0x40 | 0x08 // partition enforcement in and out; enhanced port 0
-	put16(b[18:], 0xbfff)      // no multicast entries yet
+	put16(b[18:], mcastTop)
 }
