@@ -18,8 +18,9 @@ import (
 // A daemon takes the joins of its node's ports and learns the other real
 // nodes' from their daemons (mcpeers.go). A group's MLID follows from its
 // MGID, so that every node's daemon gives the same one and a datagram
-// relayed to a peer reaches the QPs attached there. (A real SM hands out MLIDs from 0xC000 in the order groups are
-// made; which one a group gets is not something programs can rely on.)
+// relayed to a peer reaches the QPs attached there. (A real SM hands out
+// MLIDs from 0xC000 in the order groups are made; which one a group gets
+// is not something programs can rely on.)
 // Two groups may then share an MLID, which a real SM does only when it
 // runs out: a datagram carries its group's GID (its GRH's destination),
 // by which ports and QPs tell the groups apart.

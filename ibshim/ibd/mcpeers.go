@@ -32,7 +32,9 @@ type wireMember struct {
 	Join byte     `json:"join"`
 }
 
-// groupsFrame is this node's memberships as a frame's body. mu is held.
+// groupsFrame is this node's memberships as a frame's body, or nil when
+// they are too many for a frame (the peers keep the last they had).
+// mu is held.
 func (d *Daemon) groupsFrame() []byte {
 	out := []wireGroup{}
 	for k, g := range d.groups {
@@ -43,6 +45,10 @@ func (d *Daemon) groupsFrame() []byte {
 		out = append(out, w)
 	}
 	b, _ := json.Marshal(out)
+	if len(b) >= maxFrame {
+		d.log.WithField("component", "ibd").Warnf("%d multicast groups are too many to tell the peers; they keep the groups they were told last", len(out))
+		return nil
+	}
 	return b
 }
 
@@ -53,9 +59,10 @@ func (d *Daemon) groupsChanged() {
 	if len(d.links) == 0 {
 		return
 	}
-	b := d.groupsFrame()
-	for p := range d.links {
-		p.sendState(b)
+	if b := d.groupsFrame(); b != nil {
+		for p := range d.links {
+			p.sendState(b)
+		}
 	}
 }
 

@@ -51,6 +51,7 @@ func (d *Daemon) mftChanged() { d.mftCache = nil }
 // mft fills one MulticastForwardingTable block of switch nd (IBA
 // 14.2.5.12): the attribute modifier's low 9 bits pick 32 MLIDs from
 // 0xC000, its top 4 bits which 16 ports. It returns the MAD status.
+// mu is held.
 func (d *Daemon) mft(nd *fabric.Node, mod uint32, data []byte) uint16 {
 	block, pos := int(mod&0x1ff), int(mod>>28)
 	if block >= int(nd.MulticastFDBCap)/mftBlock || pos*16 >= len(nd.Ports) {
@@ -65,8 +66,12 @@ func (d *Daemon) mft(nd *fabric.Node, mod uint32, data []byte) uint16 {
 	return 0
 }
 
-// mftTop is the switch's MulticastFDBTop as OpenSM sets it: the last
-// MLID of the highest block in use, or 0xBFFF when none is. mu is held.
+// mftTop is the switch's MulticastFDBTop as OpenSM sets it on a switch
+// that supports it: the last MLID of the highest block in use, or 0xBFFF
+// when none is. (The captured Quantum's port 0 does not advertise
+// IsMulticastFDBTopSupported, so OpenSM would leave it alone there; what
+// the switch then reports is not known. This lets ibroute -M read the
+// tables.) OpenSM never lowers it; this follows the groups. mu is held.
 func (d *Daemon) mftTop(nd *fabric.Node) uint16 {
 	top := -1
 	for mlid := range d.mfts(nd.Subnet)[nd] {

@@ -48,8 +48,10 @@ type hello struct {
 }
 
 // peer is a connection to another real node's daemon. Frames go out
-// through one writer, in order; a peer too slow to take them loses them
-// (its requests time out), and one whose write fails is dropped.
+// through one writer, in order, but for the groups frame, which comes
+// whenever the writer is free after the hello; a peer too slow to take
+// them loses frames (its requests time out), and one whose write fails is
+// dropped.
 type peer struct {
 	conn net.Conn
 	slot int
@@ -73,11 +75,12 @@ const peerQueue = 256
 func newPeer(c net.Conn) *peer {
 	p := &peer{conn: c, out: make(chan []byte, peerQueue), done: make(chan struct{}), state: make(chan []byte, 1)}
 	go func() {
+		var state chan []byte // none before the hello, which goes first
 		for {
 			var b []byte
 			select {
 			case b = <-p.out:
-			case b = <-p.state:
+			case b = <-state:
 			case <-p.done:
 				return
 			}
@@ -87,6 +90,7 @@ func newPeer(c net.Conn) *peer {
 				<-p.done
 				return
 			}
+			state = p.state
 		}
 	}()
 	return p
@@ -253,11 +257,16 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		log.Warnf("peer claims slot %d, which %s holds; give the nodes slots of their own", h.Slot, old.host)
 		return true
 	}
+	if old := d.peers[p.slot]; old != nil {
+		p.groups = old.groups // until this link brings the node's own
+	}
 	d.peers[p.slot] = p // the same node again (both dialled each other): the newer link
 	d.links[p] = true
 	d.name(p.slot, p.host)
 	p.send(frameFaults, d.faultsFrame())
-	p.sendState(d.groupsFrame())
+	if b := d.groupsFrame(); b != nil {
+		p.sendState(b)
+	}
 	d.mftChanged()
 	d.mu.Unlock()
 	log.Info("peer connected")
