@@ -63,21 +63,69 @@ func read(t *testing.T, c *net.UnixConn, within time.Duration) packet {
 
 // A program's ibping client registers the class with no methods: its own
 // request to its own LID must not come back to it as a request (libibmad
-// would take it for the answer), and with no server it times out, with
-// the kernel's short reply.
+// would take it for the answer). With no server, the host's MAD layer
+// answers at once, as Linux does with a request no agent takes: the
+// request back as a GetResp, status "unsupported method/attribute".
 func TestAClientIsNotHandedRequestsItDidNotRegisterFor(t *testing.T) {
 	c, f := serve(t)
 	register(t, c, 1, vendorIBPing, ouiOpenFabric) // no methods: a client
 	own := f.Find("mlx5_0").Ports[1].LID
-	if _, err := c.Write(ping(own, 5, 50)); err != nil {
+	u := ping(own, 5, 50)
+	copy(u.mad()[40:], "payload")
+	if _, err := c.Write(u); err != nil {
 		t.Fatal(err)
 	}
 	r := read(t, c, 2*time.Second)
 	if r == nil {
-		t.Fatal("no timeout came back")
+		t.Fatal("nothing came back")
 	}
-	if status := binary.LittleEndian.Uint32(r[4:]); status != etimedout || len(r) != umadHdrLen+24 {
-		t.Errorf("got %d bytes, status %d; want the request's %d-byte header back with ETIMEDOUT", len(r), status, umadHdrLen+24)
+	m := r.mad()
+	if m.method() != methodResp || m.status() != statusBadMethodAttr || m.tid() != 5 || r.lid() != own || !bytes.Equal(m[40:47], []byte("payload")) {
+		t.Errorf("got method %#x, status %#x, TID %d from LID %d, data %q; want the request back as a GetResp with status 0xc from LID %d",
+			m.method(), m.status(), m.tid(), r.lid(), m[40:47], own)
+	}
+}
+
+// Which requests no program took a host answers, and which go unanswered:
+// the classes mlx5's firmware takes (congestion control here) and a Send
+// (not a Get or Set) time out, as does any request to a switch; a
+// modelled host answers a class it runs no agent for as a real one does.
+func TestOnlyHostsAnswerRequestsNoProgramTook(t *testing.T) {
+	c, f := serve(t)
+	own := f.Find("mlx5_0").Ports[1]
+	var other *fabric.Port
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Type == fabric.CA && nd.Slot >= 0 && nd.Slot != f.Local {
+			other = nd.Ports[1]
+			break
+		}
+	}
+	leaf := own.Peer.Node.Ports[0].LID
+	for i, tc := range []struct {
+		what          string
+		lid           uint16
+		class, method byte
+		answered      bool
+	}{
+		{"sysstat Get to a modelled host", other.LID, vendorIBPing + 1, methodGet, true},
+		{"SA Get to a host that is not the SM", other.LID, classSA, methodGet, true},
+		{"congestion control Get to this host", own.LID, 0x21, methodGet, false},
+		{"vendor Send to this host", own.LID, vendorIBPing, 0x03, false},
+		{"vendor Get to a switch", leaf, vendorIBPing, methodGet, false},
+	} {
+		u := ping(tc.lid, uint64(100+i), 50)
+		u.mad()[1], u.mad()[3] = tc.class, tc.method
+		if _, err := c.Write(u); err != nil {
+			t.Fatal(err)
+		}
+		r := read(t, c, 2*time.Second)
+		if r == nil {
+			t.Fatalf("%s: nothing came back", tc.what)
+		}
+		timedOut := binary.LittleEndian.Uint32(r[4:]) == etimedout
+		if timedOut == tc.answered || (tc.answered && r.mad().status() != statusBadMethodAttr) {
+			t.Errorf("%s: timed out %v, MAD status %#x; want answered %v", tc.what, timedOut, r.mad().status(), tc.answered)
+		}
 	}
 }
 

@@ -392,7 +392,11 @@ func (d *Daemon) fromPeer(p *peer, subnet int, from, to uint16, u packet) []outg
 	}
 	a := d.agentFor(dst, m)
 	if a == nil {
-		return nil // no agent: the asker's own daemon times it out
+		if unmatched(dst, m) {
+			d.exchange(src, dst)
+			d.relay(p, dst, src, unmatchedReply(u))
+		}
+		return nil // else the asker's own daemon times it out
 	}
 	key := pendingKey{at: dst, tid: m.tid()}
 	pd := &pending{peer: p, from: src}

@@ -379,7 +379,7 @@ func (d *Daemon) handle(c *conn, u packet) []outgoing {
 	case classSA:
 		s := from.Node.Subnet
 		if u.lid() != s.SM.LID {
-			d.timeout(c, u)
+			d.toAgent(c, u, from) // no SA there, maybe a program's
 			return d.out
 		}
 		d.exchange(from, s.SM)
@@ -533,7 +533,34 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 		d.respond(c, r, to.LID, 1)
 		return
 	}
+	if unmatched(to, m) {
+		d.exchange(from, to)
+		d.respond(c, unmatchedReply(u), to.LID, 1)
+		return
+	}
 	d.timeout(c, u)
+}
+
+// unmatched says whether a host answers a request that no program there
+// took, as Linux's MAD layer does (generate_unmatched_resp): a Get or Set
+// of a class mlx5 does not hand to its firmware. The firmware's classes
+// (vendor 0x09 and 0x0A, congestion control) and switches and
+// Aggregation Nodes answer in ways not known, so those time out.
+func unmatched(to *fabric.Port, m mad) bool {
+	switch m.class() {
+	case 0x09, 0x0a, 0x21:
+		return false
+	}
+	return to.Node.Type == fabric.CA && to.Node.Slot >= 0 && (m.method() == methodGet || m.method() == methodSet)
+}
+
+// unmatchedReply is the kernel's answer to such a request: the request
+// itself, as a GetResp with status "unsupported method/attribute".
+func unmatchedReply(u packet) packet {
+	r := reply(u)
+	r.mad()[3] = methodResp
+	r.mad().setStatus(statusBadMethodAttr)
+	return r
 }
 
 // wait is how long the kernel waits for a request's answer: its timeout
