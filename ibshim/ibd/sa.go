@@ -62,6 +62,14 @@ var records = map[uint16]recordKind{
 	attrMCMemberRecord: {size: mcRecLen, loose: true, fields: map[int]field{0: at(0, 16), 2: at(32, 4),
 		3: at(36, 2), 6: at(39, 1), 7: at(40, 2), 12: bits(44, 0xf0)}},
 	attrInformRecord: {size: 60, loose: true},
+	// Switch and port tables: their components are matched as OpenSM
+	// does (sarecords.go).
+	attrSwitchInfoRecord: {size: 24, loose: true},
+	attrLFTRecord:        {size: 72, loose: true},
+	attrMFTRecord:        {size: 72, loose: true},
+	attrSL2VLRecord:      {size: 16, loose: true},
+	attrPKeyRecord:       {size: 72, loose: true},
+	attrVLArbRecord:      {size: 72, loose: true},
 }
 
 // sa answers a subnet administration query from port from. It returns the
@@ -135,6 +143,21 @@ func (d *Daemon) sa(m mad, from *fabric.Port) (out []byte, attrOffset int, statu
 		all = d.pathRecords(s, from, tmpl, mask)
 	case attrMCMemberRecord:
 		all = d.mcRecords(s, tmpl, mask, binary.BigEndian.Uint64(m[36:]) == saKey)
+	case attrSwitchInfoRecord:
+		all = d.switchInfoRecords(s, tmpl, mask)
+	case attrLFTRecord:
+		all = lftRecords(s, tmpl, mask)
+	case attrMFTRecord:
+		all = d.mftRecords(s, tmpl, mask)
+	case attrSL2VLRecord:
+		all = sl2vlRecords(s, tmpl, mask)
+	case attrPKeyRecord:
+		if binary.BigEndian.Uint64(m[36:]) != saKey {
+			return nil, 0, saStatusInvalid // trusted requests only (IBA p922)
+		}
+		all = pkeyRecords(s, tmpl, mask)
+	case attrVLArbRecord:
+		all = vlArbRecords(s, tmpl, mask)
 	}
 	// Mock nodes run no IPoIB (whose broadcast group an SM makes),
 	// register no services and subscribe to no traps: no service or

@@ -240,8 +240,30 @@ func (d *Daemon) Serve(l *net.UnixListener) error {
 			}
 			return err
 		}
+		bigSends(uc)
 		go d.serveConn(&conn{uc: uc, gone: make(chan struct{})})
 	}
+}
+
+// maxSend is the largest message to a program: an SA table comes back as
+// one message, as the kernel hands over a reassembled RMPP transfer, and
+// a subnet's SL-to-VL table (every pair of ports of every switch) is
+// some 840 KiB, past a socket's default send buffer (208 KiB), which
+// bounds a SOCK_SEQPACKET message.
+const maxSend = 4 << 20
+
+// bigSends lets c carry messages of maxSend: forced past the system's
+// limit where the daemon may (CAP_NET_ADMIN), else as far as it allows.
+func bigSends(c *net.UnixConn) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		if syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUFFORCE, maxSend) != nil {
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, maxSend)
+		}
+	})
 }
 
 func (d *Daemon) serveConn(c *conn) {

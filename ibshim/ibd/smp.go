@@ -190,13 +190,16 @@ func extSpeed(s profile.IBSpeed) (active, supported byte) {
 	return 0, 1 | 2 | 4 | 8
 }
 
+// switchEnforcementCap is the P_Keys a switch's external port holds.
+const switchEnforcementCap = 32
+
 func switchInfo(nd *fabric.Node, b []byte, mcastTop uint16) {
 	put16(b[0:], nd.LinearFDBCap)
 	put16(b[4:], nd.MulticastFDBCap)
 	put16(b[6:], nd.Subnet.TopLID)
 	b[9], b[10] = 0xff, 0xff
 	b[11] = 18 << 3 // life time value
-	put16(b[14:], 32)
+	put16(b[14:], switchEnforcementCap)
 	b[16] = 0x80 | 0x40 | 0x08 // partition enforcement in and out; enhanced port 0
 	put16(b[18:], mcastTop)
 }
