@@ -3,9 +3,9 @@
 package ibshim_test
 
 // The fabric checks health-check scripts run (infiniband-diags'
-// ibqueryerrors, ibtracert, dump_fts): they walk the whole modelled
-// fabric, read every port's counters and follow the switches' unicast and
-// multicast tables.
+// ibqueryerrors, ibtracert, dump_fts, check_lft_balance): they walk the
+// whole modelled fabric, read every port's counters and follow and judge
+// the switches' unicast and multicast tables.
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ func hops(out string) []hop {
 
 func TestHealthChecksFindFaultsAndFollowTheTables(t *testing.T) {
 	bin := mcgroup(t)
-	for _, tool := range []string{"ibqueryerrors", "ibtracert", "dump_fts"} {
+	for _, tool := range []string{"ibqueryerrors", "ibtracert", "dump_fts", "check_lft_balance"} {
 		testenv.Tool(t, tool)
 	}
 	f := model(t)
@@ -54,10 +54,13 @@ func TestHealthChecksFindFaultsAndFollowTheTables(t *testing.T) {
 ibtracert -C mlx5_0 %[2]d %[3]d; echo ==
 %[1]s mlx5_0 > /dev/null && %[1]s mlx5_3 join | sed -n 's/joined mlid //p'; echo ==
 m=$(saquery -C mlx5_0 -g | sed -n 's/.*Mlid\.*//p'); ibtracert -C mlx5_0 -m $m %[2]d %[4]d; echo ==
-dump_fts -C mlx5_0 -M | grep -c '^0x'`, bin, a.LID, far.LID, b.LID),
+dump_fts -C mlx5_0 -M | grep -c '^0x'; echo ==
+ibnetdiscover -C mlx5_0 --cache %[5]s/fabric.cache > /dev/null && dump_fts -C mlx5_0 > %[5]s/lfts
+check_lft_balance -l %[5]s/lfts -i %[5]s/fabric.cache; echo ==
+check_lft_balance -v -l %[5]s/lfts -i %[5]s/fabric.cache | grep -c 'Switch Port Usage' || true`, bin, a.LID, far.LID, b.LID, t.TempDir()),
 		"--ib-fault", "mlx5_0=symbol_error:12,link_downed:1")
 	parts := strings.Split(out, "==\n")
-	if len(parts) != 5 {
+	if len(parts) != 7 {
 		t.Fatalf("output:\n%s", out)
 	}
 
@@ -108,5 +111,18 @@ dump_fts -C mlx5_0 -M | grep -c '^0x'`, bin, a.LID, far.LID, b.LID),
 	}
 	if n, _ := strconv.Atoi(strings.TrimSpace(parts[4])); n != len(tree) {
 		t.Errorf("dump_fts -M lists %d MLID rows, want one on each of the %d switches of the group's tree", n, len(tree))
+	}
+
+	// check_lft_balance, which operators run on the LFTs: OpenSM's
+	// min-hop engine spreads the hosts over parallel links and uplinks,
+	// so no switch is reported unbalanced, and -v lists them all.
+	var switches int
+	for _, nd := range s.Nodes {
+		if nd.Type == fabric.Switch {
+			switches++
+		}
+	}
+	if strings.TrimSpace(parts[5]) != "" || strings.TrimSpace(parts[6]) != strconv.Itoa(switches) {
+		t.Errorf("check_lft_balance:\n%s\nwith -v, %s switches listed; want none unbalanced of %d", parts[5], strings.TrimSpace(parts[6]), switches)
 	}
 }

@@ -182,3 +182,48 @@ func TestMulticastTreeRootFollowsOpenSMsSwitchOrder(t *testing.T) {
 	}
 	t.Fatal("no fabric name of 100 puts the spines in different orders")
 }
+
+// The LFTs deliver every LID on a least-hop path from every switch, and
+// spread the hosts evenly: on each switch, the ports towards other
+// switches carry numbers of CA destinations at most one apart, as
+// OpenSM's min-hop engine balances them.
+func TestLFTsAreLeastHopAndBalanced(t *testing.T) {
+	f, err := fabric.Build(testenv.Node(t, "h100", 8), "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range f.Subnets {
+		for _, sw := range s.Nodes {
+			if sw.Type != fabric.Switch {
+				continue
+			}
+			count := map[int]int{}
+			for lid := 1; lid <= int(s.TopLID); lid++ {
+				dst := s.Port(uint16(lid))
+				at, hops := sw, 0
+				for ; at != dst.Node && hops < 8; hops++ {
+					out := int(at.LFT[lid])
+					if out == 0 || out >= len(at.Ports) || at.Ports[out].Peer == nil {
+						t.Fatalf("%s: %s routes LID %d out of port %d, which leads nowhere", s.Name, at.Desc, lid, out)
+					}
+					if at == sw && dst.Node.Type == fabric.CA && at.Ports[out].Peer.Node.Type == fabric.Switch {
+						count[out]++
+					}
+					at = at.Ports[out].Peer.Node
+				}
+				if at != dst.Node || hops > 4 {
+					t.Fatalf("%s: from %s, LID %d is not reached in %d hops", s.Name, sw.Desc, lid, hops)
+				}
+			}
+			lo, hi := 1<<30, 0
+			for _, p := range sw.Ports[1:] {
+				if p.Peer != nil && p.Peer.Node.Type == fabric.Switch {
+					lo, hi = min(lo, count[p.Num]), max(hi, count[p.Num])
+				}
+			}
+			if hi > lo+1 {
+				t.Errorf("%s: %s sends %d to %d CA destinations out of its switch ports; want at most one apart", s.Name, sw.Desc, lo, hi)
+			}
+		}
+	}
+}
