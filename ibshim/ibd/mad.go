@@ -18,6 +18,7 @@ const (
 	classSMPDR   = 0x81
 	classSA      = 0x03
 	classPerf    = 0x04
+	classCM      = 0x07
 	methodGet    = 0x01
 	methodSet    = 0x02
 	methodResp   = 0x81 // GetResp

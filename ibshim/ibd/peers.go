@@ -311,7 +311,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 			continue
 		}
 		for _, o := range d.fromPeer(p, int(body[0]), binary.BigEndian.Uint16(body[1:]), binary.BigEndian.Uint16(body[3:]), packet(body[5:])) {
-			o.c.send(o.u)
+			d.sendOut(o)
 		}
 	}
 }

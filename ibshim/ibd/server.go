@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,7 @@ type Daemon struct {
 	groups   map[mcKey]*mcGroup                                      // multicast groups joined through this daemon (mcast.go)
 	attached map[mlidKey]map[mcAttach]bool                           // this node's QPs attached to multicast LIDs
 	mftCache map[*fabric.Subnet]map[*fabric.Node]map[uint16][]uint16 // the switches' multicast tables (mft.go)
+	tooBig   atomic.Bool                                             // an answer was too big for a socket: said once
 }
 
 // outgoing is one message for a program; a program slow to read must not
@@ -110,10 +112,11 @@ type conn struct {
 	gone      chan struct{} // closed when the program's connection ends
 }
 
-func (c *conn) send(u packet) {
+func (c *conn) send(u packet) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.uc.Write(u) // a program that went away: nothing to tell
+	_, err := c.uc.Write(u)
+	return err
 }
 
 // New makes the daemon of a node, whose HCAs are the packet devices in
@@ -245,6 +248,16 @@ func (d *Daemon) Serve(l *net.UnixListener) error {
 	}
 }
 
+// sendOut writes an answer to its program. One too big for the socket
+// (an SA table past the send buffer the daemon could get) is lost, and
+// the program times out: that is said, once. A program that went away
+// is nothing to tell.
+func (d *Daemon) sendOut(o outgoing) {
+	if err := o.c.send(o.u); errors.Is(err, syscall.EMSGSIZE) && d.tooBig.CompareAndSwap(false, true) {
+		d.log.WithField("component", "ibd").Warnf("an answer of %d bytes is too big for the program's socket (its send buffer is capped at twice net.core.wmem_max without CAP_NET_ADMIN); the program times out. Raise net.core.wmem_max to %d", len(o.u), maxSend)
+	}
+}
+
 // maxSend is the largest message to a program: an SA table comes back as
 // one message, as the kernel hands over a reassembled RMPP transfer, and
 // a subnet's SL-to-VL table (every pair of ports of every switch) is
@@ -300,7 +313,7 @@ func (d *Daemon) serveConn(c *conn) {
 			continue // the shim writes whole MADs
 		}
 		for _, o := range d.handle(c, packet(msg)) {
-			o.c.send(o.u)
+			d.sendOut(o)
 		}
 	}
 }
@@ -565,12 +578,21 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 
 // unmatched says whether a host answers a request that no program there
 // took, as Linux's MAD layer does (generate_unmatched_resp): a Get or Set
-// of a class mlx5 does not hand to its firmware. The firmware's classes
-// (vendor 0x09 and 0x0A, congestion control) and switches and
-// Aggregation Nodes answer in ways not known, so those time out.
+// of a class mlx5 does not hand to its firmware, which passed the layer's
+// checks (validate_mad: base version 1; a CM MAD other than ClassPortInfo
+// only as a Send). The firmware's classes (SMPs, PerfMgt, vendor 0x09 and
+// 0x0A, congestion control) and switches and Aggregation Nodes answer in
+// ways not known, so those time out.
 func unmatched(to *fabric.Port, m mad) bool {
 	switch m.class() {
-	case 0x09, 0x0a, 0x21:
+	case classSMPLID, classSMPDR, classPerf, 0x09, 0x0a, 0x21:
+		return false
+	case classCM:
+		if m.attr() != attrClassInfo {
+			return false // a Get or Set of it is dropped
+		}
+	}
+	if m[0] != 1 {
 		return false
 	}
 	return to.Node.Type == fabric.CA && to.Node.Slot >= 0 && (m.method() == methodGet || m.method() == methodSet)
