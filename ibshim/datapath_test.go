@@ -242,3 +242,30 @@ func TestCompletionChannelsNeedTheShim(t *testing.T) {
 		t.Errorf("output:\n%s\nwant %q", out, want)
 	}
 }
+
+// perftest's latency tests, both ends on one node: each finishes its
+// iterations and reports a latency row.
+func TestPerftestLatencyToolsRun(t *testing.T) {
+	tools := []string{"ib_write_lat", "ib_read_lat", "ib_send_lat", "ib_atomic_lat", "ib_send_lat -c UD",
+		"ib_write_lat -c UC", "ib_send_lat -c XRC", "ib_read_lat -c XRC"}
+	var script []string
+	for i, tool := range tools {
+		testenv.Tool(t, strings.Fields(tool)[0])
+		// Ports of their own: exec shares the host's network with the
+		// other tests' servers.
+		script = append(script, fmt.Sprintf(`%[1]s -d mlx5_0 -n 100 -p %[2]d > /dev/null 2>&1 & srv=$!
+sleep 0.5; echo '== %[1]s'; %[1]s -d mlx5_0 -n 100 -p %[2]d 127.0.0.1 || echo "client exit $?"; wait $srv || echo "server exit $?"`, tool, 18680+i))
+	}
+	parts := strings.Split(node(t, strings.Join(script, "\n")), "== ")
+	// " 2       100          25.97 ..." (8 bytes for atomics)
+	row := regexp.MustCompile(`(?m)^\s*(2|8)\s+100\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s`)
+	for i, tool := range tools {
+		if i+1 >= len(parts) {
+			t.Fatalf("%s did not run:\n%s", tool, strings.Join(parts, "== "))
+		}
+		part := parts[i+1]
+		if m := row.FindStringSubmatch(part); m == nil || strings.Contains(part, " exit ") {
+			t.Errorf("%s:\n%s\nwant a latency row for 100 iterations and both ends to exit 0", tool, part)
+		}
+	}
+}
