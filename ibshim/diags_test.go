@@ -126,3 +126,22 @@ check_lft_balance -v -l %[5]s/lfts -i %[5]s/fabric.cache | grep -c 'Switch Port 
 		t.Errorf("check_lft_balance:\n%s\nwith -v, %s switches listed; want none unbalanced of %d", parts[5], strings.TrimSpace(parts[6]), switches)
 	}
 }
+
+// On a DGX A100 (ConnectX-6, Quantum), infiniband-diags also reads
+// Mellanox's extended port info, and ibportstate fails without it; the
+// leaf's ports have it too.
+func TestIbportstateReadsMellanoxExtendedPortInfo(t *testing.T) {
+	testenv.Tool(t, "ibportstate")
+	f := modelOf(t, "a100")
+	ca := f.Find("mlx5_0").Ports[1]
+	out := nodeOf(t, "a100", fmt.Sprintf(`ibportstate -C mlx5_0 %d 1; echo "exit $?"; echo ==
+smpquery -C mlx5_0 mlnxextportinfo %d %d; echo "exit $?"`, ca.LID, ca.Peer.Node.Ports[0].LID, ca.Peer.Num))
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 2 || !strings.Contains(parts[0], "exit 0") || strings.Count(parts[0], "# MLNX ext Port info:") != 1 ||
+		!strings.Contains(parts[0], "LinkSpeedActive:.................0x00") {
+		t.Errorf("ibportstate %d 1 on an a100 node:\n%s\nwant the port's Mellanox extended port info, no FDR10, exit 0", ca.LID, out)
+	}
+	if len(parts) == 2 && (!strings.Contains(parts[1], "exit 0") || !strings.Contains(parts[1], "StateChangeEnable:...............0x00")) {
+		t.Errorf("smpquery mlnxextportinfo of the leaf's port %d:\n%s", ca.Peer.Num, parts[1])
+	}
+}

@@ -7,18 +7,22 @@ import (
 
 // SMP attributes (IBA 14.2.5).
 const (
-	attrNodeDesc  = 0x10
-	attrNodeInfo  = 0x11
-	attrSwitch    = 0x12
-	attrGUIDInfo  = 0x14
-	attrPortInfo  = 0x15
-	attrPKeys     = 0x16
-	attrSL2VL     = 0x17
-	attrVLArb     = 0x18
-	attrLFT       = 0x19
-	attrMFT       = 0x1b
-	attrSMInfo    = 0x20
-	attrClassInfo = 0x01
+	attrNodeDesc = 0x10
+	attrNodeInfo = 0x11
+	attrSwitch   = 0x12
+	attrGUIDInfo = 0x14
+	attrPortInfo = 0x15
+	attrPKeys    = 0x16
+	attrSL2VL    = 0x17
+	attrVLArb    = 0x18
+	attrLFT      = 0x19
+	attrMFT      = 0x1b
+	attrSMInfo   = 0x20
+	// attrMlnxExtPortInfo is Mellanox's vendor SMP attribute for FDR10,
+	// which infiniband-diags reads from ConnectX-3 to -6 and SwitchX to
+	// Quantum (ibportstate fails without it).
+	attrMlnxExtPortInfo = 0xff90
+	attrClassInfo       = 0x01
 )
 
 // Port capability masks as ConnectX HCAs and Quantum switches report them
@@ -63,6 +67,15 @@ func (d *Daemon) sma(m mad, nd *fabric.Node, in *fabric.Port, data []byte) uint1
 			p = nd.Ports[mod]
 		}
 		d.portInfo(p, in, data)
+	case attrMlnxExtPortInfo:
+		// Every port's: FDR10 (a 10 Gb/s lane rate of ConnectX-3 days) is
+		// none of these devices' rates, so not supported, enabled or
+		// active, and state change events are off.
+		if nd.Type == fabric.Switch || mod != 0 {
+			if int(mod) >= len(nd.Ports) || nd.Ports[mod] == nil {
+				return statusBadValue
+			}
+		}
 	case attrSwitch:
 		if nd.Type != fabric.Switch {
 			return statusBadMethodAttr
