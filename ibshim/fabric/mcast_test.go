@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand"
+	"sort"
 	"strings"
 	"testing"
 
@@ -183,47 +184,140 @@ func TestMulticastTreeRootFollowsOpenSMsSwitchOrder(t *testing.T) {
 	t.Fatal("no fabric name of 100 puts the spines in different orders")
 }
 
-// The LFTs deliver every LID on a least-hop path from every switch, and
-// spread the hosts evenly: on each switch, the ports towards other
-// switches carry numbers of CA destinations at most one apart, as
-// OpenSM's min-hop engine balances them.
+// The LFTs deliver every LID on a least-hop path from every switch, on
+// every built-in fabric and under other fabric names (other GUIDs, so
+// another order), and spread the CA destinations over each switch's ports
+// towards other switches: at most two apart, as OpenSM's greedy choice
+// leaves them (a spine's Aggregation Node can only go by that spine's
+// links, which may all be at the most already).
 func TestLFTsAreLeastHopAndBalanced(t *testing.T) {
+	for _, prof := range []string{"h100", "a100", "b200", "gb200"} {
+		n := testenv.Node(t, prof, 8)
+		name := n.IB.Fabric.Name
+		for i := range 20 {
+			if i > 0 {
+				n.IB.Fabric.Name = fmt.Sprintf("%s%d", name, i)
+			}
+			f, err := fabric.Build(n, "node-a", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range f.Subnets {
+				checkLFTs(t, prof+"/"+n.IB.Fabric.Name+"/"+s.Name, s)
+			}
+		}
+	}
+}
+
+func checkLFTs(t *testing.T, what string, s *fabric.Subnet) {
+	t.Helper()
+	// Least hops between switches, by breadth-first search.
+	dist := map[*fabric.Node]map[*fabric.Node]int{}
+	for _, a := range s.Nodes {
+		if a.Type != fabric.Switch {
+			continue
+		}
+		d := map[*fabric.Node]int{a: 0}
+		for q := []*fabric.Node{a}; len(q) > 0; q = q[1:] {
+			for _, p := range q[0].Ports {
+				if p != nil && p.Peer != nil && p.Peer.Node.Type == fabric.Switch {
+					if _, ok := d[p.Peer.Node]; !ok {
+						d[p.Peer.Node] = d[q[0]] + 1
+						q = append(q, p.Peer.Node)
+					}
+				}
+			}
+		}
+		dist[a] = d
+	}
+	for _, sw := range s.Nodes {
+		if sw.Type != fabric.Switch {
+			continue
+		}
+		count := map[int]int{}
+		for lid := 1; lid <= int(s.TopLID); lid++ {
+			dst := s.Port(uint16(lid))
+			if dst == nil {
+				continue
+			}
+			want := 0 // hops: to the destination's switch, and a CA's link
+			if dst.Node.Type == fabric.CA {
+				want = dist[dst.Peer.Node][sw] + 1
+			} else {
+				want = dist[dst.Node][sw]
+			}
+			at, hops := sw, 0
+			for ; at != dst.Node && hops <= want; hops++ {
+				out := int(at.LFT[lid])
+				if out == 0 || out >= len(at.Ports) || at.Ports[out].Peer == nil {
+					t.Fatalf("%s: %s routes LID %d out of port %d, which leads nowhere", what, at.Desc, lid, out)
+				}
+				if at == sw && dst.Node.Type == fabric.CA && at.Ports[out].Peer.Node.Type == fabric.Switch {
+					count[out]++
+				}
+				at = at.Ports[out].Peer.Node
+			}
+			if at != dst.Node || hops != want {
+				t.Fatalf("%s: from %s, LID %d takes %d hops, least is %d", what, sw.Desc, lid, hops, want)
+			}
+		}
+		lo, hi := 1<<30, 0
+		for _, p := range sw.Ports[1:] {
+			if p.Peer != nil && p.Peer.Node.Type == fabric.Switch {
+				lo, hi = min(lo, count[p.Num]), max(hi, count[p.Num])
+			}
+		}
+		if hi > lo+2 {
+			t.Errorf("%s: %s sends %d to %d CA destinations out of its switch ports; want at most two apart", what, sw.Desc, lo, hi)
+		}
+	}
+}
+
+// OpenSM routes in its port table's order: the first host, in that
+// order, that hangs off another leaf goes out of a leaf's first uplink,
+// where no route is yet.
+func TestLFTsRouteInOpenSMsPortOrder(t *testing.T) {
 	f, err := fabric.Build(testenv.Node(t, "h100", 8), "node-a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range f.Subnets {
-		for _, sw := range s.Nodes {
-			if sw.Type != fabric.Switch {
-				continue
-			}
-			count := map[int]int{}
-			for lid := 1; lid <= int(s.TopLID); lid++ {
-				dst := s.Port(uint16(lid))
-				at, hops := sw, 0
-				for ; at != dst.Node && hops < 8; hops++ {
-					out := int(at.LFT[lid])
-					if out == 0 || out >= len(at.Ports) || at.Ports[out].Peer == nil {
-						t.Fatalf("%s: %s routes LID %d out of port %d, which leads nowhere", s.Name, at.Desc, lid, out)
-					}
-					if at == sw && dst.Node.Type == fabric.CA && at.Ports[out].Peer.Node.Type == fabric.Switch {
-						count[out]++
-					}
-					at = at.Ports[out].Peer.Node
-				}
-				if at != dst.Node || hops > 4 {
-					t.Fatalf("%s: from %s, LID %d is not reached in %d hops", s.Name, sw.Desc, lid, hops)
-				}
-			}
-			lo, hi := 1<<30, 0
-			for _, p := range sw.Ports[1:] {
-				if p.Peer != nil && p.Peer.Node.Type == fabric.Switch {
-					lo, hi = min(lo, count[p.Num]), max(hi, count[p.Num])
-				}
-			}
-			if hi > lo+1 {
-				t.Errorf("%s: %s sends %d to %d CA destinations out of its switch ports; want at most one apart", s.Name, sw.Desc, lo, hi)
+	s := f.Subnets[0]
+	var cas []*fabric.Node
+	for _, nd := range s.Nodes {
+		if nd.Type == fabric.CA {
+			cas = append(cas, nd)
+		}
+	}
+	sort.Slice(cas, func(i, j int) bool {
+		return bits.ReverseBytes64(cas[i].GUID) < bits.ReverseBytes64(cas[j].GUID)
+	})
+	checked := 0
+	for _, leaf := range s.Nodes {
+		if leaf.Type != fabric.Switch || !strings.Contains(leaf.Desc, "-leaf") {
+			continue
+		}
+		var first *fabric.Node // the first CA routed through an uplink
+		for _, ca := range cas {
+			if ca.Ports[1].Peer.Node != leaf {
+				first = ca
+				break
 			}
 		}
+		if first.Slot < 0 {
+			continue // an Aggregation Node, which may be a spine's
+		}
+		up := len(leaf.Ports) - 1 // the first uplink: past the hosts' half
+		for _, p := range leaf.Ports[1:] {
+			if p.Peer != nil && p.Peer.Node.Type == fabric.Switch && p.Num < up {
+				up = p.Num
+			}
+		}
+		if got := int(leaf.LFT[first.Ports[1].LID]); got != up {
+			t.Errorf("%s routes %s, the first host in OpenSM's order, out of port %d; want its first uplink, %d", leaf.Desc, first.Desc, got, up)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no leaf's first destination was a host")
 	}
 }

@@ -14,6 +14,11 @@ import (
 // routed through it so far (routes to switches are not counted). So each
 // switch spreads the hosts evenly over parallel links and uplinks, which
 // infiniband-diags' check_lft_balance checks.
+//
+// Routed again (a link went down or came back), the tables are made anew.
+// OpenSM keeps the routes it set that are still least-hop, so fewer move
+// there; here the tables must not depend on history, so that every
+// node's daemon, whenever it started, shows the same.
 func (s *Subnet) route() {
 	var switches, dests []*Node
 	for _, nd := range s.Nodes {
