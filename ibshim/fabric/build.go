@@ -156,10 +156,7 @@ func (b *builder) subnet(name string, storage bool, rails, spines int) *Subnet {
 	s.TopLID = lid - 1
 	s.ByLID = make([]*Port, lid)
 	for _, nd := range s.Nodes {
-		p := nd.Ports[0]
-		if nd.Type == CA {
-			p = nd.Ports[1]
-		}
+		p := nd.Base()
 		s.ByLID[p.LID] = p
 	}
 	s.SM = sp[0].Ports[0]

@@ -1,10 +1,5 @@
 package fabric
 
-import (
-	"math/bits"
-	"sort"
-)
-
 // MulticastTree is the spanning tree an SM routes one MLID over, as
 // OpenSM builds it (osm_mcast_mgr.c): for each switch on the tree, the
 // ports its multicast forwarding table sends the MLID out of, in 16-port
@@ -38,9 +33,7 @@ func (s *Subnet) MulticastTree(members []*Port) map[*Node][]uint16 {
 			switches = append(switches, nd)
 		}
 	}
-	sort.SliceStable(switches, func(i, j int) bool {
-		return bits.ReverseBytes64(switches[i].GUID) < bits.ReverseBytes64(switches[j].GUID)
-	})
+	switches = InOpenSMOrder(switches)
 	hops := map[*Node]map[*Node]int{} // member's switch -> switch -> least hops to it
 	for _, p := range ports {
 		if to := p.Peer.Node; hops[to] == nil {

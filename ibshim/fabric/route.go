@@ -25,13 +25,11 @@ func (s *Subnet) route() {
 		if nd.Type == Switch {
 			switches = append(switches, nd)
 		}
-		if p := nd.base(); p.LID != NoLID && s.Port(p.LID) == p {
+		if p := nd.Base(); p.LID != NoLID && s.Port(p.LID) == p {
 			dests = append(dests, nd)
 		}
 	}
-	sort.SliceStable(dests, func(i, j int) bool {
-		return bits.ReverseBytes64(dests[i].base().GUID) < bits.ReverseBytes64(dests[j].base().GUID)
-	})
+	dests = InOpenSMOrder(dests)
 	hops := map[*Node]map[*Node]int{} // to switch -> from switch -> least hops
 	for _, sw := range switches {
 		hops[sw] = switchHops(sw)
@@ -43,7 +41,7 @@ func (s *Subnet) route() {
 		}
 		paths := make([]int, len(sw.Ports))
 		for _, dst := range dests {
-			lid := dst.base().LID
+			lid := dst.Base().LID
 			if dst == sw {
 				sw.LFT[lid] = 0
 				continue
@@ -79,10 +77,22 @@ func (s *Subnet) route() {
 	}
 }
 
-// base is the port through which a node is addressed.
-func (n *Node) base() *Port {
+// Base is the port through which a node is addressed: a switch's port 0,
+// a CA's port.
+func (n *Node) Base() *Port {
 	if n.Type == Switch {
 		return n.Ports[0]
 	}
 	return n.Ports[1]
+}
+
+// InOpenSMOrder is nodes in the order of OpenSM's GUID-keyed tables: by
+// the GUID as stored (network order), read as a little-endian number on
+// x86.
+func InOpenSMOrder(nodes []*Node) []*Node {
+	out := append([]*Node(nil), nodes...)
+	sort.SliceStable(out, func(i, j int) bool {
+		return bits.ReverseBytes64(out[i].Base().GUID) < bits.ReverseBytes64(out[j].Base().GUID)
+	})
+	return out
 }

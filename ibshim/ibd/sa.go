@@ -207,10 +207,7 @@ func matches(r, tmpl []byte, mask uint64, fields map[int]field) bool {
 func (d *Daemon) nodeRecords(s *fabric.Subnet) [][]byte {
 	var out [][]byte
 	for _, nd := range s.Nodes {
-		p := nd.Ports[0]
-		if nd.Type == fabric.CA {
-			p = nd.Ports[1]
-		}
+		p := nd.Base()
 		if p.Down() {
 			continue // the SM took it out of the subnet
 		}

@@ -2,8 +2,6 @@ package ibd
 
 import (
 	"encoding/binary"
-	mbits "math/bits"
-	"sort"
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 )
@@ -22,15 +20,6 @@ const (
 	attrVLArbRecord      = 0x36
 )
 
-// byOpenSMKey sorts nodes as OpenSM's GUID-keyed tables hold them.
-func byOpenSMKey(nodes []*fabric.Node) []*fabric.Node {
-	out := append([]*fabric.Node(nil), nodes...)
-	sort.SliceStable(out, func(i, j int) bool {
-		return mbits.ReverseBytes64(out[i].GUID) < mbits.ReverseBytes64(out[j].GUID)
-	})
-	return out
-}
-
 // switches are the subnet's switches, in OpenSM's switch table's order.
 func switches(s *fabric.Subnet) []*fabric.Node {
 	var sw []*fabric.Node
@@ -39,7 +28,7 @@ func switches(s *fabric.Subnet) []*fabric.Node {
 			sw = append(sw, nd)
 		}
 	}
-	return byOpenSMKey(sw)
+	return fabric.InOpenSMOrder(sw)
 }
 
 // portNodes are the nodes the SM has a port object for (a switch, or a CA
@@ -59,15 +48,7 @@ func portNodes(s *fabric.Subnet, tmpl []byte, mask uint64) []*fabric.Node {
 			nds = append(nds, nd)
 		}
 	}
-	return byOpenSMKey(nds)
-}
-
-// lidOf is the LID a node's records carry: a switch's port 0's.
-func lidOf(nd *fabric.Node) uint16 {
-	if nd.Type == fabric.Switch {
-		return nd.Ports[0].LID
-	}
-	return nd.Ports[1].LID
+	return fabric.InOpenSMOrder(nds)
 }
 
 // ports are a node's ports a query covers: an end node's own port, or a
@@ -169,7 +150,7 @@ func sl2vlRecords(s *fabric.Subnet, tmpl []byte, mask uint64) [][]byte {
 	for _, nd := range portNodes(s, tmpl, mask) {
 		if nd.Type != fabric.Switch {
 			r := make([]byte, 16)
-			put16(r, lidOf(nd))
+			put16(r, nd.Base().LID)
 			r[3] = byte(nd.Ports[1].Num) // in port 0
 			out = append(out, r)
 			continue
@@ -182,7 +163,7 @@ func sl2vlRecords(s *fabric.Subnet, tmpl []byte, mask uint64) [][]byte {
 		for _, o := range outs {
 			for _, i := range ins {
 				r := make([]byte, 16)
-				put16(r, lidOf(nd))
+				put16(r, nd.Base().LID)
 				r[2], r[3] = byte(i.Num), byte(o.Num)
 				out = append(out, r)
 			}
@@ -215,7 +196,7 @@ func pkeyRecords(s *fabric.Subnet, tmpl []byte, mask uint64) [][]byte {
 			}
 			for b := lo; b <= hi; b++ {
 				r := make([]byte, 72)
-				put16(r, lidOf(nd))
+				put16(r, nd.Base().LID)
 				// OpenSM writes the block number in host order (x86's):
 				// saquery, which prints it unconverted, shows it right.
 				binary.LittleEndian.PutUint16(r[2:], uint16(b))
@@ -245,7 +226,7 @@ func vlArbRecords(s *fabric.Subnet, tmpl []byte, mask uint64) [][]byte {
 					continue
 				}
 				r := make([]byte, 72)
-				put16(r, lidOf(nd))
+				put16(r, nd.Base().LID)
 				r[2], r[3] = byte(p.Num), byte(b)
 				out = append(out, r)
 			}
