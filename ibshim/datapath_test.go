@@ -129,7 +129,9 @@ wait $srv; echo "server exit $?"; cat /tmp/server.out`, flags))
 // ibv_rc_pingpong and ibv_ud_pingpong -c check every buffer they receive;
 // with -e they sleep on a completion channel instead of polling.
 // ibv_srq_pingpong's 16 QPs take their receives from one SRQ.
-// ibv_uc_pingpong's QPs are unreliable connected.
+// ibv_uc_pingpong's QPs are unreliable connected. ibv_rc_pingpong -j
+// sends from device memory; -O -P registers the whole address space on
+// demand and prefetches it.
 func TestPingpongsBetweenTwoProgramsCheckTheirData(t *testing.T) {
 	for _, c := range []struct{ tool, bytes string }{
 		{"ibv_rc_pingpong", "1638400"},    // 200 round trips of 4096
@@ -137,7 +139,9 @@ func TestPingpongsBetweenTwoProgramsCheckTheirData(t *testing.T) {
 		{"ibv_rc_pingpong -e", "1638400"}, // events
 		{"ibv_ud_pingpong -e", "409600"},
 		{"ibv_srq_pingpong", "1638400"},
-		{"ibv_uc_pingpong", "1638400"}, // UC: unanswered
+		{"ibv_uc_pingpong", "1638400"},       // UC: unanswered
+		{"ibv_rc_pingpong -j", "1638400"},    // from and into device memory
+		{"ibv_rc_pingpong -O -P", "1638400"}, // an implicit on-demand region, prefetched
 	} {
 		testenv.Tool(t, strings.Fields(c.tool)[0])
 		out := node(t, fmt.Sprintf(`%[1]s -d mlx5_0 -g 0 -c -n 200 > /tmp/server.out 2>&1 & srv=$!

@@ -41,7 +41,7 @@ func TestMulticastGroupsCarryDatagramsToThePortsThatJoined(t *testing.T) {
 echo '== members'; saquery -C mlx5_0 --smkey 1 -m; echo '== untrusted'; saquery -C mlx5_0 -m
 %[2]s ctl ib down mlx5_0; saquery -C mlx5_1 -s > /dev/null; %[2]s ctl ib up mlx5_0
 echo '== after a flap'; saquery -C mlx5_0 -g`, bin, builtNvmock(t)))
-	for _, check := range []string{"sa-errors", "join", "attach-checks", "delivery", "detach", "leave", "shared-mlid"} {
+	for _, check := range []string{"sa-errors", "join", "attach-checks", "delivery", "loopback", "detach", "leave", "shared-mlid"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Fatalf("mcgroup did not pass %q:\n%s", check, out)
 		}

@@ -90,11 +90,13 @@ static int sa(uint8_t method, const uint8_t mgid[16], uint64_t mask, uint16_t *m
 	return sa_as(method, mgid, mask, 0x01, mlid);
 }
 
-static struct ibv_qp *ud_qp(void)
+/* A UD QP in RTS, made with create flags. */
+static struct ibv_qp *ud_qp_flags(uint32_t flags)
 {
-	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
-		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	struct ibv_qp_init_attr_ex ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS, .pd = pd, .create_flags = flags };
+	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &ia);
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
 
 	if (!qp || ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
@@ -107,6 +109,8 @@ static struct ibv_qp *ud_qp(void)
 		FAIL("UD QP to RTS");
 	return qp;
 }
+
+static struct ibv_qp *ud_qp(void) { return ud_qp_flags(0); }
 
 static uint8_t *buf;
 static struct ibv_mr *mr;
@@ -260,6 +264,32 @@ int main(int argc, char **argv)
 		if (memcmp(buf + 4096 + 40, buf, 64) || memcmp(buf + 2 * 4096 + 40, buf, 64))
 			FAIL("a datagram to the group: the payload differs");
 		puts("ok delivery");
+
+		/* An attached sender hears itself, unless made not to (as
+		 * IPoIB's QP is); the others hear it either way. */
+		{
+			struct ibv_qp *b = ud_qp_flags(IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
+
+			if ((err = ibv_attach_mcast(s, &g, mlid)) || (err = ibv_attach_mcast(b, &g, mlid)))
+				FAIL("attach the senders: %s", strerror(err));
+			post_recv(s, 8);
+			post_recv(b, 9);
+			post_recv(r1, 10);
+			send_to_group(s, mgid, mlid);
+			if ((n = received(mgid, s->qp_num)) != (1u << 8 | 1u << 9 | 1u << 10))
+				FAIL("an attached sender's datagram: receives %#x, want its own and the others' (0x700)", n);
+			post_recv(s, 8);
+			post_recv(b, 9);
+			post_recv(r1, 10);
+			send_to_group(b, mgid, mlid);
+			if ((n = received(mgid, b->qp_num)) != (1u << 8 | 1u << 10))
+				FAIL("a sender blocking its loopback: receives %#x, want the others' alone (0x500)", n);
+			if ((err = ibv_detach_mcast(s, &g, mlid)) || (err = ibv_detach_mcast(b, &g, mlid)) ||
+			    (err = ibv_destroy_qp(b)))
+				FAIL("detach the senders: %s", strerror(err));
+			/* s keeps one receive posted, which no datagram reaches now. */
+			puts("ok loopback");
+		}
 
 		/* Detached: no more copies for it. */
 		if ((err = ibv_detach_mcast(r2, &g, mlid)) || (err = ibv_destroy_qp(r2)))

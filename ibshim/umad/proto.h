@@ -126,6 +126,7 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_NAK_RNR 1           /* no receive posted; timer = the responder's min_rnr_timer */
 #define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */
 #define NVMOCK_NAK_INVALID_REQ 3   /* does not fit the receive, or the QP cannot take it */
+#define NVMOCK_NAK_REMOTE_OP 4     /* the responder's own error: its receive's memory (IBA: Remote Operational Error) */
 
 struct nvmock_ibd_pkt {
 	uint32_t magic;

@@ -90,13 +90,35 @@ static uint32_t read_slid(struct ibv_cq_ex *x) { return xcq(x)->cur.slid; }
 static uint8_t read_sl(struct ibv_cq_ex *x) { return xcq(x)->cur.sl; }
 static uint8_t read_dlid_path_bits(struct ibv_cq_ex *x) { return xcq(x)->cur.dlid_path_bits; }
 
+/* A time in ticks of a clock of khz. */
+static uint64_t ticks(uint64_t ns, uint64_t khz) { return ns / 1000000 * khz + ns % 1000000 * khz / 1000000; }
+
 /* The completion's time in ticks of the device's clock. */
 static uint64_t read_completion_ts(struct ibv_cq_ex *x)
 {
 	struct nvmock_cq *cq = xcq(x);
-	uint64_t ns = (uint64_t)cq->cur_ts;
 
-	return ns / 1000000 * cq->khz + ns % 1000000 * cq->khz / 1000000;
+	return ticks((uint64_t)cq->cur_ts, cq->khz);
+}
+
+/* The device's clock now, as mlx5 gives it (its ticks in raw_clock's
+ * nanoseconds field), on the completions' time base. */
+static int query_rt_values(struct ibv_context *ibctx, struct ibv_values_ex *v)
+{
+	struct ibv_device_attr_ex dev = { 0 };
+	uint32_t mask = 0;
+
+	if (v->comp_mask & ~(uint32_t)IBV_VALUES_MASK_RAW_CLOCK)
+		return EINVAL;
+	if (v->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+		if (ibv_query_device_ex(ibctx, NULL, &dev))
+			return errno;
+		v->raw_clock.tv_sec = 0;
+		v->raw_clock.tv_nsec = (long)ticks((uint64_t)now_ns(), dev.hca_core_clock);
+		mask |= IBV_VALUES_MASK_RAW_CLOCK;
+	}
+	v->comp_mask = mask;
+	return 0;
 }
 
 static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ibctx, struct ibv_cq_init_attr_ex *a)
@@ -148,4 +170,5 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ibctx, struct ibv_cq_i
 void cqex_ops(struct verbs_context_ops *ops)
 {
 	ops->create_cq_ex = create_cq_ex;
+	ops->query_rt_values = query_rt_values;
 }

@@ -78,7 +78,10 @@
 struct nvmock_mr {
 	struct verbs_mr vmr;
 	struct nvmock_mr *next;
+	uint8_t *base;   /* where iova is: a device memory region's addr is NULL */
 	uint64_t iova;
+	bool implicit;   /* on demand, over the whole address space */
+	uint32_t *dm;    /* the count of regions on its device memory (dm.c) */
 };
 
 enum { ARM_NONE, ARM_NEXT, ARM_SOLICITED };
@@ -187,6 +190,7 @@ struct nvmock_qp {
 	/* UD: the multicast groups it is attached to (mcast.c). */
 	struct { union ibv_gid gid; uint16_t lid; } *mc;
 	uint32_t n_mc;
+	bool no_self_mc; /* IBV_QP_CREATE_BLOCK_SELF_MCAST_LB */
 
 	/* Send queue: monotonic counters, slot = counter % sq_size. Posted
 	 * WQEs are [sq_head, sq_tail); [sq_head, sq_next) were sent. A WQE's
@@ -292,6 +296,7 @@ static inline void wake(struct nvmock_context *ctx)
 	}
 }
 
+bool huge_refused(const char *component);
 bool flush(struct nvmock_context *ctx);
 bool transmit(struct nvmock_qp *qp, uint32_t n_wqe);
 int post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
@@ -301,7 +306,8 @@ int start_engine(struct nvmock_context *ctx);
 int64_t timeout_ns(struct nvmock_qp *qp);
 struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key);
 struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq);
-uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len);
+uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len, bool write);
+struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64_t iova, int access);
 uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, uint32_t *room, struct nvmock_mr **mrp, int need);
 void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
 bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited);
@@ -355,6 +361,8 @@ void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 void mcast_ops(struct verbs_context_ops *ops);
 void xrc_ops(struct verbs_context_ops *ops);
 void cqex_ops(struct verbs_context_ops *ops);
+void dm_ops(struct verbs_context_ops *ops);
+void change_ops(struct verbs_context_ops *ops);
 struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector, bool ts);
 void ensure_connected(struct nvmock_context *ctx);
 bool xrc_target(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p);

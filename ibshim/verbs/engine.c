@@ -67,6 +67,7 @@ int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base)
 		return -1;
 	}
 	*qpn_base = w.qpn_base;
+	ctx->lid = w.lid;
 	trace("%s: QPNs from %#x, LID %u", ctx->vctx.context.device->name, w.qpn_base, w.lid);
 	return fd;
 }

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -30,7 +32,9 @@ static int dealloc_pd(struct ibv_pd *pd)
 	return 0;
 }
 
-static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+/* A region of length bytes at base, which the data path reaches at iova
+ * (reg_mr's and reg_dm_mr's). */
+struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64_t iova, int access)
 {
 	struct nvmock_context *ctx = to_ctx(pd->context);
 	struct nvmock_mr *mr;
@@ -40,13 +44,10 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!addr && length) {
-		errno = EINVAL;
-		return NULL;
-	}
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return NULL;
+	mr->base = base;
 	mr->iova = iova;
 	mr->vmr.mr_type = IBV_MR_TYPE_MR;
 	mr->vmr.access = access;
@@ -54,7 +55,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	 * look the region up before. */
 	mr->vmr.ibv_mr.context = pd->context;
 	mr->vmr.ibv_mr.pd = pd;
-	mr->vmr.ibv_mr.addr = addr;
+	mr->vmr.ibv_mr.addr = base;
 	mr->vmr.ibv_mr.length = length;
 	pthread_mutex_lock(&ctx->lock);
 	/* mlx5 keys: an index above 8 bits of variant. */
@@ -63,9 +64,26 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	mr->next = ctx->mrs;
 	ctx->mrs = mr;
 	pthread_mutex_unlock(&ctx->lock);
-	return &mr->vmr.ibv_mr;
+	return mr;
 }
 
+static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	struct nvmock_mr *mr;
+	/* An implicit on-demand region: the whole address space, as mlx5
+	 * takes it (the device claims IBV_ODP_SUPPORT_IMPLICIT). */
+	bool implicit = !addr && length == SIZE_MAX;
+
+	if ((!addr && length && !implicit) || (implicit && (iova || !(access & IBV_ACCESS_ON_DEMAND)))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	mr = new_mr(pd, addr, length, iova, access);
+	if (!mr)
+		return NULL;
+	mr->implicit = implicit;
+	return &mr->vmr.ibv_mr;
+}
 
 static int dereg_mr(struct verbs_mr *vmr)
 {
@@ -80,6 +98,8 @@ static int dereg_mr(struct verbs_mr *vmr)
 			*p = mr->next;
 			break;
 		}
+	if (mr->dm)
+		(*mr->dm)--;
 	purge(ctx, NULL, mr, false);
 	for (i = 0; i < NVMOCK_IBD_QPN_BLOCK; i++) {
 		struct nvmock_qp *qp = ctx->qps[i];
@@ -106,13 +126,73 @@ struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key)
 	return NULL;
 }
 
-/* The memory of [addr, addr+len) in mr's address space, or NULL. */
-uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len)
+/* Whether [a, a+len) is mapped readable, and writable if write: what an
+ * implicit on-demand region's page faults would find (a fault that finds
+ * nothing fails the access, where a plain read or write would crash). */
+static bool mapped(uint64_t a, uint64_t len, bool write)
+{
+	char line[512];
+	FILE *f;
+	bool ok = false;
+
+	if (!len)
+		return true;
+	if (a + len < a || !(f = fopen("/proc/self/maps", "re")))
+		return false;
+	while (!ok && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[5];
+
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3 || a < lo || a >= hi)
+			continue;
+		/* Lines come in address order: a range across mappings goes on
+		 * in the next one. */
+		if (perms[0] != 'r' || (write && perms[1] != 'w'))
+			break;
+		if (a + len <= hi)
+			ok = true;
+		else {
+			len -= hi - a;
+			a = hi;
+		}
+	}
+	fclose(f);
+	return ok;
+}
+
+/* The memory of [addr, addr+len) in mr's address space, or NULL; write
+ * says whether it is to be written. */
+uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len, bool write)
 {
 	if (!mr || addr < mr->iova || len > mr->vmr.ibv_mr.length ||
 	    addr - mr->iova > mr->vmr.ibv_mr.length - len)
 		return NULL;
-	return (uint8_t *)mr->vmr.ibv_mr.addr + (addr - mr->iova);
+	if (mr->implicit && !mapped(addr, len, write))
+		return NULL;
+	return mr->base + (addr - mr->iova);
+}
+
+/* mlx5 puts a queue in huge pages when MLX_<component>_ALLOC_TYPE says
+ * HUGE, and fails its creation when the system has none to give (a shared
+ * memory segment of one huge page, as its buffer takes); PREFER_HUGE and the
+ * others fall back. The mock's queues are its own, so it only asks. */
+bool huge_refused(const char *component)
+{
+	char name[32];
+	const char *v;
+	int id;
+
+	snprintf(name, sizeof(name), "%s_ALLOC_TYPE", component);
+	v = getenv(name);
+	if (!v || strcasecmp(v, "HUGE"))
+		return false;
+	id = shmget(IPC_PRIVATE, 2 << 20, SHM_HUGETLB | SHM_R | SHM_W);
+	if (id < 0) {
+		trace("%s=HUGE: no huge page (%m), as mlx5 fails then", name);
+		return true;
+	}
+	shmctl(id, IPC_RMID, NULL);
+	return false;
 }
 
 /* ---- completion queues ---- */
@@ -126,6 +206,9 @@ struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_cha
 	uint32_t size = 1;
 
 	int chan_w = -1;
+
+	if (huge_refused("MLX_CQ"))
+		return NULL;
 
 	if (channel) {
 		/* Only a channel the shim made for this device's context. The
@@ -291,6 +374,37 @@ static int poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	return i;
 }
 
+/* Drops a QP's completions from cq, keeping the others' order, as mlx5
+ * does when the QP is reset or destroyed (__mlx5_cq_clean). ctx->lock is
+ * held. */
+static void cq_clean(struct ibv_cq *c, uint32_t qpn)
+{
+	struct nvmock_cq *cq;
+	uint32_t i, n = 0;
+
+	if (!c)
+		return;
+	cq = to_cq(c);
+	for (i = 0; i < cq->count; i++) {
+		uint32_t from = (cq->head + i) % cq->size, to = (cq->head + n) % cq->size;
+
+		if (cq->ring[from].qp_num == qpn)
+			continue;
+		cq->ring[to] = cq->ring[from];
+		if (cq->ts)
+			cq->ts[to] = cq->ts[from];
+		n++;
+	}
+	cq->count = n;
+}
+
+static void cqs_clean(struct ibv_qp *q)
+{
+	cq_clean(q->send_cq, q->qp_num);
+	if (q->recv_cq != q->send_cq)
+		cq_clean(q->recv_cq, q->qp_num);
+}
+
 /* Adds a completion; false if it is lost because the CQ is in error. */
 bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
@@ -419,6 +533,8 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		errno = EINVAL;
 		return NULL;
 	}
+	if (!tgt && huge_refused("MLX_QP"))
+		return NULL;
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return NULL;
@@ -566,12 +682,16 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *ibctx, struct ibv_qp_init
 	const uint32_t need = a->qp_type == IBV_QPT_XRC_RECV ? IBV_QP_INIT_ATTR_XRCD : IBV_QP_INIT_ATTR_PD;
 	struct ibv_qp *q;
 
-	/* mlx5 takes a PD with a target's domain, which the kernel ignores. */
-	const uint32_t may = need | IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	/* mlx5 takes a PD with a target's domain, which the kernel ignores;
+	 * and of the create flags, the one for InfiniBand ports (the others
+	 * are Ethernet's, or other drivers'). */
+	const uint32_t may = need | IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	const bool flags = a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	if (!(a->comp_mask & need) || (a->comp_mask & ~may) ||
+	    (flags && (a->create_flags & ~IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)) ||
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops))) {
-		trace("create_qp_ex: comp_mask %#x, send_ops_flags %#llx: only a PD (a domain for XRC_RECV) and the QP type's send operations are simulated",
-		      a->comp_mask, (unsigned long long)a->send_ops_flags);
+		trace("create_qp_ex: comp_mask %#x, send_ops_flags %#llx, create_flags %#x: only a PD (a domain for XRC_RECV), the multicast loopback block and the QP type's send operations are simulated",
+		      a->comp_mask, (unsigned long long)a->send_ops_flags, a->create_flags);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -582,6 +702,8 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *ibctx, struct ibv_qp_init
 	q = create_qp_common(ibctx, need == IBV_QP_INIT_ATTR_PD ? a->pd : NULL, a);
 	if (q && (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
 		qpx_setup(to_qp(q));
+	if (q && flags)
+		to_qp(q)->no_self_mc = a->create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
 	return q;
 }
 
@@ -596,6 +718,7 @@ static int destroy_qp(struct ibv_qp *q)
 		return EBUSY; /* between wr_start and wr_complete, or attached to a group */
 	}
 	purge(ctx, qp, NULL, false);
+	cqs_clean(q);
 	ctx->qps[qp->idx] = NULL;
 	if (q->send_cq)
 		to_cq(q->send_cq)->users--;
@@ -815,6 +938,7 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 	} else if (next == IBV_QPS_RESET) {
 		purge(ctx, qp, NULL, false);
 		qp_init_wqe(qp);
+		cqs_clean(q);
 	}
 	qp->state = q->state = next;
 	if (next == IBV_QPS_RTS) {
@@ -915,4 +1039,6 @@ void datapath_ops(struct verbs_context_ops *ops)
 	mcast_ops(ops);
 	xrc_ops(ops);
 	cqex_ops(ops);
+	dm_ops(ops);
+	change_ops(ops);
 }

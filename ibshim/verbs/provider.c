@@ -274,7 +274,10 @@ static void extended_caps(const struct hca_model *m, struct ibv_device_attr_ex *
 	if (FITS(cq_mod_caps))
 		attr->cq_mod_caps = (struct ibv_cq_moderation_caps){ .max_cq_count = 65535, .max_cq_period = 4095 };
 	if (FITS(max_dm_size))
-		attr->max_dm_size = 131072;
+		attr->max_dm_size = NVMOCK_DM_SIZE;
+	/* libibverbs copies phys_port_cnt when the kernel has no wider count. */
+	if (FITS(phys_port_cnt_ex))
+		attr->phys_port_cnt_ex = attr->orig_attr.phys_port_cnt;
 	if (FITS(xrc_odp_caps))
 		attr->xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
 				     IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;

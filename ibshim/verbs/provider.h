@@ -19,6 +19,9 @@ struct nvmock_mr;
 struct nvmock_srq;
 struct out_pkt;
 
+/* Device memory a device has (max_dm_size): ConnectX's MEMIC, 128 KiB. */
+#define NVMOCK_DM_SIZE 131072u
+
 struct nvmock_context {
 	struct verbs_context vctx;
 	const struct hca_model *model;
@@ -36,10 +39,12 @@ struct nvmock_context {
 	pthread_t engine;
 	uint32_t qpn_base;    /* 0 until connected to an InfiniBand port */
 	uint8_t port;         /* the port the context connected for */
+	uint16_t lid;         /* its LID, as the daemon told it */
 	struct nvmock_qp **qps; /* by QPN - qpn_base */
 	struct nvmock_mr *mrs;
 	struct nvmock_srq *srqs; /* by number, for XRC targets (xrc.c) */
-	uint32_t next_key, next_srq;
+	uint32_t next_key, next_srq, next_dm;
+	size_t dm_used;       /* device memory taken (dm.c) */
 	struct out_pkt *out_head, *out_tail;
 	uint8_t *rx;          /* one received packet */
 	uint32_t next_qp;     /* QPNs go round, so a stale packet finds no new QP */

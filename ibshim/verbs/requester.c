@@ -158,7 +158,7 @@ uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge
 	for (i = 0; i < nsge; i++) {
 		if (off < sge[i].length) {
 			struct nvmock_mr *mr = find_mr(ctx, sge[i].lkey);
-			uint8_t *p = mr_ptr(mr, sge[i].addr, sge[i].length);
+			uint8_t *p = mr_ptr(mr, sge[i].addr, sge[i].length, need & IBV_ACCESS_LOCAL_WRITE);
 
 			if (!p || mr->vmr.ibv_mr.pd != resp_pd(qp) || (mr->vmr.access & need) != need)
 				return NULL;
@@ -456,7 +456,9 @@ void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_
 		}
 		/* Answers arrive in order: what came before is retired. */
 		retire(qp);
-		qp_error(qp, n, p->syndrome == NVMOCK_NAK_REMOTE_ACCESS ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR);
+		qp_error(qp, n, p->syndrome == NVMOCK_NAK_REMOTE_ACCESS ? IBV_WC_REM_ACCESS_ERR
+				: p->syndrome == NVMOCK_NAK_REMOTE_OP    ? IBV_WC_REM_OP_ERR
+									 : IBV_WC_REM_INV_REQ_ERR);
 		return;
 	default:
 		return;

@@ -95,6 +95,10 @@ static void datagram(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const
 	if (p->flags & NVMOCK_PKT_MCAST) {
 		if (len < 16 || !(dgid = mc_gid(qp, p->dlid, data)))
 			return;
+		/* Blocked loopback: not back to the QP that sent it (as IPoIB
+		 * asks, so as not to hear itself). */
+		if (qp->no_self_mc && p->sqpn == qp->vqp.qp.qp_num && p->slid == qp->ctx->lid)
+			return;
 		data += 16;
 		len -= 16;
 		h.total -= 16;
@@ -210,10 +214,12 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 		if (!qp->resp_rwqe)
 			return;
 		if (!scatter(qp, r->sge, r->nsge, p->offset, data, len)) {
+			/* The receive's own memory failed it: the IBA's Remote
+			 * Operational Error, not the sender's fault. */
 			recv_done(qp, r, IBV_WC_LOC_PROT_ERR, NULL);
 			qp->rq_head++;
 			qp->resp_rwqe = false;
-			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, NO_EVENT);
+			refuse(qp, p, NVMOCK_NAK_REMOTE_OP, NO_EVENT);
 			return;
 		}
 		if (last) {
@@ -232,7 +238,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			}
 			mr = find_mr(ctx, p->rkey);
 			/* A zero-length transfer checks no R_Key, as the IBA says. */
-			if (p->total && (!mr_ptr(mr, p->raddr, p->total) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
+			if (p->total && (!mr_ptr(mr, p->raddr, p->total, true) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
 					 !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE))) {
 				refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 				return;
@@ -242,7 +248,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 				return;
 			}
 		}
-		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len) : NULL;
+		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len, true) : NULL;
 		if (len && !mem) {
 			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR); /* deregistered meanwhile */
 			return;
@@ -270,7 +276,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_REQ_ERR);
 			return;
 		}
-		mem = mr_ptr(mr, p->raddr, p->total);
+		mem = mr_ptr(mr, p->raddr, p->total, false);
 		if (p->total && (!mem || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->vmr.access & IBV_ACCESS_REMOTE_READ))) {
 			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
@@ -303,7 +309,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 		uint64_t *word, orig;
 
 		mr = find_mr(ctx, p->rkey);
-		word = (uint64_t *)mr_ptr(mr, p->raddr, 8);
+		word = (uint64_t *)mr_ptr(mr, p->raddr, 8, true);
 		if (!(qp->access & IBV_ACCESS_REMOTE_ATOMIC)) {
 			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_REQ_ERR);
 			return;

@@ -27,12 +27,15 @@ static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_att
 {
 	const struct ibv_device_attr *caps = ctx->caps;
 	struct nvmock_srq *srq;
-	uint32_t size = 1, n;
+	uint32_t size = 1, wqe = 32, n;
 
-	if (!attr->max_wr || attr->max_wr > (uint32_t)caps->max_srq_wr || attr->max_sge > (uint32_t)caps->max_srq_sge) {
+	/* mlx5 takes none (a queue that holds nothing) too. */
+	if (attr->max_wr > (uint32_t)caps->max_srq_wr || attr->max_sge > (uint32_t)caps->max_srq_sge) {
 		errno = EINVAL;
 		return NULL;
 	}
+	if (huge_refused("MLX_SRQ"))
+		return NULL;
 	/* mlx5 rounds up to a power of two, less one. */
 	while (size < attr->max_wr + 1)
 		size <<= 1;
@@ -40,7 +43,11 @@ static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_att
 	if (!srq)
 		return NULL;
 	srq->size = size;
-	srq->max_sge = attr->max_sge ? attr->max_sge : 1;
+	/* mlx5 sizes a receive as a 16-byte header and the SGEs, at least
+	 * 32 bytes and a power of two, and gives all the room it has. */
+	while (wqe < 16 + 16 * attr->max_sge)
+		wqe <<= 1;
+	srq->max_sge = (wqe - 16) / 16;
 	srq->rq = calloc(size, sizeof(*srq->rq));
 	srq->sge = calloc((size_t)size * srq->max_sge, sizeof(*srq->sge));
 	if (!srq->rq || !srq->sge) {

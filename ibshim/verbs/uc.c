@@ -146,7 +146,7 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 				return;
 			}
 			/* A zero-length write checks no R_Key, as the IBA says. */
-			if (p->total && (!mr_ptr(mr, p->raddr, p->total) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
+			if (p->total && (!mr_ptr(mr, p->raddr, p->total, true) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
 					 !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE))) {
 				/* rxe's UC class D: a one-packet write with
 				 * immediate has taken an SRQ's receive by then,
@@ -165,7 +165,7 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 			drop(qp);
 			return;
 		}
-		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len) : NULL;
+		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len, true) : NULL;
 		if (len && !mem) {
 			drop(qp); /* deregistered meanwhile */
 			return;
