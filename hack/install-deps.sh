@@ -10,8 +10,8 @@ set -euo pipefail
 # are tested with (and mlx5's provider, which must not claim the mock HCAs); perftest and
 # ucx-utils: traffic through the verbs provider; valgrind: a test that no freed verbs
 # object is touched; libibverbs-dev and curl: building the verbs provider against
-# rdma-core's source.
-pkgs=(gcc libc6-dev binutils make python3 ca-certificates patchelf busybox-static iptables conntrack nftables nfacct pciutils hwloc-nox musl-tools python3-blessed python3-psutil python3-six python3-pkg-resources infiniband-diags ibverbs-utils ibverbs-providers perftest ucx-utils valgrind libibverbs-dev curl)
+# rdma-core's source; python3-pyverbs: rdma-core's own verbs test suite, which it ships.
+pkgs=(gcc libc6-dev binutils make python3 ca-certificates patchelf busybox-static iptables conntrack nftables nfacct pciutils hwloc-nox musl-tools python3-blessed python3-psutil python3-six python3-pkg-resources infiniband-diags ibverbs-utils ibverbs-providers perftest ucx-utils valgrind libibverbs-dev curl python3-pyverbs)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
