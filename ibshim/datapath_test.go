@@ -42,7 +42,7 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 	lid := modelledLID(t, model(t))
 	out := node(t, fmt.Sprintf("%s mlx5_0 %d", bin, lid))
 	for _, check := range []string{"send", "write", "write-with-immediate", "read", "atomics", "rnr-then-receive", "states",
-		"remote-access-error", "out-of-range", "misaligned-atomic", "operation-not-allowed", "too-long", "rnr-retry-exceeded", "big-write", "datagrams", "events", "srq", "cq-overrun", "comm-est", "uc", "retry-exceeded"} {
+		"remote-access-error", "out-of-range", "misaligned-atomic", "operation-not-allowed", "too-long", "rnr-retry-exceeded", "big-write", "datagrams", "events", "srq", "cq-overrun", "comm-est", "uc", "regions", "retry-exceeded"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rcpair did not pass %q:\n%s", check, out)
 			break

@@ -93,11 +93,15 @@ func TestRdmaCoreVerbsSuite(t *testing.T) {
 		"test_create_ud_qp_ex_no_attr", "test_query_ud_qp", "test_prefer_obj_on_huge",
 		"test_rc_traffic_cq_ex", "test_ud_traffic_cq_ex", "test_xrc_traffic_cq_ex", "test_cq_events_rc",
 		"test_atomic_cmp_and_swap", "test_qp_ex_rc_rdma_write", "test_qp_ex_xrc_send", "test_resize_cq",
-		"test_create_dm", "test_dm_read", "test_dm_write_bad_flow", "test_multi_process_alloc_dm",
+		"test_create_dm", "test_destroy_dm", "test_destroy_dm_bad_flow", "test_create_dm_bad_flow",
+		"test_dm_read", "test_dm_write", "test_dm_write_bad_flow", "test_multi_process_alloc_dm",
 		"test_create_dm_mr", "test_dm_bad_access", "test_dm_bad_registration", "test_dm_traffic", "test_dm_remote_traffic",
-		"test_mr_rereg_access_bad_flow", "test_mr_rereg_addr", "test_mr_rereg_pd",
-		"test_odp_rc_traffic", "test_odp_implicit_rc_traffic", "test_odp_sync_prefetch_rc_traffic",
-		"test_odp_prefetch_sync_no_page_fault_rc_traffic",
+		"test_mr_rereg_access", "test_mr_rereg_access_bad_flow", "test_mr_rereg_addr", "test_mr_rereg_pd",
+		"test_odp_rc_traffic", "test_odp_ud_traffic", "test_odp_xrc_traffic", "test_odp_rc_srq_traffic",
+		"test_odp_rc_rdma_write", "test_odp_rc_rdma_read", "test_odp_rc_atomic_fetch_and_add",
+		"test_odp_implicit_rc_traffic", "test_odp_implicit_sync_prefetch_rc_traffic",
+		"test_odp_implicit_async_prefetch_rc_traffic", "test_odp_sync_prefetch_rc_traffic",
+		"test_odp_async_prefetch_rc_traffic", "test_odp_prefetch_sync_no_page_fault_rc_traffic",
 	} {
 		n := 0
 		for id, r := range res {

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -933,6 +934,151 @@ static void uc_check(void)
 	}
 }
 
+/* A remote write of 64 bytes from a to addr under rkey, which the responder
+ * must refuse without harm: REM_ACCESS_ERR. */
+static void write_refused(struct end *a, uint64_t id, uint64_t addr, uint32_t rkey, const char *what)
+{
+	post(a, id, IBV_WR_RDMA_WRITE, 64, addr, rkey);
+	expect(wait_wc(a->cq, what), id, IBV_WC_REM_ACCESS_ERR, 0, what);
+}
+
+/* Memory regions and the verbs around them: on demand (the memory may be
+ * gone), device memory, rereg, advise, resize, the device clock, and what a
+ * receive's own bad memory and a reset do to the completions. */
+static void regions_check(void)
+{
+	const long pg = sysconf(_SC_PAGESIZE);
+	struct ibv_values_ex v0 = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK }, v1 = v0;
+	struct ibv_device_attr_ex dx;
+	struct ibv_alloc_dm_attr da = { .length = 64 * 1024 };
+	struct ibv_dm *dm[3];
+	struct ibv_mr *mr, *imp;
+	struct ibv_sge sge;
+	struct ibv_recv_wr rwr = { .wr_id = 40, .sg_list = &sge, .num_sge = 1 }, *rbad;
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+	struct end a, b, c, d;
+	uint8_t *pages, word[8] = { 0 };
+	int err, i;
+	double ms;
+
+	/* A receive whose own memory fails it: LOC_PROT_ERR there, the IBA's
+	 * Remote Operational Error at the sender. Reset, the receiver's QP
+	 * leaves nothing in its CQ. */
+	pair(&a, &b, 7);
+	sge = (struct ibv_sge){ (uintptr_t)b.buf, 64, b.mr->lkey + 0x100 };
+	if ((err = ibv_post_recv(b.qp, &rwr, &rbad)))
+		FAIL("post a receive: %s", strerror(err));
+	post(&a, 41, IBV_WR_SEND, 64, 0, 0);
+	expect(wait_wc(a.cq, "send into a bad receive"), 41, IBV_WC_REM_OP_ERR, 0, "send into a bad receive");
+	if ((err = ibv_modify_qp(b.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET }, IBV_QP_STATE)))
+		FAIL("reset: %s", strerror(err));
+	nothing(b.cq, "a reset QP's CQ");
+
+	/* A resized CQ keeps what waits in it, in order, and cannot shrink
+	 * below it. */
+	pair(&c, &d, 7);
+	for (i = 0; i < 3; i++)
+		post_recv(&d, 50 + i, 64);
+	for (i = 0; i < 3; i++)
+		post(&c, 60 + i, IBV_WR_SEND, 64, 0, 0);
+	for (i = 0; i < 3; i++)
+		expect(wait_wc(c.cq, "sends"), 60 + i, IBV_WC_SUCCESS, IBV_WC_SEND, "sends");
+	if ((err = ibv_resize_cq(d.cq, 1)) != EINVAL)
+		FAIL("resize a CQ of 3 completions to 1: %d, want EINVAL", err);
+	if ((err = ibv_resize_cq(d.cq, 100)) || d.cq->cqe != 127)
+		FAIL("resize to 100: %d, %d entries, want 127", err, d.cq->cqe);
+	for (i = 0; i < 3; i++)
+		expect(wait_wc(d.cq, "after resize"), 50 + i, IBV_WC_SUCCESS, IBV_WC_RECV, "after resize");
+
+	/* The kernel pins a plain region's pages: a hole fails it (EFAULT).
+	 * An on-demand one pins nothing; a write into its hole, or through
+	 * an implicit region into memory gone or read-only, is refused. */
+	pages = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (pages == MAP_FAILED || munmap(pages + pg, pg) || mprotect(pages + 2 * pg, pg, PROT_READ))
+		FAIL("map pages");
+	if ((mr = ibv_reg_mr(pd, pages, 3 * pg, IBV_ACCESS_LOCAL_WRITE)) || errno != EFAULT)
+		FAIL("register a hole: %s, want EFAULT", mr ? "made" : strerror(errno));
+	if ((mr = ibv_reg_mr(pd, pages + 2 * pg, pg, IBV_ACCESS_LOCAL_WRITE)) || errno != EFAULT)
+		FAIL("register read-only memory for writing: %s, want EFAULT", mr ? "made" : strerror(errno));
+	mr = ibv_reg_mr(pd, pages, 3 * pg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND);
+	imp = ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND);
+	if (!mr || !imp)
+		FAIL("on-demand regions: %s", strerror(errno));
+	pair(&a, &b, 7);
+	post(&a, 70, IBV_WR_RDMA_WRITE, 64, (uintptr_t)pages, mr->rkey);
+	expect(wait_wc(a.cq, "on-demand write"), 70, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "on-demand write");
+	write_refused(&a, 71, (uintptr_t)pages + pg, mr->rkey, "on-demand write into a hole");
+	pair(&a, &b, 7);
+	write_refused(&a, 72, (uintptr_t)pages + pg, imp->rkey, "implicit write into a hole");
+	pair(&a, &b, 7);
+	write_refused(&a, 73, (uintptr_t)pages + 2 * pg, imp->rkey, "implicit write into read-only memory");
+
+	/* Advice: the kernel's checks, and with FLUSH the range's fault. */
+	sge = (struct ibv_sge){ (uintptr_t)pages, 64, a.mr->lkey };
+	if ((err = ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1)) != ENOENT)
+		FAIL("advise a region not on demand: %d, want ENOENT", err);
+	sge.lkey = mr->lkey;
+	if ((err = ibv_advise_mr(pd2, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1)) != EPERM)
+		FAIL("advise through another PD: %d, want EPERM", err);
+	if ((err = ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 2, &sge, 1)) != EINVAL ||
+	    (err = ibv_advise_mr(pd, 7, 0, &sge, 1)) != EOPNOTSUPP)
+		FAIL("advise with an unknown flag or advice: %d, want EINVAL, then EOPNOTSUPP", err);
+	if ((err = ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1)))
+		FAIL("prefetch: %s", strerror(err));
+	sge.addr += pg;
+	if ((err = ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1)) != EFAULT)
+		FAIL("prefetch a hole: %d, want EFAULT", err);
+
+	/* Rereg: uverbs' and the kernel's checks, then a move that works. */
+	errno = 0;
+	if (!ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) || errno != EINVAL)
+		FAIL("rereg with no change: errno %d, want EINVAL", errno);
+	if (!ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, 1 << 15) || errno != EINVAL)
+		FAIL("rereg to an unknown access flag: errno %d, want EINVAL", errno);
+	if (!ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, NULL, pages + pg, pg,
+			  IBV_ACCESS_LOCAL_WRITE) || errno != EFAULT)
+		FAIL("rereg onto a hole: errno %d, want EFAULT", errno);
+	if ((err = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, word, sizeof(word), 0)) || mr->addr != word)
+		FAIL("rereg onto other memory: %d", err);
+	if (ibv_dereg_mr(mr) || ibv_dereg_mr(imp) || munmap(pages, pg) || munmap(pages + 2 * pg, pg))
+		FAIL("deregister");
+
+	/* Device memory: 128 KiB in all, 4-byte words, regions that hold it. */
+	if (ibv_query_device_ex(ctx, NULL, &dx) || dx.max_dm_size != 128 * 1024)
+		FAIL("max_dm_size %llu, want 131072", (unsigned long long)dx.max_dm_size);
+	for (i = 0; i < 2; i++)
+		if (!(dm[i] = ibv_alloc_dm(ctx, &da)))
+			FAIL("allocate 64 KiB of device memory: %s", strerror(errno));
+	da.length = 1;
+	if ((dm[2] = ibv_alloc_dm(ctx, &da)) || errno != ENOMEM)
+		FAIL("allocate past 128 KiB: %s, want ENOMEM", dm[2] ? "made" : strerror(errno));
+	da.length = 0;
+	if ((dm[2] = ibv_alloc_dm(ctx, &da)) || errno != EINVAL)
+		FAIL("allocate nothing: %s, want EINVAL", dm[2] ? "made" : strerror(errno));
+	if (ibv_memcpy_to_dm(dm[0], 2, word, 4) != EINVAL || ibv_memcpy_to_dm(dm[0], 64 * 1024 - 4, word, 8) != EFAULT)
+		FAIL("copy to device memory unaligned or past its end: want EINVAL, then EFAULT");
+	if ((mr = ibv_reg_dm_mr(pd, dm[0], 0, 64, IBV_ACCESS_LOCAL_WRITE)) || errno != EINVAL)
+		FAIL("a device memory region not zero-based: %s, want EINVAL", mr ? "made" : strerror(errno));
+	if (!(mr = ibv_reg_dm_mr(pd, dm[0], 0, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED)) || mr->addr)
+		FAIL("a device memory region: %s", mr ? "an address" : strerror(errno));
+	if ((err = ibv_free_dm(dm[0])) != EBUSY)
+		FAIL("free device memory a region holds: %d, want EBUSY", err);
+	if (ibv_dereg_mr(mr) || ibv_free_dm(dm[0]) || ibv_free_dm(dm[1]))
+		FAIL("free device memory");
+
+	/* The device's clock runs at hca_core_clock. */
+	if (ibv_query_rt_values_ex(ctx, &v0) || usleep(20000) || ibv_query_rt_values_ex(ctx, &v1) ||
+	    v1.comp_mask != IBV_VALUES_MASK_RAW_CLOCK)
+		FAIL("ibv_query_rt_values_ex: %s", strerror(errno));
+	ms = (double)(v1.raw_clock.tv_nsec - v0.raw_clock.tv_nsec) / dx.hca_core_clock;
+	if (ms < 20 || ms > 2000)
+		FAIL("20 ms of the device's clock: %.1f ms", ms);
+	v0.comp_mask = 2;
+	if (ibv_query_rt_values_ex(ctx, &v0) != EINVAL)
+		FAIL("ibv_query_rt_values_ex of another value: want EINVAL");
+	ibv_dealloc_pd(pd2);
+}
+
 int main(int argc, char **argv)
 {
 	struct ibv_device **list;
@@ -1277,6 +1423,8 @@ int main(int argc, char **argv)
 	puts("ok comm-est");
 	uc_check();
 	puts("ok uc");
+	regions_check();
+	puts("ok regions");
 
 	/* Nobody there: a modelled node's port has no such QP. */
 	make_end(&a, IBV_ACCESS_LOCAL_WRITE);

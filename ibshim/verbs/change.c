@@ -23,19 +23,27 @@ static int rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *ad
 {
 	struct nvmock_mr *mr = container_of(vmr, struct nvmock_mr, vmr);
 	struct nvmock_context *ctx = to_ctx(vmr->ibv_mr.context);
-	int err = 0;
+	int now = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : mr->access;
 
-	pthread_mutex_lock(&ctx->lock);
-	if (mr->dm || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
-	    ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != vmr->ibv_mr.context)) ||
-	    ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
-	     (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) ||
-	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && mr->implicit)) {
-		err = EINVAL;
-		goto out;
+	/* uverbs: some change, of what it knows; the kernel's access
+	 * checks; no device memory's or implicit region's (whose on-demand
+	 * nature cannot go either). */
+	if (!flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || mr->dm ||
+	    ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != vmr->ibv_mr.context)) || !access_known(now) ||
+	    ((now & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(now & IBV_ACCESS_LOCAL_WRITE)) ||
+	    (mr->implicit && ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) || !(now & IBV_ACCESS_ON_DEMAND)))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_CMD;
 	}
-	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
-		vmr->access = access;
+	/* The pages of the region it will be, pinned as reg_mr pins them. */
+	if (!(now & IBV_ACCESS_ON_DEMAND) &&
+	    !(flags & IBV_REREG_MR_CHANGE_TRANSLATION ? mapped((uintptr_t)addr, length, now & MR_WRITABLE)
+						      : mapped((uintptr_t)mr->base, vmr->ibv_mr.length, now & MR_WRITABLE))) {
+		errno = EFAULT;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	mr->access = now;
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		vmr->ibv_mr.pd = pd;
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -45,12 +53,8 @@ static int rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *ad
 		vmr->ibv_mr.addr = addr;
 		vmr->ibv_mr.length = length;
 	}
-out:
+	mr_changed(ctx, mr);
 	pthread_mutex_unlock(&ctx->lock);
-	if (err) {
-		errno = err;
-		return IBV_REREG_MR_ERR_CMD;
-	}
 	return 0;
 }
 
@@ -106,7 +110,6 @@ static int resize_cq(struct ibv_cq *c, int cqe)
  * memory the region has not got. */
 static int advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg, uint32_t n)
 {
-	const int writable = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
 	struct nvmock_context *ctx = to_ctx(pd->context);
 	bool write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
 	int err = 0;
@@ -120,9 +123,9 @@ static int advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32
 	for (i = 0; i < n && !err; i++) {
 		struct nvmock_mr *mr = find_mr(ctx, sg[i].lkey);
 
-		if (!mr || !(mr->vmr.access & IBV_ACCESS_ON_DEMAND))
+		if (!mr || !(mr->access & IBV_ACCESS_ON_DEMAND))
 			err = ENOENT;
-		else if (mr->vmr.ibv_mr.pd != pd || (write && !(mr->vmr.access & writable)))
+		else if (mr->vmr.ibv_mr.pd != pd || (write && !(mr->access & MR_WRITABLE)))
 			err = EPERM;
 		else if ((flags & IBV_ADVISE_MR_FLAG_FLUSH) && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT &&
 			 !mr_ptr(mr, sg[i].addr, sg[i].length, write))

@@ -80,7 +80,8 @@ struct nvmock_mr {
 	struct nvmock_mr *next;
 	uint8_t *base;   /* where iova is: a device memory region's addr is NULL */
 	uint64_t iova;
-	bool implicit;   /* on demand, over the whole address space */
+	int access;      /* as simulated: ibv_rereg_mr may change it, not vmr.access, which libibverbs reads */
+	bool implicit;   /* on demand over the whole address space (access has ON_DEMAND) */
 	uint32_t *dm;    /* the count of regions on its device memory (dm.c) */
 };
 
@@ -307,6 +308,13 @@ int64_t timeout_ns(struct nvmock_qp *qp);
 struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key);
 struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq);
 uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len, bool write);
+bool mapped(uint64_t a, uint64_t len, bool write);
+bool mr_copy(const struct nvmock_mr *mr, void *dst, const void *src, size_t n, bool into);
+void mr_changed(struct nvmock_context *ctx, struct nvmock_mr *mr);
+bool access_known(int access);
+
+/* Access that lets a region be written (the kernel's ib_access_writable). */
+#define MR_WRITABLE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
 struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64_t iova, int access);
 uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, uint32_t *room, struct nvmock_mr **mrp, int need);
 void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);

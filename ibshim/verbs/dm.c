@@ -75,7 +75,8 @@ static struct ibv_dm *alloc_dm(struct ibv_context *ibctx, struct ibv_alloc_dm_at
 	struct nvmock_dm *dm;
 	size_t size;
 
-	if (a->comp_mask || a->length > NVMOCK_DM_SIZE) {
+	/* mlx5: no comp_mask, at most max_dm_size; its firmware: something. */
+	if (a->comp_mask || !a->length || a->length > NVMOCK_DM_SIZE) {
 		errno = EINVAL;
 		return NULL;
 	}

@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/shm.h>
+#include <sys/uio.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -40,7 +41,8 @@ struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64
 	struct nvmock_mr *mr;
 
 	/* Remote write and atomics need local write, as the IBA says. */
-	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+	if (!access_known(access) ||
+	    ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -50,7 +52,7 @@ struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64
 	mr->base = base;
 	mr->iova = iova;
 	mr->vmr.mr_type = IBV_MR_TYPE_MR;
-	mr->vmr.access = access;
+	mr->vmr.access = mr->access = access;
 	/* libibverbs sets these too, but only once we return: the engine may
 	 * look the region up before. */
 	mr->vmr.ibv_mr.context = pd->context;
@@ -78,6 +80,12 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 		errno = EINVAL;
 		return NULL;
 	}
+	/* The kernel pins a region's pages (for writing, if it may be
+	 * written): memory not there fails it. On demand, it pins nothing. */
+	if (!(access & IBV_ACCESS_ON_DEMAND) && !mapped((uintptr_t)addr, length, access & MR_WRITABLE)) {
+		errno = EFAULT;
+		return NULL;
+	}
 	mr = new_mr(pd, addr, length, iova, access);
 	if (!mr)
 		return NULL;
@@ -85,21 +93,20 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	return &mr->vmr.ibv_mr;
 }
 
-static int dereg_mr(struct verbs_mr *vmr)
+/* The kernel's known access flags (ib_check_mr_access): the IBA's, on
+ * demand, huge pages, the flush ones, and the optional range. */
+bool access_known(int access)
 {
-	struct nvmock_mr *mr = container_of(vmr, struct nvmock_mr, vmr);
-	struct nvmock_context *ctx = to_ctx(vmr->ibv_mr.context);
-	struct nvmock_mr **p;
+	return !(access & ~(0x3ff | IBV_ACCESS_OPTIONAL_RANGE));
+}
+
+/* A region went or changed: the packets queued from its memory go, and the
+ * requests among them are sent again, to fail as an HCA's would (LOC_PROT)
+ * or go out from what is there now. ctx->lock is held. */
+void mr_changed(struct nvmock_context *ctx, struct nvmock_mr *mr)
+{
 	uint32_t i;
 
-	pthread_mutex_lock(&ctx->lock);
-	for (p = &ctx->mrs; *p; p = &(*p)->next)
-		if (*p == mr) {
-			*p = mr->next;
-			break;
-		}
-	if (mr->dm)
-		(*mr->dm)--;
 	purge(ctx, NULL, mr, false);
 	for (i = 0; i < NVMOCK_IBD_QPN_BLOCK; i++) {
 		struct nvmock_qp *qp = ctx->qps[i];
@@ -111,6 +118,23 @@ static int dereg_mr(struct verbs_mr *vmr)
 		}
 	}
 	flush(ctx);
+}
+
+static int dereg_mr(struct verbs_mr *vmr)
+{
+	struct nvmock_mr *mr = container_of(vmr, struct nvmock_mr, vmr);
+	struct nvmock_context *ctx = to_ctx(vmr->ibv_mr.context);
+	struct nvmock_mr **p;
+
+	pthread_mutex_lock(&ctx->lock);
+	for (p = &ctx->mrs; *p; p = &(*p)->next)
+		if (*p == mr) {
+			*p = mr->next;
+			break;
+		}
+	if (mr->dm)
+		(*mr->dm)--;
+	mr_changed(ctx, mr);
 	pthread_mutex_unlock(&ctx->lock);
 	free(mr);
 	return 0;
@@ -126,12 +150,13 @@ struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key)
 	return NULL;
 }
 
-/* Whether [a, a+len) is mapped readable, and writable if write: what an
- * implicit on-demand region's page faults would find (a fault that finds
- * nothing fails the access, where a plain read or write would crash). */
-static bool mapped(uint64_t a, uint64_t len, bool write)
+/* Whether [a, a+len) is mapped readable, and writable if write: what the
+ * kernel's pinning of a region, or an on-demand region's page faults,
+ * would find. */
+bool mapped(uint64_t a, uint64_t len, bool write)
 {
-	char line[512];
+	char *line = NULL;
+	size_t cap = 0;
 	FILE *f;
 	bool ok = false;
 
@@ -139,7 +164,7 @@ static bool mapped(uint64_t a, uint64_t len, bool write)
 		return true;
 	if (a + len < a || !(f = fopen("/proc/self/maps", "re")))
 		return false;
-	while (!ok && fgets(line, sizeof(line), f)) {
+	while (!ok && getline(&line, &cap, f) > 0) {
 		unsigned long lo, hi;
 		char perms[5];
 
@@ -156,8 +181,33 @@ static bool mapped(uint64_t a, uint64_t len, bool write)
 			a = hi;
 		}
 	}
+	free(line);
 	fclose(f);
 	return ok;
+}
+
+/* Copies n bytes into a region's memory at dst (into) or out of it from
+ * src. An on-demand region pins nothing, and its memory may go at any
+ * time, as the program unmaps it: through the kernel, a copy then fails
+ * (EFAULT) where a plain one would crash the program. Where the kernel
+ * refuses the calls (a seccomp filter), the check of its mapping stands. */
+bool mr_copy(const struct nvmock_mr *mr, void *dst, const void *src, size_t n, bool into)
+{
+	struct iovec here = { into ? (void *)src : dst, n }, there = { into ? dst : (void *)src, n };
+	ssize_t got;
+
+	if (!mr || !(mr->access & IBV_ACCESS_ON_DEMAND) || !n) {
+		memcpy(dst, src, n);
+		return true;
+	}
+	got = into ? process_vm_writev(getpid(), &here, 1, &there, 1, 0) : process_vm_readv(getpid(), &here, 1, &there, 1, 0);
+	if (got == (ssize_t)n)
+		return true;
+	if (got < 0 && (errno == EPERM || errno == ENOSYS) && mapped((uintptr_t)(into ? dst : src), n, into)) {
+		memcpy(dst, src, n);
+		return true;
+	}
+	return false;
 }
 
 /* The memory of [addr, addr+len) in mr's address space, or NULL; write
@@ -167,7 +217,7 @@ uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len, bool write)
 	if (!mr || addr < mr->iova || len > mr->vmr.ibv_mr.length ||
 	    addr - mr->iova > mr->vmr.ibv_mr.length - len)
 		return NULL;
-	if (mr->implicit && !mapped(addr, len, write))
+	if ((mr->access & IBV_ACCESS_ON_DEMAND) && !mapped(addr, len, write))
 		return NULL;
 	return mr->base + (addr - mr->iova);
 }
@@ -207,9 +257,6 @@ struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_cha
 
 	int chan_w = -1;
 
-	if (huge_refused("MLX_CQ"))
-		return NULL;
-
 	if (channel) {
 		/* Only a channel the shim made for this device's context. The
 		 * CQ keeps a writer of its own, as the kernel keeps the channel
@@ -226,6 +273,11 @@ struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_cha
 	}
 	if (cqe < 1 || cqe > caps->max_cqe || comp_vector < 0 || comp_vector >= ibctx->num_comp_vectors) {
 		errno = EINVAL;
+		return NULL;
+	}
+	if (huge_refused("MLX_CQ")) {
+		if (chan_w >= 0)
+			close(chan_w);
 		return NULL;
 	}
 	/* mlx5 rounds up to a power of two, less one. */

@@ -160,7 +160,7 @@ uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge
 			struct nvmock_mr *mr = find_mr(ctx, sge[i].lkey);
 			uint8_t *p = mr_ptr(mr, sge[i].addr, sge[i].length, need & IBV_ACCESS_LOCAL_WRITE);
 
-			if (!p || mr->vmr.ibv_mr.pd != resp_pd(qp) || (mr->vmr.access & need) != need)
+			if (!p || mr->vmr.ibv_mr.pd != resp_pd(qp) || (mr->access & need) != need)
 				return NULL;
 			*room = sge[i].length - off;
 			if (mrp)
@@ -179,13 +179,15 @@ bool scatter(struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, 
 {
 	while (len) {
 		uint32_t room;
-		uint8_t *dst = sge_at(qp->ctx, qp, sge, nsge, off, &room, NULL, IBV_ACCESS_LOCAL_WRITE);
+		struct nvmock_mr *mr;
+		uint8_t *dst = sge_at(qp->ctx, qp, sge, nsge, off, &room, &mr, IBV_ACCESS_LOCAL_WRITE);
 
 		if (!dst)
 			return false;
 		if (room > len)
 			room = len;
-		memcpy(dst, data, room);
+		if (!mr_copy(mr, dst, data, room, true))
+			return false;
 		data += room;
 		off += room;
 		len -= room;
@@ -215,13 +217,15 @@ static bool gather(struct nvmock_qp *qp, struct swqe *w, struct out_pkt *o)
 	} else {
 		while (off < w->total) {
 			uint32_t room;
-			uint8_t *src = sge_at(qp->ctx, qp, w->sge, w->nsge, off, &room, NULL, 0);
+			struct nvmock_mr *mr;
+			uint8_t *src = sge_at(qp->ctx, qp, w->sge, w->nsge, off, &room, &mr, 0);
 
 			if (!src)
 				return false; /* the caller frees o and its copy */
 			if (room > w->total - off)
 				room = w->total - off;
-			memcpy(copy + off, src, room);
+			if (!mr_copy(mr, copy + off, src, room, false))
+				return false;
 			off += room;
 		}
 	}

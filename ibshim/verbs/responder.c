@@ -239,7 +239,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			mr = find_mr(ctx, p->rkey);
 			/* A zero-length transfer checks no R_Key, as the IBA says. */
 			if (p->total && (!mr_ptr(mr, p->raddr, p->total, true) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
-					 !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE))) {
+					 !(mr->access & IBV_ACCESS_REMOTE_WRITE))) {
 				refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 				return;
 			}
@@ -248,13 +248,12 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 				return;
 			}
 		}
-		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len, true) : NULL;
-		if (len && !mem) {
-			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR); /* deregistered meanwhile */
+		mr = find_mr(ctx, p->rkey);
+		mem = len ? mr_ptr(mr, p->raddr + p->offset, len, true) : NULL;
+		if (len && (!mem || !mr_copy(mr, mem, data, len, true))) {
+			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR); /* deregistered or unmapped meanwhile */
 			return;
 		}
-		if (len)
-			memcpy(mem, data, len);
 		if (last) {
 			if (p->flags & NVMOCK_PKT_IMM) {
 				if (!take_recv(qp)) {
@@ -277,7 +276,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			return;
 		}
 		mem = mr_ptr(mr, p->raddr, p->total, false);
-		if (p->total && (!mem || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->vmr.access & IBV_ACCESS_REMOTE_READ))) {
+		if (p->total && (!mem || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->access & IBV_ACCESS_REMOTE_READ))) {
 			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
@@ -318,7 +317,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
-		if (!word || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->vmr.access & IBV_ACCESS_REMOTE_ATOMIC)) {
+		if (!word || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->access & IBV_ACCESS_REMOTE_ATOMIC)) {
 			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}

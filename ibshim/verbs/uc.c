@@ -92,6 +92,7 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 	struct nvmock_context *ctx = qp->ctx;
 	struct rwqe *r = &qp->rq[qp->rq_head % qp->rq_size];
 	bool last = p->flags & NVMOCK_PKT_LAST;
+	struct nvmock_mr *mr;
 	uint8_t *mem;
 
 	if (p->offset == 0) {
@@ -139,15 +140,14 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 		break;
 	case NVMOCK_PKT_WRITE:
 		if (p->offset == 0) {
-			struct nvmock_mr *mr = find_mr(ctx, p->rkey);
-
+			mr = find_mr(ctx, p->rkey);
 			if (!(qp->access & IBV_ACCESS_REMOTE_WRITE)) {
 				drop(qp);
 				return;
 			}
 			/* A zero-length write checks no R_Key, as the IBA says. */
 			if (p->total && (!mr_ptr(mr, p->raddr, p->total, true) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
-					 !(mr->vmr.access & IBV_ACCESS_REMOTE_WRITE))) {
+					 !(mr->access & IBV_ACCESS_REMOTE_WRITE))) {
 				/* rxe's UC class D: a one-packet write with
 				 * immediate has taken an SRQ's receive by then,
 				 * which completes in error. */
@@ -165,13 +165,12 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 			drop(qp);
 			return;
 		}
-		mem = len ? mr_ptr(find_mr(ctx, p->rkey), p->raddr + p->offset, len, true) : NULL;
-		if (len && !mem) {
-			drop(qp); /* deregistered meanwhile */
+		mr = find_mr(ctx, p->rkey);
+		mem = len ? mr_ptr(mr, p->raddr + p->offset, len, true) : NULL;
+		if (len && (!mem || !mr_copy(mr, mem, data, len, true))) {
+			drop(qp); /* deregistered or unmapped meanwhile */
 			return;
 		}
-		if (len)
-			memcpy(mem, data, len);
 		if (last && (p->flags & NVMOCK_PKT_IMM)) {
 			recv_done(qp, r, IBV_WC_SUCCESS, p);
 			qp->rq_head++;
