@@ -40,34 +40,31 @@ static int dm_check(struct nvmock_dm *dm, uint64_t off, size_t len)
 	return 0;
 }
 
+/* A copy into the device memory (in) or out of it, under the lock: the
+ * engine may be reading it for a peer. */
+static int dm_copy(struct ibv_dm *d, uint64_t off, void *host, size_t len, bool in)
+{
+	struct nvmock_dm *dm = to_dm(d);
+	struct nvmock_context *ctx = to_ctx(d->context);
+	int err = dm_check(dm, off, len);
+
+	if (err)
+		return err;
+	pthread_mutex_lock(&ctx->lock);
+	if (in)
+		memcpy(dm->mem + off, host, len);
+	else
+		memcpy(host, dm->mem + off, len);
+	pthread_mutex_unlock(&ctx->lock);
+	return 0;
+}
+
 static int copy_to_dm(struct ibv_dm *d, uint64_t off, const void *from, size_t len)
 {
-	struct nvmock_dm *dm = to_dm(d);
-	struct nvmock_context *ctx = to_ctx(d->context);
-	int err = dm_check(dm, off, len);
-
-	if (err)
-		return err;
-	/* Under the lock: the engine may be reading it for a peer. */
-	pthread_mutex_lock(&ctx->lock);
-	memcpy(dm->mem + off, from, len);
-	pthread_mutex_unlock(&ctx->lock);
-	return 0;
+	return dm_copy(d, off, (void *)from, len, true);
 }
 
-static int copy_from_dm(void *to, struct ibv_dm *d, uint64_t off, size_t len)
-{
-	struct nvmock_dm *dm = to_dm(d);
-	struct nvmock_context *ctx = to_ctx(d->context);
-	int err = dm_check(dm, off, len);
-
-	if (err)
-		return err;
-	pthread_mutex_lock(&ctx->lock);
-	memcpy(to, dm->mem + off, len);
-	pthread_mutex_unlock(&ctx->lock);
-	return 0;
-}
+static int copy_from_dm(void *to, struct ibv_dm *d, uint64_t off, size_t len) { return dm_copy(d, off, to, len, false); }
 
 static struct ibv_dm *alloc_dm(struct ibv_context *ibctx, struct ibv_alloc_dm_attr *a)
 {
