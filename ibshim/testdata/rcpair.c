@@ -1066,6 +1066,22 @@ static void regions_check(void)
 	if (ibv_dereg_mr(mr) || ibv_free_dm(dm[0]) || ibv_free_dm(dm[1]))
 		FAIL("free device memory");
 
+	/* A PD a region or a QP uses cannot go (EBUSY, as uverbs answers). */
+	{
+		struct ibv_pd *keep = pd;
+		struct end e;
+
+		pd = pd2;
+		make_end(&e, IBV_ACCESS_LOCAL_WRITE);
+		pd = keep;
+		if ((err = ibv_dealloc_pd(pd2)) != EBUSY)
+			FAIL("free a PD in use: %d, want EBUSY", err);
+		if (ibv_dereg_mr(e.mr) || (err = ibv_dealloc_pd(pd2)) != EBUSY)
+			FAIL("free a PD a QP uses: %d, want EBUSY", err);
+		if (ibv_destroy_qp(e.qp) || (err = ibv_dealloc_pd(pd2)))
+			FAIL("free a PD nothing uses: %s", strerror(err));
+	}
+
 	/* The device's clock runs at hca_core_clock. */
 	if (ibv_query_rt_values_ex(ctx, &v0) || usleep(20000) || ibv_query_rt_values_ex(ctx, &v1) ||
 	    v1.comp_mask != IBV_VALUES_MASK_RAW_CLOCK)
@@ -1076,7 +1092,6 @@ static void regions_check(void)
 	v0.comp_mask = 2;
 	if (ibv_query_rt_values_ex(ctx, &v0) != EINVAL)
 		FAIL("ibv_query_rt_values_ex of another value: want EINVAL");
-	ibv_dealloc_pd(pd2);
 }
 
 int main(int argc, char **argv)

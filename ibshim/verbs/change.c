@@ -44,8 +44,11 @@ static int rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *ad
 	}
 	pthread_mutex_lock(&ctx->lock);
 	mr->access = now;
-	if (flags & IBV_REREG_MR_CHANGE_PD)
+	if (flags & IBV_REREG_MR_CHANGE_PD) {
+		to_pd(vmr->ibv_mr.pd)->users--;
+		to_pd(pd)->users++;
 		vmr->ibv_mr.pd = pd;
+	}
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		/* libibverbs passes the address as the region's iova. */
 		mr->base = addr;

@@ -75,6 +75,15 @@
  * most any QP may have outstanding (max_qp_rd_atom). */
 #define ATOMIC_REPLAY 16
 
+/* A protection domain, and how many objects use it: uverbs refuses to
+ * free it while any does (EBUSY). Changed under ctx->lock. */
+struct nvmock_pd {
+	struct ibv_pd pd;
+	uint32_t users;
+};
+
+static inline struct nvmock_pd *to_pd(struct ibv_pd *pd) { return container_of(pd, struct nvmock_pd, pd); }
+
 struct nvmock_mr {
 	struct verbs_mr vmr;
 	struct nvmock_mr *next;
@@ -312,6 +321,7 @@ bool mapped(uint64_t a, uint64_t len, bool write);
 bool mr_copy(const struct nvmock_mr *mr, void *dst, const void *src, size_t n, bool into);
 void mr_changed(struct nvmock_context *ctx, struct nvmock_mr *mr);
 bool access_known(int access);
+void pd_use(struct ibv_pd *pd, int n);
 
 /* Access that lets a region be written (the kernel's ib_access_writable). */
 #define MR_WRITABLE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)

@@ -21,15 +21,35 @@
 
 /* ---- protection domains and memory regions ---- */
 
+/* One more (or fewer) object on pd. */
+void pd_use(struct ibv_pd *pd, int n)
+{
+	struct nvmock_context *ctx = to_ctx(pd->context);
+
+	pthread_mutex_lock(&ctx->lock);
+	to_pd(pd)->users += n;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
 static struct ibv_pd *alloc_pd(struct ibv_context *ibctx)
 {
+	struct nvmock_pd *p = calloc(1, sizeof(*p));
+
 	(void)ibctx;
-	return calloc(1, sizeof(struct ibv_pd));
+	return p ? &p->pd : NULL;
 }
 
 static int dealloc_pd(struct ibv_pd *pd)
 {
-	free(pd);
+	struct nvmock_context *ctx = to_ctx(pd->context);
+	bool busy;
+
+	pthread_mutex_lock(&ctx->lock);
+	busy = to_pd(pd)->users > 0;
+	pthread_mutex_unlock(&ctx->lock);
+	if (busy)
+		return EBUSY; /* as uverbs answers while regions, QPs, SRQs or AHs use it */
+	free(to_pd(pd));
 	return 0;
 }
 
@@ -65,6 +85,7 @@ struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64
 	mr->vmr.ibv_mr.handle = ctx->next_key;
 	mr->next = ctx->mrs;
 	ctx->mrs = mr;
+	to_pd(pd)->users++;
 	pthread_mutex_unlock(&ctx->lock);
 	return mr;
 }
@@ -134,6 +155,7 @@ static int dereg_mr(struct verbs_mr *vmr)
 		}
 	if (mr->dm)
 		(*mr->dm)--;
+	to_pd(vmr->ibv_mr.pd)->users--;
 	mr_changed(ctx, mr);
 	pthread_mutex_unlock(&ctx->lock);
 	free(mr);
@@ -672,6 +694,8 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 			to_cq(a->recv_cq)->users++;
 		if (qp->srq)
 			qp->srq->users++;
+		if (pd)
+			to_pd(pd)->users++;
 		if (tgt) {
 			qp->xrcd = container_of(a->xrcd, struct nvmock_xrcd, vx.xrcd);
 			qp->xrcd->users++;
@@ -771,6 +795,8 @@ static int destroy_qp(struct ibv_qp *q)
 	}
 	purge(ctx, qp, NULL, false);
 	cqs_clean(q);
+	if (q->pd)
+		to_pd(q->pd)->users--;
 	ctx->qps[qp->idx] = NULL;
 	if (q->send_cq)
 		to_cq(q->send_cq)->users--;
@@ -1059,11 +1085,13 @@ static struct ibv_ah *create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	if (!ah)
 		return NULL;
 	ah->attr = *attr;
+	pd_use(pd, 1);
 	return &ah->ah;
 }
 
 static int destroy_ah(struct ibv_ah *ah)
 {
+	pd_use(ah->pd, -1);
 	free(container_of(ah, struct nvmock_ah, ah));
 	return 0;
 }

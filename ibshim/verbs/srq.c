@@ -94,7 +94,10 @@ static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a
 {
 	struct nvmock_srq *srq = new_srq(to_ctx(pd->context), &a->attr);
 
-	return srq ? &srq->vsrq.srq : NULL;
+	if (!srq)
+		return NULL;
+	pd_use(pd, 1); /* libibverbs sets its pd once this returns */
+	return &srq->vsrq.srq;
 }
 
 /* ibv_create_srq_ex: a basic SRQ, or an XRC one (with its domain and CQ,
@@ -126,6 +129,7 @@ static struct ibv_srq *create_srq_ex(struct ibv_context *ibctx, struct ibv_srq_i
 	s->context = ibctx;
 	s->srq_context = a->srq_context;
 	s->pd = a->pd;
+	pd_use(a->pd, 1);
 	pthread_mutex_init(&s->mutex, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	srq->vsrq.srq_type = type;
@@ -188,6 +192,7 @@ static int destroy_srq(struct ibv_srq *s)
 		pthread_mutex_unlock(&ctx->lock);
 		return EBUSY; /* as the kernel answers while QPs use it */
 	}
+	to_pd(s->pd)->users--;
 	for (p = &ctx->srqs; *p; p = &(*p)->next)
 		if (*p == srq) {
 			*p = srq->next;
