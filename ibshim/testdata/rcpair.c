@@ -1066,6 +1066,73 @@ static void regions_check(void)
 	if (ibv_dereg_mr(mr) || ibv_free_dm(dm[0]) || ibv_free_dm(dm[1]))
 		FAIL("free device memory");
 
+	/* Memory windows: a type 1 window bound by ibv_bind_mw, a type 2 one
+	 * by a work request, each granting what it was bound with, to whom. */
+	{
+		struct ibv_mw *w1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1), *w2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+		struct ibv_mw_bind mb = { .wr_id = 80, .send_flags = IBV_SEND_SIGNALED };
+		struct ibv_send_wr bw = { .wr_id = 84, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED }, *bbad;
+		struct ibv_sge ws;
+		struct ibv_send_wr sw = { .wr_id = 86, .sg_list = &ws, .num_sge = 1, .opcode = IBV_WR_SEND,
+			.send_flags = IBV_SEND_SIGNALED };
+		struct ibv_mr *wmr;
+		struct end e, f;
+
+		pair(&c, &d, 7);
+		wmr = ibv_reg_mr(pd, d.buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
+		if (!w1 || !w2 || !wmr)
+			FAIL("windows: %s", strerror(errno));
+		if (ibv_alloc_mw(pd, 3) || errno != EINVAL)
+			FAIL("a window of type 3: want EINVAL");
+		mb.bind_info = (struct ibv_mw_bind_info){ wmr, (uintptr_t)d.buf, 1024, IBV_ACCESS_REMOTE_WRITE };
+		if ((err = ibv_bind_mw(d.qp, w1, &mb)))
+			FAIL("bind a type 1 window: %s", strerror(err));
+		expect(wait_wc(d.cq, "bind"), 80, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "bind a type 1 window");
+		bw.bind_mw.bind_info = (struct ibv_mw_bind_info){ wmr, (uintptr_t)d.buf + 2048, 1024, IBV_ACCESS_REMOTE_WRITE };
+		bw.bind_mw.mw = w2;
+		bw.bind_mw.rkey = ibv_inc_rkey(w2->rkey);
+		if ((err = ibv_post_send(d.qp, &bw, &bbad)))
+			FAIL("bind a type 2 window: %s", strerror(err));
+		expect(wait_wc(d.cq, "bind"), 84, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "bind a type 2 window");
+		post(&c, 81, IBV_WR_RDMA_WRITE, 64, (uintptr_t)d.buf + 960, w1->rkey);
+		expect(wait_wc(c.cq, "a write in a type 1 window"), 81, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "a write in a window");
+		post(&c, 85, IBV_WR_RDMA_WRITE, 64, (uintptr_t)d.buf + 2048, bw.bind_mw.rkey);
+		expect(wait_wc(c.cq, "a write in a type 2 window"), 85, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "a write in a window");
+		write_refused(&c, 82, (uintptr_t)d.buf + 1000, w1->rkey, "a write past a window");
+		/* A type 2 window serves the QP it was bound through alone. */
+		pair(&e, &f, 7);
+		write_refused(&e, 87, (uintptr_t)d.buf + 2048, bw.bind_mw.rkey, "a write to a type 2 window of another QP");
+		/* A bind to a region that does not allow binds fails on the
+		 * queue. */
+		pair(&e, &f, 7);
+		mb.bind_info.mr = f.mr;
+		mb.bind_info.addr = (uintptr_t)f.buf;
+		mb.wr_id = 83;
+		if ((err = ibv_bind_mw(f.qp, w1, &mb)))
+			FAIL("post a bind: %s", strerror(err));
+		expect(wait_wc(f.cq, "a bind to a region without MW_BIND"), 83, IBV_WC_MW_BIND_ERR, 0, "a bind to a region without MW_BIND");
+		/* A window's key is no local key. */
+		pair(&e, &f, 7);
+		ws = (struct ibv_sge){ (uintptr_t)d.buf + 2048, 64, bw.bind_mw.rkey };
+		if ((err = ibv_post_send(f.qp, &sw, &bbad)))
+			FAIL("post a send: %s", strerror(err));
+		expect(wait_wc(f.cq, "a window's key as a local key"), 86, IBV_WC_LOC_PROT_ERR, 0, "a window's key as a local key");
+		/* A region that goes takes its windows along. */
+		pair(&e, &f, 7);
+		mb.bind_info = (struct ibv_mw_bind_info){ wmr, (uintptr_t)d.buf, 1024, IBV_ACCESS_REMOTE_WRITE };
+		mb.wr_id = 89;
+		if ((err = ibv_bind_mw(f.qp, w1, &mb)))
+			FAIL("bind again: %s", strerror(err));
+		expect(wait_wc(f.cq, "bind again"), 89, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "bind again");
+		post(&e, 90, IBV_WR_RDMA_WRITE, 64, (uintptr_t)d.buf, w1->rkey);
+		expect(wait_wc(e.cq, "a write in a window bound again"), 90, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "a write in a window");
+		if (ibv_dereg_mr(wmr))
+			FAIL("deregister a region with a window");
+		write_refused(&e, 88, (uintptr_t)d.buf, w1->rkey, "a write to the window of a region gone");
+		if (ibv_dealloc_mw(w1) || ibv_dealloc_mw(w2))
+			FAIL("free the windows");
+	}
+
 	/* A PD a region or a QP uses cannot go (EBUSY, as uverbs answers). */
 	{
 		struct ibv_pd *keep = pd;

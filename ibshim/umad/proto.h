@@ -110,6 +110,7 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_PKT_CMP_SWP 4
 #define NVMOCK_PKT_FETCH_ADD 5
 #define NVMOCK_PKT_UD_SEND 6   /* a datagram, unanswered: rkey carries the Q_Key */
+#define NVMOCK_PKT_NOP 7       /* work the sender did alone (a window's bind or invalidate): keeps the two ends' message count, and is answered */
 #define NVMOCK_PKT_ACK 16
 #define NVMOCK_PKT_NAK 17      /* syndrome says why */
 #define NVMOCK_PKT_READ_RESP 18
@@ -122,6 +123,7 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_PKT_UC 16u  /* from a UC QP: only a UC QP takes it, as a BTH opcode names its transport */
 #define NVMOCK_PKT_MCAST 32u /* a datagram to a multicast group: its GRH's destination GID (16 bytes) leads the payload */
 #define NVMOCK_PKT_XRC 64u   /* between XRC QPs: only they take it, as XRC has BTH opcodes of its own */
+#define NVMOCK_PKT_INV 128u  /* a send with invalidate: imm is the R_Key the responder invalidates */
 
 #define NVMOCK_NAK_RNR 1           /* no receive posted; timer = the responder's min_rnr_timer */
 #define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */

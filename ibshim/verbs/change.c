@@ -126,7 +126,7 @@ static int advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32
 	for (i = 0; i < n && !err; i++) {
 		struct nvmock_mr *mr = find_mr(ctx, sg[i].lkey);
 
-		if (!mr || !(mr->access & IBV_ACCESS_ON_DEMAND))
+		if (!mr || mr->window || !(mr->access & IBV_ACCESS_ON_DEMAND))
 			err = ENOENT;
 		else if (mr->vmr.ibv_mr.pd != pd || (write && !(mr->access & MR_WRITABLE)))
 			err = EPERM;

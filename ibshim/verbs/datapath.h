@@ -90,6 +90,7 @@ struct nvmock_mr {
 	uint8_t *base;   /* where iova is: a device memory region's addr is NULL */
 	uint64_t iova;
 	int access;      /* as simulated: ibv_rereg_mr may change it, not vmr.access, which libibverbs reads */
+	struct nvmock_mw *window; /* a memory window's view of its region (mw.c): remote keys only */
 	bool implicit;   /* on demand over the whole address space (access has ON_DEMAND) */
 	uint32_t *dm;    /* the count of regions on its device memory (dm.c) */
 };
@@ -144,6 +145,11 @@ struct swqe {
 	uint8_t ud_dgid[16]; /* to a group: its GID (zero without a GRH) */
 	uint32_t ud_qpn, ud_qkey;
 	uint32_t srqn; /* XRC: the remote SRQ it is for */
+	/* A bind (mw.c): the window, its new R_Key, and what it binds;
+	 * applied once, however often its message goes again. */
+	bool applied;
+	struct ibv_mw *mw;
+	struct ibv_mw_bind_info bind;
 };
 
 struct rwqe {
@@ -380,6 +386,11 @@ void mcast_ops(struct verbs_context_ops *ops);
 void xrc_ops(struct verbs_context_ops *ops);
 void cqex_ops(struct verbs_context_ops *ops);
 void dm_ops(struct verbs_context_ops *ops);
+void mw_ops(struct verbs_context_ops *ops);
+bool mw_local(struct nvmock_qp *qp, struct swqe *w);
+bool mw_for(struct nvmock_mr *mr, struct nvmock_qp *qp);
+bool mw_invalidate(struct nvmock_qp *qp, uint32_t rkey);
+void mw_region_gone(struct nvmock_context *ctx, struct nvmock_mr *mr);
 void change_ops(struct verbs_context_ops *ops);
 struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector, bool ts);
 void ensure_connected(struct nvmock_context *ctx);

@@ -156,6 +156,7 @@ static int dereg_mr(struct verbs_mr *vmr)
 	if (mr->dm)
 		(*mr->dm)--;
 	to_pd(vmr->ibv_mr.pd)->users--;
+	mw_region_gone(ctx, mr);
 	mr_changed(ctx, mr);
 	pthread_mutex_unlock(&ctx->lock);
 	free(mr);
@@ -752,8 +753,12 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *ibctx, struct ibv_qp_init
 		       ops = a->qp_type == IBV_QPT_UD ? sends
 			   : a->qp_type == IBV_QPT_UC ? sends | writes
 			   : a->qp_type == IBV_QPT_XRC_RECV ? 0
-			   : sends | writes | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-						 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+			   : a->qp_type == IBV_QPT_XRC_SEND
+			       ? sends | writes | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+					 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+			       : sends | writes | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+					 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW |
+					 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV; /* windows: RC here */
 	/* A target has a domain instead of a PD. */
 	const uint32_t need = a->qp_type == IBV_QPT_XRC_RECV ? IBV_QP_INIT_ATTR_XRCD : IBV_QP_INIT_ATTR_PD;
 	struct ibv_qp *q;
@@ -1121,4 +1126,5 @@ void datapath_ops(struct verbs_context_ops *ops)
 	cqex_ops(ops);
 	dm_ops(ops);
 	change_ops(ops);
+	mw_ops(ops);
 }

@@ -30,6 +30,18 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_RDMA_READ:
 		break;
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_LOCAL_INV:
+		/* Memory windows (mw.c): on RC QPs here. */
+		if (qp->ud || qp->uc || qp->xrc)
+			return EINVAL;
+		break;
+	case IBV_WR_BIND_MW:
+		if (qp->ud || qp->uc || qp->xrc || !wr->bind_mw.mw || wr->bind_mw.mw->context != qp->vqp.qp.context)
+			return EINVAL;
+		if (wr->bind_mw.bind_info.length > 1UL << 31)
+			return EOPNOTSUPP; /* mlx5: a window's KLM takes 2 GiB */
+		break;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		/* A misaligned target is posted, as mlx5 does: the responder
@@ -53,7 +65,7 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		return EINVAL;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
 		return EINVAL;
-	for (i = 0; i < wr->num_sge; i++) {
+	for (i = 0; i < wr->num_sge && wr->opcode != IBV_WR_BIND_MW && wr->opcode != IBV_WR_LOCAL_INV; i++) {
 		if (wr->sg_list[i].length > UINT32_MAX - total)
 			return EINVAL;
 		total += wr->sg_list[i].length;
@@ -73,6 +85,20 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		.sge = &qp->sq_sge[(size_t)(qp->sq_tail % qp->sq_size) * qp->max_send_sge],
 		.srqn = qp->xrc ? wr->qp_type.xrc.remote_srqn : 0,
 	};
+	if (wr->opcode == IBV_WR_BIND_MW) {
+		w->nsge = 0;
+		w->mw = wr->bind_mw.mw;
+		w->rkey = wr->bind_mw.rkey;
+		w->bind = wr->bind_mw.bind_info;
+		qp->sq_tail++;
+		return 0;
+	}
+	if (wr->opcode == IBV_WR_LOCAL_INV) {
+		w->nsge = 0;
+		w->rkey = wr->invalidate_rkey;
+		qp->sq_tail++;
+		return 0;
+	}
 	memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * wr->num_sge);
 	if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
 		w->raddr = wr->wr.atomic.remote_addr;
@@ -288,6 +314,41 @@ static void qpx_abort(struct ibv_qp_ex *x)
 
 static void qpx_send(struct ibv_qp_ex *x) { qpx_new(x, IBV_WR_SEND); }
 
+/* Memory windows (mw.c): mlx5's checks, then a bind work request; a type
+ * 1 window takes its new R_Key at once, as ibv_bind_mw gives it. */
+static void qpx_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b)
+{
+	struct ibv_send_wr *wr = qpx_new(x, IBV_WR_BIND_MW);
+
+	if (!wr)
+		return;
+	if ((!b->mr && (b->addr || b->length)) || (b->mw_access_flags & IBV_ACCESS_ZERO_BASED))
+		qpx_qp(x)->batch_err = EINVAL;
+	else if (b->mr && b->mr->pd != mw->pd)
+		qpx_qp(x)->batch_err = EPERM;
+	wr->bind_mw.mw = mw;
+	wr->bind_mw.rkey = rkey;
+	wr->bind_mw.bind_info = *b;
+	if (mw->type == IBV_MW_TYPE_1)
+		mw->rkey = rkey;
+}
+
+static void qpx_local_inv(struct ibv_qp_ex *x, uint32_t rkey)
+{
+	struct ibv_send_wr *wr = qpx_new(x, IBV_WR_LOCAL_INV);
+
+	if (wr)
+		wr->invalidate_rkey = rkey;
+}
+
+static void qpx_send_inv(struct ibv_qp_ex *x, uint32_t rkey)
+{
+	struct ibv_send_wr *wr = qpx_new(x, IBV_WR_SEND_WITH_INV);
+
+	if (wr)
+		wr->invalidate_rkey = rkey;
+}
+
 static void qpx_send_imm(struct ibv_qp_ex *x, __be32 imm)
 {
 	struct ibv_send_wr *wr = qpx_new(x, IBV_WR_SEND_WITH_IMM);
@@ -421,6 +482,9 @@ void qpx_setup(struct nvmock_qp *qp)
 	x->wr_complete = qpx_complete;
 	x->wr_abort = qpx_abort;
 	x->wr_send = qpx_send;
+	x->wr_bind_mw = qpx_bind_mw;
+	x->wr_local_inv = qpx_local_inv;
+	x->wr_send_inv = qpx_send_inv;
 	x->wr_send_imm = qpx_send_imm;
 	x->wr_rdma_write = qpx_write;
 	x->wr_rdma_write_imm = qpx_write_imm;

@@ -29,6 +29,10 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 		return IBV_WC_COMP_SWAP;
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		return IBV_WC_FETCH_ADD;
+	case IBV_WR_BIND_MW:
+		return IBV_WC_BIND_MW;
+	case IBV_WR_LOCAL_INV:
+		return IBV_WC_LOCAL_INV;
 	default:
 		return IBV_WC_SEND;
 	}
@@ -77,6 +81,10 @@ void recv_done(struct nvmock_qp *qp, struct rwqe *r, enum ibv_wc_status st, cons
 			wc.imm_data = p->imm;
 			if (p->kind == NVMOCK_PKT_WRITE)
 				wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+		}
+		if (p->flags & NVMOCK_PKT_INV) {
+			wc.wc_flags |= IBV_WC_WITH_INV;
+			wc.invalidated_rkey = p->imm;
 		}
 	}
 	if (cq && !complete(to_cq(cq), &wc, p && (p->flags & NVMOCK_PKT_SE)))
@@ -160,7 +168,7 @@ uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge
 			struct nvmock_mr *mr = find_mr(ctx, sge[i].lkey);
 			uint8_t *p = mr_ptr(mr, sge[i].addr, sge[i].length, need & IBV_ACCESS_LOCAL_WRITE);
 
-			if (!p || mr->vmr.ibv_mr.pd != resp_pd(qp) || (mr->access & need) != need)
+			if (!p || mr->window || mr->vmr.ibv_mr.pd != resp_pd(qp) || (mr->access & need) != need)
 				return NULL;
 			*room = sge[i].length - off;
 			if (mrp)
@@ -242,8 +250,21 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 	uint32_t off = 0;
 
 	switch (w->opcode) {
+	case IBV_WR_BIND_MW:
+	case IBV_WR_LOCAL_INV:
+		/* Work on this HCA alone, done when the queue reaches it. An
+		 * empty message keeps the ends' count of messages, which
+		 * numbers the work requests, and completes it in order. */
+		if (!w->applied && !mw_local(qp, w)) {
+			send_error(qp, n_wqe, IBV_WC_MW_BIND_ERR);
+			return false;
+		}
+		w->applied = true;
+		kind = NVMOCK_PKT_NOP;
+		break;
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV:
 		kind = qp->ud ? NVMOCK_PKT_UD_SEND : NVMOCK_PKT_SEND;
 		break;
 	case IBV_WR_RDMA_WRITE:
@@ -291,6 +312,8 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 		}
 		if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 			o->hdr.flags |= NVMOCK_PKT_IMM;
+		if (w->opcode == IBV_WR_SEND_WITH_INV)
+			o->hdr.flags |= NVMOCK_PKT_INV; /* imm: the R_Key to invalidate */
 		if (qp->uc)
 			o->hdr.flags |= NVMOCK_PKT_UC;
 		if (kind == NVMOCK_PKT_UD_SEND) {

@@ -197,6 +197,10 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 	}
 
 	switch (p->kind) {
+	case NVMOCK_PKT_NOP:
+		qp->resp_seq++;
+		answer(qp, NVMOCK_PKT_ACK, p->seq, 0);
+		return;
 	case NVMOCK_PKT_SEND:
 		if (p->offset == 0) {
 			if (!take_recv(qp)) {
@@ -223,6 +227,15 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			return;
 		}
 		if (last) {
+			/* A send with invalidate names a type 2 window bound
+			 * through this QP (mw.c); another is this side's error. */
+			if ((p->flags & NVMOCK_PKT_INV) && !mw_invalidate(qp, p->imm)) {
+				recv_done(qp, r, IBV_WC_LOC_PROT_ERR, NULL);
+				qp->rq_head++;
+				qp->resp_rwqe = false;
+				refuse(qp, p, NVMOCK_NAK_REMOTE_OP, NO_EVENT);
+				return;
+			}
 			recv_done(qp, r, IBV_WC_SUCCESS, p);
 			qp->rq_head++;
 			qp->resp_rwqe = false;
@@ -238,7 +251,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			}
 			mr = find_mr(ctx, p->rkey);
 			/* A zero-length transfer checks no R_Key, as the IBA says. */
-			if (p->total && (!mr_ptr(mr, p->raddr, p->total, true) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
+			if (p->total && (!mr_ptr(mr, p->raddr, p->total, true) || !mw_for(mr, qp) ||
 					 !(mr->access & IBV_ACCESS_REMOTE_WRITE))) {
 				refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 				return;
@@ -276,7 +289,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			return;
 		}
 		mem = mr_ptr(mr, p->raddr, p->total, false);
-		if (p->total && (!mem || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->access & IBV_ACCESS_REMOTE_READ))) {
+		if (p->total && (!mem || !mw_for(mr, qp) || !(mr->access & IBV_ACCESS_REMOTE_READ))) {
 			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
@@ -317,7 +330,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 			refuse(qp, p, NVMOCK_NAK_INVALID_REQ, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}
-		if (!word || mr->vmr.ibv_mr.pd != resp_pd(qp) || !(mr->access & IBV_ACCESS_REMOTE_ATOMIC)) {
+		if (!word || !mw_for(mr, qp) || !(mr->access & IBV_ACCESS_REMOTE_ATOMIC)) {
 			refuse(qp, p, NVMOCK_NAK_REMOTE_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return;
 		}

@@ -146,7 +146,7 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 				return;
 			}
 			/* A zero-length write checks no R_Key, as the IBA says. */
-			if (p->total && (!mr_ptr(mr, p->raddr, p->total, true) || mr->vmr.ibv_mr.pd != resp_pd(qp) ||
+			if (p->total && (!mr_ptr(mr, p->raddr, p->total, true) || !mw_for(mr, qp) ||
 					 !(mr->access & IBV_ACCESS_REMOTE_WRITE))) {
 				/* rxe's UC class D: a one-packet write with
 				 * immediate has taken an SRQ's receive by then,
