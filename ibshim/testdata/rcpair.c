@@ -1098,6 +1098,28 @@ static void regions_check(void)
 		expect(wait_wc(c.cq, "a write in a type 1 window"), 81, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "a write in a window");
 		post(&c, 85, IBV_WR_RDMA_WRITE, 64, (uintptr_t)d.buf + 2048, bw.bind_mw.rkey);
 		expect(wait_wc(c.cq, "a write in a type 2 window"), 85, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "a write in a window");
+		/* A send with invalidate takes the type 2 window back, and the
+		 * receive says which key; bound again, with the next key. */
+		{
+			struct ibv_sge is = { (uintptr_t)c.buf, 64, c.mr->lkey };
+			struct ibv_send_wr iw = { .wr_id = 92, .sg_list = &is, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
+				.send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = bw.bind_mw.rkey };
+			struct ibv_wc rc;
+
+			post_recv(&d, 91, 64);
+			if ((err = ibv_post_send(c.qp, &iw, &bbad)))
+				FAIL("post a send with invalidate: %s", strerror(err));
+			rc = wait_wc(d.cq, "a receive with invalidate");
+			expect(rc, 91, IBV_WC_SUCCESS, IBV_WC_RECV, "a receive with invalidate");
+			if (!(rc.wc_flags & IBV_WC_WITH_INV) || rc.invalidated_rkey != bw.bind_mw.rkey)
+				FAIL("a receive with invalidate: flags %#x, key %#x, want WITH_INV and %#x", rc.wc_flags,
+				     rc.invalidated_rkey, bw.bind_mw.rkey);
+			expect(wait_wc(c.cq, "a send with invalidate"), 92, IBV_WC_SUCCESS, IBV_WC_SEND, "a send with invalidate");
+			bw.bind_mw.rkey = ibv_inc_rkey(bw.bind_mw.rkey);
+			if ((err = ibv_post_send(d.qp, &bw, &bbad)))
+				FAIL("bind a type 2 window again: %s", strerror(err));
+			expect(wait_wc(d.cq, "bind again"), 84, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "bind a type 2 window again");
+		}
 		write_refused(&c, 82, (uintptr_t)d.buf + 1000, w1->rkey, "a write past a window");
 		/* A type 2 window serves the QP it was bound through alone. */
 		pair(&e, &f, 7);

@@ -56,6 +56,8 @@ static int rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *ad
 		vmr->ibv_mr.addr = addr;
 		vmr->ibv_mr.length = length;
 	}
+	/* Its windows described the region it was. */
+	mw_region_gone(ctx, mr);
 	mr_changed(ctx, mr);
 	pthread_mutex_unlock(&ctx->lock);
 	return 0;

@@ -145,11 +145,13 @@ struct swqe {
 	uint8_t ud_dgid[16]; /* to a group: its GID (zero without a GRH) */
 	uint32_t ud_qpn, ud_qkey;
 	uint32_t srqn; /* XRC: the remote SRQ it is for */
-	/* A bind (mw.c): the window, its new R_Key, and what it binds;
-	 * applied once, however often its message goes again. */
+	/* A bind (mw.c): the window and region it names (by handle and key,
+	 * looked up when applied: either may be gone by then), the new R_Key's
+	 * tag, and the range and rights; applied once, however often its
+	 * message goes again. */
 	bool applied;
-	struct ibv_mw *mw;
-	struct ibv_mw_bind_info bind;
+	uint32_t mw_handle, bind_lkey;
+	struct ibv_mw_bind_info bind; /* its mr is not kept */
 };
 
 struct rwqe {

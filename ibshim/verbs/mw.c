@@ -30,6 +30,7 @@
 
 struct nvmock_mw {
 	struct ibv_mw mw;
+	struct nvmock_mw *next;   /* the context's windows */
 	struct nvmock_mr view;
 	struct nvmock_mr *region; /* bound to, or NULL */
 	uint32_t qpn;             /* type 2: bound through */
@@ -72,6 +73,8 @@ static struct ibv_mw *alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	pthread_mutex_lock(&ctx->lock);
 	mw->mw.rkey = (++ctx->next_key << 8) | 0x07;
 	mw->mw.handle = ctx->next_key;
+	mw->next = ctx->mws;
+	ctx->mws = mw;
 	to_pd(pd)->users++;
 	pthread_mutex_unlock(&ctx->lock);
 	return &mw->mw;
@@ -82,7 +85,14 @@ static int dealloc_mw(struct ibv_mw *m)
 	struct nvmock_context *ctx = to_ctx(m->context);
 	struct nvmock_mw *mw = to_mw(m);
 
+	struct nvmock_mw **p;
+
 	pthread_mutex_lock(&ctx->lock);
+	for (p = &ctx->mws; *p; p = &(*p)->next)
+		if (*p == mw) {
+			*p = mw->next;
+			break;
+		}
 	unbind(ctx, mw);
 	to_pd(m->pd)->users--;
 	pthread_mutex_unlock(&ctx->lock);
@@ -114,40 +124,50 @@ static int bind_mw(struct ibv_qp *q, struct ibv_mw *m, struct ibv_mw_bind *b)
 }
 
 /* Does the bind or invalidate w on qp's send queue; false if it failed
- * (IBV_WC_MW_BIND_ERR). ctx->lock is held. */
+ * (IBV_WC_MW_BIND_ERR). The window and region are looked up now: a bind
+ * that names one freed since it was posted fails. The new key is the
+ * window's index with the tag the bind gives, as mlx5 builds it. A failed
+ * bind leaves the window as it was. ctx->lock is held. */
 bool mw_local(struct nvmock_qp *qp, struct swqe *w)
 {
 	struct nvmock_context *ctx = qp->ctx;
 	struct ibv_pd *pd = qp->vqp.qp.pd;
-	struct nvmock_mw *mw;
-	struct nvmock_mr *mr;
 	const struct ibv_mw_bind_info *b = &w->bind;
+	struct nvmock_mw *mw;
+	struct nvmock_mr *mr = NULL;
+	uint32_t key;
 
 	if (w->opcode == IBV_WR_LOCAL_INV)
 		return mw_invalidate(qp, w->rkey);
-	mw = to_mw(w->mw);
-	if (mw->mw.pd != pd || (mw->mw.type == IBV_MW_TYPE_2 && mw->region) || (w->rkey >> 8) != (mw->mw.rkey >> 8))
+	for (mw = ctx->mws; mw && mw->mw.handle != w->mw_handle; mw = mw->next)
+		;
+	if (!mw || mw->mw.pd != pd || (mw->mw.type == IBV_MW_TYPE_2 && mw->region))
 		return false;
+	key = (mw->mw.rkey & ~0xffu) | (w->rkey & 0xffu);
+	if (b->length) {
+		mr = find_mr(ctx, w->bind_lkey);
+		if (!mr || mr->window || mr->vmr.ibv_mr.pd != pd || !(mr->access & IBV_ACCESS_MW_BIND) ||
+		    b->addr < mr->iova || b->length > mr->vmr.ibv_mr.length ||
+		    b->addr - mr->iova > mr->vmr.ibv_mr.length - b->length ||
+		    ((b->mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+		     !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+			return false;
+	} else if (mw->mw.type != IBV_MW_TYPE_1) {
+		return false; /* a type 2 window goes by an invalidate */
+	}
 	unbind(ctx, mw);
-	if (!b->length)
-		return mw->mw.type == IBV_MW_TYPE_1; /* a type 1 window unbound */
-	mr = b->mr ? container_of(b->mr, struct nvmock_mr, vmr.ibv_mr) : NULL;
-	if (!mr || mr->window || mr->vmr.ibv_mr.pd != pd || !(mr->access & IBV_ACCESS_MW_BIND) ||
-	    !mr_ptr(mr, b->addr, b->length, false) ||
-	    ((b->mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
-		return false;
+	if (!mr)
+		return true; /* a type 1 window unbound */
 	mw->view = (struct nvmock_mr){
 		.base = mr->base + (b->addr - mr->iova), .iova = b->addr, .window = mw,
 		.access = (int)b->mw_access_flags | (mr->access & IBV_ACCESS_ON_DEMAND),
 	};
 	mw->view.vmr.ibv_mr = (struct ibv_mr){ .context = &ctx->vctx.context, .pd = pd, .length = b->length,
-					       .lkey = w->rkey, .rkey = w->rkey };
+					       .lkey = key, .rkey = key };
 	mw->view.next = ctx->mrs;
 	ctx->mrs = &mw->view;
 	mw->region = mr;
 	mw->qpn = mw->mw.type == IBV_MW_TYPE_2 ? qp->vqp.qp.qp_num : 0;
-	if (mw->mw.type == IBV_MW_TYPE_2)
-		mw->mw.rkey = w->rkey;
 	return true;
 }
 

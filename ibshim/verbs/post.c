@@ -87,9 +87,11 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	};
 	if (wr->opcode == IBV_WR_BIND_MW) {
 		w->nsge = 0;
-		w->mw = wr->bind_mw.mw;
+		w->mw_handle = wr->bind_mw.mw->handle;
 		w->rkey = wr->bind_mw.rkey;
 		w->bind = wr->bind_mw.bind_info;
+		w->bind_lkey = w->bind.mr ? w->bind.mr->lkey : 0;
+		w->bind.mr = NULL;
 		qp->sq_tail++;
 		return 0;
 	}
@@ -314,23 +316,17 @@ static void qpx_abort(struct ibv_qp_ex *x)
 
 static void qpx_send(struct ibv_qp_ex *x) { qpx_new(x, IBV_WR_SEND); }
 
-/* Memory windows (mw.c): mlx5's checks, then a bind work request; a type
- * 1 window takes its new R_Key at once, as ibv_bind_mw gives it. */
+/* Memory windows (mw.c): a bind work request, which mlx5 checks no
+ * further here (the device does, when it gets to it). */
 static void qpx_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b)
 {
 	struct ibv_send_wr *wr = qpx_new(x, IBV_WR_BIND_MW);
 
 	if (!wr)
 		return;
-	if ((!b->mr && (b->addr || b->length)) || (b->mw_access_flags & IBV_ACCESS_ZERO_BASED))
-		qpx_qp(x)->batch_err = EINVAL;
-	else if (b->mr && b->mr->pd != mw->pd)
-		qpx_qp(x)->batch_err = EPERM;
 	wr->bind_mw.mw = mw;
 	wr->bind_mw.rkey = rkey;
 	wr->bind_mw.bind_info = *b;
-	if (mw->type == IBV_MW_TYPE_1)
-		mw->rkey = rkey;
 }
 
 static void qpx_local_inv(struct ibv_qp_ex *x, uint32_t rkey)

@@ -19,6 +19,8 @@ struct nvmock_mr;
 struct nvmock_srq;
 struct out_pkt;
 
+struct nvmock_mw;
+
 /* Device memory a device has (max_dm_size): ConnectX's MEMIC, 128 KiB. */
 #define NVMOCK_DM_SIZE 131072u
 
@@ -45,6 +47,7 @@ struct nvmock_context {
 	struct nvmock_srq *srqs; /* by number, for XRC targets (xrc.c) */
 	uint32_t next_key, next_srq, next_dm;
 	size_t dm_used;       /* device memory taken (dm.c) */
+	struct nvmock_mw *mws; /* the memory windows (mw.c) */
 	struct out_pkt *out_head, *out_tail;
 	uint8_t *rx;          /* one received packet */
 	uint32_t next_qp;     /* QPNs go round, so a stale packet finds no new QP */
