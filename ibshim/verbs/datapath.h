@@ -118,7 +118,6 @@ struct nvmock_cq {
 	int64_t *ts;
 	struct ibv_wc cur;
 	int64_t cur_ts;
-	uint64_t khz; /* the device's clock, for timestamps */
 	pthread_mutex_t poll; /* held from start_poll to end_poll */
 	bool poll_shared;     /* not made single-threaded: poll is taken */
 };

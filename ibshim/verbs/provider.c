@@ -263,7 +263,7 @@ static void extended_caps(const struct hca_model *m, struct ibv_device_attr_ex *
 	if (FITS(completion_timestamp_mask))
 		attr->completion_timestamp_mask = 0x7fffffffffffffffULL;
 	if (FITS(hca_core_clock))
-		attr->hca_core_clock = 156250; /* kHz */
+		attr->hca_core_clock = NVMOCK_HCA_CLOCK_KHZ;
 	if (FITS(device_cap_flags_ex))
 		attr->device_cap_flags_ex = attr->orig_attr.device_cap_flags | m->flags_ex;
 	if (FITS(tm_caps))

@@ -21,6 +21,9 @@ struct out_pkt;
 
 struct nvmock_mw;
 
+/* The device's clock (hca_core_clock), in kHz: the captured ConnectX-6's. */
+#define NVMOCK_HCA_CLOCK_KHZ 156250u
+
 /* Device memory a device has (max_dm_size): ConnectX's MEMIC, 128 KiB. */
 #define NVMOCK_DM_SIZE 131072u
 
