@@ -97,6 +97,28 @@ wait $srv; echo "server exit $?"`, flags))
 	}
 }
 
+// Parent and thread domains, as mlx5 gives them: checked by a verbs
+// program of ours under valgrind, which also sees the queues use the
+// memory the program's allocator gave.
+func TestParentDomainsStandForTheirPDAndGiveQueueMemory(t *testing.T) {
+	cc := testenv.Tool(t, "gcc")
+	vg := testenv.Tool(t, "valgrind")
+	bin := filepath.Join(t.TempDir(), "domains")
+	if out, err := exec.Command(cc, "-O1", "-Wall", "-Werror", "-o", bin, "testdata/domains.c", "-libverbs").CombinedOutput(); err != nil {
+		testenv.Missing(t, "building testdata/domains.c against libibverbs (libibverbs-dev): %v\n%s", err, out)
+	}
+	out := node(t, fmt.Sprintf("%s -q --error-exitcode=9 %s mlx5_0 2>&1; echo \"exit $?\"", vg, bin))
+	for _, check := range []string{"hold", "cq", "stands-for-its-pd", "give-back", "allocator-answers"} {
+		if !strings.Contains(out, "ok "+check+"\n") {
+			t.Errorf("domains did not pass %q:\n%s", check, out)
+			break
+		}
+	}
+	if !strings.Contains(out, "exit 0") {
+		t.Errorf("domains under valgrind:\n%s", out)
+	}
+}
+
 // XRC: domains, XRC SRQs, and initiator and target QPs, checked by a
 // verbs program of ours (what a send, RDMA and the errors do), then
 // ibv_xsrq_pingpong between two programs, polling and with events.

@@ -28,7 +28,6 @@ var suiteSkips = []struct{ reason, why string }{
 	{`Ethernet link layer|skip RoCE test|doesn't have net interface|No supported port is up`, "RoCE and IPoIB: an InfiniBand port has no netdev here"},
 	{`dmabuf|cuda-python|huge pages`, "GPU memory and huge pages: this host's"},
 	// Simulated by no mock verb yet (docs/infiniband.md says why).
-	{`Parent Domain is not supported`, "parent domains"},
 	{`Extended CQ is not supported`, "tag matching's CQ fields"},
 	{`Create Extended CQ is not supported`, "wall-clock completion timestamps"},
 	{`Extended QP is not supported on this device`, "atomic write"},
@@ -99,6 +98,8 @@ func TestRdmaCoreVerbsSuite(t *testing.T) {
 		"test_mw_type1", "test_invalidate_mw_type1", "test_mw_type2", "test_mw_type2_invalidate_local",
 		"test_mw_type2_invalidate_remote", "test_mw_type2_invalidate_dealloc", "test_reg_mw_wrong_type",
 		"test_qp_ex_rc_bind_mw",
+		"test_without_allocators_rc_traffic", "test_default_allocators_rc_traffic", "test_mem_align_rc_traffic",
+		"test_mem_align_ud_traffic", "test_mem_align_srq_excq_rc_traffic",
 		"test_odp_rc_traffic", "test_odp_ud_traffic", "test_odp_xrc_traffic", "test_odp_rc_srq_traffic",
 		"test_odp_rc_rdma_write", "test_odp_rc_rdma_read", "test_odp_rc_atomic_fetch_and_add",
 		"test_odp_implicit_rc_traffic", "test_odp_implicit_sync_prefetch_rc_traffic",

@@ -15,7 +15,7 @@ inc=$1/rdma-core/include
 [ -f /usr/include/infiniband/verbs.h ] || die "no <infiniband/verbs.h> (install libibverbs-dev)"
 mkdir -p "$2"
 out=$(cd "$2" && pwd)/libnvmock-rdmav34.so
-srcs=("$here"/provider.c "$here"/objects.c "$here"/post.c "$here"/engine.c "$here"/requester.c "$here"/responder.c "$here"/srq.c "$here"/uc.c "$here"/mcast.c "$here"/xrc.c "$here"/cqex.c "$here"/dm.c "$here"/change.c "$here"/mw.c)
+srcs=("$here"/provider.c "$here"/objects.c "$here"/post.c "$here"/engine.c "$here"/requester.c "$here"/responder.c "$here"/srq.c "$here"/uc.c "$here"/mcast.c "$here"/xrc.c "$here"/cqex.c "$here"/dm.c "$here"/change.c "$here"/mw.c "$here"/domain.c)
 
 fresh=1
 for f in "${srcs[@]}" "$here/provider.h" "$here/datapath.h" "$here/../umad/proto.h" "$0" "$inc/infiniband/driver.h"; do

@@ -45,8 +45,9 @@ static int rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *ad
 	pthread_mutex_lock(&ctx->lock);
 	mr->access = now;
 	if (flags & IBV_REREG_MR_CHANGE_PD) {
-		to_pd(vmr->ibv_mr.pd)->users--;
-		to_pd(pd)->users++;
+		mr->dom->users--;
+		mr->dom = domain_of(pd);
+		mr->dom->users++;
 		vmr->ibv_mr.pd = pd;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -67,9 +68,11 @@ static int resize_cq(struct ibv_cq *c, int cqe)
 {
 	struct nvmock_cq *cq = to_cq(c);
 	struct nvmock_context *ctx = to_ctx(c->context);
+	struct qmem m;
 	struct ibv_wc *ring;
 	int64_t *ts = NULL;
 	uint32_t size = 1, i;
+	int err;
 
 	if (cqe < 1 || cqe > ctx->caps->max_cqe)
 		return EINVAL;
@@ -77,20 +80,15 @@ static int resize_cq(struct ibv_cq *c, int cqe)
 		size <<= 1;
 	if (size == cq->size)
 		return 0;
-	ring = calloc(size, sizeof(*ring));
-	if (cq->ts)
-		ts = calloc(size, sizeof(*ts));
-	if (!ring || (cq->ts && !ts)) {
-		free(ring);
-		free(ts);
-		return ENOMEM;
-	}
+	/* From the CQ's parent domain's allocator, as mlx5 takes it. */
+	err = cq_ring(cq, &m, size, &ring, cq->ts ? &ts : NULL);
+	if (err)
+		return err;
 	pthread_mutex_lock(&ctx->lock);
 	if (cq->count > size) {
 		/* The device cannot move more completions than fit. */
 		pthread_mutex_unlock(&ctx->lock);
-		free(ring);
-		free(ts);
+		qmem_put(&m);
 		return EINVAL;
 	}
 	for (i = 0; i < cq->count; i++) {
@@ -98,8 +96,8 @@ static int resize_cq(struct ibv_cq *c, int cqe)
 		if (ts)
 			ts[i] = cq->ts[(cq->head + i) % cq->size];
 	}
-	free(cq->ring);
-	free(cq->ts);
+	qmem_put(&cq->mem);
+	cq->mem = m;
 	cq->ring = ring;
 	cq->ts = ts;
 	cq->head = 0;
@@ -130,7 +128,7 @@ static int advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32
 
 		if (!mr || mr->window || !(mr->access & IBV_ACCESS_ON_DEMAND))
 			err = ENOENT;
-		else if (mr->vmr.ibv_mr.pd != pd || (write && !(mr->access & MR_WRITABLE)))
+		else if (mr->dom != domain_of(pd) || (write && !(mr->access & MR_WRITABLE)))
 			err = EPERM;
 		else if ((flags & IBV_ADVISE_MR_FLAG_FLUSH) && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT &&
 			 !mr_ptr(mr, sg[i].addr, sg[i].length, write))

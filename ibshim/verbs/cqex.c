@@ -10,9 +10,10 @@
  *
  * The work-completion fields a CQ may be asked for are mlx5's standard
  * ones and the timestamp; VLANs and flow tags (raw packets), tag matching
- * and the wall clock are refused (EOPNOTSUPP), as are a parent domain and
- * the creation flags but single-threaded: mlx5 takes IGNORE_OVERRUN, and
- * UCX, which asks for it in newer releases, then makes a plain CQ.
+ * and the wall clock are refused (EOPNOTSUPP), as are the creation flags
+ * but single-threaded: mlx5 takes IGNORE_OVERRUN, and UCX, which asks for
+ * it in newer releases, then makes a plain CQ. A parent domain may give
+ * the ring's memory (domain.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -128,18 +129,21 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ibctx, struct ibv_cq_i
 	struct nvmock_cq *cq;
 	struct ibv_cq_ex *x;
 
-	if ((a->wc_flags & ~flags) || (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	if ((a->wc_flags & ~flags) || (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) ||
 	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
 		trace("create_cq_ex: wc_flags %#llx, comp_mask %#x: the standard fields and the timestamp are simulated",
 		      (unsigned long long)a->wc_flags, a->comp_mask);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (a->cqe > INT32_MAX) {
+	/* mlx5 takes only a parent domain there. */
+	if (a->cqe > INT32_MAX ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && (!a->parent_domain || !to_pd(a->parent_domain)->protection))) {
 		errno = EINVAL;
 		return NULL;
 	}
-	cq = new_cq(ibctx, (int)a->cqe, a->channel, (int)a->comp_vector, true);
+	cq = new_cq(ibctx, (int)a->cqe, a->channel, (int)a->comp_vector, true,
+		    a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD ? a->parent_domain : NULL);
 	if (!cq)
 		return NULL;
 	/* libibverbs' wrapper sets up the ibv_cq part (verbs_init_cq)

@@ -41,9 +41,10 @@
  * Multicast: mcast.c. Shared receive queues: srq.c. XRC: xrc.c.
  * Extended CQs (ibv_create_cq_ex, completion timestamps): cqex.c.
  *
- * Not simulated, and refused rather than faked: raw QPs,
- * memory windows, and RoCE (a QP on an Ethernet port cannot
- * reach RTR).
+ * Memory windows: mw.c. Parent and thread domains: domain.c.
+ *
+ * Not simulated, and refused rather than faked: raw QPs and RoCE (a QP on
+ * an Ethernet port cannot reach RTR).
  *
  * objects.c: PDs, MRs, CQs, QPs' life; post.c: posting, and the ibv_qp_ex
  * builder; engine.c: the daemon connection, packet queue and engine
@@ -75,14 +76,51 @@
  * most any QP may have outstanding (max_qp_rd_atom). */
 #define ATOMIC_REPLAY 16
 
-/* A protection domain, and how many objects use it: uverbs refuses to
- * free it while any does (EBUSY). Changed under ctx->lock. */
+/* A protection domain, or a parent domain over one (domain.c), and how
+ * many objects use it: it cannot be freed while any does (EBUSY). A PD
+ * counts what the kernel counts (everything made on it or on a parent
+ * over it, and the parents); a parent counts what mlx5 counts (its QPs and
+ * CQs). Changed under ctx->lock. */
 struct nvmock_pd {
 	struct ibv_pd pd;
 	uint32_t users;
+	/* A parent domain's: the PD it stands for, the domain it holds (that
+	 * PD, or a parent over it), its thread domain, and the program's
+	 * allocators for queue memory. */
+	struct nvmock_pd *protection, *held;
+	struct nvmock_td *td;
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment, uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type);
+	void *pd_context;
+};
+
+struct nvmock_td {
+	struct ibv_td td;
+	uint32_t users; /* parent domains over it */
 };
 
 static inline struct nvmock_pd *to_pd(struct ibv_pd *pd) { return container_of(pd, struct nvmock_pd, pd); }
+
+/* The PD whose memory and keys an object made on pd may use: the kernel
+ * knows a parent domain only by its PD's handle. */
+static inline struct nvmock_pd *domain_of(struct ibv_pd *pd)
+{
+	struct nvmock_pd *p = to_pd(pd);
+
+	return p->protection ? p->protection : p;
+}
+
+#define QALIGN(n) (((n) + 63) & ~(size_t)63)
+
+/* Memory of a queue, or a doorbell record: a parent domain's allocator
+ * gives it if the program set one (domain.c). */
+struct qmem {
+	void *p;
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type);
+	struct ibv_pd *pd;
+	void *pd_context;
+	uint64_t type;
+};
 
 struct nvmock_mr {
 	struct verbs_mr vmr;
@@ -93,6 +131,7 @@ struct nvmock_mr {
 	struct nvmock_mw *window; /* a memory window's view of its region (mw.c): remote keys only */
 	bool implicit;   /* on demand over the whole address space (access has ON_DEMAND) */
 	uint32_t *dm;    /* the count of regions on its device memory (dm.c) */
+	struct nvmock_pd *dom; /* domain_of its PD, which a parent domain may stand for */
 };
 
 enum { ARM_NONE, ARM_NEXT, ARM_SOLICITED };
@@ -103,6 +142,8 @@ struct nvmock_cq {
 		struct ibv_cq_ex cqx; /* an extended CQ's (cqex.c): the same start */
 	};
 	struct ibv_wc *ring;
+	struct qmem mem, db; /* ring and ts; a doorbell record from a parent domain */
+	struct ibv_pd *parent; /* IBV_CQ_INIT_ATTR_MASK_PD's parent domain, or NULL */
 	uint32_t size, head, count;
 	uint32_t users; /* QPs that complete into it: it cannot go while any does */
 	bool overrun;
@@ -176,6 +217,8 @@ struct nvmock_srq {
 	struct nvmock_cq *cq;     /* an XRC SRQ's completions go there */
 	struct rwqe *rq;
 	struct ibv_sge *sge;
+	struct qmem mem, db; /* rq and sge; a parent domain's doorbell record */
+	struct nvmock_pd *dom;
 	uint32_t size, head, tail, max_sge; /* holds size - 1, as mlx5 */
 	uint32_t limit; /* armed: the event when fewer are left; 0: not */
 	uint32_t users; /* QPs made with it: it cannot go while any is */
@@ -186,6 +229,8 @@ struct nvmock_qp {
 	struct verbs_qp vqp;
 	struct nvmock_context *ctx;
 	struct nvmock_srq *srq; /* receives come from it (srq.c) */
+	struct nvmock_pd *dom;  /* domain_of its PD; NULL for an XRC target */
+	struct qmem mem, db;    /* the queues below; a parent domain's doorbell record */
 	uint32_t idx;
 	/* The QP's state. libibverbs writes vqp.qp.state after modify and
 	 * query return, without the lock; this one only moves under it. */
@@ -275,6 +320,7 @@ struct out_pkt {
 struct nvmock_ah {
 	struct ibv_ah ah;
 	struct ibv_ah_attr attr;
+	struct nvmock_pd *dom;
 };
 
 static inline struct nvmock_qp *to_qp(struct ibv_qp *qp) { return container_of(qp, struct nvmock_qp, vqp.qp); }
@@ -329,6 +375,7 @@ bool mr_copy(const struct nvmock_mr *mr, void *dst, const void *src, size_t n, b
 void mr_changed(struct nvmock_context *ctx, struct nvmock_mr *mr);
 bool access_known(int access);
 void pd_use(struct ibv_pd *pd, int n);
+void pd_use_parent(struct ibv_pd *pd, int n);
 
 /* Access that lets a region be written (the kernel's ib_access_writable). */
 #define MR_WRITABLE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
@@ -393,10 +440,17 @@ bool mw_for(struct nvmock_mr *mr, struct nvmock_qp *qp);
 bool mw_invalidate(struct nvmock_qp *qp, uint32_t rkey);
 void mw_region_gone(struct nvmock_context *ctx, struct nvmock_mr *mr);
 void change_ops(struct verbs_context_ops *ops);
-struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector, bool ts);
+struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector, bool ts, struct ibv_pd *parent);
+int cq_ring(struct nvmock_cq *cq, struct qmem *m, uint32_t size, struct ibv_wc **ring, int64_t **ts);
 void ensure_connected(struct nvmock_context *ctx);
 bool xrc_target(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p);
-struct ibv_pd *resp_pd(struct nvmock_qp *qp);
+struct nvmock_pd *resp_pd(struct nvmock_qp *qp);
+void domain_ops(struct verbs_context_ops *ops);
+int dealloc_parent(struct nvmock_pd *p);
+int qmem_get(struct qmem *m, struct ibv_pd *pd, size_t size, uint64_t type);
+void qmem_put(struct qmem *m);
+int qmem_db(struct qmem *m, struct ibv_pd *pd);
+bool qmem_custom(struct ibv_pd *pd);
 void xrc_srq_gone(struct nvmock_context *ctx, struct nvmock_srq *srq);
 const union ibv_gid *mc_gid(struct nvmock_qp *qp, uint16_t lid, const uint8_t gid[16]);
 

@@ -34,6 +34,7 @@ struct nvmock_mw {
 	struct nvmock_mr view;
 	struct nvmock_mr *region; /* bound to, or NULL */
 	uint32_t qpn;             /* type 2: bound through */
+	struct nvmock_pd *dom;    /* domain_of its PD */
 };
 
 static struct nvmock_mw *to_mw(struct ibv_mw *m) { return container_of(m, struct nvmock_mw, mw); }
@@ -70,12 +71,13 @@ static struct ibv_mw *alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	mw->mw.context = pd->context;
 	mw->mw.pd = pd;
 	mw->mw.type = type;
+	mw->dom = domain_of(pd);
 	pthread_mutex_lock(&ctx->lock);
 	mw->mw.rkey = (++ctx->next_key << 8) | 0x07;
 	mw->mw.handle = ctx->next_key;
 	mw->next = ctx->mws;
 	ctx->mws = mw;
-	to_pd(pd)->users++;
+	mw->dom->users++;
 	pthread_mutex_unlock(&ctx->lock);
 	return &mw->mw;
 }
@@ -94,7 +96,7 @@ static int dealloc_mw(struct ibv_mw *m)
 			break;
 		}
 	unbind(ctx, mw);
-	to_pd(m->pd)->users--;
+	mw->dom->users--;
 	pthread_mutex_unlock(&ctx->lock);
 	free(mw);
 	return 0;
@@ -131,7 +133,7 @@ static int bind_mw(struct ibv_qp *q, struct ibv_mw *m, struct ibv_mw_bind *b)
 bool mw_local(struct nvmock_qp *qp, struct swqe *w)
 {
 	struct nvmock_context *ctx = qp->ctx;
-	struct ibv_pd *pd = qp->vqp.qp.pd;
+	struct nvmock_pd *pd = qp->dom;
 	const struct ibv_mw_bind_info *b = &w->bind;
 	struct nvmock_mw *mw;
 	struct nvmock_mr *mr = NULL;
@@ -141,12 +143,12 @@ bool mw_local(struct nvmock_qp *qp, struct swqe *w)
 		return mw_invalidate(qp, w->rkey);
 	for (mw = ctx->mws; mw && mw->mw.handle != w->mw_handle; mw = mw->next)
 		;
-	if (!mw || mw->mw.pd != pd || (mw->mw.type == IBV_MW_TYPE_2 && mw->region))
+	if (!mw || mw->dom != pd || (mw->mw.type == IBV_MW_TYPE_2 && mw->region))
 		return false;
 	key = (mw->mw.rkey & ~0xffu) | (w->rkey & 0xffu);
 	if (b->length) {
 		mr = find_mr(ctx, w->bind_lkey);
-		if (!mr || mr->window || mr->vmr.ibv_mr.pd != pd || !(mr->access & IBV_ACCESS_MW_BIND) ||
+		if (!mr || mr->window || mr->dom != pd || !(mr->access & IBV_ACCESS_MW_BIND) ||
 		    b->addr < mr->iova || b->length > mr->vmr.ibv_mr.length ||
 		    b->addr - mr->iova > mr->vmr.ibv_mr.length - b->length ||
 		    ((b->mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
@@ -160,9 +162,9 @@ bool mw_local(struct nvmock_qp *qp, struct swqe *w)
 		return true; /* a type 1 window unbound */
 	mw->view = (struct nvmock_mr){
 		.base = mr->base + (b->addr - mr->iova), .iova = b->addr, .window = mw,
-		.access = (int)b->mw_access_flags | (mr->access & IBV_ACCESS_ON_DEMAND),
+		.access = (int)b->mw_access_flags | (mr->access & IBV_ACCESS_ON_DEMAND), .dom = pd,
 	};
-	mw->view.vmr.ibv_mr = (struct ibv_mr){ .context = &ctx->vctx.context, .pd = pd, .length = b->length,
+	mw->view.vmr.ibv_mr = (struct ibv_mr){ .context = &ctx->vctx.context, .pd = &pd->pd, .length = b->length,
 					       .lkey = key, .rkey = key };
 	mw->view.next = ctx->mrs;
 	ctx->mrs = &mw->view;
@@ -175,7 +177,7 @@ bool mw_local(struct nvmock_qp *qp, struct swqe *w)
  * window, bound through qp. */
 bool mw_for(struct nvmock_mr *mr, struct nvmock_qp *qp)
 {
-	return mr->vmr.ibv_mr.pd == resp_pd(qp) && (!mr->window || !mr->window->qpn || mr->window->qpn == qp->vqp.qp.qp_num);
+	return mr->dom == resp_pd(qp) && (!mr->window || !mr->window->qpn || mr->window->qpn == qp->vqp.qp.qp_num);
 }
 
 /* Invalidates the type 2 window of rkey bound through qp (a local

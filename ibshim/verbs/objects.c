@@ -17,12 +17,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <infiniband/mlx5dv.h>
+
 #include "datapath.h"
 
 /* ---- protection domains and memory regions ---- */
 
-/* One more (or fewer) object on pd. */
+/* One more (or fewer) object on pd's PD (domain_of). */
 void pd_use(struct ibv_pd *pd, int n)
+{
+	struct nvmock_context *ctx = to_ctx(pd->context);
+
+	pthread_mutex_lock(&ctx->lock);
+	domain_of(pd)->users += n;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* One more (or fewer) QP or CQ made on parent domain pd. */
+void pd_use_parent(struct ibv_pd *pd, int n)
 {
 	struct nvmock_context *ctx = to_ctx(pd->context);
 
@@ -45,10 +57,18 @@ static int dealloc_pd(struct ibv_pd *pd)
 	bool busy;
 
 	pthread_mutex_lock(&ctx->lock);
+	if (to_pd(pd)->protection) {
+		int err = dealloc_parent(to_pd(pd));
+
+		pthread_mutex_unlock(&ctx->lock);
+		if (!err)
+			free(to_pd(pd));
+		return err;
+	}
 	busy = to_pd(pd)->users > 0;
 	pthread_mutex_unlock(&ctx->lock);
 	if (busy)
-		return EBUSY; /* as uverbs answers while regions, QPs, SRQs or AHs use it */
+		return EBUSY; /* as uverbs answers while regions, QPs, SRQs, AHs or parent domains use it */
 	free(to_pd(pd));
 	return 0;
 }
@@ -85,7 +105,8 @@ struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64
 	mr->vmr.ibv_mr.handle = ctx->next_key;
 	mr->next = ctx->mrs;
 	ctx->mrs = mr;
-	to_pd(pd)->users++;
+	mr->dom = domain_of(pd);
+	mr->dom->users++;
 	pthread_mutex_unlock(&ctx->lock);
 	return mr;
 }
@@ -155,7 +176,7 @@ static int dereg_mr(struct verbs_mr *vmr)
 		}
 	if (mr->dm)
 		(*mr->dm)--;
-	to_pd(vmr->ibv_mr.pd)->users--;
+	mr->dom->users--;
 	mw_region_gone(ctx, mr);
 	mr_changed(ctx, mr);
 	pthread_mutex_unlock(&ctx->lock);
@@ -270,13 +291,31 @@ bool huge_refused(const char *component)
 
 /* ---- completion queues ---- */
 
+/* Gets memory m for a ring of size completions (and their times, if ts is
+ * not NULL), from the CQ's parent domain if it has one. 0 or an errno. */
+int cq_ring(struct nvmock_cq *cq, struct qmem *m, uint32_t size, struct ibv_wc **ring, int64_t **ts)
+{
+	size_t n = QALIGN((size_t)size * sizeof(**ring));
+	int err = qmem_get(m, cq->parent, n + (ts ? (size_t)size * sizeof(**ts) : 0), MLX5DV_RES_TYPE_CQ);
+
+	if (!err) {
+		*ring = m->p;
+		if (ts)
+			*ts = (int64_t *)((uint8_t *)m->p + n);
+	}
+	return err;
+}
+
 /* A CQ of at least cqe entries, completing events to channel (or NULL);
- * with ts, one that keeps each completion's time (cqex.c). */
-struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector, bool ts)
+ * with ts, one that keeps each completion's time (cqex.c); its memory
+ * from parent, a parent domain, if not NULL. */
+struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector, bool ts,
+			 struct ibv_pd *parent)
 {
 	const struct ibv_device_attr *caps = to_ctx(ibctx)->caps;
 	struct nvmock_cq *cq;
 	uint32_t size = 1;
+	int err;
 
 	int chan_w = -1;
 
@@ -298,7 +337,7 @@ struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_cha
 		errno = EINVAL;
 		return NULL;
 	}
-	if (huge_refused("MLX_CQ")) {
+	if (!qmem_custom(parent) && huge_refused("MLX_CQ")) {
 		if (chan_w >= 0)
 			close(chan_w);
 		return NULL;
@@ -307,22 +346,25 @@ struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_cha
 	while (size < (uint32_t)cqe + 1)
 		size <<= 1;
 	cq = calloc(1, sizeof(*cq));
+	err = cq ? 0 : ENOMEM;
 	if (cq) {
-		cq->ring = calloc(size, sizeof(*cq->ring));
-		if (ts)
-			cq->ts = calloc(size, sizeof(*cq->ts));
-	}
-	if (!cq || !cq->ring || (ts && !cq->ts)) {
-		if (cq) {
-			free(cq->ring);
-			free(cq->ts);
+		cq->parent = parent;
+		err = cq_ring(cq, &cq->mem, size, &cq->ring, ts ? &cq->ts : NULL);
+		if (!err) {
+			err = qmem_db(&cq->db, parent);
+			if (err)
+				qmem_put(&cq->mem);
 		}
+	}
+	if (err) {
 		free(cq);
 		if (chan_w >= 0)
 			close(chan_w);
-		errno = ENOMEM;
+		errno = err;
 		return NULL;
 	}
+	if (parent)
+		pd_use_parent(parent, 1);
 	cq->size = size;
 	cq->cq.cqe = size - 1;
 	cq->chan_w = chan_w;
@@ -331,7 +373,7 @@ struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_cha
 
 static struct ibv_cq *create_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_channel *channel, int comp_vector)
 {
-	struct nvmock_cq *cq = new_cq(ibctx, cqe, channel, comp_vector, false);
+	struct nvmock_cq *cq = new_cq(ibctx, cqe, channel, comp_vector, false, NULL);
 
 	return cq ? &cq->cq : NULL;
 }
@@ -405,8 +447,10 @@ static int destroy_cq(struct ibv_cq *ibcq)
 	pthread_mutex_lock(&ctx->lock);
 	busy = cq->users > 0;
 	if (!busy) {
-		free(cq->ring);
-		free(cq->ts);
+		qmem_put(&cq->mem);
+		qmem_put(&cq->db);
+		if (cq->parent)
+			to_pd(cq->parent)->users--;
 		take_back(cq);
 	}
 	pthread_mutex_unlock(&ctx->lock);
@@ -591,7 +635,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		errno = EINVAL;
 		return NULL;
 	}
-	if (a->srq && a->srq->pd != pd) {
+	if (a->srq && to_srq(a->srq)->dom != domain_of(pd)) {
 		/* An HCA checks an SRQ's receives against the SRQ's PD; the
 		 * data path checks a QP's against its own. */
 		trace("create_qp: an SRQ of another PD is not simulated");
@@ -608,7 +652,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!tgt && huge_refused("MLX_QP"))
+	if (!tgt && !qmem_custom(pd) && huge_refused("MLX_QP"))
 		return NULL;
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
@@ -637,18 +681,32 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		qp->max_recv_sge = caps->max_srq_sge;
 	qp->max_inline = a->cap.max_inline_data;
 	qp->sig_all = a->sq_sig_all;
-	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
-	qp->sq_sge = calloc((size_t)qp->sq_size * qp->max_send_sge, sizeof(*qp->sq_sge));
-	qp->rq = calloc(qp->rq_size, sizeof(*qp->rq));
-	qp->rq_sge = calloc((size_t)qp->rq_size * qp->max_recv_sge, sizeof(*qp->rq_sge));
+	/* The work queues, in one buffer as mlx5's, from a parent domain's
+	 * allocator if it has one (an XRC target's has no PD). */
+	{
+		size_t sq = 0, sq_sge = QALIGN(sq + qp->sq_size * sizeof(*qp->sq)),
+		       rq = QALIGN(sq_sge + (size_t)qp->sq_size * qp->max_send_sge * sizeof(*qp->sq_sge)),
+		       rq_sge = QALIGN(rq + qp->rq_size * sizeof(*qp->rq)),
+		       inl = QALIGN(rq_sge + (size_t)qp->rq_size * qp->max_recv_sge * sizeof(*qp->rq_sge));
+		uint8_t *m;
+
+		err = qmem_get(&qp->mem, pd, inl + (size_t)qp->sq_size * qp->max_inline, MLX5DV_RES_TYPE_QP);
+		if (!err && !tgt)
+			err = qmem_db(&qp->db, pd);
+		if (err)
+			goto fail;
+		m = qp->mem.p;
+		qp->sq = (struct swqe *)(m + sq);
+		qp->sq_sge = (struct ibv_sge *)(m + sq_sge);
+		qp->rq = (struct rwqe *)(m + rq);
+		qp->rq_sge = (struct ibv_sge *)(m + rq_sge);
+		qp->sq_inl = qp->max_inline ? m + inl : NULL;
+	}
 	qp->batch = calloc(qp->sq_size, sizeof(*qp->batch));
 	qp->batch_sge = calloc((size_t)qp->sq_size * qp->max_send_sge, sizeof(*qp->batch_sge));
-	if (qp->max_inline) {
-		qp->sq_inl = malloc((size_t)qp->sq_size * qp->max_inline);
+	if (qp->max_inline)
 		qp->batch_inl = malloc((size_t)qp->sq_size * qp->max_inline);
-	}
-	if (!qp->sq || !qp->sq_sge || !qp->rq || !qp->rq_sge || !qp->batch || !qp->batch_sge ||
-	    (qp->max_inline && (!qp->sq_inl || !qp->batch_inl))) {
+	if (!qp->batch || !qp->batch_sge || (qp->max_inline && !qp->batch_inl)) {
 		err = ENOMEM;
 		goto fail;
 	}
@@ -695,8 +753,12 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 			to_cq(a->recv_cq)->users++;
 		if (qp->srq)
 			qp->srq->users++;
-		if (pd)
-			to_pd(pd)->users++;
+		if (pd) {
+			qp->dom = domain_of(pd);
+			qp->dom->users++;
+			if (to_pd(pd)->protection) /* a parent domain counts its QPs */
+				to_pd(pd)->users++;
+		}
 		if (tgt) {
 			qp->xrcd = container_of(a->xrcd, struct nvmock_xrcd, vx.xrcd);
 			qp->xrcd->users++;
@@ -717,13 +779,10 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 	in->cap = a->cap;
 	return q;
 fail:
-	free(qp->sq);
-	free(qp->sq_sge);
-	free(qp->rq);
-	free(qp->rq_sge);
+	qmem_put(&qp->mem);
+	qmem_put(&qp->db);
 	free(qp->batch);
 	free(qp->batch_sge);
-	free(qp->sq_inl);
 	free(qp->batch_inl);
 	free(qp);
 	errno = err;
@@ -800,8 +859,11 @@ static int destroy_qp(struct ibv_qp *q)
 	}
 	purge(ctx, qp, NULL, false);
 	cqs_clean(q);
-	if (q->pd)
-		to_pd(q->pd)->users--;
+	if (q->pd) {
+		qp->dom->users--;
+		if (to_pd(q->pd)->protection)
+			to_pd(q->pd)->users--;
+	}
 	ctx->qps[qp->idx] = NULL;
 	if (q->send_cq)
 		to_cq(q->send_cq)->users--;
@@ -812,13 +874,10 @@ static int destroy_qp(struct ibv_qp *q)
 	if (qp->xrcd)
 		qp->xrcd->users--;
 	pthread_mutex_unlock(&ctx->lock);
-	free(qp->sq);
-	free(qp->sq_sge);
-	free(qp->rq);
-	free(qp->rq_sge);
+	qmem_put(&qp->mem);
+	qmem_put(&qp->db);
 	free(qp->batch);
 	free(qp->batch_sge);
-	free(qp->sq_inl);
 	free(qp->batch_inl);
 	free(qp->mc);
 	release(ctx, qp, qp->raised != acked(q, &q->events_completed));
@@ -1090,14 +1149,17 @@ static struct ibv_ah *create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	if (!ah)
 		return NULL;
 	ah->attr = *attr;
+	ah->dom = domain_of(pd);
 	pd_use(pd, 1);
 	return &ah->ah;
 }
 
 static int destroy_ah(struct ibv_ah *ah)
 {
-	pd_use(ah->pd, -1);
-	free(container_of(ah, struct nvmock_ah, ah));
+	struct nvmock_ah *a = container_of(ah, struct nvmock_ah, ah);
+
+	pd_use(&a->dom->pd, -1);
+	free(a);
 	return 0;
 }
 
@@ -1127,4 +1189,5 @@ void datapath_ops(struct verbs_context_ops *ops)
 	dm_ops(ops);
 	change_ops(ops);
 	mw_ops(ops);
+	domain_ops(ops);
 }

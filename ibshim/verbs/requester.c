@@ -168,7 +168,7 @@ uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge
 			struct nvmock_mr *mr = find_mr(ctx, sge[i].lkey);
 			uint8_t *p = mr_ptr(mr, sge[i].addr, sge[i].length, need & IBV_ACCESS_LOCAL_WRITE);
 
-			if (!p || mr->window || mr->vmr.ibv_mr.pd != resp_pd(qp) || (mr->access & need) != need)
+			if (!p || mr->window || mr->dom != resp_pd(qp) || (mr->access & need) != need)
 				return NULL;
 			*room = sge[i].length - off;
 			if (mrp)

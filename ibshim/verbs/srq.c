@@ -18,23 +18,27 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <infiniband/mlx5dv.h>
 
 #include "datapath.h"
 
 /* An SRQ of max_wr receives of max_sge SGEs (rounded as mlx5 rounds
- * them, and told back in attr), with the next number of the context's block. */
-static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_attr *attr)
+ * them, and told back in attr), with the next number of the context's
+ * block, made on pd (its queue memory from a parent domain's allocator). */
+static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_attr *attr, struct ibv_pd *pd)
 {
 	const struct ibv_device_attr *caps = ctx->caps;
 	struct nvmock_srq *srq;
 	uint32_t size = 1, wqe = 32, n;
+	size_t sge;
+	int err;
 
 	/* mlx5 takes none (a queue that holds nothing) too. */
 	if (attr->max_wr > (uint32_t)caps->max_srq_wr || attr->max_sge > (uint32_t)caps->max_srq_sge) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (huge_refused("MLX_SRQ"))
+	if (!qmem_custom(pd) && huge_refused("MLX_SRQ"))
 		return NULL;
 	/* mlx5 rounds up to a power of two, less one. */
 	while (size < attr->max_wr + 1)
@@ -48,15 +52,21 @@ static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_att
 	while (wqe < 16 + 16 * attr->max_sge)
 		wqe <<= 1;
 	srq->max_sge = (wqe - 16) / 16;
-	srq->rq = calloc(size, sizeof(*srq->rq));
-	srq->sge = calloc((size_t)size * srq->max_sge, sizeof(*srq->sge));
-	if (!srq->rq || !srq->sge) {
-		free(srq->rq);
-		free(srq->sge);
+	sge = QALIGN(size * sizeof(*srq->rq));
+	err = qmem_get(&srq->mem, pd, sge + (size_t)size * srq->max_sge * sizeof(*srq->sge), MLX5DV_RES_TYPE_SRQ);
+	if (!err) {
+		err = qmem_db(&srq->db, pd);
+		if (err)
+			qmem_put(&srq->mem);
+	}
+	if (err) {
 		free(srq);
-		errno = ENOMEM;
+		errno = err;
 		return NULL;
 	}
+	srq->rq = srq->mem.p;
+	srq->sge = (struct ibv_sge *)((uint8_t *)srq->mem.p + sge);
+	srq->dom = domain_of(pd);
 	attr->max_wr = size - 1;
 	attr->max_sge = srq->max_sge;
 	/* SRQ numbers come from the context's block, as QPNs do, so that
@@ -77,8 +87,8 @@ static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_att
 	}
 	if (n == NVMOCK_IBD_QPN_BLOCK) { /* every number is in use */
 		pthread_mutex_unlock(&ctx->lock);
-		free(srq->rq);
-		free(srq->sge);
+		qmem_put(&srq->mem);
+		qmem_put(&srq->db);
 		free(srq);
 		errno = ENOMEM;
 		return NULL;
@@ -92,7 +102,7 @@ static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_att
 
 static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 {
-	struct nvmock_srq *srq = new_srq(to_ctx(pd->context), &a->attr);
+	struct nvmock_srq *srq = new_srq(to_ctx(pd->context), &a->attr, pd);
 
 	if (!srq)
 		return NULL;
@@ -122,7 +132,7 @@ static struct ibv_srq *create_srq_ex(struct ibv_context *ibctx, struct ibv_srq_i
 		errno = EINVAL;
 		return NULL;
 	}
-	srq = new_srq(ctx, &a->attr);
+	srq = new_srq(ctx, &a->attr, a->pd);
 	if (!srq)
 		return NULL;
 	s = &srq->vsrq.srq;
@@ -192,7 +202,7 @@ static int destroy_srq(struct ibv_srq *s)
 		pthread_mutex_unlock(&ctx->lock);
 		return EBUSY; /* as the kernel answers while QPs use it */
 	}
-	to_pd(s->pd)->users--;
+	srq->dom->users--;
 	for (p = &ctx->srqs; *p; p = &(*p)->next)
 		if (*p == srq) {
 			*p = srq->next;
@@ -204,8 +214,8 @@ static int destroy_srq(struct ibv_srq *s)
 		xrc_srq_gone(ctx, srq);
 	}
 	pthread_mutex_unlock(&ctx->lock);
-	free(srq->rq);
-	free(srq->sge);
+	qmem_put(&srq->mem);
+	qmem_put(&srq->db);
 	release(ctx, srq, srq->raised != acked(s, &s->events_completed));
 	return 0;
 }

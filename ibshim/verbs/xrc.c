@@ -159,11 +159,11 @@ bool xrc_target(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p)
 
 /* The PD a QP's memory is checked against: an XRC target's is its
  * message's SRQ's, for the receive it scatters into and the R_Keys. */
-struct ibv_pd *resp_pd(struct nvmock_qp *qp)
+struct nvmock_pd *resp_pd(struct nvmock_qp *qp)
 {
 	if (qp->tgt)
-		return qp->srq ? qp->srq->vsrq.srq.pd : NULL;
-	return qp->vqp.qp.pd;
+		return qp->srq ? qp->srq->dom : NULL;
+	return qp->dom;
 }
 
 /* An XRC SRQ is destroyed: targets serving a message for it drop the
