@@ -853,6 +853,64 @@ static void uc_check(void)
 	if ((err = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS }, IBV_QP_STATE)))
 		FAIL("uc: SQE to RTS: %s", strerror(err));
 
+	/* Windows on UC QPs, as mlx5 takes them: a type 2 window bound
+	 * through b serves a's writes, a send with invalidate takes it back
+	 * (a write to it is then dropped), and a type 1 window and a local
+	 * invalidate work too. */
+	{
+		struct ibv_mr *wmr = ibv_reg_mr(pd, b.buf + 16384, 4096,
+						IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
+		struct ibv_mw *w1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1), *w2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+		struct ibv_send_wr bw = { .wr_id = 100, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED,
+			.bind_mw = { w2, w2 ? ibv_inc_rkey(w2->rkey) : 0,
+				     { wmr, (uintptr_t)b.buf + 16384, 1024, IBV_ACCESS_REMOTE_WRITE } } };
+		struct ibv_mw_bind mb = { .wr_id = 103, .send_flags = IBV_SEND_SIGNALED,
+			.bind_info = { wmr, (uintptr_t)b.buf + 18432, 1024, IBV_ACCESS_REMOTE_WRITE } };
+		struct ibv_sge is = { (uintptr_t)a.buf, 64, a.mr->lkey };
+		struct ibv_send_wr iw = { .wr_id = 102, .sg_list = &is, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
+			.send_flags = IBV_SEND_SIGNALED }, lw = { .wr_id = 105, .opcode = IBV_WR_LOCAL_INV,
+			.send_flags = IBV_SEND_SIGNALED };
+
+		if (!wmr || !w1 || !w2)
+			FAIL("uc windows: %s", strerror(errno));
+		if ((err = ibv_post_send(b.qp, &bw, &bad)))
+			FAIL("uc: bind a type 2 window: %s", strerror(err));
+		expect(wait_wc(b.cq, "uc bind"), 100, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "uc: bind a type 2 window");
+		fill(a.buf, 64, 31);
+		post(&a, 101, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf + 16384, bw.bind_mw.rkey);
+		expect(wait_wc(a.cq, "uc write in a window"), 101, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write in a window");
+		probe(&a, &b, 106, "uc write in a window");
+		if (memcmp(a.buf, b.buf + 16384, 64))
+			FAIL("uc write in a window: not written");
+		iw.invalidate_rkey = bw.bind_mw.rkey;
+		post_recv(&b, 107, 64);
+		if ((err = ibv_post_send(a.qp, &iw, &bad)))
+			FAIL("uc: post a send with invalidate: %s", strerror(err));
+		wc = wait_wc(b.cq, "uc receive with invalidate");
+		expect(wc, 107, IBV_WC_SUCCESS, IBV_WC_RECV, "uc receive with invalidate");
+		if (!(wc.wc_flags & IBV_WC_WITH_INV) || wc.invalidated_rkey != bw.bind_mw.rkey)
+			FAIL("uc receive with invalidate: flags %#x, key %#x", wc.wc_flags, wc.invalidated_rkey);
+		expect(wait_wc(a.cq, "uc send with invalidate"), 102, IBV_WC_SUCCESS, IBV_WC_SEND, "uc send with invalidate");
+		fill(a.buf, 64, 32);
+		post(&a, 104, IBV_WR_RDMA_WRITE, 64, (uintptr_t)b.buf + 16384, bw.bind_mw.rkey);
+		expect(wait_wc(a.cq, "uc write to a window gone"), 104, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write to a window gone");
+		probe(&a, &b, 108, "uc write to a window gone");
+		if (!memcmp(a.buf, b.buf + 16384, 64))
+			FAIL("uc write to an invalidated window: written");
+		if ((err = ibv_bind_mw(b.qp, w1, &mb)))
+			FAIL("uc: bind a type 1 window: %s", strerror(err));
+		expect(wait_wc(b.cq, "uc bind type 1"), 103, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "uc: bind a type 1 window");
+		bw.bind_mw.rkey = ibv_inc_rkey(bw.bind_mw.rkey);
+		lw.invalidate_rkey = bw.bind_mw.rkey;
+		bw.next = &lw;
+		if ((err = ibv_post_send(b.qp, &bw, &bad)))
+			FAIL("uc: bind and invalidate: %s", strerror(err));
+		expect(wait_wc(b.cq, "uc bind again"), 100, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "uc: bind again");
+		expect(wait_wc(b.cq, "uc local invalidate"), 105, IBV_WC_SUCCESS, IBV_WC_LOCAL_INV, "uc: local invalidate");
+		if (ibv_dealloc_mw(w1) || ibv_dealloc_mw(w2) || ibv_dereg_mr(wmr))
+			FAIL("uc windows: free");
+	}
+
 	/* A message cut short (its memory deregistered while it went out)
 	 * leaves its receive to the next message, or, an SRQ's, completes in
 	 * error. */

@@ -4,7 +4,8 @@
  * Memory windows (datapath.h), as mlx5 gives them: type 1, bound with
  * ibv_bind_mw and unbound by a bind of length 0; type 2, bound with an
  * IBV_WR_BIND_MW work request to the QP that posts it, and invalidated by
- * IBV_WR_LOCAL_INV or a peer's IBV_WR_SEND_WITH_INV. A bind is work on the
+ * IBV_WR_LOCAL_INV or a peer's IBV_WR_SEND_WITH_INV; on RC and UC QPs (mlx5
+ * also takes XRC's, whose windows are not simulated). A bind is work on the
  * send queue: it takes effect when the queue reaches it, and completes
  * (IBV_WC_BIND_MW) in order after what was posted before it.
  *

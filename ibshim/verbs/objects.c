@@ -809,15 +809,15 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *ibctx, struct ibv_qp_init
 	/* What mlx5 takes for each type, of what the mock simulates. */
 	const uint64_t sends = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
 		       writes = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+		       windows = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV,
 		       ops = a->qp_type == IBV_QPT_UD ? sends
-			   : a->qp_type == IBV_QPT_UC ? sends | writes
+			   : a->qp_type == IBV_QPT_UC ? sends | writes | windows
 			   : a->qp_type == IBV_QPT_XRC_RECV ? 0
 			   : a->qp_type == IBV_QPT_XRC_SEND
 			       ? sends | writes | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
 					 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
 			       : sends | writes | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-					 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW |
-					 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV; /* windows: RC here */
+					 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | windows; /* windows: not XRC's here */
 	/* A target has a domain instead of a PD. */
 	const uint32_t need = a->qp_type == IBV_QPT_XRC_RECV ? IBV_QP_INIT_ATTR_XRCD : IBV_QP_INIT_ATTR_PD;
 	struct ibv_qp *q;

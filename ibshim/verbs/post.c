@@ -32,12 +32,12 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		break;
 	case IBV_WR_SEND_WITH_INV:
 	case IBV_WR_LOCAL_INV:
-		/* Memory windows (mw.c): on RC QPs here. */
-		if (qp->ud || qp->uc || qp->xrc)
+		/* Memory windows (mw.c): on RC and UC QPs here. */
+		if (qp->ud || qp->xrc)
 			return EINVAL;
 		break;
 	case IBV_WR_BIND_MW:
-		if (qp->ud || qp->uc || qp->xrc || !wr->bind_mw.mw || wr->bind_mw.mw->context != qp->vqp.qp.context)
+		if (qp->ud || qp->xrc || !wr->bind_mw.mw || wr->bind_mw.mw->context != qp->vqp.qp.context)
 			return EINVAL;
 		if (wr->bind_mw.bind_info.length > 1UL << 31)
 			return EOPNOTSUPP; /* mlx5: a window's KLM takes 2 GiB */

@@ -133,11 +133,19 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 			return;
 		}
 		if (last) {
+			/* A send with invalidate names a type 2 window bound
+			 * through this QP (mw.c); another is this side's error. */
+			if ((p->flags & NVMOCK_PKT_INV) && !mw_invalidate(qp, p->imm)) {
+				local_error(qp, IBV_WC_LOC_PROT_ERR);
+				return;
+			}
 			recv_done(qp, r, IBV_WC_SUCCESS, p);
 			qp->rq_head++;
 			qp->resp_rwqe = false;
 		}
 		break;
+	case NVMOCK_PKT_NOP:
+		break; /* a bind's or invalidate's empty message (requester.c) */
 	case NVMOCK_PKT_WRITE:
 		if (p->offset == 0) {
 			mr = find_mr(ctx, p->rkey);
