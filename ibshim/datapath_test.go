@@ -101,21 +101,33 @@ wait $srv; echo "server exit $?"`, flags))
 // program of ours under valgrind, which also sees the queues use the
 // memory the program's allocator gave.
 func TestParentDomainsStandForTheirPDAndGiveQueueMemory(t *testing.T) {
+	checkProgram(t, "domains", "hold", "cq", "stands-for-its-pd", "give-back", "allocator-answers")
+}
+
+// Extended CQs take what mlx5 takes (and refuse the rest with its errors),
+// give wall-clock completion times, and can ignore overruns.
+func TestExtendedCQsTakeWhatMlx5Takes(t *testing.T) {
+	checkProgram(t, "cqex", "refusals", "fields", "ignore-overrun")
+}
+
+// checkProgram builds testdata/<name>.c and runs it under valgrind on an
+// exec'd node's mlx5_0; it must print "ok <check>" for each check.
+func checkProgram(t *testing.T, name string, checks ...string) {
 	cc := testenv.Tool(t, "gcc")
 	vg := testenv.Tool(t, "valgrind")
-	bin := filepath.Join(t.TempDir(), "domains")
-	if out, err := exec.Command(cc, "-O1", "-Wall", "-Werror", "-o", bin, "testdata/domains.c", "-libverbs").CombinedOutput(); err != nil {
-		testenv.Missing(t, "building testdata/domains.c against libibverbs (libibverbs-dev): %v\n%s", err, out)
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command(cc, "-O1", "-Wall", "-Werror", "-o", bin, "testdata/"+name+".c", "-libverbs").CombinedOutput(); err != nil {
+		testenv.Missing(t, "building testdata/%s.c against libibverbs (libibverbs-dev): %v\n%s", name, err, out)
 	}
 	out := node(t, fmt.Sprintf("%s -q --error-exitcode=9 %s mlx5_0 2>&1; echo \"exit $?\"", vg, bin))
-	for _, check := range []string{"hold", "cq", "stands-for-its-pd", "give-back", "allocator-answers"} {
+	for _, check := range checks {
 		if !strings.Contains(out, "ok "+check+"\n") {
-			t.Errorf("domains did not pass %q:\n%s", check, out)
+			t.Errorf("%s did not pass %q:\n%s", name, check, out)
 			break
 		}
 	}
 	if !strings.Contains(out, "exit 0") {
-		t.Errorf("domains under valgrind:\n%s", out)
+		t.Errorf("%s under valgrind:\n%s", name, out)
 	}
 }
 

@@ -19,10 +19,10 @@
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
-#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
-
 static struct ibv_context *ctx;
 static uint16_t lid;
+
+#include "verbs_util.h"
 
 /* The allocator's book: what it gave and has not got back. */
 enum { NONE, USE_DEFAULT, REFUSE } mode;
@@ -71,41 +71,6 @@ static int has(uint64_t type, size_t min)
 	return n;
 }
 
-static void to_rts(struct ibv_qp *qp, uint32_t dqpn)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	int err;
-
-	if ((err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-		FAIL("to INIT: %s", strerror(err));
-	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = dqpn,
-		.max_dest_rd_atomic = 1, .min_rnr_timer = 1, .ah_attr = { .dlid = lid, .port_num = 1 } };
-	if ((err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
-		FAIL("to RTR: %s", strerror(err));
-	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1 };
-	if ((err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
-		FAIL("to RTS: %s", strerror(err));
-}
-
-static struct ibv_wc wait_wc(struct ibv_cq *cq, const char *what)
-{
-	struct ibv_wc wc;
-	int i;
-
-	for (i = 0; i < 100000; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-
-		if (n < 0)
-			FAIL("%s: ibv_poll_cq: %d", what, n);
-		if (n == 1)
-			return wc;
-		usleep(100);
-	}
-	FAIL("%s: no completion in 10 s", what);
-}
-
 static struct ibv_qp *rc(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *srq)
 {
 	struct ibv_qp_init_attr a = { .send_cq = cq, .recv_cq = cq, .srq = srq, .qp_type = IBV_QPT_RC,
@@ -117,8 +82,6 @@ static struct ibv_qp *rc(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *s
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **list;
-	struct ibv_port_attr pa;
 	struct ibv_pd *pd, *other, *parent, *nested, *plain;
 	struct ibv_td *td;
 	struct ibv_cq *cq, *pcq;
@@ -128,19 +91,11 @@ int main(int argc, char **argv)
 	struct ibv_mr *mr, *omr;
 	struct ibv_wc wc;
 	char buf[2][4096];
-	int i, n, err, ctxmark;
+	int i, err, ctxmark;
 
 	if (argc != 2)
 		FAIL("usage: domains DEVICE");
-	list = ibv_get_device_list(&n);
-	for (i = 0; i < n && strcmp(ibv_get_device_name(list[i]), argv[1]); i++)
-		;
-	if (i == n || !(ctx = ibv_open_device(list[i])))
-		FAIL("open %s", argv[1]);
-	ibv_free_device_list(list);
-	if (ibv_query_port(ctx, 1, &pa))
-		FAIL("ibv_query_port");
-	lid = pa.lid;
+	open_device(argv[1]);
 	pd = ibv_alloc_pd(ctx);
 	other = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);

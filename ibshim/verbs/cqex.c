@@ -8,12 +8,12 @@
  * taken when the completion is written; completion_timestamp_mask lets
  * them run for ever.
  *
- * The work-completion fields a CQ may be asked for are mlx5's standard
- * ones and the timestamp; VLANs and flow tags (raw packets), tag matching
- * and the wall clock are refused (EOPNOTSUPP), as are the creation flags
- * but single-threaded: mlx5 takes IGNORE_OVERRUN, and UCX, which asks for
- * it in newer releases, then makes a plain CQ. A parent domain may give
- * the ring's memory (domain.c).
+ * The work-completion fields a CQ may be asked for are mlx5's: the
+ * standard ones, the device's timestamp and the wall clock's; VLANs, flow
+ * tags (raw packets') and tag matching's, which no completion here
+ * carries. Of the creation flags, single-threaded and IGNORE_OVERRUN (a
+ * full CQ then loses completions without an error). A parent domain may
+ * give the ring's memory (domain.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -105,6 +105,27 @@ static uint64_t read_completion_ts(struct ibv_cq_ex *x)
 	return ticks((uint64_t)cq->cur_ts);
 }
 
+/* The completion's wall-clock time, in ns: mlx5 converts the device's
+ * clock by the kernel's clock page, the mock its own by the offset taken
+ * when the CQ was made. */
+static uint64_t read_completion_wallclock_ns(struct ibv_cq_ex *x)
+{
+	struct nvmock_cq *cq = xcq(x);
+
+	return (uint64_t)(cq->cur_ts + cq->wall_off);
+}
+
+/* Fields no completion of an InfiniBand CQ carries here: VLANs and flow
+ * tags are raw packets', and tag matching is not simulated (no TM SRQ can
+ * be made); mlx5 takes CQs that ask for them. */
+static uint16_t read_cvlan(struct ibv_cq_ex *x) { (void)x; return 0; }
+static uint32_t read_flow_tag(struct ibv_cq_ex *x) { (void)x; return 0; }
+static void read_tm_info(struct ibv_cq_ex *x, struct ibv_wc_tm_info *info)
+{
+	(void)x;
+	*info = (struct ibv_wc_tm_info){ 0 };
+}
+
 /* The device's clock now, as mlx5 gives it (its ticks in raw_clock's
  * nanoseconds field), on the completions' time base. */
 static int query_rt_values(struct ibv_context *ibctx, struct ibv_values_ex *v)
@@ -125,14 +146,21 @@ static int query_rt_values(struct ibv_context *ibctx, struct ibv_values_ex *v)
 
 static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ibctx, struct ibv_cq_init_attr_ex *a)
 {
-	const uint64_t flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	/* mlx5's fields, masks and flags (create_cq in its verbs.c). */
+	const uint64_t fields = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_CVLAN |
+				IBV_WC_EX_WITH_FLOW_TAG | IBV_WC_EX_WITH_TM_INFO |
+				IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+	const uint32_t masks = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD,
+		       flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+	const uint32_t asked = a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS ? a->flags : 0;
 	struct nvmock_cq *cq;
 	struct ibv_cq_ex *x;
 
-	if ((a->wc_flags & ~flags) || (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) ||
-	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
-		trace("create_cq_ex: wc_flags %#llx, comp_mask %#x: the standard fields and the timestamp are simulated",
-		      (unsigned long long)a->wc_flags, a->comp_mask);
+	if ((a->comp_mask & ~masks) || (asked & ~flags)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (a->wc_flags & ~fields) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -148,7 +176,14 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ibctx, struct ibv_cq_i
 		return NULL;
 	/* libibverbs' wrapper sets up the ibv_cq part (verbs_init_cq)
 	 * once this returns, the channel's reference with it. */
-	cq->poll_shared = !((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED));
+	cq->poll_shared = !(asked & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
+	cq->ignore_overrun = asked & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+	{
+		struct timespec rt;
+
+		clock_gettime(CLOCK_REALTIME, &rt);
+		cq->wall_off = (int64_t)rt.tv_sec * 1000000000LL + rt.tv_nsec - now_ns();
+	}
 	pthread_mutex_init(&cq->poll, NULL);
 	x = &cq->cqx;
 	x->start_poll = start_poll;
@@ -165,6 +200,10 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ibctx, struct ibv_cq_i
 	x->read_sl = read_sl;
 	x->read_dlid_path_bits = read_dlid_path_bits;
 	x->read_completion_ts = read_completion_ts;
+	x->read_completion_wallclock_ns = read_completion_wallclock_ns;
+	x->read_cvlan = read_cvlan;
+	x->read_flow_tag = read_flow_tag;
+	x->read_tm_info = read_tm_info;
 	return x;
 }
 

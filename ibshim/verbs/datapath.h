@@ -147,6 +147,7 @@ struct nvmock_cq {
 	uint32_t size, head, count;
 	uint32_t users; /* QPs that complete into it: it cannot go while any does */
 	bool overrun;
+	bool ignore_overrun; /* IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: no error when full */
 	uint32_t raised; /* async events that named it (release) */
 	/* Completion events: the provider's end of the CQ's channel (-1:
 	 * none) and what ibv_req_notify_cq asked for, until it fires. */
@@ -157,6 +158,7 @@ struct nvmock_cq {
 	/* An extended CQ's: each entry's completion time (ns, monotonic),
 	 * and the completion start_poll or next_poll took. */
 	int64_t *ts;
+	int64_t wall_off; /* CLOCK_REALTIME less CLOCK_MONOTONIC, when made */
 	struct ibv_wc cur;
 	int64_t cur_ts;
 	pthread_mutex_t poll; /* held from start_poll to end_poll */
