@@ -68,7 +68,7 @@ static int resize_cq(struct ibv_cq *c, int cqe)
 {
 	struct nvmock_cq *cq = to_cq(c);
 	struct nvmock_context *ctx = to_ctx(c->context);
-	struct qmem m;
+	struct qmem m, old;
 	struct ibv_wc *ring;
 	int64_t *ts = NULL;
 	uint32_t size = 1, i;
@@ -96,7 +96,7 @@ static int resize_cq(struct ibv_cq *c, int cqe)
 		if (ts)
 			ts[i] = cq->ts[(cq->head + i) % cq->size];
 	}
-	qmem_put(&cq->mem);
+	old = cq->mem;
 	cq->mem = m;
 	cq->ring = ring;
 	cq->ts = ts;
@@ -104,6 +104,7 @@ static int resize_cq(struct ibv_cq *c, int cqe)
 	cq->size = size;
 	c->cqe = size - 1;
 	pthread_mutex_unlock(&ctx->lock);
+	qmem_put(&old); /* not under the lock: a parent domain's free may call verbs */
 	return 0;
 }
 

@@ -84,10 +84,9 @@
 struct nvmock_pd {
 	struct ibv_pd pd;
 	uint32_t users;
-	/* A parent domain's: the PD it stands for, the domain it holds (that
-	 * PD, or a parent over it), its thread domain, and the program's
-	 * allocators for queue memory. */
-	struct nvmock_pd *protection, *held;
+	/* A parent domain's: the PD it stands for (and holds), its thread
+	 * domain, and the program's allocators for queue memory. */
+	struct nvmock_pd *protection;
 	struct nvmock_td *td;
 	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment, uint64_t resource_type);
 	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type);

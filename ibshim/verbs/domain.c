@@ -8,7 +8,9 @@
  * belong to the PD, and may be used by QPs made on the PD or on any parent
  * over it. mlx5 counts the parent's QPs and CQs, and frees neither the
  * parent while they live nor the PD or thread domain while a parent holds
- * them (EBUSY). A thread domain only spares a real HCA's locks and doorbell
+ * them (EBUSY); a parent made over a parent holds the PD beneath. A
+ * parent's allocators are called with no lock held, as they may call
+ * verbs. A thread domain only spares a real HCA's locks and doorbell
  * sharing, which the mock has not got.
  *
  * A parent domain's allocators give the memory of the queues made on it
@@ -74,7 +76,7 @@ static struct ibv_pd *alloc_parent_domain(struct ibv_context *ibctx, struct ibv_
 		return NULL;
 	}
 	ctx = to_ctx(a->pd->context);
-	p->held = to_pd(a->pd);
+	/* mlx5 holds the PD, even through a parent given for it. */
 	p->protection = domain_of(a->pd);
 	p->pd.context = a->pd->context;
 	p->pd.handle = p->protection->pd.handle;
@@ -88,7 +90,7 @@ static struct ibv_pd *alloc_parent_domain(struct ibv_context *ibctx, struct ibv_
 		p->pd_context = a->pd_context;
 	(void)ibctx;
 	pthread_mutex_lock(&ctx->lock);
-	p->held->users++;
+	p->protection->users++;
 	if (p->td)
 		p->td->users++;
 	pthread_mutex_unlock(&ctx->lock);
@@ -100,7 +102,7 @@ int dealloc_parent(struct nvmock_pd *p)
 {
 	if (p->users)
 		return EBUSY;
-	p->held->users--;
+	p->protection->users--;
 	if (p->td)
 		p->td->users--;
 	return 0;

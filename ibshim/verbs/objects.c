@@ -442,13 +442,14 @@ static int destroy_cq(struct ibv_cq *ibcq)
 {
 	struct nvmock_context *ctx = to_ctx(ibcq->context);
 	struct nvmock_cq *cq = to_cq(ibcq);
+	struct qmem mem, db;
 	bool busy;
 
 	pthread_mutex_lock(&ctx->lock);
 	busy = cq->users > 0;
 	if (!busy) {
-		qmem_put(&cq->mem);
-		qmem_put(&cq->db);
+		mem = cq->mem;
+		db = cq->db;
 		if (cq->parent)
 			to_pd(cq->parent)->users--;
 		take_back(cq);
@@ -456,6 +457,9 @@ static int destroy_cq(struct ibv_cq *ibcq)
 	pthread_mutex_unlock(&ctx->lock);
 	if (busy)
 		return EBUSY; /* as the kernel answers while QPs use it */
+	/* Not under the lock: a parent domain's free may call verbs. */
+	qmem_put(&mem);
+	qmem_put(&db);
 	if (cq->chan_w >= 0) {
 		/* As ibv_destroy_cq(3) promises: it waits until every event
 		 * the program got is acknowledged (ibv_ack_cq_events), so no
