@@ -110,6 +110,12 @@ func TestExtendedCQsTakeWhatMlx5Takes(t *testing.T) {
 	checkProgram(t, "cqex", "refusals", "fields", "ignore-overrun")
 }
 
+// A bind is the HCA's own work: the port's counters do not see it (the
+// provider's empty message that keeps the two ends' count is not counted).
+func TestBindsAreNoTraffic(t *testing.T) {
+	checkProgram(t, "binds", "binds-unseen", "writes-seen")
+}
+
 // checkProgram builds testdata/<name>.c and runs it under valgrind on an
 // exec'd node's mlx5_0; it must print "ok <check>" for each check.
 func checkProgram(t *testing.T, name string, checks ...string) {

@@ -129,6 +129,7 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */
 #define NVMOCK_NAK_INVALID_REQ 3   /* does not fit the receive, or the QP cannot take it */
 #define NVMOCK_NAK_REMOTE_OP 4     /* the responder's own error: its receive's memory (IBA: Remote Operational Error) */
+#define NVMOCK_ACK_UNSEEN 1        /* an ACK's syndrome: it answers a NOP; as no wire carries either, no port counts them */
 
 struct nvmock_ibd_pkt {
 	uint32_t magic;
@@ -165,6 +166,7 @@ struct nvmock_ibd_pkt {
 #define NVMOCK_IBD_PKT_DQPN_OFF 12
 #define NVMOCK_IBD_PKT_SQPN_OFF 16
 #define NVMOCK_IBD_PKT_KIND_OFF 20
+#define NVMOCK_IBD_PKT_SYNDROME_OFF 22
 #define NVMOCK_IBD_PKT_FLAGS_OFF 21
 
 #define NVMOCK_IBD_HELLO_SIZE 20
@@ -190,6 +192,7 @@ _Static_assert(offsetof(struct nvmock_ibd_pkt, slid) == NVMOCK_IBD_PKT_SLID_OFF,
 _Static_assert(offsetof(struct nvmock_ibd_pkt, dqpn) == NVMOCK_IBD_PKT_DQPN_OFF, "dqpn offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, sqpn) == NVMOCK_IBD_PKT_SQPN_OFF, "sqpn offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, kind) == NVMOCK_IBD_PKT_KIND_OFF, "kind offset");
+_Static_assert(offsetof(struct nvmock_ibd_pkt, syndrome) == NVMOCK_IBD_PKT_SYNDROME_OFF, "syndrome offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, flags) == NVMOCK_IBD_PKT_FLAGS_OFF, "flags offset");
 
 #endif

@@ -199,7 +199,7 @@ void respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t
 	switch (p->kind) {
 	case NVMOCK_PKT_NOP:
 		qp->resp_seq++;
-		answer(qp, NVMOCK_PKT_ACK, p->seq, 0);
+		answer(qp, NVMOCK_PKT_ACK, p->seq, NVMOCK_ACK_UNSEEN);
 		return;
 	case NVMOCK_PKT_SEND:
 		if (p->offset == 0) {

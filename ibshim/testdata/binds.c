@@ -1,0 +1,98 @@
+/*
+ * binds: checks that binding a memory window is the HCA's own work: 100
+ * binds leave the port's packet counters (sysfs, which the fabric daemon
+ * keeps) where they were, while 100 RDMA writes move them. Built and run
+ * by ibshim/datapath_test.go inside `nvmock exec`; prints "ok <check>"
+ * per check and exits non-zero at the first that fails.
+ *
+ * Usage: binds DEVICE
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+static struct ibv_context *ctx;
+static uint16_t lid;
+
+#include "verbs_util.h"
+
+static char path[256];
+
+/* The port's transmitted packets, once the daemon has shown the last. */
+static unsigned long long xmit(void)
+{
+	unsigned long long n;
+	FILE *f;
+
+	usleep(700000); /* the daemon shows counters every 200 ms */
+	if (!(f = fopen(path, "r")) || fscanf(f, "%llu", &n) != 1)
+		FAIL("read %s", path);
+	fclose(f);
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 } };
+	static char buf[8192];
+	struct ibv_qp *a, *b;
+	struct ibv_cq *cq;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	struct ibv_mw *mw;
+	unsigned long long x0, x1, x2;
+	int i, err;
+
+	if (argc != 2)
+		FAIL("usage: binds DEVICE");
+	open_device(argv[1]);
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/counters/port_xmit_packets", argv[1]);
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	mr = pd ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND) : NULL;
+	mw = pd ? ibv_alloc_mw(pd, IBV_MW_TYPE_1) : NULL;
+	ia.send_cq = ia.recv_cq = cq;
+	if (!cq || !mr || !mw || !(a = ibv_create_qp(pd, &ia)) || !(b = ibv_create_qp(pd, &ia)))
+		FAIL("a PD, CQ, region, window and QPs: %s", strerror(errno));
+	to_rts(a, b->qp_num);
+	to_rts(b, a->qp_num);
+
+	x0 = xmit();
+	for (i = 0; i < 100; i++) {
+		struct ibv_mw_bind mb = { .wr_id = i, .send_flags = IBV_SEND_SIGNALED,
+			.bind_info = { mr, (uintptr_t)buf, 4096, IBV_ACCESS_REMOTE_WRITE } };
+		struct ibv_wc wc;
+
+		if ((err = ibv_bind_mw(a, mw, &mb)))
+			FAIL("bind %d: %s", i, strerror(err));
+		wc = wait_wc(cq, "bind");
+		if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_BIND_MW)
+			FAIL("bind %d: %s", i, ibv_wc_status_str(wc.status));
+	}
+	x1 = xmit();
+	if (x1 - x0 > 10)
+		FAIL("100 binds moved port_xmit_packets by %llu", x1 - x0);
+	puts("ok binds-unseen");
+
+	for (i = 0; i < 100; i++) {
+		struct ibv_sge s = { (uintptr_t)buf + 4096, 64, mr->lkey };
+		struct ibv_send_wr w = { .wr_id = i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+			.send_flags = IBV_SEND_SIGNALED, .wr.rdma = { (uintptr_t)buf, mw->rkey } }, *bad;
+
+		if ((err = ibv_post_send(a, &w, &bad)))
+			FAIL("write %d: %s", i, strerror(err));
+		if (wait_wc(cq, "write").status != IBV_WC_SUCCESS)
+			FAIL("write %d through the window", i);
+	}
+	x2 = xmit();
+	if (x2 - x1 < 200)
+		FAIL("100 writes moved port_xmit_packets by %llu, want their requests and ACKs", x2 - x1);
+	puts("ok writes-seen");
+	return 0;
+}
