@@ -110,10 +110,10 @@ func TestExtendedCQsTakeWhatMlx5Takes(t *testing.T) {
 	checkProgram(t, "cqex", "refusals", "fields", "ignore-overrun")
 }
 
-// A bind is the HCA's own work: the port's counters do not see it (the
-// provider's empty message that keeps the two ends' count is not counted).
-func TestBindsAreNoTraffic(t *testing.T) {
-	checkProgram(t, "binds", "binds-unseen", "writes-seen")
+// A bind is the HCA's own work: the port's counters do not see it, it
+// completes with no peer, and binds between messages keep their order.
+func TestBindsAreTheHCAsOwnWork(t *testing.T) {
+	checkProgram(t, "binds", "binds-unseen", "writes-seen", "bind-alone", "binds-between-messages")
 }
 
 // checkProgram builds testdata/<name>.c and runs it under valgrind on an

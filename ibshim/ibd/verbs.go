@@ -94,7 +94,7 @@ func (d *Daemon) verbsPacket(c *conn, msg []byte) {
 		p = d.peers[to.Node.Slot]
 		idx = d.subnetIndex(from.Node.Subnet)
 	}
-	if (dst != nil || p != nil) && !unseen(msg) {
+	if dst != nil || p != nil {
 		d.countData(from, to, len(msg)-umad.PktSize)
 	}
 	d.mu.Unlock()
@@ -131,7 +131,7 @@ func (d *Daemon) verbsFromPeer(body []byte) {
 	var c *conn
 	if src != nil && dst != nil && dst.Node.Slot == d.fab.Local && !dst.Down() {
 		c = d.qpns[qpnBlock{dst, le.Uint32(msg[umad.PktDQPNOffset:]) / umad.QPNBlock}]
-		if c != nil && !unseen(msg) {
+		if c != nil {
 			d.countData(src, dst, len(msg)-umad.PktSize)
 		}
 	}
@@ -178,13 +178,4 @@ func (c *conn) sendData(b []byte) error {
 	_, err := c.uc.Write(b)
 	c.uc.SetWriteDeadline(time.Time{})
 	return err
-}
-
-// unseen says whether msg is a bind's or invalidate's empty message, or
-// the ACK that answers it: the provider numbers work requests by the
-// messages both ends count, but an HCA does that work alone, so no port
-// counts them.
-func unseen(msg []byte) bool {
-	k := msg[umad.PktKindOffset]
-	return k == umad.PktNop || (k == umad.PktAck && msg[umad.PktSyndromeOffset] == umad.AckUnseen)
 }

@@ -1,7 +1,9 @@
 /*
  * binds: checks that binding a memory window is the HCA's own work: 100
  * binds leave the port's packet counters (sysfs, which the fabric daemon
- * keeps) where they were, while 100 RDMA writes move them. Built and run
+ * keeps) where they were, while 100 RDMA writes move them; a bind
+ * completes on a QP whose peer is gone; binds between messages, one of
+ * them sent again after an RNR, complete in order. Built and run
  * by ibshim/datapath_test.go inside `nvmock exec`; prints "ok <check>"
  * per check and exits non-zero at the first that fails.
  *
@@ -94,5 +96,74 @@ int main(int argc, char **argv)
 	if (x2 - x1 < 200)
 		FAIL("100 writes moved port_xmit_packets by %llu, want their requests and ACKs", x2 - x1);
 	puts("ok writes-seen");
+
+	/* A QP whose peer is gone binds alone, as an HCA does. */
+	{
+		struct ibv_qp *c = ibv_create_qp(pd, &ia);
+		struct ibv_mw_bind mb = { .wr_id = 500, .send_flags = IBV_SEND_SIGNALED,
+			.bind_info = { mr, (uintptr_t)buf, 4096, IBV_ACCESS_REMOTE_WRITE } };
+		struct ibv_wc wc;
+
+		if (!c)
+			FAIL("a third QP: %s", strerror(errno));
+		to_rts(c, b->qp_num + 512); /* no such QP */
+		if ((err = ibv_bind_mw(c, mw, &mb)))
+			FAIL("bind on a QP with no peer: %s", strerror(err));
+		wc = wait_wc(cq, "bind on a QP with no peer");
+		if (wc.wr_id != 500 || wc.status != IBV_WC_SUCCESS)
+			FAIL("bind on a QP with no peer: %s", ibv_wc_status_str(wc.status));
+		if (ibv_destroy_qp(c))
+			FAIL("destroy");
+	}
+	puts("ok bind-alone");
+
+	/* Binds between messages: a send that waits for a receive (RNR) is
+	 * sent again, and everything completes in order, data intact. */
+	{
+		struct ibv_mw *w2 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+		struct ibv_sge ss = { (uintptr_t)buf + 4096, 64, mr->lkey }, rs = { (uintptr_t)buf + 6144, 64, mr->lkey },
+			       ws = { (uintptr_t)buf + 4160, 64, mr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 603, .sg_list = &rs, .num_sge = 1 }, *rbad;
+		struct ibv_send_wr wr[4] = {
+			{ .wr_id = 600, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED,
+			  .bind_mw = { mw, ibv_inc_rkey(mw->rkey), { mr, (uintptr_t)buf, 2048, IBV_ACCESS_REMOTE_WRITE } } },
+			{ .wr_id = 601, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED, .sg_list = &ss, .num_sge = 1 },
+			{ .wr_id = 602, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED,
+			  .bind_mw = { w2, w2 ? ibv_inc_rkey(w2->rkey) : 0, { mr, (uintptr_t)buf + 2048, 2048, IBV_ACCESS_REMOTE_WRITE } } },
+			{ .wr_id = 604, .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED, .sg_list = &ws, .num_sge = 1 },
+		}, *bad;
+		uint64_t want[] = { 600, 601, 602, 604 };
+
+		if (!w2)
+			FAIL("a second window: %s", strerror(errno));
+		wr[3].wr.rdma.remote_addr = (uintptr_t)buf + 2048;
+		wr[3].wr.rdma.rkey = wr[2].bind_mw.rkey;
+		wr[0].next = &wr[1];
+		wr[1].next = &wr[2];
+		wr[2].next = &wr[3];
+		memset(buf, 0, 4096);
+		memset(buf + 4096, 's', 64);
+		memset(buf + 4160, 'w', 64);
+		if ((err = ibv_post_send(a, wr, &bad)))
+			FAIL("post binds between messages: %s", strerror(err));
+		usleep(50000);
+		if (ibv_post_recv(b, &rw, &rbad))
+			FAIL("post the receive");
+		for (i = 0; i < 5; i++) {
+			struct ibv_wc wc = wait_wc(cq, "binds between messages");
+
+			if (wc.status != IBV_WC_SUCCESS)
+				FAIL("binds between messages: wr %llu %s", (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+			if (wc.wr_id == 603)
+				continue;
+			if (wc.wr_id != want[0])
+				FAIL("binds between messages: wr %llu completed, want %llu", (unsigned long long)wc.wr_id,
+				     (unsigned long long)want[0]);
+			memmove(want, want + 1, sizeof(want) - sizeof(want[0]));
+		}
+		if (memcmp(buf + 6144, buf + 4096, 64) || memcmp(buf + 2048, buf + 4160, 64))
+			FAIL("binds between messages: the send's or the write's data differs");
+	}
+	puts("ok binds-between-messages");
 	return 0;
 }

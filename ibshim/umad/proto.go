@@ -34,22 +34,18 @@ const (
 	RegisterSize   = 40
 	UnregisterSize = 12
 
-	VerbsHelloSize    = 80
-	VerbsWelcomeSize  = 16
-	QPNBlock          = 1024 // QPNs per verbs context
-	PktSize           = 80   // the packet header
-	PktDLIDOffset     = 8    // u16 destination LID
-	PktSLIDOffset     = 10   // u16 source LID, which the daemon sets
-	PktDQPNOffset     = 12   // u32 destination QPN
-	PktSQPNOffset     = 16   // u32 source QPN, which must be the sender's
-	PktKindOffset     = 20   // u8 kind
-	PktFlagsOffset    = 21   // u8 flags
-	PktSyndromeOffset = 22   // u8 syndrome
-	PktNop            = 7    // the kind of a bind's or invalidate's empty message
-	PktAck            = 16   // the kind of an ACK
-	AckUnseen         = 1    // an ACK's syndrome when it answers a NOP
-	PktUDSend         = 6    // the kind of a datagram
-	PktMcast          = 32   // flag: a datagram to a group, its destination GID leading the payload
+	VerbsHelloSize   = 80
+	VerbsWelcomeSize = 16
+	QPNBlock         = 1024 // QPNs per verbs context
+	PktSize          = 80   // the packet header
+	PktDLIDOffset    = 8    // u16 destination LID
+	PktSLIDOffset    = 10   // u16 source LID, which the daemon sets
+	PktDQPNOffset    = 12   // u32 destination QPN
+	PktSQPNOffset    = 16   // u32 source QPN, which must be the sender's
+	PktKindOffset    = 20   // u8 kind
+	PktFlagsOffset   = 21   // u8 flags
+	PktUDSend        = 6    // the kind of a datagram
+	PktMcast         = 32   // flag: a datagram to a group, its destination GID leading the payload
 
 	UMADHeaderSize = 64  // struct ib_user_mad with the P_Key index (ABI 5)
 	MADSize        = 256 // one MAD; a reassembled RMPP response is longer

@@ -110,7 +110,6 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_PKT_CMP_SWP 4
 #define NVMOCK_PKT_FETCH_ADD 5
 #define NVMOCK_PKT_UD_SEND 6   /* a datagram, unanswered: rkey carries the Q_Key */
-#define NVMOCK_PKT_NOP 7       /* work the sender did alone (a window's bind or invalidate): keeps the two ends' message count, and is answered */
 #define NVMOCK_PKT_ACK 16
 #define NVMOCK_PKT_NAK 17      /* syndrome says why */
 #define NVMOCK_PKT_READ_RESP 18
@@ -129,7 +128,6 @@ struct nvmock_ibd_verbs_welcome {
 #define NVMOCK_NAK_REMOTE_ACCESS 2 /* bad rkey, range or access rights */
 #define NVMOCK_NAK_INVALID_REQ 3   /* does not fit the receive, or the QP cannot take it */
 #define NVMOCK_NAK_REMOTE_OP 4     /* the responder's own error: its receive's memory (IBA: Remote Operational Error) */
-#define NVMOCK_ACK_UNSEEN 1        /* an ACK's syndrome: it answers a NOP; as no wire carries either, no port counts them */
 
 struct nvmock_ibd_pkt {
 	uint32_t magic;
@@ -150,7 +148,7 @@ struct nvmock_ibd_pkt {
 	uint64_t raddr;
 	uint64_t atomic[2]; /* compare (or add) and swap; the original value in ATOMIC_RESP */
 	uint32_t srqn;     /* XRC: the XRC SRQ a request is for (the IBA's XRCETH) */
-	uint32_t pad;
+	uint32_t gap;      /* work requests the sender did alone just before this message (binds, invalidates): seq is that many past the message before */
 	/* payload follows */
 };
 
@@ -166,7 +164,6 @@ struct nvmock_ibd_pkt {
 #define NVMOCK_IBD_PKT_DQPN_OFF 12
 #define NVMOCK_IBD_PKT_SQPN_OFF 16
 #define NVMOCK_IBD_PKT_KIND_OFF 20
-#define NVMOCK_IBD_PKT_SYNDROME_OFF 22
 #define NVMOCK_IBD_PKT_FLAGS_OFF 21
 
 #define NVMOCK_IBD_HELLO_SIZE 20
@@ -192,7 +189,6 @@ _Static_assert(offsetof(struct nvmock_ibd_pkt, slid) == NVMOCK_IBD_PKT_SLID_OFF,
 _Static_assert(offsetof(struct nvmock_ibd_pkt, dqpn) == NVMOCK_IBD_PKT_DQPN_OFF, "dqpn offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, sqpn) == NVMOCK_IBD_PKT_SQPN_OFF, "sqpn offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, kind) == NVMOCK_IBD_PKT_KIND_OFF, "kind offset");
-_Static_assert(offsetof(struct nvmock_ibd_pkt, syndrome) == NVMOCK_IBD_PKT_SYNDROME_OFF, "syndrome offset");
 _Static_assert(offsetof(struct nvmock_ibd_pkt, flags) == NVMOCK_IBD_PKT_FLAGS_OFF, "flags offset");
 
 #endif

@@ -192,6 +192,7 @@ struct swqe {
 	 * message goes again. */
 	bool applied;
 	uint32_t mw_handle, bind_lkey;
+	uint32_t gap; /* a message's: binds and invalidates just before it (NVMOCK_IBD_PKT's gap) */
 	struct ibv_mw_bind_info bind; /* its mr is not kept */
 };
 
@@ -259,11 +260,14 @@ struct nvmock_qp {
 	 * WQEs are [sq_head, sq_tail); [sq_head, sq_next) were sent. A WQE's
 	 * message sequence number is psn0 + its counter: the two ends count
 	 * from the PSNs the program exchanged (sq_psn here, rq_psn there), so
-	 * a peer that was reset is not taken for a duplicate. */
+	 * a peer that was reset is not taken for a duplicate. Binds and
+	 * invalidates send nothing; the next message carries their number
+	 * (gap). */
 	struct swqe *sq;
 	struct ibv_sge *sq_sge;
 	uint8_t *sq_inl;
 	uint32_t sq_size, sq_head, sq_next, sq_tail, max_send_sge, max_inline, psn0;
+	uint32_t local_run; /* binds and invalidates posted since the last message */
 	bool sig_all;
 
 	struct rwqe *rq;

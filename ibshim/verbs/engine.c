@@ -175,7 +175,7 @@ int datapath_init(struct nvmock_context *ctx)
 static const char *const kind_names[] = {
 	[NVMOCK_PKT_SEND] = "send", [NVMOCK_PKT_WRITE] = "write", [NVMOCK_PKT_READ] = "read",
 	[NVMOCK_PKT_CMP_SWP] = "compare-swap", [NVMOCK_PKT_FETCH_ADD] = "fetch-add",
-	[NVMOCK_PKT_UD_SEND] = "datagram", [NVMOCK_PKT_NOP] = "nop", [NVMOCK_PKT_ACK] = "ack", [NVMOCK_PKT_NAK] = "nak",
+	[NVMOCK_PKT_UD_SEND] = "datagram", [NVMOCK_PKT_ACK] = "ack", [NVMOCK_PKT_NAK] = "nak",
 	[NVMOCK_PKT_READ_RESP] = "read-response", [NVMOCK_PKT_ATOMIC_RESP] = "atomic-response",
 };
 

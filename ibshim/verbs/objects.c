@@ -561,7 +561,7 @@ bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited)
 
 void qp_init_wqe(struct nvmock_qp *qp)
 {
-	qp->sq_head = qp->sq_next = qp->sq_tail = 0;
+	qp->sq_head = qp->sq_next = qp->sq_tail = qp->local_run = 0;
 	qp->rq_head = qp->rq_tail = 0;
 	qp->resp_seq = qp->rq_psn;
 	qp->psn0 = qp->sq_psn;

@@ -85,6 +85,12 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 		.sge = &qp->sq_sge[(size_t)(qp->sq_tail % qp->sq_size) * qp->max_send_sge],
 		.srqn = qp->xrc ? wr->qp_type.xrc.remote_srqn : 0,
 	};
+	if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV)
+		qp->local_run++;
+	else {
+		w->gap = qp->local_run;
+		qp->local_run = 0;
+	}
 	if (wr->opcode == IBV_WR_BIND_MW) {
 		w->nsge = 0;
 		w->mw_handle = wr->bind_mw.mw->handle;
@@ -140,7 +146,7 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
  * none of them if one is bad. */
 int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad, bool whole)
 {
-	uint32_t tail = qp->sq_tail;
+	uint32_t tail = qp->sq_tail, run = qp->local_run;
 	struct ibv_send_wr *first = wr;
 	int err = 0;
 
@@ -153,6 +159,7 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 		for (; wr && !err; wr = wr->next)
 			err = post_one(qp, wr);
 		qp->sq_tail = tail; /* checked: now post for real, or not at all */
+		qp->local_run = run;
 		if (err) {
 			trace("QP %#x: post_send: %s (%u of %u sends outstanding)", qp->vqp.qp.qp_num, strerror(err),
 			      qp->sq_tail - qp->sq_head, qp->sq_size);

@@ -252,16 +252,15 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 	switch (w->opcode) {
 	case IBV_WR_BIND_MW:
 	case IBV_WR_LOCAL_INV:
-		/* Work on this HCA alone, done when the queue reaches it. An
-		 * empty message keeps the ends' count of messages, which
-		 * numbers the work requests, and completes it in order. */
+		/* Work on this HCA alone, done when the queue reaches it, and
+		 * completed in order (retire). It sends nothing: the next
+		 * message tells the peer how many such came before it. */
 		if (!w->applied && !mw_local(qp, w)) {
 			send_error(qp, n_wqe, IBV_WC_MW_BIND_ERR);
 			return false;
 		}
-		w->applied = true;
-		kind = NVMOCK_PKT_NOP;
-		break;
+		w->applied = w->done = true;
+		return true;
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
 	case IBV_WR_SEND_WITH_INV:
@@ -306,6 +305,7 @@ bool transmit(struct nvmock_qp *qp, uint32_t n_wqe)
 		o->hdr.raddr = w->raddr;
 		o->hdr.imm = w->imm;
 		o->hdr.srqn = w->srqn;
+		o->hdr.gap = w->gap;
 		if (!qp->ud) {
 			o->hdr.atomic[0] = w->atomic[0];
 			o->hdr.atomic[1] = w->atomic[1];
@@ -372,8 +372,8 @@ void kick(struct nvmock_qp *qp)
 			qp->sq[qp->sq_next % qp->sq_size].done = true;
 		qp->sq_next++;
 	}
-	if (qp->ud)
-		retire(qp);
+	/* Datagrams, and a bind with nothing unanswered before it. */
+	retire(qp);
 	/* A completion lost on the way (here, or in the error that stopped
 	 * the loop) moves the QP to ERR now, not at its next packet. */
 	settle(qp);

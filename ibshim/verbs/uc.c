@@ -144,8 +144,6 @@ void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint
 			qp->resp_rwqe = false;
 		}
 		break;
-	case NVMOCK_PKT_NOP:
-		break; /* a bind's or invalidate's empty message (requester.c) */
 	case NVMOCK_PKT_WRITE:
 		if (p->offset == 0) {
 			mr = find_mr(ctx, p->rkey);
