@@ -113,7 +113,7 @@ func TestExtendedCQsTakeWhatMlx5Takes(t *testing.T) {
 // A bind is the HCA's own work: the port's counters do not see it, it
 // completes with no peer, and binds between messages keep their order.
 func TestBindsAreTheHCAsOwnWork(t *testing.T) {
-	checkProgram(t, "binds", "binds-unseen", "writes-seen", "bind-alone", "binds-between-messages")
+	checkProgram(t, "binds", "binds-unseen", "writes-seen", "bind-alone", "binds-between-messages", "uc-bind-then-error")
 }
 
 // checkProgram builds testdata/<name>.c and runs it under valgrind on an

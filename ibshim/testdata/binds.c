@@ -165,5 +165,50 @@ int main(int argc, char **argv)
 			FAIL("binds between messages: the send's or the write's data differs");
 	}
 	puts("ok binds-between-messages");
+
+	/* On UC, a request that fails right after a bind still completes
+	 * (in error, the QP in SQE), once the bind has. */
+	{
+		struct ibv_qp_init_attr ua = ia;
+		struct ibv_qp *u, *v;
+		struct ibv_qp_attr qa = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+		struct ibv_qp_init_attr qi;
+		struct ibv_send_wr wr[2] = {
+			{ .wr_id = 700, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED,
+			  .bind_mw = { mw, ibv_inc_rkey(mw->rkey), { mr, (uintptr_t)buf, 4096, IBV_ACCESS_REMOTE_WRITE } } },
+			{ .wr_id = 701, .opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = 0x12345607 },
+		}, *bad;
+		struct ibv_wc wc;
+
+		ua.qp_type = IBV_QPT_UC;
+		if (!(u = ibv_create_qp(pd, &ua)) || !(v = ibv_create_qp(pd, &ua)))
+			FAIL("UC QPs: %s", strerror(errno));
+		for (i = 0; i < 2; i++) {
+			struct ibv_qp *q = i ? v : u;
+
+			qa = (struct ibv_qp_attr){ .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+			if (ibv_modify_qp(q, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+				FAIL("uc: to INIT");
+			qa = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096,
+				.dest_qp_num = (i ? u : v)->qp_num, .ah_attr = { .dlid = lid, .port_num = 1 } };
+			if (ibv_modify_qp(q, &qa, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
+				FAIL("uc: to RTR");
+			qa = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS };
+			if (ibv_modify_qp(q, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN))
+				FAIL("uc: to RTS");
+		}
+		wr[0].next = &wr[1];
+		if ((err = ibv_post_send(u, wr, &bad)))
+			FAIL("uc: post a bind and a bad invalidate: %s", strerror(err));
+		wc = wait_wc(cq, "uc bind");
+		if (wc.wr_id != 700 || wc.status != IBV_WC_SUCCESS)
+			FAIL("uc bind: wr %llu %s", (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+		wc = wait_wc(cq, "uc bad invalidate after a bind");
+		if (wc.wr_id != 701 || wc.status != IBV_WC_MW_BIND_ERR)
+			FAIL("uc bad invalidate after a bind: wr %llu %s", (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+		if (ibv_query_qp(u, &qa, IBV_QP_STATE, &qi) || qa.qp_state != IBV_QPS_SQE)
+			FAIL("uc bad invalidate after a bind: QP in state %d, want SQE", qa.qp_state);
+	}
+	puts("ok uc-bind-then-error");
 	return 0;
 }

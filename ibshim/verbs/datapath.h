@@ -435,6 +435,7 @@ void send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
 void uc_respond(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
 void uc_sent(struct nvmock_qp *qp, uint32_t seq);
 void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st);
+void uc_fail_when_due(struct nvmock_qp *qp);
 void mcast_ops(struct verbs_context_ops *ops);
 void xrc_ops(struct verbs_context_ops *ops);
 void cqex_ops(struct verbs_context_ops *ops);

@@ -372,8 +372,11 @@ void kick(struct nvmock_qp *qp)
 			qp->sq[qp->sq_next % qp->sq_size].done = true;
 		qp->sq_next++;
 	}
-	/* Datagrams, and a bind with nothing unanswered before it. */
+	/* Datagrams, and a bind with nothing unanswered before it; on UC,
+	 * an error that waited for that bind. */
 	retire(qp);
+	if (qp->uc)
+		uc_fail_when_due(qp);
 	/* A completion lost on the way (here, or in the error that stopped
 	 * the loop) moves the QP to ERR now, not at its next packet. */
 	settle(qp);

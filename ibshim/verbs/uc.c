@@ -23,8 +23,9 @@
 
 #include "datapath.h"
 
-/* A failed request's error, once the requests before it have left. */
-static void fail_when_due(struct nvmock_qp *qp)
+/* A failed request's error, once the requests before it have left (or,
+ * binds, were done). */
+void uc_fail_when_due(struct nvmock_qp *qp)
 {
 	if (qp->uc_err && qp->sq_head == qp->uc_err_n) {
 		qp->uc_err = false;
@@ -41,7 +42,7 @@ void uc_sent(struct nvmock_qp *qp, uint32_t seq)
 		return; /* flushed meanwhile */
 	qp->sq[n % qp->sq_size].done = true;
 	retire(qp);
-	fail_when_due(qp);
+	uc_fail_when_due(qp);
 	settle(qp);
 }
 
@@ -56,7 +57,7 @@ void uc_send_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 	qp->uc_err = true;
 	qp->uc_err_n = n;
 	qp->uc_err_st = st;
-	fail_when_due(qp);
+	uc_fail_when_due(qp);
 }
 
 /* The message in progress is given up: its receive waits for the next,
