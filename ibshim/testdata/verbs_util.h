@@ -1,5 +1,6 @@
 /*
- * What the small verbs test programs share (domains.c, cqex.c): they
+ * What the small verbs test programs share (domains.c, cqex.c, binds.c,
+ * xrcpair.c): they
  * define ctx and lid (the port's) before including this.
  */
 #define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)

@@ -18,11 +18,12 @@
 
 #include <infiniband/verbs.h>
 
-#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
 #define LEN (70 * 1024 + 3) /* several packets */
 
 static struct ibv_context *ctx;
 static uint16_t lid;
+
+#include "verbs_util.h"
 
 struct srq {
 	struct ibv_pd *pd;
@@ -139,23 +140,6 @@ static void unpair(struct ibv_qp *ini, struct ibv_cq *cq, struct ibv_qp *tgt)
 	must(ibv_destroy_cq(cq), "destroying an initiator's CQ");
 }
 
-static struct ibv_wc wait_wc(struct ibv_cq *cq, const char *what)
-{
-	struct ibv_wc wc;
-	int i;
-
-	for (i = 0; i < 100000; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-
-		if (n < 0)
-			FAIL("%s: ibv_poll_cq: %d", what, n);
-		if (n == 1)
-			return wc;
-		usleep(100);
-	}
-	FAIL("%s: no completion in 10 s", what);
-}
-
 static void nothing(struct ibv_cq *cq, const char *what)
 {
 	struct ibv_wc wc;
@@ -228,8 +212,6 @@ static void domains(const char *file)
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **list;
-	struct ibv_port_attr pa;
 	struct ibv_xrcd *x, *other;
 	struct ibv_pd *pd, *pd2;
 	struct srq s1, s2, s3, sx;
@@ -246,14 +228,7 @@ int main(int argc, char **argv)
 
 	if (argc != 3)
 		FAIL("usage: xrcpair DEVICE DOMAIN_FILE");
-	list = ibv_get_device_list(NULL);
-	for (i = 0; list && list[i] && strcmp(ibv_get_device_name(list[i]), argv[1]); i++)
-		;
-	if (!list || !list[i] || !(ctx = ibv_open_device(list[i])))
-		FAIL("%s: no such device", argv[1]);
-	if (ibv_query_port(ctx, 1, &pa))
-		FAIL("ibv_query_port");
-	lid = pa.lid;
+	open_device(argv[1]);
 	domains(argv[2]);
 
 	/* XRC SRQs: a domain and a CQ, with numbers of their own. */

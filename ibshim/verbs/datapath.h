@@ -456,6 +456,7 @@ int dealloc_parent(struct nvmock_pd *p);
 int qmem_get(struct qmem *m, struct ibv_pd *pd, size_t size, uint64_t type);
 void qmem_put(struct qmem *m);
 int qmem_db(struct qmem *m, struct ibv_pd *pd);
+int qmem_queue(struct qmem *mem, struct qmem *db, struct ibv_pd *pd, size_t size, uint64_t type);
 bool qmem_custom(struct ibv_pd *pd);
 void xrc_srq_gone(struct nvmock_context *ctx, struct nvmock_srq *srq);
 const union ibv_gid *mc_gid(struct nvmock_qp *qp, uint16_t lid, const uint8_t gid[16]);

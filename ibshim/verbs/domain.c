@@ -154,6 +154,17 @@ int qmem_db(struct qmem *m, struct ibv_pd *pd)
 	return get(m, pd, 8, 8, MLX5DV_RES_TYPE_DBR, true);
 }
 
+/* A queue's memory and its doorbell record, in mlx5's order; on failure
+ * neither. 0 or an errno. */
+int qmem_queue(struct qmem *mem, struct qmem *db, struct ibv_pd *pd, size_t size, uint64_t type)
+{
+	int err = qmem_get(mem, pd, size, type);
+
+	if (!err && (err = qmem_db(db, pd)))
+		qmem_put(mem);
+	return err;
+}
+
 /* Gives m back to whoever gave it. The parent domain it came from may be
  * gone (mlx5 lets a program free it before an SRQ made on it, and then
  * reads the freed parent): the mock kept the allocator and its arguments. */

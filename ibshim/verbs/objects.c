@@ -350,11 +350,8 @@ struct nvmock_cq *new_cq(struct ibv_context *ibctx, int cqe, struct ibv_comp_cha
 	if (cq) {
 		cq->parent = parent;
 		err = cq_ring(cq, &cq->mem, size, &cq->ring, ts ? &cq->ts : NULL);
-		if (!err) {
-			err = qmem_db(&cq->db, parent);
-			if (err)
-				qmem_put(&cq->mem);
-		}
+		if (!err && (err = qmem_db(&cq->db, parent)))
+			qmem_put(&cq->mem);
 	}
 	if (err) {
 		free(cq);
@@ -698,9 +695,7 @@ static struct ibv_qp *create_qp_common(struct ibv_context *ibctx, struct ibv_pd 
 		       inl = QALIGN(rq_sge + (size_t)qp->rq_size * qp->max_recv_sge * sizeof(*qp->rq_sge));
 		uint8_t *m;
 
-		err = qmem_get(&qp->mem, pd, inl + (size_t)qp->sq_size * qp->max_inline, MLX5DV_RES_TYPE_QP);
-		if (!err && !tgt)
-			err = qmem_db(&qp->db, pd);
+		err = qmem_queue(&qp->mem, &qp->db, pd, inl + (size_t)qp->sq_size * qp->max_inline, MLX5DV_RES_TYPE_QP);
 		if (err)
 			goto fail;
 		m = qp->mem.p;

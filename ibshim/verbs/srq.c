@@ -53,12 +53,8 @@ static struct nvmock_srq *new_srq(struct nvmock_context *ctx, struct ibv_srq_att
 		wqe <<= 1;
 	srq->max_sge = (wqe - 16) / 16;
 	sge = QALIGN(size * sizeof(*srq->rq));
-	err = qmem_get(&srq->mem, pd, sge + (size_t)size * srq->max_sge * sizeof(*srq->sge), MLX5DV_RES_TYPE_SRQ);
-	if (!err) {
-		err = qmem_db(&srq->db, pd);
-		if (err)
-			qmem_put(&srq->mem);
-	}
+	err = qmem_queue(&srq->mem, &srq->db, pd, sge + (size_t)size * srq->max_sge * sizeof(*srq->sge),
+			 MLX5DV_RES_TYPE_SRQ);
 	if (err) {
 		free(srq);
 		errno = err;
