@@ -10,6 +10,9 @@ import (
 // Boards returns each GPU's board: the profile's board with that GPU's
 // override, if any, laid over it. Errors name the override's fields.
 func (p *Profile) Boards() ([]Board, []error) {
+	if p.GPUs > MaxGPUs {
+		return nil, []error{fmt.Errorf("gpus: %d is out of range; use 1 to %d", p.GPUs, MaxGPUs)}
+	}
 	boards := make([]Board, max(p.GPUs, 0))
 	for i := range boards {
 		boards[i] = p.Board

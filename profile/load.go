@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -50,7 +51,7 @@ func Load(nameOrFile string) (*Profile, error) {
 	return Parse(nameOrFile, data)
 }
 
-var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+) into Go struct field \w+\.(\S+) of type (\S+)`)
+var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+)(?: \S+)? into Go struct field \w+\.(\S+) of type (\S+)`)
 
 // Parse decodes and validates a profile; file names the source in errors,
 // which carry the line of the field where it can be found.
@@ -63,8 +64,14 @@ func Parse(file string, data []byte) (*Profile, error) {
 	if !ok {
 		return nil, fmt.Errorf("profile %s: not a profile: the file must be a mapping of fields such as name, gpus and board", file)
 	}
-	if errs := unknownFields(reflect.TypeOf(Profile{}), raw, ""); len(errs) > 0 {
-		return nil, located(file, data, errs)
+	var doc yaml3.Node
+	if err := yaml3.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if len(doc.Content) > 0 {
+		if errs := checkTree(reflect.TypeOf(Profile{}), doc.Content[0], ""); len(errs) > 0 {
+			return nil, located(file, data, errs)
+		}
 	}
 	if b, ok := top["base"]; ok {
 		merged, err := onBase(b, top)
@@ -184,59 +191,6 @@ func kindName(goType string) string {
 		return "a list"
 	}
 	return "an object"
-}
-
-// unknownFields walks decoded YAML against the struct's json tags, so an
-// unknown or misspelt key is reported with its full path.
-func unknownFields(t reflect.Type, v any, at string) []error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == reflect.TypeOf(BoardPatch{}) {
-		t = reflect.TypeOf(Board{})
-	}
-	switch val := v.(type) {
-	case map[string]any:
-		if t.Kind() != reflect.Struct {
-			return nil // a type error; the decoder reports it
-		}
-		fields := map[string]reflect.Type{}
-		var known []string
-		// VisibleFields flattens embedded structs, as encoding/json does.
-		for _, f := range reflect.VisibleFields(t) {
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if f.Anonymous || name == "" || name == "-" {
-				continue
-			}
-			fields[name] = f.Type
-			known = append(known, name)
-		}
-		keys := make([]string, 0, len(val))
-		for k := range val {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var errs []error
-		for _, k := range keys {
-			ft, ok := fields[k]
-			if !ok {
-				errs = append(errs, fmt.Errorf("%s: unknown field; known fields here: %s", join(at, k), strings.Join(known, ", ")))
-				continue
-			}
-			errs = append(errs, unknownFields(ft, val[k], join(at, k))...)
-		}
-		return errs
-	case []any:
-		if t.Kind() != reflect.Slice {
-			return nil
-		}
-		var errs []error
-		for i, e := range val {
-			errs = append(errs, unknownFields(t.Elem(), e, fmt.Sprintf("%s[%d]", at, i))...)
-		}
-		return errs
-	}
-	return nil
 }
 
 func join(at, k string) string {

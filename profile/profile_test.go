@@ -51,7 +51,7 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 	}{
 		{"an unknown field is named with its path", "  productName:", "  productNam: x\n  productName:", []string{"bad.yaml", "board.productNam", "unknown field"}},
 		{"a misspelt nested field is named with its path", "    reserved:", "    reservd: 1\n    reserved:", []string{"board.memory.reservd", "unknown field"}},
-		{"a string where a number belongs names the field", "gpus: 8", "gpus: eight", []string{"bad.yaml", "gpus", "expected a whole number, got string"}},
+		{"a string where a number belongs names the field", "gpus: 8", "gpus: eight", []string{"bad.yaml", "gpus", "eight is not a whole number"}},
 		{"a size that is not a quantity says how to write one", "total: 40960Mi", "total: 40GB", []string{"\"40GB\" is not a quantity", "80Gi"}},
 		{"zero GPUs is out of range", "gpus: 8", "gpus: 0", []string{"gpus: 0 is out of range"}},
 		{"reserved memory above total is impossible", "reserved: 518Mi", "reserved: 50000Mi", []string{"board.memory.reserved", "above total"}},

@@ -81,6 +81,9 @@ func (p *Profile) Validate() []error {
 	c.str("name", p.Name, 63, true)
 	if p.GPUs < 1 || p.GPUs > MaxGPUs {
 		c.fail("gpus", "%d is out of range; use 1 to %d", p.GPUs, MaxGPUs)
+		if p.GPUs > MaxGPUs {
+			return c.errs // the other checks size lists by the count
+		}
 	}
 	p.Driver.validate(c)
 	p.validateDriverRunsBoard(c)
