@@ -137,8 +137,16 @@ func (s *State) ClearMIG(gpu int, on bool) error {
 		return err
 	}
 	for _, p := range s.Processes() {
-		if p.GPU == gpu && p.MIG != nil && !Dead(p) {
+		if p.GPU != gpu || Dead(p) {
+			continue
+		}
+		if p.MIG != nil {
 			return fmt.Errorf("GPU %d: process %d runs on its MIG device %d/%d (nvmock ctl proc rm %d --gpu %d)", gpu, p.PID, p.MIG.GI, p.MIG.CI, p.PID, gpu)
+		}
+		if on {
+			// A whole-GPU process: the driver cannot reset the GPU into
+			// MIG mode under it, and the library leaves the change pending.
+			return fmt.Errorf("GPU %d: process %d runs on it, so MIG mode cannot be turned on (nvmock ctl proc rm %d --gpu %d)", gpu, p.PID, p.PID, gpu)
 		}
 	}
 	g := &s.GPUs[gpu]

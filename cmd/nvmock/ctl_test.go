@@ -366,6 +366,15 @@ func TestCtlRegistersAProcessOnAMIGDevice(t *testing.T) {
 			t.Errorf("ctl %v: %v, want one line with %q", c.args, err, c.want)
 		}
 	}
+	// A whole-GPU process keeps its GPU out of MIG mode, as it keeps the
+	// library's mode change pending.
+	if err := ctl("proc", "add", "1", "1", "--memory", "1GiB"); err != nil {
+		t.Fatal(err)
+	}
+	want := "GPU 1: process 1 runs on it, so MIG mode cannot be turned on (nvmock ctl proc rm 1 --gpu 1)"
+	if err := ctl("mig", "1=7g.40gb"); err == nil || !strings.HasSuffix(err.Error(), ": "+want) {
+		t.Errorf("a layout over a busy GPU: %v, want %q", err, want)
+	}
 	if err := ctl("proc", "rm", "1"); err != nil {
 		t.Fatal(err)
 	}
