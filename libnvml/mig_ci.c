@@ -166,8 +166,7 @@ static nvmlReturn_t ctx_of(nvmlGpuInstance_t gpuInstance, unsigned profileId, st
 		return r;
 	x->row = x->m.gi_profile[x->gi->id] - 1;
 	x->g = x->gi->dev->s->mig_gi_compute_slices[x->row];
-	r = ci_profile(x->gi->dev, x->row, profileId, &x->c);
-	return r == NVML_ERROR_NOT_SUPPORTED ? NVML_ERROR_INVALID_ARGUMENT : r;
+	return ci_profile(x->gi->dev, x->row, profileId, &x->c);
 }
 
 NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance,

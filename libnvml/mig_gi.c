@@ -158,10 +158,24 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t
 	return NVML_SUCCESS;
 }
 
+// The first version has no count query: its caller sizes placements by the
+// profile's instance count (R450's nvml.h), which only a profile with fewer
+// instances than places (1g.5gb+me, from R470) would overrun.
 NVML_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(nvmlDevice_t device, unsigned int profileId,
 								 nvmlGpuInstancePlacement_t *placements, unsigned int *count)
 {
-	return nvmlDeviceGetGpuInstancePossiblePlacements_v2(device, profileId, placements, count);
+	DEV(device, d);
+	if (placements == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	nvmlGpuInstancePlacement_t all[8];
+	nvmlReturn_t r = nvmlDeviceGetGpuInstancePossiblePlacements_v2(device, profileId, all, count);
+	if (r != NVML_SUCCESS)
+		return r;
+	unsigned most = d->s->mig_gi_instances[nvmock_mig_row_by_id(d->s, profileId)];
+	if (*count > most)
+		*count = most;
+	memcpy(placements, all, *count * sizeof all[0]);
+	return NVML_SUCCESS;
 }
 
 // occupied is the memory slices the GPU's instances hold, a bit each.

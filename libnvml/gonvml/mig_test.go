@@ -349,6 +349,14 @@ func TestMIGInstancesAndDevices(t *testing.T) {
 	}
 	_, ret = gi3.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 	wantRet(t, "4c in a 3g", ret, nvml.ERROR_NOT_SUPPORTED)
+	// A profile the GPU instance cannot hold is not supported there (nvml.h),
+	// in every call that takes one.
+	_, ret = gi1.CreateComputeInstance(&c2)
+	wantRet(t, "2c in a 1g", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = gi1.GetComputeInstanceRemainingCapacity(&c2)
+	wantRet(t, "capacity of 2c in a 1g", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = gi1.GetComputeInstancePossiblePlacements(&c2)
+	wantRet(t, "placements of 2c in a 1g", ret, nvml.ERROR_NOT_SUPPORTED)
 	if v := got(gi3.GetComputeInstanceProfileInfoV(0, 0).V2())(t, "1c V2"); cstr(v.Name[:]) != "MIG 1c.3g.20gb" {
 		t.Errorf("1c name %q", cstr(v.Name[:]))
 	}
