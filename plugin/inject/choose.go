@@ -3,6 +3,7 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -21,7 +22,9 @@ const (
 //     because a CDI spec sets NVIDIA_VISIBLE_DEVICES=void beside its nodes.
 //  2. NVIDIA_VISIBLE_DEVICES: all; none (the driver without GPUs); void
 //     (nothing); node indices and UUIDs (or unique UUID prefixes, as the
-//     library accepts). Empty or unset falls through.
+//     library accepts), read as NVIDIA's toolkit reads it: set but empty
+//     is void, and all, none or void anywhere in a list counts. Unset
+//     falls through.
 //  3. The pod annotation nvmock.io/gpus (request grammar, selectRequest);
 //     none is the driver without GPUs, like the variable's none.
 //  4. Config.DefaultGPUs, "all" when empty; its none is nothing at all, since
@@ -75,16 +78,16 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		return false, all, ""
 	}
 
-	if v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv); ok && strings.TrimSpace(v) != "" {
-		switch t := strings.TrimSpace(v); t {
+	if v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv); ok {
+		switch special(v) {
+		case "void":
 		case "all":
 			setAll(sel)
 			all = true
 		case "none":
 			return true, all, ""
-		case "void":
 		default:
-			if why := node.selectList(t, sel, mig); why != "" {
+			if why := node.selectList(v, sel, mig); why != "" {
 				return false, all, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
 			}
 		}
@@ -111,6 +114,27 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		return false, all, fmt.Sprintf("config default GPUs %s %s", quote(def), why)
 	}
 	return false, all, ""
+}
+
+// special reads NVIDIA_VISIBLE_DEVICES as NVIDIA's toolkit does (its
+// image.NewVisibleDevices): void when the list is empty or has void
+// anywhere, else the first all or none in it; "" for a list of devices.
+func special(v string) string {
+	var list []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			list = append(list, e)
+		}
+	}
+	if len(list) == 0 || slices.Contains(list, "void") {
+		return "void"
+	}
+	for _, e := range list {
+		if e == "all" || e == "none" {
+			return e
+		}
+	}
+	return ""
 }
 
 func setAll(sel []bool) {
