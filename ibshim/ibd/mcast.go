@@ -32,6 +32,7 @@ const (
 	mlidTop       = 0xfffe // 0xffff is the permissive LID
 
 	saStatusInsufficient = 0x0600 // 15.2.1.1: ERR_REQ_INSUFFICIENT_COMPONENTS
+	saStatusNoResources  = 0x0100 // ERR_NO_RESOURCES
 
 	joinFull = 1 // JoinState bits: full member, non-member, send-only non-member
 	saKey    = 1 // OpenSM's default SA key: a query with it is trusted
@@ -109,9 +110,13 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 	}
 	k := mcKey{from.Node.Subnet, mgid}
 	g := d.groups[k]
+	if g == nil && m.method() != methodDelete && len(d.groups) > mlidTop-mlidBase {
+		// As many groups as a subnet has MLIDs: the SM has no more.
+		return nil, saStatusNoResources
+	}
 	if g == nil && m.method() != methodDelete {
 		// A group another node's ports joined: this node joins it as made.
-		if o := d.subnetGroups(k.s)[mgid]; o != nil {
+		if o := d.peerGroup(k); o != nil {
 			g = &mcGroup{rec: o.rec, members: map[[16]byte]byte{}}
 			if !fits(g, t, mask) {
 				return nil, saStatusInvalid

@@ -128,5 +128,18 @@ func (d *Daemon) subnetGroups(s *fabric.Subnet) map[[16]byte]*mcGroup {
 	return all
 }
 
+// peerGroup is group k as the first peer in use (by slot) that has it
+// made it, or nil: what a join of it here takes. mu is held.
+func (d *Daemon) peerGroup(k mcKey) *mcGroup {
+	var g *mcGroup
+	first := -1
+	for slot, p := range d.peers {
+		if o := p.groups[k]; o != nil && (first < 0 || slot < first) {
+			g, first = o, slot
+		}
+	}
+	return g
+}
+
 // mlidOfRec is the MLID a group's record carries.
 func mlidOfRec(g *mcGroup) uint16 { return binary.BigEndian.Uint16(g.rec[36:]) }

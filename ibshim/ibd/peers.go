@@ -217,6 +217,11 @@ func (d *Daemon) DialPeers(addrs func() []string, stop <-chan struct{}) {
 func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	p := newPeer(c)
 	defer func() { close(p.done); c.Close() }()
+	defer func() {
+		if r := recover(); r != nil {
+			d.log.WithField("component", "ibd").Errorf("a peer's frame broke the daemon (%v); the link is closed", r)
+		}
+	}()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

@@ -97,10 +97,19 @@ type pending struct {
 }
 
 type conn struct {
-	uc   *net.UnixConn
-	port *fabric.Port
-	issm *fabric.Port // the port whose issm this is
-	wmu  sync.Mutex
+	uc     *net.UnixConn
+	hello  bool         // said which packet device it is
+	port   *fabric.Port // the umad port, nil for an Ethernet one
+	issm   *fabric.Port // the port whose issm this is
+	agents int          // registered
+	wmu    sync.Mutex
+
+	outq    chan packet // MADs for the program, for its writer (queue)
+	outOnce sync.Once
+
+	tmu    sync.Mutex
+	timers map[*time.Timer]bool // its requests' timeouts (after)
+	ended  bool
 
 	asyncPort *fabric.Port // a verbs context's async fd: the port it hears of
 	asyncDown bool         // the port's state it last heard
@@ -117,6 +126,77 @@ func (c *conn) send(u packet) error {
 	defer c.wmu.Unlock()
 	_, err := c.uc.Write(u)
 	return err
+}
+
+// Bounds on what one program may hold in the daemon, so that a program
+// that stops reading, or floods it, costs only itself: MADs queued for it
+// (past that they are lost, as on a busy fabric, and the asker times out),
+// and requests awaiting an answer or their timeout (past that a request
+// times out at once). The kernel bounds agents (IB_UMAD_MAX_AGENTS).
+const (
+	madQueue       = 1024
+	maxOutstanding = 4096
+	maxAgents      = 32
+)
+
+// queue hands a MAD to the program's own writer: whoever sends it (another
+// program, a peer's link, a timer) never waits for this program to read.
+func (d *Daemon) queue(c *conn, u packet) {
+	c.outOnce.Do(func() {
+		c.outq = make(chan packet, madQueue)
+		go func() {
+			for {
+				select {
+				case u := <-c.outq:
+					err := c.send(u)
+					if errors.Is(err, syscall.EMSGSIZE) && d.tooBig.CompareAndSwap(false, true) {
+						d.log.WithField("component", "ibd").Warnf("an answer of %d bytes is too big for the program's socket (its send buffer is capped at twice net.core.wmem_max without CAP_NET_ADMIN); the program times out. Raise net.core.wmem_max to %d", len(u), maxSend)
+					}
+				case <-c.gone:
+					return
+				}
+			}
+		}()
+	})
+	select {
+	case c.outq <- u:
+	default:
+	}
+}
+
+// after runs f once dur has passed, unless the program's connection ends
+// first; past maxOutstanding waiting, at once.
+func (c *conn) after(dur time.Duration, f func()) *time.Timer {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	if c.ended {
+		return time.NewTimer(0) // never fires f
+	}
+	if c.timers == nil {
+		c.timers = map[*time.Timer]bool{}
+	}
+	if len(c.timers) >= maxOutstanding {
+		dur = 0
+	}
+	var t *time.Timer
+	t = time.AfterFunc(dur, func() {
+		c.tmu.Lock()
+		delete(c.timers, t) // t is set: the map's lock was held until then
+		c.tmu.Unlock()
+		f()
+	})
+	c.timers[t] = true
+	return t
+}
+
+func (c *conn) stopTimers() {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	c.ended = true
+	for t := range c.timers {
+		t.Stop()
+	}
+	c.timers = nil
 }
 
 // New makes the daemon of a node, whose HCAs are the packet devices in
@@ -248,15 +328,11 @@ func (d *Daemon) Serve(l *net.UnixListener) error {
 	}
 }
 
-// sendOut writes an answer to its program. One too big for the socket
-// (an SA table past the send buffer the daemon could get) is lost, and
-// the program times out: that is said, once. A program that went away
+// sendOut hands an answer to its program's writer. One too big for the
+// socket (an SA table past the send buffer the daemon could get) is lost,
+// and the program times out: that is said, once. A program that went away
 // is nothing to tell.
-func (d *Daemon) sendOut(o outgoing) {
-	if err := o.c.send(o.u); errors.Is(err, syscall.EMSGSIZE) && d.tooBig.CompareAndSwap(false, true) {
-		d.log.WithField("component", "ibd").Warnf("an answer of %d bytes is too big for the program's socket (its send buffer is capped at twice net.core.wmem_max without CAP_NET_ADMIN); the program times out. Raise net.core.wmem_max to %d", len(o.u), maxSend)
-	}
-}
+func (d *Daemon) sendOut(o outgoing) { d.queue(o.c, o.u) }
 
 // maxSend is the largest message to a program: an SA table comes back as
 // one message, as the kernel hands over a reassembled RMPP transfer, and
@@ -281,6 +357,13 @@ func bigSends(c *net.UnixConn) {
 
 func (d *Daemon) serveConn(c *conn) {
 	defer d.drop(c)
+	// A message nothing checked for is this program's problem, not the
+	// node's: it loses its connection, the daemon carries on.
+	defer func() {
+		if r := recover(); r != nil {
+			d.log.WithField("component", "ibd").Errorf("a program's message broke the daemon (%v); its connection is closed", r)
+		}
+	}()
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := c.uc.Read(buf)
@@ -309,8 +392,11 @@ func (d *Daemon) serveConn(c *conn) {
 			}
 			continue
 		}
+		if n < umadHdrLen+36 {
+			continue // the kernel refuses less than an RMPP header (EINVAL)
+		}
 		if n < umadHdrLen+madLen {
-			continue // the shim writes whole MADs
+			msg = append(msg, make([]byte, umadHdrLen+madLen-n)...) // and zero-fills the rest
 		}
 		for _, o := range d.handle(c, packet(msg)) {
 			d.sendOut(o)
@@ -324,8 +410,12 @@ func (d *Daemon) control(c *conn, msg []byte) {
 	defer d.mu.Unlock()
 	switch le.Uint32(msg[4:]) {
 	case umad.OpHello:
+		if len(msg) < umad.HelloSize || c.hello {
+			return
+		}
+		c.hello = true
 		i := int(le.Uint32(msg[8:]))
-		if len(msg) < umad.HelloSize || i >= len(d.umads) || d.umads[i] == nil {
+		if i < 0 || i >= len(d.umads) || d.umads[i] == nil {
 			return
 		}
 		switch le.Uint32(msg[16:]) {
@@ -337,13 +427,22 @@ func (d *Daemon) control(c *conn, msg []byte) {
 			d.issm[c.issm]++
 		}
 	case umad.OpRegister:
-		if len(msg) >= umad.RegisterSize {
-			a := &agent{c: c, id: le.Uint32(msg[8:]), class: msg[16], oui: le.Uint32(msg[20:]) & 0xffffff}
-			for i := range a.methods {
-				a.methods[i] = le.Uint32(msg[24+4*i:])
-			}
-			d.agents = append(d.agents, a)
+		// The shim registers on its umad port with its own ids (below
+		// the kernel's 32), each once.
+		if len(msg) < umad.RegisterSize || c.port == nil || c.agents >= maxAgents {
+			return
 		}
+		a := &agent{c: c, id: le.Uint32(msg[8:]), class: msg[16], oui: le.Uint32(msg[20:]) & 0xffffff}
+		for _, o := range d.agents {
+			if o.c == c && o.id == a.id {
+				return
+			}
+		}
+		for i := range a.methods {
+			a.methods[i] = le.Uint32(msg[24+4*i:])
+		}
+		d.agents = append(d.agents, a)
+		c.agents++
 	case umad.OpUnregister:
 		if len(msg) >= umad.UnregisterSize {
 			d.unregister(c, func(a *agent) bool { return a.id == le.Uint32(msg[8:]) })
@@ -353,9 +452,15 @@ func (d *Daemon) control(c *conn, msg []byte) {
 
 func (d *Daemon) drop(c *conn) {
 	c.uc.Close()
-	close(c.gone) // ends the writer of packets from other nodes
+	close(c.gone) // ends its writers
+	c.stopTimers()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	for k, p := range d.pending {
+		if p.c == c {
+			delete(d.pending, k) // its answer has nowhere to go
+		}
+	}
 	if c.issm != nil {
 		d.issm[c.issm]--
 	}
@@ -374,6 +479,8 @@ func (d *Daemon) unregister(c *conn, which func(*agent) bool) {
 			kept = append(kept, a)
 		}
 	}
+	clear(d.agents[len(kept):])
+	c.agents -= len(d.agents) - len(kept)
 	d.agents = kept
 }
 
@@ -504,7 +611,7 @@ func (d *Daemon) respond(c *conn, r packet, lid uint16, qpn uint32) {
 // timeout and retries, as the kernel's MAD layer does.
 func (d *Daemon) timeout(c *conn, u packet) {
 	if r := timedOut(u); r != nil {
-		time.AfterFunc(wait(u), func() { c.send(r) })
+		c.after(wait(u), func() { d.queue(c, r) })
 	}
 }
 
@@ -538,15 +645,15 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 		key := pendingKey{at: to, tid: m.tid()}
 		p := &pending{c: c, agent: u.agent(), from: from}
 		r := timedOut(u)
-		p.timer = time.AfterFunc(wait(u), func() {
+		p.timer = c.after(wait(u), func() {
 			d.mu.Lock()
 			mine := d.pending[key] == p
 			if mine {
 				delete(d.pending, key)
 			}
 			d.mu.Unlock()
-			if mine && r != nil { // written with mu free: the program may be slow
-				c.send(r)
+			if mine && r != nil {
+				d.queue(c, r)
 			}
 		})
 		d.pending[key] = p

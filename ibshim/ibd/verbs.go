@@ -59,7 +59,7 @@ func (d *Daemon) verbsHello(c *conn, msg []byte) {
 		}
 		d.mu.Unlock()
 	}
-	c.send(w)
+	d.queue(c, w)
 }
 
 // verbsPacket routes a packet a context sent.

@@ -1,0 +1,232 @@
+package ibd
+
+import (
+	"encoding/binary"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/ibshim/umad"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// Programs on the node reach the daemon's socket (mode 0666); what one
+// sends, or fails to read, must cost only itself. Found in review.
+
+func daemonOf(t *testing.T) (*Daemon, string, *fabric.Fabric) {
+	t.Helper()
+	n := testenv.Node(t, "h100", 8)
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "ibd.sock")
+	l, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	d := New(n, f, logrus.New())
+	go d.Serve(l)
+	return d, sock, f
+}
+
+func dial(t *testing.T, sock string, msgs ...[]byte) *net.UnixConn {
+	t.Helper()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for _, m := range msgs {
+		if _, err := c.Write(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func helloMsg(kind uint32) []byte {
+	h := make([]byte, umad.HelloSize)
+	binary.LittleEndian.PutUint32(h, umad.Magic)
+	binary.LittleEndian.PutUint32(h[4:], umad.OpHello)
+	binary.LittleEndian.PutUint32(h[16:], kind)
+	return h
+}
+
+// answered says whether an SMP to lid with tid comes back on c within d,
+// skipping anything else.
+func answered(t *testing.T, c *net.UnixConn, tid uint64, within time.Duration) bool {
+	t.Helper()
+	end := time.Now().Add(within)
+	for time.Now().Before(end) {
+		r := read(t, c, time.Until(end))
+		if r != nil && len(r) >= umadHdrLen+madLen && r.mad().tid() == tid && r.mad().method() == methodResp {
+			return true
+		}
+	}
+	return false
+}
+
+func waitFor(what string, t *testing.T, ok func() bool) {
+	t.Helper()
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if ok() {
+			return
+		}
+	}
+	t.Errorf("after 3 s: %s", what)
+}
+
+func TestAShortControlMessageCostsOnlyItsConnection(t *testing.T) {
+	_, sock, f := daemonOf(t)
+	bad := make([]byte, 8)
+	binary.LittleEndian.PutUint32(bad, umad.Magic)
+	binary.LittleEndian.PutUint32(bad[4:], umad.OpHello)
+	dial(t, sock, bad)
+	c := dial(t, sock, helloMsg(umad.KindUMAD))
+	if _, err := c.Write(smp(f.Find("mlx5_0").Ports[1].LID, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if !answered(t, c, 1, 2*time.Second) {
+		t.Error("no answer after another program's 8-byte hello")
+	}
+}
+
+// The kernel takes a MAD of at least an RMPP header and zero-fills it.
+func TestAShortMADIsAnswered(t *testing.T) {
+	_, sock, f := daemonOf(t)
+	c := dial(t, sock, helloMsg(umad.KindUMAD))
+	if _, err := c.Write(smp(f.Find("mlx5_0").Ports[1].LID, 2)[:umadHdrLen+64]); err != nil {
+		t.Fatal(err)
+	}
+	if !answered(t, c, 2, 2*time.Second) {
+		t.Error("a 64-byte SMP got no answer")
+	}
+}
+
+// An ibping server that never reads: whoever pings it goes on.
+func TestAProgramThatStopsReadingHoldsUpNoOne(t *testing.T) {
+	_, sock, f := daemonOf(t)
+	stuck := dial(t, sock, helloMsg(umad.KindUMAD))
+	register(t, stuck, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	c := dial(t, sock, helloMsg(umad.KindUMAD))
+	own := f.Find("mlx5_0").Ports[1].LID
+	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	for i := range 20000 {
+		if _, err := c.Write(ping(own, uint64(1000+i), 0)); err != nil {
+			t.Fatalf("ping %d: %v (the daemon stopped reading this program)", i, err)
+		}
+	}
+	if _, err := c.Write(smp(own, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if !answered(t, c, 3, 5*time.Second) {
+		t.Error("no answer to an SMP sent after 20000 pings to a program that does not read")
+	}
+}
+
+// Requests awaiting an answer end with their program, and are bounded.
+func TestRequestsEndWithTheirProgram(t *testing.T) {
+	d, sock, f := daemonOf(t)
+	server := dial(t, sock, helloMsg(umad.KindUMAD))
+	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	own := f.Find("mlx5_0").Ports[1].LID
+	c := dial(t, sock, helloMsg(umad.KindUMAD))
+	for i := range 5000 {
+		if _, err := c.Write(ping(own, uint64(i), 3600_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := func() int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.pending)
+	}
+	waitFor("at most 4096 requests wait for an answer", t, func() bool { n := pending(); return n > 0 && n <= maxOutstanding })
+	c.Close()
+	waitFor("the closed program's requests are forgotten", t, func() bool { return pending() == 0 })
+}
+
+func TestRegistrationsAreBoundedAndNeedAPort(t *testing.T) {
+	d, sock, _ := daemonOf(t)
+	agents := func() int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.agents)
+	}
+	early := dial(t, sock)
+	register(t, early, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	c := dial(t, sock, helloMsg(umad.KindUMAD))
+	for id := range 40 {
+		register(t, c, uint32(id), vendorIBPing, ouiOpenFabric, methodGet)
+		register(t, c, uint32(id), vendorIBPing, ouiOpenFabric, methodGet)
+	}
+	// A message of the connection after them all: it has been read.
+	if _, err := c.Write(smp(1, 4)); err != nil {
+		t.Fatal(err)
+	}
+	answered(t, c, 4, 2*time.Second)
+	if n := agents(); n != maxAgents {
+		t.Errorf("%d agents registered, want %d: one per id, none before a hello", n, maxAgents)
+	}
+}
+
+func TestAnSMLeavesWithItsConnection(t *testing.T) {
+	d, sock, _ := daemonOf(t)
+	c := dial(t, sock, helloMsg(umad.KindISSM), helloMsg(umad.KindISSM))
+	held := func() int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		n := 0
+		for _, v := range d.issm {
+			n += v
+		}
+		return n
+	}
+	waitFor("the issm hello is taken", t, func() bool { return held() == 1 })
+	c.Close()
+	waitFor("IsSM is cleared when the SM goes", t, func() bool { return held() == 0 })
+}
+
+// Groups made through one node are bounded by the MLIDs a subnet has
+// (0xc000-0xfffe): past them the SM answers ERR_NO_RESOURCES.
+func TestMulticastGroupsRunOutWithTheMLIDs(t *testing.T) {
+	d, f := quietDaemon(t)
+	from := f.Find("mlx5_0").Ports[1]
+	join := func(i int, method byte) uint16 {
+		m := make(mad, madLen)
+		m[0], m[1], m[2], m[3] = 1, classSA, 2, method
+		binary.BigEndian.PutUint64(m[48:], mcMGID|mcPortGID|mcJoinState|mcQKey|mcTClass|mcPKey|mcSL|mcFlowLabel)
+		rec := m[saHdrLen:]
+		rec[0], rec[1] = 0xff, 0x12
+		binary.BigEndian.PutUint32(rec[12:], uint32(i))
+		gid := portGID(from)
+		copy(rec[16:], gid[:])
+		binary.BigEndian.PutUint16(rec[40:], 0xffff)
+		rec[48] = joinFull
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		_, st := d.mcJoin(m, from)
+		return st
+	}
+	n := mlidTop - mlidBase + 1
+	for i := range n {
+		if st := join(i, methodSet); st != 0 {
+			t.Fatalf("join %d: status %#x", i, st)
+		}
+	}
+	if st := join(n, methodSet); st != saStatusNoResources {
+		t.Errorf("group %d: status %#x, want ERR_NO_RESOURCES (0x100)", n+1, st)
+	}
+	if st := join(0, methodDelete); st != 0 {
+		t.Fatalf("leave: status %#x", st)
+	}
+	if st := join(n, methodSet); st != 0 {
+		t.Errorf("a group once another has gone: status %#x", st)
+	}
+}
