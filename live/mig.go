@@ -155,6 +155,31 @@ func (s *State) ClearMIG(gpu int, on bool) error {
 	return s.SetMIGMode(gpu, on)
 }
 
+// FitMIGLayout checks that a profile's own MIG layout fits its GPUs,
+// placed on a scratch state as an install places it, so that a layout
+// that cannot be made is refused where it is written.
+func FitMIGLayout(p *profile.Profile) error {
+	m := p.Board.Modes.MIG
+	if m == nil || m.Layout == "" {
+		return nil
+	}
+	l, err := profile.ParseMIGLayout(m.Layout, m, p.GPUs)
+	if err != nil {
+		return err
+	}
+	data, err := snapshot.Compile(p, snapshot.Options{Seed: "layout"})
+	if err != nil {
+		return err
+	}
+	_, devs, err := snapshot.Read(data)
+	if err != nil {
+		return err
+	}
+	s := &State{}
+	s.Header.Gpus = uint32(len(devs))
+	return s.ApplyMIGLayout(devs, l)
+}
+
 // ApplyMIGLayout partitions the GPUs a layout sets, on boards devs (the
 // node's snapshot records): each listed GPU instance with one compute
 // instance of all its slices, as mig-parted makes them.

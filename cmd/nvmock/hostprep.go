@@ -101,6 +101,11 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 			return fmt.Errorf("hostprep install: --driver-version: %w", err)
 		}
 	}
+	if *mig == "" { // --mig is checked as the install places it
+		if err := fitMIG(*prof, p); err != nil {
+			return fmt.Errorf("hostprep install: %w", err)
+		}
+	}
 	name := nodeNameOr(*node)
 	if name == "" {
 		return fmt.Errorf("hostprep install: no node name: pass --node-name or set NODE_NAME")

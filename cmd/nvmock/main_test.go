@@ -39,6 +39,12 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("name: x\ngpus: 1\nbord: {}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Parses, but three halves of one GPU cannot be placed.
+	crowded := filepath.Join(t.TempDir(), "crowded.yaml")
+	if err := os.WriteFile(crowded, []byte("base: a100\nname: x\nboard:\n  modes:\n    mig:\n      layout: 0=3g.20gb*3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fit := "profile " + crowded + ": board.modes.mig.layout: mig layout \"0=3g.20gb*3\": GPU 0: 3g.20gb, 3g.20gb, 3g.20gb do not fit"
 	for _, c := range []struct {
 		name string
 		args []string
@@ -48,6 +54,10 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"a misspelt field names file and path", []string{"profile", "validate", bad}, "profile " + bad + ":3: bord: unknown field"},
 		{"compile without -o says what is missing", []string{"profile", "compile", "a100"}, "need one NAME or FILE and -o SNAPSHOT"},
 		{"an impossible GPU count names the flag", []string{"profile", "compile", "a100", "--gpus", "-2", "--seed", "s", "-o", "/dev/null"}, "--gpus: gpus: -2 is out of range"},
+		{"no GPUs at all is refused, not the profile's count", []string{"profile", "compile", "a100", "--gpus", "0", "--seed", "s", "-o", "/dev/null"}, "--gpus: gpus: 0 is out of range"},
+		{"a MIG layout that cannot be placed fails validate", []string{"profile", "validate", crowded}, fit},
+		{"and compile", []string{"profile", "compile", crowded, "--seed", "s", "-o", "/dev/null"}, fit},
+		{"and install, before anything is written", []string{"hostprep", "install", "--profile", crowded, "--root", filepath.Join(t.TempDir(), "r"), "--node-name", "n1"}, "hostprep install: " + fit},
 		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

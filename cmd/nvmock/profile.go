@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -32,7 +33,11 @@ func profileCmd(args []string) error {
 		if len(args) != 2 {
 			return fmt.Errorf("profile validate: need exactly one FILE")
 		}
-		if _, err := profile.Load(args[1]); err != nil {
+		p, err := profile.Load(args[1])
+		if err != nil {
+			return err
+		}
+		if err := fitMIG(args[1], p); err != nil {
 			return err
 		}
 		fmt.Printf("%s: ok\n", args[1])
@@ -41,6 +46,15 @@ func profileCmd(args []string) error {
 		return profileCompile(args[1:])
 	}
 	return fmt.Errorf("profile: unknown subcommand %q; use list, show, validate or compile", args[0])
+}
+
+// fitMIG refuses a profile whose MIG layout cannot be made on its GPUs,
+// which parsing alone does not see (placements decide).
+func fitMIG(name string, p *profile.Profile) error {
+	if err := live.FitMIGLayout(p); err != nil {
+		return fmt.Errorf("profile %s: board.modes.mig.layout: %w", name, err)
+	}
+	return nil
 }
 
 // parseInterspersed lets flags follow the positional NAME, as users type them.
@@ -62,9 +76,11 @@ type loadFlags struct {
 	gpus   int
 	seed   string
 	driver string
+	fs     *flag.FlagSet
 }
 
 func (l *loadFlags) add(fs *flag.FlagSet) {
+	l.fs = fs
 	fs.IntVar(&l.gpus, "gpus", 0, "override the profile's GPU count")
 	fs.StringVar(&l.seed, "seed", "", "node seed (default: $NODE_NAME, else /etc/machine-id)")
 	fs.StringVar(&l.driver, "driver-version", "", "override the profile's driver version (CUDA and NVML versions follow it)")
@@ -75,7 +91,9 @@ func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if l.gpus != 0 {
+	given := false
+	l.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gpus" })
+	if given { // --gpus 0 is refused, not the profile's count
 		p.GPUs = l.gpus
 		if errs := p.Validate(); len(errs) > 0 {
 			return nil, "", fmt.Errorf("--gpus: %w", errs[0])
@@ -85,6 +103,9 @@ func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
 		if err := p.SetDriver(l.driver); err != nil {
 			return nil, "", fmt.Errorf("--driver-version: %w", err)
 		}
+	}
+	if err := fitMIG(name, p); err != nil {
+		return nil, "", err
 	}
 	seed := l.seed
 	if seed == "" {
