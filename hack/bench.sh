@@ -49,7 +49,7 @@ NVMOCK_SNAPSHOT="$tmp/b200" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, b200 (
 
 # hostprep and exec (root: device nodes, mount namespaces).
 if [ "$(id -u)" = 0 ]; then
-	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, from scratch" -- sh -c "rm -rf '$tmp/root'; '$build/bin/nvmock' hostprep install --root '$tmp/root' --cdi-dir '$tmp/cdi' --nfd-dir '$tmp/nfd' --node-name bench >/dev/null 2>&1"
+	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, from scratch" -- sh -c "rm -rf '$tmp/root' '$tmp/cdi' '$tmp/nfd'; '$build/bin/nvmock' hostprep install --root '$tmp/root' --cdi-dir '$tmp/cdi' --nfd-dir '$tmp/nfd' --node-name bench >/dev/null 2>&1"
 	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, unchanged" -- "$build/bin/nvmock" hostprep install --root "$tmp/root" --cdi-dir "$tmp/cdi" --nfd-dir "$tmp/nfd" --node-name bench
 	"$tmp/benchproc" -n 10 -label "true (baseline)" -- true
 	"$tmp/benchproc" -n 10 -label "nvmock exec -- true" -- "$build/bin/nvmock" exec -- true

@@ -61,6 +61,9 @@ type Manifest struct {
 	Overlay string   `json:"overlay"` // overlays/<hash>, relative to the root
 	Files   []string `json:"files"`   // absolute: the CDI spec and the NFD file
 	Dirs    []string `json:"dirs"`    // absolute: directories install created, parents first
+	// Sums are the files' SHA-256 as written: uninstall leaves a file
+	// changed since. Absent in older manifests.
+	Sums map[string]string `json:"sums,omitempty"`
 }
 
 var overlayName = regexp.MustCompile(`^([0-9a-f]{16}|\.render-.*)$`)
@@ -95,11 +98,21 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("create root %s: %w", root, err)
 	}
-	var fresh string // an overlay this call rendered and nothing points at yet
+	var fresh string  // an overlay this call rendered and nothing points at yet
+	newState := false // a live state this call made and no manifest records yet
 	defer func() {
 		if err != nil { // leave nothing behind a failed install: no new overlay, no empty directories
 			if fresh != "" {
 				os.RemoveAll(fresh)
+			}
+			if newState {
+				for _, p := range stateFiles(root) {
+					if p.all {
+						os.RemoveAll(p.path)
+					} else {
+						os.Remove(p.path)
+					}
+				}
 			}
 			removeEmpty(created)
 		}
@@ -152,6 +165,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 		}
 	}()
 	stage := func(path string, data []byte) (string, error) {
+		if err := checkOwned(path, data, old); err != nil {
+			return "", err
+		}
 		if fileIs(path, data) {
 			return "", nil // already right: leave it (and its mtime) alone
 		}
@@ -190,6 +206,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// The state must be there, of this node's layout, for the overlay to
 	// link to it; it is reset below whatever happens to the overlay.
 	if !stateOK(statePath, len(in.ids)) {
+		if _, err := os.Lstat(statePath); os.IsNotExist(err) {
+			newState = true
+		}
 		if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
 			return nil, err
 		}
@@ -239,6 +258,24 @@ func Install(o InstallOptions) (res *Result, err error) {
 		}
 	}
 
+	// Recorded before the switch and the renames: whatever fails from
+	// here on, uninstall finds all of it.
+	m := Manifest{Version: 1, Overlay: rel, Files: []string{cdiPath, nfdPath},
+		Sums: map[string]string{cdiPath: sum(cdiData), nfdPath: sum(nfdData)}}
+	if old != nil {
+		m.Dirs = old.Dirs
+	}
+	for _, d := range created {
+		if !slices.Contains(m.Dirs, d) {
+			m.Dirs = append(m.Dirs, d)
+		}
+	}
+	mb, _ := json.MarshalIndent(m, "", "  ")
+	if err := writeAtomic(filepath.Join(root, ManifestFile), append(mb, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	created, newState = nil, false // recorded: uninstall removes them
+
 	// Switch: one rename of a fresh symlink.
 	target := filepath.Join(rel, "driver")
 	if !linkIs(driverLink, target) {
@@ -254,6 +291,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 		log.printf("switched %s -> %s", driverLink, target)
 	}
 	fresh = ""
+
 	for _, f := range [][2]string{{cdiTmp, cdiPath}, {nfdTmp, nfdPath}} {
 		if f[0] == "" {
 			continue
@@ -264,21 +302,6 @@ func Install(o InstallOptions) (res *Result, err error) {
 		log.printf("wrote %s", f[1])
 	}
 	staged = nil
-
-	m := Manifest{Version: 1, Overlay: rel, Files: []string{cdiPath, nfdPath}}
-	if old != nil {
-		m.Dirs = old.Dirs
-	}
-	for _, d := range created {
-		if !slices.Contains(m.Dirs, d) {
-			m.Dirs = append(m.Dirs, d)
-		}
-	}
-	mb, _ := json.MarshalIndent(m, "", "  ")
-	if err := writeAtomic(filepath.Join(root, ManifestFile), append(mb, '\n'), 0o644); err != nil {
-		return nil, err
-	}
-	created = nil // recorded: uninstall removes them
 
 	// Only now is the old overlay unreferenced.
 	if old != nil {
@@ -355,6 +378,10 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 		}
 	}
 	for _, f := range m.Files {
+		if _, err := os.Lstat(f); err == nil && !unchanged(f, m) {
+			log.printf("left %s: changed since nvmock wrote it", f)
+			continue
+		}
 		rm(f, false)
 	}
 	driverLink := filepath.Join(root, "driver")
@@ -368,12 +395,9 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 			rm(filepath.Join(overlays, e.Name()), true)
 		}
 	}
-	rm(filepath.Join(root, StateFile), false)
-	rm(IBLiveDir(filepath.Join(root, StateFile)), true)
-	rm(StartedDir(filepath.Join(root, StateFile)), true)
-	rm(filepath.Dir(filepath.Join(root, StateFile)), false)
-	rm(filepath.Join(root, IBSocket), false)
-	rm(filepath.Dir(filepath.Join(root, IBSocket)), false)
+	for _, p := range stateFiles(root) {
+		rm(p.path, p.all)
+	}
 	if len(errs) == 0 {
 		rm(filepath.Join(root, ManifestFile), false)
 	}
@@ -390,6 +414,23 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 		return res, errors.New(strings.Join(msgs, "; "))
 	}
 	return res, nil
+}
+
+// stateFiles are the node state's paths in the root, children first: the
+// live state, its InfiniBand and started directories, and the fabric
+// daemon's socket; the directories go only if empty (all false).
+func stateFiles(root string) []struct {
+	path string
+	all  bool
+} {
+	state := filepath.Join(root, StateFile)
+	return []struct {
+		path string
+		all  bool
+	}{
+		{state, false}, {IBLiveDir(state), true}, {StartedDir(state), true}, {filepath.Dir(state), false},
+		{filepath.Join(root, IBSocket), false}, {filepath.Dir(filepath.Join(root, IBSocket)), false},
+	}
 }
 
 // renderInto renders in tmp and moves the tree to dir. A damaged overlay

@@ -472,3 +472,68 @@ func sortedLines(s string) string {
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
 }
+
+// The CDI and NFD directories are shared with other programs and other
+// installs: install replaces only a file this root wrote, unchanged since,
+// and uninstall removes only such a file. Found in review.
+func TestInstallReplacesOnlyTheFilesItWrote(t *testing.T) {
+	needRoot(t)
+	assets := testenv.FakeDriverAssets(t)
+	p := testenv.Profile(t, "a100", 2)
+
+	t.Run("a user's file is refused, not replaced", func(t *testing.T) {
+		s := newSite(t)
+		must(t, os.MkdirAll(s.cdi, 0o755))
+		spec := filepath.Join(s.cdi, hostprep.CDIFile)
+		must(t, os.WriteFile(spec, []byte("mine\n"), 0o644))
+		_, err := hostprep.Install(s.options(p, assets))
+		if err == nil || !strings.Contains(err.Error(), spec+" exists and this install did not write it") {
+			t.Fatalf("install over a user's CDI spec: %v", err)
+		}
+		if b, _ := os.ReadFile(spec); string(b) != "mine\n" {
+			t.Errorf("the user's spec now holds %q", b)
+		}
+		if _, err := os.Stat(filepath.Dir(s.root)); err == nil {
+			t.Errorf("the refused install left %s", filepath.Dir(s.root))
+		}
+	})
+
+	t.Run("another root's files are refused", func(t *testing.T) {
+		s := newSite(t)
+		install(t, s.options(p, assets))
+		before := contents(t, s.cdi, s.nfd)
+		other := s
+		other.root = filepath.Join(t.TempDir(), "other")
+		if _, err := hostprep.Install(other.options(p, assets)); err == nil || !strings.Contains(err.Error(), "did not write it") {
+			t.Fatalf("a second root over the first one's files: %v", err)
+		}
+		after := contents(t, s.cdi, s.nfd)
+		for f, v := range before {
+			if after[f] != v {
+				t.Errorf("%s changed", f)
+			}
+		}
+	})
+
+	t.Run("a file changed since is left by uninstall and refused by install", func(t *testing.T) {
+		s := newSite(t)
+		res := install(t, s.options(p, assets))
+		f, err := os.OpenFile(res.CDIFile, os.O_APPEND|os.O_WRONLY, 0)
+		must(t, err)
+		_, err = f.WriteString("# my note\n")
+		must(t, err)
+		must(t, f.Close())
+		if _, err := hostprep.Install(s.options(testenv.Profile(t, "a100", 3), assets)); err == nil || !strings.Contains(err.Error(), "was changed since nvmock wrote it") {
+			t.Errorf("install over an edited spec: %v", err)
+		}
+		if _, err := hostprep.Uninstall(s.root, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(res.CDIFile); err != nil {
+			t.Errorf("uninstall removed the edited spec: %v", err)
+		}
+		if _, err := os.Stat(res.NFDFile); err == nil {
+			t.Errorf("uninstall left the NFD file, which nobody changed")
+		}
+	})
+}

@@ -1,0 +1,51 @@
+package hostprep
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"slices"
+)
+
+// The CDI spec and NFD file go in directories other programs and other
+// installs share: install replaces only a file this root's manifest says
+// it wrote, unchanged since, and uninstall removes only such a file.
+
+func sum(data []byte) string {
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:])
+}
+
+// checkOwned says why install must not replace the file at path with data,
+// or nil: nothing there, the same content, or this root's file as written.
+func checkOwned(path string, data []byte, old *Manifest) error {
+	fi, err := os.Lstat(path)
+	if os.IsNotExist(err) || fileIs(path, data) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s exists and is not a file; move it away", path)
+	}
+	if old == nil || !slices.Contains(old.Files, path) {
+		return fmt.Errorf("%s exists and this install did not write it (another root's, or yours); move it away or pass another directory", path)
+	}
+	if !unchanged(path, old) {
+		return fmt.Errorf("%s was changed since nvmock wrote it; move it away to let install write it again", path)
+	}
+	return nil
+}
+
+// unchanged says whether the file at path is as the manifest recorded it
+// (true when it recorded no sum: an older install's manifest).
+func unchanged(path string, m *Manifest) bool {
+	want := m.Sums[path]
+	if want == "" {
+		return true
+	}
+	b, err := os.ReadFile(path)
+	return err == nil && sum(b) == want
+}
