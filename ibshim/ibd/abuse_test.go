@@ -2,8 +2,11 @@ package ibd
 
 import (
 	"encoding/binary"
+	"io"
 	"net"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,5 +231,103 @@ func TestMulticastGroupsRunOutWithTheMLIDs(t *testing.T) {
 	}
 	if st := join(n, methodSet); st != 0 {
 		t.Errorf("a group once another has gone: status %#x", st)
+	}
+	// The bound is the subnet's: another rail's subnet has its own MLIDs.
+	from = f.Find("mlx5_1").Ports[1]
+	if from.Node.Subnet == f.Find("mlx5_0").Subnet {
+		t.Fatal("test setup: mlx5_0 and mlx5_1 share a subnet")
+	}
+	if st := join(0, methodSet); st != 0 {
+		t.Errorf("a group on another subnet: status %#x", st)
+	}
+}
+
+// An answered request gives its place back: a long ibping session is not
+// cut short at maxOutstanding.
+func TestAnsweredRequestsGiveTheirPlaceBack(t *testing.T) {
+	_, sock, f := daemonOf(t)
+	server := dial(t, sock, helloMsg(umad.KindUMAD))
+	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	client := dial(t, sock, helloMsg(umad.KindUMAD))
+	register(t, client, 1, vendorIBPing, ouiOpenFabric)
+	own := f.Find("mlx5_0").Ports[1].LID
+	for i := range maxOutstanding + 100 {
+		if _, err := client.Write(ping(own, uint64(i), 1000)); err != nil {
+			t.Fatal(err)
+		}
+		req := read(t, server, 2*time.Second)
+		if req == nil {
+			t.Fatalf("ping %d: the server got nothing", i)
+		}
+		ans := append(packet(nil), req...)
+		ans.mad()[3] = methodResp
+		if _, err := server.Write(ans); err != nil {
+			t.Fatal(err)
+		}
+		if r := read(t, client, 2*time.Second); r == nil || binary.LittleEndian.Uint32(r[4:]) != 0 {
+			t.Fatalf("ping %d, answered: %v", i, r)
+		}
+	}
+}
+
+// Requests a peer's link brought are bounded and end with the link.
+func TestAPeersRequestsEndWithItsLink(t *testing.T) {
+	d, sock, f := daemonOf(t)
+	server := dial(t, sock, helloMsg(umad.KindUMAD))
+	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	go func() { // the server never answers; what it is sent is read
+		for read(t, server, 10*time.Second) != nil {
+		}
+	}()
+	link, r := nodeBLink(t, d, f)
+	go io.Copy(io.Discard, r)
+	own := f.Find("mlx5_0").Ports[1]
+	var theirs uint16
+	for _, nd := range own.Node.Subnet.Nodes {
+		if nd.Slot == 1 && nd.Type == fabric.CA {
+			theirs = nd.Ports[1].LID
+			break
+		}
+	}
+	head := []byte{0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint16(head[1:], theirs)
+	binary.BigEndian.PutUint16(head[3:], own.LID)
+	for i := range 2 * maxOutstanding {
+		if _, err := link.Write(frame(frameMAD, [][]byte{head, ping(own.LID, uint64(i), 3600_000)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := func() int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.pending)
+	}
+	waitFor("the peer's requests wait, at most maxOutstanding", t, func() bool { return pending() == maxOutstanding })
+	link.Close()
+	waitFor("they are forgotten with the link", t, func() bool { return pending() == 0 })
+}
+
+// What waits for a program that does not read is bounded in bytes too:
+// an SA table is up to 4 MiB.
+func TestQueuedAnswersAreBoundedInBytes(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fds[1]) // never read
+	fc, err := net.FileConn(os.NewFile(uintptr(fds[0]), "daemon side"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	c := &conn{uc: fc.(*net.UnixConn), gone: make(chan struct{})}
+	defer close(c.gone)
+	d := &Daemon{log: logrus.New()}
+	msg := make(packet, 64<<10)
+	for range madQueue {
+		d.queue(c, msg)
+	}
+	if q := len(c.outq) * len(msg); q > madQueueBytes {
+		t.Errorf("%d MiB queued for a program that does not read, want at most %d", q>>20, madQueueBytes>>20)
 	}
 }

@@ -110,10 +110,6 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 	}
 	k := mcKey{from.Node.Subnet, mgid}
 	g := d.groups[k]
-	if g == nil && m.method() != methodDelete && len(d.groups) > mlidTop-mlidBase {
-		// As many groups as a subnet has MLIDs: the SM has no more.
-		return nil, saStatusNoResources
-	}
 	if g == nil && m.method() != methodDelete {
 		// A group another node's ports joined: this node joins it as made.
 		if o := d.peerGroup(k); o != nil {
@@ -150,6 +146,9 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 		}
 		if binary.BigEndian.Uint16(t[40:])&0x7fff != 0x7fff {
 			return nil, saStatusInvalid // the ports hold the default partition alone
+		}
+		if d.subnetGroupCount(k.s) > mlidTop-mlidBase {
+			return nil, saStatusNoResources // as many groups as the subnet has MLIDs
 		}
 		g = &mcGroup{members: map[[16]byte]byte{}}
 		copy(g.rec[:], t)

@@ -128,6 +128,30 @@ func (d *Daemon) subnetGroups(s *fabric.Subnet) map[[16]byte]*mcGroup {
 	return all
 }
 
+// subnetGroupCount is how many groups subnet s has: this node's and the
+// peers' in use, each MGID once. mu is held.
+func (d *Daemon) subnetGroupCount(s *fabric.Subnet) int {
+	n := 0
+	for k := range d.groups {
+		if k.s == s {
+			n++
+		}
+	}
+	var theirs map[mcKey]bool
+	for _, p := range d.peers {
+		for k := range p.groups {
+			if k.s == s && d.groups[k] == nil && !theirs[k] {
+				if theirs == nil {
+					theirs = map[mcKey]bool{}
+				}
+				theirs[k] = true
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // peerGroup is group k as the first peer in use (by slot) that has it
 // made it, or nil: what a join of it here takes. mu is held.
 func (d *Daemon) peerGroup(k mcKey) *mcGroup {

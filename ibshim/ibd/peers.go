@@ -67,6 +67,9 @@ type peer struct {
 	// state holds the latest groups frame not yet written: a newer one
 	// replaces it, and none is lost to a full queue.
 	state chan []byte
+	// pending counts the requests this link brought that await an answer
+	// here (under Daemon.mu).
+	pending int
 }
 
 // peerQueue is how many frames may wait for a peer's writer.
@@ -278,6 +281,13 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	defer func() {
 		d.mu.Lock()
 		delete(d.links, p)
+		for k, pd := range d.pending {
+			if pd.peer == p { // its answer has nowhere to go
+				pd.timer.Stop()
+				delete(d.pending, k)
+			}
+		}
+		p.pending = 0
 		if d.peers[p.slot] == p {
 			delete(d.peers, p.slot)
 			for q := range d.links {
@@ -403,6 +413,9 @@ func (d *Daemon) fromPeer(p *peer, subnet int, from, to uint16, u packet) []outg
 		}
 		return nil // else the asker's own daemon times it out
 	}
+	if p.pending >= maxOutstanding {
+		return nil // the asker's own daemon times it out
+	}
 	key := pendingKey{at: dst, tid: m.tid()}
 	pd := &pending{peer: p, from: src}
 	pd.timer = time.AfterFunc(wait(u), func() {
@@ -410,9 +423,15 @@ func (d *Daemon) fromPeer(p *peer, subnet int, from, to uint16, u packet) []outg
 		defer d.mu.Unlock()
 		if d.pending[key] == pd {
 			delete(d.pending, key)
+			p.pending--
 		}
 	})
+	if old := d.pending[key]; old != nil && old.peer != nil {
+		old.timer.Stop() // the same TID again: the newer one asks
+		old.peer.pending--
+	}
 	d.pending[key] = pd
+	p.pending++
 	d.count(src, dst)
 	d.out = append(d.out, outgoing{a.c, d.forward(u, a, src)})
 	return d.out

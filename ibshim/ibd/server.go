@@ -106,6 +106,7 @@ type conn struct {
 
 	outq    chan packet // MADs for the program, for its writer (queue)
 	outOnce sync.Once
+	queued  atomic.Int64 // bytes in outq
 
 	tmu    sync.Mutex
 	timers map[*time.Timer]bool // its requests' timeouts (after)
@@ -129,12 +130,15 @@ func (c *conn) send(u packet) error {
 }
 
 // Bounds on what one program may hold in the daemon, so that a program
-// that stops reading, or floods it, costs only itself: MADs queued for it
-// (past that they are lost, as on a busy fabric, and the asker times out),
-// and requests awaiting an answer or their timeout (past that a request
-// times out at once). The kernel bounds agents (IB_UMAD_MAX_AGENTS).
+// that stops reading, or floods it, costs only itself: MADs queued for it,
+// in number and in bytes (an SA table is up to maxSend; past either they
+// are lost, as on a busy fabric, and a request's asker times out), and
+// requests awaiting an answer or their timeout (past that a request times
+// out at once); a peer's link likewise. The kernel bounds agents
+// (IB_UMAD_MAX_AGENTS).
 const (
 	madQueue       = 1024
+	madQueueBytes  = 2 * maxSend
 	maxOutstanding = 4096
 	maxAgents      = 32
 )
@@ -148,6 +152,7 @@ func (d *Daemon) queue(c *conn, u packet) {
 			for {
 				select {
 				case u := <-c.outq:
+					c.queued.Add(-int64(len(u)))
 					err := c.send(u)
 					if errors.Is(err, syscall.EMSGSIZE) && d.tooBig.CompareAndSwap(false, true) {
 						d.log.WithField("component", "ibd").Warnf("an answer of %d bytes is too big for the program's socket (its send buffer is capped at twice net.core.wmem_max without CAP_NET_ADMIN); the program times out. Raise net.core.wmem_max to %d", len(u), maxSend)
@@ -158,9 +163,14 @@ func (d *Daemon) queue(c *conn, u packet) {
 			}
 		}()
 	})
+	if c.queued.Add(int64(len(u))) > madQueueBytes {
+		c.queued.Add(-int64(len(u)))
+		return
+	}
 	select {
 	case c.outq <- u:
 	default:
+		c.queued.Add(-int64(len(u)))
 	}
 }
 
@@ -187,6 +197,14 @@ func (c *conn) after(dur time.Duration, f func()) *time.Timer {
 	})
 	c.timers[t] = true
 	return t
+}
+
+// cancel stops a timer of after's that is no longer wanted (the answer came).
+func (c *conn) cancel(t *time.Timer) {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	t.Stop()
+	delete(c.timers, t)
 }
 
 func (c *conn) stopTimers() {
@@ -751,7 +769,12 @@ func (d *Daemon) answered(at *fabric.Port, u packet) {
 		return // too late: the asker was told it timed out
 	}
 	delete(d.pending, key)
-	p.timer.Stop()
+	if p.peer != nil {
+		p.timer.Stop()
+		p.peer.pending--
+	} else {
+		p.c.cancel(p.timer)
+	}
 	d.count(at, p.from)
 	if p.peer != nil {
 		d.relay(p.peer, at, p.from, u)
