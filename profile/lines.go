@@ -8,7 +8,7 @@ import (
 	yaml3 "go.yaml.in/yaml/v3"
 )
 
-var pathPart = regexp.MustCompile(`^([A-Za-z0-9_]+)((?:\[\d+\])*)$`)
+var pathPart = regexp.MustCompile(`^([^.\[\]]+)((?:\[\d+\])*)$`)
 
 // lineOf finds the line of a field path such as "board.memory.total" or
 // "topology.busIds[2]" in YAML source, or 0. sigs.k8s.io/yaml decodes

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,7 +14,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var unmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
+var (
+	unmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
+	octal       = regexp.MustCompile(`^[-+]?0[0-7_]+$`)
+)
 
 // checkTree walks a profile's YAML against the struct's json tags before it
 // is decoded, so each problem is reported with its full path (list indices
@@ -129,11 +133,24 @@ func checkScalar(t reflect.Type, n *yaml3.Node) error {
 	if reflect.PointerTo(t).Implements(unmarshaler) {
 		return reflect.New(t).Interface().(json.Unmarshaler).UnmarshalJSON(j)
 	}
+	plain := len(j) > 0 && j[0] != '"'
 	switch t.Kind() {
 	case reflect.String:
-		if len(j) == 0 || j[0] != '"' {
-			return fmt.Errorf("%s is read by YAML as %s, not as the text written; quote it: %q", n.Value, j, n.Value)
+		// The decoder writes a number or boolean back as text: 12.8 stays
+		// "12.8", but y becomes "true" and 0165 "117".
+		var v struct {
+			S string `json:"s"`
 		}
+		if plain && yaml.Unmarshal([]byte("s: "+n.Value), &v) == nil && v.S != n.Value {
+			return fmt.Errorf("%s is read by YAML as %s, not as the text written; quote it: %q", n.Value, v.S, n.Value)
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if plain && octal.MatchString(n.Value) {
+			return fmt.Errorf("%s is read by YAML as the octal %s; write it without the leading 0", n.Value, j)
+		}
+	}
+	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return checkInt(j, shown, int64(-1)<<(t.Bits()-1), int64(1)<<(t.Bits()-1)-1)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
