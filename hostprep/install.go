@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -61,9 +63,10 @@ type Manifest struct {
 	Overlay string   `json:"overlay"` // overlays/<hash>, relative to the root
 	Files   []string `json:"files"`   // absolute: the CDI spec and the NFD file
 	Dirs    []string `json:"dirs"`    // absolute: directories install created, parents first
-	// Sums are the files' SHA-256 as written: uninstall leaves a file
+	// Sums are the SHA-256s each file may have as nvmock wrote it (while
+	// an install runs: the old and the new): uninstall leaves a file
 	// changed since. Absent in older manifests.
-	Sums map[string]string `json:"sums,omitempty"`
+	Sums map[string][]string `json:"sums,omitempty"`
 }
 
 var overlayName = regexp.MustCompile(`^([0-9a-f]{16}|\.render-.*)$`)
@@ -260,8 +263,10 @@ func Install(o InstallOptions) (res *Result, err error) {
 
 	// Recorded before the switch and the renames: whatever fails from
 	// here on, uninstall finds all of it.
+	// Until this install is done, the manifest also names what the last
+	// one wrote: the files may still hold it, or be in other directories.
 	m := Manifest{Version: 1, Overlay: rel, Files: []string{cdiPath, nfdPath},
-		Sums: map[string]string{cdiPath: sum(cdiData), nfdPath: sum(nfdData)}}
+		Sums: map[string][]string{cdiPath: {sum(cdiData)}, nfdPath: {sum(nfdData)}}}
 	if old != nil {
 		m.Dirs = old.Dirs
 	}
@@ -270,8 +275,22 @@ func Install(o InstallOptions) (res *Result, err error) {
 			m.Dirs = append(m.Dirs, d)
 		}
 	}
-	mb, _ := json.MarshalIndent(m, "", "  ")
-	if err := writeAtomic(filepath.Join(root, ManifestFile), append(mb, '\n'), 0o644); err != nil {
+	final := m
+	m.Files, m.Sums = slices.Clone(m.Files), maps.Clone(m.Sums)
+	for _, f := range [][2]string{{cdiTmp, cdiPath}, {nfdTmp, nfdPath}} {
+		if b, err := os.ReadFile(f[1]); f[0] != "" && err == nil {
+			m.Sums[f[1]] = append(slices.Clone(m.Sums[f[1]]), sum(b))
+		}
+	}
+	if old != nil {
+		for _, f := range old.Files {
+			if !slices.Contains(m.Files, f) {
+				m.Files = append(m.Files, f)
+				m.Sums[f] = old.Sums[f]
+			}
+		}
+	}
+	if err := m.write(root); err != nil {
 		return nil, err
 	}
 	created, newState = nil, false // recorded: uninstall removes them
@@ -306,10 +325,22 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// Only now is the old overlay unreferenced.
 	if old != nil {
 		for _, f := range old.Files {
-			if !slices.Contains(m.Files, f) && os.Remove(f) == nil {
+			if slices.Contains(final.Files, f) {
+				continue
+			}
+			if _, err := os.Lstat(f); err == nil && !unchanged(f, old) {
+				log.printf("left %s: changed since nvmock wrote it", f)
+				continue
+			}
+			if os.Remove(f) == nil {
 				res.Removed = append(res.Removed, f)
 				log.printf("removed %s", f)
 			}
+		}
+	}
+	if !reflect.DeepEqual(m, final) {
+		if err := final.write(root); err != nil {
+			return nil, err
 		}
 	}
 	ents, _ := os.ReadDir(overlays)

@@ -536,4 +536,49 @@ func TestInstallReplacesOnlyTheFilesItWrote(t *testing.T) {
 			t.Errorf("uninstall left the NFD file, which nobody changed")
 		}
 	})
+
+	t.Run("a file changed since is left when install moves to another directory", func(t *testing.T) {
+		s := newSite(t)
+		res := install(t, s.options(p, assets))
+		must(t, os.WriteFile(res.CDIFile, []byte("# my spec now\n"), 0o644))
+		s.cdi = filepath.Join(t.TempDir(), "cdi2")
+		install(t, s.options(p, assets))
+		if b, _ := os.ReadFile(res.CDIFile); string(b) != "# my spec now\n" {
+			t.Errorf("the edited spec in the old directory: %q", b)
+		}
+	})
+}
+
+// An install that fails after it recorded itself (here the NFD file cannot
+// be replaced: chattr +i) leaves a manifest naming both installs' files:
+// the next install goes through, and uninstall removes everything.
+func TestAnInstallThatFailsLateIsStillUninstalled(t *testing.T) {
+	needRoot(t)
+	chattr := testenv.Tool(t, "chattr")
+	assets := testenv.FakeDriverAssets(t)
+	for _, then := range []string{"install again", "uninstall"} {
+		t.Run(then, func(t *testing.T) {
+			s := newSite(t)
+			res := install(t, s.options(testenv.Profile(t, "a100", 2), assets))
+			if out, err := exec.Command(chattr, "+i", res.NFDFile).CombinedOutput(); err != nil {
+				testenv.Missing(t, "chattr +i on %s: %v: %s", res.NFDFile, err, out)
+			}
+			_, err := hostprep.Install(s.options(testenv.Profile(t, "a100", 3), assets))
+			exec.Command(chattr, "-i", res.NFDFile).Run()
+			if err == nil || !strings.Contains(err.Error(), "operation not permitted") {
+				t.Fatalf("install over an immutable NFD file: %v", err)
+			}
+			if then == "install again" {
+				install(t, s.options(testenv.Profile(t, "a100", 3), assets))
+			}
+			if _, err := hostprep.Uninstall(s.root, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{res.CDIFile, res.NFDFile, s.root} {
+				if _, err := os.Stat(f); err == nil {
+					t.Errorf("%s left behind", f)
+				}
+			}
+		})
+	}
 }

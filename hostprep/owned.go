@@ -3,8 +3,10 @@ package hostprep
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 )
 
@@ -43,9 +45,14 @@ func checkOwned(path string, data []byte, old *Manifest) error {
 // (true when it recorded no sum: an older install's manifest).
 func unchanged(path string, m *Manifest) bool {
 	want := m.Sums[path]
-	if want == "" {
+	if len(want) == 0 {
 		return true
 	}
 	b, err := os.ReadFile(path)
-	return err == nil && sum(b) == want
+	return err == nil && slices.Contains(want, sum(b))
+}
+
+func (m *Manifest) write(root string) error {
+	b, _ := json.MarshalIndent(m, "", "  ")
+	return writeAtomic(filepath.Join(root, ManifestFile), append(b, '\n'), 0o644)
 }
