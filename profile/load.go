@@ -162,6 +162,18 @@ func mergeMaps(base, over map[string]any) map[string]any {
 	return out
 }
 
+// Located reports err at field of the profile read from nameOrFile, as
+// Parse reports its own problems: "profile FILE:LINE: field: err".
+func Located(nameOrFile, field string, err error) error {
+	var data []byte
+	if !strings.ContainsAny(nameOrFile, "/.") {
+		data, _ = builtinFS.ReadFile(path.Join("builtin", nameOrFile+".yaml"))
+	} else {
+		data, _ = os.ReadFile(nameOrFile)
+	}
+	return located(nameOrFile, data, []error{fmt.Errorf("%s: %w", field, err)})
+}
+
 // located prefixes each error with file and, where the field's path is
 // found in the source, its line: "profile h100.yaml:12: board.memory...".
 func located(file string, data []byte, errs []error) error {

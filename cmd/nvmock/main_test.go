@@ -44,7 +44,7 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 	if err := os.WriteFile(crowded, []byte("base: a100\nname: x\nboard:\n  modes:\n    mig:\n      layout: 0=3g.20gb*3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fit := "profile " + crowded + ": board.modes.mig.layout: mig layout \"0=3g.20gb*3\": GPU 0: 3g.20gb, 3g.20gb, 3g.20gb do not fit"
+	fit := "profile " + crowded + ":6: board.modes.mig.layout: mig layout \"0=3g.20gb*3\": GPU 0: 3g.20gb, 3g.20gb, 3g.20gb do not fit"
 	for _, c := range []struct {
 		name string
 		args []string

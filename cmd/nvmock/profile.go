@@ -52,7 +52,7 @@ func profileCmd(args []string) error {
 // which parsing alone does not see (placements decide).
 func fitMIG(name string, p *profile.Profile) error {
 	if err := live.FitMIGLayout(p); err != nil {
-		return fmt.Errorf("profile %s: board.modes.mig.layout: %w", name, err)
+		return profile.Located(name, "board.modes.mig.layout", err)
 	}
 	return nil
 }
