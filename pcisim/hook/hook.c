@@ -205,6 +205,11 @@ static void cover_open(const char *dir, const char *from, char **names, int n)
 	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		die("%s: %s", dir, strerror(errno));
+	/* Only the kernel's own: a pod's volume mounted here could hold
+	 * symlinks, which a bind follows, before pivot_root, to the host. */
+	struct statfs sfs;
+	if (fstatfs(dfd, &sfs) < 0 || (sfs.f_type != SYSFS_MAGIC && sfs.f_type != PROC_SUPER_MAGIC))
+		die("%s is not the kernel's sysfs or procfs (a volume mounted there?); it is not covered", dir);
 	DIR *d = opendir(dir);
 	if (!d)
 		die("%s: %s", dir, strerror(errno));
@@ -232,8 +237,8 @@ static void cover_open(const char *dir, const char *from, char **names, int n)
 		int replaced = 0;
 		for (int k = 0; k < n; k++)
 			replaced |= !strcmp(name, names[k]);
-		if (replaced)
-			continue;
+		if (replaced || ents[i]->d_type == DT_LNK)
+			continue; /* none in sysfs or procfs here; never followed */
 		if (ents[i]->d_type == DT_DIR) {
 			if (mkdir(name, 0755) < 0)
 				die("mkdir %s/%s: %s", dir, name, strerror(errno));

@@ -610,3 +610,44 @@ cd "$1/rootfs" && "$2" pcisim "$3" - - "$4.gone/c2" </dev/null || exit 2
 		t.Errorf("an unwritable pid file: stderr %q, want %q", stderr.String(), want)
 	}
 }
+
+// A pod's own volume at /sys/devices (an emptyDir another container
+// filled) may hold symlinks, which a bind before pivot_root follows to
+// the host: the hook refuses such a directory rather than cover it.
+// Found in review: a link to a host file was bound in read-write.
+func TestAVolumeOverSysDevicesIsNotCovered(t *testing.T) {
+	hook := builtHook(t)
+	tr := tree(t, node(t), true)
+	d := t.TempDir()
+	secret := filepath.Join(d, "host-secret")
+	if err := os.WriteFile(secret, []byte("host\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vol := filepath.Join(d, "volume")
+	for _, p := range []string{vol, filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(secret, filepath.Join(vol, "shadow")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"ociVersion":"1.2.0","root":{"path":"rootfs"},"hooks":{}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `d=$1 hook=$2 tree=$3
+mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
+mount --bind "$d/volume" "$d/rootfs/sys/devices" || exit 9
+cd "$d/rootfs" && "$hook" pcisim "$tree" </dev/null
+echo "hook exit $?"
+echo "binds of the link: $(grep -c shadow /proc/self/mountinfo)"
+true`
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook, tr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "is not the kernel's sysfs or procfs") || strings.Contains(string(out), "hook exit 0") ||
+		!strings.Contains(string(out), "binds of the link: 0") {
+		t.Errorf("the hook over a volume at /sys/devices:\n%s", out)
+	}
+}
