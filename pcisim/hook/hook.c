@@ -32,6 +32,7 @@
  * waiting for the state on stdin (rootfs_from_cwd).
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -129,6 +130,9 @@ static int json_string(const char *from, const char *key, char *out, size_t size
 				case '"': case '\\': case '/': c = *q; break;
 				case 'u': {
 					unsigned v;
+					for (int k = 1; k <= 4; k++)
+						if (!isxdigit((unsigned char)q[k]))
+							return -1; /* also stops at the string's end */
 					if (sscanf(q + 1, "%4x", &v) != 1 || v == 0 || v > 0x7f)
 						return -1; /* no such path from a runtime */
 					c = (char)v;

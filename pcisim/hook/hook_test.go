@@ -651,3 +651,28 @@ true`
 		t.Errorf("the hook over a volume at /sys/devices:\n%s", out)
 	}
 }
+
+// A config.json cut off inside a \u escape is refused without reading past
+// its end (an AddressSanitizer build). Found in review.
+func TestATruncatedEscapeInConfigIsNotOverRead(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "hook-asan")
+	src := filepath.Join(testenv.Root(), "pcisim", "hook", "hook.c")
+	if out, err := exec.Command(testenv.Tool(t, "gcc"), "-g", "-fsanitize=address", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	b := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(b, "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Its end at the end of the hook's first read buffer (64 KiB).
+	end := `{"root":{"path":"\u4`
+	if err := os.WriteFile(filepath.Join(b, "config.json"), []byte(strings.Repeat(" ", 65535-len(end))+end), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "pcisim", "/nonexistent")
+	cmd.Dir = filepath.Join(b, "rootfs")
+	out, _ := cmd.CombinedOutput()
+	if strings.Contains(string(out), "AddressSanitizer") {
+		t.Errorf("the hook read past the config:\n%s", out)
+	}
+}
