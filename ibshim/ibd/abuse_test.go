@@ -75,6 +75,19 @@ func answered(t *testing.T, c *net.UnixConn, tid uint64, within time.Duration) b
 	return false
 }
 
+// settled returns once the daemon has handled what c sent so far: it
+// handles a connection's messages in order, and answers an SMP.
+func settled(t *testing.T, c *net.UnixConn, lid uint16) {
+	t.Helper()
+	const tid = 1 << 40
+	if _, err := c.Write(smp(lid, tid)); err != nil {
+		t.Fatal(err)
+	}
+	if !answered(t, c, tid, 5*time.Second) {
+		t.Fatal("no answer to an SMP")
+	}
+}
+
 func waitFor(what string, t *testing.T, ok func() bool) {
 	t.Helper()
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
@@ -117,6 +130,7 @@ func TestAProgramThatStopsReadingHoldsUpNoOne(t *testing.T) {
 	_, sock, f := daemonOf(t)
 	stuck := dial(t, sock, helloMsg(umad.KindUMAD))
 	register(t, stuck, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	settled(t, stuck, f.Find("mlx5_0").Ports[1].LID)
 	c := dial(t, sock, helloMsg(umad.KindUMAD))
 	own := f.Find("mlx5_0").Ports[1].LID
 	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
@@ -138,6 +152,7 @@ func TestRequestsEndWithTheirProgram(t *testing.T) {
 	d, sock, f := daemonOf(t)
 	server := dial(t, sock, helloMsg(umad.KindUMAD))
 	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	settled(t, server, f.Find("mlx5_0").Ports[1].LID)
 	own := f.Find("mlx5_0").Ports[1].LID
 	c := dial(t, sock, helloMsg(umad.KindUMAD))
 	for i := range 5000 {
@@ -248,6 +263,7 @@ func TestAnsweredRequestsGiveTheirPlaceBack(t *testing.T) {
 	_, sock, f := daemonOf(t)
 	server := dial(t, sock, helloMsg(umad.KindUMAD))
 	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	settled(t, server, f.Find("mlx5_0").Ports[1].LID)
 	client := dial(t, sock, helloMsg(umad.KindUMAD))
 	register(t, client, 1, vendorIBPing, ouiOpenFabric)
 	own := f.Find("mlx5_0").Ports[1].LID
@@ -275,6 +291,7 @@ func TestAPeersRequestsEndWithItsLink(t *testing.T) {
 	d, sock, f := daemonOf(t)
 	server := dial(t, sock, helloMsg(umad.KindUMAD))
 	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	settled(t, server, f.Find("mlx5_0").Ports[1].LID)
 	go func() { // the server never answers; what it is sent is read
 		for read(t, server, 10*time.Second) != nil {
 		}
