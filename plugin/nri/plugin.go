@@ -30,6 +30,7 @@ const (
 	DefaultSocket           = api.DefaultSocketPath
 	DefaultPluginIdx        = "10"
 	DefaultNamespaceRefresh = 30 * time.Second
+	DefaultFirstListWait    = 30 * time.Second
 )
 
 // Options configure a Plugin.
@@ -44,6 +45,9 @@ type Options struct {
 	Kube             *hostprep.KubeClient
 	NamespaceLabel   string        // KEY=VALUE that opts a namespace in; "" is DefaultNamespaceLabel
 	NamespaceRefresh time.Duration // the longest wait before asking again after a failure; 0 is DefaultNamespaceRefresh
+	// FirstListWait bounds how long registration waits for the first
+	// namespace list; 0 is DefaultFirstListWait.
+	FirstListWait time.Duration
 
 	// Backoff bounds the wait between reconnects; zero values are 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
@@ -59,6 +63,8 @@ type Plugin struct {
 	node    *nodeCache
 
 	optedIn atomic.Pointer[map[string]bool]
+	listed  chan struct{} // closed at the first namespace list
+	listedO sync.Once
 	synced  atomic.Bool // registered and synchronized with a runtime
 
 	// fdMode: the runtime launched us on an inherited socket; after a
@@ -104,6 +110,9 @@ func New(opt Options) (*Plugin, error) {
 	if opt.NamespaceRefresh <= 0 {
 		opt.NamespaceRefresh = DefaultNamespaceRefresh
 	}
+	if opt.FirstListWait <= 0 {
+		opt.FirstListWait = DefaultFirstListWait
+	}
 	if opt.MinBackoff <= 0 {
 		opt.MinBackoff = 100 * time.Millisecond
 	}
@@ -121,6 +130,7 @@ func New(opt Options) (*Plugin, error) {
 		node:    newNodeCache(opt.OverlayRoot),
 		fdMode:  os.Getenv(api.PluginSocketEnvVar) != "",
 		syncedC: make(chan struct{}, 1),
+		listed:  make(chan struct{}),
 	}
 	return p, nil
 }
@@ -132,6 +142,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 	p.ctx = ctx
 	if p.opt.Kube != nil {
 		go p.watchNamespaces(ctx)
+		if !p.waitListed(ctx) {
+			return nil
+		}
 	}
 	backoff := p.opt.MinBackoff
 	for {
@@ -187,6 +200,24 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 }
 
+// waitListed holds registration until the opted-in namespaces are listed:
+// registered without them, the plugin would leave the pods it should
+// inject untouched. Past FirstListWait it registers anyway, as the static
+// namespaces still apply, and Ready fails until the list comes. It returns
+// false when ctx ends.
+func (p *Plugin) waitListed(ctx context.Context) bool {
+	t := time.NewTimer(p.opt.FirstListWait)
+	defer t.Stop()
+	select {
+	case <-p.listed:
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		p.log.WithField("waited", p.opt.FirstListWait).Warn("registering before the opted-in namespaces could be listed: until they are, only the configured namespaces are injected, and readyz fails")
+	}
+	return true
+}
+
 // startTimeout bounds a registration: the stub waits for the runtime's
 // Configure without a deadline of its own.
 const startTimeout = 30 * time.Second
@@ -215,6 +246,13 @@ func (p *Plugin) start(ctx context.Context, s stub.Stub) error {
 func (p *Plugin) Ready() error {
 	if !p.synced.Load() {
 		return errors.New("not registered with the runtime")
+	}
+	if p.opt.Kube != nil {
+		select {
+		case <-p.listed:
+		default:
+			return errors.New("the opted-in namespaces are not listed yet")
+		}
 	}
 	p.node.mu.Lock()
 	p.node.refresh()
@@ -246,6 +284,7 @@ func (p *Plugin) watchNamespaces(ctx context.Context) {
 		if err == nil {
 			backoff = 0
 			p.optedIn.Store(&set)
+			p.listedO.Do(func() { close(p.listed) })
 			log.WithFields(logrus.Fields{"namespaces": len(set), "resource_version": rv}).Debug("listed the opted-in namespaces")
 			failing := false
 			err = watchOptedIn(ctx, ns, p.opt.NamespaceLabel, rv, p.opt.NamespaceRefresh, p.setOptedIn, func(err error) {
