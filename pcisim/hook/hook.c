@@ -44,11 +44,14 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <linux/magic.h>
+#include <linux/openat2.h>
 #include <unistd.h>
 
 #define MAX_NAMES 256
-#define MAX_JSON (4 << 20)
+#define MAX_STATE (4 << 20)
+#define MAX_CONFIG (1 << 30)
 
 static void die(const char *fmt, ...)
 {
@@ -73,7 +76,7 @@ __attribute__((format(printf, 2, 3))) static void pathf(char *out, const char *f
 		die("path too long: %s...", out);
 }
 
-static char *slurp(int fd, const char *what)
+static char *slurp(int fd, const char *what, size_t limit)
 {
 	size_t cap = 65536, len = 0;
 	char *buf = malloc(cap + 1);
@@ -89,8 +92,8 @@ static char *slurp(int fd, const char *what)
 			break;
 		len += (size_t)n;
 		if (len == cap) {
-			if (cap >= MAX_JSON)
-				die("%s: larger than %d bytes", what, MAX_JSON);
+			if (cap >= limit)
+				die("%s: larger than %zu bytes", what, limit);
 			cap *= 2;
 			if (!(buf = realloc(buf, cap + 1)))
 				die("%s: out of memory", what);
@@ -154,17 +157,99 @@ static int json_string(const char *from, const char *key, char *out, size_t size
 	return -1;
 }
 
+static int is_dot(const char *name) { return !strcmp(name, ".") || !strcmp(name, ".."); }
+
+/*
+ * under opens rel below the directory at (O_PATH), following no symlink
+ * and, unless cross, on at's own mount: the container's /sys and /proc
+ * hold pod volumes, whose links a plain path would follow, before
+ * pivot_root, to the node. Kernels before 5.6 lack openat2; there each
+ * component is opened without following links, and a mount crossing is
+ * seen as a change of device. -1 with errno (ELOOP for a link, EXDEV for a
+ * mount).
+ */
+static int under(int at, const char *rel, int cross)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | (cross ? 0 : RESOLVE_NO_XDEV),
+	};
+	int fd;
+	do
+		fd = (int)syscall(SYS_openat2, at, rel, &how, sizeof how);
+	while (fd < 0 && errno == EAGAIN);
+	if (fd >= 0 || errno != ENOSYS)
+		return fd;
+	char part[PATH_MAX];
+	pathf(part, "%s", rel);
+	struct stat top, st;
+	if (fstat(at, &top) < 0 || (fd = fcntl(at, F_DUPFD_CLOEXEC, 0)) < 0)
+		return -1;
+	for (char *save = NULL, *c = strtok_r(part, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+		int next = is_dot(c) ? (errno = EXDEV, -1) : openat(fd, c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		close(fd);
+		if (next < 0 || fstat(next, &st) < 0)
+			return -1;
+		fd = next;
+		if (S_ISLNK(st.st_mode) || (!cross && st.st_dev != top.st_dev)) {
+			close(fd);
+			errno = S_ISLNK(st.st_mode) ? ELOOP : EXDEV;
+			return -1;
+		}
+	}
+	return fd;
+}
+
+/* fdpath names the file of an O_PATH descriptor for mount(2). */
+static const char *fdpath(char *out, int fd)
+{
+	pathf(out, "/proc/self/fd/%d", fd);
+	return out;
+}
+
+/*
+ * bind_ro binds src at dst (src NULL: dst is bound already) read-only, and
+ * makes the new mount private: a
+ * bind of a shared mount (the node's root, where a container with
+ * Bidirectional volumes has a shared root) would join its peer group, and
+ * whatever is mounted below it later would appear on the node.
+ */
 static void bind_ro(const char *src, const char *dst)
 {
-	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+	if (src && mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
 		die("bind %s at %s: %s", src, dst, strerror(errno));
+	if (mount(NULL, dst, NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		die("make %s private: %s", dst, strerror(errno));
 	unsigned long fl = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
 	if (mount(NULL, dst, NULL, fl, NULL) < 0 &&
 	    (errno != EPERM || mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0))
 		die("make %s read-only: %s", dst, strerror(errno));
 }
 
-static int is_dot(const char *name) { return !strcmp(name, ".") || !strcmp(name, ".."); }
+/* target opens rel below at (see under) for a mount to go on, or dies
+ * naming the container's path what. */
+static int target(int at, const char *rel, int cross, const char *what)
+{
+	int fd = under(at, rel, cross);
+	if (fd < 0)
+		die("%s: %s%s", what, strerror(errno),
+		    errno == ELOOP || errno == EXDEV ? " (a pod volume or link there?); not shown" : "");
+	return fd;
+}
+
+/* bind_at binds src read-only at rel below at (see under), on the very
+ * place checked; then rel, looked up again, is the new mount. */
+static void bind_at(const char *src, int at, const char *rel, int cross, const char *what)
+{
+	char p[PATH_MAX];
+	int t = target(at, rel, cross, what);
+	if (mount(src, fdpath(p, t), NULL, MS_BIND | MS_REC, NULL) < 0)
+		die("bind %s at %s: %s", src, what, strerror(errno));
+	close(t);
+	t = target(at, rel, 1, what);
+	bind_ro(NULL, fdpath(p, t));
+	close(t);
+}
 
 /* dir_names lists dir's directories whose names start with prefix into
  * names (MAX_NAMES); -1 with errno when dir cannot be read. */
@@ -188,35 +273,37 @@ static int dir_names(const char *dir, const char *prefix, char **names)
 }
 
 /*
- * cover_open puts a tmpfs over dir holding dir's entries again (recursive
- * binds of the originals, reached through a descriptor of the covered
- * directory), less the n names, which it binds read-only from the tree's
- * directory from; seal then makes the tmpfs read-only. sysfs and procfs
- * refuse mkdir, so a new host bridge, class or driver directory can only
- * appear on a tmpfs.
+ * cover_open puts a tmpfs over the directory name of at's mount (what, for
+ * messages) holding its entries again (recursive binds of the originals,
+ * reached through a descriptor of the covered directory), less the n
+ * names, which it binds read-only from the tree's directory from. It
+ * returns the tmpfs (O_PATH), which seal then makes read-only. sysfs and
+ * procfs refuse mkdir, so a new host bridge, class or driver directory can
+ * only appear on a tmpfs.
  */
 static const unsigned long tmpfl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 
-static void seal(const char *dir)
+static void seal(int fd, const char *what)
 {
-	if (mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY | tmpfl, "mode=755,size=64k") < 0)
-		die("make %s read-only: %s", dir, strerror(errno));
+	char p[PATH_MAX];
+	if (mount(NULL, fdpath(p, fd), NULL, MS_REMOUNT | MS_RDONLY | tmpfl, "mode=755,size=64k") < 0)
+		die("make %s read-only: %s", what, strerror(errno));
+	close(fd);
 }
 
-static void cover_open(const char *dir, const char *from, char **names, int n)
+static int cover_open(int at, const char *name, const char *what, const char *from, char **names, int n)
 {
 	char path[PATH_MAX], src[PATH_MAX];
-	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		die("%s: %s", dir, strerror(errno));
 	/* Only the kernel's own: a pod's volume mounted here could hold
 	 * symlinks, which a bind follows, before pivot_root, to the host. */
+	int dfd = under(at, name, 0);
 	struct statfs sfs;
-	if (fstatfs(dfd, &sfs) < 0 || (sfs.f_type != SYSFS_MAGIC && sfs.f_type != PROC_SUPER_MAGIC))
-		die("%s is not the kernel's sysfs or procfs (a volume mounted there?); it is not covered", dir);
-	DIR *d = opendir(dir);
+	if (dfd < 0 || fstatfs(dfd, &sfs) < 0 || (sfs.f_type != SYSFS_MAGIC && sfs.f_type != PROC_SUPER_MAGIC))
+		die("%s is not the kernel's sysfs or procfs (a volume mounted there?); it is not covered", what);
+	int rfd = open(fdpath(path, dfd), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = rfd < 0 ? NULL : fdopendir(rfd);
 	if (!d)
-		die("%s: %s", dir, strerror(errno));
+		die("%s: %s", what, strerror(errno));
 	struct dirent **ents = NULL;
 	int nents = 0, cap = 0;
 	for (struct dirent *e; (e = readdir(d));) {
@@ -229,53 +316,52 @@ static void cover_open(const char *dir, const char *from, char **names, int n)
 		memcpy(ents[nents++], e, sizeof **ents);
 	}
 	closedir(d);
-	if (mount("tmpfs", dir, "tmpfs", tmpfl, "mode=755,size=64k") < 0)
-		die("mount tmpfs at %s: %s", dir, strerror(errno));
+	if (mount("tmpfs", fdpath(path, dfd), "tmpfs", tmpfl, "mode=755,size=64k") < 0)
+		die("mount tmpfs at %s: %s", what, strerror(errno));
 	/* Relative names for the many entries: each is looked up twice, and a
 	 * runtime's rootfs path is long (containerd's: 7% of the hook's time). */
-	int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (cwd < 0 || chdir(dir) < 0)
-		die("%s: %s", dir, strerror(errno));
+	int tfd = under(at, name, 1), cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (tfd < 0 || cwd < 0 || fchdir(tfd) < 0)
+		die("%s: %s", what, strerror(errno));
 	for (int i = 0; i < nents; i++) {
-		const char *name = ents[i]->d_name;
+		const char *e = ents[i]->d_name;
 		int replaced = 0;
 		for (int k = 0; k < n; k++)
-			replaced |= !strcmp(name, names[k]);
+			replaced |= !strcmp(e, names[k]);
 		if (replaced || ents[i]->d_type == DT_LNK)
 			continue; /* none in sysfs or procfs here; never followed */
 		if (ents[i]->d_type == DT_DIR) {
-			if (mkdir(name, 0755) < 0)
-				die("mkdir %s/%s: %s", dir, name, strerror(errno));
+			if (mkdir(e, 0755) < 0)
+				die("mkdir %s/%s: %s", what, e, strerror(errno));
 		} else {
-			int fd = open(name, O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
+			int fd = open(e, O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
 			if (fd < 0)
-				die("create %s/%s: %s", dir, name, strerror(errno));
+				die("create %s/%s: %s", what, e, strerror(errno));
 			close(fd);
 		}
-		pathf(src, "/proc/self/fd/%d/%s", dfd, name);
-		if (mount(src, name, NULL, MS_BIND | MS_REC, NULL) < 0)
-			die("keep %s/%s: %s", dir, name, strerror(errno));
+		pathf(src, "/proc/self/fd/%d/%s", dfd, e);
+		if (mount(src, e, NULL, MS_BIND | MS_REC, NULL) < 0)
+			die("keep %s/%s: %s", what, e, strerror(errno));
 	}
 	for (int k = 0; k < n; k++) {
-		pathf(path, "%s/%s", dir, names[k]);
 		pathf(src, "%s/%s", from, names[k]);
-		if (mkdir(path, 0755) < 0)
-			die("mkdir %s: %s", path, strerror(errno));
-		bind_ro(src, path);
+		if (mkdir(names[k], 0755) < 0)
+			die("mkdir %s/%s: %s", what, names[k], strerror(errno));
+		bind_ro(src, names[k]);
 	}
 	if (fchdir(cwd) < 0)
-		die("back from %s: %s", dir, strerror(errno));
+		die("back from %s: %s", what, strerror(errno));
 	close(cwd);
 	close(dfd);
 	for (int i = 0; i < nents; i++)
 		free(ents[i]);
 	free(ents);
+	return tfd;
 }
 
-static void cover(const char *dir, const char *from, char **names, int n)
+static void cover(int at, const char *name, const char *what, const char *from, char **names, int n)
 {
-	cover_open(dir, from, names, n);
-	seal(dir);
+	seal(cover_open(at, name, what, from, names, n), what);
 }
 
 /* read_rootfs reads the bundle's config.json for root.path, which may be
@@ -287,7 +373,8 @@ static int read_rootfs(const char *bundle, char *rootfs)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	char *config = slurp(fd, path);
+	/* A config's env and annotations can be megabytes; runc takes them. */
+	char *config = slurp(fd, path, MAX_CONFIG);
 	close(fd);
 	const char *root = strstr(config, "\"root\"");
 	int r = root ? json_string(root, "path", rel, sizeof rel) : -1;
@@ -329,30 +416,37 @@ static int rootfs_from_cwd(char *rootfs)
 }
 
 /*
- * take_mount says whether path is a mount of the file system magic (a
- * container without one there is left alone), and makes it private first:
- * nothing mounted below may reach the host, since a container with
- * Bidirectional mounts has a shared root, and its /sys or /proc may even
- * be the host's (a hostPath).
+ * take_mount opens the container's name (sys or proc) below rootfd if it
+ * is a mount of the file system magic (a container without one there is
+ * left alone: -1), and makes that mount private first, so that nothing
+ * mounted on it reaches the node: a container with Bidirectional volumes
+ * has a shared root, and its /sys or /proc may even be the node's (a
+ * hostPath). Only that mount: volumes below it keep their propagation.
  */
-static int take_mount(const char *path, long magic)
+static int take_mount(int rootfd, const char *name, long magic)
 {
+	char p[PATH_MAX];
 	struct statfs sfs;
-	if (statfs(path, &sfs) < 0 || sfs.f_type != magic)
-		return 0;
-	if (mount(NULL, path, NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-		die("make %s private: %s", path, strerror(errno));
-	return 1;
+	int fd = under(rootfd, name, 1);
+	if (fd < 0 || fstatfs(fd, &sfs) < 0 || sfs.f_type != magic) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (mount(NULL, fdpath(p, fd), NULL, MS_PRIVATE, NULL) < 0)
+		die("make the container's /%s private: %s", name, strerror(errno));
+	return fd;
 }
 
-/* show_pci shows the tree at the container's /sys; 0 if it has none. */
-static int show_pci(const char *rootfs, const char *tree)
+/* show_pci shows the tree at the container's /sys; its descriptor, or -1
+ * if it has none. */
+static int show_pci(int rootfd, const char *tree)
 {
 	char path[PATH_MAX];
 	/* A container without sysfs sees no PCI devices on a real node either. */
-	pathf(path, "%s/sys", rootfs);
-	if (!take_mount(path, SYSFS_MAGIC))
-		return 0;
+	int sys = take_mount(rootfd, "sys", SYSFS_MAGIC);
+	if (sys < 0)
+		return -1;
 
 	/* The tree's host bridges. */
 	char *roots[MAX_NAMES];
@@ -363,14 +457,11 @@ static int show_pci(const char *rootfs, const char *tree)
 	if (nroots == 0)
 		die("rendered PCI tree %s has no host bridges", tree);
 	/* sys/devices: the host's entries and the tree's host bridges. */
-	char dir[PATH_MAX];
-	pathf(dir, "%s/sys/devices", rootfs);
-	cover(dir, path, roots, nroots);
+	cover(sys, "devices", "/sys/devices", path, roots, nroots);
 
 	char src[PATH_MAX];
 	pathf(src, "%s/bus/pci", tree);
-	pathf(path, "%s/sys/bus/pci", rootfs);
-	bind_ro(src, path);
+	bind_at(src, sys, "bus/pci", 0, "/sys/bus/pci");
 	/* The tree's device classes (infiniband, infiniband_mad,
 	 * infiniband_verbs) beside the host's others, replacing a host's own;
 	 * a tree without class/ (no RDMA devices) leaves sys/class alone. */
@@ -379,37 +470,43 @@ static int show_pci(const char *rootfs, const char *tree)
 	int nclasses = dir_names(src, "", classes);
 	if (nclasses < 0 && errno != ENOENT)
 		die("rendered PCI tree %s: %s", src, strerror(errno));
-	if (nclasses > 0) {
-		pathf(path, "%s/sys/class", rootfs);
-		cover(path, src, classes, nclasses);
-	}
+	if (nclasses > 0)
+		cover(sys, "class", "/sys/class", src, classes, nclasses);
 	/* A kernel without an IOMMU has no directory to show the groups at. */
-	pathf(path, "%s/sys/kernel/iommu_groups", rootfs);
-	struct stat st;
-	if (stat(path, &st) == 0) {
+	int t = under(sys, "kernel/iommu_groups", 0);
+	if (t >= 0 || errno != ENOENT) {
+		if (t >= 0)
+			close(t);
 		pathf(src, "%s/kernel/iommu_groups", tree);
-		bind_ro(src, path);
+		bind_at(src, sys, "kernel/iommu_groups", 0, "/sys/kernel/iommu_groups");
 	}
-	return 1;
+	return sys;
 }
 
 /* show_live_ports shows each <hca>/ports of the node's live InfiniBand
- * port state over that HCA's ports in the tree show_pci showed (through
- * the class link), so that nvmock ctl ib reaches running containers. */
-static void show_live_ports(const char *rootfs, const char *live)
+ * port state over that HCA's ports in the tree show_pci showed, so that
+ * nvmock ctl ib reaches running containers. The place is the one the
+ * tree's class link names, reached through the mounts show_pci made and
+ * no link. */
+static void show_live_ports(int sys, const char *tree, const char *live)
 {
 	char *hcas[MAX_NAMES];
 	int n = dir_names(live, "", hcas);
 	if (n < 0)
 		die("live InfiniBand ports %s: %s", live, strerror(errno));
 	for (int i = 0; i < n; i++) {
-		char src[PATH_MAX], dst[PATH_MAX];
+		char src[PATH_MAX], link[PATH_MAX], p[PATH_MAX];
 		struct stat st;
 		pathf(src, "%s/%s/ports", live, hcas[i]);
 		if (stat(src, &st) < 0 || !S_ISDIR(st.st_mode))
 			continue;
-		pathf(dst, "%s/sys/class/infiniband/%s/ports", rootfs, hcas[i]);
-		bind_ro(src, dst);
+		pathf(p, "%s/class/infiniband/%s", tree, hcas[i]);
+		ssize_t len = readlink(p, link, sizeof link - 1);
+		if (len < 0 || len < 6 || strncmp(link, "../../", 6) != 0)
+			die("rendered PCI tree %s: not a link into devices/", p);
+		link[len] = 0;
+		pathf(p, "%s/ports", link + 6);
+		bind_at(src, sys, p, 1, p);
 	}
 }
 
@@ -452,11 +549,11 @@ static void merge_devices(const char *ours_path, int fd)
 	int in = open("/proc/devices", O_RDONLY | O_CLOEXEC);
 	if (in < 0)
 		die("/proc/devices: %s", strerror(errno));
-	char *kernel = slurp(in, "/proc/devices");
+	char *kernel = slurp(in, "/proc/devices", MAX_STATE);
 	close(in);
 	if ((in = open(ours_path, O_RDONLY | O_CLOEXEC)) < 0)
 		die("%s: %s", ours_path, strerror(errno));
-	char *ours_text = slurp(in, ours_path);
+	char *ours_text = slurp(in, ours_path, MAX_STATE);
 	close(in);
 	static struct chrdev k[MAX_DEVS], o[MAX_DEVS];
 	char *rest, *unused;
@@ -493,27 +590,25 @@ static void merge_devices(const char *ours_path, int fd)
  * the container's /proc/driver beside the kernel's own entries, and
  * proc/devices' majors in its /proc/devices, as the kernel module's procfs
  * shows every container of a real node. */
-static void show_proc(const char *rootfs, const char *proc)
+static void show_proc(int rootfd, const char *proc)
 {
-	char path[PATH_MAX], src[PATH_MAX];
-	pathf(path, "%s/proc", rootfs);
-	if (!take_mount(path, PROC_SUPER_MAGIC))
+	char src[PATH_MAX];
+	int procfd = take_mount(rootfd, "proc", PROC_SUPER_MAGIC);
+	if (procfd < 0)
 		return;
 	char *names[MAX_NAMES];
 	pathf(src, "%s/driver", proc);
 	int n = dir_names(src, "", names);
 	if (n < 0)
 		die("rendered procfs %s: %s", src, strerror(errno));
-	char dir[PATH_MAX];
-	pathf(dir, "%s/proc/driver", rootfs);
-	cover_open(dir, src, names, n);
+	int dir = cover_open(procfd, "driver", "/proc/driver", src, names, n);
 	/* The merged /proc/devices is made on a tmpfs of its own, mounted on
 	 * that one's .devices, bound, and detached: the bind keeps it, and an
 	 * unlinked file on the first would keep it from being made read-only. */
 	pathf(src, "%s/devices", proc);
 	if (access(src, F_OK) == 0) {
-		char tmpdir[PATH_MAX], tmp[PATH_MAX];
-		pathf(tmpdir, "%s/.devices", dir);
+		char tmpdir[PATH_MAX], tmp[PATH_MAX], d[PATH_MAX];
+		pathf(tmpdir, "%s/.devices", fdpath(d, dir));
 		pathf(tmp, "%s/devices", tmpdir);
 		if (mkdir(tmpdir, 0700) < 0)
 			die("mkdir %s: %s", tmpdir, strerror(errno));
@@ -523,12 +618,12 @@ static void show_proc(const char *rootfs, const char *proc)
 		if (fd < 0)
 			die("create %s: %s", tmp, strerror(errno));
 		merge_devices(src, fd);
-		pathf(path, "%s/proc/devices", rootfs);
-		bind_ro(tmp, path);
+		bind_at(tmp, procfd, "devices", 0, "/proc/devices");
 		if (umount2(tmpdir, MNT_DETACH) < 0 || rmdir(tmpdir) < 0)
 			die("remove %s: %s", tmpdir, strerror(errno));
 	}
-	seal(dir);
+	seal(dir, "/proc/driver");
+	close(procfd);
 }
 
 /*
@@ -570,17 +665,20 @@ int main(int argc, char **argv)
 
 	char bundle[PATH_MAX], rootfs[PATH_MAX];
 	if (!rootfs_from_cwd(rootfs)) {
-		char *state = slurp(0, "container state on stdin");
+		char *state = slurp(0, "container state on stdin", MAX_STATE);
 		if (json_string(state, "bundle", bundle, sizeof bundle) < 0)
 			die("no container state with a bundle on stdin; run it as an OCI createContainer hook");
 		if (read_rootfs(bundle, rootfs) < 0)
 			die("%s/config.json: no root.path", bundle);
 	}
-	int sys = show_pci(rootfs, argv[2]);
+	int rootfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		die("root file system %s: %s", rootfs, strerror(errno));
+	int sys = show_pci(rootfd, argv[2]);
 	if (argc >= 4 && strcmp(argv[3], "-") != 0)
-		show_proc(rootfs, argv[3]);
-	if (argc >= 5 && sys && strcmp(argv[4], "-") != 0)
-		show_live_ports(rootfs, argv[4]);
+		show_proc(rootfd, argv[3]);
+	if (argc >= 5 && sys >= 0 && strcmp(argv[4], "-") != 0)
+		show_live_ports(sys, argv[2], argv[4]);
 	if (argc == 6)
 		report_pid(argv[5]);
 	return 0;

@@ -69,6 +69,24 @@ func builtHook(t *testing.T) string {
 	return hook
 }
 
+// kernels are the hook as run on this kernel, and as on a kernel older
+// than 5.6, without openat2 (testdata/noopenat2.c), by name.
+func kernels(t *testing.T) map[string]string {
+	t.Helper()
+	hook := builtHook(t)
+	d := t.TempDir()
+	filter := filepath.Join(d, "noopenat2")
+	src := filepath.Join(testenv.Root(), "pcisim", "hook", "testdata", "noopenat2.c")
+	if out, err := exec.Command(testenv.Tool(t, "gcc"), "-O2", "-o", filter, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	old := filepath.Join(d, "hook-without-openat2")
+	if err := os.WriteFile(old, []byte("#!/bin/sh\nexec "+filter+" "+hook+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"this kernel": hook, "a kernel without openat2": old}
+}
+
 // inContainer makes a bundle whose rootfs has sysfs at rootfs/sys (a plain
 // directory when !withSysfs), in a private mount namespace runs the hook
 // on tr as how says, then the shell script check in the bundle directory,
@@ -616,7 +634,12 @@ cd "$1/rootfs" && "$2" pcisim "$3" - - "$4.gone/c2" </dev/null || exit 2
 // the host: the hook refuses such a directory rather than cover it.
 // Found in review: a link to a host file was bound in read-write.
 func TestAVolumeOverSysDevicesIsNotCovered(t *testing.T) {
-	hook := builtHook(t)
+	for name, hook := range kernels(t) {
+		t.Run(name, func(t *testing.T) { aVolumeIsNotCovered(t, hook) })
+	}
+}
+
+func aVolumeIsNotCovered(t *testing.T, hook string) {
 	tr := tree(t, node(t), true)
 	d := t.TempDir()
 	secret := filepath.Join(d, "host-secret")
@@ -674,5 +697,138 @@ func TestATruncatedEscapeInConfigIsNotOverRead(t *testing.T) {
 	out, _ := cmd.CombinedOutput()
 	if strings.Contains(string(out), "AddressSanitizer") {
 		t.Errorf("the hook read past the config:\n%s", out)
+	}
+}
+
+// In a container with Bidirectional volumes (a shared root, as the CRI
+// sets it), what the hook mounts stays in the container, and a volume below
+// /sys keeps its propagation: a mount the container makes in it reaches
+// the node. "host" stands for the node's shared mount holding the tree.
+func TestMountsStayInTheContainerAndVolumesKeepTheirPropagation(t *testing.T) {
+	for name, hook := range kernels(t) {
+		t.Run(name, func(t *testing.T) { mountsStayInTheContainer(t, hook) })
+	}
+}
+
+func mountsStayInTheContainer(t *testing.T, hook string) {
+	n := node(t)
+	d := t.TempDir()
+	h := filepath.Join(d, "host")
+	if err := os.MkdirAll(h, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pcisim.Write(append(pcisim.Files(n), sysfs.Files(n, f)...), filepath.Join(h, "tree")); err != nil {
+		t.Fatal(err)
+	}
+	if err := pcisim.Write(sysfs.LivePorts(n, f, true), filepath.Join(h, "ib")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(h, "vol", "sub"), filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"ociVersion":"1.2.0","root":{"path":"rootfs"},"hooks":{}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e
+d=$1 hook=$2 h=$1/host
+mount --bind "$h" "$h"
+mount --make-shared "$h"
+unshare -m --propagation unchanged sh -ec '
+d=$1 hook=$2 h=$1/host
+mount -t sysfs sysfs "$d/rootfs/sys"
+mount -t proc proc "$d/rootfs/proc"
+mount --bind "$h/vol" "$d/rootfs/sys/fs/bpf"
+(cd "$d/rootfs" && "$hook" pcisim "$h/tree" - "$h/ib" </dev/null)
+mount -t tmpfs from-the-container "$d/rootfs/sys/fs/bpf/sub"
+cat "$d/rootfs/sys/class/infiniband/mlx5_0/ports/1/state"' sh "$d" "$hook"
+echo --
+grep -c from-the-container /proc/self/mountinfo || true
+echo --
+awk -v h="$h/" 'index($5, h) == 1 && $9 != "tmpfs"' /proc/self/mountinfo`
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	parts := sections(t, string(out), 3)
+	if got := strings.TrimSpace(parts[0]); got != "4: ACTIVE" {
+		t.Errorf("the container's port state: %q", got)
+	}
+	if got := strings.TrimSpace(parts[1]); got != "1" {
+		t.Errorf("a mount in the container's Bidirectional volume below /sys reached the node %s times, want once", got)
+	}
+	if got := strings.TrimSpace(parts[2]); got != "" {
+		t.Errorf("the hook's mounts reached the node:\n%s", got)
+	}
+}
+
+// A pod's volume at /sys/bus holding a link named pci: the hook refuses to
+// mount through it, which would land, before pivot_root, on the node.
+func TestALinkInAVolumeBelowSysIsNotFollowed(t *testing.T) {
+	for name, hook := range kernels(t) {
+		t.Run(name, func(t *testing.T) { aLinkIsNotFollowed(t, hook) })
+	}
+}
+
+func aLinkIsNotFollowed(t *testing.T, hook string) {
+	tr := tree(t, node(t), false)
+	d := t.TempDir()
+	for _, p := range []string{filepath.Join(d, "volume"), filepath.Join(d, "target"), filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(d, "target"), filepath.Join(d, "volume", "pci")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"ociVersion":"1.2.0","root":{"path":"rootfs"},"hooks":{}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `d=$1 hook=$2 tree=$3
+mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
+mount --bind "$d/volume" "$d/rootfs/sys/bus" || exit 9
+cd "$d/rootfs" && "$hook" pcisim "$tree" </dev/null
+echo "hook exit $?"
+echo "mounts at the target: $(grep -c " $d/target " /proc/self/mountinfo)"
+true`
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook, tr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "/sys/bus/pci: ") || strings.Contains(string(out), "hook exit 0") ||
+		!strings.Contains(string(out), "mounts at the target: 0") {
+		t.Errorf("the hook with a link at /sys/bus/pci:\n%s", out)
+	}
+}
+
+// A config.json of megabytes (a pod's large env) is read whole.
+func TestALargeConfigIsRead(t *testing.T) {
+	hook := builtHook(t)
+	tr := tree(t, node(t), false)
+	d := t.TempDir()
+	for _, p := range []string{filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := `{"ociVersion":"1.2.0","process":{"env":["BIG=` + strings.Repeat("x", 6<<20) + `"]},"root":{"path":"rootfs"},"hooks":{}}`
+	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `d=$1 hook=$2 tree=$3
+mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
+cd "$d/rootfs" && "$hook" pcisim "$tree" </dev/null || exit 1
+ls "$d/rootfs/sys/bus/pci/devices" | wc -l`
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook, tr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.TrimSpace(string(out)) == "0" {
+		t.Errorf("no PCI devices shown:\n%s", out)
 	}
 }
