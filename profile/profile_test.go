@@ -207,3 +207,16 @@ func TestBadOverridesAndBasesAreNamedWithTheirLine(t *testing.T) {
 		})
 	}
 }
+
+// A problem in an anchored block is told once, at the anchor, however
+// often it is aliased.
+func TestAProblemInAnAliasedBlockIsToldOnce(t *testing.T) {
+	src := "base: a100\nname: x\ndevices:\n  - index: 1\n    board: &b\n      memroy: {}\n  - index: 2\n    board: *b\n  - index: 3\n    board: *b\n"
+	_, err := Parse("x.yaml", []byte(src))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	if got := err.Error(); strings.Count(got, "\n") != 0 || !strings.HasPrefix(got, "profile x.yaml:6: devices[0].board.memroy: unknown field") {
+		t.Errorf("error %q, want the one line of the anchor's problem", got)
+	}
+}

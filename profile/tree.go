@@ -33,6 +33,20 @@ var (
 // Type mismatches between a mapping, a list and a scalar are left to the
 // decoder, which names them.
 func checkTree(t reflect.Type, n *yaml3.Node, at string) []error {
+	return walker{}.tree(t, n, at)
+}
+
+// walker remembers the anchored nodes it checked, and against which type:
+// an alias of one is not checked again, so its problems are told once, at
+// the anchor.
+type walker map[walked]bool
+
+type walked struct {
+	n *yaml3.Node
+	t reflect.Type
+}
+
+func (w walker) tree(t reflect.Type, n *yaml3.Node, at string) []error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -42,16 +56,22 @@ func checkTree(t reflect.Type, n *yaml3.Node, at string) []error {
 	if n.Kind == yaml3.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
+	if n.Anchor != "" {
+		if w[walked{n, t}] {
+			return nil
+		}
+		w[walked{n, t}] = true
+	}
 	switch n.Kind {
 	case yaml3.MappingNode:
-		return checkMapping(t, n, at)
+		return w.mapping(t, n, at)
 	case yaml3.SequenceNode:
 		if t.Kind() != reflect.Slice {
 			return nil
 		}
 		var errs []error
 		for i, e := range n.Content {
-			errs = append(errs, checkTree(t.Elem(), e, fmt.Sprintf("%s[%d]", at, i))...)
+			errs = append(errs, w.tree(t.Elem(), e, fmt.Sprintf("%s[%d]", at, i))...)
 		}
 		return errs
 	case yaml3.ScalarNode:
@@ -62,13 +82,13 @@ func checkTree(t reflect.Type, n *yaml3.Node, at string) []error {
 	return nil
 }
 
-func checkMapping(t reflect.Type, n *yaml3.Node, at string) []error {
+func (w walker) mapping(t reflect.Type, n *yaml3.Node, at string) []error {
 	var errs []error
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Value == "<<" && k.Tag == "!!merge" {
-			errs = append(errs, checkTree(t, v, at)...)
+			errs = append(errs, w.tree(t, v, at)...)
 			continue
 		}
 		if line, ok := seen[k.Value]; ok {
@@ -80,7 +100,7 @@ func checkMapping(t reflect.Type, n *yaml3.Node, at string) []error {
 	switch t.Kind() {
 	case reflect.Map:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			errs = append(errs, checkTree(t.Elem(), n.Content[i+1], join(at, n.Content[i].Value))...)
+			errs = append(errs, w.tree(t.Elem(), n.Content[i+1], join(at, n.Content[i].Value))...)
 		}
 		return errs
 	case reflect.Struct:
@@ -109,7 +129,7 @@ func checkMapping(t reflect.Type, n *yaml3.Node, at string) []error {
 			unknown = append(unknown, fmt.Errorf("%s: unknown field; known fields here: %s", join(at, k), strings.Join(known, ", ")))
 			continue
 		}
-		errs = append(errs, checkTree(ft, n.Content[i+1], join(at, k))...)
+		errs = append(errs, w.tree(ft, n.Content[i+1], join(at, k))...)
 	}
 	sort.Slice(unknown, func(i, j int) bool { return unknown[i].Error() < unknown[j].Error() })
 	return append(unknown, errs...)
