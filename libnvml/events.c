@@ -29,9 +29,12 @@ struct nvmlEventSet_st {
 
 // Live sets sit in a table so a foreign handle is recognised without
 // dereferencing it. The table is lock-free: a mutex held by another thread
-// at fork() would stay locked forever in the child.
+// at fork() would stay locked forever in the child. A set's memory is a
+// slot of a static pool, never freed: a thread still waiting on a set
+// another one frees reads a slot, not freed memory, and stops waiting.
 #define MAX_SETS 256
 static struct nvmlEventSet_st *sets[MAX_SETS];
+static struct nvmlEventSet_st pool[MAX_SETS];
 
 static int set_ok(nvmlEventSet_t set)
 {
@@ -46,20 +49,23 @@ NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 	if (!nvmock_ready())
 		return NVML_ERROR_UNINITIALIZED;
 	OUT(set);
-	struct nvmlEventSet_st *s = calloc(1, sizeof *s);
-	if (s == NULL)
-		return NVML_ERROR_MEMORY;
-	s->created_ns = nvmock_live_now();
-	if (nvmock.live != NULL)
-		s->ring_seen = __atomic_load_n(&nvmock.live->ring, __ATOMIC_ACQUIRE);
+	// A slot is taken by a reservation first, so no other Create fills it
+	// while it is made ready.
+	struct nvmlEventSet_st *taken = (struct nvmlEventSet_st *)&sets;
 	for (int i = 0; i < MAX_SETS; i++) {
 		struct nvmlEventSet_st *empty = NULL;
-		if (__atomic_compare_exchange_n(&sets[i], &empty, s, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-			set->handle = s;
-			return NVML_SUCCESS;
-		}
+		if (!__atomic_compare_exchange_n(&sets[i], &empty, taken, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			continue;
+		struct nvmlEventSet_st *s = &pool[i];
+		memset(s, 0, sizeof *s);
+		s->created_ns = nvmock_live_now();
+		const struct live_header *live = nvmock.live;
+		if (live != NULL)
+			s->ring_seen = __atomic_load_n(&live->ring, __ATOMIC_ACQUIRE);
+		__atomic_store_n(&sets[i], s, __ATOMIC_RELEASE);
+		set->handle = s;
+		return NVML_SUCCESS;
 	}
-	free(s);
 	return NVML_ERROR_INSUFFICIENT_RESOURCES;
 }
 
@@ -69,32 +75,34 @@ NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 		return NVML_ERROR_UNINITIALIZED;
 	for (int i = 0; i < MAX_SETS && set.handle != NULL; i++) {
 		struct nvmlEventSet_st *live = set.handle;
-		if (__atomic_compare_exchange_n(&sets[i], &live, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-			free(set.handle);
+		if (__atomic_compare_exchange_n(&sets[i], &live, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 			return NVML_SUCCESS;
-		}
 	}
 	return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+static unsigned long long supported_events(const struct nvmock_dev *d)
+{
+	unsigned long long t = nvmlEventTypeXidCriticalError | nvmlEventTypeClock;
+	if (d->s->ecc_current != NA32)
+		t |= nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError;
+	return t;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
 {
 	DEV(device, d);
 	OUT(eventTypes);
-	*eventTypes = nvmlEventTypeXidCriticalError | nvmlEventTypeClock;
-	if (d->s->ecc_current != NA32)
-		*eventTypes |= nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError;
+	*eventTypes = supported_events(d);
 	return NVML_SUCCESS;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)
 {
 	DEV(device, d);
-	unsigned long long supported;
-	nvmlDeviceGetSupportedEventTypes(nvmock_handle(d), &supported);
 	if (!set_ok(set))
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (eventTypes & ~supported)
+	if (eventTypes & ~supported_events(d))
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (d->node_index < STATE_GPUS)
 		__atomic_or_fetch(&set.handle->mask[d->node_index], eventTypes, __ATOMIC_RELEASE);
@@ -216,9 +224,16 @@ NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
 		return NVML_ERROR_TIMEOUT;
 	}
 	struct nvmlEventSet_st *s = set.handle;
+	const struct live_header *live = nvmock.live;
 	uint64_t end = mono_ms() + timeoutms;
 	for (;;) {
-		uint32_t wake_word = __atomic_load_n(&nvmock.live->wake, __ATOMIC_ACQUIRE);
+		// Another thread may shut the library down or free the set
+		// meanwhile: the wait ends as a call made then would.
+		if (!nvmock_ready() || nvmock.live != live)
+			return NVML_ERROR_UNINITIALIZED;
+		if (!set_ok(set))
+			return NVML_ERROR_INVALID_ARGUMENT;
+		uint32_t wake_word = __atomic_load_n(&live->wake, __ATOMIC_ACQUIRE);
 		uint64_t now = nvmock_live_now(), next = UINT64_MAX;
 		if (from_ring(s, now, data) || from_faults(s, now, data, &next))
 			return NVML_SUCCESS;
@@ -233,7 +248,7 @@ NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
 		if (next != UINT64_MAX && (next - now) / 1000000 < ms)
 			ms = (next - now) / 1000000 + 1;
 		struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
-		syscall(SYS_futex, &nvmock.live->wake, FUTEX_WAIT, wake_word, &ts, NULL, 0);
+		syscall(SYS_futex, &live->wake, FUTEX_WAIT, wake_word, &ts, NULL, 0);
 	}
 }
 

@@ -18,6 +18,12 @@ struct nvmock_state nvmock;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int refcount;
 
+// nvmlShutdown frees nothing: another thread may still be inside a call
+// (an event wait, say) that began before it. The next init reuses what is
+// unchanged, so handles stay the same across Shutdown and Init, and keeps
+// one earlier generation of what it replaces.
+static struct nvmock_dev *old_devs;
+
 // A fork while another thread holds the lock must not leave the child stuck.
 static void before_fork(void) { pthread_mutex_lock(&lock); }
 static void after_fork(void) { pthread_mutex_unlock(&lock); }
@@ -193,21 +199,29 @@ static nvmlReturn_t build_devices(void)
 	for (unsigned i = 0; i < count; i++)
 		n += keep[i];
 	ret = NVML_ERROR_MEMORY;
-	nvmock.devs = calloc(n ? n : 1, sizeof(struct nvmock_dev));
-	if (nvmock.devs == NULL)
+	struct nvmock_dev *devs = calloc(n ? n : 1, sizeof(struct nvmock_dev));
+	if (devs == NULL)
 		goto out;
+	unsigned total = n;
 	n = 0;
 	for (unsigned i = 0; i < count; i++) {
 		if (!keep[i])
 			continue;
-		struct nvmock_dev *d = &nvmock.devs[n];
+		struct nvmock_dev *d = &devs[n];
 		d->s = &nvmock.node[i];
 		d->index = n++;
 		d->node_index = i;
 		memcpy(d->uuid, uuids[i], 96);
 		memcpy(d->serial, serials[i], 32);
 	}
-	nvmock.ndevs = n;
+	if (nvmock.devs != NULL && nvmock.ndevs == total && memcmp(nvmock.devs, devs, total * sizeof *devs) == 0) {
+		free(devs);
+	} else {
+		free(old_devs);
+		old_devs = nvmock.devs;
+		nvmock.devs = devs;
+		nvmock.ndevs = total;
+	}
 	nvmock_mig_init();
 	ret = NVML_SUCCESS;
 out:
@@ -226,11 +240,8 @@ nvmlReturn_t nvmock_init(unsigned int flags)
 		const char *t = getenv("NVMOCK_TRACE");
 		nvmock.trace = t != NULL && t[0] != '\0' && strcmp(t, "0") != 0;
 		ret = nvmock_load();
-		if (ret == NVML_SUCCESS) {
+		if (ret == NVML_SUCCESS)
 			ret = build_devices();
-			if (ret != NVML_SUCCESS)
-				nvmock_unload();
-		}
 	}
 	if (ret == NVML_SUCCESS) {
 		refcount++;
@@ -252,10 +263,6 @@ NVML_API nvmlReturn_t nvmlShutdown(void)
 		ret = NVML_ERROR_UNINITIALIZED;
 	} else if (--refcount == 0) {
 		__atomic_store_n(&nvmock.ready, 0, __ATOMIC_RELEASE);
-		free(nvmock.devs);
-		nvmock.devs = NULL;
-		nvmock.ndevs = 0;
-		nvmock_unload();
 	}
 	pthread_mutex_unlock(&lock);
 	return ret;

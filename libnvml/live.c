@@ -24,7 +24,8 @@
 #define TAU_NS 30e9
 #define HEAT_C 45.0
 
-static void *live_map;
+static void *live_map, *old_live; // the state mapped, and the one before (see snapshot.c)
+static struct stat live_st;
 static char live_path[PATH_MAX];
 static unsigned my_pidns;
 
@@ -58,8 +59,30 @@ static unsigned read_pidns(void)
 
 // nvmock_live_map maps the state file: NVMOCK_STATE, else "state" beside
 // the snapshot file. None, or one that is not ours, leaves readings static.
+static void live_set(const struct live_header *h)
+{
+	nvmock.live = h;
+	nvmock.live_gpus = h != NULL ? (const void *)(h + 1) : NULL;
+	nvmock.live_events = h != NULL ? (const void *)(nvmock.live_gpus + STATE_GPUS) : NULL;
+	nvmock.live_procs = h != NULL ? (const void *)(nvmock.live_events + STATE_EVENTS) : NULL;
+}
+
+static void retire_live(void)
+{
+	live_set(NULL);
+	if (old_live != NULL)
+		munmap(old_live, STATE_SIZE);
+	old_live = live_map;
+	live_map = NULL;
+	live_path[0] = '\0';
+}
+
 void nvmock_live_map(const char *snapshot)
 {
+	// Each init counts this process's calls afresh.
+	memset(calls, 0, sizeof calls);
+	memset(latched, 0, sizeof latched);
+	mem_cache.generation = UINT64_MAX; // another file may count the same generations
 	char path[PATH_MAX];
 	const char *env = getenv("NVMOCK_STATE");
 	if (env != NULL && env[0] != '\0') {
@@ -71,14 +94,27 @@ void nvmock_live_map(const char *snapshot)
 			return;
 		strcpy(slash, "/state");
 	} else {
+		retire_live();
 		return;
 	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
+		retire_live();
 		return;
+	}
 	struct stat st;
 	void *m = MAP_FAILED;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == STATE_SIZE)
+	int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == STATE_SIZE;
+	// The file mapped at an earlier init: keep it (a file of another
+	// layout is a new inode, live.Create).
+	if (ok && live_map != NULL && strcmp(path, live_path) == 0 && st.st_dev == live_st.st_dev &&
+	    st.st_ino == live_st.st_ino) {
+		close(fd);
+		live_set(live_map);
+		return;
+	}
+	retire_live();
+	if (ok)
 		m = mmap(NULL, STATE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED) {
@@ -97,27 +133,10 @@ void nvmock_live_map(const char *snapshot)
 		return;
 	}
 	live_map = m;
+	live_st = st;
 	snprintf(live_path, sizeof live_path, "%s", path);
 	my_pidns = read_pidns();
-	nvmock.live = h;
-	nvmock.live_gpus = (const void *)(h + 1);
-	nvmock.live_events = (const void *)(nvmock.live_gpus + STATE_GPUS);
-	nvmock.live_procs = (const void *)(nvmock.live_events + STATE_EVENTS);
-}
-
-void nvmock_live_unmap(void)
-{
-	nvmock.live = NULL;
-	nvmock.live_gpus = NULL;
-	nvmock.live_events = NULL;
-	nvmock.live_procs = NULL;
-	if (live_map != NULL)
-		munmap(live_map, STATE_SIZE);
-	live_map = NULL;
-	live_path[0] = '\0';
-	memset(calls, 0, sizeof calls);
-	memset(latched, 0, sizeof latched);
-	mem_cache.generation = UINT64_MAX; // another file may count the same generations
+	live_set(h);
 }
 
 // nvmock_live_path is the mapped state file's path (for MIG writes), or NULL.
@@ -135,19 +154,39 @@ size_t nvmock_live_size(void)
 // for it; the next write moves on from it (live.File.publish).
 static uint32_t stuck_seq = 1;
 
-// nvmock_live_copy copies n bytes of the state inside the seqlock. It
-// returns 0 when a writer has held the lock for milliseconds (died
-// inside): the caller then uses static readings rather than hang.
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+// nvmock_live_copy copies n bytes of the state inside the seqlock. A writer
+// the scheduler took off the CPU inside holds it for milliseconds on a busy
+// node, so past a short spin the reader sleeps, up to 100 ms as the Go
+// readers wait (live.File.Read); a seq held longer is a writer that died
+// inside, and it returns 0: the caller then uses static readings.
 int nvmock_live_copy(void *dst, const void *src, size_t n)
 {
-	for (unsigned tries = 0; tries < 100000; tries++) {
+	uint64_t deadline = 0;
+	for (unsigned tries = 0;; tries++) {
 		uint32_t s = __atomic_load_n(&nvmock.live->seq, __ATOMIC_ACQUIRE);
 		if (s & 1) {
 			if (s == __atomic_load_n(&stuck_seq, __ATOMIC_RELAXED))
 				return 0;
-			__builtin_ia32_pause();
-			if (tries == 100000 - 1)
+			if (tries < 1000) {
+				__builtin_ia32_pause();
+				continue;
+			}
+			uint64_t now = mono_ns();
+			if (deadline == 0)
+				deadline = now + 100000000ull;
+			if (now >= deadline) {
 				__atomic_store_n(&stuck_seq, s, __ATOMIC_RELAXED);
+				return 0;
+			}
+			struct timespec ts = {0, 50000};
+			nanosleep(&ts, NULL);
 			continue;
 		}
 		memcpy(dst, src, n);
@@ -155,7 +194,6 @@ int nvmock_live_copy(void *dst, const void *src, size_t n)
 		if (__atomic_load_n(&nvmock.live->seq, __ATOMIC_RELAXED) == s)
 			return 1;
 	}
-	return 0;
 }
 
 // The last wall-clock time read: a fault whose time is before it has
@@ -529,13 +567,6 @@ unsigned long long nvmock_live_gi_memory(unsigned node, unsigned gi)
 		sum += p[i].used_bytes;
 	free(p);
 	return sum;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 unsigned long long nvmock_live_proc_memory(unsigned node)

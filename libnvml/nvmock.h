@@ -57,7 +57,6 @@ struct live_fx {
 };
 
 void nvmock_live_map(const char *snapshot);
-void nvmock_live_unmap(void);
 const char *nvmock_live_path(void);
 size_t nvmock_live_size(void);
 int nvmock_live_copy(void *dst, const void *src, size_t n);
@@ -204,7 +203,6 @@ nvmlReturn_t nvmock_not_supported(const char *fn);
 nvmlReturn_t nvmock_not_supported_dev(const char *fn, nvmlDevice_t h);
 nvmlReturn_t nvmock_init(unsigned int flags);
 nvmlReturn_t nvmock_load(void);
-void nvmock_unload(void);
 void nvmock_derive_identity(const char *profile, const char *seed, unsigned index,
 			    const char *serial_prefix, char uuid[96], char serial[32]);
 void nvmock_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

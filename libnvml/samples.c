@@ -49,10 +49,15 @@ NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType
 					   nvmlValueType_t *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples)
 {
 	DEV(device, d);
-	if (sampleValType == NULL || sampleCount == NULL || (unsigned)type >= NVML_SAMPLINGTYPE_COUNT)
+	// nvml.h: a count of 0 for a buffer is an invalid argument.
+	if (sampleValType == NULL || sampleCount == NULL || (unsigned)type >= NVML_SAMPLINGTYPE_COUNT ||
+	    (samples != NULL && *sampleCount == 0))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	uint32_t v = sample_value(d->s, type);
 	if (v == NA32 || v == DEP32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	// nvml.h: utilization samples are not supported on MIG-enabled GPUs.
+	if (type >= NVML_GPU_UTILIZATION_SAMPLES && type <= NVML_DEC_UTILIZATION_SAMPLES && nvmock_mig_on(d))
 		return NVML_ERROR_NOT_SUPPORTED;
 	unsigned long long now = nvmock_live_now() / 1000;
 	now -= now % SAMPLE_PERIOD_US;

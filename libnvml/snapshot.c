@@ -24,8 +24,30 @@ __asm__(".section .rodata\n"
 	"nvmock_default_snapshot_end:\n"
 	".previous\n");
 
-static void *map_addr;
-static size_t map_len;
+// The mapped snapshot, and the one an earlier init mapped: a thread may
+// still be inside a call that began before nvmlShutdown, so an init that
+// maps anew keeps the previous generation and unmaps the one before it.
+static void *map_addr, *old_addr;
+static size_t map_len, old_len;
+static struct stat map_st;
+static char map_path[PATH_MAX];
+
+static void retire_map(void)
+{
+	if (old_addr != NULL)
+		munmap(old_addr, old_len);
+	old_addr = map_addr;
+	old_len = map_len;
+	map_addr = NULL;
+	map_len = 0;
+	map_path[0] = '\0';
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
 
 // snap_check validates everything the getters trust, so they need no checks.
 static const char *snap_check(const unsigned char *p, size_t len)
@@ -109,6 +131,8 @@ nvmlReturn_t nvmock_load(void)
 			nvmock_warn("built-in snapshot: %s", bad);
 			return NVML_ERROR_UNKNOWN;
 		}
+		if (map_addr != NULL)
+			retire_map();
 		nvmock.hdr = (const void *)p;
 		nvmock_live_map(NULL);
 		return NVML_SUCCESS;
@@ -123,6 +147,14 @@ nvmlReturn_t nvmock_load(void)
 		nvmock_warn("snapshot %s: not a regular, non-empty file", path);
 		close(fd);
 		return NVML_ERROR_UNKNOWN;
+	}
+	// The file mapped at an earlier init, unchanged: keep it (and the
+	// handles built on it).
+	if (map_addr != NULL && strcmp(path, map_path) == 0 && same_file(&st, &map_st)) {
+		close(fd);
+		nvmock.hdr = map_addr;
+		nvmock_live_map(path);
+		return NVML_SUCCESS;
 	}
 	// No profile compiles to more (nvmock profile compile refuses to);
 	// a larger file is not ours, and mapping it would cost every process.
@@ -144,19 +176,12 @@ nvmlReturn_t nvmock_load(void)
 		munmap(m, (size_t)st.st_size);
 		return NVML_ERROR_UNKNOWN;
 	}
+	retire_map();
 	map_addr = m;
 	map_len = (size_t)st.st_size;
+	map_st = st;
+	snprintf(map_path, sizeof map_path, "%s", path);
 	nvmock.hdr = m;
 	nvmock_live_map(path);
 	return NVML_SUCCESS;
-}
-
-void nvmock_unload(void)
-{
-	nvmock_live_unmap();
-	if (map_addr != NULL)
-		munmap(map_addr, map_len);
-	map_addr = NULL;
-	map_len = 0;
-	nvmock.hdr = NULL;
 }

@@ -39,10 +39,9 @@ NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
 	if (name == NULL || length == 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	char path[64], buf[256];
+	// nvml.h: "Returned process name is cropped to provided length."
 	if (nvmock_live_proc_name(pid, buf, sizeof buf)) {
-		if (strlen(buf) + 1 > length)
-			return NVML_ERROR_INSUFFICIENT_SIZE;
-		memcpy(name, buf, strlen(buf) + 1);
+		snprintf(name, length, "%s", buf);
 		return NVML_SUCCESS;
 	}
 	snprintf(path, sizeof path, "/proc/%u/comm", pid);
@@ -53,9 +52,7 @@ NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
 	fclose(f);
 	buf[n] = '\0';
 	buf[strcspn(buf, "\n")] = '\0';
-	if (strlen(buf) + 1 > length)
-		return NVML_ERROR_INSUFFICIENT_SIZE;
-	memcpy(name, buf, strlen(buf) + 1);
+	snprintf(name, length, "%s", buf);
 	return NVML_SUCCESS;
 }
 
