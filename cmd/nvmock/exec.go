@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 
@@ -27,8 +29,20 @@ const execChildArg = "__exec-child"
 
 // execCmd runs a command on a mock node private to it: `nvmock exec
 // [--profile P] [--gpus N] -- CMD ARGS...`. It exits with the command's
-// status (128+n for signal n) once the temporary overlay is gone.
+// status (128+n for signal n) once the temporary overlay is gone; its own
+// failures, before the command, exit 125, as container runtimes' do.
 func execCmd(args []string) error {
+	if err := execRun(args); err != nil {
+		var st exitStatus
+		if errors.As(err, &st) {
+			return err
+		}
+		return failed{nsexec.StatusSetup, err}
+	}
+	return nil
+}
+
+func execRun(args []string) error {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	name := fs.String("profile", "a100", "built-in profile name or profile file")
 	assets := fs.String("assets", "", "driver tree holding usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi\n(default $NVMOCK_ASSETS, else ../driver beside this binary)")
@@ -70,9 +84,22 @@ func execCmd(args []string) error {
 	}
 	pci := pcisim.Files(node)
 	env := os.Environ()
-	if node.IB == nil && len(ib.faults) > 0 {
-		return fmt.Errorf("exec: --ib-fault %s: profile %s has no InfiniBand", ib.faults[0], p.Name)
+	if node.IB == nil {
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			if strings.HasPrefix(f.Name, "ib-") {
+				given = append(given, "--"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return fmt.Errorf("exec: %s: profile %s has no InfiniBand", strings.Join(given, ", "), p.Name)
+		}
 	}
+	// From here a signal ends the run cleanly: the fabric's and the
+	// rendering's files are removed (nsexec passes later ones on).
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, nsexec.Forwarded...)
+	defer signal.Stop(sigs)
 	var daemon *ibd.Daemon
 	if node.IB != nil {
 		d, stop, err := startFabric(node, *assets, &ib, &pci, &env)
@@ -104,11 +131,12 @@ func execCmd(args []string) error {
 		return filepath.Join(ov.Dir, "driver"), nil
 	}
 	status, err := nsexec.RunRendered(render, nsexec.Options{
-		Args: fs.Args(),
-		Env:  env,
-		Sys:  sys,
-		Self: []string{"/proc/self/exe", execChildArg},
-		Note: func(s string) { fmt.Fprintln(os.Stderr, "nvmock: exec:", s) },
+		Args:    fs.Args(),
+		Env:     env,
+		Sys:     sys,
+		Self:    []string{"/proc/self/exe", execChildArg},
+		Note:    func(s string) { fmt.Fprintln(os.Stderr, "nvmock: exec:", s) },
+		Signals: sigs,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nvmock: exec:", err)
@@ -143,8 +171,13 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 		return nil, nil, fmt.Errorf("--ib-fault %w", err)
 	}
 	*pci = append(*pci, ibsysfs.Files(node, fab)...)
+	nsexec.Sweep(os.TempDir(), nsexec.Prefixed("nvmock-ibd-"))
 	dir, err := os.MkdirTemp("", "nvmock-ibd-")
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := nsexec.Claim(dir); err != nil {
+		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	// Programs in the namespace may switch users; they must still reach

@@ -44,6 +44,10 @@ func main() {
 			os.Exit(int(status))
 		}
 		fmt.Fprintln(os.Stderr, "nvmock:", err)
+		var f failed
+		if errors.As(err, &f) {
+			os.Exit(f.status)
+		}
 		os.Exit(1)
 	}
 }
@@ -84,3 +88,12 @@ func run(args []string) error {
 type exitStatus int
 
 func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)) }
+
+// failed ends the program with its message and a status other than 1.
+type failed struct {
+	status int
+	err    error
+}
+
+func (f failed) Error() string { return f.err.Error() }
+func (f failed) Unwrap() error { return f.err }

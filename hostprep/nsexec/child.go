@@ -13,9 +13,6 @@ import (
 	"github.com/nvmock/nvmock/pcisim/expose"
 )
 
-// statusFD is the pipe on which the child reports a setup failure to Run.
-const statusFD = 3
-
 const (
 	prCapAmbient         = 47 // PR_CAP_AMBIENT
 	prCapAmbientClearAll = 4  // PR_CAP_AMBIENT_CLEAR_ALL
@@ -34,11 +31,15 @@ func Child(args []string) error {
 	if err := json.Unmarshal([]byte(args[0]), &s); err != nil {
 		return fmt.Errorf("nsexec: bad child specification: %w", err)
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/self/fd/%d", statusFD)); err != nil {
+	// The status pipe: reported by a setup failure, closed by the exec.
+	if s.StatusFD < 3 {
 		return errors.New("nsexec: child started without its status pipe (it is run by nvmock exec)")
 	}
-	syscall.CloseOnExec(statusFD)
-	status := os.NewFile(statusFD, "nsexec-status")
+	if _, err := os.Stat(fmt.Sprintf("/proc/self/fd/%d", s.StatusFD)); err != nil {
+		return errors.New("nsexec: child started without its status pipe (it is run by nvmock exec)")
+	}
+	syscall.CloseOnExec(s.StatusFD)
+	status := os.NewFile(uintptr(s.StatusFD), "nsexec-status")
 	fail := func(code int, err error) {
 		fmt.Fprintf(status, "%d %v", code, err)
 		os.Exit(code)
@@ -51,9 +52,9 @@ func Child(args []string) error {
 	}
 	syscall.Umask(umask)
 	argv := args[2:]
-	path, err := exec.LookPath(argv[0])
+	path, code, err := lookPath(argv[0])
 	if err != nil {
-		fail(StatusNotFound, err)
+		fail(code, err)
 	}
 	if s.UserNS {
 		// The command runs without the capability the setup needed.
@@ -62,12 +63,38 @@ func Child(args []string) error {
 		}
 	}
 	err = syscall.Exec(path, argv, os.Environ())
-	code := StatusNotRunnable
+	code = StatusNotRunnable
 	if errors.Is(err, syscall.ENOENT) {
 		code = StatusNotFound
 	}
 	fail(code, fmt.Errorf("%s: %w", argv[0], err))
 	return nil
+}
+
+// lookPath finds the command as a shell does: a name without a slash on
+// PATH (an entry "." or "" included, which Go's LookPath refuses), with
+// the shell's statuses and words for what it cannot run.
+func lookPath(name string) (string, int, error) {
+	path, err := exec.LookPath(name)
+	if errors.Is(err, exec.ErrDot) {
+		err = nil
+	}
+	if err == nil {
+		return path, 0, nil
+	}
+	if !strings.Contains(name, "/") && errors.Is(err, exec.ErrNotFound) {
+		return "", StatusNotFound, fmt.Errorf("%s: command not found", name)
+	}
+	fi, serr := os.Stat(name)
+	switch {
+	case serr != nil && errors.Is(serr, os.ErrNotExist):
+		return "", StatusNotFound, fmt.Errorf("%s: no such file or directory", name)
+	case serr == nil && fi.IsDir():
+		return "", StatusNotRunnable, fmt.Errorf("%s: is a directory", name)
+	case serr == nil:
+		return "", StatusNotRunnable, fmt.Errorf("%s: permission denied", name)
+	}
+	return "", StatusNotRunnable, fmt.Errorf("%s: %w", name, serr)
 }
 
 // setup makes the overlay appear at the standard places in this namespace.

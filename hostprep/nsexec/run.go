@@ -46,26 +46,59 @@ type Options struct {
 	Stdout, Stderr io.Writer    // nil: this process's
 	Note           func(string) // told how the namespace was made when not as root; may be nil
 	TempDir        string       // RunRendered's parent directory; "" means os.TempDir()
-	forceUserNS    bool         // tests: take the unprivileged path as root
-	sigs           chan os.Signal
+	// Signals, when set, is a channel already given to signal.Notify for
+	// Forwarded, by a caller that has work of its own to clean up before
+	// RunRendered starts (a signal then ends the run before the command).
+	Signals     chan os.Signal
+	forceUserNS bool // tests: take the unprivileged path as root
 }
 
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+// Forwarded are the signals passed on to the command.
+var Forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// fromTerminal says whether sig most likely came from this process's
+// terminal: its keys (^C, ^\) and its hang-up signal the terminal's whole
+// foreground process group, the command included, so passing them on
+// would deliver them twice. Such a signal sent to this process alone
+// (kill -INT) is then not passed on; kill -TERM always is. hadTTY says
+// whether the process had a terminal when the command started.
+func fromTerminal(sig os.Signal, hadTTY bool) bool {
+	if !hadTTY || (sig != syscall.SIGINT && sig != syscall.SIGQUIT && sig != syscall.SIGHUP) {
+		return false
+	}
+	tty, err := os.OpenFile("/dev/tty", os.O_RDONLY|unix.O_NOCTTY, 0)
+	if err != nil {
+		return sig == syscall.SIGHUP // the terminal is gone: it hung up on the group
+	}
+	defer tty.Close()
+	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
+	return err == nil && fg == unix.Getpgrp()
+}
 
 // RunRendered makes a private temporary directory, has render write an
 // overlay into dir (absent) and return its driver root, runs o.Args over it
 // as Run does, and removes the directory afterwards, also when a signal
 // ended the command.
 func RunRendered(render func(dir string) (driver string, err error), o Options) (int, error) {
-	tmp, err := os.MkdirTemp(o.TempDir, "nvmock-exec-")
+	parent := o.TempDir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	Sweep(parent, Prefixed("nvmock-exec-"))
+	tmp, err := os.MkdirTemp(parent, "nvmock-exec-")
 	if err != nil {
-		return StatusSetup, fmt.Errorf("make temp dir: %w", err)
+		return StatusSetup, fmt.Errorf("make temp dir in %s: %w", parent, err)
 	}
 	defer os.RemoveAll(tmp)
+	if err := Claim(tmp); err != nil {
+		return StatusSetup, fmt.Errorf("make temp dir: %w", err)
+	}
 	// From here a signal must not end this process before the cleanup.
-	o.sigs = make(chan os.Signal, 4)
-	signal.Notify(o.sigs, forwarded...)
-	defer signal.Stop(o.sigs)
+	if o.Signals == nil {
+		o.Signals = make(chan os.Signal, 4)
+		signal.Notify(o.Signals, Forwarded...)
+		defer signal.Stop(o.Signals)
+	}
 	// Programs in the namespace may switch users; they must still reach
 	// the library.
 	if err := os.Chmod(tmp, 0o755); err != nil {
@@ -92,6 +125,7 @@ type spec struct {
 	Ldconfig  string `json:"ldconfig"`
 	Sys       string `json:"sys"`
 	UserNS    bool   `json:"userns"`
+	StatusFD  int    `json:"statusFD"` // the child's descriptor of the status pipe
 }
 
 // Run runs o.Args in a private mount namespace showing the overlay and
@@ -126,7 +160,7 @@ func Run(o Options) (int, error) {
 	// An installed node keeps its live state outside the overlay, behind a
 	// link that does not resolve where the namespace shows the driver.
 	if st := filepath.Join(o.Driver, "etc", "nvmock", "state"); isLink(st) {
-		if real, err := filepath.EvalSymlinks(st); err == nil && !hasEnv(env, "NVMOCK_STATE") {
+		if real, err := filepath.EvalSymlinks(st); err == nil {
 			env = append(env, "NVMOCK_STATE="+real)
 		}
 	}
@@ -153,12 +187,19 @@ func Run(o Options) (int, error) {
 // start runs the child once; a clone failure comes back unwrapped enough
 // for errors.Is.
 func start(o Options, s spec, env []string) (int, error) {
+	// The child reports a setup failure on this pipe; it closes on exec.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return StatusSetup, err
+	}
+	defer r.Close()
+	cmd := exec.Command(o.Self[0])
+	cmd.ExtraFiles, s.StatusFD = extraFiles(w)
 	js, err := json.Marshal(s)
 	if err != nil {
 		return StatusSetup, err
 	}
-	args := append(append(append([]string{}, o.Self[1:]...), string(js), "--"), o.Args...)
-	cmd := exec.Command(o.Self[0], args...)
+	cmd.Args = append(append(append([]string{o.Self[0]}, o.Self[1:]...), string(js), "--"), o.Args...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
 	if cmd.Stdin == nil {
@@ -170,13 +211,6 @@ func start(o Options, s spec, env []string) (int, error) {
 	if cmd.Stderr == nil {
 		cmd.Stderr = os.Stderr
 	}
-	// The child reports a setup failure on this pipe; it closes on exec.
-	r, w, err := os.Pipe()
-	if err != nil {
-		return StatusSetup, err
-	}
-	defer r.Close()
-	cmd.ExtraFiles = []*os.File{w}
 	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	if s.UserNS {
 		uid, gid := os.Geteuid(), os.Getegid()
@@ -190,10 +224,10 @@ func start(o Options, s spec, env []string) (int, error) {
 	// Pdeathsig follows the thread that started the child; keep it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	sigs := o.sigs
+	sigs := o.Signals
 	if sigs == nil {
 		sigs = make(chan os.Signal, 4)
-		signal.Notify(sigs, forwarded...)
+		signal.Notify(sigs, Forwarded...)
 		defer signal.Stop(sigs)
 	}
 	select {
@@ -213,11 +247,18 @@ func start(o Options, s spec, env []string) (int, error) {
 	}
 	done := make(chan struct{})
 	defer close(done)
+	hadTTY := false
+	if tty, err := os.OpenFile("/dev/tty", os.O_RDONLY|unix.O_NOCTTY, 0); err == nil {
+		hadTTY = true
+		tty.Close()
+	}
 	go func() {
 		for {
 			select {
 			case s := <-sigs:
-				_ = cmd.Process.Signal(s)
+				if !fromTerminal(s, hadTTY) {
+					_ = cmd.Process.Signal(s)
+				}
 			case <-done:
 				return
 			}
@@ -247,14 +288,14 @@ func start(o Options, s spec, env []string) (int, error) {
 // CommandEnv is the command's environment: the overlay's bin directory
 // first on PATH, and without the variables that would point the library
 // away from the overlay (NVMOCK_SNAPSHOT wins over the driver root's
-// snapshot; NVMOCK_DEV_ROOT over /dev).
+// snapshot; NVMOCK_DEV_ROOT over /dev; NVMOCK_STATE over its state).
 func CommandEnv(env []string, bin string) []string {
 	out := make([]string, 0, len(env)+1)
 	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
-		case "NVMOCK_SNAPSHOT", "NVMOCK_DEV_ROOT":
+		case "NVMOCK_SNAPSHOT", "NVMOCK_DEV_ROOT", "NVMOCK_STATE":
 			continue
 		case "PATH":
 			path = v
@@ -380,6 +421,12 @@ func Cached(name string, render func(dir string) error) (string, error) {
 		return "", fmt.Errorf("no cache directory for %s", name)
 	}
 	dst := filepath.Join(base, name)
+	kind, _, _ := strings.Cut(name, "-")
+	// Renders that a killed run left half done.
+	Sweep(base, func(n string) bool { return strings.HasPrefix(n, kind+"-") && strings.Contains(n, ".tmp-") })
+	if err := use(dst); err != nil {
+		return "", err
+	}
 	if isDir(dst) {
 		return dst, nil
 	}
@@ -388,6 +435,9 @@ func Cached(name string, render func(dir string) error) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
+	if err := Claim(tmp); err != nil {
+		return "", err
+	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
@@ -397,6 +447,7 @@ func Cached(name string, render func(dir string) error) (string, error) {
 	if err := os.Rename(filepath.Join(tmp, "t"), dst); err != nil && !isDir(dst) {
 		return "", err
 	}
+	prune(base, kind)
 	return dst, nil
 }
 

@@ -1,0 +1,227 @@
+//go:build integration
+
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// execNode runs the built nvmock exec on a t4 node with a cache and a
+// temporary directory of the test's own; it returns the command.
+func execNode(t *testing.T, cache, tmp string, args ...string) *exec.Cmd {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (nvmock exec makes a mount namespace)")
+	}
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	assets := filepath.Join(testenv.BuildDir(), "driver")
+	if _, err := os.Stat(filepath.Join(assets, "usr", "bin", "nvidia-smi")); err != nil {
+		testenv.Missing(t, "%s (run make driver)", assets)
+	}
+	cmd := exec.Command(bin, append([]string{"exec", "--assets", assets}, args...)...)
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, "TMPDIR="+tmp)
+	return cmd
+}
+
+func status(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// The command starts as a shell would start it: the caller's descriptors
+// above stderr at their numbers, the shell's statuses for what cannot run,
+// and none of the caller's NVMOCK_STATE. nvmock's own failures are 125.
+// Found in review.
+func TestExecStartsTheCommandAsAShellWould(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	t.Run("descriptor 3 reaches the command", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "three")
+		f, err := os.Create(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd := execNode(t, cache, tmp, "--profile", "t4", "--", "sh", "-c", "echo on-three >&3")
+		cmd.ExtraFiles = []*os.File{f}
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, b)
+		}
+		if b, _ := os.ReadFile(out); string(b) != "on-three\n" {
+			t.Errorf("fd 3 got %q", b)
+		}
+	})
+	dir := t.TempDir()
+	tool := filepath.Join(dir, "mytool")
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\necho mytool ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		args   []string
+		env    []string
+		status int
+		out    string
+	}{
+		{"a directory is 126", []string{"--profile", "t4", "--", dir}, nil, 126, dir + ": is a directory"},
+		{"a missing command is 127", []string{"--profile", "t4", "--", "no-such-tool"}, nil, 127, "no-such-tool: command not found"},
+		{"a command found through . on PATH runs", []string{"--profile", "t4", "--", "mytool"}, []string{"PATH=.:/usr/bin:/bin"}, 0, "mytool ran"},
+		{"the caller's NVMOCK_STATE stays outside", []string{"--profile", "t4", "--", "sh", "-c", `echo "state=[$NVMOCK_STATE]"`},
+			[]string{"NVMOCK_STATE=/outside/state"}, 0, "state=[]"},
+		{"an unknown profile is 125", []string{"--profile", "nosuch", "--", "true"}, nil, 125, `no built-in profile "nosuch"`},
+		{"an InfiniBand option without InfiniBand is 125", []string{"--profile", "t4", "--ib-listen", "127.0.0.1:18700", "--", "true"}, nil, 125,
+			"--ib-listen: profile t4 has no InfiniBand"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := execNode(t, cache, tmp, c.args...)
+			cmd.Dir = dir
+			cmd.Env = append(cmd.Env, c.env...)
+			b, err := cmd.CombinedOutput()
+			if status(err) != c.status || !strings.Contains(string(b), c.out) {
+				t.Errorf("status %d, want %d; output %q, want it to hold %q", status(err), c.status, b, c.out)
+			}
+		})
+	}
+}
+
+// ^C at a terminal reaches the whole foreground process group, the command
+// with nvmock: nvmock must not pass on a second one. Found in review.
+func TestExecCtrlCReachesTheCommandOnce(t *testing.T) {
+	script := testenv.Tool(t, "script")
+	py := testenv.Tool(t, "python3")
+	counter := filepath.Join(t.TempDir(), "count.py")
+	if err := os.WriteFile(counter, []byte(`import signal, time
+n = 0
+def h(s, f):
+    global n
+    n += 1
+signal.signal(signal.SIGINT, h)
+print("ready", flush=True)
+end = time.time() + 2
+while time.time() < end:
+    time.sleep(0.02)
+print("total", n, flush=True)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inner := execNode(t, t.TempDir(), t.TempDir(), "--profile", "t4", "--", py, counter)
+	cmd := exec.Command(script, "-qec", strings.Join(inner.Args, " "), "/dev/null")
+	cmd.Env = inner.Env
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	var seen []string
+	for sc.Scan() {
+		seen = append(seen, sc.Text())
+		if strings.Contains(sc.Text(), "ready") {
+			break
+		}
+	}
+	if _, err := in.Write([]byte{3}); err != nil { // ^C at the terminal
+		t.Fatal(err)
+	}
+	total := ""
+	for sc.Scan() {
+		seen = append(seen, sc.Text())
+		if i := strings.Index(sc.Text(), "total "); i >= 0 {
+			total = strings.TrimSpace(sc.Text()[i:])
+		}
+	}
+	io.Copy(io.Discard, out)
+	cmd.Wait()
+	if total != "total 1" {
+		t.Errorf("the command counted %q SIGINTs for one ^C, want total 1; it printed:\n%s", total, strings.Join(seen, "\n"))
+	}
+}
+
+// What a killed run leaves (nvmock exec's temporary directory and its
+// fabric's) is swept by the next run; a live run's is not. Found in review.
+func TestExecSweepsWhatAKilledRunLeft(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	mk := func(name string, lock bool, age time.Duration) string {
+		d := filepath.Join(tmp, name)
+		if err := os.MkdirAll(filepath.Join(d, "overlay"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if lock {
+			if err := os.WriteFile(filepath.Join(d, ".nvmock-lock"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old := time.Now().Add(-age)
+		os.Chtimes(d, old, old)
+		return d
+	}
+	killed := mk("nvmock-exec-killed", true, 0)
+	fabric := mk("nvmock-ibd-killed", true, 0)
+	oldUnlocked := mk("nvmock-exec-old", false, time.Hour)
+	young := mk("nvmock-exec-young", false, 0)
+	live := mk("nvmock-exec-live", true, 0)
+	f, err := os.OpenFile(filepath.Join(live, ".nvmock-lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	// h100 has InfiniBand: the run starts a fabric, which sweeps its kind.
+	cmd := execNode(t, cache, tmp, "--profile", "h100", "--gpus", "1", "--", "true")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	for d, want := range map[string]bool{killed: false, fabric: false, oldUnlocked: false, young: true, live: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s: there %v, want %v", filepath.Base(d), err == nil, want)
+		}
+	}
+}
+
+// The cache keeps the eight PCI trees used last, however many GPU counts,
+// profiles and faults made others. Found in review (it grew 20 MB a run).
+func TestExecCacheKeepsTheTreesUsedLast(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	for gpus := 1; gpus <= 10; gpus++ {
+		cmd := execNode(t, cache, tmp, "--profile", "l40s", "--gpus", fmt.Sprint(gpus), "--", "true")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("--gpus %d: %v\n%s", gpus, err, b)
+		}
+	}
+	trees, _ := filepath.Glob(filepath.Join(cache, "nvmock", "pci-*"))
+	var dirs []string
+	for _, p := range trees {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			dirs = append(dirs, filepath.Base(p))
+		}
+	}
+	if len(dirs) != 8 {
+		t.Errorf("%d trees in the cache after 10 GPU counts, want 8: %v", len(dirs), dirs)
+	}
+}

@@ -1,0 +1,60 @@
+package nsexec
+
+import (
+	"os"
+	"sort"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// inherited are the descriptors above stderr this process was started
+// with (a socket from systemd, a `3>file`): the command gets them at the
+// same numbers, as a shell would pass them. Read at package init, before
+// the program opens anything of its own; kept here so that no finalizer
+// closes them.
+var inherited = scanInherited()
+
+func scanInherited() []*os.File {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	self := int(d.Fd())
+	var fds []int
+	for _, n := range names {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd <= 2 || fd == self {
+			continue
+		}
+		// Only what exec passed on: this process's own are close-on-exec.
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC != 0 {
+			continue
+		}
+		fds = append(fds, fd)
+	}
+	sort.Ints(fds)
+	out := make([]*os.File, 0, len(fds))
+	for _, fd := range fds {
+		out = append(out, os.NewFile(uintptr(fd), "inherited-"+strconv.Itoa(fd)))
+	}
+	return out
+}
+
+// extraFiles lays out the child's descriptors from 3 on: the inherited
+// ones at their numbers, then status. It returns the list for
+// exec.Cmd.ExtraFiles and status's number in the child.
+func extraFiles(status *os.File) ([]*os.File, int) {
+	top := 2
+	for _, f := range inherited {
+		top = max(top, int(f.Fd()))
+	}
+	files := make([]*os.File, top-2+1)
+	for _, f := range inherited {
+		files[int(f.Fd())-3] = f
+	}
+	files[top-2] = status
+	return files, top + 1
+}
