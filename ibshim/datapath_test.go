@@ -116,6 +116,13 @@ func TestBindsAreTheHCAsOwnWork(t *testing.T) {
 	checkProgram(t, "binds", "binds-unseen", "writes-seen", "bind-alone", "binds-between-messages", "uc-bind-then-error")
 }
 
+// Posting errors are mlx5's, a region of no bytes is refused, memory keys
+// never repeat a live one's after their count wraps, and a child forked
+// while writes flow closes its parent's context. Found in review.
+func TestEdgesOfTheVerbsAreMlx5s(t *testing.T) {
+	checkProgram(t, "lifecycle", "post-codes", "zero-length", "key-wrap", "fork-close")
+}
+
 // checkProgram builds testdata/<name>.c and runs it under valgrind on an
 // exec'd node's mlx5_0; it must print "ok <check>" for each check.
 func checkProgram(t *testing.T, name string, checks ...string) {

@@ -237,6 +237,7 @@ struct nvmock_qp {
 	/* The QP's state. libibverbs writes vqp.qp.state after modify and
 	 * query return, without the lock; this one only moves under it. */
 	enum ibv_qp_state state;
+	bool sq_open;    /* reached RTS since its last RESET: mlx5 takes sends (post.c) */
 	uint32_t queued; /* this QP's packets waiting for the socket */
 	bool lost;       /* a request packet of it was dropped before it left */
 	bool fatal;      /* a completion of it found its CQ broken (settle) */
@@ -373,6 +374,8 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 int start_engine(struct nvmock_context *ctx);
 int64_t timeout_ns(struct nvmock_qp *qp);
 struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key);
+uint32_t new_key(struct nvmock_context *ctx);
+bool mw_uses_key(struct nvmock_context *ctx, uint32_t index);
 struct out_pkt *new_pkt(struct nvmock_qp *qp, uint8_t kind, uint32_t seq);
 uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len, bool write);
 bool mapped(uint64_t a, uint64_t len, bool write);

@@ -158,6 +158,53 @@ int start_engine(struct nvmock_context *ctx)
 	return 0;
 }
 
+/*
+ * fork: the engine thread holds a context's lock while it works, and a
+ * child forked then would find it held forever (a single-threaded
+ * program's child hung in ibv_close_device). So fork waits until every
+ * context's lock is free, as the engine lets go of it before it sleeps,
+ * and the child, which has no engine thread, unlocks them and closes
+ * without one. What else the child does with its parent's context is as
+ * undefined as on real hardware without ibv_fork_init.
+ */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nvmock_context *open_ctxs;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	struct nvmock_context *c;
+
+	pthread_mutex_lock(&open_lock);
+	for (c = open_ctxs; c; c = c->next_open)
+		pthread_mutex_lock(&c->lock);
+}
+
+static void fork_parent(void)
+{
+	struct nvmock_context *c;
+
+	for (c = open_ctxs; c; c = c->next_open)
+		pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&open_lock);
+}
+
+static void fork_child(void)
+{
+	struct nvmock_context *c;
+
+	for (c = open_ctxs; c; c = c->next_open) {
+		c->engine_running = false; /* the thread stayed in the parent */
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_mutex_unlock(&open_lock);
+}
+
+static void atfork_setup(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 int datapath_init(struct nvmock_context *ctx)
 {
 	ctx->sock = -1;
@@ -169,6 +216,11 @@ int datapath_init(struct nvmock_context *ctx)
 		free(ctx->qps);
 		return ENOMEM;
 	}
+	pthread_once(&atfork_once, atfork_setup);
+	pthread_mutex_lock(&open_lock);
+	ctx->next_open = open_ctxs;
+	open_ctxs = ctx;
+	pthread_mutex_unlock(&open_lock);
 	return 0;
 }
 
@@ -196,9 +248,19 @@ static void trace_counts(struct nvmock_context *ctx)
 
 void datapath_free(struct nvmock_context *ctx)
 {
+	struct nvmock_context **p;
 	struct out_pkt *o;
 	struct kept *k;
 	unsigned n;
+
+	pthread_mutex_lock(&open_lock);
+	for (p = &open_ctxs; *p; p = &(*p)->next_open) {
+		if (*p == ctx) {
+			*p = ctx->next_open;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&open_lock);
 
 	if (ctx->engine_running) {
 		pthread_mutex_lock(&ctx->lock);

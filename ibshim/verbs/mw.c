@@ -57,6 +57,17 @@ static void unbind(struct nvmock_context *ctx, struct nvmock_mw *mw)
 	mw->qpn = 0;
 }
 
+/* Whether a live window has the key index (under the lock). */
+bool mw_uses_key(struct nvmock_context *ctx, uint32_t index)
+{
+	struct nvmock_mw *mw;
+
+	for (mw = ctx->mws; mw; mw = mw->next)
+		if (mw->mw.rkey >> 8 == index)
+			return true;
+	return false;
+}
+
 static struct ibv_mw *alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
 	struct nvmock_context *ctx = to_ctx(pd->context);
@@ -74,8 +85,8 @@ static struct ibv_mw *alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	mw->mw.type = type;
 	mw->dom = domain_of(pd);
 	pthread_mutex_lock(&ctx->lock);
-	mw->mw.rkey = (++ctx->next_key << 8) | 0x07;
-	mw->mw.handle = ctx->next_key;
+	mw->mw.handle = new_key(ctx);
+	mw->mw.rkey = (mw->mw.handle << 8) | 0x07;
 	mw->next = ctx->mws;
 	ctx->mws = mw;
 	mw->dom->users++;

@@ -101,8 +101,8 @@ struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64
 	mr->vmr.ibv_mr.length = length;
 	pthread_mutex_lock(&ctx->lock);
 	/* mlx5 keys: an index above 8 bits of variant. */
-	mr->vmr.ibv_mr.lkey = mr->vmr.ibv_mr.rkey = (++ctx->next_key << 8) | 0x07;
-	mr->vmr.ibv_mr.handle = ctx->next_key;
+	mr->vmr.ibv_mr.handle = new_key(ctx);
+	mr->vmr.ibv_mr.lkey = mr->vmr.ibv_mr.rkey = (mr->vmr.ibv_mr.handle << 8) | 0x07;
 	mr->next = ctx->mrs;
 	ctx->mrs = mr;
 	mr->dom = domain_of(pd);
@@ -118,7 +118,9 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	 * takes it (the device claims IBV_ODP_SUPPORT_IMPLICIT). */
 	bool implicit = !addr && length == SIZE_MAX;
 
-	if ((!addr && length && !implicit) || (implicit && (iova || !(access & IBV_ACCESS_ON_DEMAND)))) {
+	/* A region of no bytes has no pages: the kernel's ib_umem_get
+	 * refuses it. */
+	if ((!addr && length && !implicit) || (implicit && (iova || !(access & IBV_ACCESS_ON_DEMAND))) || !length) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -182,6 +184,30 @@ static int dereg_mr(struct verbs_mr *vmr)
 	pthread_mutex_unlock(&ctx->lock);
 	free(mr);
 	return 0;
+}
+
+/* new_key is a memory key index no live region or window has (called
+ * under the lock): mlx5's come from a pool, so a live one's never comes
+ * again. The 24-bit count wraps after 2^24 registrations and then skips
+ * the indices in use. */
+uint32_t new_key(struct nvmock_context *ctx)
+{
+	for (;;) {
+		struct nvmock_mr *mr;
+		bool used = false;
+
+		ctx->next_key = (ctx->next_key + 1) & 0xffffff;
+		if (!ctx->next_key) {
+			ctx->keys_wrapped = true;
+			continue;
+		}
+		if (!ctx->keys_wrapped)
+			return ctx->next_key;
+		for (mr = ctx->mrs; mr && !used; mr = mr->next)
+			used = mr->vmr.ibv_mr.lkey >> 8 == ctx->next_key;
+		if (!used && !mw_uses_key(ctx, ctx->next_key))
+			return ctx->next_key;
+	}
 }
 
 struct nvmock_mr *find_mr(struct nvmock_context *ctx, uint32_t key)
@@ -1086,7 +1112,10 @@ static int modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
 		cqs_clean(q);
 	}
 	qp->state = q->state = next;
+	if (next == IBV_QPS_RESET)
+		qp->sq_open = false;
 	if (next == IBV_QPS_RTS) {
+		qp->sq_open = true;
 		kick(qp);
 		flush(ctx);
 		wake(ctx);

@@ -63,8 +63,10 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	if (qp->ud && (!wr->wr.ud.ah || wr->wr.ud.ah->context != qp->vqp.qp.context ||
 		       (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)))
 		return EINVAL;
+	/* mlx5 (qp.c): more gather entries, or more inline data, than the
+	 * QP was made for do not fit its work queue entries: ENOMEM. */
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
-		return EINVAL;
+		return ENOMEM;
 	for (i = 0; i < wr->num_sge && wr->opcode != IBV_WR_BIND_MW && wr->opcode != IBV_WR_LOCAL_INV; i++) {
 		if (wr->sg_list[i].length > UINT32_MAX - total)
 			return EINVAL;
@@ -72,7 +74,9 @@ static int post_one(struct nvmock_qp *qp, struct ibv_send_wr *wr)
 	}
 	if (total > (qp->ud ? 4096u : 0x40000000u)) /* the port's MTU, or max_msg_sz */
 		return EINVAL;
-	if ((wr->send_flags & IBV_SEND_INLINE) && (total > qp->max_inline || wr->opcode == IBV_WR_RDMA_READ ||
+	if ((wr->send_flags & IBV_SEND_INLINE) && total > qp->max_inline)
+		return ENOMEM;
+	if ((wr->send_flags & IBV_SEND_INLINE) && (wr->opcode == IBV_WR_RDMA_READ ||
 						  wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD))
 		return EINVAL;
 	if (qp->sq_tail - qp->sq_head == qp->sq_size)
@@ -150,10 +154,12 @@ int post_send_locked(struct nvmock_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 	struct ibv_send_wr *first = wr;
 	int err = 0;
 
-	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_SQE) {
+	/* mlx5 takes sends from RTS on, until a RESET (its SQ's gather limit
+	 * is -1 before: every post is ENOMEM); in ERR they flush. */
+	if (!qp->sq_open || qp->state == IBV_QPS_SQD) {
 		trace("QP %#x: post_send in state %d", qp->vqp.qp.qp_num, qp->state);
 		*bad = wr;
-		return EINVAL;
+		return qp->state == IBV_QPS_SQD ? EINVAL : ENOMEM;
 	}
 	if (whole) {
 		for (; wr && !err; wr = wr->next)
@@ -204,8 +210,13 @@ int post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
 	int err = 0;
 
 	pthread_mutex_lock(&qp->ctx->lock);
-	/* An SRQ's QP takes no receives of its own, nor an XRC one. */
-	if (qp->state == IBV_QPS_RESET || qp->srq || qp->xrc) {
+	/* An SRQ's QP takes no receives of its own, nor an XRC one: mlx5's
+	 * receive queue of no entries is full (ENOMEM). In RESET its gather
+	 * limit is -1 (EINVAL). */
+	if (qp->srq || qp->xrc) {
+		*bad = wr;
+		err = ENOMEM;
+	} else if (qp->state == IBV_QPS_RESET) {
 		*bad = wr;
 		err = EINVAL;
 	}
@@ -295,6 +306,9 @@ static int qpx_complete(struct ibv_qp_ex *x)
 		pthread_mutex_unlock(&qp->ctx->lock);
 		return EINVAL; /* no wr_start: nothing of this thread's to post */
 	}
+	/* mlx5's wr_complete is its error one until RTS: EINVAL. */
+	if (!err && !qp->sq_open)
+		err = EINVAL;
 	if (!err && qp->batch_n)
 		err = post_send_locked(qp, qp->batch, &bad, true);
 	qp->batch_open = false;
@@ -433,7 +447,7 @@ static void qpx_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge
 	if (!wr)
 		return;
 	if (n > qpx_qp(x)->max_send_sge) {
-		qpx_qp(x)->batch_err = EINVAL;
+		qpx_qp(x)->batch_err = ENOMEM; /* mlx5 */
 		return;
 	}
 	memcpy(wr->sg_list, list, n * sizeof(*list));
@@ -452,7 +466,7 @@ static void qpx_set_inline_list(struct ibv_qp_ex *x, size_t n, const struct ibv_
 	for (i = 0; i < n; i++)
 		total += bufs[i].length;
 	if (total > qp->max_inline) {
-		qp->batch_err = EINVAL;
+		qp->batch_err = ENOMEM; /* mlx5 */
 		return;
 	}
 	wr->send_flags |= IBV_SEND_INLINE;

@@ -446,6 +446,14 @@ static struct verbs_context *nvmock_alloc_context(struct ibv_device *ibdev,
 		errno = err;
 		return NULL;
 	}
+	/* Tests start the key count near its wrap (new_key), which takes
+	 * 2^24 registrations otherwise. */
+	{
+		const char *k = getenv("NVMOCK_VERBS_NEXT_KEY");
+
+		if (k)
+			ctx->next_key = (uint32_t)strtoul(k, NULL, 0) & 0xffffff;
+	}
 	if (datapath_init(ctx)) {
 		verbs_uninit_context(&ctx->vctx);
 		free(ctx);

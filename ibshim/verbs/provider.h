@@ -41,6 +41,7 @@ struct nvmock_context {
 	int wake;             /* eventfd: tells the engine to look again */
 	bool engine_running;
 	bool stopping;
+	struct nvmock_context *next_open; /* the process's open contexts (engine.c) */
 	pthread_t engine;
 	uint32_t qpn_base;    /* 0 until connected to an InfiniBand port */
 	uint8_t port;         /* the port the context connected for */
@@ -49,6 +50,7 @@ struct nvmock_context {
 	struct nvmock_mr *mrs;
 	struct nvmock_srq *srqs; /* by number, for XRC targets (xrc.c) */
 	uint32_t next_key, next_srq, next_dm;
+	bool keys_wrapped;    /* next_key went round: new_key skips live keys */
 	size_t dm_used;       /* device memory taken (dm.c) */
 	struct nvmock_mw *mws; /* the memory windows (mw.c) */
 	struct out_pkt *out_head, *out_tail;
