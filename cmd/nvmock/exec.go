@@ -69,6 +69,9 @@ func execRun(args []string) error {
 	if fs.NArg() == 0 {
 		return fmt.Errorf("exec: no command given; use nvmock exec [--profile P] [--gpus N] -- CMD ARGS...")
 	}
+	if fi, err := os.Stat(os.TempDir()); err != nil || !fi.IsDir() {
+		return fmt.Errorf("exec: TMPDIR %s is not a directory; set TMPDIR to one this user can write", os.TempDir())
+	}
 	p, seed, err := lf.load(*name)
 	if err != nil {
 		return err
@@ -187,6 +190,11 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 		return nil, nil, err
 	}
 	sock := filepath.Join(dir, "ibd.sock")
+	// sockaddr_un holds 108 bytes, the last a NUL.
+	if len(sock) > 107 {
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("the fabric's socket %s is longer than a unix socket's 107 bytes; set a shorter TMPDIR", sock)
+	}
 	l, err := ibd.Listen(sock)
 	if err != nil {
 		os.RemoveAll(dir)

@@ -86,6 +86,8 @@ func TestExecStartsTheCommandAsAShellWould(t *testing.T) {
 		{"the caller's NVMOCK_STATE stays outside", []string{"--profile", "t4", "--", "sh", "-c", `echo "state=[$NVMOCK_STATE]"`},
 			[]string{"NVMOCK_STATE=/outside/state"}, 0, "state=[]"},
 		{"an unknown profile is 125", []string{"--profile", "nosuch", "--", "true"}, nil, 125, `no built-in profile "nosuch"`},
+		{"a TMPDIR that is not there is 125", []string{"--profile", "t4", "--", "true"}, []string{"TMPDIR=/nonexistent-nvmock"}, 125,
+			"TMPDIR /nonexistent-nvmock is not a directory"},
 		{"an InfiniBand option without InfiniBand is 125", []string{"--profile", "t4", "--ib-listen", "127.0.0.1:18700", "--", "true"}, nil, 125,
 			"--ib-listen: profile t4 has no InfiniBand"},
 	} {
