@@ -26,7 +26,7 @@ type pool struct {
 	gpus          int // GPUs the rendered profile must give
 	selector      map[string]string
 	overridden    bool   // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
-	live          bool   // liveValues: a live init container applies them
+	live          bool   // liveValues: the live init container applies them (else it clears the state)
 	slots         string // --fabric-slots the install gets (fleetValues' infiniband.slots)
 	faults        string // the --ib-fault flags it gets, comma-joined (infiniband.faults)
 	peers         string // the plugin's --ib-peers (infiniband.peers)
@@ -150,20 +150,20 @@ func checkProfile(t *testing.T, p pool, cm corev1.ConfigMap) {
 	if errs := prof.Validate(); len(errs) > 0 {
 		t.Fatalf("the rendered profile does not validate: %v", errs)
 	}
-	if p.live {
-		spec := filepath.Join(t.TempDir(), "live.yaml")
-		if err := os.WriteFile(spec, []byte(cm.Data["live.yaml"]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		sp, err := live.ReadSpec(spec)
-		if err != nil {
-			t.Fatalf("ConfigMap %s: live.yaml does not read as nvmock ctl apply reads it: %v\n%s", cm.Name, err, cm.Data["live.yaml"])
-		}
-		if len(sp.Loads) != 1 || len(sp.Faults) != 2 || sp.Faults[1].XID != 13 {
-			t.Errorf("ConfigMap %s: live spec %+v, want the values' load and two faults", cm.Name, sp)
-		}
-	} else if _, ok := cm.Data["live.yaml"]; ok {
-		t.Errorf("ConfigMap %s: live.yaml without live values", cm.Name)
+	// Always there: without live values it clears what earlier ones set.
+	spec := filepath.Join(t.TempDir(), "live.yaml")
+	if err := os.WriteFile(spec, []byte(cm.Data["live.yaml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := live.ReadSpec(spec)
+	if err != nil {
+		t.Fatalf("ConfigMap %s: live.yaml does not read as nvmock ctl apply reads it: %v\n%s", cm.Name, err, cm.Data["live.yaml"])
+	}
+	if p.live && (len(sp.Loads) != 1 || len(sp.Faults) != 2 || sp.Faults[1].XID != 13) {
+		t.Errorf("ConfigMap %s: live spec %+v, want the values' load and two faults", cm.Name, sp)
+	}
+	if !p.live && (len(sp.Loads) != 0 || len(sp.Faults) != 0) {
+		t.Errorf("ConfigMap %s: live spec %+v without live values, want none", cm.Name, sp)
 	}
 	if prof.Name != p.profile || prof.GPUs != p.gpus {
 		t.Errorf("ConfigMap %s: profile %s with %d GPUs, want %s with %d", cm.Name, prof.Name, prof.GPUs, p.profile, p.gpus)
@@ -188,16 +188,10 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	if !reflect.DeepEqual(spec.NodeSelector, p.selector) {
 		t.Errorf("%s: nodeSelector %v, want %v", ds.Name, spec.NodeSelector, p.selector)
 	}
-	inits := 1
-	if p.live {
-		inits = 2
+	if len(spec.InitContainers) != 2 || len(spec.Containers) != 2 {
+		t.Fatalf("%s: %d init containers and %d containers, want 2 and 2", ds.Name, len(spec.InitContainers), len(spec.Containers))
 	}
-	if len(spec.InitContainers) != inits || len(spec.Containers) != 2 {
-		t.Fatalf("%s: %d init containers and %d containers, want %d and 2", ds.Name, len(spec.InitContainers), len(spec.Containers), inits)
-	}
-	if p.live {
-		checkLive(t, ds, spec.InitContainers[1])
-	}
+	checkLive(t, ds, spec.InitContainers[1])
 	init, main, unc := spec.InitContainers[0], spec.Containers[0], spec.Containers[1]
 	for _, c := range []corev1.Container{init, main, unc} {
 		if len(c.Command) != 1 || c.Command[0] != "/opt/nvmock/bin/nvmock" {
@@ -217,6 +211,9 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	want := map[string]string{
 		"root": "/var/lib/nvmock", "profile": "/etc/nvmock/profile.yaml", "node-name": "$(NODE_NAME)",
 		"cdi-dir": "/var/run/cdi", "nfd-dir": "/etc/kubernetes/node-feature-discovery/features.d",
+		// The same DaemonSet its preStop names: an uninstall for another
+		// pool leaves this pool's install.
+		"owner": releaseNS + "/" + ds.Name,
 	}
 	if p.slots != "" {
 		want["fabric-slots"] = p.slots // sorted by node: renders the same every time

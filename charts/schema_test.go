@@ -55,6 +55,10 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 			[]string{"pools[0] (a) and pools[1] (b) have the same nodeSelector", "nodeSelector that tells its nodes apart"}},
 		{"two pools without node selectors", "pools: [{name: a, profile: a100}, {name: b, profile: t4}]",
 			[]string{"pools[0] (a) and pools[1] (b) have the same nodeSelector {}"}},
+		{"the fabric on the metrics port", "infiniband: {peerPort: 9464}", []string{"infiniband.peerPort: 9464 is the plugin's metrics and probe port"}},
+		{"two nodes on one slot", "infiniband: {slots: {gpu-a: 0, gpu-b: 0}}", []string{"pools[0] (default): nodes gpu-a and gpu-b both take fabric slot 0 (infiniband.slots)"}},
+		{"two nodes on one slot of a pool", "pools: [{name: a, profile: h100, slots: {gpu-a: 1, gpu-b: 1}}]",
+			[]string{"pools[0] (a): nodes gpu-a and gpu-b both take fabric slot 1 (pools[].slots)"}},
 		{"a pool selecting every node of another", "pools: [{name: a, profile: a100, nodeSelector: {gpu: mock}}, {name: b, profile: t4, nodeSelector: {gpu: mock, board: t4}}]",
 			[]string{`pools[0] (a): its nodeSelector {"gpu":"mock"} also selects every node of pools[1] (b`}},
 	}
@@ -74,6 +78,47 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Each pool's fabric is numbered from 0: pools with slots of their own
+// may use the same numbers. Found in review (one list for all pools
+// failed every node of two fabric pools).
+func TestEachPoolNumbersItsOwnFabric(t *testing.T) {
+	files, err := render(t, `pools:
+  - {name: a, profile: h100, nodeSelector: {pool: a}, slots: {h-1: 0, h-2: 1}}
+  - {name: b, profile: gb200, nodeSelector: {pool: b}, slots: {g-1: 0, g-2: 1}}
+  - {name: c, profile: t4, nodeSelector: {pool: c}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := files["nvmock/templates/daemonset.yaml"]
+	for _, want := range []string{"--fabric-slots=h-1=0,h-2=1", "--fabric-slots=g-1=0,g-2=1"} {
+		if strings.Count(ds, want) != 1 {
+			t.Errorf("%s %d times in the DaemonSets, want once", want, strings.Count(ds, want))
+		}
+	}
+	if strings.Count(ds, "--fabric-slots") != 2 {
+		t.Errorf("%d --fabric-slots, want the two pools' own", strings.Count(ds, "--fabric-slots"))
+	}
+}
+
+// A fabric Service name is a DNS-1035 label: 63 characters at most, a
+// letter first. Found in review (helm lint passed both).
+func TestFabricServiceNamesAreChecked(t *testing.T) {
+	for _, c := range []struct{ release, values, want string }{
+		{"ci-gpu-cluster-staging", "pools: [{name: a100-sxm4-40gb-rack-17-east-highmem, profile: a100}]",
+			`pools[0].name "a100-sxm4-40gb-rack-17-east-highmem": the pool's fabric Service would be ci-gpu-cluster-staging-nvmock-a100-sxm4-40gb-rack-17-east-highmem-fabric, 72 characters`},
+		{"1ci", "", `release name "1ci": the pools' fabric Services (1ci-nvmock-default-fabric) would start with a digit`},
+	} {
+		_, err := renderRelease(t, c.release, c.values, false)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("release %s: got %v, want an error saying %q", c.release, err, c.want)
+		}
+	}
+	if _, err := renderRelease(t, "1ci", "infiniband: {peerPort: 0}", false); err != nil {
+		t.Errorf("without the fabric Service, release 1ci: %v", err)
 	}
 }
 

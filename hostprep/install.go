@@ -43,6 +43,7 @@ type InstallOptions struct {
 	ProcRoot string    // where a loaded NVIDIA driver shows (ProcRoot/driver/nvidia); "" is /proc
 	Force    bool      // install even where a real NVIDIA driver is loaded
 	Progress io.Writer // one line per step; nil for none
+	Owner    string    // recorded in the manifest (Manifest.Owner); "" for none
 }
 
 // Result says what install did.
@@ -67,6 +68,9 @@ type Manifest struct {
 	// an install runs: the old and the new): uninstall leaves a file
 	// changed since. Absent in older manifests.
 	Sums map[string][]string `json:"sums,omitempty"`
+	// Owner is who installed (the chart's DaemonSet, NAMESPACE/NAME); an
+	// uninstall on behalf of another owner leaves the install alone.
+	Owner string `json:"owner,omitempty"`
 }
 
 var overlayName = regexp.MustCompile(`^([0-9a-f]{16}|\.render-.*)$`)
@@ -152,7 +156,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	nfdData := []byte(NFDFeatures(o.Render.Profile))
 	res = &Result{Driver: driverLink, Overlay: ov.Dir, Hash: in.hash, CDIFile: cdiPath, NFDFile: nfdPath, GPUs: in.ids}
 
-	if old != nil && old.Overlay == rel && linkIs(driverLink, filepath.Join(rel, "driver")) &&
+	if old != nil && old.Overlay == rel && old.Owner == o.Owner && linkIs(driverLink, filepath.Join(rel, "driver")) &&
 		in.verify(ov.Dir) == nil && slices.Equal(old.Files, []string{cdiPath, nfdPath}) &&
 		fileIs(cdiPath, cdiData) && fileIs(nfdPath, nfdData) && stateOK(statePath, len(in.ids)) {
 		res.Unchanged = true
@@ -266,7 +270,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// Until this install is done, the manifest also names what the last
 	// one wrote: the files may still hold it, or be in other directories.
 	m := Manifest{Version: 1, Overlay: rel, Files: []string{cdiPath, nfdPath},
-		Sums: map[string][]string{cdiPath: {sum(cdiData)}, nfdPath: {sum(nfdData)}}}
+		Sums: map[string][]string{cdiPath: {sum(cdiData)}, nfdPath: {sum(nfdData)}}, Owner: o.Owner}
 	if old != nil {
 		m.Dirs = old.Dirs
 	}
@@ -362,12 +366,21 @@ func Install(o InstallOptions) (res *Result, err error) {
 type UninstallResult struct {
 	Nothing bool     // no manifest: nothing of nvmock's was installed in the root
 	Removed []string // paths removed
+	KeptFor string   // another owner's install, left alone (UninstallOwned)
 }
 
 // Uninstall removes what the root's manifest says install created: the CDI
 // spec and NFD file, the driver symlink, the overlays, the manifest, and the
 // directories install created if they are empty.
 func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
+	return UninstallOwned(rootDir, "", progressTo)
+}
+
+// UninstallOwned is Uninstall on behalf of owner: an install another owner
+// made (a node that moved to another pool, whose new pod installed while
+// the old one's preStop waited for the lock) is left alone. "" uninstalls
+// whoever installed.
+func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResult, error) {
 	log := progress{progressTo}
 	root, err := filepath.Abs(rootDir)
 	if err != nil {
@@ -388,6 +401,10 @@ func Uninstall(rootDir string, progressTo io.Writer) (*UninstallResult, error) {
 	if m == nil {
 		unlock()
 		return &UninstallResult{Nothing: true}, nil
+	}
+	if owner != "" && m.Owner != "" && m.Owner != owner {
+		unlock()
+		return &UninstallResult{KeptFor: m.Owner}, nil
 	}
 	res := &UninstallResult{}
 	var errs []error

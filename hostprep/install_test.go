@@ -582,3 +582,38 @@ func TestAnInstallThatFailsLateIsStillUninstalled(t *testing.T) {
 		})
 	}
 }
+
+// A node that moves from pool A to pool B: B's pod installs while A's
+// preStop waits to uninstall. A's uninstall, on A's behalf, leaves B's
+// install alone; an install that only changes hands is not "unchanged".
+// Found in review.
+func TestAnUninstallForAnotherOwnerLeavesTheInstall(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	assets := testenv.FakeDriverAssets(t)
+	o := s.options(testenv.Profile(t, "a100", 2), assets)
+	o.Owner = "nvmock/nvmock-a"
+	install(t, o)
+	o.Owner = "nvmock/nvmock-b"
+	res, err := hostprep.Install(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Unchanged {
+		t.Error("an install that changed hands was unchanged: its manifest still names the old owner")
+	}
+	kept, err := hostprep.UninstallOwned(s.root, "nvmock/nvmock-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.KeptFor != "nvmock/nvmock-b" || len(kept.Removed) != 0 {
+		t.Fatalf("uninstall for the old owner: %+v, want it kept for nvmock/nvmock-b", kept)
+	}
+	if _, err := os.Stat(filepath.Join(s.root, "driver")); err != nil {
+		t.Errorf("the new owner's install lost its driver root: %v", err)
+	}
+	gone, err := hostprep.UninstallOwned(s.root, "nvmock/nvmock-b", nil)
+	if err != nil || gone.KeptFor != "" || len(gone.Removed) == 0 {
+		t.Errorf("uninstall for the owner: %+v, %v; want it removed", gone, err)
+	}
+}

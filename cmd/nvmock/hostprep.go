@@ -67,6 +67,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	nfdDir := fs.String("nfd-dir", hostprep.DefaultNFDDir, "node-feature-discovery features.d directory")
 	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511) instead of /dev/null's 1:3")
 	force := fs.Bool("force", false, "install even where a real NVIDIA driver is loaded")
+	owner := fs.String("owner", "", "NAMESPACE/NAME of the DaemonSet installing (the chart's): recorded, so that another DaemonSet's uninstall leaves this install alone")
 	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1 (default: from its name)")
 	mig := fs.String("mig", "", migFlagHelp)
 	slots := fs.String("fabric-slots", "", "NODE=SLOT,...: the places of named nodes (the chart's infiniband.slots); others take --fabric-slot")
@@ -77,6 +78,11 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("hostprep install: unexpected argument %q", fs.Arg(0))
+	}
+	if *owner != "" {
+		if _, _, err := daemonSetName(*owner); err != nil {
+			return fmt.Errorf("hostprep install: --owner %w", err)
+		}
 	}
 	if *slot < -1 {
 		return fmt.Errorf("hostprep install: --fabric-slot %d: give 0 to the fabric's nodes - 1, or leave it out", *slot)
@@ -125,6 +131,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 		ProcRoot: procRoot,
 		Force:    *force,
 		Progress: stderr,
+		Owner:    *owner,
 	})
 	if err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
@@ -182,10 +189,9 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	}
 	var dsNS, dsName string
 	if *unless != "" {
-		var ok bool
-		dsNS, dsName, ok = strings.Cut(*unless, "/")
-		if !ok || dsNS == "" || dsName == "" || strings.Contains(dsName, "/") {
-			return fmt.Errorf("hostprep uninstall: --unless-daemonset %q: want NAMESPACE/NAME, e.g. nvmock/nvmock-default", *unless)
+		var err error
+		if dsNS, dsName, err = daemonSetName(*unless); err != nil {
+			return fmt.Errorf("hostprep uninstall: --unless-daemonset %w", err)
 		}
 	}
 	name := nodeNameOr(*node)
@@ -193,9 +199,15 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "kept the overlay in %s: DaemonSet %s/%s still runs on node %s; its next pod installs over it\n", *root, dsNS, dsName, name)
 		return nil
 	}
-	res, err := hostprep.Uninstall(*root, stderr)
+	// Under the install lock: a pod of another DaemonSet (the node moved
+	// pools) may have installed while this one waited to leave.
+	res, err := hostprep.UninstallOwned(*root, *unless, stderr)
 	if err != nil {
 		return fmt.Errorf("hostprep uninstall: %w", err)
+	}
+	if res.KeptFor != "" {
+		fmt.Fprintf(stdout, "kept the overlay in %s: DaemonSet %s installed it, not %s\n", *root, res.KeptFor, *unless)
+		return nil
 	}
 	if err := nodeLabels(name, stderr, func(c *hostprep.KubeClient) error {
 		return c.RemoveLabels(context.Background(), name)
@@ -208,6 +220,15 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths (overlay, driver symlink, manifest, CDI spec, NFD file, directories install created)\n", *root, len(res.Removed))
 	return nil
+}
+
+// daemonSetName splits NAMESPACE/NAME.
+func daemonSetName(s string) (string, string, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%q: want NAMESPACE/NAME, e.g. nvmock/nvmock-default", s)
+	}
+	return ns, name, nil
 }
 
 // hostprepWait blocks until SIGTERM or SIGINT: the main process of the

@@ -40,4 +40,28 @@ one another. Each failure names the field and the fix.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- $port := .Values.infiniband.peerPort | int -}}
+{{- if eq $port 9464 -}}
+{{- fail "infiniband.peerPort: 9464 is the plugin's metrics and probe port (--listen :9464); choose another, e.g. 4791" -}}
+{{- end -}}
+{{- range $i, $p := $pools -}}
+{{- if $port -}}
+{{- $svc := printf "%s-%s-fabric" (include "nvmock.fullname" $) $p.name -}}
+{{- if gt (len $svc) 63 -}}
+{{- fail (printf "pools[%d].name %q: the pool's fabric Service would be %s, %d characters, and a Service name takes 63 at most; shorten the pool's name or the release's" $i $p.name $svc (len $svc)) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z]" $svc) -}}
+{{- fail (printf "release name %q: the pools' fabric Services (%s) would start with a digit, which a Service name cannot; name the release with a letter first" $.Release.Name $svc) -}}
+{{- end -}}
+{{- end -}}
+{{- $slots := $p.slots | default $.Values.infiniband.slots | default dict -}}
+{{- $taken := dict -}}
+{{- range $n := keys $slots | sortAlpha -}}
+{{- $s := toString (get $slots $n) -}}
+{{- if hasKey $taken $s -}}
+{{- fail (printf "pools[%d] (%s): nodes %s and %s both take fabric slot %s (%s); each pool is a fabric of its own, numbered from 0: give each pool its own pools[].slots" $i $p.name (get $taken $s) $n $s (ternary "pools[].slots" "infiniband.slots" (hasKey $p "slots"))) -}}
+{{- end -}}
+{{- $_ := set $taken $s $n -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
