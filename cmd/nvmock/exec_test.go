@@ -227,3 +227,25 @@ func TestExecCacheKeepsTheTreesUsedLast(t *testing.T) {
 		t.Errorf("%d trees in the cache after 10 GPU counts, want 8: %v", len(dirs), dirs)
 	}
 }
+
+// /proc/devices has the overlay's majors beside the kernel's, as the
+// runtime hook gives containers (nvidia-ctk reads nvidia-caps' there); a
+// machine without sysfs at /sys runs the command without the PCI tree.
+// Found in review.
+func TestExecShowsTheDriversMajorsAndDoesWithoutSysfs(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	cmd := execNode(t, cache, tmp, "--profile", "h100", "--gpus", "1", "--mig", "all-balanced", "--", "sh", "-c",
+		`grep -c -e '^195 nvidia-frontend$' -e '^509 nvidia-caps$' -e '^  1 mem$' /proc/devices`)
+	b, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(b)) != "3" {
+		t.Errorf("/proc/devices: %v, %q lines of nvidia-frontend, nvidia-caps and the kernel's mem; want 3", err, b)
+	}
+	inner := execNode(t, cache, tmp, "--profile", "h100", "--gpus", "1", "--", "nvidia-smi", "-L")
+	cmd = exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", `umount -l /sys && exec "$@"`, "sh")
+	cmd.Args = append(cmd.Args, inner.Args...)
+	cmd.Env = inner.Env
+	b, err = cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "GPU 0: NVIDIA H100") || !strings.Contains(string(b), "/sys is not the kernel's sysfs here") {
+		t.Errorf("without sysfs at /sys: %v\n%s", err, b)
+	}
+}

@@ -163,7 +163,12 @@ func setup(s spec) error {
 	if err != nil {
 		return fmt.Errorf("/proc/driver: %w", err)
 	}
-	if s.Sys != "" {
+	if err := procDevices(s); err != nil {
+		return fmt.Errorf("/proc/devices: %w", err)
+	}
+	if s.Sys != "" && !isSysfs("/sys") {
+		fmt.Fprintln(os.Stderr, "nvmock: exec: /sys is not the kernel's sysfs here: the mock PCI tree is not shown there")
+	} else if s.Sys != "" {
 		if err := expose.Expose("/sys", s.Sys); err != nil {
 			return fmt.Errorf("/sys: %w", err)
 		}
@@ -175,6 +180,37 @@ func setup(s spec) error {
 		}
 	}
 	return nil
+}
+
+// procDevices shows the overlay's majors in /proc/devices, merged into the
+// kernel's (mergeDevices), as a file of the work directory bound over it.
+func procDevices(s spec) error {
+	ours, err := os.ReadFile(filepath.Join(s.Driver, "proc", "devices"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	kernel, err := os.ReadFile("/proc/devices")
+	if err != nil {
+		return err
+	}
+	merged, err := mergeDevices(string(kernel), string(ours))
+	if err != nil {
+		return err
+	}
+	f := filepath.Join(s.Work, "proc-devices")
+	if err := os.WriteFile(f, []byte(merged), 0o444); err != nil {
+		return err
+	}
+	return bind(f, "/proc/devices", true)
+}
+
+// isSysfs says whether dir is a sysfs mount.
+func isSysfs(dir string) bool {
+	var st syscall.Statfs_t
+	return syscall.Statfs(dir, &st) == nil && st.Type == 0x62656572 // SYSFS_MAGIC
 }
 
 // mirror covers dir with a tmpfs holding the same entries (bind mounts of

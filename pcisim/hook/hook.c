@@ -283,10 +283,17 @@ static int dir_names(const char *dir, const char *prefix, char **names)
  */
 static const unsigned long tmpfl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 
+/* The mode of what a cover stands for: procfs's directories are r-x. */
+static const char *cover_opts(int fd)
+{
+	struct statfs sfs;
+	return fstatfs(fd, &sfs) == 0 && sfs.f_type == PROC_SUPER_MAGIC ? "mode=555,size=64k" : "mode=755,size=64k";
+}
+
 static void seal(int fd, const char *what)
 {
 	char p[PATH_MAX];
-	if (mount(NULL, fdpath(p, fd), NULL, MS_REMOUNT | MS_RDONLY | tmpfl, "mode=755,size=64k") < 0)
+	if (mount(NULL, fdpath(p, fd), NULL, MS_REMOUNT | MS_RDONLY | tmpfl, cover_opts(fd)) < 0)
 		die("make %s read-only: %s", what, strerror(errno));
 	close(fd);
 }
@@ -316,7 +323,8 @@ static int cover_open(int at, const char *name, const char *what, const char *fr
 		memcpy(ents[nents++], e, sizeof **ents);
 	}
 	closedir(d);
-	if (mount("tmpfs", fdpath(path, dfd), "tmpfs", tmpfl, "mode=755,size=64k") < 0)
+	int proc = sfs.f_type == PROC_SUPER_MAGIC;
+	if (mount("tmpfs", fdpath(path, dfd), "tmpfs", tmpfl, proc ? "mode=555,size=64k" : "mode=755,size=64k") < 0)
 		die("mount tmpfs at %s: %s", what, strerror(errno));
 	/* Relative names for the many entries: each is looked up twice, and a
 	 * runtime's rootfs path is long (containerd's: 7% of the hook's time). */
@@ -328,8 +336,10 @@ static int cover_open(int at, const char *name, const char *what, const char *fr
 		int replaced = 0;
 		for (int k = 0; k < n; k++)
 			replaced |= !strcmp(e, names[k]);
-		if (replaced || ents[i]->d_type == DT_LNK)
-			continue; /* none in sysfs or procfs here; never followed */
+		/* In /proc/driver the overlay defines the NVIDIA set, as nvmock
+		 * exec's: a real driver's entries must not show through. */
+		if (replaced || ents[i]->d_type == DT_LNK || (proc && !strncmp(e, "nvidia", 6)))
+			continue; /* links: none in sysfs or procfs here; never followed */
 		if (ents[i]->d_type == DT_DIR) {
 			if (mkdir(e, 0755) < 0)
 				die("mkdir %s/%s: %s", what, e, strerror(errno));

@@ -405,8 +405,9 @@ touch $d/nvidia/new $d/x 2>&1 | wc -l; echo --
 stat -f -c %T rootfs/proc; ls rootfs/proc/self/status; echo --
 cat rootfs/proc/devices; echo --
 cat /proc/devices; echo --
-ls -A $d | grep -c devices; true`)
-			s := sections(t, out, 9)
+ls -A $d | grep -c devices; echo --
+stat -c %a $d; true`)
+			s := sections(t, out, 10)
 			host := names(t, "/proc/driver")
 			if got, want := strings.Fields(s[0]), union(host, []string{"nvidia", "nvidia-caps"}); !slices.Equal(got, want) {
 				t.Errorf("container's /proc/driver: %v, want %v", got, want)
@@ -417,6 +418,9 @@ ls -A $d | grep -c devices; true`)
 			want := "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.105.08\nconfig 1\nmonitor 2\ngpu0/gi0/access 3\nDeviceFileMinor: 21\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
 			if s[2] != want {
 				t.Errorf("the overlay's files in the container:\n%swant\n%s", s[2], want)
+			}
+			if s[9] != "555\n" {
+				t.Errorf("the container's /proc/driver has mode %s, want procfs's 555 (as nvmock exec shows it)", strings.TrimSpace(s[9]))
 			}
 			if s[3] != "0000:1b:00.0\n" {
 				t.Errorf("/proc/driver/nvidia/gpus: %q", s[3])
