@@ -4,16 +4,21 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
 // inherited are the descriptors above stderr this process was started
 // with (a socket from systemd, a `3>file`): the command gets them at the
-// same numbers, as a shell would pass them. Read at package init, before
-// the program opens anything of its own; kept here so that no finalizer
-// closes them.
-var inherited = scanInherited()
+// same numbers, as a shell would pass them. Go opens its own close-on-exec,
+// so those without the flag are the inherited ones, whenever they are
+// read; read once, when a command is started (not in the plugin, whose
+// runtime may hand it a socket), and kept so that no finalizer closes them.
+var (
+	inheritedOnce sync.Once
+	inherited     []*os.File
+)
 
 func scanInherited() []*os.File {
 	d, err := os.Open("/proc/self/fd")
@@ -47,6 +52,7 @@ func scanInherited() []*os.File {
 // ones at their numbers, then status. It returns the list for
 // exec.Cmd.ExtraFiles and status's number in the child.
 func extraFiles(status *os.File) ([]*os.File, int) {
+	inheritedOnce.Do(func() { inherited = scanInherited() })
 	top := 2
 	for _, f := range inherited {
 		top = max(top, int(f.Fd()))
