@@ -146,7 +146,10 @@ const peerInQueue = 1024
 
 // fromPeer hands a relayed packet to the program's own writer, so that a
 // slow program does not hold up the link it came by (and the MADs behind
-// it); a full queue loses the packet.
+// it) while its queue has room. A full queue holds the link for up to
+// dataWait, as credits hold a real link, before it loses the packet: data
+// has backpressure (sendWait), and a UC or UD message lost to a program
+// that was only slow is lost for good (perftest's UC test then hung).
 func (c *conn) fromPeer(msg []byte) {
 	c.peerOnce.Do(func() {
 		c.peerIn = make(chan []byte, peerInQueue)
@@ -165,7 +168,15 @@ func (c *conn) fromPeer(msg []byte) {
 	})
 	select {
 	case c.peerIn <- msg:
+		return
 	default:
+	}
+	t := time.NewTimer(dataWait)
+	defer t.Stop()
+	select {
+	case c.peerIn <- msg:
+	case <-c.gone:
+	case <-t.C:
 	}
 }
 
