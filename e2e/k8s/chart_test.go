@@ -43,13 +43,16 @@ func TestChartMakesTheNodeAGPUNodeAndItsPluginRegisters(t *testing.T) {
 		t.Errorf("pod %s on %q owned by %v; want on %s, owned by DaemonSet %s", p.Name, p.Spec.NodeName, p.OwnerReferences, c.node, ds.Name)
 	}
 
-	// Its init container installed the overlay, the CDI spec, the NFD
-	// file and the node's labels.
-	if len(p.Status.InitContainerStatuses) != 1 {
-		t.Fatalf("pod %s: %d init container statuses", p.Name, len(p.Status.InitContainerStatuses))
+	// Its init containers installed the overlay, the CDI spec, the NFD
+	// file and the node's labels, then applied the live values (none: a
+	// static node).
+	if len(p.Status.InitContainerStatuses) != 2 {
+		t.Fatalf("pod %s: %d init container statuses, want hostprep and live", p.Name, len(p.Status.InitContainerStatuses))
 	}
-	if st := p.Status.InitContainerStatuses[0].State.Terminated; st == nil || st.ExitCode != 0 {
-		t.Errorf("init container hostprep: %+v, want exited 0", p.Status.InitContainerStatuses[0].State)
+	for _, s := range p.Status.InitContainerStatuses {
+		if st := s.State.Terminated; st == nil || st.ExitCode != 0 {
+			t.Errorf("init container %s: %+v, want exited 0", s.Name, s.State)
+		}
 	}
 	out := c.logs(t, nvmockNS, p.Name, "hostprep")
 	if want := fmt.Sprintf("8 x NVIDIA H100 80GB HBM3 (profile %s, node %s)", nvmockProfile, c.node); !strings.Contains(out, want) {
