@@ -273,8 +273,8 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 		t.Fatalf("%s: preStop %q, want nvmock hostprep uninstall", ds.Name, hook)
 	}
 	un := parseArgs(t, "preStop", sourceFlags(t, "hostprep.go", "hostprepUninstall"), hook[3:])
-	if un["root"] != set["root"] {
-		t.Errorf("%s: uninstall --root %q, install --root %q", ds.Name, un["root"], set["root"])
+	if un["root"] != set["root"] || un["cdi-dir"] != set["cdi-dir"] || un["nfd-dir"] != set["nfd-dir"] {
+		t.Errorf("%s: uninstall --root %q --cdi-dir %q --nfd-dir %q, install's %q %q %q", ds.Name, un["root"], un["cdi-dir"], un["nfd-dir"], set["root"], set["cdi-dir"], set["nfd-dir"])
 	}
 	// Rendered, not $(VAR): hooks get no expansion. Its own DaemonSet, so a
 	// restart keeps the overlay and only leaving the pool removes it.

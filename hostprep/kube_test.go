@@ -331,7 +331,7 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 					}
 				}
 			}
-			leave, reason, err := cl.Leaving(ctx(t), ns, name, nodeName)
+			leave, reason, err := cl.Leaving(ctx(t), ns, name, nodeName, hostprep.InstallDirs{})
 			if leave != tc.leave {
 				t.Errorf("leave %v, want %v (reason %q, err %v)", leave, tc.leave, reason, err)
 			}

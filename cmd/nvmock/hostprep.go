@@ -175,10 +175,11 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hostprep uninstall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	root := fs.String("root", hostprep.DefaultRoot, "directory install used")
-	// Accepted so that install's command line works here too; the manifest
-	// in the root records where install wrote, and only that is removed.
-	fs.String("cdi-dir", hostprep.DefaultCDIDir, "ignored: the root's manifest says where the CDI spec is")
-	fs.String("nfd-dir", hostprep.DefaultNFDDir, "ignored: the root's manifest says where the NFD file is")
+	// Install's flags: the root's manifest says what install wrote, and
+	// only that is removed. With --unless-daemonset they say where this
+	// pod installed, to tell whether the DaemonSet now installs elsewhere.
+	cdiDir := fs.String("cdi-dir", "", "with --unless-daemonset: where this pod's install wrote the CDI spec (the manifest says what to remove)")
+	nfdDir := fs.String("nfd-dir", "", "with --unless-daemonset: where this pod's install wrote the NFD file")
 	node := fs.String("node-name", "", "node whose labels to remove in a cluster (default: $NODE_NAME, else the hostname)")
 	unless := fs.String("unless-daemonset", "", "NAMESPACE/NAME: in a cluster, keep everything while this DaemonSet still runs on the node (its pod is restarting, not leaving)")
 	if err := fs.Parse(args); err != nil {
@@ -195,7 +196,8 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	name := nodeNameOr(*node)
-	if dsName != "" && !leavingPool(dsNS, dsName, name, stderr) {
+	here := hostprep.InstallDirs{Root: *root, CDIDir: *cdiDir, NFDDir: *nfdDir}
+	if dsName != "" && !leavingPool(dsNS, dsName, name, here, stderr) {
 		fmt.Fprintf(stdout, "kept the overlay in %s: DaemonSet %s/%s still runs on node %s; its next pod installs over it\n", *root, dsNS, dsName, name)
 		return nil
 	}
@@ -294,7 +296,7 @@ var inClusterClient = hostprep.InClusterClient
 
 // leavingPool asks the API server whether node leaves DaemonSet ns/name's
 // pool. Outside a cluster there is no DaemonSet to ask: it leaves.
-func leavingPool(ns, name, node string, progress io.Writer) bool {
+func leavingPool(ns, name, node string, here hostprep.InstallDirs, progress io.Writer) bool {
 	c, ok, err := inClusterClient()
 	if !ok {
 		return true
@@ -306,7 +308,7 @@ func leavingPool(ns, name, node string, progress io.Writer) bool {
 		defer cancel()
 		var leave bool
 		var reason string
-		if leave, reason, err = c.Leaving(ctx, ns, name, node); err == nil {
+		if leave, reason, err = c.Leaving(ctx, ns, name, node, here); err == nil {
 			fmt.Fprintf(progress, "unless-daemonset: %s\n", reason)
 			return leave
 		}

@@ -60,16 +60,26 @@ func TestUninstallUnlessDaemonSetOutsideAClusterUninstalls(t *testing.T) {
 // the DaemonSet runs on the node; uninstalled, with a warning, when the API
 // server fails.
 func TestUninstallUnlessDaemonSetInACluster(t *testing.T) {
+	// A DaemonSet whose hostprep installs into ROOT, or elsewhere.
+	ds := func(root string) string {
+		return `{"metadata":{},"spec":{"template":{"spec":{"initContainers":[{"name":"hostprep","args":["hostprep","install","--root=` + root + `","--cdi-dir=/var/run/cdi"]}]}}}}`
+	}
 	for _, c := range []struct {
 		name    string
 		status  int
+		ds      string
 		keep    bool
 		stdout  string
 		warning string
 	}{
-		{"a DaemonSet that still runs on the node keeps the overlay", http.StatusOK, true,
+		{"a DaemonSet that still runs on the node keeps the overlay", http.StatusOK, `{"metadata":{},"spec":{"template":{"spec":{}}}}`, true,
 			"kept the overlay in ROOT: DaemonSet nvmock/nvmock-default still runs on node node-7; its next pod installs over it\n", ""},
-		{"an API error uninstalls with a warning", http.StatusInternalServerError, false,
+		{"a DaemonSet that installs into the same root keeps it", http.StatusOK, ds("ROOT"), true,
+			"kept the overlay in ROOT", ""},
+		// Found in review: a helm upgrade that moved overlayRoot left the old one.
+		{"a DaemonSet that now installs elsewhere uninstalls here", http.StatusOK, ds("/var/lib/elsewhere"), false,
+			"uninstalled from ROOT", "unless-daemonset: DaemonSet nvmock/nvmock-default now installs with --root=/var/lib/elsewhere, not ROOT"},
+		{"an API error uninstalls with a warning", http.StatusInternalServerError, `{"metadata":{},"spec":{"template":{"spec":{}}}}`, false,
 			"uninstalled from ROOT", "warning: cannot tell whether node node-7 leaves DaemonSet nvmock/nvmock-default, uninstalling: get DaemonSet nvmock/nvmock-default: an error on the server"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -83,7 +93,7 @@ func TestUninstallUnlessDaemonSetInACluster(t *testing.T) {
 					http.Error(w, "Unauthorized", http.StatusUnauthorized)
 				case r.Method == http.MethodGet && r.URL.Path == "/apis/apps/v1/namespaces/nvmock/daemonsets/nvmock-default":
 					w.WriteHeader(c.status)
-					w.Write([]byte(`{"metadata":{},"spec":{"template":{"spec":{}}}}`))
+					w.Write([]byte(strings.ReplaceAll(c.ds, "ROOT", root)))
 				case r.Method == http.MethodPatch && r.URL.Path == "/api/v1/nodes/node-7":
 					w.Write([]byte("{}"))
 				default:
@@ -105,7 +115,7 @@ func TestUninstallUnlessDaemonSetInACluster(t *testing.T) {
 			if want := strings.ReplaceAll(c.stdout, "ROOT", root); !strings.HasPrefix(out.String(), want) {
 				t.Errorf("output %q, want %q", out.String(), want)
 			}
-			if c.warning != "" && !strings.Contains(errs.String(), c.warning) {
+			if w := strings.ReplaceAll(c.warning, "ROOT", root); w != "" && !strings.Contains(errs.String(), w) {
 				t.Errorf("stderr lacks %q:\n%s", c.warning, errs.String())
 			}
 			_, err := os.Lstat(filepath.Join(root, "driver"))
