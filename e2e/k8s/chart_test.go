@@ -161,6 +161,43 @@ func TestHelmUpgradeRollsThePluginAndLeavesRunningGPUPodsAlone(t *testing.T) {
 	}
 }
 
+// A helm upgrade that moves overlayRoot moves each node's install: the old
+// pod's preStop uninstalls from the old root (its DaemonSet now installs
+// elsewhere), the new pod installs at the new one, and pods created then
+// get their GPUs. Found in review: the old root stayed, and the new install
+// stopped at the CDI spec the old one had written.
+func TestHelmUpgradeThatMovesTheOverlayRootMovesTheInstall(t *testing.T) {
+	c := theCluster
+	ns := c.namespace(t, true)
+	moved := c.overlayRoot() + "-moved"
+	t.Cleanup(func() {
+		if err := c.installNvmock(context.Background(), c.nvmockValues(nil)); err != nil {
+			t.Errorf("restore the suite's values: %v", err)
+		}
+		if _, err := os.Lstat(filepath.Join(moved, "driver")); err == nil {
+			t.Errorf("moving back left the driver root in %s", moved)
+		}
+		os.RemoveAll(moved)
+	})
+	ctx := ctxT(t, 4*time.Minute)
+	if err := c.helmInstall(ctx, nvmockRelease, nvmockNS, nvmockChart(), c.nvmockValues(map[string]any{"overlayRoot": moved}), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitRollout(ctx, nvmockNS, nvmockRelease); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(c.overlayRoot(), "driver")); err == nil {
+		t.Errorf("the old root %s still has its driver root", c.overlayRoot())
+	}
+	if link, err := os.Readlink(filepath.Join(moved, "driver")); err != nil || !strings.HasPrefix(link, "overlays/") {
+		t.Errorf("the new root %s: driver root %q, %v", moved, link, err)
+	}
+	r := c.run(t, ns, c.pod("moved", "nvidia-smi -L", 0))
+	if !slices.Equal(testenv.Lines(r.out), c.gpuLines()) {
+		t.Errorf("nvidia-smi -L in a pod created after the move:\n%s\nwant the node's GPUs", r.out)
+	}
+}
+
 func TestHelmUninstallLeavesTheNodeClean(t *testing.T) {
 	c := theCluster
 	ns := c.namespace(t, true)
