@@ -145,6 +145,24 @@ set +e
 	return string(out)
 }
 
+// plainConfig is a bundle's config.json with its root file system at rootfs.
+const plainConfig = `{"ociVersion":"1.2.0","root":{"path":"rootfs"},"hooks":{}}`
+
+// bareBundle makes bundle d for a test's own script: rootfs/sys and
+// rootfs/proc (empty: the script mounts what it wants there), config.json,
+// and the directories dirs.
+func bareBundle(t *testing.T, d, config string, dirs ...string) {
+	t.Helper()
+	for _, p := range append(dirs, filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")) {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // sections splits out at the script's "--" lines into want parts.
 func sections(t *testing.T, out string, want int) []string {
 	t.Helper()
@@ -651,15 +669,8 @@ func aVolumeIsNotCovered(t *testing.T, hook string) {
 		t.Fatal(err)
 	}
 	vol := filepath.Join(d, "volume")
-	for _, p := range []string{vol, filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bareBundle(t, d, plainConfig, vol)
 	if err := os.Symlink(secret, filepath.Join(vol, "shadow")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"ociVersion":"1.2.0","root":{"path":"rootfs"},"hooks":{}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	script := `d=$1 hook=$2 tree=$3
@@ -731,14 +742,7 @@ func mountsStayInTheContainer(t *testing.T, hook string) {
 	if err := pcisim.Write(sysfs.LivePorts(n, f, true), filepath.Join(h, "ib")); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{filepath.Join(h, "vol", "sub"), filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"ociVersion":"1.2.0","root":{"path":"rootfs"},"hooks":{}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bareBundle(t, d, plainConfig, filepath.Join(h, "vol", "sub"))
 	script := `set -e
 d=$1 hook=$2 h=$1/host
 mount --bind "$h" "$h"
@@ -782,15 +786,8 @@ func TestALinkInAVolumeBelowSysIsNotFollowed(t *testing.T) {
 func aLinkIsNotFollowed(t *testing.T, hook string) {
 	tr := tree(t, node(t), false)
 	d := t.TempDir()
-	for _, p := range []string{filepath.Join(d, "volume"), filepath.Join(d, "target"), filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bareBundle(t, d, plainConfig, filepath.Join(d, "volume"), filepath.Join(d, "target"))
 	if err := os.Symlink(filepath.Join(d, "target"), filepath.Join(d, "volume", "pci")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"ociVersion":"1.2.0","root":{"path":"rootfs"},"hooks":{}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	script := `d=$1 hook=$2 tree=$3
@@ -815,15 +812,7 @@ func TestALargeConfigIsRead(t *testing.T) {
 	hook := builtHook(t)
 	tr := tree(t, node(t), false)
 	d := t.TempDir()
-	for _, p := range []string{filepath.Join(d, "rootfs", "sys"), filepath.Join(d, "rootfs", "proc")} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	config := `{"ociVersion":"1.2.0","process":{"env":["BIG=` + strings.Repeat("x", 6<<20) + `"]},"root":{"path":"rootfs"},"hooks":{}}`
-	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bareBundle(t, d, `{"ociVersion":"1.2.0","process":{"env":["BIG=`+strings.Repeat("x", 6<<20)+`"]},"root":{"path":"rootfs"},"hooks":{}}`)
 	script := `d=$1 hook=$2 tree=$3
 mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
 cd "$d/rootfs" && "$hook" pcisim "$tree" </dev/null || exit 1
