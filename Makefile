@@ -25,7 +25,7 @@ DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard profile/builtin/*.yaml)
 
-.PHONY: help build lib cli driver infiniband image test e2e bench lint demo generate deps k8s-tools hwloc-nvml clean
+.PHONY: help build lib cli driver infiniband image test e2e bench fuzz lint demo generate deps k8s-tools hwloc-nvml clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ build: lib cli ## build the CLI and the mock libnvidia-ml
 
 # driver: the complete driver tree hostprep and exec install (the real
 # nvidia-smi beside the library); needs make deps.
-driver: build infiniband
+driver: build infiniband ## the driver tree hostprep and exec install: the library, the real nvidia-smi, the InfiniBand planes
 	hack/package-driver.sh $(BUILD) $(NVIDIA_SMI)
 
 # The InfiniBand planes loaded into programs (ibshim): the umad shim, and the
@@ -120,6 +120,12 @@ bench: deps k8s-tools driver image ## benchmarks: Go (through the C ABI), whole-
 	NVMOCK_CACHE=$(CACHE) $(GO) test -tags e2e -run '^$$' -bench . -benchtime=20x ./e2e/ && \
 	hack/e2e-node.sh down && \
 	NVMOCK_K8S_BENCH_PODS=20 hack/k8s-e2e.sh -run 'TestPodStartupWithAndWithoutInjection'
+
+FUZZTIME ?= 60s
+fuzz: ## fuzz what users and pods write (profiles, the plugin's inputs) for FUZZTIME each (default 60s); a failing case is saved under testdata/fuzz, which make test runs
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./profile/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./plugin/inject/
+	$(GO) test -run '^$$' -fuzz '^FuzzProfile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./hostprep/
 
 lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
@@ -146,8 +147,9 @@ func checkScalar(t reflect.Type, n *yaml3.Node) error {
 		return nil // the whole file's parse reports it
 	}
 	j = []byte(strings.TrimSpace(string(j)))
+	// Quoted as written, or where it spans lines: an error is one line.
 	shown := n.Value
-	if n.Style&(yaml3.DoubleQuotedStyle|yaml3.SingleQuotedStyle) != 0 {
+	if n.Style&(yaml3.DoubleQuotedStyle|yaml3.SingleQuotedStyle) != 0 || strings.IndexFunc(n.Value, notPrint) >= 0 {
 		shown = strconv.Quote(n.Value)
 	}
 	if reflect.PointerTo(t).Implements(unmarshaler) {
@@ -162,12 +164,12 @@ func checkScalar(t reflect.Type, n *yaml3.Node) error {
 			S string `json:"s"`
 		}
 		if plain && yaml.Unmarshal([]byte("s: "+n.Value), &v) == nil && v.S != n.Value {
-			return fmt.Errorf("%s is read by YAML as %s, not as the text written; quote it: %q", n.Value, v.S, n.Value)
+			return fmt.Errorf("%s is read by YAML as %s, not as the text written; quote it: %q", shown, v.S, n.Value)
 		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if plain && octal.MatchString(n.Value) {
-			return fmt.Errorf("%s is read by YAML as the octal %s; write it without the leading 0", n.Value, j)
+			return fmt.Errorf("%s is read by YAML as the octal %s; write it without the leading 0", shown, j)
 		}
 	}
 	switch t.Kind() {
@@ -209,6 +211,8 @@ func checkInt[T int64 | uint64](j []byte, written string, lo, hi T) error {
 	}
 	return fmt.Errorf("%s is not a whole number from %d to %d", written, lo, hi)
 }
+
+func notPrint(r rune) bool { return !unicode.IsPrint(r) }
 
 // scalarSource is a scalar as YAML 1.1 will read it: a plain one as written
 // (re-encoding would quote what YAML 1.1 misreads), any other as a string.
