@@ -21,7 +21,11 @@ import (
 // Options say what to render.
 type Options struct {
 	Profile           *profile.Profile // validated; GPUs already applied
-	NodeName          string           // node seed for identities
+	NodeName          string           // the node's name: its labels, its fabric host
+	// Seed makes the GPUs' identities; "": NodeName. nvmock hostprep
+	// gives snapshot.NodeSeed when the node has no name of its own, so
+	// that exec and the library agree with an install on the same host.
+	Seed string
 	Assets            string           // a built driver tree: usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi
 	RealDeviceNumbers bool             // NVIDIA's real majors instead of inert /dev/null numbers
 	// PlainDevFiles makes empty regular files instead of character devices,
@@ -153,7 +157,11 @@ func gather(o Options) (*inputs, error) {
 	if in.lib, in.smi, err = readAssets(o.Assets); err != nil {
 		return nil, err
 	}
-	if in.snap, err = snapshot.Compile(p, snapshot.Options{Seed: o.NodeName}); err != nil {
+	seed := o.Seed
+	if seed == "" {
+		seed = o.NodeName
+	}
+	if in.snap, err = snapshot.Compile(p, snapshot.Options{Seed: seed}); err != nil {
 		return nil, err
 	}
 	if o.Hook != "" {
@@ -161,7 +169,7 @@ func gather(o Options) (*inputs, error) {
 			return nil, fmt.Errorf("render overlay: runtime hook: %w", err)
 		}
 	}
-	in.ids = snapshot.Identities(p, o.NodeName)
+	in.ids = snapshot.Identities(p, seed)
 	in.boards, _ = p.Boards() // validated above
 	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
 	node, err := p.Node()

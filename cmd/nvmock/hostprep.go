@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -61,7 +62,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	prof := fs.String("profile", "a100", "built-in profile NAME or profile FILE")
 	gpus := fs.Int("gpus", 0, "GPUs on the node (default: the profile's)")
 	driver := fs.String("driver-version", "", "the driver version the node reports (default: the profile's; CUDA and NVML versions follow it)")
-	node := fs.String("node-name", "", "node name, the seed of GPU identities (default: $NODE_NAME, else the hostname)")
+	node := fs.String("node-name", "", "node name: its labels, its fabric host and the seed of GPU identities (default: $NODE_NAME, else the hostname, with identities from /etc/machine-id as exec and the library take them)")
 	assets := fs.String("assets", "", "built driver tree with usr/lib64 and usr/bin (default: ../driver next to the nvmock executable)")
 	cdiDir := fs.String("cdi-dir", hostprep.DefaultCDIDir, "directory for the CDI spec "+hostprep.CDIFile)
 	nfdDir := fs.String("nfd-dir", hostprep.DefaultNFDDir, "node-feature-discovery features.d directory")
@@ -116,6 +117,10 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if name == "" {
 		return fmt.Errorf("hostprep install: no node name: pass --node-name or set NODE_NAME")
 	}
+	seed, err := identitySeed(*node)
+	if err != nil {
+		return fmt.Errorf("hostprep install: %w", err)
+	}
 	if *slot, err = slotOf(name, *slots, *slot); err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
 	}
@@ -123,7 +128,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 		return err
 	}
 	res, err := hostprep.Install(hostprep.InstallOptions{
-		Render: hostprep.Options{Profile: p, NodeName: name, Assets: *assets, RealDeviceNumbers: *realNumbers, Hook: hookBinary(),
+		Render: hostprep.Options{Profile: p, NodeName: name, Seed: seed, Assets: *assets, RealDeviceNumbers: *realNumbers, Hook: hookBinary(),
 			FabricSlot: *slot + 1, IBFaults: faults, MIG: *mig},
 		Root:     *root,
 		CDIDir:   *cdiDir,
@@ -347,6 +352,16 @@ func nodeNameOr(name string) string {
 	}
 	h, _ := os.Hostname()
 	return h
+}
+
+// identitySeed is what the GPUs' UUIDs derive from: the node's name when
+// it is given one, else the seed exec and the library take (NODE_NAME,
+// else /etc/machine-id), so that all three agree on one host.
+func identitySeed(name string) (string, error) {
+	if name != "" {
+		return name, nil
+	}
+	return snapshot.NodeSeed()
 }
 
 // hookBinary is nvmock-hook beside this executable, as make build and the

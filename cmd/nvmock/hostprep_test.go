@@ -18,6 +18,7 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
 )
 
 // installed installs an overlay with stand-in driver files into a temporary
@@ -216,5 +217,34 @@ func TestFabricSlotsPlaceNamedNodes(t *testing.T) {
 				t.Errorf("slot %d (%v), want %d", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// A host with no node name of its own (no --node-name, no NODE_NAME) gets
+// the UUIDs that exec, profile show and the library give it: from
+// /etc/machine-id, not from the hostname as before.
+func TestInstallWithoutANodeNameTakesTheLibrarysSeed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (CAP_MKNOD) to create device nodes")
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("NODE_NAME", "")
+	os.Unsetenv("NODE_NAME")
+	seed, err := snapshot.NodeSeed()
+	if err != nil {
+		testenv.Missing(t, "/etc/machine-id")
+	}
+	d := t.TempDir()
+	var out, errs bytes.Buffer
+	if err := hostprepRun([]string{"install", "--profile=a100", "--gpus=1", "--assets=" + testenv.FakeDriverAssets(t), "--root=" + filepath.Join(d, "root"),
+		"--cdi-dir=" + filepath.Join(d, "cdi"), "--nfd-dir=" + filepath.Join(d, "nfd")}, &out, &errs, filepath.Join(d, "proc")); err != nil {
+		t.Fatalf("install: %v\n%s", err, errs.String())
+	}
+	spec, err := os.ReadFile(filepath.Join(d, "cdi", "nvmock.io-gpu.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := snapshot.UUID("a100", seed, 0); !strings.Contains(string(spec), want) {
+		t.Errorf("the CDI spec lacks %s, GPU 0's UUID under exec:\n%s", want, spec)
 	}
 }
