@@ -238,6 +238,15 @@ func (s *State) AddProcess(p Process, now int64) error {
 	return nil
 }
 
+// ResetReadings returns GPU g to the snapshot's static readings, with no
+// load and no faults. Its MIG mode and instances stay: they are the node's
+// layout, not readings, and live until destroyed, as on a real GPU.
+func (s *State) ResetReadings(g int) {
+	o := &s.GPUs[g]
+	s.GPUs[g] = GPU{MIGSet: o.MIGSet, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending,
+		GIProfile: o.GIProfile, GIStart: o.GIStart, CISlices: o.CISlices, CIStart: o.CIStart}
+}
+
 // Processes lists the registered processes.
 func (s *State) Processes() []Process {
 	var out []Process

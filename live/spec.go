@@ -64,7 +64,7 @@ func ReadSpec(path string) (*Spec, error) {
 func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 	n := int(s.Header.Gpus)
 	for g := 0; g < n; g++ {
-		s.GPUs[g] = GPU{}
+		s.ResetReadings(g)
 	}
 	for i, l := range sp.Loads {
 		at := fmt.Sprintf("loads[%d]", i)

@@ -275,7 +275,7 @@ func ctlClear(f *live.File, args []string) error {
 		for _, g := range gpus {
 			s.ClearFaults(g, kind)
 			if *load {
-				s.GPUs[g] = live.GPU{}
+				s.ResetReadings(g)
 			}
 		}
 		return nil

@@ -1,0 +1,60 @@
+package live
+
+import (
+	"testing"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/profile"
+)
+
+// The chart applies its live values at every pod start, and clear --load
+// returns readings to the snapshot's: neither may take the node's MIG
+// layout with them (review: a rolling upgrade destroyed MIG devices under
+// running pods, and pools[].mig never held).
+func TestResettingReadingsKeepsTheMIGLayout(t *testing.T) {
+	p, err := profile.Builtin("a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.GPUs = 2
+	data, err := snapshot.Compile(p, snapshot.Options{Seed: "keep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, devs, err := snapshot.Read(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := profile.ParseMIGLayout("0=all-1g.5gb", p.Board.Modes.MIG, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &State{}
+	s.Header.Gpus = 2
+	if err := s.ApplyMIGLayout(devs, l); err != nil {
+		t.Fatal(err)
+	}
+	before := s.MIGDevices(0, &devs[0])
+	if len(before) != 7 {
+		t.Fatalf("layout made %d MIG devices, want 7", len(before))
+	}
+	boards := []Board{BoardOf(&devs[0]), BoardOf(&devs[1])}
+	s.SetLoad(boards[0], 0, Loads{GPU: 80}, 1)
+	if err := s.AddFault(0, FaultOf(FaultThermal, 0, 0, 0, 0), 1); err != nil {
+		t.Fatal(err)
+	}
+	sp := &Spec{}
+	if err := sp.Apply(s, boards, 2); err != nil {
+		t.Fatal(err)
+	}
+	if g := s.GPUs[0]; g.Model != 0 || g.Faults != 0 {
+		t.Errorf("an empty spec left the load (model %d) or %d faults", g.Model, g.Faults)
+	}
+	if after := s.MIGDevices(0, &devs[0]); len(after) != len(before) {
+		t.Errorf("after apply: %d MIG devices, want the %d the layout made", len(after), len(before))
+	}
+	s.ResetReadings(0)
+	if g := s.GPUs[0]; g.MIGSet != 1 || g.MIGCurrent != 1 || len(s.MIGDevices(0, &devs[0])) != 7 {
+		t.Errorf("after clear --load: MIG set %d current %d, %d devices", g.MIGSet, g.MIGCurrent, len(s.MIGDevices(0, &devs[0])))
+	}
+}
