@@ -390,7 +390,7 @@ func checkRBAC(t *testing.T, o objects) {
 		t.Errorf("ClusterRole grants %v, want exactly %v", got, want)
 	}
 	role := o.nsRoles[0]
-	if got, want := grants(t, role.Rules), []string{"apps/daemonsets:get"}; !reflect.DeepEqual(got, want) {
+	if got, want := grants(t, role.Rules), []string{"apps/daemonsets:get", "apps/daemonsets:list"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Role grants %v, want exactly %v", got, want)
 	}
 	if role.Namespace != releaseNS || o.nsBindings[0].Namespace != releaseNS {

@@ -20,14 +20,14 @@ import (
 
 // Options say what to render.
 type Options struct {
-	Profile           *profile.Profile // validated; GPUs already applied
-	NodeName          string           // the node's name: its labels, its fabric host
+	Profile  *profile.Profile // validated; GPUs already applied
+	NodeName string           // the node's name: its labels, its fabric host
 	// Seed makes the GPUs' identities; "": NodeName. nvmock hostprep
 	// gives snapshot.NodeSeed when the node has no name of its own, so
 	// that exec and the library agree with an install on the same host.
-	Seed string
-	Assets            string           // a built driver tree: usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi
-	RealDeviceNumbers bool             // NVIDIA's real majors instead of inert /dev/null numbers
+	Seed              string
+	Assets            string // a built driver tree: usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi
+	RealDeviceNumbers bool   // NVIDIA's real majors instead of inert /dev/null numbers
 	// PlainDevFiles makes empty regular files instead of character devices,
 	// for renders without CAP_MKNOD (an unprivileged `nvmock exec`): the
 	// library only checks that a node exists.

@@ -212,7 +212,8 @@ func Install(o InstallOptions) (res *Result, err error) {
 	created = append(created, c...)
 	// The state must be there, of this node's layout, for the overlay to
 	// link to it; it is reset below whatever happens to the overlay.
-	if !stateOK(statePath, len(in.ids)) {
+	stateKept := stateOK(statePath, len(in.ids))
+	if !stateKept {
 		if _, err := os.Lstat(statePath); os.IsNotExist(err) {
 			newState = true
 		}
@@ -239,23 +240,32 @@ func Install(o InstallOptions) (res *Result, err error) {
 	}
 
 	// A new overlay starts from a fresh live state, reset in place so that
-	// running processes that mapped it see the reset.
-	if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
-		return nil, err
-	}
-	log.printf("reset the live state %s", statePath)
-	if err := in.mig.apply(statePath); err != nil {
-		return nil, err
-	}
-	if in.ib != nil {
-		if err := writeIBLive(statePath, in.ib, true); err != nil {
+	// running processes that mapped it see the reset. The same overlay
+	// installed again (for another owner: a pool renamed, a node moved to
+	// another pool of the same board) keeps it: MIG instances, loads and
+	// processes stay, as on the GPUs, and running containers keep their
+	// InfiniBand ports.
+	_, ibErr := os.Stat(IBLiveDir(statePath))
+	if old != nil && old.Overlay == rel && verr == nil && stateKept && (in.ib == nil || ibErr == nil) {
+		log.printf("kept the live state %s", statePath)
+	} else {
+		if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
 			return nil, err
 		}
-	} else {
-		os.RemoveAll(IBLiveDir(statePath)) // a profile that had InfiniBand before
-	}
-	if in.mig != nil {
-		log.printf("partitioned the GPUs: MIG layout %s", in.mig.layout.Spec)
+		log.printf("reset the live state %s", statePath)
+		if err := in.mig.apply(statePath); err != nil {
+			return nil, err
+		}
+		if in.ib != nil {
+			if err := writeIBLive(statePath, in.ib, true); err != nil {
+				return nil, err
+			}
+		} else {
+			os.RemoveAll(IBLiveDir(statePath)) // a profile that had InfiniBand before
+		}
+		if in.mig != nil {
+			log.printf("partitioned the GPUs: MIG layout %s", in.mig.layout.Spec)
+		}
 	}
 	// The fabric daemon's socket directory: GPU containers mount it, so it
 	// must be there before the daemon is.

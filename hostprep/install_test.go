@@ -18,6 +18,7 @@ import (
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
+	"github.com/nvmock/nvmock/live"
 )
 
 func TestTheRealNvidiaSMIFromTheInstalledDriverRootListsTheProfilesGPUs(t *testing.T) {
@@ -615,5 +616,61 @@ func TestAnUninstallForAnotherOwnerLeavesTheInstall(t *testing.T) {
 	gone, err := hostprep.UninstallOwned(s.root, "nvmock/nvmock-b", nil)
 	if err != nil || gone.KeptFor != "" || len(gone.Removed) == 0 {
 		t.Errorf("uninstall for the owner: %+v, %v; want it removed", gone, err)
+	}
+}
+
+// The same overlay installed again for another owner (a pool renamed, a
+// node moved to a pool of the same board) keeps the node's live state: its
+// MIG instances and loads, as on the GPUs. A new overlay starts afresh.
+// Found in review: a renamed pool destroyed the MIG devices of running pods.
+func TestAnInstallThatOnlyChangesHandsKeepsTheLiveState(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	assets := testenv.FakeDriverAssets(t)
+	o := s.options(testenv.Profile(t, "a100", 2), assets)
+	o.Render.MIG = "0=all-1g.5gb"
+	o.Owner = "nvmock/nvmock-a"
+	install(t, o)
+	statePath := filepath.Join(s.root, hostprep.StateFile)
+	change := func(f func(*live.State)) {
+		t.Helper()
+		lf, err := live.Open(statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lf.Close()
+		if err := lf.Update(func(st *live.State, _ int64) error { f(st); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One 1g.5gb destroyed by hand, as nvidia-smi mig -dci/-dgi would.
+	change(func(st *live.State) { st.GPUs[0].GIProfile[13], st.GPUs[0].CISlices[13*live.MaxCIs] = 0, 0 })
+	count := func() int {
+		t.Helper()
+		st, err := live.ReadFile(statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, p := range st.GPUs[0].GIProfile {
+			if p != 0 {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(); n != 6 {
+		t.Fatalf("%d GPU instances before the change of hands, want 6", n)
+	}
+	o.Owner = "nvmock/nvmock-b"
+	install(t, o)
+	if n := count(); n != 6 {
+		t.Errorf("after the same overlay changed hands: %d GPU instances, want the 6 the node had", n)
+	}
+	o.Render.Profile = testenv.Profile(t, "a100", 1)
+	o.Render.MIG = "all-1g.5gb"
+	install(t, o)
+	if n := count(); n != 7 {
+		t.Errorf("a new overlay: %d GPU instances, want the layout's 7", n)
 	}
 }

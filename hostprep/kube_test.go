@@ -262,6 +262,16 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 			},
 		}
 	}
+	// installer is a pool's DaemonSet as the chart makes it: hostprep
+	// install in an init container, at root if given.
+	installer := func(name, pool, root string) *appsv1.DaemonSet {
+		args := []string{"hostprep", "install", "--profile=" + pool}
+		if root != "" {
+			args = append(args, "--root="+root)
+		}
+		return daemonSet(name, corev1.PodSpec{NodeSelector: map[string]string{"nvmock.io/pool": pool},
+			InitContainers: []corev1.Container{{Name: "hostprep", Image: "ghcr.io/nvmock/nvmock:0.1.0", Args: args}}})
+	}
 	affinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "nvmock.io/pool", Operator: corev1.NodeSelectorOpExists}}}}}}}
 	unreachable := client(t, &rest.Config{Host: "https://127.0.0.1:1", TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile}, BearerToken: "x"})
@@ -275,6 +285,8 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 		leave    bool
 		reason   string // in the reason, or in the error with isErr
 		isErr    func(error) bool
+		next     *appsv1.DaemonSet // another DaemonSet, made for this case only
+		here     hostprep.InstallDirs
 	}{
 		{name: "a DaemonSet whose nodeSelector matches the node's labels keeps the overlay",
 			ds:     daemonSet("selects", corev1.PodSpec{NodeSelector: map[string]string{"nvmock.io/pool": "a100", "kubernetes.io/arch": "amd64"}}),
@@ -305,6 +317,19 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 		{name: "an unreachable API server is an error, and uninstalls",
 			client: unreachable, leave: true, reason: "get DaemonSet nvmock/unreachable: ",
 			isErr: func(err error) bool { return strings.Contains(err.Error(), "connection refused") }},
+		{name: "a renamed pool: another DaemonSet that installs here selects the node, and its pod installs over the kept install",
+			next:   installer("pool-b", "a100", "/var/lib/nvmock"),
+			reason: "DaemonSet nvmock/gone is gone, but DaemonSet nvmock/pool-b, which installs here too, selects node node-7"},
+		{name: "a node moved to another pool of the namespace keeps the install for it",
+			ds:     daemonSet("pool-c", corev1.PodSpec{NodeSelector: map[string]string{"nvmock.io/pool": "t4"}}),
+			next:   installer("pool-d", "a100", ""),
+			reason: "it wants nvmock.io/pool=t4, but DaemonSet nvmock/pool-d, which installs here too, selects node node-7"},
+		{name: "another pool's DaemonSet that does not select the node does not keep it",
+			next:  installer("pool-e", "t4", "/var/lib/nvmock"),
+			leave: true, reason: "DaemonSet nvmock/gone is gone"},
+		{name: "another pool's DaemonSet that installs elsewhere does not keep it",
+			next: installer("pool-f", "a100", "/opt/nvmock"), here: hostprep.InstallDirs{Root: "/var/lib/nvmock"},
+			leave: true, reason: "DaemonSet nvmock/gone is gone"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns, name, nodeName, cl := releaseNS, "gone", node, c
@@ -331,7 +356,13 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 					}
 				}
 			}
-			leave, reason, err := cl.Leaving(ctx(t), ns, name, nodeName, hostprep.InstallDirs{})
+			if tc.next != nil {
+				if _, err := admin.DaemonSets(ns).Create(ctx(t), tc.next, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				defer admin.DaemonSets(ns).Delete(ctx(t), tc.next.Name, metav1.DeleteOptions{})
+			}
+			leave, reason, err := cl.Leaving(ctx(t), ns, name, nodeName, tc.here)
 			if leave != tc.leave {
 				t.Errorf("leave %v, want %v (reason %q, err %v)", leave, tc.leave, reason, err)
 			}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,42 +28,55 @@ import (
 // differ from here's, those of here that are set): a helm upgrade that moved
 // them would otherwise leave the old files, and the new install would find
 // a CDI spec it did not write.
+//
+// A node that leaves keeps the install when another DaemonSet of the
+// namespace, which installs in the same place, selects it: its pod installs
+// over this one. So a renamed pool (helm makes the new DaemonSet before it
+// deletes the old) or a node moved to another pool is never left without
+// GPUs in between, and NVIDIA's device plugin and GFD stay.
 func (c *KubeClient) Leaving(ctx context.Context, namespace, name, node string, here InstallDirs) (leave bool, reason string, err error) {
+	leave, moved, reason, err := c.leavingPool(ctx, namespace, name, node, here)
+	if !leave || moved || err != nil {
+		return leave, reason, err
+	}
+	next, err := c.successor(ctx, namespace, name, node, here)
+	if err != nil {
+		return true, "", err
+	}
+	if next != "" {
+		return false, fmt.Sprintf("%s, but DaemonSet %s/%s, which installs here too, selects node %s", reason, namespace, next, node), nil
+	}
+	return true, reason, nil
+}
+
+// leavingPool is Leaving but for the successor; moved: the DaemonSet now
+// installs elsewhere.
+func (c *KubeClient) leavingPool(ctx context.Context, namespace, name, node string, here InstallDirs) (leave, moved bool, reason string, err error) {
 	dsName := namespace + "/" + name
 	ds, err := c.getDaemonSet(ctx, namespace, name)
 	if apierrors.IsNotFound(err) {
-		return true, fmt.Sprintf("DaemonSet %s is gone", dsName), nil
+		return true, false, fmt.Sprintf("DaemonSet %s is gone", dsName), nil
 	}
 	if err != nil {
-		return true, "", fmt.Errorf("get DaemonSet %s: %w", dsName, err)
+		return true, false, "", fmt.Errorf("get DaemonSet %s: %w", dsName, err)
 	}
 	if ds.DeletionTimestamp != nil {
-		return true, fmt.Sprintf("DaemonSet %s is being deleted", dsName), nil
+		return true, false, fmt.Sprintf("DaemonSet %s is being deleted", dsName), nil
 	}
 	pod := ds.Spec.Template.Spec
-	if moved := here.movedIn(pod); moved != "" {
-		return true, fmt.Sprintf("DaemonSet %s now installs %s", dsName, moved), nil
+	if m := here.movedIn(pod); m != "" {
+		return true, true, fmt.Sprintf("DaemonSet %s now installs %s", dsName, m), nil
 	}
 	if len(pod.NodeSelector) > 0 {
-		if node == "" {
-			return true, "", fmt.Errorf("DaemonSet %s has a nodeSelector and the node has no name; pass --node-name or set NODE_NAME", dsName)
-		}
-		n, err := c.getNode(ctx, node)
-		if apierrors.IsNotFound(err) {
-			return true, fmt.Sprintf("node %s is gone", node), nil
-		}
+		n, err := c.nodeNamed(ctx, dsName, node)
 		if err != nil {
-			return true, "", fmt.Errorf("get node %s: %w", node, err)
+			return true, false, "", err
 		}
-		keys := make([]string, 0, len(pod.NodeSelector))
-		for k := range pod.NodeSelector {
-			keys = append(keys, k)
+		if n == nil {
+			return true, false, fmt.Sprintf("node %s is gone", node), nil
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if v, ok := n.Labels[k]; !ok || v != pod.NodeSelector[k] {
-				return true, fmt.Sprintf("DaemonSet %s no longer selects node %s: it wants %s=%s", dsName, node, k, pod.NodeSelector[k]), nil
-			}
+		if k := unmatched(pod, n); k != "" {
+			return true, false, fmt.Sprintf("DaemonSet %s no longer selects node %s: it wants %s=%s", dsName, node, k, pod.NodeSelector[k]), nil
 		}
 	}
 	// The chart places pods by nodeSelector alone. Node affinity someone
@@ -71,9 +85,79 @@ func (c *KubeClient) Leaving(ctx context.Context, namespace, name, node string, 
 	// node the pool left, rather than a deleted one under a running device
 	// plugin).
 	if pod.Affinity != nil && pod.Affinity.NodeAffinity != nil {
-		return false, fmt.Sprintf("DaemonSet %s selects node %s by nodeSelector; its node affinity is not evaluated", dsName, node), nil
+		return false, false, fmt.Sprintf("DaemonSet %s selects node %s by nodeSelector; its node affinity is not evaluated", dsName, node), nil
 	}
-	return false, fmt.Sprintf("DaemonSet %s selects node %s", dsName, node), nil
+	return false, false, fmt.Sprintf("DaemonSet %s selects node %s", dsName, node), nil
+}
+
+// successor is another DaemonSet of namespace, not being deleted, whose
+// pods run hostprep install in the same place as here and which selects
+// node; "" if none.
+func (c *KubeClient) successor(ctx context.Context, namespace, name, node string, here InstallDirs) (string, error) {
+	var list appsv1.DaemonSetList
+	if err := c.apps.Get().Namespace(namespace).Resource("daemonsets").Do(ctx).Into(&list); err != nil {
+		return "", fmt.Errorf("list DaemonSets in %s: %w", namespace, err)
+	}
+	var n *corev1.Node
+	for _, ds := range list.Items {
+		pod := ds.Spec.Template.Spec
+		if ds.Name == name || ds.DeletionTimestamp != nil || !installs(pod) || here.movedIn(pod) != "" {
+			continue
+		}
+		if len(pod.NodeSelector) > 0 && n == nil {
+			var err error
+			if n, err = c.nodeNamed(ctx, namespace+"/"+ds.Name, node); err != nil || n == nil {
+				return "", err
+			}
+		}
+		if len(pod.NodeSelector) == 0 || unmatched(pod, n) == "" {
+			return ds.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// nodeNamed gets node, which a DaemonSet's nodeSelector is to be checked
+// against; nil, nil if the node is gone.
+func (c *KubeClient) nodeNamed(ctx context.Context, dsName, node string) (*corev1.Node, error) {
+	if node == "" {
+		return nil, fmt.Errorf("DaemonSet %s has a nodeSelector and the node has no name; pass --node-name or set NODE_NAME", dsName)
+	}
+	n, err := c.getNode(ctx, node)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get node %s: %w", node, err)
+	}
+	return n, nil
+}
+
+// unmatched is the first key of pod's nodeSelector that node's labels do
+// not match, or "".
+func unmatched(pod corev1.PodSpec, n *corev1.Node) string {
+	keys := make([]string, 0, len(pod.NodeSelector))
+	for k := range pod.NodeSelector {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if v, ok := n.Labels[k]; !ok || v != pod.NodeSelector[k] {
+			return k
+		}
+	}
+	return ""
+}
+
+// installs says whether pod runs hostprep install (in an init container,
+// as the chart's pods do).
+func installs(pod corev1.PodSpec) bool {
+	for _, c := range pod.InitContainers {
+		if len(c.Args) >= 2 && c.Args[0] == "hostprep" && c.Args[1] == "install" {
+			return true
+		}
+	}
+	return false
 }
 
 // InstallDirs are where an install writes, as its flags give them.
