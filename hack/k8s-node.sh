@@ -201,15 +201,18 @@ build() {
 start() {
   local name=$1 exe=$2; shift 2
   setsid "$exe" "$@" >>"$W/logs/$name.log" 2>&1 </dev/null &
-  echo "$! $exe" >"$W/pids/$name"
+  echo "$! $(realpath -m "$exe")" >"$W/pids/$name"
 }
 
 # ours PID EXE: PID still runs EXE. pid_max is 32768 here and pids wrap
 # within minutes during builds: a recorded pid may be somebody else's now.
+# /proc/PID/exe has symlinks resolved: a cache reached through one (a git
+# worktree's .cache) left the control plane running after down.
 ours() {
-  local exe
+  local exe want
   exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
-  [ "$exe" = "$2" ] || [ "$exe" = "$2 (deleted)" ]
+  want=$(realpath -m "$2")
+  [ "$exe" = "$want" ] || [ "$exe" = "$want (deleted)" ]
 }
 
 running() {

@@ -96,8 +96,14 @@ func draDeploy(t *testing.T, c *cluster) *draEnv {
 	// Its namespace opts in, so that the plugin's runtime hook shows its
 	// containers the node's PCI tree, where the kubelet plugin reads each
 	// GPU's PCIe root (values: no GPU edits otherwise).
-	c.ensureNamespace(t, draNS, map[string]string{injectKey: injectValue})
+	// A release left by a run that kept it (NVMOCK_K8S_KEEP) goes first,
+	// with its namespace: the install would make the namespace again
+	// without the label (review: the driver then ran without injection).
 	ctx := ctxT(t, 5*time.Minute)
+	if err := c.draRemoveKept(ctx, chartDir); err != nil {
+		t.Fatal(err)
+	}
+	c.ensureNamespace(t, draNS, map[string]string{injectKey: injectValue})
 	start := time.Now()
 	if err := c.draInstall(ctx, chartDir, d.values()); err != nil {
 		t.Fatal(err)
@@ -202,12 +208,6 @@ func (c *cluster) draInstall(ctx context.Context, chartDir string, vals map[stri
 	if err != nil {
 		return err
 	}
-	// A release left by a run that kept it (NVMOCK_K8S_KEEP) is replaced.
-	if _, err := action.NewStatus(cfg).Run(draRelease); err == nil {
-		if err := c.draUninstall(ctx); err != nil {
-			return err
-		}
-	}
 	in := action.NewInstall(cfg)
 	in.ReleaseName, in.Namespace, in.CreateNamespace = draRelease, draNS, true
 	in.Wait, in.Timeout = true, 3*time.Minute
@@ -216,6 +216,18 @@ func (c *cluster) draInstall(ctx context.Context, chartDir string, vals map[stri
 		return fmt.Errorf("helm install %s %s -n %s: %w%s", draRelease, chartDir, draNS, err, c.podLogs(draNS, ""))
 	}
 	return nil
+}
+
+// draRemoveKept uninstalls a release a run kept (NVMOCK_K8S_KEEP).
+func (c *cluster) draRemoveKept(ctx context.Context, chartDir string) error {
+	cfg, _, err := c.draChart(chartDir)
+	if err != nil {
+		return err
+	}
+	if _, err := action.NewStatus(cfg).Run(draRelease); err != nil {
+		return nil
+	}
+	return c.draUninstall(ctx)
 }
 
 // draUninstall removes the ComputeDomains and the release, waits for its
