@@ -443,8 +443,12 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	if (s->nvlink_count == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (id == NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT) {
-		// nvidia-smi topo -m reads NV# for switch-connected pairs from this.
-		v->value.uiVal = s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_SWITCH && !mig_trains_links_off(d) ? s->nvlink_count : 0;
+		// nvidia-smi topo -m reads NV# for switch-connected pairs from
+		// this: the links up, so a link down shows as NV11 on an A100.
+		unsigned up = 0;
+		for (unsigned l = 0; s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_SWITCH && l < s->nvlink_count; l++)
+			up += link_active(d, l);
+		v->value.uiVal = up;
 		return NVML_SUCCESS;
 	}
 	if (id == NVML_FI_DEV_NVLINK_LINK_COUNT) {

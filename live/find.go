@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 )
@@ -70,5 +71,5 @@ func Snapshot(path string) ([]snapshot.Device, error) {
 		}
 		return devs, nil
 	}
-	return nil, fmt.Errorf("state %s: no snapshot beside it (looked at %v)", path, cands)
+	return nil, fmt.Errorf("state %s: no snapshot beside it (looked at %s); set NVMOCK_SNAPSHOT to the one the library reads", path, strings.Join(cands, ", "))
 }

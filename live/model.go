@@ -1,6 +1,7 @@
 package live
 
 import (
+	"fmt"
 	"math"
 
 	"golang.org/x/sys/unix"
@@ -25,11 +26,25 @@ type Board struct {
 	TDPMW     uint32 // the enforced power limit
 	IdleTempC uint32
 	SlowdownC uint32 // snapshot.NA: none
+	NVLinks   uint32 // 0: none
 }
 
 // BoardOf takes the model's numbers from a snapshot record.
 func BoardOf(d *snapshot.Device) Board {
-	return Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1]}
+	return Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1], NVLinks: d.NvlinkCount}
+}
+
+// CheckLink refuses an nvlink_down fault on a link GPU gpu of board b does
+// not have: the library keeps 32 links, and a larger number took another
+// down.
+func (b Board) CheckLink(gpu int, link uint32) error {
+	if b.NVLinks == 0 {
+		return fmt.Errorf("GPU %d has no NVLink", gpu)
+	}
+	if link >= b.NVLinks {
+		return fmt.Errorf("%d is not a link of GPU %d, which has NVLinks 0 to %d", link, gpu, b.NVLinks-1)
+	}
+	return nil
 }
 
 // PowerMW is the mean power at a GPU load in percent: idle to TDP.

@@ -3,8 +3,11 @@ package live
 import (
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
 )
 
 // nvmlEventType bits (nvml.h).
@@ -235,6 +238,40 @@ func (s *State) AddProcess(p Process, now int64) error {
 	copy(q.Name[:len(q.Name)-1], p.Name)
 	copy(q.Owner[:len(q.Owner)-1], p.Owner)
 	s.Procs[free] = q
+	return nil
+}
+
+// CheckMemory refuses a registered process that uses more memory than its
+// GPU, or its MIG device's GPU instance, has for processes, with the others
+// there: on a real GPU the allocation fails (before, the process table
+// showed 100 GiB on a 40 GiB GPU).
+func (s *State) CheckMemory(p Process, devs []snapshot.Device) error {
+	if p.GPU >= len(devs) {
+		return fmt.Errorf("GPU %d is not in the snapshot; reinstall the node", p.GPU)
+	}
+	d := &devs[p.GPU]
+	where, room := fmt.Sprintf("GPU %d", p.GPU), d.MemoryTotal-d.MemoryReserved-min(d.MemoryUsed, d.MemoryTotal-d.MemoryReserved)
+	gi := -1
+	if p.MIG != nil {
+		gi = p.MIG.GI
+		row := s.GPUs[p.GPU].GIProfile[gi] - 1
+		where = fmt.Sprintf("GPU %d's GPU instance %d", p.GPU, gi)
+		room = uint64(d.MIGGIMemoryMIB[row]-min(d.MIGGIUsedMIB[row], d.MIGGIMemoryMIB[row])) << 20
+	}
+	var others uint64
+	for _, o := range s.Processes() {
+		ogi := -1
+		if o.MIG != nil {
+			ogi = o.MIG.GI
+		}
+		if o.GPU != p.GPU || ogi != gi || o.PID == p.PID && reflect.DeepEqual(o.MIG, p.MIG) {
+			continue
+		}
+		others += o.UsedBytes
+	}
+	if p.UsedBytes > room-min(others, room) {
+		return fmt.Errorf("%s has %d MiB for processes, %d MiB of it in use", where, room>>20, others>>20)
+	}
 	return nil
 }
 

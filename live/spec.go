@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"regexp"
 	"strconv"
+	"strings"
 
+	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvmock/nvmock/profile"
@@ -43,17 +47,111 @@ type FaultSpec struct {
 	In          string   `json:"in,omitempty"` // a duration from when it is applied
 }
 
-// ReadSpec reads a spec file strictly: an unknown field is an error naming it.
+// ReadSpec reads a spec file strictly: an unknown field is an error naming
+// it, its entry and its line. The file may be the chart's values block as
+// it is (loads and faults under live:).
 func ReadSpec(path string) (*Spec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var s Spec
-	if err := yaml.UnmarshalStrict(data, &s); err != nil {
+	var doc yaml3.Node
+	if err := yaml3.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: not valid YAML: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if len(doc.Content) == 0 {
+		return &Spec{}, nil
+	}
+	top := doc.Content[0]
+	if top.Kind == yaml3.MappingNode && len(top.Content) == 2 && top.Content[0].Value == "live" {
+		top = top.Content[1]
+	}
+	if top.Kind != yaml3.MappingNode {
+		return nil, fmt.Errorf("%s:%d: want a mapping of loads and faults", path, top.Line)
+	}
+	if err := unknownFields(top, reflect.TypeOf(Spec{}), ""); err != nil {
+		return nil, fmt.Errorf("%s:%w", path, err)
+	}
+	body, err := yaml3.Marshal(top)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	var s Spec
+	if err := yaml.UnmarshalStrict(body, &s); err != nil {
+		msg := err.Error()
+		if m := typeErr.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("%s: expected %s, got %s", m[2], kindName(m[3]), m[1])
+		} else if i := strings.LastIndex(msg, "json: "); i >= 0 {
+			msg = msg[i+len("json: "):]
+		}
+		return nil, fmt.Errorf("%s: %s", path, msg)
+	}
 	return &s, nil
+}
+
+var typeErr = regexp.MustCompile(`cannot unmarshal (\w+)(?: \S+)? into Go struct field \w+\.(\S+) of type (\S+)`)
+
+func kindName(goType string) string {
+	switch {
+	case strings.Contains(goType, "int"):
+		return "a whole number"
+	case strings.Contains(goType, "float"):
+		return "a number"
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	}
+	return goType
+}
+
+// unknownFields finds the first key of n, a mapping read into t, that t
+// has no field for, in its entries' lists too: "LINE: at: unknown field".
+func unknownFields(n *yaml3.Node, t reflect.Type, at string) error {
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		fields[name] = t.Field(i).Type
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ft, ok := fields[k.Value]
+		where := k.Value
+		if at != "" {
+			where = at + "." + k.Value
+		}
+		switch {
+		case !ok && at == "":
+			return fmt.Errorf("%d: unknown field %q", k.Line, k.Value)
+		case !ok:
+			return fmt.Errorf("%d: %s: unknown field %q", k.Line, at, k.Value)
+		}
+		if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct && v.Kind == yaml3.SequenceNode {
+			for j, e := range v.Content {
+				if e.Kind != yaml3.MappingNode {
+					continue // the decoder names the type
+				}
+				if err := unknownFields(e, ft.Elem(), fmt.Sprintf("%s[%d]", where, j)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// NeedsBoards says whether Apply needs the boards: for loads, and for the
+// links of nvlink_down faults.
+func (sp *Spec) NeedsBoards() bool {
+	if len(sp.Loads) > 0 {
+		return true
+	}
+	for _, f := range sp.Faults {
+		if f.Kind == "nvlink_down" {
+			return true
+		}
+	}
+	return false
 }
 
 // Apply makes the state's loads and faults what the spec says: those it
@@ -122,6 +220,14 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		fault := FaultOf(kind, f.XID, f.Count, f.Link, 0)
 		fault.Trigger, fault.Param = trig, param
 		for _, g := range gpus {
+			if kind == FaultNvlinkDown {
+				if g >= len(boards) {
+					return fmt.Errorf("%s: GPU %d is not in the snapshot; reinstall the node", at, g)
+				}
+				if err := boards[g].CheckLink(g, f.Link); err != nil {
+					return fmt.Errorf("%s.link: %w", at, err)
+				}
+			}
 			if err := s.AddFault(g, fault, now); err != nil {
 				return fmt.Errorf("%s: %w", at, err)
 			}

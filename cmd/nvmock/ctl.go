@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
@@ -210,6 +211,12 @@ func ctlFault(f *live.File, args []string) error {
 		return errors.New("a fault of kind xid needs --xid N")
 	}
 	fault := live.FaultOf(kind, uint32(*xid), uint32(*count), uint32(*link), uint32(*pid))
+	var boards []live.Board
+	if kind == live.FaultNvlinkDown {
+		if boards, err = live.Boards(f.Path); err != nil {
+			return err
+		}
+	}
 	return f.Update(func(s *live.State, now int64) error {
 		var err error
 		if fault.Trigger, fault.Param, err = live.ParseTrigger(*after, *prob, *at, *in, func() int64 { return now }); err != nil {
@@ -220,6 +227,14 @@ func ctlFault(f *live.File, args []string) error {
 			return err
 		}
 		for _, g := range gpus {
+			if boards != nil {
+				if g >= len(boards) {
+					return fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards))
+				}
+				if err := boards[g].CheckLink(g, uint32(*link)); err != nil {
+					return fmt.Errorf("--link: %w", err)
+				}
+			}
 			if err := s.AddFault(g, fault, now); err != nil {
 				return err
 			}
@@ -284,6 +299,9 @@ func ctlClear(f *live.File, args []string) error {
 
 var procTypes = map[string]uint32{"compute": 1, "graphics": 2, "both": 3}
 
+// procTypeNames are the types as nvidia-smi's process table shows them.
+var procTypeNames = map[uint32]string{1: "C", 2: "G", 3: "C+G"}
+
 func ctlProc(f *live.File, args []string) error {
 	if len(args) == 0 {
 		return errors.New("want add or rm")
@@ -326,9 +344,19 @@ func ctlProc(f *live.File, args []string) error {
 		if !ok {
 			return fmt.Errorf("--type %q: compute, graphics or both", *typ)
 		}
+		ns := live.PIDNamespace()
+		if live.Dead(live.Process{PID: uint32(pid), PIDNS: ns}) {
+			return fmt.Errorf("pid %d: no such process here (one that has exited is dropped at once)", pid)
+		}
 		if *name == "" {
 			if b, err := os.ReadFile("/proc/" + pos[1] + "/cmdline"); err == nil {
 				*name, _, _ = strings.Cut(string(b), "\x00")
+			}
+		}
+		var devs []snapshot.Device
+		if q > 0 {
+			if devs, err = live.Snapshot(f.Path); err != nil {
+				return err
 			}
 		}
 		return f.Update(func(s *live.State, now int64) error {
@@ -337,9 +365,14 @@ func ctlProc(f *live.File, args []string) error {
 				return err
 			}
 			for _, g := range gpus {
-				p := live.Process{PID: uint32(pid), GPU: g, MIG: mig, Type: t, UsedBytes: uint64(q), Name: *name, Owner: "ctl", PIDNS: live.PIDNamespace()}
+				p := live.Process{PID: uint32(pid), GPU: g, MIG: mig, Type: t, UsedBytes: uint64(q), Name: *name, Owner: "ctl", PIDNS: ns}
 				if err := s.AddProcess(p, now); err != nil {
 					return err
+				}
+				if devs != nil {
+					if err := s.CheckMemory(p, devs); err != nil {
+						return fmt.Errorf("--memory %s: %w", *mem, err)
+					}
 				}
 			}
 			s.RemoveProcesses(live.Dead)
@@ -433,7 +466,7 @@ type FaultStatus struct {
 	XID     uint32 `json:"xid,omitempty"`
 	Trigger string `json:"trigger"`
 	PID     uint32 `json:"pid,omitempty"`
-	Count   uint32 `json:"count,omitempty"`
+	Count   uint32 `json:"count,omitempty"` // ECC errors, or nvlink_down's link
 }
 
 func triggerText(f live.Fault) string {
@@ -497,6 +530,9 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		var fl []string
 		for _, x := range g.Faults {
 			t := x.Kind
+			if x.Kind == "nvlink_down" {
+				t += fmt.Sprintf(" link %d", x.Count)
+			}
 			if x.XID != 0 {
 				t += fmt.Sprintf(" (XID %d)", x.XID)
 			}
@@ -515,7 +551,7 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 			if p.MIG != nil {
 				gi, ci = strconv.Itoa(p.MIG.GI), strconv.Itoa(p.MIG.CI)
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%d MiB\t%s\t%s\n", p.PID, p.GPU, gi, ci, p.Type, p.UsedBytes>>20, p.Name, p.Owner)
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d MiB\t%s\t%s\n", p.PID, p.GPU, gi, ci, procTypeNames[p.Type], p.UsedBytes>>20, p.Name, p.Owner)
 		}
 	}
 	if st.InfiniBand != nil {
@@ -537,7 +573,7 @@ func ctlApply(f *live.File, args []string) error {
 		return err
 	}
 	var boards []live.Board
-	if len(spec.Loads) > 0 {
+	if spec.NeedsBoards() {
 		if boards, err = live.Boards(f.Path); err != nil {
 			return err
 		}

@@ -141,6 +141,9 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"advancing a running clock", []string{"clock", "advance", "1s"}, "the clock runs; freeze it first"},
 		{"ib on a node without InfiniBand", []string{"ib", "down", "mlx5_0"}, "ctl ib: the node of " + state + " has no InfiniBand"},
 		{"ib listing on a node without InfiniBand", []string{"ib"}, "has no InfiniBand"},
+		{"a link the GPU does not have", []string{"fault", "0", "nvlink_down", "--link", "40"}, "--link: 40 is not a link of GPU 0, which has NVLinks 0 to 11"},
+		{"a pid that is not running", []string{"proc", "add", "0", strconv.Itoa(deadPID(t))}, "no such process here"},
+		{"more memory than the GPU has", []string{"proc", "add", "0", strconv.Itoa(os.Getpid()), "--memory", "100GiB"}, "--memory 100GiB: GPU 0 has 40442 MiB for processes, 0 MiB of it in use"},
 	} {
 		err := run(append([]string{"ctl", "--state", state}, c.args...))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
@@ -163,6 +166,15 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 	if err := run([]string{"ctl", "status"}); err == nil || !strings.Contains(err.Error(), "no live state found") {
 		t.Errorf("no state anywhere: %v", err)
 	}
+}
+
+// deadPID is the pid of a process that has exited.
+func deadPID(t *testing.T) int {
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return c.Process.Pid
 }
 
 func TestCtlClockFreezesAndSteps(t *testing.T) {
@@ -221,7 +233,10 @@ faults:
 		{"faults:\n  - gpus: \"9\"\n    kind: lost\n", "faults[0].gpus: GPU 9: the node has GPUs 0 to 3"},
 		{"faults:\n  - gpus: all\n    kind: melted\n", `faults[0].kind: "melted" is not one of`},
 		{"faults:\n  - gpus: all\n    kind: lost\n    probability: 2\n", `faults[0]: --probability "2": a probability from 0 to 1`},
-		{"fautls: []\n", `unknown field "fautls"`},
+		{"fautls: []\n", `bad.yaml:1: unknown field "fautls"`},
+		{"loads:\n  - gpus: all\n    percnt: 30\n", `bad.yaml:3: loads[0]: unknown field "percnt"`},
+		{"loads:\n  - gpus: all\n    percent: high\n", `loads.percent: expected a number, got string`},
+		{"faults:\n  - gpus: \"0\"\n    kind: nvlink_down\n    link: 12\n", "faults[0].link: 12 is not a link of GPU 0, which has NVLinks 0 to 11"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		os.WriteFile(bad, []byte(c.yaml), 0o644)
@@ -234,6 +249,21 @@ faults:
 			if g.Model || len(g.Faults) != 0 {
 				t.Errorf("a rejected file changed GPU %d", g.Index)
 			}
+		}
+	}
+}
+
+// The chart's values block, pasted as it is, applies too.
+func TestCtlApplyTakesTheChartsLiveBlock(t *testing.T) {
+	state := ctlNode(t, "2")
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	os.WriteFile(file, []byte("live:\n  loads:\n    - gpus: all\n      percent: 40\n"), 0o644)
+	if err := run([]string{"ctl", "--state", state, "apply", file}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range ctlStatusJSON(t, state).GPUs {
+		if !g.Model || g.Load[0] != 40 {
+			t.Errorf("GPU %d: %+v, want a load of 40%%", g.Index, g)
 		}
 	}
 }
@@ -348,18 +378,20 @@ func TestCtlRegistersAProcessOnAMIGDevice(t *testing.T) {
 	if len(p) != 1 || p[0].MIG == nil || *p[0].MIG != (live.MIGRef{GI: migs[0].GI, CI: 0}) || p[0].UsedBytes != 1<<30 {
 		t.Fatalf("processes %+v, want pid 1 on GPU instance %s, compute instance 0", p, gi)
 	}
+	self := strconv.Itoa(os.Getpid())
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"proc", "add", "0", "2", "--gi", "14"}, "ctl proc: GPU 0 has no GPU instance 14 (nvidia-smi mig -lgi lists them)"},
-		{[]string{"proc", "add", "0", "2", "--gi", "15"}, "GPU 0 has no GPU instance 15"},
-		{[]string{"proc", "add", "0", "2", "--gi", gi, "--ci", "3"}, "GPU 0: GPU instance " + gi + " has no compute instance 3"},
-		{[]string{"proc", "add", "0", "2", "--gi", gi, "--ci", "8"}, "has no compute instance 8"},
-		{[]string{"proc", "add", "0", "2", "--gi", gi, "--ci", "-5"}, "--ci -5: not a compute instance id"},
-		{[]string{"proc", "add", "1", "2", "--gi", gi}, "GPU 1 has no GPU instance " + gi},
-		{[]string{"proc", "add", "0", "2", "--ci", "1"}, "--ci needs --gi"},
-		{[]string{"proc", "add", "0", "2"}, "GPU 0 is in MIG mode: a process runs on one of its MIG devices"},
+		{[]string{"proc", "add", "0", self, "--gi", gi, "--memory", "41GiB"}, "--memory 41GiB: GPU 0's GPU instance " + gi + " has "},
+		{[]string{"proc", "add", "0", self, "--gi", "14"}, "ctl proc: GPU 0 has no GPU instance 14 (nvidia-smi mig -lgi lists them)"},
+		{[]string{"proc", "add", "0", self, "--gi", "15"}, "GPU 0 has no GPU instance 15"},
+		{[]string{"proc", "add", "0", self, "--gi", gi, "--ci", "3"}, "GPU 0: GPU instance " + gi + " has no compute instance 3"},
+		{[]string{"proc", "add", "0", self, "--gi", gi, "--ci", "8"}, "has no compute instance 8"},
+		{[]string{"proc", "add", "0", self, "--gi", gi, "--ci", "-5"}, "--ci -5: not a compute instance id"},
+		{[]string{"proc", "add", "1", self, "--gi", gi}, "GPU 1 has no GPU instance " + gi},
+		{[]string{"proc", "add", "0", self, "--ci", "1"}, "--ci needs --gi"},
+		{[]string{"proc", "add", "0", self}, "GPU 0 is in MIG mode: a process runs on one of its MIG devices"},
 		{[]string{"mig", "0=all-1g.5gb"}, "GPU 0: process 1 runs on its MIG device " + gi + "/0 (nvmock ctl proc rm 1 --gpu 0)"},
 	} {
 		if err := ctl(c.args...); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

@@ -73,7 +73,7 @@ func TestMIGModeTakesAGPUsNVLinkPeers(t *testing.T) {
 }
 
 // A link taken down by a fault shows inactive in nvlink -s, which reads
-// the link state field.
+// the link state field, and its GPU's row of topo -m counts one link less.
 func TestAnNVLinkFaultShowsTheLinkInactive(t *testing.T) {
 	snap, _ := testenv.Snapshot(t, "a100", 2)
 	for _, s := range testenv.NvidiaSMIs(t) {
@@ -88,6 +88,10 @@ func TestAnNVLinkFaultShowsTheLinkInactive(t *testing.T) {
 			out := smiRunner(t, s.Path, snap)("nvlink", "-s", "-i", "0")
 			if !strings.Contains(out, "Link 1: <inactive>") || !strings.Contains(out, "Link 2: 25") {
 				t.Errorf("nvlink -s with link 1 down:\n%s", out)
+			}
+			topo := smiRunner(t, s.Path, snap)("topo", "-m")
+			if a, b := topoCell(t, topo, 0, 1), topoCell(t, topo, 1, 0); a != "NV11" || b != "NV12" {
+				t.Errorf("topo -m with GPU 0's link 1 down: GPU0-GPU1 %s, GPU1-GPU0 %s; want NV11, NV12", a, b)
 			}
 		})
 	}
