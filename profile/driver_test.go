@@ -71,6 +71,14 @@ func TestSetDriverAsTheFlagDoes(t *testing.T) {
 	if want := (Driver{"550.163.01", "12.4", "12.550.163.01"}); p.Driver != want {
 		t.Errorf("driver %+v, want %+v", p.Driver, want)
 	}
+	// Branches between the captures' (docs review: 495 was unknown), and
+	// one too old for the board, told in one line.
+	if err := p.SetDriver("495.29.05"); err != nil || p.Driver.CUDAVersion != "11.5" {
+		t.Errorf("driver 495.29.05: %+v, %v; want CUDA 11.5", p.Driver, err)
+	}
+	if err := p.SetDriver("440.33.01"); err == nil || err.Error() != "driver.version: 440.33.01: Ampere GPUs need a 450-series driver or newer" {
+		t.Errorf("an A100 on driver 440: %v", err)
+	}
 	b, err := Builtin("b200")
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,15 @@ func (q Quantity) MarshalJSON() ([]byte, error) {
 	return json.Marshal(uint64(q))
 }
 
+// String writes MiB when exact, as MarshalJSON does: errors then read like
+// the profile that was written.
+func (q Quantity) String() string {
+	if q != 0 && q%(1<<20) == 0 {
+		return fmt.Sprintf("%dMi", uint64(q)>>20)
+	}
+	return strconv.FormatUint(uint64(q), 10)
+}
+
 // Hex32 is a 32-bit value written as hex ("0x20B010DE") or a number.
 type Hex32 uint32
 

@@ -196,12 +196,12 @@ func (b *Board) validate(c *checker) {
 		c.fail("board.memory.total", "is required and must be above 0")
 	}
 	if m.Reserved > m.Total {
-		c.fail("board.memory.reserved", "%d is above total %d", m.Reserved, m.Total)
+		c.fail("board.memory.reserved", "%s is above total %s", m.Reserved, m.Total)
 	} else if m.Used > m.Total-m.Reserved {
-		c.fail("board.memory.used", "%d is above total minus reserved (%d)", m.Used, m.Total-m.Reserved)
+		c.fail("board.memory.used", "%s is above total minus reserved (%s)", m.Used, m.Total-m.Reserved)
 	}
 	if b.BAR1.Used > b.BAR1.Total {
-		c.fail("board.bar1.used", "%d is above total %d", b.BAR1.Used, b.BAR1.Total)
+		c.fail("board.bar1.used", "%s is above total %s", b.BAR1.Used, b.BAR1.Total)
 	}
 
 	b.Clocks.validate(c)
@@ -344,6 +344,16 @@ func (pw *Power) validate(c *checker, at string) {
 	}{{"draw", pw.Draw}, {"limit", pw.Limit}, {"enforcedLimit", pw.EnforcedLimit}, {"defaultLimit", pw.DefaultLimit}, {"minLimit", pw.MinLimit}, {"maxLimit", pw.MaxLimit}} {
 		if f.v != nil && (*f.v < 0 || *f.v > 100000) {
 			c.fail(at+f.n, "%g W is out of range; use 0 to 100000", *f.v)
+		}
+	}
+	// A reading above the limit the GPU enforces is one no GPU gives.
+	for _, l := range []struct {
+		n string
+		v *float64
+	}{{"enforcedLimit", pw.EnforcedLimit}, {"limit", pw.Limit}} {
+		if pw.Draw != nil && l.v != nil && *pw.Draw > *l.v {
+			c.fail(at+"draw", "%g W is above %s %g W", *pw.Draw, l.n, *l.v)
+			break
 		}
 	}
 	if pw.MinLimit != nil && pw.MaxLimit != nil {

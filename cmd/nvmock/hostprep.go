@@ -21,15 +21,16 @@ import (
 
 const hostprepUsage = `Usage:
   nvmock hostprep install [--root DIR] [--profile NAME|FILE] [--gpus N] [--node-name NAME]
-                          [--assets DIR] [--cdi-dir DIR] [--nfd-dir DIR]
-                          [--real-device-numbers] [--force]
+                          [--mig LAYOUT] [--driver-version V] [--assets DIR] [--cdi-dir DIR]
+                          [--nfd-dir DIR] [--fabric-slot N] [--ib-fault F] [--owner NS/NAME]
+                          [--real-device-numbers] [--force]     (install --help: all flags)
   nvmock hostprep uninstall [--root DIR] [--unless-daemonset NAMESPACE/NAME]
   nvmock hostprep wait
   nvmock hostprep pre-delete --daemonset NAMESPACE/NAME... [--timeout DURATION]
 `
 
 // migFlagHelp documents --mig (profile.MIGLayout).
-const migFlagHelp = "partition the GPUs with MIG: all-1g.5gb, all-balanced, all-enabled, all-disabled, or GPUS=PROFILE*N,...;... such as 0-3=3g.20gb*2;4-7=all-1g.5gb (default: the profile's board.modes.mig.layout)"
+const migFlagHelp = "partition the GPUs with MIG: all-1g.5gb, all-balanced, all-enabled, all-disabled, or GPUS=PROFILE*N,...;... such as '0-3=3g.20gb*2;4-7=all-1g.5gb', quoted for the shell (default: the profile's board.modes.mig.layout)"
 
 // hostprepCmd installs or removes the mock node overlay.
 func hostprepCmd(args []string) error {
@@ -40,19 +41,28 @@ func hostprepCmd(args []string) error {
 func hostprepRun(args []string, stdout, stderr io.Writer, procRoot string) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, hostprepUsage)
-		return errors.New("hostprep: need install or uninstall")
+		return errors.New("hostprep: need a subcommand: install, uninstall, wait or pre-delete")
 	}
+	var err error
 	switch args[0] {
 	case "install":
-		return hostprepInstall(args[1:], stdout, stderr, procRoot)
+		err = hostprepInstall(args[1:], stdout, stderr, procRoot)
 	case "uninstall":
-		return hostprepUninstall(args[1:], stdout, stderr)
+		err = hostprepUninstall(args[1:], stdout, stderr)
 	case "wait":
-		return hostprepWait(args[1:])
+		err = hostprepWait(args[1:])
 	case "pre-delete":
-		return hostprepPreDelete(args[1:], stdout, stderr)
+		err = hostprepPreDelete(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, hostprepUsage)
+		return nil
+	default:
+		return fmt.Errorf("hostprep: unknown subcommand %q; use install, uninstall, wait or pre-delete", args[0])
 	}
-	return fmt.Errorf("hostprep: unknown subcommand %q; use install, uninstall, wait or pre-delete", args[0])
+	if errors.Is(err, flag.ErrHelp) { // the flags were printed, as asked
+		return nil
+	}
+	return err
 }
 
 func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) error {
@@ -163,17 +173,22 @@ func assetsDir(dir string) (string, error) {
 	if dir == "" {
 		dir = os.Getenv("NVMOCK_ASSETS")
 	}
-	if dir != "" {
-		return filepath.Abs(dir)
+	if dir == "" {
+		exe, err := os.Executable()
+		if err == nil {
+			exe, err = filepath.EvalSymlinks(exe)
+		}
+		if err != nil {
+			return "", fmt.Errorf("cannot find the nvmock executable to locate ../driver: %w; pass --assets", err)
+		}
+		dir = filepath.Join(filepath.Dir(filepath.Dir(exe)), "driver")
 	}
-	exe, err := os.Executable()
-	if err == nil {
-		exe, err = filepath.EvalSymlinks(exe)
+	// Checked here, so that a wrong one is named as such, not as the
+	// first file some part looks for in it.
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("assets %s: not a directory; it is the driver tree make driver builds (build/driver), given with --assets or $NVMOCK_ASSETS", dir)
 	}
-	if err != nil {
-		return "", fmt.Errorf("cannot find the nvmock executable to locate ../driver: %w; pass --assets", err)
-	}
-	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "driver"), nil
+	return filepath.Abs(dir)
 }
 
 func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
@@ -225,7 +240,8 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "nothing to uninstall: no %s in %s\n", hostprep.ManifestFile, *root)
 		return nil
 	}
-	fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths (overlay, driver symlink, manifest, CDI spec, NFD file, directories install created)\n", *root, len(res.Removed))
+	// Which: the lines above, as removed; a file changed since install is kept, and said so.
+	fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths\n", *root, len(res.Removed))
 	return nil
 }
 

@@ -19,13 +19,15 @@ Usage:
   nvmock profile validate FILE        check a profile file
   nvmock profile compile NAME|FILE -o SNAPSHOT [--gpus N] [--seed S]
                                       compile a profile for the library
-  nvmock hostprep install [--root DIR] [--profile P] [--gpus N] ...
-                                      install the mock node overlay (root)
+  nvmock hostprep install [--root DIR] [--profile P] [--gpus N] [--mig LAYOUT] ...
+                                      install the mock node overlay (root;
+                                      nvmock hostprep install --help)
   nvmock hostprep uninstall [--root DIR]
                                       remove everything install created
-  nvmock exec [--profile P] [--gpus N] [--seed S] [--assets DIR] -- CMD ARGS...
+  nvmock exec [--profile P] [--gpus N] [--seed S] [--mig LAYOUT] [--driver-version V]
+              [--assets DIR] [--ib-listen ADDR --ib-peers ...] -- CMD ARGS...
                                       run CMD on a private mock node (root, or
-                                      unprivileged user namespaces)
+                                      unprivileged user namespaces; nvmock exec --help)
   nvmock nri [--socket PATH] [--idx NN] [--overlay-root DIR] [--namespaces NS,NS|*]
              [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
              [--allow-real-driver] [--listen ADDR]
