@@ -16,10 +16,54 @@ static nvmlReturn_t enable_state(uint32_t v, nvmlEnableState_t *out)
 	return NVML_SUCCESS;
 }
 
+// settings is the GPU's live record when a setter changed something there
+// (cfg_set), else NULL: the snapshot's values hold.
+static const struct live_gpu *settings(const struct nvmock_dev *d, struct live_gpu *g)
+{
+	if (nvmock.live == NULL || d->node_index >= STATE_GPUS ||
+	    !nvmock_live_copy(g, &nvmock.live_gpus[d->node_index], sizeof *g) || g->cfg_set == 0)
+		return NULL;
+	return g;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
 	DEV(device, d);
+	struct live_gpu g;
+	const struct live_gpu *set = settings(d, &g);
+	if (set != NULL && (set->cfg_set & LIVE_CFG_PERSISTENCE) && d->s->persistence_mode != NA32)
+		return enable_state(set->persistence, mode);
 	return enable_state(d->s->persistence_mode, mode);
+}
+
+struct setting {
+	uint32_t bit, value;
+};
+
+static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
+{
+	(void)d, (void)procs;
+	const struct setting *s = arg;
+	g->cfg_set |= s->bit;
+	if (s->bit == LIVE_CFG_PERSISTENCE)
+		g->persistence = s->value;
+	else
+		g->compute_mode = s->value;
+	return NVML_SUCCESS;
+}
+
+// Settings are node state, as the driver keeps them until it unloads: root
+// changes them (a read-only state, or none, is NO_PERMISSION), every
+// process sees them, and a reinstall, like a reboot, ends them.
+NVML_API nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
+{
+	DEV(device, d);
+	if (d->s->persistence_mode == NA32 || d->s->persistence_mode == DEP32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (mode != NVML_FEATURE_DISABLED && mode != NVML_FEATURE_ENABLED)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	struct setting s = {LIVE_CFG_PERSISTENCE, mode};
+	return nvmock_live_update(d, set_setting, &s);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
@@ -63,8 +107,24 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeM
 {
 	DEV(device, d);
 	OUT(mode);
-	*mode = (nvmlComputeMode_t)d->s->compute_mode;
+	struct live_gpu g;
+	const struct live_gpu *set = settings(d, &g);
+	*mode = (nvmlComputeMode_t)(set != NULL && (set->cfg_set & LIVE_CFG_COMPUTE_MODE) ? set->compute_mode : d->s->compute_mode);
 	return NVML_SUCCESS;
+}
+
+// nvidia-smi -c EXCLUSIVE_PROCESS, as NVIDIA's device plugin runs it for
+// MPS. EXCLUSIVE_THREAD has been gone since CUDA 8 (nvml.h: "Support
+// Removed").
+NVML_API nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
+{
+	DEV(device, d);
+	if ((unsigned)mode >= NVML_COMPUTEMODE_COUNT)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD)
+		return NVML_ERROR_NOT_SUPPORTED;
+	struct setting s = {LIVE_CFG_COMPUTE_MODE, mode};
+	return nvmock_live_update(d, set_setting, &s);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *pVirtualMode)

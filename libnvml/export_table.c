@@ -294,6 +294,16 @@ static int smi_sparse_mode(nvmlDevice_t device, unsigned int *enabled)
 	return nvmock_u32(d->s->sparse_mode, enabled);
 }
 
+// 0x7d8 (555): nvidia-smi -pm sets the persistence mode here, not through
+// nvmlDeviceSetPersistenceMode (found by filling the table with probes).
+// The third argument points to an unsigned that nvidia-smi passes
+// uninitialized and whose value changes nothing it prints; left alone.
+static int smi_set_persistence(nvmlDevice_t device, unsigned int mode, unsigned int *unknown)
+{
+	(void)unknown;
+	return nvmlDeviceSetPersistenceMode(device, (nvmlEnableState_t)mode);
+}
+
 #define E(off, fn) [(off) / 8] = (uint64_t)(uintptr_t)(fn)
 
 // Entries by the releases that read them (each table is as large as its
@@ -309,11 +319,12 @@ static int smi_sparse_mode(nvmlDevice_t device, unsigned int *enabled)
 		E(0x780, smi_tlimit), E(0x790, smi_addressing_mode)
 #define ONLY_535 E(0x788, smi_numa_id), E(0x798, smi_sparse_mode)
 #define SINCE_550 E(0x7c8, smi_sparse_mode)
+#define ONLY_555 E(0x7d8, smi_set_persistence)
 
 static const uint64_t table_470[0x6a0 / 8] = {[0] = sizeof table_470, ALL_FOUR, ONLY_470};
 static const uint64_t table_535[0x7a8 / 8] = {[0] = sizeof table_535, ALL_FOUR, SINCE_535, ONLY_535};
 static const uint64_t table_550[0x7d8 / 8] = {[0] = sizeof table_550, ALL_FOUR, SINCE_535, SINCE_550};
-static const uint64_t table_555[0x7e0 / 8] = {[0] = sizeof table_555, ALL_FOUR, SINCE_535, SINCE_550};
+static const uint64_t table_555[0x7e0 / 8] = {[0] = sizeof table_555, ALL_FOUR, SINCE_535, SINCE_550, ONLY_555};
 static const uint64_t table_generic[0x800 / 8] = {
 	[0] = sizeof table_generic, ALL_FOUR, ONLY_470, SINCE_535, ONLY_535, SINCE_550,
 };

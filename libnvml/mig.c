@@ -105,15 +105,15 @@ static void warn_state(void)
 {
 	static int once;
 	if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
-		nvmock_warn("MIG changes are node state, kept in the live state file; this process has none "
+		nvmock_warn("MIG changes and settings are node state, kept in the live state file; this process has none "
 			    "(install the node, or run under nvmock exec)");
 }
 
-// nvmock_mig_update runs fn on a copy of the GPU's live record under the
+// nvmock_live_update runs fn on a copy of the GPU's live record under the
 // writers' lock and publishes it inside the seqlock. A state file this
 // process cannot write (a container's read-only view, or not root) is
-// NO_PERMISSION, as MIG changes are for root on the real node.
-nvmlReturn_t nvmock_mig_update(const struct nvmock_dev *d, mig_change fn, void *arg)
+// NO_PERMISSION, as MIG changes and settings are for root on the real node.
+nvmlReturn_t nvmock_live_update(const struct nvmock_dev *d, live_change fn, void *arg)
 {
 	const char *path = nvmock_live_path();
 	if (path == NULL || d->node_index >= STATE_GPUS) {
@@ -217,7 +217,7 @@ NVML_API nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mod
 	if (mode != NVML_DEVICE_MIG_DISABLE && mode != NVML_DEVICE_MIG_ENABLE)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	struct set_mode a = {mode, NVML_SUCCESS};
-	nvmlReturn_t r = nvmock_mig_update(d, set_mode, &a);
+	nvmlReturn_t r = nvmock_live_update(d, set_mode, &a);
 	if (r == NVML_SUCCESS)
 		*activationStatus = a.activation;
 	return r;

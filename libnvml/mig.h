@@ -27,10 +27,11 @@ struct mig_state {
 };
 
 void nvmock_mig_read(const struct nvmock_dev *d, struct mig_state *m);
-// A MIG change: it edits g, a copy of the GPU's record, and may read the
-// node's process table, procs, as the writers' lock holds it.
-typedef nvmlReturn_t (*mig_change)(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg);
-nvmlReturn_t nvmock_mig_update(const struct nvmock_dev *d, mig_change fn, void *arg);
+// A change of node state (MIG, settings): it edits g, a copy of the
+// GPU's record, and may read the node's process table, procs, as the
+// writers' lock holds it.
+typedef nvmlReturn_t (*live_change)(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg);
+nvmlReturn_t nvmock_live_update(const struct nvmock_dev *d, live_change fn, void *arg);
 int nvmock_mig_row_by_enum(const struct snap_device *s, unsigned profile);
 int nvmock_mig_row_by_id(const struct snap_device *s, unsigned id);
 void nvmock_mig_name(const struct snap_device *s, unsigned row, char *out, size_t len);

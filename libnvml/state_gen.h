@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 4
+#define STATE_VERSION 5
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -22,6 +22,8 @@
 #define LIVE_FAULT_XID 6 // an XID event and nothing more
 #define LIVE_FAULT_SBE 7 // correctable ECC errors
 #define LIVE_FAULT_REMAP_FAILURE 8 // a row remapping failed
+#define LIVE_CFG_PERSISTENCE 1 // persistence holds the persistence mode
+#define LIVE_CFG_COMPUTE_MODE 2 // compute_mode holds the compute mode
 #define LIVE_TRIGGER_AT 1 // from time param (ns), node-wide
 #define LIVE_TRIGGER_CALLS 2 // after param calls on the GPU, counted by each process
 #define LIVE_TRIGGER_PROBABILITY 3 // each call with probability param / 2^32, drawn by each process
@@ -92,8 +94,12 @@ struct live_gpu {
 	uint32_t gi_start[15]; // first memory slice
 	uint32_t ci_slices[120]; // by GPU instance x 8 + compute-instance id: compute slices; 0: none
 	uint32_t ci_start[120]; // first compute slice in its GPU instance
+	uint32_t cfg_set; // CFG_* bits: the settings below that a setter changed; the others are the snapshot's
+	uint32_t persistence; // nvmlEnableState_t
+	uint32_t compute_mode; // nvmlComputeMode_t
+	uint32_t cfg_pad;
 };
-_Static_assert(sizeof(struct live_gpu) == 1440, "state layout");
+_Static_assert(sizeof(struct live_gpu) == 1456, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
 _Static_assert(offsetof(struct live_gpu, jitter) == 4, "state layout");
 _Static_assert(offsetof(struct live_gpu, load) == 8, "state layout");
@@ -121,6 +127,10 @@ _Static_assert(offsetof(struct live_gpu, gi_profile) == 360, "state layout");
 _Static_assert(offsetof(struct live_gpu, gi_start) == 420, "state layout");
 _Static_assert(offsetof(struct live_gpu, ci_slices) == 480, "state layout");
 _Static_assert(offsetof(struct live_gpu, ci_start) == 960, "state layout");
+_Static_assert(offsetof(struct live_gpu, cfg_set) == 1440, "state layout");
+_Static_assert(offsetof(struct live_gpu, persistence) == 1444, "state layout");
+_Static_assert(offsetof(struct live_gpu, compute_mode) == 1448, "state layout");
+_Static_assert(offsetof(struct live_gpu, cfg_pad) == 1452, "state layout");
 
 // live_event one published event.
 struct live_event {

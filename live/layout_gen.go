@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 4
+const Version = 5
 
 // Capacities of the file.
 const (
@@ -15,7 +15,7 @@ const (
 	MaxCIs    = 8
 )
 
-// Fault kinds and triggers.
+// Fault kinds, setting bits and triggers.
 const (
 	FaultLost          = 1 // every call on the GPU answers GPU_IS_LOST
 	FaultECC           = 2 // uncorrectable ECC errors: counts, remaps or retired pages
@@ -25,6 +25,8 @@ const (
 	FaultXID           = 6 // an XID event and nothing more
 	FaultSBE           = 7 // correctable ECC errors
 	FaultRemapFailure  = 8 // a row remapping failed
+	CfgPersistence     = 1 // persistence holds the persistence mode
+	CfgComputeMode     = 2 // compute_mode holds the compute mode
 	TriggerAt          = 1 // from time param (ns), node-wide
 	TriggerCalls       = 2 // after param calls on the GPU, counted by each process
 	TriggerProbability = 3 // each call with probability param / 2^32, drawn by each process
@@ -102,10 +104,14 @@ type GPU struct {
 	GIStart       [15]uint32  // first memory slice
 	CISlices      [120]uint32 // by GPU instance x 8 + compute-instance id: compute slices; 0: none
 	CIStart       [120]uint32 // first compute slice in its GPU instance
+	CfgSet        uint32      // CFG_* bits: the settings below that a setter changed; the others are the snapshot's
+	Persistence   uint32      // nvmlEnableState_t
+	ComputeMode   uint32      // nvmlComputeMode_t
+	CfgPad        uint32
 }
 
 // GPUSize is the size of GPU in the file.
-const GPUSize = 1440
+const GPUSize = 1456
 
 // GPULayout pins each field's offset (checked against the C header by the compiler).
 var GPULayout = []FieldOffset{
@@ -136,6 +142,10 @@ var GPULayout = []FieldOffset{
 	{"gi_start", "GIStart", 420},
 	{"ci_slices", "CISlices", 480},
 	{"ci_start", "CIStart", 960},
+	{"cfg_set", "CfgSet", 1440},
+	{"persistence", "Persistence", 1444},
+	{"compute_mode", "ComputeMode", 1448},
+	{"cfg_pad", "CfgPad", 1452},
 }
 
 // Event one published event.

@@ -276,12 +276,14 @@ func (s *State) CheckMemory(p Process, devs []snapshot.Device) error {
 }
 
 // ResetReadings returns GPU g to the snapshot's static readings, with no
-// load and no faults. Its MIG mode and instances stay: they are the node's
-// layout, not readings, and live until destroyed, as on a real GPU.
+// load and no faults. Its MIG mode and instances and the settings made
+// with nvidia-smi stay: they are the node's, not readings, and last until
+// changed (or the node is reinstalled, as a reboot ends them).
 func (s *State) ResetReadings(g int) {
 	o := &s.GPUs[g]
 	s.GPUs[g] = GPU{MIGSet: o.MIGSet, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending,
-		GIProfile: o.GIProfile, GIStart: o.GIStart, CISlices: o.CISlices, CIStart: o.CIStart}
+		GIProfile: o.GIProfile, GIStart: o.GIStart, CISlices: o.CISlices, CIStart: o.CIStart,
+		CfgSet: o.CfgSet, Persistence: o.Persistence, ComputeMode: o.ComputeMode}
 }
 
 // Processes lists the registered processes.

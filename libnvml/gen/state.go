@@ -12,7 +12,7 @@ import (
 // Bump StateVersion on any change.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 4
+const StateVersion = 5
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -39,6 +39,8 @@ var StateEnums = []struct {
 	{"FAULT_XID", 6, "an XID event and nothing more"},
 	{"FAULT_SBE", 7, "correctable ECC errors"},
 	{"FAULT_REMAP_FAILURE", 8, "a row remapping failed"},
+	{"CFG_PERSISTENCE", 1, "persistence holds the persistence mode"},
+	{"CFG_COMPUTE_MODE", 2, "compute_mode holds the compute mode"},
 	{"TRIGGER_AT", 1, "from time param (ns), node-wide"},
 	{"TRIGGER_CALLS", 2, "after param calls on the GPU, counted by each process"},
 	{"TRIGGER_PROBABILITY", 3, "each call with probability param / 2^32, drawn by each process"},
@@ -93,6 +95,10 @@ var StateSchema = []Record{
 		{"gi_start", U32s, StateGIs, "first memory slice"},
 		{"ci_slices", U32s, StateGIs * StateCIs, "by GPU instance x 8 + compute-instance id: compute slices; 0: none"},
 		{"ci_start", U32s, StateGIs * StateCIs, "first compute slice in its GPU instance"},
+		{"cfg_set", U32, 0, "CFG_* bits: the settings below that a setter changed; the others are the snapshot's"},
+		{"persistence", U32, 0, "nvmlEnableState_t"},
+		{"compute_mode", U32, 0, "nvmlComputeMode_t"},
+		{"cfg_pad", U32, 0, ""},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},
@@ -143,7 +149,7 @@ func StateGo() ([]byte, error) {
 	fmt.Fprintf(&b, "// Version is the state layout version.\nconst Version = %d\n\n", StateVersion)
 	fmt.Fprintf(&b, "// Capacities of the file.\nconst (\n\tMaxGPUs = %d\n\tMaxFaults = %d\n\tMaxEvents = %d\n\tMaxProcs = %d\n\tMaxGIs = %d\n\tMaxCIs = %d\n)\n\n",
 		StateGPUs, StateFaults, StateEvents, StateProcs, StateGIs, StateCIs)
-	b.WriteString("// Fault kinds and triggers.\nconst (\n")
+	b.WriteString("// Fault kinds, setting bits and triggers.\nconst (\n")
 	for _, e := range StateEnums {
 		fmt.Fprintf(&b, "\t%s = %d // %s\n", camel(strings.ToLower(e.Name)), e.Value, e.Doc)
 	}
