@@ -1,6 +1,7 @@
 package live
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -66,13 +67,23 @@ func ReadSpec(path string) (*Spec, error) {
 	if top.Kind == yaml3.MappingNode && len(top.Content) == 2 && top.Content[0].Value == "live" {
 		top = top.Content[1]
 	}
+	// Nothing (the chart renders empty live values as null) clears.
+	if top.Kind == yaml3.ScalarNode && top.Tag == "!!null" {
+		return &Spec{}, nil
+	}
 	if top.Kind != yaml3.MappingNode {
 		return nil, fmt.Errorf("%s:%d: want a mapping of loads and faults", path, top.Line)
 	}
 	if err := unknownFields(top, reflect.TypeOf(Spec{}), ""); err != nil {
 		return nil, fmt.Errorf("%s:%w", path, err)
 	}
-	body, err := yaml3.Marshal(top)
+	// Decoded, not written back: aliases and merge keys resolve against
+	// anchors anywhere in the file.
+	var raw any
+	if err := top.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	body, err := json.Marshal(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -115,6 +126,9 @@ func unknownFields(n *yaml3.Node, t reflect.Type, at string) error {
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
+		if k.Tag == "!!merge" { // <<: *anchor; the decoder checks what it brings
+			continue
+		}
 		ft, ok := fields[k.Value]
 		where := k.Value
 		if at != "" {

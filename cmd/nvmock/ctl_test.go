@@ -266,6 +266,29 @@ func TestCtlApplyTakesTheChartsLiveBlock(t *testing.T) {
 			t.Errorf("GPU %d: %+v, want a load of 40%%", g.Index, g)
 		}
 	}
+	// Anchors and merge keys, as YAML writers use them.
+	os.WriteFile(file, []byte("faults:\n  - &f\n    gpus: \"0\"\n    kind: thermal\n  - <<: *f\n    gpus: \"1\"\n"), 0o644)
+	if err := run([]string{"ctl", "--state", state, "apply", file}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range ctlStatusJSON(t, state).GPUs {
+		if len(g.Faults) != 1 || g.Faults[0].Kind != "thermal" {
+			t.Errorf("GPU %d after a merged entry: %+v", g.Index, g.Faults)
+		}
+	}
+	// Empty values, which the chart renders as null, clear (review: every
+	// pool's init container failed on them).
+	for _, empty := range []string{"live:\n", "live: null\n", "null\n", ""} {
+		os.WriteFile(file, []byte(empty), 0o644)
+		if err := run([]string{"ctl", "--state", state, "apply", file}); err != nil {
+			t.Errorf("apply %q: %v", empty, err)
+		}
+		for _, g := range ctlStatusJSON(t, state).GPUs {
+			if g.Model || len(g.Faults) != 0 {
+				t.Errorf("apply %q left GPU %d: %+v", empty, g.Index, g)
+			}
+		}
+	}
 }
 
 func TestCtlApplyTwiceGivesOneState(t *testing.T) {
