@@ -1,7 +1,9 @@
 // Settings and activity: persistence, compute, display and
 // virtualization modes; utilization, encoder/FBC stats, processes, accounting.
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mig.h"
 
@@ -52,9 +54,22 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 	return NVML_SUCCESS;
 }
 
-// Settings are node state, as the driver keeps them until it unloads: root
-// changes them (a read-only state, or none, is NO_PERMISSION), every
-// process sees them, and a reinstall, like a reboot, ends them.
+// change_setting stores a setting as node state, as the driver keeps it
+// until it unloads: every process sees it, and a reinstall that resets the
+// node, like a reboot, ends it. Root changes it; a user, who cannot write
+// the state, gets NO_PERMISSION. From a container's read-only view nothing
+// can change the node: that is not modelled, so it is NOT_SUPPORTED, which
+// nvidia-smi treats as a warning (NVIDIA's MPS daemon runs nvidia-smi -c in
+// a container and stops on any other failure).
+static nvmlReturn_t change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value)
+{
+	const char *path = nvmock_live_path();
+	if (path != NULL && access(path, W_OK) != 0 && errno == EROFS)
+		return nvmock_not_supported("a setting from a read-only view of the node");
+	struct setting s = {bit, value};
+	return nvmock_live_update(d, set_setting, &s);
+}
+
 NVML_API nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
 {
 	DEV(device, d);
@@ -62,8 +77,7 @@ NVML_API nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnab
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (mode != NVML_FEATURE_DISABLED && mode != NVML_FEATURE_ENABLED)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	struct setting s = {LIVE_CFG_PERSISTENCE, mode};
-	return nvmock_live_update(d, set_setting, &s);
+	return change_setting(d, LIVE_CFG_PERSISTENCE, mode);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
@@ -105,6 +119,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned 
 
 NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
+	// A MIG device has a mode of its own (nvml.h), which the library does
+	// not let anything set: the default.
+	MIGDEV(device, md) {
+		OUT(mode);
+		*mode = NVML_COMPUTEMODE_DEFAULT;
+		return NVML_SUCCESS;
+	}
 	DEV(device, d);
 	OUT(mode);
 	struct live_gpu g;
@@ -118,13 +139,20 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeM
 // Removed").
 NVML_API nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
 {
+	MIGDEV(device, md) {
+		return nvmock_not_supported(__func__); // a MIG device's own mode: not modelled
+	}
 	DEV(device, d);
 	if ((unsigned)mode >= NVML_COMPUTEMODE_COUNT)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD)
 		return NVML_ERROR_NOT_SUPPORTED;
-	struct setting s = {LIVE_CFG_COMPUTE_MODE, mode};
-	return nvmock_live_update(d, set_setting, &s);
+	// A GPU in MIG mode takes a mode only through its MIG devices' handles
+	// (nvml.h), which the library does not model; real nvidia-smi then says
+	// "not supported on a MIG-enabled device", as it does here.
+	if (mode != NVML_COMPUTEMODE_DEFAULT && nvmock_mig_on(d))
+		return NVML_ERROR_NOT_SUPPORTED;
+	return change_setting(d, LIVE_CFG_COMPUTE_MODE, mode);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *pVirtualMode)

@@ -12,8 +12,9 @@ import (
 
 // nvidia-smi -pm and -c change node state, as the driver keeps them: every
 // later process sees them, with every release (555 sets persistence through
-// its export table). Without a writable state, as in a container or for a
-// user, they are Insufficient Permissions.
+// its export table). A GPU in MIG mode takes no compute mode, as real ones
+// do not. From a read-only view of the state (a GPU container) nothing can
+// change the node: Not Supported, which nvidia-smi treats as a warning.
 func TestPersistenceAndComputeModeAreSetForTheNode(t *testing.T) {
 	for _, s := range testenv.NvidiaSMIs(t) {
 		t.Run(s.Version, func(t *testing.T) {
@@ -46,13 +47,17 @@ func TestPersistenceAndComputeModeAreSetForTheNode(t *testing.T) {
 				testenv.Missing(t, "root, to bind the state read-only in a mount namespace")
 			}
 			state := filepath.Join(filepath.Dir(snap), "state")
-			out, _, err := runSMI(t, "unshare", snap, nil, "-m", "sh", "-c",
+			out, code, err := runSMI(t, "unshare", snap, nil, "-m", "sh", "-c",
 				`mount --bind -o ro "$1" "$1" && exec "$2" -i 0 -c PROHIBITED`, "sh", state, s.Path)
-			if err != nil || !strings.Contains(out, "Insufficient Permissions") {
-				t.Errorf("a read-only state: %v\n%s", err, out)
+			if err != nil || code != 0 || !strings.Contains(out, "Not Supported") {
+				t.Errorf("a read-only state: exit %d, %v\n%s", code, err, out)
 			}
 			if got := run("--query-gpu=compute_mode", "--format=csv,noheader", "-i", "0"); got != "Default\n" {
 				t.Errorf("a refused change changed the mode: %q", got)
+			}
+			run("-i", "1", "-mig", "1")
+			if out := run("-i", "1", "-c", "EXCLUSIVE_PROCESS"); !strings.Contains(out, "Not Supported") {
+				t.Errorf("a compute mode on a GPU in MIG mode:\n%s", out)
 			}
 		})
 	}
