@@ -674,3 +674,29 @@ func TestAnInstallThatOnlyChangesHandsKeepsTheLiveState(t *testing.T) {
 		t.Errorf("a new overlay: %d GPU instances, want the layout's 7", n)
 	}
 }
+
+// A leaving pod that keeps the install for another pool's DaemonSet hands
+// it over, so that the other pool's own leaving removes it even when its
+// pod installed first (review).
+func TestHandOverGivesTheInstallToTheDaemonSetThatKeepsIt(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	o := s.options(testenv.Profile(t, "a100", 1), testenv.FakeDriverAssets(t))
+	o.Owner = "nvmock/nvmock-a"
+	install(t, o)
+	if ok, err := hostprep.HandOver(s.root, "nvmock/nvmock-a", "nvmock/nvmock-b"); !ok || err != nil {
+		t.Fatalf("hand over from the owner: %v, %v", ok, err)
+	}
+	if ok, err := hostprep.HandOver(s.root, "nvmock/nvmock-a", "nvmock/nvmock-c"); ok || err != nil {
+		t.Errorf("hand over from one that no longer owns it: %v, %v", ok, err)
+	}
+	if res, err := hostprep.UninstallOwned(s.root, "nvmock/nvmock-a", nil); err != nil || res.KeptFor != "nvmock/nvmock-b" {
+		t.Errorf("uninstall for the old owner: %+v, %v; want it kept for nvmock/nvmock-b", res, err)
+	}
+	if res, err := hostprep.UninstallOwned(s.root, "nvmock/nvmock-b", nil); err != nil || res.KeptFor != "" || len(res.Removed) == 0 {
+		t.Errorf("uninstall for the new owner: %+v, %v; want it removed", res, err)
+	}
+	if ok, err := hostprep.HandOver(filepath.Join(t.TempDir(), "none"), "a", "b"); ok || err != nil {
+		t.Errorf("nothing installed: %v, %v", ok, err)
+	}
+}

@@ -272,6 +272,20 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 		return daemonSet(name, corev1.PodSpec{NodeSelector: map[string]string{"nvmock.io/pool": pool},
 			InitContainers: []corev1.Container{{Name: "hostprep", Image: "ghcr.io/nvmock/nvmock:0.1.0", Args: args}}})
 	}
+	// A node the chart's pools keep off unless they tolerate its taint.
+	tainted := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-tainted", Labels: map[string]string{"nvmock.io/pool": "a100"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
+			{Key: "node.kubernetes.io/unschedulable", Effect: corev1.TaintEffectNoSchedule}}}}
+	if _, err := s.Core(t).Nodes().Create(ctx(t), tainted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	with := func(ds *appsv1.DaemonSet, f func(*corev1.PodSpec)) *appsv1.DaemonSet {
+		f(&ds.Spec.Template.Spec)
+		return ds
+	}
+	tolerating := func(p *corev1.PodSpec) {
+		p.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	}
 	affinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "nvmock.io/pool", Operator: corev1.NodeSelectorOpExists}}}}}}}
 	unreachable := client(t, &rest.Config{Host: "https://127.0.0.1:1", TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile}, BearerToken: "x"})
@@ -327,6 +341,15 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 		{name: "another pool's DaemonSet that does not select the node does not keep it",
 			next:  installer("pool-e", "t4", "/var/lib/nvmock"),
 			leave: true, reason: "DaemonSet nvmock/gone is gone"},
+		{name: "another pool's DaemonSet that does not tolerate the node's taint does not keep it (review)",
+			node: "node-tainted", next: installer("pool-g", "a100", ""),
+			leave: true, reason: "DaemonSet nvmock/gone is gone"},
+		{name: "another pool's DaemonSet that tolerates the node's taint keeps it",
+			node: "node-tainted", next: with(installer("pool-h", "a100", ""), tolerating),
+			reason: "DaemonSet nvmock/pool-h, which installs here too, selects node node-tainted"},
+		{name: "another pool's DaemonSet with required node affinity is not evaluated and does not keep it (review)",
+			next:  with(installer("pool-i", "a100", ""), func(p *corev1.PodSpec) { p.Affinity = affinity }),
+			leave: true, reason: "DaemonSet nvmock/gone is gone"},
 		{name: "another pool's DaemonSet that installs elsewhere does not keep it",
 			next: installer("pool-f", "a100", "/opt/nvmock"), here: hostprep.InstallDirs{Root: "/var/lib/nvmock"},
 			leave: true, reason: "DaemonSet nvmock/gone is gone"},
@@ -362,7 +385,10 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 				}
 				defer admin.DaemonSets(ns).Delete(ctx(t), tc.next.Name, metav1.DeleteOptions{})
 			}
-			leave, reason, err := cl.Leaving(ctx(t), ns, name, nodeName, tc.here)
+			leave, reason, next, err := cl.Leaving(ctx(t), ns, name, nodeName, tc.here)
+			if (tc.next != nil && !tc.leave) != (next != "") || next != "" && next != ns+"/"+tc.next.Name {
+				t.Errorf("next %q, want the successor %v", next, tc.next != nil && !tc.leave)
+			}
 			if leave != tc.leave {
 				t.Errorf("leave %v, want %v (reason %q, err %v)", leave, tc.leave, reason, err)
 			}

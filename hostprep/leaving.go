@@ -3,6 +3,7 @@ package hostprep
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
 )
 
 // Leaving says whether node leaves DaemonSet namespace/name's pool, so that
@@ -34,19 +36,22 @@ import (
 // over this one. So a renamed pool (helm makes the new DaemonSet before it
 // deletes the old) or a node moved to another pool is never left without
 // GPUs in between, and NVIDIA's device plugin and GFD stay.
-func (c *KubeClient) Leaving(ctx context.Context, namespace, name, node string, here InstallDirs) (leave bool, reason string, err error) {
+// next names that DaemonSet (NAMESPACE/NAME), "" if none: the caller hands
+// the install over to it (HandOver), so that its own pod's leaving removes
+// it.
+func (c *KubeClient) Leaving(ctx context.Context, namespace, name, node string, here InstallDirs) (leave bool, reason, next string, err error) {
 	leave, moved, reason, err := c.leavingPool(ctx, namespace, name, node, here)
 	if !leave || moved || err != nil {
-		return leave, reason, err
+		return leave, reason, "", err
 	}
-	next, err := c.successor(ctx, namespace, name, node, here)
+	succ, err := c.successor(ctx, namespace, name, node, here)
 	if err != nil {
-		return true, "", err
+		return true, "", "", err
 	}
-	if next != "" {
-		return false, fmt.Sprintf("%s, but DaemonSet %s/%s, which installs here too, selects node %s", reason, namespace, next, node), nil
+	if succ != "" {
+		return false, fmt.Sprintf("%s, but DaemonSet %s/%s, which installs here too, selects node %s", reason, namespace, succ, node), namespace + "/" + succ, nil
 	}
-	return true, reason, nil
+	return true, reason, "", nil
 }
 
 // leavingPool is Leaving but for the successor; moved: the DaemonSet now
@@ -91,8 +96,12 @@ func (c *KubeClient) leavingPool(ctx context.Context, namespace, name, node stri
 }
 
 // successor is another DaemonSet of namespace, not being deleted, whose
-// pods run hostprep install in the same place as here and which selects
-// node; "" if none.
+// pods run hostprep install in the same place as here and which places a
+// pod on node: its nodeSelector matches and its tolerations take the
+// node's taints; "" if none. One with required node affinity is not
+// evaluated and not taken: the node then leaves, as before there were
+// successors (review: a pod that never comes would have kept the install
+// for good).
 func (c *KubeClient) successor(ctx context.Context, namespace, name, node string, here InstallDirs) (string, error) {
 	var list appsv1.DaemonSetList
 	if err := c.apps.Get().Namespace(namespace).Resource("daemonsets").Do(ctx).Into(&list); err != nil {
@@ -104,20 +113,39 @@ func (c *KubeClient) successor(ctx context.Context, namespace, name, node string
 		if ds.Name == name || ds.DeletionTimestamp != nil || !installs(pod) || here.movedIn(pod) != "" {
 			continue
 		}
-		if len(pod.NodeSelector) > 0 && n == nil {
+		if a := pod.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			continue
+		}
+		if n == nil {
 			var err error
 			if n, err = c.nodeNamed(ctx, namespace+"/"+ds.Name, node); err != nil || n == nil {
 				return "", err
 			}
 		}
-		if len(pod.NodeSelector) == 0 || unmatched(pod, n) == "" {
+		if unmatched(pod, n) == "" && tolerates(pod, n) {
 			return ds.Name, nil
 		}
 	}
 	return "", nil
 }
 
-// nodeNamed gets node, which a DaemonSet's nodeSelector is to be checked
+// tolerates says whether pod tolerates every taint of node that keeps pods
+// off it. The DaemonSet controller adds tolerations of the node.kubernetes.io
+// conditions to every DaemonSet pod.
+func tolerates(pod corev1.PodSpec, n *corev1.Node) bool {
+	for i := range n.Spec.Taints {
+		t := &n.Spec.Taints[i]
+		if t.Effect == corev1.TaintEffectPreferNoSchedule || strings.HasPrefix(t.Key, "node.kubernetes.io/") {
+			continue
+		}
+		if !slices.ContainsFunc(pod.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), t, true) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeNamed gets node, which a DaemonSet's placement is to be checked
 // against; nil, nil if the node is gone.
 func (c *KubeClient) nodeNamed(ctx context.Context, dsName, node string) (*corev1.Node, error) {
 	if node == "" {

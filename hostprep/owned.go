@@ -56,3 +56,24 @@ func (m *Manifest) write(root string) error {
 	b, _ := json.MarshalIndent(m, "", "  ")
 	return writeAtomic(filepath.Join(root, ManifestFile), append(b, '\n'), 0o644)
 }
+
+// HandOver makes the install in rootDir to's, when from made it: a leaving
+// pod keeps the install for another pool's DaemonSet, whose pod installs
+// over it; if that pod installed first, its own leaving must find it its
+// own, or the install would never be removed. Under the install lock.
+func HandOver(rootDir, from, to string) (bool, error) {
+	if _, err := os.Stat(rootDir); os.IsNotExist(err) {
+		return false, nil // nothing installed
+	}
+	unlock, err := lock(rootDir)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	m, err := readManifest(rootDir)
+	if err != nil || m == nil || m.Owner != from {
+		return false, err
+	}
+	m.Owner = to
+	return true, m.write(rootDir)
+}

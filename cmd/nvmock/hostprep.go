@@ -217,9 +217,19 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	}
 	name := nodeNameOr(*node)
 	here := hostprep.InstallDirs{Root: *root, CDIDir: *cdiDir, NFDDir: *nfdDir}
-	if dsName != "" && !leavingPool(dsNS, dsName, name, here, stderr) {
-		fmt.Fprintf(stdout, "kept the overlay in %s: DaemonSet %s/%s still runs on node %s; its next pod installs over it\n", *root, dsNS, dsName, name)
-		return nil
+	if dsName != "" {
+		leave, next := leavingPool(dsNS, dsName, name, here, stderr)
+		switch {
+		case !leave && next != "":
+			if _, err := hostprep.HandOver(*root, *unless, next); err != nil {
+				return fmt.Errorf("hostprep uninstall: %w", err)
+			}
+			fmt.Fprintf(stdout, "kept the overlay in %s for DaemonSet %s, whose pod on node %s installs over it\n", *root, next, name)
+			return nil
+		case !leave:
+			fmt.Fprintf(stdout, "kept the overlay in %s: DaemonSet %s/%s still runs on node %s; its next pod installs over it\n", *root, dsNS, dsName, name)
+			return nil
+		}
 	}
 	// Under the install lock: a pod of another DaemonSet (the node moved
 	// pools) may have installed while this one waited to leave.
@@ -316,28 +326,28 @@ func hostprepPreDelete(args []string, stdout, stderr io.Writer) error {
 var inClusterClient = hostprep.InClusterClient
 
 // leavingPool asks the API server whether node leaves DaemonSet ns/name's
-// pool. Outside a cluster there is no DaemonSet to ask: it leaves.
-func leavingPool(ns, name, node string, here hostprep.InstallDirs, progress io.Writer) bool {
+// pool. Outside a cluster there is no DaemonSet to ask: it leaves. next is
+// the DaemonSet that keeps the install when another pool's does.
+func leavingPool(ns, name, node string, here hostprep.InstallDirs, progress io.Writer) (leave bool, next string) {
 	c, ok, err := inClusterClient()
 	if !ok {
-		return true
+		return true, ""
 	}
 	if err == nil {
 		// The hook shares the pod's grace period (30s by default) with
 		// the uninstall that may follow.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		var leave bool
 		var reason string
-		if leave, reason, err = c.Leaving(ctx, ns, name, node, here); err == nil {
+		if leave, reason, next, err = c.Leaving(ctx, ns, name, node, here); err == nil {
 			fmt.Fprintf(progress, "unless-daemonset: %s\n", reason)
-			return leave
+			return leave, next
 		}
 	}
 	// Uninstall as before: an API server that is briefly unreachable must
 	// not leave a node with a stale overlay.
 	fmt.Fprintf(progress, "warning: cannot tell whether node %s leaves DaemonSet %s/%s, uninstalling: %v\n", node, ns, name, err)
-	return true
+	return true, ""
 }
 
 // nodeLabels runs do against the API server when this runs in a cluster;
