@@ -1,0 +1,199 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nvmock/nvmock/hostprep"
+)
+
+// helm upgrades that change the chart's DaemonSets under running pods: the
+// node keeps what the pods use. Found in review on this node: the live
+// init container wiped the MIG layout at every pod start, and a renamed
+// pool uninstalled the node before the new pool's pod installed it again.
+
+// A pool renamed by helm upgrade: the new DaemonSet's pod installs the
+// same overlay and the old one's pod leaves it. The node stays a GPU node
+// throughout: were gpu.present gone for a moment, the DaemonSet controller
+// would delete NVIDIA's device plugin and GFD pods (their affinity is on
+// it), and the driver root they mount would go with the install.
+func TestARenamedPoolKeepsTheNodeAGPUNode(t *testing.T) {
+	c := theCluster
+	c.nvidiaPlugin(t)
+	t.Cleanup(func() {
+		if err := c.installNvmock(context.Background(), c.nvmockValues(nil)); err != nil {
+			t.Errorf("restore the suite's values: %v", err)
+		}
+	})
+	nvidiaPods := func() map[string]string {
+		pods, err := c.cs.CoreV1().Pods(nvidiaNS).List(ctxT(t, 10*time.Second), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids := map[string]string{}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				uids[p.Name] = string(p.UID)
+			}
+		}
+		return uids
+	}
+	before := nvidiaPods()
+	if len(before) == 0 {
+		t.Fatalf("no NVIDIA pods in %s", nvidiaNS)
+	}
+
+	gaps := c.watchGPUNode()
+	const renamed = "renamed"
+	ctx := ctxT(t, 4*time.Minute)
+	pools := []any{map[string]any{"name": renamed, "profile": nvmockProfile}}
+	if err := c.helmInstall(ctx, nvmockRelease, nvmockNS, nvmockChart(), c.nvmockValues(map[string]any{"pools": pools}), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitRollout(ctx, nvmockNS, nvmockRelease); err != nil {
+		t.Fatal(err)
+	}
+	// The old pool's pod, whose preStop decides, is gone only after its
+	// hook has run; then a moment for the DaemonSet controller to react.
+	if err := c.waitNoPods(ctx, nvmockNS, "nvmock.io/pool="+nvmockPool); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if seen := gaps(); len(seen) > 0 {
+		t.Errorf("the node was not a GPU node during the rename:\n%s", strings.Join(seen, "\n"))
+	}
+
+	after := nvidiaPods()
+	for name, uid := range before {
+		if after[name] != uid {
+			t.Errorf("NVIDIA's pod %s (uid %s) was deleted during the rename; now %v", name, uid, after)
+		}
+	}
+	var m hostprep.Manifest
+	data, err := os.ReadFile(filepath.Join(c.overlayRoot(), hostprep.ManifestFile))
+	if err == nil {
+		err = json.Unmarshal(data, &m)
+	}
+	if want := nvmockNS + "/" + nvmockRelease + "-" + renamed; err != nil || m.Owner != want {
+		t.Errorf("the install's manifest: owner %q (%v), want %s", m.Owner, err, want)
+	}
+	if err := c.waitAllocatable(ctx, len(c.gpuLines())); err != nil {
+		t.Error(err)
+	}
+}
+
+// A pool's MIG layout is made at install and holds across a rolling
+// upgrade: the new pod's init containers find the node's MIG devices and
+// keep them, and a pod holding one keeps seeing it.
+func TestMIGLayoutHoldsAcrossARollingUpgrade(t *testing.T) {
+	c := theCluster
+	ns := c.namespace(t, true)
+	t.Cleanup(func() {
+		if err := c.installNvmock(context.Background(), c.nvmockValues(nil)); err != nil {
+			t.Errorf("restore the suite's values: %v", err)
+		}
+		// The pool without its layout is another install: MIG off again.
+		if out, _ := c.nodeSMI("-L"); strings.Contains(out, "MIG ") {
+			t.Errorf("the layout removed, nvidia-smi -L on the node still shows MIG devices:\n%s", out)
+		}
+	})
+	// Two GPUs of seven 1g.10gb each; the other six stay whole.
+	pools := []any{map[string]any{"name": nvmockPool, "profile": nvmockProfile, "mig": "6-7=all-1g.10gb"}}
+	c.upgradeNvmock(t, map[string]any{"pools": pools})
+	host := c.mustSMI(t, "-L")
+	if n := strings.Count(host, "MIG 1g.10gb"); n != 14 {
+		t.Fatalf("pools[].mig 6-7=all-1g.10gb: nvidia-smi -L on the node shows %d MIG devices, want 14:\n%s", n, host)
+	}
+
+	p := c.pod("mig", gpuScript, 0)
+	p.Annotations = map[string]string{"nvmock.io/gpus": "mig-1g.10gb"}
+	before := c.running(t, ns, p, "started")
+	if n := strings.Count(before, "MIG 1g.10gb"); n != 1 {
+		t.Fatalf("the pod with nvmock.io/gpus: mig-1g.10gb printed:\n%swant one MIG device", before)
+	}
+	plugin := c.pluginPod(t)
+
+	// Only the log level changes: the DaemonSet rolls its pod.
+	c.upgradeNvmock(t, map[string]any{"pools": pools, "logLevel": "debug"})
+	if c.pluginPod(t).UID == plugin.UID {
+		t.Fatalf("helm upgrade did not roll nvmock's pod %s", plugin.Name)
+	}
+	if after := c.mustSMI(t, "-L"); after != host {
+		t.Errorf("nvidia-smi -L on the node after a rolling upgrade:\n%s\nwant as before:\n%s", after, host)
+	}
+	out, err := c.exec(t, ns, "mig", "main", "nvidia-smi", "-L")
+	if err != nil || out+"started\n" != before {
+		t.Errorf("nvidia-smi -L in the MIG pod after a rolling upgrade: %v\n%s\nwant as at its start:\n%s", err, out, before)
+	}
+}
+
+// upgradeNvmock upgrades the suite's release to its values with extra's
+// keys replaced, and waits for the rollout. Unlike installNvmock it
+// neither reads the node's GPUs nor waits for NVIDIA's to match them (a
+// MIG layout adds lines to nvidia-smi -L, not GPUs).
+func (c *cluster) upgradeNvmock(t *testing.T, extra map[string]any) {
+	t.Helper()
+	ctx := ctxT(t, 4*time.Minute)
+	if err := c.helmInstall(ctx, nvmockRelease, nvmockNS, nvmockChart(), c.nvmockValues(extra), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitRollout(ctx, nvmockNS, nvmockRelease); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// watchGPUNode polls, every 50 ms, what makes the node a GPU node: the
+// gpu.present label and the overlay root's driver root. The function it
+// returns stops the polling and returns each change: when either went
+// missing, and when both were back (none: the node stayed a GPU node).
+func (c *cluster) watchGPUNode() func() []string {
+	stop, done := make(chan struct{}), make(chan []string, 1)
+	go func() {
+		var seen []string
+		last := ""
+		for {
+			select {
+			case <-stop:
+				done <- seen
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			n, err := c.cs.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{})
+			cancel()
+			if err != nil {
+				continue
+			}
+			_, lerr := os.Stat(filepath.Join(c.overlayRoot(), "driver", "usr", "bin", "nvidia-smi"))
+			st := ""
+			if v := n.Labels["nvidia.com/gpu.present"]; v != "true" {
+				st = fmt.Sprintf("nvidia.com/gpu.present=%q ", v)
+			}
+			if lerr != nil {
+				st += "no driver root: " + lerr.Error()
+			}
+			if st != last {
+				what := st
+				if what == "" {
+					what = "a GPU node again"
+				}
+				seen = append(seen, time.Now().Format("15:04:05.000 ")+what)
+				last = st
+			}
+		}
+	}()
+	return func() []string {
+		close(stop)
+		return <-done
+	}
+}
