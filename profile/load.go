@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	yaml3 "go.yaml.in/yaml/v3"
@@ -205,7 +206,12 @@ func kindName(goType string) string {
 	return "an object"
 }
 
+// join names key k under path at; a key over lines, or with other
+// unprintable characters, is quoted: an error is one line.
 func join(at, k string) string {
+	if strings.IndexFunc(k, notPrint) >= 0 {
+		k = strconv.Quote(k)
+	}
 	if at == "" {
 		return k
 	}

@@ -120,6 +120,7 @@ func (w walker) mapping(t reflect.Type, n *yaml3.Node, at string) []error {
 		known = append(known, name)
 	}
 	var unknown []error
+	told := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i].Value
 		if k == "<<" && n.Content[i].Tag == "!!merge" {
@@ -127,7 +128,10 @@ func (w walker) mapping(t reflect.Type, n *yaml3.Node, at string) []error {
 		}
 		ft, ok := fields[k]
 		if !ok {
-			unknown = append(unknown, fmt.Errorf("%s: unknown field; known fields here: %s", join(at, k), strings.Join(known, ", ")))
+			if !told[k] { // once, however often it is given
+				unknown = append(unknown, fmt.Errorf("%s: unknown field; known fields here: %s", join(at, k), strings.Join(known, ", ")))
+				told[k] = true
+			}
 			continue
 		}
 		errs = append(errs, w.tree(ft, n.Content[i+1], join(at, k))...)
