@@ -63,7 +63,11 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		}
 		sel[i] = true
 	}
+	caps := map[string]bool{}
 	for _, d := range ctr.Devices {
+		if strings.HasPrefix(d.Path, "/dev/nvidia-caps/") {
+			caps[d.Path] = true
+		}
 		if !isGPUNode(d.Path) {
 			continue
 		}
@@ -73,6 +77,20 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 			return false, all, fmt.Sprintf("device node %s is no GPU of this node", quote(d.Path))
 		}
 		sel[i] = true
+	}
+	// A GPU's node with the capability nodes of its MIG devices gives those
+	// MIG devices, not the whole GPU, as a DRA driver's CDI spec for a MIG
+	// claim has it (review: the GPU's UUID was named in
+	// NVIDIA_VISIBLE_DEVICES).
+	for k, m := range node.MIG {
+		if sel[m.GPU] && caps[m.Caps[0].Path] && caps[m.Caps[1].Path] {
+			mig[k] = true
+		}
+	}
+	for k, m := range node.MIG {
+		if mig[k] {
+			sel[m.GPU] = false
+		}
 	}
 	if found {
 		return false, all, ""

@@ -80,6 +80,13 @@ func TestDecideGivesMIGDevices(t *testing.T) {
 			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=MIG-nope"),
 			want: warned(`pod ml/train container trainer: env NVIDIA_VISIBLE_DEVICES="MIG-nope" names "MIG-nope", no MIG device of this node; giving it no GPUs`)},
 	})
+	// A DRA driver's CDI spec for a MIG claim: the GPU's node and the MIG
+	// device's two capability nodes. That MIG device is named, not its GPU.
+	dra := Container{Name: "c", Devices: []DeviceNode{n.GPUs[1].Node, m[2].Caps[0], m[2].Caps[1]}, Env: []string{VisibleDevicesEnv + "=void"}}
+	adj, ok, err := Decide(testConfig, n, pod("ml"), dra)
+	if err != nil || !ok || !slices.Equal(adj.MIG, []int{2}) || !slices.Contains(adj.Env, EnvVar{VisibleDevicesEnv, m[2].UUID}) {
+		t.Errorf("a DRA MIG claim's devices: ok %v, err %v, MIG %v, env %v; want MIG device 2 and its UUID", ok, err, adj.MIG, adj.Env)
+	}
 	if err := ValidateRequest("mig-1g.5gb,0:1,MIG-x"); err != nil {
 		t.Errorf("ValidateRequest: %v", err)
 	}
