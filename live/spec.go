@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -89,31 +88,9 @@ func ReadSpec(path string) (*Spec, error) {
 	}
 	var s Spec
 	if err := yaml.UnmarshalStrict(body, &s); err != nil {
-		msg := err.Error()
-		if m := typeErr.FindStringSubmatch(msg); m != nil {
-			msg = fmt.Sprintf("%s: expected %s, got %s", m[2], kindName(m[3]), m[1])
-		} else if i := strings.LastIndex(msg, "json: "); i >= 0 {
-			msg = msg[i+len("json: "):]
-		}
-		return nil, fmt.Errorf("%s: %s", path, msg)
+		return nil, fmt.Errorf("%s: %s", path, profile.DecodeMessage(err))
 	}
 	return &s, nil
-}
-
-var typeErr = regexp.MustCompile(`cannot unmarshal (\w+)(?: \S+)? into Go struct field \w+\.(\S+) of type (\S+)`)
-
-func kindName(goType string) string {
-	switch {
-	case strings.Contains(goType, "int"):
-		return "a whole number"
-	case strings.Contains(goType, "float"):
-		return "a number"
-	case goType == "string":
-		return "a string"
-	case strings.HasPrefix(goType, "[]"):
-		return "a list"
-	}
-	return goType
 }
 
 // unknownFields finds the first key of n, a mapping read into t, that t

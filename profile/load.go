@@ -87,13 +87,7 @@ func Parse(file string, data []byte) (*Profile, error) {
 	}
 	var p Profile
 	if err := yaml.UnmarshalStrict(merged, &p); err != nil {
-		msg := err.Error()
-		if m := jsonTypeErr.FindStringSubmatch(msg); m != nil {
-			msg = fmt.Sprintf("%s: expected %s, got %s", m[2], kindName(m[3]), m[1])
-		} else if i := strings.LastIndex(msg, "json: "); i >= 0 {
-			msg = msg[i+len("json: "):]
-		}
-		return nil, located(file, data, []error{errors.New(msg)})
+		return nil, located(file, data, []error{errors.New(DecodeMessage(err))})
 	}
 	p.Driver.resolve()
 	if errs := p.Validate(); len(errs) > 0 {
@@ -188,6 +182,20 @@ func located(file string, data []byte, errs []error) error {
 		}
 	}
 	return errors.Join(out...)
+}
+
+// DecodeMessage says what a strict decode of YAML into a Go struct found,
+// for people: "gpus: expected a whole number, got string", or the
+// decoder's own words without its prefixes.
+func DecodeMessage(err error) string {
+	msg := err.Error()
+	if m := jsonTypeErr.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s: expected %s, got %s", m[2], kindName(m[3]), m[1])
+	}
+	if i := strings.LastIndex(msg, "json: "); i >= 0 {
+		return msg[i+len("json: "):]
+	}
+	return msg
 }
 
 func kindName(goType string) string {
