@@ -188,11 +188,21 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	if !reflect.DeepEqual(spec.NodeSelector, p.selector) {
 		t.Errorf("%s: nodeSelector %v, want %v", ds.Name, spec.NodeSelector, p.selector)
 	}
-	if len(spec.InitContainers) != 2 || len(spec.Containers) != 2 {
-		t.Fatalf("%s: %d init containers and %d containers, want 2 and 2", ds.Name, len(spec.InitContainers), len(spec.Containers))
+	if len(spec.InitContainers) != 3 || len(spec.Containers) != 1 {
+		t.Fatalf("%s: %d init containers and %d containers, want 3 (uninstall, hostprep, live) and 1", ds.Name, len(spec.InitContainers), len(spec.Containers))
 	}
-	checkLive(t, ds, spec.InitContainers[1])
-	init, main, unc := spec.InitContainers[0], spec.Containers[0], spec.Containers[1]
+	checkLive(t, ds, spec.InitContainers[2])
+	unc, init, main := spec.InitContainers[0], spec.InitContainers[1], spec.Containers[0]
+	// A sidecar started first: its preStop runs even when the install
+	// fails, and after the plugin has stopped.
+	if unc.Name != "uninstall" || unc.RestartPolicy == nil || *unc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("%s: the first init container is %s with restartPolicy %v, want the uninstall sidecar (Always)", ds.Name, unc.Name, unc.RestartPolicy)
+	}
+	for _, c := range spec.InitContainers[1:] {
+		if c.RestartPolicy != nil {
+			t.Errorf("%s: init container %s has restartPolicy %s; only the uninstall sidecar runs on", ds.Name, c.Name, *c.RestartPolicy)
+		}
+	}
 	for _, c := range []corev1.Container{init, main, unc} {
 		if len(c.Command) != 1 || c.Command[0] != "/opt/nvmock/bin/nvmock" {
 			t.Errorf("%s: container %s runs %q, want the image's /opt/nvmock/bin/nvmock", ds.Name, c.Name, c.Command)

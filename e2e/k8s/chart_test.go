@@ -45,12 +45,16 @@ func TestChartMakesTheNodeAGPUNodeAndItsPluginRegisters(t *testing.T) {
 
 	// Its init containers installed the overlay, the CDI spec, the NFD
 	// file and the node's labels, then applied the live values (none: a
-	// static node).
-	if len(p.Status.InitContainerStatuses) != 2 {
-		t.Fatalf("pod %s: %d init container statuses, want hostprep and live", p.Name, len(p.Status.InitContainerStatuses))
+	// static node). The uninstall sidecar before them runs on.
+	if len(p.Status.InitContainerStatuses) != 3 {
+		t.Fatalf("pod %s: %d init container statuses, want uninstall, hostprep and live", p.Name, len(p.Status.InitContainerStatuses))
 	}
 	for _, s := range p.Status.InitContainerStatuses {
-		if st := s.State.Terminated; st == nil || st.ExitCode != 0 {
+		if s.Name == "uninstall" {
+			if s.State.Running == nil {
+				t.Errorf("the uninstall sidecar: %+v, want running", s.State)
+			}
+		} else if st := s.State.Terminated; st == nil || st.ExitCode != 0 {
 			t.Errorf("init container %s: %+v, want exited 0", s.Name, s.State)
 		}
 	}
@@ -212,6 +216,20 @@ func TestHelmUninstallLeavesTheNodeClean(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	c.checkNodeClean(t, plugin.Name)
+
+	t.Run("no injection", func(t *testing.T) {
+		// No plugin: a new container in an opted-in namespace is left alone.
+		if r := c.run(t, ns, c.pod("after", probeScript, 0)); r.out != untouched {
+			t.Errorf("a pod after helm uninstall printed:\n%s\nwant:\n%s", r.out, untouched)
+		}
+	})
+}
+
+// checkNodeClean checks what a release's uninstall leaves: no file install
+// wrote, no node label, and no failed preStop hook on the pod plugin.
+func (c *cluster) checkNodeClean(t *testing.T, plugin string) {
+	t.Helper()
 	t.Run("files", func(t *testing.T) {
 		// The preStop uninstall removed every file install wrote; only the
 		// empty directories the kubelet made for the hostPath volumes stay.
@@ -223,7 +241,7 @@ func TestHelmUninstallLeavesTheNodeClean(t *testing.T) {
 			return nil
 		})
 		if len(left) > 0 {
-			t.Errorf("files left in the overlay root %s: %v", c.overlayRoot(), left)
+			t.Errorf("%d files left in the overlay root %s, among them %v", len(left), c.overlayRoot(), left[:min(len(left), 5)])
 		}
 		for _, f := range []string{filepath.Join(c.cdiDir(), hostprep.CDIFile), filepath.Join(c.nfdDir(), hostprep.NFDFile)} {
 			if _, err := os.Lstat(f); err == nil {
@@ -243,17 +261,10 @@ func TestHelmUninstallLeavesTheNodeClean(t *testing.T) {
 			}
 		}
 		evs, err := c.cs.CoreV1().Events(nvmockNS).List(ctxT(t, 10*time.Second),
-			metav1.ListOptions{FieldSelector: "reason=FailedPreStopHook,involvedObject.name=" + plugin.Name})
+			metav1.ListOptions{FieldSelector: "reason=FailedPreStopHook,involvedObject.name=" + plugin})
 		if err == nil && len(evs.Items) > 0 {
 			// The event says only that it failed; the kubelet logs the hook's output.
-			t.Errorf("pod %s: %s; the kubelet logged:\n%s", plugin.Name, evs.Items[0].Message, c.preStopFailures())
-		}
-	})
-
-	t.Run("no injection", func(t *testing.T) {
-		// No plugin: a new container in an opted-in namespace is left alone.
-		if r := c.run(t, ns, c.pod("after", probeScript, 0)); r.out != untouched {
-			t.Errorf("a pod after helm uninstall printed:\n%s\nwant:\n%s", r.out, untouched)
+			t.Errorf("pod %s: %s; the kubelet logged:\n%s", plugin, evs.Items[0].Message, c.preStopFailures())
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvmock/nvmock/hostprep"
@@ -134,6 +135,75 @@ func TestMIGLayoutHoldsAcrossARollingUpgrade(t *testing.T) {
 	out, err := c.exec(t, ns, "mig", "main", "nvidia-smi", "-L")
 	if err != nil || out+"started\n" != before {
 		t.Errorf("nvidia-smi -L in the MIG pod after a rolling upgrade: %v\n%s\nwant as at its start:\n%s", err, out, before)
+	}
+}
+
+// helm uninstall after an upgrade whose pod cannot install: the failing
+// pod's uninstall sidecar started before its install, so its preStop
+// removes what the pool's earlier pod installed (and kept for it). Found
+// on this node: with uninstall a plain container, it never started, and
+// the node stayed installed, labels included.
+func TestHelmUninstallAfterAFailedUpgradeLeavesTheNodeClean(t *testing.T) {
+	c := theCluster
+	t.Cleanup(func() {
+		if err := c.installNvmock(context.Background(), c.nvmockValues(nil)); err != nil {
+			t.Errorf("reinstall the chart: %v", err)
+		}
+	})
+	// h100 has no 1g.5gb: hostprep install fails at every pod start.
+	pools := []any{map[string]any{"name": nvmockPool, "profile": nvmockProfile, "mig": "0=all-1g.5gb"}}
+	ctx := ctxT(t, 4*time.Minute)
+	if err := c.helmInstall(ctx, nvmockRelease, nvmockNS, nvmockChart(), c.nvmockValues(map[string]any{"pools": pools}), true); err != nil {
+		t.Logf("helm upgrade: %v", err)
+	}
+	failing := c.failedInstall(t)
+	if _, err := os.Stat(filepath.Join(c.overlayRoot(), hostprep.ManifestFile)); err != nil {
+		t.Fatalf("the earlier pod's install is gone before helm uninstall: %v", err)
+	}
+	if err := c.helmUninstall(ctxT(t, 3*time.Minute), nvmockRelease, nvmockNS); err != nil {
+		t.Fatal(err)
+	}
+	c.checkNodeClean(t, failing)
+}
+
+// failedInstall waits for the pool's pod whose hostprep install has
+// failed, checks that its uninstall sidecar runs, and returns its name.
+func (c *cluster) failedInstall(t *testing.T) string {
+	t.Helper()
+	ctx := ctxT(t, 2*time.Minute)
+	last := "no pod"
+	for {
+		pods, err := c.cs.CoreV1().Pods(nvmockNS).List(ctx, metav1.ListOptions{LabelSelector: "nvmock.io/pool=" + nvmockPool})
+		if err == nil {
+			for _, p := range pods.Items {
+				failed, sidecar := false, false
+				for _, s := range p.Status.InitContainerStatuses {
+					switch s.Name {
+					case "hostprep":
+						for _, st := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
+							failed = failed || st != nil && st.ExitCode != 0
+						}
+					case "uninstall":
+						sidecar = s.State.Running != nil
+					}
+				}
+				if failed && p.DeletionTimestamp == nil {
+					if !sidecar {
+						t.Errorf("pod %s: its install failed, and no uninstall sidecar runs: %s", p.Name, podState(&p))
+					}
+					if out := c.logs(t, nvmockNS, p.Name, "hostprep"); !strings.Contains(out, "1g.5gb") {
+						t.Errorf("the failing hostprep printed:\n%s\nwant the layout it refused named", out)
+					}
+					return p.Name
+				}
+				last = p.Name + ": " + podState(&p)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no pod of pool %s with a failed install; last: %s%s", nvmockPool, last, c.podLogs(nvmockNS, ""))
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 
