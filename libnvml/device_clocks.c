@@ -170,16 +170,66 @@ NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, nvml
 	return NVML_SUCCESS;
 }
 
+// A limit set with nvidia-smi -pl is node state (nvmock_change_setting):
+// the requested and the enforced limit both become it.
+static uint32_t set_limit(const struct nvmock_dev *d, uint32_t snapshot)
+{
+	struct live_gpu g;
+	const struct live_gpu *set = nvmock_settings(d, &g);
+	if (snapshot == NA32 || set == NULL || !(set->cfg_set & LIVE_CFG_POWER_LIMIT))
+		return snapshot;
+	return set->power_limit_mw;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->power_limit_mw, limit);
+	return nvmock_u32(nvmock_requested_limit(d), limit);
+}
+
+uint32_t nvmock_enforced_limit(const struct nvmock_dev *d)
+{
+	return set_limit(d, d->s->power_enforced_mw);
+}
+
+uint32_t nvmock_requested_limit(const struct nvmock_dev *d)
+{
+	return set_limit(d, d->s->power_limit_mw);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->power_enforced_mw, limit);
+	return nvmock_u32(nvmock_enforced_limit(d), limit);
+}
+
+// Root sets the limit within the board's constraints until the node is
+// reinstalled, as the driver keeps it until it unloads (nvml.h).
+NVML_API nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit)
+{
+	DEV(device, d);
+	const struct snap_device *s = d->s;
+	if (s->power_limit_mw == NA32 || s->power_enforced_mw == NA32 || s->power_min_mw == NA32 || s->power_max_mw == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (limit < s->power_min_mw || limit > s->power_max_mw)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvmock_change_setting(d, LIVE_CFG_POWER_LIMIT, limit);
+}
+
+// nvidia-smi 535 and later set the limit here, for the GPU unless -sc
+// names the module. A Grace module's own limit is not modelled.
+NVML_API nvmlReturn_t nvmlDeviceSetPowerManagementLimit_v2(nvmlDevice_t device, nvmlPowerValue_v2_t *powerValue)
+{
+	DEV(device, d);
+	(void)d;
+	OUT(powerValue);
+	if (powerValue->version != nvmlPowerValue_v2)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (powerValue->powerScope >= NVML_POWER_SCOPE_COUNT)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (powerValue->powerScope != NVML_POWER_SCOPE_GPU)
+		return nvmock_not_supported("a power limit of a scope other than the GPU");
+	return nvmlDeviceSetPowerManagementLimit(device, powerValue->powerValueMw);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *defaultLimit)

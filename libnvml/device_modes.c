@@ -18,9 +18,9 @@ static nvmlReturn_t enable_state(uint32_t v, nvmlEnableState_t *out)
 	return NVML_SUCCESS;
 }
 
-// settings is the GPU's live record when a setter changed something there
+// nvmock_settings is the GPU's live record when a setter changed something there
 // (cfg_set), else NULL: the snapshot's values hold.
-static const struct live_gpu *settings(const struct nvmock_dev *d, struct live_gpu *g)
+const struct live_gpu *nvmock_settings(const struct nvmock_dev *d, struct live_gpu *g)
 {
 	if (nvmock.live == NULL || d->node_index >= STATE_GPUS ||
 	    !nvmock_live_copy(g, &nvmock.live_gpus[d->node_index], sizeof *g) || g->cfg_set == 0)
@@ -32,7 +32,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnab
 {
 	DEV(device, d);
 	struct live_gpu g;
-	const struct live_gpu *set = settings(d, &g);
+	const struct live_gpu *set = nvmock_settings(d, &g);
 	if (set != NULL && (set->cfg_set & LIVE_CFG_PERSISTENCE) && d->s->persistence_mode != NA32)
 		return enable_state(set->persistence, mode);
 	return enable_state(d->s->persistence_mode, mode);
@@ -44,24 +44,28 @@ struct setting {
 
 static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
-	(void)d, (void)procs;
+	(void)procs;
 	const struct setting *s = arg;
+	if (s->bit == LIVE_CFG_POWER_LIMIT)
+		nvmock_live_cut(d, g, nvmock_live_now()); // the readings so far keep the old limit
 	g->cfg_set |= s->bit;
 	if (s->bit == LIVE_CFG_PERSISTENCE)
 		g->persistence = s->value;
-	else
+	else if (s->bit == LIVE_CFG_COMPUTE_MODE)
 		g->compute_mode = s->value;
+	else
+		g->power_limit_mw = s->value;
 	return NVML_SUCCESS;
 }
 
-// change_setting stores a setting as node state, as the driver keeps it
+// nvmock_change_setting stores a setting as node state, as the driver keeps it
 // until it unloads: every process sees it, and a reinstall that resets the
 // node, like a reboot, ends it. Root changes it; a user, who cannot write
 // the state, gets NO_PERMISSION. From a container's read-only view nothing
 // can change the node: that is not modelled, so it is NOT_SUPPORTED, which
 // nvidia-smi treats as a warning (NVIDIA's MPS daemon runs nvidia-smi -c in
 // a container and stops on any other failure).
-static nvmlReturn_t change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value)
+nvmlReturn_t nvmock_change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value)
 {
 	const char *path = nvmock_live_path();
 	if (path != NULL && access(path, W_OK) != 0 && errno == EROFS)
@@ -77,7 +81,7 @@ NVML_API nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnab
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (mode != NVML_FEATURE_DISABLED && mode != NVML_FEATURE_ENABLED)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	return change_setting(d, LIVE_CFG_PERSISTENCE, mode);
+	return nvmock_change_setting(d, LIVE_CFG_PERSISTENCE, mode);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
@@ -129,7 +133,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeM
 	DEV(device, d);
 	OUT(mode);
 	struct live_gpu g;
-	const struct live_gpu *set = settings(d, &g);
+	const struct live_gpu *set = nvmock_settings(d, &g);
 	*mode = (nvmlComputeMode_t)(set != NULL && (set->cfg_set & LIVE_CFG_COMPUTE_MODE) ? set->compute_mode : d->s->compute_mode);
 	return NVML_SUCCESS;
 }
@@ -152,7 +156,7 @@ NVML_API nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeM
 	// "not supported on a MIG-enabled device", as it does here.
 	if (mode != NVML_COMPUTEMODE_DEFAULT && nvmock_mig_on(d))
 		return NVML_ERROR_NOT_SUPPORTED;
-	return change_setting(d, LIVE_CFG_COMPUTE_MODE, mode);
+	return nvmock_change_setting(d, LIVE_CFG_COMPUTE_MODE, mode);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *pVirtualMode)

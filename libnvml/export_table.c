@@ -131,7 +131,7 @@ static int smi_monitoring(nvmlDevice_t device, unsigned *supported)
 static int smi_enforced_limit(nvmlDevice_t device, unsigned int *mw)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->power_enforced_mw, mw);
+	return nvmock_u32(nvmock_enforced_limit(d), mw);
 }
 
 // 0x528 (all): private field values, laid out as nvmlFieldValue_t. Ids: 1

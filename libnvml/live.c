@@ -396,26 +396,49 @@ unsigned nvmock_live_util(unsigned node, const struct live_gpu *g, unsigned engi
 	return (unsigned)(u + 0.5);
 }
 
-static double power_of(const struct snap_device *s, double load)
+// nvmock_power_limit is the enforced power limit: one set with nvidia-smi
+// -pl (g's settings), else the snapshot's.
+uint32_t nvmock_power_limit(const struct snap_device *s, const struct live_gpu *g)
+{
+	if (g != NULL && (g->cfg_set & LIVE_CFG_POWER_LIMIT) && s->power_enforced_mw != NA32)
+		return g->power_limit_mw;
+	return s->power_enforced_mw;
+}
+
+// demand is the power a load asks for: idle to the board's TDP (its
+// default enforced limit).
+static double demand(const struct snap_device *s, double load)
 {
 	if (s->power_enforced_mw == NA32 || s->power_enforced_mw < s->power_draw_mw)
 		return s->power_draw_mw;
 	return s->power_draw_mw + (double)(s->power_enforced_mw - s->power_draw_mw) * (load > 100 ? 100 : load) / 100;
 }
 
+// power_of is the demand held to the power limit (never below idle).
+static double power_of(const struct snap_device *s, const struct live_gpu *g, double load)
+{
+	double p = demand(s, load);
+	uint32_t limit = nvmock_power_limit(s, g);
+	if (limit != NA32 && p > limit)
+		p = limit > s->power_draw_mw ? limit : s->power_draw_mw;
+	return p;
+}
+
 uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t)
 {
-	double p = g->model ? power_of(d->s, nvmock_live_util(d->node_index, g, 0, t)) : d->s->power_draw_mw;
+	double p = g->model ? power_of(d->s, g, nvmock_live_util(d->node_index, g, 0, t)) : d->s->power_draw_mw;
 	if (fx->brake && d->s->power_enforced_mw != NA32 && p > d->s->power_enforced_mw / 2.0)
 		p = d->s->power_enforced_mw / 2.0;
 	return (uint32_t)(p + 0.5);
 }
 
-static double target_mc(const struct snap_device *s, uint32_t load)
+// target_mc: HEAT_C above idle at the board's TDP, in proportion below it
+// (a lowered limit keeps the GPU cooler).
+static double target_mc(const struct snap_device *s, const struct live_gpu *g, uint32_t load)
 {
 	double t = s->temp_gpu * 1000.0;
 	if (s->power_enforced_mw != NA32 && s->power_enforced_mw > s->power_draw_mw)
-		t += HEAT_C * 1000 * (power_of(s, load) - s->power_draw_mw) / (s->power_enforced_mw - s->power_draw_mw);
+		t += HEAT_C * 1000 * (power_of(s, g, load) - s->power_draw_mw) / (s->power_enforced_mw - s->power_draw_mw);
 	uint32_t slow = s->temp_threshold[NVML_TEMPERATURE_THRESHOLD_SLOWDOWN];
 	if (slow != NA32 && t > (slow - 3) * 1000.0)
 		t = (slow - 3) * 1000.0;
@@ -427,7 +450,7 @@ uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, 
 	unsigned c = d->s->temp_gpu;
 	if (g->model) {
 		struct seg s = seg_at(g, t);
-		double target = target_mc(d->s, s.load[0]);
+		double target = target_mc(d->s, g, s.load[0]);
 		double dt = t > s.since ? (double)(t - s.since) : 0;
 		double mc = target + (s.temp0 - target) * exp(-dt / TAU_NS);
 		c = (unsigned)(mc / 1000 + 0.5);
@@ -436,6 +459,25 @@ uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, 
 	if (fx->thermal)
 		c = slow != NA32 ? slow + 1 : d->s->temp_gpu + HEAT_C + 10;
 	return c;
+}
+
+// nvmock_live_cut starts a new segment of the same load at now, where the
+// readings stand, as the writer's SetLoad does (live/model.go): a change
+// to the power limit then moves only what comes after it.
+void nvmock_live_cut(const struct nvmock_dev *d, struct live_gpu *g, uint64_t now)
+{
+	if (!g->model)
+		return;
+	const struct snap_device *s = d->s;
+	double dt = now > g->since_ns ? (double)(now - g->since_ns) : 0;
+	double target = target_mc(s, g, g->load[0]);
+	double temp = target + ((double)g->temp0_mc - target) * exp(-dt / TAU_NS);
+	uint64_t e = g->energy0_mj;
+	if (s->power_draw_mw != NA32)
+		e += (uint64_t)(power_of(s, g, g->load[0]) * dt / 1e9);
+	memcpy(g->prev_load, g->load, sizeof g->load);
+	g->prev_since_ns = g->since_ns, g->prev_temp0_mc = g->temp0_mc, g->prev_energy0_mj = g->energy0_mj;
+	g->since_ns = now, g->temp0_mc = (uint32_t)(temp + 0.5), g->energy0_mj = e;
 }
 
 unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t t)
@@ -447,7 +489,14 @@ unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct l
 	}
 	struct seg s = seg_at(g, t);
 	double dt = t > s.since ? (double)(t - s.since) : 0;
-	return s.e0 + (unsigned long long)(power_of(d->s, s.load[0]) * dt / 1e9);
+	return s.e0 + (unsigned long long)(power_of(d->s, g, s.load[0]) * dt / 1e9);
+}
+
+// capped says whether a load asks for more power than the limit allows.
+static int capped(const struct snap_device *s, const struct live_gpu *g, unsigned load)
+{
+	uint32_t limit = nvmock_power_limit(s, g);
+	return limit != NA32 && demand(s, load) > limit;
 }
 
 // Clocks boost to the maximum under load, give way near the power limit,
@@ -463,6 +512,13 @@ uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g,
 	double c = u == 0 ? idle : max;
 	if (u >= 95)
 		c = max * 0.95;
+	// Held under a lowered power limit, clocks fall with the cube root of
+	// the power the limit leaves (power goes as f V^2, and V with f).
+	if (u > 0 && capped(s, g, u)) {
+		double k = 0.95 * cbrt(nvmock_power_limit(s, g) / demand(s, u));
+		if (max * k < c)
+			c = max * k;
+	}
 	if (fx->thermal)
 		c = max * 0.5;
 	if (fx->brake)
@@ -474,9 +530,10 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 				       uint64_t t)
 {
 	unsigned long long r = 0;
-	if (nvmock_live_util(d->node_index, g, 0, t) == 0)
+	unsigned u = nvmock_live_util(d->node_index, g, 0, t);
+	if (u == 0)
 		r |= nvmlClocksEventReasonGpuIdle;
-	else if (nvmock_live_util(d->node_index, g, 0, t) >= 95)
+	else if (u >= 95 || capped(d->s, g, u))
 		r |= nvmlClocksEventReasonSwPowerCap;
 	if (fx->thermal)
 		r |= nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksEventReasonSwThermalSlowdown | nvmlClocksThrottleReasonHwSlowdown;

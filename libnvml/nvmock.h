@@ -76,6 +76,12 @@ uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g,
 			   nvmlClockType_t type, uint64_t t);
 unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
 				       uint64_t t);
+uint32_t nvmock_power_limit(const struct snap_device *s, const struct live_gpu *g);
+void nvmock_live_cut(const struct nvmock_dev *d, struct live_gpu *g, uint64_t now);
+const struct live_gpu *nvmock_settings(const struct nvmock_dev *d, struct live_gpu *g);
+nvmlReturn_t nvmock_change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value);
+uint32_t nvmock_enforced_limit(const struct nvmock_dev *d);
+uint32_t nvmock_requested_limit(const struct nvmock_dev *d);
 #define LIVE_ANY 0xffffffffu
 struct live_proc *nvmock_live_procs(unsigned node, unsigned mask, unsigned *n);
 struct live_proc *nvmock_live_procs_on(unsigned node, unsigned gi, unsigned ci, unsigned mask, unsigned *n);

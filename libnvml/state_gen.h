@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 5
+#define STATE_VERSION 6
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -24,6 +24,7 @@
 #define LIVE_FAULT_REMAP_FAILURE 8 // a row remapping failed
 #define LIVE_CFG_PERSISTENCE 1 // persistence holds the persistence mode
 #define LIVE_CFG_COMPUTE_MODE 2 // compute_mode holds the compute mode
+#define LIVE_CFG_POWER_LIMIT 4 // power_limit_mw holds the power limit
 #define LIVE_TRIGGER_AT 1 // from time param (ns), node-wide
 #define LIVE_TRIGGER_CALLS 2 // after param calls on the GPU, counted by each process
 #define LIVE_TRIGGER_PROBABILITY 3 // each call with probability param / 2^32, drawn by each process
@@ -97,7 +98,7 @@ struct live_gpu {
 	uint32_t cfg_set; // CFG_* bits: the settings below that a setter changed; the others are the snapshot's
 	uint32_t persistence; // nvmlEnableState_t
 	uint32_t compute_mode; // nvmlComputeMode_t
-	uint32_t cfg_pad;
+	uint32_t power_limit_mw; // the power limit a setter asked for
 };
 _Static_assert(sizeof(struct live_gpu) == 1456, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
@@ -130,7 +131,7 @@ _Static_assert(offsetof(struct live_gpu, ci_start) == 960, "state layout");
 _Static_assert(offsetof(struct live_gpu, cfg_set) == 1440, "state layout");
 _Static_assert(offsetof(struct live_gpu, persistence) == 1444, "state layout");
 _Static_assert(offsetof(struct live_gpu, compute_mode) == 1448, "state layout");
-_Static_assert(offsetof(struct live_gpu, cfg_pad) == 1452, "state layout");
+_Static_assert(offsetof(struct live_gpu, power_limit_mw) == 1452, "state layout");
 
 // live_event one published event.
 struct live_event {

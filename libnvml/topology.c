@@ -326,8 +326,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsig
 
 // power_field answers the power fields nvidia-smi 535 reads for -q, for the
 // GPU scope and, on Grace boards, the module scope (GPU, CPU and memory).
-static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v)
+// The GPU's draw, energy and limits are what the getters give: the load
+// model's and the limit set with nvidia-smi -pl.
+static nvmlReturn_t power_field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 {
+	const struct snap_device *s = d->s;
 	int module = v->scopeId == NVML_POWER_SCOPE_MODULE;
 	if (v->scopeId != NVML_POWER_SCOPE_GPU && !module)
 		return NVML_ERROR_NOT_SUPPORTED;
@@ -337,11 +340,18 @@ static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v
 	case NVML_FI_DEV_POWER_MIN_LIMIT: mw = module ? s->module_power_min_mw : s->power_min_mw; break;
 	case NVML_FI_DEV_POWER_MAX_LIMIT: mw = module ? s->module_power_max_mw : s->power_max_mw; break;
 	case NVML_FI_DEV_POWER_DEFAULT_LIMIT: mw = module ? s->module_power_default_mw : s->power_default_mw; break;
-	case NVML_FI_DEV_POWER_CURRENT_LIMIT: mw = module ? s->module_power_limit_mw : s->power_enforced_mw; break;
-	case NVML_FI_DEV_POWER_REQUESTED_LIMIT: mw = module ? s->module_power_limit_mw : s->power_limit_mw; break;
-	case NVML_FI_DEV_ENERGY:
+	case NVML_FI_DEV_POWER_CURRENT_LIMIT: mw = module ? s->module_power_limit_mw : nvmock_enforced_limit(d); break;
+	case NVML_FI_DEV_POWER_REQUESTED_LIMIT: mw = module ? s->module_power_limit_mw : nvmock_requested_limit(d); break;
+	case NVML_FI_DEV_ENERGY: {
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-		return module ? NVML_ERROR_NOT_SUPPORTED : nvmock_energy_mj(s, &v->value.ullVal);
+		if (module)
+			return NVML_ERROR_NOT_SUPPORTED;
+		nvmlReturn_t r = nvmock_energy_mj(s, &v->value.ullVal);
+		LIVE(d);
+		if (r == NVML_SUCCESS && live_)
+			v->value.ullVal = nvmock_live_energy(d, &g_, now_);
+		return r;
+	}
 	case NVML_FI_DEV_POWER_AVERAGE:
 		// nvidia-smi shows a Grace module's draw from its average; the
 		// GPU's is the board's (N/A on GA100 and Turing).
@@ -352,6 +362,12 @@ static nvmlReturn_t power_field(const struct snap_device *s, nvmlFieldValue_t *v
 	if (mw == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
 	v->value.uiVal = mw;
+	int draw = v->fieldId == NVML_FI_DEV_POWER_INSTANT || v->fieldId == NVML_FI_DEV_POWER_AVERAGE;
+	if (!module && draw) {
+		LIVE(d);
+		if (live_)
+			v->value.uiVal = nvmock_live_power(d, &g_, &fx_, now_);
+	}
 	return NVML_SUCCESS;
 }
 
@@ -431,7 +447,7 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		return NVML_SUCCESS;
 	}
 	if (id >= NVML_FI_DEV_POWER_AVERAGE && id <= NVML_FI_DEV_POWER_REQUESTED_LIMIT)
-		return power_field(s, v);
+		return power_field(d, v);
 	if (id >= NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT && id <= NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT) {
 		unsigned k = id - NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT;
 		if (!(s->tlimit_offset_mask >> k & 1))

@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 5
+const Version = 6
 
 // Capacities of the file.
 const (
@@ -27,6 +27,7 @@ const (
 	FaultRemapFailure  = 8 // a row remapping failed
 	CfgPersistence     = 1 // persistence holds the persistence mode
 	CfgComputeMode     = 2 // compute_mode holds the compute mode
+	CfgPowerLimit      = 4 // power_limit_mw holds the power limit
 	TriggerAt          = 1 // from time param (ns), node-wide
 	TriggerCalls       = 2 // after param calls on the GPU, counted by each process
 	TriggerProbability = 3 // each call with probability param / 2^32, drawn by each process
@@ -107,7 +108,7 @@ type GPU struct {
 	CfgSet        uint32      // CFG_* bits: the settings below that a setter changed; the others are the snapshot's
 	Persistence   uint32      // nvmlEnableState_t
 	ComputeMode   uint32      // nvmlComputeMode_t
-	CfgPad        uint32
+	PowerLimitMW  uint32      // the power limit a setter asked for
 }
 
 // GPUSize is the size of GPU in the file.
@@ -145,7 +146,7 @@ var GPULayout = []FieldOffset{
 	{"cfg_set", "CfgSet", 1440},
 	{"persistence", "Persistence", 1444},
 	{"compute_mode", "ComputeMode", 1448},
-	{"cfg_pad", "CfgPad", 1452},
+	{"power_limit_mw", "PowerLimitMW", 1452},
 }
 
 // Event one published event.

@@ -23,7 +23,8 @@ const HeatC = 45
 // Board is what the model needs of one GPU, from its snapshot record.
 type Board struct {
 	IdleMW    uint32 // the captured (idle) power draw; snapshot.NA: no reading
-	TDPMW     uint32 // the enforced power limit
+	TDPMW     uint32 // the default enforced power limit: the draw at full load
+	LimitMW   uint32 // a power limit set with nvidia-smi -pl; 0: TDPMW
 	IdleTempC uint32
 	SlowdownC uint32 // snapshot.NA: none
 	NVLinks   uint32 // 0: none
@@ -47,12 +48,25 @@ func (b Board) CheckLink(gpu int, link uint32) error {
 	return nil
 }
 
-// PowerMW is the mean power at a GPU load in percent: idle to TDP.
+// PowerMW is the mean power at a GPU load in percent: idle to TDP, held
+// to the power limit (never below idle).
 func (b Board) PowerMW(load uint32) float64 {
 	if b.IdleMW == snapshot.NA || b.TDPMW == snapshot.NA || b.TDPMW < b.IdleMW {
 		return float64(b.IdleMW)
 	}
-	return float64(b.IdleMW) + float64(b.TDPMW-b.IdleMW)*float64(min(load, 100))/100
+	p := float64(b.IdleMW) + float64(b.TDPMW-b.IdleMW)*float64(min(load, 100))/100
+	if b.LimitMW != 0 && p > float64(b.LimitMW) {
+		p = float64(max(b.LimitMW, b.IdleMW))
+	}
+	return p
+}
+
+// under is the board under GPU g's settings: the power limit set there.
+func (b Board) under(g *GPU) Board {
+	if g.CfgSet&CfgPowerLimit != 0 && b.TDPMW != snapshot.NA {
+		b.LimitMW = g.PowerLimitMW
+	}
+	return b
 }
 
 // TargetMC is the temperature a GPU settles at under a load, in milli-C:
@@ -107,6 +121,7 @@ type Loads struct {
 // readings stand.
 func (s *State) SetLoad(b Board, gpu int, l Loads, now int64) {
 	g := &s.GPUs[gpu]
+	b = b.under(g)
 	var temp0 uint32
 	var e0 uint64
 	if g.Model == 0 {

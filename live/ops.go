@@ -283,7 +283,7 @@ func (s *State) ResetReadings(g int) {
 	o := &s.GPUs[g]
 	s.GPUs[g] = GPU{MIGSet: o.MIGSet, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending,
 		GIProfile: o.GIProfile, GIStart: o.GIStart, CISlices: o.CISlices, CIStart: o.CIStart,
-		CfgSet: o.CfgSet, Persistence: o.Persistence, ComputeMode: o.ComputeMode}
+		CfgSet: o.CfgSet, Persistence: o.Persistence, ComputeMode: o.ComputeMode, PowerLimitMW: o.PowerLimitMW}
 }
 
 // Processes lists the registered processes.

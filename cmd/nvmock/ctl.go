@@ -458,6 +458,56 @@ type GPUStatus struct {
 	Load   [4]uint32     `json:"load"` // GPU, memory, encoder, decoder %
 	Jitter uint32        `json:"jitter"`
 	Faults []FaultStatus `json:"faults"`
+	// Settings are those changed with nvidia-smi (-pm, -c, -pl), kept
+	// until the node is reinstalled; nil: none.
+	Settings *GPUSettings `json:"settings,omitempty"`
+}
+
+// GPUSettings are the node settings changed on one GPU; unset: the
+// board's.
+type GPUSettings struct {
+	Persistence  *bool   `json:"persistence,omitempty"`
+	ComputeMode  string  `json:"computeMode,omitempty"`
+	PowerLimitMW *uint32 `json:"powerLimitMW,omitempty"`
+}
+
+// computeModes are nvmlComputeMode_t's names, as nvidia-smi prints them.
+var computeModes = []string{"Default", "Exclusive_Thread", "Prohibited", "Exclusive_Process"}
+
+func settingsOf(g *live.GPU) *GPUSettings {
+	if g.CfgSet == 0 {
+		return nil
+	}
+	var st GPUSettings
+	if g.CfgSet&live.CfgPersistence != 0 {
+		on := g.Persistence != 0
+		st.Persistence = &on
+	}
+	if g.CfgSet&live.CfgComputeMode != 0 {
+		st.ComputeMode = fmt.Sprint(g.ComputeMode)
+		if int(g.ComputeMode) < len(computeModes) {
+			st.ComputeMode = computeModes[g.ComputeMode]
+		}
+	}
+	if g.CfgSet&live.CfgPowerLimit != 0 {
+		mw := g.PowerLimitMW
+		st.PowerLimitMW = &mw
+	}
+	return &st
+}
+
+func (st *GPUSettings) String() string {
+	var out []string
+	if st.Persistence != nil {
+		out = append(out, map[bool]string{true: "persistence Enabled", false: "persistence Disabled"}[*st.Persistence])
+	}
+	if st.ComputeMode != "" {
+		out = append(out, "compute mode "+st.ComputeMode)
+	}
+	if st.PowerLimitMW != nil {
+		out = append(out, fmt.Sprintf("power limit %.2f W", float64(*st.PowerLimitMW)/1000))
+	}
+	return strings.Join(out, ", ")
 }
 
 // FaultStatus is one fault, for people.
@@ -498,7 +548,7 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 	}
 	for i := 0; i < int(s.Header.Gpus); i++ {
 		g := &s.GPUs[i]
-		gs := GPUStatus{Index: i, Model: g.Model != 0, Load: g.Load, Jitter: g.Jitter, Faults: []FaultStatus{}}
+		gs := GPUStatus{Index: i, Model: g.Model != 0, Load: g.Load, Jitter: g.Jitter, Faults: []FaultStatus{}, Settings: settingsOf(g)}
 		for _, fl := range s.Faults(i) {
 			gs.Faults = append(gs.Faults, FaultStatus{Kind: live.KindName(fl.Kind), XID: fl.XID, Trigger: triggerText(fl), PID: fl.PID, Count: fl.Count})
 		}
@@ -543,6 +593,13 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 			faults = strings.Join(fl, "; ")
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d%%\t%d%%\t%d%%\t%d%%\t%s\n", g.Index, load, g.Load[1], g.Load[2], g.Load[3], g.Jitter, faults)
+	}
+	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl; until reinstalled)\n"
+	for _, g := range st.GPUs {
+		if g.Settings != nil {
+			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.Settings)
+			head = ""
+		}
 	}
 	if len(st.Processes) > 0 {
 		fmt.Fprintln(tw, "\nPID\tGPU\tGI\tCI\tTYPE\tMEMORY\tNAME\tOWNER")

@@ -483,3 +483,39 @@ func TestCtlIBRejectsBadArgumentsWithOneLine(t *testing.T) {
 		t.Errorf("after rejected commands: faults %v, %v; want none", faults, err)
 	}
 }
+
+// ctl status shows the settings nvidia-smi changed (the library writes
+// them; here the state is written as it does), and only those.
+func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
+	state := ctlNode(t, "3")
+	f, err := live.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Update(func(s *live.State, _ int64) error {
+		s.GPUs[0].CfgSet, s.GPUs[0].PowerLimitMW = live.CfgPowerLimit, 250000
+		s.GPUs[2].CfgSet, s.GPUs[2].Persistence, s.GPUs[2].ComputeMode = live.CfgPersistence|live.CfgComputeMode, 0, 3
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := ctlStatus(f, nil, &b); err != nil {
+		t.Fatal(err)
+	}
+	want := "GPU  SETTINGS (nvidia-smi -pm, -c, -pl; until reinstalled)\n0    power limit 250.00 W\n2    persistence Disabled, compute mode Exclusive_Process\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("ctl status:\n%s\nwant a part:\n%s", b.String(), want)
+	}
+	s := ctlStatusJSON(t, state)
+	if g := s.GPUs[0].Settings; g == nil || g.PowerLimitMW == nil || *g.PowerLimitMW != 250000 || g.Persistence != nil || g.ComputeMode != "" {
+		t.Errorf("GPU 0 settings %+v, want only the power limit", g)
+	}
+	if s.GPUs[1].Settings != nil {
+		t.Errorf("GPU 1 settings %+v, want none", s.GPUs[1].Settings)
+	}
+	if g := s.GPUs[2].Settings; g == nil || g.Persistence == nil || *g.Persistence || g.ComputeMode != "Exclusive_Process" {
+		t.Errorf("GPU 2 settings %+v", g)
+	}
+}

@@ -12,7 +12,7 @@ import (
 // Bump StateVersion on any change.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 5
+const StateVersion = 6
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -41,6 +41,7 @@ var StateEnums = []struct {
 	{"FAULT_REMAP_FAILURE", 8, "a row remapping failed"},
 	{"CFG_PERSISTENCE", 1, "persistence holds the persistence mode"},
 	{"CFG_COMPUTE_MODE", 2, "compute_mode holds the compute mode"},
+	{"CFG_POWER_LIMIT", 4, "power_limit_mw holds the power limit"},
 	{"TRIGGER_AT", 1, "from time param (ns), node-wide"},
 	{"TRIGGER_CALLS", 2, "after param calls on the GPU, counted by each process"},
 	{"TRIGGER_PROBABILITY", 3, "each call with probability param / 2^32, drawn by each process"},
@@ -98,7 +99,7 @@ var StateSchema = []Record{
 		{"cfg_set", U32, 0, "CFG_* bits: the settings below that a setter changed; the others are the snapshot's"},
 		{"persistence", U32, 0, "nvmlEnableState_t"},
 		{"compute_mode", U32, 0, "nvmlComputeMode_t"},
-		{"cfg_pad", U32, 0, ""},
+		{"power_limit_mw", U32, 0, "the power limit a setter asked for"},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/live"
 )
 
 // nvidia-smi -pm and -c change node state, as the driver keeps them: every
@@ -58,6 +59,55 @@ func TestPersistenceAndComputeModeAreSetForTheNode(t *testing.T) {
 			run("-i", "1", "-mig", "1")
 			if out := run("-i", "1", "-c", "EXCLUSIVE_PROCESS"); !strings.Contains(out, "Not Supported") {
 				t.Errorf("a compute mode on a GPU in MIG mode:\n%s", out)
+			}
+		})
+	}
+}
+
+// nvidia-smi -pl sets the node's power limit within the board's range,
+// with every release (470 through the first call, later ones through
+// _v2): the limits shown become it, and a full load draws no more. Out of
+// range, nvidia-smi refuses from the constraints the library gives; from
+// a read-only view, Not Supported.
+func TestPowerLimitIsSetForTheNode(t *testing.T) {
+	for _, s := range testenv.NvidiaSMIs(t) {
+		t.Run(s.Version, func(t *testing.T) {
+			snap, _ := testenv.Snapshot(t, "a100", 2)
+			f := testenv.LiveState(t, snap, 2, time.Time{})
+			boards, err := live.Boards(f.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Update(func(st *live.State, now int64) error {
+				st.SetLoad(boards[1], 1, live.Loads{GPU: 100}, now)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			run := smiRunner(t, s.Path, snap)
+			if out := run("-i", "1", "-pl", "250"); !strings.Contains(out, "Power limit for GPU 00000000:0F:00.0 was set to 250.00 W from 400.00 W.") {
+				t.Errorf("nvidia-smi -i 1 -pl 250:\n%s", out)
+			}
+			q := []string{"--query-gpu=power.limit,enforced.power.limit,power.draw,clocks_throttle_reasons.sw_power_cap", "--format=csv,noheader"}
+			if got, want := run(q...), "400.00 W, 400.00 W, 49.68 W, Not Active\n250.00 W, 250.00 W, 250.00 W, Active\n"; got != want {
+				t.Errorf("after -pl 250 on GPU 1 at full load:\n%swant:\n%s", got, want)
+			}
+			out, code, err := runSMI(t, s.Path, snap, nil, "-pl", "1000")
+			if err != nil || code == 0 || !strings.Contains(out, "not a valid power limit which should be between 100.00 W and 400.00 W") {
+				t.Errorf("-pl 1000: exit %d, %v\n%s", code, err, out)
+			}
+
+			if os.Geteuid() != 0 {
+				testenv.Missing(t, "root, to bind the state read-only in a mount namespace")
+			}
+			state := filepath.Join(filepath.Dir(snap), "state")
+			out, code, err = runSMI(t, "unshare", snap, nil, "-m", "sh", "-c",
+				`mount --bind -o ro "$1" "$1" && exec "$2" -i 0 -pl 300`, "sh", state, s.Path)
+			if err != nil || code != 0 || !strings.Contains(out, "not supported") {
+				t.Errorf("a read-only state: exit %d, %v\n%s", code, err, out)
+			}
+			if got := run("--query-gpu=power.limit", "--format=csv,noheader", "-i", "0"); got != "400.00 W\n" {
+				t.Errorf("a refused change changed the limit: %q", got)
 			}
 		})
 	}
