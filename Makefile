@@ -21,6 +21,7 @@ LIB_SRCS := $(wildcard libnvml/*.c)
 LIB_HDRS := $(wildcard libnvml/*.h)
 NVMOCK := $(BUILD)/bin/nvmock
 HOOK := $(BUILD)/bin/nvmock-hook
+IMEX := $(BUILD)/driver/usr/bin/nvidia-imex
 DEFAULT_SNAPSHOT := $(BUILD)/default.snapshot
 NVIDIA_SMI := $(CACHE)/bin/nvidia-smi
 GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './build/*') go.mod go.sum $(wildcard profile/builtin/*.yaml)
@@ -30,7 +31,7 @@ GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './bui
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: lib cli ## build the CLI and the mock libnvidia-ml
+build: lib cli $(IMEX) ## build the CLI, the mock libnvidia-ml and nvidia-imex
 
 # driver: the complete driver tree hostprep and exec install (the real
 # nvidia-smi beside the library); needs make deps.
@@ -63,6 +64,13 @@ $(NVMOCK): $(GO_SRCS)
 $(HOOK): pcisim/hook/hook.c
 	@mkdir -p $(dir $@)
 	$(CC) -static -O2 -Wall -Wextra -Werror -o $@ $<
+
+# The IMEX daemon and its control tool (one binary) that NVL72 overlays
+# carry in their driver root: C and static, as it runs in other people's
+# images (NVIDIA's DRA driver's).
+$(IMEX): imex/imex.c
+	@mkdir -p $(dir $@)
+	$(CC) -static -O2 -s -Wall -Wextra -Werror -o $@.tmp $< && mv $@.tmp $@
 
 $(DEFAULT_SNAPSHOT): $(NVMOCK)
 	$(NVMOCK) profile compile a100 --unseeded -o $@

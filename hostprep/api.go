@@ -131,6 +131,7 @@ type inputs struct {
 	opt      Options
 	lib, smi []byte
 	hook     []byte
+	imex     []byte // nil: no NVLink domain
 	snap     []byte
 	ids      []snapshot.Identity
 	nodes    []DevNode
@@ -169,6 +170,9 @@ func gather(o Options) (*inputs, error) {
 			return nil, fmt.Errorf("render overlay: runtime hook: %w", err)
 		}
 	}
+	if in.imex, err = readIMEX(o.Assets, p); err != nil {
+		return nil, err
+	}
 	in.ids = snapshot.Identities(p, seed)
 	in.boards, _ = p.Boards() // validated above
 	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
@@ -197,7 +201,7 @@ func gather(o Options) (*inputs, error) {
 	}
 	// The layout is in the hash: another one is a new install, which
 	// starts over from it; the same one leaves the node's state alone.
-	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec())
+	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec(), in.imex)
 	return in, nil
 }
 
@@ -305,6 +309,7 @@ func (in *inputs) entries() []entry {
 	if in.hook != nil {
 		es = append(es, entry{path: HookPath, data: in.hook, mode: 0o755})
 	}
+	es = append(es, imexEntries(in.imex)...)
 	if in.opt.StateLink != "" {
 		es = append(es, entry{path: StatePath, hard: in.opt.StateLink})
 	}

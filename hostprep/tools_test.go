@@ -155,6 +155,19 @@ func TestNvidiaCTKGeneratesACDISpecNamingEveryMockGPUByIndexAndUUID(t *testing.T
 					t.Errorf("spec-wide device nodes %v lack %s", common, n)
 				}
 			}
+
+			// An NVL72 tray's driver root has the IMEX tools, which the spec
+			// mounts as the driver's other binaries; other boards have none.
+			var mounts []string
+			for _, m := range spec.ContainerEdits.Mounts {
+				mounts = append(mounts, m.ContainerPath)
+			}
+			clique := hostprep.HasClique(testenv.Profile(t, tc.profile, tc.gpus))
+			for _, b := range []string{"/usr/bin/nvidia-smi", "/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex-ctl"} {
+				if want := b == "/usr/bin/nvidia-smi" || clique; slices.Contains(mounts, b) != want {
+					t.Errorf("%s (clique %v): spec-wide mounts %v; want %s: %v", tc.profile, clique, mounts, b, want)
+				}
+			}
 		})
 	}
 }

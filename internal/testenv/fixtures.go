@@ -47,6 +47,8 @@ func FakeDriverAssets(t testing.TB) string {
 		// The InfiniBand planes' libraries, for profiles with HCAs.
 		{filepath.Join(lib64, "nvmock", "libnvmock-umad.so"), "not really a shim\n"},
 		{filepath.Join(lib64, "libibverbs", "libnvmock-rdmav34.so"), "not really a provider\n"},
+		// nvidia-imex, for NVL72 profiles.
+		{filepath.Join(bin, "nvidia-imex"), "#!/bin/sh\necho fake nvidia-imex\n"},
 	} {
 		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
 			t.Fatal(err)

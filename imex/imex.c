@@ -1,0 +1,343 @@
+//go:build ignore
+
+// nvidia-imex and nvidia-imex-ctl for mock NVL72 nodes: the IMEX daemon of
+// a multi-node NVLink domain, as NVIDIA's DRA driver runs it (a child of
+// its compute-domain daemon, in that pod), and the control tool that
+// driver probes it with (nvidia-imex-ctl -c CONFIG -q, which must print
+// READY). One static binary, named by argv[0]: it runs in other people's
+// images, whatever their libc. Only the local daemon's readiness is
+// modelled: the daemons do not talk to each other, so there is no domain
+// status (-N) and no memory export.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define DEFAULT_CONFIG "/etc/nvidia-imex/config.cfg"
+#define DEFAULT_NODES "/etc/nvidia-imex/nodes_config.cfg"
+
+struct config {
+	char path[4096];
+	char nodes[4096];    // IMEX_NODE_CONFIG_FILE
+	char bind_ip[64];    // BIND_INTERFACE_IP: the peers' port
+	int server_port;     // SERVER_PORT
+	int cmd_enabled;     // IMEX_CMD_ENABLED
+	char cmd_ip[64];     // IMEX_CMD_BIND_INTERFACE_IP
+	int cmd_port;        // IMEX_CMD_PORT
+	char cmd_unix[108];  // IMEX_CMD_UNIX_DOMAIN_PATH
+	char log_file[4096]; // LOG_FILE_NAME; empty: stderr
+};
+
+static const char *prog = "nvidia-imex";
+static FILE *logf;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(1);
+}
+
+static void logline(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(logf, fmt, ap);
+	fputc('\n', logf);
+	fflush(logf);
+	va_end(ap);
+}
+
+static void copy(char *dst, size_t n, const char *src)
+{
+	if (strlen(src) >= n)
+		die("%s: value too long", src);
+	strcpy(dst, src);
+}
+
+static int port(const char *key, const char *v)
+{
+	char *end;
+	long p = strtol(v, &end, 10);
+	if (*v == '\0' || *end != '\0' || p < 1 || p > 65535)
+		die("config: %s=%s is not a port", key, v);
+	return (int)p;
+}
+
+// read_config reads KEY=VALUE lines; '#' starts a comment. Keys it does not
+// model are accepted, as the real daemon's many are.
+static void read_config(const char *path, struct config *c)
+{
+	memset(c, 0, sizeof *c);
+	copy(c->path, sizeof c->path, path);
+	copy(c->nodes, sizeof c->nodes, DEFAULT_NODES);
+	c->server_port = 50000;
+	c->cmd_port = 50005;
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		die("config file %s: %s", path, strerror(errno));
+	char line[8192];
+	while (fgets(line, sizeof line, f) != NULL) {
+		line[strcspn(line, "\r\n")] = '\0';
+		char *s = line + strspn(line, " \t");
+		if (*s == '#' || *s == '\0')
+			continue;
+		char *eq = strchr(s, '=');
+		if (eq == NULL)
+			die("config %s: %s: want KEY=VALUE", path, s);
+		*eq = '\0';
+		const char *k = s, *v = eq + 1;
+		if (strcmp(k, "IMEX_NODE_CONFIG_FILE") == 0 && *v)
+			copy(c->nodes, sizeof c->nodes, v);
+		else if (strcmp(k, "BIND_INTERFACE_IP") == 0)
+			copy(c->bind_ip, sizeof c->bind_ip, v);
+		else if (strcmp(k, "SERVER_PORT") == 0 && *v)
+			c->server_port = port(k, v);
+		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0)
+			c->cmd_enabled = strcmp(v, "1") == 0;
+		else if (strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP") == 0)
+			copy(c->cmd_ip, sizeof c->cmd_ip, v);
+		else if (strcmp(k, "IMEX_CMD_PORT") == 0 && *v)
+			c->cmd_port = port(k, v);
+		else if (strcmp(k, "IMEX_CMD_UNIX_DOMAIN_PATH") == 0)
+			copy(c->cmd_unix, sizeof c->cmd_unix, v);
+		else if (strcmp(k, "LOG_FILE_NAME") == 0)
+			copy(c->log_file, sizeof c->log_file, v);
+	}
+	fclose(f);
+}
+
+// count_nodes counts the node config's entries: one address or name a line.
+static int count_nodes(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	char line[4096];
+	int n = 0;
+	while (fgets(line, sizeof line, f) != NULL) {
+		char *s = line + strspn(line, " \t");
+		if (*s != '#' && *s != '\n' && *s != '\0')
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static int listen_tcp(const char *ip, int p)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+	a.sin_addr.s_addr = htonl(INADDR_ANY);
+	if (ip[0] != '\0' && inet_pton(AF_INET, ip, &a.sin_addr) != 1)
+		die("%s is not an IPv4 address", ip);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int on = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0)
+		die("listen on %s:%d: %s", ip[0] ? ip : "0.0.0.0", p, strerror(errno));
+	return fd;
+}
+
+static int listen_unix(const char *path)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	copy(a.sun_path, sizeof a.sun_path, path);
+	unlink(path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0)
+		die("listen on %s: %s", path, strerror(errno));
+	return fd;
+}
+
+static volatile sig_atomic_t stop, reload;
+
+static void on_signal(int sig)
+{
+	if (sig == SIGUSR1)
+		reload = 1;
+	else
+		stop = 1;
+}
+
+// answer serves one command connection: a request line, one reply.
+static void answer(int fd)
+{
+	char req[64] = {0};
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	if (poll(&p, 1, 2000) == 1 && read(fd, req, sizeof req - 1) > 0 && strncmp(req, "status", 6) == 0) {
+		const char *r = "READY\n";
+		if (write(fd, r, strlen(r)) < 0) {
+			// the client went away
+		}
+	}
+	close(fd);
+}
+
+static int daemon_main(const char *cfgpath)
+{
+	struct config c;
+	read_config(cfgpath, &c);
+	logf = stderr;
+	if (c.log_file[0] != '\0' && (logf = fopen(c.log_file, "a")) == NULL)
+		die("log file %s: %s", c.log_file, strerror(errno));
+	int nodes = count_nodes(c.nodes);
+	if (nodes < 0)
+		die("node config file %s: %s", c.nodes, strerror(errno));
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct pollfd fds[3];
+	int n = 0;
+	fds[n++] = (struct pollfd){.fd = listen_tcp(c.bind_ip, c.server_port), .events = POLLIN};
+	if (c.cmd_enabled) {
+		fds[n++] = (struct pollfd){.fd = listen_tcp(c.cmd_ip, c.cmd_port), .events = POLLIN};
+		if (c.cmd_unix[0] != '\0')
+			fds[n++] = (struct pollfd){.fd = listen_unix(c.cmd_unix), .events = POLLIN};
+	}
+	logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service %s%s%d", nodes, c.nodes,
+		c.server_port, c.cmd_enabled ? (c.cmd_ip[0] ? c.cmd_ip : "0.0.0.0") : "off", c.cmd_enabled ? ":" : "",
+		c.cmd_enabled ? c.cmd_port : 0);
+	while (!stop) {
+		if (reload) {
+			reload = 0;
+			logline("SIGUSR1: %d node(s) in %s", count_nodes(c.nodes), c.nodes);
+		}
+		if (poll(fds, (nfds_t)n, -1) < 0)
+			continue; // EINTR: a signal
+		for (int i = 0; i < n; i++) {
+			if (!(fds[i].revents & POLLIN))
+				continue;
+			int fd = accept4(fds[i].fd, NULL, NULL, SOCK_CLOEXEC);
+			if (fd < 0)
+				continue;
+			if (i == 0)
+				close(fd); // a peer: the daemons exchange nothing here
+			else
+				answer(fd);
+		}
+	}
+	logline("IMEX daemon (nvmock) stopping");
+	if (c.cmd_unix[0] != '\0')
+		unlink(c.cmd_unix);
+	return 0;
+}
+
+static int connect_to(const char *ip, int p, const char *unix_path)
+{
+	int fd;
+	if (unix_path != NULL) {
+		struct sockaddr_un a = {.sun_family = AF_UNIX};
+		copy(a.sun_path, sizeof a.sun_path, unix_path);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+			die("connect to %s: %s", unix_path, strerror(errno));
+		return fd;
+	}
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+	if (inet_pton(AF_INET, ip[0] ? ip : "127.0.0.1", &a.sin_addr) != 1)
+		die("%s is not an IPv4 address", ip);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+		die("connect to %s:%d: %s", ip[0] ? ip : "127.0.0.1", p, strerror(errno));
+	return fd;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "Usage: nvidia-imex-ctl [-i <IP> <PORT>|-u <unix domain socket path>|-c <nvidia-imex config.cfg path>] -q\n"
+			"       -q: query the status of the local IMEX daemon once (READY)\n"
+			"nvmock models the local daemon's readiness only: -n, -N, -s, -d and -m are not modelled.\n");
+}
+
+static int ctl_main(int argc, char **argv)
+{
+	const char *cfg = NULL, *ip = NULL, *unix_path = NULL;
+	int p = 0, query = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "-c") == 0 && i + 1 < argc)
+			cfg = argv[++i];
+		else if (strcmp(a, "-i") == 0 && i + 2 < argc)
+			ip = argv[++i], p = port("-i", argv[++i]);
+		else if (strcmp(a, "-u") == 0 && i + 1 < argc)
+			unix_path = argv[++i];
+		else if (strcmp(a, "-q") == 0)
+			query = 1;
+		else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage();
+			return 0;
+		} else if (strcmp(a, "-n") == 0 || strcmp(a, "-N") == 0 || strcmp(a, "-s") == 0 || strcmp(a, "-d") == 0 ||
+			   strcmp(a, "-m") == 0) {
+			die("%s is not modelled: nvmock's IMEX daemons do not form a domain", a);
+		} else if (strcmp(a, "-H") == 0 || strcmp(a, "-j") == 0 || (strcmp(a, "-t") == 0 && ++i < argc)) {
+			// formatting of the commands not modelled
+		} else {
+			usage();
+			return 1;
+		}
+	}
+	if (!query) {
+		usage();
+		return 1;
+	}
+	if ((cfg != NULL) + (ip != NULL) + (unix_path != NULL) > 1)
+		die("only one of -i, -u, or -c can be specified");
+	if (ip == NULL && unix_path == NULL) {
+		struct config c;
+		read_config(cfg != NULL ? cfg : DEFAULT_CONFIG, &c);
+		if (!c.cmd_enabled)
+			die("the command service is not enabled in %s (IMEX_CMD_ENABLED)", c.path);
+		ip = c.cmd_ip, p = c.cmd_port;
+	}
+	int fd = connect_to(ip, p, unix_path);
+	const char *req = "status\n";
+	char buf[256];
+	ssize_t n = 0;
+	if (write(fd, req, strlen(req)) == (ssize_t)strlen(req))
+		n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		die("no answer from the IMEX daemon");
+	buf[n] = '\0';
+	fputs(buf, stdout);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *base = strrchr(argv[0], '/');
+	base = base != NULL ? base + 1 : argv[0];
+	if (strcmp(base, "nvidia-imex-ctl") == 0) {
+		prog = "nvidia-imex-ctl";
+		return ctl_main(argc, argv);
+	}
+	const char *cfg = DEFAULT_CONFIG;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
+			cfg = argv[++i];
+		else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			fprintf(stderr, "Usage: nvidia-imex [-c <config path>] (default %s)\n", DEFAULT_CONFIG);
+			return 0;
+		} else {
+			die("unknown argument %s; usage: nvidia-imex [-c <config path>]", argv[i]);
+		}
+	}
+	return daemon_main(cfg);
+}

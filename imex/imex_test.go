@@ -1,0 +1,199 @@
+//go:build integration
+
+// Package imex tests nvmock's nvidia-imex and nvidia-imex-ctl (imex.c), the
+// built binary of make build, as NVIDIA's DRA driver runs them: the daemon
+// with the config its compute-domain daemon renders, and the readiness
+// probe nvidia-imex-ctl -c CONFIG -q, which must print READY.
+package imex
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// Ports from the test range of this machine's suites.
+const serverPort, cmdPort = 18690, 18691
+
+// tools copies the built binary as the two names it answers to.
+func tools(t *testing.T) (daemon, ctl string) {
+	t.Helper()
+	built := filepath.Join(testenv.BuildDir(), "driver", "usr", "bin", "nvidia-imex")
+	data, err := os.ReadFile(built)
+	if err != nil {
+		testenv.Missing(t, "%s (run make build)", built)
+	}
+	d := t.TempDir()
+	daemon, ctl = filepath.Join(d, "nvidia-imex"), filepath.Join(d, "nvidia-imex-ctl")
+	for _, p := range []string{daemon, ctl} {
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return daemon, ctl
+}
+
+// config writes a daemon config with the keys the DRA driver's template
+// sets, and a nodes file of two DNS names, as its compute-domain daemon
+// writes them.
+func config(t *testing.T, extra string) string {
+	t.Helper()
+	d := t.TempDir()
+	nodes := filepath.Join(d, "nodes.cfg")
+	if err := os.WriteFile(nodes, []byte("compute-domain-daemon-0\ncompute-domain-daemon-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`# rendered for the test
+LOG_LEVEL=4
+LOG_FILE_NAME=
+DAEMONIZE=0
+BIND_INTERFACE_IP=
+SERVER_PORT=%d
+IMEX_NODE_CONFIG_FILE=%s
+IMEX_WAIT_FOR_QUORUM=RECOVERY
+IMEX_ENABLE_AUTH_ENCRYPTION=0
+IMEX_CMD_ENABLED=1
+IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1
+IMEX_CMD_PORT=%d
+IMEX_CMD_UNIX_DOMAIN_PATH=
+IMEX_NODE_DISCONNECTED_GRACE_TIME=-1
+%s`, serverPort, nodes, cmdPort, extra)
+	path := filepath.Join(d, "imexd.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// start runs the daemon until the test ends, and waits for its command
+// port; done gives its exit.
+func start(t *testing.T, daemon, cfg string) (cmd *exec.Cmd, log *strings.Builder, done <-chan error) {
+	t.Helper()
+	log = &strings.Builder{}
+	cmd = exec.Command(daemon, "-c", cfg)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon's command port %d does not answer: %v\n%s", cmdPort, err, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, log, exited
+}
+
+func run(t *testing.T, bin string, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func TestTheDaemonAnswersTheDRADriversProbeUntilItStops(t *testing.T) {
+	daemon, ctl := tools(t)
+	cfg := config(t, "")
+	cmd, log, done := start(t, daemon, cfg)
+	if out, code := run(t, ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+		t.Errorf("nvidia-imex-ctl -c CONFIG -q: exit %d, %q; want READY", code, out)
+	}
+	if out, code := run(t, ctl, "-i", "127.0.0.1", fmt.Sprint(cmdPort), "-q"); out != "READY\n" || code != 0 {
+		t.Errorf("nvidia-imex-ctl -i IP PORT -q: exit %d, %q", code, out)
+	}
+	// The compute-domain daemon sends SIGUSR1 when the nodes change.
+	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+		t.Errorf("after SIGUSR1: exit %d, %q", code, out)
+	}
+	// A peer may connect to the server port.
+	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", serverPort)); err != nil {
+		t.Errorf("the server port: %v", err)
+	} else {
+		c.Close()
+	}
+	// The domain's status is not modelled: said, not invented.
+	if out, code := run(t, ctl, "-c", cfg, "-N"); code == 0 || !strings.Contains(out, "not modelled") {
+		t.Errorf("nvidia-imex-ctl -N: exit %d, %q; want an error saying it is not modelled", code, out)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the daemon did not stop on SIGTERM\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "2 node(s) in") || !strings.Contains(log.String(), "SIGUSR1") {
+		t.Errorf("the daemon's log:\n%s\nwant its nodes and the SIGUSR1 reload", log.String())
+	}
+	if out, code := run(t, ctl, "-c", cfg, "-q"); code == 0 || strings.Contains(out, "READY") {
+		t.Errorf("nvidia-imex-ctl -q with the daemon stopped: exit %d, %q; want a failure", code, out)
+	}
+}
+
+func TestTheControlToolTakesAUnixSocket(t *testing.T) {
+	daemon, ctl := tools(t)
+	sock := filepath.Join(t.TempDir(), "imex.sock")
+	start(t, daemon, config(t, "IMEX_CMD_UNIX_DOMAIN_PATH="+sock+"\n"))
+	if out, code := run(t, ctl, "-u", sock, "-q"); out != "READY\n" || code != 0 {
+		t.Errorf("nvidia-imex-ctl -u PATH -q: exit %d, %q", code, out)
+	}
+}
+
+// Bad input: one line naming the file and what is wrong, exit 1.
+func TestBadConfigsAreOneLine(t *testing.T) {
+	daemon, ctl := tools(t)
+	missing := filepath.Join(t.TempDir(), "none.cfg")
+	noNodes := config(t, "IMEX_NODE_CONFIG_FILE=/nonexistent/nodes.cfg\n")
+	badPort := config(t, "IMEX_CMD_PORT=70000\n")
+	noEquals := config(t, "GARBAGE\n")
+	for _, c := range []struct {
+		bin  string
+		args []string
+		want string
+	}{
+		{daemon, []string{"-c", missing}, "config file " + missing},
+		{daemon, []string{"-c", noNodes}, "node config file /nonexistent/nodes.cfg"},
+		{daemon, []string{"-c", badPort}, "IMEX_CMD_PORT=70000 is not a port"},
+		{daemon, []string{"-c", noEquals}, "GARBAGE: want KEY=VALUE"},
+		{daemon, []string{"--nonsense"}, "unknown argument --nonsense"},
+		{ctl, []string{"-c", missing, "-q"}, "config file " + missing},
+		{ctl, []string{"-c", noEquals, "-i", "127.0.0.1", "1", "-q"}, "only one of -i, -u, or -c"},
+	} {
+		out, code := run(t, c.bin, c.args...)
+		if code != 1 || !strings.Contains(out, c.want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+			t.Errorf("%s %v: exit %d, %q; want one line with %q", filepath.Base(c.bin), c.args, code, out, c.want)
+		}
+	}
+}
