@@ -29,7 +29,9 @@ const (
 func IBLiveDir(statePath string) string { return filepath.Join(filepath.Dir(statePath), "ib") }
 
 // writeIBLive renders the node's live port state afresh, with the faults
-// it was rendered with, replacing what was there. Without tables the
+// it was rendered with, over what was there in place: running containers
+// bind-mount its HCAs' ports directories (the runtime hook), which must
+// stay the same directories to show the new state. Without tables the
 // ports' GID and P_Key tables are empty directories, where the sysfs view
 // shows the tree's (nvmock exec: Options.SharedIBTables).
 func writeIBLive(statePath string, ib *ibInputs, tables bool) error {
@@ -55,10 +57,61 @@ func writeIBLive(statePath string, ib *ibInputs, tables bool) error {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("live InfiniBand state %s: %w", dir, err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	err = syncInto(tmp, dir)
+	os.RemoveAll(tmp)
+	if err != nil {
+		return fmt.Errorf("live InfiniBand state %s: %w", dir, err)
+	}
+	return nil
+}
+
+// syncInto moves the tree at src over dst: dst's directories stay, each
+// file (or link) is replaced in one rename, so a reader never sees half
+// of one, and what src lacks goes.
+func syncInto(src, dst string) error {
+	if fi, err := os.Lstat(dst); err == nil && !fi.IsDir() {
+		if err := os.Remove(dst); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
-	return os.Rename(tmp, dir)
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, e := range ents {
+		keep[e.Name()] = true
+		s, d := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
+		if e.IsDir() {
+			if err := syncInto(s, d); err != nil {
+				return err
+			}
+			continue
+		}
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			if err := os.RemoveAll(d); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(s, d); err != nil {
+			return err
+		}
+	}
+	old, err := os.ReadDir(dst)
+	if err != nil {
+		return err
+	}
+	for _, e := range old {
+		if !keep[e.Name()] {
+			if err := os.RemoveAll(filepath.Join(dst, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // IBFaults are the port faults the node whose live state is statePath has

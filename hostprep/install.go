@@ -357,10 +357,15 @@ func Install(o InstallOptions) (res *Result, err error) {
 			return nil, err
 		}
 	}
+	inUse := readInUse(statePath)
 	ents, _ := os.ReadDir(overlays)
 	for _, e := range ents {
 		if e.Name() != in.hash && overlayName.MatchString(e.Name()) {
 			p := filepath.Join(overlays, e.Name())
+			if inUse[e.Name()] {
+				log.printf("kept old overlay %s: running containers use it (%s); a later install removes it", p, InUseFile(statePath))
+				continue
+			}
 			if err := os.RemoveAll(p); err != nil {
 				log.printf("could not remove old overlay %s: %v", p, err)
 				continue
@@ -486,7 +491,7 @@ func stateFiles(root string) []struct {
 		path string
 		all  bool
 	}{
-		{state, false}, {IBLiveDir(state), true}, {StartedDir(state), true}, {filepath.Dir(state), false},
+		{state, false}, {IBLiveDir(state), true}, {StartedDir(state), true}, {InUseFile(state), false}, {filepath.Dir(state), false},
 		{filepath.Join(root, IBSocket), false}, {filepath.Dir(filepath.Join(root, IBSocket)), false},
 	}
 }

@@ -267,3 +267,36 @@ func (c *cluster) watchGPUNode() func() []string {
 		return <-done
 	}
 }
+
+// A helm upgrade that makes a new overlay (here the pool's GPU count)
+// leaves a running pod what it was given: its InfiniBand device nodes, the
+// HCAs in its /sys, its /proc/driver. Found on this node: the install
+// removed the old overlay, and those went empty while nvidia-smi still
+// answered. Its ports then follow the node's new live state.
+func TestAnUpgradeToANewOverlayLeavesRunningPodsTheirDevices(t *testing.T) {
+	c := theCluster
+	ns := c.namespace(t, true)
+	t.Cleanup(func() {
+		if err := c.installNvmock(context.Background(), c.nvmockValues(nil)); err != nil {
+			t.Errorf("restore the suite's values: %v", err)
+		}
+	})
+	const look = "echo devs=$(ls /dev/infiniband | wc -l) hcas=$(ls /sys/class/infiniband | wc -l) $(head -c 20 /proc/driver/nvidia/version)"
+	p := c.pod("held", look+"; echo started; exec sleep 3600", 0)
+	p.Spec.Containers[0].Image = c.image("rdma")
+	before := strings.TrimSuffix(c.running(t, ns, p, "started"), "started\n")
+	if !strings.Contains(before, "devs=37 hcas=12 NVRM version") {
+		t.Fatalf("the pod at its start: %q", before)
+	}
+	pools := []any{map[string]any{"name": nvmockPool, "profile": nvmockProfile, "gpus": 4}}
+	c.upgradeNvmock(t, map[string]any{"pools": pools})
+	if out, err := c.exec(t, ns, p.Name, "main", "sh", "-c", look); err != nil || out != before {
+		t.Errorf("the running pod after an upgrade to a new overlay: %v %q, want as at its start %q", err, out, before)
+	}
+	ctl := c.ctlInPod(t)
+	t.Cleanup(func() { ctl("ib", "clear") })
+	ctl("ib", "down", "mlx5_3")
+	if out, err := c.exec(t, ns, p.Name, "main", "sh", "-c", "ibstat mlx5_3 | grep -m1 State:"); err != nil || !strings.Contains(out, "Down") {
+		t.Errorf("ibstat mlx5_3 in the running pod after ctl ib down on the new overlay: %v %q", err, out)
+	}
+}

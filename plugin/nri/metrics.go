@@ -12,6 +12,7 @@ const (
 	reasonNamespaces = "namespaces" // the namespace list could not be fetched
 	reasonSync       = "sync"       // rebuilding use counts at Synchronize failed
 	reasonProcess    = "process"    // a GPU process could not be shown or removed (live state)
+	reasonInUse      = "in_use"     // the overlays in use could not be recorded (hostprep.InUseFile)
 
 	skipNotSelected = "not_selected" // the decision left the container alone
 	skipNoOverlay   = "no_overlay"   // no overlay is installed on the node

@@ -380,6 +380,7 @@ func (h handler) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 func (p *Plugin) release(id string) {
 	p.node.mu.Lock()
 	p.node.forget(id)
+	p.node.dropOverlay(id)
 	p.node.mu.Unlock()
 }
 
@@ -408,6 +409,7 @@ func (p *Plugin) synchronize(ctrs []*api.Container) {
 	}
 	c.refresh()
 	c.rebuildUse()
+	c.syncOverlays(ctrs)
 	// Processes of containers that went while the plugin was away go too.
 	if state := c.node.State; state != "" {
 		ids := map[string]bool{}
@@ -499,6 +501,11 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 		visible = adj.Env[0].Value
 	}
 	c.record(ctr.GetId(), adj.GPUs, visible)
+	c.useOverlay(ctr.GetId(), node.Overlay)
+	if c.inUseErr != nil {
+		p.metrics.errors.WithLabelValues(reasonInUse).Inc()
+		p.fields(pod, ctr).WithError(c.inUseErr).Warn("cannot record the overlay in use; an install may remove it under this container")
+	}
 	p.metrics.injections.Inc()
 	if p.log.Logger.IsLevelEnabled(logrus.InfoLevel) {
 		p.fields(pod, ctr).WithField("gpus", visible).Info("injected")

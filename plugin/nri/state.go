@@ -34,6 +34,11 @@ type nodeCache struct {
 
 	// gpus is what each live container was given, by container ID.
 	gpus map[string]given
+	// overlays is the overlay (its name) each live container was given;
+	// inUseWritten the list last written, inUseErr that write's error.
+	overlays     map[string]string
+	inUseWritten []string
+	inUseErr     error
 }
 
 // given is one container's GPUs: node indices, and the NVIDIA_VISIBLE_DEVICES
@@ -44,7 +49,7 @@ type given struct {
 }
 
 func newNodeCache(root string) *nodeCache {
-	return &nodeCache{root: root, linkPath: filepath.Join(root, "driver"), probe: inject.NodeStateFromOverlay, gpus: map[string]given{}}
+	return &nodeCache{root: root, linkPath: filepath.Join(root, "driver"), probe: inject.NodeStateFromOverlay, gpus: map[string]given{}, overlays: map[string]string{}}
 }
 
 // refresh re-probes when the driver link changed, the last probe failed,

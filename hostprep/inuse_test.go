@@ -1,0 +1,90 @@
+package hostprep_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// Found on the real Kubernetes node: a helm upgrade that made a new overlay
+// removed the old one, and running pods' bind mounts of it (the PCI tree,
+// /proc/driver, /dev/infiniband) went empty, while nvidia-smi still worked.
+// An overlay the plugin lists as in use stays until an install finds it
+// unused.
+func TestAnInstallKeepsTheOverlaysRunningContainersUse(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	assets := testenv.FakeDriverAssets(t)
+	state := filepath.Join(s.root, hostprep.StateFile)
+	overlays := func() []string {
+		ents, _ := os.ReadDir(filepath.Join(s.root, "overlays"))
+		return names(ents)
+	}
+	first := install(t, s.options(testenv.Profile(t, "a100", 2), assets))
+	if err := hostprep.WriteInUse(state, []string{first.Hash}); err != nil {
+		t.Fatal(err)
+	}
+	second := install(t, s.options(testenv.Profile(t, "a100", 3), assets))
+	if got := overlays(); !slices.Equal(got, sorted(first.Hash, second.Hash)) {
+		t.Fatalf("after a new overlay with the first in use: overlays %v, want both", got)
+	}
+	if _, err := os.Stat(filepath.Join(s.root, "overlays", first.Hash, "driver", "dev", "nvidia1")); err != nil {
+		t.Errorf("the kept overlay lost its files: %v", err)
+	}
+	// No container uses either: the next install removes the old ones.
+	if err := hostprep.WriteInUse(state, nil); err != nil {
+		t.Fatal(err)
+	}
+	third := install(t, s.options(testenv.Profile(t, "a100", 4), assets))
+	if got := overlays(); !slices.Equal(got, []string{third.Hash}) {
+		t.Errorf("with none in use: overlays %v, want only %s", got, third.Hash)
+	}
+	// Uninstall leaves no list behind.
+	if _, err := hostprep.Uninstall(s.root, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(hostprep.InUseFile(state)); err == nil {
+		t.Errorf("uninstall left %s", hostprep.InUseFile(state))
+	}
+}
+
+// A new overlay writes the live InfiniBand state over the old in place:
+// running containers bind-mount each HCA's ports directory, which must
+// stay the one they mounted (before, it was replaced, and they saw it
+// empty).
+func TestANewOverlayKeepsTheLivePortDirectoriesContainersMount(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	assets := testenv.FakeDriverAssets(t)
+	install(t, s.options(testenv.Profile(t, "h100", 8), assets))
+	ports := filepath.Join(hostprep.IBLiveDir(filepath.Join(s.root, hostprep.StateFile)), "mlx5_0", "ports")
+	before, err := os.Stat(ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(ports) // as a bind mount holds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	install(t, s.options(testenv.Profile(t, "h100", 4), assets))
+	after, err := os.Stat(ports)
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("%s is another directory after a new overlay (%v)", ports, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), "1/state", &st, 0); err != nil {
+		t.Errorf("through the directory held open, 1/state: %v", err)
+	}
+}
+
+func sorted(s ...string) []string {
+	slices.Sort(s)
+	return s
+}
