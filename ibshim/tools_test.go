@@ -77,9 +77,9 @@ func field(t *testing.T, out, name string) string {
 func TestIbstatAndIbstatusShowTheHCAs(t *testing.T) {
 	f := model(t)
 	ca := f.Find("mlx5_0")
-	out := node(t, "ibstat -l; echo ==; ibstat mlx5_0; echo ==; ibstat mlx5_2; echo ==; ibstatus mlx5_0")
+	out := node(t, "ibstat -l; echo ==; ibstat mlx5_0; echo ==; ibstat mlx5_2; echo ==; ibstatus mlx5_0; echo ==; cat /sys/class/infiniband/mlx5_2/node_desc")
 	parts := strings.Split(out, "==\n")
-	if len(parts) != 4 {
+	if len(parts) != 5 {
 		t.Fatalf("output:\n%s", out)
 	}
 	if got := strings.Fields(parts[0]); len(got) != 12 || !strings.Contains(parts[0], "mlx5_11\n") {
@@ -107,6 +107,10 @@ func TestIbstatAndIbstatusShowTheHCAs(t *testing.T) {
 	}
 	if got := field(t, parts[3], "rate"); got != "400 Gb/sec (4X NDR)" {
 		t.Errorf("ibstatus: rate %q", got)
+	}
+	// rdma-ndd names every RDMA device after its host, RoCE ones too.
+	if host, _ := os.Hostname(); parts[4] != host+" mlx5_2\n" {
+		t.Errorf("mlx5_2's node_desc %q, want %q", parts[4], host+" mlx5_2")
 	}
 }
 

@@ -204,7 +204,7 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 	log.SetOutput(io.Discard)
 	d = ibd.New(node, fab, log)
 	go d.Serve(l)
-	stopPeers, err := ib.peers.start(d)
+	stopPeers, err := ib.peers.start(d, log)
 	if err != nil {
 		l.Close()
 		os.RemoveAll(dir)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -73,12 +74,12 @@ func ibdCmd(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() { <-sigs; l.Close() }()
 	d := ibd.New(node, f, log)
-	stopPeers, err := pf.start(d)
+	stopPeers, err := pf.start(d, log)
 	if err != nil {
 		return fmt.Errorf("ibd: %w", err)
 	}
 	defer stopPeers()
-	log.WithFields(logrus.Fields{"socket": *socket, "host": f.Hosts[f.Local], "slot": f.Local, "peers": pf.listen}).Info("fabric daemon serving")
+	log.WithFields(logrus.Fields{"socket": *socket, "host": f.Hosts[f.Local], "slot": f.Local, "listen": pf.listen, "peers": pf.peers, "peersDNS": pf.dns}).Info("fabric daemon serving")
 	return d.Serve(l)
 }
 
@@ -120,8 +121,11 @@ func (f *peerFlags) check() error {
 	return nil
 }
 
-// start serves and dials the peers the flags name; stop ends both.
-func (f *peerFlags) start(d *ibd.Daemon) (stop func(), err error) {
+// start serves and dials the peers the flags name; stop ends both. A name
+// that does not resolve is logged (when its error changes, or after a
+// minute) and tried again each round: with broken DNS the nodes would
+// otherwise never meet, silently.
+func (f *peerFlags) start(d *ibd.Daemon, log logrus.FieldLogger) (stop func(), err error) {
 	done := make(chan struct{})
 	var closers []func()
 	stop = func() {
@@ -145,10 +149,16 @@ func (f *peerFlags) start(d *ibd.Daemon) (stop func(), err error) {
 	if len(static) == 0 && f.dns == "" {
 		return stop, nil
 	}
+	var lastErr string
+	var lastAt time.Time
 	go d.DialPeers(func() []string {
 		out := append([]string{}, static...)
 		if f.dns != "" {
-			ips, _ := net.LookupHost(f.dns) // none yet: the next round
+			ips, err := net.LookupHost(f.dns) // none yet: the next round
+			if err != nil && (err.Error() != lastErr || time.Since(lastAt) > time.Minute) {
+				log.WithError(err).WithField("name", f.dns).Warn("cannot resolve the other nodes' fabric daemons; trying again")
+				lastErr, lastAt = err.Error(), time.Now()
+			}
 			for _, ip := range ips {
 				out = append(out, net.JoinHostPort(ip, port))
 			}

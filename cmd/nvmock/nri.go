@@ -172,11 +172,11 @@ func serveFabric(root string, peers *peerFlags, logger *logrus.Logger) (stop fun
 	d := ibd.New(node, fab, logger)
 	d.FollowFaults(filepath.Join(hostprep.IBLiveDir(filepath.Join(root, hostprep.StateFile)), hostprep.IBLiveFaults))
 	go d.Serve(l)
-	stopPeers, err := peers.start(d)
+	stopPeers, err := peers.start(d, logger.WithField("component", "ibd"))
 	if err != nil {
 		l.Close()
 		return nil, err
 	}
-	logger.WithFields(logrus.Fields{"component": "ibd", "socket": sock, "host": fab.Hosts[fab.Local], "slot": fab.Local, "peers": peers.listen}).Info("fabric daemon serving")
+	logger.WithFields(logrus.Fields{"component": "ibd", "socket": sock, "host": fab.Hosts[fab.Local], "slot": fab.Local, "listen": peers.listen, "peers": peers.peers, "peersDNS": peers.dns}).Info("fabric daemon serving")
 	return func() { stopPeers(); l.Close() }, nil
 }

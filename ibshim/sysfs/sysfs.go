@@ -129,9 +129,12 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 	r.file(dir+"/hw_rev", fmt.Sprintf("%x", h.Function.Revision))
 	r.file(dir+"/hca_type", a.HCAType)
 	r.file(dir+"/board_id", a.BoardID)
+	// rdma-ndd writes "host device" to every RDMA device, RoCE ones too.
 	desc := h.Name
 	if nd != nil {
 		desc = nd.Desc
+	} else if f.Local >= 0 && f.Local < len(f.Hosts) {
+		desc = f.Hosts[f.Local] + " " + h.Name
 	}
 	r.file(dir+"/node_desc", desc)
 	r.file(dir+"/uevent", "NAME="+h.Name)

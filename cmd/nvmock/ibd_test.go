@@ -1,0 +1,62 @@
+package main
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nvmock/nvmock/ibshim/fabric"
+	"github.com/nvmock/nvmock/ibshim/ibd"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// lockedBuffer is a log output read while the daemon writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A peers name that does not resolve is said in the log, once, and tried
+// again (review on the real node: on a cluster without DNS the daemons
+// never met, and nothing said why).
+func TestAPeersNameThatDoesNotResolveIsLogged(t *testing.T) {
+	n := testenv.Node(t, "h100", 8)
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out lockedBuffer
+	log := logrus.New()
+	log.SetOutput(&out)
+	d := ibd.New(n, f, log)
+	pf := &peerFlags{listen: "127.0.0.1:0", dns: "nvmock-fabric.invalid"}
+	stop, err := pf.start(d, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "cannot resolve"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about the name after 10 s; the log:\n%s", out.String())
+		}
+	}
+	time.Sleep(2 * time.Second) // rounds go on
+	if got := out.String(); strings.Count(got, "cannot resolve") != 1 || !strings.Contains(got, "nvmock-fabric.invalid") {
+		t.Errorf("the log:\n%s\nwant one warning naming nvmock-fabric.invalid", got)
+	}
+}
