@@ -90,7 +90,7 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
 		{"fleet", fleetValues, []pool{
 			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers},
-			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1", faults: fleetFaults, peers: fleetPeers},
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1", faults: fleetFaults}, // no InfiniBand: no peers
 		}},
 	}
 	for _, name := range profile.Builtins() {
@@ -535,13 +535,44 @@ func checkLive(t *testing.T, ds appsv1.DaemonSet, c corev1.Container) {
 // only.
 func checkFabric(t *testing.T, o objects) {
 	t.Helper()
-	for _, ds := range o.daemonSets {
+	for i, ds := range o.daemonSets {
 		pods := ds.Spec.Template.Labels
 		var svc *corev1.Service
 		for i := range o.services {
 			if o.services[i].Name == ds.Name+"-fabric" {
 				svc = &o.services[i]
 			}
+		}
+		// A pool without InfiniBand has no fabric to join (review: its
+		// Service pointed at a port nothing listens on).
+		prof, err := profile.Parse("ConfigMap", []byte(o.configMaps[i].Data["profile.yaml"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		node, err := prof.Node()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.IB == nil {
+			for _, c := range ds.Spec.Template.Spec.Containers {
+				for _, a := range c.Args {
+					if strings.HasPrefix(a, "--ib-") {
+						t.Errorf("%s (no InfiniBand): container %s has %s", ds.Name, c.Name, a)
+					}
+				}
+				if len(c.Ports) > 0 && slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "fabric" }) {
+					t.Errorf("%s (no InfiniBand): container %s has a fabric port", ds.Name, c.Name)
+				}
+			}
+			if svc != nil {
+				t.Errorf("%s (no InfiniBand): a fabric Service %s", ds.Name, svc.Name)
+			}
+			for _, pol := range o.policies {
+				if pol.Name == ds.Name+"-fabric" {
+					t.Errorf("%s (no InfiniBand): a fabric NetworkPolicy", ds.Name)
+				}
+			}
+			continue
 		}
 		if svc == nil {
 			t.Errorf("%s: no Service %s-fabric", ds.Name, ds.Name)

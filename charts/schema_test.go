@@ -168,6 +168,25 @@ func TestProfileListsAgreeWithTheLibrary(t *testing.T) {
 	if got := strings.Fields(string(m[1])); !reflect.DeepEqual(got, want) {
 		t.Errorf("_helpers.tpl nvmock.builtinProfiles %v, want the built-ins %v", got, want)
 	}
+	var ib []string
+	for _, name := range want {
+		p, err := profile.Builtin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := p.Node(); err != nil {
+			t.Fatal(err)
+		} else if n.IB != nil {
+			ib = append(ib, name)
+		}
+	}
+	m = regexp.MustCompile(`define "nvmock.infinibandProfiles" -}}\n(.*)\n`).FindSubmatch(helpers)
+	if m == nil {
+		t.Fatal("_helpers.tpl: no nvmock.infinibandProfiles")
+	}
+	if got := strings.Fields(string(m[1])); !reflect.DeepEqual(got, ib) {
+		t.Errorf("_helpers.tpl nvmock.infinibandProfiles %v, want the built-ins with InfiniBand %v", got, ib)
+	}
 }
 
 // Every property in the schema has a description, a type and, where it is

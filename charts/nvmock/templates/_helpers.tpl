@@ -26,6 +26,21 @@ this list, the schema's enum and the library's in step. */}}
 a100 b200 gb200 gb300 h100 l40s t4
 {{- end -}}
 
+{{/* The built-in profiles whose nodes have InfiniBand (a test checks it). */}}
+{{- define "nvmock.infinibandProfiles" -}}
+a100 b200 gb200 h100
+{{- end -}}
+
+{{/* "true" when a pool's nodes have InfiniBand: its profile's, or an
+infiniband block its overrides give. */}}
+{{- define "nvmock.hasInfiniband" -}}
+{{- $ib := has .profile (splitList " " (include "nvmock.infinibandProfiles" .)) -}}
+{{- if and (not $ib) .overrides (kindIs "map" .overrides) -}}
+{{- $ib = not (empty (get .overrides "infiniband")) -}}
+{{- end -}}
+{{- if $ib }}true{{ end -}}
+{{- end -}}
+
 {{/* The profile file of one pool: its base, GPU count and overrides. */}}
 {{- define "nvmock.profile" -}}
 base: {{ .profile }}
