@@ -5,11 +5,12 @@
 //
 //	chartpod -cri SOCK -chart DIR -values FILE -node NAME -dir DIR up|start|stop|kill|down
 //
-// up runs the pod: init containers to completion, then the containers.
-// stop and kill end the containers (SIGTERM, SIGKILL); start starts them
-// again in the same pod. down runs each running container's preStop hook,
-// as the kubelet does when the pod is deleted, then removes the pod; a
-// failing hook fails down.
+// up runs the pod: init containers to completion (a sidecar, restartPolicy
+// Always, only started), then the containers. stop and kill end the
+// containers and sidecars (SIGTERM, SIGKILL); start starts them again in
+// the same pod. down runs each running container's preStop hook, then the
+// sidecars', as the kubelet does when the pod is deleted, then removes the
+// pod; a failing hook fails down.
 package main
 
 import (
@@ -20,8 +21,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	cricli "github.com/nvmock/nvmock/internal/cri"
@@ -95,10 +98,20 @@ func run(ctx context.Context, cmd, sock, chart, values, node, dir, release, ns s
 		if err := save(statePath, st); err != nil {
 			return err
 		}
+		// As the kubelet: init containers in order, a sidecar's start
+		// (restartPolicy Always) counting as its completion.
 		for _, c := range r.ds.Spec.Template.Spec.InitContainers {
 			cfg, err := p.containerConfig(c)
 			if err != nil {
 				return err
+			}
+			if sidecar(c) {
+				id, err := createStart(ctx, rt, st.PodID, sb, cfg)
+				if err != nil {
+					return err
+				}
+				st.Containers[c.Name] = id
+				continue
 			}
 			if err := runToCompletion(ctx, rt, st.PodID, sb, cfg); err != nil {
 				return err
@@ -132,7 +145,17 @@ func run(ctx context.Context, cmd, sock, chart, values, node, dir, release, ns s
 		return save(statePath, st)
 	case "down":
 		var errs []error
-		for _, c := range r.ds.Spec.Template.Spec.Containers {
+		// The containers' hooks first, then the sidecars', last started
+		// first, as the kubelet stops them.
+		stopping := slices.Clone(r.ds.Spec.Template.Spec.Containers)
+		var sidecars []corev1.Container
+		for _, c := range r.ds.Spec.Template.Spec.InitContainers {
+			if sidecar(c) {
+				sidecars = append(sidecars, c)
+			}
+		}
+		slices.Reverse(sidecars)
+		for _, c := range append(stopping, sidecars...) {
 			id, ok := st.Containers[c.Name]
 			if !ok || c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil {
 				continue
@@ -159,10 +182,32 @@ func run(ctx context.Context, cmd, sock, chart, values, node, dir, release, ns s
 	return fmt.Errorf("unknown subcommand %q: use up, start, stop, kill or down", cmd)
 }
 
+// sidecar says whether an init container runs beside the others
+// (restartPolicy Always) rather than to completion.
+func sidecar(c corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// longRunning are the pod's sidecars, then its containers.
+func longRunning(spec corev1.PodSpec) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range spec.InitContainers {
+		if sidecar(c) {
+			out = append(out, c)
+		}
+	}
+	return append(out, spec.Containers...)
+}
+
+// startAll starts what does not run yet of the sidecars and containers
+// (up started the sidecars already; start after stop starts them all).
 func startAll(ctx context.Context, rt cri.RuntimeServiceClient, p *pod, st *state) error {
 	sb := p.sandboxConfig()
-	for _, c := range p.r.ds.Spec.Template.Spec.Containers {
+	for _, c := range longRunning(p.r.ds.Spec.Template.Spec) {
 		if _, running := st.Containers[c.Name]; running {
+			if sidecar(c) {
+				continue
+			}
 			return fmt.Errorf("container %s is already running", c.Name)
 		}
 		cfg, err := p.containerConfig(c)
