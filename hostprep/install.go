@@ -160,6 +160,8 @@ func Install(o InstallOptions) (res *Result, err error) {
 		in.verify(ov.Dir) == nil && slices.Equal(old.Files, []string{cdiPath, nfdPath}) &&
 		fileIs(cdiPath, cdiData) && fileIs(nfdPath, nfdData) && stateOK(statePath, len(in.ids)) {
 		res.Unchanged = true
+		// Overlays kept for containers that have gone since.
+		res.Removed = removeOldOverlays(filepath.Join(root, "overlays"), in.hash, statePath, log)
 		return res, nil
 	}
 
@@ -357,10 +359,18 @@ func Install(o InstallOptions) (res *Result, err error) {
 			return nil, err
 		}
 	}
+	res.Removed = append(res.Removed, removeOldOverlays(overlays, in.hash, statePath, log)...)
+	return res, nil
+}
+
+// removeOldOverlays removes the overlays other than current, except those
+// running containers use (InUseFile), which a later install removes.
+func removeOldOverlays(overlays, current, statePath string, log progress) []string {
+	var removed []string
 	inUse := readInUse(statePath)
 	ents, _ := os.ReadDir(overlays)
 	for _, e := range ents {
-		if e.Name() != in.hash && overlayName.MatchString(e.Name()) {
+		if e.Name() != current && overlayName.MatchString(e.Name()) {
 			p := filepath.Join(overlays, e.Name())
 			if inUse[e.Name()] {
 				log.printf("kept old overlay %s: running containers use it (%s); a later install removes it", p, InUseFile(statePath))
@@ -370,11 +380,11 @@ func Install(o InstallOptions) (res *Result, err error) {
 				log.printf("could not remove old overlay %s: %v", p, err)
 				continue
 			}
-			res.Removed = append(res.Removed, p)
+			removed = append(removed, p)
 			log.printf("removed old overlay %s", p)
 		}
 	}
-	return res, nil
+	return removed
 }
 
 // UninstallResult says what uninstall removed.

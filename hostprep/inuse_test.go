@@ -37,13 +37,21 @@ func TestAnInstallKeepsTheOverlaysRunningContainersUse(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.root, "overlays", first.Hash, "driver", "dev", "nvidia1")); err != nil {
 		t.Errorf("the kept overlay lost its files: %v", err)
 	}
-	// No container uses either: the next install removes the old ones.
+	// No container uses it now: the next install removes it, even one of
+	// the same inputs (a pod restart), which changes nothing else.
 	if err := hostprep.WriteInUse(state, nil); err != nil {
 		t.Fatal(err)
 	}
+	again := install(t, s.options(testenv.Profile(t, "a100", 3), assets))
+	if got := overlays(); !again.Unchanged || !slices.Equal(got, []string{second.Hash}) {
+		t.Errorf("the same inputs again, none in use: unchanged %v, overlays %v, want only %s", again.Unchanged, got, second.Hash)
+	}
+	if err := hostprep.WriteInUse(state, []string{second.Hash}); err != nil {
+		t.Fatal(err)
+	}
 	third := install(t, s.options(testenv.Profile(t, "a100", 4), assets))
-	if got := overlays(); !slices.Equal(got, []string{third.Hash}) {
-		t.Errorf("with none in use: overlays %v, want only %s", got, third.Hash)
+	if got := overlays(); !slices.Equal(got, sorted(second.Hash, third.Hash)) {
+		t.Errorf("with the second in use: overlays %v, want it and the third", got)
 	}
 	// Uninstall leaves no list behind.
 	if _, err := hostprep.Uninstall(s.root, nil); err != nil {

@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_CONFIG "/etc/nvidia-imex/config.cfg"
@@ -62,19 +63,21 @@ static void logline(const char *fmt, ...)
 	va_end(ap);
 }
 
-static void copy(char *dst, size_t n, const char *src)
+// copy copies a value that must fit: what names it (the key and its
+// file, or a flag) goes into the error.
+static void copy(char *dst, size_t n, const char *src, const char *what)
 {
 	if (strlen(src) >= n)
-		die("%s: value too long", src);
+		die("%s: value too long (%zu bytes at most)", what, n - 1);
 	strcpy(dst, src);
 }
 
-static int port(const char *key, const char *v)
+static int port(const char *what, const char *v)
 {
 	char *end;
 	long p = strtol(v, &end, 10);
 	if (*v == '\0' || *end != '\0' || p < 1 || p > 65535)
-		die("config: %s=%s is not a port", key, v);
+		die("%s: %s is not a port (1 to 65535)", what, v);
 	return (int)p;
 }
 
@@ -83,59 +86,69 @@ static int port(const char *key, const char *v)
 static void read_config(const char *path, struct config *c)
 {
 	memset(c, 0, sizeof *c);
-	copy(c->path, sizeof c->path, path);
-	copy(c->nodes, sizeof c->nodes, DEFAULT_NODES);
+	copy(c->path, sizeof c->path, path, "-c");
+	strcpy(c->nodes, DEFAULT_NODES);
 	c->server_port = 50000;
 	c->cmd_port = 50005;
 	FILE *f = fopen(path, "r");
 	if (f == NULL)
 		die("config file %s: %s", path, strerror(errno));
-	char line[8192];
-	while (fgets(line, sizeof line, f) != NULL) {
+	char *line = NULL, what[4200];
+	size_t cap = 0;
+	ssize_t len;
+	while ((len = getline(&line, &cap, f)) >= 0) {
 		line[strcspn(line, "\r\n")] = '\0';
 		char *s = line + strspn(line, " \t");
 		if (*s == '#' || *s == '\0')
 			continue;
 		char *eq = strchr(s, '=');
 		if (eq == NULL)
-			die("config %s: %s: want KEY=VALUE", path, s);
+			die("config %s: %.80s: want KEY=VALUE", path, s);
 		*eq = '\0';
 		const char *k = s, *v = eq + 1;
+		snprintf(what, sizeof what, "config %s: %s", path, k);
 		if (strcmp(k, "IMEX_NODE_CONFIG_FILE") == 0 && *v)
-			copy(c->nodes, sizeof c->nodes, v);
+			copy(c->nodes, sizeof c->nodes, v, what);
 		else if (strcmp(k, "BIND_INTERFACE_IP") == 0)
-			copy(c->bind_ip, sizeof c->bind_ip, v);
+			copy(c->bind_ip, sizeof c->bind_ip, v, what);
 		else if (strcmp(k, "SERVER_PORT") == 0 && *v)
-			c->server_port = port(k, v);
+			c->server_port = port(what, v);
 		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0)
 			c->cmd_enabled = strcmp(v, "1") == 0;
 		else if (strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP") == 0)
-			copy(c->cmd_ip, sizeof c->cmd_ip, v);
+			copy(c->cmd_ip, sizeof c->cmd_ip, v, what);
 		else if (strcmp(k, "IMEX_CMD_PORT") == 0 && *v)
-			c->cmd_port = port(k, v);
+			c->cmd_port = port(what, v);
 		else if (strcmp(k, "IMEX_CMD_UNIX_DOMAIN_PATH") == 0)
-			copy(c->cmd_unix, sizeof c->cmd_unix, v);
+			copy(c->cmd_unix, sizeof c->cmd_unix, v, what);
 		else if (strcmp(k, "LOG_FILE_NAME") == 0)
-			copy(c->log_file, sizeof c->log_file, v);
+			copy(c->log_file, sizeof c->log_file, v, what);
 	}
+	if (ferror(f))
+		die("config file %s: %s", path, strerror(errno));
+	free(line);
 	fclose(f);
 }
 
-// count_nodes counts the node config's entries: one address or name a line.
+// count_nodes counts the node config's entries: one address or name a
+// line; -1 when it cannot be read.
 static int count_nodes(const char *path)
 {
 	FILE *f = fopen(path, "r");
 	if (f == NULL)
 		return -1;
-	char line[4096];
+	char *line = NULL;
+	size_t cap = 0;
 	int n = 0;
-	while (fgets(line, sizeof line, f) != NULL) {
+	while (getline(&line, &cap, f) >= 0) {
 		char *s = line + strspn(line, " \t");
 		if (*s != '#' && *s != '\n' && *s != '\0')
 			n++;
 	}
+	int bad = ferror(f);
+	free(line);
 	fclose(f);
-	return n;
+	return bad ? -1 : n;
 }
 
 static int listen_tcp(const char *ip, int p)
@@ -155,7 +168,7 @@ static int listen_tcp(const char *ip, int p)
 static int listen_unix(const char *path)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	copy(a.sun_path, sizeof a.sun_path, path);
+	copy(a.sun_path, sizeof a.sun_path, path, "IMEX_CMD_UNIX_DOMAIN_PATH");
 	unlink(path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0)
@@ -173,18 +186,42 @@ static void on_signal(int sig)
 		stop = 1;
 }
 
-// answer serves one command connection: a request line, one reply.
-static void answer(int fd)
+// A command connection: its request so far, and when it is given up.
+#define MAX_CLIENTS 64
+#define CLIENT_MS 2000
+struct client {
+	int fd;
+	size_t got;
+	char req[16];
+	long long deadline;
+};
+
+static long long now_ms(void)
 {
-	char req[64] = {0};
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	if (poll(&p, 1, 2000) == 1 && read(fd, req, sizeof req - 1) > 0 && strncmp(req, "status", 6) == 0) {
-		const char *r = "READY\n";
-		if (write(fd, r, strlen(r)) < 0) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+// serve reads what a command connection sent; once it has asked for the
+// status it is answered. It returns 1 when the connection is done.
+static int serve(struct client *cl)
+{
+	ssize_t r = read(cl->fd, cl->req + cl->got, sizeof cl->req - 1 - cl->got);
+	if (r < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (r <= 0)
+		return 1; // gone, or an error
+	cl->got += (size_t)r;
+	if (cl->got < 6 && memchr(cl->req, '\n', cl->got) == NULL && cl->got < sizeof cl->req - 1)
+		return 0;
+	if (strncmp(cl->req, "status", 6) == 0) {
+		const char *ready = "READY\n";
+		if (write(cl->fd, ready, strlen(ready)) < 0) {
 			// the client went away
 		}
 	}
-	close(fd);
+	return 1;
 }
 
 static int daemon_main(const char *cfgpath)
@@ -197,40 +234,71 @@ static int daemon_main(const char *cfgpath)
 	int nodes = count_nodes(c.nodes);
 	if (nodes < 0)
 		die("node config file %s: %s", c.nodes, strerror(errno));
+	// The signals are taken only inside ppoll, so none falls between a
+	// check of the flags and the wait.
+	sigset_t block, old;
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &block, &old);
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	struct pollfd fds[3];
-	int n = 0;
-	fds[n++] = (struct pollfd){.fd = listen_tcp(c.bind_ip, c.server_port), .events = POLLIN};
+	int lfd[3], nl = 0;
+	lfd[nl++] = listen_tcp(c.bind_ip, c.server_port);
 	if (c.cmd_enabled) {
-		fds[n++] = (struct pollfd){.fd = listen_tcp(c.cmd_ip, c.cmd_port), .events = POLLIN};
+		lfd[nl++] = listen_tcp(c.cmd_ip, c.cmd_port);
 		if (c.cmd_unix[0] != '\0')
-			fds[n++] = (struct pollfd){.fd = listen_unix(c.cmd_unix), .events = POLLIN};
+			lfd[nl++] = listen_unix(c.cmd_unix);
+		logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service %s:%d", nodes, c.nodes,
+			c.server_port, c.cmd_ip[0] ? c.cmd_ip : "0.0.0.0", c.cmd_port);
+	} else {
+		logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service off", nodes, c.nodes,
+			c.server_port);
 	}
-	logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service %s%s%d", nodes, c.nodes,
-		c.server_port, c.cmd_enabled ? (c.cmd_ip[0] ? c.cmd_ip : "0.0.0.0") : "off", c.cmd_enabled ? ":" : "",
-		c.cmd_enabled ? c.cmd_port : 0);
+	struct client cl[MAX_CLIENTS];
+	int ncl = 0;
 	while (!stop) {
 		if (reload) {
 			reload = 0;
 			logline("SIGUSR1: %d node(s) in %s", count_nodes(c.nodes), c.nodes);
 		}
-		if (poll(fds, (nfds_t)n, -1) < 0)
+		struct pollfd fds[3 + MAX_CLIENTS];
+		long long now = now_ms(), wait = -1;
+		for (int i = 0; i < nl; i++)
+			fds[i] = (struct pollfd){.fd = lfd[i], .events = POLLIN};
+		for (int i = 0; i < ncl; i++) {
+			fds[nl + i] = (struct pollfd){.fd = cl[i].fd, .events = POLLIN};
+			long long left = cl[i].deadline > now ? cl[i].deadline - now : 0;
+			if (wait < 0 || left < wait)
+				wait = left;
+		}
+		struct timespec ts = {.tv_sec = wait / 1000, .tv_nsec = (wait % 1000) * 1000000};
+		if (ppoll(fds, (nfds_t)(nl + ncl), wait < 0 ? NULL : &ts, &old) < 0)
 			continue; // EINTR: a signal
-		for (int i = 0; i < n; i++) {
+		now = now_ms();
+		// Clients first: accepting may move them in the table.
+		for (int i = ncl - 1; i >= 0; i--) {
+			if (((fds[nl + i].revents & (POLLIN | POLLHUP | POLLERR)) && serve(&cl[i])) || cl[i].deadline <= now) {
+				close(cl[i].fd);
+				cl[i] = cl[--ncl];
+			}
+		}
+		for (int i = 0; i < nl; i++) {
 			if (!(fds[i].revents & POLLIN))
 				continue;
-			int fd = accept4(fds[i].fd, NULL, NULL, SOCK_CLOEXEC);
+			int fd = accept4(lfd[i], NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 			if (fd < 0)
 				continue;
-			if (i == 0)
-				close(fd); // a peer: the daemons exchange nothing here
-			else
-				answer(fd);
+			if (i == 0 || ncl == MAX_CLIENTS) {
+				close(fd); // a peer (the daemons exchange nothing here), or too many
+				continue;
+			}
+			cl[ncl++] = (struct client){.fd = fd, .deadline = now + CLIENT_MS};
 		}
 	}
 	logline("IMEX daemon (nvmock) stopping");
@@ -244,7 +312,7 @@ static int connect_to(const char *ip, int p, const char *unix_path)
 	int fd;
 	if (unix_path != NULL) {
 		struct sockaddr_un a = {.sun_family = AF_UNIX};
-		copy(a.sun_path, sizeof a.sun_path, unix_path);
+		copy(a.sun_path, sizeof a.sun_path, unix_path, "-u");
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
 			die("connect to %s: %s", unix_path, strerror(errno));
@@ -275,7 +343,7 @@ static int ctl_main(int argc, char **argv)
 		if (strcmp(a, "-c") == 0 && i + 1 < argc)
 			cfg = argv[++i];
 		else if (strcmp(a, "-i") == 0 && i + 2 < argc)
-			ip = argv[++i], p = port("-i", argv[++i]);
+			ip = argv[++i], p = port("-i IP PORT", argv[++i]);
 		else if (strcmp(a, "-u") == 0 && i + 1 < argc)
 			unix_path = argv[++i];
 		else if (strcmp(a, "-q") == 0)

@@ -178,6 +178,8 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 	noNodes := config(t, "IMEX_NODE_CONFIG_FILE=/nonexistent/nodes.cfg\n")
 	badPort := config(t, "IMEX_CMD_PORT=70000\n")
 	noEquals := config(t, "GARBAGE\n")
+	// A commented line longer than any buffer stays a comment.
+	longComment := config(t, "# "+strings.Repeat("x", 9000)+"IMEX_CMD_PORT=1\nGARBAGE\n")
 	for _, c := range []struct {
 		bin  string
 		args []string
@@ -185,9 +187,12 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 	}{
 		{daemon, []string{"-c", missing}, "config file " + missing},
 		{daemon, []string{"-c", noNodes}, "node config file /nonexistent/nodes.cfg"},
-		{daemon, []string{"-c", badPort}, "IMEX_CMD_PORT=70000 is not a port"},
+		{daemon, []string{"-c", badPort}, "IMEX_CMD_PORT: 70000 is not a port"},
 		{daemon, []string{"-c", noEquals}, "GARBAGE: want KEY=VALUE"},
 		{daemon, []string{"--nonsense"}, "unknown argument --nonsense"},
+		{daemon, []string{"-c", longComment}, "GARBAGE: want KEY=VALUE"},
+		{daemon, []string{"-c", t.TempDir()}, "Is a directory"},
+		{ctl, []string{"-i", "127.0.0.1", "0", "-q"}, "-i IP PORT: 0 is not a port"},
 		{ctl, []string{"-c", missing, "-q"}, "config file " + missing},
 		{ctl, []string{"-c", noEquals, "-i", "127.0.0.1", "1", "-q"}, "only one of -i, -u, or -c"},
 	} {
@@ -195,5 +200,47 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 		if code != 1 || !strings.Contains(out, c.want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 			t.Errorf("%s %v: exit %d, %q; want one line with %q", filepath.Base(c.bin), c.args, code, out, c.want)
 		}
+	}
+}
+
+// Clients that connect and say nothing hold up no one: the DRA driver's
+// probe answers at once beside them (review: five idle connections made
+// it wait 10 s, its timeout). A request in flight when SIGUSR1 comes is
+// still answered.
+func TestIdleClientsAndSignalsDelayNoAnswer(t *testing.T) {
+	daemon, ctl := tools(t)
+	cfg := config(t, "")
+	cmd, log, _ := start(t, daemon, cfg)
+	for i := 0; i < 5; i++ {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	began := time.Now()
+	if out, code := run(t, ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+		t.Errorf("with idle clients: exit %d, %q", code, out)
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("with five idle clients the probe took %v", d)
+	}
+	slow, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	time.Sleep(100 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := slow.Write([]byte("status\n")); err != nil {
+		t.Fatal(err)
+	}
+	slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	if n, err := slow.Read(buf); err != nil || string(buf[:n]) != "READY\n" {
+		t.Errorf("a request across SIGUSR1: %q %v\n%s", buf[:n], err, log.String())
 	}
 }

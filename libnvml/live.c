@@ -365,13 +365,16 @@ struct seg {
 	uint64_t since;
 	uint32_t temp0;
 	uint64_t e0;
+	uint32_t limit; // the power limit in force (NA32: none)
 };
 
-static struct seg seg_at(const struct live_gpu *g, uint64_t t)
+static struct seg seg_at(const struct snap_device *s, const struct live_gpu *g, uint64_t t)
 {
+	uint32_t limit = nvmock_power_limit(s, g);
 	if (t >= g->since_ns)
-		return (struct seg){g->load, g->since_ns, g->temp0_mc, g->energy0_mj};
-	return (struct seg){g->prev_load, g->prev_since_ns, g->prev_temp0_mc, g->prev_energy0_mj};
+		return (struct seg){g->load, g->since_ns, g->temp0_mc, g->energy0_mj, limit};
+	return (struct seg){g->prev_load, g->prev_since_ns, g->prev_temp0_mc, g->prev_energy0_mj,
+			    g->prev_power_limit_mw ? g->prev_power_limit_mw : limit};
 }
 
 // util is one engine's utilization at t: the load, with noise that depends
@@ -383,7 +386,7 @@ unsigned nvmock_live_util(unsigned node, const struct live_gpu *g, unsigned engi
 		uint32_t v[4] = {d->util_gpu, d->util_memory, d->util_encoder, d->util_decoder};
 		return v[engine] == NA32 ? 0 : v[engine];
 	}
-	struct seg s = seg_at(g, t);
+	struct seg s = seg_at(&nvmock.node[node], g, t);
 	double u = s.load[engine];
 	if (g->jitter != 0 && u > 0) {
 		uint64_t h = mix(nvmock.live->seed ^ mix(((uint64_t)node << 40) ^ ((uint64_t)engine << 56) ^ (t / 100000000ull)));
@@ -415,10 +418,9 @@ static double demand(const struct snap_device *s, double load)
 }
 
 // power_of is the demand held to the power limit (never below idle).
-static double power_of(const struct snap_device *s, const struct live_gpu *g, double load)
+static double power_of(const struct snap_device *s, uint32_t limit, double load)
 {
 	double p = demand(s, load);
-	uint32_t limit = nvmock_power_limit(s, g);
 	if (limit != NA32 && p > limit)
 		p = limit > s->power_draw_mw ? limit : s->power_draw_mw;
 	return p;
@@ -426,7 +428,8 @@ static double power_of(const struct snap_device *s, const struct live_gpu *g, do
 
 uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t)
 {
-	double p = g->model ? power_of(d->s, g, nvmock_live_util(d->node_index, g, 0, t)) : d->s->power_draw_mw;
+	double p = g->model ? power_of(d->s, seg_at(d->s, g, t).limit, nvmock_live_util(d->node_index, g, 0, t))
+			    : d->s->power_draw_mw;
 	if (fx->brake && d->s->power_enforced_mw != NA32 && p > d->s->power_enforced_mw / 2.0)
 		p = d->s->power_enforced_mw / 2.0;
 	return (uint32_t)(p + 0.5);
@@ -434,11 +437,11 @@ uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g,
 
 // target_mc: HEAT_C above idle at the board's TDP, in proportion below it
 // (a lowered limit keeps the GPU cooler).
-static double target_mc(const struct snap_device *s, const struct live_gpu *g, uint32_t load)
+static double target_mc(const struct snap_device *s, uint32_t limit, uint32_t load)
 {
 	double t = s->temp_gpu * 1000.0;
 	if (s->power_enforced_mw != NA32 && s->power_enforced_mw > s->power_draw_mw)
-		t += HEAT_C * 1000 * (power_of(s, g, load) - s->power_draw_mw) / (s->power_enforced_mw - s->power_draw_mw);
+		t += HEAT_C * 1000 * (power_of(s, limit, load) - s->power_draw_mw) / (s->power_enforced_mw - s->power_draw_mw);
 	uint32_t slow = s->temp_threshold[NVML_TEMPERATURE_THRESHOLD_SLOWDOWN];
 	if (slow != NA32 && t > (slow - 3) * 1000.0)
 		t = (slow - 3) * 1000.0;
@@ -449,8 +452,8 @@ uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, 
 {
 	unsigned c = d->s->temp_gpu;
 	if (g->model) {
-		struct seg s = seg_at(g, t);
-		double target = target_mc(d->s, g, s.load[0]);
+		struct seg s = seg_at(d->s, g, t);
+		double target = target_mc(d->s, s.limit, s.load[0]);
 		double dt = t > s.since ? (double)(t - s.since) : 0;
 		double mc = target + (s.temp0 - target) * exp(-dt / TAU_NS);
 		c = (unsigned)(mc / 1000 + 0.5);
@@ -470,13 +473,15 @@ void nvmock_live_cut(const struct nvmock_dev *d, struct live_gpu *g, uint64_t no
 		return;
 	const struct snap_device *s = d->s;
 	double dt = now > g->since_ns ? (double)(now - g->since_ns) : 0;
-	double target = target_mc(s, g, g->load[0]);
+	uint32_t limit = nvmock_power_limit(s, g);
+	double target = target_mc(s, limit, g->load[0]);
 	double temp = target + ((double)g->temp0_mc - target) * exp(-dt / TAU_NS);
 	uint64_t e = g->energy0_mj;
 	if (s->power_draw_mw != NA32)
-		e += (uint64_t)(power_of(s, g, g->load[0]) * dt / 1e9);
+		e += (uint64_t)(power_of(s, limit, g->load[0]) * dt / 1e9);
 	memcpy(g->prev_load, g->load, sizeof g->load);
 	g->prev_since_ns = g->since_ns, g->prev_temp0_mc = g->temp0_mc, g->prev_energy0_mj = g->energy0_mj;
+	g->prev_power_limit_mw = limit;
 	g->since_ns = now, g->temp0_mc = (uint32_t)(temp + 0.5), g->energy0_mj = e;
 }
 
@@ -487,15 +492,14 @@ unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct l
 		nvmock_energy_mj(d->s, &mj);
 		return mj;
 	}
-	struct seg s = seg_at(g, t);
+	struct seg s = seg_at(d->s, g, t);
 	double dt = t > s.since ? (double)(t - s.since) : 0;
-	return s.e0 + (unsigned long long)(power_of(d->s, g, s.load[0]) * dt / 1e9);
+	return s.e0 + (unsigned long long)(power_of(d->s, s.limit, s.load[0]) * dt / 1e9);
 }
 
 // capped says whether a load asks for more power than the limit allows.
-static int capped(const struct snap_device *s, const struct live_gpu *g, unsigned load)
+static int capped(const struct snap_device *s, uint32_t limit, unsigned load)
 {
-	uint32_t limit = nvmock_power_limit(s, g);
 	return limit != NA32 && demand(s, load) > limit;
 }
 
@@ -514,8 +518,9 @@ uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g,
 		c = max * 0.95;
 	// Held under a lowered power limit, clocks fall with the cube root of
 	// the power the limit leaves (power goes as f V^2, and V with f).
-	if (u > 0 && capped(s, g, u)) {
-		double k = 0.95 * cbrt(nvmock_power_limit(s, g) / demand(s, u));
+	uint32_t limit = seg_at(s, g, t).limit;
+	if (u > 0 && capped(s, limit, u)) {
+		double k = 0.95 * cbrt(limit / demand(s, u));
 		if (max * k < c)
 			c = max * k;
 	}
@@ -533,7 +538,7 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 	unsigned u = nvmock_live_util(d->node_index, g, 0, t);
 	if (u == 0)
 		r |= nvmlClocksEventReasonGpuIdle;
-	else if (u >= 95 || capped(d->s, g, u))
+	else if (u >= 95 || capped(d->s, seg_at(d->s, g, t).limit, u))
 		r |= nvmlClocksEventReasonSwPowerCap;
 	if (fx->thermal)
 		r |= nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksEventReasonSwThermalSlowdown | nvmlClocksThrottleReasonHwSlowdown;

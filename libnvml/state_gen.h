@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 6
+#define STATE_VERSION 7
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -99,8 +99,10 @@ struct live_gpu {
 	uint32_t persistence; // nvmlEnableState_t
 	uint32_t compute_mode; // nvmlComputeMode_t
 	uint32_t power_limit_mw; // the power limit a setter asked for
+	uint32_t prev_power_limit_mw; // the power limit in force in the segment before; 0: the current one
+	uint32_t limit_pad;
 };
-_Static_assert(sizeof(struct live_gpu) == 1456, "state layout");
+_Static_assert(sizeof(struct live_gpu) == 1464, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
 _Static_assert(offsetof(struct live_gpu, jitter) == 4, "state layout");
 _Static_assert(offsetof(struct live_gpu, load) == 8, "state layout");
@@ -132,6 +134,8 @@ _Static_assert(offsetof(struct live_gpu, cfg_set) == 1440, "state layout");
 _Static_assert(offsetof(struct live_gpu, persistence) == 1444, "state layout");
 _Static_assert(offsetof(struct live_gpu, compute_mode) == 1448, "state layout");
 _Static_assert(offsetof(struct live_gpu, power_limit_mw) == 1452, "state layout");
+_Static_assert(offsetof(struct live_gpu, prev_power_limit_mw) == 1456, "state layout");
+_Static_assert(offsetof(struct live_gpu, limit_pad) == 1460, "state layout");
 
 // live_event one published event.
 struct live_event {

@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 6
+const Version = 7
 
 // Capacities of the file.
 const (
@@ -78,41 +78,43 @@ var HeaderLayout = []FieldOffset{
 
 // GPU the live state of one GPU.
 type GPU struct {
-	Model         uint32    // 1: readings follow the load model; 0: the snapshot's
-	Jitter        uint32    // % amplitude of utilization noise
-	Load          [4]uint32 // % by engine: GPU, memory, encoder, decoder
-	PrevLoad      [4]uint32 // the segment before
-	Temp0MC       uint32    // temperature at since_ns, milli-C
-	PrevTemp0MC   uint32
-	SinceNS       uint64 // when the load was set
-	PrevSinceNS   uint64
-	Energy0MJ     uint64 // energy counter at since_ns
-	PrevEnergy0MJ uint64
-	Faults        uint32 // fault slots in use, first to last
-	Pad           uint32
-	FaultKind     [8]uint32 // FAULT_*
-	FaultTrigger  [8]uint32 // TRIGGER_*
-	FaultXID      [8]uint32 // the XID the fault reports
-	FaultPID      [8]uint32 // 0: node-wide; else the only process it hits
-	FaultCount    [8]uint32 // errors it adds (ECC), or the link (NVLink)
-	FaultID       [8]uint32 // unique per injection
-	FaultParam    [8]uint64 // trigger: time ns, calls, or probability x 2^32
-	MIGSet        uint32    // 1: mig_current and mig_pending hold the modes; 0: the snapshot's
-	MIGCurrent    uint32
-	MIGPending    uint32
-	MIGPad        uint32
-	GIProfile     [15]uint32  // by GPU-instance id: row + 1 of the snapshot's profile table; 0: none
-	GIStart       [15]uint32  // first memory slice
-	CISlices      [120]uint32 // by GPU instance x 8 + compute-instance id: compute slices; 0: none
-	CIStart       [120]uint32 // first compute slice in its GPU instance
-	CfgSet        uint32      // CFG_* bits: the settings below that a setter changed; the others are the snapshot's
-	Persistence   uint32      // nvmlEnableState_t
-	ComputeMode   uint32      // nvmlComputeMode_t
-	PowerLimitMW  uint32      // the power limit a setter asked for
+	Model            uint32    // 1: readings follow the load model; 0: the snapshot's
+	Jitter           uint32    // % amplitude of utilization noise
+	Load             [4]uint32 // % by engine: GPU, memory, encoder, decoder
+	PrevLoad         [4]uint32 // the segment before
+	Temp0MC          uint32    // temperature at since_ns, milli-C
+	PrevTemp0MC      uint32
+	SinceNS          uint64 // when the load was set
+	PrevSinceNS      uint64
+	Energy0MJ        uint64 // energy counter at since_ns
+	PrevEnergy0MJ    uint64
+	Faults           uint32 // fault slots in use, first to last
+	Pad              uint32
+	FaultKind        [8]uint32 // FAULT_*
+	FaultTrigger     [8]uint32 // TRIGGER_*
+	FaultXID         [8]uint32 // the XID the fault reports
+	FaultPID         [8]uint32 // 0: node-wide; else the only process it hits
+	FaultCount       [8]uint32 // errors it adds (ECC), or the link (NVLink)
+	FaultID          [8]uint32 // unique per injection
+	FaultParam       [8]uint64 // trigger: time ns, calls, or probability x 2^32
+	MIGSet           uint32    // 1: mig_current and mig_pending hold the modes; 0: the snapshot's
+	MIGCurrent       uint32
+	MIGPending       uint32
+	MIGPad           uint32
+	GIProfile        [15]uint32  // by GPU-instance id: row + 1 of the snapshot's profile table; 0: none
+	GIStart          [15]uint32  // first memory slice
+	CISlices         [120]uint32 // by GPU instance x 8 + compute-instance id: compute slices; 0: none
+	CIStart          [120]uint32 // first compute slice in its GPU instance
+	CfgSet           uint32      // CFG_* bits: the settings below that a setter changed; the others are the snapshot's
+	Persistence      uint32      // nvmlEnableState_t
+	ComputeMode      uint32      // nvmlComputeMode_t
+	PowerLimitMW     uint32      // the power limit a setter asked for
+	PrevPowerLimitMW uint32      // the power limit in force in the segment before; 0: the current one
+	LimitPad         uint32
 }
 
 // GPUSize is the size of GPU in the file.
-const GPUSize = 1456
+const GPUSize = 1464
 
 // GPULayout pins each field's offset (checked against the C header by the compiler).
 var GPULayout = []FieldOffset{
@@ -147,6 +149,8 @@ var GPULayout = []FieldOffset{
 	{"persistence", "Persistence", 1444},
 	{"compute_mode", "ComputeMode", 1448},
 	{"power_limit_mw", "PowerLimitMW", 1452},
+	{"prev_power_limit_mw", "PrevPowerLimitMW", 1456},
+	{"limit_pad", "LimitPad", 1460},
 }
 
 // Event one published event.

@@ -61,6 +61,15 @@ func (b Board) PowerMW(load uint32) float64 {
 	return p
 }
 
+// limit is the power limit in force: the one set, else the board's TDP
+// (snapshot.NA: none).
+func (b Board) limit() uint32 {
+	if b.LimitMW != 0 {
+		return b.LimitMW
+	}
+	return b.TDPMW
+}
+
 // under is the board under GPU g's settings: the power limit set there.
 func (b Board) under(g *GPU) Board {
 	if g.CfgSet&CfgPowerLimit != 0 && b.TDPMW != snapshot.NA {
@@ -131,6 +140,7 @@ func (s *State) SetLoad(b Board, gpu int, l Loads, now int64) {
 		temp0, e0 = b.At(g.Load[0], g.Temp0MC, g.Energy0MJ, now-int64(g.SinceNS))
 	}
 	g.PrevLoad, g.PrevSinceNS, g.PrevTemp0MC, g.PrevEnergy0MJ = g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ
+	g.PrevPowerLimitMW = b.limit()
 	g.Load = [4]uint32{min(l.GPU, 100), min(l.Memory, 100), min(l.Encoder, 100), min(l.Decoder, 100)}
 	g.SinceNS, g.Temp0MC, g.Energy0MJ = uint64(now), temp0, e0
 	g.Jitter = min(l.Jitter, 100)

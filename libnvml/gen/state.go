@@ -12,7 +12,7 @@ import (
 // Bump StateVersion on any change.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 6
+const StateVersion = 7
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -100,6 +100,8 @@ var StateSchema = []Record{
 		{"persistence", U32, 0, "nvmlEnableState_t"},
 		{"compute_mode", U32, 0, "nvmlComputeMode_t"},
 		{"power_limit_mw", U32, 0, "the power limit a setter asked for"},
+		{"prev_power_limit_mw", U32, 0, "the power limit in force in the segment before; 0: the current one"},
+		{"limit_pad", U32, 0, ""},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},

@@ -60,6 +60,16 @@ func TestAPowerLimitHoldsTheDrawFromWhenItIsSet(t *testing.T) {
 	if at.energy != before.energy || at.temp != before.temp {
 		t.Errorf("the change moved the past: energy %d -> %d mJ, temperature %d -> %d C", before.energy, at.energy, before.temp, at.temp)
 	}
+	// The power history before the change is what was drawn then (review:
+	// it was recomputed at the new limit).
+	change := f.Read().GPUs[0].SinceNS / 1000
+	_, samples, ret := d0.GetSamples(nvml.TOTAL_POWER_SAMPLES, 0)
+	must(t, "GetSamples", ret)
+	for _, sm := range samples {
+		if v := binaryUint(sm.SampleValue); sm.TimeStamp < change && v != hi {
+			t.Errorf("power sample at %d, before the limit changed at %d: %d mW, want %d", sm.TimeStamp, change, v, hi)
+		}
+	}
 	for _, c := range []struct {
 		what string
 		get  func() (uint32, nvml.Return)
