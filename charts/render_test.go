@@ -185,6 +185,11 @@ func checkProfile(t *testing.T, p pool, cm corev1.ConfigMap) {
 func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	t.Helper()
 	spec := ds.Spec.Template.Spec
+	// Surge, never a node without a plugin (the handover in plugin/nri).
+	if u := ds.Spec.UpdateStrategy.RollingUpdate; ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || u == nil ||
+		u.MaxSurge == nil || u.MaxSurge.IntValue() != 1 || u.MaxUnavailable == nil || u.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("%s: updateStrategy %+v, want a rolling update with maxSurge 1 and maxUnavailable 0", ds.Name, ds.Spec.UpdateStrategy)
+	}
 	if !reflect.DeepEqual(spec.NodeSelector, p.selector) {
 		t.Errorf("%s: nodeSelector %v, want %v", ds.Name, spec.NodeSelector, p.selector)
 	}

@@ -150,11 +150,13 @@ func TestHelmUninstallAfterAFailedUpgradeLeavesTheNodeClean(t *testing.T) {
 			t.Errorf("reinstall the chart: %v", err)
 		}
 	})
-	// h100 has no 1g.5gb: hostprep install fails at every pod start.
+	// h100 has no 1g.5gb: hostprep install fails at every pod start. The
+	// old pod serves on (maxUnavailable 0), so helm's --wait would wait
+	// for its whole timeout: 20 s are enough to apply the upgrade.
 	pools := []any{map[string]any{"name": nvmockPool, "profile": nvmockProfile, "mig": "0=all-1g.5gb"}}
-	ctx := ctxT(t, 4*time.Minute)
-	if err := c.helmInstall(ctx, nvmockRelease, nvmockNS, nvmockChart(), c.nvmockValues(map[string]any{"pools": pools}), true); err != nil {
-		t.Logf("helm upgrade: %v", err)
+	ctx := ctxT(t, 20*time.Second)
+	if err := c.helmInstall(ctx, nvmockRelease, nvmockNS, nvmockChart(), c.nvmockValues(map[string]any{"pools": pools}), true); err == nil {
+		t.Errorf("helm upgrade --wait to a pod that cannot install succeeded")
 	}
 	failing := c.failedInstall(t)
 	if _, err := os.Stat(filepath.Join(c.overlayRoot(), hostprep.ManifestFile)); err != nil {
@@ -298,5 +300,56 @@ func TestAnUpgradeToANewOverlayLeavesRunningPodsTheirDevices(t *testing.T) {
 	ctl("ib", "down", "mlx5_3")
 	if out, err := c.exec(t, ns, p.Name, "main", "sh", "-c", "ibstat mlx5_3 | grep -m1 State:"); err != nil || !strings.Contains(out, "Down") {
 		t.Errorf("ibstat mlx5_3 in the running pod after ctl ib down on the new overlay: %v %q", err, out)
+	}
+}
+
+// Pods created all through a rolling upgrade get their GPUs: the new
+// pod's plugin registers before the old one stops (maxSurge), and while
+// both serve, the one the runtime calls second leaves the container to the
+// first. Before, containers created while the pods changed places got
+// nothing.
+func TestPodsCreatedThroughARollingUpgradeGetTheirGPUs(t *testing.T) {
+	c := theCluster
+	ns := c.namespace(t, true)
+	t.Cleanup(func() {
+		if err := c.installNvmock(context.Background(), c.nvmockValues(nil)); err != nil {
+			t.Errorf("restore the suite's values: %v", err)
+		}
+	})
+	stop, done := make(chan struct{}), make(chan []string)
+	go func() {
+		var names []string
+		for i := 0; ; i++ {
+			p := c.pod(fmt.Sprintf("roll-%d", i), "nvidia-smi -L", 0)
+			if _, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err == nil {
+				names = append(names, p.Name)
+			}
+			select {
+			case <-stop:
+				done <- names
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	plugin := c.pluginPod(t)
+	c.upgradeNvmock(t, map[string]any{"logLevel": "debug"})
+	time.Sleep(time.Second)
+	close(stop)
+	names := <-done
+	if c.pluginPod(t).UID == plugin.UID {
+		t.Fatalf("helm upgrade did not roll nvmock's pod %s", plugin.Name)
+	}
+	want := strings.Join(c.gpuLines(), "\n") + "\n"
+	var bad []string
+	for _, n := range names {
+		c.waitPod(t, ns, n, 2*time.Minute, "finished", podFinished)
+		if out := c.logs(t, ns, n, ""); out != want {
+			bad = append(bad, fmt.Sprintf("%s: %q", n, out))
+		}
+	}
+	t.Logf("%d pods created through the upgrade", len(names))
+	if len(names) < 10 || len(bad) > 0 {
+		t.Errorf("%d pods created through the upgrade; %d printed other than the node's GPUs:\n%s", len(names), len(bad), strings.Join(bad, "\n"))
 	}
 }

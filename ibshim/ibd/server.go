@@ -323,6 +323,11 @@ func Listen(path string) (*net.UnixListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen at %s: %w", path, err)
 	}
+	// Closed, it leaves the path: in a rolling update the next pod's
+	// daemon has taken it over by then (it removes and binds it), and
+	// unlinking by name would cut that daemon off. A socket nobody
+	// listens on refuses connections, as a daemon that is down.
+	l.SetUnlinkOnClose(false)
 	// Programs of any user on the node open their packet devices.
 	if err := os.Chmod(path, 0o666); err != nil {
 		l.Close()

@@ -17,6 +17,7 @@ const (
 	skipNotSelected = "not_selected" // the decision left the container alone
 	skipNoOverlay   = "no_overlay"   // no overlay is installed on the node
 	skipFailed      = "failed"       // an error left the container alone
+	skipAnother     = "another"      // another nvmock plugin injected it (a rolling update's overlap)
 )
 
 // metrics are the plugin's Prometheus metrics, in a registry of its own.
@@ -29,7 +30,7 @@ type metrics struct {
 	decision   prometheus.Histogram
 
 	// Children resolved once: the create path does not look labels up.
-	skipNotSelected, skipNoOverlay, skipFailed prometheus.Counter
+	skipNotSelected, skipNoOverlay, skipFailed, skipAnother prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -51,6 +52,7 @@ func newMetrics() *metrics {
 	m.skipNotSelected = m.skipped.WithLabelValues(skipNotSelected)
 	m.skipNoOverlay = m.skipped.WithLabelValues(skipNoOverlay)
 	m.skipFailed = m.skipped.WithLabelValues(skipFailed)
+	m.skipAnother = m.skipped.WithLabelValues(skipAnother)
 	for _, r := range []string{reasonProbe, reasonDecide, reasonPanic, reasonNamespaces, reasonSync} {
 		m.errors.WithLabelValues(r) // present at zero, so alerts can rate() them
 	}

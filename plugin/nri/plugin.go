@@ -80,6 +80,7 @@ type Plugin struct {
 	procMu sync.Mutex
 	starts starts
 	ctx    context.Context // Run's
+	host   string          // names the plugin in InjectedAnnotation
 }
 
 // New checks the options and builds a plugin; a bad option is an error
@@ -128,6 +129,7 @@ func New(opt Options) (*Plugin, error) {
 		log:     log,
 		metrics: newMetrics(),
 		node:    newNodeCache(opt.OverlayRoot),
+		host:    hostName(),
 		fdMode:  os.Getenv(api.PluginSocketEnvVar) != "",
 		syncedC: make(chan struct{}, 1),
 		listed:  make(chan struct{}),
@@ -458,6 +460,11 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.refresh() // every time: see refresh
+	if byAnother(ctr) {
+		c.recordOthers(ctr)
+		p.metrics.skipAnother.Inc()
+		return nil
+	}
 	if c.err != nil {
 		if errors.Is(c.err, errNoOverlay) {
 			p.metrics.skipNoOverlay.Inc()
@@ -496,6 +503,7 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 		p.fields(pod, ctr).WithError(err).Warn("no GPU process shown for this container")
 	}
 	out = toNRI(&adj)
+	out.AddAnnotation(InjectedAnnotation, p.host)
 	visible := ""
 	if len(adj.Env) > 0 && adj.Env[0].Key == inject.VisibleDevicesEnv {
 		visible = adj.Env[0].Value
