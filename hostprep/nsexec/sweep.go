@@ -26,13 +26,21 @@ func Prefixed(prefix string) func(string) bool {
 	return func(name string) bool { return strings.HasPrefix(name, prefix) }
 }
 
-// Claim marks dir as this process's until it exits.
+// Claim marks dir as this process's until it exits. The lock file is
+// locked under another name and then renamed into place: a sweep that
+// found it created and not yet locked took the directory of a run that
+// had just started (two exec runs at once: CI saw it).
 func Claim(dir string) error {
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o644)
+	tmp := filepath.Join(dir, lockName+".new")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o644)
 	if err != nil {
 		return err
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, lockName)); err != nil {
 		f.Close()
 		return err
 	}
