@@ -150,10 +150,11 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, err
 	}
 	cdiData, err := CDIYAML(CDISpec(ov, driverLink))
+	cdiData = append([]byte(ownerLine(root, o.Owner)), cdiData...)
 	if err != nil {
 		return nil, err
 	}
-	nfdData := []byte(NFDFeatures(o.Render.Profile))
+	nfdData := []byte(ownerLine(root, o.Owner) + NFDFeatures(o.Render.Profile))
 	res = &Result{Driver: driverLink, Overlay: ov.Dir, Hash: in.hash, CDIFile: cdiPath, NFDFile: nfdPath, GPUs: in.ids}
 
 	if old != nil && old.Overlay == rel && old.Owner == o.Owner && linkIs(driverLink, filepath.Join(rel, "driver")) &&
@@ -174,7 +175,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 		}
 	}()
 	stage := func(path string, data []byte) (string, error) {
-		if err := checkOwned(path, data, old); err != nil {
+		if err := checkOwned(path, data, old, o.Owner); err != nil {
 			return "", err
 		}
 		if fileIs(path, data) {
@@ -392,6 +393,9 @@ type UninstallResult struct {
 	Nothing bool     // no manifest: nothing of nvmock's was installed in the root
 	Removed []string // paths removed
 	KeptFor string   // another owner's install, left alone (UninstallOwned)
+	// TakenOver is the root whose install (the same owner's) took over the
+	// CDI spec or NFD file: the node stays a GPU node, its labels stay.
+	TakenOver string
 }
 
 // Uninstall removes what the root's manifest says install created: the CDI
@@ -452,6 +456,11 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 	}
 	for _, f := range m.Files {
 		if _, err := os.Lstat(f); err == nil && !unchanged(f, m) {
+			if r, o := fileOwner(f); o != "" && o == m.Owner && r != root {
+				res.TakenOver = r
+				log.printf("left %s: the install at %s took it over", f, r)
+				continue
+			}
 			log.printf("left %s: changed since nvmock wrote it", f)
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -95,4 +96,45 @@ func TestANewOverlayKeepsTheLivePortDirectoriesContainersMount(t *testing.T) {
 func sorted(s ...string) []string {
 	slices.Sort(s)
 	return s
+}
+
+// A helm upgrade that moves the overlay root runs the new pod beside the
+// old one (the DaemonSet surges): the new root's install takes over the
+// CDI spec and NFD file the same DaemonSet's install wrote at the old
+// root, and the old pod's uninstall leaves them, and the node's labels, to
+// it. Another owner's files are still refused. CI found the move stuck:
+// the new pod's install refused the old root's CDI spec, and the old pod
+// waited for the new one to become ready.
+func TestAMovedRootTakesOverTheSameOwnersFiles(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	assets := testenv.FakeDriverAssets(t)
+	const owner = "nvmock/nvmock-default"
+	o := s.options(testenv.Profile(t, "a100", 2), assets)
+	o.Owner = owner
+	install(t, o)
+	moved := o
+	moved.Root = s.root + "-moved"
+	res := install(t, moved)
+	cdi, _ := os.ReadFile(res.CDIFile)
+	if !strings.Contains(string(cdi), moved.Root) {
+		t.Errorf("the CDI spec after the move names no driver root in %s:\n%.300s", moved.Root, cdi)
+	}
+	un, err := hostprep.UninstallOwned(s.root, owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if un.TakenOver != moved.Root {
+		t.Errorf("the old root's uninstall: taken over by %q, want %s", un.TakenOver, moved.Root)
+	}
+	for _, f := range []string{res.CDIFile, res.NFDFile} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("the old root's uninstall removed %s, which the new root's install owns", f)
+		}
+	}
+	other := o
+	other.Root, other.Owner = s.root+"-other", "elsewhere/nvmock-default"
+	if _, err := hostprep.Install(other); err == nil || !strings.Contains(err.Error(), "this install did not write it") {
+		t.Errorf("another owner's install at a third root: %v, want the CDI spec refused", err)
+	}
 }

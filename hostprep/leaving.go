@@ -26,10 +26,10 @@ import (
 // overlay because the API server was briefly unreachable.
 //
 // The node leaves this pod's install too when the DaemonSet now installs
-// elsewhere (its hostprep init container's --root, --cdi-dir or --nfd-dir
-// differ from here's, those of here that are set): a helm upgrade that moved
-// them would otherwise leave the old files, and the new install would find
-// a CDI spec it did not write.
+// at another root (its hostprep init container's --root): a helm upgrade
+// that moved it would otherwise leave the old root's files. The new root's
+// install takes over the CDI spec and NFD file (ownerLine), and this
+// uninstall leaves them and the node's labels to it.
 //
 // A node that leaves keeps the install when another DaemonSet of the
 // namespace, which installs in the same place, selects it: its pod installs
@@ -193,17 +193,19 @@ type InstallDirs struct {
 	Root, CDIDir, NFDDir string
 }
 
-// movedIn says what the pod's hostprep install writes elsewhere than d
-// (its fields that are set), or "".
+// movedIn says where the pod's hostprep install puts its root, if not in
+// d's (when set), or "". Only the root counts: an install at the same root
+// with other CDI or NFD directories replaces this one there and removes
+// its old files itself, before or after this pod goes (the DaemonSet
+// surges, so the new pod may have installed already: uninstalling the
+// root then would remove the new install).
 func (d InstallDirs) movedIn(pod corev1.PodSpec) string {
 	for _, c := range pod.InitContainers {
 		if len(c.Args) < 2 || c.Args[0] != "hostprep" || c.Args[1] != "install" {
 			continue
 		}
-		for _, f := range []struct{ flag, here string }{{"root", d.Root}, {"cdi-dir", d.CDIDir}, {"nfd-dir", d.NFDDir}} {
-			if there := flagValue(c.Args[2:], f.flag); f.here != "" && there != "" && there != f.here {
-				return fmt.Sprintf("with --%s=%s, not %s", f.flag, there, f.here)
-			}
+		if there := flagValue(c.Args[2:], "root"); d.Root != "" && there != "" && there != d.Root {
+			return fmt.Sprintf("with --root=%s, not %s", there, d.Root)
 		}
 	}
 	return ""

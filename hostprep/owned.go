@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // The CDI spec and NFD file go in directories other programs and other
@@ -19,9 +20,42 @@ func sum(data []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
+// ownerLine marks a file an install for an owner (a DaemonSet) wrote, with
+// its root: the same owner's install at another root may take the file
+// over. A helm upgrade that moves the overlay root runs the new pod beside
+// the old (the DaemonSet surges), and the old pod's uninstall then finds
+// the file changed and leaves it, with the node's labels.
+func ownerLine(root, owner string) string {
+	if owner == "" {
+		return ""
+	}
+	return "# nvmock: installed at " + root + " for " + owner + "\n"
+}
+
+// fileOwner reads a file's ownerLine (among its first lines): the root and
+// owner, or "".
+func fileOwner(path string) (root, owner string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", ""
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	n, _ := f.Read(buf)
+	for i, l := range strings.SplitN(string(buf[:n]), "\n", 4) {
+		if rest, ok := strings.CutPrefix(l, "# nvmock: installed at "); ok && i < 3 {
+			if r, o, ok := strings.Cut(rest, " for "); ok {
+				return r, o
+			}
+		}
+	}
+	return "", ""
+}
+
 // checkOwned says why install must not replace the file at path with data,
-// or nil: nothing there, the same content, or this root's file as written.
-func checkOwned(path string, data []byte, old *Manifest) error {
+// or nil: nothing there, the same content, this root's file as written, or
+// a file the same owner's install wrote at another root.
+func checkOwned(path string, data []byte, old *Manifest, owner string) error {
 	fi, err := os.Lstat(path)
 	if os.IsNotExist(err) || fileIs(path, data) {
 		return nil
@@ -31,6 +65,9 @@ func checkOwned(path string, data []byte, old *Manifest) error {
 	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s exists and is not a file; move it away", path)
+	}
+	if _, o := fileOwner(path); owner != "" && o == owner && (old == nil || !slices.Contains(old.Files, path)) {
+		return nil
 	}
 	if old == nil || !slices.Contains(old.Files, path) {
 		return fmt.Errorf("%s exists and this install did not write it (another root's, or yours); move it away or pass another directory", path)

@@ -241,6 +241,10 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "kept the overlay in %s: DaemonSet %s installed it, not %s\n", *root, res.KeptFor, *unless)
 		return nil
 	}
+	if res.TakenOver != "" {
+		fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths; the node's labels stay with the install at %s\n", *root, len(res.Removed), res.TakenOver)
+		return nil
+	}
 	if err := nodeLabels(name, stderr, func(c *hostprep.KubeClient) error {
 		return c.RemoveLabels(context.Background(), name)
 	}); err != nil {

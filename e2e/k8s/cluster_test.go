@@ -217,8 +217,11 @@ func nvmockChart() string { return filepath.Join(testenv.Root(), "charts", "nvmo
 // installNvmock installs the chart (or upgrades the release to vals if it
 // is there), waits for its DaemonSet to be ready and reads the overlay's
 // GPUs. If NVIDIA's chart is installed, it waits for its GPUs too: they
-// come back when the node's labels do.
+// come back when the node's labels do. When the node's GPUs changed (a
+// new profile), it restarts NVIDIA's device plugin first, as
+// docs/kubernetes.md tells users to: its mount stays on the old overlay.
 func (c *cluster) installNvmock(ctx context.Context, vals map[string]any) error {
+	before := slices.Clone(c.gpuLines())
 	if err := c.helmInstall(ctx, nvmockRelease, nvmockNS, nvmockChart(), vals, true); err != nil {
 		return err
 	}
@@ -231,10 +234,18 @@ func (c *cluster) installNvmock(ctx context.Context, vals map[string]any) error 
 	c.mu.Lock()
 	nvidia := c.nvidia
 	c.mu.Unlock()
-	if nvidia {
-		return c.waitAllocatable(ctx, len(c.gpuLines()))
+	if !nvidia {
+		return nil
 	}
-	return nil
+	if !slices.Equal(before, c.gpuLines()) {
+		for _, app := range []string{"nvidia-device-plugin", "gpu-feature-discovery"} {
+			if err := c.cs.CoreV1().Pods(nvidiaNS).DeleteCollection(ctx, metav1.DeleteOptions{},
+				metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app}); err != nil {
+				return fmt.Errorf("restart NVIDIA's %s: %w", app, err)
+			}
+		}
+	}
+	return c.waitAllocatable(ctx, len(c.gpuLines()))
 }
 
 // readTruth runs the overlay's nvidia-smi -L on the host: the GPUs every
