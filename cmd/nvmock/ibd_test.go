@@ -2,7 +2,6 @@ package main
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,24 +12,6 @@ import (
 	"github.com/nvmock/nvmock/internal/testenv"
 )
 
-// lockedBuffer is a log output read while the daemon writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A peers name that does not resolve is said in the log, once, and tried
 // again (review on the real node: on a cluster without DNS the daemons
 // never met, and nothing said why).
@@ -40,7 +21,7 @@ func TestAPeersNameThatDoesNotResolveIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out testenv.SyncBuffer
 	log := logrus.New()
 	log.SetOutput(&out)
 	d := ibd.New(n, f, log)

@@ -10,7 +10,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 )
 
 // A ComputeDomain on an NVL72 tray (gb200: a multi-node NVLink clique): the
@@ -38,28 +37,7 @@ func TestAComputeDomainOnAnNVL72TrayGetsItsIMEXChannel(t *testing.T) {
 	}
 
 	ns := d.namespace(t, false)
-	dyn, err := dynamic.NewForConfig(c.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
-		"metadata": map[string]any{"name": "nvl72"},
-		"spec":     map[string]any{"numNodes": int64(1), "channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": "nvl72-channel"}}},
-	}}
-	created, err := dyn.Resource(draComputeDomains).Namespace(ns).Create(ctxT(t, 10*time.Second), cd, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create ComputeDomain: %v", err)
-	}
-	label := draCDLabel + "=" + string(created.GetUID())
-	t.Cleanup(func() {
-		if err := c.draDeleteComputeDomains(context.Background(), ns); err != nil {
-			t.Error(err)
-		}
-		if err := c.waitNoPods(context.Background(), draNS, label); err != nil {
-			t.Error(err)
-		}
-	})
+	dyn, label := c.draComputeDomain(t, ns, "nvl72", 1)
 
 	const script = "ls /dev/nvidia-caps-imex-channels 2>&1; echo started; exec sleep 3600"
 	c.create(t, ns, c.draPod("imex", script, "nvl72-channel"))

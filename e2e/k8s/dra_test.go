@@ -473,34 +473,7 @@ func (d *draEnv) testComputeDomainWorkload(t *testing.T) {
 	}
 	// Not opted in: the pod asks for no GPU, and nvmock would give it all.
 	ns := d.namespace(t, false)
-	dyn, err := dynamic.NewForConfig(c.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
-		"metadata": map[string]any{"name": "cd"},
-		"spec":     map[string]any{"numNodes": int64(0), "channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": "cd-channel"}}},
-	}}
-	created, err := dyn.Resource(draComputeDomains).Namespace(ns).Create(ctxT(t, 10*time.Second), cd, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create ComputeDomain: %v", err)
-	}
-	label := draCDLabel + "=" + string(created.GetUID())
-	// Before the namespace goes: the controller removes the daemons and
-	// then its finalizer.
-	t.Cleanup(func() {
-		if err := c.draDeleteComputeDomains(context.Background(), ns); err != nil {
-			t.Error(err)
-		}
-		if err := c.waitNoPods(context.Background(), draNS, label); err != nil {
-			t.Error(err)
-		}
-		n, err := c.cs.CoreV1().Nodes().Get(context.Background(), c.node, metav1.GetOptions{})
-		if err == nil && n.Labels[draCDLabel] != "" {
-			t.Errorf("node %s keeps the label %s=%s after the ComputeDomain is gone", c.node, draCDLabel, n.Labels[draCDLabel])
-		}
-	})
+	dyn, label := c.draComputeDomain(t, ns, "cd", 0)
 	const script = "ls -l /dev/nvidia-caps-imex-channels 2>&1; echo started; exec sleep 3600"
 	c.create(t, ns, c.draPod("imex", script, "cd-channel"))
 	c.waitPod(t, ns, "imex", 3*time.Minute, "Running", podRunning)
@@ -522,6 +495,42 @@ func (d *draEnv) testComputeDomainWorkload(t *testing.T) {
 }
 
 var draComputeDomains = schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}
+
+// draComputeDomain creates ComputeDomain name in ns, of numNodes nodes, with
+// the channel claim template name-channel, and returns a client for it and
+// the label of its daemon pods. When the test ends, before the namespace
+// goes, it deletes the ComputeDomain (the controller removes the daemons,
+// then its finalizer) and checks that the node lost its label.
+func (c *cluster) draComputeDomain(t *testing.T, ns, name string, numNodes int64) (dynamic.Interface, string) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"numNodes": numNodes, "channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": name + "-channel"}}},
+	}}
+	created, err := dyn.Resource(draComputeDomains).Namespace(ns).Create(ctxT(t, 10*time.Second), cd, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create ComputeDomain: %v", err)
+	}
+	label := draCDLabel + "=" + string(created.GetUID())
+	t.Cleanup(func() {
+		if err := c.draDeleteComputeDomains(context.Background(), ns); err != nil {
+			t.Error(err)
+		}
+		if err := c.waitNoPods(context.Background(), draNS, label); err != nil {
+			t.Error(err)
+		}
+		n, err := c.cs.CoreV1().Nodes().Get(context.Background(), c.node, metav1.GetOptions{})
+		if err == nil && n.Labels[draCDLabel] != "" {
+			t.Errorf("node %s keeps the label %s=%s after the ComputeDomain is gone", c.node, draCDLabel, n.Labels[draCDLabel])
+		}
+	})
+	return dyn, label
+}
 
 // draCDLabel marks the nodes of a ComputeDomain (its UID), and its daemon pods.
 const draCDLabel = "resource.nvidia.com/computeDomain"
