@@ -5,7 +5,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/plugin/inject"
 )
 
@@ -13,9 +12,9 @@ import (
 // it stops the old one (maxSurge), so two nvmock plugins are registered
 // with the runtime for a moment and no container goes without GPUs. The
 // runtime calls them in turn, each seeing the edits of those before it:
-// the first injects, and a later one finds its mark in the
-// container's annotation, records the GPUs it was given, and adds nothing (two plugins
-// setting the same variable would fail the container).
+// the first injects and marks the container (an annotation), and a later
+// one, finding the mark, records the GPUs it was given and adds nothing
+// (two plugins setting the same variable would fail the container).
 
 // InjectedAnnotation marks a container the plugin edited (in the OCI
 // spec's annotations, not the pod's), naming the plugin's host (its pod).
@@ -37,12 +36,9 @@ func (c *nodeCache) recordOthers(ctr *api.Container) {
 		c.gpus[id] = given{visible: v}
 		c.rebuildUse()
 	}
-	for _, h := range ctr.GetHooks().GetCreateContainer() {
-		if name := hostprep.OverlayOf(h.GetPath()); name != "" {
-			c.overlays[id] = name
-			c.writeInUse()
-			break
-		}
+	if name := overlayOfContainer(ctr); name != "" {
+		c.overlays[id] = name
+		c.writeInUse()
 	}
 }
 

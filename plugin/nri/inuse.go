@@ -37,22 +37,28 @@ func (c *nodeCache) syncOverlays(ctrs []*api.Container) {
 		if ctr.GetState() == api.ContainerState_CONTAINER_STOPPED {
 			continue
 		}
-		var paths []string
-		for _, h := range ctr.GetHooks().GetCreateContainer() {
-			paths = append(paths, h.GetPath())
-		}
-		for _, m := range ctr.GetMounts() {
-			paths = append(paths, m.GetSource())
-		}
-		for _, p := range paths {
-			if name := hostprep.OverlayOf(p); name != "" {
-				c.overlays[ctr.GetId()] = name
-				break
-			}
+		if name := overlayOfContainer(ctr); name != "" {
+			c.overlays[ctr.GetId()] = name
 		}
 	}
 	c.inUseWritten = nil // the file may hold another plugin's list
 	c.writeInUse()
+}
+
+// overlayOfContainer is the overlay (its name) a container's runtime hook,
+// or else one of its mounts, comes from; "" for none.
+func overlayOfContainer(ctr *api.Container) string {
+	for _, h := range ctr.GetHooks().GetCreateContainer() {
+		if name := hostprep.OverlayOf(h.GetPath()); name != "" {
+			return name
+		}
+	}
+	for _, m := range ctr.GetMounts() {
+		if name := hostprep.OverlayOf(m.GetSource()); name != "" {
+			return name
+		}
+	}
+	return ""
 }
 
 // writeInUse writes the list when it changed. A failure is logged by the
