@@ -25,12 +25,13 @@ type pool struct {
 	name, profile string
 	gpus          int // GPUs the rendered profile must give
 	selector      map[string]string
-	overridden    bool   // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
-	live          bool   // liveValues: the live init container applies them (else it clears the state)
-	slots         string // --fabric-slots the install gets (fleetValues' infiniband.slots)
-	faults        string // the --ib-fault flags it gets, comma-joined (infiniband.faults)
-	peers         string // the plugin's --ib-peers (infiniband.peers)
-	mig           string // --mig the install gets
+	overridden    bool              // the fleet's t4 overrides: GPU 0 draws 31 W, GPU 1 is at 61 C
+	live          bool              // liveValues: the live init container applies them (else it clears the state)
+	slots         string            // --fabric-slots the install gets (fleetValues' infiniband.slots)
+	faults        string            // the --ib-fault flags it gets, comma-joined (infiniband.faults)
+	peers         string            // the plugin's --ib-peers (infiniband.peers)
+	mig           string            // --mig the install gets
+	annotations   map[string]string // podAnnotations the pod template carries
 }
 
 // liveValues set a load and faults at install (nvmock ctl apply).
@@ -72,7 +73,11 @@ infiniband:
   faults: {gpu-b: [mlx5_0=symbol_error:12], gpu-a: [mlx5_3=down, "mlx5_4=link_downed:1"]}
   peers: [10.0.0.5:4791, "[fd00::5]:4791"]
 logLevel: debug
+podAnnotations: {tolerate-missing-nri-plugins.noderesource.dev: "true"}
 `
+
+// fleetAnnotations are fleetValues' podAnnotations.
+var fleetAnnotations = map[string]string{"tolerate-missing-nri-plugins.noderesource.dev": "true"}
 
 // fleetFaults are the --ib-fault flags of fleetValues, by node then in order.
 const fleetFaults = "gpu-a/mlx5_3=down,gpu-a/mlx5_4=link_downed:1,gpu-b/mlx5_0=symbol_error:12"
@@ -89,8 +94,8 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
 		{"fleet", fleetValues, []pool{
-			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers},
-			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1", faults: fleetFaults}, // no InfiniBand: no peers
+			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers, annotations: fleetAnnotations},
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1", faults: fleetFaults, annotations: fleetAnnotations}, // no InfiniBand: no peers
 		}},
 	}
 	for _, name := range profile.Builtins() {
@@ -189,6 +194,11 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	if u := ds.Spec.UpdateStrategy.RollingUpdate; ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || u == nil ||
 		u.MaxSurge == nil || u.MaxSurge.IntValue() != 1 || u.MaxUnavailable == nil || u.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("%s: updateStrategy %+v, want a rolling update with maxSurge 1 and maxUnavailable 0", ds.Name, ds.Spec.UpdateStrategy)
+	}
+	for k, v := range p.annotations {
+		if got, ok := ds.Spec.Template.Annotations[k]; !ok || got != v {
+			t.Errorf("%s: pod annotation %s is %q, want %q (podAnnotations)", ds.Name, k, got, v)
+		}
 	}
 	if !reflect.DeepEqual(spec.NodeSelector, p.selector) {
 		t.Errorf("%s: nodeSelector %v, want %v", ds.Name, spec.NodeSelector, p.selector)

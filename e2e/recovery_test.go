@@ -87,3 +87,29 @@ func TestPluginReconnectsAfterContainerdRestarts(t *testing.T) {
 		t.Errorf("the container started before the restart is gone: %q", out)
 	}
 }
+
+// A pod that names the plugin as required (containerd's default validator,
+// 2.2+) is refused while the plugin is down, rather than started without
+// its GPUs, and created once the plugin is back, as the kubelet's retry
+// would. Pods that do not name it still start untouched.
+func TestAPodRequiringThePluginIsRefusedUntilItRuns(t *testing.T) {
+	n := theNode
+	n.pluginRunning(t)
+	n.script(t, "plugin", "kill")
+	p := n.runPod(t, optedIn, map[string]string{
+		"nvmock.io/gpus":                        "1",
+		"required-plugins.noderesource.dev/pod": `["nvmock"]`,
+	})
+	c := ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}}
+	_, err := n.tryCreate(t, p, c)
+	if err == nil || !strings.Contains(err.Error(), `required plugin "nvmock" not present`) {
+		t.Fatalf("with the plugin down, a pod requiring it: %v; want containerd to refuse the container", err)
+	}
+	untouchedRun(t)
+
+	n.script(t, "plugin", "start")
+	r := n.run(t, p, c)
+	if got := testenv.Lines(r.out); r.code != 0 || len(got) != 1 || !strings.HasPrefix(got[0], "GPU 0: ") {
+		t.Errorf("with the plugin back, the pod's container exited %d and listed:\n%s\nwant one GPU", r.code, r.out)
+	}
+}

@@ -181,6 +181,11 @@ $nvidia
   socket_path = '$W/nri/nri.sock'
   plugin_path = '$W/nri/plugins'
   plugin_config_path = '$W/nri/conf.d'
+  # containerd's own validator (2.2+): a pod annotated
+  # required-plugins.noderesource.dev: '["nvmock"]' is refused while the
+  # plugin is down (docs/kubernetes.md). It rejects nothing else here.
+  [plugins.'io.containerd.nri.v1.nri'.default_validator]
+    enable = true
 EOF
   cat >"$W/etc/crictl.yaml" <<EOF
 runtime-endpoint: unix://$W/state/containerd.sock

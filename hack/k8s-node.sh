@@ -401,6 +401,9 @@ $(w=$W && source "$here/e2e-node.sh" && nvidia_runtime "$w")
   socket_path = '$W/nri/nri.sock'
   plugin_path = '$W/nri/plugins'
   plugin_config_path = '$W/nri/conf.d'
+  # As on the e2e node: pods may require the plugin (docs/kubernetes.md).
+  [plugins.'io.containerd.nri.v1.nri'.default_validator]
+    enable = true
 EOF
   cat >"$W/etc/crictl.yaml" <<EOF
 runtime-endpoint: unix://$sock
