@@ -58,7 +58,7 @@ func TestBoundsAreOneLineNamingFileAndField(t *testing.T) {
 			"profile x.yaml:4: topology.numaNodes[1]: -1 is not a whole number from 0 to 4294967295"},
 		{"a bad size in a GPU's override names its place",
 			"base: a100\nname: x\ndevices:\n  - index: 1\n    board:\n      memory: {total: 40Gb}\n",
-			`profile x.yaml:6: devices[0].board.memory.total: "40Gb" is not a quantity; use bytes or a binary suffix such as "40960Mi" or "80Gi"`},
+			`profile x.yaml:6: devices[0].board.memory.total: "40Gb" is not a quantity; use bytes or a binary suffix such as "40960Mi", "80Gi" or "20GiB"`},
 		{"a quoted number for a count",
 			"base: a100\nname: x\ndevices:\n  - index: \"1\"\n    board: {}\n",
 			`profile x.yaml:4: devices[0].index: "1" is not a whole number`},

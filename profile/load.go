@@ -9,6 +9,7 @@ import (
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,11 +41,25 @@ func Builtin(name string) (*Profile, error) {
 	return Parse("builtin/"+name+".yaml", data)
 }
 
-// Load reads a profile by built-in name or from a YAML file.
+// Load reads a profile by built-in name or from a YAML file. A bare name
+// that is a built-in and a file here is refused: either could be meant.
 func Load(nameOrFile string) (*Profile, error) {
 	if !strings.ContainsAny(nameOrFile, "/.") {
+		fi, err := os.Stat(nameOrFile)
+		file := err == nil && !fi.IsDir()
+		if !slices.Contains(Builtins(), nameOrFile) && file {
+			return LoadFile(nameOrFile)
+		}
+		if file {
+			return nil, fmt.Errorf("profile %s: both a built-in profile and a file here; write ./%s for the file", nameOrFile, nameOrFile)
+		}
 		return Builtin(nameOrFile)
 	}
+	return LoadFile(nameOrFile)
+}
+
+// LoadFile reads a profile from a YAML file, whatever its name.
+func LoadFile(nameOrFile string) (*Profile, error) {
 	data, err := os.ReadFile(nameOrFile)
 	if err != nil {
 		return nil, fmt.Errorf("read profile: %w", err)

@@ -32,6 +32,10 @@ type GPULayout struct {
 	Instances []string
 }
 
+// otherLayouts ends an unknown profile's error: it may have been meant as
+// a layout.
+const otherLayouts = "layouts: all-PROFILE, all-balanced, all-enabled, all-disabled"
+
 // ParseMIGLayout reads spec for a node of gpus GPUs of board m. Whether the
 // instances fit is checked where they are placed (live.State).
 func ParseMIGLayout(spec string, m *MIG, gpus int) (*MIGLayout, error) {
@@ -104,7 +108,7 @@ func (m *MIG) gpuLayout(items string) (GPULayout, error) {
 	case strings.HasPrefix(items, "all-"):
 		p := m.profile(strings.TrimPrefix(items, "all-"))
 		if p == nil {
-			return GPULayout{}, fmt.Errorf("%q: the board's profiles are %s", strings.TrimPrefix(items, "all-"), strings.Join(m.names(), ", "))
+			return GPULayout{}, fmt.Errorf("%q: the board's profiles are %s (%s)", strings.TrimPrefix(items, "all-"), strings.Join(m.names(), ", "), otherLayouts)
 		}
 		return GPULayout{Set: true, Enabled: true, Instances: slices.Repeat([]string{p.Name}, int(p.Instances))}, nil
 	}
@@ -119,7 +123,7 @@ func (m *MIG) gpuLayout(items string) (GPULayout, error) {
 			}
 		}
 		if m.profile(name) == nil {
-			return GPULayout{}, fmt.Errorf("%q: the board's profiles are %s", name, strings.Join(m.names(), ", "))
+			return GPULayout{}, fmt.Errorf("%q: the board's profiles are %s (%s)", name, strings.Join(m.names(), ", "), otherLayouts)
 		}
 		out = append(out, slices.Repeat([]string{name}, n)...)
 	}

@@ -28,7 +28,7 @@ func ParseQuantity(s string) (Quantity, error) {
 	}
 	n, err := strconv.ParseUint(num, 10, 64)
 	if err != nil || n > ^uint64(0)/mult {
-		return 0, fmt.Errorf("%q is not a quantity; use bytes or a binary suffix such as \"40960Mi\" or \"80Gi\"", s)
+		return 0, fmt.Errorf("%q is not a quantity; use bytes or a binary suffix such as \"40960Mi\", \"80Gi\" or \"20GiB\"", s)
 	}
 	return Quantity(n * mult), nil
 }

@@ -36,7 +36,7 @@ the change at its next call (docs/live-state.md).
   proc rm PID [--gpu N]
         register or remove a process on a GPU, or on the MIG device of
         GPU instance --gi and compute instance --ci (default 0)
-  mig LAYOUT          partition the GPUs as at install (docs/mig.md): all-1g.5gb,
+  mig LAYOUT          partition the GPUs as at install (docs/mig.md): all-PROFILE,
                       all-balanced, all-disabled, '0-3=3g.20gb*2;4-7=all-1g.5gb' (quoted)
   ib [down HCA | up HCA | errors HCA COUNTER:N,... | clear [HCA]]
         list or change InfiniBand port faults: a cable out (down, counting
@@ -116,6 +116,9 @@ func ctlCmd(args []string) error {
 	default:
 		err = fmt.Errorf("unknown command %q; see nvmock ctl help", cmd)
 	}
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("ctl %s: %w", cmd, err)
 	}
@@ -125,7 +128,7 @@ func ctlCmd(args []string) error {
 // ctlFlags parses interspersed flags and returns the positional arguments.
 func ctlFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
-	pos, err := parseInterspersed(fs, args)
+	pos, err := parseInterspersed(fs, args, ctlUsage)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,8 @@ func execCmd(args []string) error {
 	return nil
 }
 
+const execUsage = "Usage: nvmock exec [flags] -- CMD ARGS...\n  Runs CMD on a private mock node (as root, or in an unprivileged user namespace).\n"
+
 func execRun(args []string) error {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	name := fs.String("profile", "a100", "built-in profile name or profile file")
@@ -54,8 +56,7 @@ func execRun(args []string) error {
 	fs.SetOutput(io.Discard) // one line for a bad flag; the flags for --help
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
+			printHelp(fs, execUsage)
 			return nil
 		}
 		return fmt.Errorf("exec: %w (see nvmock exec --help)", err)
@@ -138,7 +139,7 @@ func execRun(args []string) error {
 		Env:     env,
 		Sys:     sys,
 		Self:    []string{"/proc/self/exe", execChildArg},
-		Note:    func(s string) { fmt.Fprintln(os.Stderr, "nvmock: exec:", s) },
+		Note:    func(s string) { fmt.Fprintln(os.Stderr, "nvmock exec: note:", s) },
 		Signals: sigs,
 	})
 	if err != nil {
@@ -225,7 +226,7 @@ type ibFlags struct {
 
 func (f *ibFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.host, "ib-host", "", "this node's host name in its InfiniBand fabric (default: the hostname)")
-	fs.IntVar(&f.slot, "ib-slot", -1, "this node's place in the fabric, 0 to nodes-1 (default: from its host name)")
+	fs.IntVar(&f.slot, "ib-slot", -1, "this node's place in the fabric, 0 to nodes-1; -1: from its host name")
 	f.peers.add(fs, "ib-")
 	fs.Var(&f.faults, "ib-fault", faultUsage)
 }

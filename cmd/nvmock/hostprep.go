@@ -30,7 +30,7 @@ const hostprepUsage = `Usage:
 `
 
 // migFlagHelp documents --mig (profile.MIGLayout).
-const migFlagHelp = "partition the GPUs with MIG: all-1g.5gb, all-balanced, all-enabled, all-disabled, or GPUS=PROFILE*N,...;... such as '0-3=3g.20gb*2;4-7=all-1g.5gb', quoted for the shell (default: the profile's board.modes.mig.layout)"
+const migFlagHelp = "partition the GPUs with MIG: all-PROFILE (all-1g.5gb on an A100), all-balanced, all-enabled, all-disabled, or GPUS=PROFILE*N,...;... such as '0-3=3g.20gb*2;4-7=all-1g.5gb', quoted for the shell (default: the profile's board.modes.mig.layout)"
 
 // hostprepCmd installs or removes the mock node overlay.
 func hostprepCmd(args []string) error {
@@ -79,7 +79,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511) instead of /dev/null's 1:3")
 	force := fs.Bool("force", false, "install even where a real NVIDIA driver is loaded")
 	owner := fs.String("owner", "", "NAMESPACE/NAME of the DaemonSet installing (the chart's): recorded, so that another DaemonSet's uninstall leaves this install alone")
-	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1 (default: from its name)")
+	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1; -1: from its name")
 	mig := fs.String("mig", "", migFlagHelp)
 	slots := fs.String("fabric-slots", "", "NODE=SLOT,...: the places of named nodes (the chart's infiniband.slots); others take --fabric-slot")
 	var faults faultFlags

@@ -19,12 +19,14 @@ import (
 
 // ibdCmd runs the node's fabric daemon: `nvmock ibd [--profile P] --socket
 // PATH [--listen ADDR --peers ADDR,...]`. It serves until SIGINT or SIGTERM.
+const ibdUsage = "Usage: nvmock ibd [flags]\n  Serves the node's InfiniBand fabric until SIGINT or SIGTERM.\n"
+
 func ibdCmd(args []string) error {
 	fs := flag.NewFlagSet("ibd", flag.ContinueOnError)
 	name := fs.String("profile", "a100", "built-in profile name or profile file")
 	socket := fs.String("socket", "/run/nvmock/ibd.sock", "where the umad shim connects (its $NVMOCK_IBD)")
 	host := fs.String("host", "", "this node's host name in the fabric (default: $NODE_NAME, else the hostname)")
-	slot := fs.Int("slot", -1, "this node's place in the fabric, 0 to nodes-1 (default: from its host name)")
+	slot := fs.Int("slot", -1, "this node's place in the fabric, 0 to nodes-1; -1: from its host name")
 	var lf loadFlags
 	lf.add(fs)
 	var pf peerFlags
@@ -34,8 +36,7 @@ func ibdCmd(args []string) error {
 	fs.SetOutput(io.Discard) // one line for a bad flag; the flags for --help
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
+			printHelp(fs, ibdUsage)
 			return nil
 		}
 		return fmt.Errorf("ibd: %w (see nvmock ibd --help)", err)

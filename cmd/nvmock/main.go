@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
@@ -24,19 +25,18 @@ Usage:
                                       nvmock hostprep install --help)
   nvmock hostprep uninstall [--root DIR]
                                       remove everything install created
-  nvmock exec [--profile P] [--gpus N] [--seed S] [--mig LAYOUT] [--driver-version V]
-              [--assets DIR] [--ib-listen ADDR --ib-peers ...] -- CMD ARGS...
+  nvmock exec [--profile P] [--gpus N] [--mig LAYOUT] [--ib-...] ... -- CMD ARGS...
                                       run CMD on a private mock node (root, or
-                                      unprivileged user namespaces; nvmock exec --help)
-  nvmock nri [--socket PATH] [--idx NN] [--overlay-root DIR] [--namespaces NS,NS|*]
-             [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
-             [--allow-real-driver] [--listen ADDR]
+                                      unprivileged user namespaces)
+  nvmock nri [--socket PATH] [--overlay-root DIR] [--namespaces NS,NS|*] ...
                                       run the NRI plugin (connects to the runtime's NRI socket)
-  nvmock ibd [--profile P] [--socket PATH] [--host NAME] [--slot N]
+  nvmock ibd [--profile P] [--socket PATH] [--host NAME] [--slot N] ...
                                       run the node's InfiniBand fabric daemon
   nvmock ctl COMMAND ...              change the node's live state: loads, faults,
-                                      XIDs, processes (nvmock ctl help)
+                                      XIDs, processes, MIG, InfiniBand ports
   nvmock version                      print the version
+
+Each command's --help (nvmock ctl help) lists all its flags.
 `
 
 func main() {
@@ -84,6 +84,23 @@ func run(args []string) error {
 	fmt.Fprint(os.Stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
 }
+
+// printHelp answers --help: usage, then the flags, on stdout.
+func printHelp(fs *flag.FlagSet, usage string) {
+	fmt.Print(usage)
+	fs.SetOutput(os.Stdout)
+	fs.PrintDefaults()
+}
+
+// helpShown is err, but nil for flag.ErrHelp: the help was printed, as asked.
+func helpShown(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 // exitStatus ends the program with a status and no message: a command's
 // own, once everything is cleaned up.

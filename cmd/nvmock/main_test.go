@@ -53,8 +53,8 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"an unknown built-in names the choices", []string{"profile", "show", "z100"}, `no built-in profile "z100"; choose one of a100`},
 		{"a misspelt field names file and path", []string{"profile", "validate", bad}, "profile " + bad + ":3: bord: unknown field"},
 		{"compile without -o says what is missing", []string{"profile", "compile", "a100"}, "need one NAME or FILE and -o SNAPSHOT"},
-		{"an impossible GPU count names the flag", []string{"profile", "compile", "a100", "--gpus", "-2", "--seed", "s", "-o", "/dev/null"}, "--gpus: gpus: -2 is out of range"},
-		{"no GPUs at all is refused, not the profile's count", []string{"profile", "compile", "a100", "--gpus", "0", "--seed", "s", "-o", "/dev/null"}, "--gpus: gpus: 0 is out of range"},
+		{"an impossible GPU count names the flag", []string{"profile", "compile", "a100", "--gpus", "-2", "--seed", "s", "-o", "/dev/null"}, "--gpus -2: a node has 1 to 64 GPUs"},
+		{"no GPUs at all is refused, not the profile's count", []string{"profile", "compile", "a100", "--gpus", "0", "--seed", "s", "-o", "/dev/null"}, "--gpus 0: a node has 1 to 64 GPUs"},
 		{"a MIG layout that cannot be placed fails validate", []string{"profile", "validate", crowded}, fit},
 		{"and compile", []string{"profile", "compile", crowded, "--seed", "s", "-o", "/dev/null"}, fit},
 		{"and install, before anything is written", []string{"hostprep", "install", "--profile", crowded, "--root", filepath.Join(t.TempDir(), "r"), "--node-name", "n1"}, "hostprep install: " + fit},
@@ -66,6 +66,43 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 				t.Errorf("got %v, want one line containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// A bare name is a built-in unless a file of that name is here and no
+// built-in has it; both is refused. validate reads files only.
+func TestABareProfileNameIsAFileOnlyWhenNoBuiltinHasIt(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("t4", []byte("garbage: ["), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mine := "base: l40s\nname: mine\n"
+	if err := os.WriteFile("mine", []byte(mine), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"profile", "validate", "t4"}, "profile t4: not valid YAML"},
+		{[]string{"profile", "show", "t4"}, "both a built-in profile and a file here; write ./t4 for the file"},
+		{[]string{"profile", "validate", "a100"}, "open a100: no such file"},
+	} {
+		if err := run(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+	var b bytes.Buffer
+	if err := profileShow([]string{"mine", "--seed", "n1"}, &b); err != nil || !strings.Contains(b.String(), "name: mine") {
+		t.Errorf("profile show mine (a file, no built-in of that name): %v\n%s", err, b.String())
+	}
+}
+
+func TestHelpIsAnAnswerNotAnError(t *testing.T) {
+	for _, args := range [][]string{{"profile", "show", "--help"}, {"profile", "compile", "-h"}, {"profile", "validate", "--help"}} {
+		if err := run(args); err != nil {
+			t.Errorf("%v: %v, want the help and no error", args, err)
+		}
 	}
 }
 

@@ -55,9 +55,7 @@ func nriCmd(args []string) error {
 	fs.StringVar(&peers.dns, "ib-peers-dns", "", peerDNSUsage)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fmt.Print(nriUsage)
-			fs.PrintDefaults()
+			printHelp(fs, nriUsage)
 			return nil
 		}
 		return fmt.Errorf("nri: %w (see nvmock nri --help)", err)

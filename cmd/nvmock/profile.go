@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,12 +29,16 @@ func profileCmd(args []string) error {
 		}
 		return nil
 	case "show":
-		return profileShow(args[1:], os.Stdout)
+		return helpShown(profileShow(args[1:], os.Stdout))
 	case "validate":
+		if len(args) == 2 && isHelp(args[1]) {
+			fmt.Print(validateUsage)
+			return nil
+		}
 		if len(args) != 2 {
 			return fmt.Errorf("profile validate: need exactly one FILE")
 		}
-		p, err := profile.Load(args[1])
+		p, err := profile.LoadFile(args[1])
 		if err != nil {
 			return err
 		}
@@ -43,7 +48,7 @@ func profileCmd(args []string) error {
 		fmt.Printf("%s: ok\n", args[1])
 		return nil
 	case "compile":
-		return profileCompile(args[1:])
+		return helpShown(profileCompile(args[1:]))
 	}
 	return fmt.Errorf("profile: unknown subcommand %q; use list, show, validate or compile", args[0])
 }
@@ -57,11 +62,22 @@ func fitMIG(name string, p *profile.Profile) error {
 	return nil
 }
 
-// parseInterspersed lets flags follow the positional NAME, as users type them.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+const (
+	showUsage     = "Usage: nvmock profile show NAME|FILE [flags]\n  Prints the profile and its GPUs' identities on this node.\n"
+	compileUsage  = "Usage: nvmock profile compile NAME|FILE -o SNAPSHOT [flags]\n  Writes the snapshot the library reads ($NVMOCK_SNAPSHOT).\n"
+	validateUsage = "Usage: nvmock profile validate FILE\n  Checks a profile file: one line naming the field for each problem.\n"
+)
+
+// parseInterspersed lets flags follow the positional NAME, as users type
+// them. --help prints usage and the flags, and returns flag.ErrHelp.
+func parseInterspersed(fs *flag.FlagSet, args []string, usage string) ([]string, error) {
+	fs.SetOutput(io.Discard) // one line for a bad flag
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printHelp(fs, usage)
+			}
 			return nil, err
 		}
 		if fs.NArg() == 0 {
@@ -94,9 +110,12 @@ func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
 	given := false
 	l.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gpus" })
 	if given { // --gpus 0 is refused, not the profile's count
+		if l.gpus < 1 || l.gpus > profile.MaxGPUs {
+			return nil, "", fmt.Errorf("--gpus %d: a node has 1 to %d GPUs", l.gpus, profile.MaxGPUs)
+		}
 		p.GPUs = l.gpus
 		if errs := p.Validate(); len(errs) > 0 {
-			return nil, "", fmt.Errorf("--gpus: %w", errs[0])
+			return nil, "", fmt.Errorf("--gpus %d: %w", l.gpus, errs[0])
 		}
 	}
 	if l.driver != "" {
@@ -120,9 +139,9 @@ func profileShow(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("profile show", flag.ContinueOnError)
 	var lf loadFlags
 	lf.add(fs)
-	pos, err := parseInterspersed(fs, args)
+	pos, err := parseInterspersed(fs, args, showUsage)
 	if err != nil {
-		return err
+		return badFlag(fs, err)
 	}
 	if len(pos) != 1 {
 		return fmt.Errorf("profile show: need exactly one NAME or FILE")
@@ -148,9 +167,9 @@ func profileCompile(args []string) error {
 	lf.add(fs)
 	out := fs.String("o", "", "output snapshot file (required)")
 	unseeded := fs.Bool("unseeded", false, "leave identities to the library (for its built-in default)")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := parseInterspersed(fs, args, compileUsage)
 	if err != nil {
-		return err
+		return badFlag(fs, err)
 	}
 	if len(pos) != 1 || *out == "" {
 		return fmt.Errorf("profile compile: need one NAME or FILE and -o SNAPSHOT")
@@ -167,6 +186,14 @@ func profileCompile(args []string) error {
 		return err
 	}
 	return writeAtomic(*out, data)
+}
+
+// badFlag names the command and its help; flag.ErrHelp passes as it is.
+func badFlag(fs *flag.FlagSet, err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return fmt.Errorf("%s: %w (see nvmock %s --help)", fs.Name(), err, fs.Name())
 }
 
 // writeAtomic replaces path in one rename, so a reader never sees half a file.

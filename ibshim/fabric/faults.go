@@ -129,7 +129,7 @@ func (f *Fabric) ApplyAt(slot int, faults []Fault) error {
 	for _, ft := range faults {
 		// Every node has the same HCAs: another's fault is checked too.
 		if f.Find(ft.HCA) == nil {
-			return fmt.Errorf("%s: the node has no InfiniBand HCA %s (Ethernet ports are in no fabric)", ft, ft.HCA)
+			return fmt.Errorf("the node has no InfiniBand HCA %s (Ethernet ports are in no fabric)", ft.HCA)
 		}
 	}
 	rerouted := map[*Subnet]bool{}
