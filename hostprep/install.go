@@ -3,6 +3,8 @@ package hostprep
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,6 +73,10 @@ type Manifest struct {
 	// Owner is who installed (the chart's DaemonSet, NAMESPACE/NAME); an
 	// uninstall on behalf of another owner leaves the install alone.
 	Owner string `json:"owner,omitempty"`
+	// Pending are the CDI spec and NFD file a first install is about to
+	// write: an install killed before it recorded Files left at most
+	// staged copies beside them, which uninstall removes.
+	Pending []string `json:"pending,omitempty"`
 }
 
 var overlayName = regexp.MustCompile(`^([0-9a-f]{16}|\.render-.*)$`)
@@ -87,6 +93,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 	root, err := filepath.Abs(o.Root)
 	if err != nil {
 		return nil, fmt.Errorf("root %s: %w", o.Root, err)
+	}
+	if err := CheckDirs(root, o.CDIDir, o.NFDDir); err != nil {
+		return nil, err
 	}
 	if err := checkNoRealDriver(o.ProcRoot, o.Force); err != nil {
 		return nil, err
@@ -107,10 +116,14 @@ func Install(o InstallOptions) (res *Result, err error) {
 	}
 	var fresh string  // an overlay this call rendered and nothing points at yet
 	newState := false // a live state this call made and no manifest records yet
+	provisional := false
 	defer func() {
 		if err != nil { // leave nothing behind a failed install: no new overlay, no empty directories
 			if fresh != "" {
 				os.RemoveAll(fresh)
+			}
+			if provisional {
+				os.Remove(filepath.Join(root, ManifestFile))
 			}
 			if newState {
 				for _, p := range stateFiles(root) {
@@ -155,6 +168,22 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, err
 	}
 	nfdData := []byte(ownerLine(root, o.Owner) + NFDFeatures(o.Render.Profile))
+	// What an install killed here before left: staged copies, renders.
+	sweepStaged(root, cdiPath, nfdPath)
+	sweepRenders(filepath.Join(root, "overlays"))
+	// A first install records itself before it makes anything, and again
+	// as it makes directories, so that uninstall finds what one killed
+	// midway (SIGKILL, Ctrl-C) left.
+	recordPending := func() error {
+		p := Manifest{Version: 1, Owner: o.Owner, Dirs: created, Pending: []string{cdiPath, nfdPath}}
+		return p.write(root)
+	}
+	if old == nil {
+		if err := recordPending(); err != nil {
+			return nil, err
+		}
+		provisional = true
+	}
 	res = &Result{Driver: driverLink, Overlay: ov.Dir, Hash: in.hash, CDIFile: cdiPath, NFDFile: nfdPath, GPUs: in.ids}
 
 	if old != nil && old.Overlay == rel && old.Owner == o.Owner && linkIs(driverLink, filepath.Join(rel, "driver")) &&
@@ -186,7 +215,12 @@ func Install(o InstallOptions) (res *Result, err error) {
 			return "", fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 		}
 		created = append(created, c...)
-		tmp, err := tempFile(path, data, 0o644)
+		if provisional && len(c) > 0 {
+			if err := recordPending(); err != nil {
+				return "", err
+			}
+		}
+		tmp, err := tempFile(path, stagePrefix(root, path), data, 0o644)
 		if err != nil {
 			return "", err
 		}
@@ -310,7 +344,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err := m.write(root); err != nil {
 		return nil, err
 	}
-	created, newState = nil, false // recorded: uninstall removes them
+	created, newState, provisional = nil, false, false // recorded: uninstall removes them
 
 	// Switch: one rename of a fresh symlink.
 	target := filepath.Join(rel, "driver")
@@ -477,6 +511,13 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 			rm(filepath.Join(overlays, e.Name()), true)
 		}
 	}
+	if os.Remove(overlays) == nil { // install's own, wherever it was made
+		res.Removed = append(res.Removed, overlays)
+	}
+	for _, p := range sweepStaged(root, append(slices.Clone(m.Files), m.Pending...)...) {
+		res.Removed = append(res.Removed, p)
+		log.printf("removed %s: staged by an install that did not finish", p)
+	}
 	for _, p := range stateFiles(root) {
 		rm(p.path, p.all)
 	}
@@ -541,6 +582,21 @@ func renderInto(in *inputs, tmp, dir string) error {
 		return os.RemoveAll(aside)
 	}
 	return os.RemoveAll(tmp) // now the damaged tree
+}
+
+// CheckDirs refuses CDI and NFD directories inside the root: overlays come
+// and go there, and what is in them goes with them.
+func CheckDirs(root, cdiDir, nfdDir string) error {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return err
+	}
+	for _, d := range [][2]string{{"CDI", cdiDir}, {"NFD", nfdDir}} {
+		if a, err := filepath.Abs(d[1]); err == nil && (a == root || strings.HasPrefix(a, root+"/")) {
+			return fmt.Errorf("the %s directory %s is inside the root %s; give one outside it", d[0], d[1], root)
+		}
+	}
+	return nil
 }
 
 // checkNoRealDriver refuses to shadow a loaded NVIDIA kernel module.
@@ -632,10 +688,41 @@ func removeEmpty(dirs []string) []string {
 	return removed
 }
 
-// tempFile writes data beside path, under a name starting with ".", and
-// returns the name.
-func tempFile(path string, data []byte, mode os.FileMode) (string, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+// stagePrefix names the copies of path an install of root stages: they
+// carry the root, so that a later install or uninstall of that root, and
+// of no other sharing the directory, removes those a killed one left.
+func stagePrefix(root, path string) string {
+	h := sha256.Sum256([]byte(root))
+	return "." + filepath.Base(path) + ".nvmock-" + hex.EncodeToString(h[:4]) + "."
+}
+
+// sweepStaged removes root's staged copies of paths and returns them.
+func sweepStaged(root string, paths ...string) []string {
+	var removed []string
+	for _, p := range paths {
+		old, _ := filepath.Glob(filepath.Join(filepath.Dir(p), stagePrefix(root, p)+"*"))
+		for _, f := range old {
+			if os.Remove(f) == nil {
+				removed = append(removed, f)
+			}
+		}
+	}
+	return removed
+}
+
+// sweepRenders removes overlays a killed install was rendering. Under the
+// install lock no render runs.
+func sweepRenders(overlays string) {
+	old, _ := filepath.Glob(filepath.Join(overlays, ".render-*"))
+	for _, d := range old {
+		os.RemoveAll(d)
+	}
+}
+
+// tempFile writes data beside path, under prefix (a name starting with
+// "."), and returns the name.
+func tempFile(path, prefix string, data []byte, mode os.FileMode) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), prefix+"*")
 	if err != nil {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
@@ -658,7 +745,7 @@ func tempFile(path string, data []byte, mode os.FileMode) (string, error) {
 
 // writeAtomic replaces path in one rename, so a reader never sees half a file.
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := tempFile(path, data, mode)
+	tmp, err := tempFile(path, "."+filepath.Base(path)+".", data, mode)
 	if err != nil {
 		return err
 	}

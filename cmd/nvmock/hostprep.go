@@ -98,6 +98,9 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if *slot < -1 {
 		return fmt.Errorf("hostprep install: --fabric-slot %d: give 0 to the fabric's nodes - 1, or leave it out", *slot)
 	}
+	if err := hostprep.CheckDirs(*root, *cdiDir, *nfdDir); err != nil {
+		return fmt.Errorf("hostprep install: %w", err)
+	}
 	p, err := profile.Load(*prof)
 	if err != nil {
 		return fmt.Errorf("hostprep install: %w", err)

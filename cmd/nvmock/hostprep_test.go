@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/pem"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -246,5 +248,62 @@ func TestInstallWithoutANodeNameTakesTheLibrarysSeed(t *testing.T) {
 	}
 	if want := snapshot.UUID("a100", seed, 0); !strings.Contains(string(spec), want) {
 		t.Errorf("the CDI spec lacks %s, GPU 0's UUID under exec:\n%s", want, spec)
+	}
+}
+
+// An install killed anywhere (SIGKILL; Go runs no defers on SIGTERM or
+// Ctrl-C either) leaves nothing that uninstall misses: its staged CDI spec
+// and NFD file, renders, the live state and the directories it made. Found
+// in review: each killed install left a staged spec that nothing removed,
+// and a killed first install left no manifest, so uninstall did nothing.
+func TestAKilledInstallLeavesNothingUninstallMisses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (CAP_MKNOD) to create device nodes")
+	}
+	bin := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "%s (run make build)", bin)
+	}
+	assets := testenv.FakeDriverAssets(t)
+	// About 1 s on this machine: the kills land before, while and after
+	// the spec is staged, the overlay rendered and the driver switched.
+	for _, after := range []time.Duration{20, 120, 400, 800} {
+		for _, reinstall := range []bool{false, true} {
+			d := t.TempDir()
+			args := func(profile string) []string {
+				return []string{"hostprep", "install", "--profile", profile, "--gpus", "64", "--node-name", "n1", "--assets", assets,
+					"--root", filepath.Join(d, "root"), "--cdi-dir", filepath.Join(d, "cdi"), "--nfd-dir", filepath.Join(d, "nfd")}
+			}
+			if reinstall {
+				if out, err := exec.Command(bin, args("b200")...).CombinedOutput(); err != nil {
+					t.Fatalf("install: %v\n%s", err, out)
+				}
+			}
+			cmd := exec.Command(bin, args("gb300")...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(after * time.Millisecond)
+			cmd.Process.Kill()
+			cmd.Wait()
+			if out, err := exec.Command(bin, "hostprep", "uninstall", "--root", filepath.Join(d, "root")).CombinedOutput(); err != nil {
+				t.Fatalf("uninstall after a kill at %d ms: %v\n%s", after, err, out)
+			}
+			var left []string
+			filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+				if p == d {
+					return nil
+				}
+				rel := strings.TrimPrefix(p, d+"/")
+				left = append(left, rel)
+				if e != nil && e.IsDir() && strings.Count(rel, "/") >= 2 {
+					return fs.SkipDir // the name says enough
+				}
+				return nil
+			})
+			if len(left) > 0 {
+				t.Errorf("install killed at %d ms (over an install: %v), then uninstall: left %v", after, reinstall, left)
+			}
+		}
 	}
 }

@@ -58,6 +58,7 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"a MIG layout that cannot be placed fails validate", []string{"profile", "validate", crowded}, fit},
 		{"and compile", []string{"profile", "compile", crowded, "--seed", "s", "-o", "/dev/null"}, fit},
 		{"and install, before anything is written", []string{"hostprep", "install", "--profile", crowded, "--root", filepath.Join(t.TempDir(), "r"), "--node-name", "n1"}, "hostprep install: " + fit},
+		{"a CDI directory in the root is refused", []string{"hostprep", "install", "--root", "/tmp/r", "--cdi-dir", "/tmp/r/driver", "--node-name", "n1"}, "the CDI directory /tmp/r/driver is inside the root /tmp/r; give one outside it"},
 		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
