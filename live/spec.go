@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"strconv"
@@ -39,7 +40,7 @@ type FaultSpec struct {
 	GPUs        string   `json:"gpus"`
 	Kind        string   `json:"kind"` // a key of Kinds
 	XID         uint32   `json:"xid,omitempty"`
-	Count       uint32   `json:"count,omitempty"`
+	Count       *uint64  `json:"count,omitempty"` // nil: the kind's
 	Link        uint32   `json:"link,omitempty"`
 	AfterCalls  *uint64  `json:"afterCalls,omitempty"`
 	Probability *float64 `json:"probability,omitempty"`
@@ -58,6 +59,9 @@ func ReadSpec(path string) (*Spec, error) {
 	var doc yaml3.Node
 	if err := yaml3.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: not valid YAML: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if line := profile.SecondDocument(data); line > 0 {
+		return nil, fmt.Errorf("%s:%d: a second YAML document; the loads and faults are one", path, line)
 	}
 	if len(doc.Content) == 0 {
 		return &Spec{}, nil
@@ -84,6 +88,9 @@ func ReadSpec(path string) (*Spec, error) {
 	}
 	body, err := json.Marshal(raw)
 	if err != nil {
+		if field, line := profile.NotANumber(data); line > 0 {
+			return nil, fmt.Errorf("%s:%d: %s: not a number (.nan and .inf are not values)", path, line, strings.TrimPrefix(field, "live."))
+		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var s Spec
@@ -208,7 +215,14 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
-		fault := FaultOf(kind, f.XID, f.Count, f.Link, 0)
+		var count uint32
+		if f.Count != nil {
+			if *f.Count < 1 || *f.Count > math.MaxUint32 {
+				return fmt.Errorf("%s.count: %d is out of range; give 1 to %d, or leave it out", at, *f.Count, uint32(math.MaxUint32))
+			}
+			count = uint32(*f.Count)
+		}
+		fault := FaultOf(kind, f.XID, count, f.Link, 0)
 		fault.Trigger, fault.Param = trig, param
 		for _, g := range gpus {
 			if kind == FaultNvlinkDown {

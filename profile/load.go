@@ -1,10 +1,12 @@
 package profile
 
 import (
+	"bytes"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"reflect"
@@ -67,6 +69,63 @@ func LoadFile(nameOrFile string) (*Profile, error) {
 	return Parse(nameOrFile, data)
 }
 
+// NotANumber finds a YAML float that is NaN or infinite, which JSON (and
+// so the decoder) cannot hold: its field path and line, or 0.
+func NotANumber(data []byte) (string, int) {
+	var doc yaml3.Node
+	if yaml3.Unmarshal(data, &doc) != nil {
+		return "", 0
+	}
+	var walk func(n *yaml3.Node, path string) (string, int)
+	walk = func(n *yaml3.Node, path string) (string, int) {
+		switch n.Kind {
+		case yaml3.DocumentNode:
+			for _, c := range n.Content {
+				if f, l := walk(c, path); l > 0 {
+					return f, l
+				}
+			}
+		case yaml3.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				if f, l := walk(n.Content[i+1], p); l > 0 {
+					return f, l
+				}
+			}
+		case yaml3.SequenceNode:
+			for i, c := range n.Content {
+				if f, l := walk(c, fmt.Sprintf("%s[%d]", path, i)); l > 0 {
+					return f, l
+				}
+			}
+		case yaml3.ScalarNode:
+			var v float64
+			if n.Tag == "!!float" && n.Decode(&v) == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+				return path, n.Line
+			}
+		}
+		return "", 0
+	}
+	return walk(&doc, "")
+}
+
+// SecondDocument is the line where a second YAML document with content
+// starts in data, or 0: readers take the first and would drop the rest.
+func SecondDocument(data []byte) int {
+	d := yaml3.NewDecoder(bytes.NewReader(data))
+	var first, second yaml3.Node
+	if d.Decode(&first) != nil || d.Decode(&second) != nil || len(second.Content) == 0 {
+		return 0
+	}
+	if c := second.Content[0]; c.Kind == yaml3.ScalarNode && c.Tag == "!!null" && c.Value == "" {
+		return 0 // a closing "---"
+	}
+	return second.Content[0].Line
+}
+
 var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+)(?: \S+)? into Go struct field \w+\.(\S+) of type (\S+)`)
 
 // Parse decodes and validates a profile; file names the source in errors,
@@ -74,6 +133,9 @@ var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+)(?: \S+)? into Go st
 func Parse(file string, data []byte) (*Profile, error) {
 	var raw any
 	if err := yaml.Unmarshal(data, &raw); err != nil {
+		if field, line := NotANumber(data); line > 0 {
+			return nil, fmt.Errorf("profile %s:%d: %s: not a number (.nan and .inf are not values)", file, line, field)
+		}
 		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
 	}
 	top, ok := raw.(map[string]any)
@@ -83,6 +145,9 @@ func Parse(file string, data []byte) (*Profile, error) {
 	var doc yaml3.Node
 	if err := yaml3.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if line := SecondDocument(data); line > 0 {
+		return nil, fmt.Errorf("profile %s:%d: a second YAML document; a profile is one", file, line)
 	}
 	if len(doc.Content) > 0 {
 		if errs := checkTree(reflect.TypeOf(Profile{}), doc.Content[0], ""); len(errs) > 0 {

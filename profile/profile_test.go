@@ -193,6 +193,8 @@ func TestBadOverridesAndBasesAreNamedWithTheirLine(t *testing.T) {
 		{"a misspelt field in an override", "base: a100\nname: x\ndevices:\n  - index: 1\n    board:\n      memroy: {}\n", []string{"x.yaml:6: devices[0].board.memroy: unknown field"}},
 		{"an unknown base", "base: a200\nname: x\n", []string{"x.yaml:1: base: no built-in profile \"a200\""}},
 		{"a misspelt nested field", "base: a100\nname: x\nboard:\n  thermal:\n    shutdwn: 90\n", []string{"x.yaml:5: board.thermal.shutdwn: unknown field"}},
+		// h100 gives thresholds relative to T.Limit: no shutdown to compare.
+		{"a temperature no GPU runs at", "base: h100\nname: x\nboard:\n  thermal:\n    gpu: 4000000000\n", []string{"x.yaml:5: board.thermal.gpu: 4000000000 C is above 150 C"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("x.yaml", []byte(c.src))

@@ -41,6 +41,10 @@ var (
 
 type checker struct{ errs []error }
 
+// maxTemperature bounds temperatures a profile may give: every board's
+// shutdown threshold lies below it.
+const maxTemperature = 150
+
 func (c *checker) fail(field, format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 }
@@ -224,6 +228,16 @@ func (b *Board) validate(c *checker) {
 	}
 	if t.GPU != nil && t.Shutdown != nil && *t.GPU >= *t.Shutdown {
 		c.fail("board.thermal.gpu", "%d C is at or above shutdown %d C", *t.GPU, *t.Shutdown)
+	}
+	// Boards that give thresholds relative to T.Limit have no absolute
+	// shutdown here; no GPU runs near this.
+	for _, v := range []struct {
+		field string
+		t     *uint32
+	}{{"board.thermal.gpu", t.GPU}, {"board.thermal.memory", t.Memory}} {
+		if v.t != nil && *v.t > maxTemperature {
+			c.fail(v.field, "%d C is above %d C, where every GPU has long shut down", *v.t, maxTemperature)
+		}
 	}
 
 	md := b.Modes

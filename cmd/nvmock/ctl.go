@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -212,6 +213,11 @@ func ctlFault(f *live.File, args []string) error {
 	}
 	if kind == live.FaultXID && *xid == 0 {
 		return errors.New("a fault of kind xid needs --xid N")
+	}
+	countSet := false
+	fs.Visit(func(f *flag.Flag) { countSet = countSet || f.Name == "count" })
+	if countSet && (*count < 1 || *count > math.MaxUint32) {
+		return fmt.Errorf("--count %d: give 1 to %d, or leave it out", *count, uint32(math.MaxUint32))
 	}
 	fault := live.FaultOf(kind, uint32(*xid), uint32(*count), uint32(*link), uint32(*pid))
 	var boards []live.Board
@@ -680,6 +686,11 @@ func ctlCreate(path string, args []string) error {
 		return err
 	}
 	n := *gpus
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gpus" })
+	if given && (n < 1 || n > profile.MaxGPUs) {
+		return fmt.Errorf("--gpus %d: a node has 1 to %d GPUs", n, profile.MaxGPUs)
+	}
 	if n == 0 {
 		boards, err := live.Boards(path)
 		if err != nil {

@@ -134,6 +134,8 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"two triggers", []string{"fault", "0", "lost", "--in", "5s", "--after-calls", "3"}, "give one trigger"},
 		{"an unknown kind", []string{"fault", "0", "melted"}, `kind "melted": one of lost, ecc_uncorrectable`},
 		{"an xid fault without its number", []string{"fault", "0", "xid"}, "a fault of kind xid needs --xid N"},
+		{"no ECC errors, not the default", []string{"fault", "0", "ecc_correctable", "--count", "0"}, "--count 0: give 1 to 4294967295, or leave it out"},
+		{"a count that would wrap", []string{"fault", "0", "ecc_correctable", "--count", "4294967296"}, "--count 4294967296: give 1 to"},
 		{"a load above 100", []string{"load", "0", "120"}, `load "120": a percentage from 0 to 100`},
 		{"a bad memory size", []string{"proc", "add", "0", "5", "--memory", "lots"}, `--memory: "lots" is not a quantity`},
 		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
@@ -237,6 +239,10 @@ faults:
 		{"loads:\n  - gpus: all\n    percnt: 30\n", `bad.yaml:3: loads[0]: unknown field "percnt"`},
 		{"loads:\n  - gpus: all\n    percent: high\n", `loads.percent: expected a number, got string`},
 		{"faults:\n  - gpus: \"0\"\n    kind: nvlink_down\n    link: 12\n", "faults[0].link: 12 is not a link of GPU 0, which has NVLinks 0 to 11"},
+		{"faults:\n  - gpus: \"0\"\n    kind: ecc_correctable\n    count: 0\n", "faults[0].count: 0 is out of range; give 1 to 4294967295"},
+		{"loads:\n  - gpus: all\n    percent: 10\n---\nloads: []\n", "bad.yaml:5: a second YAML document"},
+		{"loads:\n  - gpus: all\n    percent: .nan\n", "bad.yaml:3: loads[0].percent: not a number"},
+		{"faults:\n  - gpus: \"0\"\n    kind: ecc_correctable\n    count: 99999999999999\n", "faults[0].count: 99999999999999 is out of range"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		os.WriteFile(bad, []byte(c.yaml), 0o644)

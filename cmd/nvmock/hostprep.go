@@ -67,7 +67,6 @@ func hostprepRun(args []string, stdout, stderr io.Writer, procRoot string) error
 
 func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) error {
 	fs := flag.NewFlagSet("hostprep install", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	root := fs.String("root", hostprep.DefaultRoot, "directory that holds the overlays and the driver symlink")
 	prof := fs.String("profile", "a100", "built-in profile NAME or profile FILE")
 	gpus := fs.Int("gpus", 0, "GPUs on the node (default: the profile's)")
@@ -84,7 +83,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	slots := fs.String("fabric-slots", "", "NODE=SLOT,...: the places of named nodes (the chart's infiniband.slots); others take --fabric-slot")
 	var faults faultFlags
 	fs.Var(&faults, "ib-fault", faultUsage)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, "Usage: nvmock hostprep install [flags]\n  Installs the mock node overlay, its CDI spec and NFD file (as root).\n"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -196,7 +195,6 @@ func assetsDir(dir string) (string, error) {
 
 func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hostprep uninstall", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	root := fs.String("root", hostprep.DefaultRoot, "directory install used")
 	// Install's flags: the root's manifest says what install wrote, and
 	// only that is removed. With --unless-daemonset they say where this
@@ -205,11 +203,14 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	nfdDir := fs.String("nfd-dir", "", "with --unless-daemonset: where this pod's install wrote the NFD file")
 	node := fs.String("node-name", "", "node whose labels to remove in a cluster (default: $NODE_NAME, else the hostname)")
 	unless := fs.String("unless-daemonset", "", "NAMESPACE/NAME: in a cluster, keep everything while this DaemonSet still runs on the node (its pod is restarting, not leaving)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, "Usage: nvmock hostprep uninstall [flags]\n  Removes what install made, as the manifest in the root lists it.\n"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("hostprep uninstall: unexpected argument %q", fs.Arg(0))
+	}
+	if *root == "" {
+		return errors.New("hostprep uninstall: --root is empty; give the directory install used")
 	}
 	var dsNS, dsName string
 	if *unless != "" {
@@ -292,7 +293,6 @@ func hostprepWait(args []string) error {
 // DaemonSets otherwise, and the labels stay.
 func hostprepPreDelete(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hostprep pre-delete", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var sets []string
 	fs.Func("daemonset", "NAMESPACE/NAME of a pool's DaemonSet (repeat for each pool)", func(v string) error {
 		ns, name, ok := strings.Cut(v, "/")
@@ -303,7 +303,7 @@ func hostprepPreDelete(args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, "Usage: nvmock hostprep pre-delete --daemonset NAMESPACE/NAME... [flags]\n  Deletes the pools' DaemonSets and waits until their pods are gone (helm uninstall's hook).\n"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 || len(sets) == 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -90,6 +91,23 @@ func printHelp(fs *flag.FlagSet, usage string) {
 	fmt.Print(usage)
 	fs.SetOutput(os.Stdout)
 	fs.PrintDefaults()
+}
+
+// parseFlags parses a command's flags: --help prints usage and the flags
+// on w and returns flag.ErrHelp; a bad flag is one line naming the help.
+func parseFlags(fs *flag.FlagSet, args []string, w io.Writer, usage string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(w, usage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		return err
+	case err != nil:
+		return fmt.Errorf("%s: %w (see nvmock %s --help)", fs.Name(), err, fs.Name())
+	}
+	return nil
 }
 
 // helpShown is err, but nil for flag.ErrHelp: the help was printed, as asked.

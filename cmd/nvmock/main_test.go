@@ -44,6 +44,14 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 	if err := os.WriteFile(crowded, []byte("base: a100\nname: x\nboard:\n  modes:\n    mig:\n      layout: 0=3g.20gb*3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	twoDocs := filepath.Join(t.TempDir(), "two.yaml")
+	if err := os.WriteFile(twoDocs, []byte("base: t4\nname: x\n---\ngpus: 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nan := filepath.Join(t.TempDir(), "nan.yaml")
+	if err := os.WriteFile(nan, []byte("base: t4\nname: x\nboard:\n  power:\n    draw: -.inf\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	fit := "profile " + crowded + ":6: board.modes.mig.layout: mig layout \"0=3g.20gb*3\": GPU 0: 3g.20gb, 3g.20gb, 3g.20gb do not fit"
 	for _, c := range []struct {
 		name string
@@ -55,6 +63,8 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"compile without -o says what is missing", []string{"profile", "compile", "a100"}, "need one NAME or FILE and -o SNAPSHOT"},
 		{"an impossible GPU count names the flag", []string{"profile", "compile", "a100", "--gpus", "-2", "--seed", "s", "-o", "/dev/null"}, "--gpus -2: a node has 1 to 64 GPUs"},
 		{"no GPUs at all is refused, not the profile's count", []string{"profile", "compile", "a100", "--gpus", "0", "--seed", "s", "-o", "/dev/null"}, "--gpus 0: a node has 1 to 64 GPUs"},
+		{"NaN and infinity name their field", []string{"profile", "validate", nan}, "profile " + nan + ":5: board.power.draw: not a number"},
+		{"a second YAML document is not dropped", []string{"profile", "validate", twoDocs}, "profile " + twoDocs + ":4: a second YAML document; a profile is one"},
 		{"a MIG layout that cannot be placed fails validate", []string{"profile", "validate", crowded}, fit},
 		{"and compile", []string{"profile", "compile", crowded, "--seed", "s", "-o", "/dev/null"}, fit},
 		{"and install, before anything is written", []string{"hostprep", "install", "--profile", crowded, "--root", filepath.Join(t.TempDir(), "r"), "--node-name", "n1"}, "hostprep install: " + fit},

@@ -18,6 +18,10 @@ func profileCmd(args []string) error {
 	if len(args) == 0 {
 		return fmt.Errorf("profile: need list, show, validate or compile")
 	}
+	if isHelp(args[0]) || args[0] == "help" {
+		fmt.Print("Usage: nvmock profile list|show|validate|compile ...\n  Each one's --help says more.\n")
+		return nil
+	}
 	switch args[0] {
 	case "list":
 		for _, n := range profile.Builtins() {
