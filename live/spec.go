@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -52,7 +51,7 @@ type FaultSpec struct {
 // it, its entry and its line. The file may be the chart's values block as
 // it is (loads and faults under live:).
 func ReadSpec(path string) (*Spec, error) {
-	data, err := os.ReadFile(path)
+	data, err := profile.ReadLimited(path)
 	if err != nil {
 		return nil, err
 	}

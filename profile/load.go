@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path"
@@ -62,11 +63,32 @@ func Load(nameOrFile string) (*Profile, error) {
 
 // LoadFile reads a profile from a YAML file, whatever its name.
 func LoadFile(nameOrFile string) (*Profile, error) {
-	data, err := os.ReadFile(nameOrFile)
+	data, err := ReadLimited(nameOrFile)
 	if err != nil {
 		return nil, fmt.Errorf("read profile: %w", err)
 	}
 	return Parse(nameOrFile, data)
+}
+
+// MaxFileSize bounds the files read (profiles, live specs): the largest
+// built-in profile is 16 KB; /dev/zero must not fill the memory.
+const MaxFileSize = 4 << 20
+
+// ReadLimited reads a file of at most MaxFileSize bytes.
+func ReadLimited(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%s is larger than %d MiB, which no profile or spec needs", path, MaxFileSize>>20)
+	}
+	return data, nil
 }
 
 // NotANumber finds a YAML float that is NaN or infinite, which JSON (and

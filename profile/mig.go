@@ -3,6 +3,7 @@ package profile
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 )
 
@@ -132,7 +133,10 @@ func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64) {
 		if len(p.Placements) < int(p.Instances) {
 			c.fail(f+".placements", "%d placements for %d instances", len(p.Placements), p.Instances)
 		}
-		for _, s := range p.Placements {
+		for k, s := range p.Placements {
+			if slices.Contains(p.Placements[:k], s) {
+				c.fail(f+".placements", "%d is listed twice", s)
+			}
 			if s%p.MemorySlices != 0 || s+p.MemorySlices > MIGMemorySlices {
 				c.fail(f+".placements", "%d: an instance of %d memory slices starts at a multiple of %d, within %d", s, p.MemorySlices, p.MemorySlices, MIGMemorySlices)
 			}

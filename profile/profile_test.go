@@ -82,6 +82,8 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"modelled nodes need a number in their name", "hostName: dgxa%02d", "hostName: dgxa", []string{"infiniband.fabric.hostName", "one %d"}},
 		{"a MIG placement must fit the memory slices", "placements: [0, 4], computeInstances: [1, 2, 3]", "placements: [0, 6], computeInstances: [1, 2, 3]",
 			[]string{"board.modes.mig.gpuInstances[4].placements", "6: an instance of 4 memory slices starts at a multiple of 4"}},
+		{"a MIG placement is listed once", "placements: [0, 4], computeInstances: [1, 2, 3]", "placements: [0, 0, 4], computeInstances: [1, 2, 3]",
+			[]string{"board.modes.mig.gpuInstances[4].placements", "0 is listed twice"}},
 		{"a MIG profile name has a slice count", "name: 2g.10gb,", "name: big,", []string{"board.modes.mig.gpuInstances[3].name", `"big" is not a profile name`}},
 		{"the largest compute instance is the whole GPU instance", "computeInstances: [1, 2, 4],", "computeInstances: [1, 2],",
 			[]string{"board.modes.mig.gpuInstances[5].computeInstances", "must end with the whole instance's 4 slices"}},
@@ -194,6 +196,7 @@ func TestBadOverridesAndBasesAreNamedWithTheirLine(t *testing.T) {
 		{"an unknown base", "base: a200\nname: x\n", []string{"x.yaml:1: base: no built-in profile \"a200\""}},
 		{"a misspelt nested field", "base: a100\nname: x\nboard:\n  thermal:\n    shutdwn: 90\n", []string{"x.yaml:5: board.thermal.shutdwn: unknown field"}},
 		// h100 gives thresholds relative to T.Limit: no shutdown to compare.
+		{"a control character in the name", "base: t4\nname: \"t4\\nx=1\"\n", []string{`name: "t4\nx=1" has a control character`}},
 		{"a temperature no GPU runs at", "base: h100\nname: x\nboard:\n  thermal:\n    gpu: 4000000000\n", []string{"x.yaml:5: board.thermal.gpu: 4000000000 C is above 150 C"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

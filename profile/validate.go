@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/api/validate/content"
 )
@@ -83,6 +84,9 @@ func keys(m map[string]uint32) string {
 func (p *Profile) Validate() []error {
 	c := &checker{}
 	c.str("name", p.Name, 63, true)
+	if strings.ContainsFunc(p.Name, unicode.IsControl) {
+		c.fail("name", "%q has a control character", p.Name)
+	}
 	if p.GPUs < 1 || p.GPUs > MaxGPUs {
 		c.fail("gpus", "%d is out of range; use 1 to %d", p.GPUs, MaxGPUs)
 		if p.GPUs > MaxGPUs {

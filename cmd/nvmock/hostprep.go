@@ -129,6 +129,9 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if name == "" {
 		return fmt.Errorf("hostprep install: no node name: pass --node-name or set NODE_NAME")
 	}
+	if !validNodeName(name) {
+		return fmt.Errorf("hostprep install: node name %q: a host name has at most 253 letters, digits, '-', '.' and '_'", name)
+	}
 	seed, err := identitySeed(*node)
 	if err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
@@ -191,6 +194,20 @@ func assetsDir(dir string) (string, error) {
 		return "", fmt.Errorf("assets %s: not a directory; it is the driver tree make driver builds (build/driver), given with --assets or $NVMOCK_ASSETS", dir)
 	}
 	return filepath.Abs(dir)
+}
+
+// validNodeName takes host and Kubernetes node names: the name is the
+// seed of the GPUs' identities, a fabric host and a label value's source.
+func validNodeName(n string) bool {
+	if len(n) > 253 {
+		return false
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 func hostprepUninstall(args []string, stdout, stderr io.Writer) error {

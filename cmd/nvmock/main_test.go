@@ -63,6 +63,8 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"compile without -o says what is missing", []string{"profile", "compile", "a100"}, "need one NAME or FILE and -o SNAPSHOT"},
 		{"an impossible GPU count names the flag", []string{"profile", "compile", "a100", "--gpus", "-2", "--seed", "s", "-o", "/dev/null"}, "--gpus -2: a node has 1 to 64 GPUs"},
 		{"no GPUs at all is refused, not the profile's count", []string{"profile", "compile", "a100", "--gpus", "0", "--seed", "s", "-o", "/dev/null"}, "--gpus 0: a node has 1 to 64 GPUs"},
+		{"an endless file is not read to the end", []string{"profile", "validate", "/dev/zero"}, "/dev/zero is larger than 4 MiB"},
+		{"a node name that is no host name", []string{"hostprep", "install", "--root", filepath.Join(t.TempDir(), "r"), "--node-name", "Bad Name!"}, `node name "Bad Name!": a host name has`},
 		{"NaN and infinity name their field", []string{"profile", "validate", nan}, "profile " + nan + ":5: board.power.draw: not a number"},
 		{"a second YAML document is not dropped", []string{"profile", "validate", twoDocs}, "profile " + twoDocs + ":4: a second YAML document; a profile is one"},
 		{"a MIG layout that cannot be placed fails validate", []string{"profile", "validate", crowded}, fit},
