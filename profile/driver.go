@@ -63,6 +63,10 @@ func (p *Profile) SetDriver(version string) error {
 }
 
 func (d *Driver) validate(c *checker) {
+	if d.Version == "" {
+		c.fail("driver.version", "is required, such as \"580.105.08\"")
+		return
+	}
 	if !driverVersionRE.MatchString(d.Version) || len(d.Version) > maxVersionLen {
 		c.fail("driver.version", "%q is not a driver version such as \"580.105.08\"", d.Version)
 		return

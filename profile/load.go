@@ -54,7 +54,7 @@ func Load(nameOrFile string) (*Profile, error) {
 			return LoadFile(nameOrFile)
 		}
 		if file {
-			return nil, fmt.Errorf("profile %s: both a built-in profile and a file here; write ./%s for the file", nameOrFile, nameOrFile)
+			return nil, fmt.Errorf("profile %s: both a built-in profile and a file here; write ./%s for the file, or run elsewhere for the built-in", nameOrFile, nameOrFile)
 		}
 		return Builtin(nameOrFile)
 	}
@@ -174,6 +174,18 @@ func Parse(file string, data []byte) (*Profile, error) {
 	if len(doc.Content) > 0 {
 		if errs := checkTree(reflect.TypeOf(Profile{}), doc.Content[0], ""); len(errs) > 0 {
 			return nil, located(file, data, errs)
+		}
+	}
+	if _, based := top["base"]; !based {
+		// Else every field of the board would be an error of its own.
+		var missing []string
+		for _, k := range []string{"gpus", "driver", "board"} {
+			if _, ok := top[k]; !ok {
+				missing = append(missing, k)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("profile %s: no %s; start from a built-in board with base: NAME (nvmock profile list), or give them", file, strings.Join(missing, ", "))
 		}
 	}
 	if b, ok := top["base"]; ok {

@@ -149,7 +149,7 @@ func (b *Board) validate(c *checker) {
 		c.fail("board.computeCapability", "%v", err)
 	}
 	if !digitsRE.MatchString(b.SerialPrefix) || len(b.SerialPrefix) > maxSerialPrefix {
-		c.fail("board.serialPrefix", "%q must be at most %d digits", b.SerialPrefix, maxSerialPrefix)
+		c.fail("board.serialPrefix", "%q must be digits, at most %d of them", b.SerialPrefix, maxSerialPrefix)
 	}
 	c.str("board.vbiosVersion", b.VBIOSVersion, maxMidStrLen, false)
 	c.str("board.boardPartNumber", b.BoardPartNumber, maxPartLen, false)

@@ -52,6 +52,10 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 	if err := os.WriteFile(nan, []byte("base: t4\nname: x\nboard:\n  power:\n    draw: -.inf\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	bare := filepath.Join(t.TempDir(), "bare.yaml")
+	if err := os.WriteFile(bare, []byte("name: t4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	fit := "profile " + crowded + ":6: board.modes.mig.layout: mig layout \"0=3g.20gb*3\": GPU 0: 3g.20gb, 3g.20gb, 3g.20gb do not fit"
 	for _, c := range []struct {
 		name string
@@ -63,6 +67,7 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"compile without -o says what is missing", []string{"profile", "compile", "a100"}, "need one NAME or FILE and -o SNAPSHOT"},
 		{"an impossible GPU count names the flag", []string{"profile", "compile", "a100", "--gpus", "-2", "--seed", "s", "-o", "/dev/null"}, "--gpus -2: a node has 1 to 64 GPUs"},
 		{"no GPUs at all is refused, not the profile's count", []string{"profile", "compile", "a100", "--gpus", "0", "--seed", "s", "-o", "/dev/null"}, "--gpus 0: a node has 1 to 64 GPUs"},
+		{"a profile without a base says what it lacks, once", []string{"profile", "validate", bare}, "profile " + bare + ": no gpus, driver, board; start from a built-in board with base: NAME"},
 		{"an endless file is not read to the end", []string{"profile", "validate", "/dev/zero"}, "/dev/zero is larger than 4 MiB"},
 		{"a node name that is no host name", []string{"hostprep", "install", "--root", filepath.Join(t.TempDir(), "r"), "--node-name", "Bad Name!"}, `node name "Bad Name!": a host name has`},
 		{"NaN and infinity name their field", []string{"profile", "validate", nan}, "profile " + nan + ":5: board.power.draw: not a number"},
