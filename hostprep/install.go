@@ -114,16 +114,27 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("create root %s: %w", root, err)
 	}
+	unlock, err := lock(root)
+	if err != nil {
+		removeEmpty(created)
+		return nil, err
+	}
+	defer unlock()
 	var fresh string  // an overlay this call rendered and nothing points at yet
 	newState := false // a live state this call made and no manifest records yet
-	provisional := false
+	var old *Manifest
+	pending := false // the manifest says this install is under way
+	// Runs before unlock: a waiting install or uninstall finds the root
+	// as it was.
 	defer func() {
 		if err != nil { // leave nothing behind a failed install: no new overlay, no empty directories
 			if fresh != "" {
 				os.RemoveAll(fresh)
 			}
-			if provisional {
+			if pending && old == nil {
 				os.Remove(filepath.Join(root, ManifestFile))
+			} else if pending {
+				old.write(root)
 			}
 			if newState {
 				for _, p := range stateFiles(root) {
@@ -137,14 +148,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 			removeEmpty(created)
 		}
 	}()
-	unlock, err := lock(root)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
 
-	old, err := readManifest(root)
-	if err != nil {
+	sweepManifestTemps(root)
+	if old, err = readManifest(root); err != nil {
 		return nil, err
 	}
 	driverLink := filepath.Join(root, "driver")
@@ -168,21 +174,39 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, err
 	}
 	nfdData := []byte(ownerLine(root, o.Owner) + NFDFeatures(o.Render.Profile))
-	// What an install killed here before left: staged copies, renders.
+	// What an install killed before left: staged copies, renders.
 	sweepStaged(root, cdiPath, nfdPath)
+	if old != nil {
+		sweepStaged(root, append(slices.Clone(old.Files), old.Pending...)...)
+	}
 	sweepRenders(filepath.Join(root, "overlays"))
-	// A first install records itself before it makes anything, and again
-	// as it makes directories, so that uninstall finds what one killed
-	// midway (SIGKILL, Ctrl-C) left.
+	// An install records what it is about to make (directories, staged
+	// copies beside these paths) before it makes it, so that uninstall
+	// finds what one killed midway (SIGKILL, Ctrl-C) left.
 	recordPending := func() error {
-		p := Manifest{Version: 1, Owner: o.Owner, Dirs: created, Pending: []string{cdiPath, nfdPath}}
+		p := Manifest{Version: 1, Owner: o.Owner}
+		if old != nil {
+			p = *old
+			p.Files, p.Pending = slices.Clone(old.Files), slices.Clone(old.Pending)
+		}
+		p.Dirs = slices.Clone(p.Dirs)
+		for _, d := range created {
+			if !slices.Contains(p.Dirs, d) {
+				p.Dirs = append(p.Dirs, d)
+			}
+		}
+		for _, f := range []string{cdiPath, nfdPath} {
+			if !slices.Contains(p.Pending, f) {
+				p.Pending = append(p.Pending, f)
+			}
+		}
+		pending = true
 		return p.write(root)
 	}
 	if old == nil {
 		if err := recordPending(); err != nil {
 			return nil, err
 		}
-		provisional = true
 	}
 	res = &Result{Driver: driverLink, Overlay: ov.Dir, Hash: in.hash, CDIFile: cdiPath, NFDFile: nfdPath, GPUs: in.ids}
 
@@ -210,15 +234,12 @@ func Install(o InstallOptions) (res *Result, err error) {
 		if fileIs(path, data) {
 			return "", nil // already right: leave it (and its mtime) alone
 		}
-		c, err := mkdirAll(filepath.Dir(path))
-		if err != nil {
-			return "", fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+		created = append(created, missingDirs(filepath.Dir(path))...)
+		if err := recordPending(); err != nil {
+			return "", err
 		}
-		created = append(created, c...)
-		if provisional && len(c) > 0 {
-			if err := recordPending(); err != nil {
-				return "", err
-			}
+		if _, err := mkdirAll(filepath.Dir(path)); err != nil {
+			return "", fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 		}
 		tmp, err := tempFile(path, stagePrefix(root, path), data, 0o644)
 		if err != nil {
@@ -344,7 +365,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err := m.write(root); err != nil {
 		return nil, err
 	}
-	created, newState, provisional = nil, false, false // recorded: uninstall removes them
+	created, newState, pending = nil, false, false // recorded: uninstall removes them
 
 	// Switch: one rename of a fresh symlink.
 	target := filepath.Join(rel, "driver")
@@ -456,6 +477,7 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 	if err != nil {
 		return nil, err
 	}
+	sweepManifestTemps(root)
 	m, err := readManifest(root)
 	if err != nil {
 		unlock()
@@ -463,7 +485,14 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 	}
 	if m == nil {
 		unlock()
-		return &UninstallResult{Nothing: true}, nil
+		// An install killed before it recorded itself made at most the
+		// root; an empty root is nothing to keep.
+		res := &UninstallResult{Nothing: true}
+		if os.Remove(root) == nil {
+			res.Removed = append(res.Removed, root)
+			log.printf("removed %s: empty", root)
+		}
+		return res, nil
 	}
 	if owner != "" && m.Owner != "" && m.Owner != owner {
 		unlock()
@@ -649,9 +678,9 @@ func readManifest(root string) (*Manifest, error) {
 	return &m, nil
 }
 
-// mkdirAll is os.MkdirAll that returns the directories it created, parents
+// missingDirs are the directories mkdirAll(dir) would create, parents
 // first.
-func mkdirAll(dir string) ([]string, error) {
+func missingDirs(dir string) []string {
 	var missing []string
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		if _, err := os.Stat(d); err == nil {
@@ -663,8 +692,14 @@ func mkdirAll(dir string) ([]string, error) {
 		}
 	}
 	slices.Reverse(missing)
+	return missing
+}
+
+// mkdirAll is os.MkdirAll that returns the directories it created, parents
+// first.
+func mkdirAll(dir string) ([]string, error) {
 	var created []string
-	for _, d := range missing {
+	for _, d := range missingDirs(dir) {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			if errors.Is(err, fs.ErrExist) && isDir(d) {
 				continue
@@ -708,6 +743,14 @@ func sweepStaged(root string, paths ...string) []string {
 		}
 	}
 	return removed
+}
+
+// sweepManifestTemps removes copies of the manifest a killed write left.
+func sweepManifestTemps(root string) {
+	old, _ := filepath.Glob(filepath.Join(root, "."+ManifestFile+".*"))
+	for _, f := range old {
+		os.Remove(f)
+	}
 }
 
 // sweepRenders removes overlays a killed install was rendering. Under the

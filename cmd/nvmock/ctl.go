@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -75,6 +76,10 @@ func ctlCmd(args []string) error {
 	}
 	if rest[0] == "help" {
 		fmt.Print(ctlUsage)
+		return nil
+	}
+	if slices.ContainsFunc(rest[1:], isHelp) {
+		fmt.Print(ctlUsage) // before the state: help needs no node
 		return nil
 	}
 	path, err := live.Find(*statePath)

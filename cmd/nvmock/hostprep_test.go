@@ -255,7 +255,8 @@ func TestInstallWithoutANodeNameTakesTheLibrarysSeed(t *testing.T) {
 // Ctrl-C either) leaves nothing that uninstall misses: its staged CDI spec
 // and NFD file, renders, the live state and the directories it made. Found
 // in review: each killed install left a staged spec that nothing removed,
-// and a killed first install left no manifest, so uninstall did nothing.
+// a killed first install left no manifest, so uninstall did nothing, and a
+// killed install to new directories left them.
 func TestAKilledInstallLeavesNothingUninstallMisses(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "root (CAP_MKNOD) to create device nodes")
@@ -265,21 +266,26 @@ func TestAKilledInstallLeavesNothingUninstallMisses(t *testing.T) {
 		testenv.Missing(t, "%s (run make build)", bin)
 	}
 	assets := testenv.FakeDriverAssets(t)
-	// About 1 s on this machine: the kills land before, while and after
+	// An install takes about 1 s here: the kills land before, while and after
 	// the spec is staged, the overlay rendered and the driver switched.
-	for _, after := range []time.Duration{20, 120, 400, 800} {
-		for _, reinstall := range []bool{false, true} {
+	for _, after := range []time.Duration{20, 300, 800} {
+		// First install; over another; over another, to other directories.
+		for _, mode := range []string{"first", "over", "moved"} {
 			d := t.TempDir()
-			args := func(profile string) []string {
+			args := func(profile, cdi string) []string {
 				return []string{"hostprep", "install", "--profile", profile, "--gpus", "64", "--node-name", "n1", "--assets", assets,
-					"--root", filepath.Join(d, "root"), "--cdi-dir", filepath.Join(d, "cdi"), "--nfd-dir", filepath.Join(d, "nfd")}
+					"--root", filepath.Join(d, "root"), "--cdi-dir", filepath.Join(d, cdi), "--nfd-dir", filepath.Join(d, cdi, "nfd")}
 			}
-			if reinstall {
-				if out, err := exec.Command(bin, args("b200")...).CombinedOutput(); err != nil {
+			if mode != "first" {
+				if out, err := exec.Command(bin, args("b200", "cdi")...).CombinedOutput(); err != nil {
 					t.Fatalf("install: %v\n%s", err, out)
 				}
 			}
-			cmd := exec.Command(bin, args("gb300")...)
+			cdi := "cdi"
+			if mode == "moved" {
+				cdi = "cdi2/sub"
+			}
+			cmd := exec.Command(bin, args("gb300", cdi)...)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -302,7 +308,7 @@ func TestAKilledInstallLeavesNothingUninstallMisses(t *testing.T) {
 				return nil
 			})
 			if len(left) > 0 {
-				t.Errorf("install killed at %d ms (over an install: %v), then uninstall: left %v", after, reinstall, left)
+				t.Errorf("install killed at %d ms (%s), then uninstall: left %v", after, mode, left)
 			}
 		}
 	}
