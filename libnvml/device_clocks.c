@@ -251,10 +251,10 @@ NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t 
 	return NVML_SUCCESS;
 }
 
-NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy)
+// nvmock_device_energy is the GPU's energy in mJ, under the live load where
+// there is one: the call and both energy fields must agree.
+nvmlReturn_t nvmock_device_energy(const struct nvmock_dev *d, unsigned long long *energy)
 {
-	DEV(device, d);
-	OUT(energy);
 	nvmlReturn_t r = nvmock_energy_mj(d->s, energy);
 	if (r != NVML_SUCCESS)
 		return r;
@@ -262,6 +262,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, u
 	if (live_)
 		*energy = nvmock_live_energy(d, &g_, now_);
 	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy)
+{
+	DEV(device, d);
+	OUT(energy);
+	return nvmock_device_energy(d, energy);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)

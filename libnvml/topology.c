@@ -346,11 +346,7 @@ static nvmlReturn_t power_field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
 		if (module)
 			return NVML_ERROR_NOT_SUPPORTED;
-		nvmlReturn_t r = nvmock_energy_mj(s, &v->value.ullVal);
-		LIVE(d);
-		if (r == NVML_SUCCESS && live_)
-			v->value.ullVal = nvmock_live_energy(d, &g_, now_);
-		return r;
+		return nvmock_device_energy(d, &v->value.ullVal);
 	}
 	case NVML_FI_DEV_POWER_AVERAGE:
 		// nvidia-smi shows a Grace module's draw from its average; the
@@ -426,7 +422,7 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
 	if (id == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) {
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-		return nvmock_energy_mj(s, &v->value.ullVal);
+		return nvmock_device_energy(d, &v->value.ullVal);
 	}
 	if (id == NVML_FI_DEV_MEMORY_TEMP) {
 		if (s->temp_memory == NA32)

@@ -4,6 +4,7 @@ package gonvml
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -133,6 +134,15 @@ func TestReadingsFollowTheLoad(t *testing.T) {
 		}
 		if r.energy < last {
 			t.Errorf("%v: energy went back from %d to %d", after, last, r.energy)
+		}
+		// Both energy fields say what the call says (review: field 83
+		// counted the idle draw under a load).
+		fv := []nvml.FieldValue{{FieldId: nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION}, {FieldId: nvml.FI_DEV_ENERGY}}
+		must(t, "GetFieldValues", d0.GetFieldValues(fv))
+		for _, v := range fv {
+			if got := binary.LittleEndian.Uint64(v.Value[:]); nvml.Return(v.NvmlReturn) != nvml.SUCCESS || got != r.energy {
+				t.Errorf("%v: field %d = %d (%v), want the call's %d", after, v.FieldId, got, nvml.Return(v.NvmlReturn), r.energy)
+			}
 		}
 		last = r.energy
 		enc, _, ret := d0.GetEncoderUtilization()
