@@ -34,6 +34,8 @@ type GPU struct {
 	NVLinkSwitches []PCIAddress
 	// Function is the GPU in the PCIe tree.
 	Function *PCIFunction
+	// ModuleID is the GPU's baseboard module; 0: not reported.
+	ModuleID uint32
 }
 
 // CPUSet is a CPU bit mask, CPU n at bit n%64 of word n/64.
@@ -69,6 +71,9 @@ func (p *Profile) Node() (*Node, error) {
 		g.Address = a
 		if len(t.NUMANodes) > 0 {
 			g.NUMANode = int(t.NUMANodes[i%len(t.NUMANodes)])
+		}
+		if len(t.ModuleIDs) > 0 {
+			g.ModuleID = t.ModuleIDs[i%len(t.ModuleIDs)]
 		}
 		if len(t.CPUAffinity) > 0 {
 			m, err := ParseCPUList(t.CPUAffinity[i%len(t.CPUAffinity)])

@@ -197,6 +197,7 @@ func TestBadOverridesAndBasesAreNamedWithTheirLine(t *testing.T) {
 		{"a misspelt nested field", "base: a100\nname: x\nboard:\n  thermal:\n    shutdwn: 90\n", []string{"x.yaml:5: board.thermal.shutdwn: unknown field"}},
 		// h100 gives thresholds relative to T.Limit: no shutdown to compare.
 		{"a control character in the name", "base: t4\nname: \"t4\\nx=1\"\n", []string{`name: "t4\nx=1" has a control character`}},
+		{"a module id counts from 1", "base: t4\nname: x\ntopology:\n  moduleIds: [0]\n", []string{"topology.moduleIds[0]: 0: module ids are 1 to 64"}},
 		{"a temperature no GPU runs at", "base: h100\nname: x\nboard:\n  thermal:\n    gpu: 4000000000\n", []string{"x.yaml:5: board.thermal.gpu: 4000000000 C is above 150 C"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

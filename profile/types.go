@@ -323,4 +323,7 @@ type Topology struct {
 	// NVL72 compute tray): a link's remote PCI device is then not reported.
 	NVSwitches     []string `json:"nvswitches,omitempty"`
 	LinksPerSwitch []uint32 `json:"linksPerSwitch,omitempty"`
+	// ModuleIDs are, per GPU (entry i mod len), the baseboard module
+	// nvmlDeviceGetModuleId reports. Empty: not reported (N/A).
+	ModuleIDs []uint32 `json:"moduleIds,omitempty"`
 }

@@ -42,6 +42,10 @@ var (
 
 type checker struct{ errs []error }
 
+// maxModuleID bounds module ids: a baseboard's slots count from 1 (8 on
+// HGX, 4 on an NVL72 tray).
+const maxModuleID = 64
+
 // maxTemperature bounds temperatures a profile may give: every board's
 // shutdown threshold lies below it.
 const maxTemperature = 150
@@ -404,6 +408,11 @@ func (t *Topology) validate(c *checker) {
 			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "%q appears twice", s)
 		}
 		seen[a] = true
+	}
+	for i, m := range t.ModuleIDs {
+		if m < 1 || m > maxModuleID {
+			c.fail(fmt.Sprintf("topology.moduleIds[%d]", i), "%d: module ids are 1 to %d", m, maxModuleID)
+		}
 	}
 	for i, s := range t.CPUAffinity {
 		if _, err := ParseCPUList(s); err != nil {

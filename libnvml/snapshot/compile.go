@@ -203,6 +203,9 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 	}
 	d.MultiGPUBoard = bool32(b.MultiGPUBoard)
 	d.ModuleID = NA
+	if g.ModuleID != 0 {
+		d.ModuleID = g.ModuleID
+	}
 	d.PCIDeviceID = uint32(b.PCI.DeviceID)
 	d.PCISubsystemID = uint32(b.PCI.SubsystemID)
 	d.PCIBaseClass = b.PCI.BaseClass
