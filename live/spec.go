@@ -57,7 +57,7 @@ func ReadSpec(path string) (*Spec, error) {
 	}
 	var doc yaml3.Node
 	if err := yaml3.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: not valid YAML: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, fmt.Errorf("%s: not valid YAML: %s", path, profile.OneLine(strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	if line := profile.SecondDocument(data); line > 0 {
 		return nil, fmt.Errorf("%s:%d: a second YAML document; the loads and faults are one", path, line)
@@ -83,7 +83,7 @@ func ReadSpec(path string) (*Spec, error) {
 	// anchors anywhere in the file.
 	var raw any
 	if err := top.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: not valid YAML: %s", path, profile.OneLine(strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	body, err := json.Marshal(raw)
 	if err != nil {

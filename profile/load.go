@@ -134,6 +134,16 @@ func NotANumber(data []byte) (string, int) {
 	return walk(&doc, "")
 }
 
+// OneLine joins a YAML library's multi-line error ("unmarshal errors:\n
+// line 2: ...") into one line.
+func OneLine(msg string) string {
+	parts := strings.Split(msg, "\n")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return strings.TrimSuffix(strings.Join(parts, " "), " ")
+}
+
 // SecondDocument is the line where a second YAML document with content
 // starts in data, or 0: readers take the first and would drop the rest.
 func SecondDocument(data []byte) int {
@@ -158,7 +168,7 @@ func Parse(file string, data []byte) (*Profile, error) {
 		if field, line := NotANumber(data); line > 0 {
 			return nil, fmt.Errorf("profile %s:%d: %s: not a number (.nan and .inf are not values)", file, line, field)
 		}
-		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
+		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, OneLine(strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")))
 	}
 	top, ok := raw.(map[string]any)
 	if !ok {
@@ -166,7 +176,7 @@ func Parse(file string, data []byte) (*Profile, error) {
 	}
 	var doc yaml3.Node
 	if err := yaml3.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, OneLine(strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	if line := SecondDocument(data); line > 0 {
 		return nil, fmt.Errorf("profile %s:%d: a second YAML document; a profile is one", file, line)

@@ -59,7 +59,7 @@ func (c *checker) str(field, v string, maxLen int, required bool) {
 	case required && v == "":
 		c.fail(field, "is required")
 	case len(v) > maxLen:
-		c.fail(field, "%q is longer than %d characters", v, maxLen)
+		c.fail(field, "%q... is longer than %d characters", v[:maxLen], maxLen)
 	}
 }
 

@@ -242,6 +242,7 @@ faults:
 		{"faults:\n  - gpus: \"0\"\n    kind: ecc_correctable\n    count: 0\n", "faults[0].count: 0 is out of range; give 1 to 4294967295"},
 		{"loads:\n  - gpus: all\n    percent: 10\n---\nloads: []\n", "bad.yaml:5: a second YAML document"},
 		{"loads:\n  - gpus: all\n    percent: .nan\n", "bad.yaml:3: loads[0].percent: not a number"},
+		{"loads: []\nloads: []\n", `not valid YAML: unmarshal errors: line 2: mapping key "loads" already defined`},
 		{"faults:\n  - gpus: \"0\"\n    kind: ecc_correctable\n    count: 99999999999999\n", "faults[0].count: 99999999999999 is out of range"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
