@@ -27,7 +27,7 @@ type Spec struct {
 // LoadSpec is nvmock ctl load in a file.
 type LoadSpec struct {
 	GPUs    string   `json:"gpus"`             // all, 3, 0,3 or 0-3
-	Percent float64  `json:"percent"`          // GPU load
+	Percent *float64 `json:"percent"`          // GPU load, required
 	Memory  *float64 `json:"memory,omitempty"` // default: half the load
 	Encoder float64  `json:"encoder,omitempty"`
 	Decoder float64  `json:"decoder,omitempty"`
@@ -174,7 +174,10 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 			errs = append(errs, err)
 			return p
 		}
-		ld.GPU = pct("percent", l.Percent)
+		if l.Percent == nil {
+			return fmt.Errorf("%s.percent: is required (0 to 100)", at)
+		}
+		ld.GPU = pct("percent", *l.Percent)
 		ld.Memory = ld.GPU / 2
 		if l.Memory != nil {
 			ld.Memory = pct("memory", *l.Memory)

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -30,6 +31,9 @@ func ParseGPUs(s string, n int) ([]int, error) {
 		for i := a; i <= b; i++ {
 			if i >= n {
 				return nil, fmt.Errorf("GPU %d: the node has GPUs 0 to %d", i, n-1)
+			}
+			if slices.Contains(out, i) {
+				return nil, fmt.Errorf("GPU %d is named twice in %q", i, s)
 			}
 			out = append(out, i)
 		}

@@ -134,6 +134,7 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"two triggers", []string{"fault", "0", "lost", "--in", "5s", "--after-calls", "3"}, "give one trigger"},
 		{"an unknown kind", []string{"fault", "0", "melted"}, `kind "melted": one of lost, ecc_uncorrectable`},
 		{"an xid fault without its number", []string{"fault", "0", "xid"}, "a fault of kind xid needs --xid N"},
+		{"a GPU named twice", []string{"fault", "0,0", "thermal"}, `GPU 0 is named twice in "0,0"`},
 		{"no ECC errors, not the default", []string{"fault", "0", "ecc_correctable", "--count", "0"}, "--count 0: give 1 to 4294967295, or leave it out"},
 		{"a count that would wrap", []string{"fault", "0", "ecc_correctable", "--count", "4294967296"}, "--count 4294967296: give 1 to"},
 		{"a load above 100", []string{"load", "0", "120"}, `load "120": a percentage from 0 to 100`},
@@ -242,6 +243,7 @@ faults:
 		{"faults:\n  - gpus: \"0\"\n    kind: ecc_correctable\n    count: 0\n", "faults[0].count: 0 is out of range; give 1 to 4294967295"},
 		{"loads:\n  - gpus: all\n    percent: 10\n---\nloads: []\n", "bad.yaml:5: a second YAML document"},
 		{"loads:\n  - gpus: all\n    percent: .nan\n", "bad.yaml:3: loads[0].percent: not a number"},
+		{"loads:\n  - gpus: all\n", "loads[0].percent: is required"},
 		{"loads: []\nloads: []\n", `not valid YAML: unmarshal errors: line 2: mapping key "loads" already defined`},
 		{"faults:\n  - gpus: \"0\"\n    kind: ecc_correctable\n    count: 99999999999999\n", "faults[0].count: 99999999999999 is out of range"},
 	} {
