@@ -616,16 +616,35 @@ func renderInto(in *inputs, tmp, dir string) error {
 // CheckDirs refuses CDI and NFD directories inside the root: overlays come
 // and go there, and what is in them goes with them.
 func CheckDirs(root, cdiDir, nfdDir string) error {
-	root, err := filepath.Abs(root)
+	root, err := realPath(root)
 	if err != nil {
 		return err
 	}
 	for _, d := range [][2]string{{"CDI", cdiDir}, {"NFD", nfdDir}} {
-		if a, err := filepath.Abs(d[1]); err == nil && (a == root || strings.HasPrefix(a, root+"/")) {
+		if a, err := realPath(d[1]); err == nil && (a == root || strings.HasPrefix(a, root+"/")) {
 			return fmt.Errorf("the %s directory %s is inside the root %s; give one outside it", d[0], d[1], root)
 		}
 	}
 	return nil
+}
+
+// realPath is p absolute, with the symlinks of the part that exists
+// resolved (/var/run is /run on most systems).
+func realPath(p string) (string, error) {
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for d := p; ; d = filepath.Dir(d) {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if d == filepath.Dir(d) {
+			return p, nil
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
 }
 
 // checkNoRealDriver refuses to shadow a loaded NVIDIA kernel module.

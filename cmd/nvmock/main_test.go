@@ -56,6 +56,14 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 	if err := os.WriteFile(bare, []byte("name: t4\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// /var/run and /run: a CDI directory in the root under another name.
+	linked := t.TempDir()
+	if err := os.Mkdir(filepath.Join(linked, "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(linked, "link")); err != nil {
+		t.Fatal(err)
+	}
 	fit := "profile " + crowded + ":6: board.modes.mig.layout: mig layout \"0=3g.20gb*3\": GPU 0: 3g.20gb, 3g.20gb, 3g.20gb do not fit"
 	for _, c := range []struct {
 		name string
@@ -75,6 +83,7 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"a MIG layout that cannot be placed fails validate", []string{"profile", "validate", crowded}, fit},
 		{"and compile", []string{"profile", "compile", crowded, "--seed", "s", "-o", "/dev/null"}, fit},
 		{"and install, before anything is written", []string{"hostprep", "install", "--profile", crowded, "--root", filepath.Join(t.TempDir(), "r"), "--node-name", "n1"}, "hostprep install: " + fit},
+		{"also through a symlink", []string{"hostprep", "install", "--root", filepath.Join(linked, "real", "r"), "--cdi-dir", filepath.Join(linked, "link", "r", "cdi"), "--node-name", "n1"}, "is inside the root " + filepath.Join(linked, "real", "r")},
 		{"a CDI directory in the root is refused", []string{"hostprep", "install", "--root", "/tmp/r", "--cdi-dir", "/tmp/r/driver", "--node-name", "n1"}, "the CDI directory /tmp/r/driver is inside the root /tmp/r; give one outside it"},
 		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"`},
 	} {
