@@ -73,9 +73,9 @@ type Manifest struct {
 	// Owner is who installed (the chart's DaemonSet, NAMESPACE/NAME); an
 	// uninstall on behalf of another owner leaves the install alone.
 	Owner string `json:"owner,omitempty"`
-	// Pending are the CDI spec and NFD file a first install is about to
-	// write: an install killed before it recorded Files left at most
-	// staged copies beside them, which uninstall removes.
+	// Pending are the CDI spec and NFD file an install under way is about
+	// to write: one killed before it recorded Files left at most staged
+	// copies beside them, which uninstall removes.
 	Pending []string `json:"pending,omitempty"`
 }
 
@@ -542,6 +542,7 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 	}
 	if os.Remove(overlays) == nil { // install's own, wherever it was made
 		res.Removed = append(res.Removed, overlays)
+		log.printf("removed %s", overlays)
 	}
 	for _, p := range sweepStaged(root, append(slices.Clone(m.Files), m.Pending...)...) {
 		res.Removed = append(res.Removed, p)
