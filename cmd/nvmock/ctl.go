@@ -133,6 +133,14 @@ func ctlCmd(args []string) error {
 
 // ctlFlags parses interspersed flags and returns the positional arguments.
 func ctlFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	for i, a := range args {
+		// The flag package would call a negative argument an unknown flag;
+		// a flag's negative value its own check refuses.
+		afterFlag := i > 0 && strings.HasPrefix(args[i-1], "-") && !strings.Contains(args[i-1], "=")
+		if _, err := strconv.ParseFloat(a, 64); err == nil && strings.HasPrefix(a, "-") && !afterFlag {
+			return nil, fmt.Errorf("%s: no value here is negative", a)
+		}
+	}
 	fs.SetOutput(io.Discard)
 	pos, err := parseInterspersed(fs, args, ctlUsage)
 	if err != nil {

@@ -138,6 +138,7 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"no ECC errors, not the default", []string{"fault", "0", "ecc_correctable", "--count", "0"}, "--count 0: give 1 to 4294967295, or leave it out"},
 		{"a count that would wrap", []string{"fault", "0", "ecc_correctable", "--count", "4294967296"}, "--count 4294967296: give 1 to"},
 		{"a load above 100", []string{"load", "0", "120"}, `load "120": a percentage from 0 to 100`},
+		{"a negative load", []string{"load", "all", "-5"}, "ctl load: -5: no value here is negative"},
 		{"a bad memory size", []string{"proc", "add", "0", "5", "--memory", "lots"}, `--memory: "lots" is not a quantity`},
 		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
 		{"an unregistered pid", []string{"proc", "rm", "77"}, "pid 77 is not registered"},
