@@ -83,8 +83,10 @@ nvmlGpuTopologyLevel_t nvmock_place_level(const struct pci_place *a, const struc
 	if (a->root != NA32 && a->root == b->root)
 		return NVML_TOPOLOGY_HOSTBRIDGE;
 	// Not across PCI domains: a GB200 tray's NICs on one Grace, each in a
-	// domain of its own, are SYS to each other (real topo -m captures).
-	if (a->numa != NA32 && a->numa == b->numa && a->domain == b->domain)
+	// domain of its own, are SYS to each other (real topo -m captures). A
+	// board repeated past its GPU count (--gpus) is the same tree again,
+	// 0x10000 domains up: its devices are NODE to the first copy's.
+	if (a->numa != NA32 && a->numa == b->numa && (a->domain & 0xffff) == (b->domain & 0xffff))
 		return NVML_TOPOLOGY_NODE;
 	return NVML_TOPOLOGY_SYSTEM;
 }

@@ -127,16 +127,22 @@ func (r *renderer) function(parentDir string, f *profile.PCIFunction, root *prof
 	r.file(dir+"/modalias", alias+"\n")
 	// lspci -v reads it; MSI-capable functions show a vector the kernel gave.
 	r.file(dir+"/irq", fmt.Sprintf("%d\n", 64+r.group))
-	r.file(dir+"/uevent", fmt.Sprintf("DRIVER=%s\nPCI_CLASS=%X\nPCI_ID=%04X:%04X\nPCI_SUBSYS_ID=%04X:%04X\nPCI_SLOT_NAME=%s\nMODALIAS=%s\n",
-		drv, f.Class, f.Vendor, f.Device, f.SubsystemVendor, f.SubDevice, bdf, alias))
+	uevent := fmt.Sprintf("PCI_CLASS=%X\nPCI_ID=%04X:%04X\nPCI_SUBSYS_ID=%04X:%04X\nPCI_SLOT_NAME=%s\nMODALIAS=%s\n",
+		f.Class, f.Vendor, f.Device, f.SubsystemVendor, f.SubDevice, bdf, alias)
+	if !f.Unbound {
+		uevent = "DRIVER=" + drv + "\n" + uevent
+	}
+	r.file(dir+"/uevent", uevent)
 	if f.Role.IsBridge() {
 		r.file(dir+"/secondary_bus_number", fmt.Sprintf("%d\n", f.Secondary))
 		r.file(dir+"/subordinate_bus_number", fmt.Sprintf("%d\n", f.Subordinate))
 	}
 	r.link(dir+"/subsystem", "bus/pci")
 	r.link("bus/pci/devices/"+bdf, dir)
-	r.link(dir+"/driver", "bus/pci/drivers/"+drv)
-	r.link("bus/pci/drivers/"+drv+"/"+bdf, dir)
+	if !f.Unbound {
+		r.link(dir+"/driver", "bus/pci/drivers/"+drv)
+		r.link("bus/pci/drivers/"+drv+"/"+bdf, dir)
+	}
 	group := fmt.Sprintf("kernel/iommu_groups/%d", r.group)
 	r.group++
 	r.link(group+"/devices/"+bdf, dir)

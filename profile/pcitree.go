@@ -48,11 +48,14 @@ type PCIFunction struct {
 	Secondary, Subordinate     uint32 // bridges: the buses behind
 	Index                      int    // GPU, NIC or NVSwitch index
 	Name                       string // a NIC's RDMA device name
-	Root                       *PCIRoot
-	Parent                     *PCIFunction // nil on the root bus
-	Children                   []*PCIFunction
-	NUMANode                   int
-	topSwitch, leafSwitch      *PCIFunction
+	// Unbound is a function no driver took: a NIC of a repeated tree,
+	// which has no RDMA device (InfiniBand covers pcie.nics once).
+	Unbound               bool
+	Root                  *PCIRoot
+	Parent                *PCIFunction // nil on the root bus
+	Children              []*PCIFunction
+	NUMANode              int
+	topSwitch, leafSwitch *PCIFunction
 }
 
 // Placement is where a GPU or NIC sits, for NVML's topology levels: its
@@ -103,6 +106,7 @@ func buildTree(p *Profile, gpus []GPU) (*PCITree, error) {
 				// The kernel names mlx5 devices in probe order.
 				f.Name = fmt.Sprintf("mlx5_%d", f.Index)
 			}
+			f.Unbound = rep > 0
 			if a.Function == 0 {
 				eps[a] = &endpoint{addr: a, fn: f}
 			}

@@ -49,3 +49,28 @@ func TestModuleIDsAreTheCaptures(t *testing.T) {
 		})
 	}
 }
+
+// A board repeated past its GPU count is its tree again, 0x10000 PCI
+// domains up: GPUs on one NUMA node are NODE to each other, as the tree and
+// sysfs say (review: they were SYS, the rule for a GB200 tray's domains).
+// The GB200 tray's own GPUs stay SYS.
+func TestRepeatedBoardsAreOnTheNUMANodesOfTheFirst(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		a, b int
+		want nvml.GpuTopologyLevel
+	}{
+		{"base: t4\nname: x\ngpus: 2\n", 0, 1, nvml.TOPOLOGY_NODE},
+		{"base: h100\nname: x\ngpus: 16\n", 0, 8, nvml.TOPOLOGY_NODE},
+		{"base: h100\nname: x\ngpus: 16\n", 0, 12, nvml.TOPOLOGY_SYSTEM},
+		{"base: gb200\nname: x\n", 0, 1, nvml.TOPOLOGY_SYSTEM},
+	} {
+		t.Run("", func(t *testing.T) { // each its own library init
+			lib, _ := startProfile(t, c.yaml)
+			got, ret := deviceAt(t, lib, c.a).GetTopologyCommonAncestor(deviceAt(t, lib, c.b))
+			if ret != nvml.SUCCESS || got != c.want {
+				t.Errorf("%q: GPUs %d and %d: %v (%v), want %v", c.yaml, c.a, c.b, got, ret, c.want)
+			}
+		})
+	}
+}
