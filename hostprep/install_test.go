@@ -268,6 +268,8 @@ func TestInstallRefusesANodeWhereAnotherDriverHoldsTheIMEXMajors(t *testing.T) {
 		{"free majors install", "Character devices:\n  1 mem\n254 gpiochip\n508 trace\n\nBlock devices:\n509 blkext\n", ""},
 		{"another driver at 510 is refused", "Character devices:\n  1 mem\n510 mmpmem\n\nBlock devices:\n", "major 510 is mmpmem's"},
 		{"another driver at 509 is refused", "Character devices:\n509 gdrdrv\n\nBlock devices:\n", "major 509 is gdrdrv's"},
+		// nvidia-uvm's (found in review: only 509 and 510 were checked).
+		{"another driver at 511 is refused", "Character devices:\n511 bardrv\n\nBlock devices:\n", "major 511 is bardrv's; the overlay names it for NVIDIA's nvidia-uvm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSite(t)

@@ -119,8 +119,9 @@ func ProcCapability(minor int, mode os.FileMode) string {
 }
 
 // checkMajors refuses a node where another driver holds a major the overlay
-// names for nvidia-caps or the IMEX channels: NVIDIA's DRA driver makes
-// device nodes from these numbers in containers, which would then open that
+// names for nvidia-caps, the IMEX channels or nvidia-uvm: NVIDIA's DRA
+// driver and nvidia-ctk make device nodes from these numbers in containers
+// (and --real-device-numbers makes nvidia-uvm's), which would then open that
 // driver's devices. No /proc/devices (a test's proc root): nothing is taken.
 func checkMajors(procRoot string) error {
 	if procRoot == "" {
@@ -140,9 +141,9 @@ func checkMajors(procRoot string) error {
 		if len(f) != 2 {
 			continue
 		}
-		if n, err := strconv.Atoi(f[0]); err == nil && (n == capsMajor || n == imexChannelsMajor) {
-			return fmt.Errorf("%s: major %d is %s's; the overlay names it for NVIDIA's %s, so containers given IMEX channels would open %s's devices", p, n, f[1],
-				map[int]string{capsMajor: "nvidia-caps", imexChannelsMajor: "nvidia-caps-imex-channels"}[n], f[1])
+		names := map[int]string{capsMajor: "nvidia-caps", imexChannelsMajor: "nvidia-caps-imex-channels", uvmMajor: "nvidia-uvm"}
+		if n, err := strconv.Atoi(f[0]); err == nil && names[n] != "" {
+			return fmt.Errorf("%s: major %d is %s's; the overlay names it for NVIDIA's %s, so containers would open %s's devices through nodes made from it", p, n, f[1], names[n], f[1])
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/ibshim"
@@ -42,7 +43,8 @@ var InfiniBand = Extension{Name: "infiniband", Apply: applyInfiniBand}
 
 func applyInfiniBand(in Input, adj *Adjustment) error {
 	ib := in.Node.IB
-	if ib == nil || in.Pod.Annotations[InfiniBandAnnotation] == "false" {
+	// "false" as nvmock.io/inject reads it: any case, spaces around.
+	if ib == nil || strings.EqualFold(strings.TrimSpace(in.Pod.Annotations[InfiniBandAnnotation]), "false") {
 		return nil
 	}
 	null := DeviceNode{Type: "c", Major: 1, Minor: 3}

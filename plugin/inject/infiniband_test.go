@@ -33,6 +33,8 @@ func TestInfiniBandGivesGPUContainersTheHCAs(t *testing.T) {
 			want: planes(gave(node, 0), "/usr/lib/nvmock/libnvmock-umad.so:/opt/libjemalloc.so"), ok: true},
 		{name: "a pod annotated nvmock.io/infiniband=false gets GPUs only",
 			cfg: cfg, node: node, pod: pod("ml", GPUsAnnotation, "1", InfiniBandAnnotation, "false"), ctr: ctr, want: gave(node, 0), ok: true},
+		{name: "as nvmock.io/inject reads false: any case, spaces around",
+			cfg: cfg, node: node, pod: pod("ml", GPUsAnnotation, "1", InfiniBandAnnotation, " False "), ctr: ctr, want: gave(node, 0), ok: true},
 		{name: "a node without InfiniBand gives GPUs only",
 			cfg: cfg, node: noIB, pod: pod("ml", GPUsAnnotation, "1"), ctr: ctr, want: gave(noIB, 0), ok: true},
 		{name: "the driver alone comes without the HCAs",

@@ -26,6 +26,7 @@ type nodeCache struct {
 	root     string
 	linkPath string // root/driver
 	probe    func(root string) (inject.NodeState, error)
+	procRoot string // where a real driver shows (driver/nvidia): /proc
 
 	node   inject.NodeState // InUse is kept here; OptedIn is set per decision
 	err    error            // the last probe's error (errNoOverlay wrapped when absent)
@@ -49,7 +50,8 @@ type given struct {
 }
 
 func newNodeCache(root string) *nodeCache {
-	return &nodeCache{root: root, linkPath: filepath.Join(root, "driver"), probe: inject.NodeStateFromOverlay, gpus: map[string]given{}, overlays: map[string]string{}}
+	return &nodeCache{root: root, linkPath: filepath.Join(root, "driver"), probe: inject.NodeStateFromOverlay, procRoot: "/proc",
+		gpus: map[string]given{}, overlays: map[string]string{}}
 }
 
 // refresh re-probes when the driver link changed, the last probe failed,
@@ -62,6 +64,9 @@ func newNodeCache(root string) *nodeCache {
 func (c *nodeCache) refresh() {
 	link, lerr := os.Readlink(c.linkPath)
 	if c.probed && c.err == nil && link == c.link {
+		// A real driver loaded since (the GPU operator's driver container):
+		// from the next container on, nothing by default. One stat.
+		c.node.RealDriver = inject.RealDriverLoaded(c.procRoot)
 		c.refreshMIG()
 		return
 	}

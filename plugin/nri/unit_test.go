@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -61,6 +63,24 @@ func TestCreateHonoursNamespaceLabels(t *testing.T) {
 		if got := p.create(pd, &api.Container{Id: tc.ns, Name: "c"}) != nil; got != tc.want {
 			t.Errorf("namespace %s: injected %v, want %v", tc.ns, got, tc.want)
 		}
+	}
+}
+
+// A real driver that loads while the plugin runs (the GPU operator's driver
+// container) stops injection from the next container on: the overlay is
+// unchanged, but the plugin looks for the driver at each creation (found
+// in review: the probe's answer was kept until the overlay changed).
+func TestARealDriverLoadedLaterStopsInjection(t *testing.T) {
+	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}})
+	proc := t.TempDir()
+	p.node.procRoot = proc
+	pd := &api.PodSandbox{Name: "p", Namespace: "ml"}
+	if p.create(pd, &api.Container{Id: "c1", Name: "c"}) == nil {
+		t.Fatal("no injection before the real driver loaded")
+	}
+	must(t, os.MkdirAll(filepath.Join(proc, "driver", "nvidia"), 0o755))
+	if p.create(pd, &api.Container{Id: "c2", Name: "c"}) != nil {
+		t.Error("injected after a real NVIDIA driver loaded")
 	}
 }
 
