@@ -175,10 +175,11 @@ func Install(o InstallOptions) (res *Result, err error) {
 	}
 	nfdData := []byte(ownerLine(root, o.Owner) + NFDFeatures(o.Render.Profile))
 	// What an install killed before left: staged copies, renders.
-	sweepStaged(root, cdiPath, nfdPath)
+	staging := []string{cdiPath, nfdPath}
 	if old != nil {
-		sweepStaged(root, append(slices.Clone(old.Files), old.Pending...)...)
+		staging = append(append(staging, old.Files...), old.Pending...)
 	}
+	sweepStaged(root, staging...)
 	sweepRenders(filepath.Join(root, "overlays"))
 	// An install records what it is about to make (directories, staged
 	// copies beside these paths) before it makes it, so that uninstall

@@ -53,13 +53,8 @@ func execRun(args []string) error {
 	lf.add(fs)
 	var ib ibFlags
 	ib.add(fs)
-	fs.SetOutput(io.Discard) // one line for a bad flag; the flags for --help
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printHelp(fs, execUsage)
-			return nil
-		}
-		return fmt.Errorf("exec: %w (see nvmock exec --help)", err)
+	if err := parseFlags(fs, args, os.Stdout, execUsage); err != nil {
+		return helpShown(err)
 	}
 	if err := ib.peers.check(); err != nil {
 		return fmt.Errorf("exec: %w", err)

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -33,13 +31,8 @@ func ibdCmd(args []string) error {
 	pf.add(fs, "")
 	var faults faultFlags
 	fs.Var(&faults, "fault", faultUsage)
-	fs.SetOutput(io.Discard) // one line for a bad flag; the flags for --help
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printHelp(fs, ibdUsage)
-			return nil
-		}
-		return fmt.Errorf("ibd: %w (see nvmock ibd --help)", err)
+	if err := parseFlags(fs, args, os.Stdout, ibdUsage); err != nil {
+		return helpShown(err)
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("ibd: unexpected argument %q", fs.Arg(0))

@@ -86,10 +86,10 @@ func run(args []string) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-// printHelp answers --help: usage, then the flags, on stdout.
-func printHelp(fs *flag.FlagSet, usage string) {
-	fmt.Print(usage)
-	fs.SetOutput(os.Stdout)
+// printHelp answers --help: usage, then the flags, on w.
+func printHelp(w io.Writer, fs *flag.FlagSet, usage string) {
+	fmt.Fprint(w, usage)
+	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
 
@@ -100,9 +100,7 @@ func parseFlags(fs *flag.FlagSet, args []string, w io.Writer, usage string) erro
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(w, usage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
+		printHelp(w, fs, usage)
 		return err
 	case err != nil:
 		return fmt.Errorf("%s: %w (see nvmock %s --help)", fs.Name(), err, fs.Name())

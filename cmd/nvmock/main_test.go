@@ -35,27 +35,20 @@ func TestProfileCompileWritesASnapshotForTheNode(t *testing.T) {
 }
 
 func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(bad, []byte("name: x\ngpus: 1\nbord: {}\n"), 0o644); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	file := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
+	bad := file("bad.yaml", "name: x\ngpus: 1\nbord: {}\n")
 	// Parses, but three halves of one GPU cannot be placed.
-	crowded := filepath.Join(t.TempDir(), "crowded.yaml")
-	if err := os.WriteFile(crowded, []byte("base: a100\nname: x\nboard:\n  modes:\n    mig:\n      layout: 0=3g.20gb*3\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	twoDocs := filepath.Join(t.TempDir(), "two.yaml")
-	if err := os.WriteFile(twoDocs, []byte("base: t4\nname: x\n---\ngpus: 5\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	nan := filepath.Join(t.TempDir(), "nan.yaml")
-	if err := os.WriteFile(nan, []byte("base: t4\nname: x\nboard:\n  power:\n    draw: -.inf\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bare := filepath.Join(t.TempDir(), "bare.yaml")
-	if err := os.WriteFile(bare, []byte("name: t4\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	crowded := file("crowded.yaml", "base: a100\nname: x\nboard:\n  modes:\n    mig:\n      layout: 0=3g.20gb*3\n")
+	twoDocs := file("two.yaml", "base: t4\nname: x\n---\ngpus: 5\n")
+	nan := file("nan.yaml", "base: t4\nname: x\nboard:\n  power:\n    draw: -.inf\n")
+	bare := file("bare.yaml", "name: t4\n")
 	// /var/run and /run: a CDI directory in the root under another name.
 	linked := t.TempDir()
 	if err := os.Mkdir(filepath.Join(linked, "real"), 0o755); err != nil {

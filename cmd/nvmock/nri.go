@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -34,7 +33,6 @@ const nriUsage = `Usage:
 // nriCmd runs the NRI plugin until SIGTERM or SIGINT.
 func nriCmd(args []string) error {
 	fs := flag.NewFlagSet("nri", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // a bad flag is one line (returned), not the usage
 	socket := fs.String("socket", nriplugin.DefaultSocket, "NRI socket to connect to")
 	idx := fs.String("idx", nriplugin.DefaultPluginIdx, "plugin index when not launched by the runtime ($NRI_PLUGIN_IDX wins)")
 	root := fs.String("overlay-root", hostprep.DefaultRoot, "directory nvmock hostprep install used")
@@ -53,12 +51,8 @@ func nriCmd(args []string) error {
 	fs.StringVar(&peers.listen, "ib-listen", "", peerListenUsage)
 	fs.StringVar(&peers.peers, "ib-peers", "", peerPeersUsage)
 	fs.StringVar(&peers.dns, "ib-peers-dns", "", peerDNSUsage)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printHelp(fs, nriUsage)
-			return nil
-		}
-		return fmt.Errorf("nri: %w (see nvmock nri --help)", err)
+	if err := parseFlags(fs, args, os.Stdout, nriUsage); err != nil {
+		return helpShown(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("nri: unexpected argument %q (see nvmock nri --help)", fs.Arg(0))

@@ -80,7 +80,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, usage string) ([]string,
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				printHelp(fs, usage)
+				printHelp(os.Stdout, fs, usage)
 			}
 			return nil, err
 		}
