@@ -107,8 +107,11 @@ func TestChartMakesTheNodeAGPUNodeAndItsPluginRegisters(t *testing.T) {
 func TestHelmUpgradeRollsThePluginAndLeavesRunningGPUPodsAlone(t *testing.T) {
 	c := theCluster
 	ns := c.namespace(t, true)
-	gpu := c.pod("long", "nvidia-smi -L; echo started; exec sleep 3600", 0)
+	// ibping -S holds a umad device across the upgrade: the old daemon's
+	// going must not end it (the shim moves it to the new daemon).
+	gpu := c.pod("long", "nvidia-smi -L; ibping -C mlx5_0 -S & echo started; exec sleep 3600", 0)
 	gpu.Annotations = map[string]string{"nvmock.io/gpus": "2"}
+	gpu.Spec.Containers[0].Image = c.image("rdma")
 	before := c.running(t, ns, gpu, "started")
 	if got := uuidsIn(before); len(got) != 2 {
 		t.Fatalf("the pod with nvmock.io/gpus: 2 printed:\n%s", before)
@@ -116,6 +119,10 @@ func TestHelmUpgradeRollsThePluginAndLeavesRunningGPUPodsAlone(t *testing.T) {
 	smiBefore, err := c.exec(t, ns, "long", "main", "nvidia-smi", "-L")
 	if err != nil || smiBefore != strings.SplitN(before, "started", 2)[0] {
 		t.Fatalf("exec nvidia-smi -L: %v:\n%s\nwant what the pod printed at start:\n%s", err, smiBefore, before)
+	}
+	const ping = "ibping -C mlx5_0 -c 1 $(($(cat /sys/class/infiniband/mlx5_0/ports/1/lid)))"
+	if out, err := c.exec(t, ns, "long", "main", "sh", "-c", ping); err != nil || !strings.Contains(out, "Pong from") {
+		t.Errorf("ibping to the pod's own ibping -S before the upgrade: %v:\n%s", err, out)
 	}
 	podBefore, _ := c.cs.CoreV1().Pods(ns).Get(ctxT(t, 10*time.Second), "long", metav1.GetOptions{})
 	plugin := c.pluginPod(t)
@@ -149,6 +156,18 @@ func TestHelmUpgradeRollsThePluginAndLeavesRunningGPUPodsAlone(t *testing.T) {
 	smiAfter, err := c.exec(t, ns, "long", "main", "nvidia-smi", "-L")
 	if err != nil || smiAfter != smiBefore {
 		t.Errorf("exec nvidia-smi -L after the upgrade: %v:\n%s\nwant as before:\n%s", err, smiAfter, smiBefore)
+	}
+	// The ibping -S started before the upgrade answers through the new
+	// daemon (it comes back within a second of the old one's going).
+	var pong string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(time.Second) {
+		pong, err = c.exec(t, ns, "long", "main", "sh", "-c", ping)
+		if (err == nil && strings.Contains(pong, "Pong from")) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || !strings.Contains(pong, "Pong from") {
+		t.Errorf("ibping to the pod's own ibping -S after the upgrade: %v:\n%s", err, pong)
 	}
 	// The old pod's preStop kept the overlay (the DaemonSet still runs on
 	// the node), and the new pod's install found the same inputs.

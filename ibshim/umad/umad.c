@@ -19,6 +19,13 @@
  *    though at once rather than after its timeout_ms: libibmad's retries
  *    end in milliseconds. A send without a timeout (a response) vanishes.
  *    A live fd whose daemon hangs up turns dead in place (dup3).
+ *  - a dead umad fd comes back to life when a new daemon listens at the
+ *    socket (another socket file: the chart's pod restarted or upgraded),
+ *    as a real fabric comes back under a program's open device: at its
+ *    next request, at its next read, or while it waits in poll/ppoll (in
+ *    slices of a second), the shim connects, says HELLO and registers the
+ *    fd's agents again, and dup3s the connection over the fd. A daemon
+ *    that hung up but still listens on the same socket is not retried.
  *  - open issmN: a connection with HELLO kind=issm (the port is an SM while
  *    it stays open, as the kernel sets IsSM); /dev/null without a daemon.
  *  - open rdma_cm: fails with ENODEV, as without the rdma_ucm module
@@ -32,7 +39,8 @@
  *  - read: the kernel's rules for a short buffer (EINVAL, or ENOSPC with the
  *    header, whose length is the full size, and the first segment, leaving
  *    the message queued; saquery relies on it).
- *  - poll/select/epoll: native on the socket.
+ *  - poll/select/epoll: native on the socket; poll and ppoll also revive
+ *    dead fds (above), and cost one load until a fd has gone dead.
  *
  * Constraints (the shim lives inside other processes): no Go runtime, no
  * threads, no locks, no allocation, no work at load; the fd table is a
@@ -63,6 +71,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -71,10 +80,12 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proto.h"
@@ -154,6 +165,8 @@ struct next {
 	int (*dup3)(int, int, int);
 	int (*close_range)(unsigned int, unsigned int, int);
 	void (*closefrom)(int);
+	int (*poll)(struct pollfd *, nfds_t, int);
+	int (*ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
 };
 static struct next next;
 static int resolving, resolved;
@@ -186,6 +199,8 @@ static void resolve(void)
 	NEXT(dup3, "dup3");
 	NEXT(close_range, "close_range");
 	NEXT(closefrom, "closefrom");
+	NEXT(poll, "poll");
+	NEXT(ppoll, "ppoll");
 #undef NEXT
 	__atomic_store_n(&resolved, 1, __ATOMIC_RELEASE);
 }
@@ -220,6 +235,23 @@ int sys_dup3(int oldfd, int newfd, int flags)
 	return f ? f(oldfd, newfd, flags) : (int)syscall(SYS_dup3, oldfd, newfd, flags);
 }
 
+/* sys_ppoll is ppoll with the timeout in milliseconds (-1: none). */
+static int sys_ppoll(struct pollfd *fds, nfds_t n, int ms, const sigset_t *mask)
+{
+	int (*f)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *) = NEXTFN(ppoll);
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+	const struct timespec *t = ms < 0 ? NULL : &ts;
+
+	return f ? f(fds, n, t, mask) : (int)syscall(SYS_ppoll, fds, n, t, mask, _NSIG / 8);
+}
+
+static int sys_poll(struct pollfd *fds, nfds_t n, int ms)
+{
+	int (*f)(struct pollfd *, nfds_t, int) = NEXTFN(poll);
+
+	return f ? f(fds, n, ms) : sys_ppoll(fds, n, ms, NULL);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Debug output: stderr, only with NVMOCK_UMAD_DEBUG=1 (read at open). */
 
@@ -250,6 +282,52 @@ void dbg_print(const char *fmt, ...)
 uint8_t kinds[NVMOCK_UMAD_MAX_FD];
 static uint32_t agents[NVMOCK_UMAD_MAX_FD]; /* bit i: agent id i registered */
 
+/*
+ * What a dead umad fd needs to come back (see revive): its device's index,
+ * the daemon socket it last reached (none: 0), and its agents'
+ * registrations. A few slots, not one per fd: a program holds one or two
+ * umad fds; one opened while all are taken stays dead once dead.
+ */
+#define SAVED_SLOTS 16
+struct saved {
+	int owner; /* fd + 1; 0: free */
+	uint32_t index;
+	dev_t dev; /* with ino and ctime: a socket made after another was */
+	ino_t ino; /* removed can have its inode number (ext4) */
+	struct timespec ctime;
+	struct nvmock_ibd_register regs[NVMOCK_UMAD_MAX_AGENTS];
+};
+static struct saved saved[SAVED_SLOTS];
+static int any_umad; /* set once a umad fd was opened: poll looks then */
+
+static struct saved *saved_of(int fd)
+{
+	for (int i = 0; i < SAVED_SLOTS; i++)
+		if (__atomic_load_n(&saved[i].owner, __ATOMIC_ACQUIRE) == fd + 1)
+			return &saved[i];
+	return NULL;
+}
+
+static struct saved *save(int fd, uint32_t index)
+{
+	struct saved *stale = saved_of(fd); /* a number closed behind our back */
+
+	if (stale)
+		__atomic_store_n(&stale->owner, 0, __ATOMIC_RELEASE);
+	for (int i = 0; i < SAVED_SLOTS; i++) {
+		int free_ = 0;
+		if (__atomic_compare_exchange_n(&saved[i].owner, &free_, fd + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+			saved[i].index = index;
+			saved[i].dev = 0;
+			saved[i].ino = 0;
+			saved[i].ctime = (struct timespec){ 0 };
+			return &saved[i];
+		}
+	}
+	dbg("fd %d: no slot left; it will not come back if it goes dead", fd);
+	return NULL;
+}
+
 void track(int fd, int kind)
 {
 	__atomic_store_n(&agents[fd], 0, __ATOMIC_RELAXED);
@@ -261,6 +339,9 @@ static void forget(int fd)
 	int k = kind_of(fd);
 
 	if (k != FD_NONE) {
+		struct saved *s = (k == FD_LIVE || k == FD_DEAD) ? saved_of(fd) : NULL;
+		if (s)
+			__atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
 		dbg("fd %d forgotten", fd);
 		__atomic_store_n(&kinds[fd], FD_NONE, __ATOMIC_RELEASE);
 		if (k == FD_CHAN)
@@ -378,17 +459,23 @@ static int dead_socket(int cloexec, int nonblock)
 	return fd;
 }
 
-/* daemon_socket connects to the daemon and says HELLO, or returns -1. */
-static int daemon_socket(uint32_t index, uint32_t kind, int cloexec)
+static const char *daemon_path(void)
 {
 	const char *path = getenv(NVMOCK_IBD_ENV);
+
+	return path && *path ? path : NVMOCK_IBD_SOCKET;
+}
+
+/* daemon_socket connects to the daemon and says HELLO, or returns -1; at,
+ * when not NULL, gets the socket file's identity. */
+static int daemon_socket(uint32_t index, uint32_t kind, int cloexec, struct stat *at)
+{
+	const char *path = daemon_path();
 	struct sockaddr_un a;
 	struct nvmock_ibd_hello h;
 	size_t len;
 	int fd;
 
-	if (!path || !*path)
-		path = NVMOCK_IBD_SOCKET;
 	len = strlen(path);
 	if (len >= sizeof a.sun_path) {
 		dbg("socket path %s too long", path);
@@ -412,6 +499,8 @@ static int daemon_socket(uint32_t index, uint32_t kind, int cloexec)
 		sys_close(fd);
 		return -1;
 	}
+	if (at && stat(path, at) < 0)
+		memset(at, 0, sizeof *at);
 	return fd;
 }
 
@@ -422,7 +511,7 @@ static int daemon_socket(uint32_t index, uint32_t kind, int cloexec)
 static int shim_open(int kind, uint32_t index, int flags)
 {
 	int cloexec = (flags & O_CLOEXEC) != 0, nonblock = (flags & O_NONBLOCK) != 0;
-	int fd, saved;
+	int fd, saved_errno;
 
 	const char *d = getenv("NVMOCK_UMAD_DEBUG");
 	if (d && strcmp(d, "1") == 0)
@@ -430,7 +519,7 @@ static int shim_open(int kind, uint32_t index, int flags)
 
 	if (kind == PATH_ISSM) {
 		/* opensm holds issmN open to be the SM; it never reads or writes it. */
-		fd = daemon_socket(index, NVMOCK_IBD_KIND_ISSM, cloexec);
+		fd = daemon_socket(index, NVMOCK_IBD_KIND_ISSM, cloexec, NULL);
 		if (fd < 0) {
 			int (*f)(const char *, int, ...) = NEXTFN(open);
 			int fl = O_RDWR | (cloexec ? O_CLOEXEC : 0);
@@ -441,7 +530,8 @@ static int shim_open(int kind, uint32_t index, int flags)
 	}
 
 	int live = 1;
-	fd = daemon_socket(index, NVMOCK_IBD_KIND_UMAD, cloexec);
+	struct stat at = { 0 };
+	fd = daemon_socket(index, NVMOCK_IBD_KIND_UMAD, cloexec, &at);
 	if (fd >= 0 && !nonblock && set_nonblock(fd, 0) < 0) {
 		sys_close(fd);
 		fd = -1;
@@ -455,10 +545,17 @@ static int shim_open(int kind, uint32_t index, int flags)
 	fd = below_limit(fd, cloexec);
 	if (fd < 0)
 		return -1;
-	saved = errno;
+	saved_errno = errno;
 	track(fd, live ? FD_LIVE : FD_DEAD);
+	struct saved *s = save(fd, index);
+	if (s) {
+		s->dev = at.st_dev;
+		s->ino = at.st_ino;
+		s->ctime = at.st_ctim;
+	}
+	__atomic_store_n(&any_umad, 1, __ATOMIC_RELEASE);
 	dbg("open umad%u: fd %d %s", index, fd, live ? "connected" : "dead (no daemon)");
-	errno = saved;
+	errno = saved_errno;
 	return fd;
 }
 
@@ -494,6 +591,58 @@ static int gone(int err)
 	return err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ECONNREFUSED;
 }
 
+/*
+ * revive connects a dead umad fd to a daemon listening at another socket
+ * file than the one it last reached, registers its agents there again and
+ * puts the connection in its place (same number and flags): 0 when the fd
+ * is live again. Costs a stat while the socket is the same.
+ */
+static int revive(int fd)
+{
+	struct saved *s = saved_of(fd);
+	struct stat st;
+	int c, old, fdfl, fl;
+
+	if (!s || stat(daemon_path(), &st) < 0 || !S_ISSOCK(st.st_mode) ||
+	    (st.st_dev == s->dev && st.st_ino == s->ino && st.st_ctim.tv_sec == s->ctime.tv_sec &&
+	     st.st_ctim.tv_nsec == s->ctime.tv_nsec))
+		return -1;
+	fdfl = fcntl(fd, F_GETFD);
+	fl = fcntl(fd, F_GETFL);
+	if (fdfl < 0 || fl < 0)
+		return -1;
+	c = daemon_socket(s->index, NVMOCK_IBD_KIND_UMAD, (fdfl & FD_CLOEXEC) != 0, &st);
+	if (c < 0)
+		return -1;
+	if (!(fl & O_NONBLOCK) && set_nonblock(c, 0) < 0)
+		goto fail;
+	uint32_t set = __atomic_load_n(&agents[fd], __ATOMIC_RELAXED);
+	for (uint32_t id = 0; id < NVMOCK_UMAD_MAX_AGENTS; id++)
+		if ((set & (1u << id)) && send(c, &s->regs[id], sizeof s->regs[id], MSG_NOSIGNAL) < 0)
+			goto fail;
+	/* old keeps the dead socket, to wake a thread waiting on it (to wait
+	 * on the new one) once the new one is in place. */
+	old = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (old < 0)
+		goto fail;
+	if (sys_dup3(c, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0) {
+		sys_close(old);
+		goto fail;
+	}
+	sys_close(c);
+	s->dev = st.st_dev;
+	s->ino = st.st_ino;
+	s->ctime = st.st_ctim;
+	__atomic_store_n(&kinds[fd], FD_LIVE, __ATOMIC_RELEASE);
+	shutdown(old, SHUT_RDWR);
+	sys_close(old);
+	dbg("fd %d: a new fabric daemon; connected again with %d agents", fd, __builtin_popcount(set));
+	return 0;
+fail:
+	sys_close(c);
+	return -1;
+}
+
 /* control sends a control message; a vanished daemon makes the fd dead. */
 static void control(int fd, const void *msg, size_t len)
 {
@@ -527,6 +676,8 @@ static ssize_t shim_write(int fd, const void *buf, size_t n)
 		errno = EIO;
 		return -1;
 	}
+	if (kind_of(fd) == FD_DEAD)
+		revive(fd);
 	if (kind_of(fd) == FD_LIVE) {
 		ssize_t r = send(fd, buf, n, MSG_NOSIGNAL);
 		if (r >= 0 || !gone(errno) || go_dead(fd) < 0)
@@ -563,7 +714,26 @@ static int hung_up(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
 
-	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP));
+	return sys_poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP));
+}
+
+/*
+ * wait_dead is where a read on a dead fd waits: a blocking read with
+ * nothing queued (a server waiting for requests) waits in slices of a
+ * second, trying revive between them, rather than for ever.
+ */
+static void wait_dead(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int fl;
+
+	if (!saved_of(fd))
+		return;
+	while (revive(fd) < 0) {
+		fl = fcntl(fd, F_GETFL);
+		if (fl < 0 || (fl & O_NONBLOCK) || sys_poll(&p, 1, 1000) != 0)
+			return;
+	}
 }
 
 static ssize_t shim_read(int fd, void *buf, size_t count)
@@ -575,6 +745,8 @@ static ssize_t shim_read(int fd, void *buf, size_t count)
 		return -1;
 	}
 	for (;;) {
+		if (kind_of(fd) == FD_DEAD)
+			wait_dead(fd);
 		/* Peek: n is the whole message's size, at most count bytes copied. */
 		ssize_t n = recv(fd, buf, count, MSG_PEEK | MSG_TRUNC);
 		if (n < 0)
@@ -588,8 +760,12 @@ static ssize_t shim_read(int fd, void *buf, size_t count)
 		if ((size_t)n <= count) {
 			if (n >= NVMOCK_UMAD_HDR_SIZE)
 				return recv(fd, buf, count, 0);
-			(void)recv(fd, buf, 0, MSG_TRUNC); /* not a MAD: drop it */
-			dbg("fd %d: dropped a %zd-byte message", fd, n);
+			/* Not a MAD: drop it, if it is still the first (revive may
+			 * have put another socket under the number since the peek). */
+			if (recv(fd, buf, count, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT) == n) {
+				(void)recv(fd, buf, 0, MSG_TRUNC | MSG_DONTWAIT);
+				dbg("fd %d: dropped a %zd-byte message", fd, n);
+			}
 			continue;
 		}
 		/* Too big for the buffer: the kernel's copy_recv_mad. */
@@ -637,6 +813,9 @@ static int register_agent(int fd, uint32_t *id, uint32_t qpn, uint8_t mgmt_class
 	r.oui = htole32(oui & 0xffffff);
 	for (int i = 0; i < 4; i++)
 		r.method_mask[i] = htole32(mask[i]);
+	struct saved *s = saved_of(fd);
+	if (s)
+		s->regs[*id] = r;
 	control(fd, &r, sizeof r);
 	dbg("fd %d: agent %u: qpn %u class 0x%02x version %u rmpp %u oui 0x%06x", fd, *id, qpn, mgmt_class,
 	    version, rmpp, oui & 0xffffff);
@@ -1005,4 +1184,97 @@ EXPORT void closefrom(int lowfd)
 		f(lowfd);
 	else
 		syscall(SYS_close_range, (unsigned int)lowfd, ~0U, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* poll and ppoll on umad fds: the kernel's device never ends, so a daemon's
+ * hangup does not wake a poll (it turns the fd dead, see go_dead), and a
+ * server waiting on a dead fd (ibping -S, opensm: libibumad's umad_recv
+ * polls before it reads) waits in slices of a second, trying revive
+ * between them. Other programs pay one load. */
+
+
+static int umad_in(const struct pollfd *fds, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++) {
+		int k = kind_of(fds[i].fd);
+		if (k == FD_LIVE || k == FD_DEAD)
+			return 1;
+	}
+	return 0;
+}
+
+static int dead_in(const struct pollfd *fds, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++)
+		if (kind_of(fds[i].fd) == FD_DEAD && saved_of(fds[i].fd))
+			return 1;
+	return 0;
+}
+
+/* hangups takes the wakes of live fds whose daemon hung up (nothing left
+ * to read but the end) out of r ready entries, turning them dead. */
+static int hangups(struct pollfd *fds, nfds_t n, int r)
+{
+	uint8_t b;
+
+	for (nfds_t i = 0; i < n; i++)
+		if ((fds[i].revents & (POLLHUP | POLLRDHUP)) && kind_of(fds[i].fd) == FD_LIVE &&
+		    recv(fds[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0 && go_dead(fds[i].fd) == 0) {
+			fds[i].revents = 0;
+			r--;
+		}
+	return r;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* poll_umad polls a set with umad fds; ms < 0: no timeout. */
+static int poll_umad(struct pollfd *fds, nfds_t n, int64_t ms, const sigset_t *mask)
+{
+	int64_t end = ms < 0 ? -1 : now_ms() + ms;
+
+	for (;;) {
+		for (nfds_t i = 0; i < n; i++)
+			if (kind_of(fds[i].fd) == FD_DEAD)
+				revive(fds[i].fd);
+		int64_t left = end < 0 ? -1 : end - now_ms();
+		if (end >= 0 && left < 0)
+			left = 0;
+		int slice = dead_in(fds, n) && (left < 0 || left > 1000) ? 1000 : (int)left;
+		int r = sys_ppoll(fds, n, slice, mask);
+		if (r > 0)
+			r = hangups(fds, n, r);
+		if (r != 0 || (end >= 0 && now_ms() >= end))
+			return r;
+	}
+}
+
+/* glibc 2.36's poll.h calls fds write-only (access attribute), which it is
+ * not: the events are read. */
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	if (__builtin_expect(!__atomic_load_n(&any_umad, __ATOMIC_RELAXED), 1) || !umad_in(fds, n))
+		return sys_poll(fds, n, timeout);
+	return poll_umad(fds, n, timeout, NULL);
+}
+
+EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *mask)
+{
+	int (*f)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
+
+	if (__builtin_expect(!__atomic_load_n(&any_umad, __ATOMIC_RELAXED), 1) || !umad_in(fds, n) ||
+	    (t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000))) {
+		f = NEXTFN(ppoll);
+		return f ? f(fds, n, t, mask) : (int)syscall(SYS_ppoll, fds, n, t, mask, _NSIG / 8);
+	}
+	return poll_umad(fds, n, t ? (int64_t)t->tv_sec * 1000 + (t->tv_nsec + 999999) / 1000000 : -1, mask);
 }

@@ -3,6 +3,7 @@
 package umad
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -76,6 +77,7 @@ func run(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, err error) {
 type fakeIBD struct {
 	path   string
 	answer func(c *ibdConn, umad []byte) [][]byte
+	ln     *net.UnixListener
 
 	mu    sync.Mutex
 	conns []*ibdConn
@@ -100,18 +102,22 @@ type register struct {
 
 func newFakeIBD(t *testing.T, answer func(c *ibdConn, umad []byte) [][]byte) *fakeIBD {
 	t.Helper()
-	d := &fakeIBD{path: filepath.Join(t.TempDir(), "ibd.sock"), answer: answer}
+	return fakeIBDAt(t, filepath.Join(t.TempDir(), "ibd.sock"), answer)
+}
+
+// fakeIBDAt listens at path, as a daemon that follows another would.
+func fakeIBDAt(t *testing.T, path string, answer func(c *ibdConn, umad []byte) [][]byte) *fakeIBD {
+	t.Helper()
+	d := &fakeIBD{path: path, answer: answer}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: d.path, Net: "unixpacket"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.ln = ln
 	t.Cleanup(func() {
-		ln.Close()
+		d.stop()
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		for _, c := range d.conns {
-			c.conn.Close()
-		}
 		for _, b := range d.bad {
 			t.Errorf("fake daemon: %s", b)
 		}
@@ -130,6 +136,17 @@ func newFakeIBD(t *testing.T, answer func(c *ibdConn, umad []byte) [][]byte) *fa
 		}
 	}()
 	return d
+}
+
+// stop closes the socket (removing its file) and every connection, as a
+// daemon that exits.
+func (d *fakeIBD) stop() {
+	d.ln.Close()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.conn.Close()
+	}
 }
 
 func (d *fakeIBD) serve(c *ibdConn) {
@@ -482,6 +499,126 @@ func TestDaemonGoneTurnsIntoTimeouts(t *testing.T) {
 	}
 }
 
+// A program's device comes back when a new daemon listens (the chart's pod
+// restarted): its next request reconnects, says HELLO and registers its
+// agent again, as a fabric that came back under an open device.
+func TestANewDaemonRevivesTheDevice(t *testing.T) {
+	d := newFakeIBD(t, smpAnswer)
+	bin := cc(t, "gcc", "madclient.c")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "restart")
+	cmd.Env = append(os.Environ(), preload(t, d.path)...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	var got []string
+	waitFor := func(what string) {
+		t.Helper()
+		for lines.Scan() {
+			got = append(got, lines.Text())
+			if lines.Text() == what {
+				return
+			}
+		}
+		t.Fatalf("madclient restart ended before %q: %q\n%s", what, got, stderr.String())
+	}
+	waitFor("stop")
+	d.stop()
+	fmt.Fprintln(in)
+	waitFor("start")
+	d2 := fakeIBDAt(t, d.path, smpAnswer)
+	fmt.Fprintln(in)
+	for lines.Scan() {
+		got = append(got, lines.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("madclient restart: %v\n%s", err, stderr.String())
+	}
+	want := []string{"agent 0", "live 0x1: status 0, 320 bytes", "stop", "dead 0x2: status 110, 88 bytes", "start", "back 0x3: status 0, 320 bytes"}
+	if !slices.Equal(got, want) {
+		t.Errorf("madclient restart printed %q, want %q", got, want)
+	}
+	cs := d2.snapshot()
+	if len(cs) != 1 {
+		t.Fatalf("the new daemon saw %d connections, want 1", len(cs))
+	}
+	if c := cs[0]; !slices.Equal(c.hello, []uint32{0, uint32(cmd.Process.Pid), 0}) || len(c.regs) != 1 || c.regs[0].Class != 0x01 ||
+		len(c.mads) != 1 || tid(c.mads[0]) != 3 {
+		t.Errorf("the new daemon saw hello %v, registrations %+v and %d MADs, want umad0's hello, the SMI agent and TID 3\n%v",
+			c.hello, c.regs, len(c.mads), c.control)
+	}
+}
+
+// A server waiting in poll (ibping -S: libibumad polls before it reads)
+// comes back with a new daemon too, and answers again.
+func TestIbpingServerComesBackWithANewDaemon(t *testing.T) {
+	d := newFakeIBD(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := inFabric(ctx, t, append(preload(t, d.path), "NVMOCK_UMAD_DEBUG=1"), "ibping", "-S")
+
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	vendor := func(d *fakeIBD) (conn *ibdConn, agent register) {
+		d.until(t, "vendor class 0x32 registration", func() bool {
+			for _, c := range d.conns {
+				for _, r := range c.regs {
+					if r.Class == 0x32 {
+						conn, agent = c, r
+						return true
+					}
+				}
+			}
+			return false
+		})
+		return conn, agent
+	}
+	vendor(d)
+	d.stop()
+	time.Sleep(300 * time.Millisecond) // ibping waits on a dead device
+	d2 := fakeIBDAt(t, d.path, nil)
+	conn, agent := vendor(d2)
+	mad := make([]byte, MADSize)
+	mad[0], mad[1], mad[2], mad[3] = 1, 0x32, 1, 0x01
+	be.PutUint64(mad[8:], 0x4343)
+	mad[37], mad[38], mad[39] = 0x00, 0x14, 0x05
+	if _, err := conn.conn.Write(deliver(agent.Agent, mad, 0x20, 1)); err != nil {
+		t.Fatal(err)
+	}
+	d2.until(t, "ibping's answer through the new daemon", func() bool {
+		for _, m := range conn.mads {
+			if tid(m) == 0x4343 && method(m) == 0x81 {
+				return true
+			}
+		}
+		return false
+	})
+	// The daemon's hangup woke no poll: the shim said the device died
+	// (debug output) and ibping never saw it.
+	if !strings.Contains(stderr.String(), "fabric daemon gone") || !strings.Contains(stderr.String(), "connected again with 2 agents") {
+		t.Errorf("ibping's shim did not report the daemon gone and the device back:\n%s", stderr.String())
+	}
+}
+
 // Programs that never open a umad device run as without the shim, and
 // programs the shim cannot load into (static ones) are not harmed.
 func TestOtherProgramsRunUnharmed(t *testing.T) {
@@ -596,7 +733,7 @@ func TestIbpingServerRegistersAndAnswers(t *testing.T) {
 func TestExports(t *testing.T) {
 	got := testenv.Exports(t, shim(t))
 	want := []string{"IBVERBS_PRIVATE_34", "__open64_2", "__open_2", "__openat64_2", "__openat_2", "__read_chk", "close", "close_range",
-		"closefrom", "dup2", "dup3", "ioctl", "nvmock_verbs_async_fd", "nvmock_verbs_channel_writer", "nvmock_verbs_cmd_fd", "open", "open64", "openat", "openat64", "read", "verbs_register_driver_34@@IBVERBS_PRIVATE_34", "write"}
+		"closefrom", "dup2", "dup3", "ioctl", "nvmock_verbs_async_fd", "nvmock_verbs_channel_writer", "nvmock_verbs_cmd_fd", "open", "open64", "openat", "openat64", "poll", "ppoll", "read", "verbs_register_driver_34@@IBVERBS_PRIVATE_34", "write"}
 	if !slices.Equal(got, want) {
 		t.Errorf("exports %v, want %v", got, want)
 	}

@@ -7,6 +7,10 @@
  *   madclient gone  a round trip; a request (TID 0xdead) the daemon answers
  *                   by hanging up; then a request that must come back as the
  *                   kernel returns an unanswered one (status 110).
+ *   madclient restart  a round trip; "stop" and a line on stdin (the
+ *                   daemon is gone then): a request that times out; "start"
+ *                   and a line (a new daemon listens): a round trip on the
+ *                   same fd.
  *
  * It prints one line per step and exits 0 when every step went as expected.
  */
@@ -63,6 +67,17 @@ static int roundtrip(uint64_t tid, ssize_t *len)
 	return (int)((struct ib_user_mad *)in)->hdr.status;
 }
 
+/* step says what it waits for and waits for a line on stdin. */
+static void step(const char *what)
+{
+	char line[16];
+
+	printf("%s\n", what);
+	fflush(stdout);
+	if (!fgets(line, sizeof line, stdin))
+		_exit(3);
+}
+
 static int expect(const char *who, uint64_t tid, int want)
 {
 	ssize_t len = 0;
@@ -111,6 +126,12 @@ int main(int argc, char **argv)
 		bad |= expect("live", 1, 0);
 		bad |= expect("hangup", 0xdead, -1);
 		bad |= expect("dead", 3, 110);
+	} else if (strcmp(argv[1], "restart") == 0) {
+		bad |= expect("live", 1, 0);
+		step("stop");
+		bad |= expect("dead", 2, 110);
+		step("start");
+		bad |= expect("back", 3, 0);
 	} else {
 		return 2;
 	}
