@@ -131,6 +131,24 @@ func IBFaults(statePath string) ([]fabric.Fault, error) {
 	return faults, nil
 }
 
+// CheckIBHCA says whether the node whose live state is statePath has an
+// InfiniBand HCA named hca, with the error a fault for another would get.
+func CheckIBHCA(statePath, hca string) error {
+	dir := IBLiveDir(statePath)
+	spec, err := os.ReadFile(filepath.Join(dir, IBLiveFabric))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the node of %s has no InfiniBand", statePath)
+	}
+	if err != nil {
+		return err
+	}
+	_, f, err := fabricOf(spec)
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, IBLiveFabric), err)
+	}
+	return f.Apply([]fabric.Fault{{HCA: hca}})
+}
+
 // SetIBFaults makes faults the port faults of the node whose live state
 // is statePath, while it runs: first the ports' sysfs files (each replaced
 // in one rename, so a reader never sees half of one), then the faults

@@ -595,6 +595,29 @@ func twoNodes(t *testing.T, cmdA []string, scriptB string) (outB, outA string) {
 	return string(out), serverOut.String()
 }
 
+// Two exec'd nodes that claim one slot are told so: the daemon's
+// warnings reach exec's stderr (they went nowhere).
+func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
+	bin := builtNvmock(t)
+	a := freePort(t)
+	assets := filepath.Join(testenv.BuildDir(), "driver")
+	server := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600")
+	var serverOut testenv.SyncBuffer
+	server.Stdout, server.Stderr = &serverOut, &serverOut
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		server.Process.Signal(os.Interrupt)
+		server.Wait()
+	}()
+	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "0", "--ib-peers", a, "--", "sleep", "2").CombinedOutput()
+	want := "nvmock exec: fabric daemon: peer claims slot 0, which is this node's"
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Errorf("node-b, claiming node-a's slot: %v\n%s\nwant %q", err, out, want)
+	}
+}
+
 // builtNvmock is the nvmock binary make driver built.
 func builtNvmock(t *testing.T) string {
 	t.Helper()

@@ -184,12 +184,19 @@ func FitMIGLayout(p *profile.Profile) error {
 // node's snapshot records): each listed GPU instance with one compute
 // instance of all its slices, as mig-parted makes them.
 func (s *State) ApplyMIGLayout(devs []snapshot.Device, l *profile.MIGLayout) error {
+	return s.applyMIGLayout(devs, l, true)
+}
+
+func (s *State) applyMIGLayout(devs []snapshot.Device, l *profile.MIGLayout, skipDone bool) error {
 	for i, g := range l.GPUs {
 		if !g.Set {
 			continue
 		}
 		if i >= len(devs) || devs[i].MIGCurrent == snapshot.NA {
 			return fmt.Errorf("mig layout %q: GPU %d has no MIG", l.Spec, i)
+		}
+		if skipDone && s.hasLayout(i, devs, l) {
+			continue // as mig-parted: a config applied already is done
 		}
 		if err := s.ClearMIG(i, g.Enabled); err != nil {
 			return fmt.Errorf("mig layout %q: %w", l.Spec, err)
@@ -207,6 +214,21 @@ func (s *State) ApplyMIGLayout(devs []snapshot.Device, l *profile.MIGLayout) err
 		}
 	}
 	return nil
+}
+
+// hasLayout says whether GPU gpu is already as the layout makes it: the
+// same mode and the same instances at the same places.
+func (s *State) hasLayout(gpu int, devs []snapshot.Device, l *profile.MIGLayout) bool {
+	one := &profile.MIGLayout{Spec: l.Spec, GPUs: make([]profile.GPULayout, gpu+1)}
+	one.GPUs[gpu] = l.GPUs[gpu]
+	t := &State{}
+	t.Header.Gpus = s.Header.Gpus
+	if t.applyMIGLayout(devs, one, false) != nil {
+		return false
+	}
+	a, b := &s.GPUs[gpu], &t.GPUs[gpu]
+	return a.MIGSet == b.MIGSet && a.MIGCurrent == b.MIGCurrent && a.MIGPending == b.MIGPending &&
+		a.GIProfile == b.GIProfile && a.GIStart == b.GIStart && a.CISlices == b.CISlices && a.CIStart == b.CIStart
 }
 
 // MIGUUID is a MIG device's UUID as the library gives it: name-based

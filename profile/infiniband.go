@@ -166,13 +166,13 @@ func (p *Profile) validateInfiniBand(c *checker) {
 		}
 		c.hex(at+".capabilityMask", a.CapabilityMask, 32, false)
 	}
-	names := map[string]bool{}
+	names := map[string]string{} // Mellanox NICs' names: their classes
 	missing := map[string]bool{}
 	for i, n := range p.PCIe.NICs {
 		if !strings.EqualFold(n.Vendor, "0x15b3") || n.Name == "" {
 			continue
 		}
-		names[n.Name] = true
+		names[n.Name] = n.Class
 		id := strings.ToLower(n.Device)
 		if _, ok := ib.Adapters[id]; !ok && !missing[id] {
 			missing[id] = true // once per kind
@@ -180,8 +180,15 @@ func (p *Profile) validateInfiniBand(c *checker) {
 		}
 	}
 	for i, s := range ib.Storage {
-		if !names[s] {
-			c.fail(fmt.Sprintf("infiniband.storage[%d]", i), "%q is not the name of a Mellanox NIC of pcie.nics", s)
+		at := fmt.Sprintf("infiniband.storage[%d]", i)
+		class, ok := names[s]
+		switch {
+		case !ok:
+			c.fail(at, "%q is not the name of a Mellanox NIC of pcie.nics", s)
+		case class != "" && ethernet(class):
+			c.fail(at, "%q is an Ethernet function (class %s), not an InfiniBand HCA", s, class)
+		case slices.Index(ib.Storage, s) < i:
+			c.fail(at, "%q is already infiniband.storage[%d]", s, slices.Index(ib.Storage, s))
 		}
 	}
 	f := &ib.Fabric
@@ -276,4 +283,11 @@ func (p *Profile) resolveIB(t *PCITree) (*IB, error) {
 		return nil, fmt.Errorf("infiniband.fabric.switch.ports: a %d-port spine cannot take %d leaves (one per rail); use a switch with more ports", f.Switch.Ports, rails)
 	}
 	return out, nil
+}
+
+// ethernet says whether a NIC's class (default: InfiniBand) is not
+// InfiniBand's; a bad class is pcie's to report.
+func ethernet(class string) bool {
+	v, err := parseHex(class, 24)
+	return err == nil && v != ClassIB
 }

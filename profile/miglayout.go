@@ -39,17 +39,22 @@ const otherLayouts = "layouts: all-PROFILE, all-balanced, all-enabled, all-disab
 // ParseMIGLayout reads spec for a node of gpus GPUs of board m. Whether the
 // instances fit is checked where they are placed (live.State).
 func ParseMIGLayout(spec string, m *MIG, gpus int) (*MIGLayout, error) {
+	l := &MIGLayout{Spec: spec, GPUs: make([]GPULayout, gpus)}
 	if m == nil || len(m.GPUInstances) == 0 {
+		if spec == "all-disabled" {
+			return l, nil // nothing to do, as on a board with MIG off
+		}
 		return nil, fmt.Errorf("mig layout %q: the board has no MIG profiles", spec)
 	}
-	l := &MIGLayout{Spec: spec, GPUs: make([]GPULayout, gpus)}
 	groups := strings.Split(spec, ";")
 	for _, g := range groups {
 		sel, items, ok := strings.Cut(g, "=")
-		if !ok {
-			if len(groups) > 1 {
-				return nil, fmt.Errorf("mig layout %q: %q is not GPUS=ITEMS", spec, g)
-			}
+		switch {
+		case strings.TrimSpace(g) == "":
+			return nil, fmt.Errorf("mig layout %q: an empty group (a ; too many)", spec)
+		case !ok && len(groups) > 1:
+			return nil, fmt.Errorf("mig layout %q: %q is not GPUS=ITEMS: with several groups each names its GPUs, such as all=%s", spec, g, g)
+		case !ok:
 			sel, items = "all", g
 		}
 		idx, err := ParseGPUs(sel, gpus)
@@ -105,7 +110,7 @@ func (m *MIG) gpuLayout(items string) (GPULayout, error) {
 			}
 		}
 		return GPULayout{Set: true, Enabled: true, Instances: out}, nil
-	case strings.HasPrefix(items, "all-"):
+	case strings.HasPrefix(items, "all-") && !strings.Contains(items, ","):
 		p := m.profile(strings.TrimPrefix(items, "all-"))
 		if p == nil {
 			return GPULayout{}, fmt.Errorf("%q: the board's profiles are %s (%s)", strings.TrimPrefix(items, "all-"), strings.Join(m.names(), ", "), otherLayouts)
@@ -114,6 +119,9 @@ func (m *MIG) gpuLayout(items string) (GPULayout, error) {
 	}
 	var out []string
 	for _, it := range strings.Split(items, ",") {
+		if strings.HasPrefix(it, "all-") {
+			return GPULayout{}, fmt.Errorf("%q: a layout such as %s stands alone, not in a list of profiles", items, it)
+		}
 		name, count, hasCount := strings.Cut(it, "*")
 		n := 1
 		if hasCount {

@@ -49,6 +49,10 @@ func TestMIGLayoutsPartitionTheNamedGPUs(t *testing.T) {
 		{"2-1=all-1g.5gb", `GPU "2-1": not an index, list or range`},
 		{"0=all-1g.5gb;all-1g.5gb", `"all-1g.5gb" is not GPUS=ITEMS`},
 		{"0=1g.6gb", `"1g.6gb": the board's profiles are`},
+		{"0=all-balanced,1g.5gb", `"all-balanced,1g.5gb": a layout such as all-balanced stands alone`},
+		{"0=3g.20gb*2;", "an empty group (a ; too many)"},
+		{";;", "an empty group"},
+		{"all-disabled;2=all-balanced", `"all-disabled" is not GPUS=ITEMS: with several groups each names its GPUs, such as all=all-disabled`},
 	} {
 		if _, err := ParseMIGLayout(c.spec, m, 3); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.spec, err, c.want)
@@ -57,5 +61,10 @@ func TestMIGLayoutsPartitionTheNamedGPUs(t *testing.T) {
 	l4, _ := Builtin("l40s")
 	if _, err := ParseMIGLayout("all-1g.5gb", l4.Board.Modes.MIG, 1); err == nil || !strings.Contains(err.Error(), "no MIG profiles") {
 		t.Errorf("a board without MIG: %v", err)
+	}
+	// all-disabled asks nothing of a board without MIG: a layout shared by
+	// pools of several boards.
+	if l, err := ParseMIGLayout("all-disabled", l4.Board.Modes.MIG, 2); err != nil || len(l.GPUs) != 2 || l.GPUs[0].Set || l.GPUs[1].Set {
+		t.Errorf("all-disabled on a board without MIG: %+v, %v; want nothing set", l, err)
 	}
 }

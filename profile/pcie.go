@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -30,6 +31,8 @@ type PCIModel struct {
 	LinkGen         uint32 `json:"linkGen,omitempty"`
 	LinkWidth       uint32 `json:"linkWidth,omitempty"`
 }
+
+var rdmaNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
 
 // NIC is a network adapter beside the GPUs.
 type NIC struct {
@@ -128,6 +131,7 @@ func (p *Profile) validatePCIe(c *checker) {
 			kinds[a] = "NVSwitch"
 		}
 	}
+	names := map[string]string{}
 	for i, n := range x.NICs {
 		at := fmt.Sprintf("pcie.nics[%d]", i)
 		n.validate(c, at, true)
@@ -140,8 +144,16 @@ func (p *Profile) validatePCIe(c *checker) {
 		default:
 			kinds[a] = "NIC"
 		}
-		if len(n.Name) > maxMidStrLen {
+		switch {
+		case len(n.Name) > maxMidStrLen:
 			c.fail(at+".name", "%q is longer than %d characters", n.Name, maxMidStrLen)
+		case n.Name != "" && !rdmaNameRE.MatchString(n.Name):
+			// It names sysfs directories and links: no "/", "..", spaces.
+			c.fail(at+".name", "%q is not an RDMA device name such as \"mlx5_0\" (letters, digits, _ and -)", n.Name)
+		case n.Name != "" && names[n.Name] != "":
+			c.fail(at+".name", "%q is already %s", n.Name, names[n.Name])
+		case n.Name != "":
+			names[n.Name] = at
 		}
 	}
 	if len(x.RootComplexes) == 0 {

@@ -39,7 +39,9 @@ the change at its next call (docs/live-state.md).
         register or remove a process on a GPU, or on the MIG device of
         GPU instance --gi and compute instance --ci (default 0)
   mig LAYOUT          partition the GPUs as at install (docs/mig.md): all-PROFILE,
-                      all-balanced, all-disabled, '0-3=3g.20gb*2;4-7=all-1g.5gb' (quoted)
+                      all-balanced, all-enabled, all-disabled, or per GPU,
+                      '0-3=3g.20gb*2;4-7=all-1g.5gb' (quoted); GPUs it does not
+                      name keep what they have
   ib [down HCA | up HCA | errors HCA COUNTER:N,... | clear [HCA]]
         list or change InfiniBand port faults: a cable out (down, counting
         link_downed), back (up), PMA error counters such as symbol_error:12

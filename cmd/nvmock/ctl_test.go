@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/live"
 )
@@ -431,6 +433,14 @@ func TestCtlRegistersAProcessOnAMIGDevice(t *testing.T) {
 			t.Errorf("ctl %v: %v, want one line with %q", c.args, err, c.want)
 		}
 	}
+	// The layout the GPU has already is done, busy or not (mig-parted
+	// reapplies its config so).
+	if err := ctl("mig", "0=all-balanced"); err != nil {
+		t.Errorf("ctl mig 0=all-balanced over itself, a process on a MIG device: %v", err)
+	}
+	if p := ctlStatusJSON(t, state).Processes; len(p) != 1 {
+		t.Errorf("processes after the same layout again: %+v", p)
+	}
 	// A whole-GPU process keeps its GPU out of MIG mode, as it keeps the
 	// library's mode change pending.
 	if err := ctl("proc", "add", "1", "1", "--memory", "1GiB"); err != nil {
@@ -483,6 +493,9 @@ func TestCtlIBRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"down through errors", []string{"ib", "errors", "mlx5_0", "down"}, `"down": down is its own command (ib down mlx5_0)`},
 		{"an Ethernet port", []string{"ib", "down", "mlx5_2"}, "the node has no InfiniBand HCA mlx5_2 (Ethernet ports are in no fabric)"},
 		{"clear with two HCAs", []string{"ib", "clear", "mlx5_0", "mlx5_1"}, "use ib clear [HCA]"},
+		{"up on an HCA the node lacks", []string{"ib", "up", "mlx5_99"}, "the node has no InfiniBand HCA mlx5_99"},
+		{"clear on an HCA the node lacks", []string{"ib", "clear", "mlx5_99"}, "the node has no InfiniBand HCA mlx5_99"},
+		{"a counter given twice", []string{"ib", "errors", "mlx5_0", "symbol_error:1,symbol_error:2"}, "symbol_error is given twice"},
 	} {
 		err := run(append([]string{"ctl", "--state", state}, c.args...))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
@@ -491,6 +504,50 @@ func TestCtlIBRejectsBadArgumentsWithOneLine(t *testing.T) {
 	}
 	if faults, err := hostprep.IBFaults(state); err != nil || len(faults) != 0 {
 		t.Errorf("after rejected commands: faults %v, %v; want none", faults, err)
+	}
+}
+
+// Faults given for one port in several flags make one fault, which ctl ib
+// up and errors then change (they changed the first of three, and the
+// port stayed down).
+func TestFaultsForOnePortMakeOneThatCtlChanges(t *testing.T) {
+	var flags faultFlags
+	for _, f := range []string{"mlx5_0=symbol_error:1", "mlx5_0=down", "mlx5_0=symbol_error:5", "n2/mlx5_0=down"} {
+		if err := flags.Set(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, ft := range flags {
+		got = append(got, ft.String())
+	}
+	if want := []string{"mlx5_0=down,symbol_error:5", "n2/mlx5_0=down"}; !slices.Equal(got, want) {
+		t.Errorf("--ib-fault flags made %q, want %q", got, want)
+	}
+	if err := flags.Set("/mlx5_0=down"); err == nil || !strings.Contains(err.Error(), "no node name before /") {
+		t.Errorf("--ib-fault /mlx5_0=down: %v, want no node name", err)
+	}
+
+	dir := t.TempDir()
+	o := hostprep.Options{Profile: testenv.Profile(t, "h100", 8), NodeName: "n1", Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true}
+	ov, err := hostprep.Render(filepath.Join(dir, "ov"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(ov.Dir, hostprep.StatePath)
+	// A file an older install wrote, with the port listed three times.
+	old := []fabric.Fault{{HCA: "mlx5_0", Counters: map[string]uint64{"symbol_error": 1}}, {HCA: "mlx5_0", Down: true}, {HCA: "mlx5_0", Down: true}}
+	if err := hostprep.SetIBFaults(state, old); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"ib", "errors", "mlx5_0", "link_downed:2"}, {"ib", "up", "mlx5_0"}} {
+		if err := run(append([]string{"ctl", "--state", state}, args...)); err != nil {
+			t.Fatalf("ctl %v: %v", args, err)
+		}
+	}
+	faults, err := hostprep.IBFaults(state)
+	if err != nil || len(faults) != 1 || faults[0].String() != "mlx5_0=symbol_error:1,link_downed:2" {
+		t.Errorf("after ctl ib errors and up: %v, %v; want mlx5_0=symbol_error:1,link_downed:2 alone", faults, err)
 	}
 }
 

@@ -35,9 +35,20 @@ func ctlIB(statePath string, args []string, out io.Writer) error {
 	case verb == "clear" && len(rest) > 1, verb != "clear" && len(rest) != len(strings.Fields(usage)):
 		return fmt.Errorf("use ib %s %s", verb, usage)
 	}
+	if len(rest) > 0 {
+		if err := hostprep.CheckIBHCA(statePath, rest[0]); err != nil {
+			return err
+		}
+	}
+	// One fault a port (installs before Merge could list a port twice).
+	var merged []fabric.Fault
+	for _, ft := range faults {
+		merged = fabric.Merge(merged, ft)
+	}
+	faults = merged
 	at := func(hca string) *fabric.Fault {
 		for i := range faults {
-			if faults[i].HCA == hca {
+			if faults[i].HCA == hca && faults[i].Node == "" {
 				return &faults[i]
 			}
 		}
@@ -53,7 +64,13 @@ func ctlIB(statePath string, args []string, out io.Writer) error {
 			setCounter(ft, "link_downed", min(ft.Counters["link_downed"]+1, 0xff))
 		}
 	case "up":
-		at(rest[0]).Down = false
+		// Whichever node a fault for this port names: this node's
+		// state holds only what applies to it (and to other nodes' own).
+		for i := range faults {
+			if faults[i].HCA == rest[0] {
+				faults[i].Down = false
+			}
+		}
 	case "errors":
 		parsed, err := fabric.ParseFault(rest[0] + "=" + rest[1])
 		if err != nil {

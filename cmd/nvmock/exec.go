@@ -4,10 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -122,7 +123,7 @@ func execRun(args []string) error {
 			NoPCI:         true,
 		})
 		if err != nil {
-			return "", fmt.Errorf("render overlay: %w", err)
+			return "", err
 		}
 		if daemon != nil { // nvmock ctl ib in the namespace changes these
 			daemon.FollowFaults(filepath.Join(hostprep.IBLiveDir(filepath.Join(ov.Dir, hostprep.StatePath)), hostprep.IBLiveFaults))
@@ -196,8 +197,12 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 		os.RemoveAll(dir)
 		return nil, nil, err
 	}
+	// The daemon's warnings (a slot two nodes claim, a peers name that
+	// does not resolve) are the user's to see; its chatter is not.
 	log := logrus.New()
-	log.SetOutput(io.Discard)
+	log.SetOutput(os.Stderr)
+	log.SetLevel(logrus.WarnLevel)
+	log.SetFormatter(execLog{})
 	d = ibd.New(node, fab, log)
 	go d.Serve(l)
 	stopPeers, err := ib.peers.start(d, log)
@@ -210,6 +215,20 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 	return d, func() { stopPeers(); l.Close(); os.RemoveAll(dir) }, nil
 }
 
+// execLog prints the fabric daemon's entries as exec's notes: one line,
+// fields sorted.
+type execLog struct{}
+
+func (execLog) Format(e *logrus.Entry) ([]byte, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "nvmock exec: fabric daemon: %s", e.Message)
+	for _, k := range slices.Sorted(maps.Keys(e.Data)) {
+		fmt.Fprintf(&b, " %s=%v", k, e.Data[k])
+	}
+	b.WriteByte('\n')
+	return []byte(b.String()), nil
+}
+
 // ibFlags place an exec'd node in its fabric, for tests of several nodes
 // on one machine.
 type ibFlags struct {
@@ -220,7 +239,7 @@ type ibFlags struct {
 }
 
 func (f *ibFlags) add(fs *flag.FlagSet) {
-	fs.StringVar(&f.host, "ib-host", "", "this node's host name in its InfiniBand fabric (default: the hostname)")
+	fs.StringVar(&f.host, "ib-host", "", "this node's host name in its InfiniBand fabric (default: $NODE_NAME, else the hostname)")
 	fs.IntVar(&f.slot, "ib-slot", -1, "this node's place in the fabric, 0 to nodes-1; -1: from its host name")
 	f.peers.add(fs, "ib-")
 	fs.Var(&f.faults, "ib-fault", faultUsage)

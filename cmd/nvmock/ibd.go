@@ -164,7 +164,7 @@ func (f *peerFlags) start(d *ibd.Daemon, log logrus.FieldLogger) (stop func(), e
 
 // faultFlags collect repeated --ib-fault flags ([NODE/]HCA=down or
 // [NODE/]HCA=COUNTER:N,...), parsed as they come, so that a bad one is
-// named by its flag.
+// named by its flag; flags for one port make one fault.
 type faultFlags []fabric.Fault
 
 func (f *faultFlags) String() string { return "" }
@@ -174,7 +174,7 @@ func (f *faultFlags) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	*f = append(*f, ft)
+	*f = fabric.Merge(*f, ft)
 	return nil
 }
 

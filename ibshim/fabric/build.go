@@ -116,7 +116,7 @@ func (b *builder) subnet(name string, storage bool, rails, spines int) *Subnet {
 			g, sys := CardGUIDs(b.f.Name, b.hcas, h, slot)
 			ca := &Node{Type: CA, GUID: g, SysGUID: sys, DeviceID: h.Function.Device, FWVersion: h.Adapter.FWVersion,
 				Slot: slot, HCA: h.Name, Adapter: h.Adapter, Subnet: s, PartitionCap: caPartitionCap,
-				Desc: host + " " + h.Name}
+				Desc: CADesc(host, h.Name)}
 			ca.Ports = []*Port{nil, {Node: ca, Num: 1, GUID: g, Speed: h.Adapter.Speed}}
 			cable(ca.Ports[1], leaves[h.Rail].Ports[slot+1])
 			s.Nodes = append(s.Nodes, ca)
@@ -204,4 +204,15 @@ func (f *Fabric) Find(hca string) *Node {
 		}
 	}
 	return nil
+}
+
+// CADesc is a CA's node description as rdma-ndd writes it, "host mlx5_0",
+// cut to the 64 bytes the kernel keeps (IB_DEVICE_NODE_DESC_MAX) and an
+// SMP carries.
+func CADesc(host, hca string) string {
+	d := host + " " + hca
+	if len(d) > 64 {
+		d = d[:64]
+	}
+	return d
 }

@@ -1,6 +1,7 @@
 package fabric_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
@@ -213,5 +214,24 @@ func checkAggregationNodes(t *testing.T, name string, port int) {
 				t.Fatalf("%s has no route to LID %d", nd.Desc, lid)
 			}
 		}
+	}
+}
+
+// A long host name is cut, as the kernel keeps 64 bytes of a node
+// description: sysfs and an SMP show the same text.
+func TestALongHostNameIsCutAt64Bytes(t *testing.T) {
+	host := strings.Repeat("h", 80)
+	f, err := fabric.Build(testenv.Node(t, "h100", 8), host, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var desc string
+	for _, nd := range f.Subnets[0].Nodes {
+		if nd.Slot == 0 && nd.HCA == "mlx5_0" {
+			desc = nd.Desc
+		}
+	}
+	if desc != host[:64] {
+		t.Errorf("mlx5_0's description is %q (%d bytes), want the first 64 bytes of the host name", desc, len(desc))
 	}
 }

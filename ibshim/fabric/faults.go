@@ -82,6 +82,9 @@ func ParseFault(s string) (Fault, error) {
 		return f, errors.New("want [NODE/]HCA=down or [NODE/]HCA=COUNTER:N[,...], such as mlx5_3=down")
 	}
 	if n, h, ok := strings.Cut(target, "/"); ok {
+		if n == "" {
+			return f, fmt.Errorf("%q: no node name before /; leave out the / for this node", target)
+		}
 		f.Node, target = n, h
 	}
 	if !strings.HasPrefix(target, "mlx5_") {
@@ -105,12 +108,34 @@ func ParseFault(s string) (Fault, error) {
 		if v > max {
 			return f, fmt.Errorf("%s counts to %d at most (its PortCounters field stops there)", name, max)
 		}
+		if _, twice := f.Counters[name]; twice {
+			return f, fmt.Errorf("%s is given twice", name)
+		}
 		if f.Counters == nil {
 			f.Counters = map[string]uint64{}
 		}
 		f.Counters[name] = v
 	}
 	return f, nil
+}
+
+// Merge adds ft to faults: into the fault of the same node and HCA if
+// there is one (down stays down, its counters replace those it names),
+// so that each port has one fault, which `ctl ib up` and `clear` undo.
+func Merge(faults []Fault, ft Fault) []Fault {
+	for i := range faults {
+		if old := &faults[i]; old.Node == ft.Node && old.HCA == ft.HCA {
+			old.Down = old.Down || ft.Down
+			for k, v := range ft.Counters {
+				if old.Counters == nil {
+					old.Counters = map[string]uint64{}
+				}
+				old.Counters[k] = v
+			}
+			return faults
+		}
+	}
+	return append(faults, ft)
 }
 
 // Apply makes the local node's port faults those meant for it (naming no

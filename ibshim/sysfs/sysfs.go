@@ -134,7 +134,7 @@ func (r *renderer) hca(i int, h *profile.HCA, hcas []profile.HCA, f *fabric.Fabr
 	if nd != nil {
 		desc = nd.Desc
 	} else if f.Local >= 0 && f.Local < len(f.Hosts) {
-		desc = f.Hosts[f.Local] + " " + h.Name
+		desc = fabric.CADesc(f.Hosts[f.Local], h.Name)
 	}
 	r.file(dir+"/node_desc", desc)
 	r.file(dir+"/uevent", "NAME="+h.Name)
