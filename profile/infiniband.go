@@ -158,7 +158,9 @@ func (p *Profile) validateInfiniBand(c *checker) {
 			c.fail(at+".fwVersion", "%q is not a firmware version such as \"28.39.1002\"", a.FWVersion)
 		}
 		c.str(at+".boardId", a.BoardID, maxShortStrLen+16, true)
-		if _, ok := ibSpeeds[a.Speed]; !ok {
+		if _, ok := ibSpeeds[a.Speed]; !ok && a.Speed == "" {
+			c.fail(at+".speed", "is required: HDR, NDR or XDR")
+		} else if !ok {
 			c.fail(at+".speed", "%q is not HDR, NDR or XDR", a.Speed)
 		}
 		if !ouiRE.MatchString(a.OUI) {
@@ -192,6 +194,10 @@ func (p *Profile) validateInfiniBand(c *checker) {
 		}
 	}
 	f := &ib.Fabric
+	if f.Name == "" && f.Nodes == 0 && f.HostName == "" && f.Spines == 0 && f.Switch == (IBSwitch{}) {
+		c.fail("infiniband.fabric", "is required: name, nodes, hostName, spines and switch (docs/profiles.md)")
+		return
+	}
 	c.str("infiniband.fabric.name", f.Name, 63, true)
 	if f.Nodes < 1 || f.Nodes > maxFabricNodes {
 		c.fail("infiniband.fabric.nodes", "%d is out of range; use 1 to %d", f.Nodes, maxFabricNodes)
@@ -217,7 +223,7 @@ func (p *Profile) validateInfiniBand(c *checker) {
 	}
 	if an := s.AggregationNode; an != nil {
 		c.hex("infiniband.fabric.switch.aggregationNode.deviceId", an.DeviceID, 16, true)
-		if s.Ports >= maxSwitchPorts {
+		if s.Ports == maxSwitchPorts {
 			c.fail("infiniband.fabric.switch.ports", "%d ports leave no port number for the Aggregation Node; use at most %d", s.Ports, maxSwitchPorts-1)
 		}
 	}

@@ -81,6 +81,7 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a NIC name is not a path", "linkWidth: 16, name: mlx5_0}", "linkWidth: 16, name: ../../tmp/e}", []string{"pcie.nics[0].name", `"../../tmp/e" is not an RDMA device name`}},
 		{"a NIC name has no spaces", "linkWidth: 16, name: mlx5_0}", "linkWidth: 16, name: \"ib 0\"}", []string{"pcie.nics[0].name", `"ib 0" is not an RDMA device name`}},
 		{"two NICs cannot share a name", "linkWidth: 16, name: mlx5_1}", "linkWidth: 16, name: mlx5_0}", []string{"pcie.nics[1].name", `"mlx5_0" is already pcie.nics[0]`}},
+		{"an adapter needs its speed", "speed: HDR, ", "", []string{`infiniband.adapters["0x101b"].speed`, "is required: HDR, NDR or XDR"}},
 		{"a Mellanox NIC needs an adapter entry", `"0x101b": {`, `"0x101c": {`, []string{"pcie.nics[0]", "no infiniband.adapters entry"}},
 		{"a GUID prefix is six hex digits", "oui: 1070fd", "oui: 10:70:fd", []string{`infiniband.adapters["0x101b"].oui`, "6 lowercase hex digits"}},
 		{"a port capability mask is 32 bits of hex", "oui: 1070fd", "oui: 1070fd, capabilityMask: \"0x1a651e848\"", []string{`infiniband.adapters["0x101b"].capabilityMask`}},
@@ -119,6 +120,23 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A missing fabric block is one line saying so (it was nine, one a field
+// out of range), and a switch with too many ports one line (it was two
+// that disagreed).
+func TestAnInfiniBandBlockWithoutFabricIsOneLine(t *testing.T) {
+	src := a100YAML(t)
+	i := strings.Index(src, "  fabric:\n")
+	for _, c := range []struct{ name, src, want string }{
+		{"no fabric", src[:i], "infiniband.fabric: is required: name, nodes, hostName, spines and switch"},
+		{"300 ports", strings.Replace(src, "ports: 40,", "ports: 300,", 1), "infiniband.fabric.switch.ports: 300 is out of range; use 2 to 254"},
+	} {
+		_, err := Parse("bad.yaml", []byte(c.src))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line with %q", c.name, err, c.want)
+		}
 	}
 }
 

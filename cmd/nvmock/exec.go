@@ -168,7 +168,7 @@ func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.F
 		return nil, nil, err
 	}
 	if err := fab.Apply(ib.faults); err != nil {
-		return nil, nil, fmt.Errorf("--ib-fault %w", err)
+		return nil, nil, fmt.Errorf("--ib-fault: %w", err)
 	}
 	*pci = append(*pci, ibsysfs.Files(node, fab)...)
 	nsexec.Sweep(os.TempDir(), nsexec.Prefixed("nvmock-ibd-"))

@@ -48,6 +48,9 @@ func ibdCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	if node.IB == nil {
+		return fmt.Errorf("ibd: profile %s has no InfiniBand (no infiniband block)", p.Name)
+	}
 	if *slot < -1 {
 		return fmt.Errorf("ibd: --slot %d: give 0 to the fabric's nodes - 1, or leave it out", *slot)
 	}
@@ -56,7 +59,7 @@ func ibdCmd(args []string) error {
 		return fmt.Errorf("ibd: --slot: %w", err)
 	}
 	if err := f.Apply(faults); err != nil {
-		return fmt.Errorf("ibd: --fault %w", err)
+		return fmt.Errorf("ibd: --fault: %w", err)
 	}
 	l, err := ibd.Listen(*socket)
 	if err != nil {

@@ -41,3 +41,18 @@ func TestAPeersNameThatDoesNotResolveIsLogged(t *testing.T) {
 		t.Errorf("the log:\n%s\nwant one warning naming nvmock-fabric.invalid", got)
 	}
 }
+
+// ibd's own mistakes name what is wrong, not a flag that was not given.
+func TestIbdRefusesABoardWithoutInfiniBand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ibd", "--profile", "l40s", "--socket", t.TempDir() + "/s"}, "ibd: profile l40s has no InfiniBand (no infiniband block)"},
+		{[]string{"ibd", "--profile", "h100", "--socket", t.TempDir() + "/s", "--fault", "mlx5_99=down"}, "ibd: --fault: the node has no InfiniBand HCA mlx5_99"},
+	} {
+		if err := run(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
