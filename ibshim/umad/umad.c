@@ -291,6 +291,8 @@ static uint32_t agents[NVMOCK_UMAD_MAX_FD]; /* bit i: agent id i registered */
 #define SAVED_SLOTS 16
 struct saved {
 	int owner; /* fd + 1; 0: free */
+	int reviving; /* a thread is in revive: others leave it be (a child
+		       * forked meanwhile keeps it set: its fd stays dead) */
 	uint32_t index;
 	dev_t dev; /* with ino and ctime: a socket made after another was */
 	ino_t ino; /* removed can have its inode number (ext4) */
@@ -318,6 +320,7 @@ static struct saved *save(int fd, uint32_t index)
 		int free_ = 0;
 		if (__atomic_compare_exchange_n(&saved[i].owner, &free_, fd + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
 			saved[i].index = index;
+			saved[i].reviving = 0;
 			saved[i].dev = 0;
 			saved[i].ino = 0;
 			saved[i].ctime = (struct timespec){ 0 };
@@ -605,15 +608,16 @@ static int revive(int fd)
 
 	if (!s || stat(daemon_path(), &st) < 0 || !S_ISSOCK(st.st_mode) ||
 	    (st.st_dev == s->dev && st.st_ino == s->ino && st.st_ctim.tv_sec == s->ctime.tv_sec &&
-	     st.st_ctim.tv_nsec == s->ctime.tv_nsec))
+	     st.st_ctim.tv_nsec == s->ctime.tv_nsec) ||
+	    __atomic_exchange_n(&s->reviving, 1, __ATOMIC_ACQUIRE))
 		return -1;
 	fdfl = fcntl(fd, F_GETFD);
 	fl = fcntl(fd, F_GETFL);
-	if (fdfl < 0 || fl < 0)
+	c = fdfl < 0 || fl < 0 ? -1 : daemon_socket(s->index, NVMOCK_IBD_KIND_UMAD, (fdfl & FD_CLOEXEC) != 0, &st);
+	if (c < 0) {
+		__atomic_store_n(&s->reviving, 0, __ATOMIC_RELEASE);
 		return -1;
-	c = daemon_socket(s->index, NVMOCK_IBD_KIND_UMAD, (fdfl & FD_CLOEXEC) != 0, &st);
-	if (c < 0)
-		return -1;
+	}
 	if (!(fl & O_NONBLOCK) && set_nonblock(c, 0) < 0)
 		goto fail;
 	uint32_t set = __atomic_load_n(&agents[fd], __ATOMIC_RELAXED);
@@ -636,10 +640,12 @@ static int revive(int fd)
 	__atomic_store_n(&kinds[fd], FD_LIVE, __ATOMIC_RELEASE);
 	shutdown(old, SHUT_RDWR);
 	sys_close(old);
+	__atomic_store_n(&s->reviving, 0, __ATOMIC_RELEASE);
 	dbg("fd %d: a new fabric daemon; connected again with %d agents", fd, __builtin_popcount(set));
 	return 0;
 fail:
 	sys_close(c);
+	__atomic_store_n(&s->reviving, 0, __ATOMIC_RELEASE);
 	return -1;
 }
 
