@@ -73,6 +73,10 @@ func execRun(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The namespace hides the real GPUs; say so, as install refuses to.
+	if _, err := os.Stat("/proc/driver/nvidia"); err == nil {
+		fmt.Fprintln(os.Stderr, "nvmock exec: note: this host has a real NVIDIA driver (/proc/driver/nvidia); the command sees the mock GPUs, not its own")
+	}
 	if *assets, err = assetsDir(*assets); err != nil {
 		return err
 	}

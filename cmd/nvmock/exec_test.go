@@ -249,3 +249,24 @@ func TestExecShowsTheDriversMajorsAndDoesWithoutSysfs(t *testing.T) {
 		t.Errorf("without sysfs at /sys: %v\n%s", err, b)
 	}
 }
+
+// On a host with NVIDIA's kernel module the command sees the mock, not
+// the host's GPUs: exec says so (it said nothing; install refuses).
+func TestExecNotesARealDriver(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	plain, err := execNode(t, cache, tmp, "--profile", "t4", "--", "true").CombinedOutput()
+	if err != nil || strings.Contains(string(plain), "real NVIDIA driver") {
+		t.Errorf("exec on this host (no driver): %v\n%s", err, plain)
+	}
+	cmd := execNode(t, cache, tmp, "--profile", "t4", "--", "true")
+	// The test's own mount namespace, where /proc/driver/nvidia shows.
+	args := append([]string{"--mount", "--propagation", "private", "sh", "-c",
+		`mount -t tmpfs tmpfs /proc/driver && mkdir /proc/driver/nvidia && exec "$@"`, "sh"}, cmd.Args...)
+	c := exec.Command(testenv.Tool(t, "unshare"), args...)
+	c.Env = cmd.Env
+	out, err := c.CombinedOutput()
+	want := "nvmock exec: note: this host has a real NVIDIA driver (/proc/driver/nvidia); the command sees the mock GPUs, not its own"
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Errorf("exec on a host with /proc/driver/nvidia: %v\n%s\nwant %q", err, out, want)
+	}
+}
