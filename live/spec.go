@@ -94,9 +94,41 @@ func ReadSpec(path string) (*Spec, error) {
 	}
 	var s Spec
 	if err := yaml.UnmarshalStrict(body, &s); err != nil {
-		return nil, fmt.Errorf("%s: %s", path, profile.DecodeMessage(err))
+		return nil, fmt.Errorf("%s%s", path, entryError(top, raw, err))
 	}
 	return &s, nil
+}
+
+// entryError names the list entry a decoding error is in, with its line
+// (JSON's type errors name the field without the index): ":LINE:
+// loads[1]: percent: expected a number, got string".
+func entryError(top *yaml3.Node, raw any, err error) string {
+	m, _ := raw.(map[string]any)
+	t := reflect.TypeOf(Spec{})
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		list, ok := m[name].([]any)
+		if !ok {
+			continue
+		}
+		for j, e := range list {
+			b, _ := json.Marshal(e)
+			if err := yaml.UnmarshalStrict(b, reflect.New(t.Field(i).Type.Elem()).Interface()); err != nil {
+				return fmt.Sprintf(":%d: %s[%d]: %s", entryLine(top, name, j), name, j, profile.DecodeMessage(err))
+			}
+		}
+	}
+	return ": " + profile.DecodeMessage(err)
+}
+
+// entryLine is the line of entry j of the list under key in top.
+func entryLine(top *yaml3.Node, key string, j int) int {
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if v := top.Content[i+1]; top.Content[i].Value == key && v.Kind == yaml3.SequenceNode && j < len(v.Content) {
+			return v.Content[j].Line
+		}
+	}
+	return top.Line
 }
 
 // unknownFields finds the first key of n, a mapping read into t, that t
