@@ -304,12 +304,26 @@ static int smi_set_persistence(nvmlDevice_t device, unsigned int mode, unsigned 
 	return nvmlDeviceSetPersistenceMode(device, (nvmlEnableState_t)mode);
 }
 
+// 0xa0 (all four): whether the GPU is the primary (console) GPU, which
+// nvidia-smi -r refuses to reset; without an answer it resets none ("could
+// not be determined"). A data-centre board never is: the server's console
+// is its BMC's.
+static int smi_is_primary(nvmlDevice_t device, unsigned int *primary)
+{
+	DEV(device, d);
+	(void)d;
+	if (!primary)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*primary = 0;
+	return NVML_SUCCESS;
+}
+
 #define E(off, fn) [(off) / 8] = (uint64_t)(uintptr_t)(fn)
 
 // Entries by the releases that read them (each table is as large as its
 // release's largest size check, plus the entry).
 #define ALL_FOUR                                                                                   \
-	E(0x60, smi_parse_bus_id), E(0xb8, smi_pcie_path), E(0x240, smi_monitoring),                \
+	E(0x60, smi_parse_bus_id), E(0xa0, smi_is_primary), E(0xb8, smi_pcie_path), E(0x240, smi_monitoring),                \
 		E(0x258, smi_index_location), E(0x288, smi_index_bus_id), E(0x360, smi_enforced_limit), E(0x528, smi_fields),      \
 		E(0x680, smi_lane_ecc)
 #define ONLY_470 E(0x678, smi_module_id), E(0x698, smi_gsp_version)
