@@ -47,8 +47,8 @@ func TestResettingReadingsKeepsTheMIGLayout(t *testing.T) {
 	if err := sp.Apply(s, boards, 2); err != nil {
 		t.Fatal(err)
 	}
-	if g := s.GPUs[0]; g.Model != 0 || g.Faults != 0 {
-		t.Errorf("an empty spec left the load (model %d) or %d faults", g.Model, g.Faults)
+	if g := s.GPUs[0]; g.Load != [4]uint32{} || g.Faults != 0 {
+		t.Errorf("an empty spec left the load (%v) or %d faults", g.Load, g.Faults)
 	}
 	if after := s.MIGDevices(0, &devs[0]); len(after) != len(before) {
 		t.Errorf("after apply: %d MIG devices, want the %d the layout made", len(after), len(before))

@@ -290,6 +290,54 @@ func TestSetLoadStartsEachSegmentWhereTheLastOneEnds(t *testing.T) {
 	}
 }
 
+// The energy counter never goes back (exporters take power from its
+// differences): not when a load ends (clear --load, an apply without it),
+// not when the state's clock is frozen at an earlier time or thawed from
+// an advanced one. Review: each took it back to the static counter, or to
+// an earlier time's.
+func TestTheEnergyCounterNeverGoesBack(t *testing.T) {
+	b := Board{IdleMW: 50000, TDPMW: 400000, IdleTempC: 33, SlowdownC: 90}
+	var s State
+	s.Header.Gpus = 1
+	t0 := time.Now().UnixNano()
+	read := func(at int64) (uint32, uint64) {
+		g := &s.GPUs[0]
+		if g.Model == 0 {
+			return b.IdleTempC * 1000, b.staticEnergyMJ()
+		}
+		return b.At(g.Load[0], g.Temp0MC, g.Energy0MJ, at-int64(g.SinceNS))
+	}
+	s.SetLoad(b, 0, Loads{GPU: 100}, t0)
+	t1 := t0 + int64(60*time.Second)
+	temp1, e1 := read(t1)
+	s.ResetToIdle(b, 0, t1)
+	if temp, e := read(t1); e != e1 || temp != temp1 || s.GPUs[0].Load != [4]uint32{} {
+		t.Errorf("the load ended: %d mC, %d mJ, load %v; want %d mC and %d mJ where it stood, no load", temp, e, s.GPUs[0].Load, temp1, e1)
+	}
+	if _, e := read(t1 + int64(time.Second)); e <= e1 {
+		t.Errorf("idle a second later: %d mJ, want more than %d", e, e1)
+	}
+	// The clock goes back 10 minutes: readings carry on from where they
+	// stood; forward, they move as time does.
+	back := t1 - int64(10*time.Minute)
+	s.ClockMoved([]Board{b}, t1, back)
+	if _, e := read(back); e != e1 {
+		t.Errorf("the clock went back: %d mJ, want %d", e, e1)
+	}
+	s.ClockMoved([]Board{b}, back, t1)
+	if _, e := read(t1); e <= e1 {
+		t.Errorf("the clock went forward 10 minutes: %d mJ, want more than %d", e, e1)
+	}
+	// A GPU on static readings stays there.
+	var idle State
+	idle.Header.Gpus = 1
+	idle.ResetToIdle(b, 0, t1)
+	idle.ClockMoved([]Board{b}, t1, back)
+	if idle.GPUs[0].Model != 0 {
+		t.Errorf("a GPU on static readings went to the model: %+v", idle.GPUs[0])
+	}
+}
+
 func TestBoardsComeFromTheSnapshotOfTheState(t *testing.T) {
 	root := t.TempDir()
 	for _, c := range []struct{ state, snap string }{

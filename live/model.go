@@ -129,20 +129,59 @@ type Loads struct {
 // SetLoad starts a new load segment on a GPU at now, from where the
 // readings stand.
 func (s *State) SetLoad(b Board, gpu int, l Loads, now int64) {
+	s.setLoadAt(b, gpu, l, now, now)
+}
+
+// setLoadAt starts a segment at start from the readings at at (the same
+// time, unless the state's clock went back).
+func (s *State) setLoadAt(b Board, gpu int, l Loads, at, start int64) {
 	g := &s.GPUs[gpu]
 	b = b.under(g)
 	var temp0 uint32
 	var e0 uint64
 	if g.Model == 0 {
 		temp0, e0 = b.IdleTempC*1000, b.staticEnergyMJ()
-		g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ = [4]uint32{}, uint64(now), temp0, e0
+		g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ = [4]uint32{}, uint64(at), temp0, e0
 	} else {
-		temp0, e0 = b.At(g.Load[0], g.Temp0MC, g.Energy0MJ, now-int64(g.SinceNS))
+		temp0, e0 = b.At(g.Load[0], g.Temp0MC, g.Energy0MJ, at-int64(g.SinceNS))
 	}
 	g.PrevLoad, g.PrevSinceNS, g.PrevTemp0MC, g.PrevEnergy0MJ = g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ
 	g.PrevPowerLimitMW = b.limit()
 	g.Load = [4]uint32{min(l.GPU, 100), min(l.Memory, 100), min(l.Encoder, 100), min(l.Decoder, 100)}
-	g.SinceNS, g.Temp0MC, g.Energy0MJ = uint64(now), temp0, e0
+	g.SinceNS, g.Temp0MC, g.Energy0MJ = uint64(start), temp0, e0
 	g.Jitter = min(l.Jitter, 100)
 	g.Model = 1
+}
+
+// ClockMoved keeps the readings of the GPUs the model runs where they
+// stood when the state's clock goes back (frozen at an earlier time, or
+// thawed from an advanced one): each starts its segment again at the new
+// time, so the energy counter never goes back and temperature does not
+// jump. A clock that goes forward moves them, as time passing does.
+func (s *State) ClockMoved(boards []Board, from, to int64) {
+	if to >= from {
+		return
+	}
+	for g := 0; g < int(s.Header.Gpus) && g < len(boards); g++ {
+		if o := &s.GPUs[g]; o.Model != 0 {
+			l := Loads{GPU: o.Load[0], Memory: o.Load[1], Encoder: o.Load[2], Decoder: o.Load[3], Jitter: o.Jitter}
+			s.setLoadAt(boards[g], g, l, from, to)
+		}
+	}
+}
+
+// ResetToIdle clears a GPU's loads and faults as ResetReadings does; one
+// the model runs goes idle from where its readings stand (it cools with
+// its time constant, and its energy counter keeps counting), as a real GPU
+// whose work ends: the static readings' counter, power since boot, would
+// be lower than one that ran a load.
+func (s *State) ResetToIdle(b Board, gpu int, now int64) {
+	o := s.GPUs[gpu]
+	s.ResetReadings(gpu)
+	if o.Model == 0 {
+		return
+	}
+	g := &s.GPUs[gpu]
+	g.Model, g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ, g.Jitter = o.Model, o.Load, o.SinceNS, o.Temp0MC, o.Energy0MJ, o.Jitter
+	s.SetLoad(b, gpu, Loads{}, now)
 }

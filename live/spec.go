@@ -191,7 +191,11 @@ func (sp *Spec) NeedsBoards() bool {
 func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 	n := int(s.Header.Gpus)
 	for g := 0; g < n; g++ {
-		s.ResetReadings(g)
+		if g < len(boards) {
+			s.ResetToIdle(boards[g], g, now)
+		} else {
+			s.ResetReadings(g)
+		}
 	}
 	for i, l := range sp.Loads {
 		at := fmt.Sprintf("loads[%d]", i)

@@ -33,7 +33,8 @@ the change at its next call (docs/live-state.md).
         power_brake, nvlink_down, remap_failure, xid (with --xid)
   xid GPUS XID        report an XID now, with what it does on real hardware
   clear GPUS [KIND] [--load]
-        remove faults (all, or one kind); --load also returns to static readings
+        remove faults (all, or one kind); --load also ends the load: the GPU
+        goes idle from where it stands (it cools; energy keeps counting)
   proc add GPU PID [--gi N [--ci N]] [--name NAME] [--memory SIZE] [--type compute|graphics|both]
   proc rm PID [--gpu N]
         register or remove a process on a GPU, or on the MIG device of
@@ -291,7 +292,7 @@ func ctlXID(f *live.File, args []string) error {
 
 func ctlClear(f *live.File, args []string) error {
 	fs := flag.NewFlagSet("clear", flag.ContinueOnError)
-	load := fs.Bool("load", false, "also return to the snapshot's static readings")
+	load := fs.Bool("load", false, "also end the load: the GPU goes idle from where its readings stand")
 	pos, err := ctlFlags(fs, args)
 	if err != nil {
 		return err
@@ -306,6 +307,10 @@ func ctlClear(f *live.File, args []string) error {
 			return fmt.Errorf("kind %q: not a fault kind", pos[1])
 		}
 	}
+	var boards []live.Board
+	if *load {
+		boards, _ = live.Boards(f.Path) // none: static readings
+	}
 	return f.Update(func(s *live.State, now int64) error {
 		gpus, err := profile.ParseGPUs(pos[0], int(s.Header.Gpus))
 		if err != nil {
@@ -313,7 +318,10 @@ func ctlClear(f *live.File, args []string) error {
 		}
 		for _, g := range gpus {
 			s.ClearFaults(g, kind)
-			if *load {
+			switch {
+			case *load && g < len(boards):
+				s.ResetToIdle(boards[g], g, now)
+			case *load:
 				s.ResetReadings(g)
 			}
 		}
@@ -434,7 +442,9 @@ func ctlClock(f *live.File, args []string) error {
 	if len(args) == 0 {
 		return errors.New("want freeze, thaw or advance")
 	}
+	boards, _ := live.Boards(f.Path) // none: no GPU runs the model
 	return f.Update(func(s *live.State, now int64) error {
+		defer func() { s.ClockMoved(boards, now, s.Now()) }()
 		switch {
 		case args[0] == "freeze" && len(args) <= 2:
 			t := now
@@ -653,11 +663,11 @@ func ctlApply(f *live.File, args []string) error {
 	if err != nil {
 		return err
 	}
-	var boards []live.Board
-	if spec.NeedsBoards() {
-		if boards, err = live.Boards(f.Path); err != nil {
-			return err
-		}
+	// The boards also take loaded GPUs to idle without their counters
+	// going back; without a snapshot they return to static readings.
+	boards, err := live.Boards(f.Path)
+	if err != nil && spec.NeedsBoards() {
+		return err
 	}
 	return f.Update(func(s *live.State, now int64) error {
 		if err := spec.Apply(s, boards, now); err != nil {
