@@ -131,22 +131,22 @@ func IBFaults(statePath string) ([]fabric.Fault, error) {
 	return faults, nil
 }
 
-// CheckIBHCA says whether the node whose live state is statePath has an
-// InfiniBand HCA named hca, with the error a fault for another would get.
-func CheckIBHCA(statePath, hca string) error {
+// IBFabric is the fabric of the node whose live state is statePath, as its
+// daemon has it.
+func IBFabric(statePath string) (*fabric.Fabric, error) {
 	dir := IBLiveDir(statePath)
 	spec, err := os.ReadFile(filepath.Join(dir, IBLiveFabric))
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("the node of %s has no InfiniBand", statePath)
+		return nil, fmt.Errorf("the node of %s has no InfiniBand", statePath)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	_, f, err := fabricOf(spec)
 	if err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, IBLiveFabric), err)
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, IBLiveFabric), err)
 	}
-	return f.Apply([]fabric.Fault{{HCA: hca}})
+	return f, nil
 }
 
 // SetIBFaults makes faults the port faults of the node whose live state

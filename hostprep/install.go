@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/nvmock/nvmock/ibshim/umad"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/live"
 )
@@ -583,7 +584,8 @@ func stateFiles(root string) []struct {
 		all  bool
 	}{
 		{state, false}, {IBLiveDir(state), true}, {StartedDir(state), true}, {InUseFile(state), false}, {filepath.Dir(state), false},
-		{filepath.Join(root, IBSocket), false}, {filepath.Dir(filepath.Join(root, IBSocket)), false},
+		{filepath.Join(root, IBSocket), false}, {filepath.Join(root, IBSocket) + umad.IDSuffix, false},
+		{filepath.Dir(filepath.Join(root, IBSocket)), false},
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/internal/testenv"
@@ -611,6 +612,16 @@ func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
 		server.Process.Signal(os.Interrupt)
 		server.Wait()
 	}()
+	// node-b meets node-a at once: node-a listens first.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", a); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-a does not listen at %s:\n%s", a, serverOut.String())
+		}
+	}
 	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "0", "--ib-peers", a, "--", "sleep", "2").CombinedOutput()
 	want := "nvmock exec: fabric daemon: peer claims slot 0, which is this node's"
 	if err != nil || !strings.Contains(string(out), want) {

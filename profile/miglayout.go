@@ -41,10 +41,13 @@ const otherLayouts = "layouts: all-PROFILE, all-balanced, all-enabled, all-disab
 func ParseMIGLayout(spec string, m *MIG, gpus int) (*MIGLayout, error) {
 	l := &MIGLayout{Spec: spec, GPUs: make([]GPULayout, gpus)}
 	if m == nil || len(m.GPUInstances) == 0 {
-		if spec == "all-disabled" {
-			return l, nil // nothing to do, as on a board with MIG off
+		// all-disabled asks nothing of such a board, per GPU too.
+		for _, g := range strings.Split(spec, ";") {
+			if _, items, ok := strings.Cut(g, "="); (ok && items != "all-disabled") || (!ok && g != "all-disabled") {
+				return nil, fmt.Errorf("mig layout %q: the board has no MIG profiles", spec)
+			}
 		}
-		return nil, fmt.Errorf("mig layout %q: the board has no MIG profiles", spec)
+		return l, nil
 	}
 	groups := strings.Split(spec, ";")
 	for _, g := range groups {

@@ -64,7 +64,12 @@ func TestMIGLayoutsPartitionTheNamedGPUs(t *testing.T) {
 	}
 	// all-disabled asks nothing of a board without MIG: a layout shared by
 	// pools of several boards.
-	if l, err := ParseMIGLayout("all-disabled", l4.Board.Modes.MIG, 2); err != nil || len(l.GPUs) != 2 || l.GPUs[0].Set || l.GPUs[1].Set {
-		t.Errorf("all-disabled on a board without MIG: %+v, %v; want nothing set", l, err)
+	for _, spec := range []string{"all-disabled", "all=all-disabled", "0-1=all-disabled"} {
+		if l, err := ParseMIGLayout(spec, l4.Board.Modes.MIG, 2); err != nil || len(l.GPUs) != 2 || l.GPUs[0].Set || l.GPUs[1].Set {
+			t.Errorf("%s on a board without MIG: %+v, %v; want nothing set", spec, l, err)
+		}
+	}
+	if _, err := ParseMIGLayout("0=all-disabled;1=all-1g.5gb", l4.Board.Modes.MIG, 2); err == nil || !strings.Contains(err.Error(), "no MIG profiles") {
+		t.Errorf("a layout asking for instances on a board without MIG: %v", err)
 	}
 }

@@ -35,14 +35,23 @@ func ctlIB(statePath string, args []string, out io.Writer) error {
 	case verb == "clear" && len(rest) > 1, verb != "clear" && len(rest) != len(strings.Fields(usage)):
 		return fmt.Errorf("use ib %s %s", verb, usage)
 	}
+	f, err := hostprep.IBFabric(statePath)
+	if err != nil {
+		return err
+	}
 	if len(rest) > 0 {
-		if err := hostprep.CheckIBHCA(statePath, rest[0]); err != nil {
+		if err := f.Apply([]fabric.Fault{{HCA: rest[0]}}); err != nil {
 			return err
 		}
 	}
-	// One fault a port (installs before Merge could list a port twice).
+	// One fault a port: a fault naming this node is this node's (the
+	// chart gives every node the fleet's, node-qualified), and installs
+	// before Merge could list a port twice.
 	var merged []fabric.Fault
 	for _, ft := range faults {
+		if ft.Node == f.Hosts[f.Local] {
+			ft.Node = ""
+		}
 		merged = fabric.Merge(merged, ft)
 	}
 	faults = merged
@@ -64,13 +73,7 @@ func ctlIB(statePath string, args []string, out io.Writer) error {
 			setCounter(ft, "link_downed", min(ft.Counters["link_downed"]+1, 0xff))
 		}
 	case "up":
-		// Whichever node a fault for this port names: this node's
-		// state holds only what applies to it (and to other nodes' own).
-		for i := range faults {
-			if faults[i].HCA == rest[0] {
-				faults[i].Down = false
-			}
-		}
+		at(rest[0]).Down = false
 	case "errors":
 		parsed, err := fabric.ParseFault(rest[0] + "=" + rest[1])
 		if err != nil {
@@ -84,7 +87,7 @@ func ctlIB(statePath string, args []string, out io.Writer) error {
 			setCounter(ft, k, v)
 		}
 	case "clear":
-		faults = slices.DeleteFunc(faults, func(ft fabric.Fault) bool { return len(rest) == 0 || ft.HCA == rest[0] })
+		faults = slices.DeleteFunc(faults, func(ft fabric.Fault) bool { return ft.Node == "" && (len(rest) == 0 || ft.HCA == rest[0]) })
 	}
 	faults = slices.DeleteFunc(faults, func(ft fabric.Fault) bool { return !ft.Down && len(ft.Counters) == 0 })
 	return hostprep.SetIBFaults(statePath, faults)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/ibd"
+	"github.com/nvmock/nvmock/ibshim/umad"
 )
 
 // ibdCmd runs the node's fabric daemon: `nvmock ibd [--profile P] --socket
@@ -65,6 +66,7 @@ func ibdCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("ibd: %w", err)
 	}
+	defer os.Remove(*socket + umad.IDSuffix)
 	defer os.Remove(*socket)
 	log := logrus.New()
 	sigs := make(chan os.Signal, 1)

@@ -3,6 +3,7 @@ package fabric
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -74,6 +75,12 @@ func (ft Fault) String() string {
 	return s
 }
 
+// hcaName is an RDMA device name as profiles give them (pcie.nics[].name).
+var (
+	hcaName  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
+	nodeName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+)
+
 // ParseFault reads one fault; the error names what is wrong with it.
 func ParseFault(s string) (Fault, error) {
 	var f Fault
@@ -85,9 +92,12 @@ func ParseFault(s string) (Fault, error) {
 		if n == "" {
 			return f, fmt.Errorf("%q: no node name before /; leave out the / for this node", target)
 		}
+		if !nodeName.MatchString(n) {
+			return f, fmt.Errorf("%q is not a node's host name", n)
+		}
 		f.Node, target = n, h
 	}
-	if !strings.HasPrefix(target, "mlx5_") {
+	if !hcaName.MatchString(target) {
 		return f, fmt.Errorf("%q is not an HCA name such as mlx5_3", target)
 	}
 	f.HCA = target

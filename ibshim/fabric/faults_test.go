@@ -31,7 +31,7 @@ func TestParseFault(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"mlx5_3", "want [NODE/]HCA=down"},
 		{"mlx5_3=", "want [NODE/]HCA=down"},
-		{"eth0=down", `"eth0" is not an HCA name`},
+		{"../mlx5_0=down", `".." is not a node's host name`}, {"mlx5 0=down", `"mlx5 0" is not an HCA name`},
 		{"mlx5_3=up", `"up" is neither down nor an error counter (symbol_error, `},
 		{"mlx5_3=symbol_error", "symbol_error needs a count"},
 		{"mlx5_3=symbol_error:-1", "symbol_error needs a count"},

@@ -363,7 +363,7 @@ func (d *Daemon) name(slot int, host string) {
 	for _, s := range d.fab.Subnets {
 		for _, nd := range s.Nodes {
 			if nd.Type == fabric.CA && nd.Slot == slot {
-				nd.Desc = host + " " + nd.HCA
+				nd.Desc = fabric.CADesc(host, nd.HCA)
 			}
 		}
 	}

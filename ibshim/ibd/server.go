@@ -1,7 +1,9 @@
 package ibd
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -314,9 +316,21 @@ func (d *Daemon) refresh() {
 // activity is SMInfo's ActCount: the SM's work, which never stops.
 func (d *Daemon) activity() uint32 { return uint32(time.Since(d.start) / (10 * time.Millisecond)) }
 
-// Listen makes the daemon's socket at path (replacing a stale one).
+// Listen makes the daemon's socket at path (replacing a stale one), with
+// this daemon's word beside it (path + umad.IDSuffix), by which programs
+// whose daemon went away know a new one from it.
 func Listen(path string) (*net.UnixListener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("listen at %s: %w", path, err)
+	}
+	word := make([]byte, umad.IDMax/2)
+	rand.Read(word)
+	tmp := path + umad.IDSuffix + ".tmp"
+	if err := os.WriteFile(tmp, []byte(hex.EncodeToString(word)), 0o644); err != nil {
+		return nil, fmt.Errorf("listen at %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path+umad.IDSuffix); err != nil {
+		os.Remove(tmp)
 		return nil, fmt.Errorf("listen at %s: %w", path, err)
 	}
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})

@@ -8,6 +8,11 @@ package umad
 const (
 	SocketEnv     = "NVMOCK_IBD"           // overrides DefaultSocket when set and non-empty
 	DefaultSocket = "/run/nvmock/ibd.sock" // AF_UNIX SOCK_SEQPACKET
+	// IDSuffix names the file beside the socket where each daemon writes a
+	// word of its own (at most IDMax bytes) when it starts: a socket made
+	// in place of another can have its inode number and time.
+	IDSuffix = ".id"
+	IDMax    = 32
 
 	Magic uint32 = 0x4b4d564e // "NVMK" as little-endian bytes
 

@@ -22,6 +22,11 @@
 
 #define NVMOCK_IBD_ENV "NVMOCK_IBD"
 #define NVMOCK_IBD_SOCKET "/run/nvmock/ibd.sock"
+/* Beside the socket, SOCKET.id holds a word each daemon writes anew when it
+ * starts: a socket file made in place of another can have its inode number
+ * and time (ext4, coarse timestamps), so the word tells daemons apart. */
+#define NVMOCK_IBD_ID_SUFFIX ".id"
+#define NVMOCK_IBD_ID_MAX 32
 
 #define NVMOCK_IBD_MAGIC 0x4b4d564eu /* "NVMK" as little-endian bytes */
 

@@ -60,6 +60,7 @@ func TestProtoMatchesHeader(t *testing.T) {
 		{"NVMOCK_IBD_EVENT_PORT_ERR", uint64(EventPortErr)},
 		{"NVMOCK_IBD_VERBS_HELLO_SIZE", VerbsHelloSize},
 		{"NVMOCK_IBD_VERBS_WELCOME_SIZE", VerbsWelcomeSize},
+		{"NVMOCK_IBD_ID_MAX", IDMax},
 		{"NVMOCK_IBD_QPN_BLOCK", QPNBlock},
 		{"NVMOCK_IBD_PKT_SIZE", PktSize},
 		{"NVMOCK_IBD_PKT_DLID_OFF", PktDLIDOffset},
@@ -83,6 +84,9 @@ func TestProtoMatchesHeader(t *testing.T) {
 	}
 	if got, want := SocketEnv, str("NVMOCK_IBD_ENV"); got != want {
 		t.Errorf("SocketEnv %q, proto.h %q", got, want)
+	}
+	if got, want := IDSuffix, str("NVMOCK_IBD_ID_SUFFIX"); got != want {
+		t.Errorf("IDSuffix %q, proto.h %q", got, want)
 	}
 	if got, want := DefaultSocket, str("NVMOCK_IBD_SOCKET"); got != want {
 		t.Errorf("DefaultSocket %q, proto.h %q", got, want)

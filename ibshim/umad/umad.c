@@ -20,12 +20,16 @@
  *    end in milliseconds. A send without a timeout (a response) vanishes.
  *    A live fd whose daemon hangs up turns dead in place (dup3).
  *  - a dead umad fd comes back to life when a new daemon listens at the
- *    socket (another socket file: the chart's pod restarted or upgraded),
- *    as a real fabric comes back under a program's open device: at its
- *    next request, at its next read, or while it waits in poll/ppoll (in
- *    slices of a second), the shim connects, says HELLO and registers the
- *    fd's agents again, and dup3s the connection over the fd. A daemon
- *    that hung up but still listens on the same socket is not retried.
+ *    socket (the chart's pod restarted or upgraded; told apart by the
+ *    socket file and the word each daemon writes beside it, SOCKET.id), as
+ *    a real fabric comes back under a program's open device: at its next
+ *    request, at its next read, or while it waits in poll/ppoll (in slices
+ *    of a second), once it has read its timed-out requests, the shim
+ *    connects, says HELLO and registers the fd's agents again, and dup3s
+ *    the connection over the fd. A daemon that hung up but still listens
+ *    on the same socket is not retried. select and epoll neither revive a
+ *    fd nor hide a hangup, and an epoll set keeps watching the dead socket
+ *    of a fd revived meanwhile (libibumad, libibmad and opensm poll).
  *  - open issmN: a connection with HELLO kind=issm (the port is an SM while
  *    it stays open, as the kernel sets IsSM); /dev/null without a daemon.
  *  - open rdma_cm: fails with ENODEV, as without the rdma_ucm module
@@ -70,7 +74,9 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -289,14 +295,24 @@ static uint32_t agents[NVMOCK_UMAD_MAX_FD]; /* bit i: agent id i registered */
  * umad fds; one opened while all are taken stays dead once dead.
  */
 #define SAVED_SLOTS 16
+/* ident is a daemon's socket as the shim tells daemons apart: the file,
+ * and the word the daemon writes beside it when it starts (a socket made
+ * in place of another can have its inode number and, with coarse
+ * timestamps, its time). Made by ident_of only, so memcmp compares it. */
+struct ident {
+	dev_t dev;
+	ino_t ino;
+	struct timespec ctime;
+	char word[NVMOCK_IBD_ID_MAX];
+};
+
 struct saved {
 	int owner; /* fd + 1; 0: free */
 	int reviving; /* a thread is in revive: others leave it be (a child
 		       * forked meanwhile keeps it set: its fd stays dead) */
 	uint32_t index;
-	dev_t dev; /* with ino and ctime: a socket made after another was */
-	ino_t ino; /* removed can have its inode number (ext4) */
-	struct timespec ctime;
+	struct ident at;  /* the daemon it last reached; zeros: none */
+	ino_t dead;       /* the dead socket in its place, when dead */
 	struct nvmock_ibd_register regs[NVMOCK_UMAD_MAX_AGENTS];
 };
 static struct saved saved[SAVED_SLOTS];
@@ -321,9 +337,8 @@ static struct saved *save(int fd, uint32_t index)
 		if (__atomic_compare_exchange_n(&saved[i].owner, &free_, fd + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
 			saved[i].index = index;
 			saved[i].reviving = 0;
-			saved[i].dev = 0;
-			saved[i].ino = 0;
-			saved[i].ctime = (struct timespec){ 0 };
+			memset(&saved[i].at, 0, sizeof saved[i].at);
+			saved[i].dead = 0;
 			return &saved[i];
 		}
 	}
@@ -469,9 +484,45 @@ static const char *daemon_path(void)
 	return path && *path ? path : NVMOCK_IBD_SOCKET;
 }
 
+/* ident_of reads the daemon socket's identity: -1 when there is none. */
+static int ident_of(struct ident *out)
+{
+	const char *path = daemon_path();
+	char p[sizeof ((struct sockaddr_un *)0)->sun_path + sizeof NVMOCK_IBD_ID_SUFFIX];
+	struct stat st;
+	int f;
+
+	memset(out, 0, sizeof *out);
+	if (stat(path, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return -1;
+	out->dev = st.st_dev;
+	out->ino = st.st_ino;
+	out->ctime = st.st_ctim;
+	if (strlen(path) < sizeof p - sizeof NVMOCK_IBD_ID_SUFFIX) {
+		memcpy(p, path, strlen(path));
+		memcpy(p + strlen(path), NVMOCK_IBD_ID_SUFFIX, sizeof NVMOCK_IBD_ID_SUFFIX);
+		f = (int)syscall(SYS_openat, AT_FDCWD, p, O_RDONLY | O_CLOEXEC, 0);
+		if (f >= 0) {
+			if (sys_read(f, out->word, sizeof out->word) < 0)
+				memset(out->word, 0, sizeof out->word);
+			sys_close(f);
+		}
+	}
+	return 0;
+}
+
+/* dead_ino is the inode of the socket at fd: the dead one, recorded so that
+ * revive knows the number still holds it. */
+static ino_t dead_ino(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
 /* daemon_socket connects to the daemon and says HELLO, or returns -1; at,
- * when not NULL, gets the socket file's identity. */
-static int daemon_socket(uint32_t index, uint32_t kind, int cloexec, struct stat *at)
+ * when not NULL, gets the daemon's identity. */
+static int daemon_socket(uint32_t index, uint32_t kind, int cloexec, struct ident *at)
 {
 	const char *path = daemon_path();
 	struct sockaddr_un a;
@@ -502,8 +553,8 @@ static int daemon_socket(uint32_t index, uint32_t kind, int cloexec, struct stat
 		sys_close(fd);
 		return -1;
 	}
-	if (at && stat(path, at) < 0)
-		memset(at, 0, sizeof *at);
+	if (at)
+		ident_of(at);
 	return fd;
 }
 
@@ -533,7 +584,8 @@ static int shim_open(int kind, uint32_t index, int flags)
 	}
 
 	int live = 1;
-	struct stat at = { 0 };
+	struct ident at;
+	memset(&at, 0, sizeof at);
 	fd = daemon_socket(index, NVMOCK_IBD_KIND_UMAD, cloexec, &at);
 	if (fd >= 0 && !nonblock && set_nonblock(fd, 0) < 0) {
 		sys_close(fd);
@@ -552,9 +604,8 @@ static int shim_open(int kind, uint32_t index, int flags)
 	track(fd, live ? FD_LIVE : FD_DEAD);
 	struct saved *s = save(fd, index);
 	if (s) {
-		s->dev = at.st_dev;
-		s->ino = at.st_ino;
-		s->ctime = at.st_ctim;
+		s->at = at;
+		s->dead = live ? 0 : dead_ino(fd);
 	}
 	__atomic_store_n(&any_umad, 1, __ATOMIC_RELEASE);
 	dbg("open umad%u: fd %d %s", index, fd, live ? "connected" : "dead (no daemon)");
@@ -584,6 +635,9 @@ static int go_dead(int fd)
 		return -1;
 	}
 	sys_close(d);
+	struct saved *s = saved_of(fd);
+	if (s)
+		s->dead = dead_ino(fd);
 	__atomic_store_n(&kinds[fd], FD_DEAD, __ATOMIC_RELEASE);
 	dbg("fd %d: fabric daemon gone, requests now time out", fd);
 	return 0;
@@ -595,25 +649,33 @@ static int gone(int err)
 }
 
 /*
- * revive connects a dead umad fd to a daemon listening at another socket
- * file than the one it last reached, registers its agents there again and
- * puts the connection in its place (same number and flags): 0 when the fd
- * is live again. Costs a stat while the socket is the same.
+ * revive connects a dead umad fd to a daemon other than the one it last
+ * reached (see ident), registers its agents there again and puts the
+ * connection in its place (same number and flags). 0: the fd is live
+ * again; -1: it stays dead; -2: another thread is reviving it. Not while
+ * the dead socket still holds timed-out requests: they are the program's
+ * to read. Costs a stat and a small read while the daemon is the same.
  */
 static int revive(int fd)
 {
 	struct saved *s = saved_of(fd);
-	struct stat st;
+	struct ident now;
+	uint8_t b = 0;
 	int c, old, fdfl, fl;
 
-	if (!s || stat(daemon_path(), &st) < 0 || !S_ISSOCK(st.st_mode) ||
-	    (st.st_dev == s->dev && st.st_ino == s->ino && st.st_ctim.tv_sec == s->ctime.tv_sec &&
-	     st.st_ctim.tv_nsec == s->ctime.tv_nsec) ||
-	    __atomic_exchange_n(&s->reviving, 1, __ATOMIC_ACQUIRE))
+	if (!s || ident_of(&now) < 0 || !memcmp(&now, &s->at, sizeof now))
 		return -1;
+	if (__atomic_exchange_n(&s->reviving, 1, __ATOMIC_ACQUIRE))
+		return -2;
+	/* Again under the flag: another thread may have revived it. */
+	if (kind_of(fd) != FD_DEAD || !memcmp(&now, &s->at, sizeof now) ||
+	    recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
+		__atomic_store_n(&s->reviving, 0, __ATOMIC_RELEASE);
+		return kind_of(fd) == FD_LIVE ? 0 : -1;
+	}
 	fdfl = fcntl(fd, F_GETFD);
 	fl = fcntl(fd, F_GETFL);
-	c = fdfl < 0 || fl < 0 ? -1 : daemon_socket(s->index, NVMOCK_IBD_KIND_UMAD, (fdfl & FD_CLOEXEC) != 0, &st);
+	c = fdfl < 0 || fl < 0 ? -1 : daemon_socket(s->index, NVMOCK_IBD_KIND_UMAD, (fdfl & FD_CLOEXEC) != 0, &now);
 	if (c < 0) {
 		__atomic_store_n(&s->reviving, 0, __ATOMIC_RELEASE);
 		return -1;
@@ -624,21 +686,21 @@ static int revive(int fd)
 	for (uint32_t id = 0; id < NVMOCK_UMAD_MAX_AGENTS; id++)
 		if ((set & (1u << id)) && send(c, &s->regs[id], sizeof s->regs[id], MSG_NOSIGNAL) < 0)
 			goto fail;
-	/* old keeps the dead socket, to wake a thread waiting on it (to wait
-	 * on the new one) once the new one is in place. */
-	old = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (old < 0)
+	/* The number must still hold the dead socket (not a file the program
+	 * opened after closing it); old keeps that socket, to wake a thread
+	 * waiting on it (to wait on the new one) once the new one is in place. */
+	if (dead_ino(fd) != s->dead || (old = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
 		goto fail;
 	if (sys_dup3(c, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0) {
 		sys_close(old);
 		goto fail;
 	}
 	sys_close(c);
-	s->dev = st.st_dev;
-	s->ino = st.st_ino;
-	s->ctime = st.st_ctim;
+	s->at = now;
 	__atomic_store_n(&kinds[fd], FD_LIVE, __ATOMIC_RELEASE);
-	shutdown(old, SHUT_RDWR);
+	/* A byte no MAD is (shim_read drops it), not shutdown: a forked child
+	 * may share the dead socket. */
+	(void)send(old, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 	sys_close(old);
 	__atomic_store_n(&s->reviving, 0, __ATOMIC_RELEASE);
 	dbg("fd %d: a new fabric daemon; connected again with %d agents", fd, __builtin_popcount(set));
@@ -682,8 +744,10 @@ static ssize_t shim_write(int fd, const void *buf, size_t n)
 		errno = EIO;
 		return -1;
 	}
-	if (kind_of(fd) == FD_DEAD)
-		revive(fd);
+	/* Another thread reviving the fd is done in a moment: the request
+	 * goes where it puts the fd, not to a socket it is replacing. */
+	while (kind_of(fd) == FD_DEAD && revive(fd) == -2)
+		sched_yield();
 	if (kind_of(fd) == FD_LIVE) {
 		ssize_t r = send(fd, buf, n, MSG_NOSIGNAL);
 		if (r >= 0 || !gone(errno) || go_dead(fd) < 0)
@@ -715,6 +779,15 @@ static ssize_t shim_write(int fd, const void *buf, size_t n)
 	return (ssize_t)n;
 }
 
+/* timed_out says whether a message is a timed-out request's return. */
+static int timed_out(const uint8_t *umad)
+{
+	uint32_t status;
+
+	memcpy(&status, umad + NVMOCK_UMAD_STATUS_OFF, sizeof status);
+	return status == NVMOCK_UMAD_ETIMEDOUT;
+}
+
 /* hung_up tells end of file from an empty message (both read as 0 bytes). */
 static int hung_up(int fd)
 {
@@ -726,20 +799,24 @@ static int hung_up(int fd)
 /*
  * wait_dead is where a read on a dead fd waits: a blocking read with
  * nothing queued (a server waiting for requests) waits in slices of a
- * second, trying revive between them, rather than for ever.
+ * second, trying revive between them, rather than for ever. -1 with errno
+ * when the wait fails (EINTR: a signal, which the read reports).
  */
-static void wait_dead(int fd)
+static int wait_dead(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int fl;
+	int fl, r;
 
 	if (!saved_of(fd))
-		return;
-	while (revive(fd) < 0) {
+		return 0;
+	while (revive(fd) != 0) {
 		fl = fcntl(fd, F_GETFL);
-		if (fl < 0 || (fl & O_NONBLOCK) || sys_poll(&p, 1, 1000) != 0)
-			return;
+		if (fl < 0 || (fl & O_NONBLOCK))
+			return 0;
+		if ((r = sys_poll(&p, 1, 1000)) != 0)
+			return r < 0 ? -1 : 0;
 	}
+	return 0;
 }
 
 static ssize_t shim_read(int fd, void *buf, size_t count)
@@ -751,12 +828,23 @@ static ssize_t shim_read(int fd, void *buf, size_t count)
 		return -1;
 	}
 	for (;;) {
-		if (kind_of(fd) == FD_DEAD)
-			wait_dead(fd);
+		if (kind_of(fd) == FD_DEAD && wait_dead(fd) < 0)
+			return -1;
 		/* Peek: n is the whole message's size, at most count bytes copied. */
 		ssize_t n = recv(fd, buf, count, MSG_PEEK | MSG_TRUNC);
 		if (n < 0)
 			return -1;
+		if (kind_of(fd) == FD_DEAD && n >= NVMOCK_UMAD_HDR_SIZE + UMAD_MAD_HDR && !timed_out(p)) {
+			/* A request that reached the dead socket as it was made (its
+			 * send raced go_dead): what the kernel returns for it. */
+			uint32_t timeout_ms, status = NVMOCK_UMAD_ETIMEDOUT;
+			memcpy(&timeout_ms, p + 8, sizeof timeout_ms);
+			if (recv(fd, buf, count, MSG_TRUNC | MSG_DONTWAIT) < 0 || timeout_ms == 0 ||
+			    count < NVMOCK_UMAD_HDR_SIZE + UMAD_MAD_HDR)
+				continue; /* a response: it vanishes */
+			memcpy(p + NVMOCK_UMAD_STATUS_OFF, &status, sizeof status);
+			return NVMOCK_UMAD_HDR_SIZE + UMAD_MAD_HDR;
+		}
 		if (n == 0 && kind_of(fd) == FD_LIVE && hung_up(fd)) {
 			/* End of file: the daemon closed the connection. */
 			if (go_dead(fd) < 0)
@@ -1218,20 +1306,31 @@ static int dead_in(const struct pollfd *fds, nfds_t n)
 	return 0;
 }
 
-/* hangups takes the wakes of live fds whose daemon hung up (nothing left
- * to read but the end) out of r ready entries, turning them dead. */
+/* hangups takes the wakes of umad fds whose daemon hung up out of r ready
+ * entries: a live one with nothing left to read but the end turns dead,
+ * and each such entry (another thread may have turned it dead first) gets
+ * what its socket now says. */
 static int hangups(struct pollfd *fds, nfds_t n, int r)
 {
 	uint8_t b;
 
-	for (nfds_t i = 0; i < n; i++)
-		if ((fds[i].revents & (POLLHUP | POLLRDHUP)) && kind_of(fds[i].fd) == FD_LIVE &&
-		    recv(fds[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0 && go_dead(fds[i].fd) == 0) {
-			fds[i].revents = 0;
+	for (nfds_t i = 0; i < n; i++) {
+		int k = kind_of(fds[i].fd);
+		if (!(fds[i].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (k != FD_LIVE && k != FD_DEAD))
+			continue;
+		if (k == FD_LIVE && recv(fds[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+			go_dead(fds[i].fd);
+		struct pollfd q = { .fd = fds[i].fd, .events = fds[i].events };
+		if (sys_poll(&q, 1, 0) < 0)
+			continue;
+		fds[i].revents = q.revents;
+		if (q.revents == 0)
 			r--;
-		}
+	}
 	return r;
 }
+
+static int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static int64_t now_ms(void)
 {
@@ -1253,7 +1352,7 @@ static int poll_umad(struct pollfd *fds, nfds_t n, int64_t ms, const sigset_t *m
 		int64_t left = end < 0 ? -1 : end - now_ms();
 		if (end >= 0 && left < 0)
 			left = 0;
-		int slice = dead_in(fds, n) && (left < 0 || left > 1000) ? 1000 : (int)left;
+		int slice = dead_in(fds, n) && (left < 0 || left > 1000) ? 1000 : (int)min_i64(left, INT_MAX);
 		int r = sys_ppoll(fds, n, slice, mask);
 		if (r > 0)
 			r = hangups(fds, n, r);
@@ -1282,5 +1381,23 @@ EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t, const s
 		f = NEXTFN(ppoll);
 		return f ? f(fds, n, t, mask) : (int)syscall(SYS_ppoll, fds, n, t, mask, _NSIG / 8);
 	}
-	return poll_umad(fds, n, t ? (int64_t)t->tv_sec * 1000 + (t->tv_nsec + 999999) / 1000000 : -1, mask);
+	/* Longer than a year is for ever (and cannot overflow). */
+	int64_t ms = !t || t->tv_sec > 366 * 86400 ? -1 : (int64_t)t->tv_sec * 1000 + (t->tv_nsec + 999999) / 1000000;
+	return poll_umad(fds, n, ms, mask);
+}
+
+/* The _FORTIFY_SOURCE forms, which fortified programs call with a length
+ * the compiler cannot check. */
+EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
+{
+	if (fdslen / sizeof *fds < n)
+		abort();
+	return poll(fds, n, timeout);
+}
+
+EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *mask, size_t fdslen)
+{
+	if (fdslen / sizeof *fds < n)
+		abort();
+	return ppoll(fds, n, t, mask);
 }

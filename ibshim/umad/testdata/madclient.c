@@ -11,12 +11,18 @@
  *                   daemon is gone then): a request that times out; "start"
  *                   and a line (a new daemon listens): a round trip on the
  *                   same fd.
+ *   madclient late  no daemon at open: a request, then "start" and a line
+ *                   (a daemon listens now): the request still comes back
+ *                   timed out, then a round trip through the daemon.
+ *   madclient intr  no daemon, a blocking device: a read that a signal
+ *                   interrupts returns EINTR, as the kernel's does.
  *
  * It prints one line per step and exits 0 when every step went as expected.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,14 +36,12 @@
 static int fd;
 static uint32_t agent;
 
-/* roundtrip sends a LID-routed SMP Get NodeInfo with this TID and returns
- * the status of what comes back, -1 for nothing, -2 for an error. */
-static int roundtrip(uint64_t tid, ssize_t *len)
+/* request sends a LID-routed SMP Get NodeInfo with this TID: 0, or -2. */
+static int request(uint64_t tid)
 {
-	uint8_t buf[64 + 256], in[64 + 256];
+	uint8_t buf[64 + 256];
 	struct ib_user_mad *u = (void *)buf;
 	uint8_t *mad = buf + 64;
-	struct pollfd p = { .fd = fd, .events = POLLIN };
 	uint64_t be = htobe64(tid);
 
 	memset(buf, 0, sizeof buf);
@@ -51,6 +55,17 @@ static int roundtrip(uint64_t tid, ssize_t *len)
 		perror("write");
 		return -2;
 	}
+	return 0;
+}
+
+/* answer waits for what comes back for TID tid and returns its status,
+ * -1 for nothing, -2 for an error. */
+static int answer(uint64_t tid, ssize_t *len)
+{
+	uint8_t in[64 + 256];
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t be = htobe64(tid);
+
 	if (poll(&p, 1, 2000) != 1)
 		return -1;
 	*len = read(fd, in, sizeof in);
@@ -66,6 +81,14 @@ static int roundtrip(uint64_t tid, ssize_t *len)
 	}
 	return (int)((struct ib_user_mad *)in)->hdr.status;
 }
+
+/* roundtrip is a request and its answer. */
+static int roundtrip(uint64_t tid, ssize_t *len)
+{
+	return request(tid) < 0 ? -2 : answer(tid, len);
+}
+
+static void on_alarm(int sig) { (void)sig; }
 
 /* step says what it waits for and waits for a line on stdin. */
 static void step(const char *what)
@@ -95,7 +118,7 @@ int main(int argc, char **argv)
 
 	if (argc != 2)
 		return 2;
-	fd = open("/dev/infiniband/umad0", O_RDWR | O_NONBLOCK);
+	fd = open("/dev/infiniband/umad0", strcmp(argv[1], "intr") == 0 ? O_RDWR : O_RDWR | O_NONBLOCK);
 	if (fd < 0 || ioctl(fd, IB_USER_MAD_ENABLE_PKEY, NULL) != 0) {
 		perror("open umad0");
 		return 1;
@@ -132,6 +155,25 @@ int main(int argc, char **argv)
 		bad |= expect("dead", 2, 110);
 		step("start");
 		bad |= expect("back", 3, 0);
+	} else if (strcmp(argv[1], "late") == 0) {
+		ssize_t len = 0;
+		int st;
+		bad |= request(1) != 0;
+		step("start");
+		st = answer(1, &len);
+		printf("queued 0x1: status %d, %zd bytes\n", st, len);
+		bad |= st != 110;
+		bad |= expect("back", 2, 0);
+	} else if (strcmp(argv[1], "intr") == 0) {
+		struct sigaction sa;
+		uint8_t in[64 + 256];
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_alarm; /* no SA_RESTART */
+		sigaction(SIGALRM, &sa, NULL);
+		alarm(1);
+		ssize_t n = read(fd, in, sizeof in);
+		printf("read: %zd, %s\n", n, n < 0 && errno == EINTR ? "EINTR" : "not EINTR");
+		bad |= !(n < 0 && errno == EINTR);
 	} else {
 		return 2;
 	}
