@@ -524,9 +524,10 @@ uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g,
 		if (max * k < c)
 			c = max * k;
 	}
-	if (fx->thermal)
+	// A slowdown caps the clock; it never raises an idle one.
+	if (fx->thermal && c > max * 0.5)
 		c = max * 0.5;
-	if (fx->brake)
+	if (fx->brake && c > max * 0.3)
 		c = max * 0.3;
 	return (uint32_t)c;
 }

@@ -175,6 +175,34 @@ func TestXIDsComeWithTheirLastingFaults(t *testing.T) {
 	}
 }
 
+// A GPU reports any number of XIDs: the same XID again adds to the fault
+// the first left (its count) and is an event of its own (review: the ninth
+// XID 48 failed, the GPU holding 8 faults). A lost GPU reports nothing.
+func TestTheSameXIDAgainAddsToItsFault(t *testing.T) {
+	var s State
+	s.Header.Gpus = 2
+	for i := 0; i < 12; i++ {
+		if err := s.XID(1, 48, 1000+int64(i)); err != nil {
+			t.Fatalf("XID 48 number %d: %v", i+1, err)
+		}
+	}
+	faults := s.Faults(1)
+	if len(faults) != 1 || faults[0].Count != 12 {
+		t.Errorf("after 12 XID 48: faults %+v, want one with 12 errors", faults)
+	}
+	// The first comes with its fault's events; the 11 others are in the
+	// ring, an XID and a double-bit ECC event each.
+	if s.Header.Ring != 22 || s.Events[0].Type != EventXID || s.Events[0].Data != 48 || s.Events[1].Type != EventDoubleBitECC {
+		t.Errorf("ring %d, first events %+v %+v; want 22: XID 48 and a DBE event for each repeat", s.Header.Ring, s.Events[0], s.Events[1])
+	}
+	if err := s.XID(0, 79, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.XID(0, 43, 2000); err == nil || !strings.Contains(err.Error(), "GPU 0 is lost (XID 79): it reports nothing more") {
+		t.Errorf("an XID on a lost GPU: %v", err)
+	}
+}
+
 func TestBadRequestsGetOneLine(t *testing.T) {
 	var s State
 	s.Header.Gpus = 8

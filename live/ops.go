@@ -2,6 +2,7 @@ package live
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"strconv"
@@ -168,11 +169,43 @@ func (s *State) XID(gpu int, xid uint32, now int64) error {
 	if xid == 0 || xid > MaxXID {
 		return fmt.Errorf("XID %d: not an XID (1 to %d)", xid, MaxXID)
 	}
-	if f, ok := XIDFault(xid); ok {
-		return s.AddFault(gpu, f, now) // its events come from the fault
+	if s.active(gpu, FaultLost, 79, now) >= 0 {
+		return fmt.Errorf("GPU %d is lost (XID 79): it reports nothing more until cleared (nvmock ctl clear %d lost)", gpu, gpu)
 	}
-	s.Publish(gpu, EventXID, uint64(xid), now)
-	return nil
+	f, ok := XIDFault(xid)
+	if !ok {
+		s.Publish(gpu, EventXID, uint64(xid), now)
+		return nil
+	}
+	// The same XID again adds to what the first left (its count) and is an
+	// event of its own: a GPU reports any number, and holds 8 faults.
+	if i := s.active(gpu, f.Kind, xid, now); i >= 0 {
+		g := &s.GPUs[gpu]
+		if f.Count > 0 && f.Kind != FaultNvlinkDown {
+			g.FaultCount[i] = uint32(min(uint64(g.FaultCount[i])+uint64(f.Count), math.MaxUint32))
+		}
+		s.Publish(gpu, EventXID, uint64(xid), now)
+		switch {
+		case f.Kind == FaultECC && f.Count > 0:
+			s.Publish(gpu, EventDoubleBitECC, 0, now)
+		case f.Kind == FaultSBE:
+			s.Publish(gpu, EventSingleBitECC, 0, now)
+		}
+		return nil
+	}
+	return s.AddFault(gpu, f, now) // its events come from the fault
+}
+
+// active finds a node-wide fault of a kind and XID in force on a GPU at
+// now: -1 for none.
+func (s *State) active(gpu int, kind, xid uint32, now int64) int {
+	g := &s.GPUs[gpu]
+	for i := uint32(0); i < g.Faults && i < MaxFaults; i++ {
+		if g.FaultKind[i] == kind && g.FaultXID[i] == xid && g.FaultTrigger[i] == TriggerAt && g.FaultPID[i] == 0 && g.FaultParam[i] <= uint64(now) {
+			return int(i)
+		}
+	}
+	return -1
 }
 
 func (s *State) checkGPU(gpu int) error {

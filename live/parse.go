@@ -1,7 +1,6 @@
 package live
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -18,10 +17,17 @@ func ParsePercent(name, s string) (uint32, error) {
 	return uint32(math.Round(v)), nil
 }
 
+// Trigger names, as a message calls the four: the command's flags, or an
+// apply file's fields.
+var (
+	TriggerFlags  = [4]string{"--after-calls", "--probability", "--at", "--in"}
+	TriggerFields = [4]string{"afterCalls", "probability", "at", "in"}
+)
+
 // ParseTrigger reads a fault's trigger, given as at most one of: calls
 // after which it fires, a probability per call, a time (RFC 3339), or a
-// delay from now. None is now.
-func ParseTrigger(after, prob, at, in string, now func() int64) (uint32, uint64, error) {
+// delay from now. None is now. names are how messages call the four.
+func ParseTrigger(after, prob, at, in string, now func() int64, names [4]string) (uint32, uint64, error) {
 	set := 0
 	for _, v := range []string{after, prob, at, in} {
 		if v != "" {
@@ -29,33 +35,52 @@ func ParseTrigger(after, prob, at, in string, now func() int64) (uint32, uint64,
 		}
 	}
 	if set > 1 {
-		return 0, 0, errors.New("give one trigger: --after-calls, --probability, --at or --in")
+		return 0, 0, fmt.Errorf("give one trigger: %s", strings.Join(names[:], ", "))
 	}
 	switch {
 	case after != "":
 		n, err := strconv.ParseUint(after, 10, 32)
 		if err != nil {
-			return 0, 0, fmt.Errorf("--after-calls %q: a number of calls", after)
+			return 0, 0, fmt.Errorf("%s %q: a number of calls from 0 to %d", names[0], after, uint32(math.MaxUint32))
 		}
 		return TriggerCalls, n, nil
 	case prob != "":
 		p, err := strconv.ParseFloat(prob, 64)
 		if err != nil || p < 0 || p > 1 || math.IsNaN(p) {
-			return 0, 0, fmt.Errorf("--probability %q: a probability from 0 to 1", prob)
+			return 0, 0, fmt.Errorf("%s %q: a probability from 0 to 1", names[1], prob)
 		}
-		return TriggerProbability, uint64(p * (1 << 32)), nil // 1 is 2^32: every draw is below it
+		// The library draws 32 bits a call: 1 is 2^32, every draw below it.
+		if q := uint64(p * (1 << 32)); q == 0 {
+			return 0, 0, fmt.Errorf("%s %q: never fires; the least is 1/2^32 (%.3g)", names[1], prob, 1.0/(1<<32))
+		} else {
+			return TriggerProbability, q, nil
+		}
 	case at != "":
 		t, err := time.Parse(time.RFC3339Nano, at)
 		if err != nil {
-			return 0, 0, fmt.Errorf("--at %q: a time in RFC 3339, e.g. 2026-12-01T20:00:00Z", at)
+			return 0, 0, fmt.Errorf("%s %q: a time in RFC 3339, e.g. 2026-12-01T20:00:00Z", names[2], at)
 		}
 		return TriggerAt, uint64(t.UnixNano()), nil
 	case in != "":
 		d, err := time.ParseDuration(in)
 		if err != nil || d < 0 {
-			return 0, 0, fmt.Errorf("--in %q: a duration such as 30s or 5m", in)
+			return 0, 0, fmt.Errorf("%s %q: a duration such as 30s or 5m", names[3], in)
 		}
 		return TriggerAt, uint64(now() + int64(d)), nil
 	}
 	return TriggerAt, uint64(now()), nil
+}
+
+// CheckFaultFields refuses what a kind of fault does not take: a link
+// (nvlink_down's) or a count of errors (the ECC kinds'), which would be
+// silently ignored, or mean another thing. names are how messages call
+// the two.
+func CheckFaultFields(kind uint32, link, count bool, names [2]string) error {
+	switch {
+	case link && kind != FaultNvlinkDown:
+		return fmt.Errorf("%s is for nvlink_down only", names[0])
+	case count && kind != FaultECC && kind != FaultSBE:
+		return fmt.Errorf("%s is for ecc_uncorrectable and ecc_correctable only", names[1])
+	}
+	return nil
 }

@@ -249,8 +249,11 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		if f.Probability != nil {
 			prob = strconv.FormatFloat(*f.Probability, 'g', -1, 64)
 		}
-		trig, param, err := ParseTrigger(after, prob, f.At, f.In, func() int64 { return now })
+		trig, param, err := ParseTrigger(after, prob, f.At, f.In, func() int64 { return now }, TriggerFields)
 		if err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		if err := CheckFaultFields(kind, f.Link != 0, f.Count != nil, [2]string{"link", "count"}); err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
 		var count uint32

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,16 +142,26 @@ func ctlFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		// a flag's negative value its own check refuses.
 		afterFlag := i > 0 && strings.HasPrefix(args[i-1], "-") && !strings.Contains(args[i-1], "=")
 		if _, err := strconv.ParseFloat(a, 64); err == nil && strings.HasPrefix(a, "-") && !afterFlag {
-			return nil, fmt.Errorf("%s: no value here is negative", a)
+			return nil, fmt.Errorf("argument %d, %s: no GPU, percentage, pid or count is negative", i+1, a)
 		}
 	}
 	fs.SetOutput(io.Discard)
 	pos, err := parseInterspersed(fs, args, ctlUsage)
+	if m := flagValueErr.FindStringSubmatch(fmt.Sprint(err)); m != nil {
+		// The flag package's own words name the flag with one dash.
+		what := "not a valid value"
+		if f := fs.Lookup(m[2]); f != nil && strings.Contains(fmt.Sprintf("%T", f.Value), "uint") {
+			what = "not a whole number of 0 or more"
+		}
+		return nil, fmt.Errorf("--%s %q: %s", m[2], m[1], what)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return pos, nil
 }
+
+var flagValueErr = regexp.MustCompile(`invalid value "(.*)" for flag -(\S+): `)
 
 func ctlLoad(f *live.File, args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -224,16 +235,23 @@ func ctlFault(f *live.File, args []string) error {
 	if !ok {
 		return fmt.Errorf("kind %q: one of lost, ecc_uncorrectable, ecc_correctable, thermal, power_brake, nvlink_down, remap_failure, xid", pos[1])
 	}
-	if *xid > live.MaxXID {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *xid > live.MaxXID || (set["xid"] && *xid == 0) {
 		return fmt.Errorf("--xid %d: not an XID (1 to %d)", *xid, live.MaxXID)
 	}
 	if kind == live.FaultXID && *xid == 0 {
 		return errors.New("a fault of kind xid needs --xid N")
 	}
-	countSet := false
-	fs.Visit(func(f *flag.Flag) { countSet = countSet || f.Name == "count" })
-	if countSet && (*count < 1 || *count > math.MaxUint32) {
+	if set["count"] && (*count < 1 || *count > math.MaxUint32) {
 		return fmt.Errorf("--count %d: give 1 to %d, or leave it out", *count, uint32(math.MaxUint32))
+	}
+	// 0 would be every process; PID_MAX_LIMIT is 2^22.
+	if set["pid"] && (*pid < 1 || *pid > 1<<22) {
+		return fmt.Errorf("--pid %d: not a process id (1 to %d)", *pid, 1<<22)
+	}
+	if err := live.CheckFaultFields(kind, set["link"], set["count"], [2]string{"--link", "--count"}); err != nil {
+		return err
 	}
 	fault := live.FaultOf(kind, uint32(*xid), uint32(*count), uint32(*link), uint32(*pid))
 	var boards []live.Board
@@ -244,7 +262,7 @@ func ctlFault(f *live.File, args []string) error {
 	}
 	return f.Update(func(s *live.State, now int64) error {
 		var err error
-		if fault.Trigger, fault.Param, err = live.ParseTrigger(*after, *prob, *at, *in, func() int64 { return now }); err != nil {
+		if fault.Trigger, fault.Param, err = live.ParseTrigger(*after, *prob, *at, *in, func() int64 { return now }, live.TriggerFlags); err != nil {
 			return err
 		}
 		gpus, err := profile.ParseGPUs(pos[0], int(s.Header.Gpus))
@@ -269,6 +287,10 @@ func ctlFault(f *live.File, args []string) error {
 }
 
 func ctlXID(f *live.File, args []string) error {
+	args, err := ctlFlags(flag.NewFlagSet("xid", flag.ContinueOnError), args)
+	if err != nil {
+		return err
+	}
 	if len(args) != 2 {
 		return errors.New("want GPUS XID, e.g. nvmock ctl xid 0 79")
 	}
@@ -276,12 +298,21 @@ func ctlXID(f *live.File, args []string) error {
 	if err != nil || x == 0 || x > live.MaxXID {
 		return fmt.Errorf("XID %q: not an XID (1 to %d)", args[1], live.MaxXID)
 	}
+	var boards []live.Board
+	if x == 74 { // an NVLink error: on a GPU that has NVLink
+		if boards, err = live.Boards(f.Path); err != nil {
+			return err
+		}
+	}
 	return f.Update(func(s *live.State, now int64) error {
 		gpus, err := profile.ParseGPUs(args[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
 		for _, g := range gpus {
+			if g < len(boards) && boards[g].NVLinks == 0 {
+				return fmt.Errorf("XID 74 (NVLink error): GPU %d has no NVLink", g)
+			}
 			if err := s.XID(g, uint32(x), now); err != nil {
 				return err
 			}
@@ -396,6 +427,9 @@ func ctlProc(f *live.File, args []string) error {
 			if err != nil {
 				return err
 			}
+			// Gone first: an exited process holds no memory (the library
+			// already shows none).
+			s.RemoveProcesses(live.Dead)
 			for _, g := range gpus {
 				p := live.Process{PID: uint32(pid), GPU: g, MIG: mig, Type: t, UsedBytes: uint64(q), Name: *name, Owner: "ctl", PIDNS: ns}
 				if err := s.AddProcess(p, now); err != nil {
@@ -407,7 +441,6 @@ func ctlProc(f *live.File, args []string) error {
 					}
 				}
 			}
-			s.RemoveProcesses(live.Dead)
 			return nil
 		})
 	case "rm":
@@ -572,7 +605,9 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		return err
 	}
 	s := f.Read()
-	st := Status{State: f.Path, Processes: s.Processes()}
+	// An exited process is gone, as the library shows it, until the next
+	// write removes it from the state.
+	st := Status{State: f.Path, Processes: slices.DeleteFunc(s.Processes(), live.Dead)}
 	if st.Processes == nil {
 		st.Processes = []live.Process{}
 	}
@@ -619,6 +654,9 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 			}
 			if x.XID != 0 {
 				t += fmt.Sprintf(" (XID %d)", x.XID)
+			}
+			if x.PID != 0 {
+				t += fmt.Sprintf(" for pid %d only", x.PID)
 			}
 			fl = append(fl, t+" "+x.Trigger)
 		}

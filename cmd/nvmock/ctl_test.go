@@ -142,7 +142,16 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"no ECC errors, not the default", []string{"fault", "0", "ecc_correctable", "--count", "0"}, "--count 0: give 1 to 4294967295, or leave it out"},
 		{"a count that would wrap", []string{"fault", "0", "ecc_correctable", "--count", "4294967296"}, "--count 4294967296: give 1 to"},
 		{"a load above 100", []string{"load", "0", "120"}, `load "120": a percentage from 0 to 100`},
-		{"a negative load", []string{"load", "all", "-5"}, "ctl load: -5: no value here is negative"},
+		{"a negative load", []string{"load", "all", "-5"}, "ctl load: argument 2, -5: no GPU, percentage, pid or count is negative"},
+		{"pid 0, which would be every process", []string{"fault", "0", "lost", "--pid", "0"}, "--pid 0: not a process id (1 to 4194304)"},
+		{"a pid past 32 bits", []string{"fault", "0", "lost", "--pid", "4294967296"}, "--pid 4294967296: not a process id"},
+		{"a negative flag value", []string{"fault", "0", "ecc_correctable", "--count", "-1"}, `ctl fault: --count "-1": not a whole number of 0 or more`},
+		{"a link on a kind without one", []string{"fault", "0", "lost", "--link", "3"}, "--link is for nvlink_down only"},
+		{"a count on a kind without one", []string{"fault", "1", "thermal", "--count", "7"}, "--count is for ecc_uncorrectable and ecc_correctable only"},
+		{"a probability that never fires", []string{"fault", "0", "lost", "--probability", "0"}, `--probability "0": never fires`},
+		{"a probability below the draw", []string{"fault", "0", "lost", "--probability", "1e-12"}, `--probability "1e-12": never fires; the least is 1/2^32`},
+		{"xid 0 given", []string{"fault", "0", "lost", "--xid", "0"}, "--xid 0: not an XID"},
+		{"an unknown flag of xid", []string{"xid", "2", "79", "--bogus"}, "flag provided but not defined: -bogus"},
 		{"a bad memory size", []string{"proc", "add", "0", "5", "--memory", "lots"}, `--memory: "lots" is not a quantity`},
 		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
 		{"an unregistered pid", []string{"proc", "rm", "77"}, "pid 77 is not registered"},
@@ -240,7 +249,9 @@ faults:
 		{"loads:\n  - gpus: all\n    percent: 130\n", `loads[0].percent "130": a percentage from 0 to 100`},
 		{"faults:\n  - gpus: \"9\"\n    kind: lost\n", "faults[0].gpus: GPU 9: the node has GPUs 0 to 3"},
 		{"faults:\n  - gpus: all\n    kind: melted\n", `faults[0].kind: "melted" is not one of`},
-		{"faults:\n  - gpus: all\n    kind: lost\n    probability: 2\n", `faults[0]: --probability "2": a probability from 0 to 1`},
+		{"faults:\n  - gpus: all\n    kind: lost\n    probability: 2\n", `faults[0]: probability "2": a probability from 0 to 1`},
+		{"faults:\n  - gpus: all\n    kind: lost\n    probability: 0.5\n    afterCalls: 3\n", "faults[0]: give one trigger: afterCalls, probability, at, in"},
+		{"faults:\n  - gpus: all\n    kind: thermal\n    count: 7\n", "faults[0]: count is for ecc_uncorrectable and ecc_correctable only"},
 		{"fautls: []\n", `bad.yaml:1: unknown field "fautls"`},
 		{"loads:\n  - gpus: all\n    percnt: 30\n", `bad.yaml:3: loads[0]: unknown field "percnt"`},
 		{"loads:\n  - gpus: all\n    percent: high\n", `bad.yaml:2: loads[0]: percent: expected a number, got string`},
@@ -552,6 +563,24 @@ func TestFaultsForOnePortMakeOneThatCtlChanges(t *testing.T) {
 	if err != nil || len(faults) != 1 || faults[0].String() != "mlx5_0=symbol_error:1,link_downed:2" {
 		t.Errorf("after ctl ib errors and up: %v, %v; want mlx5_0=symbol_error:1,link_downed:2 alone", faults, err)
 	}
+	// A fault naming this node (the chart gives each node the fleet's) is
+	// this node's: ctl ib down finds it (it added a second one, whose
+	// link_downed:1 undid the first's 3); another node's stays as it was.
+	named := []fabric.Fault{{Node: "n1", HCA: "mlx5_3", Down: true, Counters: map[string]uint64{"link_downed": 3}}, {Node: "n2", HCA: "mlx5_3", Down: true}}
+	if err := hostprep.SetIBFaults(state, named); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"ctl", "--state", state, "ib", "down", "mlx5_3"}); err != nil {
+		t.Fatal(err)
+	}
+	faults, err = hostprep.IBFaults(state)
+	var got2 []string
+	for _, ft := range faults {
+		got2 = append(got2, ft.String())
+	}
+	if want := []string{"mlx5_3=down,link_downed:3", "n2/mlx5_3=down"}; err != nil || !slices.Equal(got2, want) {
+		t.Errorf("ctl ib down over a fault naming this node: %q, %v; want %q", got2, err, want)
+	}
 }
 
 // ctl status shows the settings nvidia-smi changed (the library writes
@@ -587,5 +616,62 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 	}
 	if g := s.GPUs[2].Settings; g == nil || g.Persistence == nil || *g.Persistence || g.ComputeMode != "Exclusive_Process" {
 		t.Errorf("GPU 2 settings %+v", g)
+	}
+}
+
+// A process that exited holds no memory: status stops listing it at once,
+// and a new one may take its memory (review: the check counted it until
+// the next write).
+func TestAnExitedProcessFreesItsMemory(t *testing.T) {
+	state := ctlNode(t, "2")
+	ctl := func(args ...string) error { return run(append([]string{"ctl", "--state", state}, args...)) }
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl("proc", "add", "0", strconv.Itoa(sleep.Process.Pid), "--memory", "39GiB"); err != nil {
+		t.Fatal(err)
+	}
+	sleep.Process.Kill()
+	sleep.Wait()
+	if p := ctlStatusJSON(t, state).Processes; len(p) != 0 {
+		t.Errorf("status lists the exited process: %+v", p)
+	}
+	if err := ctl("proc", "add", "0", strconv.Itoa(os.Getpid()), "--memory", "30GiB"); err != nil {
+		t.Errorf("30 GiB once the 39 GiB process exited: %v", err)
+	}
+}
+
+// ctl status says a fault is one process's (it read as node-wide), and
+// XID 74, an NVLink error, needs a GPU with NVLink, as nvlink_down does.
+func TestCtlStatusNamesAFaultsProcessAndXID74NeedsNVLink(t *testing.T) {
+	state := ctlNode(t, "2")
+	if err := run([]string{"ctl", "--state", state, "fault", "0", "thermal", "--pid", "1234"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := live.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	if err := ctlStatus(f, nil, &b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "thermal for pid 1234 only") {
+		t.Errorf("ctl status:\n%s\nwant the fault's pid", b.String())
+	}
+
+	dir := t.TempDir()
+	if err := run([]string{"profile", "compile", "t4", "--gpus", "1", "--seed", "n1", "-o", filepath.Join(dir, "snapshot")}); err != nil {
+		t.Fatal(err)
+	}
+	t4 := filepath.Join(dir, "state")
+	if err := run([]string{"ctl", "--state", t4, "create"}); err != nil {
+		t.Fatal(err)
+	}
+	err = run([]string{"ctl", "--state", t4, "xid", "0", "74"})
+	if want := "XID 74 (NVLink error): GPU 0 has no NVLink"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("XID 74 on a T4: %v, want %q", err, want)
 	}
 }

@@ -294,6 +294,20 @@ func TestFaultsChangeWhatTheGPUAnswers(t *testing.T) {
 	if r.temp <= slow || r.reasons != want {
 		t.Errorf("thermal slowdown: %d C (slowdown %d), reasons %#x; want above the threshold and %#x", r.temp, slow, r.reasons, want)
 	}
+	// A slowdown caps the clock; on an idle GPU it stays idle (review: it
+	// rose from idle to half the maximum).
+	for _, gpu := range []int{3, 4} {
+		if gpu == 4 {
+			fault(4, live.Fault{Kind: live.FaultPowerBrake})
+		}
+		sm, ret := d[gpu].GetClockInfo(nvml.CLOCK_SM)
+		must(t, "GetClockInfo", ret)
+		idle, ret := d[0].GetClockInfo(nvml.CLOCK_SM)
+		must(t, "GetClockInfo", ret)
+		if sm > idle {
+			t.Errorf("GPU %d, idle, in a slowdown: SM clock %d MHz, above the idle %d", gpu, sm, idle)
+		}
+	}
 
 	fault(4, live.Fault{Kind: live.FaultPowerBrake})
 	if r := read(t, d[4]); r.reasons != uint64(nvml.ClocksThrottleReasonHwSlowdown|nvml.ClocksThrottleReasonHwPowerBrakeSlowdown) {
