@@ -104,7 +104,7 @@ func Open(path string) (*File, error) {
 func openError(path string, err error) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("state %s: no such file; install a node first (nvmock hostprep install), or run under nvmock exec", path)
+		return fmt.Errorf("state %s: no such file; install a node first (nvmock hostprep install), run under nvmock exec, or make one beside a snapshot (nvmock ctl create)", path)
 	case errors.Is(err, syscall.EROFS), errors.Is(err, os.ErrPermission):
 		// A GPU container sees the state read-only, by design.
 		return fmt.Errorf("state %s: %w; change it on the node, in nvmock exec or in the chart's pod (kubectl exec -c nri)", path, err)

@@ -601,8 +601,12 @@ func triggerText(f live.Fault) string {
 func ctlStatus(f *live.File, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := ctlFlags(fs, args); err != nil {
+	pos, err := ctlFlags(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("%q: status takes no argument (only --json)", pos[0])
 	}
 	s := f.Read()
 	// An exited process is gone, as the library shows it, until the next

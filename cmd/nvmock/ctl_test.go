@@ -152,6 +152,7 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"a probability below the draw", []string{"fault", "0", "lost", "--probability", "1e-12"}, `--probability "1e-12": never fires; the least is 1/2^32`},
 		{"xid 0 given", []string{"fault", "0", "lost", "--xid", "0"}, "--xid 0: not an XID"},
 		{"an unknown flag of xid", []string{"xid", "2", "79", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"status with an argument", []string{"status", "extra"}, `"extra": status takes no argument`},
 		{"a bad memory size", []string{"proc", "add", "0", "5", "--memory", "lots"}, `--memory: "lots" is not a quantity`},
 		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
 		{"an unregistered pid", []string{"proc", "rm", "77"}, "pid 77 is not registered"},
