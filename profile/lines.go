@@ -8,7 +8,10 @@ import (
 	yaml3 "go.yaml.in/yaml/v3"
 )
 
-var pathPart = regexp.MustCompile(`^([^.\[\]]+)((?:\[\d+\])*)$`)
+var (
+	pathPart = regexp.MustCompile(`^([^.\[\]]+)((?:\[\d+\])*)$`)
+	mapKey   = regexp.MustCompile(`\["([^".]*)"\]`)
+)
 
 // lineOf finds the line of a field path such as "board.memory.total" or
 // "topology.busIds[2]" in YAML source, or 0. sigs.k8s.io/yaml decodes
@@ -20,6 +23,8 @@ func lineOf(data []byte, field string) int {
 	}
 	n := doc.Content[0]
 	line := 0
+	// A map's key, adapters["0x101b"], is one more step down.
+	field = mapKey.ReplaceAllString(field, ".$1")
 	for _, part := range strings.Split(field, ".") {
 		m := pathPart.FindStringSubmatch(part)
 		if m == nil || n.Kind != yaml3.MappingNode {
