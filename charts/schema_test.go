@@ -47,6 +47,9 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 		{"runtime handlers as one string", "injection: {nvidiaRuntimeHandlers: nvidia}", []string{"/injection/nvidiaRuntimeHandlers", "array"}},
 		{"a fabric peer without a port", "infiniband: {peers: [10.0.0.5]}", []string{"/infiniband/peers/0"}},
 		{"fabric peers as one string", `infiniband: {peers: "10.0.0.5:4791,10.0.0.6:4791"}`, []string{"/infiniband/peers", "array"}},
+		{"default GPUs as a word", "injection: {defaultGPUs: two}", []string{"/injection/defaultGPUs"}},
+		{"a live fault of kind xid without its XID", "live: {faults: [{gpus: all, kind: xid}]}", []string{"/live/faults/0", "xid"}},
+		{"a live fault with two triggers", "live: {faults: [{gpus: all, kind: lost, probability: 0.5, afterCalls: 3}]}", []string{"/live/faults/0"}},
 		{"a toleration with an unknown operator", "pools: [{name: a, profile: a100, tolerations: [{operator: Maybe}]}]", []string{"/pools/0/tolerations/0/operator"}},
 		// Each value valid, together contradictory: the templates say so.
 		{"two pools with one name", "pools: [" + a100 + ", {name: a, profile: t4, nodeSelector: {pool: b}}]",
@@ -301,4 +304,47 @@ func jsonFields(typ reflect.Type, leaveOut ...string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Values users write naturally render: live gpus as a number (ctl apply
+// takes it), an InfiniBand fault on an HCA a profile names otherwise, and
+// a pool named like a number, whose label stays a string (review: the API
+// refused the objects, their labels numbers).
+func TestNaturalValuesRender(t *testing.T) {
+	files, err := render(t, `pools: [{name: "123", profile: h100}]
+live: {faults: [{gpus: 3, kind: lost}], loads: [{gpus: 0, percent: 20}]}
+infiniband: {faults: {node-1: [ib_a=down]}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := files["nvmock/templates/daemonset.yaml"]
+	if !strings.Contains(ds, `nvmock.io/pool: "123"`) || strings.Contains(ds, "nvmock.io/pool: 123") {
+		t.Errorf("the pool label is not a quoted string:\n%s", ds)
+	}
+}
+
+// A pool's own live values replace the chart's for its nodes (review: a
+// fault on GPU 3 failed every pod of a one-GPU pool); the others keep the
+// chart's.
+func TestAPoolsLiveValuesAreItsOwn(t *testing.T) {
+	files, err := render(t, `pools:
+  - {name: big, profile: h100, nodeSelector: {pool: big}}
+  - {name: small, profile: t4, gpus: 1, nodeSelector: {pool: small}, live: {loads: [{gpus: "0", percent: 10}]}}
+live: {faults: [{gpus: "3", kind: lost}]}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := decode(t, files).configMaps
+	got := map[string]string{}
+	for _, cm := range cms {
+		got[cm.Labels["nvmock.io/pool"]] = cm.Data["live.yaml"]
+	}
+	if !strings.Contains(got["big"], "kind: lost") || strings.Contains(got["big"], "percent") {
+		t.Errorf("pool big's live.yaml:\n%s\nwant the chart's fault", got["big"])
+	}
+	if strings.Contains(got["small"], "lost") || !strings.Contains(got["small"], "percent: 10") {
+		t.Errorf("pool small's live.yaml:\n%s\nwant its own load", got["small"])
+	}
 }

@@ -59,7 +59,7 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 	}
 	if err := f.Apply(o.IBFaults); err != nil {
-		return nil, fmt.Errorf("InfiniBand fault %w", err)
+		return nil, fmt.Errorf("InfiniBand fault: %w", err)
 	}
 	var faults []fabric.Fault // this node's: another's would change its overlay's hash
 	for _, ft := range o.IBFaults {

@@ -353,6 +353,9 @@ func leaving(t *testing.T, s *kubetest.Server, c *hostprep.KubeClient) {
 		{name: "another pool's DaemonSet that installs elsewhere does not keep it",
 			next: installer("pool-f", "a100", "/opt/nvmock"), here: hostprep.InstallDirs{Root: "/var/lib/nvmock"},
 			leave: true, reason: "DaemonSet nvmock/gone is gone"},
+		{name: "the same root written with a trailing slash is the same root (review: it uninstalled the new install)",
+			next: installer("pool-j", "a100", "/var/lib/nvmock/"), here: hostprep.InstallDirs{Root: "/var/lib/nvmock"},
+			reason: "DaemonSet nvmock/gone is gone, but DaemonSet nvmock/pool-j, which installs here too, selects node node-7"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns, name, nodeName, cl := releaseNS, "gone", node, c

@@ -3,6 +3,7 @@ package hostprep
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -204,7 +205,9 @@ func (d InstallDirs) movedIn(pod corev1.PodSpec) string {
 		if len(c.Args) < 2 || c.Args[0] != "hostprep" || c.Args[1] != "install" {
 			continue
 		}
-		if there := flagValue(c.Args[2:], "root"); d.Root != "" && there != "" && there != d.Root {
+		// The same directory however written (/var/lib/nvmock/ and
+		// /var/lib/nvmock): uninstalling it would remove the new install.
+		if there := flagValue(c.Args[2:], "root"); d.Root != "" && there != "" && filepath.Clean(there) != filepath.Clean(d.Root) {
 			return fmt.Sprintf("with --root=%s, not %s", there, d.Root)
 		}
 	}

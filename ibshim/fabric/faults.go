@@ -162,7 +162,11 @@ func (f *Fabric) Apply(faults []Fault) error {
 func (f *Fabric) ApplyAt(slot int, faults []Fault) error {
 	host := f.Hosts[f.Local]
 	for _, ft := range faults {
-		// Every node has the same HCAs: another's fault is checked too.
+		// A fault naming another node may be for a board of another pool
+		// (the chart gives each node the fleet's): checked on its node.
+		if slot == f.Local && !ft.For(host) {
+			continue
+		}
 		if f.Find(ft.HCA) == nil {
 			return fmt.Errorf("the node has no InfiniBand HCA %s (Ethernet ports are in no fabric)", ft.HCA)
 		}

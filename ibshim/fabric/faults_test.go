@@ -84,7 +84,7 @@ func TestADownPortLeavesTheSubnet(t *testing.T) {
 	if f.Find("mlx5_4").Ports[1].Down() {
 		t.Error("node-b's fault was applied to node-a")
 	}
-	for _, bad := range []fabric.Fault{{HCA: "mlx5_2", Down: true}, {Node: "node-b", HCA: "mlx5_99", Down: true}} {
+	for _, bad := range []fabric.Fault{{HCA: "mlx5_2", Down: true}, {Node: "node-a", HCA: "mlx5_99", Down: true}} {
 		if err := f.Apply([]fabric.Fault{bad}); err == nil || !strings.Contains(err.Error(), "the node has no InfiniBand HCA "+bad.HCA) {
 			t.Errorf("Apply(%s): %v, want it refused (mlx5_2 is Ethernet)", bad, err)
 		}
@@ -128,5 +128,23 @@ func TestApplyingFaultsAgainReplacesThem(t *testing.T) {
 	must()
 	if f.Find("mlx5_0").Ports[1].Errors != nil {
 		t.Error("no faults left mlx5_0 its error counts")
+	}
+}
+
+// A fault naming another node may be for another pool's board (the chart
+// gives each node the fleet's list): only this node's are checked against
+// its HCAs. Review: an a100 pool's faults failed every h100 node's install.
+func TestAnotherNodesFaultIsCheckedOnItsNode(t *testing.T) {
+	f, err := fabric.Build(testenv.Node(t, "h100", 8), "node-a", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Apply([]fabric.Fault{{Node: "a100-node", HCA: "mlx5_99", Down: true}}); err != nil {
+		t.Errorf("another node's fault on an HCA this board lacks: %v", err)
+	}
+	for _, ft := range []fabric.Fault{{HCA: "mlx5_99", Down: true}, {Node: "node-a", HCA: "mlx5_99", Down: true}} {
+		if err := f.Apply([]fabric.Fault{ft}); err == nil {
+			t.Errorf("%s on this node: no error", ft)
+		}
 	}
 }
