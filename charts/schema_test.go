@@ -47,6 +47,8 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 		{"runtime handlers as one string", "injection: {nvidiaRuntimeHandlers: nvidia}", []string{"/injection/nvidiaRuntimeHandlers", "array"}},
 		{"a fabric peer without a port", "infiniband: {peers: [10.0.0.5]}", []string{"/infiniband/peers/0"}},
 		{"fabric peers as one string", `infiniband: {peers: "10.0.0.5:4791,10.0.0.6:4791"}`, []string{"/infiniband/peers", "array"}},
+		{"a digest in the tag's place", `image: {tag: "@sha256:0123"}`, []string{"/image/tag"}},
+		{"a digest in the repository", `image: {repository: "ghcr.io/nvmock/nvmock@sha256:0123"}`, []string{"/image/repository"}},
 		{"default GPUs as a word", "injection: {defaultGPUs: two}", []string{"/injection/defaultGPUs"}},
 		{"a live fault of kind xid without its XID", "live: {faults: [{gpus: all, kind: xid}]}", []string{"/live/faults/0", "xid"}},
 		{"a live fault with two triggers", "live: {faults: [{gpus: all, kind: lost, probability: 0.5, afterCalls: 3}]}", []string{"/live/faults/0"}},
@@ -319,6 +321,14 @@ infiniband: {faults: {node-1: [ib_a=down]}}
 		t.Fatal(err)
 	}
 	ds := files["nvmock/templates/daemonset.yaml"]
+	digest := "sha256:" + strings.Repeat("0a", 32)
+	pinned, err := render(t, "image: {digest: \""+digest+"\"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "image: ghcr.io/nvmock/nvmock@" + digest; !strings.Contains(pinned["nvmock/templates/daemonset.yaml"], want) {
+		t.Errorf("image.digest: the DaemonSet lacks %q", want)
+	}
 	if !strings.Contains(ds, `nvmock.io/pool: "123"`) || strings.Contains(ds, "nvmock.io/pool: 123") {
 		t.Errorf("the pool label is not a quoted string:\n%s", ds)
 	}
