@@ -555,7 +555,7 @@ func TestExecTakesARelativeAssetsDir(t *testing.T) {
 func TestAPortFaultReachesTheOtherNode(t *testing.T) {
 	testenv.Tool(t, "ibnetdiscover")
 	bin := builtNvmock(t)
-	// node-a lives until twoNodes ends it: a node that went away by
+	// node-a lives until the test ends: a node that went away by
 	// itself would take its HCAs' names and faults with it.
 	out, nodeA := twoNodes(t, []string{"sh", "-c", bin + " ctl ib down mlx5_0 && exec sleep 600"},
 		`for i in $(seq 100); do n=$(ibnetdiscover -C mlx5_0 2>/dev/null | grep -c '"node-a mlx5_'); [ "$n" = 14 ] && break; sleep 0.1; done
@@ -579,16 +579,7 @@ func twoNodes(t *testing.T, cmdA []string, scriptB string) (outB, outA string) {
 			"--ib-listen", listen, "--ib-peers", peer, "--"}
 		return exec.Command(bin, append(args, cmd...)...)
 	}
-	server := node("node-a", "0", a, b, cmdA...)
-	var serverOut testenv.SyncBuffer
-	server.Stdout, server.Stderr = &serverOut, &serverOut
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		server.Process.Signal(os.Interrupt)
-		server.Wait()
-	}()
+	serverOut := startNode(t, node("node-a", "0", a, b, cmdA...))
 	out, err := node("node-b", "1", b, a, "sh", "-c", scriptB).CombinedOutput()
 	if err != nil {
 		t.Fatalf("node-b: %v\n%s\nnode-a:\n%s", err, out, serverOut.String())
@@ -602,16 +593,7 @@ func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
 	bin := builtNvmock(t)
 	a := freePort(t)
 	assets := filepath.Join(testenv.BuildDir(), "driver")
-	server := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600")
-	var serverOut testenv.SyncBuffer
-	server.Stdout, server.Stderr = &serverOut, &serverOut
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		server.Process.Signal(os.Interrupt)
-		server.Wait()
-	}()
+	serverOut := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600"))
 	// node-b meets node-a at once: node-a listens first.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if c, err := net.Dial("tcp", a); err == nil {
@@ -627,6 +609,22 @@ func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Errorf("node-b, claiming node-a's slot: %v\n%s\nwant %q", err, out, want)
 	}
+}
+
+// startNode starts an exec'd node, ended (SIGINT, as Ctrl-C) when the test
+// ends; it returns what the node prints.
+func startNode(t *testing.T, node *exec.Cmd) *testenv.SyncBuffer {
+	t.Helper()
+	var out testenv.SyncBuffer
+	node.Stdout, node.Stderr = &out, &out
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		node.Process.Signal(os.Interrupt)
+		node.Wait()
+	})
+	return &out
 }
 
 // builtNvmock is the nvmock binary make driver built.

@@ -486,16 +486,22 @@ func TestCtlRegistersAProcessOnAMIGDevice(t *testing.T) {
 	}
 }
 
-// ctl ib's own mistakes are refused before anything is written; the
-// fabric's (an Ethernet port) by the model.
-func TestCtlIBRejectsBadArgumentsWithOneLine(t *testing.T) {
-	dir := t.TempDir()
+// ibNode renders an h100 node named n1, with InfiniBand, and returns its
+// live state's path.
+func ibNode(t *testing.T) string {
+	t.Helper()
 	o := hostprep.Options{Profile: testenv.Profile(t, "h100", 8), NodeName: "n1", Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true}
-	ov, err := hostprep.Render(filepath.Join(dir, "ov"), o)
+	ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := filepath.Join(ov.Dir, hostprep.StatePath)
+	return filepath.Join(ov.Dir, hostprep.StatePath)
+}
+
+// ctl ib's own mistakes are refused before anything is written; the
+// fabric's (an Ethernet port) by the model.
+func TestCtlIBRejectsBadArgumentsWithOneLine(t *testing.T) {
+	state := ibNode(t)
 	for _, c := range []struct {
 		name string
 		args []string
@@ -543,13 +549,7 @@ func TestFaultsForOnePortMakeOneThatCtlChanges(t *testing.T) {
 		t.Errorf("--ib-fault /mlx5_0=down: %v, want no node name", err)
 	}
 
-	dir := t.TempDir()
-	o := hostprep.Options{Profile: testenv.Profile(t, "h100", 8), NodeName: "n1", Assets: testenv.FakeDriverAssets(t), PlainDevFiles: true}
-	ov, err := hostprep.Render(filepath.Join(dir, "ov"), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(ov.Dir, hostprep.StatePath)
+	state := ibNode(t)
 	// A file an older install wrote, with the port listed three times.
 	old := []fabric.Fault{{HCA: "mlx5_0", Counters: map[string]uint64{"symbol_error": 1}}, {HCA: "mlx5_0", Down: true}, {HCA: "mlx5_0", Down: true}}
 	if err := hostprep.SetIBFaults(state, old); err != nil {

@@ -503,16 +503,16 @@ func TestDaemonGoneTurnsIntoTimeouts(t *testing.T) {
 	}
 }
 
-// A program's device comes back when a new daemon listens (the chart's pod
-// restarted): its next request reconnects, says HELLO and registers its
-// agent again, as a fabric that came back under an open device.
-func TestANewDaemonRevivesTheDevice(t *testing.T) {
-	d := newFakeIBD(t, smpAnswer)
+// madSteps runs madclient MODE against socket; at each line it prints that
+// names one of steps, it runs that step, then lets the client go on. It
+// returns every line the client printed, and its pid.
+func madSteps(t *testing.T, mode, socket string, steps map[string]func()) ([]string, int) {
+	t.Helper()
 	bin := cc(t, "gcc", "madclient.c")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "restart")
-	cmd.Env = append(os.Environ(), preload(t, d.path)...)
+	cmd := exec.CommandContext(ctx, bin, mode)
+	cmd.Env = append(os.Environ(), preload(t, socket)...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -526,39 +526,39 @@ func TestANewDaemonRevivesTheDevice(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := bufio.NewScanner(out)
 	var got []string
-	waitFor := func(what string) {
-		t.Helper()
-		for lines.Scan() {
-			got = append(got, lines.Text())
-			if lines.Text() == what {
-				return
-			}
-		}
-		t.Fatalf("madclient restart ended before %q: %q\n%s", what, got, stderr.String())
-	}
-	waitFor("stop")
-	d.stop()
-	fmt.Fprintln(in)
-	waitFor("start")
-	d2 := fakeIBDAt(t, d.path, smpAnswer)
-	fmt.Fprintln(in)
-	for lines.Scan() {
+	for lines := bufio.NewScanner(out); lines.Scan(); {
 		got = append(got, lines.Text())
+		if step, ok := steps[lines.Text()]; ok {
+			step()
+			fmt.Fprintln(in)
+		}
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Errorf("madclient restart: %v\n%s", err, stderr.String())
+		t.Errorf("madclient %s: %v\n%s", mode, err, stderr.String())
 	}
+	return got, cmd.Process.Pid
+}
+
+// A program's device comes back when a new daemon listens (the chart's pod
+// restarted): its next request reconnects, says HELLO and registers its
+// agent again, as a fabric that came back under an open device.
+func TestANewDaemonRevivesTheDevice(t *testing.T) {
+	d := newFakeIBD(t, smpAnswer)
+	var d2 *fakeIBD
+	got, pid := madSteps(t, "restart", d.path, map[string]func(){
+		"stop":  d.stop,
+		"start": func() { d2 = fakeIBDAt(t, d.path, smpAnswer) },
+	})
 	want := []string{"agent 0", "live 0x1: status 0, 320 bytes", "stop", "dead 0x2: status 110, 88 bytes", "start", "back 0x3: status 0, 320 bytes"}
-	if !slices.Equal(got, want) {
-		t.Errorf("madclient restart printed %q, want %q", got, want)
+	if !slices.Equal(got, want) || d2 == nil {
+		t.Fatalf("madclient restart printed %q, want %q", got, want)
 	}
 	cs := d2.snapshot()
 	if len(cs) != 1 {
 		t.Fatalf("the new daemon saw %d connections, want 1", len(cs))
 	}
-	if c := cs[0]; !slices.Equal(c.hello, []uint32{0, uint32(cmd.Process.Pid), 0}) || len(c.regs) != 1 || c.regs[0].Class != 0x01 ||
+	if c := cs[0]; !slices.Equal(c.hello, []uint32{0, uint32(pid), 0}) || len(c.regs) != 1 || c.regs[0].Class != 0x01 ||
 		len(c.mads) != 1 || tid(c.mads[0]) != 3 {
 		t.Errorf("the new daemon saw hello %v, registrations %+v and %d MADs, want umad0's hello, the SMI agent and TID 3\n%v",
 			c.hello, c.regs, len(c.mads), c.control)
@@ -571,41 +571,11 @@ func TestANewDaemonRevivesTheDevice(t *testing.T) {
 // return away, and opensm waits for the return of every send).
 func TestADeviceRevivesOnlyAfterItsTimeoutsAreRead(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ibd.sock")
-	bin := cc(t, "gcc", "madclient.c")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "late")
-	cmd.Env = append(os.Environ(), preload(t, path)...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
-	var got []string
-	for lines.Scan() && lines.Text() != "start" {
-		got = append(got, lines.Text())
-	}
-	got = append(got, "start")
-	d := fakeIBDAt(t, path, smpAnswer)
-	fmt.Fprintln(in)
-	for lines.Scan() {
-		got = append(got, lines.Text())
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("madclient late: %v\n%s", err, stderr.String())
-	}
+	var d *fakeIBD
+	got, _ := madSteps(t, "late", path, map[string]func(){"start": func() { d = fakeIBDAt(t, path, smpAnswer) }})
 	want := []string{"agent 0", "start", "queued 0x1: status 110, 88 bytes", "back 0x2: status 0, 320 bytes"}
-	if !slices.Equal(got, want) {
-		t.Errorf("madclient late printed %q, want %q", got, want)
+	if !slices.Equal(got, want) || d == nil {
+		t.Fatalf("madclient late printed %q, want %q", got, want)
 	}
 	if cs := d.snapshot(); len(cs) != 1 || len(cs[0].regs) != 1 || len(cs[0].mads) != 1 || tid(cs[0].mads[0]) != 2 {
 		t.Errorf("the daemon saw %d connections (%+v), want one with the agent and TID 2", len(cs), cs)
