@@ -229,6 +229,24 @@ func (d *fakeIBD) until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// vendorAgent waits for a vendor class 0x32 agent (ibping -S's) and
+// returns it with its connection.
+func (d *fakeIBD) vendorAgent(t *testing.T) (conn *ibdConn, agent register) {
+	t.Helper()
+	d.until(t, "vendor class 0x32 registration", func() bool {
+		for _, c := range d.conns {
+			for _, r := range c.regs {
+				if r.Class == 0x32 {
+					conn, agent = c, r
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return conn, agent
+}
+
 // snapshot copies the connections' records.
 func (d *fakeIBD) snapshot() []ibdConn {
 	d.mu.Lock()
@@ -614,25 +632,11 @@ func TestIbpingServerComesBackWithANewDaemon(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	}()
-	vendor := func(d *fakeIBD) (conn *ibdConn, agent register) {
-		d.until(t, "vendor class 0x32 registration", func() bool {
-			for _, c := range d.conns {
-				for _, r := range c.regs {
-					if r.Class == 0x32 {
-						conn, agent = c, r
-						return true
-					}
-				}
-			}
-			return false
-		})
-		return conn, agent
-	}
-	vendor(d)
+	d.vendorAgent(t)
 	d.stop()
 	time.Sleep(300 * time.Millisecond) // ibping waits on a dead device
 	d2 := fakeIBDAt(t, d.path, nil)
-	conn, agent := vendor(d2)
+	conn, agent := d2.vendorAgent(t)
 	mad := make([]byte, MADSize)
 	mad[0], mad[1], mad[2], mad[3] = 1, 0x32, 1, 0x01
 	be.PutUint64(mad[8:], 0x4343)
@@ -717,19 +721,7 @@ func TestIbpingServerRegistersAndAnswers(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	}()
-	var conn *ibdConn
-	var agent register
-	d.until(t, "vendor class 0x32 registration", func() bool {
-		for _, c := range d.conns {
-			for _, r := range c.regs {
-				if r.Class == 0x32 {
-					conn, agent = c, r
-					return true
-				}
-			}
-		}
-		return false
-	})
+	conn, agent := d.vendorAgent(t)
 	all := [4]uint32{^uint32(0), ^uint32(0), ^uint32(0), ^uint32(0)}
 	want := register{Agent: agent.Agent, QPN: 1, Class: 0x32, Version: 1, RMPP: 0, OUI: 0x001405, Methods: all}
 	if agent != want {
