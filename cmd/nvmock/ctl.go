@@ -458,9 +458,15 @@ func ctlProc(f *live.File, args []string) error {
 			return fmt.Errorf("pid %q: not a process id", pos[0])
 		}
 		return f.Update(func(s *live.State, now int64) error {
+			if *gpu >= int(s.Header.Gpus) || *gpu < -1 {
+				return fmt.Errorf("--gpu %d: the node has GPUs 0 to %d", *gpu, int(s.Header.Gpus)-1)
+			}
 			n := s.RemoveProcesses(func(p live.Process) bool {
 				return p.PID == uint32(pid) && (*gpu < 0 || p.GPU == *gpu)
 			})
+			if n == 0 && *gpu >= 0 {
+				return fmt.Errorf("pid %d is not registered on GPU %d", pid, *gpu)
+			}
 			if n == 0 {
 				return fmt.Errorf("pid %d is not registered", pid)
 			}

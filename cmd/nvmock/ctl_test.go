@@ -156,6 +156,7 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"a bad memory size", []string{"proc", "add", "0", "5", "--memory", "lots"}, `--memory: "lots" is not a quantity`},
 		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
 		{"an unregistered pid", []string{"proc", "rm", "77"}, "pid 77 is not registered"},
+		{"a GPU the node lacks", []string{"proc", "rm", "77", "--gpu", "9"}, "--gpu 9: the node has GPUs 0 to 7"},
 		{"advancing a running clock", []string{"clock", "advance", "1s"}, "the clock runs; freeze it first"},
 		{"ib on a node without InfiniBand", []string{"ib", "down", "mlx5_0"}, "ctl ib: the node of " + state + " has no InfiniBand"},
 		{"ib listing on a node without InfiniBand", []string{"ib"}, "has no InfiniBand"},
