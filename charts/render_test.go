@@ -95,7 +95,7 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
 		{"fleet", fleetValues, []pool{
 			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers, annotations: fleetAnnotations},
-			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, slots: "gpu-a=0,gpu-b=1", faults: fleetFaults, annotations: fleetAnnotations}, // no InfiniBand: no peers
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, annotations: fleetAnnotations}, // no InfiniBand: no peers, slots or port faults
 		}},
 	}
 	for _, name := range profile.Builtins() {

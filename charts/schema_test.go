@@ -125,6 +125,10 @@ func TestFabricServiceNamesAreChecked(t *testing.T) {
 	if _, err := renderRelease(t, "1ci", "infiniband: {peerPort: 0}", false); err != nil {
 		t.Errorf("without the fabric Service, release 1ci: %v", err)
 	}
+	// A pool without InfiniBand has no fabric Service to name (review).
+	if _, err := renderRelease(t, "1ci", "pools: [{name: t4-pool-with-a-rather-long-name-for-its-racks, profile: t4}]", false); err != nil {
+		t.Errorf("a T4 pool, release 1ci: %v", err)
+	}
 }
 
 // The templates check the profile name too, for a user who skips schema

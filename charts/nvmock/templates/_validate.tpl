@@ -45,7 +45,8 @@ one another. Each failure names the field and the fix.
 {{- fail "infiniband.peerPort: 9464 is the plugin's metrics and probe port (--listen :9464); choose another, e.g. 4791" -}}
 {{- end -}}
 {{- range $i, $p := $pools -}}
-{{- if $port -}}
+{{- /* Only pools with InfiniBand get a fabric Service. */ -}}
+{{- if and $port (include "nvmock.hasInfiniband" $p) -}}
 {{- $svc := printf "%s-%s-fabric" (include "nvmock.fullname" $) $p.name -}}
 {{- if gt (len $svc) 63 -}}
 {{- fail (printf "pools[%d].name %q: the pool's fabric Service would be %s, %d characters, and a Service name takes 63 at most; shorten the pool's name or the release's" $i $p.name $svc (len $svc)) -}}
