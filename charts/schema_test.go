@@ -126,7 +126,7 @@ func TestFabricServiceNamesAreChecked(t *testing.T) {
 		t.Errorf("without the fabric Service, release 1ci: %v", err)
 	}
 	// A pool without InfiniBand has no fabric Service to name (review).
-	if _, err := renderRelease(t, "1ci", "pools: [{name: t4-pool-with-a-rather-long-name-for-its-racks, profile: t4}]", false); err != nil {
+	if _, err := renderRelease(t, "1ci", "pools: [{name: t4-pool-for-the-racks-of-building-17, profile: t4}]", false); err != nil {
 		t.Errorf("a T4 pool, release 1ci: %v", err)
 	}
 }
