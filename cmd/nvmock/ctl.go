@@ -62,6 +62,23 @@ The state is --state, else $NVMOCK_STATE, else nvmock exec's node, else
 /var/lib/nvmock/live/state.
 `
 
+// ctlSubUsage is one command's part of ctlUsage (its lines, up to the next
+// command's), for its --help; the whole for a name it does not have.
+func ctlSubUsage(name string) string {
+	lines := strings.Split(ctlUsage, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "  "+name+" ") && l != "  "+name {
+			continue
+		}
+		j := i + 1
+		for j < len(lines) && (strings.HasPrefix(lines[j], "      ") || strings.HasPrefix(lines[j], "  "+name+" ")) {
+			j++
+		}
+		return "Usage: nvmock ctl [--state PATH] " + strings.TrimSpace(strings.Join(lines[i:j], "\n")) + "\n\n"
+	}
+	return ctlUsage
+}
+
 func ctlCmd(args []string) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -83,7 +100,7 @@ func ctlCmd(args []string) error {
 		return nil
 	}
 	if slices.ContainsFunc(rest[1:], isHelp) {
-		fmt.Print(ctlUsage) // before the state: help needs no node
+		fmt.Print(ctlSubUsage(rest[0])) // before the state: help needs no node
 		return nil
 	}
 	path, err := live.Find(*statePath)

@@ -677,3 +677,21 @@ func TestCtlStatusNamesAFaultsProcessAndXID74NeedsNVLink(t *testing.T) {
 		t.Errorf("XID 74 on a T4: %v, want %q", err, want)
 	}
 }
+
+// ctl COMMAND --help shows that command's part of the help (it showed the
+// whole of it); an unknown command, the whole.
+func TestCtlCommandHelpIsItsOwn(t *testing.T) {
+	for _, c := range []struct{ name, has, lacks string }{
+		{"load", "load GPUS PERCENT", "fault GPUS"},
+		{"proc", "proc rm PID", "mig LAYOUT"},
+		{"clock", "clock advance DURATION", "status [--json]"},
+	} {
+		got := ctlSubUsage(c.name)
+		if !strings.HasPrefix(got, "Usage: nvmock ctl [--state PATH] "+c.name) || !strings.Contains(got, c.has) || strings.Contains(got, c.lacks) {
+			t.Errorf("ctl %s --help:\n%s", c.name, got)
+		}
+	}
+	if ctlSubUsage("melt") != ctlUsage {
+		t.Error("an unknown command's help is not the whole help")
+	}
+}
