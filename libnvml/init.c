@@ -180,6 +180,7 @@ static nvmlReturn_t build_devices(void)
 	const char *root;
 	nvmock.caps_root[0] = '\0';
 	nvmock.mig_monitor = 1;
+	nvmock.mig_config = 1;
 	if (dev_filter(&root)) {
 		for (unsigned i = 0; i < count; i++)
 			keep[i] = dev_node_exists(root, nvmock.node[i].minor);
@@ -189,6 +190,8 @@ static nvmlReturn_t build_devices(void)
 		char cap[sizeof nvmock.caps_root + 16];
 		snprintf(cap, sizeof cap, "%s/nvidia-cap2", nvmock.caps_root); // mig-minors: "monitor 2"
 		nvmock.mig_monitor = access(cap, F_OK) == 0;
+		snprintf(cap, sizeof cap, "%s/nvidia-cap1", nvmock.caps_root); // "config 1"
+		nvmock.mig_config = access(cap, F_OK) == 0;
 	} else {
 		ret = env_filter(count, (const char (*)[96])uuids, keep);
 		if (ret != NVML_SUCCESS)

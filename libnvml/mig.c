@@ -109,6 +109,18 @@ static void warn_state(void)
 			    "(install the node, or run under nvmock exec)");
 }
 
+// nvmock_mig_change is nvmock_live_update for making and destroying GPU and
+// compute instances, which the driver allows only a process holding the MIG
+// config capability (a container given NVIDIA_MIG_CONFIG_DEVICES=all, a
+// host): NO_PERMISSION without its node, as nvidia-smi's "Insufficient
+// Permissions".
+nvmlReturn_t nvmock_mig_change(const struct nvmock_dev *d, live_change fn, void *arg)
+{
+	if (!nvmock.mig_config)
+		return NVML_ERROR_NO_PERMISSION;
+	return nvmock_live_update(d, fn, arg);
+}
+
 // nvmock_live_update runs fn on a copy of the GPU's live record under the
 // writers' lock and publishes it inside the seqlock. A state file this
 // process cannot write (a container's read-only view, or not root) is

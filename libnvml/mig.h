@@ -32,6 +32,7 @@ void nvmock_mig_read(const struct nvmock_dev *d, struct mig_state *m);
 // writers' lock holds it.
 typedef nvmlReturn_t (*live_change)(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg);
 nvmlReturn_t nvmock_live_update(const struct nvmock_dev *d, live_change fn, void *arg);
+nvmlReturn_t nvmock_mig_change(const struct nvmock_dev *d, live_change fn, void *arg);
 int nvmock_mig_row_by_enum(const struct snap_device *s, unsigned profile);
 int nvmock_mig_row_by_id(const struct snap_device *s, unsigned id);
 void nvmock_mig_name(const struct snap_device *s, unsigned row, char *out, size_t len);

@@ -249,7 +249,7 @@ static nvmlReturn_t create(nvmlGpuInstance_t gpuInstance, unsigned profileId, co
 			return NVML_ERROR_INVALID_ARGUMENT;
 		a.start = (int)pl->start;
 	}
-	r = nvmock_live_update(x.gi->dev, create_ci, &a);
+	r = nvmock_mig_change(x.gi->dev, create_ci, &a);
 	if (r == NVML_SUCCESS)
 		*out = ci_handle(x.gi->dev, x.gi->id, a.id);
 	return r;
@@ -293,7 +293,7 @@ NVML_API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeIn
 	nvmlReturn_t r = nvmock_ci_of(computeInstance, &ci, &m);
 	if (r != NVML_SUCCESS)
 		return r;
-	return nvmock_live_update(ci->dev, destroy_ci, (void *)ci);
+	return nvmock_mig_change(ci->dev, destroy_ci, (void *)ci);
 }
 
 NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,

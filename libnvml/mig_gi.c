@@ -289,7 +289,7 @@ static nvmlReturn_t create(nvmlDevice_t device, unsigned profileId, const nvmlGp
 			return NVML_ERROR_INVALID_ARGUMENT;
 		a.start = (int)placement->start;
 	}
-	nvmlReturn_t r = nvmock_live_update(d, create_gi, &a);
+	nvmlReturn_t r = nvmock_mig_change(d, create_gi, &a);
 	if (r == NVML_SUCCESS)
 		*gpuInstance = gi_handle(d, a.id);
 	return r;
@@ -334,7 +334,7 @@ NVML_API nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
 	if (r != NVML_SUCCESS)
 		return r;
 	unsigned id = gi->id;
-	return nvmock_live_update(gi->dev, destroy_gi, &id);
+	return nvmock_mig_change(gi->dev, destroy_gi, &id);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,

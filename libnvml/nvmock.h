@@ -47,6 +47,9 @@ struct nvmock_state {
 	// Whether this process holds the MIG monitor capability, as a host
 	// does: it sees every MIG device and a MIG-mode GPU's aggregates.
 	int mig_monitor;
+	// Whether it holds the MIG config capability (nvidia-cap1), which the
+	// driver asks of whoever makes or destroys GPU and compute instances.
+	int mig_config;
 };
 
 // What the active faults do to a GPU.

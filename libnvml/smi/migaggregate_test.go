@@ -69,3 +69,33 @@ func TestAContainerOnAMIGDeviceReadsNoGPUTotals(t *testing.T) {
 		})
 	}
 }
+
+// Making and destroying instances needs the MIG config capability's node
+// (nvidia-cap1), as the driver asks: a container given one MIG device
+// cannot repartition its GPU (review: -dci succeeded), one given the
+// capability (NVIDIA_MIG_CONFIG_DEVICES=all) can. Every release prints
+// Insufficient Permissions for the first.
+func TestMakingInstancesNeedsTheMIGConfigCapability(t *testing.T) {
+	snap, _ := testenv.Snapshot(t, "a100", 2)
+	for _, s := range testenv.NvidiaSMIs(t) {
+		t.Run(s.Version, func(t *testing.T) {
+			testenv.LiveState(t, snap, 2, time.Time{})
+			run := smiRunner(t, s.Path, snap)
+			run("-i", "0", "-mig", "1")
+			run("mig", "-cgi", "19", "-C")
+			without := []string{"NVMOCK_DEV_ROOT=" + capRoot(t, 13, true)}
+			out, _, err := runSMI(t, s.Path, snap, without, "mig", "-i", "0", "-dci", "-gi", "13")
+			if err != nil || !strings.Contains(out, "Insufficient Permissions") {
+				t.Errorf("-dci without nvidia-cap1 (%v):\n%s\nwant Insufficient Permissions", err, out)
+			}
+			if got := run("mig", "-lci"); !strings.Contains(got, " 13 ") {
+				t.Errorf("the refused -dci destroyed the compute instance:\n%s", got)
+			}
+			with := []string{"NVMOCK_DEV_ROOT=" + devRoot(t, "nvidiactl", "nvidia0", "nvidia-caps/nvidia-cap1", "nvidia-caps/nvidia-cap2")}
+			out, code, err := runSMI(t, s.Path, snap, with, "mig", "-i", "0", "-dci", "-gi", "13")
+			if err != nil || code != 0 || !strings.Contains(out, "Successfully destroyed compute instance") {
+				t.Errorf("-dci with nvidia-cap1 (exit %d, %v):\n%s", code, err, out)
+			}
+		})
+	}
+}

@@ -360,6 +360,11 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, 
 	if v, ok := lookupEnv(ctr.Env, MIGMonitorEnv); ok && strings.TrimSpace(v) == "all" && node.MIGMonitor != nil {
 		addNode(*node.MIGMonitor)
 	}
+	// NVIDIA's runtime gives the config capability for
+	// NVIDIA_MIG_CONFIG_DEVICES=all (with the writable state, migConfig).
+	if v, ok := lookupEnv(ctr.Env, MIGConfigEnv); ok && strings.TrimSpace(v) == "all" && node.MIGConfig != nil {
+		addNode(*node.MIGConfig)
+	}
 	adj.DeviceRules = make([]DeviceRule, 0, len(adj.Devices))
 	for _, d := range adj.Devices {
 		if !hasRule(adj.DeviceRules, d) {

@@ -101,6 +101,8 @@ func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
 	n := migNode()
 	monitor := DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap2", Type: "c", Major: 1, Minor: 3, FileMode: 0o666}
 	n.MIGMonitor = &monitor
+	config := DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap1", Type: "c", Major: 1, Minor: 3, FileMode: 0o666}
+	n.MIGConfig = &config
 	var every []DeviceNode
 	for _, m := range n.MIG {
 		every = append(every, m.Caps[0], m.Caps[1])
@@ -117,6 +119,7 @@ func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
 		{"the MIG GPU named alone", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1,"), nil},
 		{"two GPUs by count", pod("ml", GPUsAnnotation, "2"), ctr, nil},
 		{"the monitor capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGMonitorEnv+"=all"), []DeviceNode{monitor}},
+		{"the config capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGConfigEnv+"=all"), []DeviceNode{config}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adj, ok, err := Decide(testConfig, n, c.pod, c.ctr)

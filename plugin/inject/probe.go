@@ -91,6 +91,9 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 	if c, err := statNode(dev, "nvidia-caps/nvidia-cap2"); err == nil {
 		n.MIGMonitor = &c
 	}
+	if c, err := statNode(dev, "nvidia-caps/nvidia-cap1"); err == nil {
+		n.MIGConfig = &c
+	}
 	if n.IB, err = probeIB(root, filepath.Dir(resolved), dev); err != nil {
 		return NodeState{}, fmt.Errorf("probe overlay in %s: InfiniBand: %w", root, err)
 	}

@@ -110,6 +110,11 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 				monitor.Major, monitor.Minor = 509, 2
 			}
 			want.MIGMonitor = &monitor
+			config := DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap1", Type: "c", Major: 1, Minor: 3, FileMode: 0o666}
+			if c.real {
+				config.Major, config.Minor = 509, 1
+			}
+			want.MIGConfig = &config
 			// h100's HCAs, inert whatever the GPUs' numbers.
 			ov := filepath.Dir(resolved)
 			want.IB = &IBNode{DevDir: filepath.Join(driver, "dev", "infiniband"), Shim: filepath.Join(ov, hostprep.UmadShimPath),

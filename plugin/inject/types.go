@@ -141,7 +141,10 @@ type NodeState struct {
 	// MIGMonitor is the MIG monitor capability's node; nil when the
 	// overlay has none (a board without MIG).
 	MIGMonitor *DeviceNode
-	MIGGen     uint64
+	// MIGConfig is the MIG config capability's node (nvidia-cap1), which
+	// the library asks of a process that makes or destroys instances.
+	MIGConfig *DeviceNode
+	MIGGen    uint64
 	// MIGInUse[k] counts the containers given MIG[k]; nil is all zero.
 	MIGInUse []int
 
