@@ -34,6 +34,10 @@ type PCIModel struct {
 
 var rdmaNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
 
+// ValidRDMAName says whether name can be an RDMA device's (pcie.nics[].name):
+// letters, digits, _ and -, as it names sysfs directories and links.
+func ValidRDMAName(name string) bool { return rdmaNameRE.MatchString(name) }
+
 // NIC is a network adapter beside the GPUs.
 type NIC struct {
 	BDF  string `json:"bdf"`

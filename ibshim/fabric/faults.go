@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/nvmock/nvmock/profile"
 )
 
 // Fault is what is wrong with one of a node's HCA ports, as an operator
@@ -75,11 +77,7 @@ func (ft Fault) String() string {
 	return s
 }
 
-// hcaName is an RDMA device name as profiles give them (pcie.nics[].name).
-var (
-	hcaName  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
-	nodeName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
-)
+var nodeName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
 
 // ParseFault reads one fault; the error names what is wrong with it.
 func ParseFault(s string) (Fault, error) {
@@ -97,7 +95,7 @@ func ParseFault(s string) (Fault, error) {
 		}
 		f.Node, target = n, h
 	}
-	if !hcaName.MatchString(target) {
+	if !profile.ValidRDMAName(target) {
 		return f, fmt.Errorf("%q is not an HCA name such as mlx5_3", target)
 	}
 	f.HCA = target
