@@ -131,38 +131,25 @@ func IBFaults(statePath string) ([]fabric.Fault, error) {
 	return faults, nil
 }
 
-// IBFabric is the fabric of the node whose live state is statePath, as its
-// daemon has it.
-func IBFabric(statePath string) (*fabric.Fabric, error) {
-	dir := IBLiveDir(statePath)
-	spec, err := os.ReadFile(filepath.Join(dir, IBLiveFabric))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("the node of %s has no InfiniBand", statePath)
-	}
-	if err != nil {
-		return nil, err
-	}
-	_, f, err := fabricOf(spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, IBLiveFabric), err)
-	}
-	return f, nil
+// SetIBFaults makes faults the port faults of the node whose live state
+// is statePath, while it runs.
+func SetIBFaults(statePath string, faults []fabric.Fault) error {
+	return UpdateIBFaults(statePath, func(*fabric.Fabric, []fabric.Fault) ([]fabric.Fault, error) { return faults, nil })
 }
 
-// SetIBFaults makes faults the port faults of the node whose live state
-// is statePath, while it runs: first the ports' sysfs files (each replaced
-// in one rename, so a reader never sees half of one), then the faults
-// file, which tells the fabric daemon.
-func SetIBFaults(statePath string, faults []fabric.Fault) error {
+// UpdateIBFaults changes the port faults of the node whose live state is
+// statePath, while it runs: change gets the node's fabric, as its daemon
+// has it, and the faults it has now, and returns the new ones. It holds
+// the state's lock throughout, so two commands at once both count. The
+// ports' sysfs files are written first (each replaced in one rename, so a
+// reader never sees half of one), then the faults file, which tells the
+// fabric daemon.
+func UpdateIBFaults(statePath string, change func(f *fabric.Fabric, faults []fabric.Fault) ([]fabric.Fault, error)) error {
 	dir := IBLiveDir(statePath)
-	spec, err := os.ReadFile(filepath.Join(dir, IBLiveFabric))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("the node of %s has no InfiniBand", statePath)
-	}
-	if err != nil {
-		return err
-	}
 	d, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the node of %s has no InfiniBand (no %s)", statePath, dir)
+	}
 	if err != nil {
 		return err
 	}
@@ -170,9 +157,23 @@ func SetIBFaults(statePath string, faults []fabric.Fault) error {
 	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("lock %s: %w", dir, err)
 	}
+	spec, err := os.ReadFile(filepath.Join(dir, IBLiveFabric))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the node of %s has no InfiniBand", statePath)
+	}
+	if err != nil {
+		return err
+	}
 	node, f, err := fabricOf(spec)
 	if err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(dir, IBLiveFabric), err)
+	}
+	faults, err := IBFaults(statePath)
+	if err != nil {
+		return err
+	}
+	if faults, err = change(f, faults); err != nil {
+		return err
 	}
 	if err := f.Apply(faults); err != nil {
 		return err

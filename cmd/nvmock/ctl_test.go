@@ -585,6 +585,38 @@ func TestFaultsForOnePortMakeOneThatCtlChanges(t *testing.T) {
 	}
 }
 
+// ctl ib commands run at once all count: each reads, changes and writes
+// the faults under the state's lock (they read the faults before it, and
+// the last writer won).
+func TestCtlIBCommandsAtOnceAllCount(t *testing.T) {
+	state := ibNode(t)
+	var hcas []string
+	err := hostprep.UpdateIBFaults(state, func(f *fabric.Fabric, faults []fabric.Fault) ([]fabric.Fault, error) {
+		for _, s := range f.Subnets {
+			for name := range s.LocalCAs(f.Local) {
+				hcas = append(hcas, name)
+			}
+		}
+		return faults, nil
+	})
+	if err != nil || len(hcas) < 4 {
+		t.Fatalf("the node's HCAs: %v, %v", hcas, err)
+	}
+	errs := make(chan error, len(hcas))
+	for _, h := range hcas {
+		go func() { errs <- run([]string{"ctl", "--state", state, "ib", "down", h}) }()
+	}
+	for range hcas {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	faults, err := hostprep.IBFaults(state)
+	if err != nil || len(faults) != len(hcas) {
+		t.Errorf("after %d ib down at once: %v, %v; want every HCA down", len(hcas), faults, err)
+	}
+}
+
 // ctl status shows the settings nvidia-smi changed (the library writes
 // them; here the state is written as it does), and only those.
 func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {

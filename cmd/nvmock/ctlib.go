@@ -35,13 +35,16 @@ func ctlIB(statePath string, args []string, out io.Writer) error {
 	case verb == "clear" && len(rest) > 1, verb != "clear" && len(rest) != len(strings.Fields(usage)):
 		return fmt.Errorf("use ib %s %s", verb, usage)
 	}
-	f, err := hostprep.IBFabric(statePath)
-	if err != nil {
-		return err
-	}
+	return hostprep.UpdateIBFaults(statePath, func(f *fabric.Fabric, faults []fabric.Fault) ([]fabric.Fault, error) {
+		return changeIB(f, faults, verb, rest)
+	})
+}
+
+// changeIB is faults after the ib command verb with its arguments rest.
+func changeIB(f *fabric.Fabric, faults []fabric.Fault, verb string, rest []string) ([]fabric.Fault, error) {
 	if len(rest) > 0 {
 		if err := f.Apply([]fabric.Fault{{HCA: rest[0]}}); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// One fault a port: a fault naming this node is this node's (the
@@ -77,10 +80,10 @@ func ctlIB(statePath string, args []string, out io.Writer) error {
 	case "errors":
 		parsed, err := fabric.ParseFault(rest[0] + "=" + rest[1])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if parsed.Down {
-			return fmt.Errorf("%q: down is its own command (ib down %s)", rest[1], rest[0])
+			return nil, fmt.Errorf("%q: down is its own command (ib down %s)", rest[1], rest[0])
 		}
 		ft := at(rest[0])
 		for k, v := range parsed.Counters {
@@ -89,8 +92,7 @@ func ctlIB(statePath string, args []string, out io.Writer) error {
 	case "clear":
 		faults = slices.DeleteFunc(faults, func(ft fabric.Fault) bool { return ft.Node == "" && (len(rest) == 0 || ft.HCA == rest[0]) })
 	}
-	faults = slices.DeleteFunc(faults, func(ft fabric.Fault) bool { return !ft.Down && len(ft.Counters) == 0 })
-	return hostprep.SetIBFaults(statePath, faults)
+	return slices.DeleteFunc(faults, func(ft fabric.Fault) bool { return !ft.Down && len(ft.Counters) == 0 }), nil
 }
 
 func setCounter(ft *fabric.Fault, name string, v uint64) {
