@@ -103,11 +103,12 @@ func TestAnNvidiaCTKSpecGivesAMIGDeviceByCDIName(t *testing.T) {
 	}
 }
 
-// Only a container asking for the MIG config capability
+// Only a privileged container asking for the MIG config capability
 // (NVIDIA_MIG_CONFIG_DEVICES=all, as mig-manager and the DRA driver's
 // kubelet plugin do) changes the node's layout with the real nvidia-smi;
 // the node sees the change. Another container is refused, as an
-// unprivileged process is on a real node.
+// unprivileged process is on a real node, and so is an unprivileged one
+// asking for it, which NVIDIA's runtime refuses the capability.
 func TestOnlyAMIGConfigContainerChangesTheLayout(t *testing.T) {
 	n := theNode
 	t.Cleanup(func() {
@@ -124,7 +125,13 @@ func TestOnlyAMIGConfigContainerChangesTheLayout(t *testing.T) {
 	if mode := n.smi(t, "-i", "4", "--query-gpu=mig.mode.current", "--format=csv,noheader"); mode != "Disabled\n" {
 		t.Errorf("after the refused container, GPU 4's MIG mode is %q", mode)
 	}
-	r = n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}, env: map[string]string{"NVIDIA_MIG_CONFIG_DEVICES": "all"}})
+	config := map[string]string{"NVIDIA_MIG_CONFIG_DEVICES": "all"}
+	r = n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}, env: config})
+	if r.code == 0 || !strings.Contains(r.out, "Insufficient Permissions") {
+		t.Errorf("an unprivileged container asking for the MIG config capability: exit %d\n%s\nwant Insufficient Permissions", r.code, r.out)
+	}
+	priv := n.runPrivilegedPod(t, optedIn)
+	r = n.run(t, priv, ctr{image: "glibc", cmd: []string{"sh", "-c", script}, env: config, privileged: true})
 	if r.code != 0 || !strings.Contains(r.out, "Successfully created compute instance") {
 		t.Fatalf("a container with the MIG config capability: exit %d\n%s", r.code, r.out)
 	}

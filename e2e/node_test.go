@@ -127,13 +127,24 @@ func (n *node) runPod(t testing.TB, ns string, annotations map[string]string) *p
 // runPodWith starts a pod under a runtime handler ("" for runc).
 func (n *node) runPodWith(t testing.TB, ns string, annotations map[string]string, handler string) *pod {
 	t.Helper()
+	return n.startPod(t, ns, annotations, handler, false)
+}
+
+// runPrivilegedPod starts a pod whose containers may be privileged.
+func (n *node) runPrivilegedPod(t testing.TB, ns string) *pod {
+	t.Helper()
+	return n.startPod(t, ns, nil, "", true)
+}
+
+func (n *node) startPod(t testing.TB, ns string, annotations map[string]string, handler string, privileged bool) *pod {
+	t.Helper()
 	name := fmt.Sprintf("p%d-%d", os.Getpid(), seq.Add(1))
 	cfg := &cri.PodSandboxConfig{
 		Metadata:     &cri.PodSandboxMetadata{Name: name, Namespace: ns, Uid: name + "-uid"},
 		LogDirectory: filepath.Join(n.env["POD_LOG_DIR"], name),
 		Annotations:  annotations,
 		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
-			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
+			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}, Privileged: privileged}},
 	}
 	r, err := n.rt.RunPodSandbox(ctx(t), &cri.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
 	if err != nil {
@@ -158,8 +169,9 @@ type ctr struct {
 	cdi   []string
 	name  string // default: c<seq>
 	// mounts and devices are asked of CRI directly.
-	mounts  []cri.Mount
-	devices [][2]string // host path, container path
+	mounts     []cri.Mount
+	devices    [][2]string // host path, container path
+	privileged bool        // in a pod of runPrivilegedPod
 }
 
 func (n *node) create(t testing.TB, p *pod, c ctr) string {
@@ -195,6 +207,9 @@ func (n *node) tryCreate(t testing.TB, p *pod, c ctr) (string, error) {
 	}
 	for _, d := range c.devices {
 		cfg.Devices = append(cfg.Devices, &cri.Device{ContainerPath: d[1], HostPath: d[0], Permissions: "rwm"})
+	}
+	if c.privileged {
+		cfg.Linux.SecurityContext = &cri.LinuxContainerSecurityContext{Privileged: true}
 	}
 	r, err := n.rt.CreateContainer(ctx(t), &cri.CreateContainerRequest{PodSandboxId: p.id, Config: cfg, SandboxConfig: p.cfg})
 	if err != nil {

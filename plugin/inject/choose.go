@@ -3,6 +3,7 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,20 +15,42 @@ const (
 	CDIKindNVIDIA = "nvidia.com/gpu"
 )
 
+// source is where choose found what the container gets.
+type source int
+
+const (
+	fromSpec       source = iota // CDI devices or GPU nodes already in the spec
+	fromMounts                   // a device plugin's volume-mounts list
+	fromEnv                      // NVIDIA_VISIBLE_DEVICES
+	fromAnnotation               // nvmock.io/gpus
+	fromDefault                  // Config.DefaultGPUs
+)
+
+// DeviceListRoot is where a device plugin with the volume-mounts list
+// strategy mounts /dev/null once per device it gives (.../<name>, or
+// .../cdi/<vendor>/<class>/<name>), with NVIDIA_VISIBLE_DEVICES naming the
+// directory; NVIDIA's runtime reads the names off the mounts.
+const DeviceListRoot = "/var/run/nvidia-container-devices"
+
 // choose marks in sel the GPUs the container gets, first source that says
 // wins:
 //
 //  1. GPUs already in the spec: CDI devices of the two GPU kinds and
 //     /dev/nvidiaN nodes (together). They come before the environment
 //     because a CDI spec sets NVIDIA_VISIBLE_DEVICES=void beside its nodes.
-//  2. NVIDIA_VISIBLE_DEVICES: all; none (the driver without GPUs); void
+//  2. Mounts under DeviceListRoot, as NVIDIA's runtime reads them when it
+//     accepts device lists as volume mounts; none, or void among them,
+//     falls through.
+//  3. NVIDIA_VISIBLE_DEVICES: all; none (the driver without GPUs); void
 //     (nothing); node indices and UUIDs (or unique UUID prefixes, as the
 //     library accepts), read as NVIDIA's toolkit reads it: set but empty
 //     is void, and all, none or void anywhere in a list counts. Unset
-//     falls through.
-//  3. The pod annotation nvmock.io/gpus (request grammar, selectRequest);
+//     falls through. An "all" gives way to the annotation: CUDA images
+//     set it in their environment, where a device plugin's list would
+//     replace it.
+//  4. The pod annotation nvmock.io/gpus (request grammar, selectRequest);
 //     none is the driver without GPUs, like the variable's none.
-//  4. Config.DefaultGPUs, "all" when empty; its none is nothing at all, since
+//  5. Config.DefaultGPUs, "all" when empty; its none is nothing at all, since
 //     the pod asked for nothing.
 //
 // driver says the pod asked for none explicitly: the driver (library,
@@ -36,7 +59,7 @@ const (
 // bad says why a source is bad, "" when sel is the answer (all false for
 // none and void). Nothing a pod says becomes a path: values only select
 // among the node's GPUs.
-func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []bool) (driver, all bool, bad string) {
+func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []bool) (driver, all bool, src source, bad string) {
 	found := false
 	for _, name := range ctr.CDIDevices {
 		kind, dev, _ := strings.Cut(name, "=")
@@ -52,14 +75,14 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		if kind == CDIKindNVIDIA && isMIGName(dev) {
 			k, why := node.lookupMIG(dev)
 			if why != "" {
-				return false, all, fmt.Sprintf("CDI device %s %s", quote(name), why)
+				return false, all, fromSpec, fmt.Sprintf("CDI device %s %s", quote(name), why)
 			}
 			mig[k] = true
 			continue
 		}
 		i, why := node.lookup(dev)
 		if why != "" {
-			return false, all, fmt.Sprintf("CDI device %s %s", quote(name), why)
+			return false, all, fromSpec, fmt.Sprintf("CDI device %s %s", quote(name), why)
 		}
 		sel[i] = true
 	}
@@ -74,7 +97,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		found = true
 		i := node.byPath(d.Path)
 		if i < 0 {
-			return false, all, fmt.Sprintf("device node %s is no GPU of this node", quote(d.Path))
+			return false, all, fromSpec, fmt.Sprintf("device node %s is no GPU of this node", quote(d.Path))
 		}
 		sel[i] = true
 	}
@@ -93,34 +116,45 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		}
 	}
 	if found {
-		return false, all, ""
+		return false, all, fromSpec, ""
 	}
 
-	if v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv); ok {
+	if list := mountedList(ctr.Mounts); list != "" {
+		if why := node.selectList(list, sel, mig); why != "" {
+			return false, false, fromMounts, fmt.Sprintf("mounts under %s name %s: %s", DeviceListRoot, quote(list), why)
+		}
+		return false, false, fromMounts, ""
+	}
+
+	annotation := strings.TrimSpace(pod.Annotations[GPUsAnnotation])
+	if v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv); ok && (special(v) != "all" || annotation == "") {
 		switch special(v) {
 		case "void":
 		case "all":
 			setAll(sel)
 			all = true
 		case "none":
-			return true, all, ""
+			return true, all, fromEnv, ""
 		default:
+			if path.Clean(strings.TrimSpace(v)) == DeviceListRoot {
+				return false, false, fromEnv, fmt.Sprintf("env %s=%s names the volume-mounts device list, but no device is mounted under it", VisibleDevicesEnv, quote(v))
+			}
 			if why := node.selectList(v, sel, mig); why != "" {
-				return false, all, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
+				return false, all, fromEnv, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
 			}
 		}
-		return false, all, ""
+		return false, all, fromEnv, ""
 	}
 
-	if v, ok := pod.Annotations[GPUsAnnotation]; ok && strings.TrimSpace(v) != "" {
-		if strings.TrimSpace(v) == "none" {
-			return true, all, ""
+	if annotation != "" {
+		if annotation == "none" {
+			return true, false, fromAnnotation, ""
 		}
-		all = strings.TrimSpace(v) == "all"
-		if why := node.selectRequest(v, sel, mig); why != "" {
-			return false, all, fmt.Sprintf("annotation %s=%s %s", GPUsAnnotation, quote(v), why)
+		all = annotation == "all"
+		if why := node.selectRequest(annotation, sel, mig); why != "" {
+			return false, all, fromAnnotation, fmt.Sprintf("annotation %s=%s %s", GPUsAnnotation, quote(annotation), why)
 		}
-		return false, all, ""
+		return false, all, fromAnnotation, ""
 	}
 
 	def := cfg.DefaultGPUs
@@ -129,9 +163,47 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 	}
 	all = strings.TrimSpace(def) == "all"
 	if why := node.selectRequest(def, sel, mig); why != "" {
-		return false, all, fmt.Sprintf("config default GPUs %s %s", quote(def), why)
+		return false, all, fromDefault, fmt.Sprintf("config default GPUs %s %s", quote(def), why)
 	}
-	return false, all, ""
+	return false, all, fromDefault, ""
+}
+
+// mountedList reads a device plugin's volume-mounts list as NVIDIA's
+// runtime does: each mount under DeviceListRoot names one device (a CDI
+// name of a GPU kind under cdi/); "" for none, void among them, or names
+// only of other kinds. Only destinations reach the plugin: the runtime
+// also checks the source is /dev/null.
+func mountedList(mounts []string) string {
+	var names []string
+	for _, m := range mounts {
+		rest, found := strings.CutPrefix(path.Clean(m), DeviceListRoot+"/")
+		if !found || rest == "" {
+			continue
+		}
+		if rest == "void" {
+			return ""
+		}
+		if strings.HasPrefix(rest, "imex/") { // IMEX channels: not GPUs
+			continue
+		}
+		if cdi, isCDI := strings.CutPrefix(rest, "cdi/"); isCDI {
+			// vendor/class/name or vendor/class=name
+			if i := strings.IndexByte(cdi, '='); i < 0 {
+				if parts := strings.SplitN(cdi, "/", 3); len(parts) == 3 {
+					cdi = parts[0] + "/" + parts[1] + "=" + parts[2]
+				}
+			}
+			kind, dev, _ := strings.Cut(cdi, "=")
+			if kind != CDIKindNVIDIA && kind != CDIKindMock {
+				continue
+			}
+			rest = dev
+		}
+		if !slices.Contains(names, rest) {
+			names = append(names, rest)
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 // special reads NVIDIA_VISIBLE_DEVICES as NVIDIA's toolkit does (its

@@ -36,7 +36,7 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	if len(node.MIG) > 0 {
 		mig = make([]bool, len(node.MIG))
 	}
-	driver, all, bad := choose(&cfg, &node, &pod, &ctr, sel, mig)
+	driver, all, src, bad := choose(&cfg, &node, &pod, &ctr, sel, mig)
 	if bad != "" {
 		// Why fail open: a typo in a pod must not stop it; it runs without GPUs.
 		return Adjustment{Warnings: []string{fmt.Sprintf("pod %s/%s container %s: %s; giving it no GPUs", pod.Namespace, pod.Name, ctr.Name, bad)}}, false, nil
@@ -57,16 +57,19 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 		// void, or nothing asked for: nothing GPU-related at all, but the
 		// node's PCI tree still, which a real node shows every container.
 		adj := Adjustment{Hooks: pciHooks(&node)}
-		migConfig(&node, &ctr, &adj)
+		migConfig(&node, &ctr, &adj, all)
 		return adj, !adj.Empty(), nil
 	}
-	if byNvidiaRuntime(&cfg, &pod, &ctr) {
-		adj := deferred(&node, &ctr, sel, count)
-		migConfig(&node, &ctr, &adj)
+	// Under NVIDIA's runtime a request the runtime cannot read (the
+	// annotation, the default) is handed to it as a device plugin would:
+	// in NVIDIA_VISIBLE_DEVICES, which it reads after NRI.
+	if byNvidiaRuntime(&cfg, &pod, &ctr) || nvidiaHandler(&cfg, &pod) && src >= fromAnnotation && count+migs > 0 {
+		adj := deferred(&node, &ctr, sel, mig, src >= fromAnnotation)
+		migConfig(&node, &ctr, &adj, all)
 		return adj, true, nil
 	}
-	adj := build(&cfg, &node, &ctr, sel, count, mig, all)
-	migConfig(&node, &ctr, &adj)
+	adj := build(&cfg, &node, &ctr, sel, mig, all)
+	migConfig(&node, &ctr, &adj, all)
 	// Why not for the driver alone: extensions pair devices with GPUs, and there are none.
 	if len(adj.GPUs) > 0 && len(cfg.Extensions) > 0 {
 		in := Input{Node: node, Pod: pod, Ctr: ctr, GPUs: adj.GPUs}
@@ -86,11 +89,7 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 // the pod runs under one of its handlers and the container names GPUs in
 // NVIDIA_VISIBLE_DEVICES, as a device plugin sets it.
 func byNvidiaRuntime(cfg *Config, pod *Pod, ctr *Container) bool {
-	handlers := cfg.NvidiaRuntimeHandlers
-	if handlers == nil {
-		handlers = DefaultNvidiaRuntimeHandlers
-	}
-	if pod.RuntimeHandler == "" || !slices.Contains(handlers, pod.RuntimeHandler) {
+	if !nvidiaHandler(cfg, pod) {
 		return false
 	}
 	v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv)
@@ -98,19 +97,25 @@ func byNvidiaRuntime(cfg *Config, pod *Pod, ctr *Container) bool {
 	return ok && v != "" && v != "void"
 }
 
+// nvidiaHandler says the pod runs under one of NVIDIA's runtime handlers.
+func nvidiaHandler(cfg *Config, pod *Pod) bool {
+	handlers := cfg.NvidiaRuntimeHandlers
+	if handlers == nil {
+		handlers = DefaultNvidiaRuntimeHandlers
+	}
+	return pod.RuntimeHandler != "" && slices.Contains(handlers, pod.RuntimeHandler)
+}
+
 // deferred is what a container NVIDIA's runtime will equip still lacks: the
 // snapshot where the library the runtime mounts from this overlay's CDI spec
-// (in /usr/lib64) looks for it. The GPUs are recorded, as the runtime will
-// give exactly those.
-func deferred(node *NodeState, ctr *Container, sel []bool, count int) Adjustment {
+// (in /usr/lib64) looks for it, and with setEnv the GPUs to give named in
+// NVIDIA_VISIBLE_DEVICES. The GPUs and MIG devices are recorded, as the
+// runtime will give exactly those.
+func deferred(node *NodeState, ctr *Container, sel, mig []bool, setEnv bool) Adjustment {
 	var adj Adjustment
-	if count > 0 {
-		adj.GPUs = make([]int, 0, count)
-		for i, s := range sel {
-			if s {
-				adj.GPUs = append(adj.GPUs, i)
-			}
-		}
+	visible := selection(node, sel, mig, &adj)
+	if setEnv {
+		adj.Env = []EnvVar{{Key: VisibleDevicesEnv, Value: visible}}
 	}
 	sp, _ := SnapshotPathFor("/usr/lib64/libnvidia-ml.so.1")
 	if !slices.Contains(ctr.Mounts, sp) {
@@ -248,15 +253,14 @@ func (n *NodeState) check() error {
 // bindOptions are the options of every mount: read-only, no devices, no setuid.
 var bindOptions = [...]string{"bind", "ro", "nosuid", "nodev"}
 
-// build makes the edits that give the count GPUs selected, or the driver
-// alone when count is 0, leaving out what the spec already has: a CDI spec
-// (nvidia-ctk cdi generate) brings the library, nvidia-smi and device nodes.
-func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, mig []bool, all bool) Adjustment {
-	var adj Adjustment
+// selection puts the GPUs and MIG devices selected into adj (a MIG
+// device comes with its GPU, as NVIDIA's runtime gives its GPU's node) and
+// names them as NVIDIA_VISIBLE_DEVICES does: "none" for none, else the
+// UUIDs of the GPUs given whole, then the MIG devices' (NVIDIA's device
+// plugin names a MIG device alone, without its GPU). sel gains the MIG
+// devices' GPUs.
+func selection(node *NodeState, sel, mig []bool, adj *Adjustment) string {
 	uuidLen := 0
-	// A MIG device comes with its GPU's node, as NVIDIA's runtime gives it,
-	// and the library shows that GPU with only the MIG devices whose
-	// capability nodes the container has.
 	var whole []bool // the GPUs given whole, when MIG devices come too
 	if len(mig) > 0 {
 		whole = slices.Clone(sel)
@@ -265,21 +269,84 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, 
 		if m {
 			adj.MIG = append(adj.MIG, k)
 			uuidLen += len(node.MIG[k].UUID) + 1
-			if g := node.MIG[k].GPU; !sel[g] {
-				sel[g] = true
-				count++
-			}
+			sel[node.MIG[k].GPU] = true
 		}
 	}
-	if count > 0 {
-		adj.GPUs = make([]int, 0, count)
-		for i, s := range sel {
-			if s {
-				adj.GPUs = append(adj.GPUs, i)
-				uuidLen += len(node.GPUs[i].UUID) + 1
-			}
+	n := 0
+	for _, s := range sel {
+		if s {
+			n++
 		}
 	}
+	if n > 0 {
+		adj.GPUs = make([]int, 0, n)
+	}
+	for i, s := range sel {
+		if s {
+			adj.GPUs = append(adj.GPUs, i)
+			uuidLen += len(node.GPUs[i].UUID) + 1
+		}
+	}
+	if len(adj.GPUs) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	b.Grow(uuidLen)
+	for _, i := range adj.GPUs {
+		if whole != nil && !whole[i] {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(node.GPUs[i].UUID)
+	}
+	for _, k := range adj.MIG {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(node.MIG[k].UUID)
+	}
+	return b.String()
+}
+
+// Given names what adj gives as UUIDs, GPUs then MIG devices, for the
+// caller's records (a MIG device's GPU is named too).
+func Given(node *NodeState, adj *Adjustment) string {
+	if len(adj.MIG) == 0 && len(adj.GPUs) > 0 && len(adj.Env) > 0 && adj.Env[0].Key == VisibleDevicesEnv {
+		return adj.Env[0].Value // the same, as selection wrote it
+	}
+	n := 0
+	for _, i := range adj.GPUs {
+		n += len(node.GPUs[i].UUID) + 1
+	}
+	for _, k := range adj.MIG {
+		n += len(node.MIG[k].UUID) + 1
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, i := range adj.GPUs {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(node.GPUs[i].UUID)
+	}
+	for _, k := range adj.MIG {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(node.MIG[k].UUID)
+	}
+	return b.String()
+}
+
+// build makes the edits that give the GPUs and MIG devices selected, or
+// the driver alone for none, leaving out what the spec already has: a CDI
+// spec (nvidia-ctk cdi generate) brings the library, nvidia-smi and device
+// nodes.
+func build(cfg *Config, node *NodeState, ctr *Container, sel, mig []bool, all bool) Adjustment {
+	var adj Adjustment
+	visible := selection(node, sel, mig, &adj)
 
 	libs := cfg.LibraryPaths
 	if libs == nil {
@@ -325,7 +392,7 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, 
 
 	// A node already in the spec came with its cgroup rule: neither is added.
 	// One at the same path with other numbers (a device plugin's) is replaced.
-	adj.Devices = make([]DeviceNode, 0, count+len(node.Control))
+	adj.Devices = make([]DeviceNode, 0, len(adj.GPUs)+len(node.Control))
 	for _, i := range adj.GPUs {
 		if !hasNode(ctr.Devices, node.GPUs[i].Node) {
 			adj.Devices = append(adj.Devices, node.GPUs[i].Node)
@@ -357,12 +424,14 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, 
 			}
 		}
 	}
-	if v, ok := lookupEnv(ctr.Env, MIGMonitorEnv); ok && strings.TrimSpace(v) == "all" && node.MIGMonitor != nil {
+	if ok, why := migCapability(ctr, &adj, all, MIGMonitorEnv); ok && node.MIGMonitor != nil {
 		addNode(*node.MIGMonitor)
+	} else if why != "" {
+		adj.Warnings = append(adj.Warnings, why)
 	}
 	// NVIDIA's runtime gives the config capability for
 	// NVIDIA_MIG_CONFIG_DEVICES=all (with the writable state, migConfig).
-	if v, ok := lookupEnv(ctr.Env, MIGConfigEnv); ok && strings.TrimSpace(v) == "all" && node.MIGConfig != nil {
+	if ok, _ := migCapability(ctr, &adj, all, MIGConfigEnv); ok && node.MIGConfig != nil {
 		addNode(*node.MIGConfig)
 	}
 	adj.DeviceRules = make([]DeviceRule, 0, len(adj.Devices))
@@ -373,29 +442,6 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel []bool, count int, 
 	}
 
 	// Set even over a CDI spec's void: the library filters on it.
-	// A MIG device's GPU is not named: NVIDIA's device plugin sets the
-	// MIG UUIDs alone.
-	visible := "none"
-	if count > 0 {
-		var b strings.Builder
-		b.Grow(uuidLen)
-		for _, i := range adj.GPUs {
-			if whole != nil && !whole[i] {
-				continue
-			}
-			if b.Len() > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(node.GPUs[i].UUID)
-		}
-		for _, k := range adj.MIG {
-			if b.Len() > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(node.MIG[k].UUID)
-		}
-		visible = b.String()
-	}
 	adj.Env = make([]EnvVar, 0, 2)
 	adj.Env = append(adj.Env, EnvVar{Key: VisibleDevicesEnv, Value: visible})
 	if _, set := lookupEnv(ctr.Env, SnapshotEnv); !set && firstSnap != "" {

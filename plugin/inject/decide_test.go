@@ -43,6 +43,12 @@ func uuid(i int) string { return snapshot.UUID("a100", testSeed, i) }
 
 var testConfig = Config{OwnNamespace: "nvmock"}
 
+// withMounts is c with mounts at those container paths in its spec.
+func withMounts(c Container, dsts ...string) Container {
+	c.Mounts = append(slices.Clone(c.Mounts), dsts...)
+	return c
+}
+
 func pod(ns string, ann ...string) Pod {
 	p := Pod{Namespace: ns, Name: "train", Annotations: map[string]string{}}
 	for i := 0; i+1 < len(ann); i += 2 {
@@ -326,6 +332,32 @@ func TestDecideWhichGPUs(t *testing.T) {
 		{name: "a bare GPU- names no GPU and gives no GPUs with a warning",
 			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=GPU-"),
 			want: w(`env NVIDIA_VISIBLE_DEVICES="GPU-" names "GPU-", no GPU of this node`)},
+
+		// An image's all (CUDA images set it) gives way to the annotation,
+		// as to a device plugin's list (review: the annotation was ignored).
+		{name: "the annotation wins over an image's all",
+			cfg: testConfig, node: n8, pod: gpus("2"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), want: gave(n8, 0, 1), ok: true},
+		{name: "the annotation's none wins over an image's all",
+			cfg: testConfig, node: n8, pod: gpus("none"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), want: driverOnly(n8), ok: true},
+		{name: "an image's all without the annotation is all",
+			cfg: defTwo, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), want: gave(n8, all(8)...), ok: true},
+
+		// A device plugin's volume-mounts list, as NVIDIA's runtime reads it.
+		{name: "mounts under the device list directory name the GPUs",
+			cfg: testConfig, node: n8, pod: gpus("all"), ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
+				DeviceListRoot+"/"+uuid(3), DeviceListRoot+"/1", "/data"), want: gave(n8, 1, 3), ok: true},
+		{name: "CDI names in the device list, in both forms",
+			cfg: testConfig, node: n8, pod: ml, ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
+				DeviceListRoot+"/cdi/nvidia.com/gpu/2", DeviceListRoot+"/cdi/nvidia.com/gpu=5", DeviceListRoot+"/imex/channel0"), want: gave(n8, 2, 5), ok: true},
+		{name: "void in the device list falls back to the variable",
+			cfg: testConfig, node: n8, pod: ml, ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=4"), DeviceListRoot+"/void", DeviceListRoot+"/1"),
+			want: gave(n8, 4), ok: true},
+		{name: "the device list directory with nothing mounted under it gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
+			want: w(`env NVIDIA_VISIBLE_DEVICES="/var/run/nvidia-container-devices" names the volume-mounts device list, but no device is mounted under it`)},
+		{name: "a device list naming a GPU the node lacks gives no GPUs with a warning",
+			cfg: testConfig, node: n8, pod: ml, ctr: withMounts(ctr, DeviceListRoot+"/9"),
+			want: w(`mounts under /var/run/nvidia-container-devices name "9": names index "9"; the node has GPUs 0-7`)},
 
 		// (a) CDI devices and device nodes already in the spec
 		{name: "a CDI nvidia.com/gpu device by index gives that GPU despite the spec's void",
@@ -730,8 +762,16 @@ func TestDecideLeavesGPUsToNvidiasRuntime(t *testing.T) {
 		{"a snapshot already mounted is not mounted again",
 			testConfig, nvidia(pod("ml")), Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, Mounts: []string{"/etc/nvmock/snapshot"}},
 			Adjustment{GPUs: []int{0}}, true},
-		{"without NVIDIA_VISIBLE_DEVICES the runtime gives nothing and the plugin everything",
-			testConfig, nvidia(pod("ml", GPUsAnnotation, "1")), ctr, gave(n8, 0), true},
+		// Review: the plugin gave everything and set the variable, which the
+		// runtime then read and gave all again.
+		{"the annotation's GPUs are named for the runtime to give",
+			testConfig, nvidia(pod("ml", GPUsAnnotation, "2")), ctr,
+			Adjustment{GPUs: []int{0, 1}, Mounts: []Mount{snap}, Env: []EnvVar{{Key: VisibleDevicesEnv, Value: uuid(0) + "," + uuid(1)}}}, true},
+		{"the default's too",
+			Config{OwnNamespace: "nvmock", DefaultGPUs: "1"}, Pod{Namespace: "ml", Name: "t", RuntimeHandler: "nvidia"}, ctr,
+			Adjustment{GPUs: []int{0}, Mounts: []Mount{snap}, Env: []EnvVar{{Key: VisibleDevicesEnv, Value: uuid(0)}}}, true},
+		{"the annotation's none is the plugin's driver: the runtime gives nothing without the variable",
+			testConfig, nvidia(pod("ml", GPUsAnnotation, "none")), ctr, driverOnly(n8), true},
 		{"void under the nvidia handler leaves the container untouched",
 			testConfig, nvidia(pod("ml")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), Adjustment{}, false},
 		{"another handler is the plugin's to equip",

@@ -107,6 +107,8 @@ func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
 	for _, m := range n.MIG {
 		every = append(every, m.Caps[0], m.Caps[1])
 	}
+	privileged := ctr
+	privileged.Privileged = true
 	for _, c := range []struct {
 		name string
 		pod  Pod
@@ -119,7 +121,11 @@ func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
 		{"the MIG GPU named alone", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1,"), nil},
 		{"two GPUs by count", pod("ml", GPUsAnnotation, "2"), ctr, nil},
 		{"the monitor capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGMonitorEnv+"=all"), []DeviceNode{monitor}},
-		{"the config capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGConfigEnv+"=all"), []DeviceNode{config}},
+		{"the config capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(privileged, MIGConfigEnv+"=all"), []DeviceNode{config}},
+		{"not the config capability unprivileged", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGConfigEnv+"=all"), nil},
+		{"the MIG devices with the monitor capability", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all", MIGMonitorEnv+"=all"), append(slices.Clone(every), monitor)},
+		{"not the monitor capability with some MIG devices", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGMonitorEnv+"=all"), []DeviceNode{n.MIG[0].Caps[0], n.MIG[0].Caps[1]}},
+		{"not the config capability with some MIG devices", pod("ml"), withEnv(privileged, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGConfigEnv+"=all"), []DeviceNode{n.MIG[0].Caps[0], n.MIG[0].Caps[1]}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adj, ok, err := Decide(testConfig, n, c.pod, c.ctr)
@@ -140,11 +146,54 @@ func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
 					t.Errorf("no cgroup rule for %s", d.Path)
 				}
 			}
-			if slices.ContainsFunc(adj.Env, func(e EnvVar) bool {
+			if v, _ := lookupEnv(c.ctr.Env, VisibleDevicesEnv); !strings.Contains(v, "MIG-") && slices.ContainsFunc(adj.Env, func(e EnvVar) bool {
 				return e.Key == VisibleDevicesEnv && slices.Contains(strings.Split(e.Value, ","), n.MIG[0].UUID)
 			}) {
 				t.Errorf("MIG UUIDs named in %s: %v (the MIG devices given by all are not counted as in use)", VisibleDevicesEnv, adj.Env)
 			}
 		})
 	}
+}
+
+// Under NVIDIA's runtime a MIG device is counted as given, whether a
+// device plugin named it or the annotation asked for one, which is then
+// named for the runtime (review: the MIG device was not recorded, and a
+// later request could take it again).
+func TestMIGDevicesLeftToNvidiasRuntimeAreRecorded(t *testing.T) {
+	n := migNode()
+	nvidia := func(p Pod) Pod { p.RuntimeHandler = "nvidia"; return p }
+	for _, c := range []struct {
+		name string
+		pod  Pod
+		ctr  Container
+		env  string
+	}{
+		{"a device plugin's MIG UUID", nvidia(pod("ml")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+n.MIG[1].UUID), ""},
+		{"the annotation's profile", nvidia(pod("ml", GPUsAnnotation, "mig-1g.5gb")), ctr, n.MIG[1].UUID},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			adj, ok, err := Decide(testConfig, n, c.pod, c.ctr)
+			if err != nil || !ok {
+				t.Fatalf("ok %v, err %v", ok, err)
+			}
+			if !slices.Equal(adj.MIG, []int{1}) || !slices.Equal(adj.GPUs, []int{1}) {
+				t.Errorf("MIG %v, GPUs %v; want MIG device 1 on GPU 1", adj.MIG, adj.GPUs)
+			}
+			env, _ := lookupEnv(envStrings(adj.Env), VisibleDevicesEnv)
+			if env != c.env || len(adj.Devices) != 0 {
+				t.Errorf("%s=%q, devices %v; want %q and none (the runtime gives them)", VisibleDevicesEnv, env, adj.Devices, c.env)
+			}
+			if got := Given(&n, &adj); got != n.GPUs[1].UUID+","+n.MIG[1].UUID {
+				t.Errorf("Given = %q", got)
+			}
+		})
+	}
+}
+
+func envStrings(env []EnvVar) []string {
+	var out []string
+	for _, e := range env {
+		out = append(out, e.Key+"="+e.Value)
+	}
+	return out
 }

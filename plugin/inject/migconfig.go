@@ -1,12 +1,13 @@
 package inject
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
 
-// NVIDIA's runtime gives a container asking for NVIDIA_MIG_CONFIG_DEVICES=all
-// (privileged ones only) the MIG config capability, /dev/nvidia-caps/
+// NVIDIA's runtime gives a privileged container asking for
+// NVIDIA_MIG_CONFIG_DEVICES=all the MIG config capability, /dev/nvidia-caps/
 // nvidia-cap1, with which it may make and destroy GPU and compute
 // instances: mig-manager, and NVIDIA's DRA driver's kubelet plugin, which
 // asks for it and, with its DynamicMIG gate, partitions GPUs as claims are
@@ -24,13 +25,15 @@ const (
 	migConfigState = "/dev/nvmock/state"
 )
 
-// migConfig adds the node's live state, writable, to a container asking
-// for the MIG config capability; a container naming its own state keeps it.
-func migConfig(node *NodeState, ctr *Container, adj *Adjustment) {
-	if node.State == "" {
-		return
+// migConfig adds the node's live state, writable, to a container NVIDIA's
+// runtime gives the MIG config capability (migCapability); a container
+// naming its own state keeps it. A request refused says why in a warning.
+func migConfig(node *NodeState, ctr *Container, adj *Adjustment, all bool) {
+	ok, why := migCapability(ctr, adj, all, MIGConfigEnv)
+	if why != "" {
+		adj.Warnings = append(adj.Warnings, why)
 	}
-	if v, ok := lookupEnv(ctr.Env, MIGConfigEnv); !ok || strings.TrimSpace(v) != "all" {
+	if !ok || node.State == "" {
 		return
 	}
 	if _, ok := lookupEnv(ctr.Env, StateEnv); ok || slices.Contains(ctr.Mounts, migConfigState) {
@@ -38,4 +41,27 @@ func migConfig(node *NodeState, ctr *Container, adj *Adjustment) {
 	}
 	adj.Mounts = append(adj.Mounts, Mount{Source: node.State, Destination: migConfigState, Type: "bind", Options: []string{"bind", "rw", "nosuid", "nodev"}})
 	adj.Env = append(adj.Env, EnvVar{Key: StateEnv, Value: migConfigState})
+}
+
+// migCapability says whether NVIDIA's runtime (its CDI mode) gives the
+// container the MIG capability env asks for, and if it asks in vain, why:
+// only "all" is a value; the config capability only to a privileged
+// container; neither to a container given some MIG devices (not all). A
+// container's capabilities do not reach NRI, so the monitor capability,
+// which NVIDIA's runtime gives a container with CAP_SYS_ADMIN (DCGM's
+// exporter runs so), is not checked for privilege.
+func migCapability(ctr *Container, adj *Adjustment, all bool, env string) (ok bool, why string) {
+	v, set := lookupEnv(ctr.Env, env)
+	v = strings.TrimSpace(v)
+	switch {
+	case !set || v == "":
+		return false, ""
+	case !strings.EqualFold(v, "all"):
+		return false, fmt.Sprintf("env %s=%s: only all is supported, as with NVIDIA's runtime; no MIG capability given", env, quote(v))
+	case env == MIGConfigEnv && !ctr.Privileged:
+		return false, fmt.Sprintf("env %s=all in a container that is not privileged: NVIDIA's runtime refuses it; the MIG layout stays read-only", env)
+	case len(adj.MIG) > 0 && !all:
+		return false, fmt.Sprintf("env %s=all in a container given some MIG devices: NVIDIA's runtime refuses it", env)
+	}
+	return true, ""
 }

@@ -171,13 +171,17 @@ type Container struct {
 	Sandbox bool
 	Env     []string // KEY=value, as in the OCI spec
 	// CDIDevices are fully qualified CDI names already requested
-	// (nvidia.com/gpu=0), from the CRI request or cdi.k8s.io annotations.
+	// (nvidia.com/gpu=0), from the CRI request or the container's
+	// cdi.k8s.io annotations.
 	CDIDevices []string
 	Devices    []DeviceNode // device nodes already in the spec
 	// Mounts are the container paths of mounts already in the spec (a CDI
 	// spec's library and nvidia-smi, say): build adds only what is missing.
 	Mounts []string
 	Args   []string // the process it runs, for the name it shows as (Processes)
+	// Privileged: the spec allows every device (containerd's allow-all
+	// device rule for a privileged container).
+	Privileged bool
 }
 
 // Mount is a bind mount into the container.

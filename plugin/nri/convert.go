@@ -24,10 +24,10 @@ func toPod(pod *api.PodSandbox) inject.Pod {
 }
 
 // toContainer is the decision's view of an NRI container: its env, the
-// device nodes and mount destinations already in its spec and the CDI
-// devices it asked for (from the CRI request or cdi.k8s.io annotations on it
-// or its pod).
-func toContainer(pod *api.PodSandbox, ctr *api.Container) inject.Container {
+// device nodes and mount destinations already in its spec, the CDI devices
+// it asked for (from the CRI request or cdi.k8s.io annotations on it) and
+// whether it is privileged.
+func toContainer(ctr *api.Container) inject.Container {
 	c := inject.Container{Name: ctr.GetName(), Env: ctr.GetEnv(), Args: ctr.GetArgs()}
 	if ms := ctr.GetMounts(); len(ms) > 0 {
 		c.Mounts = make([]string, len(ms))
@@ -50,8 +50,13 @@ func toContainer(pod *api.PodSandbox, ctr *api.Container) inject.Container {
 			c.CDIDevices = append(c.CDIDevices, n)
 		}
 	}
+	// Not the pod's: containerd applies only the container's (WithCDI).
 	c.CDIDevices = appendCDIAnnotations(c.CDIDevices, ctr.GetAnnotations())
-	c.CDIDevices = appendCDIAnnotations(c.CDIDevices, pod.GetAnnotations())
+	for _, r := range ctr.GetLinux().GetResources().GetDevices() {
+		if r.GetAllow() && (r.GetType() == "" || r.GetType() == "a") && r.GetMajor() == nil && r.GetMinor() == nil {
+			c.Privileged = true
+		}
+	}
 	return c
 }
 

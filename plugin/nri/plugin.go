@@ -450,7 +450,7 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 	if set := p.optedIn.Load(); set != nil {
 		optedIn = *set
 	}
-	ipod, ictr := toPod(pod), toContainer(pod, ctr)
+	ipod, ictr := toPod(pod), toContainer(ctr)
 	if !inject.Selected(p.opt.Inject, optedIn, ipod, ictr) {
 		// Not ours: no node probe, nothing counted against the overlay.
 		p.metrics.skipNotSelected.Inc()
@@ -504,10 +504,9 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 	}
 	out = toNRI(&adj)
 	out.AddAnnotation(InjectedAnnotation, p.host)
-	visible := ""
-	if len(adj.Env) > 0 && adj.Env[0].Key == inject.VisibleDevicesEnv {
-		visible = adj.Env[0].Value
-	}
+	// What the container was given, whoever gives it (NVIDIA's runtime
+	// under its handler): the records outlive a re-probe by these UUIDs.
+	visible := inject.Given(&node, &adj)
 	c.record(ctr.GetId(), adj.GPUs, visible)
 	c.useOverlay(ctr.GetId(), node.Overlay)
 	if c.inUseErr != nil {

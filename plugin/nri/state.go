@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -189,9 +190,10 @@ func (c *nodeCache) forget(id string) bool {
 	return true
 }
 
-// indicesOf maps an NVIDIA_VISIBLE_DEVICES value of UUIDs (as the plugin
-// sets it) to the node's GPU indices, a MIG device's to its GPU's, in
-// ascending order; entries naming nothing of the node are dropped.
+// indicesOf maps an NVIDIA_VISIBLE_DEVICES value to the node's GPU
+// indices, a MIG device's to its GPU's, in ascending order: UUIDs (as the
+// plugin sets and records it), or indices or all (as a device plugin sets
+// it for NVIDIA's runtime); entries naming nothing of the node are dropped.
 func indicesOf(node *inject.NodeState, visible string) []int {
 	var out []int
 	add := func(i int) {
@@ -206,6 +208,16 @@ func indicesOf(node *inject.NodeState, visible string) []int {
 		}
 		if k := node.MIGIndex(u); k >= 0 {
 			add(node.MIG[k].GPU)
+			continue
+		}
+		if u == "all" {
+			for i := range node.GPUs {
+				add(i)
+			}
+			continue
+		}
+		if i, err := strconv.Atoi(u); err == nil && i >= 0 && i < len(node.GPUs) && u == strconv.Itoa(i) {
+			add(i)
 			continue
 		}
 		for i := range node.GPUs {

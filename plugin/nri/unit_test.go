@@ -151,11 +151,19 @@ func TestToContainerReadsTheSpec(t *testing.T) {
 		Devices:    []inject.DeviceNode{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: 0o666}},
 		Mounts:     []string{"/proc", "/usr/lib64/libnvidia-ml.so.535.261.03"},
 	}
-	if got := toContainer(&api.PodSandbox{}, c); !reflect.DeepEqual(got, want) {
+	if got := toContainer(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("toContainer:\n got %+v\nwant %+v", got, want)
 	}
-	if got := toContainer(&api.PodSandbox{}, &api.Container{Name: "c"}); got.Mounts != nil {
+	if got := toContainer(&api.Container{Name: "c"}); got.Mounts != nil {
 		t.Errorf("a spec without mounts gave %q", got.Mounts)
+	}
+	// containerd's rule for a privileged container: every device.
+	priv := &api.Container{Name: "c", Linux: &api.LinuxContainer{Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}}}}
+	deny := &api.Container{Name: "c", Linux: &api.LinuxContainer{Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{
+		{Allow: false, Access: "rwm"}, {Allow: true, Type: "c", Major: api.Int64(1), Minor: api.Int64(3), Access: "rwm"}}}}}
+	if !toContainer(priv).Privileged || toContainer(deny).Privileged || toContainer(c).Privileged {
+		t.Errorf("privileged: allow-all %v, deny-all and one device %v, no rules %v; want true, false, false",
+			toContainer(priv).Privileged, toContainer(deny).Privileged, toContainer(c).Privileged)
 	}
 }
 
@@ -204,4 +212,42 @@ func TestTheDriverAloneHoldsNoGPU(t *testing.T) {
 	inUse(1, 1, 1, 0)
 	p.release("a")
 	inUse(0, 0, 1, 0)
+}
+
+// GPUs NVIDIA's runtime gives (a pod of its handler) are counted as the
+// plugin's own, by index too, and stay counted when the counts are
+// rebuilt: after another plugin's container (a rolling update) and after
+// Synchronize. Review: they were recorded by the variable the plugin set,
+// which it sets not, and a count request then got GPU 0.
+func TestGPUsLeftToNvidiasRuntimeStayCounted(t *testing.T) {
+	p := fakePlugin(t, 3, inject.Config{Namespaces: []string{"*"}, DefaultGPUs: "1"})
+	n := syntheticNode(3)
+	nv := &api.PodSandbox{Name: "nv", Namespace: "ml", RuntimeHandler: "nvidia"}
+	held := &api.Container{Id: "a", Name: "c", State: api.ContainerState_CONTAINER_RUNNING, Env: []string{inject.VisibleDevicesEnv + "=0"}}
+	if adj := p.create(nv, held); adj == nil {
+		t.Fatal("the container under NVIDIA's runtime was not handled")
+	}
+	pd := &api.PodSandbox{Name: "p", Namespace: "ml"}
+	p.create(pd, &api.Container{Id: "x", Name: "c", Env: []string{inject.VisibleDevicesEnv + "=" + n.GPUs[1].UUID},
+		Annotations: map[string]string{InjectedAnnotation: "old-pod"}})
+	if got, _ := envOf(p.create(pd, &api.Container{Id: "b", Name: "c"}), inject.VisibleDevicesEnv); got != n.GPUs[2].UUID {
+		t.Errorf("after a rolling update's container, a count of 1 got %q; want GPU 2 (0 is the runtime's, 1 the other plugin's)", got)
+	}
+	p.release("b")
+	p.synchronize([]*api.Container{held})
+	if got, _ := envOf(p.create(pd, &api.Container{Id: "c", Name: "c"}), inject.VisibleDevicesEnv); got != n.GPUs[1].UUID {
+		t.Errorf("after Synchronize, a count of 1 got %q; want GPU 1 (0 is the runtime's, by index)", got)
+	}
+}
+
+// containerd applies the CDI annotations of a container's CRI config, not
+// its pod's: a pod's is no container's request (review: a sidecar's void
+// was overridden).
+func TestAPodsCDIAnnotationIsNoContainersRequest(t *testing.T) {
+	p := fakePlugin(t, 4, inject.Config{Namespaces: []string{"*"}})
+	pd := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=1"}}
+	adj := p.create(pd, &api.Container{Id: "s", Name: "sidecar", Env: []string{inject.VisibleDevicesEnv + "=void"}})
+	if len(adj.GetLinux().GetDevices()) != 0 {
+		t.Errorf("a void container of a pod with a CDI annotation got devices %v", adj.GetLinux().GetDevices())
+	}
 }
