@@ -66,8 +66,8 @@ func ibdCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("ibd: %w", err)
 	}
-	defer os.Remove(*socket + umad.IDSuffix)
-	defer os.Remove(*socket)
+	word, _ := os.ReadFile(*socket + umad.IDSuffix)
+	defer leaveSocket(*socket, word)
 	log := logrus.New()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -184,3 +184,13 @@ func (f *faultFlags) Set(s string) error {
 }
 
 const faultUsage = "an InfiniBand port fault, repeatable: [NODE/]HCA=down (cable out) or\n[NODE/]HCA=COUNTER:N,... (error counters such as symbol_error:12); NODE: for that node only"
+
+// leaveSocket removes a daemon's socket and word as it stops, unless a new
+// daemon has taken the path over (a restart): that one's word is beside
+// it then.
+func leaveSocket(path string, word []byte) {
+	if now, err := os.ReadFile(path + umad.IDSuffix); err == nil && string(now) == string(word) {
+		os.Remove(path)
+		os.Remove(path + umad.IDSuffix)
+	}
+}

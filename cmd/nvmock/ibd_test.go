@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/ibd"
+	"github.com/nvmock/nvmock/ibshim/umad"
 	"github.com/nvmock/nvmock/internal/testenv"
 )
 
@@ -54,5 +56,31 @@ func TestIbdRefusesABoardWithoutInfiniBand(t *testing.T) {
 		if err := run(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// A daemon stopping leaves the socket a new daemon took over (it removed
+// the new one's by name).
+func TestAStoppingDaemonLeavesItsSuccessorsSocket(t *testing.T) {
+	sock := t.TempDir() + "/ibd.sock"
+	old, err := ibd.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	oldWord, _ := os.ReadFile(sock + umad.IDSuffix)
+	next, err := ibd.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	leaveSocket(sock, oldWord)
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("the old daemon removed the new one's socket: %v", err)
+	}
+	word, _ := os.ReadFile(sock + umad.IDSuffix)
+	leaveSocket(sock, word)
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the daemon's own socket stayed: %v", err)
 	}
 }

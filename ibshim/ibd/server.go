@@ -320,6 +320,20 @@ func (d *Daemon) activity() uint32 { return uint32(time.Since(d.start) / (10 * t
 // this daemon's word beside it (path + umad.IDSuffix), by which programs
 // whose daemon went away know a new one from it.
 func Listen(path string) (*net.UnixListener, error) {
+	// Only what a daemon leaves is replaced: a path given by mistake
+	// must not cost a user's file.
+	for _, p := range []string{path, path + umad.IDSuffix} {
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("listen at %s: %w", path, err)
+		case p == path && fi.Mode().Type() != os.ModeSocket:
+			return nil, fmt.Errorf("listen at %s: it exists and is not a socket; not replacing it", path)
+		case p != path && (!fi.Mode().IsRegular() || fi.Size() > umad.IDMax):
+			return nil, fmt.Errorf("listen at %s: %s exists and is not a daemon's word; not replacing it", path, p)
+		}
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("listen at %s: %w", path, err)
 	}
