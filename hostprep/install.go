@@ -158,6 +158,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if fi, err := os.Lstat(driverLink); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
 		return nil, fmt.Errorf("%s exists and is not nvmock's symlink; move it away", driverLink)
 	}
+	if p := filepath.Join(root, StateFile); !live.IsState(p) {
+		return nil, fmt.Errorf("%s exists and is not nvmock's live state; move it away", p)
+	}
 	rel := filepath.Join("overlays", in.hash)
 	statePath := filepath.Join(root, StateFile)
 	ov := &Overlay{Dir: filepath.Join(root, rel), GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}
@@ -272,11 +275,12 @@ func Install(o InstallOptions) (res *Result, err error) {
 	created = append(created, c...)
 	// The state must be there, of this node's layout, for the overlay to
 	// link to it; it is reset below whatever happens to the overlay.
+	// An existing one of another layout is reset only below, once the
+	// overlay is there: the installed overlay links to it too, and keeps
+	// it if this install fails.
 	stateKept := stateOK(statePath, len(in.ids))
-	if !stateKept {
-		if _, err := os.Lstat(statePath); os.IsNotExist(err) {
-			newState = true
-		}
+	if _, err := os.Lstat(statePath); os.IsNotExist(err) {
+		newState = true
 		if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
 			return nil, err
 		}
@@ -333,6 +337,8 @@ func Install(o InstallOptions) (res *Result, err error) {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, IBSocket)), 0o755); err != nil {
 			return nil, err
 		}
+	} else {
+		os.Remove(filepath.Dir(filepath.Join(root, IBSocket))) // an InfiniBand profile's before, if empty
 	}
 
 	// Recorded before the switch and the renames: whatever fails from
@@ -515,6 +521,9 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 		case err == nil:
 			res.Removed = append(res.Removed, p)
 			log.printf("removed %s", p)
+		case errors.Is(err, syscall.ENOTEMPTY):
+			// A directory of nvmock's that holds a user's files too.
+			log.printf("kept %s: it holds files nvmock did not make", p)
 		case !errors.Is(err, fs.ErrNotExist):
 			errs = append(errs, err)
 		}

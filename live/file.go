@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -32,6 +33,24 @@ type File struct {
 	Path string
 	f    *os.File
 	mem  []byte
+}
+
+// IsState says whether path is missing or an nvmock state file, of any
+// version: what Create may make or reset there without losing a file of
+// someone else's.
+func IsState(path string) bool {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	// Empty or zero: a Create that did not finish.
+	var m [len(magic)]byte
+	_, err = io.ReadFull(f, m[:])
+	return errors.Is(err, io.EOF) || err == nil && (m == magic || m == [len(magic)]byte{})
 }
 
 // Create makes the state file for a node of gpus GPUs at path, or resets the
