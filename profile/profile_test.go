@@ -222,6 +222,11 @@ func TestBadOverridesAndBasesAreNamedWithTheirLine(t *testing.T) {
 		{"a control character in the name", "base: t4\nname: \"t4\\nx=1\"\n", []string{`name: "t4\nx=1" has a control character`}},
 		{"a module id counts from 1", "base: t4\nname: x\ntopology:\n  moduleIds: [0]\n", []string{"topology.moduleIds[0]: 0: module ids are 1 to 64"}},
 		{"a temperature no GPU runs at", "base: h100\nname: x\nboard:\n  thermal:\n    gpu: 4000000000\n", []string{"x.yaml:5: board.thermal.gpu: 4000000000 C is above 150 C"}},
+		// Review: a null merged over the base and read as zero: the whole
+		// board gone without a word. (An optional block's takes it away.)
+		{"a null board", "base: h100\nname: x\nboard: ~\n", []string{"x.yaml:3: board: null; give a value, or leave the field out"}},
+		{"a null count", "base: a100\nname: x\ngpus: null\n", []string{"x.yaml:3: gpus: null; give a value, or leave the field out"}},
+		{"a null in a list", "base: a100\nname: x\ntopology:\n  moduleIds: [1, ~]\n", []string{"topology.moduleIds[1]: null"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("x.yaml", []byte(c.src))
@@ -234,6 +239,18 @@ func TestBadOverridesAndBasesAreNamedWithTheirLine(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A null takes away the base's optional block: an H100 node without
+// InfiniBand (docs/profiles.md).
+func TestANullTakesAwayTheBasesOptionalBlock(t *testing.T) {
+	p, err := Parse("x.yaml", []byte("base: h100\nname: x\ninfiniband: ~\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.InfiniBand != nil {
+		t.Errorf("infiniband: ~ kept the base's block: %+v", p.InfiniBand)
 	}
 }
 

@@ -48,6 +48,15 @@ type walked struct {
 }
 
 func (w walker) tree(t reflect.Type, n *yaml3.Node, at string) []error {
+	// A null takes away the base's optional block or list; anywhere else it
+	// would read as zero (a whole board gone without a word).
+	if n.Kind == yaml3.ScalarNode && n.Tag == "!!null" && at != "" {
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+			return nil
+		}
+		return []error{fmt.Errorf("%s: null; give a value, or leave the field out", at)}
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}

@@ -79,6 +79,9 @@ func ctlSubUsage(name string) string {
 	return ctlUsage
 }
 
+// ctlCommands are ctl's commands, known before a state is looked for.
+var ctlCommands = []string{"create", "load", "fault", "xid", "clear", "proc", "status", "clock", "apply", "mig", "ib"}
+
 func ctlCmd(args []string) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -102,6 +105,9 @@ func ctlCmd(args []string) error {
 	if slices.ContainsFunc(rest[1:], isHelp) {
 		fmt.Print(ctlSubUsage(rest[0])) // before the state: help needs no node
 		return nil
+	}
+	if !slices.Contains(ctlCommands, rest[0]) {
+		return fmt.Errorf("ctl: unknown command %q; see nvmock ctl help", rest[0])
 	}
 	path, err := live.Find(*statePath)
 	if err != nil {

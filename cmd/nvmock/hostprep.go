@@ -97,6 +97,9 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if *slot < -1 {
 		return fmt.Errorf("hostprep install: --fabric-slot %d: give 0 to the fabric's nodes - 1, or leave it out", *slot)
 	}
+	if *root == "" {
+		return errors.New("hostprep install: --root is empty; give the directory for the overlays")
+	}
 	if err := hostprep.CheckDirs(*root, *cdiDir, *nfdDir); err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
 	}
@@ -190,8 +193,11 @@ func assetsDir(dir string) (string, error) {
 	}
 	// Checked here, so that a wrong one is named as such, not as the
 	// first file some part looks for in it.
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return "", fmt.Errorf("assets %s: not a directory; it is the driver tree make driver builds (build/driver), given with --assets or $NVMOCK_ASSETS", dir)
+	const what = "it is the driver tree make driver builds (build/driver), given with --assets or $NVMOCK_ASSETS"
+	if fi, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("assets %s: no such directory; %s", dir, what)
+	} else if err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("assets %s: not a directory; %s", dir, what)
 	}
 	return filepath.Abs(dir)
 }

@@ -79,6 +79,12 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"also through a symlink", []string{"hostprep", "install", "--root", filepath.Join(linked, "real", "r"), "--cdi-dir", filepath.Join(linked, "link", "r", "cdi"), "--node-name", "n1"}, "is inside the root " + filepath.Join(linked, "real", "r")},
 		{"a CDI directory in the root is refused", []string{"hostprep", "install", "--root", "/tmp/r", "--cdi-dir", "/tmp/r/driver", "--node-name", "n1"}, "the CDI directory /tmp/r/driver is inside the root /tmp/r; give one outside it"},
 		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		// Review: each said something else.
+		{"an empty root is named", []string{"hostprep", "install", "--root", "", "--node-name", "n1"}, "hostprep install: --root is empty"},
+		{"compile into a directory says so", []string{"profile", "compile", "a100", "--seed", "s", "-o", dir}, "write " + dir + ": it is a directory; give a file name"},
+		{"assets that do not exist", []string{"exec", "--assets", filepath.Join(dir, "none"), "--", "true"}, "assets " + filepath.Join(dir, "none") + ": no such directory"},
+		{"an unknown ctl command before any state", []string{"ctl", "--state", filepath.Join(dir, "none"), "bogus"}, `ctl: unknown command "bogus"`},
+		{"list takes no argument", []string{"profile", "list", "extra"}, `profile list: unexpected argument "extra"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := run(c.args)

@@ -24,6 +24,9 @@ func profileCmd(args []string) error {
 	}
 	switch args[0] {
 	case "list":
+		if len(args) > 1 {
+			return fmt.Errorf("profile list: unexpected argument %q", args[1])
+		}
 		for _, n := range profile.Builtins() {
 			p, err := profile.Builtin(n)
 			if err != nil {
@@ -202,6 +205,9 @@ func badFlag(fs *flag.FlagSet, err error) error {
 
 // writeAtomic replaces path in one rename, so a reader never sees half a file.
 func writeAtomic(path string, data []byte) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("write %s: it is a directory; give a file name", path)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
