@@ -2,8 +2,9 @@
 SHELL := /bin/bash
 GO ?= go
 CC ?= gcc
-CACHE := $(CURDIR)/.cache
-BUILD := $(CURDIR)/build
+# As the scripts take them: a shared cache or build directory.
+CACHE := $(or $(NVMOCK_CACHE),$(CURDIR)/.cache)
+BUILD := $(or $(NVMOCK_BUILD),$(CURDIR)/build)
 export PATH := $(CACHE)/bin:$(PATH)
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)

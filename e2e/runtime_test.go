@@ -21,11 +21,17 @@ const nvidiaHandler = "nvidia"
 // returns what it printed and the spec runc ran.
 func runUnderNvidia(t *testing.T, ns, visible string) (string, *specs.Spec) {
 	t.Helper()
+	return runUnderNvidiaWith(t, ns, nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": visible})
+}
+
+// runUnderNvidiaWith is runUnderNvidia for a pod with annotations and a
+// container with env.
+func runUnderNvidiaWith(t *testing.T, ns string, annotations, env map[string]string) (string, *specs.Spec) {
+	t.Helper()
 	n := theNode
 	nvidiaCTKSpec(t)
-	p := n.runPodWith(t, ns, nil, nvidiaHandler)
-	c := ctr{image: "glibc", cmd: []string{"sh", "-c", "nvidia-smi -L; echo done; sleep 60"},
-		env: map[string]string{"NVIDIA_VISIBLE_DEVICES": visible}}
+	p := n.runPodWith(t, ns, annotations, nvidiaHandler)
+	c := ctr{image: "glibc", cmd: []string{"sh", "-c", "nvidia-smi -L; echo done; sleep 60"}, env: env}
 	waitForSpecs(t, p, c)
 	id := n.start(t, p, c)
 	t.Cleanup(func() {
@@ -68,6 +74,27 @@ func TestNvidiaRuntimeGivesExactlyTheDevicePluginsGPU(t *testing.T) {
 		if count[unwanted] != 0 {
 			t.Errorf("%s is in the spec runc ran; the runtime gives GPU 2's edits and the plugin only the snapshot", unwanted)
 		}
+	}
+}
+
+// A pod under NVIDIA's runtime that asks through nvmock's annotation, with
+// no device plugin, gets its GPU from the runtime too, each edit once
+// (review: the plugin gave everything and named the GPU, and the runtime
+// gave it all again).
+func TestNvidiaRuntimeGivesTheAnnotationsGPU(t *testing.T) {
+	n := theNode
+	out, spec := runUnderNvidiaWith(t, optedIn, map[string]string{"nvmock.io/gpus": "1,"}, nil)
+	if want := n.smiLine(1, 0); strings.TrimSpace(out) != want {
+		t.Errorf("nvidia-smi -L under NVIDIA's runtime printed:\n%s\nwant only:\n%s", out, want)
+	}
+	count := testenv.Edits(spec)
+	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/" + n.versionedLib(t), "/etc/nvmock/snapshot", "/dev/nvidia1", "/dev/nvidiactl"} {
+		if count[want] != 1 {
+			t.Errorf("%s is in the spec runc ran %d times, want once", want, count[want])
+		}
+	}
+	if count["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] != 0 || count["/dev/nvidia0"] != 0 {
+		t.Errorf("the plugin's own library or another GPU is in the spec: %v", count)
 	}
 }
 

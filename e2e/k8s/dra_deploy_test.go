@@ -123,9 +123,6 @@ func draDeploy(t *testing.T, c *cluster) *draEnv {
 	return d
 }
 
-// voidEnv asks for no GPU edits in a container of an opted-in namespace.
-var voidEnv = []any{map[string]any{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}}
-
 // values are the chart's values for this node.
 func (d *draEnv) values() map[string]any {
 	c := d.c
@@ -136,17 +133,12 @@ func (d *draEnv) values() map[string]any {
 		// and its parent at /driver-root-parent (the init container).
 		"nvidiaDriverRoot": c.draDriverRoot(),
 		// DRA plugins follow the kubelet's root dir (hack/k8s-node.sh).
-		// In the opted-in namespace the plugins take no GPU edits (void: they
-		// reach the driver root themselves), only the node's PCI tree; the
-		// init container gets the driver alone, the controller nothing.
+		// In the opted-in namespace the plugins' containers take no GPU
+		// edits (the chart sets void on each: they reach the driver root
+		// themselves), only the node's PCI tree; the controller nothing.
 		"kubeletPlugin": map[string]any{
 			"kubeletRegistrarDirectoryPath": filepath.Join(kubelet, "plugins_registry"),
 			"kubeletPluginsDirectoryPath":   filepath.Join(kubelet, "plugins"),
-			"podAnnotations":                map[string]any{"nvmock.io/gpus": "none"},
-			"containers": map[string]any{
-				"gpus":           map[string]any{"env": voidEnv},
-				"computeDomains": map[string]any{"env": voidEnv},
-			},
 		},
 		"controller": map[string]any{"podAnnotations": map[string]any{"nvmock.io/inject": "false"}},
 		// GPUs through DRA beside NVIDIA's device plugin (which other tests
