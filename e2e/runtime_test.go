@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -59,22 +60,8 @@ func waitForSpecs(t *testing.T, p *pod, c ctr) {
 // the nvmock plugin adds only the snapshot, so every edit is in the spec once
 // and the GPU keeps the node's UUID.
 func TestNvidiaRuntimeGivesExactlyTheDevicePluginsGPU(t *testing.T) {
-	n := theNode
-	out, spec := runUnderNvidia(t, optedIn, n.uuid(2))
-	if want := n.smiLine(2, 0); strings.TrimSpace(out) != want {
-		t.Errorf("nvidia-smi -L under NVIDIA's runtime printed:\n%s\nwant only:\n%s", out, want)
-	}
-	count := testenv.Edits(spec)
-	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/" + n.versionedLib(t), "/etc/nvmock/snapshot", "/dev/nvidia2", "/dev/nvidiactl"} {
-		if count[want] != 1 {
-			t.Errorf("%s is in the spec runc ran %d times, want once", want, count[want])
-		}
-	}
-	for _, unwanted := range []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/dev/nvidia0", "/dev/nvidia3"} {
-		if count[unwanted] != 0 {
-			t.Errorf("%s is in the spec runc ran; the runtime gives GPU 2's edits and the plugin only the snapshot", unwanted)
-		}
-	}
+	out, spec := runUnderNvidia(t, optedIn, theNode.uuid(2))
+	checkGivenByNvidia(t, out, spec, 2)
 }
 
 // A pod under NVIDIA's runtime that asks through nvmock's annotation, with
@@ -82,19 +69,31 @@ func TestNvidiaRuntimeGivesExactlyTheDevicePluginsGPU(t *testing.T) {
 // (review: the plugin gave everything and named the GPU, and the runtime
 // gave it all again).
 func TestNvidiaRuntimeGivesTheAnnotationsGPU(t *testing.T) {
-	n := theNode
 	out, spec := runUnderNvidiaWith(t, optedIn, map[string]string{"nvmock.io/gpus": "1,"}, nil)
-	if want := n.smiLine(1, 0); strings.TrimSpace(out) != want {
+	checkGivenByNvidia(t, out, spec, 1)
+}
+
+// checkGivenByNvidia checks that a container under NVIDIA's runtime saw GPU
+// gpu alone, with each of its edits once in the spec runc ran: the
+// runtime's, and the plugin's snapshot.
+func checkGivenByNvidia(t *testing.T, out string, spec *specs.Spec, gpu int) {
+	t.Helper()
+	n := theNode
+	if want := n.smiLine(gpu, 0); strings.TrimSpace(out) != want {
 		t.Errorf("nvidia-smi -L under NVIDIA's runtime printed:\n%s\nwant only:\n%s", out, want)
 	}
 	count := testenv.Edits(spec)
-	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/" + n.versionedLib(t), "/etc/nvmock/snapshot", "/dev/nvidia1", "/dev/nvidiactl"} {
+	node := fmt.Sprintf("/dev/nvidia%d", gpu)
+	for _, want := range []string{"/usr/bin/nvidia-smi", "/usr/lib64/" + n.versionedLib(t), "/etc/nvmock/snapshot", node, "/dev/nvidiactl"} {
 		if count[want] != 1 {
 			t.Errorf("%s is in the spec runc ran %d times, want once", want, count[want])
 		}
 	}
-	if count["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] != 0 || count["/dev/nvidia0"] != 0 {
-		t.Errorf("the plugin's own library or another GPU is in the spec: %v", count)
+	other := fmt.Sprintf("/dev/nvidia%d", (gpu+1)%len(n.gpus))
+	for _, unwanted := range []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", other} {
+		if count[unwanted] != 0 {
+			t.Errorf("%s is in the spec runc ran; the runtime gives GPU %d's edits and the plugin only the snapshot", unwanted, gpu)
+		}
 	}
 }
 

@@ -260,7 +260,6 @@ var bindOptions = [...]string{"bind", "ro", "nosuid", "nodev"}
 // plugin names a MIG device alone, without its GPU). sel gains the MIG
 // devices' GPUs.
 func selection(node *NodeState, sel, mig []bool, adj *Adjustment) string {
-	uuidLen := 0
 	var whole []bool // the GPUs given whole, when MIG devices come too
 	if len(mig) > 0 {
 		whole = slices.Clone(sel)
@@ -268,7 +267,6 @@ func selection(node *NodeState, sel, mig []bool, adj *Adjustment) string {
 	for k, m := range mig {
 		if m {
 			adj.MIG = append(adj.MIG, k)
-			uuidLen += len(node.MIG[k].UUID) + 1
 			sel[node.MIG[k].GPU] = true
 		}
 	}
@@ -278,36 +276,16 @@ func selection(node *NodeState, sel, mig []bool, adj *Adjustment) string {
 			n++
 		}
 	}
-	if n > 0 {
-		adj.GPUs = make([]int, 0, n)
+	if n == 0 {
+		return "none"
 	}
+	adj.GPUs = make([]int, 0, n)
 	for i, s := range sel {
 		if s {
 			adj.GPUs = append(adj.GPUs, i)
-			uuidLen += len(node.GPUs[i].UUID) + 1
 		}
 	}
-	if len(adj.GPUs) == 0 {
-		return "none"
-	}
-	var b strings.Builder
-	b.Grow(uuidLen)
-	for _, i := range adj.GPUs {
-		if whole != nil && !whole[i] {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(node.GPUs[i].UUID)
-	}
-	for _, k := range adj.MIG {
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(node.MIG[k].UUID)
-	}
-	return b.String()
+	return joinUUIDs(node, adj.GPUs, whole, adj.MIG)
 }
 
 // Given names what adj gives as UUIDs, GPUs then MIG devices, for the
@@ -316,26 +294,34 @@ func Given(node *NodeState, adj *Adjustment) string {
 	if len(adj.MIG) == 0 && len(adj.GPUs) > 0 && len(adj.Env) > 0 && adj.Env[0].Key == VisibleDevicesEnv {
 		return adj.Env[0].Value // the same, as selection wrote it
 	}
+	return joinUUIDs(node, adj.GPUs, nil, adj.MIG)
+}
+
+// joinUUIDs is the comma list of the UUIDs of gpus (those whole marks,
+// unless nil) and then of migs, in one allocation.
+func joinUUIDs(node *NodeState, gpus []int, whole []bool, migs []int) string {
 	n := 0
-	for _, i := range adj.GPUs {
+	for _, i := range gpus {
 		n += len(node.GPUs[i].UUID) + 1
 	}
-	for _, k := range adj.MIG {
+	for _, k := range migs {
 		n += len(node.MIG[k].UUID) + 1
 	}
 	var b strings.Builder
 	b.Grow(n)
-	for _, i := range adj.GPUs {
+	add := func(u string) {
 		if b.Len() > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(node.GPUs[i].UUID)
+		b.WriteString(u)
 	}
-	for _, k := range adj.MIG {
-		if b.Len() > 0 {
-			b.WriteByte(',')
+	for _, i := range gpus {
+		if whole == nil || whole[i] {
+			add(node.GPUs[i].UUID)
 		}
-		b.WriteString(node.MIG[k].UUID)
+	}
+	for _, k := range migs {
+		add(node.MIG[k].UUID)
 	}
 	return b.String()
 }
