@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/nvmock/nvmock/internal/testenv"
 )
 
@@ -110,6 +112,25 @@ func TestVisibleDevicesUUIDShowsExactlyThatGPUAsIndexZero(t *testing.T) {
 		env: map[string]string{"NVIDIA_VISIBLE_DEVICES": n.uuid(3)}})
 	if want := n.smiLine(3, 0); strings.TrimSpace(r.out) != want || r.code != 0 {
 		t.Errorf("NVIDIA_VISIBLE_DEVICES=<GPU 3's UUID>: nvidia-smi -L exited %d and printed:\n%s\nwant only:\n%s", r.code, r.out, want)
+	}
+}
+
+// NVIDIA's device plugin with deviceListStrategy volume-mounts names the
+// GPUs it allocates as /dev/null mounts under
+// /var/run/nvidia-container-devices, and NVIDIA_VISIBLE_DEVICES that
+// directory: the container gets those GPUs, as from NVIDIA's runtime
+// accepting device lists as volume mounts.
+func TestADevicePluginsVolumeMountsListGivesItsGPUs(t *testing.T) {
+	n := theNode
+	p := n.runPod(t, optedIn, nil)
+	var mounts []cri.Mount
+	for _, name := range []string{n.uuid(4), "1"} {
+		mounts = append(mounts, cri.Mount{HostPath: "/dev/null", ContainerPath: "/var/run/nvidia-container-devices/" + name, Readonly: true})
+	}
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"nvidia-smi", "-L"}, mounts: mounts,
+		env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}})
+	if want := n.smiLine(1, 0) + "\n" + n.smiLine(4, 1); strings.TrimSpace(r.out) != want || r.code != 0 {
+		t.Errorf("GPUs 4 and 1 as volume mounts: nvidia-smi -L exited %d and printed:\n%s\nwant:\n%s", r.code, r.out, want)
 	}
 }
 
