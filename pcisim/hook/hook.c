@@ -103,61 +103,121 @@ static char *slurp(int fd, const char *what, size_t limit)
 	return buf;
 }
 
-/*
- * json_string finds "key": "value" after from and returns the value,
- * unescaped, in out. The documents are the runtime's own (OCI state and
- * config.json, written by Go's encoder): a key in quotes followed by a colon
- * is a key, since a quote inside a string value is escaped.
- */
-static int json_string(const char *from, const char *key, char *out, size_t size)
+static const char *skip_ws(const char *p)
 {
-	char pat[64];
-	snprintf(pat, sizeof pat, "\"%s\"", key);
-	for (const char *p = strstr(from, pat); p; p = strstr(p + 1, pat)) {
-		const char *q = p + strlen(pat);
-		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
-			q++;
-		if (*q != ':')
-			continue;
-		q++;
-		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
-			q++;
-		if (*q != '"')
-			return -1;
-		size_t n = 0;
-		for (q++; *q && *q != '"'; q++) {
-			char c = *q;
-			if (c == '\\') {
-				q++;
-				switch (*q) {
-				case '"': case '\\': case '/': c = *q; break;
-				case 'u': {
-					unsigned v;
-					for (int k = 1; k <= 4; k++)
-						if (!isxdigit((unsigned char)q[k]))
-							return -1; /* also stops at the string's end */
-					if (sscanf(q + 1, "%4x", &v) != 1 || v == 0 || v > 0x7f)
-						return -1; /* no such path from a runtime */
-					c = (char)v;
-					q += 4;
-					break;
-				}
-				default: return -1;
-				}
-			}
-			if (n + 1 >= size)
-				return -1;
-			out[n++] = c;
-		}
-		if (*q != '"')
-			return -1;
-		out[n] = 0;
-		return 0;
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	return p;
+}
+
+/* skip_string returns what follows the string at p (its opening quote), or
+ * NULL if it does not end. */
+static const char *skip_string(const char *p)
+{
+	for (p++; *p; p++) {
+		if (*p == '\\' && !*++p)
+			return NULL;
+		if (*p == '"')
+			return p + 1;
 	}
-	return -1;
+	return NULL;
+}
+
+/*
+ * json_member returns the value of key among the members of the object at
+ * obj, not of objects within it, or NULL: the state's annotations, which
+ * pods set, may hold a "bundle" or "root" of their own (review: the first
+ * match anywhere was taken). Keys are compared as written: the runtime's
+ * encoder escapes none of these.
+ */
+static const char *json_member(const char *obj, const char *key)
+{
+	const char *p = skip_ws(obj);
+	if (*p != '{')
+		return NULL;
+	size_t klen = strlen(key);
+	for (int depth = 0; *p;) {
+		switch (*p) {
+		case '{': case '[':
+			depth++, p++;
+			break;
+		case '}': case ']':
+			if (--depth == 0)
+				return NULL;
+			p++;
+			break;
+		case '"': {
+			const char *end = skip_string(p);
+			if (!end)
+				return NULL;
+			const char *q = skip_ws(end);
+			if (depth == 1 && *q == ':' && (size_t)(end - p - 2) == klen && !memcmp(p + 1, key, klen))
+				return skip_ws(q + 1);
+			p = end;
+			break;
+		}
+		default:
+			p++;
+		}
+	}
+	return NULL;
+}
+
+/* json_string unescapes the string value at q (json_member's) into out. */
+static int json_string(const char *q, char *out, size_t size)
+{
+	if (!q || *q != '"')
+		return -1;
+	size_t n = 0;
+	for (q++; *q && *q != '"'; q++) {
+		char c = *q;
+		if (c == '\\') {
+			q++;
+			switch (*q) {
+			case '"': case '\\': case '/': c = *q; break;
+			case 'u': {
+				unsigned v;
+				for (int k = 1; k <= 4; k++)
+					if (!isxdigit((unsigned char)q[k]))
+						return -1; /* also stops at the string's end */
+				if (sscanf(q + 1, "%4x", &v) != 1 || v == 0 || v > 0x7f)
+					return -1; /* no such path from a runtime */
+				c = (char)v;
+				q += 4;
+				break;
+			}
+			default: return -1;
+			}
+		}
+		if (n + 1 >= size)
+			return -1;
+		out[n++] = c;
+	}
+	if (*q != '"')
+		return -1;
+	out[n] = 0;
+	return 0;
 }
 
 static int is_dot(const char *name) { return !strcmp(name, ".") || !strcmp(name, ".."); }
+
+/* mount_id is the id of the mount fd is on (fdinfo's mnt_id, Linux 3.15),
+ * or -1. */
+static long mount_id(int fd)
+{
+	char p[64], buf[512];
+	snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd);
+	int f = open(p, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return -1;
+	ssize_t n = read(f, buf, sizeof buf - 1);
+	close(f);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	const char *m = strstr(buf, "mnt_id:");
+	return m ? strtol(m + 7, NULL, 10) : -1;
+}
 
 /*
  * under opens rel below the directory at (O_PATH), following no symlink
@@ -165,8 +225,9 @@ static int is_dot(const char *name) { return !strcmp(name, ".") || !strcmp(name,
  * hold pod volumes, whose links a plain path would follow, before
  * pivot_root, to the node. Kernels before 5.6 lack openat2; there each
  * component is opened without following links, and a mount crossing is
- * seen as a change of device. -1 with errno (ELOOP for a link, EXDEV for a
- * mount).
+ * seen as a change of mount id (not of device: a bind of the node's own
+ * sysfs, in a pod on the node's network, has the container's). -1 with
+ * errno (ELOOP for a link, EXDEV for a mount).
  */
 static int under(int at, const char *rel, int cross)
 {
@@ -182,8 +243,9 @@ static int under(int at, const char *rel, int cross)
 		return fd;
 	char part[PATH_MAX];
 	pathf(part, "%s", rel);
-	struct stat top, st;
-	if (fstat(at, &top) < 0 || (fd = fcntl(at, F_DUPFD_CLOEXEC, 0)) < 0)
+	struct stat st;
+	long top = mount_id(at);
+	if (top < 0 || (fd = fcntl(at, F_DUPFD_CLOEXEC, 0)) < 0)
 		return -1;
 	for (char *save = NULL, *c = strtok_r(part, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
 		int next = is_dot(c) ? (errno = EXDEV, -1) : openat(fd, c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -191,7 +253,7 @@ static int under(int at, const char *rel, int cross)
 		if (next < 0 || fstat(next, &st) < 0)
 			return -1;
 		fd = next;
-		if (S_ISLNK(st.st_mode) || (!cross && st.st_dev != top.st_dev)) {
+		if (S_ISLNK(st.st_mode) || (!cross && mount_id(fd) != top)) {
 			close(fd);
 			errno = S_ISLNK(st.st_mode) ? ELOOP : EXDEV;
 			return -1;
@@ -233,7 +295,7 @@ static int target(int at, const char *rel, int cross, const char *what)
 	int fd = under(at, rel, cross);
 	if (fd < 0)
 		die("%s: %s%s", what, strerror(errno),
-		    errno == ELOOP || errno == EXDEV ? " (a pod volume or link there?); not shown" : "");
+		    errno == ELOOP || errno == EXDEV ? " (a pod volume or link there?); the container is refused" : "");
 	return fd;
 }
 
@@ -261,7 +323,11 @@ static int dir_names(const char *dir, const char *prefix, char **names)
 	int n = 0;
 	size_t len = strlen(prefix);
 	for (struct dirent *e; (e = readdir(d));) {
-		if (e->d_type != DT_DIR || is_dot(e->d_name) || strncmp(e->d_name, prefix, len))
+		struct stat st;
+		/* DT_UNKNOWN where the file system keeps no types (XFS without ftype). */
+		int isdir = e->d_type == DT_DIR ||
+			    (e->d_type == DT_UNKNOWN && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode));
+		if (!isdir || is_dot(e->d_name) || strncmp(e->d_name, prefix, len))
 			continue;
 		if (n == MAX_NAMES)
 			die("more than %d directories in %s", MAX_NAMES, dir);
@@ -306,7 +372,7 @@ static int cover_open(int at, const char *name, const char *what, const char *fr
 	int dfd = under(at, name, 0);
 	struct statfs sfs;
 	if (dfd < 0 || fstatfs(dfd, &sfs) < 0 || (sfs.f_type != SYSFS_MAGIC && sfs.f_type != PROC_SUPER_MAGIC))
-		die("%s is not the kernel's sysfs or procfs (a volume mounted there?); it is not covered", what);
+		die("%s is not the kernel's sysfs or procfs (a volume mounted there?); the container is refused", what);
 	int rfd = open(fdpath(path, dfd), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d = rfd < 0 ? NULL : fdopendir(rfd);
 	if (!d)
@@ -318,9 +384,11 @@ static int cover_open(int at, const char *name, const char *what, const char *fr
 			continue;
 		if (nents == cap && !(ents = realloc(ents, (cap = cap ? 2 * cap : 32) * sizeof *ents)))
 			die("out of memory");
+		/* The record only: readdir's can be shorter than a struct dirent. */
 		if (!(ents[nents] = malloc(sizeof **ents)))
 			die("out of memory");
-		memcpy(ents[nents++], e, sizeof **ents);
+		ents[nents]->d_type = e->d_type;
+		memcpy(ents[nents++]->d_name, e->d_name, strlen(e->d_name) + 1);
 	}
 	closedir(d);
 	int proc = sfs.f_type == PROC_SUPER_MAGIC;
@@ -386,8 +454,8 @@ static int read_rootfs(const char *bundle, char *rootfs)
 	/* A config's env and annotations can be megabytes; runc takes them. */
 	char *config = slurp(fd, path, MAX_CONFIG);
 	close(fd);
-	const char *root = strstr(config, "\"root\"");
-	int r = root ? json_string(root, "path", rel, sizeof rel) : -1;
+	const char *root = json_member(config, "root");
+	int r = root ? json_string(json_member(root, "path"), rel, sizeof rel) : -1;
 	if (r == 0) {
 		if (rel[0] == '/')
 			pathf(rootfs, "%s", rel);
@@ -676,7 +744,7 @@ int main(int argc, char **argv)
 	char bundle[PATH_MAX], rootfs[PATH_MAX];
 	if (!rootfs_from_cwd(rootfs)) {
 		char *state = slurp(0, "container state on stdin", MAX_STATE);
-		if (json_string(state, "bundle", bundle, sizeof bundle) < 0)
+		if (json_string(json_member(state, "bundle"), bundle, sizeof bundle) < 0)
 			die("no container state with a bundle on stdin; run it as an OCI createContainer hook");
 		if (read_rootfs(bundle, rootfs) < 0)
 			die("%s/config.json: no root.path", bundle);

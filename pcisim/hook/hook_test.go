@@ -825,3 +825,59 @@ ls "$d/rootfs/sys/bus/pci/devices" | wc -l`
 		t.Errorf("no PCI devices shown:\n%s", out)
 	}
 }
+
+// A bind of the node's own sysfs below the container's /sys (a hostPath
+// volume, in a pod on the node's network, where both are one sysfs) is a
+// pod volume like any other, also without openat2, and the container is
+// refused. Review: the fallback compared devices, which a bind of the same
+// sysfs shares, and mounted the tree over the node's /sys/bus.
+func TestABindOfTheNodesSysfsBelowSysIsRefused(t *testing.T) {
+	for name, hook := range kernels(t) {
+		t.Run(name, func(t *testing.T) {
+			tr := tree(t, node(t), false)
+			d := t.TempDir()
+			bareBundle(t, d, plainConfig, filepath.Join(d, "nodesys"))
+			script := `d=$1 hook=$2 tree=$3
+mount -t sysfs sysfs "$d/nodesys" || exit 9
+mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
+mount --bind "$d/nodesys/bus" "$d/rootfs/sys/bus" || exit 9
+cd "$d/rootfs" && "$hook" pcisim "$tree" </dev/null
+echo "hook exit $?"
+echo "the node's PCI devices: $(ls "$d/nodesys/bus/pci/devices" | wc -l), the tree's: $(ls "$tree/bus/pci/devices" | wc -l)"
+true`
+			out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook, tr).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			host, _ := os.ReadDir("/sys/bus/pci/devices")
+			if !strings.Contains(string(out), "the container is refused") || strings.Contains(string(out), "hook exit 0") ||
+				!strings.Contains(string(out), fmt.Sprintf("the node's PCI devices: %d,", len(host))) {
+				t.Errorf("the hook with the node's sysfs bound at /sys/bus:\n%s", out)
+			}
+		})
+	}
+}
+
+// The state's and config's own members are read, not a pod's annotations
+// of the same name, whatever their order. Review: the first "bundle"
+// anywhere was taken.
+func TestAnAnnotationNamedBundleOrRootIsNotTaken(t *testing.T) {
+	hook := builtHook(t)
+	tr := tree(t, node(t), false)
+	d, evil := t.TempDir(), t.TempDir()
+	bareBundle(t, d, `{"ociVersion":"1.2.0","annotations":{"root":{"path":"`+evil+`"}},"root":{"path":"rootfs"},"hooks":{}}`)
+	bareBundle(t, evil, plainConfig)
+	script := `d=$1 hook=$2 tree=$3 evil=$4
+mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
+mount -t sysfs sysfs "$evil/rootfs/sys" || exit 9
+(cd / && printf '{"ociVersion":"1.2.0","id":"c","status":"creating","annotations":{"bundle":"%s"},"pid":1,"bundle":"%s"}' "$evil" "$d" | "$hook" pcisim "$tree") || exit 1
+echo "container: $(ls "$d/rootfs/sys/bus/pci/devices" | wc -l), other: $(grep -c " $evil/" /proc/self/mountinfo)"`
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook, tr, evil).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := fmt.Sprintf("container: %d, other: 1", len(names(t, filepath.Join(tr, "bus", "pci", "devices"))))
+	if strings.TrimSpace(string(out)) != want {
+		t.Errorf("got %q, want %q (the tree in the container's /sys, only the test's own sysfs mount in the other)", out, want)
+	}
+}
