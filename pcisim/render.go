@@ -192,9 +192,7 @@ func linkOf(f *profile.PCIFunction) link {
 			l.gen, l.width = min(c.gen, l.maxGen), min(c.width, l.maxWidth)
 		}
 	default:
-		if p := f.Parent; p != nil {
-			l.gen, l.width = min(l.gen, p.MaxLinkGen), min(l.width, p.MaxLinkWidth)
-		}
+		l.gen, l.width = f.TrainedLink()
 	}
 	return l
 }

@@ -77,7 +77,7 @@ func TestBoundsAreOneLineNamingFileAndField(t *testing.T) {
 				strings.ReplaceAll(long, " ", "-") + `", which Kubernetes refuses (88 characters; Kubernetes allows at most 63); shorten the name`},
 		{"a product name whose label would end in a dash",
 			"base: a100\nname: x\nboard:\n  productName: \"NVIDIA A100 -\"\n",
-			`profile x.yaml:4: board.productName: "NVIDIA A100 -" makes the node label nvidia.com/gpu.product="NVIDIA-A100--", which Kubernetes refuses (it must start and end with a letter or digit); shorten the name`},
+			`profile x.yaml:4: board.productName: "NVIDIA A100 -" makes the node label nvidia.com/gpu.product="NVIDIA-A100--", which Kubernetes refuses (it must start and end with a letter or digit); begin and end the name with one`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("x.yaml", []byte(c.src))

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -59,6 +60,10 @@ func (d *Driver) resolve() {
 func (p *Profile) SetDriver(version string) error {
 	p.Driver = Driver{Version: version}
 	p.Driver.resolve()
+	if p.Driver.CUDAVersion == "" && driverVersionRE.MatchString(version) {
+		// No flag gives it: a profile file must.
+		return fmt.Errorf("driver %s is of no branch nvmock knows the CUDA version of; give driver: {version: %q, cudaVersion: ...} in a profile file (base: %s)", version, version, p.Name)
+	}
 	return errors.Join(p.Validate()...)
 }
 

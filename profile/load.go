@@ -49,7 +49,9 @@ func Builtin(name string) (*Profile, error) {
 func Load(nameOrFile string) (*Profile, error) {
 	if !strings.ContainsAny(nameOrFile, "/.") {
 		fi, err := os.Stat(nameOrFile)
-		file := err == nil && !fi.IsDir()
+		// A compiled snapshot of that name (profile compile gb200 -o gb200)
+		// is no profile that could be meant.
+		file := err == nil && !fi.IsDir() && !isSnapshot(nameOrFile)
 		if !slices.Contains(Builtins(), nameOrFile) && file {
 			return LoadFile(nameOrFile)
 		}
@@ -59,6 +61,18 @@ func Load(nameOrFile string) (*Profile, error) {
 		return Builtin(nameOrFile)
 	}
 	return LoadFile(nameOrFile)
+}
+
+// isSnapshot says whether path starts as a compiled snapshot does.
+func isSnapshot(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var magic [8]byte
+	_, err = io.ReadFull(f, magic[:])
+	return err == nil && string(magic[:]) == "NVMOCKSS"
 }
 
 // LoadFile reads a profile from a YAML file, whatever its name.

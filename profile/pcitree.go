@@ -32,6 +32,23 @@ const (
 	RoleNVSwitch
 )
 
+// TrainedLink is the link an endpoint trains to: its own, or its maximum
+// where none is given, capped by its parent port's maximum. lspci's LnkSta
+// and NVML's current link both read it, so they cannot disagree.
+func (f *PCIFunction) TrainedLink() (gen, width uint32) {
+	gen, width = f.LinkGen, f.LinkWidth
+	if gen == 0 {
+		gen = f.MaxLinkGen
+	}
+	if width == 0 {
+		width = f.MaxLinkWidth
+	}
+	if p := f.Parent; p != nil {
+		gen, width = min(gen, p.MaxLinkGen), min(width, p.MaxLinkWidth)
+	}
+	return gen, width
+}
+
 // IsBridge says whether the role is a PCI-to-PCI bridge.
 func (r PCIRole) IsBridge() bool { return r <= RoleSwitchDown }
 

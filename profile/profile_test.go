@@ -141,10 +141,12 @@ func TestAnInfiniBandBlockWithoutFabricIsOneLine(t *testing.T) {
 }
 
 func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
-	src := strings.NewReplacer("gpus: 8", "gpus: 0", "linkGen: 4", "linkGen: 9").Replace(a100YAML(t))
-	_, err := Parse("two.yaml", []byte(src))
-	if err == nil || !strings.Contains(err.Error(), "gpus") || !strings.Contains(err.Error(), "linkGen") {
-		t.Errorf("want both problems reported, got %v", err)
+	for _, gpus := range []string{"gpus: 0", "gpus: 70"} { // 70: review, the board's went unsaid
+		src := strings.NewReplacer("gpus: 8", gpus, "linkGen: 4", "linkGen: 9").Replace(a100YAML(t))
+		_, err := Parse("two.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), "gpus") || !strings.Contains(err.Error(), "linkGen") {
+			t.Errorf("%s: want both problems reported, got %v", gpus, err)
+		}
 	}
 }
 

@@ -93,14 +93,14 @@ func (p *Profile) Validate() []error {
 	}
 	if p.GPUs < 1 || p.GPUs > MaxGPUs {
 		c.fail("gpus", "%d is out of range; use 1 to %d", p.GPUs, MaxGPUs)
-		if p.GPUs > MaxGPUs {
-			return c.errs // the other checks size lists by the count
-		}
 	}
 	p.Driver.validate(c)
 	p.validateDriverRunsBoard(c)
 	p.Board.validate(c)
 	p.Board.validateLabel(c)
+	if p.GPUs > MaxGPUs {
+		return c.errs // the other checks size lists by the count
+	}
 	p.validateDevices(c)
 	p.Topology.validate(c)
 	p.validateNVSwitches(c)
@@ -352,11 +352,12 @@ func (b *Board) validateLabel(c *checker) {
 	if len(content.IsLabelValue(v)) == 0 {
 		return
 	}
-	why := "it must start and end with a letter or digit"
+	why, fix := "it must start and end with a letter or digit", "begin and end the name with one"
 	if len(v) > content.LabelValueMaxLength {
 		why = fmt.Sprintf("%d characters; Kubernetes allows at most %d", len(v), content.LabelValueMaxLength)
+		fix = "shorten the name"
 	}
-	c.fail("board.productName", "%q makes the node label nvidia.com/gpu.product=%q, which Kubernetes refuses (%s); shorten the name", b.ProductName, v, why)
+	c.fail("board.productName", "%q makes the node label nvidia.com/gpu.product=%q, which Kubernetes refuses (%s); %s", b.ProductName, v, why, fix)
 }
 
 func (pw *Power) validate(c *checker, at string) {

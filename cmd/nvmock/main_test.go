@@ -85,6 +85,8 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"assets that do not exist", []string{"exec", "--assets", filepath.Join(dir, "none"), "--", "true"}, "assets " + filepath.Join(dir, "none") + ": no such directory"},
 		{"an unknown ctl command before any state", []string{"ctl", "--state", filepath.Join(dir, "none"), "bogus"}, `ctl: unknown command "bogus"`},
 		{"list takes no argument", []string{"profile", "list", "extra"}, `profile list: unexpected argument "extra"`},
+		{"a driver of a branch nvmock does not know", []string{"profile", "compile", "a100", "--driver-version", "600.10.01", "--seed", "s", "-o", "/dev/null"},
+			`driver 600.10.01 is of no branch nvmock knows the CUDA version of; give driver: {version: "600.10.01", cudaVersion: ...} in a profile file`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := run(c.args)
@@ -122,10 +124,18 @@ func TestABareProfileNameIsAFileOnlyWhenNoBuiltinHasIt(t *testing.T) {
 	if err := profileShow([]string{"mine", "--seed", "n1"}, &b); err != nil || !strings.Contains(b.String(), "name: mine") {
 		t.Errorf("profile show mine (a file, no built-in of that name): %v\n%s", err, b.String())
 	}
+	// The README's profile compile gb200 -o gb200, then the built-in
+	// again from here: the snapshot is no profile (review).
+	if err := run([]string{"profile", "compile", "gb200", "--seed", "s", "-o", "gb200"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"profile", "compile", "gb200", "--seed", "s", "-o", "gb200"}); err != nil {
+		t.Errorf("the built-in beside a snapshot of its name: %v", err)
+	}
 }
 
 func TestHelpIsAnAnswerNotAnError(t *testing.T) {
-	for _, args := range [][]string{{"profile", "show", "--help"}, {"profile", "compile", "-h"}, {"profile", "validate", "--help"}} {
+	for _, args := range [][]string{{"profile", "show", "--help"}, {"profile", "compile", "-h"}, {"profile", "validate", "--help"}, {"profile", "list", "--help"}} {
 		if err := run(args); err != nil {
 			t.Errorf("%v: %v, want the help and no error", args, err)
 		}

@@ -24,6 +24,10 @@ func profileCmd(args []string) error {
 	}
 	switch args[0] {
 	case "list":
+		if len(args) == 2 && isHelp(args[1]) {
+			fmt.Print("Usage: nvmock profile list\n  Lists the built-in profiles.\n")
+			return nil
+		}
 		if len(args) > 1 {
 			return fmt.Errorf("profile list: unexpected argument %q", args[1])
 		}

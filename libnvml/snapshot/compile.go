@@ -215,6 +215,13 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 	d.PcieGen = b.PCI.LinkGen
 	d.PcieMaxWidth = b.PCI.MaxLinkWidth
 	d.PcieWidth = b.PCI.LinkWidth
+	// Behind a slower port the link trains down, as the PCI tree shows it;
+	// "max" is the device's and the system's together.
+	if f := g.Function; f != nil && f.Parent != nil {
+		d.PcieGen, d.PcieWidth = f.TrainedLink()
+		d.PcieMaxGen = min(d.PcieMaxGen, f.Parent.MaxLinkGen)
+		d.PcieMaxWidth = min(d.PcieMaxWidth, f.Parent.MaxLinkWidth)
+	}
 	d.PcieHostMaxGen = opt32(b.PCI.HostMaxLinkGen)
 	d.PcieAtomicsOut, d.PcieAtomicsIn = NA, NA
 	if a := b.PCI.AtomicCaps; a != nil {

@@ -141,6 +141,31 @@ func TestDeviceOverridesReachTheirGPU(t *testing.T) {
 	}
 }
 
+// Behind a Gen4 switch an H100 trains to Gen4, and NVML says so as the
+// PCI tree (lspci's LnkSta) does; its own maximum stays Gen5. Review: NVML
+// kept the board's Gen5.
+func TestAGPUBehindASlowerSwitchTrainsDown(t *testing.T) {
+	p, err := profile.Parse("g4.yaml", []byte("base: h100\nname: g4\npcie:\n  switch: {linkGen: 4, linkWidth: 8}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, width := node.GPUs[0].Function.TrainedLink()
+	data, err := Compile(p, Options{Seed: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, devs, _ := decode(t, data)
+	d := devs[0]
+	if d.PcieGen != 4 || d.PcieWidth != 8 || d.PcieGen != gen || d.PcieWidth != width || d.PcieMaxGen != 4 || d.PcieMaxWidth != 8 || d.PcieGPUMaxGen != 5 {
+		t.Errorf("NVML's link: gen %d x%d, max gen %d x%d, GPU max gen %d; the tree's gen %d x%d; want 4 x8, max 4 x8, GPU max 5",
+			d.PcieGen, d.PcieWidth, d.PcieMaxGen, d.PcieMaxWidth, d.PcieGPUMaxGen, gen, width)
+	}
+}
+
 // topo -m asks the PCIe path between GPUs and NICs: the snapshot places
 // every NIC function of the tree as it places the GPUs, a card's two
 // functions on one slot.
