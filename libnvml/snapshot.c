@@ -86,9 +86,11 @@ static const char *snap_check(const unsigned char *p, size_t len)
 }
 
 // snapshot_path finds the file: NVMOCK_SNAPSHOT, else <driver root>/etc/nvmock/snapshot
-// next to this library. It returns 0 when there is none (use the default).
+// next to this library. It returns 0 when there is none (use the default),
+// with out the path looked at, or "".
 static int snapshot_path(char *out, size_t size, int *explicit)
 {
+	out[0] = '\0';
 	const char *env = getenv("NVMOCK_SNAPSHOT");
 	*explicit = env != NULL && env[0] != '\0';
 	if (*explicit) {
@@ -130,6 +132,18 @@ nvmlReturn_t nvmock_load(void)
 		if (bad != NULL) {
 			nvmock_warn("built-in snapshot: %s", bad);
 			return NVML_ERROR_UNKNOWN;
+		}
+		// Given GPU nodes (a container) but not the node's snapshot: the
+		// built-in board is not this node's, which would pass unnoticed.
+		static int warned;
+		const char *root = getenv("NVMOCK_DEV_ROOT");
+		char ctl[PATH_MAX];
+		snprintf(ctl, sizeof ctl, "%s/nvidiactl", root != NULL && root[0] != '\0' ? root : "/dev");
+		if (!warned && path[0] != '\0' && access(ctl, F_OK) == 0) {
+			warned = 1;
+			nvmock_warn("no snapshot at %s: showing the built-in %s board, not this node's GPUs (a container "
+				    "nvmock's NRI plugin did not equip: opt its namespace in)",
+				    path, ((const struct snap_header *)p)->profile);
 		}
 		if (map_addr != NULL)
 			retire_map();

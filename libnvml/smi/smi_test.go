@@ -264,6 +264,35 @@ func TestVisibilityAsContainersSeeIt(t *testing.T) {
 	}
 }
 
+// A container given GPU nodes but not the node's snapshot (a DRA claim in a
+// namespace that did not opt in) sees the built-in board, and the library
+// says so once; a plain process on a laptop, the built-in board's home,
+// hears nothing. Review: the wrong board passed unnoticed.
+func TestTheBuiltInBoardInAContainerIsSaid(t *testing.T) {
+	root := t.TempDir()
+	lib := filepath.Join(root, "usr", "lib64", "libnvidia-ml.so.1")
+	data, err := os.ReadFile(filepath.Join(testenv.LibDir(t), "libnvidia-ml.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}
+	warning := "nvmock: no snapshot at " + filepath.Join(root, "etc", "nvmock", "snapshot") + ": showing the built-in a100 board, not this node's GPUs"
+	out, code := smi(t, "", append(env, "NVMOCK_DEV_ROOT="+devRoot(t, "nvidiactl", "nvidia2")), "-L")
+	if code != 0 || strings.Count(out, warning) != 1 || !strings.Contains(out, "GPU 0: NVIDIA A100-SXM4-40GB") {
+		t.Errorf("in a container: exit %d:\n%s\nwant one GPU of the built-in board and once %q", code, out, warning)
+	}
+	out, code = smi(t, "", env, "-L")
+	if code != 0 || strings.Contains(out, "nvmock:") || strings.Count(out, "GPU ") != 8 {
+		t.Errorf("on a laptop: exit %d:\n%s\nwant the built-in board's 8 GPUs and no warning", code, out)
+	}
+}
+
 func TestBadVisibleDevicesEntryFailsInitWithOneLine(t *testing.T) {
 	snap, _ := testenv.Snapshot(t, "a100", 0)
 	out, code := smi(t, snap, []string{"NVMOCK_VISIBLE_DEVICES=0,17"}, "-L")
