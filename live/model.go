@@ -28,11 +28,29 @@ type Board struct {
 	IdleTempC uint32
 	SlowdownC uint32 // snapshot.NA: none
 	NVLinks   uint32 // 0: none
+	// NoEncoder: the board has no video encoder (NVENC), as its whole-GPU
+	// MIG profile shows (A100, H100, B200): encoder utilization stays 0.
+	NoEncoder bool
 }
 
 // BoardOf takes the model's numbers from a snapshot record.
 func BoardOf(d *snapshot.Device) Board {
-	return Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1], NVLinks: d.NvlinkCount}
+	b := Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1], NVLinks: d.NvlinkCount}
+	for k := uint32(0); k < d.MIGGICount && k < snapshot.MaxMIGProfiles; k++ {
+		if d.MIGGIComputeSlices[k] == 7 {
+			b.NoEncoder = d.MIGGIEncoders[k] == 0
+		}
+	}
+	return b
+}
+
+// CheckLoad refuses an encoder load on a GPU whose board has no encoder:
+// a real one reports 0% whatever runs.
+func (b Board) CheckLoad(gpu int, l Loads) error {
+	if l.Encoder > 0 && b.NoEncoder {
+		return fmt.Errorf("GPU %d has no video encoder (NVENC); its encoder utilization stays 0%%", gpu)
+	}
+	return nil
 }
 
 // CheckLink refuses an nvlink_down fault on a link GPU gpu of board b does

@@ -226,6 +226,9 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 			if g >= len(boards) {
 				return fmt.Errorf("%s: GPU %d is not in the snapshot; reinstall the node", at, g)
 			}
+			if err := boards[g].CheckLoad(g, ld); err != nil {
+				return fmt.Errorf("%s.encoder: %w", at, err)
+			}
 			s.SetLoad(boards[g], g, ld, now)
 		}
 	}

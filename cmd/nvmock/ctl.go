@@ -231,6 +231,9 @@ func ctlLoad(f *live.File, args []string) error {
 			if g >= len(boards) {
 				return fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards))
 			}
+			if err := boards[g].CheckLoad(g, l); err != nil {
+				return fmt.Errorf("--encoder: %w", err)
+			}
 			s.SetLoad(boards[g], g, l, now)
 		}
 		return nil

@@ -727,3 +727,33 @@ func TestCtlCommandHelpIsItsOwn(t *testing.T) {
 		t.Error("an unknown command's help is not the whole help")
 	}
 }
+
+// An encoder load on a board without NVENC (A100: its whole-GPU MIG
+// profile lists no encoder) is refused, as a real one reports 0% whatever
+// runs; an L40S, with encoders, takes it. Review: nvtop showed an A100
+// encoding.
+func TestAnEncoderLoadNeedsAnEncoder(t *testing.T) {
+	a100 := ctlNode(t, "2")
+	err := run([]string{"ctl", "--state", a100, "load", "all", "50", "--encoder", "30"})
+	if err == nil || !strings.Contains(err.Error(), "--encoder: GPU 0 has no video encoder (NVENC)") {
+		t.Errorf("an encoder load on an A100: %v", err)
+	}
+	spec := filepath.Join(t.TempDir(), "load.yaml")
+	if err := os.WriteFile(spec, []byte("loads:\n  - {gpus: all, percent: 50, encoder: 30}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"ctl", "--state", a100, "apply", spec}); err == nil || !strings.Contains(err.Error(), "loads[0].encoder: GPU 0 has no video encoder") {
+		t.Errorf("ctl apply of an encoder load on an A100: %v", err)
+	}
+	dir := t.TempDir()
+	if err := run([]string{"profile", "compile", "l40s", "--seed", "n1", "-o", filepath.Join(dir, "snapshot")}); err != nil {
+		t.Fatal(err)
+	}
+	l40s := filepath.Join(dir, "state")
+	if err := live.Create(l40s, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"ctl", "--state", l40s, "load", "0", "50", "--encoder", "30"}); err != nil {
+		t.Errorf("an encoder load on an L40S: %v", err)
+	}
+}
