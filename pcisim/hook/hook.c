@@ -115,8 +115,11 @@ static const char *skip_ws(const char *p)
 static const char *skip_string(const char *p)
 {
 	for (p++; *p; p++) {
-		if (*p == '\\' && !*++p)
-			return NULL;
+		if (*p == '\\') {
+			if (!*++p)
+				return NULL;
+			continue; /* the escaped character, a quote too */
+		}
 		if (*p == '"')
 			return p + 1;
 	}

@@ -865,7 +865,9 @@ func TestAnAnnotationNamedBundleOrRootIsNotTaken(t *testing.T) {
 	hook := builtHook(t)
 	tr := tree(t, node(t), false)
 	d, evil := t.TempDir(), t.TempDir()
-	bareBundle(t, d, `{"ociVersion":"1.2.0","annotations":{"root":{"path":"`+evil+`"}},"root":{"path":"rootfs"},"hooks":{}}`)
+	// Escaped quotes, braces and backslashes in strings before it (e2e:
+	// an env value with a quote ended the string early).
+	bareBundle(t, d, `{"ociVersion":"1.2.0","process":{"env":["Q=\"}{[\\","R=\\\"root\":"]},"annotations":{"root":{"path":"`+evil+`"}},"root":{"path":"rootfs"},"hooks":{}}`)
 	bareBundle(t, evil, plainConfig)
 	script := `d=$1 hook=$2 tree=$3 evil=$4
 mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
