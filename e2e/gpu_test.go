@@ -134,6 +134,19 @@ func TestADevicePluginsVolumeMountsListGivesItsGPUs(t *testing.T) {
 	}
 }
 
+// A privileged container given one GPU sees every GPU, as the host's /dev
+// shows them to it on a real node; NVIDIA_VISIBLE_DEVICES names its own.
+func TestAPrivilegedContainerSeesEveryGPU(t *testing.T) {
+	n := theNode
+	p := n.runPrivilegedPod(t, optedIn)
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", "nvidia-smi -L; echo $NVIDIA_VISIBLE_DEVICES"}, privileged: true,
+		env: map[string]string{"NVIDIA_VISIBLE_DEVICES": n.uuid(3)}})
+	lines := testenv.Lines(r.out)
+	if r.code != 0 || len(lines) != len(n.gpus)+1 || len(uuidsListed(r.out)) != len(n.gpus) || lines[len(lines)-1] != n.uuid(3) {
+		t.Errorf("a privileged container given GPU 3: exit %d\n%s\nwant all %d GPUs, then GPU 3's UUID", r.code, r.out, len(n.gpus))
+	}
+}
+
 // uuidsListed are the UUIDs in nvidia-smi -L output, in order.
 func uuidsListed(out string) []string {
 	var ids []string

@@ -410,6 +410,22 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel, mig []bool, all bo
 			}
 		}
 	}
+	// A privileged container gets the host's /dev on a real node: every
+	// GPU's and MIG device's nodes, so it sees them all, whatever it was
+	// given (NVIDIA_VISIBLE_DEVICES names what it was given, and use
+	// counts follow that).
+	if ctr.Privileged {
+		for i := range node.GPUs {
+			addNode(node.GPUs[i].Node)
+		}
+		for k := range node.MIG {
+			addNode(node.MIG[k].Caps[0])
+			addNode(node.MIG[k].Caps[1])
+		}
+		if node.MIGMonitor != nil {
+			addNode(*node.MIGMonitor)
+		}
+	}
 	if ok, why := migCapability(ctr, &adj, all, MIGMonitorEnv); ok && node.MIGMonitor != nil {
 		addNode(*node.MIGMonitor)
 	} else if why != "" {

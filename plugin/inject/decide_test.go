@@ -845,3 +845,39 @@ func TestDecideShowsThePCITreeToEveryContainerOfAnOptedInNamespace(t *testing.T)
 		})
 	}
 }
+
+// A privileged container has every GPU's node, as the host's /dev gives it
+// on a real node: it sees every GPU, whatever it was given; what it was
+// given is what is named and counted.
+func TestAPrivilegedContainerHasEveryGPUsNode(t *testing.T) {
+	n8 := testNode(8, true)
+	priv := ctr
+	priv.Privileged = true
+	for _, c := range []struct {
+		name string
+		pod  Pod
+		gpus []int
+	}{
+		{"given one GPU", pod("ml", GPUsAnnotation, "1"), []int{0}},
+		{"given the driver alone", pod("ml", GPUsAnnotation, "none"), nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			adj, ok, err := Decide(testConfig, n8, c.pod, priv)
+			if err != nil || !ok {
+				t.Fatalf("ok %v, err %v", ok, err)
+			}
+			for i := range n8.GPUs {
+				if !hasNode(adj.Devices, n8.GPUs[i].Node) || !hasRule(adj.DeviceRules, n8.GPUs[i].Node) {
+					t.Errorf("no node or rule for GPU %d: %v", i, adj.Devices)
+				}
+			}
+			if !slices.Equal(adj.GPUs, c.gpus) {
+				t.Errorf("GPUs given %v, want %v", adj.GPUs, c.gpus)
+			}
+		})
+	}
+	adj, _, _ := Decide(testConfig, n8, pod("ml", GPUsAnnotation, "1"), ctr)
+	if hasNode(adj.Devices, n8.GPUs[1].Node) {
+		t.Errorf("an unprivileged container given GPU 0 has GPU 1's node")
+	}
+}

@@ -121,11 +121,12 @@ func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
 		{"the MIG GPU named alone", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1,"), nil},
 		{"two GPUs by count", pod("ml", GPUsAnnotation, "2"), ctr, nil},
 		{"the monitor capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGMonitorEnv+"=all"), []DeviceNode{monitor}},
-		{"the config capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(privileged, MIGConfigEnv+"=all"), []DeviceNode{config}},
+		// Privileged: the host's /dev, every MIG device's nodes and the monitor's.
+		{"the config capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(privileged, MIGConfigEnv+"=all"), append(slices.Clone(every), monitor, config)},
 		{"not the config capability unprivileged", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGConfigEnv+"=all"), nil},
 		{"the MIG devices with the monitor capability", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all", MIGMonitorEnv+"=all"), append(slices.Clone(every), monitor)},
 		{"not the monitor capability with some MIG devices", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGMonitorEnv+"=all"), []DeviceNode{n.MIG[0].Caps[0], n.MIG[0].Caps[1]}},
-		{"not the config capability with some MIG devices", pod("ml"), withEnv(privileged, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGConfigEnv+"=all"), []DeviceNode{n.MIG[0].Caps[0], n.MIG[0].Caps[1]}},
+		{"not the config capability with some MIG devices", pod("ml"), withEnv(privileged, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGConfigEnv+"=all"), append(slices.Clone(every), monitor)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adj, ok, err := Decide(testConfig, n, c.pod, c.ctr)
