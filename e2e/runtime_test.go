@@ -110,4 +110,7 @@ func TestNvidiaRuntimeWithoutThePluginLacksTheNodesIdentity(t *testing.T) {
 	if got[0] == n.uuid(2) {
 		t.Errorf("without the plugin the container still sees the node's UUID %s", got[0])
 	}
+	if !strings.Contains(out, "showing the built-in a100 board, not this node's GPUs") {
+		t.Errorf("without the plugin the library did not say the board is its built-in one:\n%s", out)
+	}
 }

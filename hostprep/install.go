@@ -459,6 +459,9 @@ type UninstallResult struct {
 	// TakenOver is the root whose install (the same owner's) took over the
 	// CDI spec or NFD file: the node stays a GPU node, its labels stay.
 	TakenOver string
+	// Owner is the DaemonSet the removed install was recorded for ("":
+	// a manual install).
+	Owner string
 }
 
 // Uninstall removes what the root's manifest says install created: the CDI
@@ -506,7 +509,7 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 		unlock()
 		return &UninstallResult{KeptFor: m.Owner}, nil
 	}
-	res := &UninstallResult{}
+	res := &UninstallResult{Owner: m.Owner}
 	var errs []error
 	rm := func(p string, all bool) {
 		var err error

@@ -272,7 +272,9 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths; the node's labels stay with the install at %s\n", *root, len(res.Removed), res.TakenOver)
 		return nil
 	}
+	labelled := false
 	if err := nodeLabels(name, stderr, func(c *hostprep.KubeClient) error {
+		labelled = true
 		return c.RemoveLabels(context.Background(), name)
 	}); err != nil {
 		return fmt.Errorf("hostprep uninstall: %w", err)
@@ -283,6 +285,14 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	}
 	// Which: the lines above, as removed; a file changed since install is kept, and said so.
 	fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths\n", *root, len(res.Removed))
+	if res.Owner != "" && dsName == "" {
+		// By hand, under a running chart: say what stays and what comes back.
+		fmt.Fprintf(stdout, "DaemonSet %s installed it: its next pod on this node installs again", res.Owner)
+		if !labelled {
+			fmt.Fprint(stdout, "; the node's nvidia.com labels stay (no cluster credentials here: kubectl label node NODE LABEL- removes them)")
+		}
+		fmt.Fprintln(stdout)
+	}
 	return nil
 }
 

@@ -58,6 +58,30 @@ func TestUninstallUnlessDaemonSetOutsideAClusterUninstalls(t *testing.T) {
 	}
 }
 
+// An install a DaemonSet made, uninstalled by hand outside the cluster,
+// says that its pods install again and the labels stay. Review: it said
+// nothing of either.
+func TestUninstallByHandOfAChartsInstallSaysWhatStays(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (CAP_MKNOD) to create device nodes")
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	d := t.TempDir()
+	args := []string{"--root=" + filepath.Join(d, "root"), "--node-name=node-7"}
+	var out, errs bytes.Buffer
+	if err := hostprepRun(append([]string{"install", "--profile=a100", "--gpus=1", "--assets=" + testenv.FakeDriverAssets(t), "--owner=nvmock/nvmock-default",
+		"--cdi-dir=" + filepath.Join(d, "cdi"), "--nfd-dir=" + filepath.Join(d, "nfd")}, args...), &out, &errs, filepath.Join(d, "proc")); err != nil {
+		t.Fatalf("install: %v\n%s", err, errs.String())
+	}
+	out.Reset()
+	if err := hostprepRun(append([]string{"uninstall"}, args...), &out, &errs, ""); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, errs.String())
+	}
+	if want := "DaemonSet nvmock/nvmock-default installed it: its next pod on this node installs again; the node's nvidia.com labels stay"; !strings.Contains(out.String(), want) {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+}
+
 // In a cluster (a stand-in API server: the real one cannot be made to fail
 // on demand; hostprep's tests run Leaving against a real one): kept while
 // the DaemonSet runs on the node; uninstalled, with a warning, when the API

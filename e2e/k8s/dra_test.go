@@ -263,6 +263,9 @@ func (d *draEnv) testWithoutInjection(t *testing.T) {
 	if slices.Contains(draUUIDs(d.gpus), got[0]) {
 		t.Errorf("without injection the container still sees the node's UUID %s; the opted-in checks prove nothing", got[0])
 	}
+	if !strings.Contains(out, "showing the built-in a100 board, not this node's GPUs") {
+		t.Errorf("without injection the library did not say the board is its built-in one:\n%s", out)
+	}
 }
 
 func (d *draEnv) testSharedClaim(t *testing.T) {

@@ -53,7 +53,7 @@ func newMetrics() *metrics {
 	m.skipNoOverlay = m.skipped.WithLabelValues(skipNoOverlay)
 	m.skipFailed = m.skipped.WithLabelValues(skipFailed)
 	m.skipAnother = m.skipped.WithLabelValues(skipAnother)
-	for _, r := range []string{reasonProbe, reasonDecide, reasonPanic, reasonNamespaces, reasonSync} {
+	for _, r := range []string{reasonProbe, reasonDecide, reasonPanic, reasonNamespaces, reasonSync, reasonProcess, reasonInUse} {
 		m.errors.WithLabelValues(r) // present at zero, so alerts can rate() them
 	}
 	m.reg.MustRegister(m.injections, m.skipped, m.errors, m.warnings, m.decision,

@@ -191,7 +191,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 			if p.fdMode {
 				return fmt.Errorf("nri plugin: %w", err)
 			}
-			p.log.WithError(err).WithField("retry_in", backoff).Warn("cannot register with the runtime")
+			p.log.WithError(err).WithField("retry_in", backoff).Warn("cannot register with the runtime; is its NRI socket " + p.opt.Socket + " (the chart's nri.socketPath), with NRI enabled in containerd?")
 		}
 		select {
 		case <-ctx.Done():

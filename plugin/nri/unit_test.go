@@ -251,3 +251,15 @@ func TestAPodsCDIAnnotationIsNoContainersRequest(t *testing.T) {
 		t.Errorf("a void container of a pod with a CDI annotation got devices %v", adj.GetLinux().GetDevices())
 	}
 }
+
+// Every error reason docs/kubernetes.md lists is there at zero from the
+// start, so that alerts can rate() it (review: process and in_use were not).
+func TestEveryErrorReasonIsThereAtZero(t *testing.T) {
+	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}})
+	m := scrape(t, p)
+	for _, r := range []string{"probe", "decide", "panic", "namespaces", "sync", "process", "in_use"} {
+		if !strings.Contains(m, `nvmock_nri_errors_total{reason="`+r+`"} 0`) {
+			t.Errorf("no errors_total{reason=%q} at zero:\n%s", r, grep(m, "nvmock_nri_errors_total"))
+		}
+	}
+}
