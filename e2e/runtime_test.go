@@ -73,6 +73,20 @@ func TestNvidiaRuntimeGivesTheAnnotationsGPU(t *testing.T) {
 	checkGivenByNvidia(t, out, spec, 1)
 }
 
+// The annotation's none under NVIDIA's runtime: the driver from the plugin,
+// no GPU, and nothing the runtime cannot resolve (it knows no none device;
+// an image's all would give every GPU).
+func TestNvidiaRuntimeGivesTheAnnotationsNone(t *testing.T) {
+	out, spec := runUnderNvidiaWith(t, optedIn, map[string]string{"nvmock.io/gpus": "none"}, map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"})
+	if strings.TrimSpace(out) != "No devices found." {
+		t.Errorf("nvidia-smi -L with the annotation none under NVIDIA's runtime printed:\n%s\nwant No devices found.", out)
+	}
+	count := testenv.Edits(spec)
+	if count["/usr/bin/nvidia-smi"] != 1 || count["/dev/nvidiactl"] != 1 || count["/dev/nvidia0"] != 0 {
+		t.Errorf("the spec runc ran: nvidia-smi %d, nvidiactl %d, nvidia0 %d times; want 1, 1, 0", count["/usr/bin/nvidia-smi"], count["/dev/nvidiactl"], count["/dev/nvidia0"])
+	}
+}
+
 // checkGivenByNvidia checks that a container under NVIDIA's runtime saw GPU
 // gpu alone, with each of its edits once in the spec runc ran: the
 // runtime's, and the plugin's snapshot.

@@ -119,7 +119,14 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		return false, all, fromSpec, ""
 	}
 
-	if list := mountedList(ctr.Mounts); list != "" {
+	if list := MountedList(ctr.Mounts); list != "" {
+		switch special(list) {
+		case "all":
+			setAll(sel)
+			return false, true, fromMounts, ""
+		case "none":
+			return true, false, fromMounts, ""
+		}
 		if why := node.selectList(list, sel, mig); why != "" {
 			return false, false, fromMounts, fmt.Sprintf("mounts under %s name %s: %s", DeviceListRoot, quote(list), why)
 		}
@@ -168,12 +175,12 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 	return false, all, fromDefault, ""
 }
 
-// mountedList reads a device plugin's volume-mounts list as NVIDIA's
+// MountedList reads a device plugin's volume-mounts list as NVIDIA's
 // runtime does: each mount under DeviceListRoot names one device (a CDI
 // name of a GPU kind under cdi/); "" for none, void among them, or names
 // only of other kinds. Only destinations reach the plugin: the runtime
 // also checks the source is /dev/null.
-func mountedList(mounts []string) string {
+func MountedList(mounts []string) string {
 	var names []string
 	for _, m := range mounts {
 		rest, found := strings.CutPrefix(path.Clean(m), DeviceListRoot+"/")

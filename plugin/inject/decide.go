@@ -63,12 +63,19 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	// Under NVIDIA's runtime a request the runtime cannot read (the
 	// annotation, the default) is handed to it as a device plugin would:
 	// in NVIDIA_VISIBLE_DEVICES, which it reads after NRI.
-	if byNvidiaRuntime(&cfg, &pod, &ctr) || nvidiaHandler(&cfg, &pod) && src >= fromAnnotation && count+migs > 0 {
-		adj := deferred(&node, &ctr, sel, mig, src >= fromAnnotation)
+	// The variable as it stands only when it decided (not an image's all
+	// the annotation overrode).
+	if src <= fromEnv && byNvidiaRuntime(&cfg, &pod, &ctr) || nvidiaHandler(&cfg, &pod) && src >= fromAnnotation && count+migs > 0 {
+		adj := deferred(&node, &ctr, sel, mig, src >= fromAnnotation, all)
 		migConfig(&node, &ctr, &adj, all)
 		return adj, true, nil
 	}
 	adj := build(&cfg, &node, &ctr, sel, mig, all)
+	if driver && nvidiaHandler(&cfg, &pod) && src >= fromAnnotation {
+		// The driver alone from the plugin: the runtime must give nothing,
+		// not an image's all, and knows no none device in CDI mode.
+		adj.Env[0].Value = "void"
+	}
 	migConfig(&node, &ctr, &adj, all)
 	// Why not for the driver alone: extensions pair devices with GPUs, and there are none.
 	if len(adj.GPUs) > 0 && len(cfg.Extensions) > 0 {
@@ -111,9 +118,12 @@ func nvidiaHandler(cfg *Config, pod *Pod) bool {
 // (in /usr/lib64) looks for it, and with setEnv the GPUs to give named in
 // NVIDIA_VISIBLE_DEVICES. The GPUs and MIG devices are recorded, as the
 // runtime will give exactly those.
-func deferred(node *NodeState, ctr *Container, sel, mig []bool, setEnv bool) Adjustment {
+func deferred(node *NodeState, ctr *Container, sel, mig []bool, setEnv, all bool) Adjustment {
 	var adj Adjustment
 	visible := selection(node, sel, mig, &adj)
+	if all {
+		visible = "all" // the runtime's all device: every MIG device's nodes too
+	}
 	if setEnv {
 		adj.Env = []EnvVar{{Key: VisibleDevicesEnv, Value: visible}}
 	}

@@ -94,6 +94,13 @@ func gave(node NodeState, gpus ...int) Adjustment {
 	return a
 }
 
+// voidDriver is driverOnly under NVIDIA's runtime: void for the runtime.
+func voidDriver(n NodeState) Adjustment {
+	a := driverOnly(n)
+	a.Env[0].Value = "void"
+	return a
+}
+
 // driverOnly is the adjustment that gives the driver without GPUs ("none").
 func driverOnly(node NodeState) Adjustment {
 	a := gave(node)
@@ -770,8 +777,18 @@ func TestDecideLeavesGPUsToNvidiasRuntime(t *testing.T) {
 		{"the default's too",
 			Config{OwnNamespace: "nvmock", DefaultGPUs: "1"}, Pod{Namespace: "ml", Name: "t", RuntimeHandler: "nvidia"}, ctr,
 			Adjustment{GPUs: []int{0}, Mounts: []Mount{snap}, Env: []EnvVar{{Key: VisibleDevicesEnv, Value: uuid(0)}}}, true},
-		{"the annotation's none is the plugin's driver: the runtime gives nothing without the variable",
-			testConfig, nvidia(pod("ml", GPUsAnnotation, "none")), ctr, driverOnly(n8), true},
+		// void, not none: the runtime knows no none device in CDI mode,
+		// and an image's all would give every GPU (review).
+		{"the annotation's none is the plugin's driver, and void for the runtime",
+			testConfig, nvidia(pod("ml", GPUsAnnotation, "none")), ctr, voidDriver(n8), true},
+		{"the annotation's none over an image's all (e2e: the runtime got none)",
+			testConfig, nvidia(pod("ml", GPUsAnnotation, "none")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), voidDriver(n8), true},
+		{"the annotation's count over an image's all",
+			testConfig, nvidia(pod("ml", GPUsAnnotation, "1")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"),
+			Adjustment{GPUs: []int{0}, Mounts: []Mount{snap}, Env: []EnvVar{{Key: VisibleDevicesEnv, Value: uuid(0)}}}, true},
+		{"the annotation's all stays all for the runtime, which then gives the MIG devices too",
+			testConfig, nvidia(pod("ml", GPUsAnnotation, "all")), ctr,
+			Adjustment{GPUs: all(8), Mounts: []Mount{snap}, Env: []EnvVar{{Key: VisibleDevicesEnv, Value: "all"}}}, true},
 		{"void under the nvidia handler leaves the container untouched",
 			testConfig, nvidia(pod("ml")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), Adjustment{}, false},
 		{"another handler is the plugin's to equip",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -401,11 +402,21 @@ func (p *Plugin) synchronize(ctrs []*api.Container) {
 	defer c.mu.Unlock()
 	c.gpus = map[string]given{}
 	for _, ctr := range ctrs {
-		switch ctr.GetState() {
-		case api.ContainerState_CONTAINER_STOPPED:
+		// Only the containers a plugin of nvmock's handled: a CUDA image's
+		// NVIDIA_VISIBLE_DEVICES=all elsewhere holds none of these GPUs.
+		if ctr.GetState() == api.ContainerState_CONTAINER_STOPPED || ctr.GetAnnotations()[InjectedAnnotation] == "" {
 			continue
 		}
-		if v, ok := lastEnv(ctr.GetEnv(), inject.VisibleDevicesEnv); ok && v != "" {
+		v, ok := lastEnv(ctr.GetEnv(), inject.VisibleDevicesEnv)
+		if path.Clean(strings.TrimSpace(v)) == inject.DeviceListRoot {
+			// A device plugin's volume-mounts list, which NVIDIA's runtime read.
+			var dsts []string
+			for _, m := range ctr.GetMounts() {
+				dsts = append(dsts, m.GetDestination())
+			}
+			v = inject.MountedList(dsts)
+		}
+		if ok && v != "" {
 			c.gpus[ctr.GetId()] = given{visible: v}
 		}
 	}

@@ -148,11 +148,14 @@ func TestPluginRebuildsUseCountsAtSynchronize(t *testing.T) {
 	running := pod("gpu-jobs", "old", nil)
 	r := startRuntime(t, sock,
 		&api.Container{Id: "old1", PodSandboxId: running.Id, Name: "a", State: api.ContainerState_CONTAINER_RUNNING,
-			Env: []string{inject.VisibleDevicesEnv + "=" + uuids[0] + "," + uuids[1]}},
+			Env: []string{inject.VisibleDevicesEnv + "=" + uuids[0] + "," + uuids[1]}, Annotations: injected},
 		&api.Container{Id: "old2", PodSandboxId: running.Id, Name: "b", State: api.ContainerState_CONTAINER_RUNNING,
-			Env: []string{inject.VisibleDevicesEnv + "=" + uuids[2]}},
+			Env: []string{inject.VisibleDevicesEnv + "=" + uuids[2]}, Annotations: injected},
 		&api.Container{Id: "gone", PodSandboxId: running.Id, Name: "c", State: api.ContainerState_CONTAINER_STOPPED,
-			Env: []string{inject.VisibleDevicesEnv + "=" + uuids[3]}})
+			Env: []string{inject.VisibleDevicesEnv + "=" + uuids[3]}, Annotations: injected},
+		// Not nvmock's (a CUDA image elsewhere): holds none of these.
+		&api.Container{Id: "cuda", PodSandboxId: running.Id, Name: "d", State: api.ContainerState_CONTAINER_RUNNING,
+			Env: []string{inject.VisibleDevicesEnv + "=all"}})
 	defer r.Stop()
 	p := startPlugin(t, Options{Socket: sock, OverlayRoot: root, Inject: inject.Config{Namespaces: []string{"*"}}})
 	registered(t, p, r)

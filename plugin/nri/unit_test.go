@@ -183,8 +183,8 @@ func TestTheDriverAloneHoldsNoGPU(t *testing.T) {
 	}
 	running := api.ContainerState_CONTAINER_RUNNING
 	p.synchronize([]*api.Container{
-		{Id: "a", State: running, Env: []string{inject.VisibleDevicesEnv + "=" + u(0) + "," + u(1)}},
-		{Id: "b", State: running, Env: []string{inject.VisibleDevicesEnv + "=none"}},
+		{Id: "a", State: running, Env: []string{inject.VisibleDevicesEnv + "=" + u(0) + "," + u(1)}, Annotations: injected},
+		{Id: "b", State: running, Env: []string{inject.VisibleDevicesEnv + "=none"}, Annotations: injected},
 	})
 	inUse(1, 1, 0, 0)
 
@@ -234,6 +234,7 @@ func TestGPUsLeftToNvidiasRuntimeStayCounted(t *testing.T) {
 		t.Errorf("after a rolling update's container, a count of 1 got %q; want GPU 2 (0 is the runtime's, 1 the other plugin's)", got)
 	}
 	p.release("b")
+	held.Annotations = injected // as create marked it
 	p.synchronize([]*api.Container{held})
 	if got, _ := envOf(p.create(pd, &api.Container{Id: "c", Name: "c"}), inject.VisibleDevicesEnv); got != n.GPUs[1].UUID {
 		t.Errorf("after Synchronize, a count of 1 got %q; want GPU 1 (0 is the runtime's, by index)", got)
@@ -261,5 +262,26 @@ func TestEveryErrorReasonIsThereAtZero(t *testing.T) {
 		if !strings.Contains(m, `nvmock_nri_errors_total{reason="`+r+`"} 0`) {
 			t.Errorf("no errors_total{reason=%q} at zero:\n%s", r, grep(m, "nvmock_nri_errors_total"))
 		}
+	}
+}
+
+// injected marks a container a plugin of nvmock's handled, as create does.
+var injected = map[string]string{InjectedAnnotation: "node-a"}
+
+// Synchronize counts only what nvmock's plugins gave (a CUDA image's all
+// elsewhere holds nothing: review), and reads a device plugin's
+// volume-mounts list as create did (review: it read only the variable).
+func TestSynchronizeCountsWhatThePluginGave(t *testing.T) {
+	p := fakePlugin(t, 4, inject.Config{Namespaces: []string{"*"}})
+	running := api.ContainerState_CONTAINER_RUNNING
+	p.synchronize([]*api.Container{
+		{Id: "cuda", State: running, Env: []string{inject.VisibleDevicesEnv + "=all"}},
+		{Id: "list", State: running, Env: []string{inject.VisibleDevicesEnv + "=" + inject.DeviceListRoot}, Annotations: injected,
+			Mounts: []*api.Mount{{Source: "/dev/null", Destination: inject.DeviceListRoot + "/2"}}},
+	})
+	p.node.mu.Lock()
+	defer p.node.mu.Unlock()
+	if want := []int{0, 0, 1, 0}; !reflect.DeepEqual(p.node.node.InUse, want) {
+		t.Errorf("use counts %v, want %v", p.node.node.InUse, want)
 	}
 }
