@@ -158,11 +158,11 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if fi, err := os.Lstat(driverLink); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
 		return nil, fmt.Errorf("%s exists and is not nvmock's symlink; move it away", driverLink)
 	}
-	if p := filepath.Join(root, StateFile); !live.IsState(p) {
-		return nil, fmt.Errorf("%s exists and is not nvmock's live state; move it away", p)
-	}
 	rel := filepath.Join("overlays", in.hash)
 	statePath := filepath.Join(root, StateFile)
+	if !live.IsState(statePath) {
+		return nil, fmt.Errorf("%s exists and is not nvmock's live state; move it away", statePath)
+	}
 	ov := &Overlay{Dir: filepath.Join(root, rel), GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}
 	cdiPath := filepath.Join(o.CDIDir, CDIFile)
 	nfdPath := filepath.Join(o.NFDDir, NFDFile)
@@ -273,11 +273,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, fmt.Errorf("create %s: %w", overlays, err)
 	}
 	created = append(created, c...)
-	// The state must be there, of this node's layout, for the overlay to
-	// link to it; it is reset below whatever happens to the overlay.
-	// An existing one of another layout is reset only below, once the
-	// overlay is there: the installed overlay links to it too, and keeps
-	// it if this install fails.
+	// The state must be there for the overlay to link to it. One of
+	// another layout is reset only below, once the overlay is there: the
+	// installed overlay links to it too, and keeps it if this install fails.
 	stateKept := stateOK(statePath, len(in.ids))
 	if _, err := os.Lstat(statePath); os.IsNotExist(err) {
 		newState = true

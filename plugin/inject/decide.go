@@ -60,11 +60,10 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 		migConfig(&node, &ctr, &adj, all)
 		return adj, !adj.Empty(), nil
 	}
-	// Under NVIDIA's runtime a request the runtime cannot read (the
-	// annotation, the default) is handed to it as a device plugin would:
-	// in NVIDIA_VISIBLE_DEVICES, which it reads after NRI.
-	// The variable as it stands only when it decided (not an image's all
-	// the annotation overrode).
+	// Under NVIDIA's runtime the variable is left as it stands when it
+	// decided (not an image's all the annotation overrode); a request the
+	// runtime cannot read (the annotation, the default) is handed to it as
+	// a device plugin would, in NVIDIA_VISIBLE_DEVICES, read after NRI.
 	if src <= fromEnv && byNvidiaRuntime(&cfg, &pod, &ctr) || nvidiaHandler(&cfg, &pod) && src >= fromAnnotation && count+migs > 0 {
 		adj := deferred(&node, &ctr, sel, mig, src >= fromAnnotation, all)
 		migConfig(&node, &ctr, &adj, all)
