@@ -44,3 +44,24 @@ func TestListenReplacesOnlyADaemonsSocket(t *testing.T) {
 		t.Errorf("the file beside it: %v, %v", fi, err)
 	}
 }
+
+// Counters shown into live ports that went away (nvmock exec removing its
+// overlay while the daemon still ticks) are no warning on the command's
+// stderr (CI: it landed in a test's parsed output).
+func TestCountersForPortsThatWentAreNotWarnedAbout(t *testing.T) {
+	d, _, _ := daemonOf(t)
+	var out strings.Builder
+	d.log.SetOutput(&out)
+	dir := t.TempDir()
+	at := filepath.Join(dir, "mlx5_0", "ports", "1", "counters")
+	if err := os.MkdirAll(at, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	go os.RemoveAll(dir)
+	for i := 0; i < 200; i++ {
+		d.showCounters(dir, []shownCounters{{hca: "mlx5_0"}})
+	}
+	if out.Len() != 0 {
+		t.Errorf("warned:\n%s", out.String())
+	}
+}
