@@ -604,7 +604,7 @@ func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
 			t.Fatalf("node-a does not listen at %s:\n%s", a, serverOut.String())
 		}
 	}
-	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "0", "--ib-peers", a, "--", "sleep", "2").CombinedOutput()
+	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "0", "--ib-peers", a, "--", "sleep", "6").CombinedOutput() // 2 s missed the meeting once under CI's load
 	want := "nvmock exec: fabric daemon: peer claims slot 0, which is this node's"
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Errorf("node-b, claiming node-a's slot: %v\n%s\nwant %q", err, out, want)
