@@ -4,7 +4,8 @@
 # keeps other libibverbs providers off the mock HCAs (providers.c), and
 # makes completion channels for the mock HCAs (channels.c); the last two
 # build against rdma-core's headers that hack/fetch-rdma-core.sh put in
-# CACHE_DIR.
+# CACHE_DIR. EXTRA_CFLAGS, when set, adds compiler flags (the sanitizer
+# tests build with it).
 set -eu
 out=${1:?usage: build.sh OUT_DIR CACHE_DIR}
 inc=${2:?usage: build.sh OUT_DIR CACHE_DIR}/rdma-core/include
@@ -18,7 +19,7 @@ mkdir -p "$out"
 # in libdl. The version script gives verbs_register_driver_34 libibverbs'
 # version, which providers ask for. The temporary name makes the install
 # atomic.
-${CC:-gcc} -std=gnu11 -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden \
+${CC:-gcc} -std=gnu11 -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden ${EXTRA_CFLAGS:-} \
 	-isystem "$inc" \
 	-Wl,-soname,libnvmock-umad.so -Wl,-z,defs -Wl,-z,now \
 	-Wl,--version-script="$here/shim.map" \

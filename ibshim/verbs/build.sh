@@ -4,7 +4,8 @@
 #   CACHE_DIR: where hack/fetch-rdma-core.sh put rdma-core's private headers
 #   OUT_DIR:   gets libnvmock-rdmav34.so (libibverbs appends "-rdmav34.so"
 #              to the "driver /path/libnvmock" it is given)
-# Rebuilds only when the source or the headers are newer than the output.
+# Rebuilds only when the source or the headers are newer than the output,
+# and always when EXTRA_CFLAGS adds compiler flags (the sanitizer tests).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 die() { echo "${0##*/}: error: $*" >&2; exit 1; }
@@ -21,10 +22,10 @@ fresh=1
 for f in "${srcs[@]}" "$here/provider.h" "$here/datapath.h" "$here/../umad/proto.h" "$0" "$inc/infiniband/driver.h"; do
   [ -f "$out" ] && [ "$out" -nt "$f" ] || fresh=0
 done
-[ $fresh = 1 ] && exit 0
+[ $fresh = 1 ] && [ -z "${EXTRA_CFLAGS:-}" ] && exit 0
 # -isystem: rdma-core's own headers are not -Wextra clean; ours must be.
 # Public verbs.h comes from libibverbs-dev, i.e. the libibverbs we run with.
-${CC:-gcc} -std=gnu11 -O2 -fPIC -shared -pthread -Wall -Wextra -Werror -fvisibility=hidden \
+${CC:-gcc} -std=gnu11 -O2 -fPIC -shared -pthread -Wall -Wextra -Werror -fvisibility=hidden ${EXTRA_CFLAGS:-} \
   -isystem "$inc" -Wl,-z,defs -Wl,--no-undefined \
   -o "$out.tmp" "${srcs[@]}" -libverbs
 mv "$out.tmp" "$out"
