@@ -40,7 +40,9 @@ static struct {
 // The memory registered processes use, per GPU, as this process last
 // summed it: summed again when the state changes, or after 500 ms (a pid
 // exits without a write). A per-process seqlock: a thread that finds it
-// being refreshed sums for itself.
+// being refreshed sums for itself. Every field is an atomic, read with
+// acquire and written with release, so no plain access races with the
+// refresh and the reader needs no fence to order its re-check.
 static struct {
 	uint32_t version; // odd while a thread refreshes it
 	uint64_t generation, at_ns;
@@ -82,7 +84,7 @@ void nvmock_live_map(const char *snapshot)
 	// Each init counts this process's calls afresh.
 	memset(calls, 0, sizeof calls);
 	memset(latched, 0, sizeof latched);
-	mem_cache.generation = UINT64_MAX; // another file may count the same generations
+	__atomic_store_n(&mem_cache.generation, UINT64_MAX, __ATOMIC_RELEASE); // another file may count the same generations
 	char path[PATH_MAX];
 	const char *env = getenv("NVMOCK_STATE");
 	if (env != NULL && env[0] != '\0') {
@@ -638,9 +640,9 @@ unsigned long long nvmock_live_proc_memory(unsigned node)
 		return 0;
 	uint64_t gen = __atomic_load_n(&nvmock.live->generation, __ATOMIC_ACQUIRE), now = mono_ns();
 	uint32_t v = __atomic_load_n(&mem_cache.version, __ATOMIC_ACQUIRE);
-	if (!(v & 1) && mem_cache.generation == gen && now - mem_cache.at_ns < 500000000ull) {
-		unsigned long long s = mem_cache.sum[node];
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (!(v & 1) && __atomic_load_n(&mem_cache.generation, __ATOMIC_ACQUIRE) == gen &&
+	    now - __atomic_load_n(&mem_cache.at_ns, __ATOMIC_ACQUIRE) < 500000000ull) {
+		unsigned long long s = __atomic_load_n(&mem_cache.sum[node], __ATOMIC_ACQUIRE);
 		if (__atomic_load_n(&mem_cache.version, __ATOMIC_RELAXED) == v)
 			return s;
 	}
@@ -653,9 +655,10 @@ unsigned long long nvmock_live_proc_memory(unsigned node)
 			sum[t[i].gpu] += t[i].used_bytes;
 	free(t);
 	if (!(v & 1) && __atomic_compare_exchange_n(&mem_cache.version, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-		memcpy(mem_cache.sum, sum, sizeof sum);
-		mem_cache.generation = gen;
-		mem_cache.at_ns = now;
+		for (unsigned i = 0; i < STATE_GPUS; i++)
+			__atomic_store_n(&mem_cache.sum[i], sum[i], __ATOMIC_RELEASE);
+		__atomic_store_n(&mem_cache.generation, gen, __ATOMIC_RELEASE);
+		__atomic_store_n(&mem_cache.at_ns, now, __ATOMIC_RELEASE);
 		__atomic_store_n(&mem_cache.version, v + 2, __ATOMIC_RELEASE);
 	}
 	return sum[node];
