@@ -30,7 +30,11 @@ static char live_path[PATH_MAX];
 static unsigned my_pidns;
 
 // Per-process trigger state: calls made on each GPU, and the faults whose
-// call or probability trigger has fired here (keyed by fault id).
+// call or probability trigger has fired here (keyed by fault id). Threads
+// latch at once: an entry is claimed by moving its id to LATCH_BUSY, and
+// at is an atomic read between two loads of id, so a reader never takes
+// the time of an entry being refilled.
+#define LATCH_BUSY 0xffffffffu
 static uint32_t calls[STATE_GPUS];
 static struct {
 	uint32_t id;
@@ -252,8 +256,9 @@ static int latch_get(unsigned node, uint32_t id, uint64_t *at)
 {
 	for (unsigned k = 0; k < STATE_FAULTS; k++) {
 		if (__atomic_load_n(&latched[node][k].id, __ATOMIC_ACQUIRE) == id) {
-			*at = latched[node][k].at;
-			return 1;
+			*at = __atomic_load_n(&latched[node][k].at, __ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&latched[node][k].id, __ATOMIC_RELAXED) == id)
+				return 1;
 		}
 	}
 	return 0;
@@ -270,13 +275,17 @@ static void latch_set(unsigned node, uint32_t id, uint64_t at)
 	int have = nvmock_live_read(node, &g);
 	for (unsigned k = 0; k < STATE_FAULTS; k++) {
 		uint32_t cur = __atomic_load_n(&latched[node][k].id, __ATOMIC_ACQUIRE);
+		if (cur == LATCH_BUSY)
+			continue;
 		int stale = cur != 0 && have;
 		for (unsigned i = 0; stale && i < g.faults && i < STATE_FAULTS; i++)
 			stale = g.fault_id[i] != cur;
 		if (cur != 0 && !stale)
 			continue;
-		if (__atomic_compare_exchange_n(&latched[node][k].id, &cur, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-			latched[node][k].at = at;
+		// Claimed by moving to BUSY, not to 0: two threads could both
+		// move a free entry from 0 to 0, and one latch would be lost.
+		if (__atomic_compare_exchange_n(&latched[node][k].id, &cur, LATCH_BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+			__atomic_store_n(&latched[node][k].at, at, __ATOMIC_RELEASE);
 			__atomic_store_n(&latched[node][k].id, id, __ATOMIC_RELEASE);
 			return;
 		}
