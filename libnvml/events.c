@@ -17,8 +17,14 @@
 
 #define SENT_MAX 64
 
+// NVML is thread-safe, so threads may wait on one set while another
+// registers on it: mask is atomic, and what a wait advances (from
+// ring_seen on) is kept under busy, a spin flag the wait holds while it
+// looks, never while it sleeps. A child forked while a thread held it
+// clears it (nvmock_events_in_child): no mutex would survive that.
 struct nvmlEventSet_st {
 	unsigned long long mask[STATE_GPUS]; // registered event types by node index
+	int busy;
 	uint32_t ring_seen;                  // ring events up to here are not this set's
 	uint64_t created_ns;
 	// Fault events already delivered: fault id and which of its events.
@@ -35,6 +41,26 @@ struct nvmlEventSet_st {
 #define MAX_SETS 256
 static struct nvmlEventSet_st *sets[MAX_SETS];
 static struct nvmlEventSet_st pool[MAX_SETS];
+
+static void set_lock(struct nvmlEventSet_st *s)
+{
+	for (unsigned tries = 0; __atomic_exchange_n(&s->busy, 1, __ATOMIC_ACQUIRE); tries++) {
+		if (tries < 1000) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		struct timespec ts = {0, 50000}; // the holder may wait out a stalled writer (live.c)
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void set_unlock(struct nvmlEventSet_st *s) { __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE); }
+
+void nvmock_events_in_child(void)
+{
+	for (int i = 0; i < MAX_SETS; i++)
+		__atomic_store_n(&pool[i].busy, 0, __ATOMIC_RELAXED);
+}
 
 static int set_ok(nvmlEventSet_t set)
 {
@@ -56,12 +82,18 @@ NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 		struct nvmlEventSet_st *empty = NULL;
 		if (!__atomic_compare_exchange_n(&sets[i], &empty, taken, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 			continue;
+		// A thread still waiting on the set freed from this slot may
+		// be looking at it: reset it under its flag.
 		struct nvmlEventSet_st *s = &pool[i];
-		memset(s, 0, sizeof *s);
+		set_lock(s);
+		for (unsigned k = 0; k < STATE_GPUS; k++)
+			__atomic_store_n(&s->mask[k], 0, __ATOMIC_RELAXED);
+		memset(&s->ring_seen, 0, sizeof *s - offsetof(struct nvmlEventSet_st, ring_seen));
 		s->created_ns = nvmock_live_now();
 		const struct live_header *live = nvmock.live;
 		if (live != NULL)
 			s->ring_seen = __atomic_load_n(&live->ring, __ATOMIC_ACQUIRE);
+		set_unlock(s);
 		__atomic_store_n(&sets[i], s, __ATOMIC_RELEASE);
 		set->handle = s;
 		return NVML_SUCCESS;
@@ -141,7 +173,7 @@ static int from_ring(struct nvmlEventSet_st *s, uint64_t now, nvmlEventData_t *o
 		if (e.time_ns > now)
 			return 0; // published for later: wait
 		s->ring_seen = k + 1;
-		if (e.serial != (uint64_t)k + 1 || e.gpu >= STATE_GPUS || !(s->mask[e.gpu] & e.type))
+		if (e.serial != (uint64_t)k + 1 || e.gpu >= STATE_GPUS || !(__atomic_load_n(&s->mask[e.gpu], __ATOMIC_ACQUIRE) & e.type))
 			continue;
 		const struct nvmock_dev *d = visible(e.gpu);
 		if (d == NULL)
@@ -169,7 +201,8 @@ static uint8_t *sent_bits_of(struct nvmlEventSet_st *s, uint32_t id)
 static int from_faults(struct nvmlEventSet_st *s, uint64_t now, nvmlEventData_t *out, uint64_t *wake)
 {
 	for (unsigned node = 0; node < nvmock.hdr->device_count && node < STATE_GPUS; node++) {
-		if (s->mask[node] == 0)
+		unsigned long long mask = __atomic_load_n(&s->mask[node], __ATOMIC_ACQUIRE);
+		if (mask == 0)
 			continue;
 		struct live_gpu g;
 		if (!nvmock_live_read(node, &g) || g.faults == 0)
@@ -194,7 +227,7 @@ static int from_faults(struct nvmlEventSet_st *s, uint64_t now, nvmlEventData_t 
 				types[1] = nvmlEventTypeSingleBitEccError;
 			uint8_t *bits = sent_bits_of(s, g.fault_id[i]);
 			for (unsigned k = 0; k < 2; k++) {
-				if (types[k] == 0 || (*bits >> k & 1) || !(s->mask[node] & types[k]))
+				if (types[k] == 0 || (*bits >> k & 1) || !(mask & types[k]))
 					continue;
 				*bits |= 1u << k;
 				fill(out, d, types[k], k == 0 ? g.fault_xid[i] : 0);
@@ -235,7 +268,10 @@ NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
 			return NVML_ERROR_INVALID_ARGUMENT;
 		uint32_t wake_word = __atomic_load_n(&live->wake, __ATOMIC_ACQUIRE);
 		uint64_t now = nvmock_live_now(), next = UINT64_MAX;
-		if (from_ring(s, now, data) || from_faults(s, now, data, &next))
+		set_lock(s);
+		int got = from_ring(s, now, data) || from_faults(s, now, data, &next);
+		set_unlock(s);
+		if (got)
 			return NVML_SUCCESS;
 		uint64_t t = mono_ms();
 		if (t >= end)

@@ -31,6 +31,7 @@ static void in_child(void)
 {
 	pthread_mutex_unlock(&lock);
 	nvmock.pid = getpid(); // faults scoped to a process must see the child's own
+	nvmock_events_in_child();
 }
 
 __attribute__((constructor)) static void setup(void)

@@ -110,6 +110,9 @@ extern struct nvmock_state nvmock;
 // A MIG device handle (mig_device.c): calls that are only for GPUs answer
 // it NOT_SUPPORTED.
 int nvmock_is_mig_handle(nvmlDevice_t h);
+// nvmock_events_in_child frees event sets' spin flags a thread of the
+// parent held at fork (events.c).
+void nvmock_events_in_child(void);
 void nvmock_mig_init(void);
 
 static inline int nvmock_ready(void)
