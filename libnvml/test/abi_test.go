@@ -174,6 +174,13 @@ func makefileVar(t *testing.T, name string) []string {
 // Makefile does, plus AddressSanitizer and UBSan, and returns its directory.
 func buildSanitizedLib(t *testing.T) string {
 	t.Helper()
+	return buildLibWith(t, sanitizerFlags...)
+}
+
+// buildLibWith builds libnvidia-ml.so.1 from libnvml/*.c as the Makefile
+// does, plus the given flags, and returns its directory.
+func buildLibWith(t *testing.T, flags ...string) string {
+	t.Helper()
 	// The built-in default, compiled as `nvmock profile compile a100 --unseeded` does.
 	p, err := profile.Builtin("a100")
 	if err != nil {
@@ -192,7 +199,7 @@ func buildSanitizedLib(t *testing.T) string {
 	if err != nil || len(srcs) == 0 {
 		t.Fatalf("no libnvml/*.c under %s: %v", testenv.Root(), err)
 	}
-	args := append(makefileVar(t, "CFLAGS_LIB"), sanitizerFlags...)
+	args := append(makefileVar(t, "CFLAGS_LIB"), flags...)
 	args = append(args, "-I"+testenv.NVMLHeaderDir(t), "-I"+filepath.Join(testenv.Root(), "libnvml"),
 		fmt.Sprintf("-DNVMOCK_DEFAULT_SNAPSHOT=%q", defPath),
 		"-shared", "-Wl,-soname,libnvidia-ml.so.1", "-Wl,-z,defs", "-Wl,--no-undefined",
