@@ -46,7 +46,7 @@ static void set_lock(struct nvmlEventSet_st *s)
 {
 	for (unsigned tries = 0; __atomic_exchange_n(&s->busy, 1, __ATOMIC_ACQUIRE); tries++) {
 		if (tries < 1000) {
-			__builtin_ia32_pause();
+			nvmock_relax();
 			continue;
 		}
 		struct timespec ts = {0, 50000}; // the holder may wait out a stalled writer (live.c)

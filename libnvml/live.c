@@ -181,7 +181,7 @@ int nvmock_live_copy(void *dst, const void *src, size_t n)
 			if (s == __atomic_load_n(&stuck_seq, __ATOMIC_RELAXED))
 				return 0;
 			if (tries < 1000) {
-				__builtin_ia32_pause();
+				nvmock_relax();
 				continue;
 			}
 			uint64_t now = mono_ns();

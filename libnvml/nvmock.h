@@ -115,6 +115,16 @@ int nvmock_is_mig_handle(nvmlDevice_t h);
 void nvmock_events_in_child(void);
 void nvmock_mig_init(void);
 
+// nvmock_relax eases a spin wait, on x86 and arm64 CI nodes alike.
+static inline void nvmock_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
 static inline int nvmock_ready(void)
 {
 	return __atomic_load_n(&nvmock.ready, __ATOMIC_ACQUIRE);
