@@ -44,14 +44,52 @@ void nvmock_mig_read(const struct nvmock_dev *d, struct mig_state *m)
 	if (!nvmock_live_copy(&g, &nvmock.live_gpus[d->node_index], sizeof g))
 		return;
 	m->live = 1;
-	if (g.mig_set) {
+	if (g.mig_set && g.mig_current <= 1 && g.mig_pending <= 1) {
 		m->current = g.mig_current;
 		m->pending = g.mig_pending;
 	}
+	nvmock_mig_clean(d->s, &g);
 	memcpy(m->gi_profile, g.gi_profile, sizeof m->gi_profile);
 	memcpy(m->gi_start, g.gi_start, sizeof m->gi_start);
 	memcpy(m->ci_slices, g.ci_slices, sizeof m->ci_slices);
 	memcpy(m->ci_start, g.ci_start, sizeof m->ci_start);
+}
+
+// nvmock_mig_clean drops the instances of g the board could not have
+// made: a profile row or placement not in the snapshot's table, an id that
+// is not its placement's, one that overlaps another or exceeds its
+// profile's count. A damaged state file then reads as fewer instances, and
+// every getter may index the snapshot's tables by what is left.
+void nvmock_mig_clean(const struct snap_device *s, struct live_gpu *g)
+{
+	unsigned rows = s->mig_gi_count < SNAPSHOT_MAX_MIG_PROFILES ? s->mig_gi_count : SNAPSHOT_MAX_MIG_PROFILES;
+	unsigned used = 0, count[SNAPSHOT_MAX_MIG_PROFILES] = {0};
+	for (unsigned i = 0; i < STATE_GIS; i++) {
+		uint32_t p = g->gi_profile[i], st = g->gi_start[i];
+		unsigned size = p != 0 && p <= rows ? s->mig_gi_memory_slices[p - 1] : 0;
+		unsigned bits = size < 8 ? ((1u << size) - 1) : 0xffu;
+		int ok = size != 0 && st < 8 && (s->mig_gi_placements[p - 1] >> st & 1) && nvmock_mig_gi_id(st, size) == i &&
+			 !(used & bits << st) && count[p - 1] < s->mig_gi_instances[p - 1];
+		if (ok) {
+			used |= bits << st;
+			count[p - 1]++;
+		} else {
+			g->gi_profile[i] = g->gi_start[i] = 0;
+		}
+		// Compute instances: sizes the profile holds, each at a multiple
+		// of its size that fits, one over each slice.
+		unsigned whole = ok ? s->mig_gi_compute_slices[p - 1] : 0, cused = 0;
+		for (unsigned c = 0; c < STATE_CIS; c++) {
+			uint32_t *sl = &g->ci_slices[i * STATE_CIS + c], *cs = &g->ci_start[i * STATE_CIS + c];
+			unsigned n = *sl, cbits = n < 32 ? (1u << n) - 1 : 0;
+			if (n != 0 && n <= whole && (s->mig_gi_ci_sizes[p - 1] >> n & 1) && *cs % n == 0 && *cs + n <= whole &&
+			    !(cused & cbits << *cs)) {
+				cused |= cbits << *cs;
+				continue;
+			}
+			*sl = *cs = 0;
+		}
+	}
 }
 
 int nvmock_mig_row_by_enum(const struct snap_device *s, unsigned profile)
@@ -150,8 +188,10 @@ nvmlReturn_t nvmock_live_update(const struct nvmock_dev *d, live_change fn, void
 		munmap(m, size);
 		goto out;
 	}
-	// Under the lock no writer is inside: the record is whole.
+	// Under the lock no writer is inside: the record is whole. Instances
+	// readers would drop are dropped here too, so changes see what they do.
 	struct live_gpu g = *rec;
+	nvmock_mig_clean(d->s, &g);
 	const struct live_proc *procs = (const void *)((struct live_event *)((struct live_gpu *)(h + 1) + STATE_GPUS) + STATE_EVENTS);
 	ret = fn(d, &g, procs, arg);
 	if (ret == NVML_SUCCESS) {

@@ -27,6 +27,7 @@ struct mig_state {
 };
 
 void nvmock_mig_read(const struct nvmock_dev *d, struct mig_state *m);
+void nvmock_mig_clean(const struct snap_device *s, struct live_gpu *g);
 // A change of node state (MIG, settings): it edits g, a copy of the
 // GPU's record, and may read the node's process table, procs, as the
 // writers' lock holds it.
