@@ -49,6 +49,19 @@ static int same_file(const struct stat *a, const struct stat *b)
 	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
+// mig_ok checks the MIG profile table the MIG getters index and shift by:
+// at most 8 rows of 8 memory slices, 8 compute slices and 8 placements.
+static int mig_ok(const struct snap_device *d)
+{
+	if (d->mig_gi_count > SNAPSHOT_MAX_MIG_PROFILES)
+		return 0;
+	for (uint32_t r = 0; r < d->mig_gi_count; r++)
+		if (d->mig_gi_memory_slices[r] - 1 >= 8 || d->mig_gi_compute_slices[r] - 1 >= 8 ||
+		    d->mig_gi_placements[r] > 0xff || d->mig_gi_ci_sizes[r] > 0x1ff || d->mig_gi_instances[r] > 8)
+			return 0;
+	return 1;
+}
+
 // snap_check validates everything the getters trust, so they need no checks.
 static const char *snap_check(const unsigned char *p, size_t len)
 {
@@ -81,6 +94,8 @@ static const char *snap_check(const unsigned char *p, size_t len)
 		for (uint32_t k = 0; k < d[i].supported_mem_count; k++)
 			if ((uint64_t)d[i].supported_gfx_first[k] + d[i].supported_gfx_count[k] > h->pool_count)
 				return "supported clocks out of range";
+		if (!mig_ok(&d[i]))
+			return "MIG profile table out of range";
 	}
 	return NULL;
 }
