@@ -151,9 +151,9 @@ static void compute(nvmlGpuInstance_t gi)
 			free(pl);
 		}
 		// The array holds the profile's instance count (nvml.h).
-		nvmlComputeInstance_t *cis = malloc((pi.instanceCount + 1) * sizeof *cis);
+		nvmlComputeInstance_t *cis = malloc(pi.instanceCount * sizeof *cis + 1);
 		if (nvmlGpuInstanceGetComputeInstances(gi, p, cis, &n) == NVML_SUCCESS)
-			for (unsigned i = 0; i < n && i <= pi.instanceCount; i++) {
+			for (unsigned i = 0; i < n && i < pi.instanceCount; i++) {
 				nvmlComputeInstanceInfo_t ci;
 				nvmlComputeInstanceGetInfo_v2(cis[i], &ci);
 			}
@@ -183,9 +183,9 @@ static unsigned mig(nvmlDevice_t h)
 			nvmlDeviceGetGpuInstancePossiblePlacements_v2(h, pi.id, pl, &n);
 			free(pl);
 		}
-		nvmlGpuInstance_t *gis = malloc((pi.instanceCount + 1) * sizeof *gis);
+		nvmlGpuInstance_t *gis = malloc(pi.instanceCount * sizeof *gis + 1);
 		if (nvmlDeviceGetGpuInstances(h, pi.id, gis, &n) == NVML_SUCCESS)
-			for (unsigned i = 0; i < n && i <= pi.instanceCount; i++)
+			for (unsigned i = 0; i < n && i < pi.instanceCount; i++)
 				compute(gis[i]);
 		free(gis);
 	}
