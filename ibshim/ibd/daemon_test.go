@@ -22,6 +22,12 @@ import (
 // as the shim does for an ioctl.
 func register(t *testing.T, c *net.UnixConn, id uint32, class byte, oui uint32, methods ...byte) {
 	t.Helper()
+	if _, err := c.Write(registerMsg(id, class, oui, methods...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func registerMsg(id uint32, class byte, oui uint32, methods ...byte) []byte {
 	le := binary.LittleEndian
 	reg := make([]byte, umad.RegisterSize)
 	le.PutUint32(reg, umad.Magic)
@@ -33,9 +39,7 @@ func register(t *testing.T, c *net.UnixConn, id uint32, class byte, oui uint32, 
 		w := 24 + 4*int(m/32)
 		le.PutUint32(reg[w:], le.Uint32(reg[w:])|1<<(m%32))
 	}
-	if _, err := c.Write(reg); err != nil {
-		t.Fatal(err)
-	}
+	return reg
 }
 
 // ping is an ibping request (vendor class 0x32, OpenFabrics OUI) to lid.
