@@ -426,10 +426,7 @@ func (d *Daemon) fromPeer(p *peer, subnet int, from, to uint16, u packet) []outg
 			p.pending--
 		}
 	})
-	if old := d.pending[key]; old != nil && old.peer != nil {
-		old.timer.Stop() // the same TID again: the newer one asks
-		old.peer.pending--
-	}
+	d.supersede(key)
 	d.pending[key] = pd
 	p.pending++
 	d.count(src, dst)

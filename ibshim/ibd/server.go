@@ -96,6 +96,18 @@ type pending struct {
 	peer  *peer
 	from  *fabric.Port
 	timer *time.Timer
+	done  bool // answered: a program's timer that fired meanwhile says nothing
+}
+
+// supersede forgets the request awaiting an answer at key, for a newer
+// one with the same TID (the askers pick TIDs, and may pick the same):
+// its asker still hears that it timed out, and its peer's count goes
+// down. mu is held.
+func (d *Daemon) supersede(key pendingKey) {
+	if old := d.pending[key]; old != nil && old.peer != nil {
+		old.timer.Stop()
+		old.peer.pending--
+	}
 }
 
 type conn struct {
@@ -698,15 +710,16 @@ func (d *Daemon) toAgent(c *conn, u packet, from *fabric.Port) {
 		r := timedOut(u)
 		p.timer = c.after(wait(u), func() {
 			d.mu.Lock()
-			mine := d.pending[key] == p
-			if mine {
+			if d.pending[key] == p {
 				delete(d.pending, key)
 			}
+			done := p.done
 			d.mu.Unlock()
-			if mine && r != nil {
+			if !done && r != nil {
 				d.queue(c, r)
 			}
 		})
+		d.supersede(key)
 		d.pending[key] = p
 		d.count(from, to)
 		if a != nil {
@@ -802,6 +815,7 @@ func (d *Daemon) answered(at *fabric.Port, u packet) {
 		return // too late: the asker was told it timed out
 	}
 	delete(d.pending, key)
+	p.done = true
 	if p.peer != nil {
 		p.timer.Stop()
 		p.peer.pending--
