@@ -391,7 +391,7 @@ struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64
 uint8_t *sge_at(struct nvmock_context *ctx, struct nvmock_qp *qp, struct ibv_sge *sge, int nsge, uint32_t off, uint32_t *room, struct nvmock_mr **mrp, int need);
 void answered(struct nvmock_qp *qp, const struct nvmock_ibd_pkt *p, const uint8_t *data, uint32_t len);
 bool complete(struct nvmock_cq *cq, const struct ibv_wc *wc, bool solicited);
-int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base);
+int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base, uint16_t *lid);
 void free_pkt(struct out_pkt *o);
 void go_back(struct nvmock_qp *qp, uint32_t n);
 void handle(struct nvmock_context *ctx, const uint8_t *buf, size_t n);

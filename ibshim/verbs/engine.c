@@ -45,11 +45,12 @@ static int hello(struct nvmock_context *ctx, uint32_t op, uint8_t port)
 	return fd;
 }
 
-/* Connects to the daemon for the port and returns the socket (-1: none)
- * and the context's QPN block. Without a daemon (or for a port the fabric
+/* Connects to the daemon for the port and returns the socket (-1: none),
+ * the context's QPN block and the port's LID. Without a daemon (or for a port the fabric
  * does not have) the context still makes QPs, whose packets go nowhere, as
- * on a fabric that is down. Called without the lock: it may wait. */
-int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base)
+ * on a fabric that is down. Called without the lock: it may wait, and so
+ * it writes nothing of the context's. */
+int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base, uint16_t *lid)
 {
 	struct nvmock_ibd_verbs_welcome w = { 0 };
 	struct pollfd pfd;
@@ -67,7 +68,7 @@ int connect_daemon(struct nvmock_context *ctx, uint8_t port, uint32_t *qpn_base)
 		return -1;
 	}
 	*qpn_base = w.qpn_base;
-	ctx->lid = w.lid;
+	*lid = w.lid;
 	trace("%s: QPNs from %#x, LID %u", ctx->vctx.context.device->name, w.qpn_base, w.lid);
 	return fd;
 }

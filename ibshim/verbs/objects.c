@@ -602,6 +602,7 @@ void ensure_connected(struct nvmock_context *ctx)
 {
 	union ibv_gid gid;
 	uint32_t base = 0;
+	uint16_t lid = 0;
 	bool connected;
 	int fd;
 
@@ -610,7 +611,7 @@ void ensure_connected(struct nvmock_context *ctx)
 	pthread_mutex_unlock(&ctx->lock);
 	if (connected)
 		return;
-	fd = connect_daemon(ctx, 1, &base);
+	fd = connect_daemon(ctx, 1, &base, &lid);
 	if (ibv_query_gid(&ctx->vctx.context, 1, 0, &gid))
 		memset(&gid, 0, sizeof(gid));
 	pthread_mutex_lock(&ctx->lock);
@@ -619,6 +620,7 @@ void ensure_connected(struct nvmock_context *ctx)
 		ctx->port = 1;
 		ctx->sock = fd;
 		ctx->qpn_base = base;
+		ctx->lid = lid;
 		ctx->gid = gid;
 		fd = -1;
 	}
