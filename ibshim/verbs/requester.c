@@ -105,7 +105,10 @@ void settle(struct nvmock_qp *qp)
 void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 {
 	retire(qp); /* what was done before stays done */
-	qp->state = qp->vqp.qp.state = IBV_QPS_ERR;
+	/* Not ibv_qp's state: the program owns it (libibverbs writes it
+	 * after modify and query), and this may run in any thread that
+	 * moves traffic. mlx5 leaves it until the program asks, too. */
+	qp->state = IBV_QPS_ERR;
 	/* A datagram queued here was already reported sent: it still goes. */
 	if (!qp->ud)
 		purge(qp->ctx, qp, NULL, true);
@@ -129,7 +132,7 @@ void qp_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 void sq_error(struct nvmock_qp *qp, uint32_t n, enum ibv_wc_status st)
 {
 	retire(qp); /* the datagrams before it went */
-	qp->state = qp->vqp.qp.state = IBV_QPS_SQE;
+	qp->state = IBV_QPS_SQE; /* not ibv_qp's: see qp_error */
 	for (; qp->sq_head != qp->sq_tail; qp->sq_head++)
 		send_done(qp, &qp->sq[qp->sq_head % qp->sq_size], qp->sq_head == n ? st : IBV_WC_WR_FLUSH_ERR);
 	qp->sq_next = qp->sq_head;
