@@ -25,8 +25,8 @@ import (
 var sanitizerFlags = "-fsanitize=address,undefined -fno-omit-frame-pointer"
 
 // sanitizedAssets is a driver tree like the built one, with the shim and
-// the provider built by their scripts with the sanitizers added.
-func sanitizedAssets(t *testing.T) string {
+// the provider built by their scripts with flags (sanitizers) added.
+func sanitizedAssets(t *testing.T, flags string) string {
 	t.Helper()
 	built := filepath.Join(testenv.BuildDir(), "driver")
 	if _, err := os.Stat(filepath.Join(built, "usr", "bin", "nvidia-smi")); err != nil {
@@ -50,9 +50,9 @@ func sanitizedAssets(t *testing.T) string {
 		{filepath.Join(root, "ibshim", "verbs", "build.sh"), testenv.CacheDir(), filepath.Join(dir, filepath.Dir(ibshim.VerbsProvider))},
 	} {
 		cmd := exec.Command(b[0], b[1:]...)
-		cmd.Env = append(os.Environ(), "EXTRA_CFLAGS="+sanitizerFlags)
+		cmd.Env = append(os.Environ(), "EXTRA_CFLAGS="+flags)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s with %s: %v\n%s", b[0], sanitizerFlags, err, out)
+			t.Fatalf("%s with %s: %v\n%s", b[0], flags, err, out)
 		}
 	}
 	return dir
@@ -78,14 +78,15 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-// asanRuntime is gcc's libasan.so, which must come before the shim in
-// LD_PRELOAD: the tools are not built with it.
-func asanRuntime(t *testing.T) string {
+// sanitizerRuntime is gcc's lib (libasan.so, libtsan.so), which must come
+// before the shim in LD_PRELOAD: the tools are not built with it. pkg is
+// the Debian package that has it.
+func sanitizerRuntime(t *testing.T, lib, pkg string) string {
 	t.Helper()
-	out, err := exec.Command(testenv.Tool(t, "gcc"), "-print-file-name=libasan.so").Output()
+	out, err := exec.Command(testenv.Tool(t, "gcc"), "-print-file-name="+lib).Output()
 	so := strings.TrimSpace(string(out))
 	if err != nil || !filepath.IsAbs(so) {
-		testenv.Missing(t, "gcc's libasan.so (libasan8): gcc -print-file-name=libasan.so said %q", so)
+		testenv.Missing(t, "gcc's %s (%s): gcc -print-file-name=%s said %q", lib, pkg, lib, so)
 	}
 	return so
 }
@@ -131,8 +132,8 @@ func TestToolsUnderASan(t *testing.T) {
 	for _, tool := range []string{"ibstat", "ibv_devinfo", "smpquery", "saquery", "perfquery", "ibnetdiscover", "ibping", "ibv_rc_pingpong", "ibv_ud_pingpong"} {
 		testenv.Tool(t, tool)
 	}
-	asan := asanRuntime(t)
-	assets := sanitizedAssets(t)
+	asan := sanitizerRuntime(t, "libasan.so", "libasan8")
+	assets := sanitizedAssets(t, sanitizerFlags)
 	madclient := buildC(t, filepath.Join("umad", "testdata", "madclient.c"))
 	hostile := buildC(t, filepath.Join("testdata", "hostile.c"), strings.Fields(sanitizerFlags)...)
 	rcpair := buildC(t, filepath.Join("testdata", "rcpair.c"))
