@@ -62,13 +62,14 @@ func helloMsg(kind uint32) []byte {
 }
 
 // answered says whether an SMP to lid with tid comes back on c within d,
-// skipping anything else.
+// skipping anything else. Only the TID's low half is the asker's: the
+// daemon puts its agent's number in the high half, as the kernel does.
 func answered(t *testing.T, c *net.UnixConn, tid uint64, within time.Duration) bool {
 	t.Helper()
 	end := time.Now().Add(within)
 	for time.Now().Before(end) {
 		r := read(t, c, time.Until(end))
-		if r != nil && len(r) >= umadHdrLen+madLen && r.mad().tid() == tid && r.mad().method() == methodResp {
+		if r != nil && len(r) >= umadHdrLen+madLen && uint32(r.mad().tid()) == uint32(tid) && r.mad().method() == methodResp {
 			return true
 		}
 	}
@@ -79,7 +80,7 @@ func answered(t *testing.T, c *net.UnixConn, tid uint64, within time.Duration) b
 // handles a connection's messages in order, and answers an SMP.
 func settled(t *testing.T, c *net.UnixConn, lid uint16) {
 	t.Helper()
-	const tid = 1 << 40
+	const tid = 0x5e771ed
 	if _, err := c.Write(smp(lid, tid)); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestNodeInfoRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := packet(buf[:n]).mad()
-	if r.method() != methodResp || r.tid() != 7 || r.status() != 0 {
+	if r.method() != methodResp || uint32(r.tid()) != 7 || r.status() != 0 {
 		t.Fatalf("reply method %#x tid %d status %#x, want GetResp, 7, 0", r.method(), r.tid(), r.status())
 	}
 	if got := binary.BigEndian.Uint64(r.smpData()[12:]); got != leaf.GUID {

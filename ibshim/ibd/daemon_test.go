@@ -84,7 +84,7 @@ func TestAClientIsNotHandedRequestsItDidNotRegisterFor(t *testing.T) {
 		t.Fatal("nothing came back")
 	}
 	m := r.mad()
-	if m.method() != methodResp || m.status() != statusBadMethodAttr || m.tid() != 5 || r.lid() != own || !bytes.Equal(m[40:47], []byte("payload")) {
+	if m.method() != methodResp || m.status() != statusBadMethodAttr || uint32(m.tid()) != 5 || r.lid() != own || !bytes.Equal(m[40:47], []byte("payload")) {
 		t.Errorf("got method %#x, status %#x, TID %d from LID %d, data %q; want the request back as a GetResp with status 0xc from LID %d",
 			m.method(), m.status(), m.tid(), r.lid(), m[40:47], own)
 	}
@@ -155,7 +155,7 @@ func TestAServerGetsRequestsAndAnswersNeedNoTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := read(t, c, 2*time.Second)
-	if got == nil || got.mad().method() != methodResp || got.mad().tid() != 6 {
+	if got == nil || got.mad().method() != methodResp || uint32(got.mad().tid()) != 6 {
 		t.Fatalf("the asker got %v, want the GetResp with TID 6", got)
 	}
 	if extra := read(t, c, 300*time.Millisecond); extra != nil {
@@ -187,7 +187,7 @@ func TestMalformedMADsDoNotStopTheDaemon(t *testing.T) {
 		if r == nil {
 			t.Fatal("the daemon stopped answering")
 		}
-		if r.mad().tid() == 9 && r.mad().status() == 0 {
+		if uint32(r.mad().tid()) == 9 && r.mad().status() == 0 {
 			break
 		}
 	}

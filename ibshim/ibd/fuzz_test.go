@@ -131,7 +131,7 @@ func askNodeInfo(sock string, lid uint16) error {
 			return fmt.Errorf("no NodeInfo answer: %w", err)
 		}
 		r := packet(buf[:n])
-		if n >= umadHdrLen+madLen && r.mad().tid() == tid && r.mad().method() == methodResp {
+		if n >= umadHdrLen+madLen && uint32(r.mad().tid()) == tid && r.mad().method() == methodResp {
 			return nil
 		}
 	}
@@ -274,7 +274,7 @@ func pingThrough(d *Daemon, f *fabric.Fabric) error {
 		if err != nil {
 			return fmt.Errorf("no answer to a ping: %w", err)
 		}
-		if typ == frameMAD && len(body) >= 5+umadHdrLen+madLen && packet(body[5:]).mad().tid() == 0x5eed {
+		if typ == frameMAD && len(body) >= 5+umadHdrLen+madLen && uint32(packet(body[5:]).mad().tid()) == 0x5eed {
 			return nil
 		}
 	}

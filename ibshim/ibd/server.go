@@ -39,6 +39,7 @@ type Daemon struct {
 	counters map[*fabric.Port]*counters
 	reset    map[*fabric.Port]bool // ports whose fault's error counters a PerfMgt Set cleared
 	agents   []*agent
+	hiTID    uint32 // the last agent's: node-wide, as the kernel numbers its MAD agents
 	pending  map[pendingKey]*pending
 	peers    map[int]*peer  // other real nodes' daemons, by slot: the link in use
 	links    map[*peer]bool // every link to them: two nodes that dialled each other have two
@@ -77,6 +78,7 @@ type agent struct {
 	class   byte
 	oui     uint32
 	methods [4]uint32 // the requests it takes, a bit per method
+	hiTID   uint32    // the high half of its requests' TIDs
 }
 
 // takes says whether the agent registered for requests of method m: an
@@ -504,6 +506,8 @@ func (d *Daemon) control(c *conn, msg []byte) {
 		for i := range a.methods {
 			a.methods[i] = le.Uint32(msg[24+4*i:])
 		}
+		d.hiTID = d.hiTID%(1<<24-1) + 1 // 24 bits, never 0, as ib_register_mad_agent's
+		a.hiTID = d.hiTID
 		d.agents = append(d.agents, a)
 		c.agents++
 	case umad.OpUnregister:
@@ -564,6 +568,7 @@ func (d *Daemon) handle(c *conn, u packet) []outgoing {
 		d.answered(from, u)
 		return d.out
 	}
+	d.stamp(c, u)
 	// A port whose link is down reaches only its own SMA (a directed
 	// route of no hops, which Walk gives); anything it sends out is lost.
 	if from.Down() && m.class() != classSMPDR {
@@ -604,6 +609,18 @@ func (d *Daemon) handle(c *conn, u packet) []outgoing {
 		d.toAgent(c, u, from)
 	}
 	return d.out
+}
+
+// stamp puts the sending agent's number in the high half of request u's
+// TID, as the kernel's umad write does: two programs' requests never share
+// a TID, and an answer's TID names its asker, as on a real node.
+func (d *Daemon) stamp(c *conn, u packet) {
+	for _, a := range d.agents {
+		if a.c == c && a.id == u.agent() {
+			put64(u.mad()[8:], uint64(a.hiTID)<<32|u.mad().tid()&0xffffffff)
+			return
+		}
+	}
 }
 
 // directed walks a directed-route SMP out of from and answers it where it

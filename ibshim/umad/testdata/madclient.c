@@ -75,7 +75,9 @@ static int answer(uint64_t tid, ssize_t *len)
 	}
 	if (*len < 0)
 		return -2;
-	if (*len < 64 + 24 || memcmp(in + 64 + 8, &be, 8) != 0) {
+	/* Only the TID's low half: the kernel puts the agent's number in
+	 * the high half (ib_umad_write). */
+	if (*len < 64 + 24 || memcmp(in + 64 + 12, (uint8_t *)&be + 4, 4) != 0) {
 		fprintf(stderr, "tid %#llx: bad answer (%zd bytes)\n", (unsigned long long)tid, *len);
 		return -2;
 	}
