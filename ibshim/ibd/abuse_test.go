@@ -53,6 +53,16 @@ func dial(t *testing.T, sock string, msgs ...[]byte) *net.UnixConn {
 	return c
 }
 
+// pingServer is a program on mlx5_0 port 1 that takes ibping requests,
+// registered once it returns.
+func pingServer(t *testing.T, sock string, lid uint16) *net.UnixConn {
+	t.Helper()
+	server := dial(t, sock, helloMsg(umad.KindUMAD))
+	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
+	settled(t, server, lid)
+	return server
+}
+
 func helloMsg(kind uint32) []byte {
 	h := make([]byte, umad.HelloSize)
 	binary.LittleEndian.PutUint32(h, umad.Magic)
@@ -151,9 +161,7 @@ func TestAProgramThatStopsReadingHoldsUpNoOne(t *testing.T) {
 // Requests awaiting an answer end with their program, and are bounded.
 func TestRequestsEndWithTheirProgram(t *testing.T) {
 	d, sock, f := daemonOf(t)
-	server := dial(t, sock, helloMsg(umad.KindUMAD))
-	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
-	settled(t, server, f.Find("mlx5_0").Ports[1].LID)
+	pingServer(t, sock, f.Find("mlx5_0").Ports[1].LID)
 	own := f.Find("mlx5_0").Ports[1].LID
 	c := dial(t, sock, helloMsg(umad.KindUMAD))
 	for i := range 5000 {
@@ -262,9 +270,7 @@ func TestMulticastGroupsRunOutWithTheMLIDs(t *testing.T) {
 // cut short at maxOutstanding.
 func TestAnsweredRequestsGiveTheirPlaceBack(t *testing.T) {
 	_, sock, f := daemonOf(t)
-	server := dial(t, sock, helloMsg(umad.KindUMAD))
-	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
-	settled(t, server, f.Find("mlx5_0").Ports[1].LID)
+	server := pingServer(t, sock, f.Find("mlx5_0").Ports[1].LID)
 	client := dial(t, sock, helloMsg(umad.KindUMAD))
 	register(t, client, 1, vendorIBPing, ouiOpenFabric)
 	own := f.Find("mlx5_0").Ports[1].LID
@@ -290,9 +296,7 @@ func TestAnsweredRequestsGiveTheirPlaceBack(t *testing.T) {
 // Requests a peer's link brought are bounded and end with the link.
 func TestAPeersRequestsEndWithItsLink(t *testing.T) {
 	d, sock, f := daemonOf(t)
-	server := dial(t, sock, helloMsg(umad.KindUMAD))
-	register(t, server, 0, vendorIBPing, ouiOpenFabric, methodGet)
-	settled(t, server, f.Find("mlx5_0").Ports[1].LID)
+	server := pingServer(t, sock, f.Find("mlx5_0").Ports[1].LID)
 	go func() { // the server never answers; what it is sent is read
 		for read(t, server, 10*time.Second) != nil {
 		}
