@@ -116,7 +116,37 @@ func Open(path string) (*File, error) {
 		return nil, openError(path, err)
 	}
 	defer fd.Close()
-	return mapFile(path, fd)
+	f, err := mapFile(path, fd)
+	if err != nil {
+		return nil, err
+	}
+	// All zero is a Create that did not finish: Update says so.
+	if h := f.state().Header; h.Magic == magic {
+		if err := checkHeader(path, &h); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// checkHeader refuses a header this nvmock did not write, or a damaged
+// one, as the library does (libnvml/live.c): its readers would index
+// past the GPU table.
+func checkHeader(path string, h *Header) error {
+	var what string
+	switch {
+	case h.Magic != magic || h.Version != Version:
+		what = "not initialised by this nvmock"
+	case h.HeaderSize != HeaderSize || h.GPUSize != GPUSize || h.EventSize != EventSize || h.ProcSize != ProcSize:
+		what = fmt.Sprintf("damaged header: record sizes %d/%d/%d/%d, not %d/%d/%d/%d",
+			h.HeaderSize, h.GPUSize, h.EventSize, h.ProcSize, HeaderSize, GPUSize, EventSize, ProcSize)
+	case h.Gpus > MaxGPUs:
+		what = fmt.Sprintf("damaged header: %d GPUs, at most %d", h.Gpus, MaxGPUs)
+	default:
+		return nil
+	}
+	return fmt.Errorf("state %s: %s; reinstall the node", path, what)
 }
 
 // openError says what to do about a state file that does not open.
@@ -198,13 +228,12 @@ func (f *File) Update(fn func(s *State, now int64) error) error {
 		return fmt.Errorf("state %s: lock: %w", f.Path, err)
 	}
 	defer unix.Flock(int(f.f.Fd()), unix.LOCK_UN)
-	h := &f.state().Header
-	if h.Magic != magic || h.Version != Version {
-		return fmt.Errorf("state %s: not initialised by this nvmock; reinstall the node", f.Path)
-	}
 	// Under the lock no writer is inside: an odd seq is a dead one's.
 	c := *f.state()
 	s := &c
+	if err := checkHeader(f.Path, &s.Header); err != nil {
+		return err
+	}
 	if err := fn(s, s.Now()); err != nil {
 		if errors.Is(err, ErrUnchanged) {
 			return nil
@@ -270,8 +299,8 @@ func ReadFile(path string) (*State, error) {
 	defer unix.Munmap(mem)
 	f := &File{Path: path, mem: mem}
 	s := f.Read()
-	if s.Header.Magic != magic || s.Header.Version != Version {
-		return nil, fmt.Errorf("state %s: not initialised by this nvmock; reinstall the node", path)
+	if err := checkHeader(path, &s.Header); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
