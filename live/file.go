@@ -234,6 +234,10 @@ func (f *File) Update(fn func(s *State, now int64) error) error {
 	if err := checkHeader(f.Path, &s.Header); err != nil {
 		return err
 	}
+	// A damaged count is published clamped, as the library reads it.
+	for i := range s.GPUs {
+		s.GPUs[i].Faults = s.GPUs[i].faults()
+	}
 	if err := fn(s, s.Now()); err != nil {
 		if errors.Is(err, ErrUnchanged) {
 			return nil

@@ -102,7 +102,7 @@ func (s *State) AddFault(gpu int, f Fault, now int64) error {
 		return err
 	}
 	g := &s.GPUs[gpu]
-	if g.Faults >= MaxFaults {
+	if g.faults() >= MaxFaults {
 		return fmt.Errorf("GPU %d already has %d faults, the most it holds; clear some first", gpu, MaxFaults)
 	}
 	if f.XID == 0 {
@@ -122,10 +122,14 @@ func (s *State) AddFault(gpu int, f Fault, now int64) error {
 	return nil
 }
 
+// faults is the number of fault slots in use, clamped as the library
+// clamps it (libnvml/live.c): a damaged count indexed past the slots.
+func (g *GPU) faults() uint32 { return min(g.Faults, MaxFaults) }
+
 // Faults lists the faults on a GPU.
 func (s *State) Faults(gpu int) []Fault {
 	g := &s.GPUs[gpu]
-	out := make([]Fault, g.Faults)
+	out := make([]Fault, g.faults())
 	for i := range out {
 		out[i] = Fault{Kind: g.FaultKind[i], XID: g.FaultXID[i], Trigger: g.FaultTrigger[i], Param: g.FaultParam[i],
 			PID: g.FaultPID[i], Count: g.FaultCount[i]}
@@ -137,7 +141,7 @@ func (s *State) Faults(gpu int) []Fault {
 func (s *State) ClearFaults(gpu int, kind uint32) int {
 	g := &s.GPUs[gpu]
 	n, removed := uint32(0), 0
-	for i := uint32(0); i < g.Faults; i++ {
+	for i := uint32(0); i < g.faults(); i++ {
 		if kind != 0 && g.FaultKind[i] != kind {
 			g.FaultKind[n], g.FaultXID[n], g.FaultTrigger[n], g.FaultParam[n] = g.FaultKind[i], g.FaultXID[i], g.FaultTrigger[i], g.FaultParam[i]
 			g.FaultPID[n], g.FaultCount[n], g.FaultID[n] = g.FaultPID[i], g.FaultCount[i], g.FaultID[i]
@@ -200,7 +204,7 @@ func (s *State) XID(gpu int, xid uint32, now int64) error {
 // now: -1 for none.
 func (s *State) active(gpu int, kind, xid uint32, now int64) int {
 	g := &s.GPUs[gpu]
-	for i := uint32(0); i < g.Faults && i < MaxFaults; i++ {
+	for i := uint32(0); i < g.faults(); i++ {
 		if g.FaultKind[i] == kind && g.FaultXID[i] == xid && g.FaultTrigger[i] == TriggerAt && g.FaultPID[i] == 0 && g.FaultParam[i] <= uint64(now) {
 			return int(i)
 		}
