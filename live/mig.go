@@ -63,10 +63,11 @@ func (s *State) CreateGPUInstance(gpu int, d *snapshot.Device, row int) (int, er
 		return 0, err
 	}
 	g := &s.GPUs[gpu]
-	if g.MIGSet == 0 || g.MIGCurrent != 1 {
+	if !migOn(d, g) {
 		return 0, fmt.Errorf("GPU %d: MIG mode is off", gpu)
 	}
-	if row < 0 || row >= int(d.MIGGICount) {
+	cleanMIG(d, g)
+	if row < 0 || row >= int(min(d.MIGGICount, snapshot.MaxMIGProfiles)) {
 		return 0, fmt.Errorf("GPU %d: no GPU-instance profile %d", gpu, row)
 	}
 	size := d.MIGGIMemorySlices[row]
@@ -103,6 +104,7 @@ func (s *State) CreateComputeInstance(gpu, gi int, d *snapshot.Device, c uint32)
 		return 0, err
 	}
 	g := &s.GPUs[gpu]
+	cleanMIG(d, g)
 	if gi < 0 || gi >= MaxGIs || g.GIProfile[gi] == 0 {
 		return 0, fmt.Errorf("GPU %d: no GPU instance %d", gpu, gi)
 	}
@@ -262,11 +264,9 @@ type MIGDevice struct {
 // MIGDevices lists a GPU's MIG devices in the library's order (GPU
 // instance, then compute instance); none while MIG is off.
 func (s *State) MIGDevices(gpu int, d *snapshot.Device) []MIGDevice {
-	g := &s.GPUs[gpu]
-	on := d.MIGCurrent == 1
-	if g.MIGSet != 0 {
-		on = g.MIGCurrent == 1
-	}
+	g := s.GPUs[gpu]
+	cleanMIG(d, &g)
+	on := migOn(d, &g)
 	var out []MIGDevice
 	for gi := 0; gi < MaxGIs && on; gi++ {
 		for ci := 0; ci < MaxCIs && g.GIProfile[gi] != 0; ci++ {

@@ -291,7 +291,12 @@ func (s *State) CheckMemory(p Process, devs []snapshot.Device) error {
 	gi := -1
 	if p.MIG != nil {
 		gi = p.MIG.GI
-		row := s.GPUs[p.GPU].GIProfile[gi] - 1
+		g := s.GPUs[p.GPU]
+		cleanMIG(d, &g)
+		if g.GIProfile[gi] == 0 {
+			return fmt.Errorf("GPU %d has no GPU instance %d (nvidia-smi mig -lgi lists them)", p.GPU, gi)
+		}
+		row := g.GIProfile[gi] - 1
 		where = fmt.Sprintf("GPU %d's GPU instance %d", p.GPU, gi)
 		room = uint64(d.MIGGIMemoryMIB[row]-min(d.MIGGIUsedMIB[row], d.MIGGIMemoryMIB[row])) << 20
 	}
