@@ -1,0 +1,48 @@
+package main
+
+import (
+	"encoding/binary"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/nvmock/nvmock/live"
+)
+
+// poke writes v at off in the state file, as a stray writer would.
+func poke(t *testing.T, state string, off int64, v uint32) {
+	t.Helper()
+	f, err := os.OpenFile(state, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, v), off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A damaged state file: ctl says what is wrong in one line, or reads it
+// as the library does (before, both panicked; found by live's
+// FuzzStateFile).
+func TestCtlOnADamagedState(t *testing.T) {
+	state := ctlNode(t, "2")
+	if err := run([]string{"ctl", "--state", state, "fault", "1", "thermal"}); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, state, live.HeaderSize+live.GPUSize+80, 200) // GPU 1's fault count
+	if f := ctlStatusJSON(t, state).GPUs[1].Faults; len(f) != live.MaxFaults {
+		t.Errorf("GPU 1 shows %d faults, want the %d slots", len(f), live.MaxFaults)
+	}
+	if err := run([]string{"ctl", "--state", state, "clear", "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if f := ctlStatusJSON(t, state).GPUs[1].Faults; len(f) != 0 {
+		t.Errorf("after clear: %d faults", len(f))
+	}
+	poke(t, state, 28, 1000) // the header's GPU count
+	err := run([]string{"ctl", "--state", state, "status"})
+	if err == nil || !strings.Contains(err.Error(), state+": damaged header: 1000 GPUs, at most 64") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("status: %v, want one line naming %s and the GPU count", err, state)
+	}
+}
