@@ -5,6 +5,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -257,7 +258,7 @@ func stateSpecial(b []byte, r *rand.Rand, k int) string {
 			put(b, field{"", gpu0 + int(f.Offset) + j*4, 4}, uint64(v))
 		}
 	}
-	switch k % 5 {
+	switch k % 6 {
 	case 0:
 		put(b, field{"", int(seqF.Offset), 4}, uint64(r.Uint32()|1))
 		return "seq left odd"
@@ -276,6 +277,16 @@ func stateSpecial(b []byte, r *rand.Rand, k int) string {
 			scramble(n, 3)
 		}
 		return "gpu[0] every instance slot filled"
+	case 5:
+		// start + size wraps past 2^32 into range.
+		sl, _ := gf.FieldByName("CISlices")
+		cs, _ := gf.FieldByName("CIStart")
+		for j := 0; j < sl.Type.Len(); j++ {
+			if binary.LittleEndian.Uint32(b[gpu0+int(sl.Offset)+j*4:]) == 1 {
+				put(b, field{"", gpu0 + int(cs.Offset) + j*4, 4}, 0xffffffff)
+			}
+		}
+		return "gpu[0] 1-slice compute instances start at 2^32-1"
 	default:
 		procs := int(st.Field(3).Offset)
 		for o := procs; o < procs+4*live.ProcSize; o++ {
