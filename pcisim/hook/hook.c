@@ -445,8 +445,30 @@ static void cover(int at, const char *name, const char *what, const char *from, 
 	seal(cover_open(at, name, what, from, names, n), what);
 }
 
-/* read_rootfs reads the bundle's config.json for root.path, which may be
- * relative to the bundle, into rootfs (PATH_MAX). */
+/* state_bundle reads the bundle from the container's state into bundle
+ * (PATH_MAX). */
+static int state_bundle(const char *state, char *bundle)
+{
+	return json_string(json_member(state, "bundle"), bundle, PATH_MAX);
+}
+
+/* config_rootfs reads root.path from a config.json's text into rel, and
+ * the root file system it names, which may be relative to the bundle,
+ * into rootfs (both PATH_MAX). */
+static int config_rootfs(const char *config, const char *bundle, char *rel, char *rootfs)
+{
+	const char *root = json_member(config, "root");
+	if (!root || json_string(json_member(root, "path"), rel, PATH_MAX) < 0)
+		return -1;
+	if (rel[0] == '/')
+		pathf(rootfs, "%s", rel);
+	else
+		pathf(rootfs, "%s/%s", bundle, rel);
+	return 0;
+}
+
+/* read_rootfs reads the bundle's config.json for the root file system
+ * into rootfs (PATH_MAX). */
 static int read_rootfs(const char *bundle, char *rootfs)
 {
 	char path[PATH_MAX], rel[PATH_MAX];
@@ -457,14 +479,7 @@ static int read_rootfs(const char *bundle, char *rootfs)
 	/* A config's env and annotations can be megabytes; runc takes them. */
 	char *config = slurp(fd, path, MAX_CONFIG);
 	close(fd);
-	const char *root = json_member(config, "root");
-	int r = root ? json_string(json_member(root, "path"), rel, sizeof rel) : -1;
-	if (r == 0) {
-		if (rel[0] == '/')
-			pathf(rootfs, "%s", rel);
-		else
-			pathf(rootfs, "%s/%s", bundle, rel);
-	}
+	int r = config_rootfs(config, bundle, rel, rootfs);
 	free(config);
 	return r;
 }
@@ -739,6 +754,57 @@ static void report_pid(const char *path)
 	}
 }
 
+#ifdef HOOK_PARSE_ONLY
+/* read_exact reads path (- for stdin) as slurp does, into a copy of its
+ * exact size, so that a sanitizer sees a read past the end. */
+static char *read_exact(const char *path, size_t limit)
+{
+	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
+	if (fd < 0)
+		die("%s: %s", path, strerror(errno));
+	char *text = slurp(fd, path, limit), *exact = strdup(text);
+	if (!exact)
+		die("out of memory");
+	free(text);
+	close(fd);
+	return exact;
+}
+
+/*
+ * The parse-only build (-DHOOK_PARSE_ONLY), for parse_test.go's fuzzing:
+ * nvmock-hook-parse STATE|- CONFIG [STATE CONFIG]... reads each pair as
+ * the hook does, parses it with the hook's own functions, and prints what
+ * it extracted, each as name=value and a NUL (values hold no NUL;
+ * newlines they may), then end and a NUL. Many pairs a run: a sanitizer's
+ * start costs more than the parse. It mounts and writes nothing. A
+ * refused input is a line on stderr and exit status 1.
+ */
+int main(int argc, char **argv)
+{
+	if (argc < 3 || argc % 2 == 0)
+		die("usage: nvmock-hook-parse STATE|- CONFIG [STATE CONFIG]...");
+	int bad = 0;
+	for (int i = 1; i < argc; i += 2) {
+		char bundle[PATH_MAX], rel[PATH_MAX], rootfs[PATH_MAX];
+		char *state = read_exact(argv[i], MAX_STATE);
+		int has_bundle = state_bundle(state, bundle) == 0;
+		if (!has_bundle)
+			bad = 1, strcpy(bundle, "/bundle"), fprintf(stderr, "nvmock-hook: %s: no bundle\n", argv[i]);
+		char *config = read_exact(argv[i + 1], MAX_CONFIG);
+		int has_root = config_rootfs(config, bundle, rel, rootfs) == 0;
+		if (!has_root)
+			bad = 1, fprintf(stderr, "nvmock-hook: %s: no root.path\n", argv[i + 1]);
+		if (has_bundle)
+			printf("bundle=%s%c", bundle, 0);
+		if (has_root)
+			printf("root.path=%s%crootfs=%s%c", rel, 0, rootfs, 0);
+		printf("end%c", 0);
+		free(state);
+		free(config);
+	}
+	return bad;
+}
+#else
 int main(int argc, char **argv)
 {
 	if (argc < 3 || argc > 6 || strcmp(argv[1], "pcisim") != 0)
@@ -747,7 +813,7 @@ int main(int argc, char **argv)
 	char bundle[PATH_MAX], rootfs[PATH_MAX];
 	if (!rootfs_from_cwd(rootfs)) {
 		char *state = slurp(0, "container state on stdin", MAX_STATE);
-		if (json_string(json_member(state, "bundle"), bundle, sizeof bundle) < 0)
+		if (state_bundle(state, bundle) < 0)
 			die("no container state with a bundle on stdin; run it as an OCI createContainer hook");
 		if (read_rootfs(bundle, rootfs) < 0)
 			die("%s/config.json: no root.path", bundle);
@@ -764,3 +830,4 @@ int main(int argc, char **argv)
 		report_pid(argv[5]);
 	return 0;
 }
+#endif
