@@ -111,19 +111,95 @@ static const char *skip_ws(const char *p)
 }
 
 /* skip_string returns what follows the string at p (its opening quote), or
- * NULL if it does not end. */
+ * NULL if it is not one JSON allows: unended, a control character in it,
+ * or an escape JSON lacks. */
 static const char *skip_string(const char *p)
 {
-	for (p++; *p; p++) {
-		if (*p == '\\') {
-			if (!*++p)
-				return NULL;
-			continue; /* the escaped character, a quote too */
-		}
-		if (*p == '"')
-			return p + 1;
+	for (p++; *p != '"'; p++) {
+		if ((unsigned char)*p < 0x20)
+			return NULL; /* its end too */
+		if (*p != '\\')
+			continue;
+		if (*++p == 'u') {
+			for (int k = 1; k <= 4; k++)
+				if (!isxdigit((unsigned char)p[k]))
+					return NULL; /* also stops at the end */
+			p += 4;
+		} else if (!*p || !strchr("\"\\/bfnrt", *p))
+			return NULL;
 	}
-	return NULL;
+	return p + 1;
+}
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static const char *skip_digits(const char *p)
+{
+	if (!is_digit(*p))
+		return NULL;
+	while (is_digit(*p))
+		p++;
+	return p;
+}
+
+/* skip_scalar returns what follows the string, number, true, false or
+ * null at p, or NULL. */
+static const char *skip_scalar(const char *p)
+{
+	if (*p == '"')
+		return skip_string(p);
+	static const char *const words[] = {"true", "false", "null"};
+	for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+		if (!strncmp(p, words[i], strlen(words[i])))
+			return p + strlen(words[i]);
+	if (*p == '-')
+		p++;
+	p = *p == '0' ? p + 1 : skip_digits(p);
+	if (p && *p == '.')
+		p = skip_digits(p + 1);
+	if (p && (*p == 'e' || *p == 'E'))
+		p = skip_digits(p + 1 + (p[1] == '+' || p[1] == '-'));
+	return p;
+}
+
+/* encoding/json's: deeper, runc refuses a config too. */
+#define MAX_DEPTH 10000
+
+/*
+ * json_valid says whether doc is one JSON value and nothing more, as
+ * encoding/json (runc's) checks before it decodes: json_member's scan
+ * takes a string before a colon for a key, and returns at the first
+ * match, which in a cut or broken document is not what runc reads.
+ */
+static int json_valid(const char *p)
+{
+	static char ends[MAX_DEPTH]; /* each open container's closing bracket */
+	int depth = 0;
+	for (p = skip_ws(p);; p = skip_ws(p)) {
+		if (depth > 0 && ends[depth - 1] == '}') { /* a member's key */
+			if (*p != '"' || !(p = skip_string(p)) || *(p = skip_ws(p)) != ':')
+				return 0;
+			p = skip_ws(p + 1);
+		}
+		if (*p == '{' || *p == '[') {
+			if (depth == MAX_DEPTH)
+				return 0;
+			ends[depth++] = *p == '{' ? '}' : ']';
+			p = skip_ws(p + 1);
+			if (*p != ends[depth - 1])
+				continue; /* its first member or element */
+			depth--, p++;
+		} else if (!(p = skip_scalar(p)))
+			return 0;
+		/* After a value: a comma, its container's end, or the document's. */
+		for (p = skip_ws(p); depth > 0 && *p == ends[depth - 1]; p = skip_ws(p + 1))
+			depth--;
+		if (depth == 0)
+			return *p == 0;
+		if (*p != ',')
+			return 0;
+		p++;
+	}
 }
 
 /*
@@ -449,6 +525,8 @@ static void cover(int at, const char *name, const char *what, const char *from, 
  * (PATH_MAX). */
 static int state_bundle(const char *state, char *bundle)
 {
+	if (!json_valid(state))
+		return -1;
 	return json_string(json_member(state, "bundle"), bundle, PATH_MAX);
 }
 
@@ -457,7 +535,7 @@ static int state_bundle(const char *state, char *bundle)
  * into rootfs (both PATH_MAX). */
 static int config_rootfs(const char *config, const char *bundle, char *rel, char *rootfs)
 {
-	const char *root = json_member(config, "root");
+	const char *root = json_valid(config) ? json_member(config, "root") : NULL;
 	if (!root || json_string(json_member(root, "path"), rel, PATH_MAX) < 0)
 		return -1;
 	if (rel[0] == '/')
