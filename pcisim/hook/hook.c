@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -202,46 +203,6 @@ static int json_valid(const char *p)
 	}
 }
 
-/*
- * json_member returns the value of key among the members of the object at
- * obj, not of objects within it, or NULL: the state's annotations, which
- * pods set, may hold a "bundle" or "root" of their own (review: the first
- * match anywhere was taken). Keys are compared as written: the runtime's
- * encoder escapes none of these.
- */
-static const char *json_member(const char *obj, const char *key)
-{
-	const char *p = skip_ws(obj);
-	if (*p != '{')
-		return NULL;
-	size_t klen = strlen(key);
-	for (int depth = 0; *p;) {
-		switch (*p) {
-		case '{': case '[':
-			depth++, p++;
-			break;
-		case '}': case ']':
-			if (--depth == 0)
-				return NULL;
-			p++;
-			break;
-		case '"': {
-			const char *end = skip_string(p);
-			if (!end)
-				return NULL;
-			const char *q = skip_ws(end);
-			if (depth == 1 && *q == ':' && (size_t)(end - p - 2) == klen && !memcmp(p + 1, key, klen))
-				return skip_ws(q + 1);
-			p = end;
-			break;
-		}
-		default:
-			p++;
-		}
-	}
-	return NULL;
-}
-
 /* json_string unescapes the string value at q (json_member's) into out. */
 static int json_string(const char *q, char *out, size_t size)
 {
@@ -276,6 +237,59 @@ static int json_string(const char *q, char *out, size_t size)
 		return -1;
 	out[n] = 0;
 	return 0;
+}
+
+/*
+ * json_member returns the value of key among the members of the object at
+ * obj (in a document json_valid passed), not of objects within it, or
+ * NULL: the state's annotations, which pods set, may hold a "bundle" or
+ * "root" of their own (review: the first match anywhere was taken). Keys
+ * compare as encoding/json (runc's) matches them to a field: unescaped
+ * and in any case, where the last of several wins; so a second match is
+ * refused, as is a key it cannot compare (non-ASCII ones fold, in Go, to
+ * ASCII: U+212A to K).
+ */
+static const char *json_member(const char *obj, const char *key)
+{
+	const char *p = skip_ws(obj), *value = NULL;
+	if (*p != '{')
+		return NULL;
+	for (int depth = 0; *p;) {
+		switch (*p) {
+		case '{': case '[':
+			depth++, p++;
+			break;
+		case '}': case ']':
+			if (--depth == 0)
+				return value;
+			p++;
+			break;
+		case '"': {
+			const char *end = skip_string(p);
+			if (!end)
+				return NULL;
+			const char *q = skip_ws(end);
+			if (depth == 1 && *q == ':') {
+				char name[64];
+				if (json_string(p, name, sizeof name) < 0)
+					return NULL;
+				for (const char *c = name; *c; c++)
+					if (*c & 0x80)
+						return NULL;
+				if (!strcasecmp(name, key)) {
+					if (value)
+						return NULL;
+					value = skip_ws(q + 1);
+				}
+			}
+			p = end;
+			break;
+		}
+		default:
+			p++;
+		}
+	}
+	return NULL;
 }
 
 static int is_dot(const char *name) { return !strcmp(name, ".") || !strcmp(name, ".."); }
