@@ -203,6 +203,34 @@ static int json_valid(const char *p)
 	}
 }
 
+/* utf8_valid says whether s is UTF-8 as Go reads it (no overlong forms,
+ * surrogates or values past U+10FFFF): encoding/json reads each invalid
+ * byte as U+FFFD, so runc's path would not be the hook's. */
+static int utf8_valid(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		unsigned c = *p++, n, v, min;
+		if (c < 0x80)
+			continue;
+		if (c >= 0xc2 && c <= 0xdf)
+			n = 1, v = c & 0x1f, min = 0x80;
+		else if ((c & 0xf0) == 0xe0)
+			n = 2, v = c & 0x0f, min = 0x800;
+		else if (c >= 0xf0 && c <= 0xf4)
+			n = 3, v = c & 0x07, min = 0x10000;
+		else
+			return 0;
+		for (; n; n--, p++) {
+			if ((*p & 0xc0) != 0x80)
+				return 0; /* the end too */
+			v = v << 6 | (*p & 0x3f);
+		}
+		if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+			return 0;
+	}
+	return 1;
+}
+
 /* json_string unescapes the string value at q (json_member's) into out. */
 static int json_string(const char *q, char *out, size_t size)
 {
@@ -236,7 +264,7 @@ static int json_string(const char *q, char *out, size_t size)
 	if (*q != '"')
 		return -1;
 	out[n] = 0;
-	return 0;
+	return utf8_valid(out) ? 0 : -1;
 }
 
 /*
