@@ -91,6 +91,8 @@ static char *slurp(int fd, const char *what, size_t limit)
 			die("read %s: %s", what, strerror(errno));
 		if (n == 0)
 			break;
+		if (memchr(buf + len, 0, (size_t)n))
+			die("%s: holds a NUL byte", what); /* the C string would end there, the file not */
 		len += (size_t)n;
 		if (len == cap) {
 			if (cap >= limit)
