@@ -25,7 +25,7 @@ func gatherMIG(o Options, snap []byte) (*migInputs, error) {
 	}
 	_, devs, err := snapshot.Read(snap)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("compiled snapshot: %w", err)
 	}
 	s := &live.State{}
 	s.Header.Gpus = uint32(len(devs))

@@ -416,26 +416,3 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 	d.Bar1Used = uint64(b.BAR1.Used)
 	return d, nil
 }
-
-// Read parses a compiled snapshot back into its header and devices, for
-// nvmock's tools that need the board's numbers (the live-state model).
-func Read(data []byte) (Header, []Device, error) {
-	var h Header
-	if len(data) < HeaderSize {
-		return h, nil, fmt.Errorf("snapshot: %d bytes, shorter than its header", len(data))
-	}
-	if err := binary.Read(bytes.NewReader(data[:HeaderSize]), binary.LittleEndian, &h); err != nil {
-		return h, nil, err
-	}
-	if string(h.Magic[:]) != "NVMOCKSS" || h.Version != Version {
-		return h, nil, fmt.Errorf("snapshot: not a version %d nvmock snapshot", Version)
-	}
-	if uint64(len(data)) < HeaderSize+uint64(h.DeviceCount)*DeviceSize {
-		return h, nil, fmt.Errorf("snapshot: truncated")
-	}
-	devs := make([]Device, h.DeviceCount)
-	if err := binary.Read(bytes.NewReader(data[HeaderSize:]), binary.LittleEndian, devs); err != nil {
-		return h, nil, err
-	}
-	return h, devs, nil
-}

@@ -37,7 +37,7 @@ func ProbeMIG(statePath string, snap []byte, gpus []GPU, dev string) (migs []MIG
 	}
 	_, devs, err := snapshot.Read(snap)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("snapshot: %w", err)
 	}
 	for i := range devs {
 		if i >= len(gpus) || i >= int(s.Header.Gpus) || devs[i].MIGCurrent == snapshot.NA {

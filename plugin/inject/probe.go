@@ -162,16 +162,15 @@ func DecodeGPUs(data []byte) ([]GPU, error) {
 			h.Version, h.HeaderSize, h.DeviceSize, snapshot.Version, snapshot.HeaderSize, snapshot.DeviceSize)
 	case h.Flags&snapshot.FlagUnseeded != 0:
 		return nil, errors.New("unseeded: the library derives UUIDs at init, so they are not in the file")
-	case uint64(len(data)) < uint64(snapshot.HeaderSize)+uint64(h.DeviceCount)*snapshot.DeviceSize:
-		return nil, fmt.Errorf("%d bytes, too short for %d devices", len(data), h.DeviceCount)
 	}
-	gpus := make([]GPU, h.DeviceCount)
-	var d snapshot.Device
-	for i := range gpus {
-		off := snapshot.HeaderSize + i*snapshot.DeviceSize
-		if err := binary.Read(bytes.NewReader(data[off:off+snapshot.DeviceSize]), binary.LittleEndian, &d); err != nil {
-			return nil, err
-		}
+	// The rest as the library checks it: a file it would not map gives
+	// no container GPUs that could not run nvidia-smi.
+	_, devs, err := snapshot.Read(data)
+	if err != nil {
+		return nil, err
+	}
+	gpus := make([]GPU, len(devs))
+	for i, d := range devs {
 		uuid := cstring(d.UUID[:])
 		if uuid == "" {
 			return nil, fmt.Errorf("device %d has no UUID", i)
