@@ -1,9 +1,12 @@
 package live
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
 )
 
 // A damaged header is refused by every reader and writer in one line
@@ -70,5 +73,52 @@ func TestImpossibleMIGInstancesAreDropped(t *testing.T) {
 				t.Errorf("after a write the record holds %d compute instances, want %d", n, c.kept)
 			}
 		})
+	}
+}
+
+// The board bounds what the library's handles by index give: no more MIG
+// devices than its maximum, none on a board without MIG, whatever the
+// state holds (libnvml/mig_device.c).
+func TestMIGDevicesKeepToTheBoard(t *testing.T) {
+	devs, base := fuzzBase()
+	s := *(*State)(unsafe.Pointer(&base[0]))
+	for _, c := range []struct {
+		name  string
+		board func(d *snapshot.Device)
+		want  int
+	}{
+		{"the board's maximum", func(d *snapshot.Device) {}, 7},
+		{"a maximum of 3", func(d *snapshot.Device) { d.MaxMIGDevices = 3 }, 3},
+		{"a maximum of 0", func(d *snapshot.Device) { d.MaxMIGDevices = 0 }, 0},
+		{"a board without MIG", func(d *snapshot.Device) { d.MIGCurrent = snapshot.NA }, 0},
+	} {
+		d := devs[0]
+		c.board(&d)
+		if got := len(s.MIGDevices(0, &d)); got != c.want {
+			t.Errorf("%s: %d MIG devices, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// Profile names are read as the library reads them (nvmock_mig_name): one
+// per row of the board's table, each to a newline or NUL.
+func TestMIGNamesAreTheLibrarys(t *testing.T) {
+	for _, c := range []struct {
+		names string
+		count uint32
+		want  []string
+	}{
+		{"1g.5gb\n2g.10gb\n", 2, []string{"1g.5gb", "2g.10gb"}},
+		{"1g.5gb\n", 3, []string{"1g.5gb", "", ""}},
+		{"1g.5gb\x00junk\n2g.10gb\n", 2, []string{"1g.5gb", "2g.10gb"}},
+		{"1g.5gb\n\x00\n3g\n", 3, []string{"1g.5gb", "", "3g"}},
+		{"a\nb\nc\n", 1, []string{"a"}},
+	} {
+		var d snapshot.Device
+		copy(d.MIGGINames[:], c.names)
+		d.MIGGICount = c.count
+		if got := MIGNames(&d); !slices.Equal(got, c.want) {
+			t.Errorf("%q, %d rows: %q, want %q", c.names, c.count, got, c.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -14,10 +15,20 @@ import (
 // GPU and compute instances. These are the library's rules
 // (libnvml/mig*.c), for nvmock's own tools: installing a layout.
 
-// MIGNames are a board's GPU-instance profile names, by table row.
+// MIGNames are a board's GPU-instance profile names, one per table row,
+// read as the library reads them (libnvml/mig.c nvmock_mig_name): row r
+// follows the r-th newline and ends at a newline or NUL; a row past the
+// list is "".
 func MIGNames(d *snapshot.Device) []string {
-	names := strings.Split(strings.TrimRight(string(d.MIGGINames[:]), "\x00"), "\n")
-	return names[:min(int(d.MIGGICount), len(names))]
+	lines := bytes.Split(d.MIGGINames[:], []byte("\n"))
+	names := make([]string, min(d.MIGGICount, snapshot.MaxMIGProfiles))
+	for r := range names {
+		if r < len(lines) {
+			name, _, _ := bytes.Cut(lines[r], []byte{0})
+			names[r] = string(name)
+		}
+	}
+	return names
 }
 
 // MIGGIID is the GPU-instance id of a placement: one per node of the tree
@@ -262,14 +273,16 @@ type MIGDevice struct {
 }
 
 // MIGDevices lists a GPU's MIG devices in the library's order (GPU
-// instance, then compute instance); none while MIG is off.
+// instance, then compute instance); none while MIG is off or on a board
+// without it, and no more than the board's maximum, as the library's
+// handles by index give them (libnvml/mig_device.c).
 func (s *State) MIGDevices(gpu int, d *snapshot.Device) []MIGDevice {
 	g := s.GPUs[gpu]
 	cleanMIG(d, &g)
-	on := migOn(d, &g)
+	on := d.MIGCurrent != snapshot.NA && migOn(d, &g)
 	var out []MIGDevice
 	for gi := 0; gi < MaxGIs && on; gi++ {
-		for ci := 0; ci < MaxCIs && g.GIProfile[gi] != 0; ci++ {
+		for ci := 0; ci < MaxCIs && g.GIProfile[gi] != 0 && len(out) < int(d.MaxMIGDevices); ci++ {
 			if n := g.CISlices[gi*MaxCIs+ci]; n != 0 {
 				out = append(out, MIGDevice{GPU: gpu, GI: gi, CI: ci, Row: int(g.GIProfile[gi]) - 1, Slices: n})
 			}

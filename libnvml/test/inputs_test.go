@@ -454,8 +454,16 @@ func sameMIG(t *testing.T, devs []snapshot.Device, state []byte, out string) str
 	}
 	for _, m := range migCount.FindAllStringSubmatch(out, -1) {
 		gpu, _ := strconv.Atoi(m[1])
-		if go_ := len(s.MIGDevices(gpu, &devs[gpu])); strconv.Itoa(go_) != m[2] {
-			return fmt.Sprintf("GPU %d: the library has %s MIG devices, the Go side %d", gpu, m[2], go_)
+		migs := s.MIGDevices(gpu, &devs[gpu])
+		if strconv.Itoa(len(migs)) != m[2] {
+			return fmt.Sprintf("GPU %d: the library has %s MIG devices, the Go side %d", gpu, m[2], len(migs))
+		}
+		// The plugin names each by its profile row (inject.ProbeMIG).
+		names := live.MIGNames(&devs[gpu])
+		for _, d := range migs {
+			if d.Row >= len(names) {
+				return fmt.Sprintf("GPU %d: a MIG device of profile row %d, past the %d names", gpu, d.Row, len(names))
+			}
 		}
 	}
 	return ""
@@ -493,11 +501,23 @@ func TestDamagedSnapshotFile(t *testing.T) {
 			return rg.name + " MIG tables scrambled"
 		})
 		return d, d.data, state
-	}, func(_ damage, out string) string {
+	}, func(d damage, out string) string {
+		// The Go side (ctl, the plugin) reads the same files the library
+		// maps, and refuses the others with the library's words.
+		_, devs, err := snapshot.Read(d.data)
 		switch {
 		case strings.Contains(out, "handles read"):
-			return ""
+			if err != nil {
+				return "the library read it, the Go side refused it: " + err.Error()
+			}
+			return sameMIG(t, devs, state, out)
 		case strings.Contains(out, "inputs: refused") && snapRefusal.MatchString(out):
+			if err == nil {
+				return "the library refused it, the Go side read it"
+			}
+			if !strings.Contains(out, ": "+err.Error()) {
+				return fmt.Sprintf("the library and the Go side (%q) refused it for different reasons", err)
+			}
 			return ""
 		}
 		return "neither read nor refused with a warning"
