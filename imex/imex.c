@@ -338,6 +338,8 @@ static int ctl_main(int argc, char **argv)
 {
 	const char *cfg = NULL, *ip = NULL, *unix_path = NULL;
 	int p = 0, query = 0;
+	struct config c; // ip may point into it: it lives as long as ip
+
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "-c") == 0 && i + 1 < argc)
@@ -368,7 +370,6 @@ static int ctl_main(int argc, char **argv)
 	if ((cfg != NULL) + (ip != NULL) + (unix_path != NULL) > 1)
 		die("only one of -i, -u, or -c can be specified");
 	if (ip == NULL && unix_path == NULL) {
-		struct config c;
 		read_config(cfg != NULL ? cfg : DEFAULT_CONFIG, &c);
 		if (!c.cmd_enabled)
 			die("the command service is not enabled in %s (IMEX_CMD_ENABLED)", c.path);
