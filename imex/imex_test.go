@@ -23,22 +23,46 @@ import (
 // Ports from the test range of this machine's suites.
 const serverPort, cmdPort = 18690, 18691
 
-// tools copies the built binary as the two names it answers to.
-func tools(t *testing.T) (daemon, ctl string) {
+// tools is one build of imex.c as the two names it answers to, and the
+// environment its runs get.
+type tools struct {
+	daemon, ctl string
+	env         []string
+}
+
+// builds runs f on make build's static binary and on the sanitized build
+// (asan_test.go), so each scenario also checks for memory errors.
+func builds(t *testing.T, f func(t *testing.T, b tools)) {
+	t.Run("static", func(t *testing.T) { f(t, static(t)) })
+	t.Run("sanitized", func(t *testing.T) { f(t, sanitized(t)) })
+}
+
+// static copies the built binary as the two names it answers to.
+func static(t *testing.T) tools {
 	t.Helper()
 	built := filepath.Join(testenv.BuildDir(), "driver", "usr", "bin", "nvidia-imex")
-	data, err := os.ReadFile(built)
-	if err != nil {
+	if _, err := os.Stat(built); err != nil {
 		testenv.Missing(t, "%s (run make build)", built)
 	}
+	return named(t, built, nil)
+}
+
+// named copies bin as nvidia-imex and nvidia-imex-ctl in a directory of the
+// test's.
+func named(t *testing.T, bin string, env []string) tools {
+	t.Helper()
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	d := t.TempDir()
-	daemon, ctl = filepath.Join(d, "nvidia-imex"), filepath.Join(d, "nvidia-imex-ctl")
-	for _, p := range []string{daemon, ctl} {
+	b := tools{daemon: filepath.Join(d, "nvidia-imex"), ctl: filepath.Join(d, "nvidia-imex-ctl"), env: env}
+	for _, p := range []string{b.daemon, b.ctl} {
 		if err := os.WriteFile(p, data, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return daemon, ctl
+	return b
 }
 
 // config writes a daemon config with the keys the DRA driver's template
@@ -75,10 +99,12 @@ IMEX_NODE_DISCONNECTED_GRACE_TIME=-1
 
 // start runs the daemon until the test ends, and waits for its command
 // port; done gives its exit.
-func start(t *testing.T, daemon, cfg string) (cmd *exec.Cmd, log *strings.Builder, done <-chan error) {
+// A sanitizer's report in its log fails the test.
+func start(t *testing.T, b tools, cfg string) (cmd *exec.Cmd, log *testenv.SyncBuffer, done <-chan error) {
 	t.Helper()
-	log = &strings.Builder{}
-	cmd = exec.Command(daemon, "-c", cfg)
+	log = &testenv.SyncBuffer{}
+	cmd = exec.Command(b.daemon, "-c", cfg)
+	cmd.Env = append(os.Environ(), b.env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -88,6 +114,9 @@ func start(t *testing.T, daemon, cfg string) (cmd *exec.Cmd, log *strings.Builde
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-exited
+		if sanitizerReport(log.String()) {
+			t.Errorf("the daemon's log has a sanitizer's report:\n%s", log.String())
+		}
 	})
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
@@ -103,9 +132,16 @@ func start(t *testing.T, daemon, cfg string) (cmd *exec.Cmd, log *strings.Builde
 	return cmd, log, exited
 }
 
-func run(t *testing.T, bin string, args ...string) (string, int) {
+// run runs a build's daemon or ctl to its end; a sanitizer's report fails
+// the test.
+func run(t *testing.T, b tools, bin string, args ...string) (string, int) {
 	t.Helper()
-	out, err := exec.Command(bin, args...).CombinedOutput()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), b.env...)
+	out, err := cmd.CombinedOutput()
+	if sanitizerReport(string(out)) {
+		t.Fatalf("%s %q: a sanitizer's report:\n%s", filepath.Base(bin), args, out)
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		return string(out), ee.ExitCode()
 	}
@@ -116,91 +152,95 @@ func run(t *testing.T, bin string, args ...string) (string, int) {
 }
 
 func TestTheDaemonAnswersTheDRADriversProbeUntilItStops(t *testing.T) {
-	daemon, ctl := tools(t)
-	cfg := config(t, "")
-	cmd, log, done := start(t, daemon, cfg)
-	if out, code := run(t, ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
-		t.Errorf("nvidia-imex-ctl -c CONFIG -q: exit %d, %q; want READY", code, out)
-	}
-	if out, code := run(t, ctl, "-i", "127.0.0.1", fmt.Sprint(cmdPort), "-q"); out != "READY\n" || code != 0 {
-		t.Errorf("nvidia-imex-ctl -i IP PORT -q: exit %d, %q", code, out)
-	}
-	// The compute-domain daemon sends SIGUSR1 when the nodes change.
-	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	if out, code := run(t, ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
-		t.Errorf("after SIGUSR1: exit %d, %q", code, out)
-	}
-	// A peer may connect to the server port.
-	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", serverPort)); err != nil {
-		t.Errorf("the server port: %v", err)
-	} else {
-		c.Close()
-	}
-	// The domain's status is not modelled: said, not invented.
-	if out, code := run(t, ctl, "-c", cfg, "-N"); code == 0 || !strings.Contains(out, "not modelled") {
-		t.Errorf("nvidia-imex-ctl -N: exit %d, %q; want an error saying it is not modelled", code, out)
-	}
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
+	builds(t, func(t *testing.T, b tools) {
+		cfg := config(t, "")
+		cmd, log, done := start(t, b, cfg)
+		if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("nvidia-imex-ctl -c CONFIG -q: exit %d, %q; want READY", code, out)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the daemon did not stop on SIGTERM\n%s", log.String())
-	}
-	if !strings.Contains(log.String(), "2 node(s) in") || !strings.Contains(log.String(), "SIGUSR1") {
-		t.Errorf("the daemon's log:\n%s\nwant its nodes and the SIGUSR1 reload", log.String())
-	}
-	if out, code := run(t, ctl, "-c", cfg, "-q"); code == 0 || strings.Contains(out, "READY") {
-		t.Errorf("nvidia-imex-ctl -q with the daemon stopped: exit %d, %q; want a failure", code, out)
-	}
+		if out, code := run(t, b, b.ctl, "-i", "127.0.0.1", fmt.Sprint(cmdPort), "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("nvidia-imex-ctl -i IP PORT -q: exit %d, %q", code, out)
+		}
+		// The compute-domain daemon sends SIGUSR1 when the nodes change.
+		if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("after SIGUSR1: exit %d, %q", code, out)
+		}
+		// A peer may connect to the server port.
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", serverPort)); err != nil {
+			t.Errorf("the server port: %v", err)
+		} else {
+			c.Close()
+		}
+		// The domain's status is not modelled: said, not invented.
+		if out, code := run(t, b, b.ctl, "-c", cfg, "-N"); code == 0 || !strings.Contains(out, "not modelled") {
+			t.Errorf("nvidia-imex-ctl -N: exit %d, %q; want an error saying it is not modelled", code, out)
+		}
+
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the daemon did not stop on SIGTERM\n%s", log.String())
+		}
+		if !strings.Contains(log.String(), "2 node(s) in") || !strings.Contains(log.String(), "SIGUSR1") {
+			t.Errorf("the daemon's log:\n%s\nwant its nodes and the SIGUSR1 reload", log.String())
+		}
+		if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); code == 0 || strings.Contains(out, "READY") {
+			t.Errorf("nvidia-imex-ctl -q with the daemon stopped: exit %d, %q; want a failure", code, out)
+		}
+	})
 }
 
 func TestTheControlToolTakesAUnixSocket(t *testing.T) {
-	daemon, ctl := tools(t)
-	sock := filepath.Join(t.TempDir(), "imex.sock")
-	start(t, daemon, config(t, "IMEX_CMD_UNIX_DOMAIN_PATH="+sock+"\n"))
-	if out, code := run(t, ctl, "-u", sock, "-q"); out != "READY\n" || code != 0 {
-		t.Errorf("nvidia-imex-ctl -u PATH -q: exit %d, %q", code, out)
-	}
+	builds(t, func(t *testing.T, b tools) {
+		sock := filepath.Join(t.TempDir(), "imex.sock")
+		start(t, b, config(t, "IMEX_CMD_UNIX_DOMAIN_PATH="+sock+"\n"))
+		if out, code := run(t, b, b.ctl, "-u", sock, "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("nvidia-imex-ctl -u PATH -q: exit %d, %q", code, out)
+		}
+	})
 }
 
 // Bad input: one line naming the file and what is wrong, exit 1.
 func TestBadConfigsAreOneLine(t *testing.T) {
-	daemon, ctl := tools(t)
-	missing := filepath.Join(t.TempDir(), "none.cfg")
-	noNodes := config(t, "IMEX_NODE_CONFIG_FILE=/nonexistent/nodes.cfg\n")
-	badPort := config(t, "IMEX_CMD_PORT=70000\n")
-	noEquals := config(t, "GARBAGE\n")
-	// A commented line longer than any buffer stays a comment.
-	longComment := config(t, "# "+strings.Repeat("x", 9000)+"IMEX_CMD_PORT=1\nGARBAGE\n")
-	for _, c := range []struct {
-		bin  string
-		args []string
-		want string
-	}{
-		{daemon, []string{"-c", missing}, "config file " + missing},
-		{daemon, []string{"-c", noNodes}, "node config file /nonexistent/nodes.cfg"},
-		{daemon, []string{"-c", badPort}, "IMEX_CMD_PORT: 70000 is not a port"},
-		{daemon, []string{"-c", noEquals}, "GARBAGE: want KEY=VALUE"},
-		{daemon, []string{"--nonsense"}, "unknown argument --nonsense"},
-		{daemon, []string{"-c", longComment}, "GARBAGE: want KEY=VALUE"},
-		{daemon, []string{"-c", t.TempDir()}, "Is a directory"},
-		{ctl, []string{"-i", "127.0.0.1", "0", "-q"}, "-i IP PORT: 0 is not a port"},
-		{ctl, []string{"-c", missing, "-q"}, "config file " + missing},
-		{ctl, []string{"-c", noEquals, "-i", "127.0.0.1", "1", "-q"}, "only one of -i, -u, or -c"},
-	} {
-		out, code := run(t, c.bin, c.args...)
-		if code != 1 || !strings.Contains(out, c.want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
-			t.Errorf("%s %v: exit %d, %q; want one line with %q", filepath.Base(c.bin), c.args, code, out, c.want)
+	builds(t, func(t *testing.T, b tools) {
+		missing := filepath.Join(t.TempDir(), "none.cfg")
+		noNodes := config(t, "IMEX_NODE_CONFIG_FILE=/nonexistent/nodes.cfg\n")
+		badPort := config(t, "IMEX_CMD_PORT=70000\n")
+		noEquals := config(t, "GARBAGE\n")
+		// A commented line longer than any buffer stays a comment.
+		longComment := config(t, "# "+strings.Repeat("x", 9000)+"IMEX_CMD_PORT=1\nGARBAGE\n")
+		daemon, ctl := b.daemon, b.ctl
+		for _, c := range []struct {
+			bin  string
+			args []string
+			want string
+		}{
+			{daemon, []string{"-c", missing}, "config file " + missing},
+			{daemon, []string{"-c", noNodes}, "node config file /nonexistent/nodes.cfg"},
+			{daemon, []string{"-c", badPort}, "IMEX_CMD_PORT: 70000 is not a port"},
+			{daemon, []string{"-c", noEquals}, "GARBAGE: want KEY=VALUE"},
+			{daemon, []string{"--nonsense"}, "unknown argument --nonsense"},
+			{daemon, []string{"-c", longComment}, "GARBAGE: want KEY=VALUE"},
+			{daemon, []string{"-c", t.TempDir()}, "Is a directory"},
+			{ctl, []string{"-i", "127.0.0.1", "0", "-q"}, "-i IP PORT: 0 is not a port"},
+			{ctl, []string{"-c", missing, "-q"}, "config file " + missing},
+			{ctl, []string{"-c", noEquals, "-i", "127.0.0.1", "1", "-q"}, "only one of -i, -u, or -c"},
+		} {
+			out, code := run(t, b, c.bin, c.args...)
+			if code != 1 || !strings.Contains(out, c.want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+				t.Errorf("%s %v: exit %d, %q; want one line with %q", filepath.Base(c.bin), c.args, code, out, c.want)
+			}
 		}
-	}
+	})
 }
 
 // Clients that connect and say nothing hold up no one: the DRA driver's
@@ -208,39 +248,40 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 // it wait 10 s, its timeout). A request in flight when SIGUSR1 comes is
 // still answered.
 func TestIdleClientsAndSignalsDelayNoAnswer(t *testing.T) {
-	daemon, ctl := tools(t)
-	cfg := config(t, "")
-	cmd, log, _ := start(t, daemon, cfg)
-	for i := 0; i < 5; i++ {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
+	builds(t, func(t *testing.T, b tools) {
+		cfg := config(t, "")
+		cmd, log, _ := start(t, b, cfg)
+		for i := 0; i < 5; i++ {
+			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+		}
+		began := time.Now()
+		if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("with idle clients: exit %d, %q", code, out)
+		}
+		if d := time.Since(began); d > time.Second {
+			t.Errorf("with five idle clients the probe took %v", d)
+		}
+		slow, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-	}
-	began := time.Now()
-	if out, code := run(t, ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
-		t.Errorf("with idle clients: exit %d, %q", code, out)
-	}
-	if d := time.Since(began); d > time.Second {
-		t.Errorf("with five idle clients the probe took %v", d)
-	}
-	slow, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
-	time.Sleep(100 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	if _, err := slow.Write([]byte("status\n")); err != nil {
-		t.Fatal(err)
-	}
-	slow.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 16)
-	if n, err := slow.Read(buf); err != nil || string(buf[:n]) != "READY\n" {
-		t.Errorf("a request across SIGUSR1: %q %v\n%s", buf[:n], err, log.String())
-	}
+		defer slow.Close()
+		time.Sleep(100 * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if _, err := slow.Write([]byte("status\n")); err != nil {
+			t.Fatal(err)
+		}
+		slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 16)
+		if n, err := slow.Read(buf); err != nil || string(buf[:n]) != "READY\n" {
+			t.Errorf("a request across SIGUSR1: %q %v\n%s", buf[:n], err, log.String())
+		}
+	})
 }
