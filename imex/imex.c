@@ -81,8 +81,11 @@ static int port(const char *what, const char *v)
 	return (int)p;
 }
 
-// read_config reads KEY=VALUE lines; '#' starts a comment. Keys it does not
-// model are accepted, as the real daemon's many are.
+// read_config reads KEY=VALUE lines; '#' starts a comment, blanks may lead
+// a line and CRLF may end it. Keys it does not model are accepted, as the
+// real daemon's many are; of a key given twice the last counts. Anything
+// else is refused with the line's number, so a mistyped key is not a
+// silent default.
 static void read_config(const char *path, struct config *c)
 {
 	memset(c, 0, sizeof *c);
@@ -96,17 +99,25 @@ static void read_config(const char *path, struct config *c)
 	char *line = NULL, what[4200];
 	size_t cap = 0;
 	ssize_t len;
-	while ((len = getline(&line, &cap, f)) >= 0) {
-		line[strcspn(line, "\r\n")] = '\0';
+	for (int n = 1; (len = getline(&line, &cap, f)) >= 0; n++) {
+		if (strlen(line) != (size_t)len)
+			die("config %s: line %d: a NUL byte", path, n);
+		// Only a line's end is cut: a CR inside a value stays in it.
+		if (len > 0 && line[len - 1] == '\n')
+			line[--len] = '\0';
+		if (len > 0 && line[len - 1] == '\r')
+			line[--len] = '\0';
 		char *s = line + strspn(line, " \t");
 		if (*s == '#' || *s == '\0')
 			continue;
-		char *eq = strchr(s, '=');
-		if (eq == NULL)
-			die("config %s: %.80s: want KEY=VALUE", path, s);
-		*eq = '\0';
-		const char *k = s, *v = eq + 1;
-		snprintf(what, sizeof what, "config %s: %s", path, k);
+		size_t klen = strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+		if (s[klen] != '=')
+			die("config %s: line %d: %.80s: want KEY=VALUE", path, n, s);
+		if (klen == 0)
+			die("config %s: line %d: %.80s: no key before '='", path, n, s);
+		s[klen] = '\0';
+		const char *k = s, *v = s + klen + 1;
+		snprintf(what, sizeof what, "config %s: line %d: %s", path, n, k);
 		if (strcmp(k, "IMEX_NODE_CONFIG_FILE") == 0 && *v)
 			copy(c->nodes, sizeof c->nodes, v, what);
 		else if (strcmp(k, "BIND_INTERFACE_IP") == 0)

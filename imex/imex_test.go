@@ -7,6 +7,7 @@
 package imex
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -136,9 +137,15 @@ func start(t *testing.T, b tools, cfg string) (cmd *exec.Cmd, log *testenv.SyncB
 // the test.
 func run(t *testing.T, b tools, bin string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	// A daemon that takes a bad config and runs would hang the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), b.env...)
 	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %q: still running after 20 s:\n%s", filepath.Base(bin), args, out)
+	}
 	if sanitizerReport(string(out)) {
 		t.Fatalf("%s %q: a sanitizer's report:\n%s", filepath.Base(bin), args, out)
 	}
