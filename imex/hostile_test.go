@@ -3,6 +3,7 @@
 package imex
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,22 +17,33 @@ func TestDamagedConfigsAreOneLine(t *testing.T) {
 	builds(t, func(t *testing.T, b tools) {
 		for _, c := range []struct {
 			name, extra, want string
+			daemonOnly        bool // the tool does not listen: it fails to connect
 		}{
-			{"a NUL byte is refused", "IMEX_CMD_PORT=18721\x00junk\n", "line 15: a NUL byte"},
-			{"a blank before the equals sign is not a key", "IMEX_CMD_PORT = 1\n", "line 15: IMEX_CMD_PORT = 1: want KEY=VALUE"},
-			{"an equals sign first has no key", "=1\n", "line 15: =1: no key before '='"},
-			{"a CR inside a port is no port", "IMEX_CMD_PORT=18721\r1\n", "line 15: IMEX_CMD_PORT: 18721\r1 is not a port"},
-			{"a line of 100 kB names its start", "X" + strings.Repeat("y", 100000) + "\n", ": Xyyyy"},
-			{"a value too long for its buffer", "LOG_FILE_NAME=/" + strings.Repeat("l", 5000) + "\n", "line 15: LOG_FILE_NAME: value too long (4095 bytes at most)"},
-			{"a socket path longer than sun_path", "IMEX_CMD_UNIX_DOMAIN_PATH=/" + strings.Repeat("s", 120) + "\n", "IMEX_CMD_UNIX_DOMAIN_PATH: value too long (107 bytes at most)"},
-			{"port 0 is no port", "SERVER_PORT=0\n", "line 15: SERVER_PORT: 0 is not a port"},
-			{"port 70000 is no port", "IMEX_CMD_PORT=70000\n", "IMEX_CMD_PORT: 70000 is not a port"},
-			{"12ab is no port", "IMEX_CMD_PORT=12ab\n", "IMEX_CMD_PORT: 12ab is not a port"},
-			{"a port beyond long is no port", "IMEX_CMD_PORT=99999999999999999999999\n", "IMEX_CMD_PORT: 99999999999999999999999 is not a port"},
+			{"a NUL byte is refused", "IMEX_CMD_PORT=18721\x00junk\n", "line 15: a NUL byte", false},
+			{"a blank before the equals sign is not a key", "IMEX_CMD_PORT = 1\n", "line 15: IMEX_CMD_PORT = 1: want KEY=VALUE", false},
+			{"an equals sign first has no key", "=1\n", "line 15: =1: no key before '='", false},
+			{"a CR inside a port is no port", "IMEX_CMD_PORT=18721\r1\n", "line 15: IMEX_CMD_PORT: 18721\r1 is not a port", false},
+			{"a line of 100 kB names its start", "X" + strings.Repeat("y", 100000) + "\n", ": Xyyyy", false},
+			{"a value too long for its buffer", "LOG_FILE_NAME=/" + strings.Repeat("l", 5000) + "\n", "line 15: LOG_FILE_NAME: value too long (4095 bytes at most)", false},
+			{"a socket path longer than sun_path", "IMEX_CMD_UNIX_DOMAIN_PATH=/" + strings.Repeat("s", 120) + "\n", "IMEX_CMD_UNIX_DOMAIN_PATH: value too long (107 bytes at most)", false},
+			{"port 0 is no port", "SERVER_PORT=0\n", "line 15: SERVER_PORT: 0 is not a port", false},
+			{"port 70000 is no port", "IMEX_CMD_PORT=70000\n", "IMEX_CMD_PORT: 70000 is not a port", false},
+			{"12ab is no port", "IMEX_CMD_PORT=12ab\n", "IMEX_CMD_PORT: 12ab is not a port", false},
+			{"a sign is no port", "IMEX_CMD_PORT=+18721\n", "IMEX_CMD_PORT: +18721 is not a port", false},
+			{"a blank is no port", "IMEX_CMD_PORT= 18721\n", "IMEX_CMD_PORT:  18721 is not a port", false},
+			{"an address is IPv4 or IPv6", "BIND_INTERFACE_IP=300.1.1.1\n", "line 15: BIND_INTERFACE_IP: 300.1.1.1 is not an IPv4 or IPv6 address", false},
+			{"a host name is no address", "IMEX_CMD_BIND_INTERFACE_IP=localhost\n", "IMEX_CMD_BIND_INTERFACE_IP: localhost is not an IPv4 or IPv6 address", false},
+			{"a port taken names its keys", fmt.Sprintf("IMEX_CMD_PORT=%d\n", serverPort),
+				fmt.Sprintf("IMEX_CMD_BIND_INTERFACE_IP, IMEX_CMD_PORT: listen on 127.0.0.1 port %d: Address already in use", serverPort), true},
+			{"a port beyond long is no port", "IMEX_CMD_PORT=99999999999999999999999\n", "IMEX_CMD_PORT: 99999999999999999999999 is not a port", false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				cfg := config(t, c.extra)
-				for _, args := range [][]string{{b.daemon, "-c", cfg}, {b.ctl, "-c", cfg, "-q"}} {
+				runs := [][]string{{b.daemon, "-c", cfg}, {b.ctl, "-c", cfg, "-q"}}
+				if c.daemonOnly {
+					runs = runs[:1]
+				}
+				for _, args := range runs {
 					out, code := run(t, b, args[0], args[1:]...)
 					if code != 1 || !strings.Contains(out, "config "+cfg+": ") || !strings.Contains(out, c.want) ||
 						strings.Count(strings.TrimSuffix(out, "\n"), "\n") != 0 {

@@ -27,13 +27,24 @@
 #define DEFAULT_CONFIG "/etc/nvidia-imex/config.cfg"
 #define DEFAULT_NODES "/etc/nvidia-imex/nodes_config.cfg"
 
+// An address as the config gives it: IPv4 or IPv6 (the DRA driver puts
+// its pod's IP in IMEX_CMD_BIND_INTERFACE_IP, IPv6 in an IPv6 cluster), or
+// none (family 0): any interface.
+struct addr {
+	int family;
+	union {
+		struct in_addr v4;
+		struct in6_addr v6;
+	};
+};
+
 struct config {
 	char path[4096];
 	char nodes[4096];    // IMEX_NODE_CONFIG_FILE
-	char bind_ip[64];    // BIND_INTERFACE_IP: the peers' port
+	struct addr bind_ip; // BIND_INTERFACE_IP: the peers' port
 	int server_port;     // SERVER_PORT
 	int cmd_enabled;     // IMEX_CMD_ENABLED
-	char cmd_ip[64];     // IMEX_CMD_BIND_INTERFACE_IP
+	struct addr cmd_ip;  // IMEX_CMD_BIND_INTERFACE_IP
 	int cmd_port;        // IMEX_CMD_PORT
 	char cmd_unix[108];  // IMEX_CMD_UNIX_DOMAIN_PATH
 	char log_file[4096]; // LOG_FILE_NAME; empty: stderr
@@ -72,13 +83,57 @@ static void copy(char *dst, size_t n, const char *src, const char *what)
 	strcpy(dst, src);
 }
 
+// port reads digits only: strtol would also take blanks and a sign.
 static int port(const char *what, const char *v)
 {
-	char *end;
-	long p = strtol(v, &end, 10);
-	if (*v == '\0' || *end != '\0' || p < 1 || p > 65535)
+	long p = 0;
+	for (const char *d = v; *d >= '0' && *d <= '9' && p <= 65535; d++)
+		p = p * 10 + (*d - '0');
+	if (v[strspn(v, "0123456789")] != '\0' || p < 1 || p > 65535)
 		die("%s: %s is not a port (1 to 65535)", what, v);
 	return (int)p;
+}
+
+// ip reads an IPv4 or IPv6 address; empty is none (any interface).
+static struct addr ip(const char *what, const char *v)
+{
+	struct addr a = {0};
+	if (*v == '\0')
+		return a;
+	if (inet_pton(AF_INET, v, &a.v4) == 1)
+		a.family = AF_INET;
+	else if (inet_pton(AF_INET6, v, &a.v6) == 1)
+		a.family = AF_INET6;
+	else
+		die("%s: %s is not an IPv4 or IPv6 address", what, v);
+	return a;
+}
+
+// show_ip writes a for the log: none is 0.0.0.0, what it binds.
+static const char *show_ip(const struct addr *a, char buf[INET6_ADDRSTRLEN])
+{
+	if (a->family == 0)
+		return "0.0.0.0";
+	return inet_ntop(a->family, &a->v4, buf, INET6_ADDRSTRLEN);
+}
+
+// sockaddr_of fills sa with a and p; none is any IPv4 interface, or to
+// connect, the loopback.
+static socklen_t sockaddr_of(const struct addr *a, int p, uint32_t none, struct sockaddr_storage *sa)
+{
+	memset(sa, 0, sizeof *sa);
+	if (a->family == AF_INET6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)p);
+		s6->sin6_addr = a->v6;
+		return sizeof *s6;
+	}
+	struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+	s4->sin_family = AF_INET;
+	s4->sin_port = htons((uint16_t)p);
+	s4->sin_addr.s_addr = a->family == AF_INET ? a->v4.s_addr : htonl(none);
+	return sizeof *s4;
 }
 
 // read_config reads KEY=VALUE lines; '#' starts a comment, blanks may lead
@@ -121,13 +176,13 @@ static void read_config(const char *path, struct config *c)
 		if (strcmp(k, "IMEX_NODE_CONFIG_FILE") == 0 && *v)
 			copy(c->nodes, sizeof c->nodes, v, what);
 		else if (strcmp(k, "BIND_INTERFACE_IP") == 0)
-			copy(c->bind_ip, sizeof c->bind_ip, v, what);
+			c->bind_ip = ip(what, v);
 		else if (strcmp(k, "SERVER_PORT") == 0 && *v)
 			c->server_port = port(what, v);
 		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0)
 			c->cmd_enabled = strcmp(v, "1") == 0;
 		else if (strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP") == 0)
-			copy(c->cmd_ip, sizeof c->cmd_ip, v, what);
+			c->cmd_ip = ip(what, v);
 		else if (strcmp(k, "IMEX_CMD_PORT") == 0 && *v)
 			c->cmd_port = port(what, v);
 		else if (strcmp(k, "IMEX_CMD_UNIX_DOMAIN_PATH") == 0)
@@ -162,17 +217,18 @@ static int count_nodes(const char *path)
 	return bad ? -1 : n;
 }
 
-static int listen_tcp(const char *ip, int p)
+// listen_tcp listens on a and p; what (the keys) goes into the error.
+static int listen_tcp(const char *what, const struct addr *a, int p)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
-	a.sin_addr.s_addr = htonl(INADDR_ANY);
-	if (ip[0] != '\0' && inet_pton(AF_INET, ip, &a.sin_addr) != 1)
-		die("%s is not an IPv4 address", ip);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int on = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0)
-		die("listen on %s:%d: %s", ip[0] ? ip : "0.0.0.0", p, strerror(errno));
+	struct sockaddr_storage sa;
+	socklen_t n = sockaddr_of(a, p, INADDR_ANY, &sa);
+	int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+	if (fd >= 0)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, n) != 0 || listen(fd, 16) != 0) {
+		char buf[INET6_ADDRSTRLEN];
+		die("config %s: listen on %s port %d: %s", what, show_ip(a, buf), p, strerror(errno));
+	}
 	return fd;
 }
 
@@ -260,13 +316,16 @@ static int daemon_main(const char *cfgpath)
 	signal(SIGPIPE, SIG_IGN);
 
 	int lfd[3], nl = 0;
-	lfd[nl++] = listen_tcp(c.bind_ip, c.server_port);
+	char what[4200], buf[INET6_ADDRSTRLEN];
+	snprintf(what, sizeof what, "%s: BIND_INTERFACE_IP, SERVER_PORT", c.path);
+	lfd[nl++] = listen_tcp(what, &c.bind_ip, c.server_port);
 	if (c.cmd_enabled) {
-		lfd[nl++] = listen_tcp(c.cmd_ip, c.cmd_port);
+		snprintf(what, sizeof what, "%s: IMEX_CMD_BIND_INTERFACE_IP, IMEX_CMD_PORT", c.path);
+		lfd[nl++] = listen_tcp(what, &c.cmd_ip, c.cmd_port);
 		if (c.cmd_unix[0] != '\0')
 			lfd[nl++] = listen_unix(c.cmd_unix);
 		logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service %s:%d", nodes, c.nodes,
-			c.server_port, c.cmd_ip[0] ? c.cmd_ip : "0.0.0.0", c.cmd_port);
+			c.server_port, show_ip(&c.cmd_ip, buf), c.cmd_port);
 	} else {
 		logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service off", nodes, c.nodes,
 			c.server_port);
@@ -318,7 +377,7 @@ static int daemon_main(const char *cfgpath)
 	return 0;
 }
 
-static int connect_to(const char *ip, int p, const char *unix_path)
+static int connect_to(const struct addr *ip, int p, const char *unix_path)
 {
 	int fd;
 	if (unix_path != NULL) {
@@ -329,12 +388,13 @@ static int connect_to(const char *ip, int p, const char *unix_path)
 			die("connect to %s: %s", unix_path, strerror(errno));
 		return fd;
 	}
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
-	if (inet_pton(AF_INET, ip[0] ? ip : "127.0.0.1", &a.sin_addr) != 1)
-		die("%s is not an IPv4 address", ip);
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-		die("connect to %s:%d: %s", ip[0] ? ip : "127.0.0.1", p, strerror(errno));
+	struct sockaddr_storage sa;
+	socklen_t n = sockaddr_of(ip, p, INADDR_LOOPBACK, &sa);
+	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, n) != 0) {
+		char buf[INET6_ADDRSTRLEN];
+		die("connect to %s port %d: %s", ip->family ? show_ip(ip, buf) : "127.0.0.1", p, strerror(errno));
+	}
 	return fd;
 }
 
@@ -347,16 +407,16 @@ static void usage(void)
 
 static int ctl_main(int argc, char **argv)
 {
-	const char *cfg = NULL, *ip = NULL, *unix_path = NULL;
-	int p = 0, query = 0;
-	struct config c; // ip may point into it: it lives as long as ip
+	const char *cfg = NULL, *unix_path = NULL;
+	int p = 0, query = 0, by_ip = 0;
+	struct addr to = {0};
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "-c") == 0 && i + 1 < argc)
 			cfg = argv[++i];
 		else if (strcmp(a, "-i") == 0 && i + 2 < argc)
-			ip = argv[++i], p = port("-i IP PORT", argv[++i]);
+			by_ip = 1, to = ip("-i IP PORT", argv[i + 1]), p = port("-i IP PORT", argv[i + 2]), i += 2;
 		else if (strcmp(a, "-u") == 0 && i + 1 < argc)
 			unix_path = argv[++i];
 		else if (strcmp(a, "-q") == 0)
@@ -378,15 +438,16 @@ static int ctl_main(int argc, char **argv)
 		usage();
 		return 1;
 	}
-	if ((cfg != NULL) + (ip != NULL) + (unix_path != NULL) > 1)
+	if ((cfg != NULL) + by_ip + (unix_path != NULL) > 1)
 		die("only one of -i, -u, or -c can be specified");
-	if (ip == NULL && unix_path == NULL) {
+	if (!by_ip && unix_path == NULL) {
+		struct config c;
 		read_config(cfg != NULL ? cfg : DEFAULT_CONFIG, &c);
 		if (!c.cmd_enabled)
 			die("the command service is not enabled in %s (IMEX_CMD_ENABLED)", c.path);
-		ip = c.cmd_ip, p = c.cmd_port;
+		to = c.cmd_ip, p = c.cmd_port;
 	}
-	int fd = connect_to(ip, p, unix_path);
+	int fd = connect_to(&to, p, unix_path);
 	const char *req = "status\n";
 	char buf[256];
 	ssize_t n = 0;

@@ -98,8 +98,8 @@ IMEX_NODE_DISCONNECTED_GRACE_TIME=-1
 	return path
 }
 
-// start runs the daemon until the test ends, and waits for its command
-// port; done gives its exit.
+// start runs the daemon until the test ends, and waits until it listens;
+// done gives its exit.
 // A sanitizer's report in its log fails the test.
 func start(t *testing.T, b tools, cfg string) (cmd *exec.Cmd, log *testenv.SyncBuffer, done <-chan error) {
 	t.Helper()
@@ -119,14 +119,10 @@ func start(t *testing.T, b tools, cfg string) (cmd *exec.Cmd, log *testenv.SyncB
 			t.Errorf("the daemon's log has a sanitizer's report:\n%s", log.String())
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
-		if err == nil {
-			c.Close()
-			break
-		}
+	// The daemon says ready once it listens, on whichever address.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), "ready:"); {
 		if time.Now().After(deadline) {
-			t.Fatalf("the daemon's command port %d does not answer: %v\n%s", cmdPort, err, log.String())
+			t.Fatalf("the daemon is not ready after 10 s:\n%s", log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -202,6 +198,21 @@ func TestTheDaemonAnswersTheDRADriversProbeUntilItStops(t *testing.T) {
 		}
 		if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); code == 0 || strings.Contains(out, "READY") {
 			t.Errorf("nvidia-imex-ctl -q with the daemon stopped: exit %d, %q; want a failure", code, out)
+		}
+	})
+}
+
+// The DRA driver binds the command service to its pod's IP, which is IPv6
+// in an IPv6 cluster.
+func TestTheDaemonListensOnIPv6(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		cfg := config(t, "IMEX_CMD_BIND_INTERFACE_IP=::1\n")
+		_, log, _ := start(t, b, cfg)
+		if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("nvidia-imex-ctl -c CONFIG -q on ::1: exit %d, %q\n%s", code, out, log.String())
+		}
+		if out, code := run(t, b, b.ctl, "-i", "::1", fmt.Sprint(cmdPort), "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("nvidia-imex-ctl -i ::1 PORT -q: exit %d, %q", code, out)
 		}
 	})
 }
