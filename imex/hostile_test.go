@@ -31,6 +31,7 @@ func TestDamagedConfigsAreOneLine(t *testing.T) {
 			{"12ab is no port", "IMEX_CMD_PORT=12ab\n", "IMEX_CMD_PORT: 12ab is not a port", false},
 			{"a sign is no port", "IMEX_CMD_PORT=+18721\n", "IMEX_CMD_PORT: +18721 is not a port", false},
 			{"a blank is no port", "IMEX_CMD_PORT= 18721\n", "IMEX_CMD_PORT:  18721 is not a port", false},
+			{"the command service is 0 or 1", "IMEX_CMD_ENABLED=yes\n", "line 15: IMEX_CMD_ENABLED: yes is not 0 or 1", false},
 			{"an address is IPv4 or IPv6", "BIND_INTERFACE_IP=300.1.1.1\n", "line 15: BIND_INTERFACE_IP: 300.1.1.1 is not an IPv4 or IPv6 address", false},
 			{"a host name is no address", "IMEX_CMD_BIND_INTERFACE_IP=localhost\n", "IMEX_CMD_BIND_INTERFACE_IP: localhost is not an IPv4 or IPv6 address", false},
 			{"a port taken names its keys", fmt.Sprintf("IMEX_CMD_PORT=%d\n", serverPort),

@@ -179,6 +179,8 @@ static void read_config(const char *path, struct config *c)
 			c->bind_ip = ip(what, v);
 		else if (strcmp(k, "SERVER_PORT") == 0 && *v)
 			c->server_port = port(what, v);
+		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0 && strcmp(v, "0") != 0 && strcmp(v, "1") != 0 && *v)
+			die("%s: %s is not 0 or 1", what, v);
 		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0)
 			c->cmd_enabled = strcmp(v, "1") == 0;
 		else if (strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP") == 0)
