@@ -131,7 +131,7 @@ bench: deps k8s-tools driver image ## benchmarks: Go (through the C ABI), whole-
 	NVMOCK_K8S_BENCH_PODS=20 hack/k8s-e2e.sh -run 'TestPodStartupWithAndWithoutInjection'
 
 FUZZTIME ?= 60s
-fuzz: ## fuzz what users, pods, node programs and peer daemons write (profiles, the plugin's inputs, the runtime hook's state and config.json, the IB daemon's socket and peer links, ctl apply files) and a damaged live state file for FUZZTIME each (default 60s); a failing case is saved under testdata/fuzz, which make test runs
+fuzz: ## fuzz what users, pods, node programs and peer daemons write (profiles, the plugin's inputs, the runtime hook's state and config.json, nvidia-imex's config, the IB daemon's socket and peer links, ctl apply files) and a damaged live state file for FUZZTIME each (default 60s); a failing case is saved under testdata/fuzz, which make test runs
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./profile/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./plugin/inject/
 	$(GO) test -run '^$$' -fuzz '^FuzzProfile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./hostprep/
@@ -140,6 +140,7 @@ fuzz: ## fuzz what users, pods, node programs and peer daemons write (profiles, 
 	$(GO) test -run '^$$' -fuzz '^FuzzStateFile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./live/
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./live/
 	$(GO) test -tags integration -run '^$$' -fuzz '^FuzzHookJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./pcisim/hook/
+	$(GO) test -tags integration -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0 ./imex/
 
 lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }

@@ -33,7 +33,7 @@ var asanEnv = []string{
 // TestMain removes the sanitized builds.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, d := range []string{asan.dir} {
+	for _, d := range []string{asan.dir, parser.dir} {
 		if d != "" {
 			os.RemoveAll(d)
 		}

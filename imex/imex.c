@@ -463,6 +463,24 @@ static int ctl_main(int argc, char **argv)
 	return 0;
 }
 
+#ifdef IMEX_PARSE_ONLY
+// The parse-only build (-DIMEX_PARSE_ONLY), for parse_test.go's fuzzing:
+// imex-parse CONFIG reads CONFIG as the daemon does and prints what it
+// took, each as name=value and a NUL (no address: empty). It listens on
+// nothing. A refused config is its one line on stderr and exit status 1.
+int main(int argc, char **argv)
+{
+	if (argc != 2)
+		die("usage: imex-parse CONFIG");
+	struct config c;
+	read_config(argv[1], &c);
+	char b1[INET6_ADDRSTRLEN], b2[INET6_ADDRSTRLEN];
+	printf("nodes=%s%cbind_ip=%s%cserver_port=%d%ccmd_enabled=%d%ccmd_ip=%s%ccmd_port=%d%ccmd_unix=%s%clog_file=%s%c",
+		c.nodes, 0, c.bind_ip.family ? show_ip(&c.bind_ip, b1) : "", 0, c.server_port, 0, c.cmd_enabled, 0,
+		c.cmd_ip.family ? show_ip(&c.cmd_ip, b2) : "", 0, c.cmd_port, 0, c.cmd_unix, 0, c.log_file, 0);
+	return 0;
+}
+#else
 int main(int argc, char **argv)
 {
 	const char *base = strrchr(argv[0], '/');
@@ -484,3 +502,4 @@ int main(int argc, char **argv)
 	}
 	return daemon_main(cfg);
 }
+#endif
