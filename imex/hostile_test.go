@@ -3,10 +3,14 @@
 package imex
 
 import (
+	"bytes"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Damaged configs, as a hand or a broken template writes them: each is one
@@ -62,4 +66,75 @@ func show(s string) string {
 		return s[:400] + "..."
 	}
 	return s
+}
+
+// Hostile or broken clients of the command port: each connects, does its
+// harm, and the DRA driver's probe must still answer READY at once, from
+// a daemon with no sanitizer report (start checks its log).
+func TestHostileClientsDelayNoAnswer(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		cfg := config(t, "")
+		cmd, log, done := start(t, b, cfg)
+		dial := func() net.Conn {
+			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		for _, c := range []struct {
+			name string
+			harm func()
+		}{
+			{"a megabyte in one write", func() {
+				c := dial()
+				c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+				c.Write(bytes.Repeat([]byte("status"), 1<<20/6))
+			}},
+			{"a close right after the request", func() { c := dial(); c.Write([]byte("status\n")); c.Close() }},
+			{"a close before any byte", func() { dial().Close() }},
+			{"a half-open connection", func() { c := dial(); c.(*net.TCPConn).CloseWrite() }},
+			{"a request cut short", func() { c := dial(); c.Write([]byte("stat")); c.(*net.TCPConn).CloseWrite() }},
+			{"binary junk", func() { dial().Write([]byte{0, 0xff, '\n', 0x80, 's', 0}) }},
+			{"a reset", func() { c := dial(); c.(*net.TCPConn).SetLinger(0); c.Write([]byte("status\n")); c.Close() }},
+			{"a byte every 100 ms", func() {
+				c := dial()
+				go func() {
+					for _, ch := range []byte("status") {
+						time.Sleep(100 * time.Millisecond)
+						c.Write([]byte{ch})
+					}
+				}()
+			}},
+			// Review: a full table closed each newcomer, so 64 idle
+			// connections, renewed every 2 s, kept the probe out.
+			{"more idle connections than the table holds", func() {
+				for i := 0; i < 80; i++ {
+					dial()
+				}
+			}},
+		} {
+			c.harm()
+			began := time.Now()
+			if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+				t.Errorf("after %s: exit %d, %q\n%s", c.name, code, out, log.String())
+			}
+			if d := time.Since(began); d > time.Second {
+				t.Errorf("after %s the probe took %v", c.name, d)
+			}
+		}
+		// A clean stop, with its leak check, after all that.
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("the daemon did not stop on SIGTERM\n%s", log.String())
+		}
+	})
 }

@@ -366,9 +366,19 @@ static int daemon_main(const char *cfgpath)
 			int fd = accept4(lfd[i], NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 			if (fd < 0)
 				continue;
-			if (i == 0 || ncl == MAX_CLIENTS) {
-				close(fd); // a peer (the daemons exchange nothing here), or too many
+			if (i == 0) {
+				close(fd); // a peer: the daemons exchange nothing here
 				continue;
+			}
+			// Full: the oldest goes, not the newcomer, so that clients
+			// which connect and say nothing cannot lock the probe out.
+			if (ncl == MAX_CLIENTS) {
+				int old = 0;
+				for (int j = 1; j < ncl; j++)
+					if (cl[j].deadline < cl[old].deadline)
+						old = j;
+				close(cl[old].fd);
+				cl[old] = cl[--ncl];
 			}
 			cl[ncl++] = (struct client){.fd = fd, .deadline = now + CLIENT_MS};
 		}
