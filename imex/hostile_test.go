@@ -138,3 +138,47 @@ func TestHostileClientsDelayNoAnswer(t *testing.T) {
 		}
 	})
 }
+
+// nvidia-imex-ctl against a daemon that misbehaves (a stand-in on the
+// command port): it fails with a line within its 3 s, or reads an answer
+// sent in pieces; it never hangs or dies of SIGPIPE.
+func TestTheControlToolSurvivesABrokenDaemon(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		for _, c := range []struct {
+			name     string
+			serve    func(net.Conn)
+			out      string
+			exitCode int
+		}{
+			{"a daemon that never answers", func(c net.Conn) { time.Sleep(5 * time.Second) }, "no answer from the IMEX daemon", 1},
+			{"a daemon that closes at once", func(c net.Conn) { c.(*net.TCPConn).SetLinger(0) }, "no answer from the IMEX daemon", 1},
+			{"an answer in pieces", func(c net.Conn) {
+				c.Write([]byte("REA"))
+				time.Sleep(100 * time.Millisecond)
+				c.Write([]byte("DY\n"))
+			}, "READY\n", 0},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				go func() {
+					if conn, err := l.Accept(); err == nil {
+						c.serve(conn)
+						conn.Close()
+					}
+				}()
+				began := time.Now()
+				out, code := run(t, b, b.ctl, "-i", "127.0.0.1", fmt.Sprint(cmdPort), "-q")
+				if code != c.exitCode || !strings.Contains(out, c.out) {
+					t.Errorf("exit %d, %q; want %d and %q", code, out, c.exitCode, c.out)
+				}
+				if d := time.Since(began); d > 4*time.Second {
+					t.Errorf("it took %v", d)
+				}
+			})
+		}
+	})
+}

@@ -20,12 +20,14 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_CONFIG "/etc/nvidia-imex/config.cfg"
 #define DEFAULT_NODES "/etc/nvidia-imex/nodes_config.cfg"
+#define CTL_MS 3000 // how long nvidia-imex-ctl waits for each step
 
 // An address as the config gives it: IPv4 or IPv6 (the DRA driver puts
 // its pod's IP in IMEX_CMD_BIND_INTERFACE_IP, IPv6 in an IPv6 cluster), or
@@ -389,20 +391,32 @@ static int daemon_main(const char *cfgpath)
 	return 0;
 }
 
+// timeouts bounds fd's connect, reads and writes by CTL_MS: a hung daemon,
+// or something else on its port, must not hang the probe.
+static int timeouts(int fd)
+{
+	struct timeval tv = {.tv_sec = CTL_MS / 1000, .tv_usec = CTL_MS % 1000 * 1000};
+	if (fd >= 0) {
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	}
+	return fd;
+}
+
 static int connect_to(const struct addr *ip, int p, const char *unix_path)
 {
 	int fd;
 	if (unix_path != NULL) {
 		struct sockaddr_un a = {.sun_family = AF_UNIX};
 		copy(a.sun_path, sizeof a.sun_path, unix_path, "-u");
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		fd = timeouts(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
 		if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
 			die("connect to %s: %s", unix_path, strerror(errno));
 		return fd;
 	}
 	struct sockaddr_storage sa;
 	socklen_t n = sockaddr_of(ip, p, INADDR_LOOPBACK, &sa);
-	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = timeouts(socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, n) != 0) {
 		char buf[INET6_ADDRSTRLEN];
 		die("connect to %s port %d: %s", ip->family ? show_ip(ip, buf) : "127.0.0.1", p, strerror(errno));
@@ -462,11 +476,18 @@ static int ctl_main(int argc, char **argv)
 	int fd = connect_to(&to, p, unix_path);
 	const char *req = "status\n";
 	char buf[256];
-	ssize_t n = 0;
-	if (write(fd, req, strlen(req)) == (ssize_t)strlen(req))
-		n = read(fd, buf, sizeof buf - 1);
+	size_t n = 0;
+	// MSG_NOSIGNAL: a daemon gone before the request is an error, not a
+	// SIGPIPE death without a word.
+	ssize_t r = send(fd, req, strlen(req), MSG_NOSIGNAL);
+	// The answer is one line; it may come in pieces.
+	while (r > 0 && n < sizeof buf - 1 && memchr(buf, '\n', n) == NULL) {
+		r = read(fd, buf + n, sizeof buf - 1 - n);
+		if (r > 0)
+			n += (size_t)r;
+	}
 	close(fd);
-	if (n <= 0)
+	if (n == 0)
 		die("no answer from the IMEX daemon");
 	buf[n] = '\0';
 	fputs(buf, stdout);
