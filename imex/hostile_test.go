@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -179,6 +180,25 @@ func TestTheControlToolSurvivesABrokenDaemon(t *testing.T) {
 					t.Errorf("it took %v", d)
 				}
 			})
+		}
+	})
+}
+
+// IMEX_CMD_UNIX_DOMAIN_PATH naming a file that is not a socket: refused,
+// and the file left alone (the daemon used to delete whatever was there).
+func TestTheSocketPathDeletesNoFile(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		file := filepath.Join(t.TempDir(), "precious")
+		if err := os.WriteFile(file, []byte("keep\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg := config(t, "IMEX_CMD_UNIX_DOMAIN_PATH="+file+"\n")
+		want := "config " + cfg + ": IMEX_CMD_UNIX_DOMAIN_PATH: " + file + " exists and is not a socket"
+		if out, code := run(t, b, b.daemon, "-c", cfg); code != 1 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, %q; want %q", code, out, want)
+		}
+		if data, err := os.ReadFile(file); err != nil || string(data) != "keep\n" {
+			t.Errorf("the file after: %q, %v", data, err)
 		}
 	})
 }

@@ -236,14 +236,20 @@ static int listen_tcp(const char *what, const struct addr *a, int p)
 	return fd;
 }
 
-static int listen_unix(const char *path)
+// listen_unix listens on path, replacing a socket a previous run left
+// there; anything else at path is refused, not deleted (the daemon runs as
+// root in its pod).
+static int listen_unix(const char *cfg, const char *path)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	copy(a.sun_path, sizeof a.sun_path, path, "IMEX_CMD_UNIX_DOMAIN_PATH");
+	struct stat st;
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+		die("config %s: IMEX_CMD_UNIX_DOMAIN_PATH: %s exists and is not a socket", cfg, path);
 	unlink(path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0)
-		die("listen on %s: %s", path, strerror(errno));
+		die("config %s: IMEX_CMD_UNIX_DOMAIN_PATH: listen on %s: %s", cfg, path, strerror(errno));
 	return fd;
 }
 
@@ -327,7 +333,7 @@ static int daemon_main(const char *cfgpath)
 		snprintf(what, sizeof what, "%s: IMEX_CMD_BIND_INTERFACE_IP, IMEX_CMD_PORT", c.path);
 		lfd[nl++] = listen_tcp(what, &c.cmd_ip, c.cmd_port);
 		if (c.cmd_unix[0] != '\0')
-			lfd[nl++] = listen_unix(c.cmd_unix);
+			lfd[nl++] = listen_unix(c.path, c.cmd_unix);
 		logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service %s:%d", nodes, c.nodes,
 			c.server_port, show_ip(&c.cmd_ip, buf), c.cmd_port);
 	} else {
