@@ -319,6 +319,11 @@ static int daemon_main(const char *cfgpath)
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &block, &old);
+	// ppoll takes them even if a parent had blocked them: else the
+	// daemon would never stop.
+	sigdelset(&old, SIGTERM);
+	sigdelset(&old, SIGINT);
+	sigdelset(&old, SIGUSR1);
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);

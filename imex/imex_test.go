@@ -303,3 +303,43 @@ func TestIdleClientsAndSignalsDelayNoAnswer(t *testing.T) {
 		}
 	})
 }
+
+// A daemon whose parent started it with SIGTERM blocked (a shell's trap,
+// a supervisor's own mask) still stops on it.
+func TestTheDaemonStopsWhenStartedWithSignalsBlocked(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		cfg := config(t, "")
+		log := &testenv.SyncBuffer{}
+		block := `import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+os.execv(sys.argv[1], sys.argv[1:])`
+		cmd := exec.Command("python3", "-c", block, b.daemon, "-c", cfg)
+		cmd.Env = append(os.Environ(), b.env...)
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("python3, to start the daemon with signals blocked: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		defer cmd.Process.Kill()
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), "ready:"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the daemon is not ready after 10 s:\n%s", log.String())
+			}
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the daemon started with SIGTERM blocked did not stop on it\n%s", log.String())
+		}
+		if sanitizerReport(log.String()) {
+			t.Errorf("a sanitizer's report:\n%s", log.String())
+		}
+	})
+}
