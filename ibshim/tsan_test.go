@@ -37,9 +37,21 @@ const tsanScript = `export LD_PRELOAD="$TSAN:${LD_PRELOAD%%:$TSAN}"
 `
 
 func TestThreadsUnderTSan(t *testing.T) {
+	runUnderTSan(t, "threads")
+}
+
+// The verbs threads.c leaves out, the same way: extended CQs, ibv_qp_ex
+// batches, memory windows, device memory, ibv_rereg_mr and fork.
+func TestExtendedVerbsUnderTSan(t *testing.T) {
+	runUnderTSan(t, "threads_ext")
+}
+
+// runUnderTSan builds testdata/name.c and runs it with TSan, then against
+// the normal build; it must print "ok name".
+func runUnderTSan(t *testing.T, name string) {
 	tsan := sanitizerRuntime(t, "libtsan.so", "libtsan2")
 	assets := sanitizedAssets(t, tsanFlags)
-	src := filepath.Join("testdata", "threads.c")
+	src := filepath.Join("testdata", name+".c")
 	sanitized := buildC(t, src, append(strings.Fields(tsanFlags), "-pthread")...)
 
 	out := runThreads(t, assets, fmt.Sprintf(tsanScript, sanitized, threadsSeconds),
@@ -47,11 +59,11 @@ func TestThreadsUnderTSan(t *testing.T) {
 	if strings.Contains(out, "WARNING: ThreadSanitizer") {
 		t.Fatalf("ThreadSanitizer report; output:\n%s", out)
 	}
-	checkThreads(t, "under TSan", out)
+	checkThreads(t, name, "under TSan", out)
 
 	plain := buildC(t, src, "-pthread")
 	out = runThreads(t, filepath.Join(testenv.BuildDir(), "driver"), fmt.Sprintf("%s mlx5_0 %d; echo \"exit $?\"\n", plain, threadsSeconds))
-	checkThreads(t, "with the normal build", out)
+	checkThreads(t, name, "with the normal build", out)
 }
 
 // runThreads runs script in nvmock exec on an h100 node with assets as the
@@ -72,10 +84,10 @@ func runThreads(t *testing.T, assets, script string, env ...string) string {
 	return string(out)
 }
 
-func checkThreads(t *testing.T, how, out string) {
+func checkThreads(t *testing.T, name, how, out string) {
 	t.Helper()
-	if !strings.Contains(out, "ok threads\n") || !strings.Contains(out, "exit 0\n") {
-		t.Fatalf("threads %s failed; output:\n%s", how, out)
+	if !strings.Contains(out, "ok "+name+"\n") || !strings.Contains(out, "exit 0\n") {
+		t.Fatalf("%s %s failed; output:\n%s", name, how, out)
 	}
-	t.Logf("threads %s:\n%s", how, out)
+	t.Logf("%s %s:\n%s", name, how, out)
 }

@@ -1,6 +1,6 @@
 /*
  * What the small verbs test programs share (domains.c, cqex.c, binds.c,
- * xrcpair.c): they
+ * xrcpair.c, threads_ext.c): they
  * define ctx and lid (the port's) before including this.
  */
 #define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
@@ -23,10 +23,10 @@ static inline void open_device(const char *name)
 	lid = pa.lid;
 }
 
-/* Connects an RC QP to QP dqpn on this port, remote writes allowed. */
-static inline void to_rts(struct ibv_qp *qp, uint32_t dqpn)
+/* Connects an RC QP to QP dqpn on this port, with remote access. */
+static inline void to_rts_access(struct ibv_qp *qp, uint32_t dqpn, int access)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access };
 	int err;
 
 	if ((err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
@@ -40,6 +40,12 @@ static inline void to_rts(struct ibv_qp *qp, uint32_t dqpn)
 	if ((err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
 		FAIL("to RTS: %s", strerror(err));
+}
+
+/* Connects an RC QP to QP dqpn on this port, remote writes allowed. */
+static inline void to_rts(struct ibv_qp *qp, uint32_t dqpn)
+{
+	to_rts_access(qp, dqpn, IBV_ACCESS_REMOTE_WRITE);
 }
 
 /* The next completion of cq, within 10 s. */
