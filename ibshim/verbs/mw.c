@@ -57,13 +57,14 @@ static void unbind(struct nvmock_context *ctx, struct nvmock_mw *mw)
 	mw->qpn = 0;
 }
 
-/* Whether a live window has the key index (under the lock). */
+/* Whether a live window has the key index (under the lock). By handle,
+ * the index, which never changes: ibv_bind_mw writes mw.rkey unlocked. */
 bool mw_uses_key(struct nvmock_context *ctx, uint32_t index)
 {
 	struct nvmock_mw *mw;
 
 	for (mw = ctx->mws; mw; mw = mw->next)
-		if (mw->mw.rkey >> 8 == index)
+		if (mw->mw.handle == index)
 			return true;
 	return false;
 }
@@ -157,7 +158,9 @@ bool mw_local(struct nvmock_qp *qp, struct swqe *w)
 		;
 	if (!mw || mw->dom != pd || (mw->mw.type == IBV_MW_TYPE_2 && mw->region))
 		return false;
-	key = (mw->mw.rkey & ~0xffu) | (w->rkey & 0xffu);
+	/* Not from mw.rkey: the program's, which ibv_bind_mw sets after
+	 * posting, unlocked, while the engine may apply the bind. */
+	key = (mw->mw.handle << 8) | (w->rkey & 0xffu);
 	if (b->length) {
 		mr = find_mr(ctx, w->bind_lkey);
 		if (!mr || mr->window || mr->dom != pd || !(mr->access & IBV_ACCESS_MW_BIND) ||
