@@ -385,6 +385,27 @@ static void write_through(struct end *a, struct end *b, uint32_t rkey, uint64_t 
 		FAIL("mw: a write through a window left other data");
 }
 
+/* A type 1 bind the queue reaches later, in the engine: posted behind a
+ * send that waits out b's RNR timer, then left alone, the thread making
+ * no verbs call until it is done. */
+static void deferred_bind(struct end *a, struct end *b, struct ibv_mw *w)
+{
+	struct ibv_mw_bind mb = { .wr_id = 7, .send_flags = IBV_SEND_SIGNALED,
+		.bind_info = { b->mr, (uintptr_t)b->buf + 2048, 1024, IBV_ACCESS_REMOTE_WRITE } };
+	int err;
+
+	post(a, 6, IBV_WR_SEND, a->mr->lkey, (uintptr_t)a->buf, 64, 0, 0);
+	usleep(3000); /* its RNR NAK is back */
+	post_recv(b, 8, 4096);
+	if ((err = ibv_bind_mw(a->qp, w, &mb)))
+		FAIL("mw: a bind behind a send: %s", strerror(err));
+	usleep(30000);
+	expect(a->cq, 6, IBV_WC_SEND, "mw: a send waiting out an RNR");
+	expect(a->cq, 7, IBV_WC_BIND_MW, "mw: a bind behind it");
+	expect(b->cq, 8, IBV_WC_RECV, "mw: the send's receive");
+	write_through(a, b, w->rkey, (uintptr_t)b->buf + 2048, 2048, 99);
+}
+
 static void *mw_thread(void *arg)
 {
 	struct end a, b;
@@ -395,6 +416,9 @@ static void *mw_thread(void *arg)
 	make_end(&a, NULL, ACCESS);
 	make_end(&b, NULL, ACCESS | IBV_ACCESS_MW_BIND);
 	connect_ends(&a, &b);
+	/* b asks for 10 ms before a send it had no receive for comes again. */
+	if (ibv_modify_qp(b.qp, &(struct ibv_qp_attr){ .min_rnr_timer = 20 }, IBV_QP_MIN_RNR_TIMER))
+		FAIL("mw: b's RNR timer");
 	while (!stopped()) {
 		uint64_t n = (uint64_t)mw_rounds;
 		struct ibv_mw_bind mb = { .wr_id = 1, .send_flags = IBV_SEND_SIGNALED,
@@ -413,6 +437,9 @@ static void *mw_thread(void *arg)
 			FAIL("mw: ibv_bind_mw: %s", strerror(err));
 		expect(a.cq, 1, IBV_WC_BIND_MW, "mw: type 1 bind");
 		write_through(&a, &b, w1->rkey, (uintptr_t)b.buf + 128, 128, n * 2);
+
+		if (n % 8 == 4)
+			deferred_bind(&a, &b, w1);
 
 		/* Type 2, bound through b's QP: a's requests reach it. */
 		/* The key's index is the window's; its tag, the program's. */
