@@ -38,7 +38,7 @@ static int rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *ad
 	/* The pages of the region it will be, pinned as reg_mr pins them. */
 	if (!(now & IBV_ACCESS_ON_DEMAND) &&
 	    !(flags & IBV_REREG_MR_CHANGE_TRANSLATION ? mapped((uintptr_t)addr, length, now & MR_WRITABLE)
-						      : mapped((uintptr_t)mr->base, vmr->ibv_mr.length, now & MR_WRITABLE))) {
+						      : mapped((uintptr_t)mr->base, mr->length, now & MR_WRITABLE))) {
 		errno = EFAULT;
 		return IBV_REREG_MR_ERR_CMD;
 	}
@@ -54,6 +54,7 @@ static int rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *ad
 		/* libibverbs passes the address as the region's iova. */
 		mr->base = addr;
 		mr->iova = (uintptr_t)addr;
+		mr->length = length;
 		vmr->ibv_mr.addr = addr;
 		vmr->ibv_mr.length = length;
 	}

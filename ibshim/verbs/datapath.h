@@ -126,6 +126,9 @@ struct nvmock_mr {
 	struct nvmock_mr *next;
 	uint8_t *base;   /* where iova is: a device memory region's addr is NULL */
 	uint64_t iova;
+	/* As simulated, under ctx->lock: vmr.ibv_mr.length is the program's,
+	 * which libibverbs writes unlocked once reg_mr or rereg_mr returns. */
+	size_t length;
 	int access;      /* as simulated: ibv_rereg_mr may change it, not vmr.access, which libibverbs reads */
 	struct nvmock_mw *window; /* a memory window's view of its region (mw.c): remote keys only */
 	bool implicit;   /* on demand over the whole address space (access has ON_DEMAND) */

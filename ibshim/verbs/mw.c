@@ -164,8 +164,7 @@ bool mw_local(struct nvmock_qp *qp, struct swqe *w)
 	if (b->length) {
 		mr = find_mr(ctx, w->bind_lkey);
 		if (!mr || mr->window || mr->dom != pd || !(mr->access & IBV_ACCESS_MW_BIND) ||
-		    b->addr < mr->iova || b->length > mr->vmr.ibv_mr.length ||
-		    b->addr - mr->iova > mr->vmr.ibv_mr.length - b->length ||
+		    b->addr < mr->iova || b->length > mr->length || b->addr - mr->iova > mr->length - b->length ||
 		    ((b->mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
 		     !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
 			return false;
@@ -176,7 +175,7 @@ bool mw_local(struct nvmock_qp *qp, struct swqe *w)
 	if (!mr)
 		return true; /* a type 1 window unbound */
 	mw->view = (struct nvmock_mr){
-		.base = mr->base + (b->addr - mr->iova), .iova = b->addr, .window = mw,
+		.base = mr->base + (b->addr - mr->iova), .iova = b->addr, .length = b->length, .window = mw,
 		.access = (int)b->mw_access_flags | (mr->access & IBV_ACCESS_ON_DEMAND), .dom = pd,
 	};
 	mw->view.vmr.ibv_mr = (struct ibv_mr){ .context = &ctx->vctx.context, .pd = &pd->pd, .length = b->length,

@@ -91,6 +91,7 @@ struct nvmock_mr *new_mr(struct ibv_pd *pd, uint8_t *base, size_t length, uint64
 		return NULL;
 	mr->base = base;
 	mr->iova = iova;
+	mr->length = length;
 	mr->vmr.mr_type = IBV_MR_TYPE_MR;
 	mr->vmr.access = mr->access = access;
 	/* libibverbs sets these too, but only once we return: the engine may
@@ -284,8 +285,7 @@ bool mr_copy(const struct nvmock_mr *mr, void *dst, const void *src, size_t n, b
  * says whether it is to be written. */
 uint8_t *mr_ptr(struct nvmock_mr *mr, uint64_t addr, uint64_t len, bool write)
 {
-	if (!mr || addr < mr->iova || len > mr->vmr.ibv_mr.length ||
-	    addr - mr->iova > mr->vmr.ibv_mr.length - len)
+	if (!mr || addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len)
 		return NULL;
 	if ((mr->access & IBV_ACCESS_ON_DEMAND) && !mapped(addr, len, write))
 		return NULL;
