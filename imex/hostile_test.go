@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -199,6 +200,71 @@ func TestTheSocketPathDeletesNoFile(t *testing.T) {
 		}
 		if data, err := os.ReadFile(file); err != nil || string(data) != "keep\n" {
 			t.Errorf("the file after: %q, %v", data, err)
+		}
+	})
+}
+
+// Out of file descriptors (a pod's low limit), queued connections do not
+// make the daemon spin, and the probe still gets its answer: the oldest
+// client goes to make room.
+func TestFewDescriptorsDelayNoAnswer(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		cfg := config(t, "")
+		cmd, log, _ := startUnder(t, b, cfg, "prlimit", "--nofile=16:16")
+		for i := 0; i < 24; i++ {
+			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cmdPort))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+		before := cpuTicks(t, cmd.Process.Pid)
+		time.Sleep(time.Second)
+		if used := cpuTicks(t, cmd.Process.Pid) - before; used > 30 {
+			t.Errorf("with its descriptors used up the daemon took %d of 100 CPU ticks in a second\n%s", used, log.String())
+		}
+		if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("with its descriptors used up: exit %d, %q\n%s", code, out, log.String())
+		}
+	})
+}
+
+// cpuTicks is a process's user and system time, in clock ticks.
+func cpuTicks(t *testing.T, pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return utime + stime
+}
+
+// The nodes file as the DRA driver's daemon rewrites it: CRLF blank lines
+// are no node, and one gone at SIGUSR1 is said in the log.
+func TestTheNodesFileOnReload(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		cfg := config(t, "")
+		nodes := filepath.Join(filepath.Dir(cfg), "nodes.cfg")
+		if err := os.WriteFile(nodes, []byte("10.0.0.1\r\n\r\n10.0.0.2\r\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd, log, _ := start(t, b, cfg)
+		if !strings.Contains(log.String(), "ready: 2 node(s)") {
+			t.Errorf("two nodes and a CRLF blank line:\n%s", log.String())
+		}
+		if err := os.Remove(nodes); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		want := "SIGUSR1: node config file " + nodes + ": No such file or directory"
+		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), want); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after SIGUSR1 with the nodes file gone, the log lacks %q:\n%s", want, log.String())
+			}
 		}
 	})
 }

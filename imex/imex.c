@@ -212,7 +212,7 @@ static int count_nodes(const char *path)
 	int n = 0;
 	while (getline(&line, &cap, f) >= 0) {
 		char *s = line + strspn(line, " \t");
-		if (*s != '#' && *s != '\n' && *s != '\0')
+		if (*s != '#' && *s != '\r' && *s != '\n' && *s != '\0')
 			n++;
 	}
 	int bad = ferror(f);
@@ -301,6 +301,17 @@ static int serve(struct client *cl)
 	return 1;
 }
 
+// drop_oldest closes the client that came first (the nearest deadline).
+static void drop_oldest(struct client *cl, int *ncl)
+{
+	int oldest = 0;
+	for (int j = 1; j < *ncl; j++)
+		if (cl[j].deadline < cl[oldest].deadline)
+			oldest = j;
+	close(cl[oldest].fd);
+	cl[oldest] = cl[--*ncl];
+}
+
 static int daemon_main(const char *cfgpath)
 {
 	struct config c;
@@ -350,7 +361,11 @@ static int daemon_main(const char *cfgpath)
 	while (!stop) {
 		if (reload) {
 			reload = 0;
-			logline("SIGUSR1: %d node(s) in %s", count_nodes(c.nodes), c.nodes);
+			int n = count_nodes(c.nodes);
+			if (n < 0)
+				logline("SIGUSR1: node config file %s: %s", c.nodes, strerror(errno));
+			else
+				logline("SIGUSR1: %d node(s) in %s", n, c.nodes);
 		}
 		struct pollfd fds[3 + MAX_CLIENTS];
 		long long now = now_ms(), wait = -1;
@@ -377,6 +392,15 @@ static int daemon_main(const char *cfgpath)
 			if (!(fds[i].revents & POLLIN))
 				continue;
 			int fd = accept4(lfd[i], NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			// Out of descriptors the connection stays queued and ppoll
+			// returns at once: the oldest client goes to make room, or
+			// with none the daemon waits a little rather than spin.
+			if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+				if (ncl > 0)
+					drop_oldest(cl, &ncl);
+				else
+					nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+			}
 			if (fd < 0)
 				continue;
 			if (i == 0) {
@@ -385,14 +409,8 @@ static int daemon_main(const char *cfgpath)
 			}
 			// Full: the oldest goes, not the newcomer, so that clients
 			// which connect and say nothing cannot lock the probe out.
-			if (ncl == MAX_CLIENTS) {
-				int old = 0;
-				for (int j = 1; j < ncl; j++)
-					if (cl[j].deadline < cl[old].deadline)
-						old = j;
-				close(cl[old].fd);
-				cl[old] = cl[--ncl];
-			}
+			if (ncl == MAX_CLIENTS)
+				drop_oldest(cl, &ncl);
 			cl[ncl++] = (struct client){.fd = fd, .deadline = now + CLIENT_MS};
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,8 +104,16 @@ IMEX_NODE_DISCONNECTED_GRACE_TIME=-1
 // A sanitizer's report in its log fails the test.
 func start(t *testing.T, b tools, cfg string) (cmd *exec.Cmd, log *testenv.SyncBuffer, done <-chan error) {
 	t.Helper()
+	return startUnder(t, b, cfg)
+}
+
+// startUnder is start with the daemon run by a wrapper that execs it
+// (prlimit, say).
+func startUnder(t *testing.T, b tools, cfg string, wrapper ...string) (cmd *exec.Cmd, log *testenv.SyncBuffer, done <-chan error) {
+	t.Helper()
 	log = &testenv.SyncBuffer{}
-	cmd = exec.Command(b.daemon, "-c", cfg)
+	argv := append(slices.Clone(wrapper), b.daemon, "-c", cfg)
+	cmd = exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), b.env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
