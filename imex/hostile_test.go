@@ -32,7 +32,7 @@ func TestDamagedConfigsAreOneLine(t *testing.T) {
 			{"a line of 100 kB names its start", "X" + strings.Repeat("y", 100000) + "\n", ": Xyyyy", false},
 			{"a value too long for its buffer", "LOG_FILE_NAME=/" + strings.Repeat("l", 5000) + "\n", "line 15: LOG_FILE_NAME: value too long (4095 bytes at most)", false},
 			{"a socket path longer than sun_path", "IMEX_CMD_UNIX_DOMAIN_PATH=/" + strings.Repeat("s", 120) + "\n", "IMEX_CMD_UNIX_DOMAIN_PATH: value too long (107 bytes at most)", false},
-			{"port 0 is no port", "SERVER_PORT=0\n", "line 15: SERVER_PORT: 0 is not a port", false},
+			{"the command port is not 0", "IMEX_CMD_PORT=0\n", "line 15: IMEX_CMD_PORT: 0 is not a port (1 to 65535)", false},
 			{"port 70000 is no port", "IMEX_CMD_PORT=70000\n", "IMEX_CMD_PORT: 70000 is not a port", false},
 			{"12ab is no port", "IMEX_CMD_PORT=12ab\n", "IMEX_CMD_PORT: 12ab is not a port", false},
 			{"a sign is no port", "IMEX_CMD_PORT=+18721\n", "IMEX_CMD_PORT: +18721 is not a port", false},
@@ -265,6 +265,23 @@ func TestTheNodesFileOnReload(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("after SIGUSR1 with the nodes file gone, the log lacks %q:\n%s", want, log.String())
 			}
+		}
+	})
+}
+
+// As NVIDIA documents its daemon: a log file it cannot open means the
+// console, and the peers' port may be 0 (any free one).
+func TestWhatTheDaemonTakesAsNVIDIAsDoes(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		missing := filepath.Join(t.TempDir(), "gone", "imex.log")
+		cfg := config(t, "LOG_FILE_NAME="+missing+"\nSERVER_PORT=0\n")
+		_, log, _ := start(t, b, cfg)
+		if !strings.Contains(log.String(), "warning: log file "+missing+": No such file or directory; logging to stderr") ||
+			!strings.Contains(log.String(), "server port 0") {
+			t.Errorf("a log file in a missing directory and server port 0:\n%s", log.String())
+		}
+		if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+			t.Errorf("nvidia-imex-ctl -q: exit %d, %q", code, out)
 		}
 	})
 }

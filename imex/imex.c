@@ -85,14 +85,15 @@ static void copy(char *dst, size_t n, const char *src, const char *what)
 	strcpy(dst, src);
 }
 
-// port reads digits only: strtol would also take blanks and a sign.
-static int port(const char *what, const char *v)
+// port reads digits only (strtol would also take blanks and a sign), from
+// min to 65535.
+static int port(const char *what, const char *v, long min)
 {
 	long p = 0;
 	for (const char *d = v; *d >= '0' && *d <= '9' && p <= 65535; d++)
 		p = p * 10 + (*d - '0');
-	if (v[strspn(v, "0123456789")] != '\0' || p < 1 || p > 65535)
-		die("%s: %s is not a port (1 to 65535)", what, v);
+	if (v[strspn(v, "0123456789")] != '\0' || p < min || p > 65535)
+		die("%s: %s is not a port (%ld to 65535)", what, v, min);
 	return (int)p;
 }
 
@@ -180,7 +181,7 @@ static void read_config(const char *path, struct config *c)
 		else if (strcmp(k, "BIND_INTERFACE_IP") == 0)
 			c->bind_ip = ip(what, v);
 		else if (strcmp(k, "SERVER_PORT") == 0 && *v)
-			c->server_port = port(what, v);
+			c->server_port = port(what, v, 0); // 0 to 65535, as NVIDIA documents it
 		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0 && strcmp(v, "0") != 0 && strcmp(v, "1") != 0 && *v)
 			die("%s: %s is not 0 or 1", what, v);
 		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0)
@@ -188,7 +189,7 @@ static void read_config(const char *path, struct config *c)
 		else if (strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP") == 0)
 			c->cmd_ip = ip(what, v);
 		else if (strcmp(k, "IMEX_CMD_PORT") == 0 && *v)
-			c->cmd_port = port(what, v);
+			c->cmd_port = port(what, v, 1); // nvidia-imex-ctl connects to it
 		else if (strcmp(k, "IMEX_CMD_UNIX_DOMAIN_PATH") == 0)
 			copy(c->cmd_unix, sizeof c->cmd_unix, v, what);
 		else if (strcmp(k, "LOG_FILE_NAME") == 0)
@@ -316,9 +317,12 @@ static int daemon_main(const char *cfgpath)
 {
 	struct config c;
 	read_config(cfgpath, &c);
+	// As NVIDIA's daemon: a log file it cannot open means the console.
 	logf = stderr;
-	if (c.log_file[0] != '\0' && (logf = fopen(c.log_file, "a")) == NULL)
-		die("log file %s: %s", c.log_file, strerror(errno));
+	if (c.log_file[0] != '\0' && (logf = fopen(c.log_file, "a")) == NULL) {
+		fprintf(stderr, "%s: warning: log file %s: %s; logging to stderr\n", prog, c.log_file, strerror(errno));
+		logf = stderr;
+	}
 	int nodes = count_nodes(c.nodes);
 	if (nodes < 0)
 		die("node config file %s: %s", c.nodes, strerror(errno));
@@ -471,7 +475,7 @@ static int ctl_main(int argc, char **argv)
 		if (strcmp(a, "-c") == 0 && i + 1 < argc)
 			cfg = argv[++i];
 		else if (strcmp(a, "-i") == 0 && i + 2 < argc)
-			by_ip = 1, to = ip("-i IP PORT", argv[i + 1]), p = port("-i IP PORT", argv[i + 2]), i += 2;
+			by_ip = 1, to = ip("-i IP PORT", argv[i + 1]), p = port("-i IP PORT", argv[i + 2], 1), i += 2;
 		else if (strcmp(a, "-u") == 0 && i + 1 < argc)
 			unix_path = argv[++i];
 		else if (strcmp(a, "-q") == 0)

@@ -108,12 +108,12 @@ func wantConfig(data []byte) (map[string]string, bool) {
 		}) >= 0 {
 			return nil, false
 		}
-		port := func(name string, v string) bool {
+		port := func(name string, v string, min int) bool {
 			if v == "" {
 				return true
 			}
 			p, err := strconv.Atoi(v)
-			if strings.Trim(v, "0123456789") != "" || err != nil || p < 1 || p > 65535 {
+			if strings.Trim(v, "0123456789") != "" || err != nil || p < min || p > 65535 {
 				return false
 			}
 			w[name] = strconv.Itoa(p)
@@ -131,9 +131,9 @@ func wantConfig(data []byte) (map[string]string, bool) {
 		case "IMEX_NODE_CONFIG_FILE":
 			ok = v == "" || text("nodes", 4095)
 		case "SERVER_PORT":
-			ok = port("server_port", v)
+			ok = port("server_port", v, 0)
 		case "IMEX_CMD_PORT":
-			ok = port("cmd_port", v)
+			ok = port("cmd_port", v, 1)
 		case "IMEX_CMD_ENABLED":
 			ok = v == "" || v == "0" || v == "1"
 			w["cmd_enabled"] = map[bool]string{true: "1", false: "0"}[v == "1"]
