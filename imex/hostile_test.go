@@ -127,17 +127,7 @@ func TestHostileClientsDelayNoAnswer(t *testing.T) {
 			}
 		}
 		// A clean stop, with its leak check, after all that.
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("the daemon did not stop on SIGTERM\n%s", log.String())
-		}
+		stop(t, cmd, log, done)
 	})
 }
 

@@ -191,17 +191,7 @@ func TestTheDaemonAnswersTheDRADriversProbeUntilItStops(t *testing.T) {
 			t.Errorf("nvidia-imex-ctl -N: exit %d, %q; want an error saying it is not modelled", code, out)
 		}
 
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the daemon did not stop on SIGTERM\n%s", log.String())
-		}
+		stop(t, cmd, log, done)
 		if !strings.Contains(log.String(), "2 node(s) in") || !strings.Contains(log.String(), "SIGUSR1") {
 			t.Errorf("the daemon's log:\n%s\nwant its nodes and the SIGUSR1 reload", log.String())
 		}
@@ -317,38 +307,26 @@ func TestIdleClientsAndSignalsDelayNoAnswer(t *testing.T) {
 // a supervisor's own mask) still stops on it.
 func TestTheDaemonStopsWhenStartedWithSignalsBlocked(t *testing.T) {
 	builds(t, func(t *testing.T, b tools) {
-		cfg := config(t, "")
-		log := &testenv.SyncBuffer{}
 		block := `import os, signal, sys
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 os.execv(sys.argv[1], sys.argv[1:])`
-		cmd := exec.Command("python3", "-c", block, b.daemon, "-c", cfg)
-		cmd.Env = append(os.Environ(), b.env...)
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("python3, to start the daemon with signals blocked: %v", err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		defer cmd.Process.Kill()
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), "ready:"); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the daemon is not ready after 10 s:\n%s", log.String())
-			}
-		}
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the daemon started with SIGTERM blocked did not stop on it\n%s", log.String())
-		}
-		if sanitizerReport(log.String()) {
-			t.Errorf("a sanitizer's report:\n%s", log.String())
-		}
+		cmd, log, done := startUnder(t, b, config(t, ""), "python3", "-c", block)
+		stop(t, cmd, log, done)
 	})
+}
+
+// stop sends the daemon SIGTERM and wants a clean exit within 10 s.
+func stop(t *testing.T, cmd *exec.Cmd, log *testenv.SyncBuffer, done <-chan error) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the daemon on SIGTERM: %v\n%s", err, log.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the daemon did not stop on SIGTERM\n%s", log.String())
+	}
 }
