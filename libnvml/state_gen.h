@@ -25,6 +25,7 @@
 #define LIVE_CFG_PERSISTENCE 1 // persistence holds the persistence mode
 #define LIVE_CFG_COMPUTE_MODE 2 // compute_mode holds the compute mode
 #define LIVE_CFG_POWER_LIMIT 4 // power_limit_mw holds the power limit
+#define LIVE_CFG_GPM_STREAM 8 // gpm_stream holds the GPM stream state
 #define LIVE_TRIGGER_AT 1 // from time param (ns), node-wide
 #define LIVE_TRIGGER_CALLS 2 // after param calls on the GPU, counted by each process
 #define LIVE_TRIGGER_PROBABILITY 3 // each call with probability param / 2^32, drawn by each process
@@ -100,7 +101,7 @@ struct live_gpu {
 	uint32_t compute_mode; // nvmlComputeMode_t
 	uint32_t power_limit_mw; // the power limit a setter asked for
 	uint32_t prev_power_limit_mw; // the power limit in force in the segment before; 0: the current one
-	uint32_t limit_pad;
+	uint32_t gpm_stream; // nvmlEnableState_t: GPM streaming (nvidia-smi gpm --set-stream-state)
 };
 _Static_assert(sizeof(struct live_gpu) == 1464, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
@@ -135,7 +136,7 @@ _Static_assert(offsetof(struct live_gpu, persistence) == 1444, "state layout");
 _Static_assert(offsetof(struct live_gpu, compute_mode) == 1448, "state layout");
 _Static_assert(offsetof(struct live_gpu, power_limit_mw) == 1452, "state layout");
 _Static_assert(offsetof(struct live_gpu, prev_power_limit_mw) == 1456, "state layout");
-_Static_assert(offsetof(struct live_gpu, limit_pad) == 1460, "state layout");
+_Static_assert(offsetof(struct live_gpu, gpm_stream) == 1460, "state layout");
 
 // live_event one published event.
 struct live_event {

@@ -28,6 +28,7 @@ const (
 	CfgPersistence     = 1 // persistence holds the persistence mode
 	CfgComputeMode     = 2 // compute_mode holds the compute mode
 	CfgPowerLimit      = 4 // power_limit_mw holds the power limit
+	CfgGpmStream       = 8 // gpm_stream holds the GPM stream state
 	TriggerAt          = 1 // from time param (ns), node-wide
 	TriggerCalls       = 2 // after param calls on the GPU, counted by each process
 	TriggerProbability = 3 // each call with probability param / 2^32, drawn by each process
@@ -110,7 +111,7 @@ type GPU struct {
 	ComputeMode      uint32      // nvmlComputeMode_t
 	PowerLimitMW     uint32      // the power limit a setter asked for
 	PrevPowerLimitMW uint32      // the power limit in force in the segment before; 0: the current one
-	LimitPad         uint32
+	GpmStream        uint32      // nvmlEnableState_t: GPM streaming (nvidia-smi gpm --set-stream-state)
 }
 
 // GPUSize is the size of GPU in the file.
@@ -150,7 +151,7 @@ var GPULayout = []FieldOffset{
 	{"compute_mode", "ComputeMode", 1448},
 	{"power_limit_mw", "PowerLimitMW", 1452},
 	{"prev_power_limit_mw", "PrevPowerLimitMW", 1456},
-	{"limit_pad", "LimitPad", 1460},
+	{"gpm_stream", "GpmStream", 1460},
 }
 
 // Event one published event.

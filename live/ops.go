@@ -325,7 +325,8 @@ func (s *State) ResetReadings(g int) {
 	o := &s.GPUs[g]
 	s.GPUs[g] = GPU{MIGSet: o.MIGSet, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending,
 		GIProfile: o.GIProfile, GIStart: o.GIStart, CISlices: o.CISlices, CIStart: o.CIStart,
-		CfgSet: o.CfgSet, Persistence: o.Persistence, ComputeMode: o.ComputeMode, PowerLimitMW: o.PowerLimitMW}
+		CfgSet: o.CfgSet, Persistence: o.Persistence, ComputeMode: o.ComputeMode, PowerLimitMW: o.PowerLimitMW,
+		GpmStream: o.GpmStream}
 }
 
 // Processes lists the registered processes.

@@ -42,6 +42,7 @@ var StateEnums = []struct {
 	{"CFG_PERSISTENCE", 1, "persistence holds the persistence mode"},
 	{"CFG_COMPUTE_MODE", 2, "compute_mode holds the compute mode"},
 	{"CFG_POWER_LIMIT", 4, "power_limit_mw holds the power limit"},
+	{"CFG_GPM_STREAM", 8, "gpm_stream holds the GPM stream state"},
 	{"TRIGGER_AT", 1, "from time param (ns), node-wide"},
 	{"TRIGGER_CALLS", 2, "after param calls on the GPU, counted by each process"},
 	{"TRIGGER_PROBABILITY", 3, "each call with probability param / 2^32, drawn by each process"},
@@ -101,7 +102,7 @@ var StateSchema = []Record{
 		{"compute_mode", U32, 0, "nvmlComputeMode_t"},
 		{"power_limit_mw", U32, 0, "the power limit a setter asked for"},
 		{"prev_power_limit_mw", U32, 0, "the power limit in force in the segment before; 0: the current one"},
-		{"limit_pad", U32, 0, ""},
+		{"gpm_stream", U32, 0, "nvmlEnableState_t: GPM streaming (nvidia-smi gpm --set-stream-state)"},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},
