@@ -125,7 +125,25 @@ NVML_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_
 		return NVML_ERROR_NOT_SUPPORTED;
 	*current = (nvmlEnableState_t)d->s->ecc_current;
 	*pending = (nvmlEnableState_t)d->s->ecc_pending;
+	struct live_gpu g;
+	const struct live_gpu *set = nvmock_settings(d, &g);
+	if (set != NULL && (set->cfg_set & LIVE_CFG_ECC_PENDING))
+		*pending = (nvmlEnableState_t)set->ecc_pending;
 	return NVML_SUCCESS;
+}
+
+// nvidia-smi -e: the mode the GPU takes at its next boot (nvml.h: "The ECC
+// mode changes take effect after a reboot"), node state as the other
+// settings. The mock's reboot is a reinstall, which starts from the
+// profile's modes again.
+NVML_API nvmlReturn_t nvmlDeviceSetEccMode(nvmlDevice_t device, nvmlEnableState_t ecc)
+{
+	DEV(device, d);
+	if (d->s->ecc_current == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (ecc != NVML_FEATURE_DISABLED && ecc != NVML_FEATURE_ENABLED)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvmock_change_setting(d, LIVE_CFG_ECC_PENDING, ecc);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnableState_t *defaultMode)

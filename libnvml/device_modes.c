@@ -55,6 +55,8 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 		g->compute_mode = s->value;
 	else if (s->bit == LIVE_CFG_GPM_STREAM)
 		g->gpm_stream = s->value;
+	else if (s->bit == LIVE_CFG_ECC_PENDING)
+		g->ecc_pending = s->value;
 	else
 		g->power_limit_mw = s->value;
 	return NVML_SUCCESS;

@@ -26,6 +26,7 @@
 #define LIVE_CFG_COMPUTE_MODE 2 // compute_mode holds the compute mode
 #define LIVE_CFG_POWER_LIMIT 4 // power_limit_mw holds the power limit
 #define LIVE_CFG_GPM_STREAM 8 // gpm_stream holds the GPM stream state
+#define LIVE_CFG_ECC_PENDING 16 // ecc_pending holds the pending ECC mode
 #define LIVE_TRIGGER_AT 1 // from time param (ns), node-wide
 #define LIVE_TRIGGER_CALLS 2 // after param calls on the GPU, counted by each process
 #define LIVE_TRIGGER_PROBABILITY 3 // each call with probability param / 2^32, drawn by each process
@@ -80,7 +81,7 @@ struct live_gpu {
 	uint64_t energy0_mj; // energy counter at since_ns
 	uint64_t prev_energy0_mj;
 	uint32_t faults; // fault slots in use, first to last
-	uint32_t pad;
+	uint32_t ecc_pending; // nvmlEnableState_t: the ECC mode nvidia-smi -e set, from the next boot (a setting, here for the layout)
 	uint32_t fault_kind[8]; // FAULT_*
 	uint32_t fault_trigger[8]; // TRIGGER_*
 	uint32_t fault_xid[8]; // the XID the fault reports
@@ -115,7 +116,7 @@ _Static_assert(offsetof(struct live_gpu, prev_since_ns) == 56, "state layout");
 _Static_assert(offsetof(struct live_gpu, energy0_mj) == 64, "state layout");
 _Static_assert(offsetof(struct live_gpu, prev_energy0_mj) == 72, "state layout");
 _Static_assert(offsetof(struct live_gpu, faults) == 80, "state layout");
-_Static_assert(offsetof(struct live_gpu, pad) == 84, "state layout");
+_Static_assert(offsetof(struct live_gpu, ecc_pending) == 84, "state layout");
 _Static_assert(offsetof(struct live_gpu, fault_kind) == 88, "state layout");
 _Static_assert(offsetof(struct live_gpu, fault_trigger) == 120, "state layout");
 _Static_assert(offsetof(struct live_gpu, fault_xid) == 152, "state layout");

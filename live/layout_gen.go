@@ -17,21 +17,22 @@ const (
 
 // Fault kinds, setting bits and triggers.
 const (
-	FaultLost          = 1 // every call on the GPU answers GPU_IS_LOST
-	FaultECC           = 2 // uncorrectable ECC errors: counts, remaps or retired pages
-	FaultThermal       = 3 // thermal slowdown
-	FaultPowerBrake    = 4 // power brake slowdown
-	FaultNvlinkDown    = 5 // an NVLink goes down
-	FaultXID           = 6 // an XID event and nothing more
-	FaultSBE           = 7 // correctable ECC errors
-	FaultRemapFailure  = 8 // a row remapping failed
-	CfgPersistence     = 1 // persistence holds the persistence mode
-	CfgComputeMode     = 2 // compute_mode holds the compute mode
-	CfgPowerLimit      = 4 // power_limit_mw holds the power limit
-	CfgGpmStream       = 8 // gpm_stream holds the GPM stream state
-	TriggerAt          = 1 // from time param (ns), node-wide
-	TriggerCalls       = 2 // after param calls on the GPU, counted by each process
-	TriggerProbability = 3 // each call with probability param / 2^32, drawn by each process
+	FaultLost          = 1  // every call on the GPU answers GPU_IS_LOST
+	FaultECC           = 2  // uncorrectable ECC errors: counts, remaps or retired pages
+	FaultThermal       = 3  // thermal slowdown
+	FaultPowerBrake    = 4  // power brake slowdown
+	FaultNvlinkDown    = 5  // an NVLink goes down
+	FaultXID           = 6  // an XID event and nothing more
+	FaultSBE           = 7  // correctable ECC errors
+	FaultRemapFailure  = 8  // a row remapping failed
+	CfgPersistence     = 1  // persistence holds the persistence mode
+	CfgComputeMode     = 2  // compute_mode holds the compute mode
+	CfgPowerLimit      = 4  // power_limit_mw holds the power limit
+	CfgGpmStream       = 8  // gpm_stream holds the GPM stream state
+	CfgECCPending      = 16 // ecc_pending holds the pending ECC mode
+	TriggerAt          = 1  // from time param (ns), node-wide
+	TriggerCalls       = 2  // after param calls on the GPU, counted by each process
+	TriggerProbability = 3  // each call with probability param / 2^32, drawn by each process
 )
 
 // Header starts the file.
@@ -89,8 +90,8 @@ type GPU struct {
 	PrevSinceNS      uint64
 	Energy0MJ        uint64 // energy counter at since_ns
 	PrevEnergy0MJ    uint64
-	Faults           uint32 // fault slots in use, first to last
-	Pad              uint32
+	Faults           uint32    // fault slots in use, first to last
+	ECCPending       uint32    // nvmlEnableState_t: the ECC mode nvidia-smi -e set, from the next boot (a setting, here for the layout)
 	FaultKind        [8]uint32 // FAULT_*
 	FaultTrigger     [8]uint32 // TRIGGER_*
 	FaultXID         [8]uint32 // the XID the fault reports
@@ -130,7 +131,7 @@ var GPULayout = []FieldOffset{
 	{"energy0_mj", "Energy0MJ", 64},
 	{"prev_energy0_mj", "PrevEnergy0MJ", 72},
 	{"faults", "Faults", 80},
-	{"pad", "Pad", 84},
+	{"ecc_pending", "ECCPending", 84},
 	{"fault_kind", "FaultKind", 88},
 	{"fault_trigger", "FaultTrigger", 120},
 	{"fault_xid", "FaultXID", 152},

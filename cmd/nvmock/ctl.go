@@ -557,7 +557,7 @@ type GPUStatus struct {
 	Load   [4]uint32     `json:"load"` // GPU, memory, encoder, decoder %
 	Jitter uint32        `json:"jitter"`
 	Faults []FaultStatus `json:"faults"`
-	// Settings are those changed with nvidia-smi (-pm, -c, -pl, gpm -s), kept
+	// Settings are those changed with nvidia-smi (-pm, -c, -pl, -e, gpm -s), kept
 	// until the node is reinstalled; nil: none.
 	Settings *GPUSettings `json:"settings,omitempty"`
 }
@@ -569,6 +569,7 @@ type GPUSettings struct {
 	ComputeMode  string  `json:"computeMode,omitempty"`
 	PowerLimitMW *uint32 `json:"powerLimitMW,omitempty"`
 	GPMStream    *bool   `json:"gpmStream,omitempty"`
+	ECCPending   *bool   `json:"eccPending,omitempty"` // from the next boot
 }
 
 // computeModes are nvmlComputeMode_t's names, as nvidia-smi prints them.
@@ -593,6 +594,10 @@ func settingsOf(g *live.GPU) *GPUSettings {
 		mw := g.PowerLimitMW
 		st.PowerLimitMW = &mw
 	}
+	if g.CfgSet&live.CfgECCPending != 0 {
+		on := g.ECCPending != 0
+		st.ECCPending = &on
+	}
 	if g.CfgSet&live.CfgGpmStream != 0 {
 		on := g.GpmStream != 0
 		st.GPMStream = &on
@@ -610,6 +615,9 @@ func (st *GPUSettings) String() string {
 	}
 	if st.PowerLimitMW != nil {
 		out = append(out, fmt.Sprintf("power limit %.2f W", float64(*st.PowerLimitMW)/1000))
+	}
+	if st.ECCPending != nil {
+		out = append(out, map[bool]string{true: "ECC Enabled at next boot", false: "ECC Disabled at next boot"}[*st.ECCPending])
 	}
 	if st.GPMStream != nil {
 		out = append(out, map[bool]string{true: "GPM streaming Enabled", false: "GPM streaming Disabled"}[*st.GPMStream])
@@ -710,7 +718,7 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d%%\t%d%%\t%d%%\t%d%%\t%s\n", g.Index, load, g.Load[1], g.Load[2], g.Load[3], g.Jitter, faults)
 	}
-	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, gpm -s; until reinstalled)\n"
+	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, gpm -s; until reinstalled)\n"
 	for _, g := range st.GPUs {
 		if g.Settings != nil {
 			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.Settings)

@@ -116,3 +116,22 @@ func TestAPowerLimitHoldsTheDrawFromWhenItIsSet(t *testing.T) {
 		t.Errorf("after setting the default back: %d (%v)", l, ret)
 	}
 }
+
+// SetEccMode takes ENABLED or DISABLED only, and changes the pending mode
+// alone.
+func TestSetEccModeChangesOnlyThePendingMode(t *testing.T) {
+	lib, _, _ := startLive(t, 1)
+	d := handle(t, lib, 0)
+	if ret := d.SetEccMode(2); ret != nvml.ERROR_INVALID_ARGUMENT {
+		t.Errorf("SetEccMode(2): %v, want INVALID_ARGUMENT", ret)
+	}
+	must(t, "SetEccMode", d.SetEccMode(nvml.FEATURE_DISABLED))
+	cur, pend, ret := d.GetEccMode()
+	if ret != nvml.SUCCESS || cur != nvml.FEATURE_ENABLED || pend != nvml.FEATURE_DISABLED {
+		t.Errorf("GetEccMode after SetEccMode(DISABLED): %v, %v, %v; want ENABLED, DISABLED", ret, cur, pend)
+	}
+	// The counters go on as with ECC on: the mode changes at the next boot.
+	if _, ret := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret != nvml.SUCCESS {
+		t.Errorf("GetTotalEccErrors with ECC pending off: %v", ret)
+	}
+}

@@ -5,6 +5,7 @@ package smi
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,50 @@ func TestPowerLimitIsSetForTheNode(t *testing.T) {
 			}
 			if got := run("--query-gpu=power.limit", "--format=csv,noheader", "-i", "0"); got != "400.00 W\n" {
 				t.Errorf("a refused change changed the limit: %q", got)
+			}
+		})
+	}
+}
+
+// nvidia-smi -e sets the ECC mode of the GPU's next boot (nvml.h: "The
+// ECC mode changes take effect after a reboot"): pending changes, current
+// stays, for every later process, and nvidia-smi asks for a reboot. The
+// same mode again changes nothing; from a read-only view, Not Supported.
+func TestECCModeIsPendingUntilReboot(t *testing.T) {
+	for _, s := range testenv.NvidiaSMIs(t) {
+		t.Run(s.Version, func(t *testing.T) {
+			snap, _ := testenv.Snapshot(t, "a100", 2)
+			testenv.LiveState(t, snap, 2, time.Time{})
+			run := smiRunner(t, s.Path, snap)
+			if out := run("-i", "1", "-e", "0"); !strings.Contains(out, "Disabled ECC support for GPU 00000000:0F:00.0.") || !strings.Contains(out, "Reboot required.") {
+				t.Errorf("nvidia-smi -i 1 -e 0:\n%s", out)
+			}
+			q := []string{"--query-gpu=ecc.mode.current,ecc.mode.pending", "--format=csv,noheader"}
+			if got, want := run(q...), "Enabled, Enabled\nEnabled, Disabled\n"; got != want {
+				t.Errorf("after -i 1 -e 0: %q, want %q", got, want)
+			}
+			if out := run("-i", "0", "-e", "1"); !strings.Contains(out, "ECC support is already Enabled for GPU 00000000:07:00.0.") {
+				t.Errorf("nvidia-smi -i 0 -e 1:\n%s", out)
+			}
+			if out := run("-q", "-d", "ECC", "-i", "1"); !regexp.MustCompile(`Current\s+: Enabled\n\s+Pending\s+: Disabled`).MatchString(out) {
+				t.Errorf("-q -d ECC after -e 0:\n%s", out)
+			}
+			run("-i", "1", "-e", "1") // back: nothing pending
+			if got, want := run(q...), "Enabled, Enabled\nEnabled, Enabled\n"; got != want {
+				t.Errorf("after -i 1 -e 1: %q, want %q", got, want)
+			}
+
+			if os.Geteuid() != 0 {
+				testenv.Missing(t, "root, to bind the state read-only in a mount namespace")
+			}
+			state := filepath.Join(filepath.Dir(snap), "state")
+			out, code, err := runSMI(t, "unshare", snap, nil, "-m", "sh", "-c",
+				`mount --bind -o ro "$1" "$1" && exec "$2" -i 0 -e 0`, "sh", state, s.Path)
+			if err != nil || code != 0 || !strings.Contains(out, "Not Supported") {
+				t.Errorf("a read-only state: exit %d, %v\n%s", code, err, out)
+			}
+			if got, want := run(q...), "Enabled, Enabled\nEnabled, Enabled\n"; got != want {
+				t.Errorf("a refused change changed the mode: %q", got)
 			}
 		})
 	}
