@@ -111,3 +111,34 @@ func TestPynvmlProcessesShareTheLiveState(t *testing.T) {
 		t.Errorf("pynvml events: %q, want XID 31 on GPU 3", lines.Text())
 	}
 }
+
+// pynvml's GPM (an older header: 98 metrics) reads the load through two
+// samples; an A100 says it has none.
+func TestPynvmlReadsGPM(t *testing.T) {
+	for _, c := range []struct{ profile, want string }{
+		{"h100", "gpu0=70,35,err3 gpu1=0,0,err3\n"},
+		{"a100", "gpu0=none gpu1=none\n"},
+	} {
+		t.Run(c.profile, func(t *testing.T) {
+			snap, _ := testenv.Snapshot(t, c.profile, 2)
+			f := testenv.LiveState(t, snap, 2, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+			boards, err := live.Boards(f.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Update(func(s *live.State, now int64) error {
+				s.SetLoad(boards[0], 0, live.Loads{GPU: 70, Memory: 35}, now)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			python, env := pynvmlEnv(t, snap)
+			cmd := exec.Command(python, filepath.Join(testenv.Root(), "libnvml", "test", "testdata", "pynvml_gpm.py"))
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			if err != nil || string(out) != c.want {
+				t.Errorf("pynvml GPM: %v\n%s\nwant %q", err, out, c.want)
+			}
+		})
+	}
+}
