@@ -9,7 +9,9 @@ import (
 
 // The live state schema: the file every process using the library maps
 // beside the snapshot, written only by nvmock's own tools (package live).
-// Bump StateVersion on any change.
+// Bump StateVersion on any change, but one: a spare word may become a
+// setting guarded by a CFG_* bit (gpm_stream, ecc_pending), since a file
+// with the bit clear reads as before to old and new libraries alike.
 
 // StateVersion is the layout version written into every state file.
 const StateVersion = 7
