@@ -135,14 +135,19 @@ static double activity(const struct nvmock_dev *d, unsigned engine, uint64_t t1,
 		uint32_t v[4] = {d->s->util_gpu, d->s->util_memory, d->s->util_encoder, d->s->util_decoder};
 		return v[engine] == NA32 ? 0 : v[engine];
 	}
-	uint64_t step = 100000000ull;
-	if ((t2 - t1) / step > 1000)
-		step = (t2 - t1) / 1000;
+	// The points are t1 + k * step for k < n, each before t2 (or t1 alone),
+	// so none is past 2^64 whatever the gap: a running t += step could wrap
+	// there and never reach t2.
+	uint64_t gap = t2 - t1, step = 100000000ull;
+	if (gap / step > 1000)
+		step = gap / 1000;
+	uint64_t n = gap / step + (gap % step != 0);
+	if (n == 0)
+		n = 1;
 	double sum = 0;
-	unsigned n = 0;
-	for (uint64_t t = t1; n == 0 || t < t2; t += step, n++)
-		sum += nvmock_live_util(d->node_index, &g, engine, t);
-	return sum / n;
+	for (uint64_t k = 0; k < n; k++)
+		sum += nvmock_live_util(d->node_index, &g, engine, t1 + k * step);
+	return sum / (double)n;
 }
 
 static double media(uint32_t v)

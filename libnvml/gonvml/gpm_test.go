@@ -3,6 +3,7 @@
 package gonvml
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -251,5 +252,39 @@ func TestGPMSamplesAMIGInstance(t *testing.T) {
 	}
 	if _, ret := gpmMetrics(t, lib, ss[0], ss[2], uint32(nvml.GPM_METRIC_GRAPHICS_UTIL)); ret != nvml.ERROR_INVALID_ARGUMENT {
 		t.Errorf("an instance's sample against the GPU's: %v, want INVALID_ARGUMENT", ret)
+	}
+}
+
+// The mean between two samples reads at most about a thousand points
+// whatever the gap, and ends: a clock frozen (nvmock ctl clock freeze
+// 1969-12-31T23:59:59.9Z, or a damaged state file) just short of 2^64 ns
+// after a sample at 2026 made the last step wrap past zero and the loop
+// never end, in the monitoring agent's process.
+func TestGPMMetricsOverAnyGapEnd(t *testing.T) {
+	lib, f, boards := startGPM(t)
+	update(t, f, func(s *live.State, now int64) error {
+		s.SetLoad(boards[0], 0, live.Loads{GPU: 50}, now)
+		return nil
+	})
+	d := handle(t, lib, 0)
+	ss := gpmSamples(t, lib, 2)
+	must(t, "GpmSampleGet", d.GpmSampleGet(ss[0]))
+	update(t, f, func(s *live.State, _ int64) error {
+		s.Header.FrozenNS = math.MaxUint64 - uint64(100*time.Millisecond)
+		return nil
+	})
+	must(t, "GpmSampleGet", d.GpmSampleGet(ss[1]))
+	done := make(chan nvml.Return, 1)
+	go func() {
+		_, ret := gpmMetrics(t, lib, ss[0], ss[1], uint32(nvml.GPM_METRIC_GRAPHICS_UTIL))
+		done <- ret
+	}()
+	select {
+	case ret := <-done:
+		if ret != nvml.SUCCESS {
+			t.Errorf("GpmMetricsGet over a gap of %d ns: %v, want SUCCESS", uint64(math.MaxUint64)-uint64(t0.UnixNano()), ret)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("GpmMetricsGet over a gap of nearly 2^64 ns has not returned in 10s")
 	}
 }
