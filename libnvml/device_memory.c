@@ -127,8 +127,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_
 	*pending = (nvmlEnableState_t)d->s->ecc_pending;
 	struct live_gpu g;
 	const struct live_gpu *set = nvmock_settings(d, &g);
-	if (set != NULL && (set->cfg_set & LIVE_CFG_ECC_PENDING))
-		*pending = (nvmlEnableState_t)set->ecc_pending;
+	if (set != NULL && (set->cfg_set & LIVE_CFG_ECC_PENDING) && set->ecc_pending <= NVML_FEATURE_ENABLED)
+		*pending = (nvmlEnableState_t)set->ecc_pending; // a damaged word reads as unset
 	return NVML_SUCCESS;
 }
 

@@ -48,6 +48,10 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 	const struct setting *s = arg;
 	if (s->bit == LIVE_CFG_POWER_LIMIT)
 		nvmock_live_cut(d, g, nvmock_live_now()); // the readings so far keep the old limit
+	if (s->bit == LIVE_CFG_ECC_PENDING && s->value == d->s->ecc_pending) {
+		g->cfg_set &= ~s->bit; // back to the profile's: nothing left to show
+		return NVML_SUCCESS;
+	}
 	g->cfg_set |= s->bit;
 	if (s->bit == LIVE_CFG_PERSISTENCE)
 		g->persistence = s->value;

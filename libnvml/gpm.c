@@ -243,7 +243,9 @@ NVML_API nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsign
 		return NVML_ERROR_NOT_SUPPORTED;
 	struct live_gpu g;
 	const struct live_gpu *set = nvmock_settings(d, &g);
-	*state = set != NULL && (set->cfg_set & LIVE_CFG_GPM_STREAM) ? set->gpm_stream : NVML_FEATURE_DISABLED;
+	*state = set != NULL && (set->cfg_set & LIVE_CFG_GPM_STREAM) && set->gpm_stream == NVML_FEATURE_ENABLED
+			 ? NVML_FEATURE_ENABLED
+			 : NVML_FEATURE_DISABLED;
 	return NVML_SUCCESS;
 }
 

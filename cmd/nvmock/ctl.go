@@ -518,6 +518,10 @@ func ctlClock(f *live.File, args []string) error {
 				if err != nil {
 					return fmt.Errorf("%q: a time in RFC 3339", args[1])
 				}
+				// The clock counts nanoseconds since 1970 in an int64.
+				if p.Before(time.Unix(0, 0)) || p.After(time.Unix(0, math.MaxInt64)) {
+					return fmt.Errorf("%q: a time from 1970 to 2262", args[1])
+				}
 				t = p.UnixNano()
 			}
 			s.Header.Frozen, s.Header.FrozenNS = 1, uint64(t)
@@ -530,6 +534,9 @@ func ctlClock(f *live.File, args []string) error {
 			}
 			if s.Header.Frozen == 0 {
 				return errors.New("the clock runs; freeze it first")
+			}
+			if s.Header.FrozenNS > math.MaxInt64-uint64(d) {
+				return fmt.Errorf("%q: the clock would pass 2262", args[1])
 			}
 			s.Header.FrozenNS += uint64(d)
 		default:

@@ -212,6 +212,22 @@ func TestCtlClockFreezesAndSteps(t *testing.T) {
 	if s := ctlStatusJSON(t, state); s.Frozen != nil {
 		t.Errorf("still frozen at %v after thaw", s.Frozen)
 	}
+	// The clock is an int64 of nanoseconds since 1970 (review: a time
+	// before 1970 wrapped to near 2^64, where GPM's sampling loop spun).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"freeze", "1969-12-31T23:59:59.9Z"}, "a time from 1970 to 2262"},
+		{[]string{"freeze", "2300-01-01T00:00:00Z"}, "a time from 1970 to 2262"},
+		{[]string{"freeze", "2262-04-11T00:00:00Z"}, ""},
+		{[]string{"advance", "200h"}, "the clock would pass 2262"},
+	} {
+		err := run(append([]string{"ctl", "--state", state, "clock"}, c.args...))
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("clock %v: %v, want %q", c.args, err, c.want)
+		}
+	}
 }
 
 func TestCtlApplySetsAFileOrNothing(t *testing.T) {

@@ -210,6 +210,11 @@ func TestGPMStreamStateIsTheNodes(t *testing.T) {
 	if st, ret := handle(t, other, 1).GpmQueryIfStreamingEnabled(); ret != nvml.SUCCESS || st != uint32(nvml.FEATURE_ENABLED) {
 		t.Errorf("stream state read again: %v, %d; want ENABLED", ret, st)
 	}
+	// A damaged word reads as unset.
+	update(t, f, func(s *live.State, _ int64) error { s.GPUs[1].GpmStream = 5; return nil })
+	if st, ret := d.GpmQueryIfStreamingEnabled(); ret != nvml.SUCCESS || st != uint32(nvml.FEATURE_DISABLED) {
+		t.Errorf("stream state 5 in the state: %v, %d; want DISABLED", ret, st)
+	}
 }
 
 // A MIG GPU instance is sampled through its MIG device or by its id; a

@@ -120,7 +120,7 @@ func TestAPowerLimitHoldsTheDrawFromWhenItIsSet(t *testing.T) {
 // SetEccMode takes ENABLED or DISABLED only, and changes the pending mode
 // alone.
 func TestSetEccModeChangesOnlyThePendingMode(t *testing.T) {
-	lib, _, _ := startLive(t, 1)
+	lib, f, _ := startLive(t, 1)
 	d := handle(t, lib, 0)
 	if ret := d.SetEccMode(2); ret != nvml.ERROR_INVALID_ARGUMENT {
 		t.Errorf("SetEccMode(2): %v, want INVALID_ARGUMENT", ret)
@@ -133,5 +133,20 @@ func TestSetEccModeChangesOnlyThePendingMode(t *testing.T) {
 	// The counters go on as with ECC on: the mode changes at the next boot.
 	if _, ret := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret != nvml.SUCCESS {
 		t.Errorf("GetTotalEccErrors with ECC pending off: %v", ret)
+	}
+
+	// Back to the profile's mode: nothing is pending, so nothing is kept
+	// (ctl status would list it).
+	must(t, "SetEccMode", d.SetEccMode(nvml.FEATURE_ENABLED))
+	if g := f.Read().GPUs[0]; g.CfgSet&live.CfgECCPending != 0 {
+		t.Errorf("ECC set back to the profile's mode is still a setting: cfg %#x", g.CfgSet)
+	}
+	// A damaged word reads as unset.
+	update(t, f, func(s *live.State, _ int64) error {
+		s.GPUs[0].CfgSet, s.GPUs[0].ECCPending = live.CfgECCPending, 7
+		return nil
+	})
+	if _, pend, ret := d.GetEccMode(); ret != nvml.SUCCESS || pend != nvml.FEATURE_ENABLED {
+		t.Errorf("GetEccMode with pending 7 in the state: %v, %v; want the profile's ENABLED", ret, pend)
 	}
 }
