@@ -5,9 +5,11 @@ package gonvml
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/live"
 )
 
@@ -213,3 +215,41 @@ func benchMIGMemory(b *testing.B, procs int, onGPU bool) {
 func BenchmarkMIGDeviceMemoryIdle(b *testing.B)            { benchMIGMemory(b, 0, false) }
 func BenchmarkMIGDeviceMemoryWith8Processes(b *testing.B)  { benchMIGMemory(b, 8, false) }
 func BenchmarkMIGModeGPUMemoryWith8Processes(b *testing.B) { benchMIGMemory(b, 8, true) }
+
+// GPM: the metrics between two samples a second apart (ten of the load
+// model's slots each), as nvidia-smi dmon --gpm-metrics 1,2,10,20 asks
+// for them every second.
+func BenchmarkGPMMetricsGet(b *testing.B) {
+	path, _ := testenv.Snapshot(b, "h100", 1)
+	f := testenv.LiveState(b, path, 1, t0)
+	cleanEnv(b, path)
+	lib := newLib(b)
+	start(b, lib)
+	boards, err := live.Boards(f.Path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	update(b, f, func(s *live.State, now int64) error {
+		s.SetLoad(boards[0], 0, live.Loads{GPU: 70, Memory: 30, Jitter: 5}, now)
+		return nil
+	})
+	d := handle(b, lib, 0)
+	s1, _ := lib.GpmSampleAlloc()
+	s2, _ := lib.GpmSampleAlloc()
+	defer s1.Free()
+	defer s2.Free()
+	d.GpmSampleGet(s1)
+	update(b, f, func(s *live.State, _ int64) error { s.Header.FrozenNS += uint64(time.Second); return nil })
+	d.GpmSampleGet(s2)
+	m := &nvml.GpmMetricsGetType{NumMetrics: 4, Sample1: s1, Sample2: s2}
+	for i, id := range []nvml.GpmMetricId{nvml.GPM_METRIC_GRAPHICS_UTIL, nvml.GPM_METRIC_SM_UTIL, nvml.GPM_METRIC_DRAM_BW_UTIL, nvml.GPM_METRIC_PCIE_TX_PER_SEC} {
+		m.Metrics[i].MetricId = uint32(id)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if ret := lib.GpmMetricsGet(m); ret != nvml.SUCCESS || m.Metrics[0].NvmlReturn != 0 {
+			b.Fatalf("GpmMetricsGet: %v, metric 1: %v", ret, m.Metrics[0].NvmlReturn)
+		}
+	}
+}
