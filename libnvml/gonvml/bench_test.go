@@ -9,7 +9,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/live"
 )
 
@@ -220,15 +219,7 @@ func BenchmarkMIGModeGPUMemoryWith8Processes(b *testing.B) { benchMIGMemory(b, 8
 // model's slots each), as nvidia-smi dmon --gpm-metrics 1,2,10,20 asks
 // for them every second.
 func BenchmarkGPMMetricsGet(b *testing.B) {
-	path, _ := testenv.Snapshot(b, "h100", 1)
-	f := testenv.LiveState(b, path, 1, t0)
-	cleanEnv(b, path)
-	lib := newLib(b)
-	start(b, lib)
-	boards, err := live.Boards(f.Path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	lib, f, boards := startLiveOn(b, "h100", 1)
 	update(b, f, func(s *live.State, now int64) error {
 		s.SetLoad(boards[0], 0, live.Loads{GPU: 70, Memory: 30, Jitter: 5}, now)
 		return nil

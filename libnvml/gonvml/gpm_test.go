@@ -55,16 +55,7 @@ func TestGPMIsForHopperAndLater(t *testing.T) {
 // at t0.
 func startGPM(t *testing.T) (nvml.Interface, *live.File, []live.Board) {
 	t.Helper()
-	path, _ := testenv.Snapshot(t, "h100", 2)
-	f := testenv.LiveState(t, path, 2, t0)
-	cleanEnv(t, path)
-	lib := newLib(t)
-	start(t, lib)
-	boards, err := live.Boards(f.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lib, f, boards
+	return startLiveOn(t, "h100", 2)
 }
 
 func gpmSamples(t *testing.T, lib nvml.Interface, n int) []nvml.GpmSample {

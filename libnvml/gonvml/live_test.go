@@ -32,7 +32,13 @@ var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // clock stands at t0, and returns the state and the model's boards.
 func startLive(t testing.TB, n int) (nvml.Interface, *live.File, []live.Board) {
 	t.Helper()
-	path, _ := testenv.Snapshot(t, "a100", n)
+	return startLiveOn(t, "a100", n)
+}
+
+// startLiveOn is startLive on a node of another profile.
+func startLiveOn(t testing.TB, profile string, n int) (nvml.Interface, *live.File, []live.Board) {
+	t.Helper()
+	path, _ := testenv.Snapshot(t, profile, n)
 	f := testenv.LiveState(t, path, n, t0)
 	cleanEnv(t, path)
 	lib := newLib(t)
