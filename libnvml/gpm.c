@@ -6,6 +6,8 @@
 // board's throughput reading and NVLink carries none (as the field values
 // say). The model has no instruction mix, so metrics of pipes, occupancy,
 // caches and C2C answer NOT_SUPPORTED each, rather than a made-up figure.
+#include <time.h>
+
 #include "mig.h"
 
 #define GPM_WHOLE 0xffffffffu // a sample of the whole GPU
@@ -18,7 +20,8 @@ struct nvmlGpmSample_st {
 	uint32_t used;                // 1 while allocated
 	unsigned gi;                  // GPU instance, or GPM_WHOLE
 	nvmlDevice_t dev;             // its GPU; NULL until a sample is read into it
-	uint64_t t;                   // the live clock, ns
+	uint64_t t;                   // the live clock, ns: the model's time
+	uint64_t mono;                // CLOCK_MONOTONIC, ns: which sample came first
 };
 static struct nvmlGpmSample_st samples[GPM_SAMPLES];
 static unsigned next_free;
@@ -69,7 +72,7 @@ NVML_API nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
 		struct nvmlGpmSample_st *p = &samples[(start + i) % GPM_SAMPLES];
 		uint32_t free_ = 0;
 		if (__atomic_compare_exchange_n(&p->used, &free_, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-			p->dev.handle = NULL, p->gi = GPM_WHOLE, p->t = 0;
+			p->dev.handle = NULL, p->gi = GPM_WHOLE, p->t = 0, p->mono = 0;
 			__atomic_store_n(&next_free, (start + i + 1) % GPM_SAMPLES, __ATOMIC_RELAXED);
 			gpmSample->handle = p;
 			return NVML_SUCCESS;
@@ -96,7 +99,10 @@ static nvmlReturn_t take(const struct nvmock_dev *d, unsigned gi, nvmlGpmSample_
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (!gpm_device(d))
 		return NVML_ERROR_NOT_SUPPORTED;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	s->dev = nvmock_handle(d), s->gi = gi, s->t = nvmock_live_now();
+	s->mono = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	return NVML_SUCCESS;
 }
 
@@ -130,6 +136,8 @@ NVML_API nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuI
 // the two are one.
 static double activity(const struct nvmock_dev *d, unsigned engine, uint64_t t1, uint64_t t2)
 {
+	if (t2 < t1)
+		t1 = t2; // the wall clock stepped back between them: the later reading
 	struct live_gpu g;
 	if (!nvmock_live_read(d->node_index, &g)) {
 		uint32_t v[4] = {d->s->util_gpu, d->s->util_memory, d->s->util_encoder, d->s->util_decoder};
@@ -219,9 +227,11 @@ NVML_API nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
 	if (metricsGet->numMetrics > NVML_GPM_METRIC_MAX)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	const struct nvmlGpmSample_st *a = sample_of(metricsGet->sample1), *b = sample_of(metricsGet->sample2);
-	// Two samples read, of one GPU or instance, the second not before the first.
+	// Two samples read, of one GPU or instance, the second not taken before
+	// the first. The order is the monotonic clock's: the wall clock that
+	// times the model may step back (NTP), where a GPU's counters do not.
 	if (a == NULL || b == NULL || a->dev.handle == NULL || a->dev.handle != b->dev.handle || a->gi != b->gi ||
-	    b->t < a->t)
+	    b->mono < a->mono)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	// Checked again: the GPU may be lost since, or gone with a new init.
 	DEV(a->dev, d);

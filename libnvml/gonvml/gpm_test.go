@@ -284,3 +284,25 @@ func TestGPMMetricsOverAnyGapEnd(t *testing.T) {
 		t.Fatal("GpmMetricsGet over a gap of nearly 2^64 ns has not returned in 10s")
 	}
 }
+
+// The wall clock that times the model may step back between two samples
+// (NTP), where a GPU's counters never do: the pair still gives metrics, the
+// model's reading at the later sample's time.
+func TestGPMSamplesSurviveAClockSteppedBack(t *testing.T) {
+	lib, f, boards := startGPM(t)
+	update(t, f, func(s *live.State, now int64) error {
+		s.SetLoad(boards[0], 0, live.Loads{GPU: 30}, now)
+		return nil
+	})
+	advance(t, f, 2*time.Minute)
+	d := handle(t, lib, 0)
+	ss := gpmSamples(t, lib, 2)
+	must(t, "GpmSampleGet", d.GpmSampleGet(ss[0]))
+	// Back a minute: still under the load, which the model reads there.
+	update(t, f, func(s *live.State, _ int64) error { s.Header.FrozenNS -= uint64(time.Minute); return nil })
+	must(t, "GpmSampleGet", d.GpmSampleGet(ss[1]))
+	got, ret := gpmMetrics(t, lib, ss[0], ss[1], uint32(nvml.GPM_METRIC_GRAPHICS_UTIL))
+	if ret != nvml.SUCCESS || got[0].NvmlReturn != 0 || got[0].Value != 30 {
+		t.Errorf("metrics across a clock stepped back: %v, %+v; want 30", ret, got[0])
+	}
+}
