@@ -47,12 +47,7 @@ func TestPersistenceAndComputeModeAreSetForTheNode(t *testing.T) {
 			}
 
 			// A read-only view of the state, as a GPU container has.
-			if os.Geteuid() != 0 {
-				testenv.Missing(t, "root, to bind the state read-only in a mount namespace")
-			}
-			state := filepath.Join(filepath.Dir(snap), "state")
-			out, code, err := runSMI(t, "unshare", snap, nil, "-m", "sh", "-c",
-				`mount --bind -o ro "$1" "$1" && exec "$2" -i 0 -c PROHIBITED`, "sh", state, s.Path)
+			out, code, err := runReadOnly(t, s.Path, snap, "-i", "0", "-c", "PROHIBITED")
 			if err != nil || code != 0 || !strings.Contains(out, "Not Supported") {
 				t.Errorf("a read-only state: exit %d, %v\n%s", code, err, out)
 			}
@@ -100,12 +95,7 @@ func TestPowerLimitIsSetForTheNode(t *testing.T) {
 				t.Errorf("-pl 1000: exit %d, %v\n%s", code, err, out)
 			}
 
-			if os.Geteuid() != 0 {
-				testenv.Missing(t, "root, to bind the state read-only in a mount namespace")
-			}
-			state := filepath.Join(filepath.Dir(snap), "state")
-			out, code, err = runSMI(t, "unshare", snap, nil, "-m", "sh", "-c",
-				`mount --bind -o ro "$1" "$1" && exec "$2" -i 0 -pl 300`, "sh", state, s.Path)
+			out, code, err = runReadOnly(t, s.Path, snap, "-i", "0", "-pl", "300")
 			if err != nil || code != 0 || !strings.Contains(out, "not supported") {
 				t.Errorf("a read-only state: exit %d, %v\n%s", code, err, out)
 			}
@@ -144,12 +134,7 @@ func TestECCModeIsPendingUntilReboot(t *testing.T) {
 				t.Errorf("after -i 1 -e 1: %q, want %q", got, want)
 			}
 
-			if os.Geteuid() != 0 {
-				testenv.Missing(t, "root, to bind the state read-only in a mount namespace")
-			}
-			state := filepath.Join(filepath.Dir(snap), "state")
-			out, code, err := runSMI(t, "unshare", snap, nil, "-m", "sh", "-c",
-				`mount --bind -o ro "$1" "$1" && exec "$2" -i 0 -e 0`, "sh", state, s.Path)
+			out, code, err := runReadOnly(t, s.Path, snap, "-i", "0", "-e", "0")
 			if err != nil || code != 0 || !strings.Contains(out, "Not Supported") {
 				t.Errorf("a read-only state: exit %d, %v\n%s", code, err, out)
 			}
@@ -177,4 +162,16 @@ func TestGPUResetIsNotSupported(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runReadOnly runs nvidia-smi with the node's state bound read-only in a
+// mount namespace of its own, as a GPU container sees it (root only).
+func runReadOnly(t *testing.T, smi, snap string, args ...string) (string, int, error) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root, to bind the state read-only in a mount namespace")
+	}
+	state := filepath.Join(filepath.Dir(snap), "state")
+	return runSMI(t, "unshare", snap, nil, append([]string{"-m", "sh", "-c",
+		`mount --bind -o ro "$1" "$1" && shift && exec "$0" "$@"`, smi, state}, args...)...)
 }
