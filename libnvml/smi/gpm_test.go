@@ -3,6 +3,7 @@
 package smi
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -45,18 +46,19 @@ func TestEveryNvidiaSMIShowsGPMOnHopper(t *testing.T) {
 			if len(rows) != 12 || !strings.Contains(rows[0], "id=1") || !strings.Contains(rows[1], "GPM") {
 				t.Fatalf("dmon --gpm-metrics:\n%s", out)
 			}
-			for i, want := range []string{"0 68 29 37 80 80 30 -", "1 68 29 37 0 0 0 -"} {
+			// Each row: GPU, power, two temperatures (these move with the
+			// load), then ids 1, 2, 10 and 3.
+			for i, want := range []string{"80 80 30 -", "0 0 0 -"} {
 				seen := false
 				for r := 1; r < 5; r++ {
 					got := strings.Fields(rows[2+2*r+i])
-					if len(got) != 8 {
+					if len(got) != 8 || got[0] != fmt.Sprint(i) {
 						t.Fatalf("dmon row %q", rows[2+2*r+i])
 					}
-					got = append(got[:1], got[4:]...) // power and temperatures move with the load
-					switch strings.Join(got, " ") {
-					case want[:1] + want[len("0 68 29 37"):]:
+					switch strings.Join(got[4:], " ") {
+					case want:
 						seen = true
-					case want[:1] + " - - - -":
+					case "- - - -":
 					default:
 						t.Errorf("GPU %d, round %d: %q, want %q (occupancy is not modelled: -)\n%s", i, r+1, got, want, out)
 					}
