@@ -7,6 +7,8 @@
 # -version is kept.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib/gomod.sh source-path=SCRIPTDIR
+. "$here/lib/gomod.sh"
 
 NFD_MODULE=sigs.k8s.io/node-feature-discovery
 NFD_VERSION=v0.18.2
@@ -25,30 +27,11 @@ if [ -x "$bin/nfd-worker" ] && "$bin/nfd-worker" -version >/dev/null 2>&1; then
   exit 0
 fi
 
-# `go install ...@version` fails: the proxy answers 403 for the module's
-# @v/list. Downloading the exact version works, so build from a copy.
-log "downloading $NFD_MODULE@$NFD_VERSION"
-json=$(env -C / GOWORK=off go mod download -json "$NFD_MODULE@$NFD_VERSION" 2>&1) ||
-  die "go mod download $NFD_MODULE@$NFD_VERSION: $(echo "$json" | tail -n 1)"
-moddir=$(echo "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
-[ -d "$moddir" ] || die "go mod download $NFD_MODULE@$NFD_VERSION gave no module dir"
+src=$cache/src/node-feature-discovery@$NFD_VERSION
+gomod_copy "$NFD_MODULE" "$NFD_VERSION" "$src"
 # Its go.mod replaces the api/nfd module with ./api/nfd, which the module's
 # zip leaves out: that module, at the same version, goes there.
-apijson=$(env -C / GOWORK=off go mod download -json "$NFD_MODULE/api/nfd@$NFD_VERSION" 2>&1) ||
-  die "go mod download $NFD_MODULE/api/nfd@$NFD_VERSION: $(echo "$apijson" | tail -n 1)"
-apidir=$(echo "$apijson" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
-[ -d "$apidir" ] || die "go mod download $NFD_MODULE/api/nfd@$NFD_VERSION gave no module dir"
-src=$cache/src/node-feature-discovery@$NFD_VERSION
-if [ ! -f "$src/go.mod" ] || [ ! -f "$src/api/nfd/go.mod" ]; then
-  rm -rf "$src.tmp" "$src"
-  mkdir -p "$cache/src"
-  cp -r "$moddir" "$src.tmp"
-  chmod -R u+w "$src.tmp"
-  mkdir -p "$src.tmp/api"
-  cp -r "$apidir" "$src.tmp/api/nfd"
-  chmod -R u+w "$src.tmp/api/nfd"
-  mv "$src.tmp" "$src"
-fi
+gomod_copy "$NFD_MODULE/api/nfd" "$NFD_VERSION" "$src/api/nfd"
 log "building nfd-worker $NFD_VERSION (a few minutes the first time)"
 logf=$cache/nfd-worker.build.log
 if ! env -C "$src" GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 \

@@ -12,6 +12,8 @@
 # answers --version is kept.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib/gomod.sh source-path=SCRIPTDIR
+. "$here/lib/gomod.sh"
 
 CTK_MODULE=github.com/NVIDIA/nvidia-container-toolkit
 CTK_VERSION=v1.20.2
@@ -68,23 +70,8 @@ if works "$bin/nvidia-device-plugin" && works "$bin/gpu-feature-discovery"; then
   exit 0
 fi
 
-# `go install $DP_MODULE/...@$DP_VERSION` fails: the proxy answers 403 for the
-# module's @v/list. Downloading the exact version works, so build from a copy.
-log "downloading $DP_MODULE@$DP_VERSION"
-# From / so that no go.mod or go.work of the caller's takes part.
-json=$(env -C / GOWORK=off go mod download -json "$DP_MODULE@$DP_VERSION" 2>&1) ||
-  die "go mod download $DP_MODULE@$DP_VERSION: $(echo "$json" | sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/\1/p' | sed 's/\\n\\t/; /g' | grep . || echo "$json" | tail -n 1)"
-moddir=$(echo "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
-[ -d "$moddir" ] || die "go mod download $DP_MODULE@$DP_VERSION gave no module dir"
-
 src=$cache/src/k8s-device-plugin@$DP_VERSION
-if [ ! -f "$src/go.mod" ]; then
-  rm -rf "$src.tmp"
-  mkdir -p "$cache/src"
-  cp -r "$moddir" "$src.tmp"
-  chmod -R u+w "$src.tmp"
-  mv "$src.tmp" "$src"
-fi
+gomod_copy "$DP_MODULE" "$DP_VERSION" "$src"
 
 for cmd in nvidia-device-plugin gpu-feature-discovery; do
   if works "$bin/$cmd"; then
