@@ -86,13 +86,14 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	ln -sf $(@F) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
-deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, NVIDIA's tools and nfd-worker into .cache
+deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, NVIDIA's tools, nfd-worker and node-problem-detector into .cache
 	hack/install-deps.sh
 	hack/fetch-nvidia-smi.sh $(CACHE)
 	hack/fetch-pynvml.sh $(CACHE)
 	hack/fetch-monitors.sh $(CACHE)
 	hack/fetch-nvidia-tools.sh $(CACHE)
 	hack/fetch-nfd.sh $(CACHE)
+	hack/fetch-npd.sh $(CACHE)
 
 # lstopo with hwloc's NVML plugin, which Debian's hwloc lacks: built from
 # Debian's source against go-nvml's nvml.h and the built library's soname.
@@ -122,7 +123,7 @@ e2e: deps driver image ## the end-to-end suite alone: a real containerd with NRI
 	$(TEST_ENV) hack/test.sh e2e
 
 bench: deps k8s-tools driver image ## benchmarks: Go (through the C ABI), whole-process timings, and (as root) containers on a real containerd and pod startup on the Kubernetes node
-	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/... ./pcisim/ ./pcisim/hook/ ./plugin/inject/ ./ibshim/...
+	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/... ./live/ ./pcisim/ ./pcisim/hook/ ./plugin/inject/ ./ibshim/...
 	hack/bench.sh $(BUILD) $(NVIDIA_SMI)
 	@if [ "$$(id -u)" != 0 ]; then echo 'e2e and Kubernetes benchmarks: not run (need root: they start containerd)'; exit 0; fi; \
 	trap 'hack/e2e-node.sh down' EXIT; hack/e2e-node.sh up && \

@@ -224,6 +224,9 @@ var ErrUnchanged = errors.New("state unchanged")
 // Update runs fn on a copy of the state under the writers' lock and
 // publishes the result; readers never wait for it. now is the state's clock.
 func (f *File) Update(fn func(s *State, now int64) error) error {
+	if f.f == nil {
+		return fmt.Errorf("state %s: opened for reading only", f.Path)
+	}
 	if err := unix.Flock(int(f.f.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("state %s: lock: %w", f.Path, err)
 	}
@@ -284,6 +287,17 @@ func (s *State) Now() int64 {
 // ReadFile returns a consistent copy of the state file at path, for
 // readers that may not write it (the NRI plugin's view of MIG devices).
 func ReadFile(path string) (*State, error) {
+	f, err := OpenRead(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Read(), nil
+}
+
+// OpenRead maps the state file at path for reading only: Update fails on
+// it.
+func OpenRead(path string) (*File, error) {
 	fd, err := os.Open(path)
 	if err != nil {
 		return nil, openError(path, err)
@@ -300,13 +314,12 @@ func ReadFile(path string) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state %s: mmap: %w", path, err)
 	}
-	defer unix.Munmap(mem)
 	f := &File{Path: path, mem: mem}
-	s := f.Read()
-	if err := checkHeader(path, &s.Header); err != nil {
-		return nil, err
+	if h := f.Read().Header; checkHeader(path, &h) != nil {
+		unix.Munmap(mem)
+		return nil, checkHeader(path, &h)
 	}
-	return s, nil
+	return f, nil
 }
 
 // Generation is the number of writes the state file at path has seen, read

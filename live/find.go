@@ -53,6 +53,12 @@ func Boards(path string) ([]Board, error) {
 // Snapshot reads the records of the snapshot that goes with the state at
 // path.
 func Snapshot(path string) ([]snapshot.Device, error) {
+	_, devs, err := readSnapshot(path)
+	return devs, err
+}
+
+// snapshotPath is the snapshot that goes with the state at path.
+func snapshotPath(path string) (string, error) {
 	dir := filepath.Dir(path)
 	// Beside it (exec, a snapshot used directly), or an installed node's:
 	// the state in <root>/live, the snapshot in <root>/driver.
@@ -61,15 +67,26 @@ func Snapshot(path string) ([]snapshot.Device, error) {
 		cands = append([]string{e}, cands...)
 	}
 	for _, c := range cands {
-		data, err := os.ReadFile(c)
-		if err != nil {
-			continue
+		if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() {
+			return c, nil
 		}
-		_, devs, err := snapshot.Read(data)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot %s: %w", c, err)
-		}
-		return devs, nil
 	}
-	return nil, fmt.Errorf("state %s: no snapshot beside it (looked at %s); set NVMOCK_SNAPSHOT to the one the library reads", path, strings.Join(cands, ", "))
+	return "", fmt.Errorf("state %s: no snapshot beside it (looked at %s); set NVMOCK_SNAPSHOT to the one the library reads", path, strings.Join(cands, ", "))
+}
+
+// readSnapshot reads the snapshot that goes with the state at path.
+func readSnapshot(path string) (snapshot.Header, []snapshot.Device, error) {
+	p, err := snapshotPath(path)
+	if err != nil {
+		return snapshot.Header{}, nil, err
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return snapshot.Header{}, nil, fmt.Errorf("snapshot %s: %w", p, err)
+	}
+	h, devs, err := snapshot.Read(data)
+	if err != nil {
+		return h, nil, fmt.Errorf("snapshot %s: %w", p, err)
+	}
+	return h, devs, nil
 }

@@ -35,6 +35,9 @@ Usage:
                                       run the node's InfiniBand fabric daemon
   nvmock ctl COMMAND ...              change the node's live state: loads, faults,
                                       XIDs, processes, MIG, InfiniBand ports
+  nvmock xidlog [--state PATH] [--out /dev/kmsg]
+                                      write the GPUs' XIDs to the kernel log as
+                                      the driver does
   nvmock version                      print the version
 
 Each command's --help (nvmock ctl help) lists all its flags.
@@ -76,6 +79,8 @@ func run(args []string) error {
 		return ibdCmd(args[1:])
 	case "ctl":
 		return ctlCmd(args[1:])
+	case "xidlog":
+		return xidlogCmd(args[1:])
 	case execChildArg: // hidden: nvmock exec's child, already in its new mount namespace
 		return execChild(args[1:])
 	case "help", "-h", "--help":

@@ -1,0 +1,26 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestXIDLogRejectsBadArgumentsWithOneLine(t *testing.T) {
+	state := ctlNode(t, "2")
+	missing := filepath.Join(t.TempDir(), "state")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"xidlog", "--state", state, "stray"}, `xidlog: unexpected argument "stray"`},
+		{[]string{"xidlog", "--state", state, "--out", "/dev/null"}, "xidlog: /dev/null: a device other than the kernel log (/dev/kmsg is char 1:11)"},
+		{[]string{"xidlog", "--state", state, "--out", t.TempDir()}, "not a file, a pipe or the kernel log"},
+		{[]string{"xidlog", "--state", missing, "--out", filepath.Join(t.TempDir(), "log")}, "xidlog: state " + missing + ": no such file"},
+	} {
+		err := run(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("nvmock %s: %v, want one line with %q", strings.Join(c.args, " "), err, c.want)
+		}
+	}
+}
