@@ -32,6 +32,7 @@ type pool struct {
 	peers         string            // the plugin's --ib-peers (infiniband.peers)
 	mig           string            // --mig the install gets
 	annotations   map[string]string // podAnnotations the pod template carries
+	xidlog        bool              // kernelLog.xids: the xidlog container runs
 }
 
 // liveValues set a load and faults at install (nvmock ctl apply).
@@ -41,6 +42,7 @@ live:
   faults:
     - {gpus: "3", kind: ecc_uncorrectable, in: 10m}
     - {gpus: all, kind: xid, xid: 13, probability: 0.0001}
+kernelLog: {xids: true}
 `
 
 // fleetValues is a heterogeneous fleet: A100 and T4 nodes told apart by a
@@ -92,7 +94,7 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 	}
 	scenarios := []scenario{
 		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
-		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true}}},
+		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true, xidlog: true}}},
 		{"fleet", fleetValues, []pool{
 			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers, annotations: fleetAnnotations},
 			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, annotations: fleetAnnotations}, // no InfiniBand: no peers, slots or port faults
@@ -203,8 +205,11 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	if !reflect.DeepEqual(spec.NodeSelector, p.selector) {
 		t.Errorf("%s: nodeSelector %v, want %v", ds.Name, spec.NodeSelector, p.selector)
 	}
-	if len(spec.InitContainers) != 3 || len(spec.Containers) != 1 {
-		t.Fatalf("%s: %d init containers and %d containers, want 3 (uninstall, hostprep, live) and 1", ds.Name, len(spec.InitContainers), len(spec.Containers))
+	if want := map[bool]int{false: 1, true: 2}[p.xidlog]; len(spec.InitContainers) != 3 || len(spec.Containers) != want {
+		t.Fatalf("%s: %d init containers and %d containers, want 3 (uninstall, hostprep, live) and %d", ds.Name, len(spec.InitContainers), len(spec.Containers), want)
+	}
+	if p.xidlog {
+		checkXIDLog(t, ds, spec.Containers[1])
 	}
 	checkLive(t, ds, spec.InitContainers[2])
 	unc, init, main := spec.InitContainers[0], spec.InitContainers[1], spec.Containers[0]
@@ -345,6 +350,26 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 			!reflect.DeepEqual(sc.Capabilities.Add, c.add) {
 			t.Errorf("%s: container %s: securityContext %+v, want unprivileged, ALL dropped, adding only %v", ds.Name, c.ctr.Name, sc, c.add)
 		}
+	}
+}
+
+// checkXIDLog: nvmock xidlog with its real flags on the installed node's
+// state, privileged (only that opens /dev/kmsg) and writing nothing.
+func checkXIDLog(t *testing.T, ds appsv1.DaemonSet, c corev1.Container) {
+	t.Helper()
+	if c.Name != "xidlog" || len(c.Command) != 1 || c.Command[0] != "/opt/nvmock/bin/nvmock" || len(c.Args) < 1 || c.Args[0] != "xidlog" {
+		t.Fatalf("%s: second container %s runs %q %q, want nvmock xidlog", ds.Name, c.Name, c.Command, c.Args)
+	}
+	set := parseArgs(t, "xidlog container", sourceFlags(t, "xidlog.go", "xidlogCmd"), c.Args[1:])
+	if want := map[string]string{"state": "/var/lib/nvmock/live/state"}; !reflect.DeepEqual(set, want) {
+		t.Errorf("%s: xidlog flags %v, want %v", ds.Name, set, want)
+	}
+	spec := ds.Spec.Template.Spec
+	if m := mountsOf(spec, c); m["/var/lib/nvmock"] != "hostPath:/var/lib/nvmock" || len(writable(spec, c)) != 0 {
+		t.Errorf("%s: xidlog mounts %v (read-write: %v), want the overlay root read-only alone", ds.Name, m, writable(spec, c))
+	}
+	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("%s: xidlog securityContext %+v, want privileged with a read-only root", ds.Name, sc)
 	}
 }
 

@@ -205,6 +205,8 @@ func (c *cluster) nvmockValues(extra map[string]any) map[string]any {
 		"overlayRoot": c.overlayRoot(),
 		"cdiDir":      c.cdiDir(),
 		"nfdDir":      c.nfdDir(),
+		// The GPUs' XIDs in the node's kernel log, as the driver writes them.
+		"kernelLog": map[string]any{"xids": true},
 	}
 	for k, x := range extra {
 		v[k] = x

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // nvmock ctl run in the chart's pod (kubectl exec -c nri) changes the
@@ -40,6 +42,7 @@ func TestCtlInTheChartsPodReachesPodsAndTheDevicePlugin(t *testing.T) {
 		t.Errorf("a pod's nvidia-smi after nvmock ctl load all 55:\n%s", out)
 	}
 
+	kmsg := testenv.OpenKmsg(t)
 	start := time.Now()
 	ctl("xid", "2", "48")
 	if err := c.waitAllocatable(ctxT(t, time.Minute), n-1); err != nil {
@@ -48,6 +51,10 @@ func TestCtlInTheChartsPodReachesPodsAndTheDevicePlugin(t *testing.T) {
 	t.Logf("allocatable %s fell to %d %v after XID 48", gpuResource, n-1, time.Since(start).Round(time.Millisecond))
 	if st := ctl("status"); !strings.Contains(st, "ecc_uncorrectable (XID 48)") {
 		t.Errorf("nvmock ctl status in the pod:\n%s", st)
+	}
+	// The chart's xidlog container (kernelLog.xids) logged it on the host.
+	if prio, _ := kmsg.Until(t, "): 48, An uncorrectable double bit error (DBE) has been detected", 30*time.Second); prio&7 != 4 {
+		t.Errorf("the kernel log has XID 48 at level %d, want 4 (warning) as the driver logs it", prio&7)
 	}
 }
 
