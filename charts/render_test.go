@@ -354,19 +354,21 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 }
 
 // checkXIDLog: nvmock xidlog with its real flags on the installed node's
-// state, privileged (only that opens /dev/kmsg) and writing nothing.
+// state, privileged (only that opens /dev/kmsg) and writing only the live
+// state's directory (its cursor).
 func checkXIDLog(t *testing.T, ds appsv1.DaemonSet, c corev1.Container) {
 	t.Helper()
 	if c.Name != "xidlog" || len(c.Command) != 1 || c.Command[0] != "/opt/nvmock/bin/nvmock" || len(c.Args) < 1 || c.Args[0] != "xidlog" {
 		t.Fatalf("%s: second container %s runs %q %q, want nvmock xidlog", ds.Name, c.Name, c.Command, c.Args)
 	}
 	set := parseArgs(t, "xidlog container", sourceFlags(t, "xidlog.go", "xidlogCmd"), c.Args[1:])
-	if want := map[string]string{"state": "/var/lib/nvmock/live/state"}; !reflect.DeepEqual(set, want) {
+	if want := map[string]string{"state": "/var/lib/nvmock/live/state", "cursor": "/var/lib/nvmock/live/xidlog.cursor"}; !reflect.DeepEqual(set, want) {
 		t.Errorf("%s: xidlog flags %v, want %v", ds.Name, set, want)
 	}
 	spec := ds.Spec.Template.Spec
-	if m := mountsOf(spec, c); m["/var/lib/nvmock"] != "hostPath:/var/lib/nvmock" || len(writable(spec, c)) != 0 {
-		t.Errorf("%s: xidlog mounts %v (read-write: %v), want the overlay root read-only alone", ds.Name, m, writable(spec, c))
+	if m, rw := mountsOf(spec, c), writable(spec, c); m["/var/lib/nvmock"] != "hostPath:/var/lib/nvmock" ||
+		!reflect.DeepEqual(rw, []string{"/var/lib/nvmock/live"}) || m["/var/lib/nvmock/live"] != "hostPath:/var/lib/nvmock/live" {
+		t.Errorf("%s: xidlog mounts %v (read-write: %v), want the overlay root read-only and its live directory", ds.Name, m, rw)
 	}
 	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Errorf("%s: xidlog securityContext %+v, want privileged with a read-only root", ds.Name, sc)

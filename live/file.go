@@ -33,6 +33,7 @@ type File struct {
 	Path string
 	f    *os.File
 	mem  []byte
+	ino  uint64 // of the file mapped (OpenRead's)
 }
 
 // IsState says whether path is missing or an nvmock state file, of any
@@ -314,7 +315,7 @@ func OpenRead(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state %s: mmap: %w", path, err)
 	}
-	f := &File{Path: path, mem: mem}
+	f := &File{Path: path, mem: mem, ino: st.Sys().(*syscall.Stat_t).Ino}
 	if h := f.Read().Header; checkHeader(path, &h) != nil {
 		unix.Munmap(mem)
 		return nil, checkHeader(path, &h)

@@ -80,6 +80,11 @@ func readSnapshot(path string) (snapshot.Header, []snapshot.Device, error) {
 	if err != nil {
 		return snapshot.Header{}, nil, err
 	}
+	return readSnapshotAt(p)
+}
+
+// readSnapshotAt reads the snapshot at p.
+func readSnapshotAt(p string) (snapshot.Header, []snapshot.Device, error) {
 	data, err := os.ReadFile(p)
 	if err != nil {
 		return snapshot.Header{}, nil, fmt.Errorf("snapshot %s: %w", p, err)

@@ -20,3 +20,8 @@ func (f *File) WaitWake(w uint32, d time.Duration) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&f.state().Header.Wake)), 0, uintptr(w),
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
+
+// WakeAll wakes whoever waits on the wake word, without a write.
+func (f *File) WakeAll() {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&f.state().Header.Wake)), 1 /* FUTEX_WAKE */, 1<<30, 0, 0, 0)
+}

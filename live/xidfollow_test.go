@@ -124,3 +124,64 @@ func TestFollowerStartsOverOnAStateMadeAnew(t *testing.T) {
 		}
 	}
 }
+
+// The clock set back and forth (nvmock ctl clock) moves nothing twice, and
+// an event stamped ahead of it waits for it, as the library's event sets do.
+func TestFollowerFollowsTheClockAsTheLibraryDoes(t *testing.T) {
+	f := newState(t, 1)
+	const t0 = int64(3_000_000_000_000)
+	fol := NewXIDFollower(f.Read(), t0)
+	update(t, f, func(s *State) error { return s.XID(0, 48, t0+5) })
+	if got, _, _ := next(t, f, fol, t0+10); !slices.Equal(xids(got), []uint32{48}) {
+		t.Fatalf("at first: %+v, want XID 48", got)
+	}
+	for _, now := range []int64{t0 + 1, t0 + 20} { // back before it, then past it again
+		if got, _, _ := next(t, f, fol, now); len(got) != 0 {
+			t.Fatalf("with the clock at t0%+d: %+v, want nothing again", now-t0, got)
+		}
+	}
+	update(t, f, func(s *State) error { s.Publish(0, EventXID, 13, t0+1000); return nil })
+	got, _, wake := next(t, f, fol, t0+30)
+	if len(got) != 0 || wake != t0+1000 {
+		t.Fatalf("an event stamped ahead: %+v, wake t0%+d; want it to wait until t0+1000", got, wake-t0)
+	}
+	if got, _, _ := next(t, f, fol, t0+1000); !slices.Equal(xids(got), []uint32{13}) {
+		t.Fatalf("when its time comes: %+v, want XID 13", got)
+	}
+}
+
+// A follower goes on from another's cursor: nothing twice, nothing missed.
+func TestFollowerGoesOnFromACursor(t *testing.T) {
+	f := newState(t, 1)
+	const t0 = int64(4_000_000_000_000)
+	a := NewXIDFollower(f.Read(), t0)
+	update(t, f, func(s *State) error {
+		s.Publish(0, EventXID, 13, t0+1)
+		return s.XID(0, 48, t0+2)
+	})
+	if got, _, _ := next(t, f, a, t0+3); !slices.Equal(xids(got), []uint32{13, 48}) {
+		t.Fatalf("the first: %+v", got)
+	}
+	c := a.Cursor()
+	update(t, f, func(s *State) error { s.Publish(0, EventXID, 43, t0+4); return nil }) // between the two
+	b := c.Follower()
+	if got, _, _ := next(t, f, b, t0+5); !slices.Equal(xids(got), []uint32{43}) {
+		t.Fatalf("the second, from the first's cursor: %+v, want XID 43 alone", got)
+	}
+	// The zero cursor takes a state as new: all of it.
+	if got, _, _ := next(t, f, XIDCursor{}.Follower(), t0+6); !slices.Equal(xids(got), []uint32{13, 48, 43}) {
+		t.Fatalf("from the zero cursor: %+v, want all three", got)
+	}
+}
+
+// XID 74 again on a link already down reports that link.
+func TestFollowerGivesARepeatedXID74ItsLink(t *testing.T) {
+	f := newState(t, 1)
+	const t0 = int64(5_000_000_000_000)
+	update(t, f, func(s *State) error { return s.AddFault(0, Fault{Kind: FaultNvlinkDown, XID: 74, Count: 6}, t0) })
+	fol := NewXIDFollower(f.Read(), t0+1)
+	update(t, f, func(s *State) error { return s.XID(0, 74, t0+2) })
+	if got, _, _ := next(t, f, fol, t0+3); len(got) != 1 || got[0].XID != 74 || got[0].Link != 6 {
+		t.Fatalf("got %+v, want XID 74 on link 6", got)
+	}
+}

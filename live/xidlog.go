@@ -2,8 +2,10 @@ package live
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,6 +17,9 @@ import (
 type XIDLog struct {
 	State string // the state file
 	Out   string // /dev/kmsg, or a file lines are appended to
+	// Cursor, if set, is where the log keeps its place, locked while it
+	// runs: a second log waits for the first to end and goes on from there.
+	Cursor string
 	// Logf reports what the log itself could not say (lost events,
 	// failed writes); nil: nothing.
 	Logf func(format string, args ...any)
@@ -23,52 +28,118 @@ type XIDLog struct {
 	Started func()
 }
 
-// Run follows the state until stop is closed. It rereads the snapshot and
-// starts over when the state file is made anew (a reinstall).
+// place is what a log carries from one state file, or snapshot, to the
+// next.
+type place struct {
+	fol *XIDFollower
+	ino uint64 // the state file fol follows
+	cur *cursorFile
+}
+
+// Run follows the state until stop is closed. A state or snapshot replaced
+// (a reinstall) is followed on; one that cannot be read after the first is
+// tried again each second.
 func (x *XIDLog) Run(stop <-chan struct{}) error {
 	kmsg, err := isKmsg(x.Out)
 	if err != nil {
 		return err
 	}
+	var p place
+	if x.Cursor != "" {
+		if p.cur, err = lockCursor(x.Cursor, stop, x.logf); err != nil || p.cur == nil {
+			return err // nil: stopped while waiting for the other
+		}
+		defer p.cur.unlock()
+	}
+	last := "" // the error told, told once while it lasts
 	for {
-		again, err := x.follow(kmsg, stop)
-		if err != nil || !again {
-			return err
+		err := x.follow(kmsg, &p, stop)
+		if err == nil && isStopped(stop) {
+			return nil
+		}
+		if err == nil {
+			last = ""
+		} else {
+			if p.fol == nil {
+				return err
+			}
+			if err.Error() != last {
+				x.logf("%v; trying again each second", err)
+				last = err.Error()
+			}
+			select {
+			case <-stop:
+				return nil
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }
 
-// follow logs from one state file until it is replaced (again) or stop.
-func (x *XIDLog) follow(kmsg bool, stop <-chan struct{}) (again bool, err error) {
+func isStopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (x *XIDLog) logf(format string, args ...any) {
+	if x.Logf != nil {
+		x.Logf(format, args...)
+	}
+}
+
+// follow logs from one state file and snapshot until stop, or until either
+// is replaced.
+func (x *XIDLog) follow(kmsg bool, p *place, stop <-chan struct{}) error {
 	f, err := OpenRead(x.State)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer f.Close()
 	snap, err := snapshotPath(x.State)
 	if err != nil {
-		return false, err
+		return err
 	}
-	ino := inodes(x.State, snap)
-	hdr, devs, err := readSnapshot(x.State)
+	snapIno := inode(snap)
+	hdr, devs, err := readSnapshotAt(snap)
 	if err != nil {
-		return false, err
+		return err
 	}
 	driver := cstr(hdr.DriverVersion[:])
 	s := f.Read()
-	fol := NewXIDFollower(s, s.Now())
-	named := map[int]bool{} // GPUs whose UUID line is out: once a driver load
+	switch {
+	case p.fol != nil && p.ino == f.ino:
+		// The same state: a new snapshot (or a retry) changes no place.
+	case p.fol != nil:
+		p.fol = XIDCursor{}.Follower() // a new state file: all of it is new
+	default:
+		p.fol = p.cur.follower(f.ino, s)
+	}
+	p.ino = f.ino
 	if x.Started != nil {
 		x.Started()
-		x.Started = nil // not again for a state made anew
+		x.Started = nil // once
 	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-stop:
+			f.WakeAll()
+		case <-done:
+		}
+	}()
+	named := map[int]bool{} // GPUs whose UUID line is out: once a driver load
 	for {
 		w := f.Wake()
 		s := f.Read()
 		now := s.Now()
-		recs, lost, wake := fol.Next(s, now)
-		if lost > 0 && x.Logf != nil {
-			x.Logf("%d events were overwritten before they could be logged", lost)
+		recs, lost, wake := p.fol.Next(s, now)
+		if lost > 0 {
+			x.logf("%d events were overwritten before they could be logged", lost)
 		}
 		for _, r := range recs {
 			if r.GPU >= len(devs) {
@@ -81,47 +152,50 @@ func (x *XIDLog) follow(kmsg bool, stop <-chan struct{}) (again bool, err error)
 			}
 			lines = append(lines, XIDLine(&devs[r.GPU], driver, r, ChargedTo(s, r)))
 			for _, l := range lines {
-				if err := writeLine(x.Out, kmsg, l); err != nil && x.Logf != nil {
-					x.Logf("%s: %v", x.Out, err)
+				if err := writeLine(x.Out, kmsg, l); err != nil {
+					x.logf("%s: %v", x.Out, err)
 				}
 			}
 		}
-		// Sleep until a write, the next timed fault, or a second (a frozen
-		// clock's faults come due only through a write; the file may be
-		// replaced without one).
+		if err := p.cur.save(f.ino, p.fol); err != nil {
+			x.logf("%v", err)
+		}
+		// Sleep until a write, the next timed fault, stop, or a second (a
+		// frozen clock's faults come due only through a write; a file may
+		// be replaced without one).
 		d := time.Second
 		if wake > 0 && s.Header.Frozen == 0 && time.Duration(wake-now) < d {
 			d = time.Duration(wake-now) + time.Millisecond
 		}
-		select {
-		case <-stop:
-			return false, nil
-		default:
+		if isStopped(stop) {
+			return nil
 		}
 		f.WaitWake(w, d)
-		if inodes(x.State, snap) != ino {
-			return true, nil // reinstalled: another node, maybe other GPUs
+		if inode(x.State) != f.ino || inode(snap) != snapIno {
+			return nil // reinstalled: another node, maybe other GPUs
 		}
 	}
 }
 
-// inodes identify the files at paths: a file replaced (written whole and
-// renamed over) has another.
-func inodes(paths ...string) string {
-	var b bytes.Buffer
-	for _, p := range paths {
-		if st, err := os.Stat(p); err == nil {
-			fmt.Fprintf(&b, "%d ", st.Sys().(*syscall.Stat_t).Ino)
-		}
+// inode identifies the file at path (0: none): a file replaced (written
+// whole and renamed over) has another.
+func inode(path string) uint64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
 	}
-	return b.String()
+	return st.Sys().(*syscall.Stat_t).Ino
 }
 
 // isKmsg says whether out is the kernel log's device (char 1:11), which
 // takes one record a write with its level in front.
 func isKmsg(out string) (bool, error) {
 	st, err := os.Stat(out)
-	if os.IsNotExist(err) {
+	if errors.Is(err, os.ErrNotExist) {
+		if strings.HasPrefix(out, "/dev/") {
+			// Not a file to make: a container without the node's devices.
+			return false, fmt.Errorf("%s: no such device here; the kernel log is /dev/kmsg, which only a privileged container sees", out)
+		}
 		return false, nil // a file to create
 	}
 	if err != nil {
@@ -142,9 +216,9 @@ func isKmsg(out string) (bool, error) {
 
 // writeLine writes one line. The kernel log is opened for each record: the
 // kernel rate-limits each open file to 10 records in 5 s, and the driver
-// logs a burst of XIDs whole.
+// logs a burst of XIDs whole. A pipe without a reader drops the line.
 func writeLine(out string, kmsg bool, line string) error {
-	flags := os.O_WRONLY | os.O_APPEND | os.O_CREATE
+	flags := os.O_WRONLY | os.O_APPEND | os.O_CREATE | syscall.O_NONBLOCK
 	var b bytes.Buffer
 	if kmsg {
 		flags = os.O_WRONLY
@@ -153,6 +227,9 @@ func writeLine(out string, kmsg bool, line string) error {
 	b.WriteString(line)
 	b.WriteByte('\n')
 	fd, err := os.OpenFile(out, flags, 0o644)
+	if errors.Is(err, syscall.ENXIO) {
+		return errors.New("a pipe with no reader: line dropped")
+	}
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,8 @@ func xidlogCmd(args []string) error {
 	fs := flag.NewFlagSet("xidlog", flag.ContinueOnError)
 	state := fs.String("state", "", "the node's state file (default: as nvmock ctl finds it)")
 	out := fs.String("out", "/dev/kmsg", "the kernel log, or a file to append the lines to")
+	cursor := fs.String("cursor", "", "a file to keep the place in, locked while this runs: another xidlog\n"+
+		"waits for this one to end and goes on from there (the chart's rolling update)")
 	if err := parseFlags(fs, args, os.Stdout, xidlogUsage); err != nil {
 		return helpShown(err)
 	}
@@ -35,7 +37,7 @@ func xidlogCmd(args []string) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() { <-sigs; close(stop) }()
-	x := &live.XIDLog{State: path, Out: *out, Logf: log.Warnf}
+	x := &live.XIDLog{State: path, Out: *out, Cursor: *cursor, Logf: log.Warnf}
 	if err := x.Run(stop); err != nil {
 		return fmt.Errorf("xidlog: %w", err)
 	}

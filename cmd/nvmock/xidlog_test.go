@@ -16,6 +16,7 @@ func TestXIDLogRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{[]string{"xidlog", "--state", state, "stray"}, `xidlog: unexpected argument "stray"`},
 		{[]string{"xidlog", "--state", state, "--out", "/dev/null"}, "xidlog: /dev/null: a device other than the kernel log (/dev/kmsg is char 1:11)"},
 		{[]string{"xidlog", "--state", state, "--out", t.TempDir()}, "not a file, a pipe or the kernel log"},
+		{[]string{"xidlog", "--state", state, "--out", "/dev/kmsg-none"}, "/dev/kmsg-none: no such device here; the kernel log is /dev/kmsg, which only a privileged container sees"},
 		{[]string{"xidlog", "--state", missing, "--out", filepath.Join(t.TempDir(), "log")}, "xidlog: state " + missing + ": no such file"},
 	} {
 		err := run(c.args)
