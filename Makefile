@@ -86,7 +86,7 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	ln -sf $(@F) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
-deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, NVIDIA's tools, nfd-worker and node-problem-detector into .cache
+deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, NVIDIA's tools, nfd-worker, node-problem-detector and gpud into .cache
 	hack/install-deps.sh
 	hack/fetch-nvidia-smi.sh $(CACHE)
 	hack/fetch-pynvml.sh $(CACHE)
@@ -94,6 +94,7 @@ deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvt
 	hack/fetch-nvidia-tools.sh $(CACHE)
 	hack/fetch-nfd.sh $(CACHE)
 	hack/fetch-npd.sh $(CACHE)
+	hack/fetch-gpud.sh $(CACHE)
 
 # lstopo with hwloc's NVML plugin, which Debian's hwloc lacks: built from
 # Debian's source against go-nvml's nvml.h and the built library's soname.

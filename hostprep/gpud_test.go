@@ -1,0 +1,83 @@
+//go:build integration
+
+package hostprep_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/live"
+)
+
+// gpud (v0.4.5), a GPU node health checker, scans a mock H100 node: its
+// GPUs through NVML, and the kernel log, where it finds the XID that
+// nvmock xidlog wrote as the driver would, once in dmesg and once in
+// /dev/kmsg.
+func TestGpudScansTheNodeAndFindsItsXIDInTheKernelLog(t *testing.T) {
+	needRoot(t)
+	kmsg := testenv.OpenKmsg(t)
+	gpud := filepath.Join(testenv.CacheDir(), "bin", "gpud")
+	if _, err := os.Stat(gpud); err != nil {
+		testenv.Missing(t, "%s (run make deps, or hack/fetch-gpud.sh %s)", gpud, testenv.CacheDir())
+	}
+	res, _ := installNode(t, "h100", 2)
+	state := filepath.Join(filepath.Dir(res.Driver), hostprep.StateFile)
+	devs, err := live.Snapshot(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Sprintf("NVRM: Xid (PCI:%04x:%02x:%02x): 45, Ch 00000001", devs[1].PCIDomain, devs[1].PCIBus, devs[1].PCIDevice)
+	scan := func() string {
+		return string(inNode(t, res, 2*time.Minute, cleanEnv(), gpud, "scan", "--netcheck=false", "--diskcheck=false"))
+	}
+	before := scan()
+	for _, want := range []string{"GPU count '2'", "GPU product name 'NVIDIA H100 80GB HBM3'", "driver version: 580.105.08",
+		res.GPUs[0].UUID, res.GPUs[1].UUID, "Found no ecc volatile uncorrected error"} {
+		if !strings.Contains(before, want) {
+			t.Fatalf("gpud scan lacks %q:\n%s", want, before)
+		}
+	}
+
+	stop, done, started := make(chan struct{}), make(chan error, 1), make(chan struct{})
+	x := &live.XIDLog{State: state, Out: "/dev/kmsg", Logf: t.Logf, Started: func() { close(started) }}
+	go func() { done <- x.Run(stop) }()
+	defer func() { close(stop); <-done }()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("xidlog: %v", err)
+	}
+	f, err := live.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Update(func(s *live.State, now int64) error { return s.XID(1, 45, now) }); err != nil {
+		t.Fatal(err)
+	}
+	kmsg.Until(t, line, 10*time.Second)
+	after := scan()
+	// The line in dmesg ([XID found]) and in /dev/kmsg ([nvidia xid]).
+	for _, tag := range []string{"[XID found]", "[nvidia xid]"} {
+		if n, m := count(before, tag, line), count(after, tag, line); m != n+1 {
+			t.Errorf("gpud scan lists %s %q %d times, %d before the XID: want one more\n%s", tag, line, m, n, after)
+		}
+	}
+}
+
+// count is the number of lines of out that start with tag and hold s.
+func count(out, tag, s string) int {
+	n := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, tag) && strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
