@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/profile"
 )
@@ -362,7 +363,9 @@ func checkXIDLog(t *testing.T, ds appsv1.DaemonSet, c corev1.Container) {
 		t.Fatalf("%s: second container %s runs %q %q, want nvmock xidlog", ds.Name, c.Name, c.Command, c.Args)
 	}
 	set := parseArgs(t, "xidlog container", sourceFlags(t, "xidlog.go", "xidlogCmd"), c.Args[1:])
-	if want := map[string]string{"state": "/var/lib/nvmock/live/state", "cursor": "/var/lib/nvmock/live/xidlog.cursor"}; !reflect.DeepEqual(set, want) {
+	// Where uninstall looks for what it leaves.
+	state := filepath.Join("/var/lib/nvmock", hostprep.StateFile)
+	if want := map[string]string{"state": state, "cursor": hostprep.XIDLogCursor(state)}; !reflect.DeepEqual(set, want) {
 		t.Errorf("%s: xidlog flags %v, want %v", ds.Name, set, want)
 	}
 	spec := ds.Spec.Template.Spec

@@ -81,6 +81,13 @@ var StateFile = filepath.Join("live", "state")
 // statePath.
 func StartedDir(statePath string) string { return filepath.Join(filepath.Dir(statePath), "started") }
 
+// XIDLogCursor is where the chart's nvmock xidlog keeps its place (its
+// --cursor), beside the live state at statePath; uninstall removes it, its
+// lock and a write cut short.
+func XIDLogCursor(statePath string) string {
+	return filepath.Join(filepath.Dir(statePath), "xidlog.cursor")
+}
+
 // HookPath is where an overlay keeps the runtime hook (cmd/nvmock-hook).
 const HookPath = "bin/nvmock-hook"
 

@@ -582,8 +582,9 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 }
 
 // stateFiles are the node state's paths in the root, children first: the
-// live state, its InfiniBand and started directories, and the fabric
-// daemon's socket; the directories go only if empty (all false).
+// live state, its InfiniBand and started directories, xidlog's cursor, and
+// the fabric daemon's socket; the directories go only if empty (all
+// false).
 func stateFiles(root string) []struct {
 	path string
 	all  bool
@@ -593,7 +594,9 @@ func stateFiles(root string) []struct {
 		path string
 		all  bool
 	}{
-		{state, false}, {IBLiveDir(state), true}, {StartedDir(state), true}, {InUseFile(state), false}, {filepath.Dir(state), false},
+		{state, false}, {IBLiveDir(state), true}, {StartedDir(state), true}, {InUseFile(state), false},
+		{XIDLogCursor(state), false}, {XIDLogCursor(state) + ".lock", false}, {XIDLogCursor(state) + ".tmp", false},
+		{filepath.Dir(state), false},
 		{filepath.Join(root, IBSocket), false}, {filepath.Join(root, IBSocket) + umad.IDSuffix, false},
 		{filepath.Dir(filepath.Join(root, IBSocket)), false},
 	}

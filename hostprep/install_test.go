@@ -191,6 +191,10 @@ func TestUninstallRemovesExactlyWhatInstallCreated(t *testing.T) {
 	started := hostprep.StartedDir(filepath.Join(s.root, hostprep.StateFile))
 	must(t, os.MkdirAll(started, 0o700))
 	must(t, os.WriteFile(filepath.Join(started, "c1"), []byte("42\n"), 0o644))
+	// And what the chart's xidlog keeps there: its cursor and lock.
+	cursor := hostprep.XIDLogCursor(filepath.Join(s.root, hostprep.StateFile))
+	must(t, os.WriteFile(cursor, []byte("{}"), 0o644))
+	must(t, os.WriteFile(cursor+".lock", nil, 0o644))
 	res, err := hostprep.Uninstall(s.root, nil)
 	if err != nil {
 		t.Fatal(err)

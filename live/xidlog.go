@@ -157,8 +157,11 @@ func (x *XIDLog) follow(kmsg bool, p *place, stop <-chan struct{}) error {
 				}
 			}
 		}
-		if err := p.cur.save(f.ino, p.fol); err != nil {
-			x.logf("%v", err)
+		// Not for a state gone: uninstall removes the cursor with it.
+		if p.cur != nil && inode(x.State) == f.ino {
+			if err := p.cur.save(f.ino, p.fol); err != nil {
+				x.logf("%v", err)
+			}
 		}
 		// Sleep until a write, the next timed fault, stop, or a second (a
 		// frozen clock's faults come due only through a write; a file may
