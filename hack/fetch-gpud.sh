@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib/gomod.sh source-path=SCRIPTDIR
 . "$here/lib/gomod.sh"
 
-# The newest version the proxy serves (v0.5 to v0.14 answer 403).
+# The proxy answers 403 for v0.5 to v0.14 (as tried) and serves this one.
 GPUD_MODULE=github.com/leptonai/gpud
 GPUD_VERSION=v0.4.5
 
