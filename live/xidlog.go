@@ -151,6 +151,7 @@ func (x *XIDLog) follow(kmsg bool, p *place, stop <-chan struct{}) error {
 				lines = GPULines(&devs[r.GPU])
 			}
 			lines = append(lines, XIDLine(&devs[r.GPU], driver, r, ChargedTo(s, r)))
+			lines = append(lines, AfterLines(&devs[r.GPU], r.XID)...)
 			for _, l := range lines {
 				if err := writeLine(x.Out, kmsg, l); err != nil {
 					x.logf("%s: %v", x.Out, err)

@@ -148,6 +148,8 @@ func TestXIDLogWritesEachXIDOnceAfterItsGPUsUUID(t *testing.T) {
 		"NVRM: GPU at " + g1 + ": " + cstr(devs[1].UUID[:]),
 		"NVRM: GPU Board Serial Number: " + cstr(devs[1].Serial[:]),
 		"NVRM: Xid (" + g1 + "): 79, GPU has fallen off the bus.", // h100's driver is 580: no pid
+		"NVRM: GPU " + strings.TrimPrefix(g1, "PCI:") + ".0: GPU has fallen off the bus.",
+		"NVRM: GPU " + strings.TrimPrefix(g1, "PCI:") + ".0: GPU serial number is " + cstr(devs[1].Serial[:]) + ".",
 		"NVRM: Xid (" + g0 + "): 74, NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
 	}
 	got := logLines(t, out, len(want))

@@ -80,6 +80,21 @@ func GPULines(d *snapshot.Device) []string {
 	return out
 }
 
+// AfterLines are what the driver logs after an XID's own line: a GPU
+// fallen off the bus says so again, with its serial number if it has one
+// (osinit.c, through NV_DEV_PRINTF's "GPU dddd:bb:dd.f: " prefix).
+func AfterLines(d *snapshot.Device, xid uint32) []string {
+	if xid != 79 {
+		return nil
+	}
+	tag := fmt.Sprintf("NVRM: GPU %04x:%02x:%02x.0: ", d.PCIDomain, d.PCIBus, d.PCIDevice)
+	out := []string{tag + "GPU has fallen off the bus."}
+	if s := cstr(d.Serial[:]); s != "" {
+		out = append(out, tag+"GPU serial number is "+s+".")
+	}
+	return out
+}
+
 // ChargedTo is the process an XID is charged to: for a channel error, the
 // first process on the GPU (what the mock knows of channels); else none.
 func ChargedTo(s *State, r Reported) *Process {

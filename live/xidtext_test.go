@@ -58,6 +58,13 @@ func TestXIDLinesHaveTheDriversShape(t *testing.T) {
 			t.Errorf("driver %s, %+v:\n got %q\nwant %q", c.driver, c.r, got, c.want)
 		}
 	}
+	if got, want := strings.Join(AfterLines(d, 79), "\n"), "NVRM: GPU 0000:cb:00.0: GPU has fallen off the bus.\n"+
+		"NVRM: GPU 0000:cb:00.0: GPU serial number is 1650091303591."; got != want {
+		t.Errorf("after XID 79:\n got %q\nwant %q", got, want)
+	}
+	if got := AfterLines(d, 48); got != nil {
+		t.Errorf("after XID 48: %q, want nothing", got)
+	}
 	got := strings.Join(GPULines(d), "\n")
 	if want := "NVRM: GPU at PCI:0000:cb:00: GPU-6271c883-6ceb-c4ea-be14-5b03d88b5dc5\nNVRM: GPU Board Serial Number: 1650091303591"; got != want {
 		t.Errorf("GPU lines:\n got %q\nwant %q", got, want)
