@@ -302,7 +302,7 @@ func TestTheDevicePluginRegistersWithTheKubeletAndAllocatesTheMockGPUs(t *testin
 		gpus    int
 	}{
 		{"eight A100s", "a100", 8},
-		{"two H100s", "h100", 2},
+		{"eight H100s", "h100", 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inMountNamespace(t, hostNS, fmt.Sprintf("%s=%s:%d", devicePluginCaseEnv, tc.profile, tc.gpus))
@@ -404,29 +404,7 @@ func devicePluginInNamespace(t *testing.T, c string) {
 	}
 	t.Logf("ListAndWatch: %v", got)
 
-	// The kubelet asks where to place a multi-GPU request first; the plugin
-	// answers from the GPUs' topology (NVLink, PCIe ancestry).
-	if len(res.GPUs) >= 2 {
-		var all []string
-		for _, id := range res.GPUs {
-			all = append(all, id.UUID)
-		}
-		pref, err := plugin.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{
-			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: all, AllocationSize: 2}},
-		})
-		if err != nil {
-			t.Fatalf("GetPreferredAllocation: %v\n%s", err, log.String())
-		}
-		if len(pref.ContainerResponses) != 1 || len(pref.ContainerResponses[0].DeviceIDs) != 2 {
-			t.Fatalf("GetPreferredAllocation of 2: %v", pref)
-		}
-		for _, id := range pref.ContainerResponses[0].DeviceIDs {
-			if !slices.Contains(all, id) {
-				t.Errorf("GetPreferredAllocation offers %s, not a mock GPU", id)
-			}
-		}
-		t.Logf("GetPreferredAllocation of 2: %v", pref.ContainerResponses[0].DeviceIDs)
-	}
+	preferredAllocation(t, ctx, plugin, name, res, log.String)
 
 	pick := res.GPUs[len(res.GPUs)-1].UUID
 	alloc, err := plugin.Allocate(ctx, &pluginapi.AllocateRequest{
@@ -634,4 +612,91 @@ func inNode(t *testing.T, res *hostprep.Result, timeout time.Duration, env []str
 		t.Fatalf("%s %s: status %d, %v\n%s", filepath.Base(bin), strings.Join(args, " "), status, err, out.String())
 	}
 	return []byte(out.String())
+}
+
+// preferredTogether says, per board, which GPUs a topology-aware placement
+// keeps together: the group of each GPU index and the group's size. The
+// plugin's allocator (go-gpuallocator's best-effort policy) scores NVLinks
+// to the peer GPU first, but on these boards every NVLink ends at an
+// NVSwitch, so PCIe ancestry decides: a DGX A100's GPUs pair under a PCIe
+// switch (PXB), a DGX H100's sit four to a CPU socket (NODE, SYS across).
+var preferredTogether = map[string]struct {
+	group func(int) int
+	size  int
+}{
+	"a100": {func(i int) int { return i / 2 }, 2},
+	"h100": {func(i int) int { return i / 4 }, 4},
+}
+
+// preferredAllocation asks the plugin where to place requests as the
+// kubelet does before Allocate, and checks that the answer keeps the GPUs
+// together as the board's topology says, from every GPU and from a few.
+func preferredAllocation(t *testing.T, ctx context.Context, plugin pluginapi.DevicePluginClient, board string, res *hostprep.Result, log func() string) {
+	t.Helper()
+	together, ok := preferredTogether[board]
+	if !ok || len(res.GPUs) < 8 {
+		return
+	}
+	index := map[string]int{}
+	var all []string
+	for i, id := range res.GPUs {
+		index[id.UUID] = i
+		all = append(all, id.UUID)
+	}
+	ask := func(avail []int, size int) []int {
+		t.Helper()
+		var ids []string
+		for _, i := range avail {
+			ids = append(ids, res.GPUs[i].UUID)
+		}
+		pref, err := plugin.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: ids, AllocationSize: int32(size)}},
+		})
+		if err != nil {
+			t.Fatalf("GetPreferredAllocation: %v\n%s", err, log())
+		}
+		if len(pref.ContainerResponses) != 1 || len(pref.ContainerResponses[0].DeviceIDs) != size {
+			t.Fatalf("GetPreferredAllocation of %d from GPUs %v: %v", size, avail, pref)
+		}
+		var got []int
+		for _, id := range pref.ContainerResponses[0].DeviceIDs {
+			i, ok := index[id]
+			if !ok || !slices.Contains(ids, id) {
+				t.Fatalf("GetPreferredAllocation of %d from GPUs %v offers %s, not one of them", size, avail, id)
+			}
+			got = append(got, i)
+		}
+		slices.Sort(got)
+		t.Logf("GetPreferredAllocation of %d from GPUs %v: GPUs %v", size, avail, got)
+		return got
+	}
+	// wholeGroups says whether GPUs make up whole groups, or lie in one.
+	wholeGroups := func(gpus []int) bool {
+		n := map[int]int{}
+		for _, i := range gpus {
+			n[together.group(i)]++
+		}
+		for _, k := range n {
+			if k != together.size && len(n) > 1 {
+				return false
+			}
+		}
+		return true
+	}
+	// From every GPU, and from every GPU but the rest of GPU 0's group: an
+	// allocator blind to topology takes GPU 0 in the second.
+	var every, apart []int
+	for i := range all {
+		every = append(every, i)
+		if i == 0 || together.group(i) != together.group(0) {
+			apart = append(apart, i)
+		}
+	}
+	for _, avail := range [][]int{every, apart} {
+		for _, size := range []int{2, 4} {
+			if got := ask(avail, size); !wholeGroups(got) {
+				t.Errorf("GetPreferredAllocation of %d from GPUs %v gives GPUs %v: want them together (%s: groups of %d)", size, avail, got, board, together.size)
+			}
+		}
+	}
 }
