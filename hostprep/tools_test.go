@@ -31,6 +31,7 @@ import (
 	"github.com/nvmock/nvmock/hostprep/nsexec"
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/live"
+	"github.com/nvmock/nvmock/pcisim/expose"
 	"github.com/nvmock/nvmock/profile"
 )
 
@@ -346,7 +347,12 @@ func devicePluginInNamespace(t *testing.T, c string) {
 	}
 	privateKubeletDir(t)
 	dp := nvidiaTool(t, "nvidia-device-plugin")
-	res, _ := installNode(t, name, gpus)
+	res, p := installNode(t, name, gpus)
+	// The plugin reads each GPU's NUMA node from sysfs, where a node
+	// (or a container the NRI plugin serves) shows pcisim's tree.
+	if err := expose.Expose("/sys", hostprep.SysOf(res.Overlay)); err != nil {
+		t.Fatal(err)
+	}
 
 	kubelet := startKubelet(t, pluginapi.KubeletSocket)
 	var log testenv.SyncBuffer
@@ -390,17 +396,28 @@ func devicePluginInNamespace(t *testing.T, c string) {
 	if err != nil {
 		t.Fatalf("ListAndWatch: first response: %v\n%s", err, log.String())
 	}
+	// Each GPU healthy, on its NUMA node, which the kubelet's Topology
+	// Manager aligns CPUs with.
 	var got, want []string
 	for _, d := range list.Devices {
-		got = append(got, d.ID+" "+d.Health)
+		numa := "none"
+		if d.Topology != nil {
+			var ids []string
+			for _, n := range d.Topology.Nodes {
+				ids = append(ids, strconv.FormatInt(n.ID, 10))
+			}
+			numa = strings.Join(ids, ",")
+		}
+		got = append(got, d.ID+" "+d.Health+" NUMA "+numa)
 	}
-	for _, id := range res.GPUs {
-		want = append(want, id.UUID+" "+pluginapi.Healthy)
+	for i, id := range res.GPUs {
+		numa := p.Topology.NUMANodes[i%len(p.Topology.NUMANodes)]
+		want = append(want, fmt.Sprintf("%s %s NUMA %d", id.UUID, pluginapi.Healthy, numa))
 	}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Errorf("ListAndWatch devices:\n  %v\nwant every mock GPU by UUID, healthy:\n  %v", got, want)
+		t.Errorf("ListAndWatch devices:\n  %v\nwant every mock GPU by UUID, healthy, on its NUMA node:\n  %v", got, want)
 	}
 	t.Logf("ListAndWatch: %v", got)
 

@@ -367,6 +367,19 @@ func (c *cluster) waitResource(ctx context.Context, res corev1.ResourceName, n i
 	}
 }
 
+// podResources is a client of the kubelet's pod resources API, closed
+// when the test ends.
+func (c *cluster) podResources(t testing.TB) podresources.PodResourcesListerClient {
+	t.Helper()
+	sock := filepath.Join(c.env["KUBELET_ROOT"], "pod-resources", "kubelet.sock")
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("pod resources API at %s: %v", sock, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return podresources.NewPodResourcesListerClient(conn)
+}
+
 // allocated is what the kubelet's pod resources API says the device plugin
 // allocated to a pod's containers: device IDs (NVIDIA's are UUIDs).
 func (c *cluster) allocated(t testing.TB, ns, pod string) []string {
@@ -377,15 +390,9 @@ func (c *cluster) allocated(t testing.TB, ns, pod string) []string {
 // allocatedOf is allocated for one extended resource.
 func (c *cluster) allocatedOf(t testing.TB, ns, pod string, res corev1.ResourceName) []string {
 	t.Helper()
-	sock := filepath.Join(c.env["KUBELET_ROOT"], "pod-resources", "kubelet.sock")
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	resp, err := c.podResources(t).List(ctxT(t, 10*time.Second), &podresources.ListPodResourcesRequest{})
 	if err != nil {
-		t.Fatalf("pod resources API at %s: %v", sock, err)
-	}
-	defer conn.Close()
-	resp, err := podresources.NewPodResourcesListerClient(conn).List(ctxT(t, 10*time.Second), &podresources.ListPodResourcesRequest{})
-	if err != nil {
-		t.Fatalf("pod resources API at %s: %v", sock, err)
+		t.Fatalf("pod resources API: List: %v", err)
 	}
 	var ids []string
 	for _, p := range resp.PodResources {

@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nvmock/nvmock/internal/testenv"
@@ -40,6 +42,40 @@ func TestDevicePluginOffersTheNodesGPUs(t *testing.T) {
 	capacity, allocatable := node.Status.Capacity[gpuResource], node.Status.Allocatable[gpuResource]
 	if want != 8 || capacity.Value() != want || allocatable.Value() != want {
 		t.Errorf("node %s: %s capacity %s, allocatable %s; want the overlay's %d (8)", c.node, gpuResource, capacity.String(), allocatable.String(), want)
+	}
+}
+
+// The device plugin reads each GPU's NUMA node from sysfs, which the
+// runtime hook shows its container as the node's PCI tree, and tells the
+// kubelet; the kubelet's Topology Manager and the pod resources API
+// (NFD's topology updater, NUMA-aware schedulers) take it from there.
+func TestTheKubeletKnowsEachGPUsNUMANode(t *testing.T) {
+	c := theCluster
+	c.nvidiaPlugin(t)
+	resp, err := c.podResources(t).GetAllocatableResources(ctxT(t, 10*time.Second), &podresources.AllocatableResourcesRequest{})
+	if err != nil {
+		t.Fatalf("pod resources API: GetAllocatableResources: %v", err)
+	}
+	got := map[string]string{}
+	for _, d := range resp.Devices {
+		if d.ResourceName != string(gpuResource) {
+			continue
+		}
+		var nodes []string
+		for _, n := range d.GetTopology().GetNodes() {
+			nodes = append(nodes, fmt.Sprint(n.ID))
+		}
+		for _, id := range d.DeviceIds {
+			got[id] = strings.Join(nodes, ",")
+		}
+	}
+	p := testenv.Profile(t, nvmockProfile, 0)
+	want := map[string]string{}
+	for i, id := range c.uuids() {
+		want[id] = fmt.Sprint(p.Topology.NUMANodes[i%len(p.Topology.NUMANodes)])
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("the kubelet's allocatable %s, by UUID to NUMA node:\n  %v\nwant the profile's:\n  %v", gpuResource, got, want)
 	}
 }
 
