@@ -44,7 +44,7 @@ type Options struct {
 	Self           []string
 	Stdin          io.Reader    // nil: this process's
 	Stdout, Stderr io.Writer    // nil: this process's
-	Note           func(string) // told how the namespace was made when not as root; may be nil
+	Note           func(string) // told how the namespace was made when not as root, and of processes the command left running; may be nil
 	TempDir        string       // RunRendered's parent directory; "" means os.TempDir()
 	// Signals, when set, is a channel already given to signal.Notify for
 	// Forwarded, by a caller that has work of its own to clean up before
@@ -242,6 +242,9 @@ func start(o Options, s spec, env []string) (int, error) {
 		return StatusSetup, err
 	}
 	w.Close()
+	// The child is in its namespace from the clone, and takes its setup's
+	// milliseconds before the command can run, let alone exit.
+	ns := mountNS(cmd.Process.Pid)
 	if s.UserNS && o.Note != nil {
 		o.Note("no CAP_SYS_ADMIN: running in a user namespace, where /dev/nvidia* are bind mounts of /dev/null (mknod is not allowed there)")
 	}
@@ -265,6 +268,17 @@ func start(o Options, s spec, env []string) (int, error) {
 		}
 	}()
 	report, _ := io.ReadAll(r)
+	// Processes the command left running may hold its output open, which
+	// Wait waits for: end them once the command has exited, before it is
+	// reaped.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	endLeftovers(ns, o.Note)
 	werr := cmd.Wait()
 	if len(report) > 0 {
 		code, msg, _ := strings.Cut(string(report), " ")
