@@ -30,7 +30,7 @@ GO_SRCS := $(shell find . -name '*.go' -not -path './.cache/*' -not -path './bui
 .PHONY: help build lib cli driver infiniband image test e2e bench fuzz lint demo generate deps k8s-tools hwloc-nvml clean
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: lib cli $(IMEX) ## build the CLI, the mock libnvidia-ml and nvidia-imex
 
