@@ -18,7 +18,8 @@ import (
 // gpud (v0.4.5), a GPU node health checker, scans a mock H100 node: its
 // GPUs through NVML, and the kernel log, where it finds the XID that
 // nvmock xidlog wrote as the driver would, once in dmesg and once in
-// /dev/kmsg.
+// /dev/kmsg; then an uncorrectable ECC error, which it reports with the
+// reset the pending row remap needs.
 func TestGpudScansTheNodeAndFindsItsXIDInTheKernelLog(t *testing.T) {
 	needRoot(t)
 	kmsg := testenv.OpenKmsg(t)
@@ -72,6 +73,23 @@ func TestGpudScansTheNodeAndFindsItsXIDInTheKernelLog(t *testing.T) {
 	for _, tag := range []string{"[XID found]", "[nvidia xid]"} {
 		if n := countSince(after, tag, line, window); n != 1 {
 			t.Errorf("gpud scan lists %s %q %d times in the last %d s: want once\n%s", tag, line, n, window, after)
+		}
+	}
+
+	// A double-bit error (nvmock ctl fault 1 ecc_uncorrectable): the
+	// counts rise and a row remap is pending, which needs a reset.
+	if strings.Contains(after, "needs a reset") {
+		t.Fatalf("gpud says a GPU needs a reset before any fault:\n%s", after)
+	}
+	if err := f.Update(func(s *live.State, now int64) error {
+		return s.AddFault(1, live.FaultOf(live.FaultECC, 0, 0, 0, 0), now)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	faulted := scan()
+	for _, want := range []string{"Found that the GPU needs a reset", "ecc volatile uncorrected error(s)", "uuid: " + res.GPUs[1].UUID} {
+		if !strings.Contains(faulted, want) {
+			t.Errorf("gpud scan after an uncorrectable ECC error on GPU 1 lacks %q:\n%s", want, faulted)
 		}
 	}
 }
