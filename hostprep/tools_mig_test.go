@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -181,19 +180,7 @@ func migPluginInNamespace(t *testing.T, c string) {
 	}
 
 	kubelet := startKubelet(t, pluginapi.KubeletSocket)
-	var log testenv.SyncBuffer
-	cmd := exec.Command(dp, "--kubelet-socket", pluginapi.KubeletSocket, "--driver-root", res.Driver, "--dev-root", res.Driver,
-		"--mig-strategy", strategy)
-	cmd.Env = toolEnv(res)
-	cmd.Stdout, cmd.Stderr = &log, &log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	log, exited := startDevicePlugin(t, dp, res, "--mig-strategy", strategy)
 
 	want := map[string][]string{} // resource: MIG UUIDs
 	if strategy == "single" {

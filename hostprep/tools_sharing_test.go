@@ -6,17 +6,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // timeSlicing is the device plugin's and GFD's configuration for four
@@ -54,19 +50,7 @@ func timeSlicingInNamespace(t *testing.T) {
 	must(t, os.WriteFile(config, []byte(timeSlicing), 0o644))
 
 	kubelet := startKubelet(t, pluginapi.KubeletSocket)
-	var logs testenv.SyncBuffer
-	cmd := exec.Command(dp, "--kubelet-socket", pluginapi.KubeletSocket,
-		"--driver-root", res.Driver, "--dev-root", res.Driver, "--config-file", config)
-	cmd.Env = toolEnv(res)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	logs, exited := startDevicePlugin(t, dp, res, "--config-file", config)
 
 	reg := kubelet.waitRegister(t, time.Minute, exited, logs.String)
 	if reg.ResourceName != "nvidia.com/gpu" {

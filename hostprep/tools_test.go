@@ -355,29 +355,7 @@ func devicePluginInNamespace(t *testing.T, c string) {
 	}
 
 	kubelet := startKubelet(t, pluginapi.KubeletSocket)
-	var log testenv.SyncBuffer
-	cmd := exec.Command(dp,
-		"--kubelet-socket", pluginapi.KubeletSocket,
-		"--driver-root", res.Driver, "--dev-root", res.Driver)
-	cmd.Env = toolEnv(res)
-	cmd.Stdout, cmd.Stderr = &log, &log
-	// Should this process die first, the plugin must not outlive it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("the device plugin ignored SIGTERM for 15s:\n%s", log.String())
-		}
-	})
+	log, exited := startDevicePlugin(t, dp, res)
 
 	reg := kubelet.waitRegister(t, time.Minute, exited, log.String)
 	if reg.Version != pluginapi.Version || reg.ResourceName != "nvidia.com/gpu" || reg.Endpoint != "nvidia-gpu.sock" {
@@ -441,7 +419,7 @@ func devicePluginInNamespace(t *testing.T, c string) {
 	// An XID on one GPU, injected in the node's live state as nvmock ctl
 	// does: the plugin's health checker, waiting in NVML's event set,
 	// marks exactly that GPU unhealthy in ListAndWatch.
-	if !strings.Contains(waitLog(t, &log, "Ignoring the following XIDs for health checks", 30*time.Second), "Ignoring") {
+	if !strings.Contains(waitLog(t, log, "Ignoring the following XIDs for health checks", 30*time.Second), "Ignoring") {
 		t.Fatalf("the plugin's health checker did not start:\n%s", log.String())
 	}
 	time.Sleep(time.Second) // from its log line to its event set
@@ -497,7 +475,7 @@ func devicePluginInNamespace(t *testing.T, c string) {
 		}
 	}
 	// Its log comes through a pipe, maybe after the update.
-	if l := waitLog(t, &log, "Failed to determine uuid for event", 10*time.Second); !strings.Contains(l, "Failed to determine uuid for event") {
+	if l := waitLog(t, log, "Failed to determine uuid for event", 10*time.Second); !strings.Contains(l, "Failed to determine uuid for event") {
 		t.Errorf("the plugin's log does not say why every GPU went:\n%s", l)
 	}
 }
@@ -716,4 +694,35 @@ func preferredAllocation(t *testing.T, ctx context.Context, plugin pluginapi.Dev
 			}
 		}
 	}
+}
+
+// startDevicePlugin runs NVIDIA's device plugin dp with the node's driver
+// root, for the stand-in kubelet, with flags added; it must end on SIGTERM
+// when the test does. It returns the plugin's output and a channel closed
+// when it exits.
+func startDevicePlugin(t *testing.T, dp string, res *hostprep.Result, flags ...string) (*testenv.SyncBuffer, <-chan struct{}) {
+	t.Helper()
+	log := &testenv.SyncBuffer{}
+	cmd := exec.Command(dp, append([]string{"--kubelet-socket", pluginapi.KubeletSocket,
+		"--driver-root", res.Driver, "--dev-root", res.Driver}, flags...)...)
+	cmd.Env = toolEnv(res)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Should this process die first, the plugin must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("the device plugin ignored SIGTERM for 15s:\n%s", log.String())
+		}
+	})
+	return log, exited
 }
