@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"encoding/xml"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -197,5 +198,33 @@ func TestClearedEnvironmentStillFindsNvidiaSMIAndTheLibrary(t *testing.T) {
 	pr := runProbe(t, p, []string{"env", "-i", "/usr/local/bin/nvmlprobe"})
 	if pr.Count != len(n.gpus) || pr.GPUs[0].UUID != n.uuid(0) {
 		t.Errorf("env -i nvmlprobe: %d GPUs, first %+v; want %d, first %s", pr.Count, pr.GPUs, len(n.gpus), n.uuid(0))
+	}
+}
+
+// Only a privileged container changes the node's settings, as on a real
+// node, where the driver asks for CAP_SYS_ADMIN: NVIDIA's MPS daemon sets
+// EXCLUSIVE_PROCESS so. Another gets Insufficient Permissions, and the node
+// keeps its mode.
+func TestOnlyAPrivilegedContainerChangesTheComputeMode(t *testing.T) {
+	n := theNode
+	t.Cleanup(func() { _ = exec.Command(n.env["NVIDIA_SMI"], "-i", "2", "-c", "DEFAULT").Run() })
+	mode := func() string {
+		return n.smi(t, "-i", "2", "--query-gpu=compute_mode", "--format=csv,noheader")
+	}
+	all := map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}
+	set := []string{"sh", "-c", "nvidia-smi -i 2 -c EXCLUSIVE_PROCESS"}
+	r := n.run(t, n.runPod(t, optedIn, nil), ctr{image: "glibc", cmd: set, env: all})
+	if r.code == 0 || !strings.Contains(r.out, "Insufficient Permissions") {
+		t.Errorf("a container that is not privileged: exit %d\n%s\nwant Insufficient Permissions", r.code, r.out)
+	}
+	if m := mode(); m != "Default\n" {
+		t.Errorf("after the refused container, GPU 2's compute mode is %q", m)
+	}
+	r = n.run(t, n.runPrivilegedPod(t, optedIn), ctr{image: "glibc", cmd: set, env: all, privileged: true})
+	if r.code != 0 || !strings.Contains(r.out, "Set compute mode to EXCLUSIVE_PROCESS") {
+		t.Errorf("a privileged container: exit %d\n%s", r.code, r.out)
+	}
+	if m := mode(); m != "Exclusive_Process\n" {
+		t.Errorf("after the privileged container, GPU 2's compute mode is %q, want Exclusive_Process", m)
 	}
 }

@@ -68,16 +68,12 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 
 // nvmock_change_setting stores a setting as node state, as the driver keeps it
 // until it unloads: every process sees it, and a reinstall that resets the
-// node, like a reboot, ends it. Root changes it; a user, who cannot write
-// the state, gets NO_PERMISSION. From a container's read-only view nothing
-// can change the node: that is not modelled, so it is NOT_SUPPORTED, which
-// nvidia-smi treats as a warning (NVIDIA's MPS daemon runs nvidia-smi -c in
-// a container and stops on any other failure).
+// node, like a reboot, ends it. Root changes it, and so does a privileged
+// container, which nvmock's plugin gives the state writable; a user, or a
+// container with the state read-only, gets NO_PERMISSION, as a real one
+// without CAP_SYS_ADMIN does ("Insufficient Permissions").
 nvmlReturn_t nvmock_change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value)
 {
-	const char *path = nvmock_live_path();
-	if (path != NULL && access(path, W_OK) != 0 && errno == EROFS)
-		return nvmock_not_supported("a setting from a read-only view of the node");
 	struct setting s = {bit, value};
 	return nvmock_live_update(d, set_setting, &s);
 }

@@ -567,7 +567,10 @@ func SnapshotPathFor(libPath string) (string, bool) {
 }
 
 // appendState shows the node's live state beside a snapshot mounted at sp,
-// read-only: the container reads it, only nvmock's tools on the node write it.
+// read-only, so that a container's settings change nothing, as a real
+// container's without CAP_SYS_ADMIN do not ("Insufficient Permissions").
+// A privileged container has it, and changes the node as on a real one
+// (NVIDIA's MPS daemon sets the compute mode so): it gets it writable.
 func appendState(ms []Mount, node *NodeState, ctr *Container, sp string, opts []string) []Mount {
 	if node.State == "" {
 		return ms
@@ -575,6 +578,10 @@ func appendState(ms []Mount, node *NodeState, ctr *Container, sp string, opts []
 	dst := path.Join(path.Dir(sp), "state")
 	if hasDestination(ms, dst) || slices.Contains(ctr.Mounts, dst) {
 		return ms
+	}
+	if i := slices.Index(opts, "ro"); ctr.Privileged && i >= 0 {
+		opts = slices.Clone(opts)
+		opts[i] = "rw"
 	}
 	return append(ms, Mount{Source: node.State, Destination: dst, Type: "bind", Options: opts})
 }

@@ -898,3 +898,48 @@ func TestAPrivilegedContainerHasEveryGPUsNode(t *testing.T) {
 		t.Errorf("an unprivileged container given GPU 0 has GPU 1's node")
 	}
 }
+
+// The node's live state is read-only in a container, and writable in a
+// privileged one, which changes node settings as on a real node (it has
+// CAP_SYS_ADMIN); both as the plugin injects and beside NVIDIA's runtime.
+func TestOnlyAPrivilegedContainerGetsTheStateWritable(t *testing.T) {
+	n := testNode(2, true)
+	n.State = "/var/lib/nvmock/live/state"
+	priv := ctr
+	priv.Privileged = true
+	stateMount := func(adj Adjustment) []string {
+		for _, m := range adj.Mounts {
+			if m.Source == n.State {
+				return m.Options
+			}
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		pod  Pod
+		ctr  Container
+		want string
+	}{
+		{"a container", pod("ml", GPUsAnnotation, "1"), ctr, "ro"},
+		{"a privileged container", pod("ml", GPUsAnnotation, "1"), priv, "rw"},
+		{"a privileged container given the driver alone", pod("ml", GPUsAnnotation, "none"), priv, "rw"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			adj, ok, err := Decide(testConfig, n, c.pod, c.ctr)
+			if err != nil || !ok {
+				t.Fatalf("ok %v, err %v", ok, err)
+			}
+			opts := stateMount(adj)
+			if !slices.Contains(opts, c.want) || !slices.Contains(opts, "nosuid") || !slices.Contains(opts, "nodev") {
+				t.Errorf("state mount options %v, want %s, nosuid and nodev", opts, c.want)
+			}
+			// The snapshot beside it stays read-only.
+			for _, m := range adj.Mounts {
+				if m.Source == n.Snapshot && !slices.Contains(m.Options, "ro") {
+					t.Errorf("snapshot mount %v is not read-only", m.Options)
+				}
+			}
+		})
+	}
+}
