@@ -5,7 +5,9 @@
 # state is touched (see lib/debapt.sh).
 # Usage: hack/fetch-nvidia-smi.sh [CACHE_DIR]   (default: <repo>/.cache)
 # Result: CACHE_DIR/smi/<version>/nvidia-smi for each, and CACHE_DIR/bin/nvidia-smi,
-# the release the driver tree, the image and single-release tests carry.
+# the release the driver tree, the image and single-release tests carry,
+# with that release's MPS control daemon and server (nvidia-cuda-mps), which
+# a driver installs beside nvidia-smi: CACHE_DIR/bin/nvidia-cuda-mps-{control,server}.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib/debapt.sh source-path=SCRIPTDIR
@@ -22,11 +24,15 @@ releases=(
 # the newest release in a stable suite, and, like the 570-595 drivers the
 # boards run, it answers --version (NVIDIA's DRA driver waits on it).
 default=nvidia-smi/trixie
+# The same release's MPS binaries: package/suite, then each binary's path.
+mps=(nvidia-cuda-mps/trixie usr/bin/nvidia-cuda-mps-control usr/sbin/nvidia-cuda-mps-server)
 
 mkdir -p "${1:-$here/../.cache}"
 cache=$(cd "${1:-$here/../.cache}" && pwd)
 stamp=$cache/smi/.releases
-if debapt_is_elf "$cache/bin/nvidia-smi" && [ "$(cat "$stamp" 2>/dev/null)" = "${releases[*]} default=$default" ]; then
+want="${releases[*]} default=$default mps=${mps[*]}"
+if debapt_is_elf "$cache/bin/nvidia-smi" && debapt_is_elf "$cache/bin/nvidia-cuda-mps-control" &&
+  [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   debapt_log "already present: $(cd "$cache/smi" && echo */nvidia-smi)"
   exit 0
 fi
@@ -52,4 +58,14 @@ for r in "${releases[@]}"; do
   rm -rf "$x"
   debapt_log "done: smi/$version/nvidia-smi (from ${deb##*/})"
 done
-echo "${releases[*]} default=$default" >"$stamp"
+deb=$(debapt_download "${mps[0]}")
+x=$cache/apt/x/mps
+debapt_extract "$deb" "$x"
+for path in "${mps[@]:1}"; do
+  debapt_is_elf "$x/$path" || debapt_die "no ELF binary at $path in ${deb##*/}"
+  cp "$x/$path" "$cache/bin/${path##*/}.tmp"
+  mv "$cache/bin/${path##*/}.tmp" "$cache/bin/${path##*/}"
+done
+rm -rf "$x"
+debapt_log "done: bin/nvidia-cuda-mps-control, bin/nvidia-cuda-mps-server (from ${deb##*/})"
+echo "$want" >"$stamp"

@@ -6,6 +6,9 @@
 #   "libnvidia-ml.so.1", and glibc searches the executable's DT_RPATH for a
 #   dlopen too (a DT_RUNPATH is searched only for the object's own needs).
 # - hostprep.SMIRPath holds the same string and Render checks it.
+# Beside it, as a driver installs them, the MPS control daemon and server
+# found next to NVIDIA_SMI (hack/fetch-nvidia-smi.sh puts them there); they
+# load no NVML and are copied as they are.
 # Usage: hack/package-driver.sh BUILD_DIR NVIDIA_SMI
 set -euo pipefail
 rpath='$ORIGIN/../lib64'
@@ -24,3 +27,10 @@ got=$(patchelf --print-rpath "$bin/nvidia-smi.tmp")
 [ "$got" = "$rpath" ] || die "patchelf left RPATH '$got', want '$rpath'"
 chmod 0755 "$bin/nvidia-smi.tmp"
 mv "$bin/nvidia-smi.tmp" "$bin/nvidia-smi"
+for f in nvidia-cuda-mps-control nvidia-cuda-mps-server; do
+  src=$(dirname "$smi")/$f
+  [ -f "$src" ] || die "no $f at $src; run make deps"
+  cp "$src" "$bin/$f.tmp"
+  chmod 0755 "$bin/$f.tmp"
+  mv "$bin/$f.tmp" "$bin/$f"
+done

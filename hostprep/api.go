@@ -138,7 +138,8 @@ type inputs struct {
 	opt      Options
 	lib, smi []byte
 	hook     []byte
-	imex     []byte // nil: no NVLink domain
+	imex     []byte   // nil: no NVLink domain
+	mps      [][]byte // MPSBinaries; none: assets without them
 	snap     []byte
 	ids      []snapshot.Identity
 	nodes    []DevNode
@@ -180,6 +181,9 @@ func gather(o Options) (*inputs, error) {
 	if in.imex, err = readIMEX(o.Assets, p); err != nil {
 		return nil, err
 	}
+	if in.mps, err = readMPS(o.Assets); err != nil {
+		return nil, err
+	}
 	in.ids = snapshot.Identities(p, seed)
 	in.boards, _ = p.Boards() // validated above
 	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
@@ -208,7 +212,7 @@ func gather(o Options) (*inputs, error) {
 	}
 	// The layout is in the hash: another one is a new install, which
 	// starts over from it; the same one leaves the node's state alone.
-	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec(), in.imex)
+	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec(), in.imex, mpsHash(in.mps))
 	return in, nil
 }
 
@@ -317,6 +321,7 @@ func (in *inputs) entries() []entry {
 		es = append(es, entry{path: HookPath, data: in.hook, mode: 0o755})
 	}
 	es = append(es, imexEntries(in.imex)...)
+	es = append(es, mpsEntries(in.mps)...)
 	if in.opt.StateLink != "" {
 		es = append(es, entry{path: StatePath, hard: in.opt.StateLink})
 	}

@@ -163,9 +163,11 @@ func TestNvidiaCTKGeneratesACDISpecNamingEveryMockGPUByIndexAndUUID(t *testing.T
 			for _, m := range spec.ContainerEdits.Mounts {
 				mounts = append(mounts, m.ContainerPath)
 			}
+			// So are the MPS control daemon and server, as a driver has them.
 			clique := hostprep.HasClique(testenv.Profile(t, tc.profile, tc.gpus))
-			for _, b := range []string{"/usr/bin/nvidia-smi", "/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex-ctl"} {
-				if want := b == "/usr/bin/nvidia-smi" || clique; slices.Contains(mounts, b) != want {
+			for _, b := range []string{"/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-server",
+				"/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex-ctl"} {
+				if want := !strings.Contains(b, "imex") || clique; slices.Contains(mounts, b) != want {
 					t.Errorf("%s (clique %v): spec-wide mounts %v; want %s: %v", tc.profile, clique, mounts, b, want)
 				}
 			}

@@ -384,6 +384,11 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel, mig []bool, all bo
 	if !slices.Contains(ctr.Mounts, NvidiaSMIPath) {
 		adj.Mounts = append(adj.Mounts, Mount{Source: node.NvidiaSMI, Destination: NvidiaSMIPath, Type: "bind", Options: opts})
 	}
+	for _, b := range node.Binaries {
+		if dst := "/usr/bin/" + path.Base(b); !slices.Contains(ctr.Mounts, dst) {
+			adj.Mounts = append(adj.Mounts, Mount{Source: b, Destination: dst, Type: "bind", Options: opts})
+		}
+	}
 
 	// A node already in the spec came with its cgroup rule: neither is added.
 	// One at the same path with other numbers (a device plugin's) is replaced.

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -941,5 +942,35 @@ func TestOnlyAPrivilegedContainerGetsTheStateWritable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The driver's other programs (the MPS control daemon and server) come
+// into a container with GPUs at /usr/bin, as NVIDIA's runtime mounts them,
+// unless the spec has them already.
+func TestTheDriversProgramsComeWithTheGPUs(t *testing.T) {
+	n := testNode(2, true)
+	n.Binaries = []string{testDriver + "/usr/bin/nvidia-cuda-mps-control", testDriver + "/usr/bin/nvidia-cuda-mps-server"}
+	mounted := func(adj Adjustment) map[string]string {
+		m := map[string]string{}
+		for _, mt := range adj.Mounts {
+			if strings.HasPrefix(mt.Destination, "/usr/bin/") {
+				m[mt.Destination] = mt.Source
+			}
+		}
+		return m
+	}
+	adj, ok, err := Decide(testConfig, n, pod("ml", GPUsAnnotation, "1"), ctr)
+	if err != nil || !ok {
+		t.Fatalf("ok %v, err %v", ok, err)
+	}
+	want := map[string]string{"/usr/bin/nvidia-smi": n.NvidiaSMI,
+		"/usr/bin/nvidia-cuda-mps-control": n.Binaries[0], "/usr/bin/nvidia-cuda-mps-server": n.Binaries[1]}
+	if got := mounted(adj); !maps.Equal(got, want) {
+		t.Errorf("programs mounted %v, want %v", got, want)
+	}
+	adj, _, _ = Decide(testConfig, n, pod("ml", GPUsAnnotation, "1"), withMounts(ctr, "/usr/bin/nvidia-cuda-mps-control"))
+	if _, ok := mounted(adj)["/usr/bin/nvidia-cuda-mps-control"]; ok {
+		t.Error("a program the spec mounts already is mounted again")
 	}
 }

@@ -52,6 +52,12 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 			return NodeState{}, fmt.Errorf("probe overlay in %s: %s is missing or not a file; reinstall with nvmock hostprep install", root, p)
 		}
 	}
+	for _, name := range hostprep.MPSBinaries {
+		p := filepath.Join(driver, "usr", "bin", name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			n.Binaries = append(n.Binaries, p)
+		}
+	}
 	data, err := readSnapshot(n.Snapshot)
 	if err != nil {
 		return NodeState{}, fmt.Errorf("probe overlay in %s: %w", root, err)

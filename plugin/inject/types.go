@@ -115,6 +115,10 @@ type NodeState struct {
 	Library    string // DriverRoot/usr/lib64/libnvidia-ml.so.1
 	NvidiaSMI  string // DriverRoot/usr/bin/nvidia-smi
 	Snapshot   string // DriverRoot/etc/nvmock/snapshot
+	// Binaries are the driver's other programs a container with GPUs gets
+	// at /usr/bin, as NVIDIA's runtime mounts them: the MPS control
+	// daemon and server (hostprep.MPSBinaries), when the overlay has them.
+	Binaries []string
 	// State is the node's live state (package live), shown beside the
 	// snapshot; "" when the install has none (an older one).
 	State string

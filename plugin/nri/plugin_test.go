@@ -48,7 +48,10 @@ func TestPluginInjectsContainersThroughTheRuntime(t *testing.T) {
 		}
 	}
 	slices.Sort(dsts)
-	wantDsts := []string{"/etc/nvmock/snapshot", "/etc/nvmock/state", "/usr/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}
+	// The driver's programs, as NVIDIA's runtime mounts them: nvidia-smi
+	// and the MPS control daemon and server.
+	wantDsts := []string{"/etc/nvmock/snapshot", "/etc/nvmock/state", "/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-server",
+		"/usr/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}
 	if !slices.Equal(dsts, wantDsts) {
 		t.Errorf("mounts %v, want %v", dsts, wantDsts)
 	}
