@@ -17,9 +17,9 @@ import (
 
 // gpud (v0.4.5), a GPU node health checker, scans a mock H100 node: its
 // GPUs through NVML, and the kernel log, where it finds the XID that
-// nvmock xidlog wrote as the driver would, once in dmesg and once in
-// /dev/kmsg; then an uncorrectable ECC error, which it reports with the
-// reset the pending row remap needs.
+// nvmock xidlog wrote as the driver would, once in /dev/kmsg (and in
+// dmesg, when gpud reads all of it); then an uncorrectable ECC error,
+// which it reports with the reset the pending row remap needs.
 func TestGpudScansTheNodeAndFindsItsXIDInTheKernelLog(t *testing.T) {
 	needRoot(t)
 	kmsg := testenv.OpenKmsg(t)
@@ -69,11 +69,20 @@ func TestGpudScansTheNodeAndFindsItsXIDInTheKernelLog(t *testing.T) {
 	// leave it as the ring wraps: count only the lines gpud dates since
 	// the XID was written.
 	window := int(time.Since(written)/time.Second) + 1
-	// The line in dmesg ([XID found]) and in /dev/kmsg ([nvidia xid]).
-	for _, tag := range []string{"[XID found]", "[nvidia xid]"} {
-		if n := countSince(after, tag, line, window); n != 1 {
-			t.Errorf("gpud scan lists %s %q %d times in the last %d s: want once\n%s", tag, line, n, window, after)
-		}
+	// The line in /dev/kmsg ([nvidia xid]), once.
+	if n := countSince(after, "[nvidia xid]", line, window); n != 1 {
+		t.Errorf("gpud scan lists [nvidia xid] %q %d times in the last %d s: want once\n%s", line, n, window, after)
+	}
+	// And in dmesg ([XID found]) at most once: gpud v0.4.5 reads dmesg's
+	// output while another goroutine's exec Wait closes the pipe at the
+	// exit, so the newest lines are sometimes lost (seen in CI: the XID in
+	// /dev/kmsg, not in dmesg's output, which ends a few lines before).
+	switch n := countSince(after, "[XID found]", line, window); n {
+	case 0:
+		t.Logf("gpud's dmesg scan lost its newest lines this time (its read races its Wait)")
+	case 1:
+	default:
+		t.Errorf("gpud scan lists [XID found] %q %d times in the last %d s: want once\n%s", line, n, window, after)
 	}
 
 	// A double-bit error (nvmock ctl fault 1 ecc_uncorrectable): the
