@@ -51,22 +51,28 @@ build_images() {
   nvidia_image
 }
 
-# nvidia_image: NVIDIA's device plugin and GPU feature discovery (v0.18.2,
-# built by hack/fetch-nvidia-tools.sh; they use cgo) in a glibc root, laid
+# nvidia_image: NVIDIA's device plugin, GPU feature discovery and the MPS
+# control daemon and config manager (v0.18.2, built by
+# hack/fetch-nvidia-tools.sh; they use cgo) in a glibc root, laid
 # out as NVIDIA's image nvcr.io/nvidia/k8s-device-plugin is (its Dockerfile:
 # the binaries in /usr/bin, the same ENV and ENTRYPOINT), so that NVIDIA's
 # Helm chart runs it unchanged. Skipped when the tools were not built (make
 # deps builds them); the Kubernetes suite (e2e/k8s) says so then.
 nvidia_image() {
   local cache=${NVMOCK_CACHE:-$repo/.cache} r=$img/rootfs-nvidia f
-  for f in nvidia-device-plugin gpu-feature-discovery; do
+  local tools=(nvidia-device-plugin gpu-feature-discovery mps-control-daemon config-manager)
+  for f in "${tools[@]}"; do
     [ -x "$cache/bin/$f" ] || { echo "e2e-images: no $cache/bin/$f (make deps builds it): no k8s-device-plugin image" >&2; return 0; }
   done
   glibc_rootfs "$r"
-  for f in nvidia-device-plugin gpu-feature-discovery; do
-    # Without the debug info (30 and 68 MB with it): a smaller import.
+  for f in "${tools[@]}"; do
+    # Without the debug info (28 to 68 MB with it): a smaller import.
     objcopy --strip-debug "$cache/bin/$f" "$r/usr/bin/$f"
   done
+  # What the MPS daemon's pod runs besides: its mount-shm step unmounts and
+  # mounts a tmpfs, and the daemon follows its log with tail.
+  for f in mount umount tail; do cp "$(type -P "$f")" "$r/usr/bin/"; done
+  copy_libs "$r" "$r"/usr/bin/{mount,umount,tail}
   # Its NVIDIA_DRIVER_CAPABILITIES=compute,utility is left out: mkimage's
   # -env is a comma list, and nvmock does not read the variable.
   "$img/mkimage" -name localhost/nvmock-e2e/k8s-device-plugin:local -entrypoint '["nvidia-device-plugin"]' \

@@ -5,8 +5,11 @@
 #   nvidia-container-runtime (the same module; run in CDI mode by the e2e nodes)
 #   nvidia-device-plugin   (github.com/NVIDIA/k8s-device-plugin)
 #   gpu-feature-discovery  (github.com/NVIDIA/k8s-device-plugin)
+#   mps-control-daemon, config-manager (the same module; its chart runs them
+#                          for MPS sharing and for a config map)
 # Usage: hack/fetch-nvidia-tools.sh [CACHE_DIR]   (default: <repo>/.cache)
-# Result: CACHE_DIR/bin/{nvidia-ctk,nvidia-container-runtime,nvidia-device-plugin,gpu-feature-discovery};
+# Result: CACHE_DIR/bin/{nvidia-ctk,nvidia-container-runtime,nvidia-device-plugin,
+# gpu-feature-discovery,mps-control-daemon,config-manager};
 # the device plugin's source is copied to CACHE_DIR/src/k8s-device-plugin@VERSION.
 # Needs go and gcc (the tools use cgo). Idempotent: a binary that exists and
 # answers --version is kept.
@@ -29,12 +32,18 @@ bin=$cache/bin
 mkdir -p "$bin"
 command -v go >/dev/null || die "go not found in PATH"
 
-# works BINARY: true if it exists and prints a version. Its exit status is
-# not asked: nvidia-container-runtime prints its version, then fails on a
-# machine without runc (a fresh one: e2e-node.sh installs runc later).
+# works BINARY: true if it exists and prints a version (config-manager has
+# no --version: its --help names its flags). Its exit status is not asked:
+# nvidia-container-runtime prints its version, then fails on a machine
+# without runc (a fresh one: e2e-node.sh installs runc later).
 works() {
   local out
   [ -x "$1" ] || return 1
+  if [[ $1 == */config-manager ]]; then
+    out=$("$1" --help 2>/dev/null) || true
+    [[ $out == *--oneshot* ]]
+    return
+  fi
   out=$("$1" --version 2>/dev/null) || true
   [[ $out == *version* ]]
 }
@@ -65,15 +74,18 @@ toolkit_cmd() {
 toolkit_cmd nvidia-ctk
 toolkit_cmd nvidia-container-runtime
 
-if works "$bin/nvidia-device-plugin" && works "$bin/gpu-feature-discovery"; then
-  log "already present: $bin/nvidia-device-plugin, $bin/gpu-feature-discovery"
+dp_cmds=(nvidia-device-plugin gpu-feature-discovery mps-control-daemon config-manager)
+missing=0
+for cmd in "${dp_cmds[@]}"; do works "$bin/$cmd" || missing=1; done
+if [ "$missing" = 0 ]; then
+  log "already present: ${dp_cmds[*]} in $bin"
   exit 0
 fi
 
 src=$cache/src/k8s-device-plugin@$DP_VERSION
 gomod_copy "$DP_MODULE" "$DP_VERSION" "$src"
 
-for cmd in nvidia-device-plugin gpu-feature-discovery; do
+for cmd in "${dp_cmds[@]}"; do
   if works "$bin/$cmd"; then
     log "already present: $bin/$cmd"
     continue
@@ -84,6 +96,6 @@ for cmd in nvidia-device-plugin gpu-feature-discovery; do
     env -C "$src" GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=1 \
       go build -ldflags "-X $DP_MODULE/internal/info.version=$DP_VERSION" -o "$bin/$cmd.tmp" "./cmd/$cmd"
   mv "$bin/$cmd.tmp" "$bin/$cmd"
-  works "$bin/$cmd" || die "$bin/$cmd was built but does not answer --version"
+  works "$bin/$cmd" || die "$bin/$cmd was built but does not answer --version (--help for config-manager)"
   log "done: $bin/$cmd"
 done

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -307,7 +308,7 @@ func (c *cluster) nvidiaPlugin(t testing.TB) {
 	}
 	ctx := ctxT(t, 4*time.Minute)
 	c.ensureNamespace(t, nvidiaNS, map[string]string{injectKey: injectValue})
-	if err := c.nvidiaRelease(ctx, ""); err != nil {
+	if err := c.nvidiaRelease(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.waitAllocatable(ctx, len(c.truth)); err != nil {
@@ -320,9 +321,10 @@ func nvidiaChart() string {
 	return filepath.Join(testenv.CacheDir(), "src", "k8s-device-plugin@"+nvidiaVersion, "deployments", "helm", "nvidia-device-plugin")
 }
 
-// nvidiaRelease installs or upgrades NVIDIA's release with the MIG strategy
-// (the chart's default when ""), and waits until it has rolled out.
-func (c *cluster) nvidiaRelease(ctx context.Context, migStrategy string) error {
+// nvidiaRelease installs or upgrades NVIDIA's release with the suite's
+// values and extra ones (such as migStrategy), and waits until it has
+// rolled out.
+func (c *cluster) nvidiaRelease(ctx context.Context, extra map[string]any) error {
 	vals := map[string]any{
 		"image": map[string]any{"repository": strings.TrimSuffix(c.image(nvidiaImage), ":local"), "tag": "local", "pullPolicy": "Never"},
 		// docs/kubernetes.md: the device plugin loads the mock library from the overlay.
@@ -331,10 +333,11 @@ func (c *cluster) nvidiaRelease(ctx context.Context, migStrategy string) error {
 		// Its node-feature-discovery subchart needs NFD's images, which this
 		// node cannot pull: GFD's labels are read from its output file.
 		"nfd": map[string]any{"enabled": false},
+		// The MPS daemon's pod mounts its root Bidirectional, which needs a
+		// shared mount: k8s-node.sh makes the cluster's directory one.
+		"mps": map[string]any{"root": filepath.Join(c.dir, "mps")},
 	}
-	if migStrategy != "" {
-		vals["migStrategy"] = migStrategy
-	}
+	maps.Copy(vals, extra)
 	if err := c.helmInstall(ctx, nvidiaRelease, nvidiaNS, nvidiaChart(), vals, false); err != nil {
 		return err
 	}

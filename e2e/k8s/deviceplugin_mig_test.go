@@ -30,7 +30,7 @@ func TestDevicePluginMixedStrategyGivesAPodAMIGDevice(t *testing.T) {
 		run("mig", "-i", last, "-dgi")
 		run("-i", last, "-mig", "0")
 		ctx := ctxT(t, 4*time.Minute)
-		if err := c.nvidiaRelease(ctx, ""); err != nil {
+		if err := c.nvidiaRelease(ctx, nil); err != nil {
 			t.Error(err)
 		} else if err := c.waitAllocatable(ctx, gpus); err != nil {
 			t.Errorf("after MIG was undone: %v", err)
@@ -44,7 +44,7 @@ func TestDevicePluginMixedStrategyGivesAPodAMIGDevice(t *testing.T) {
 	parent := m[1]
 
 	ctx := ctxT(t, 4*time.Minute)
-	if err := c.nvidiaRelease(ctx, "mixed"); err != nil {
+	if err := c.nvidiaRelease(ctx, map[string]any{"migStrategy": "mixed"}); err != nil {
 		t.Fatal(err)
 	}
 	const mig = corev1.ResourceName("nvidia.com/mig-1g.10gb")
