@@ -13,6 +13,8 @@ import (
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nvmock/nvmock/internal/testenv"
 )
 
 // timeSlicing is the device plugin's and GFD's configuration for four
@@ -111,5 +113,54 @@ func timeSlicingInNamespace(t *testing.T) {
 		if l[k] != v {
 			t.Errorf("GFD label %s=%q, want %q\nall labels: %v\n%s", k, l[k], v, l, out)
 		}
+	}
+}
+
+// mps is the configuration for two MPS replicas of each GPU.
+const mps = `version: v1
+sharing:
+  mps:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 2
+`
+
+// GFD given an MPS configuration labels the node mps.capable, the label
+// NVIDIA's chart runs its MPS control daemon on, and refuses a node with
+// a GPU in MIG mode, as on a real one.
+func TestGFDLabelsANodeMPSCapableUnlessAGPUIsInMIGMode(t *testing.T) {
+	needRoot(t)
+	gfd := nvidiaTool(t, "gpu-feature-discovery")
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	must(t, os.WriteFile(config, []byte(mps), 0o644))
+	for _, c := range []struct{ name, layout string }{{"whole GPUs", ""}, {"a GPU in MIG mode", "1=7g.40gb"}} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newSite(t).options(testenv.Profile(t, "a100", 2), realAssets(t))
+			o.Render.MIG = c.layout
+			res := install(t, o)
+			labels := filepath.Join(t.TempDir(), "labels")
+			out, status := inNodeStatus(t, res, 2*time.Minute, toolEnv(res), gfd,
+				"--oneshot", "--no-timestamp", "--output-file", labels, "--config-file", config)
+			if c.layout != "" {
+				if status == 0 || !strings.Contains(string(out), "MPS sharing is not supported for mig devices") {
+					t.Errorf("gpu-feature-discovery with MPS on a node with a MIG GPU: status %d, want a failure saying MPS is not supported for MIG devices:\n%s", status, out)
+				}
+				return
+			}
+			if status != 0 {
+				t.Fatalf("gpu-feature-discovery: status %d\n%s", status, out)
+			}
+			l := readLabels(t, labels)
+			for k, v := range map[string]string{
+				"nvidia.com/mps.capable":          "true",
+				"nvidia.com/gpu.sharing-strategy": "mps",
+				"nvidia.com/gpu.replicas":         "2",
+				"nvidia.com/gpu.product":          "NVIDIA-A100-SXM4-40GB-SHARED",
+			} {
+				if l[k] != v {
+					t.Errorf("GFD label %s=%q, want %q\nall labels: %v\n%s", k, l[k], v, l, out)
+				}
+			}
+		})
 	}
 }

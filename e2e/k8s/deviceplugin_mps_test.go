@@ -74,6 +74,25 @@ sharing:
 	if got := modes(); got != all("Exclusive_Process") {
 		t.Errorf("compute modes under the MPS daemon:\n%s\nwant Exclusive_Process on all %d GPUs", got, gpus)
 	}
+	// GFD, given the same config, says the node can run the MPS daemon:
+	// the label NFD publishes on a real node.
+	l := c.gfdLabels(t)
+	for deadline := time.Now().Add(time.Minute); l["nvidia.com/gpu.sharing-strategy"] != "mps" && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		l = c.gfdLabels(t)
+	}
+	for k, v := range map[string]string{
+		mpsCapable:                        "true",
+		"nvidia.com/gpu.sharing-strategy": "mps",
+		"nvidia.com/gpu.replicas":         "2",
+	} {
+		if l[k] != v {
+			t.Errorf("GFD label %s=%q, want %q; all:\n%s", k, l[k], v, labelLines(l))
+		}
+	}
+	if p := l["nvidia.com/gpu.product"]; !strings.HasSuffix(p, "-SHARED") {
+		t.Errorf("GFD label nvidia.com/gpu.product=%q, want the product with -SHARED", p)
+	}
 
 	ns := c.namespace(t, true)
 	p := c.pod("mps", "nvidia-smi -L; echo $CUDA_MPS_PIPE_DIRECTORY; echo get_default_active_thread_percentage | nvidia-cuda-mps-control; echo started; exec sleep 3600", 1)
