@@ -61,6 +61,8 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 		g->gpm_stream = s->value;
 	else if (s->bit == LIVE_CFG_ECC_PENDING)
 		g->ecc_pending = s->value;
+	else if (s->bit == LIVE_CFG_TIMESLICE)
+		g->timeslice = s->value;
 	else
 		g->power_limit_mw = s->value;
 	return NVML_SUCCESS;

@@ -318,6 +318,44 @@ static int smi_is_primary(nvmlDevice_t device, unsigned int *primary)
 	return NVML_SUCCESS;
 }
 
+// 0x600 and 0x608 (all four): nvidia-smi compute-policy. Set takes
+// {type, value}, get fills {count, {type, value}[32]}; the one type is 0,
+// the timeslice (0 default, 1 short, 2 medium, 3 long), which the DRA
+// driver sets for its time-slicing config. Found by filling the table
+// with probes; the layouts read off each release's call sites. The
+// setting is node state, as the driver keeps it.
+enum { SMI_POLICY_TIMESLICE = 0, SMI_TIMESLICE_LONG = 3, SMI_POLICIES = 32 };
+
+struct smi_policy {
+	uint32_t type, value;
+};
+
+struct smi_policies {
+	uint32_t count;
+	struct smi_policy policy[SMI_POLICIES];
+};
+_Static_assert(sizeof(struct smi_policies) == 0x104, "nvidia-smi compute policies");
+
+static int smi_set_policy(nvmlDevice_t device, const struct smi_policy *p)
+{
+	DEV(device, d);
+	if (p == NULL || p->type != SMI_POLICY_TIMESLICE || p->value > SMI_TIMESLICE_LONG)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvmock_change_setting(d, LIVE_CFG_TIMESLICE, p->value);
+}
+
+static int smi_get_policies(nvmlDevice_t device, struct smi_policies *out)
+{
+	DEV(device, d);
+	OUT(out);
+	struct live_gpu g;
+	const struct live_gpu *set = nvmock_settings(d, &g);
+	out->count = 1;
+	out->policy[0].type = SMI_POLICY_TIMESLICE;
+	out->policy[0].value = set != NULL && (set->cfg_set & LIVE_CFG_TIMESLICE) ? set->timeslice : 0;
+	return NVML_SUCCESS;
+}
+
 #define E(off, fn) [(off) / 8] = (uint64_t)(uintptr_t)(fn)
 
 // Entries by the releases that read them (each table is as large as its
@@ -325,7 +363,7 @@ static int smi_is_primary(nvmlDevice_t device, unsigned int *primary)
 #define ALL_FOUR                                                                                   \
 	E(0x60, smi_parse_bus_id), E(0xa0, smi_is_primary), E(0xb8, smi_pcie_path), E(0x240, smi_monitoring),                \
 		E(0x258, smi_index_location), E(0x288, smi_index_bus_id), E(0x360, smi_enforced_limit), E(0x528, smi_fields),      \
-		E(0x680, smi_lane_ecc)
+		E(0x600, smi_set_policy), E(0x608, smi_get_policies), E(0x680, smi_lane_ecc)
 #define ONLY_470 E(0x678, smi_module_id), E(0x698, smi_gsp_version)
 #define SINCE_535                                                                                  \
 	E(0x6a8, smi_compute), E(0x6b0, smi_mps), E(0x6b8, smi_graphics), E(0x6f8, smi_numa_nodes), \

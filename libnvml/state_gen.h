@@ -27,6 +27,7 @@
 #define LIVE_CFG_POWER_LIMIT 4 // power_limit_mw holds the power limit
 #define LIVE_CFG_GPM_STREAM 8 // gpm_stream holds the GPM stream state
 #define LIVE_CFG_ECC_PENDING 16 // ecc_pending holds the pending ECC mode
+#define LIVE_CFG_TIMESLICE 32 // timeslice holds the compute policy's timeslice
 #define LIVE_TRIGGER_AT 1 // from time param (ns), node-wide
 #define LIVE_TRIGGER_CALLS 2 // after param calls on the GPU, counted by each process
 #define LIVE_TRIGGER_PROBABILITY 3 // each call with probability param / 2^32, drawn by each process
@@ -92,7 +93,7 @@ struct live_gpu {
 	uint32_t mig_set; // 1: mig_current and mig_pending hold the modes; 0: the snapshot's
 	uint32_t mig_current;
 	uint32_t mig_pending;
-	uint32_t mig_pad;
+	uint32_t timeslice; // nvidia-smi compute-policy --set-timeslice: 0 default, 1 short, 2 medium, 3 long
 	uint32_t gi_profile[15]; // by GPU-instance id: row + 1 of the snapshot's profile table; 0: none
 	uint32_t gi_start[15]; // first memory slice
 	uint32_t ci_slices[120]; // by GPU instance x 8 + compute-instance id: compute slices; 0: none
@@ -127,7 +128,7 @@ _Static_assert(offsetof(struct live_gpu, fault_param) == 280, "state layout");
 _Static_assert(offsetof(struct live_gpu, mig_set) == 344, "state layout");
 _Static_assert(offsetof(struct live_gpu, mig_current) == 348, "state layout");
 _Static_assert(offsetof(struct live_gpu, mig_pending) == 352, "state layout");
-_Static_assert(offsetof(struct live_gpu, mig_pad) == 356, "state layout");
+_Static_assert(offsetof(struct live_gpu, timeslice) == 356, "state layout");
 _Static_assert(offsetof(struct live_gpu, gi_profile) == 360, "state layout");
 _Static_assert(offsetof(struct live_gpu, gi_start) == 420, "state layout");
 _Static_assert(offsetof(struct live_gpu, ci_slices) == 480, "state layout");

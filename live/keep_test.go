@@ -58,3 +58,20 @@ func TestResettingReadingsKeepsTheMIGLayout(t *testing.T) {
 		t.Errorf("after clear --load: MIG set %d current %d, %d devices", g.MIGSet, g.MIGCurrent, len(s.MIGDevices(0, &devs[0])))
 	}
 }
+
+// clear --load and the chart's live values at a pod start reset readings,
+// not what nvidia-smi set: every setting stays until reinstalled.
+func TestResettingReadingsKeepsTheSettings(t *testing.T) {
+	s := &State{}
+	s.Header.Gpus = 1
+	g := &s.GPUs[0]
+	g.CfgSet = CfgPersistence | CfgComputeMode | CfgPowerLimit | CfgGpmStream | CfgECCPending | CfgTimeslice
+	g.Persistence, g.ComputeMode, g.PowerLimitMW, g.GpmStream, g.ECCPending, g.Timeslice = 1, 3, 250000, 1, 1, 3
+	g.Load = [4]uint32{80}
+	want := *g
+	want.Load = [4]uint32{}
+	s.ResetReadings(0)
+	if s.GPUs[0] != want {
+		t.Errorf("after the reset:\n%+v\nwant the settings kept:\n%+v", s.GPUs[0], want)
+	}
+}

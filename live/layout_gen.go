@@ -30,6 +30,7 @@ const (
 	CfgPowerLimit      = 4  // power_limit_mw holds the power limit
 	CfgGpmStream       = 8  // gpm_stream holds the GPM stream state
 	CfgECCPending      = 16 // ecc_pending holds the pending ECC mode
+	CfgTimeslice       = 32 // timeslice holds the compute policy's timeslice
 	TriggerAt          = 1  // from time param (ns), node-wide
 	TriggerCalls       = 2  // after param calls on the GPU, counted by each process
 	TriggerProbability = 3  // each call with probability param / 2^32, drawn by each process
@@ -102,7 +103,7 @@ type GPU struct {
 	MIGSet           uint32    // 1: mig_current and mig_pending hold the modes; 0: the snapshot's
 	MIGCurrent       uint32
 	MIGPending       uint32
-	MIGPad           uint32
+	Timeslice        uint32      // nvidia-smi compute-policy --set-timeslice: 0 default, 1 short, 2 medium, 3 long
 	GIProfile        [15]uint32  // by GPU-instance id: row + 1 of the snapshot's profile table; 0: none
 	GIStart          [15]uint32  // first memory slice
 	CISlices         [120]uint32 // by GPU instance x 8 + compute-instance id: compute slices; 0: none
@@ -142,7 +143,7 @@ var GPULayout = []FieldOffset{
 	{"mig_set", "MIGSet", 344},
 	{"mig_current", "MIGCurrent", 348},
 	{"mig_pending", "MIGPending", 352},
-	{"mig_pad", "MIGPad", 356},
+	{"timeslice", "Timeslice", 356},
 	{"gi_profile", "GIProfile", 360},
 	{"gi_start", "GIStart", 420},
 	{"ci_slices", "CISlices", 480},

@@ -577,10 +577,15 @@ type GPUSettings struct {
 	PowerLimitMW *uint32 `json:"powerLimitMW,omitempty"`
 	GPMStream    *bool   `json:"gpmStream,omitempty"`
 	ECCPending   *bool   `json:"eccPending,omitempty"` // from the next boot
+	Timeslice    string  `json:"timeslice,omitempty"`  // the compute policy's
 }
 
 // computeModes are nvmlComputeMode_t's names, as nvidia-smi prints them.
 var computeModes = []string{"Default", "Exclusive_Thread", "Prohibited", "Exclusive_Process"}
+
+// timeslices are the compute policy's timeslice names, as nvidia-smi
+// compute-policy prints them.
+var timeslices = []string{"Default", "Short", "Medium", "Long"}
 
 func settingsOf(g *live.GPU) *GPUSettings {
 	if g.CfgSet == 0 {
@@ -609,6 +614,12 @@ func settingsOf(g *live.GPU) *GPUSettings {
 		on := g.GpmStream != 0
 		st.GPMStream = &on
 	}
+	if g.CfgSet&live.CfgTimeslice != 0 {
+		st.Timeslice = fmt.Sprint(g.Timeslice)
+		if int(g.Timeslice) < len(timeslices) {
+			st.Timeslice = timeslices[g.Timeslice]
+		}
+	}
 	return &st
 }
 
@@ -628,6 +639,9 @@ func (st *GPUSettings) String() string {
 	}
 	if st.GPMStream != nil {
 		out = append(out, map[bool]string{true: "GPM streaming Enabled", false: "GPM streaming Disabled"}[*st.GPMStream])
+	}
+	if st.Timeslice != "" {
+		out = append(out, "timeslice "+st.Timeslice)
 	}
 	return strings.Join(out, ", ")
 }
@@ -725,7 +739,7 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d%%\t%d%%\t%d%%\t%d%%\t%s\n", g.Index, load, g.Load[1], g.Load[2], g.Load[3], g.Jitter, faults)
 	}
-	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, gpm -s; until reinstalled)\n"
+	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, gpm -s, compute-policy; until reinstalled)\n"
 	for _, g := range st.GPUs {
 		if g.Settings != nil {
 			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.Settings)

@@ -643,7 +643,7 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 	}
 	defer f.Close()
 	if err := f.Update(func(s *live.State, _ int64) error {
-		s.GPUs[0].CfgSet, s.GPUs[0].PowerLimitMW = live.CfgPowerLimit, 250000
+		s.GPUs[0].CfgSet, s.GPUs[0].PowerLimitMW, s.GPUs[0].Timeslice = live.CfgPowerLimit|live.CfgTimeslice, 250000, 3
 		s.GPUs[2].CfgSet, s.GPUs[2].Persistence, s.GPUs[2].ComputeMode = live.CfgPersistence|live.CfgComputeMode, 0, 3
 		s.GPUs[1].CfgSet, s.GPUs[1].GpmStream, s.GPUs[1].ECCPending = live.CfgGpmStream|live.CfgECCPending, 1, 0
 		return nil
@@ -654,15 +654,15 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 	if err := ctlStatus(f, nil, &b); err != nil {
 		t.Fatal(err)
 	}
-	want := "GPU  SETTINGS (nvidia-smi -pm, -c, -pl, -e, gpm -s; until reinstalled)\n0    power limit 250.00 W\n1    ECC Disabled at next boot, GPM streaming Enabled\n2    persistence Disabled, compute mode Exclusive_Process\n"
+	want := "GPU  SETTINGS (nvidia-smi -pm, -c, -pl, -e, gpm -s, compute-policy; until reinstalled)\n0    power limit 250.00 W, timeslice Long\n1    ECC Disabled at next boot, GPM streaming Enabled\n2    persistence Disabled, compute mode Exclusive_Process\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("ctl status:\n%s\nwant a part:\n%s", b.String(), want)
 	}
 	s := ctlStatusJSON(t, state)
-	if g := s.GPUs[0].Settings; g == nil || g.PowerLimitMW == nil || *g.PowerLimitMW != 250000 || g.Persistence != nil || g.ComputeMode != "" || g.GPMStream != nil {
-		t.Errorf("GPU 0 settings %+v, want only the power limit", g)
+	if g := s.GPUs[0].Settings; g == nil || g.PowerLimitMW == nil || *g.PowerLimitMW != 250000 || g.Timeslice != "Long" || g.Persistence != nil || g.ComputeMode != "" || g.GPMStream != nil {
+		t.Errorf("GPU 0 settings %+v, want only the power limit and the timeslice", g)
 	}
-	if g := s.GPUs[1].Settings; g == nil || g.GPMStream == nil || !*g.GPMStream || g.ECCPending == nil || *g.ECCPending || g.Persistence != nil || g.PowerLimitMW != nil {
+	if g := s.GPUs[1].Settings; g == nil || g.GPMStream == nil || !*g.GPMStream || g.ECCPending == nil || *g.ECCPending || g.Persistence != nil || g.PowerLimitMW != nil || g.Timeslice != "" {
 		t.Errorf("GPU 1 settings %+v, want only GPM streaming and ECC pending", g)
 	}
 	if g := s.GPUs[2].Settings; g == nil || g.Persistence == nil || *g.Persistence || g.ComputeMode != "Exclusive_Process" {

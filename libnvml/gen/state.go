@@ -10,7 +10,7 @@ import (
 // The live state schema: the file every process using the library maps
 // beside the snapshot, written only by nvmock's own tools (package live).
 // Bump StateVersion on any change, but one: a spare word may become a
-// setting guarded by a CFG_* bit (gpm_stream, ecc_pending), since a file
+// setting guarded by a CFG_* bit (gpm_stream, ecc_pending, timeslice), since a file
 // with the bit clear reads as before to old and new libraries alike.
 
 // StateVersion is the layout version written into every state file.
@@ -46,6 +46,7 @@ var StateEnums = []struct {
 	{"CFG_POWER_LIMIT", 4, "power_limit_mw holds the power limit"},
 	{"CFG_GPM_STREAM", 8, "gpm_stream holds the GPM stream state"},
 	{"CFG_ECC_PENDING", 16, "ecc_pending holds the pending ECC mode"},
+	{"CFG_TIMESLICE", 32, "timeslice holds the compute policy's timeslice"},
 	{"TRIGGER_AT", 1, "from time param (ns), node-wide"},
 	{"TRIGGER_CALLS", 2, "after param calls on the GPU, counted by each process"},
 	{"TRIGGER_PROBABILITY", 3, "each call with probability param / 2^32, drawn by each process"},
@@ -95,7 +96,7 @@ var StateSchema = []Record{
 		{"mig_set", U32, 0, "1: mig_current and mig_pending hold the modes; 0: the snapshot's"},
 		{"mig_current", U32, 0, ""},
 		{"mig_pending", U32, 0, ""},
-		{"mig_pad", U32, 0, ""},
+		{"timeslice", U32, 0, "nvidia-smi compute-policy --set-timeslice: 0 default, 1 short, 2 medium, 3 long"},
 		{"gi_profile", U32s, StateGIs, "by GPU-instance id: row + 1 of the snapshot's profile table; 0: none"},
 		{"gi_start", U32s, StateGIs, "first memory slice"},
 		{"ci_slices", U32s, StateGIs * StateCIs, "by GPU instance x 8 + compute-instance id: compute slices; 0: none"},

@@ -86,6 +86,7 @@ var fixedViews = []matrixView{
 	// nvidia-smi refuses -d with -x before it asks NVML anything.
 	{name: "xml-performance", args: []string{"-x", "-q", "-d", "PERFORMANCE"}, codes: []int{2}},
 	{name: "mig-lgip", args: []string{"mig", "-lgip"}, codes: []int{0, 6}},
+	{name: "compute-policy", args: []string{"compute-policy", "-l"}},
 }
 
 // TestEveryNvidiaSMIRunsEveryViewOnEveryBoard runs each nvidia-smi release
