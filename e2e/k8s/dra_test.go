@@ -87,6 +87,7 @@ func TestDRADriver(t *testing.T) {
 	t.Run("ClaimsCreatedAndDeletedTenTimesLeaveNothingBehind", d.testNoLeaks)
 	t.Run("TheComputeDomainPluginPublishesChannelZeroAndADaemon", d.testComputeDomainSlices)
 	t.Run("AComputeDomainRunsItsDaemonAndItsPod", d.testComputeDomainWorkload)
+	t.Run("ATimeSlicingConfigSetsItsGPUsTimeslice", d.testTimeSlicing)
 	// Last: they partition a GPU, and restart the kubelet plugin.
 	t.Run("AGPUInMIGModeIsPublishedAsItsMIGDevices", d.testMIGSlices)
 	t.Run("DynamicMIGMakesTheMIGDeviceAClaimAsksFor", d.testDynamicMIG)
