@@ -88,6 +88,7 @@ func TestDRADriver(t *testing.T) {
 	t.Run("TheComputeDomainPluginPublishesChannelZeroAndADaemon", d.testComputeDomainSlices)
 	t.Run("AComputeDomainRunsItsDaemonAndItsPod", d.testComputeDomainWorkload)
 	t.Run("ATimeSlicingConfigSetsItsGPUsTimeslice", d.testTimeSlicing)
+	t.Run("AnMPSConfigStartsAControlDaemonThePodReaches", d.testMPS)
 	// Last: they partition a GPU, and restart the kubelet plugin.
 	t.Run("AGPUInMIGModeIsPublishedAsItsMIGDevices", d.testMIGSlices)
 	t.Run("DynamicMIGMakesTheMIGDeviceAClaimAsksFor", d.testDynamicMIG)
