@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nvmock/nvmock/internal/testenv"
 )
@@ -25,6 +26,20 @@ func draTemplate(name, cel string, count int64) *resourcev1.ResourceClaimTemplat
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: draClaimSpec(cel, count)},
 	}
+}
+
+// draSharingTemplate is a ResourceClaimTemplate for one GPU with the
+// driver's GpuConfig asking for sharing (its JSON).
+func draSharingTemplate(name, sharing string) *resourcev1.ResourceClaimTemplate {
+	tmpl := draTemplate(name, "", 1)
+	tmpl.Spec.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
+		Requests: []string{"gpu"},
+		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+			Driver:     draGPUDriver,
+			Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": ` + sharing + `}`)},
+		}},
+	}}
+	return tmpl
 }
 
 func draClaimSpec(cel string, count int64) resourcev1.ResourceClaimSpec {

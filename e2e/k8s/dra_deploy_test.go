@@ -411,6 +411,32 @@ func (c *cluster) pcieRoot(t testing.TB, busID string) string {
 	return root
 }
 
+// withFeatureGates upgrades the release with the driver's feature gates
+// set, and back to the suite's values when the test ends. Each waits for
+// the kubelet plugins' new pods to pass their startup probe (registered
+// with the kubelet): helm's wait does not, and a claim prepared before
+// then fails, and waits out the kubelet's retry (about 90 s, measured).
+func (d *draEnv) withFeatureGates(t *testing.T, gates map[string]any) {
+	t.Helper()
+	upgrade := func(vals map[string]any) error {
+		ctx := ctxT(t, 4*time.Minute)
+		if err := d.c.draUpgrade(ctx, d.chart, vals); err != nil {
+			return err
+		}
+		return d.c.waitRollout(ctx, draNS, draRelease)
+	}
+	t.Cleanup(func() {
+		if err := upgrade(d.values()); err != nil {
+			t.Error(err)
+		}
+	})
+	vals := d.values()
+	vals["featureGates"] = gates
+	if err := upgrade(vals); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // draUpgrade changes the release's values, as helm upgrade does; the
 // kubelet plugin's pods restart when their spec changes.
 func (c *cluster) draUpgrade(ctx context.Context, chartDir string, vals map[string]any) error {

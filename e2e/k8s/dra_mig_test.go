@@ -129,19 +129,13 @@ func (d *draEnv) testDynamicMIG(t *testing.T) {
 	if mode := must("-i", last, "--query-gpu=mig.mode.current", "--format=csv,noheader"); strings.TrimSpace(mode) != "Disabled" {
 		t.Fatalf("GPU %s starts with MIG mode %q, want Disabled", last, mode)
 	}
+	d.withFeatureGates(t, map[string]any{"DynamicMIG": true})
+	// Before the release goes back (cleanups run last first).
 	t.Cleanup(func() {
 		run("mig", "-i", last, "-dci")
 		run("mig", "-i", last, "-dgi")
 		run("-i", last, "-mig", "0")
-		if err := c.draUpgrade(ctxT(t, 4*time.Minute), d.chart, d.values()); err != nil {
-			t.Error(err)
-		}
 	})
-	vals := d.values()
-	vals["featureGates"] = map[string]any{"DynamicMIG": true}
-	if err := c.draUpgrade(ctxT(t, 4*time.Minute), d.chart, vals); err != nil {
-		t.Fatal(err)
-	}
 	var placements []string
 	deadline := time.Now().Add(3 * time.Minute)
 	for {

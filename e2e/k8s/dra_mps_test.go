@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // testMPS: with the driver's MPSSupport gate, a claim whose GpuConfig asks
@@ -23,28 +21,10 @@ import (
 // percentage. When the pod goes, the daemon's Deployment goes too.
 func (d *draEnv) testMPS(t *testing.T) {
 	c := d.c
-	t.Cleanup(func() {
-		if err := c.draUpgrade(ctxT(t, 4*time.Minute), d.chart, d.values()); err != nil {
-			t.Error(err)
-		}
-	})
-	vals := d.values()
-	vals["featureGates"] = map[string]any{"MPSSupport": true}
-	if err := c.draUpgrade(ctxT(t, 4*time.Minute), d.chart, vals); err != nil {
-		t.Fatal(err)
-	}
+	d.withFeatureGates(t, map[string]any{"MPSSupport": true})
 
 	ns := d.namespace(t, true)
-	tmpl := draTemplate("mps", "", 1)
-	tmpl.Spec.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
-		Requests: []string{"gpu"},
-		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-			Driver: draGPUDriver,
-			Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
-				"sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 40}}}`)},
-		}},
-	}}
-	c.draCreateTemplate(t, ns, tmpl)
+	c.draCreateTemplate(t, ns, draSharingTemplate("mps", `{"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 40}}`))
 	script := "nvidia-smi -L; echo $CUDA_MPS_PIPE_DIRECTORY; echo get_default_active_thread_percentage | nvidia-cuda-mps-control; echo started; exec sleep 3600"
 	out := c.running(t, ns, c.draPod("mps", script, "mps"), "started")
 	seen := uuidsIn(out)

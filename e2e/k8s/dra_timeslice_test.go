@@ -7,9 +7,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // testTimeSlicing: with the driver's TimeSlicingSettings gate, a claim
@@ -21,16 +18,7 @@ import (
 // claim is unprepared.
 func (d *draEnv) testTimeSlicing(t *testing.T) {
 	c := d.c
-	t.Cleanup(func() {
-		if err := c.draUpgrade(ctxT(t, 4*time.Minute), d.chart, d.values()); err != nil {
-			t.Error(err)
-		}
-	})
-	vals := d.values()
-	vals["featureGates"] = map[string]any{"TimeSlicingSettings": true}
-	if err := c.draUpgrade(ctxT(t, 4*time.Minute), d.chart, vals); err != nil {
-		t.Fatal(err)
-	}
+	d.withFeatureGates(t, map[string]any{"TimeSlicingSettings": true})
 	timeslices := func() []string {
 		t.Helper()
 		var v []string
@@ -48,16 +36,7 @@ func (d *draEnv) testTimeSlicing(t *testing.T) {
 	}
 
 	ns := d.namespace(t, true)
-	tmpl := draTemplate("long-slices", "", 1)
-	tmpl.Spec.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
-		Requests: []string{"gpu"},
-		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-			Driver: draGPUDriver,
-			Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
-				"sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}`)},
-		}},
-	}}
-	c.draCreateTemplate(t, ns, tmpl)
+	c.draCreateTemplate(t, ns, draSharingTemplate("long-slices", `{"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}`))
 	out := c.running(t, ns, c.draPod("long", draGPUScript, "long-slices"), "started")
 	seen := d.seesItsAllocation(t, ns, "long", out)
 	if len(seen) != 1 {
