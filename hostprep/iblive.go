@@ -57,7 +57,14 @@ func writeIBLive(statePath string, ib *ibInputs, tables bool) error {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("live InfiniBand state %s: %w", dir, err)
 	}
-	err = syncInto(tmp, dir)
+	if _, serr := os.Lstat(dir); errors.Is(serr, fs.ErrNotExist) {
+		// A first render (every nvmock exec run): nothing to keep
+		// readers of, so one rename, not one a file (measured: 50 ms
+		// of h100's 280).
+		err = os.Rename(tmp, dir)
+	} else {
+		err = syncInto(tmp, dir)
+	}
 	os.RemoveAll(tmp)
 	if err != nil {
 		return fmt.Errorf("live InfiniBand state %s: %w", dir, err)
