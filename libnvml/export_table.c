@@ -350,6 +350,7 @@ static int smi_get_policies(nvmlDevice_t device, struct smi_policies *out)
 	OUT(out);
 	struct live_gpu g;
 	const struct live_gpu *set = nvmock_settings(d, &g);
+	memset(out, 0, sizeof *out);
 	out->count = 1;
 	out->policy[0].type = SMI_POLICY_TIMESLICE;
 	out->policy[0].value = set != NULL && (set->cfg_set & LIVE_CFG_TIMESLICE) ? set->timeslice : 0;
