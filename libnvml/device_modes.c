@@ -1,9 +1,7 @@
 // Settings and activity: persistence, compute, display and
 // virtualization modes; utilization, encoder/FBC stats, processes, accounting.
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "mig.h"
 
