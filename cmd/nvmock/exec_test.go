@@ -206,6 +206,34 @@ func TestExecSweepsWhatAKilledRunLeft(t *testing.T) {
 	}
 }
 
+// Without TMPDIR a run's overlay (hundreds of files written and removed
+// each run) goes to a tmpfs, /dev/shm on a machine whose /tmp is on a
+// disk, and is gone after; the namespace still shows the host's /dev/shm.
+func TestExecWithoutTMPDIRKeepsItsOverlayInMemory(t *testing.T) {
+	cmd := execNode(t, t.TempDir(), "", "--profile", "h100", "--gpus", "1", "--",
+		"sh", "-c", `stat -f -c %T /dev/.nvmock/driver; grep -o 'nvmock-exec-[0-9]*' /proc/self/mountinfo | head -1; touch /dev/shm/nvmock-probe-$$ && rm /dev/shm/nvmock-probe-$$ && ibstat mlx5_0 | grep -c Active`)
+	env := cmd.Env[:0]
+	for _, kv := range cmd.Env {
+		if !strings.HasPrefix(kv, "TMPDIR=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	out := strings.Fields(string(b))
+	if len(out) != 3 || out[0] != "tmpfs" || out[2] != "1" {
+		t.Fatalf("want tmpfs, the overlay's name and 1 active port; got\n%s", b)
+	}
+	for _, d := range []string{"/tmp", "/dev/shm"} {
+		if _, err := os.Stat(filepath.Join(d, out[1])); err == nil {
+			t.Errorf("%s left in %s", out[1], d)
+		}
+	}
+}
+
 // The cache keeps the eight PCI trees used last, however many GPU counts,
 // profiles and faults made others. Found in review (it grew 20 MB a run).
 func TestExecCacheKeepsTheTreesUsedLast(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvmock/nvmock/pcisim/expose"
 )
 
@@ -111,7 +113,9 @@ func setup(s spec) error {
 	if err != nil {
 		return fmt.Errorf("overlay dev nodes: %w", err)
 	}
-	nullDev := filepath.Join(s.Work, "stage", "dev", "null")
+	// Bound from the mirror's copy: the work directory may be under /dev
+	// (/dev/shm), hidden while the mirror is made.
+	nullDev := "/dev/null"
 	err = mirror("/dev", filepath.Join(s.Work, "stage", "dev"), !s.UserNS, false, func() error {
 		for _, d := range devs {
 			if err := devNode(filepath.Join(s.Driver, "dev", d.Name()), filepath.Join("/dev", d.Name()), nullDev, s.UserNS); err != nil {
@@ -227,7 +231,17 @@ func mirror(dir, stage string, devices, readonly bool, add func() error) error {
 	if err := syscall.Mount(dir, stage, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
 		return fmt.Errorf("reach the original: %w", err)
 	}
-	defer syscall.Unmount(stage, syscall.MNT_DETACH)
+	// The original is reached through a descriptor: stage itself may be
+	// below dir (a work directory in /dev/shm), and so hidden by the
+	// tmpfs until the mirror brings its directory back.
+	fd, err := syscall.Open(stage, unix.O_PATH|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		syscall.Unmount(stage, syscall.MNT_DETACH)
+		return fmt.Errorf("reach the original: %w", err)
+	}
+	orig := fmt.Sprintf("/proc/self/fd/%d", fd)
+	defer syscall.Close(fd)
+	defer syscall.Unmount(orig, syscall.MNT_DETACH)
 	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NOEXEC)
 	if !devices {
 		flags |= syscall.MS_NODEV
@@ -238,7 +252,7 @@ func mirror(dir, stage string, devices, readonly bool, add func() error) error {
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, opts); err != nil {
 		return fmt.Errorf("mount tmpfs: %w", err)
 	}
-	ents, err := os.ReadDir(stage)
+	ents, err := os.ReadDir(orig)
 	if err != nil {
 		return err
 	}
@@ -248,7 +262,7 @@ func mirror(dir, stage string, devices, readonly bool, add func() error) error {
 		if strings.HasPrefix(e.Name(), "nvidia") {
 			continue
 		}
-		if err := copyEntry(filepath.Join(stage, e.Name()), filepath.Join(dir, e.Name()), devices); err != nil {
+		if err := copyEntry(filepath.Join(orig, e.Name()), filepath.Join(dir, e.Name()), devices); err != nil {
 			return fmt.Errorf("%s: %w", e.Name(), err)
 		}
 	}
@@ -348,7 +362,15 @@ func bind(src, dst string, ro bool) error {
 	if !ro {
 		return nil
 	}
-	if err := syscall.Mount("", dst, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+	// A user namespace may not clear the flags of the mount it binds
+	// from (a /dev/shm with nosuid,nodev): keep them. (statfs's ST_
+	// flags have the MS_ values.)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dst, &st); err != nil {
+		return fmt.Errorf("make %s read-only: %w", dst, err)
+	}
+	keep := uintptr(st.Flags) & (syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC)
+	if err := syscall.Mount("", dst, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|keep, ""); err != nil {
 		return fmt.Errorf("make %s read-only: %w", dst, err)
 	}
 	return nil

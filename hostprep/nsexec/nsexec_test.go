@@ -156,8 +156,13 @@ type result struct {
 // runs args through RunRendered, as nvmock exec does.
 func run(t *testing.T, name string, gpus int, userns bool, args ...string) result {
 	t.Helper()
+	return runIn(t, t.TempDir(), name, gpus, userns, args...)
+}
+
+// runIn is run with the temporary directory tmp.
+func runIn(t *testing.T, tmp, name string, gpus int, userns bool, args ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
-	tmp := t.TempDir()
 	o := Options{
 		Args: args, Env: cleanEnv(), Self: []string{"/proc/self/exe", childArg},
 		Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,

@@ -45,7 +45,7 @@ type Options struct {
 	Stdin          io.Reader    // nil: this process's
 	Stdout, Stderr io.Writer    // nil: this process's
 	Note           func(string) // told how the namespace was made when not as root, and of processes the command left running; may be nil
-	TempDir        string       // RunRendered's parent directory; "" means os.TempDir()
+	TempDir        string       // RunRendered's parent directory; "" means TempDir()
 	// Signals, when set, is a channel already given to signal.Notify for
 	// Forwarded, by a caller that has work of its own to clean up before
 	// RunRendered starts (a signal then ends the run before the command).
@@ -82,7 +82,7 @@ func fromTerminal(sig os.Signal, hadTTY bool) bool {
 func RunRendered(render func(dir string) (driver string, err error), o Options) (int, error) {
 	parent := o.TempDir
 	if parent == "" {
-		parent = os.TempDir()
+		parent = TempDir()
 	}
 	Sweep(parent, Prefixed("nvmock-exec-"))
 	tmp, err := os.MkdirTemp(parent, "nvmock-exec-")
