@@ -30,40 +30,67 @@ func (s *Subnet) route() {
 		}
 	}
 	dests = InOpenSMOrder(dests)
-	hops := map[*Node]map[*Node]int{} // to switch -> from switch -> least hops
-	for _, sw := range switches {
-		hops[sw] = switchHops(sw)
+	// Switches by index, so that the loops below, run for every switch
+	// and destination (every nvmock exec builds a unit's fabric), index
+	// slices rather than maps.
+	idx := make(map[*Node]int, len(switches))
+	for i, sw := range switches {
+		idx[sw] = i
 	}
-	for _, sw := range switches {
+	hops := make([][]int, len(switches)) // to switch -> from switch -> least hops; -1: none
+	for i, sw := range switches {
+		hops[i] = hopsTo(sw, idx)
+	}
+	// The switch each destination hangs from (itself for a switch).
+	to := make([]int, len(dests))
+	for j, dst := range dests {
+		to[j] = -1
+		at := dst
+		if dst.Type == CA {
+			if dst.Ports[1].Peer == nil {
+				continue
+			}
+			at = dst.Ports[1].Peer.Node
+		}
+		if i, ok := idx[at]; ok {
+			to[j] = i
+		}
+	}
+	type uplink struct{ num, sw int }
+	for si, sw := range switches {
 		sw.LFT = make([]uint8, int(s.TopLID)+1)
 		for l := range sw.LFT {
 			sw.LFT[l] = 0xff // unreachable
 		}
+		var links []uplink // ports to other switches, in number order
+		for _, p := range sw.Ports[1:] {
+			if p.Peer != nil && p.Peer.Node.Type == Switch {
+				links = append(links, uplink{p.Num, idx[p.Peer.Node]})
+			}
+		}
 		paths := make([]int, len(sw.Ports))
-		for _, dst := range dests {
+		for j, dst := range dests {
 			lid := dst.Base().LID
 			if dst == sw {
 				sw.LFT[lid] = 0
 				continue
 			}
-			to := dst // the switch it hangs from
-			if dst.Type == CA {
-				if to = dst.Ports[1].Peer.Node; to == sw {
-					sw.LFT[lid] = uint8(dst.Ports[1].Peer.Num)
-					continue
-				}
+			if to[j] < 0 {
+				continue
 			}
-			least, ok := hops[to][sw]
-			if !ok {
+			if to[j] == si { // a CA on this switch
+				sw.LFT[lid] = uint8(dst.Ports[1].Peer.Num)
+				continue
+			}
+			h := hops[to[j]]
+			least := h[si]
+			if least < 0 {
 				continue
 			}
 			best := -1
-			for _, p := range sw.Ports[1:] {
-				if p.Peer == nil || p.Peer.Node.Type != Switch {
-					continue
-				}
-				if d, ok := hops[to][p.Peer.Node]; ok && d+1 == least && (best < 0 || paths[p.Num] < paths[best]) {
-					best = p.Num
+			for _, l := range links {
+				if h[l.sw] >= 0 && h[l.sw]+1 == least && (best < 0 || paths[l.num] < paths[best]) {
+					best = l.num
 				}
 			}
 			if best < 0 {
@@ -75,6 +102,30 @@ func (s *Subnet) route() {
 			}
 		}
 	}
+}
+
+// hopsTo is the least number of switch-to-switch hops from each switch
+// (by idx) to to, -1 where there is no path.
+func hopsTo(to *Node, idx map[*Node]int) []int {
+	d := make([]int, len(idx))
+	for i := range d {
+		d[i] = -1
+	}
+	d[idx[to]] = 0
+	queue := []*Node{to}
+	for len(queue) > 0 {
+		at := queue[0]
+		queue = queue[1:]
+		for _, p := range at.Ports {
+			if p != nil && p.Peer != nil && p.Peer.Node.Type == Switch {
+				if n := idx[p.Peer.Node]; d[n] < 0 {
+					d[n] = d[idx[at]] + 1
+					queue = append(queue, p.Peer.Node)
+				}
+			}
+		}
+	}
+	return d
 }
 
 // Base is the port through which a node is addressed: a switch's port 0,
