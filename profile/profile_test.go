@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -17,6 +18,30 @@ func TestEveryBuiltinProfileIsValid(t *testing.T) {
 		}
 		if p.Name != name {
 			t.Errorf("builtin/%s.yaml is named %q", name, p.Name)
+		}
+	}
+}
+
+// Builtin skips Parse's checks for users' files; both must make the same
+// profile of every built-in.
+func TestBuiltinsDecodeAsParseDoes(t *testing.T) {
+	for _, name := range Builtins() {
+		data, err := builtinFS.ReadFile("builtin/" + name + ".yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Parse(name+".yaml", data)
+		if err != nil {
+			t.Errorf("%s: Parse: %v", name, err)
+			continue
+		}
+		got, err := Builtin(name)
+		if err != nil {
+			t.Errorf("%s: Builtin: %v", name, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Builtin and Parse disagree:\n%+v\n%+v", name, got, want)
 		}
 	}
 }
