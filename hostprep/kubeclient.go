@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -30,17 +31,21 @@ type KubeClient struct {
 	core, apps *rest.RESTClient
 }
 
-var (
-	kubeScheme = runtime.NewScheme()
-	kubeCodecs = serializer.NewCodecFactory(kubeScheme)
-	kubeParams = runtime.NewParameterCodec(kubeScheme)
-)
-
-func init() {
-	// Cannot fail: the two groups' types are fixed.
-	_ = corev1.AddToScheme(kubeScheme)
-	_ = appsv1.AddToScheme(kubeScheme)
+// kubeCodecs encode and decode the two API groups used.
+type kubeCodecs struct {
+	codecs serializer.CodecFactory
+	params runtime.ParameterCodec
 }
+
+// kube makes the codecs on first use: every nvmock command would pay for
+// them at its start (nvmock exec twice).
+var kube = sync.OnceValue(func() kubeCodecs {
+	s := runtime.NewScheme()
+	// Cannot fail: the two groups' types are fixed.
+	_ = corev1.AddToScheme(s)
+	_ = appsv1.AddToScheme(s)
+	return kubeCodecs{serializer.NewCodecFactory(s), runtime.NewParameterCodec(s)}
+})
 
 // NewKubeClient makes the clients for cfg: in a pod rest.InClusterConfig
 // (InClusterClient), in tests a kubeconfig or internal/kubetest.
@@ -57,7 +62,7 @@ func NewKubeClient(cfg *rest.Config) (*KubeClient, error) {
 		c := rest.CopyConfig(cfg)
 		c.GroupVersion = &gv
 		c.APIPath = apiPath
-		c.NegotiatedSerializer = kubeCodecs.WithoutConversion()
+		c.NegotiatedSerializer = kube().codecs.WithoutConversion()
 		return rest.RESTClientForConfigAndClient(c, hc)
 	}
 	core, err := group(corev1.SchemeGroupVersion, "/api")
@@ -101,13 +106,13 @@ type namespaces struct{ rc *rest.RESTClient }
 
 func (n namespaces) List(ctx context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error) {
 	var l corev1.NamespaceList
-	err := n.rc.Get().Resource("namespaces").VersionedParams(&opts, kubeParams).Do(ctx).Into(&l)
+	err := n.rc.Get().Resource("namespaces").VersionedParams(&opts, kube().params).Do(ctx).Into(&l)
 	return &l, err
 }
 
 func (n namespaces) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	r := n.rc.Get().Resource("namespaces").VersionedParams(&opts, kubeParams)
+	r := n.rc.Get().Resource("namespaces").VersionedParams(&opts, kube().params)
 	if opts.TimeoutSeconds != nil {
 		r = r.Timeout(time.Duration(*opts.TimeoutSeconds) * time.Second)
 	}
@@ -117,7 +122,7 @@ func (n namespaces) Watch(ctx context.Context, opts metav1.ListOptions) (watch.I
 // patchNode applies a strategic-merge patch to a node as field manager nvmock.
 func (c *KubeClient) patchNode(ctx context.Context, node string, patch []byte) error {
 	return c.core.Patch(types.StrategicMergePatchType).Resource("nodes").Name(node).
-		VersionedParams(&metav1.PatchOptions{FieldManager: "nvmock"}, kubeParams).Body(patch).Do(ctx).Error()
+		VersionedParams(&metav1.PatchOptions{FieldManager: "nvmock"}, kube().params).Body(patch).Do(ctx).Error()
 }
 
 func (c *KubeClient) getNode(ctx context.Context, node string) (*corev1.Node, error) {

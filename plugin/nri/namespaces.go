@@ -22,19 +22,24 @@ import (
 // DefaultNamespaceLabel selects the namespaces whose pods are injected.
 const DefaultNamespaceLabel = inject.InjectLabel + "=" + inject.InjectEnabled
 
-// labelPart is a label key's name or a label value; a key may carry a DNS
-// subdomain prefix and a slash.
+// A label key's name or a label value (63 characters at most), and a key's
+// DNS subdomain prefix (253). The lengths are checked apart: as counted
+// repetitions in the expressions they took half a millisecond to compile
+// at every nvmock command's start.
 var (
-	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	labelPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	labelPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 )
+
+func isLabelName(s string) bool   { return len(s) <= 63 && labelName.MatchString(s) }
+func isLabelPrefix(s string) bool { return len(s) <= 253 && labelPrefix.MatchString(s) }
 
 // ValidateNamespaceLabel checks a KEY=VALUE namespace label.
 func ValidateNamespaceLabel(s string) error {
 	key, value, ok := strings.Cut(s, "=")
 	name := key
 	if prefix, n, slash := strings.Cut(key, "/"); slash {
-		if !labelPrefix.MatchString(prefix) {
+		if !isLabelPrefix(prefix) {
 			return fmt.Errorf("namespace label %q: key prefix %q is not a DNS subdomain", s, prefix)
 		}
 		name = n
@@ -42,9 +47,9 @@ func ValidateNamespaceLabel(s string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("namespace label %q: want KEY=VALUE, e.g. %s", s, DefaultNamespaceLabel)
-	case !labelName.MatchString(name):
+	case !isLabelName(name):
 		return fmt.Errorf("namespace label %q: key %q is not a label name (letters, digits, -_. inside, 63 at most)", s, key)
-	case value != "" && !labelName.MatchString(value):
+	case value != "" && !isLabelName(value):
 		return fmt.Errorf("namespace label %q: value %q is not a label value (letters, digits, -_. inside, 63 at most)", s, value)
 	}
 	return nil

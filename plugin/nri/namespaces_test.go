@@ -100,6 +100,11 @@ func TestNamespaceLabelMustBeKeyEqualsValue(t *testing.T) {
 		{"Bad_Prefix!/x=y", "not a DNS subdomain"},
 		{"a=b c", "is not a label value"},
 		{"-a=b", "is not a label name"},
+		{strings.Repeat("k", 63) + "=" + strings.Repeat("v", 63), ""},
+		{strings.Repeat("k", 64) + "=v", "is not a label name"},
+		{"k=" + strings.Repeat("v", 64), "is not a label value"},
+		{strings.Repeat("p", 253) + "/k=v", ""},
+		{strings.Repeat("p", 254) + "/k=v", "not a DNS subdomain"},
 	} {
 		err := ValidateNamespaceLabel(tc.label)
 		if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
