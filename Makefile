@@ -124,7 +124,7 @@ e2e: deps driver image ## the end-to-end suite alone: a real containerd with NRI
 	$(TEST_ENV) hack/test.sh e2e
 
 bench: deps k8s-tools driver image ## benchmarks: Go (through the C ABI), whole-process timings, and (as root) containers on a real containerd and pod startup on the Kubernetes node
-	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/... ./live/ ./pcisim/ ./pcisim/hook/ ./plugin/inject/ ./ibshim/...
+	NVMOCK_BUILD=$(BUILD) $(GO) test -tags integration -run '^$$' -bench . ./libnvml/... ./live/ ./pcisim/ ./pcisim/hook/ ./plugin/inject/ ./ibshim/... ./profile/ ./hostprep/
 	hack/bench.sh $(BUILD) $(NVIDIA_SMI)
 	@if [ "$$(id -u)" != 0 ]; then echo 'e2e and Kubernetes benchmarks: not run (need root: they start containerd)'; exit 0; fi; \
 	trap 'hack/e2e-node.sh down' EXIT; hack/e2e-node.sh up && \

@@ -52,9 +52,10 @@ if [ "$(id -u)" = 0 ]; then
 	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, from scratch" -- sh -c "rm -rf '$tmp/root' '$tmp/cdi' '$tmp/nfd'; '$build/bin/nvmock' hostprep install --root '$tmp/root' --cdi-dir '$tmp/cdi' --nfd-dir '$tmp/nfd' --node-name bench >/dev/null 2>&1"
 	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, unchanged" -- "$build/bin/nvmock" hostprep install --root "$tmp/root" --cdi-dir "$tmp/cdi" --nfd-dir "$tmp/nfd" --node-name bench
 	"$tmp/benchproc" -n 10 -label "true (baseline)" -- true
-	"$tmp/benchproc" -n 10 -label "nvmock exec -- true" -- "$build/bin/nvmock" exec -- true
-	"$build/bin/nvmock" exec --profile h100 -- true # renders h100's PCI tree into the cache once
-	"$tmp/benchproc" -n 10 -label "nvmock exec --profile h100 -- true (PCI tree cached)" -- "$build/bin/nvmock" exec --profile h100 -- true
+	for p in t4 a100 h100; do
+		"$build/bin/nvmock" exec --profile $p -- true # renders the PCI tree into the cache once
+		"$tmp/benchproc" -n 10 -label "nvmock exec --profile $p -- true (PCI tree cached)" -- "$build/bin/nvmock" exec --profile $p -- true
+	done
 	if command -v ib_write_bw >/dev/null; then
 		"$tmp/benchproc" -n 5 -label "RC traffic on one h100 node (perftest, nvmock exec)" -- "$build/bin/nvmock" exec --profile h100 --assets "$build/driver" -- sh "$root/hack/bench-rdma.sh"
 	fi

@@ -46,6 +46,10 @@ type Options struct {
 	// IBFaults are InfiniBand port faults (fabric.Fault); those naming
 	// another node are only checked.
 	IBFaults []fabric.Fault
+	// Fabric is the node's fabric, built for FabricHost and FabricSlot
+	// with IBFaults applied, by a caller that has it already (nvmock
+	// exec's daemon serves it); nil: built here. Render only reads it.
+	Fabric *fabric.Fabric
 	// SharedIBTables leaves the GID and P_Key tables (most of the files)
 	// out of the live InfiniBand ports, for a sysfs view that shows the
 	// tree's there: nvmock exec, which would write them on every run.
@@ -96,11 +100,10 @@ const HookPath = "bin/nvmock-hook"
 // file system root for tools that take one, holding the node's PCI tree at
 // sysfs/sys (pcisim).
 type Overlay struct {
-	Dir        string
-	GPUs       []snapshot.Identity // what each GPU is called on this node
-	DevNodes   []DevNode           // the nodes under driver/dev
-	Snapshot   []byte              // the compiled snapshot as written
-	InputsHash string              // hash of everything the tree derives from (Hash)
+	Dir      string
+	GPUs     []snapshot.Identity // what each GPU is called on this node
+	DevNodes []DevNode           // the nodes under driver/dev
+	Snapshot []byte              // the compiled snapshot as written
 }
 
 // Driver is the driver root inside the overlay.
@@ -210,10 +213,16 @@ func gather(o Options) (*inputs, error) {
 	if in.mig, err = gatherMIG(o, in.snap); err != nil {
 		return nil, err
 	}
-	// The layout is in the hash: another one is a new install, which
-	// starts over from it; the same one leaves the node's state alone.
-	in.hash = Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec(), in.imex, mpsHash(in.mps))
 	return in, nil
+}
+
+// inputsHash names an install's overlay: a hash of everything it derives
+// from. (Render has no use for it, and a megabyte and more to hash.) The
+// MIG layout is in it: another one is a new install, which starts over
+// from it; the same one leaves the node's state alone.
+func (in *inputs) inputsHash() string {
+	o := in.opt
+	return Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec(), in.imex, mpsHash(in.mps))
 }
 
 // readAssets reads the library (through its symlink chain) and nvidia-smi
@@ -380,7 +389,7 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 			}
 		}
 	}
-	return &Overlay{Dir: dir, GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}, nil
+	return &Overlay{Dir: dir, GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap}, nil
 }
 
 // StateSeed seeds a node's reading noise from its name, so a node gives

@@ -27,7 +27,7 @@ func needRoot(t *testing.T) {
 }
 
 // realAssets is the built driver tree (make build, hack/package-driver.sh).
-func realAssets(t *testing.T) string {
+func realAssets(t testing.TB) string {
 	t.Helper()
 	d := filepath.Join(testenv.BuildDir(), "driver")
 	if _, err := os.Stat(filepath.Join(d, "usr", "lib64", "libnvidia-ml.so.1")); err != nil {

@@ -110,6 +110,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	in.hash = in.inputsHash()
 
 	created, err := mkdirAll(root)
 	if err != nil {
@@ -163,7 +164,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if !live.IsState(statePath) {
 		return nil, fmt.Errorf("%s exists and is not nvmock's live state; move it away", statePath)
 	}
-	ov := &Overlay{Dir: filepath.Join(root, rel), GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, InputsHash: in.hash}
+	ov := &Overlay{Dir: filepath.Join(root, rel), GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap}
 	cdiPath := filepath.Join(o.CDIDir, CDIFile)
 	nfdPath := filepath.Join(o.NFDDir, NFDFile)
 	if cdiPath, err = filepath.Abs(cdiPath); err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/sirupsen/logrus"
 
@@ -80,14 +83,12 @@ func execRun(args []string) error {
 	if *assets, err = assetsDir(*assets); err != nil {
 		return err
 	}
-	// The PCI tree has thousands of files and depends only on the profile:
-	// rendered once into the cache, not on every run.
 	node, err := p.Node()
 	if err != nil {
 		return err
 	}
-	pci := pcisim.Files(node)
 	env := os.Environ()
+	var fab *fabric.Fabric
 	if node.IB == nil {
 		var given []string
 		fs.Visit(func(f *flag.Flag) {
@@ -98,6 +99,24 @@ func execRun(args []string) error {
 		if len(given) > 0 {
 			return fmt.Errorf("exec: %s: profile %s has no InfiniBand", strings.Join(given, ", "), p.Name)
 		}
+	} else if fab, err = buildFabric(node, *assets, &ib); err != nil {
+		return fmt.Errorf("exec: InfiniBand: %w", err)
+	}
+	// The PCI tree has thousands of files and depends only on the profile
+	// and the fabric: rendered once into the cache, not on every run.
+	key, err := treeKey(p, &ib)
+	if err != nil {
+		return fmt.Errorf("exec: PCI tree: %w", err)
+	}
+	sys, err := nsexec.Cached("pci-"+key, func(dir string) error {
+		pci := pcisim.Files(node)
+		if fab != nil {
+			pci = append(pci, ibsysfs.Files(node, fab)...)
+		}
+		return pcisim.Write(pci, dir)
+	})
+	if err != nil {
+		return fmt.Errorf("exec: PCI tree: %w", err)
 	}
 	// From here a signal ends the run cleanly: the fabric's and the
 	// rendering's files are removed (nsexec passes later ones on).
@@ -105,23 +124,25 @@ func execRun(args []string) error {
 	signal.Notify(sigs, nsexec.Forwarded...)
 	defer signal.Stop(sigs)
 	var daemon *ibd.Daemon
-	if node.IB != nil {
-		d, stop, err := startFabric(node, *assets, &ib, &pci, &env)
+	if fab != nil {
+		d, stop, err := startFabric(node, fab, *assets, &ib, &env)
 		if err != nil {
 			return fmt.Errorf("exec: InfiniBand: %w", err)
 		}
 		defer stop()
 		daemon = d
-	}
-	sys, err := nsexec.Cached("pci-"+pcisim.Hash(pci), func(dir string) error { return pcisim.Write(pci, dir) })
-	if err != nil {
-		return fmt.Errorf("exec: PCI tree: %w", err)
+		// The daemon changes its fabric for its peers' faults from its
+		// start; without peers only once the command runs, so the render
+		// may read it.
+		if ib.peers != (peerFlags{prefix: ib.peers.prefix}) {
+			fab = nil
+		}
 	}
 	render := func(dir string) (string, error) {
 		ov, err := hostprep.Render(dir, hostprep.Options{
 			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig, LazyMIG: true,
 			// The fabric as the daemon has it: nvmock ctl ib rebuilds it.
-			FabricHost: nodeNameOr(ib.host), FabricSlot: ib.slot + 1, IBFaults: ib.faults, SharedIBTables: true,
+			FabricHost: nodeNameOr(ib.host), FabricSlot: ib.slot + 1, IBFaults: ib.faults, SharedIBTables: true, Fabric: fab,
 			// Without root the namespace cannot hold device nodes anyway.
 			PlainDevFiles: os.Geteuid() != 0,
 			NoPCI:         true,
@@ -158,25 +179,53 @@ func execChild(args []string) error {
 	return nsexec.Child(args)
 }
 
-// startFabric gives the namespace the node's InfiniBand: the RDMA devices
-// in its sysfs tree, a fabric daemon for the umad shim, and the shim and
-// verbs provider from the assets. stop ends the daemon.
-func startFabric(node *profile.Node, assets string, ib *ibFlags, pci *[]pcisim.File, env *[]string) (d *ibd.Daemon, stop func(), err error) {
+// buildFabric is the node's InfiniBand fabric, as exec's flags place the
+// node in it, with their faults.
+func buildFabric(node *profile.Node, assets string, ib *ibFlags) (*fabric.Fabric, error) {
 	shim := filepath.Join(assets, ibshim.UmadShim)
 	if _, err := os.Stat(shim); err != nil {
-		return nil, nil, fmt.Errorf("assets %s: no %s (run make driver): %w", assets, ibshim.UmadShim, errors.Unwrap(err))
+		return nil, fmt.Errorf("assets %s: no %s (run make driver): %w", assets, ibshim.UmadShim, errors.Unwrap(err))
 	}
-	host := nodeNameOr(ib.host) // as hostprep and nvmock ibd name the node
-	fab, err := fabric.Build(node, host, ib.slot)
+	fab, err := fabric.Build(node, nodeNameOr(ib.host), ib.slot) // as hostprep and nvmock ibd name the node
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := fab.Apply(ib.faults); err != nil {
-		return nil, nil, fmt.Errorf("--ib-fault: %w", err)
+		return nil, fmt.Errorf("--ib-fault: %w", err)
 	}
-	*pci = append(*pci, ibsysfs.Files(node, fab)...)
-	nsexec.Sweep(os.TempDir(), nsexec.Prefixed("nvmock-ibd-"))
-	dir, err := os.MkdirTemp("", "nvmock-ibd-")
+	return fab, nil
+}
+
+// treeKey names the node's PCI tree in the cache by what it derives from:
+// this program (its file's identity: another build may render another
+// tree), the profile, and the node's place and faults in its fabric.
+// Rendering the tree in memory to hash it took 5 ms of every run.
+func treeKey(p *profile.Profile, ib *ibFlags) (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
+		return "", err
+	}
+	js, err := json.Marshal(struct {
+		Exe     [5]int64
+		Profile *profile.Profile
+		Host    string
+		Slot    int
+		Faults  []fabric.Fault
+	}{[5]int64{int64(st.Dev), int64(st.Ino), st.Size, st.Mtim.Nano(), st.Ctim.Nano()}, p, nodeNameOr(ib.host), ib.slot, ib.faults})
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(js))[:16], nil
+}
+
+// startFabric gives the namespace the node's InfiniBand: a fabric daemon
+// serving fab for the umad shim, and the shim and verbs provider from the
+// assets. stop ends the daemon.
+func startFabric(node *profile.Node, fab *fabric.Fabric, assets string, ib *ibFlags, env *[]string) (d *ibd.Daemon, stop func(), err error) {
+	// Beside the overlay, in memory where it can be.
+	tmp := nsexec.TempDir()
+	nsexec.Sweep(tmp, nsexec.Prefixed("nvmock-ibd-"))
+	dir, err := os.MkdirTemp(tmp, "nvmock-ibd-")
 	if err != nil {
 		return nil, nil, err
 	}
