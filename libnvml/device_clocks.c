@@ -8,15 +8,36 @@ static nvmlReturn_t clock_of(const uint32_t set[4], nvmlClockType_t type, unsign
 	return nvmock_u32(set[type], mhz);
 }
 
-// current_clock is the clock now: the snapshot's, or the model's.
+// current_clock is the clock now: the snapshot's, or the model's, within
+// any locked range (nvmock_locked_clock).
 static nvmlReturn_t current_clock(const struct nvmock_dev *d, nvmlClockType_t type, unsigned int *mhz)
 {
 	nvmlReturn_t r = clock_of(d->s->clock, type, mhz);
 	if (r != NVML_SUCCESS)
 		return r;
 	LIVE(d);
-	if (live_)
+	if (live_) {
 		*mhz = nvmock_live_clock(d, &g_, &fx_, type, now_);
+		return NVML_SUCCESS;
+	}
+	struct live_gpu g;
+	const struct live_gpu *set = nvmock_settings(d, &g);
+	if (set != NULL)
+		*mhz = nvmock_locked_clock(d, set, type, *mhz);
+	return NVML_SUCCESS;
+}
+
+// app_clock is the applications clock: nvidia-smi -ac's, else the board's.
+static nvmlReturn_t app_clock(const struct nvmock_dev *d, nvmlClockType_t type, unsigned int *mhz)
+{
+	nvmlReturn_t r = clock_of(d->s->app_clock, type, mhz);
+	if (r != NVML_SUCCESS)
+		return r;
+	struct live_gpu g;
+	const struct live_gpu *set = nvmock_settings(d, &g);
+	if (set == NULL || !(set->cfg_set & LIVE_CFG_APP_CLOCKS) || type == NVML_CLOCK_VIDEO)
+		return NVML_SUCCESS;
+	*mhz = type == NVML_CLOCK_MEM ? set->app_clock_mem : set->app_clock_gfx;
 	return NVML_SUCCESS;
 }
 
@@ -35,7 +56,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockTy
 NVML_API nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
 {
 	DEV(device, d);
-	return clock_of(d->s->app_clock, clockType, clockMHz);
+	return app_clock(d, clockType, clockMHz);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType,
@@ -58,7 +79,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t cl
 	DEV(device, d);
 	switch (clockId) {
 	case NVML_CLOCK_ID_CURRENT: return current_clock(d, clockType, clockMHz);
-	case NVML_CLOCK_ID_APP_CLOCK_TARGET: return clock_of(d->s->app_clock, clockType, clockMHz);
+	case NVML_CLOCK_ID_APP_CLOCK_TARGET: return app_clock(d, clockType, clockMHz);
 	case NVML_CLOCK_ID_APP_CLOCK_DEFAULT: return clock_of(d->s->default_app_clock, clockType, clockMHz);
 	case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX: return clock_of(d->s->max_boost_clock, clockType, clockMHz);
 	default: return NVML_ERROR_INVALID_ARGUMENT;
@@ -109,8 +130,14 @@ NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device
 	*clocksEventReasons = d->s->util_gpu == 0 ? nvmlClocksEventReasonGpuIdle & d->s->clock_reasons_supported
 						  : nvmlClocksEventReasonNone;
 	LIVE(d);
-	if (live_)
+	if (live_) {
 		*clocksEventReasons = nvmock_live_reasons(d, &g_, &fx_, now_);
+		return NVML_SUCCESS;
+	}
+	struct live_gpu g;
+	const struct live_gpu *set = nvmock_settings(d, &g);
+	if (set != NULL && nvmock_idle_held(d, set))
+		*clocksEventReasons &= ~(unsigned long long)nvmlClocksEventReasonGpuIdle;
 	return NVML_SUCCESS;
 }
 

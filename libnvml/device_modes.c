@@ -37,13 +37,18 @@ NVML_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnab
 }
 
 struct setting {
-	uint32_t bit, value;
+	uint32_t bit, value, value2;
+	int clear; // back to the board's own
 };
 
 static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
 	(void)procs;
 	const struct setting *s = arg;
+	if (s->clear) {
+		g->cfg_set &= ~s->bit;
+		return NVML_SUCCESS;
+	}
 	if (s->bit == LIVE_CFG_POWER_LIMIT)
 		nvmock_live_cut(d, g, nvmock_live_now()); // the readings so far keep the old limit
 	if (s->bit == LIVE_CFG_ECC_PENDING && s->value == d->s->ecc_pending) {
@@ -61,6 +66,12 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 		g->ecc_pending = s->value;
 	else if (s->bit == LIVE_CFG_TIMESLICE)
 		g->timeslice = s->value;
+	else if (s->bit == LIVE_CFG_GPU_LOCKED)
+		g->gpu_locked_min = s->value, g->gpu_locked_max = s->value2;
+	else if (s->bit == LIVE_CFG_MEM_LOCKED)
+		g->mem_locked_min = s->value, g->mem_locked_max = s->value2;
+	else if (s->bit == LIVE_CFG_APP_CLOCKS)
+		g->app_clock_mem = s->value, g->app_clock_gfx = s->value2;
 	else
 		g->power_limit_mw = s->value;
 	return NVML_SUCCESS;
@@ -74,7 +85,22 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 // without CAP_SYS_ADMIN does ("Insufficient Permissions").
 nvmlReturn_t nvmock_change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value)
 {
-	struct setting s = {bit, value};
+	struct setting s = {bit, value, 0, 0};
+	return nvmock_live_update(d, set_setting, &s);
+}
+
+// nvmock_change_pair stores a setting of two values (a clock range or pair).
+nvmlReturn_t nvmock_change_pair(const struct nvmock_dev *d, uint32_t bit, uint32_t a, uint32_t b)
+{
+	struct setting s = {bit, a, b, 0};
+	return nvmock_live_update(d, set_setting, &s);
+}
+
+// nvmock_reset_setting gives a setting back to the board, as nvidia-smi's
+// resets do.
+nvmlReturn_t nvmock_reset_setting(const struct nvmock_dev *d, uint32_t bit)
+{
+	struct setting s = {bit, 0, 0, 1};
 	return nvmock_live_update(d, set_setting, &s);
 }
 

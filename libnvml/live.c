@@ -522,11 +522,14 @@ uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g,
 	const struct snap_device *s = d->s;
 	uint32_t idle = s->clock[type], max = s->max_clock[type];
 	if (type == NVML_CLOCK_MEM || idle == NA32 || max == NA32)
-		return idle;
+		return nvmock_locked_clock(d, g, type, idle);
 	unsigned u = nvmock_live_util(d->node_index, g, 0, t);
 	double c = u == 0 ? idle : max;
 	if (u >= 95)
 		c = max * 0.95;
+	// A locked range holds the clock the load asks for; power and
+	// slowdowns still pull it down.
+	c = nvmock_locked_clock(d, g, type, (uint32_t)c);
 	// Held under a lowered power limit, clocks fall with the cube root of
 	// the power the limit leaves (power goes as f V^2, and V with f).
 	uint32_t limit = seg_at(s, g, t).limit;
@@ -548,7 +551,7 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 {
 	unsigned long long r = 0;
 	unsigned u = nvmock_live_util(d->node_index, g, 0, t);
-	if (u == 0)
+	if (u == 0 && !nvmock_idle_held(d, g))
 		r |= nvmlClocksEventReasonGpuIdle;
 	else if (u >= 95 || capped(d->s, seg_at(d->s, g, t).limit, u))
 		r |= nvmlClocksEventReasonSwPowerCap;

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 7
+#define STATE_VERSION 8
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -28,6 +28,9 @@
 #define LIVE_CFG_GPM_STREAM 8 // gpm_stream holds the GPM stream state
 #define LIVE_CFG_ECC_PENDING 16 // ecc_pending holds the pending ECC mode
 #define LIVE_CFG_TIMESLICE 32 // timeslice holds the compute policy's timeslice
+#define LIVE_CFG_GPU_LOCKED 64 // gpu_locked_min and _max hold the locked GPU clocks
+#define LIVE_CFG_MEM_LOCKED 128 // mem_locked_min and _max hold the locked memory clocks
+#define LIVE_CFG_APP_CLOCKS 256 // app_clock_mem and _gfx hold the applications clocks
 #define LIVE_TRIGGER_AT 1 // from time param (ns), node-wide
 #define LIVE_TRIGGER_CALLS 2 // after param calls on the GPU, counted by each process
 #define LIVE_TRIGGER_PROBABILITY 3 // each call with probability param / 2^32, drawn by each process
@@ -104,8 +107,14 @@ struct live_gpu {
 	uint32_t power_limit_mw; // the power limit a setter asked for
 	uint32_t prev_power_limit_mw; // the power limit in force in the segment before; 0: the current one
 	uint32_t gpm_stream; // nvmlEnableState_t: GPM streaming (nvidia-smi gpm --set-stream-state)
+	uint32_t gpu_locked_min; // MHz: the GPU clock range nvidia-smi -lgc locked
+	uint32_t gpu_locked_max;
+	uint32_t mem_locked_min; // MHz: the memory clock range nvidia-smi -lmc locked
+	uint32_t mem_locked_max;
+	uint32_t app_clock_mem; // MHz: the applications clocks nvidia-smi -ac set
+	uint32_t app_clock_gfx;
 };
-_Static_assert(sizeof(struct live_gpu) == 1464, "state layout");
+_Static_assert(sizeof(struct live_gpu) == 1488, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
 _Static_assert(offsetof(struct live_gpu, jitter) == 4, "state layout");
 _Static_assert(offsetof(struct live_gpu, load) == 8, "state layout");
@@ -139,6 +148,12 @@ _Static_assert(offsetof(struct live_gpu, compute_mode) == 1448, "state layout");
 _Static_assert(offsetof(struct live_gpu, power_limit_mw) == 1452, "state layout");
 _Static_assert(offsetof(struct live_gpu, prev_power_limit_mw) == 1456, "state layout");
 _Static_assert(offsetof(struct live_gpu, gpm_stream) == 1460, "state layout");
+_Static_assert(offsetof(struct live_gpu, gpu_locked_min) == 1464, "state layout");
+_Static_assert(offsetof(struct live_gpu, gpu_locked_max) == 1468, "state layout");
+_Static_assert(offsetof(struct live_gpu, mem_locked_min) == 1472, "state layout");
+_Static_assert(offsetof(struct live_gpu, mem_locked_max) == 1476, "state layout");
+_Static_assert(offsetof(struct live_gpu, app_clock_mem) == 1480, "state layout");
+_Static_assert(offsetof(struct live_gpu, app_clock_gfx) == 1484, "state layout");
 
 // live_event one published event.
 struct live_event {

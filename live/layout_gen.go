@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 7
+const Version = 8
 
 // Capacities of the file.
 const (
@@ -17,23 +17,26 @@ const (
 
 // Fault kinds, setting bits and triggers.
 const (
-	FaultLost          = 1  // every call on the GPU answers GPU_IS_LOST
-	FaultECC           = 2  // uncorrectable ECC errors: counts, remaps or retired pages
-	FaultThermal       = 3  // thermal slowdown
-	FaultPowerBrake    = 4  // power brake slowdown
-	FaultNvlinkDown    = 5  // an NVLink goes down
-	FaultXID           = 6  // an XID event and nothing more
-	FaultSBE           = 7  // correctable ECC errors
-	FaultRemapFailure  = 8  // a row remapping failed
-	CfgPersistence     = 1  // persistence holds the persistence mode
-	CfgComputeMode     = 2  // compute_mode holds the compute mode
-	CfgPowerLimit      = 4  // power_limit_mw holds the power limit
-	CfgGpmStream       = 8  // gpm_stream holds the GPM stream state
-	CfgECCPending      = 16 // ecc_pending holds the pending ECC mode
-	CfgTimeslice       = 32 // timeslice holds the compute policy's timeslice
-	TriggerAt          = 1  // from time param (ns), node-wide
-	TriggerCalls       = 2  // after param calls on the GPU, counted by each process
-	TriggerProbability = 3  // each call with probability param / 2^32, drawn by each process
+	FaultLost          = 1   // every call on the GPU answers GPU_IS_LOST
+	FaultECC           = 2   // uncorrectable ECC errors: counts, remaps or retired pages
+	FaultThermal       = 3   // thermal slowdown
+	FaultPowerBrake    = 4   // power brake slowdown
+	FaultNvlinkDown    = 5   // an NVLink goes down
+	FaultXID           = 6   // an XID event and nothing more
+	FaultSBE           = 7   // correctable ECC errors
+	FaultRemapFailure  = 8   // a row remapping failed
+	CfgPersistence     = 1   // persistence holds the persistence mode
+	CfgComputeMode     = 2   // compute_mode holds the compute mode
+	CfgPowerLimit      = 4   // power_limit_mw holds the power limit
+	CfgGpmStream       = 8   // gpm_stream holds the GPM stream state
+	CfgECCPending      = 16  // ecc_pending holds the pending ECC mode
+	CfgTimeslice       = 32  // timeslice holds the compute policy's timeslice
+	CfgGPULocked       = 64  // gpu_locked_min and _max hold the locked GPU clocks
+	CfgMemLocked       = 128 // mem_locked_min and _max hold the locked memory clocks
+	CfgAppClocks       = 256 // app_clock_mem and _gfx hold the applications clocks
+	TriggerAt          = 1   // from time param (ns), node-wide
+	TriggerCalls       = 2   // after param calls on the GPU, counted by each process
+	TriggerProbability = 3   // each call with probability param / 2^32, drawn by each process
 )
 
 // Header starts the file.
@@ -114,10 +117,16 @@ type GPU struct {
 	PowerLimitMW     uint32      // the power limit a setter asked for
 	PrevPowerLimitMW uint32      // the power limit in force in the segment before; 0: the current one
 	GpmStream        uint32      // nvmlEnableState_t: GPM streaming (nvidia-smi gpm --set-stream-state)
+	GPULockedMin     uint32      // MHz: the GPU clock range nvidia-smi -lgc locked
+	GPULockedMax     uint32
+	MemLockedMin     uint32 // MHz: the memory clock range nvidia-smi -lmc locked
+	MemLockedMax     uint32
+	AppClockMem      uint32 // MHz: the applications clocks nvidia-smi -ac set
+	AppClockGfx      uint32
 }
 
 // GPUSize is the size of GPU in the file.
-const GPUSize = 1464
+const GPUSize = 1488
 
 // GPULayout pins each field's offset (checked against the C header by the compiler).
 var GPULayout = []FieldOffset{
@@ -154,6 +163,12 @@ var GPULayout = []FieldOffset{
 	{"power_limit_mw", "PowerLimitMW", 1452},
 	{"prev_power_limit_mw", "PrevPowerLimitMW", 1456},
 	{"gpm_stream", "GpmStream", 1460},
+	{"gpu_locked_min", "GPULockedMin", 1464},
+	{"gpu_locked_max", "GPULockedMax", 1468},
+	{"mem_locked_min", "MemLockedMin", 1472},
+	{"mem_locked_max", "MemLockedMax", 1476},
+	{"app_clock_mem", "AppClockMem", 1480},
+	{"app_clock_gfx", "AppClockGfx", 1484},
 }
 
 // Event one published event.

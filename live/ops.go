@@ -326,7 +326,9 @@ func (s *State) ResetReadings(g int) {
 	s.GPUs[g] = GPU{MIGSet: o.MIGSet, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending,
 		GIProfile: o.GIProfile, GIStart: o.GIStart, CISlices: o.CISlices, CIStart: o.CIStart,
 		CfgSet: o.CfgSet, Persistence: o.Persistence, ComputeMode: o.ComputeMode, PowerLimitMW: o.PowerLimitMW,
-		GpmStream: o.GpmStream, ECCPending: o.ECCPending, Timeslice: o.Timeslice}
+		GpmStream: o.GpmStream, ECCPending: o.ECCPending, Timeslice: o.Timeslice,
+		GPULockedMin: o.GPULockedMin, GPULockedMax: o.GPULockedMax, MemLockedMin: o.MemLockedMin, MemLockedMax: o.MemLockedMax,
+		AppClockMem: o.AppClockMem, AppClockGfx: o.AppClockGfx}
 }
 
 // Processes lists the registered processes.

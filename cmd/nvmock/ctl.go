@@ -578,6 +578,11 @@ type GPUSettings struct {
 	GPMStream    *bool   `json:"gpmStream,omitempty"`
 	ECCPending   *bool   `json:"eccPending,omitempty"` // from the next boot
 	Timeslice    string  `json:"timeslice,omitempty"`  // the compute policy's
+	// Clock ranges and pairs in MHz: -lgc's and -lmc's min and max, -ac's
+	// memory and graphics clocks.
+	LockedGPUClocks    *[2]uint32 `json:"lockedGPUClocks,omitempty"`
+	LockedMemoryClocks *[2]uint32 `json:"lockedMemoryClocks,omitempty"`
+	ApplicationsClocks *[2]uint32 `json:"applicationsClocks,omitempty"`
 }
 
 // computeModes are nvmlComputeMode_t's names, as nvidia-smi prints them.
@@ -620,6 +625,15 @@ func settingsOf(g *live.GPU) *GPUSettings {
 			st.Timeslice = timeslices[g.Timeslice]
 		}
 	}
+	if g.CfgSet&live.CfgGPULocked != 0 {
+		st.LockedGPUClocks = &[2]uint32{g.GPULockedMin, g.GPULockedMax}
+	}
+	if g.CfgSet&live.CfgMemLocked != 0 {
+		st.LockedMemoryClocks = &[2]uint32{g.MemLockedMin, g.MemLockedMax}
+	}
+	if g.CfgSet&live.CfgAppClocks != 0 {
+		st.ApplicationsClocks = &[2]uint32{g.AppClockMem, g.AppClockGfx}
+	}
 	return &st
 }
 
@@ -642,6 +656,15 @@ func (st *GPUSettings) String() string {
 	}
 	if st.Timeslice != "" {
 		out = append(out, "timeslice "+st.Timeslice)
+	}
+	if c := st.LockedGPUClocks; c != nil {
+		out = append(out, fmt.Sprintf("GPU clocks locked %d-%d MHz", c[0], c[1]))
+	}
+	if c := st.LockedMemoryClocks; c != nil {
+		out = append(out, fmt.Sprintf("memory clocks locked %d-%d MHz", c[0], c[1]))
+	}
+	if c := st.ApplicationsClocks; c != nil {
+		out = append(out, fmt.Sprintf("applications clocks memory %d MHz, graphics %d MHz", c[0], c[1]))
 	}
 	return strings.Join(out, ", ")
 }
@@ -739,7 +762,7 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d%%\t%d%%\t%d%%\t%d%%\t%s\n", g.Index, load, g.Load[1], g.Load[2], g.Load[3], g.Jitter, faults)
 	}
-	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, gpm -s, compute-policy; until reinstalled)\n"
+	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, -lgc, -lmc, -ac, gpm -s, compute-policy; until reinstalled)\n"
 	for _, g := range st.GPUs {
 		if g.Settings != nil {
 			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.Settings)

@@ -646,6 +646,9 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 		s.GPUs[0].CfgSet, s.GPUs[0].PowerLimitMW, s.GPUs[0].Timeslice = live.CfgPowerLimit|live.CfgTimeslice, 250000, 3
 		s.GPUs[2].CfgSet, s.GPUs[2].Persistence, s.GPUs[2].ComputeMode = live.CfgPersistence|live.CfgComputeMode, 0, 3
 		s.GPUs[1].CfgSet, s.GPUs[1].GpmStream, s.GPUs[1].ECCPending = live.CfgGpmStream|live.CfgECCPending, 1, 0
+		g := &s.GPUs[1]
+		g.CfgSet |= live.CfgGPULocked | live.CfgMemLocked | live.CfgAppClocks
+		g.GPULockedMin, g.GPULockedMax, g.MemLockedMin, g.MemLockedMax, g.AppClockMem, g.AppClockGfx = 1000, 1400, 1215, 1215, 1215, 1095
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -654,7 +657,9 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 	if err := ctlStatus(f, nil, &b); err != nil {
 		t.Fatal(err)
 	}
-	want := "GPU  SETTINGS (nvidia-smi -pm, -c, -pl, -e, gpm -s, compute-policy; until reinstalled)\n0    power limit 250.00 W, timeslice Long\n1    ECC Disabled at next boot, GPM streaming Enabled\n2    persistence Disabled, compute mode Exclusive_Process\n"
+	want := "GPU  SETTINGS (nvidia-smi -pm, -c, -pl, -e, -lgc, -lmc, -ac, gpm -s, compute-policy; until reinstalled)\n0    power limit 250.00 W, timeslice Long\n" +
+		"1    ECC Disabled at next boot, GPM streaming Enabled, GPU clocks locked 1000-1400 MHz, memory clocks locked 1215-1215 MHz, applications clocks memory 1215 MHz, graphics 1095 MHz\n" +
+		"2    persistence Disabled, compute mode Exclusive_Process\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("ctl status:\n%s\nwant a part:\n%s", b.String(), want)
 	}
@@ -663,7 +668,10 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 		t.Errorf("GPU 0 settings %+v, want only the power limit and the timeslice", g)
 	}
 	if g := s.GPUs[1].Settings; g == nil || g.GPMStream == nil || !*g.GPMStream || g.ECCPending == nil || *g.ECCPending || g.Persistence != nil || g.PowerLimitMW != nil || g.Timeslice != "" {
-		t.Errorf("GPU 1 settings %+v, want only GPM streaming and ECC pending", g)
+		t.Errorf("GPU 1 settings %+v, want only GPM streaming, ECC pending and clocks", g)
+	} else if g.LockedGPUClocks == nil || *g.LockedGPUClocks != [2]uint32{1000, 1400} || g.LockedMemoryClocks == nil || *g.LockedMemoryClocks != [2]uint32{1215, 1215} ||
+		g.ApplicationsClocks == nil || *g.ApplicationsClocks != [2]uint32{1215, 1095} {
+		t.Errorf("GPU 1 clock settings %v %v %v", g.LockedGPUClocks, g.LockedMemoryClocks, g.ApplicationsClocks)
 	}
 	if g := s.GPUs[2].Settings; g == nil || g.Persistence == nil || *g.Persistence || g.ComputeMode != "Exclusive_Process" {
 		t.Errorf("GPU 2 settings %+v", g)

@@ -14,7 +14,7 @@ import (
 // with the bit clear reads as before to old and new libraries alike.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 7
+const StateVersion = 8
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -47,6 +47,9 @@ var StateEnums = []struct {
 	{"CFG_GPM_STREAM", 8, "gpm_stream holds the GPM stream state"},
 	{"CFG_ECC_PENDING", 16, "ecc_pending holds the pending ECC mode"},
 	{"CFG_TIMESLICE", 32, "timeslice holds the compute policy's timeslice"},
+	{"CFG_GPU_LOCKED", 64, "gpu_locked_min and _max hold the locked GPU clocks"},
+	{"CFG_MEM_LOCKED", 128, "mem_locked_min and _max hold the locked memory clocks"},
+	{"CFG_APP_CLOCKS", 256, "app_clock_mem and _gfx hold the applications clocks"},
 	{"TRIGGER_AT", 1, "from time param (ns), node-wide"},
 	{"TRIGGER_CALLS", 2, "after param calls on the GPU, counted by each process"},
 	{"TRIGGER_PROBABILITY", 3, "each call with probability param / 2^32, drawn by each process"},
@@ -107,6 +110,12 @@ var StateSchema = []Record{
 		{"power_limit_mw", U32, 0, "the power limit a setter asked for"},
 		{"prev_power_limit_mw", U32, 0, "the power limit in force in the segment before; 0: the current one"},
 		{"gpm_stream", U32, 0, "nvmlEnableState_t: GPM streaming (nvidia-smi gpm --set-stream-state)"},
+		{"gpu_locked_min", U32, 0, "MHz: the GPU clock range nvidia-smi -lgc locked"},
+		{"gpu_locked_max", U32, 0, ""},
+		{"mem_locked_min", U32, 0, "MHz: the memory clock range nvidia-smi -lmc locked"},
+		{"mem_locked_max", U32, 0, ""},
+		{"app_clock_mem", U32, 0, "MHz: the applications clocks nvidia-smi -ac set"},
+		{"app_clock_gfx", U32, 0, ""},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},
