@@ -30,7 +30,7 @@ var (
 )
 
 type fabricSpec struct {
-	Profile string         `json:"profile"` // the resolved profile, as YAML (JSON since 2026-12-05)
+	Profile string         `json:"profile"` // the resolved profile as JSON, or YAML (older overlays); Parse reads both
 	Host    string         `json:"host"`
 	Slot    int            `json:"slot"`
 	Faults  []fabric.Fault `json:"faults,omitempty"`
@@ -78,8 +78,8 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 			return nil, fmt.Errorf("assets %s: no %s, which a node with InfiniBand needs (run make driver)", o.Assets, a.rel)
 		}
 	}
-	// JSON, which Parse reads as the YAML it is: marshalling YAML took
-	// 2 ms of every nvmock exec.
+	// JSON, which Parse reads as the YAML it is: marshalling YAML was
+	// a good part of every nvmock exec's render.
 	y, err := json.Marshal(p)
 	if err != nil {
 		return nil, err

@@ -46,9 +46,9 @@ func Builtin(name string) (*Profile, error) {
 
 // parseBuiltin decodes a built-in profile straight into a Profile. Parse's
 // checks for users' files (four passes of two YAML libraries, to locate
-// each mistake) took 80 per cent of nvmock exec's profile loading and
-// cannot fail on the built-ins; TestBuiltinsDecodeAsParseDoes holds the
-// two to the same result.
+// each mistake) were most of nvmock exec's profile loading and cannot
+// fail on the built-ins; TestBuiltinsDecodeAsParseDoes holds the two to
+// the same result.
 func parseBuiltin(file string, data []byte) (*Profile, error) {
 	var p Profile
 	if err := yaml.UnmarshalStrict(data, &p); err != nil {

@@ -199,7 +199,7 @@ func buildFabric(node *profile.Node, assets string, ib *ibFlags) (*fabric.Fabric
 // treeKey names the node's PCI tree in the cache by what it derives from:
 // this program (its file's identity: another build may render another
 // tree), the profile, and the node's place and faults in its fabric.
-// Rendering the tree in memory to hash it took 5 ms of every run.
+// Rendering the tree in memory to hash it was a good part of every run.
 func treeKey(p *profile.Profile, ib *ibFlags) (string, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat("/proc/self/exe", &st); err != nil {

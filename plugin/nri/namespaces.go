@@ -24,8 +24,8 @@ const DefaultNamespaceLabel = inject.InjectLabel + "=" + inject.InjectEnabled
 
 // A label key's name or a label value (63 characters at most), and a key's
 // DNS subdomain prefix (253). The lengths are checked apart: as counted
-// repetitions in the expressions they took half a millisecond to compile
-// at every nvmock command's start.
+// repetitions the expressions compiled into large programs at every
+// nvmock command's start.
 var (
 	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
 	labelPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
