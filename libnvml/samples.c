@@ -10,12 +10,20 @@
 
 static uint32_t sample_value(const struct snap_device *s, nvmlSamplingType_t type);
 
-// live_sample is the model's reading at t (µs), or the static one.
+// live_sample is the model's reading at t (µs), or the static one; clocks
+// within any locked range, as nvmlDeviceGetClockInfo answers them.
 static uint32_t live_sample(const struct nvmock_dev *d, nvmlSamplingType_t type, uint32_t v, unsigned long long t_us)
 {
 	LIVE(d);
-	if (!live_)
+	if (!live_) {
+		struct live_gpu g;
+		const struct live_gpu *set = nvmock_settings(d, &g);
+		if (set != NULL && type == NVML_PROCESSOR_CLK_SAMPLES)
+			return nvmock_locked_clock(d, set, NVML_CLOCK_GRAPHICS, v);
+		if (set != NULL && type == NVML_MEMORY_CLK_SAMPLES)
+			return nvmock_locked_clock(d, set, NVML_CLOCK_MEM, v);
 		return v;
+	}
 	uint64_t t = t_us * 1000ull;
 	switch (type) {
 	case NVML_TOTAL_POWER_SAMPLES: return nvmock_live_power(d, &g_, &fx_, t);
@@ -24,6 +32,7 @@ static uint32_t live_sample(const struct nvmock_dev *d, nvmlSamplingType_t type,
 	case NVML_ENC_UTILIZATION_SAMPLES: return nvmock_live_util(d->node_index, &g_, 2, t);
 	case NVML_DEC_UTILIZATION_SAMPLES: return nvmock_live_util(d->node_index, &g_, 3, t);
 	case NVML_PROCESSOR_CLK_SAMPLES: return nvmock_live_clock(d, &g_, &fx_, NVML_CLOCK_GRAPHICS, t);
+	case NVML_MEMORY_CLK_SAMPLES: return nvmock_live_clock(d, &g_, &fx_, NVML_CLOCK_MEM, t);
 	default: return v;
 	}
 }

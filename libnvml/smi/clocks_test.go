@@ -43,6 +43,10 @@ func TestClockSettingsAreSetForTheNode(t *testing.T) {
 			if got, want := q(), "1000 MHz, 1215 MHz, 1305 MHz, 1215 MHz, Not Active\n1000 MHz, 1215 MHz, 1095 MHz, 1215 MHz, Not Active\n"; got != want {
 				t.Errorf("locked 1000-1400, GPU 0's applications clocks set:\n%swant:\n%s", got, want)
 			}
+			// The clock samples -q shows agree.
+			if out := strings.Join(strings.Fields(run("-i", "0", "-q", "-d", "CLOCK")), " "); !strings.Contains(out, "SM Clock Samples Duration : 0.90 sec Number of Samples : 10 Max : 1000 MHz Min : 1000 MHz Avg : 1000 MHz") {
+				t.Errorf("-q -d CLOCK, locked 1000-1400:\n%s", out)
+			}
 			// Under full load the lock's maximum holds the clock.
 			boards, err := live.Boards(f.Path)
 			if err != nil {
