@@ -6,13 +6,17 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
 // Write writes files into dir, which must not exist yet. A tree has
 // thousands of small files nested ten directories deep: each is made
-// relative to its directory's descriptor, not through its whole path.
+// relative to its directory's descriptor, not through its whole path. On a
+// disk each creation waits on the file system's journal, so a large tree's
+// files are made by a few workers at once, each in its own run of the
+// tree (its own directories), after the directories.
 func Write(files []File, dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
@@ -25,21 +29,55 @@ func Write(files []File, dir string) error {
 	old := unix.Umask(0)
 	unix.Umask(old)
 	narrowed := Mode&^old != Mode
-	for _, f := range files {
-		fd, err := t.dir(path.Dir(f.Path))
+	fds := make([]int, len(files))
+	for i, f := range files {
+		if fds[i], err = t.dir(path.Dir(f.Path)); err != nil {
+			return err
+		}
+	}
+	workers := 1
+	if len(files) >= parallelFrom {
+		workers = writeWorkers
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w * len(files) / workers; i < (w+1)*len(files)/workers; i++ {
+				if errs[w] = writeFile(fds[i], files[i], narrowed); errs[w] != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return err
 		}
-		name := path.Base(f.Path)
-		if f.Link != "" {
-			if err := unix.Symlinkat(f.Link, fd, name); err != nil {
-				return fmt.Errorf("write %s: %w", f.Path, err)
-			}
-			continue
-		}
-		if err := writeAt(fd, name, f.Data, narrowed); err != nil {
+	}
+	return nil
+}
+
+// Trees this large are written by writeWorkers at once; on two cores,
+// more add nothing.
+const (
+	parallelFrom = 512
+	writeWorkers = 4
+)
+
+func writeFile(dirfd int, f File, chmod bool) error {
+	name := path.Base(f.Path)
+	if f.Link != "" {
+		if err := unix.Symlinkat(f.Link, dirfd, name); err != nil {
 			return fmt.Errorf("write %s: %w", f.Path, err)
 		}
+		return nil
+	}
+	if err := writeAt(dirfd, name, f.Data, chmod); err != nil {
+		return fmt.Errorf("write %s: %w", f.Path, err)
 	}
 	return nil
 }
