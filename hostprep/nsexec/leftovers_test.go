@@ -34,6 +34,7 @@ func TestProcessesTheCommandLeftRunningEndWithIt(t *testing.T) {
 				Args: []string{"sh", "-c", `sleep 1000 & echo $! > ` + dir + `/term
 					sh -c 'trap "" TERM; echo $$ > ` + dir + `/kill.new; mv ` + dir + `/kill.new ` + dir + `/kill; exec sleep 1001' &
 					while [ ! -e ` + dir + `/kill ]; do sleep 0.01; done
+					while [ "$(cat /proc/$(cat ` + dir + `/kill)/comm)" != sleep ]; do sleep 0.01; done
 					exit 5`},
 				Env: cleanEnv(), Self: []string{"/proc/self/exe", childArg},
 				Stdin: strings.NewReader(""), Stdout: &errb, Stderr: &errb,
