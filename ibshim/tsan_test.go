@@ -41,7 +41,9 @@ func TestThreadsUnderTSan(t *testing.T) {
 }
 
 // The verbs threads.c leaves out, the same way: extended CQs, ibv_qp_ex
-// batches, memory windows, device memory, ibv_rereg_mr and fork.
+// batches, memory windows, device memory, ibv_rereg_mr and fork (in the
+// normal build only: TSan does not follow a multithreaded fork's child,
+// and can deadlock in it).
 func TestExtendedVerbsUnderTSan(t *testing.T) {
 	runUnderTSan(t, "threads_ext")
 }

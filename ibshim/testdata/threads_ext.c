@@ -6,7 +6,8 @@
  * threads, whose batches are critical sections), memory windows of both
  * types bound and invalidated, device memory copied, registered and
  * reached by RDMA, a region re-registered while another thread's work
- * uses it, and a thread that forks while the others post. The errors a
+ * uses it, and a thread that forks while the others post (not under
+ * ThreadSanitizer, below). The errors a
  * mlx5 device gives (EOPNOTSUPP for what it lacks, EBUSY, EINVAL) are
  * asked for on the way. Built with ThreadSanitizer by ibshim/tsan_test.go
  * and run in `nvmock exec`; every thread checks its completions and data,
@@ -619,6 +620,21 @@ static void *rr_user(void *arg)
 
 /* ---- fork while the others post ---- */
 
+/* Not under ThreadSanitizer: it disables itself in the child of a
+ * multithreaded fork and can still deadlock there (its author, in
+ * llvm-project pull request 96600); a child here once hung inside fork.
+ * The normal build forks. */
+#if defined(__SANITIZE_THREAD__)
+#define FORKS 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FORKS 0
+#endif
+#endif
+#ifndef FORKS
+#define FORKS 1
+#endif
+
 static long forks;
 
 /* The child (one thread: no engine may start in it) opens a context of
@@ -721,7 +737,8 @@ int main(int argc, char **argv)
 		pthread_create(&th[n++], NULL, dm_thread, &dm[i]);
 	pthread_create(&th[n++], NULL, rereg_thread, NULL);
 	pthread_create(&th[n++], NULL, rr_user, NULL);
-	pthread_create(&th[n++], NULL, fork_thread, NULL);
+	if (FORKS)
+		pthread_create(&th[n++], NULL, fork_thread, NULL);
 
 	sleep(secs);
 	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
@@ -745,7 +762,7 @@ int main(int argc, char **argv)
 	for (i = 0; i < 3; i++)
 		if (!qa[i].batches)
 			FAIL("qp_ex thread %d did nothing", i);
-	if (!mw_rounds || !dm[0].rounds || !dm[1].rounds || !rereg_rounds || !rr_writes || !forks)
+	if (!mw_rounds || !dm[0].rounds || !dm[1].rounds || !rereg_rounds || !rr_writes || (FORKS && !forks))
 		FAIL("a thread did nothing");
 	puts("ok threads_ext");
 	return 0;
