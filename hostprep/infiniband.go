@@ -54,7 +54,8 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 	if host == "" {
 		host = o.NodeName
 	}
-	f, err := o.Fabric, error(nil)
+	var err error
+	f := o.Fabric
 	if f == nil {
 		if f, err = fabric.Build(node, host, o.FabricSlot-1); err != nil {
 			return nil, fmt.Errorf("profile %s: %w", p.Name, err)

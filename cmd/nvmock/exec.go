@@ -134,7 +134,7 @@ func execRun(args []string) error {
 		// The daemon changes its fabric for its peers' faults from its
 		// start; without peers only once the command runs, so the render
 		// may read it.
-		if ib.peers != (peerFlags{prefix: ib.peers.prefix}) {
+		if !ib.peers.none() {
 			fab = nil
 		}
 	}

@@ -103,6 +103,9 @@ func (f *peerFlags) add(fs *flag.FlagSet, prefix string) {
 }
 
 // check refuses flags that cannot work together, at start.
+// none says whether no flag connects this daemon to other nodes'.
+func (f *peerFlags) none() bool { return f.listen == "" && f.peers == "" && f.dns == "" }
+
 func (f *peerFlags) check() error {
 	if f.dns != "" && f.listen == "" {
 		return fmt.Errorf("--%speers-dns needs --%slisten: the peers listen on the same port", f.prefix, f.prefix)
