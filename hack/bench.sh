@@ -49,7 +49,11 @@ NVMOCK_SNAPSHOT="$tmp/b200" "$tmp/benchproc" -n 20 -label "nvidia-smi -q, b200 (
 
 # hostprep and exec (root: device nodes, mount namespaces).
 if [ "$(id -u)" = 0 ]; then
-	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, from scratch" -- sh -c "rm -rf '$tmp/root' '$tmp/cdi' '$tmp/nfd'; '$build/bin/nvmock' hostprep install --root '$tmp/root' --cdi-dir '$tmp/cdi' --nfd-dir '$tmp/nfd' --node-name bench >/dev/null 2>&1"
+	# Each run into a directory of its own: removing the last run's tree
+	# first would time the disk's discards of it too.
+	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, from scratch" -- sh -c "d='$tmp/scratch/'\$BENCHPROC_RUN; '$build/bin/nvmock' hostprep install --root \$d/root --cdi-dir \$d/cdi --nfd-dir \$d/nfd --node-name bench >/dev/null 2>&1"
+	rm -rf "$tmp/scratch"
+	"$build/bin/nvmock" hostprep install --root "$tmp/root" --cdi-dir "$tmp/cdi" --nfd-dir "$tmp/nfd" --node-name bench >/dev/null
 	"$tmp/benchproc" -n 5 -label "hostprep install, 8 GPUs, unchanged" -- "$build/bin/nvmock" hostprep install --root "$tmp/root" --cdi-dir "$tmp/cdi" --nfd-dir "$tmp/nfd" --node-name bench
 	"$tmp/benchproc" -n 10 -label "true (baseline)" -- true
 	for p in t4 a100 h100; do

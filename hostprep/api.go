@@ -356,25 +356,8 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 			return nil, fmt.Errorf("render overlay in %s: PCI tree: %w", dir, err)
 		}
 	}
-	for _, e := range in.entries() {
-		p := filepath.Join(dir, e.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
-		}
-		var err error
-		switch {
-		case e.link != "":
-			err = os.Symlink(e.link, p)
-		case e.hard != "":
-			err = os.Link(e.hard, p)
-		case e.node != nil:
-			err = makeDevNode(p, *e.node, e.plain)
-		default:
-			err = writeFile(p, e.data, e.mode)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
-		}
+	if err := writeEntries(dir, in.entries()); err != nil {
+		return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
 	}
 	if in.opt.StateLink == "" {
 		if err := live.Create(filepath.Join(dir, StatePath), len(in.ids), StateSeed(in.opt.NodeName)); err != nil {
@@ -435,6 +418,40 @@ func (in *inputs) verify(dir string) error {
 		}
 	}
 	return nil
+}
+
+// writeEntries makes the entries' directories, then the entries, several
+// at once (a board's MIG capabilities and device nodes run to hundreds).
+// Their order does not matter: a symlink may be made before its target,
+// and the one hard link's target (the live state) is outside the tree.
+func writeEntries(dir string, es []entry) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Directories level by level, each level's at once.
+	for _, ds := range pcisim.DirLevels(len(es), func(i int) string { return es[i].path }) {
+		if err := pcisim.InRuns(len(ds), func(i int) error {
+			p := filepath.Join(dir, ds[i])
+			if err := os.Mkdir(p, 0o755); err != nil && !isDir(p) { // the PCI tree's, there already
+				return err
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return pcisim.InRuns(len(es), func(i int) error {
+		e, p := es[i], filepath.Join(dir, es[i].path)
+		switch {
+		case e.link != "":
+			return os.Symlink(e.link, p)
+		case e.hard != "":
+			return os.Link(e.hard, p)
+		case e.node != nil:
+			return makeDevNode(p, *e.node, e.plain)
+		}
+		return writeFile(p, e.data, e.mode)
+	})
 }
 
 func writeFile(path string, data []byte, mode os.FileMode) error {

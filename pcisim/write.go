@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -15,8 +16,7 @@ import (
 // thousands of small files nested ten directories deep: each is made
 // relative to its directory's descriptor, not through its whole path. On a
 // disk each creation waits on the file system's journal, so a large tree's
-// files are made by a few workers at once, each in its own run of the
-// tree (its own directories), after the directories.
+// files are made after the directories, by a few workers at once (InRuns).
 func Write(files []File, dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
@@ -29,14 +29,27 @@ func Write(files []File, dir string) error {
 	old := unix.Umask(0)
 	unix.Umask(old)
 	narrowed := Mode&^old != Mode
+	if err := t.makeDirs(files); err != nil {
+		return err
+	}
 	fds := make([]int, len(files))
 	for i, f := range files {
 		if fds[i], err = t.dir(path.Dir(f.Path)); err != nil {
 			return err
 		}
 	}
+	return InRuns(len(files), func(i int) error {
+		return writeFile(fds[i], files[i], narrowed)
+	})
+}
+
+// InRuns calls do for 0 to n-1 and returns the first error of the lowest
+// index that failed. Creating a file on a disk waits on the file system's
+// journal, and several creations at once share a wait: from parallelFrom
+// on, writeWorkers each take their own run of the indexes.
+func InRuns(n int, do func(i int) error) error {
 	workers := 1
-	if len(files) >= parallelFrom {
+	if n >= parallelFrom {
 		workers = writeWorkers
 	}
 	errs := make([]error, workers)
@@ -45,8 +58,8 @@ func Write(files []File, dir string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w * len(files) / workers; i < (w+1)*len(files)/workers; i++ {
-				if errs[w] = writeFile(fds[i], files[i], narrowed); errs[w] != nil {
+			for i := w * n / workers; i < (w+1)*n/workers; i++ {
+				if errs[w] = do(i); errs[w] != nil {
 					return
 				}
 			}
@@ -61,10 +74,9 @@ func Write(files []File, dir string) error {
 	return nil
 }
 
-// Trees this large are written by writeWorkers at once; on two cores,
-// more add nothing.
+// From parallelFrom items on, writeWorkers: more add nothing on two cores.
 const (
-	parallelFrom = 512
+	parallelFrom = 64
 	writeWorkers = 4
 )
 
@@ -187,6 +199,57 @@ func (t *tree) dir(rel string) (int, error) {
 	}
 	t.fds[rel] = fd
 	return fd, nil
+}
+
+// makeDirs makes the files' directories level by level, each level's at
+// once, and keeps their descriptors.
+func (t *tree) makeDirs(files []File) error {
+	for _, ds := range DirLevels(len(files), func(i int) string { return files[i].Path }) {
+		fds := make([]int, len(ds))
+		for i := range fds {
+			fds[i] = -1
+		}
+		err := InRuns(len(ds), func(i int) error {
+			parent, name := t.fds[path.Dir(ds[i])], path.Base(ds[i])
+			if err := unix.Mkdirat(parent, name, 0o755); err != nil {
+				return fmt.Errorf("mkdir %s: %w", filepath.Join(t.root, ds[i]), err)
+			}
+			fd, err := unix.Openat(parent, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("%s: %w", filepath.Join(t.root, ds[i]), err)
+			}
+			fds[i] = fd
+			return nil
+		})
+		for i, fd := range fds {
+			if fd >= 0 {
+				t.fds[ds[i]] = fd
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DirLevels lists the directories that n relative paths lie in (parents
+// included, "." not), by depth: each level's parents are in the ones
+// before.
+func DirLevels(n int, pathOf func(i int) string) [][]string {
+	var levels [][]string
+	seen := map[string]bool{".": true}
+	for i := range n {
+		for d := path.Dir(pathOf(i)); !seen[d]; d = path.Dir(d) {
+			seen[d] = true
+			depth := strings.Count(d, "/")
+			for len(levels) <= depth {
+				levels = append(levels, nil)
+			}
+			levels[depth] = append(levels[depth], d)
+		}
+	}
+	return levels
 }
 
 func (t *tree) close() {

@@ -46,6 +46,10 @@ func run(n int, label string, argv []string) error {
 		}
 		os.Remove(f.Name())
 		cmd := exec.Command(argv[0], argv[1:]...)
+		// A command that must start from nothing each run (an install from
+		// scratch) takes a fresh directory by this number, instead of
+		// removing the last run's tree inside the timing.
+		cmd.Env = append(os.Environ(), fmt.Sprintf("BENCHPROC_RUN=%d", i))
 		cmd.Stdout = f
 		cmd.Stderr = os.Stderr
 		start := time.Now()
