@@ -537,7 +537,11 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 				log.printf("left %s: the install at %s took it over", f, r)
 				continue
 			}
-			log.printf("left %s: changed since nvmock wrote it", f)
+			if len(m.Sums[f]) == 0 {
+				log.printf("left %s: the manifest has no checksum for it", f)
+			} else {
+				log.printf("left %s: changed since nvmock wrote it", f)
+			}
 			continue
 		}
 		rm(f, false)

@@ -1,6 +1,7 @@
 package hostprep_test
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -541,6 +542,32 @@ func TestInstallReplacesOnlyTheFilesItWrote(t *testing.T) {
 		}
 		if _, err := os.Stat(res.NFDFile); err == nil {
 			t.Errorf("uninstall left the NFD file, which nobody changed")
+		}
+	})
+
+	t.Run("a file the manifest has no checksum for is left by uninstall", func(t *testing.T) {
+		s := newSite(t)
+		install(t, s.options(p, assets))
+		mine := filepath.Join(t.TempDir(), "mine.txt")
+		must(t, os.WriteFile(mine, []byte("precious\n"), 0o644))
+		mf := filepath.Join(s.root, hostprep.ManifestFile)
+		b, err := os.ReadFile(mf)
+		must(t, err)
+		var m map[string]any
+		must(t, json.Unmarshal(b, &m))
+		m["files"] = append(m["files"].([]any), mine)
+		b, err = json.Marshal(m)
+		must(t, err)
+		must(t, os.WriteFile(mf, b, 0o644))
+		var log strings.Builder
+		if _, err := hostprep.Uninstall(s.root, &log); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(mine); string(b) != "precious\n" {
+			t.Errorf("uninstall took a file the manifest had no checksum for: %q", b)
+		}
+		if !strings.Contains(log.String(), "left "+mine+": the manifest has no checksum for it") {
+			t.Errorf("uninstall said:\n%s", log.String())
 		}
 	})
 

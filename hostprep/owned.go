@@ -72,19 +72,20 @@ func checkOwned(path string, data []byte, old *Manifest, owner string) error {
 	if old == nil || !slices.Contains(old.Files, path) {
 		return fmt.Errorf("%s exists and this install did not write it (another root's, or yours); move it away or pass another directory", path)
 	}
+	if len(old.Sums[path]) == 0 {
+		return fmt.Errorf("%s: the manifest has no checksum for it, so it may not be nvmock's; move it away to let install write it", path)
+	}
 	if !unchanged(path, old) {
 		return fmt.Errorf("%s was changed since nvmock wrote it; move it away to let install write it again", path)
 	}
 	return nil
 }
 
-// unchanged says whether the file at path is as the manifest recorded it
-// (true when it recorded no sum: an older install's manifest).
+// unchanged says whether the file at path is as the manifest recorded it.
+// A file it has no sum for is not known to be nvmock's: kept (a manifest
+// edited by hand, or one older than sums).
 func unchanged(path string, m *Manifest) bool {
 	want := m.Sums[path]
-	if len(want) == 0 {
-		return true
-	}
 	b, err := os.ReadFile(path)
 	return err == nil && slices.Contains(want, sum(b))
 }

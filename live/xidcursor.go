@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,14 @@ type savedCursor struct {
 // lockCursor waits for the lock of the cursor at path, then reads what
 // the last holder left. It returns nil if stop came first.
 func lockCursor(path string, stop <-chan struct{}, logf func(string, ...any)) (*cursorFile, error) {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("cursor %s: not a file", path)
+	}
+	// Before the lock is made beside it: a cursor is replaced whole, so
+	// one read while another log writes it is still whole.
+	if b, err := os.ReadFile(path); err == nil && len(bytes.Trim(b, "\x00")) > 0 && !json.Valid(b) {
+		return nil, fmt.Errorf("cursor %s: not an xidlog cursor; move it away or give another --cursor", path)
+	}
 	lf, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("cursor: %w", err)
@@ -56,14 +65,18 @@ func lockCursor(path string, stop <-chan struct{}, logf func(string, ...any)) (*
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		logf("cursor %s: %v; starting from now", path, err)
+		lf.Close()
+		return nil, fmt.Errorf("cursor %s: %w", path, err)
+	case len(bytes.Trim(b, "\x00")) == 0:
+		// Empty or zeroed: what a crash can leave of a file just written.
+		logf("cursor %s: empty; starting from now", path)
 	default:
 		var sc savedCursor
 		if err := json.Unmarshal(b, &sc); err != nil {
-			logf("cursor %s: damaged (%v); starting from now", path, err)
-		} else {
-			c.saved = &sc
+			lf.Close()
+			return nil, fmt.Errorf("cursor %s: not an xidlog cursor (%v); move it away or give another --cursor", path, err)
 		}
+		c.saved = &sc
 	}
 	return c, nil
 }

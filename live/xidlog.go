@@ -194,13 +194,22 @@ func inode(path string) uint64 {
 // isKmsg says whether out is the kernel log's device (char 1:11), which
 // takes one record a write with its level in front.
 func isKmsg(out string) (bool, error) {
+	if out == "" {
+		return false, errors.New("no output given: /dev/kmsg or a file")
+	}
 	st, err := os.Stat(out)
 	if errors.Is(err, os.ErrNotExist) {
 		if strings.HasPrefix(out, "/dev/") {
 			// Not a file to make: a container without the node's devices.
 			return false, fmt.Errorf("%s: no such device here; the kernel log is /dev/kmsg, which only a privileged container sees", out)
 		}
-		return false, nil // a file to create
+		// A file to create: made now, so that a path that cannot be one
+		// is told at the start, not as XIDs go missing.
+		f, err := os.OpenFile(out, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return false, err
+		}
+		return false, f.Close()
 	}
 	if err != nil {
 		return false, err

@@ -162,6 +162,8 @@ func TestXIDLogRefusesAnOutputThatIsNotALog(t *testing.T) {
 	for _, c := range []struct{ out, want string }{
 		{"/dev/null", "/dev/null: a device other than the kernel log (/dev/kmsg is char 1:11)"},
 		{t.TempDir(), "not a file, a pipe or the kernel log"},
+		{filepath.Join(t.TempDir(), "no", "log"), "no such file or directory"},
+		{"", "no output given"},
 	} {
 		err := (&XIDLog{State: "unused", Out: c.out}).Run(nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -392,6 +394,38 @@ func TestXIDLogHandsOverThroughItsCursor(t *testing.T) {
 	if got := xidsIn(logLines(t, out, 8)); !slices.Equal(got, []string{"13", "43", "31", "45"}) {
 		t.Fatalf("XIDs logged %q, want 13, 43, 31 and 45, each once", got)
 	}
+}
+
+// A cursor that is not one is the user's file: refused, and kept. An
+// empty one, what a crash can leave, starts from now.
+func TestXIDLogKeepsAFileThatIsNotACursor(t *testing.T) {
+	f, _ := xidNode(t)
+	dir := t.TempDir()
+	notes := filepath.Join(dir, "notes")
+	if err := os.WriteFile(notes, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "kern.log")
+	for cursor, want := range map[string]string{notes: "not an xidlog cursor", dir: "not a file"} {
+		err := (&XIDLog{State: f.Path, Out: out, Cursor: cursor}).Run(nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("cursor %s: %v, want %q", cursor, err, want)
+		}
+	}
+	if b, _ := os.ReadFile(notes); string(b) != "precious\n" {
+		t.Errorf("the notes now read %q", b)
+	}
+	for _, p := range []string{dir + ".lock", notes + ".lock"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was left", p)
+		}
+	}
+	empty := filepath.Join(dir, "empty.cursor")
+	if err := os.WriteFile(empty, make([]byte, 64), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop := runXIDLog(t, &XIDLog{State: f.Path, Out: out, Cursor: empty}, true)
+	stop()
 }
 
 // An XID from a state write to its line: the follower's wake-up, the
