@@ -638,6 +638,11 @@ func renderInto(in *inputs, tmp, dir string) error {
 // CheckDirs refuses CDI and NFD directories inside the root: overlays come
 // and go there, and what is in them goes with them.
 func CheckDirs(root, cdiDir, nfdDir string) error {
+	for _, d := range [][2]string{{"root", root}, {"CDI directory", cdiDir}, {"NFD directory", nfdDir}} {
+		if fi, err := os.Stat(d[1]); err == nil && !fi.IsDir() {
+			return fmt.Errorf("the %s %s is not a directory", d[0], d[1])
+		}
+	}
 	root, err := realPath(root)
 	if err != nil {
 		return err

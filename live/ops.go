@@ -93,6 +93,10 @@ func FaultOf(kind, xid, count, link, pid uint32) Fault {
 	return f
 }
 
+// MaxProcessName is the longest process name the node keeps (its
+// record's field, less the terminating NUL); longer ones are cut.
+const MaxProcessName = len(Proc{}.Name) - 1
+
 // MaxXID bounds the XIDs accepted: NVIDIA's catalogue ends below it.
 const MaxXID = 255
 

@@ -72,11 +72,13 @@ func ParseTrigger(after, prob, at, in string, now func() int64, names [4]string)
 }
 
 // CheckFaultFields refuses what a kind of fault does not take: a link
-// (nvlink_down's) or a count of errors (the ECC kinds'), which would be
-// silently ignored, or mean another thing. names are how messages call
-// the two.
-func CheckFaultFields(kind uint32, link, count bool, names [2]string) error {
+// (nvlink_down's), a count of errors (the ECC kinds'), or an XID (thermal
+// and power_brake report none), which would be silently ignored, or mean
+// another thing. names are how messages call the three.
+func CheckFaultFields(kind uint32, link, count, xid bool, names [3]string) error {
 	switch {
+	case xid && (kind == FaultThermal || kind == FaultPowerBrake):
+		return fmt.Errorf("%s: a slowdown reports no XID", names[2])
 	case link && kind != FaultNvlinkDown:
 		return fmt.Errorf("%s is for nvlink_down only", names[0])
 	case count && kind != FaultECC && kind != FaultSBE:

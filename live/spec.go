@@ -256,7 +256,7 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
-		if err := CheckFaultFields(kind, f.Link != 0, f.Count != nil, [2]string{"link", "count"}); err != nil {
+		if err := CheckFaultFields(kind, f.Link != 0, f.Count != nil, f.XID != 0, [3]string{"link", "count", "xid"}); err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
 		var count uint32

@@ -217,6 +217,18 @@ func Parse(file string, data []byte) (*Profile, error) {
 			return nil, located(file, data, errs)
 		}
 	}
+	// An override without an index would silently be GPU 0's.
+	if ds, ok := top["devices"].([]any); ok {
+		var errs []error
+		for i, d := range ds {
+			if m, ok := d.(map[string]any); ok && m["index"] == nil {
+				errs = append(errs, fmt.Errorf("devices[%d]: gives no index, the GPU it changes", i))
+			}
+		}
+		if len(errs) > 0 {
+			return nil, located(file, data, errs)
+		}
+	}
 	if _, based := top["base"]; !based {
 		// Else every field of the board would be an error of its own.
 		var missing []string
@@ -269,6 +281,10 @@ func onBase(name any, top map[string]any) (map[string]any, error) {
 		return nil, fmt.Errorf("base: built-in %s: %w", n, err)
 	}
 	if d, ok := top["driver"]; ok {
+		if m, ok := d.(map[string]any); ok && m["version"] == nil {
+			bv, _ := base["driver"].(map[string]any)
+			return nil, fmt.Errorf("driver: gives no version; a driver block takes the place of the base's (%v) whole, so give version too", bv["version"])
+		}
 		base["driver"] = d
 	}
 	// The base's PCIe tree names the base's addresses: a profile that moves

@@ -78,9 +78,12 @@ func (m *MIG) ComputeInstanceSMs(p *GPUInstanceProfile, c uint32) uint32 {
 
 func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64) {
 	if len(m.GPUInstances) == 0 && m.MaxDevices == 0 && m.Layout != "" {
-		// A layout on a board without MIG (base: t4): say that, not what
-		// else a MIG block would need.
-		c.fail(field+".layout", "%q: the board has no MIG profiles (gpuInstances), so it cannot be partitioned", m.Layout)
+		// A layout on a board without MIG (base: t4): all-disabled asks
+		// nothing of it (one layout for a pool of several boards); another
+		// is told as that, not as what else a MIG block would need.
+		if _, err := ParseMIGLayout(m.Layout, nil, 0); err != nil {
+			c.fail(field+".layout", "%q: the board has no MIG profiles (gpuInstances), so it cannot be partitioned", m.Layout)
+		}
 		return
 	}
 	if m.MaxDevices < 1 || m.MaxDevices > MIGComputeSlices {

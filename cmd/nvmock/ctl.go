@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
@@ -109,6 +110,9 @@ func ctlCmd(args []string) error {
 	if !slices.Contains(ctlCommands, rest[0]) {
 		return fmt.Errorf("ctl: unknown command %q; see nvmock ctl help", rest[0])
 	}
+	if slices.ContainsFunc(rest[1:], isStateFlag) {
+		return fmt.Errorf("ctl: --state goes before the command: nvmock ctl --state PATH %s ...", rest[0])
+	}
 	path, err := live.Find(*statePath)
 	if err != nil {
 		return fmt.Errorf("ctl: %w", err)
@@ -159,6 +163,11 @@ func ctlCmd(args []string) error {
 }
 
 // ctlFlags parses interspersed flags and returns the positional arguments.
+func isStateFlag(a string) bool {
+	f := strings.TrimLeft(a, "-")
+	return f != a && (f == "state" || strings.HasPrefix(f, "state="))
+}
+
 func ctlFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	for i, a := range args {
 		// The flag package would call a negative argument an unknown flag;
@@ -276,7 +285,7 @@ func ctlFault(f *live.File, args []string) error {
 	if set["pid"] && (*pid < 1 || *pid > 1<<22) {
 		return fmt.Errorf("--pid %d: not a process id (1 to %d)", *pid, 1<<22)
 	}
-	if err := live.CheckFaultFields(kind, set["link"], set["count"], [2]string{"--link", "--count"}); err != nil {
+	if err := live.CheckFaultFields(kind, set["link"], set["count"], set["xid"], [3]string{"--link", "--count", "--xid"}); err != nil {
 		return err
 	}
 	fault := live.FaultOf(kind, uint32(*xid), uint32(*count), uint32(*link), uint32(*pid))
@@ -436,6 +445,12 @@ func ctlProc(f *live.File, args []string) error {
 		ns := live.PIDNamespace()
 		if live.Dead(live.Process{PID: uint32(pid), PIDNS: ns}) {
 			return fmt.Errorf("pid %d: no such process here (one that has exited is dropped at once)", pid)
+		}
+		switch {
+		case strings.ContainsFunc(*name, unicode.IsControl):
+			return fmt.Errorf("--name %q: has a control character", *name)
+		case len(*name) > live.MaxProcessName:
+			return fmt.Errorf("--name: %d bytes; the node keeps at most %d", len(*name), live.MaxProcessName)
 		}
 		if *name == "" {
 			if b, err := os.ReadFile("/proc/" + pos[1] + "/cmdline"); err == nil {
@@ -841,8 +856,15 @@ func ctlCreate(path string, args []string) error {
 	fs := flag.NewFlagSet("create", flag.ContinueOnError)
 	gpus := fs.Int("gpus", 0, "GPUs of the node (default: the snapshot beside the state)")
 	seed := fs.String("seed", "", "noise seed (default: the node's name)")
-	if _, err := ctlFlags(fs, args); err != nil {
+	pos, err := ctlFlags(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q; create takes only --gpus and --seed", pos[0])
+	}
+	if !live.IsState(path) {
+		return fmt.Errorf("%s exists and is not nvmock's live state; move it away or give another --state", path)
 	}
 	n := *gpus
 	given := false
@@ -850,12 +872,15 @@ func ctlCreate(path string, args []string) error {
 	if given && (n < 1 || n > profile.MaxGPUs) {
 		return fmt.Errorf("--gpus %d: a node has 1 to %d GPUs", n, profile.MaxGPUs)
 	}
-	if n == 0 {
-		boards, err := live.Boards(path)
-		if err != nil {
-			return fmt.Errorf("%w; or give --gpus", err)
-		}
+	// A snapshot beside the state is the node: the state must agree.
+	boards, err := live.Boards(path)
+	switch {
+	case err == nil && given && n != len(boards):
+		return fmt.Errorf("--gpus %d: the snapshot beside %s has %d GPUs; leave --gpus out", n, path, len(boards))
+	case err == nil:
 		n = len(boards)
+	case !given:
+		return fmt.Errorf("%w; or give --gpus", err)
 	}
 	if *seed == "" {
 		*seed, _ = os.Hostname()

@@ -147,6 +147,9 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"a pid past 32 bits", []string{"fault", "0", "lost", "--pid", "4294967296"}, "--pid 4294967296: not a process id"},
 		{"a negative flag value", []string{"fault", "0", "ecc_correctable", "--count", "-1"}, `ctl fault: --count "-1": not a whole number of 0 or more`},
 		{"a link on a kind without one", []string{"fault", "0", "lost", "--link", "3"}, "--link is for nvlink_down only"},
+		{"an XID on a slowdown", []string{"fault", "0", "thermal", "--xid", "13"}, "--xid: a slowdown reports no XID"},
+		{"a process name over two lines", []string{"proc", "add", "0", "1", "--name", "a\nb"}, `--name "a\nb": has a control character`},
+		{"a process name longer than the node keeps", []string{"proc", "add", "0", "1", "--name", strings.Repeat("y", 64)}, "--name: 64 bytes; the node keeps at most 63"},
 		{"a count on a kind without one", []string{"fault", "1", "thermal", "--count", "7"}, "--count is for ecc_uncorrectable and ecc_correctable only"},
 		{"a probability that never fires", []string{"fault", "0", "lost", "--probability", "0"}, `--probability "0": never fires`},
 		{"a probability below the draw", []string{"fault", "0", "lost", "--probability", "1e-12"}, `--probability "1e-12": never fires; the least is 1/2^32`},
@@ -270,6 +273,7 @@ faults:
 		{"faults:\n  - gpus: all\n    kind: lost\n    probability: 2\n", `faults[0]: probability "2": a probability from 0 to 1`},
 		{"faults:\n  - gpus: all\n    kind: lost\n    probability: 0.5\n    afterCalls: 3\n", "faults[0]: give one trigger: afterCalls, probability, at, in"},
 		{"faults:\n  - gpus: all\n    kind: thermal\n    count: 7\n", "faults[0]: count is for ecc_uncorrectable and ecc_correctable only"},
+		{"faults:\n  - gpus: all\n    kind: power_brake\n    xid: 13\n", "faults[0]: xid: a slowdown reports no XID"},
 		{"fautls: []\n", `bad.yaml:1: unknown field "fautls"`},
 		{"loads:\n  - gpus: all\n    percnt: 30\n", `bad.yaml:3: loads[0]: unknown field "percnt"`},
 		{"loads:\n  - gpus: all\n    percent: high\n", `bad.yaml:2: loads[0]: percent: expected a number, got string`},
@@ -372,6 +376,26 @@ func TestCtlCreateMakesAStateForTheSnapshotBesideIt(t *testing.T) {
 	}
 	if err := run([]string{"ctl", "--state", lone, "create", "--gpus", "2"}); err != nil {
 		t.Fatal(err)
+	}
+	// The snapshot is the node; a file that is not a state is the user's.
+	if err := run([]string{"ctl", "--state", state, "create", "--gpus", "2"}); err == nil || !strings.Contains(err.Error(), "has 3 GPUs") {
+		t.Errorf("create --gpus 2 beside a 3-GPU snapshot: %v", err)
+	}
+	if err := run([]string{"ctl", "--state", state, "create", "again"}); err == nil || !strings.Contains(err.Error(), `unexpected argument "again"`) {
+		t.Errorf("create with an argument: %v", err)
+	}
+	notes := filepath.Join(t.TempDir(), "notes")
+	if err := os.WriteFile(notes, []byte("my notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"ctl", "--state", notes, "create", "--gpus", "1"}); err == nil || !strings.Contains(err.Error(), "is not nvmock's live state") {
+		t.Errorf("create over a file of notes: %v", err)
+	}
+	if b, _ := os.ReadFile(notes); string(b) != "my notes\n" {
+		t.Errorf("the notes now read %q", b)
+	}
+	if err := run([]string{"ctl", "status", "--state", state}); err == nil || !strings.Contains(err.Error(), "--state goes before the command") {
+		t.Errorf("--state after the command: %v", err)
 	}
 }
 

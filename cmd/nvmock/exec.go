@@ -72,6 +72,7 @@ func execRun(args []string) error {
 	if fi, err := os.Stat(os.TempDir()); err != nil || !fi.IsDir() {
 		return fmt.Errorf("exec: TMPDIR %s is not a directory; set TMPDIR to one this user can write", os.TempDir())
 	}
+	lf.migGiven = *mig != ""
 	p, seed, err := lf.load(*name)
 	if err != nil {
 		return err

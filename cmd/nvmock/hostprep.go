@@ -107,6 +107,9 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
 	}
+	if *mig != "" {
+		dropLayout(p)
+	}
 	gpusSet := false
 	fs.Visit(func(f *flag.Flag) { gpusSet = gpusSet || f.Name == "gpus" })
 	if gpusSet {

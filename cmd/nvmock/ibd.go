@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -37,6 +38,9 @@ func ibdCmd(args []string) error {
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("ibd: unexpected argument %q", fs.Arg(0))
+	}
+	if *socket == "" {
+		return errors.New("ibd: --socket is empty; give the path the umad shim connects to")
 	}
 	if err := pf.check(); err != nil {
 		return fmt.Errorf("ibd: %w", err)

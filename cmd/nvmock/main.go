@@ -65,6 +65,13 @@ func run(args []string) error {
 	}
 	switch args[0] {
 	case "version", "--version":
+		if len(args) == 2 && isHelp(args[1]) {
+			fmt.Println("Usage: nvmock version\n  Prints this build's version.")
+			return nil
+		}
+		if len(args) > 1 {
+			return fmt.Errorf("version: unexpected argument %q", args[1])
+		}
 		fmt.Println("nvmock", version)
 		return nil
 	case "profile":
@@ -87,8 +94,7 @@ func run(args []string) error {
 		fmt.Print(usage)
 		return nil
 	}
-	fmt.Fprint(os.Stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return fmt.Errorf("unknown command %q; see nvmock help", args[0])
 }
 
 // printHelp answers --help: usage, then the flags, on w.

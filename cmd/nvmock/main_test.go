@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,8 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 	twoDocs := file("two.yaml", "base: t4\nname: x\n---\ngpus: 5\n")
 	nan := file("nan.yaml", "base: t4\nname: x\nboard:\n  power:\n    draw: -.inf\n")
 	bare := file("bare.yaml", "name: t4\n")
+	driverOnly := file("driver.yaml", "base: a100\ndriver:\n  cudaVersion: \"12.8\"\n")
+	noIndex := file("noindex.yaml", "base: a100\ndevices:\n  - board: {thermal: {gpu: 40}}\n")
 	// /var/run and /run: a CDI directory in the root under another name.
 	linked := t.TempDir()
 	if err := os.Mkdir(filepath.Join(linked, "real"), 0o755); err != nil {
@@ -77,8 +80,14 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"and compile", []string{"profile", "compile", crowded, "--seed", "s", "-o", "/dev/null"}, fit},
 		{"and install, before anything is written", []string{"hostprep", "install", "--profile", crowded, "--root", filepath.Join(t.TempDir(), "r"), "--node-name", "n1"}, "hostprep install: " + fit},
 		{"also through a symlink", []string{"hostprep", "install", "--root", filepath.Join(linked, "real", "r"), "--cdi-dir", filepath.Join(linked, "link", "r", "cdi"), "--node-name", "n1"}, "is inside the root " + filepath.Join(linked, "real", "r")},
+		{"a root that is a file", []string{"hostprep", "install", "--root", bad, "--node-name", "n1"}, "the root " + bad + " is not a directory"},
+		{"a CDI directory that is a file", []string{"hostprep", "install", "--root", filepath.Join(t.TempDir(), "r"), "--cdi-dir", bad, "--node-name", "n1"}, "the CDI directory " + bad + " is not a directory"},
 		{"a CDI directory in the root is refused", []string{"hostprep", "install", "--root", "/tmp/r", "--cdi-dir", "/tmp/r/driver", "--node-name", "n1"}, "the CDI directory /tmp/r/driver is inside the root /tmp/r; give one outside it"},
-		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"a driver block without its version", []string{"profile", "validate", driverOnly}, "profile " + driverOnly + ":2: driver: gives no version; a driver block takes the place of the base's (570.148.08) whole"},
+		{"an override without its GPU", []string{"profile", "validate", noIndex}, "profile " + noIndex + ":3: devices[0]: gives no index"},
+		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"; see nvmock help`},
+		{"version takes no argument", []string{"version", "--bogus"}, `version: unexpected argument "--bogus"`},
+		{"the fabric daemon needs a socket", []string{"ibd", "--profile", "h100", "--socket", ""}, "ibd: --socket is empty"},
 		// Review: each said something else.
 		{"an empty root is named", []string{"hostprep", "install", "--root", "", "--node-name", "n1"}, "hostprep install: --root is empty"},
 		{"compile into a directory says so", []string{"profile", "compile", "a100", "--seed", "s", "-o", dir}, "write " + dir + ": it is a directory; give a file name"},
@@ -135,7 +144,7 @@ func TestABareProfileNameIsAFileOnlyWhenNoBuiltinHasIt(t *testing.T) {
 }
 
 func TestHelpIsAnAnswerNotAnError(t *testing.T) {
-	for _, args := range [][]string{{"profile", "show", "--help"}, {"profile", "compile", "-h"}, {"profile", "validate", "--help"}, {"profile", "list", "--help"}} {
+	for _, args := range [][]string{{"version", "-h"}, {"profile", "show", "--help"}, {"profile", "compile", "-h"}, {"profile", "validate", "--help"}, {"profile", "list", "--help"}} {
 		if err := run(args); err != nil {
 			t.Errorf("%v: %v, want the help and no error", args, err)
 		}
@@ -150,6 +159,32 @@ func TestProfileShowListsTheGPUsOfThisNode(t *testing.T) {
 	for _, want := range []string{"productName: NVIDIA A100-SXM4-40GB", snapshot.UUID("a100", "n1", 1), "bus 00000000:0F:00.0"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("show output lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// A --mig layout takes the place of the profile's own, which is not
+// checked against --gpus then.
+func TestAGivenMIGLayoutReplacesTheProfiles(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "lay.yaml")
+	if err := os.WriteFile(file, []byte("base: a100\nboard: {modes: {mig: {layout: \"7=all-1g.5gb\"}}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, migGiven := range []bool{false, true} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		lf := loadFlags{migGiven: migGiven}
+		lf.add(fs)
+		if err := fs.Parse([]string{"--gpus", "2", "--seed", "s"}); err != nil {
+			t.Fatal(err)
+		}
+		p, _, err := lf.load(file)
+		switch {
+		case migGiven && err != nil:
+			t.Errorf("with --mig: %v", err)
+		case migGiven && p.Board.Modes.MIG.Layout != "":
+			t.Errorf("with --mig the profile's layout %q stayed", p.Board.Modes.MIG.Layout)
+		case !migGiven && (err == nil || !strings.Contains(err.Error(), "GPU 7: the node has GPUs 0 to 1")):
+			t.Errorf("without --mig: %v", err)
 		}
 	}
 }

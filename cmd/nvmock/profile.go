@@ -104,6 +104,21 @@ type loadFlags struct {
 	seed   string
 	driver string
 	fs     *flag.FlagSet
+	// migGiven: a --mig layout takes the place of the profile's own.
+	migGiven bool
+}
+
+// dropLayout takes the profile's own MIG layout away, for a --mig given
+// instead; a block that held only the layout (a board without MIG) goes.
+func dropLayout(p *profile.Profile) {
+	m := p.Board.Modes.MIG
+	if m == nil {
+		return
+	}
+	m.Layout = ""
+	if m.MaxDevices == 0 && len(m.GPUInstances) == 0 {
+		p.Board.Modes.MIG = nil
+	}
 }
 
 func (l *loadFlags) add(fs *flag.FlagSet) {
@@ -117,6 +132,9 @@ func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
 	p, err := profile.Load(name)
 	if err != nil {
 		return nil, "", err
+	}
+	if l.migGiven {
+		dropLayout(p)
 	}
 	given := false
 	l.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gpus" })

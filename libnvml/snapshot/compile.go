@@ -320,7 +320,9 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 		d.ECCCurrent, d.ECCPending, d.ECCDefault = bool32(m.ECC.Current), bool32(m.ECC.Pending), bool32(m.ECC.Default)
 	}
 	d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = NA, NA, 0
-	if m.MIG != nil {
+	// A block with no profiles and no devices is only a layout for a pool
+	// of boards (all-disabled): the board has no MIG.
+	if m.MIG != nil && (m.MIG.MaxDevices > 0 || len(m.MIG.GPUInstances) > 0) {
 		d.MIGCurrent, d.MIGPending, d.MaxMIGDevices = bool32(m.MIG.Current), bool32(m.MIG.Pending), m.MIG.MaxDevices
 		compileMIG(&d, m.MIG)
 	}

@@ -141,6 +141,35 @@ func TestDeviceOverridesReachTheirGPU(t *testing.T) {
 	}
 }
 
+// all-disabled, one layout for a pool of several boards, asks nothing of
+// a board without MIG: its MIG mode stays N/A, as the board's own.
+func TestAllDisabledLeavesABoardWithoutMIGAsItIs(t *testing.T) {
+	for _, layout := range []string{"all-disabled", "0=all-disabled"} {
+		p, err := profile.Parse("pool.yaml", []byte("base: t4\nboard: {modes: {mig: {layout: \""+layout+"\"}}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := Compile(p, Options{Seed: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t4, err := profile.Builtin("t4")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Compile(t4, Options{Seed: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(data, want) {
+			t.Errorf("%s: the snapshot differs from t4's", layout)
+		}
+	}
+	if _, err := profile.Parse("pool.yaml", []byte("base: t4\nboard: {modes: {mig: {layout: all-1g.5gb}}}\n")); err == nil {
+		t.Error("a layout with instances on a board without MIG was taken")
+	}
+}
+
 // Behind a Gen4 switch an H100 trains to Gen4, and NVML says so as the
 // PCI tree (lspci's LnkSta) does; its own maximum stays Gen5. Review: NVML
 // kept the board's Gen5.
