@@ -10,11 +10,12 @@ import (
 
 // ParsePercent reads a percentage from 0 to 100 ("80" or "80%").
 func ParsePercent(name, s string) (uint32, error) {
+	// Whole, as NVML reports utilization: 50.5 would be read as 51.
 	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
-	if err != nil || v < 0 || v > 100 || math.IsNaN(v) {
-		return 0, fmt.Errorf("%s %q: a percentage from 0 to 100", name, s)
+	if err != nil || v < 0 || v > 100 || math.IsNaN(v) || v != math.Trunc(v) {
+		return 0, fmt.Errorf("%s %q: a whole percentage from 0 to 100", name, s)
 	}
-	return uint32(math.Round(v)), nil
+	return uint32(v), nil
 }
 
 // Trigger names, as a message calls the four: the command's flags, or an

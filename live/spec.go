@@ -197,11 +197,18 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 			s.ResetReadings(g)
 		}
 	}
+	loaded := map[int]int{} // GPU: the entry that loads it
 	for i, l := range sp.Loads {
 		at := fmt.Sprintf("loads[%d]", i)
 		gpus, err := profile.ParseGPUs(l.GPUs, n)
 		if err != nil {
 			return fmt.Errorf("%s.gpus: %w", at, err)
+		}
+		for _, g := range gpus {
+			if k, ok := loaded[g]; ok {
+				return fmt.Errorf("%s.gpus: GPU %d has a load already (loads[%d])", at, g, k)
+			}
+			loaded[g] = i
 		}
 		var ld Loads
 		var errs []error

@@ -1,6 +1,9 @@
 package profile
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // validateChip checks the chip facts and the clock event reasons.
 func (b *Board) validateChip(c *checker) {
@@ -21,6 +24,9 @@ func (b *Board) validateChip(c *checker) {
 	}
 	for i, r := range b.ClockEventReasons {
 		c.enum(fmt.Sprintf("board.clockEventReasons[%d]", i), r, ClockEventReasonBits)
+		if slices.Contains(b.ClockEventReasons[:i], r) {
+			c.fail(fmt.Sprintf("board.clockEventReasons[%d]", i), "%s is listed twice", r)
+		}
 	}
 }
 

@@ -89,6 +89,11 @@ func (d *Driver) validate(c *checker) {
 		c.fail("driver.cudaVersion", "%q, but driver %s reports CUDA %s; leave cudaVersion out to take it from the driver", d.CUDAVersion, d.Version, want)
 	}
 	c.str("driver.nvmlVersion", d.NVMLVersion, maxVersionLen, true)
+	// NVML's version is the driver's, after CUDA's major: nothing else.
+	major, _, _ := strings.Cut(d.CUDAVersion, ".")
+	if want := major + "." + d.Version; d.NVMLVersion != "" && d.NVMLVersion != want {
+		c.fail("driver.nvmlVersion", "%q, but driver %s with CUDA %s reports %q; leave nvmlVersion out", d.NVMLVersion, d.Version, d.CUDAVersion, want)
+	}
 }
 
 // validateDriverRunsBoard checks that the driver knows the board at all.

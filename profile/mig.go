@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // GPUInstanceProfile is one row of `nvidia-smi mig -lgip`, with the
@@ -76,7 +77,8 @@ func (m *MIG) ComputeInstanceSMs(p *GPUInstanceProfile, c uint32) uint32 {
 	return 0
 }
 
-func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64) {
+// maxSMs bounds an instance's SMs (0: the board does not say).
+func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64, maxSMs uint32) {
 	if len(m.GPUInstances) == 0 && m.MaxDevices == 0 && m.Layout != "" {
 		// A layout on a board without MIG (base: t4): all-disabled asks
 		// nothing of it (one layout for a pool of several boards); another
@@ -130,26 +132,37 @@ func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64) {
 		if uint64(p.BAR1MiB) > bar1MiB {
 			c.fail(f+".bar1MiB", "%d is above the board's BAR1 of %d MiB", p.BAR1MiB, bar1MiB)
 		}
-		if p.SMs == 0 {
+		switch {
+		case p.SMs == 0:
 			c.fail(f+".sms", "must be set")
+		case maxSMs > 0 && p.SMs > maxSMs:
+			c.fail(f+".sms", "%d is more than the board's cudaCores allow (%d SMs at 64 cores each)", p.SMs, maxSMs)
+		}
+		if p.CopyEngines == 0 {
+			c.fail(f+".copyEngines", "must be set: every instance has a copy engine")
 		}
 		if len(p.Placements) < int(p.Instances) {
 			c.fail(f+".placements", "%d placements for %d instances", len(p.Placements), p.Instances)
 		}
 		for k, s := range p.Placements {
-			if slices.Contains(p.Placements[:k], s) {
+			if slices.Contains(p.Placements[:k], s) && !slices.Contains(p.Placements[k+1:], s) { // told once
 				c.fail(f+".placements", "%d is listed twice", s)
 			}
 			if s%p.MemorySlices != 0 || s+p.MemorySlices > MIGMemorySlices {
 				c.fail(f+".placements", "%d: an instance of %d memory slices starts at a multiple of %d, within %d", s, p.MemorySlices, p.MemorySlices, MIGMemorySlices)
 			}
 		}
+		list := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(p.ComputeInstances)), ", "), "[]")
 		if len(p.ComputeInstances) == 0 || p.ComputeInstances[len(p.ComputeInstances)-1] != g {
-			c.fail(f+".computeInstances", "%v must end with the whole instance's %d slices", p.ComputeInstances, g)
+			c.fail(f+".computeInstances", "[%s] must end with the whole instance's %d slices", list, g)
 		}
 		for k, n := range p.ComputeInstances {
-			if n == 0 || n > g || (k > 0 && n <= p.ComputeInstances[k-1]) {
-				c.fail(f+".computeInstances", "%v: sizes rise from 1 to %d", p.ComputeInstances, g)
+			if n == 0 || n > g {
+				c.fail(f+".computeInstances", "[%s]: %d is not a compute instance's slices in a %d-slice instance (1 to %d)", list, n, g, g)
+				break
+			}
+			if k > 0 && n <= p.ComputeInstances[k-1] {
+				c.fail(f+".computeInstances", "[%s]: %d after %d; the slices rise", list, n, p.ComputeInstances[k-1])
 				break
 			}
 			if n < g && m.ComputeInstanceSMs(p, n) == 0 {

@@ -267,7 +267,11 @@ func (b *Board) validate(c *checker) {
 		c.fail("board.modes.performanceState", "%q is not P0 to P15", md.PerformanceState)
 	}
 	if md.MIG != nil {
-		c.mig("board.modes.mig", md.MIG, uint64(b.Memory.Total)>>20, uint64(b.BAR1.Total)>>20)
+		var maxSMs uint32 // no board has fewer than 64 cores an SM
+		if b.CUDACores != nil {
+			maxSMs = *b.CUDACores / 64
+		}
+		c.mig("board.modes.mig", md.MIG, uint64(b.Memory.Total)>>20, uint64(b.BAR1.Total)>>20, maxSMs)
 	}
 	c.percent("board.modes.fanSpeed", md.FanSpeed)
 	u := b.Utilization

@@ -141,7 +141,8 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"a GPU named twice", []string{"fault", "0,0", "thermal"}, `GPU 0 is named twice in "0,0"`},
 		{"no ECC errors, not the default", []string{"fault", "0", "ecc_correctable", "--count", "0"}, "--count 0: give 1 to 4294967295, or leave it out"},
 		{"a count that would wrap", []string{"fault", "0", "ecc_correctable", "--count", "4294967296"}, "--count 4294967296: give 1 to"},
-		{"a load above 100", []string{"load", "0", "120"}, `load "120": a percentage from 0 to 100`},
+		{"a load above 100", []string{"load", "0", "120"}, `load "120": a whole percentage from 0 to 100`},
+		{"a load between two percentages", []string{"load", "0", "50.5"}, `load "50.5": a whole percentage from 0 to 100`},
 		{"a negative load", []string{"load", "all", "-5"}, "ctl load: argument 2, -5: no GPU, percentage, pid or count is negative"},
 		{"pid 0, which would be every process", []string{"fault", "0", "lost", "--pid", "0"}, "--pid 0: not a process id (1 to 4194304)"},
 		{"a pid past 32 bits", []string{"fault", "0", "lost", "--pid", "4294967296"}, "--pid 4294967296: not a process id"},
@@ -267,7 +268,8 @@ faults:
 	}
 
 	for _, c := range []struct{ yaml, want string }{
-		{"loads:\n  - gpus: all\n    percent: 130\n", `loads[0].percent "130": a percentage from 0 to 100`},
+		{"loads:\n  - gpus: all\n    percent: 130\n", `loads[0].percent "130": a whole percentage from 0 to 100`},
+		{"loads:\n  - gpus: 0-1\n    percent: 40\n  - gpus: 1\n    percent: 50\n", "loads[1].gpus: GPU 1 has a load already (loads[0])"},
 		{"faults:\n  - gpus: \"9\"\n    kind: lost\n", "faults[0].gpus: GPU 9: the node has GPUs 0 to 3"},
 		{"faults:\n  - gpus: all\n    kind: melted\n", `faults[0].kind: "melted" is not one of`},
 		{"faults:\n  - gpus: all\n    kind: lost\n    probability: 2\n", `faults[0]: probability "2": a probability from 0 to 1`},

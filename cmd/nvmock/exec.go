@@ -63,6 +63,9 @@ func execRun(args []string) error {
 	if err := ib.peers.check(); err != nil {
 		return fmt.Errorf("exec: %w", err)
 	}
+	if ib.host != "" && !validNodeName(ib.host) {
+		return fmt.Errorf("exec: --ib-host %q: a host name has letters, digits, '-', '.' and '_'", ib.host)
+	}
 	if ib.slot < -1 {
 		return fmt.Errorf("exec: --ib-slot %d: give 0 to the fabric's nodes - 1, or leave it out", ib.slot)
 	}

@@ -39,6 +39,9 @@ func ibdCmd(args []string) error {
 	if fs.NArg() != 0 {
 		return fmt.Errorf("ibd: unexpected argument %q", fs.Arg(0))
 	}
+	if *host != "" && !validNodeName(*host) {
+		return fmt.Errorf("ibd: --host %q: a host name has letters, digits, '-', '.' and '_'", *host)
+	}
 	if *socket == "" {
 		return errors.New("ibd: --socket is empty; give the path the umad shim connects to")
 	}

@@ -87,6 +87,9 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"an override without its GPU", []string{"profile", "validate", noIndex}, "profile " + noIndex + ":3: devices[0]: gives no index"},
 		{"an unknown command is named", []string{"frobnicate"}, `unknown command "frobnicate"; see nvmock help`},
 		{"version takes no argument", []string{"version", "--bogus"}, `version: unexpected argument "--bogus"`},
+		{"a fabric host name that is none", []string{"exec", "--profile", "h100", "--ib-host", "bad host!", "--", "true"}, `exec: --ib-host "bad host!": a host name has`},
+		{"the daemon's too", []string{"ibd", "--profile", "h100", "--host", "bad host!"}, `ibd: --host "bad host!": a host name has`},
+		{"a seed for an unseeded snapshot", []string{"profile", "compile", "a100", "--unseeded", "--seed", "x", "-o", "/dev/null"}, "--seed and --unseeded: give one"},
 		{"the fabric daemon needs a socket", []string{"ibd", "--profile", "h100", "--socket", ""}, "ibd: --socket is empty"},
 		// Review: each said something else.
 		{"an empty root is named", []string{"hostprep", "install", "--root", "", "--node-name", "n1"}, "hostprep install: --root is empty"},

@@ -203,7 +203,10 @@ func profileCompile(args []string) error {
 	if len(pos) != 1 || *out == "" {
 		return fmt.Errorf("profile compile: need one NAME or FILE and -o SNAPSHOT")
 	}
-	if *unseeded && lf.seed == "" {
+	if *unseeded && lf.seed != "" {
+		return fmt.Errorf("profile compile: --seed and --unseeded: give one; an unseeded snapshot has no identities to seed")
+	}
+	if *unseeded {
 		lf.seed = "unseeded"
 	}
 	p, seed, err := lf.load(pos[0])

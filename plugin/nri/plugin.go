@@ -98,7 +98,7 @@ func New(opt Options) (*Plugin, error) {
 		opt.PluginIdx = DefaultPluginIdx
 	}
 	if _, _, err := api.ParsePluginName(opt.PluginIdx + "-" + PluginName); err != nil {
-		return nil, fmt.Errorf("nri plugin config: plugin index %q: use two digits, such as 10 (%w)", opt.PluginIdx, err)
+		return nil, fmt.Errorf("nri plugin config: plugin index %q: use two digits, such as 10", opt.PluginIdx)
 	}
 	if opt.OverlayRoot == "" {
 		opt.OverlayRoot = hostprep.DefaultRoot
