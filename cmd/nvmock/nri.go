@@ -18,6 +18,7 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/ibshim/ibd"
+	"github.com/nvmock/nvmock/ibshim/umad"
 	"github.com/nvmock/nvmock/plugin/inject"
 	nriplugin "github.com/nvmock/nvmock/plugin/nri"
 )
@@ -161,14 +162,18 @@ func serveFabric(root string, peers *peerFlags, logger *logrus.Logger) (stop fun
 	if err != nil {
 		return nil, err
 	}
+	word, _ := os.ReadFile(sock + umad.IDSuffix)
 	d := ibd.New(node, fab, logger)
 	d.FollowFaults(filepath.Join(hostprep.IBLiveDir(filepath.Join(root, hostprep.StateFile)), hostprep.IBLiveFaults))
 	go d.Serve(l)
 	stopPeers, err := peers.start(d, logger.WithField("component", "ibd"))
 	if err != nil {
 		l.Close()
+		leaveSocket(sock, word)
 		return nil, err
 	}
 	logger.WithFields(logrus.Fields{"component": "ibd", "socket": sock, "host": fab.Hosts[fab.Local], "slot": fab.Local, "listen": peers.listen, "peers": peers.peers, "peersDNS": peers.dns}).Info("fabric daemon serving")
-	return func() { stopPeers(); l.Close() }, nil
+	// As nvmock ibd: the socket goes, unless the next pod's daemon
+	// already listens there.
+	return func() { stopPeers(); l.Close(); leaveSocket(sock, word) }, nil
 }
