@@ -162,12 +162,13 @@ func ctlCmd(args []string) error {
 	return nil
 }
 
-// ctlFlags parses interspersed flags and returns the positional arguments.
+// isStateFlag says whether a is ctl's own --state, given after a command.
 func isStateFlag(a string) bool {
 	f := strings.TrimLeft(a, "-")
 	return f != a && (f == "state" || strings.HasPrefix(f, "state="))
 }
 
+// ctlFlags parses interspersed flags and returns the positional arguments.
 func ctlFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	for i, a := range args {
 		// The flag package would call a negative argument an unknown flag;
