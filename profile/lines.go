@@ -16,6 +16,8 @@ var (
 // lineOf finds the line of a field path such as "board.memory.total" or
 // "topology.busIds[2]" in YAML source, or 0. sigs.k8s.io/yaml decodes
 // through JSON and keeps no positions, so errors look the line up here.
+// A field the source leaves out (one that is required) is at the line of
+// the nearest part of its path that is there, below the top.
 func lineOf(data []byte, field string) int {
 	var doc yaml3.Node
 	if field == "" || yaml3.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
@@ -38,7 +40,7 @@ func lineOf(data []byte, field string) int {
 			}
 		}
 		if !found {
-			return 0
+			return line
 		}
 		for _, idx := range regexp.MustCompile(`\d+`).FindAllString(m[2], -1) {
 			k, _ := strconv.Atoi(idx)

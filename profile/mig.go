@@ -114,11 +114,12 @@ func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64, maxSMs ui
 		if g > MIGComputeSlices {
 			c.fail(f+".name", "%s has %d compute slices; a board has %d", p.Name, g, MIGComputeSlices)
 		}
+		slicesOK := true
 		switch p.MemorySlices {
 		case 1, 2, 4, 8:
 		default:
 			c.fail(f+".memorySlices", "%d; use 1, 2, 4 or 8", p.MemorySlices)
-			continue
+			slicesOK = false
 		}
 		if p.Instances < 1 || p.Instances > MIGComputeSlices {
 			c.fail(f+".instances", "%d is out of range; use 1 to %d", p.Instances, MIGComputeSlices)
@@ -148,7 +149,7 @@ func (c *checker) mig(field string, m *MIG, memoryMiB, bar1MiB uint64, maxSMs ui
 			if slices.Contains(p.Placements[:k], s) && !slices.Contains(p.Placements[k+1:], s) { // told once
 				c.fail(f+".placements", "%d is listed twice", s)
 			}
-			if s%p.MemorySlices != 0 || s+p.MemorySlices > MIGMemorySlices {
+			if slicesOK && (s%p.MemorySlices != 0 || s+p.MemorySlices > MIGMemorySlices) {
 				c.fail(f+".placements", "%d: an instance of %d memory slices starts at a multiple of %d, within %d", s, p.MemorySlices, p.MemorySlices, MIGMemorySlices)
 			}
 		}

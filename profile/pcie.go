@@ -139,6 +139,9 @@ func (p *Profile) validatePCIe(c *checker) {
 	for i, n := range x.NICs {
 		at := fmt.Sprintf("pcie.nics[%d]", i)
 		n.validate(c, at, true)
+		if v, err := parseHex(n.Class, 24); err == nil && v>>16 != 0x02 {
+			c.fail(at+".class", "%s is not a network controller's (0x02xxxx, such as 0x020700 InfiniBand or 0x020000 Ethernet)", n.Class)
+		}
 		a, err := ParsePCIAddress(n.BDF)
 		switch {
 		case err != nil:

@@ -104,6 +104,8 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a storage HCA is InfiniBand", "storage: [mlx5_4, mlx5_10]", "storage: [mlx5_4, mlx5_5]", []string{"infiniband.storage[1]", `"mlx5_5" is an Ethernet function (class 0x020000)`}},
 		{"a storage HCA is named once", "storage: [mlx5_4, mlx5_10]", "storage: [mlx5_4, mlx5_4]", []string{"infiniband.storage[1]", `"mlx5_4" is already infiniband.storage[0]`}},
 		{"a NIC name is not a path", "linkWidth: 16, name: mlx5_0}", "linkWidth: 16, name: ../../tmp/e}", []string{"pcie.nics[0].name", `"../../tmp/e" is not an RDMA device name`}},
+		{"a NIC is a network controller", `class: "0x020700", linkGen: 4, linkWidth: 16, name: mlx5_0}`, `class: "0x999999", linkGen: 4, linkWidth: 16, name: mlx5_0}`,
+			[]string{"pcie.nics[0].class", `0x999999 is not a network controller's (0x02xxxx`}},
 		{"a NIC name has no spaces", "linkWidth: 16, name: mlx5_0}", "linkWidth: 16, name: \"ib 0\"}", []string{"pcie.nics[0].name", `"ib 0" is not an RDMA device name`}},
 		{"two NICs cannot share a name", "linkWidth: 16, name: mlx5_1}", "linkWidth: 16, name: mlx5_0}", []string{"pcie.nics[1].name", `"mlx5_0" is already pcie.nics[0]`}},
 		{"an adapter needs its speed", "speed: HDR, ", "", []string{`infiniband.adapters["0x101b"].speed`, "is required: HDR, NDR or XDR"}},
