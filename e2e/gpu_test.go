@@ -177,6 +177,21 @@ func TestGPUCountAnnotationGivesTwoContainersDisjointGPUs(t *testing.T) {
 	}
 }
 
+// A request the node cannot meet is refused at creation with its reason,
+// as NVIDIA's runtime refuses a device it cannot resolve; in a namespace
+// that did not opt in, the same container is created untouched.
+func TestARequestTheNodeCannotMeetFailsTheContainersCreation(t *testing.T) {
+	n := theNode
+	bad := ctr{image: "glibc", cmd: []string{"true"}, env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "99"}}
+	_, err := n.tryCreate(t, n.runPod(t, optedIn, nil), bad)
+	if err == nil || !strings.Contains(err.Error(), `nvmock: pod `) || !strings.Contains(err.Error(), `names index "99"; the node has GPUs`) {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=99 on a node of %d GPUs: %v; want the creation refused with the reason", len(n.gpus), err)
+	}
+	if _, err := n.tryCreate(t, n.runPod(t, plain, nil), bad); err != nil {
+		t.Errorf("the same container where nobody opted in: %v", err)
+	}
+}
+
 func TestGPUsAnnotationNoneShowsNoDevices(t *testing.T) {
 	n := theNode
 	p := n.runPod(t, optedIn, map[string]string{"nvmock.io/gpus": "none"})

@@ -8,12 +8,21 @@ import (
 	"strings"
 )
 
+// RequestError is a pod's request for GPUs that the node cannot meet (an
+// index, UUID or count it does not have, or a value that is none): the
+// container must not be created, as under NVIDIA's runtime.
+type RequestError struct{ Msg string }
+
+func (e *RequestError) Error() string { return e.Msg }
+
 // Decide returns what to change in one container, or ok=false to leave it
 // untouched. ok is true exactly when the Adjustment holds an edit. A bad
-// request (annotation, env, CDI name) never blocks the container: it gets no
-// GPUs (ok=false) and adj.Warnings says why; the caller logs and counts the
-// warnings whatever ok is. err is non-nil only for a node state that cannot
-// be injected safely or a failing extension; ok is then false as well.
+// request of the pod's (annotation, env, CDI name, device node, mounted
+// list) is a *RequestError: the caller refuses the container, as NVIDIA's
+// runtime does. A default the node cannot meet gives no GPUs (ok=false)
+// and adj.Warnings says why; the caller logs and counts the warnings
+// whatever ok is. Any other err is a node state that cannot be injected
+// safely or a failing extension; ok is then false as well.
 func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, bool, error) {
 	if !wanted(&cfg, &node, &pod, &ctr) {
 		return Adjustment{}, false, nil
@@ -37,9 +46,15 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 		mig = make([]bool, len(node.MIG))
 	}
 	driver, all, src, bad := choose(&cfg, &node, &pod, &ctr, sel, mig)
-	if bad != "" {
-		// Why fail open: a typo in a pod must not stop it; it runs without GPUs.
+	if bad != "" && src == fromDefault {
+		// The plugin's own default, which the node cannot meet: not the
+		// pod's doing, so it runs, without GPUs.
 		return Adjustment{Warnings: []string{fmt.Sprintf("pod %s/%s container %s: %s; giving it no GPUs", pod.Namespace, pod.Name, ctr.Name, bad)}}, false, nil
+	}
+	if bad != "" {
+		// As NVIDIA's runtime refuses devices it cannot resolve: the
+		// container is not created, and the pod says why.
+		return Adjustment{}, false, &RequestError{fmt.Sprintf("pod %s/%s container %s: %s", pod.Namespace, pod.Name, ctr.Name, bad)}
 	}
 	count := 0
 	for _, s := range sel {

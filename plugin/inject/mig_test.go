@@ -73,12 +73,12 @@ func TestDecideGivesMIGDevices(t *testing.T) {
 		{name: "a profile asked for gets its least used device",
 			cfg: testConfig, node: busy, pod: pod("ml", GPUsAnnotation, "mig-1g.5gb"), ctr: ctr,
 			want: gaveMIG(n, nil, 2), ok: true},
-		{name: "a profile the node has too few of gives no GPUs with a warning",
+		{name: "a profile the node has too few of is refused",
 			cfg: testConfig, node: n, pod: pod("ml", GPUsAnnotation, "mig-3g.20gb,mig-3g.20gb"), ctr: ctr,
-			want: warned(`pod ml/train container trainer: annotation nvmock.io/gpus="mig-3g.20gb,mig-3g.20gb" asks for a "3g.20gb" MIG device; the node has 1 x 3g.20gb, 2 x 1g.5gb; giving it no GPUs`)},
-		{name: "a MIG UUID the node lacks gives no GPUs with a warning",
+			err: `pod ml/train container trainer: annotation nvmock.io/gpus="mig-3g.20gb,mig-3g.20gb" asks for a "3g.20gb" MIG device; the node has 1 x 3g.20gb, 2 x 1g.5gb`},
+		{name: "a MIG UUID the node lacks is refused",
 			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=MIG-nope"),
-			want: warned(`pod ml/train container trainer: env NVIDIA_VISIBLE_DEVICES="MIG-nope" names "MIG-nope", no MIG device of this node; giving it no GPUs`)},
+			err: `pod ml/train container trainer: env NVIDIA_VISIBLE_DEVICES="MIG-nope" names "MIG-nope", no MIG device of this node`},
 	})
 	// A DRA driver's CDI spec for a MIG claim: the GPU's node and the MIG
 	// device's two capability nodes. That MIG device is named, not its GPU.

@@ -64,13 +64,13 @@ func BenchmarkCreateContainer(b *testing.B) {
 			pd := &api.PodSandbox{Id: "p", Name: "train", Uid: "u", Namespace: "gpu-jobs"}
 			c := &api.Container{Id: "c", PodSandboxId: "p", Name: "main",
 				Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=train"}}
-			if p.create(pd, c) == nil {
+			if p.adjust(pd, c) == nil {
 				b.Fatal("not injected")
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if p.create(pd, c) == nil {
+				if p.adjust(pd, c) == nil {
 					b.Fatal("not injected")
 				}
 			}
@@ -82,7 +82,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 		c := &api.Container{Id: "c", PodSandboxId: "p", Name: "main"}
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			if p.create(pd, c) != nil {
+			if p.adjust(pd, c) != nil {
 				b.Fatal("injected")
 			}
 		}

@@ -17,7 +17,7 @@ func TestAContainerAnotherNvmockInjectedIsLeftToIt(t *testing.T) {
 	second := fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}, DefaultGPUs: "1"})
 	pod := &api.PodSandbox{Name: "p", Namespace: "ml"}
 	ctr := &api.Container{Id: "a", Name: "c"}
-	adj := first.create(pod, ctr)
+	adj := first.adjust(pod, ctr)
 	gpu, _ := envOf(adj, inject.VisibleDevicesEnv)
 	if gpu == "" || adj.GetAnnotations()[InjectedAnnotation] == "" {
 		t.Fatalf("the first plugin's adjustment: %v", adj)
@@ -25,10 +25,10 @@ func TestAContainerAnotherNvmockInjectedIsLeftToIt(t *testing.T) {
 	// The runtime hands the next plugin the container with those edits.
 	ctr.Env = append(ctr.Env, inject.VisibleDevicesEnv+"="+gpu)
 	ctr.Annotations = adj.GetAnnotations()
-	if got := second.create(pod, ctr); got != nil {
+	if got := second.adjust(pod, ctr); got != nil {
 		t.Errorf("the second plugin added %v to a container the first injected", got)
 	}
-	next, _ := envOf(second.create(pod, &api.Container{Id: "b", Name: "c"}), inject.VisibleDevicesEnv)
+	next, _ := envOf(second.adjust(pod, &api.Container{Id: "b", Name: "c"}), inject.VisibleDevicesEnv)
 	if next == "" || next == gpu {
 		t.Errorf("the second plugin's next container got %q; want the GPU the first did not give (%s)", next, gpu)
 	}

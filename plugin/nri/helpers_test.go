@@ -2,6 +2,7 @@ package nri
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -303,4 +304,14 @@ func (px *proxy) cut() {
 		c.Close()
 	}
 	px.conns = nil
+}
+
+// adjust is create for tests that expect no refusal: a refusal is an
+// adjustment the test did not expect, so it panics with the message.
+func (p *Plugin) adjust(pod *api.PodSandbox, ctr *api.Container) *api.ContainerAdjustment {
+	adj, err := p.create(pod, ctr)
+	if err != nil {
+		panic(fmt.Sprintf("refused: %v", err))
+	}
+	return adj
 }

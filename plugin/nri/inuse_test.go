@@ -42,7 +42,7 @@ func TestThePluginListsTheOverlaysRunningContainersUse(t *testing.T) {
 		t.Errorf("after Synchronize: %q, want the running containers' %s", got, old)
 	}
 	pod := &api.PodSandbox{Name: "p", Namespace: "ml"}
-	if p.create(pod, &api.Container{Id: "e", Name: "c"}) == nil {
+	if p.adjust(pod, &api.Container{Id: "e", Name: "c"}) == nil {
 		t.Fatal("the container was not injected")
 	}
 	if got := list(); got != cur+"\n"+old+"\n" {

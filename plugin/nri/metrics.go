@@ -27,6 +27,7 @@ type metrics struct {
 	skipped    *prometheus.CounterVec
 	errors     *prometheus.CounterVec
 	warnings   prometheus.Counter
+	refused    prometheus.Counter
 	decision   prometheus.Histogram
 
 	// Children resolved once: the create path does not look labels up.
@@ -44,7 +45,9 @@ func newMetrics() *metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "errors_total",
 			Help: "Errors, each leaving a container untouched or keeping old state, by reason."}, []string{"reason"}),
 		warnings: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "warnings_total",
-			Help: "Warnings from the decision (a bad request in a pod, say)."}),
+			Help: "Warnings from the decision (a default GPU request the node cannot meet, say)."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "refused_total",
+			Help: "Containers not created: their pod asked for GPUs the node does not have."}),
 		decision: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "decision_seconds",
 			Help:    "Time to handle one CreateContainer: decision and NRI adjustment.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),
@@ -56,7 +59,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{reasonProbe, reasonDecide, reasonPanic, reasonNamespaces, reasonSync, reasonProcess, reasonInUse} {
 		m.errors.WithLabelValues(r) // present at zero, so alerts can rate() them
 	}
-	m.reg.MustRegister(m.injections, m.skipped, m.errors, m.warnings, m.decision,
+	m.reg.MustRegister(m.injections, m.skipped, m.errors, m.warnings, m.refused, m.decision,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -53,7 +53,7 @@ func TestNamespaceWatchWithARealAPIServer(t *testing.T) {
 				t.Helper()
 				deadline := time.Now().Add(wait)
 				for {
-					got := p.create(&api.PodSandbox{Name: "p", Namespace: ns}, &api.Container{Id: ns, Name: "c"}) != nil
+					got := p.adjust(&api.PodSandbox{Name: "p", Namespace: ns}, &api.Container{Id: ns, Name: "c"}) != nil
 					p.release(ns)
 					if got == want {
 						return
@@ -131,7 +131,7 @@ func TestNamespaceWatchWithARealAPIServer(t *testing.T) {
 		if !warned {
 			t.Errorf("no warning naming the refusal:\n%s", entries(hook))
 		}
-		if p.create(&api.PodSandbox{Name: "p", Namespace: "refused"}, &api.Container{Id: "x", Name: "c"}) != nil {
+		if p.adjust(&api.PodSandbox{Name: "p", Namespace: "refused"}, &api.Container{Id: "x", Name: "c"}) != nil {
 			t.Error("a namespace was injected without a list")
 		}
 	})

@@ -363,7 +363,8 @@ func (h handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 
 // CreateContainer decides and returns the container's adjustment.
 func (h handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	return h.p.create(pod, ctr), nil, nil
+	adj, err := h.p.create(pod, ctr)
+	return adj, nil, err
 }
 
 // StopContainer frees the container's GPUs.
@@ -442,14 +443,16 @@ func (p *Plugin) synchronize(ctrs []*api.Container) {
 	}
 }
 
-// create is CreateContainer's body: any failure leaves the container
-// untouched (nil adjustment), logged and counted.
-func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.ContainerAdjustment) {
+// create is CreateContainer's body: a pod's bad request is an error, which
+// fails the container's creation with its message (as NVIDIA's runtime
+// fails it); any other failure leaves the container untouched (nil
+// adjustment), logged and counted.
+func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.ContainerAdjustment, refused error) {
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			// Why recover: a bug here must not block a pod; it starts untouched.
-			out = nil
+			out, refused = nil, nil
 			p.metrics.errors.WithLabelValues(reasonPanic).Inc()
 			p.metrics.skipFailed.Inc()
 			p.fields(pod, ctr).WithField("panic", r).WithField("stack", string(debug.Stack())).Error("handling container panicked; leaving it untouched")
@@ -465,7 +468,7 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 	if !inject.Selected(p.opt.Inject, optedIn, ipod, ictr) {
 		// Not ours: no node probe, nothing counted against the overlay.
 		p.metrics.skipNotSelected.Inc()
-		return nil
+		return nil, nil
 	}
 	c := p.node
 	c.mu.Lock()
@@ -474,18 +477,18 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 	if byAnother(ctr) {
 		c.recordOthers(ctr)
 		p.metrics.skipAnother.Inc()
-		return nil
+		return nil, nil
 	}
 	if c.err != nil {
 		if errors.Is(c.err, errNoOverlay) {
 			p.metrics.skipNoOverlay.Inc()
-			return nil
+			return nil, nil
 		}
 		// Why fail open: an unreadable overlay must not block pods; they run without GPUs.
 		p.metrics.errors.WithLabelValues(reasonProbe).Inc()
 		p.metrics.skipFailed.Inc()
 		p.fields(pod, ctr).WithError(c.err).Error("cannot read the node overlay; leaving the container untouched")
-		return nil
+		return nil, nil
 	}
 	node := c.node
 	node.OptedIn = optedIn
@@ -494,16 +497,21 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 		p.metrics.warnings.Inc()
 		p.fields(pod, ctr).Warn(w)
 	}
+	if re := (*inject.RequestError)(nil); errors.As(err, &re) {
+		p.metrics.refused.Inc()
+		p.fields(pod, ctr).WithError(err).Warn("refused the container")
+		return nil, fmt.Errorf("nvmock: %w", err)
+	}
 	if err != nil {
-		// Why fail open: see Decide; the container runs without GPUs.
+		// Why fail open: the node's failing, not the pod's; the container runs without GPUs.
 		p.metrics.errors.WithLabelValues(reasonDecide).Inc()
 		p.metrics.skipFailed.Inc()
 		p.fields(pod, ctr).WithError(err).Error("leaving the container untouched")
-		return nil
+		return nil, nil
 	}
 	if !ok {
 		p.metrics.skipNotSelected.Inc()
-		return nil
+		return nil, nil
 	}
 	req, show, err := inject.Processes(ipod, ictr, adj, &node)
 	if err == nil && show {
@@ -528,7 +536,7 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 	if p.log.Logger.IsLevelEnabled(logrus.InfoLevel) {
 		p.fields(pod, ctr).WithField("gpus", visible).Info("injected")
 	}
-	return out
+	return out, nil
 }
 
 func (p *Plugin) fields(pod *api.PodSandbox, ctr *api.Container) *logrus.Entry {

@@ -56,7 +56,7 @@ func TestACreationRightAfterASwitchGetsTheNewOverlaysGPUs(t *testing.T) {
 	pd := &api.PodSandbox{Name: "p", Namespace: "ml"}
 	visible := func(id string) string {
 		t.Helper()
-		adj := p.create(pd, &api.Container{Id: id, Name: id})
+		adj := p.adjust(pd, &api.Container{Id: id, Name: id})
 		for _, kv := range adj.GetEnv() {
 			if kv.Key == inject.VisibleDevicesEnv {
 				return kv.Value

@@ -60,7 +60,7 @@ func TestCreateHonoursNamespaceLabels(t *testing.T) {
 		want bool
 	}{{"ml", true}, {"web", false}} {
 		pd := &api.PodSandbox{Name: "p", Namespace: tc.ns}
-		if got := p.create(pd, &api.Container{Id: tc.ns, Name: "c"}) != nil; got != tc.want {
+		if got := p.adjust(pd, &api.Container{Id: tc.ns, Name: "c"}) != nil; got != tc.want {
 			t.Errorf("namespace %s: injected %v, want %v", tc.ns, got, tc.want)
 		}
 	}
@@ -75,24 +75,34 @@ func TestARealDriverLoadedLaterStopsInjection(t *testing.T) {
 	proc := t.TempDir()
 	p.node.procRoot = proc
 	pd := &api.PodSandbox{Name: "p", Namespace: "ml"}
-	if p.create(pd, &api.Container{Id: "c1", Name: "c"}) == nil {
+	if p.adjust(pd, &api.Container{Id: "c1", Name: "c"}) == nil {
 		t.Fatal("no injection before the real driver loaded")
 	}
 	must(t, os.MkdirAll(filepath.Join(proc, "driver", "nvidia"), 0o755))
-	if p.create(pd, &api.Container{Id: "c2", Name: "c"}) != nil {
+	if p.adjust(pd, &api.Container{Id: "c2", Name: "c"}) != nil {
 		t.Error("injected after a real NVIDIA driver loaded")
 	}
 }
 
-func TestCreateCountsWarningsAndLeavesTheContainerAlone(t *testing.T) {
+// A pod's request the node cannot meet fails the container's creation
+// with the reason, as NVIDIA's runtime fails it; a default the node cannot
+// meet is the plugin's own, and only warned about.
+func TestCreateRefusesABadRequestAndWarnsOfABadDefault(t *testing.T) {
 	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}})
 	pd := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{inject.GPUsAnnotation: "lots"}}
-	if p.create(pd, &api.Container{Id: "c", Name: "c"}) != nil {
-		t.Error("injected a pod with a bad request")
+	adj, err := p.create(pd, &api.Container{Id: "c", Name: "c"})
+	if adj != nil || err == nil || !strings.Contains(err.Error(), `nvmock: pod ml/p container c: annotation nvmock.io/gpus="lots" is not all, none, a count`) {
+		t.Errorf("a pod with a bad request: %v, %v; want no adjustment and the reason", adj, err)
 	}
-	rec := scrape(t, p)
-	if !strings.Contains(rec, "nvmock_nri_warnings_total 1") {
-		t.Errorf("warnings not counted:\n%s", grep(rec, "nvmock_nri_"))
+	if rec := scrape(t, p); !strings.Contains(rec, "nvmock_nri_refused_total 1") {
+		t.Errorf("refusal not counted:\n%s", grep(rec, "nvmock_nri_"))
+	}
+	p = fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}, DefaultGPUs: "3"})
+	if p.adjust(&api.PodSandbox{Name: "p", Namespace: "ml"}, &api.Container{Id: "c", Name: "c"}) != nil {
+		t.Error("injected under a default the node cannot meet")
+	}
+	if rec := scrape(t, p); !strings.Contains(rec, "nvmock_nri_warnings_total 1") || !strings.Contains(rec, "nvmock_nri_refused_total 0") {
+		t.Errorf("a default the node cannot meet: want one warning, no refusal:\n%s", grep(rec, "nvmock_nri_"))
 	}
 }
 
@@ -100,7 +110,7 @@ func TestCreateReadsCDIDevicesFromAnnotations(t *testing.T) {
 	p := fakePlugin(t, 4, inject.Config{Namespaces: []string{"*"}})
 	pd := &api.PodSandbox{Name: "p", Namespace: "ml"}
 	c := &api.Container{Id: "c", Name: "c", Annotations: map[string]string{"cdi.k8s.io/nvmock": "nvmock.io/gpu=2, nvmock.io/gpu=3"}}
-	adj := p.create(pd, c)
+	adj := p.adjust(pd, c)
 	if v, _ := envOf(adj, inject.VisibleDevicesEnv); v != syntheticNode(4).GPUs[2].UUID+","+syntheticNode(4).GPUs[3].UUID {
 		t.Errorf("%s = %q, want GPUs 2 and 3", inject.VisibleDevicesEnv, v)
 	}
@@ -111,7 +121,7 @@ func TestCreateSkipsQuietlyWithoutAnOverlay(t *testing.T) {
 	p.node.probe = func(root string) (inject.NodeState, error) {
 		return inject.NodeState{}, fmt.Errorf("probe overlay in %s: no hostprep.json: %w", root, fs.ErrNotExist)
 	}
-	if p.create(&api.PodSandbox{Name: "p", Namespace: "ml"}, &api.Container{Id: "c", Name: "c"}) != nil {
+	if p.adjust(&api.PodSandbox{Name: "p", Namespace: "ml"}, &api.Container{Id: "c", Name: "c"}) != nil {
 		t.Error("injected without an overlay")
 	}
 	m := scrape(t, p)
@@ -126,7 +136,7 @@ func TestContainersNotSelectedAreNotCountedAgainstABrokenOverlay(t *testing.T) {
 	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"ml"}})
 	p.node.probe = func(string) (inject.NodeState, error) { return inject.NodeState{}, errors.New("corrupt snapshot") }
 	for _, ns := range []string{"kube-system", "web", "ml"} {
-		if p.create(&api.PodSandbox{Name: "p", Namespace: ns}, &api.Container{Id: ns, Name: "c"}) != nil {
+		if p.adjust(&api.PodSandbox{Name: "p", Namespace: ns}, &api.Container{Id: ns, Name: "c"}) != nil {
 			t.Errorf("namespace %s: injected with a broken overlay", ns)
 		}
 	}
@@ -189,7 +199,7 @@ func TestTheDriverAloneHoldsNoGPU(t *testing.T) {
 	inUse(1, 1, 0, 0)
 
 	none := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{inject.GPUsAnnotation: "none"}}
-	adj := p.create(none, &api.Container{Id: "d", Name: "c"})
+	adj := p.adjust(none, &api.Container{Id: "d", Name: "c"})
 	if v, _ := envOf(adj, inject.VisibleDevicesEnv); v != "none" {
 		t.Errorf("%s = %q, want none", inject.VisibleDevicesEnv, v)
 	}
@@ -203,7 +213,7 @@ func TestTheDriverAloneHoldsNoGPU(t *testing.T) {
 	inUse(1, 1, 0, 0)
 
 	one := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{inject.GPUsAnnotation: "1"}}
-	if v, _ := envOf(p.create(one, &api.Container{Id: "e", Name: "c"}), inject.VisibleDevicesEnv); v != u(2) {
+	if v, _ := envOf(p.adjust(one, &api.Container{Id: "e", Name: "c"}), inject.VisibleDevicesEnv); v != u(2) {
 		t.Errorf("got %q, want GPU 2, the first unused", v)
 	}
 	inUse(1, 1, 1, 0)
@@ -224,19 +234,19 @@ func TestGPUsLeftToNvidiasRuntimeStayCounted(t *testing.T) {
 	n := syntheticNode(3)
 	nv := &api.PodSandbox{Name: "nv", Namespace: "ml", RuntimeHandler: "nvidia"}
 	held := &api.Container{Id: "a", Name: "c", State: api.ContainerState_CONTAINER_RUNNING, Env: []string{inject.VisibleDevicesEnv + "=0"}}
-	if adj := p.create(nv, held); adj == nil {
+	if adj := p.adjust(nv, held); adj == nil {
 		t.Fatal("the container under NVIDIA's runtime was not handled")
 	}
 	pd := &api.PodSandbox{Name: "p", Namespace: "ml"}
-	p.create(pd, &api.Container{Id: "x", Name: "c", Env: []string{inject.VisibleDevicesEnv + "=" + n.GPUs[1].UUID},
+	p.adjust(pd, &api.Container{Id: "x", Name: "c", Env: []string{inject.VisibleDevicesEnv + "=" + n.GPUs[1].UUID},
 		Annotations: map[string]string{InjectedAnnotation: "old-pod"}})
-	if got, _ := envOf(p.create(pd, &api.Container{Id: "b", Name: "c"}), inject.VisibleDevicesEnv); got != n.GPUs[2].UUID {
+	if got, _ := envOf(p.adjust(pd, &api.Container{Id: "b", Name: "c"}), inject.VisibleDevicesEnv); got != n.GPUs[2].UUID {
 		t.Errorf("after a rolling update's container, a count of 1 got %q; want GPU 2 (0 is the runtime's, 1 the other plugin's)", got)
 	}
 	p.release("b")
 	held.Annotations = injected // as create marked it
 	p.synchronize([]*api.Container{held})
-	if got, _ := envOf(p.create(pd, &api.Container{Id: "c", Name: "c"}), inject.VisibleDevicesEnv); got != n.GPUs[1].UUID {
+	if got, _ := envOf(p.adjust(pd, &api.Container{Id: "c", Name: "c"}), inject.VisibleDevicesEnv); got != n.GPUs[1].UUID {
 		t.Errorf("after Synchronize, a count of 1 got %q; want GPU 1 (0 is the runtime's, by index)", got)
 	}
 }
@@ -247,7 +257,7 @@ func TestGPUsLeftToNvidiasRuntimeStayCounted(t *testing.T) {
 func TestAPodsCDIAnnotationIsNoContainersRequest(t *testing.T) {
 	p := fakePlugin(t, 4, inject.Config{Namespaces: []string{"*"}})
 	pd := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=1"}}
-	adj := p.create(pd, &api.Container{Id: "s", Name: "sidecar", Env: []string{inject.VisibleDevicesEnv + "=void"}})
+	adj := p.adjust(pd, &api.Container{Id: "s", Name: "sidecar", Env: []string{inject.VisibleDevicesEnv + "=void"}})
 	if len(adj.GetLinux().GetDevices()) != 0 {
 		t.Errorf("a void container of a pod with a CDI annotation got devices %v", adj.GetLinux().GetDevices())
 	}
