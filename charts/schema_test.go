@@ -69,6 +69,11 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 		{"two nodes on one slot", "infiniband: {slots: {gpu-a: 0, gpu-b: 0}}", []string{"pools[0] (default): nodes gpu-a and gpu-b both take fabric slot 0 (infiniband.slots)"}},
 		{"two nodes on one slot of a pool", "pools: [{name: a, profile: h100, slots: {gpu-a: 1, gpu-b: 1}}]",
 			[]string{"pools[0] (a): nodes gpu-a and gpu-b both take fabric slot 1 (pools[].slots)"}},
+		{"a GPU's override without its board", "pools: [{name: a, profile: a100, overrides: {devices: [{index: 0}]}}]", []string{"/pools/0/overrides/devices/0", "board"}},
+		{"fabric slots for a pool without InfiniBand", "pools: [{name: a, profile: t4, slots: {gpu-a: 0}}]",
+			[]string{"pools[0] (a).slots: profile t4 has no InfiniBand, so its nodes take no fabric slots"}},
+		{"the chart's own rollout checksum among the pod annotations", "podAnnotations: {checksum/profile: x}",
+			[]string{"podAnnotations: checksum/profile is the chart's own"}},
 		{"a pool selecting every node of another", "pools: [{name: a, profile: a100, nodeSelector: {gpu: mock}}, {name: b, profile: t4, nodeSelector: {gpu: mock, board: t4}}]",
 			[]string{`pools[0] (a): its nodeSelector {"gpu":"mock"} also selects every node of pools[1] (b`}},
 	}
@@ -111,6 +116,15 @@ func TestEachPoolNumbersItsOwnFabric(t *testing.T) {
 	}
 	if strings.Count(ds, "--fabric-slots") != 2 {
 		t.Errorf("%d --fabric-slots, want the two pools' own", strings.Count(ds, "--fabric-slots"))
+	}
+	// A pool's own empty slots are its own, not the chart-wide ones
+	// (found by a QA pass: default took {} for unset).
+	files, err = render(t, "infiniband: {slots: {n1: 0}}\npools: [{name: a, profile: h100, slots: {}}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := files["nvmock/templates/daemonset.yaml"]; strings.Contains(ds, "--fabric-slots") {
+		t.Errorf("a pool with slots: {} got the chart-wide slots")
 	}
 }
 

@@ -40,6 +40,11 @@ one another. Each failure names the field and the fix.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- range $k, $v := .Values.podAnnotations | default dict -}}
+{{- if hasPrefix "checksum/" $k -}}
+{{- fail (printf "podAnnotations: %s is the chart's own (it rolls the pods when their configuration changes); name yours otherwise" $k) -}}
+{{- end -}}
+{{- end -}}
 {{- $port := .Values.infiniband.peerPort | int -}}
 {{- if eq $port 9464 -}}
 {{- fail "infiniband.peerPort: 9464 is the plugin's metrics and probe port (--listen :9464); choose another, e.g. 4791" -}}
@@ -55,7 +60,10 @@ one another. Each failure names the field and the fix.
 {{- fail (printf "release name %q: the pools' fabric Services (%s) would start with a digit, which a Service name cannot; name the release with a letter first" $.Release.Name $svc) -}}
 {{- end -}}
 {{- end -}}
-{{- $slots := $p.slots | default $.Values.infiniband.slots | default dict -}}
+{{- $slots := hasKey $p "slots" | ternary $p.slots $.Values.infiniband.slots | default dict -}}
+{{- if and $p.slots (not (include "nvmock.hasInfiniband" $p)) -}}
+{{- fail (printf "pools[%d] (%s).slots: profile %s has no InfiniBand, so its nodes take no fabric slots; leave slots out" $i $p.name (toString $p.profile)) -}}
+{{- end -}}
 {{- $taken := dict -}}
 {{- range $n := keys $slots | sortAlpha -}}
 {{- $s := toString (get $slots $n) -}}
