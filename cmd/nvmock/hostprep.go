@@ -145,6 +145,10 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if *slot, err = slotOf(name, *slots, *slot); err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
 	}
+	// Told by the flag that gave it, not as the profile's fabric does.
+	if n, err := p.Node(); err == nil && n.IB != nil && *slot >= n.IB.Fabric.Nodes {
+		return fmt.Errorf("hostprep install: --fabric-slot(s): slot %d is outside fabric %s, whose %d nodes have slots 0 to %d", *slot, n.IB.Fabric.Name, n.IB.Fabric.Nodes, n.IB.Fabric.Nodes-1)
+	}
 	if *assets, err = assetsDir(*assets); err != nil {
 		return err
 	}

@@ -33,6 +33,13 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 	if err := node.check(); err != nil {
 		return Adjustment{}, false, fmt.Errorf("pod %s/%s container %s: %w", pod.Namespace, pod.Name, ctr.Name, err)
 	}
+	// An opt-out that says neither is a typo: read as true, it would inject
+	// a pod its owner meant to keep out.
+	for _, a := range []string{InjectAnnotation, InfiniBandAnnotation} {
+		if v, ok := pod.Annotations[a]; ok && !isBool(v) {
+			return Adjustment{}, false, &RequestError{fmt.Sprintf("pod %s/%s container %s: annotation %s=%s is neither true nor false", pod.Namespace, pod.Name, ctr.Name, a, quote(v))}
+		}
+	}
 
 	var buf [128]bool // selection without an allocation on nodes up to 128 GPUs
 	sel := buf[:0]
@@ -167,6 +174,13 @@ func Selected(cfg Config, optedIn map[string]bool, pod Pod, ctr Container) bool 
 	}
 	v, ok := pod.Annotations[InjectAnnotation]
 	return !ok || !strings.EqualFold(strings.TrimSpace(v), "false")
+}
+
+// isBool says whether an annotation's value is true or false, in any case,
+// with spaces around.
+func isBool(v string) bool {
+	v = strings.TrimSpace(v)
+	return strings.EqualFold(v, "true") || strings.EqualFold(v, "false")
 }
 
 // wanted says whether the container may be injected at all.
