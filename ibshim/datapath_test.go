@@ -259,7 +259,7 @@ sleep 0.3; %[1]s ctl ib down mlx5_0
 for i in $(seq 50); do grep -q PORT_ERR /tmp/aw.out && break; sleep 0.1; done
 %[1]s ctl ib up mlx5_0
 for i in $(seq 50); do grep -q PORT_ACTIVE /tmp/aw.out && break; sleep 0.1; done
-kill $aw; cat /tmp/aw.out`, bin))
+kill $aw; wait $aw 2>/dev/null; cat /tmp/aw.out`, bin))
 	want := "  event_type IBV_EVENT_PORT_ERR (10), port 1\n  event_type IBV_EVENT_PORT_ACTIVE (9), port 1\n"
 	if !strings.Contains(out, want) {
 		t.Errorf("ibv_asyncwatch while mlx5_0 went down and up:\n%s\nwant\n%s", out, want)
@@ -268,6 +268,8 @@ kill $aw; cat /tmp/aw.out`, bin))
 	// A daemon that goes away ends no kernel async fd: ibv_asyncwatch
 	// waits on (timeout ends it, 124). Without the shim's preload it
 	// reads the end of the connection and gives up (1): the control.
+	// The stand-in daemon is waited for once killed: one still dying as
+	// the script ends is a process exec tells of having to end.
 	testenv.Tool(t, "python3")
 	out = node(t, `for preload in "$LD_PRELOAD" ""; do
 sock=$(mktemp -u /tmp/nvmock-gone.XXXXXX)
@@ -276,7 +278,7 @@ s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s
 c, _ = s.accept(); c.recv(128); c.close(); time.sleep(2)' $sock &
 for i in $(seq 100); do [ -S $sock ] && break; sleep 0.1; done
 LD_PRELOAD="$preload" NVMOCK_IBD=$sock timeout 1 ibv_asyncwatch -d mlx5_0 >/dev/null; echo "exit $?"
-kill $! 2>/dev/null; rm -f $sock
+kill $! 2>/dev/null; wait $! 2>/dev/null; rm -f $sock
 done`)
 	if got := strings.Fields(out); !slices.Equal(got, []string{"exit", "124", "exit", "1"}) {
 		t.Errorf("ibv_asyncwatch after its daemon went away, with the shim and without: %q; want exit 124, then exit 1", got)
