@@ -146,8 +146,9 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 		return fmt.Errorf("hostprep install: %w", err)
 	}
 	// Told by the flag that gave it, not as the profile's fabric does.
-	if n, err := p.Node(); err == nil && n.IB != nil && *slot >= n.IB.Fabric.Nodes {
-		return fmt.Errorf("hostprep install: --fabric-slot(s): slot %d is outside fabric %s, whose %d nodes have slots 0 to %d", *slot, n.IB.Fabric.Name, n.IB.Fabric.Nodes, n.IB.Fabric.Nodes-1)
+	// The profile's own spec: building the node here would be done again by the install.
+	if ib := p.InfiniBand; ib != nil && *slot >= ib.Fabric.Nodes {
+		return fmt.Errorf("hostprep install: --fabric-slot(s): slot %d is outside fabric %s, whose %d nodes have slots 0 to %d", *slot, ib.Fabric.Name, ib.Fabric.Nodes, ib.Fabric.Nodes-1)
 	}
 	if *assets, err = assetsDir(*assets); err != nil {
 		return err
