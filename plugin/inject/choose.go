@@ -80,7 +80,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 			mig[k] = true
 			continue
 		}
-		i, why := node.lookup(dev)
+		i, why := node.lookup(dev, true)
 		if why != "" {
 			return false, all, fromSpec, fmt.Sprintf("CDI device %s %s", quote(name), why)
 		}
@@ -127,7 +127,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		case "none":
 			return true, false, fromMounts, ""
 		}
-		if why := node.selectList(list, sel, mig); why != "" {
+		if why := node.selectList(list, true, sel, mig); why != "" {
 			return false, false, fromMounts, fmt.Sprintf("mounts under %s name %s: %s", DeviceListRoot, quote(list), why)
 		}
 		return false, false, fromMounts, ""
@@ -146,7 +146,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 			if path.Clean(strings.TrimSpace(v)) == DeviceListRoot {
 				return false, false, fromEnv, fmt.Sprintf("env %s=%s names the volume-mounts device list, but no device is mounted under it", VisibleDevicesEnv, quote(v))
 			}
-			if why := node.selectList(v, sel, mig); why != "" {
+			if why := node.selectList(v, true, sel, mig); why != "" {
 				return false, all, fromEnv, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
 			}
 		}
@@ -267,8 +267,11 @@ func (n *NodeState) byPath(p string) int {
 	return -1
 }
 
-// lookup finds a GPU by node index, UUID or unique UUID prefix.
-func (n *NodeState) lookup(s string) (int, string) {
+// lookup finds a GPU by node index, UUID or, unless whole, unique UUID
+// prefix, ignoring case as nvidia-container-cli does. NVIDIA's interfaces
+// (the variable, device-list mounts, CDI names) take whole UUIDs only: its
+// runtime refuses a prefix ("identifier is not a valid UUID or index").
+func (n *NodeState) lookup(s string, whole bool) (int, string) {
 	if digits(s) {
 		v, err := strconv.Atoi(s)
 		if err != nil || v >= len(n.GPUs) {
@@ -276,21 +279,24 @@ func (n *NodeState) lookup(s string) (int, string) {
 		}
 		return v, ""
 	}
-	if strings.HasPrefix(s, "GPU-") {
+	if hasPrefixFold(s, "GPU-") {
 		found := -1
 		for i := range n.GPUs {
 			u := n.GPUs[i].UUID
-			if u == s {
+			if strings.EqualFold(u, s) {
 				return i, ""
 			}
-			if len(s) > len("GPU-") && strings.HasPrefix(u, s) {
+			if len(s) > len("GPU-") && hasPrefixFold(u, s) {
 				if found >= 0 {
 					return -1, fmt.Sprintf("names %s, a prefix of more than one GPU's UUID", quote(s))
 				}
 				found = i
 			}
 		}
-		if found >= 0 {
+		switch {
+		case found >= 0 && whole:
+			return -1, fmt.Sprintf("names %s, only the start of GPU %d's UUID; NVIDIA's runtime takes whole UUIDs", quote(s), found)
+		case found >= 0:
 			return found, ""
 		}
 		return -1, fmt.Sprintf("names %s, no GPU of this node", quote(s))
@@ -299,9 +305,11 @@ func (n *NodeState) lookup(s string) (int, string) {
 }
 
 // selectList marks a comma list of indices and UUIDs, MIG devices (MIG-
-// UUIDs, GPU:index) and MIG profiles (mig-1g.5gb: one device of it); empty
-// entries are skipped, but at least one entry must be there.
-func (n *NodeState) selectList(list string, sel, mig []bool) string {
+// UUIDs, GPU:index) and, in nvmock's own requests, UUID prefixes and MIG
+// profiles (mig-1g.5gb: one device of it); nvidia says the list is in one
+// of NVIDIA's interfaces, which take neither. Empty entries are skipped,
+// but at least one entry must be there.
+func (n *NodeState) selectList(list string, nvidia bool, sel, mig []bool) string {
 	named := false
 	for list != "" {
 		var e string
@@ -311,6 +319,9 @@ func (n *NodeState) selectList(list string, sel, mig []bool) string {
 			continue
 		}
 		if p, ok := strings.CutPrefix(e, "mig-"); ok {
+			if nvidia {
+				return fmt.Sprintf("has %s, a MIG profile, which only the annotation %s takes", quote(e), GPUsAnnotation)
+			}
 			if why := n.selectMIGProfile(p, mig); why != "" {
 				return why
 			}
@@ -326,7 +337,7 @@ func (n *NodeState) selectList(list string, sel, mig []bool) string {
 			named = true
 			continue
 		}
-		i, why := n.lookup(e)
+		i, why := n.lookup(e, nvidia)
 		if why != "" {
 			return why
 		}
@@ -355,8 +366,8 @@ func (n *NodeState) selectRequest(v string, sel, mig []bool) string {
 			return fmt.Sprintf("asks for more GPUs than the node's %d", len(n.GPUs))
 		}
 		n.leastUsed(c, sel)
-	case strings.Contains(v, ",") || strings.HasPrefix(v, "GPU-") || strings.HasPrefix(v, "mig-") || isMIGName(v):
-		return n.selectList(v, sel, mig)
+	case strings.Contains(v, ",") || hasPrefixFold(v, "GPU-") || strings.HasPrefix(v, "mig-") || isMIGName(v):
+		return n.selectList(v, false, sel, mig)
 	default:
 		return "is not all, none, a count or a comma list of GPU indices and UUIDs, MIG devices and mig-<profile>"
 	}
@@ -402,14 +413,14 @@ func ValidateRequest(v string) error {
 	switch {
 	case t == "all", t == "none", digits(t):
 		return nil
-	case strings.Contains(t, ",") || strings.HasPrefix(t, "GPU-") || strings.HasPrefix(t, "mig-") || isMIGName(t):
+	case strings.Contains(t, ",") || hasPrefixFold(t, "GPU-") || strings.HasPrefix(t, "mig-") || isMIGName(t):
 		named := false
 		for _, e := range strings.Split(t, ",") {
 			e = strings.TrimSpace(e)
 			if e == "" {
 				continue
 			}
-			if !digits(e) && !(strings.HasPrefix(e, "GPU-") && len(e) > len("GPU-")) && !isMIGName(e) && !(strings.HasPrefix(e, "mig-") && len(e) > len("mig-")) {
+			if !digits(e) && !(hasPrefixFold(e, "GPU-") && len(e) > len("GPU-")) && !isMIGName(e) && !(strings.HasPrefix(e, "mig-") && len(e) > len("mig-")) {
 				return fmt.Errorf("%q: entry %q is neither a GPU index nor a UUID", v, e)
 			}
 			named = true
@@ -419,4 +430,9 @@ func ValidateRequest(v string) error {
 		}
 	}
 	return errors.New(strconv.Quote(v) + " is not all, none, a count or a comma list of GPU indices and UUIDs, MIG devices and mig-<profile>")
+}
+
+// hasPrefixFold is strings.HasPrefix ignoring case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

@@ -308,8 +308,16 @@ func TestDecideWhichGPUs(t *testing.T) {
 		// (a) the environment
 		{name: "NVIDIA_VISIBLE_DEVICES with node indices gives those GPUs",
 			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=3,1"), want: gave(n8, 1, 3), ok: true},
-		{name: "NVIDIA_VISIBLE_DEVICES with UUIDs and a unique prefix gives those GPUs",
-			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+uuid(5)+", "+uuid(2)[:14]), want: gave(n8, 2, 5), ok: true},
+		{name: "NVIDIA_VISIBLE_DEVICES with UUIDs in any case gives those GPUs",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+uuid(5)+", "+strings.ToUpper(uuid(2))), want: gave(n8, 2, 5), ok: true},
+		// NVIDIA's runtime refuses a prefix and a profile name; nvmock's
+		// annotation takes both.
+		{name: "a UUID prefix in NVIDIA_VISIBLE_DEVICES is refused",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+uuid(2)[:14]),
+			err: e(`env NVIDIA_VISIBLE_DEVICES="` + uuid(2)[:14] + `" names "` + uuid(2)[:14] + `", only the start of GPU 2's UUID; NVIDIA's runtime takes whole UUIDs`)},
+		{name: "a MIG profile in NVIDIA_VISIBLE_DEVICES is refused",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=0,mig-1g.5gb"),
+			err: e(`env NVIDIA_VISIBLE_DEVICES="0,mig-1g.5gb" has "mig-1g.5gb", a MIG profile, which only the annotation nvmock.io/gpus takes`)},
 		{name: "NVIDIA_VISIBLE_DEVICES=all gives every GPU",
 			cfg: defNone, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), want: gave(n8, all(8)...), ok: true},
 		{name: "NVIDIA_VISIBLE_DEVICES=void gives nothing at all",
@@ -413,6 +421,8 @@ func TestDecideWhichGPUs(t *testing.T) {
 			cfg: testConfig, node: n8, pod: gpus("5, 0," + uuid(5)), ctr: ctr, want: gave(n8, 0, 5), ok: true},
 		{name: "a single UUID gives that GPU",
 			cfg: testConfig, node: n8, pod: gpus(uuid(4)), ctr: ctr, want: gave(n8, 4), ok: true},
+		{name: "a unique UUID prefix in any case gives that GPU",
+			cfg: testConfig, node: n8, pod: gpus(strings.ToLower(uuid(3)[:14]) + "," + strings.ToUpper(uuid(6))), ctr: ctr, want: gave(n8, 3, 6), ok: true},
 		{name: "a single index with a trailing comma gives that GPU",
 			cfg: testConfig, node: n8, pod: gpus("7,"), ctr: ctr, want: gave(n8, 7), ok: true},
 		{name: "an empty annotation falls through to the default",

@@ -63,7 +63,7 @@ func ProbeMIG(statePath string, snap []byte, gpus []GPU, dev string) (migs []MIG
 
 // lookupMIG finds a MIG device by UUID or by GPU:index.
 func (n *NodeState) lookupMIG(s string) (int, string) {
-	if strings.HasPrefix(s, "MIG-") {
+	if hasPrefixFold(s, "MIG-") {
 		if k := n.MIGIndex(s); k >= 0 {
 			return k, ""
 		}
@@ -80,7 +80,7 @@ func (n *NodeState) lookupMIG(s string) (int, string) {
 
 // isMIGName says whether s names a MIG device: MIG-<uuid> or GPU:index.
 func isMIGName(s string) bool {
-	if strings.HasPrefix(s, "MIG-") {
+	if hasPrefixFold(s, "MIG-") {
 		return true
 	}
 	g, m, ok := strings.Cut(s, ":")
