@@ -8,10 +8,25 @@ static int gpu_held(nvmlClockType_t type)
 	return type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM;
 }
 
+// lowest_gfx is the board's lowest supported graphics clock, or 0 if it
+// lists none. Not its idle reading: T4 and L40S captures idle at their
+// highest clocks, and a lock below that still holds them.
+static uint32_t lowest_gfx(const struct snap_device *s)
+{
+	uint32_t low = 0;
+	for (unsigned k = 0; k < s->supported_mem_count && k < 8; k++)
+		for (unsigned j = 0; j < s->supported_gfx_count[k]; j++) {
+			uint32_t v = nvmock.pool[s->supported_gfx_first[k] + j];
+			if (low == 0 || v < low)
+				low = v;
+		}
+	return low;
+}
+
 // nvmock_locked_clock is clock c held in the range nvidia-smi -lgc (graphics
 // and SM clocks) or -lmc (memory) locked, if one is. A range past the
 // board's clocks holds them at its highest and lowest, as a real board
-// does (a lock at 3105 MHz runs at the 2730 MHz maximum); memory runs only
+// does (a lock at 2500 MHz runs at an H100's 1980 MHz maximum); memory runs only
 // at its supported clocks, the highest one in the range.
 uint32_t nvmock_locked_clock(const struct nvmock_dev *d, const struct live_gpu *g, nvmlClockType_t type, uint32_t c)
 {
@@ -23,8 +38,9 @@ uint32_t nvmock_locked_clock(const struct nvmock_dev *d, const struct live_gpu *
 			c = g->gpu_locked_max;
 		if (s->max_clock[type] != NA32 && c > s->max_clock[type])
 			c = s->max_clock[type];
-		if (s->clock[type] != NA32 && c < s->clock[type]) // the idle clock is its lowest
-			c = s->clock[type];
+		uint32_t low = lowest_gfx(s);
+		if (c < low)
+			c = low;
 	}
 	if (type == NVML_CLOCK_MEM && (g->cfg_set & LIVE_CFG_MEM_LOCKED)) {
 		uint32_t best = 0;

@@ -100,3 +100,25 @@ func TestMemoryLocksPickAListedClock(t *testing.T) {
 		t.Errorf("after the reset: %d MHz, want %d", got, idle)
 	}
 }
+
+// A T4's capture idles at its 1590 MHz maximum; a lock below that still
+// holds it, loaded or not, down to its lowest listed clock (300 MHz).
+func TestALockBelowTheIdleClockHoldsIt(t *testing.T) {
+	lib, f, boards := startLiveOn(t, "t4", 1)
+	d := handle(t, lib, 0)
+	if r := read(t, d); r.sm != 1590 {
+		t.Fatalf("idle T4 unlocked: SM %d MHz, want the capture's 1590", r.sm)
+	}
+	checkRet(t, "a lock at 300-600", d.SetGpuLockedClocks(300, 600), nvml.SUCCESS)
+	if r := read(t, d); r.sm != 600 {
+		t.Errorf("idle, locked at 300-600: SM %d MHz, want 600", r.sm)
+	}
+	update(t, f, func(s *live.State, now int64) error { s.SetLoad(boards[0], 0, live.Loads{GPU: 50}, now); return nil })
+	if r := read(t, d); r.sm != 600 {
+		t.Errorf("half loaded, locked at 300-600: SM %d MHz, want 600", r.sm)
+	}
+	checkRet(t, "a lock at 100-200", d.SetGpuLockedClocks(100, 200), nvml.SUCCESS)
+	if r := read(t, d); r.sm != 300 {
+		t.Errorf("locked below every listed clock: SM %d MHz, want the lowest, 300", r.sm)
+	}
+}
