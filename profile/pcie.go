@@ -240,6 +240,9 @@ func (p *Profile) validatePCIe(c *checker) {
 		walk(at+".ports", rc.Ports)
 	}
 	for i, s := range p.Topology.BusIDs {
+		if i >= p.GPUs {
+			break // not a GPU of this node: gpus is below the list's length
+		}
 		if a, err := ParsePCIAddress(s); err == nil && placed[a] == "" && len(x.RootComplexes) > 0 {
 			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "GPU %s is nowhere in the pcie tree", s)
 		}

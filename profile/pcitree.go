@@ -234,6 +234,10 @@ func buildRoot(p *Profile, gpus []GPU, rc *RootComplex, shift uint32, eps map[PC
 	default:
 		r.CPUs = nodeCPUs(gpus, r.NUMANode)
 	}
+	// sysfs gives every device of the root its CPUs; NVML each GPU's own.
+	if err := sameCPUs(r, gpus); err != nil {
+		return nil, err
+	}
 	var numa func(fs []*PCIFunction)
 	numa = func(fs []*PCIFunction) {
 		for _, f := range fs {
@@ -439,4 +443,24 @@ func (t *PCITree) NICs() []*PCIFunction {
 		}
 	})
 	return fs
+}
+
+// sameCPUs checks that each GPU under root r has r's CPUs, as a GPU's
+// local_cpulist is its root complex's.
+func sameCPUs(r *PCIRoot, gpus []GPU) error {
+	var walk func(fs []*PCIFunction) error
+	walk = func(fs []*PCIFunction) error {
+		for _, f := range fs {
+			if f.Role == RoleGPU {
+				if g := &gpus[f.Index]; g.CPUs != nil && *g.CPUs != r.CPUs {
+					return fmt.Errorf("GPU %s has CPUs %s (topology.cpuAffinity), its root complex %s", g.Address, g.CPUs.List(), r.CPUs.List())
+				}
+			}
+			if err := walk(f.Children); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return walk(r.Functions)
 }

@@ -195,6 +195,17 @@ func TestRepeatedGPUsGetTheTreeAgainInTheNextDomain(t *testing.T) {
 	}
 }
 
+// A derived profile with fewer GPUs than its base's busIds places only
+// the GPUs it has; the base's other bus ids are not GPUs of the node.
+func TestATreeNeedsOnlyTheNodesGPUs(t *testing.T) {
+	src := "base: h100\nname: x\ngpus: 1\npcie:\n  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics: []\n" +
+		"  rootComplexes:\n    - bus: \"0000:4d\"\n      cpus: \"0-55,112-167\"\n      ports:\n        - device: \"0000:53:00.0\"\n"
+	n := node(t, "x", src)
+	if got, want := treeText(n.PCIe), "pci0000:4d numa 0\n  0000:4d:01.0 root-port 8086:352a [53-53]\n    0000:53:00.0 gpu 10de:2330\n"; got != want {
+		t.Errorf("got\n%swant\n%s", got, want)
+	}
+}
+
 func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
 	const head = "base: h100\nname: x\ngpus: 1\ntopology:\n  busIds: [\"0000:53:00.0\"]\n  numaNodes: [0]\npcie:\n"
 	const ids = "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  switch: {vendor: \"0x1000\", device: \"0xc030\"}\n  nics: []\n"
@@ -217,6 +228,8 @@ func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
 			"profile x.yaml:12: pcie.rootComplexes[0]: ports[0]: 0000:53:00.0: bus 53 is taken; firmware numbers depth first, so this endpoint needs a bus above 60"},
 		{"a switch without ports", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n        - switch: []\n",
 			"profile x.yaml:15: pcie.rootComplexes[0].ports[1]: leads nowhere: give a device, or a switch with its downstream ports"},
+		{"a root complex whose CPUs are not its GPU's", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      cpus: \"0-55\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:12: pcie.rootComplexes[0]: GPU 0000:53:00.0 has CPUs 0-55,112-167 (topology.cpuAffinity), its root complex 0-55"},
 		{"a NIC function without function 0", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:50:00.1\", vendor: \"0x15b3\", device: \"0x1021\", class: \"0x020700\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:10: pcie.nics[0].bdf: NIC function 0000:50:00.1 needs function 0 of its device among pcie.nics"},
 	} {
