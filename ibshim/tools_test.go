@@ -23,6 +23,7 @@ import (
 
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/live"
 )
 
 // node runs script in nvmock exec on an h100 node and returns its output.
@@ -490,6 +491,23 @@ ctl ib errors mlx5_0 symbol_error:4; cat $c/symbol_error; perfquery -C mlx5_0 | 
 	}
 	if !strings.HasPrefix(parts[5], "4\n") || !strings.Contains(parts[5], "SymbolErrorCounter:..............4") {
 		t.Errorf("ctl ib errors after the reset: sysfs and perfquery\n%s\nwant 4 in both", parts[5])
+	}
+}
+
+// A standalone nvmock ibd given the node's live state follows ctl ib as
+// the plugin's daemon does; one without it keeps its own faults.
+func TestAStandaloneDaemonFollowsTheNodesFaultsWithState(t *testing.T) {
+	bin := builtNvmock(t)
+	out := nodeOf(t, "h100", fmt.Sprintf(`T=$(mktemp -d)
+%[1]s ibd --profile h100 --socket $T/a.sock --state %[2]s 2>/dev/null & a=$!
+%[1]s ibd --profile h100 --socket $T/b.sock 2>/dev/null & b=$!
+for i in $(seq 100); do [ -S $T/a.sock ] && [ -S $T/b.sock ] && break; sleep 0.05; done
+%[1]s ctl ib errors mlx5_0 symbol_error:7
+for s in a b; do NVMOCK_IBD=$T/$s.sock perfquery -C mlx5_0 | grep SymbolErrorCounter; done
+kill $a $b; wait`, bin, live.ExecState))
+	want := "SymbolErrorCounter:..............7\nSymbolErrorCounter:..............0\n"
+	if !strings.HasSuffix(out, want) {
+		t.Errorf("perfquery through a daemon with --state, then one without:\n%s\nwant 7, then 0", out)
 	}
 }
 

@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/ibd"
 	"github.com/nvmock/nvmock/ibshim/umad"
@@ -33,6 +35,7 @@ func ibdCmd(args []string) error {
 	pf.add(fs, "")
 	var faults faultFlags
 	fs.Var(&faults, "fault", faultUsage)
+	state := fs.String("state", "", "an installed node's live state file (<root>/live/state): follow the port faults nvmock ctl ib sets there, which replace --fault's")
 	if err := parseFlags(fs, args, os.Stdout, ibdUsage); err != nil {
 		return helpShown(err)
 	}
@@ -47,6 +50,14 @@ func ibdCmd(args []string) error {
 	}
 	if err := pf.check(); err != nil {
 		return fmt.Errorf("ibd: %w", err)
+	}
+	faultsFile := ""
+	if *state != "" {
+		dir := hostprep.IBLiveDir(*state)
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return fmt.Errorf("ibd: --state %s: no InfiniBand live state beside it (%s); give the state of a node installed with InfiniBand", *state, dir)
+		}
+		faultsFile = filepath.Join(dir, hostprep.IBLiveFaults)
 	}
 	p, _, err := lf.load(*name)
 	if err != nil {
@@ -80,6 +91,9 @@ func ibdCmd(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() { <-sigs; l.Close() }()
 	d := ibd.New(node, f, log)
+	if faultsFile != "" {
+		d.FollowFaults(faultsFile)
+	}
 	stopPeers, err := pf.start(d, log)
 	if err != nil {
 		return fmt.Errorf("ibd: %w", err)
