@@ -318,7 +318,7 @@ func (n *NodeState) selectList(list string, nvidia bool, sel, mig []bool) string
 		if e == "" {
 			continue
 		}
-		if p, ok := strings.CutPrefix(e, "mig-"); ok {
+		if p, ok := strings.CutPrefix(e, "mig-"); ok && !migUUIDTail(p) {
 			if nvidia {
 				return fmt.Sprintf("has %s, a MIG profile, which only the annotation %s takes", quote(e), GPUsAnnotation)
 			}
@@ -435,4 +435,27 @@ func ValidateRequest(v string) error {
 // hasPrefixFold is strings.HasPrefix ignoring case.
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// migUUIDTail says whether what follows "mig-" is a MIG UUID's (a UUID, or
+// GPU-<uuid>/gi/ci), which a lower-case MIG UUID has, not a profile's.
+func migUUIDTail(s string) bool {
+	if hasPrefixFold(s, "GPU-") {
+		return true
+	}
+	parts := strings.Split(s, "-")
+	if len(parts) != 5 {
+		return false
+	}
+	for k, p := range parts {
+		if len(p) != []int{8, 4, 4, 4, 12}[k] {
+			return false
+		}
+		for _, c := range p {
+			if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+				return false
+			}
+		}
+	}
+	return true
 }
