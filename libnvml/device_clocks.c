@@ -316,7 +316,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvm
 							unsigned int *temp)
 {
 	DEV(device, d);
-	if ((unsigned)thresholdType >= 16)
+	if ((unsigned)thresholdType >= NVML_TEMPERATURE_THRESHOLD_COUNT)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	return nvmock_u32(d->s->temp_threshold[thresholdType], temp);
 }

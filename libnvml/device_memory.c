@@ -193,18 +193,23 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlM
 						      nvmlEccCounterType_t counterType,
 						      nvmlMemoryLocation_t locationType, unsigned long long *count)
 {
-	// A MIG device counts its own errors; none are modelled yet.
+	int bad = errorType >= NVML_MEMORY_ERROR_TYPE_COUNT || counterType >= NVML_ECC_COUNTER_TYPE_COUNT ||
+		  locationType >= NVML_MEMORY_LOCATION_COUNT;
+	// A MIG device counts its own errors, only uncorrectable volatile ones
+	// outside DRAM (nvml.h); none are modelled yet.
 	MIGDEV(device, md) {
 		OUT(count);
-		if (md.s->ecc_current != 1)
+		if (bad)
+			return NVML_ERROR_INVALID_ARGUMENT;
+		if (md.s->ecc_current != 1 || errorType != NVML_MEMORY_ERROR_TYPE_UNCORRECTED ||
+		    counterType != NVML_VOLATILE_ECC || locationType == NVML_MEMORY_LOCATION_DRAM)
 			return NVML_ERROR_NOT_SUPPORTED;
 		*count = 0;
 		return NVML_SUCCESS;
 	}
 	DEV(device, d);
 	OUT(count);
-	if (errorType >= NVML_MEMORY_ERROR_TYPE_COUNT || counterType >= NVML_ECC_COUNTER_TYPE_COUNT ||
-	    locationType >= NVML_MEMORY_LOCATION_COUNT)
+	if (bad)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d->s->ecc_current != 1)
 		return NVML_ERROR_NOT_SUPPORTED;
@@ -230,7 +235,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRet
 {
 	DEV(device, d);
 	OUT(pageCount);
-	if (cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT)
+	// A count of 0 asks the size; any other needs the buffer (nvml.h).
+	if (cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT || (addresses == NULL && *pageCount != 0))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d->s->retired_pages != 1)
 		return NVML_ERROR_NOT_SUPPORTED;

@@ -74,14 +74,19 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice
 	return NVML_ERROR_NOT_FOUND;
 }
 
-// nvmock_parse_bus_id reads "domain:bus:device.function" with a 4- or
-// 8-digit domain (or none), any case.
+// nvmock_parse_bus_id reads the forms nvml.h lists: domain:bus:device.function,
+// domain:bus:device (function 0) and bus:device.function, any case.
 int nvmock_parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn)
 {
 	unsigned a, b, c, d;
 	int n = 0;
 	if (sscanf(s, "%x:%x:%x.%x%n", &a, &b, &c, &d, &n) == 4 && s[n] == '\0') {
 		*dom = a, *bus = b, *dev = c, *fn = d;
+		return 1;
+	}
+	n = 0;
+	if (sscanf(s, "%x:%x:%x%n", &a, &b, &c, &n) == 3 && s[n] == '\0') {
+		*dom = a, *bus = b, *dev = c, *fn = 0;
 		return 1;
 	}
 	n = 0;

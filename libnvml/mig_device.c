@@ -241,9 +241,35 @@ unsigned long long nvmock_mig_gi_used(const struct snap_device *s, unsigned row,
 	return used < total ? used : total;
 }
 
+// mig_by_path finds the MIG device of the form MIG-GPU-<uuid>/<gi>/<ci>,
+// which drivers before R470 printed and NVML still takes.
+static nvmlReturn_t mig_by_path(const char *uuid, nvmlDevice_t *device)
+{
+	char gpu[96];
+	unsigned g, c;
+	int n = 0;
+	if (sscanf(uuid + 4, "%95[^/]/%u/%u%n", gpu, &g, &c, &n) != 3 || uuid[4 + n] != '\0' || g >= STATE_GIS ||
+	    c >= STATE_CIS)
+		return NVML_ERROR_NOT_FOUND;
+	for (unsigned i = 0; i < nvmock.ndevs && i < STATE_GPUS; i++) {
+		if (strcasecmp(nvmock.devs[i].uuid, gpu) != 0)
+			continue;
+		struct mig_state m;
+		nvmock_mig_read(&nvmock.devs[i], &m);
+		if (m.current != NVML_DEVICE_MIG_ENABLE || m.gi_profile[g] == 0 || m.ci_slices[g * STATE_CIS + c] == 0 ||
+		    !nvmock_mig_visible(&nvmock.devs[i], g, c))
+			return NVML_ERROR_NOT_FOUND;
+		device->handle = (struct nvmlDevice_st *)&nvmock_cis[i][g][c];
+		return NVML_SUCCESS;
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
 // nvmock_mig_by_uuid finds the MIG device of a MIG-... UUID.
 nvmlReturn_t nvmock_mig_by_uuid(const char *uuid, nvmlDevice_t *device)
 {
+	if (strncasecmp(uuid, "MIG-GPU-", 8) == 0)
+		return mig_by_path(uuid, device);
 	for (unsigned i = 0; i < nvmock.ndevs && i < STATE_GPUS; i++) {
 		struct mig_state m;
 		nvmock_mig_read(&nvmock.devs[i], &m);

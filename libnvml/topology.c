@@ -126,6 +126,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvml
 {
 	DEV(device, d);
 	OUT(count);
+	if ((unsigned)level % 10 != 0 || (unsigned)level > NVML_TOPOLOGY_SYSTEM || (deviceArray == NULL && *count != 0))
+		return NVML_ERROR_INVALID_ARGUMENT; // nvml.h: an invalid level, or a count with no array
 	unsigned n = 0;
 	for (unsigned i = 0; i < nvmock.ndevs; i++) {
 		const struct nvmock_dev *o = &nvmock.devs[i];
@@ -149,7 +151,7 @@ NVML_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsign
 	if (!nvmock_ready())
 		return NVML_ERROR_UNINITIALIZED;
 	OUT(count);
-	if (cpuNumber >= 1024)
+	if (cpuNumber >= 1024 || (deviceArray == NULL && *count != 0))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned n = 0;
 	for (unsigned i = 0; i < nvmock.ndevs; i++) {
@@ -239,10 +241,16 @@ NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t 
 			return NVML_ERROR_NOT_SUPPORTED;           \
 	} while (0)
 
+// Past a board's links, Blackwell drivers refuse the state as invalid and
+// answer the capability as for a link they have (measured on a B200 and a
+// GB200, NVIDIA/TensorRT-LLM #17060, #19210); earlier boards are taken to
+// do the same. go-gpuallocator skips either answer.
 NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
 {
 	DEV(device, d);
 	OUT(isActive);
+	if (d->s->nvlink_count > 0 && link >= d->s->nvlink_count)
+		return NVML_ERROR_INVALID_ARGUMENT;
 	LINK(d, link);
 	*isActive = link_active(d, link) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
 	return NVML_SUCCESS;
@@ -262,7 +270,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigne
 {
 	DEV(device, d);
 	OUT(capResult);
-	LINK(d, link);
+	if (link >= NVML_NVLINK_MAX_LINKS || d->s->nvlink_count == 0)
+		LINK(d, link);
 	if ((unsigned)capability >= NVML_NVLINK_CAP_COUNT)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	*capResult = capability != NVML_NVLINK_CAP_SLI_BRIDGE && capability != NVML_NVLINK_CAP_VALID ? 1 : capability == NVML_NVLINK_CAP_VALID;
@@ -478,6 +487,8 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	}
 	if (id == NVML_FI_DEV_NVLINK_GET_STATE) {
 		// nvidia-smi nvlink -s reads the state from this.
+		if (v->scopeId >= s->nvlink_count)
+			return NVML_ERROR_INVALID_ARGUMENT; // as nvmlDeviceGetNvLinkState
 		v->value.uiVal = link_active(d, v->scopeId) ? NVML_NVLINK_STATE_ACTIVE : NVML_NVLINK_STATE_INACTIVE;
 		return NVML_SUCCESS;
 	}

@@ -101,6 +101,10 @@ func TestGettersMatchProfile(t *testing.T) {
 					{"bus id " + strings.ToLower(busID[4:]), func() (nvml.Device, nvml.Return) {
 						return lib.DeviceGetHandleByPciBusId(strings.ToLower(busID[4:]))
 					}},
+					// domain:bus:device, which nvml.h lists beside the others.
+					{"bus id " + strings.TrimSuffix(busID, ".0"), func() (nvml.Device, nvml.Return) {
+						return lib.DeviceGetHandleByPciBusId(strings.TrimSuffix(busID, ".0"))
+					}},
 				}
 				for _, l := range lookups {
 					h, ret := l.fn()
@@ -469,8 +473,16 @@ func nvlink(t *testing.T, p *profile.Profile, i int, d nvml.Device) {
 			}
 		}
 	}
+	// A B200 and a GB200 refuse the state past their links as invalid and
+	// answer the capability (NVIDIA/TensorRT-LLM #17060, #19210).
 	_, ret := d.GetNvLinkState(links)
-	checkRet(t, fmt.Sprintf("GetNvLinkState(%d), past the board's links", links), ret, nvml.ERROR_NOT_SUPPORTED)
+	checkRet(t, fmt.Sprintf("GetNvLinkState(%d), past the board's links", links), ret, nvml.ERROR_INVALID_ARGUMENT)
+	c, ret := d.GetNvLinkCapability(links, nvml.NVLINK_CAP_P2P_SUPPORTED)
+	check(t, fmt.Sprintf("GetNvLinkCapability(%d, P2P_SUPPORTED), past the board's links", links), c, ret, uint32(1))
+	fv := []nvml.FieldValue{{FieldId: nvml.FI_DEV_NVLINK_GET_STATE, ScopeId: uint32(links)}}
+	if ret := d.GetFieldValues(fv); ret != nvml.SUCCESS || nvml.Return(fv[0].NvmlReturn) != nvml.ERROR_INVALID_ARGUMENT {
+		t.Errorf("field NVLINK_GET_STATE of link %d: %v, %v; want the state's Invalid Argument", links, ret, nvml.Return(fv[0].NvmlReturn))
+	}
 	_, ret = d.GetNvLinkVersion(links)
 	checkRet(t, fmt.Sprintf("GetNvLinkVersion(%d), past the board's links", links), ret, nvml.ERROR_NOT_SUPPORTED)
 	_, ret = d.GetNvLinkRemotePciInfo(links)

@@ -408,6 +408,20 @@ func TestMIGInstancesAndDevices(t *testing.T) {
 	if h := got(lib.DeviceGetHandleByUUID(uuid))(t, "by uuid"); h != m1 {
 		t.Error("by UUID is another handle")
 	}
+	// The form of drivers before R470, which NVML still takes.
+	if h := got(lib.DeviceGetHandleByUUID("MIG-"+got(dev.GetUUID())(t, "GPU uuid")+"/2/1"))(t, "by MIG-GPU- uuid"); h != m1 {
+		t.Error("by MIG-GPU-<uuid>/2/1 is another handle")
+	}
+	_, ret = lib.DeviceGetHandleByUUID("MIG-" + got(dev.GetUUID())(t, "GPU uuid") + "/2/7")
+	wantRet(t, "MIG-GPU-<uuid>/2/7, no such compute instance", ret, nvml.ERROR_NOT_FOUND)
+	// A MIG device counts uncorrectable volatile errors outside DRAM only.
+	if n := got(m1.GetMemoryErrorCounter(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC, nvml.MEMORY_LOCATION_SRAM))(t, "SRAM errors"); n != 0 {
+		t.Errorf("MIG SRAM uncorrectable volatile errors %d, want 0", n)
+	}
+	_, ret = m1.GetMemoryErrorCounter(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.AGGREGATE_ECC, nvml.MEMORY_LOCATION_SRAM)
+	wantRet(t, "MIG corrected aggregate errors", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = m1.GetMemoryErrorCounter(99, nvml.VOLATILE_ECC, nvml.MEMORY_LOCATION_SRAM)
+	wantRet(t, "MIG errors of an unknown type", ret, nvml.ERROR_INVALID_ARGUMENT)
 	// nvmock's tools (the NRI plugin) name MIG devices as the library does.
 	gpuUUID := got(dev.GetUUID())(t, "GPU uuid")
 	if w := live.MIGUUID(gpuUUID, 2, 1); w != uuid {

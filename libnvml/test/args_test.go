@@ -1,0 +1,39 @@
+//go:build integration
+
+package test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// Arguments go-nvml never sends, through the C ABI, answered as nvml.h
+// says, and NVLinks past a board's as a B200 and a GB200 answer them
+// (NVIDIA/TensorRT-LLM #17060, #19210).
+func TestArgumentsAreAnsweredAsNVMLSays(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "args")
+	gcc(t, "-O1", "-I"+testenv.NVMLHeaderDir(t), "-o", bin, filepath.Join(testDir(), "args.c"),
+		"-L"+testenv.LibDir(t), "-l:libnvidia-ml.so.1")
+	snap, _ := testenv.Snapshot(t, "h100", 2)
+	out, code := run(t, time.Minute, testenv.Env(t, snap), bin)
+	want := `handle by domain:bus:device: Success, GPU 0
+nearest GPUs: a count with no array: Invalid Argument
+nearest GPUs: level 35: Invalid Argument
+nearest GPUs: the size: Success, 1
+GPU set: a count with no array: Invalid Argument
+retired pages: a count with no array: Invalid Argument
+threshold past the enum: Invalid Argument
+threshold acoustic max: Not Supported
+state of the last link: Success
+state past the links: Invalid Argument
+state past NVML_NVLINK_MAX_LINKS: Invalid Argument
+P2P capability past the links: Success, 1
+capability past NVML_NVLINK_MAX_LINKS: Invalid Argument
+`
+	if code != 0 || out != want {
+		t.Errorf("args exited %d:\n%s", code, testenv.FirstDiff(want, out))
+	}
+}

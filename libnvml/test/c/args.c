@@ -1,0 +1,61 @@
+// args: what nvml.h says a call answers to arguments go-nvml never sends
+// (a count with no array, a level or threshold outside its enum, the
+// bus-id forms it lists), on a node of NVLink GPUs.
+//
+// Prints one line per check, "name: answer".
+#include <stdio.h>
+
+#include <nvml.h>
+
+static void say(const char *what, nvmlReturn_t r)
+{
+	printf("%s: %s\n", what, nvmlErrorString(r));
+}
+
+int main(void)
+{
+	if (nvmlInit_v2() != NVML_SUCCESS)
+		return 1;
+	nvmlDevice_t d, h;
+	nvmlDeviceGetHandleByIndex_v2(0, &d);
+	char bus[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+	nvmlPciInfo_t pci;
+	nvmlDeviceGetPciInfo_v3(d, &pci);
+	snprintf(bus, sizeof bus, "%x:%x:%x", pci.domain, pci.bus, pci.device);
+	nvmlReturn_t r = nvmlDeviceGetHandleByPciBusId_v2(bus, &h);
+	printf("handle by domain:bus:device: %s, %s\n", nvmlErrorString(r), r == NVML_SUCCESS && h.handle == d.handle ? "GPU 0" : "another");
+
+	unsigned count = 2;
+	say("nearest GPUs: a count with no array", nvmlDeviceGetTopologyNearestGpus(d, NVML_TOPOLOGY_SYSTEM, &count, NULL));
+	count = 0;
+	say("nearest GPUs: level 35", nvmlDeviceGetTopologyNearestGpus(d, 35, &count, NULL));
+	count = 0;
+	r = nvmlDeviceGetTopologyNearestGpus(d, NVML_TOPOLOGY_SYSTEM, &count, NULL);
+	printf("nearest GPUs: the size: %s, %u\n", nvmlErrorString(r), count);
+	count = 2;
+	say("GPU set: a count with no array", nvmlSystemGetTopologyGpuSet(0, &count, NULL));
+
+	count = 2;
+	say("retired pages: a count with no array",
+	    nvmlDeviceGetRetiredPages(d, NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, &count, NULL));
+
+	unsigned temp;
+	say("threshold past the enum", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_COUNT, &temp));
+	say("threshold acoustic max", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MAX, &temp));
+
+	unsigned links = 0;
+	nvmlFieldValue_t fv = {.fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT};
+	nvmlDeviceGetFieldValues(d, 1, &fv);
+	links = fv.value.uiVal;
+	nvmlEnableState_t st;
+	unsigned cap;
+	say("state of the last link", nvmlDeviceGetNvLinkState(d, links - 1, &st));
+	say("state past the links", nvmlDeviceGetNvLinkState(d, links, &st));
+	say("state past NVML_NVLINK_MAX_LINKS", nvmlDeviceGetNvLinkState(d, NVML_NVLINK_MAX_LINKS, &st));
+	r = nvmlDeviceGetNvLinkCapability(d, links, NVML_NVLINK_CAP_P2P_SUPPORTED, &cap);
+	printf("P2P capability past the links: %s, %u\n", nvmlErrorString(r), cap);
+	say("capability past NVML_NVLINK_MAX_LINKS",
+	    nvmlDeviceGetNvLinkCapability(d, NVML_NVLINK_MAX_LINKS, NVML_NVLINK_CAP_P2P_SUPPORTED, &cap));
+	nvmlShutdown();
+	return 0;
+}
