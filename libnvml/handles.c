@@ -60,6 +60,39 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *
 	return NVML_ERROR_NOT_FOUND;
 }
 
+// nvmlDeviceGetHandleByUUIDV takes a GPU's or a MIG device's UUID as text
+// or as its 16 bytes.
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (uuid == NULL || device == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (uuid->version != nvmlUUID_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	char s[NVML_DEVICE_UUID_ASCII_LEN + 1];
+	switch (uuid->type) {
+	case NVML_UUID_TYPE_ASCII:
+		memcpy(s, uuid->value.str, sizeof uuid->value.str);
+		s[sizeof uuid->value.str] = '\0';
+		return nvmlDeviceGetHandleByUUID(s, device);
+	case NVML_UUID_TYPE_BINARY: {
+		const unsigned char *b = uuid->value.bytes;
+		for (int mig = 0; mig < 2; mig++) {
+			snprintf(s, sizeof s,
+				 "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", mig ? "MIG" : "GPU",
+				 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+				 b[15]);
+			nvmlReturn_t r = nvmlDeviceGetHandleByUUID(s, device);
+			if (r != NVML_ERROR_NOT_FOUND)
+				return r;
+		}
+		return NVML_ERROR_NOT_FOUND;
+	}
+	}
+	return NVML_ERROR_INVALID_ARGUMENT;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
 {
 	if (!nvmock_ready())

@@ -4,6 +4,7 @@ package gonvml
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -106,6 +107,25 @@ func TestGettersMatchProfile(t *testing.T) {
 						return lib.DeviceGetHandleByPciBusId(strings.TrimSuffix(busID, ".0"))
 					}},
 				}
+				// nvmlDeviceGetHandleByUUIDV: the text, or the 16 bytes.
+				var text, bin nvml.UUID
+				text.Version, text.Type = nvml.STRUCT_VERSION(text, 1), uint32(nvml.UUID_TYPE_ASCII)
+				copy(text.Value[:], uuid)
+				bin.Version, bin.Type = nvml.STRUCT_VERSION(bin, 1), uint32(nvml.UUID_TYPE_BINARY)
+				raw, err := hex.DecodeString(strings.ReplaceAll(strings.TrimPrefix(uuid, "GPU-"), "-", ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(bin.Value[:], raw)
+				lookups = append(lookups,
+					struct {
+						by string
+						fn func() (nvml.Device, nvml.Return)
+					}{"UUIDV text", func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByUUIDV(&text) }},
+					struct {
+						by string
+						fn func() (nvml.Device, nvml.Return)
+					}{"UUIDV bytes", func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByUUIDV(&bin) }})
 				for _, l := range lookups {
 					h, ret := l.fn()
 					if ret != nvml.SUCCESS {

@@ -3,6 +3,7 @@
 package gonvml
 
 import (
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -411,6 +412,13 @@ func TestMIGInstancesAndDevices(t *testing.T) {
 	// The form of drivers before R470, which NVML still takes.
 	if h := got(lib.DeviceGetHandleByUUID("MIG-"+got(dev.GetUUID())(t, "GPU uuid")+"/2/1"))(t, "by MIG-GPU- uuid"); h != m1 {
 		t.Error("by MIG-GPU-<uuid>/2/1 is another handle")
+	}
+	var bin nvml.UUID
+	bin.Version, bin.Type = nvml.STRUCT_VERSION(bin, 1), uint32(nvml.UUID_TYPE_BINARY)
+	raw, _ := hex.DecodeString(strings.ReplaceAll(strings.TrimPrefix(uuid, "MIG-"), "-", ""))
+	copy(bin.Value[:], raw)
+	if h := got(lib.DeviceGetHandleByUUIDV(&bin))(t, "by the MIG UUID's bytes"); h != m1 {
+		t.Error("by the MIG UUID's bytes is another handle")
 	}
 	_, ret = lib.DeviceGetHandleByUUID("MIG-" + got(dev.GetUUID())(t, "GPU uuid") + "/2/7")
 	wantRet(t, "MIG-GPU-<uuid>/2/7, no such compute instance", ret, nvml.ERROR_NOT_FOUND)
