@@ -376,3 +376,23 @@ PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t, 2, 2)
 PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t, 0, 1)
 PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 0, 2)
 PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t, 0, 2)
+
+// nvmlDeviceGetRunningProcessDetailList is the lists above in one call, by
+// mode; all is compute and graphics (MPS clients are never registered).
+NVML_API nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t *plist)
+{
+	static const unsigned masks[NVML_PROCESS_MODE_MAX] = {1, 2, 0, 3};
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (plist == NULL || plist->version != nvmlProcessDetailList_v1 || plist->mode >= NVML_PROCESS_MODE_MAX)
+		return NVML_ERROR_INVALID_ARGUMENT; // nvml.h: so for a bad version too
+	struct live_proc *p;
+	nvmlReturn_t r = nvmock_procs_of(device, masks[plist->mode], &plist->numProcArrayEntries, plist->procArray != NULL, &p);
+	if (r != NVML_SUCCESS)
+		return r;
+	for (unsigned i = 0; i < plist->numProcArrayEntries; i++)
+		plist->procArray[i] = (nvmlProcessDetail_v1_t){.pid = p[i].pid, .usedGpuMemory = p[i].used_bytes,
+			.gpuInstanceId = nvmock_proc_gi(&p[i]), .computeInstanceId = nvmock_proc_ci(&p[i])};
+	free(p);
+	return NVML_SUCCESS;
+}

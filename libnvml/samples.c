@@ -132,3 +132,26 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlP
 	free(p);
 	return NVML_SUCCESS;
 }
+
+// nvmlDeviceGetProcessesUtilizationInfo is nvmlDeviceGetProcessUtilization
+// in a versioned struct, with JPEG and OFA (not modelled: 0).
+NVML_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_t *info)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (info == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (info->version != nvmlProcessesUtilizationInfo_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	unsigned n = info->processSamplesCount;
+	nvmlProcessUtilizationSample_t *s = NULL;
+	if (info->procUtilArray != NULL && n > 0 && (s = calloc(n, sizeof *s)) == NULL)
+		return NVML_ERROR_MEMORY;
+	nvmlReturn_t r = nvmlDeviceGetProcessUtilization(device, s, &n, info->lastSeenTimeStamp);
+	info->processSamplesCount = n;
+	for (unsigned i = 0; r == NVML_SUCCESS && i < n; i++)
+		info->procUtilArray[i] = (nvmlProcessUtilizationInfo_v1_t){.timeStamp = s[i].timeStamp, .pid = s[i].pid,
+			.smUtil = s[i].smUtil, .memUtil = s[i].memUtil, .encUtil = s[i].encUtil, .decUtil = s[i].decUtil};
+	free(s);
+	return r;
+}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -410,6 +411,13 @@ func TestRegisteredProcessesAppearAndUseMemory(t *testing.T) {
 	must(t, "GetGraphicsRunningProcesses", ret)
 	if len(procs) != 1 || procs[0].Pid != other {
 		t.Errorf("graphics processes %+v, want the sleeper", procs)
+	}
+	// The same through nvmlDeviceGetRunningProcessDetailList (go-nvml asks
+	// compute processes).
+	list, ret := d.GetRunningProcessDetailList()
+	must(t, "GetRunningProcessDetailList", ret)
+	if got := unsafe.Slice(list.ProcArray, list.NumProcArrayEntries); len(got) != 1 || got[0].Pid != self || got[0].UsedGpuMemory != 20<<30 || got[0].GpuInstanceId != math.MaxUint32 {
+		t.Errorf("the compute process detail list %+v, want this test's pid with 20 GiB, no MIG instance", got)
 	}
 	if procs, ret := handle(t, lib, 1).GetComputeRunningProcesses(); ret != nvml.SUCCESS || len(procs) != 0 {
 		t.Errorf("GPU 1: %+v (%v), want none", procs, ret)

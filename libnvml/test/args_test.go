@@ -27,6 +27,11 @@ GPU set: a count with no array: Invalid Argument
 retired pages: a count with no array: Invalid Argument
 threshold past the enum: Invalid Argument
 threshold acoustic max: Not Supported
+processes' utilization of a later version: Argument version mismatch
+processes' utilization, none running: Not Found
+process detail list of version 0: Invalid Argument
+process detail list of mode max: Invalid Argument
+process detail list, none running: Success, 0
 state of the last link: Success
 state past the links: Invalid Argument
 state past NVML_NVLINK_MAX_LINKS: Invalid Argument

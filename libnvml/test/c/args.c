@@ -43,6 +43,18 @@ int main(void)
 	say("threshold past the enum", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_COUNT, &temp));
 	say("threshold acoustic max", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MAX, &temp));
 
+	nvmlProcessesUtilizationInfo_t pu = {.version = nvmlProcessesUtilizationInfo_v1 + 1};
+	say("processes' utilization of a later version", nvmlDeviceGetProcessesUtilizationInfo(d, &pu));
+	pu.version = nvmlProcessesUtilizationInfo_v1;
+	say("processes' utilization, none running", nvmlDeviceGetProcessesUtilizationInfo(d, &pu));
+	nvmlProcessDetailList_t pl = {.version = 0};
+	say("process detail list of version 0", nvmlDeviceGetRunningProcessDetailList(d, &pl));
+	pl = (nvmlProcessDetailList_t){.version = nvmlProcessDetailList_v1, .mode = NVML_PROCESS_MODE_MAX};
+	say("process detail list of mode max", nvmlDeviceGetRunningProcessDetailList(d, &pl));
+	pl.mode = NVML_PROCESS_MODE_ALL;
+	r = nvmlDeviceGetRunningProcessDetailList(d, &pl);
+	printf("process detail list, none running: %s, %u\n", nvmlErrorString(r), pl.numProcArrayEntries);
+
 	unsigned links = 0;
 	nvmlFieldValue_t fv = {.fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT};
 	nvmlDeviceGetFieldValues(d, 1, &fv);
