@@ -90,9 +90,14 @@ func Create(path string, gpus int, seed uint64) error {
 			fd.Close()
 			return Create(path, gpus, seed)
 		}
-		if err := fd.Truncate(Size); err != nil {
+		// Written, not truncated to size: a full disk is an error here,
+		// where the map's first store to a hole would be SIGBUS.
+		if _, err := fd.WriteAt(make([]byte, Size), 0); err != nil {
 			return fmt.Errorf("state %s: %w", path, err)
 		}
+	} else if err := unix.Fallocate(int(fd.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, Size); err != nil &&
+		!errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("state %s: %w", path, err) // a sparse one of an older version, on a full disk
 	}
 	f, err := mapFile(path, fd)
 	if err != nil {
