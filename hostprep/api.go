@@ -461,7 +461,7 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 	}
 	if _, err := io.Copy(f, bytes.NewReader(data)); err != nil {
 		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+		return err // a *PathError: it names the file
 	}
 	if err := f.Chmod(mode); err != nil { // umask may have narrowed it
 		f.Close()

@@ -78,6 +78,10 @@ type Manifest struct {
 	// to write: one killed before it recorded Files left at most staged
 	// copies beside them, which uninstall removes.
 	Pending []string `json:"pending,omitempty"`
+	// Resetting says an install switched to Overlay and had not finished
+	// resetting the live state (its MIG layout, its InfiniBand ports) when
+	// it stopped: the next install resets it again.
+	Resetting bool `json:"resetting,omitempty"`
 }
 
 var overlayName = regexp.MustCompile(`^([0-9a-f]{16}|\.render-.*)$`)
@@ -112,14 +116,21 @@ func Install(o InstallOptions) (res *Result, err error) {
 	}
 	in.hash = in.inputsHash()
 
-	created, err := mkdirAll(root)
-	if err != nil {
-		return nil, fmt.Errorf("create root %s: %w", root, err)
-	}
-	unlock, err := lock(root)
-	if err != nil {
-		removeEmpty(created)
-		return nil, err
+	var created []string
+	var unlock func()
+	for try := 0; ; try++ {
+		if created, err = mkdirAll(root); err != nil {
+			return nil, fmt.Errorf("create root %s: %w", root, err)
+		}
+		unlock, err = lock(root)
+		if errors.Is(err, errRootGone) && try < 10 {
+			continue // an uninstall removed it: make it again
+		}
+		if err != nil {
+			removeEmpty(created)
+			return nil, err
+		}
+		break
 	}
 	defer unlock()
 	var fresh string  // an overlay this call rendered and nothing points at yet
@@ -156,7 +167,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 		return nil, err
 	}
 	driverLink := filepath.Join(root, "driver")
-	if fi, err := os.Lstat(driverLink); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+	if fi, err := os.Lstat(driverLink); err == nil && (fi.Mode()&fs.ModeSymlink == 0 || !ownLink(driverLink)) {
 		return nil, fmt.Errorf("%s exists and is not nvmock's symlink; move it away", driverLink)
 	}
 	rel := filepath.Join("overlays", in.hash)
@@ -216,7 +227,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	}
 	res = &Result{Driver: driverLink, Overlay: ov.Dir, Hash: in.hash, CDIFile: cdiPath, NFDFile: nfdPath, GPUs: in.ids}
 
-	if old != nil && old.Overlay == rel && old.Owner == o.Owner && linkIs(driverLink, filepath.Join(rel, "driver")) &&
+	if old != nil && old.Overlay == rel && !old.Resetting && old.Owner == o.Owner && linkIs(driverLink, filepath.Join(rel, "driver")) &&
 		in.verify(ov.Dir) == nil && slices.Equal(old.Files, []string{cdiPath, nfdPath}) &&
 		fileIs(cdiPath, cdiData) && fileIs(nfdPath, nfdData) && stateOK(statePath, len(in.ids)) {
 		res.Unchanged = true
@@ -307,29 +318,10 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// installed again (for another owner: a pool renamed, a node moved to
 	// another pool of the same board) keeps it: MIG instances, loads and
 	// processes stay, as on the GPUs, and running containers keep their
-	// InfiniBand ports.
+	// InfiniBand ports. The reset comes after the switch, so an install
+	// that fails before it leaves the installed node's state alone.
 	_, ibErr := os.Stat(IBLiveDir(statePath))
-	if old != nil && old.Overlay == rel && verr == nil && stateKept && (in.ib == nil || ibErr == nil) {
-		log.printf("kept the live state %s", statePath)
-	} else {
-		if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
-			return nil, err
-		}
-		log.printf("reset the live state %s", statePath)
-		if err := in.mig.apply(statePath); err != nil {
-			return nil, err
-		}
-		if in.ib != nil {
-			if err := writeIBLive(statePath, in.ib, true); err != nil {
-				return nil, err
-			}
-		} else {
-			os.RemoveAll(IBLiveDir(statePath)) // a profile that had InfiniBand before
-		}
-		if in.mig != nil {
-			log.printf("partitioned the GPUs: MIG layout %s", in.mig.layout.Spec)
-		}
-	}
+	keepState := old != nil && old.Overlay == rel && !old.Resetting && verr == nil && stateKept && (in.ib == nil || ibErr == nil)
 	// The fabric daemon's socket directory: GPU containers mount it, so it
 	// must be there before the daemon is.
 	if in.ib != nil {
@@ -346,6 +338,8 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// one wrote: the files may still hold it, or be in other directories.
 	m := Manifest{Version: 1, Overlay: rel, Files: []string{cdiPath, nfdPath},
 		Sums: map[string][]string{cdiPath: {sum(cdiData)}, nfdPath: {sum(nfdData)}}, Owner: o.Owner}
+	final := m
+	m.Resetting = !keepState
 	if old != nil {
 		m.Dirs = old.Dirs
 	}
@@ -354,7 +348,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 			m.Dirs = append(m.Dirs, d)
 		}
 	}
-	final := m
+	final.Dirs = m.Dirs
 	m.Files, m.Sums = slices.Clone(m.Files), maps.Clone(m.Sums)
 	for _, f := range [][2]string{{cdiTmp, cdiPath}, {nfdTmp, nfdPath}} {
 		if b, err := os.ReadFile(f[1]); f[0] != "" && err == nil {
@@ -400,6 +394,11 @@ func Install(o InstallOptions) (res *Result, err error) {
 		log.printf("wrote %s", f[1])
 	}
 	staged = nil
+	if keepState {
+		log.printf("kept the live state %s", statePath)
+	} else if err := resetState(statePath, in, o.Render.NodeName, log); err != nil {
+		return nil, err
+	}
 
 	// Only now is the old overlay unreferenced.
 	if old != nil {
@@ -424,6 +423,29 @@ func Install(o InstallOptions) (res *Result, err error) {
 	}
 	res.Removed = append(res.Removed, removeOldOverlays(overlays, in.hash, statePath, log)...)
 	return res, nil
+}
+
+// resetState starts the live state afresh for the overlay in: in place,
+// then its MIG layout and InfiniBand ports.
+func resetState(statePath string, in *inputs, nodeName string, log progress) error {
+	if err := live.Create(statePath, len(in.ids), StateSeed(nodeName)); err != nil {
+		return err
+	}
+	log.printf("reset the live state %s", statePath)
+	if err := in.mig.apply(statePath); err != nil {
+		return err
+	}
+	if in.ib != nil {
+		if err := writeIBLive(statePath, in.ib, true); err != nil {
+			return err
+		}
+	} else {
+		os.RemoveAll(IBLiveDir(statePath)) // a profile that had InfiniBand before
+	}
+	if in.mig != nil {
+		log.printf("partitioned the GPUs: MIG layout %s", in.mig.layout.Spec)
+	}
+	return nil
 }
 
 // removeOldOverlays removes the overlays other than current, except those
@@ -484,6 +506,9 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 		return &UninstallResult{Nothing: true}, nil
 	}
 	unlock, err := lock(root)
+	if errors.Is(err, errRootGone) {
+		return &UninstallResult{Nothing: true}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -511,6 +536,9 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 	res := &UninstallResult{Owner: m.Owner}
 	var errs []error
 	rm := func(p string, all bool) {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return // not there: a read-only root would say EROFS for it
+		}
 		var err error
 		if all {
 			if _, err = os.Lstat(p); err == nil {
@@ -547,8 +575,10 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 		rm(f, false)
 	}
 	driverLink := filepath.Join(root, "driver")
-	if fi, err := os.Lstat(driverLink); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+	if fi, err := os.Lstat(driverLink); err == nil && fi.Mode()&fs.ModeSymlink != 0 && ownLink(driverLink) {
 		rm(driverLink, false)
+	} else if err == nil {
+		log.printf("left %s: nvmock did not make it", driverLink)
 	}
 	overlays := filepath.Join(root, "overlays")
 	ents, _ := os.ReadDir(overlays)
@@ -568,14 +598,20 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 	for _, p := range stateFiles(root) {
 		rm(p.path, p.all)
 	}
+	// The directories install made, the CDI and NFD ones among them,
+	// before the manifest that names them (a kill between leaves them
+	// named), and under the lock: an install waiting for it sees the root
+	// gone and makes it again.
+	dirs := removeEmpty(m.Dirs)
 	if len(errs) == 0 {
 		rm(filepath.Join(root, ManifestFile), false)
+		dirs = append(dirs, removeEmpty(m.Dirs)...)
 	}
-	unlock()
-	for _, d := range removeEmpty(m.Dirs) {
+	for _, d := range dirs {
 		res.Removed = append(res.Removed, d)
 		log.printf("removed %s", d)
 	}
+	unlock()
 	if len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
@@ -599,7 +635,7 @@ func stateFiles(root string) []struct {
 		path string
 		all  bool
 	}{
-		{state, false}, {IBLiveDir(state), true}, {StartedDir(state), true}, {InUseFile(state), false},
+		{state, false}, {IBLiveDir(state), true}, {IBLiveDir(state) + ".new", true}, {StartedDir(state), true}, {InUseFile(state), false},
 		{XIDLogCursor(state), false}, {XIDLogCursor(state) + ".lock", false}, {XIDLogCursor(state) + ".tmp", false},
 		{filepath.Dir(state), false},
 		{filepath.Join(root, IBSocket), false}, {filepath.Join(root, IBSocket) + umad.IDSuffix, false},
@@ -705,8 +741,18 @@ func lock(root string) (func(), error) {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", root, err)
 	}
+	// An uninstall that held the lock may have removed the root.
+	held, err1 := f.Stat()
+	now, err2 := os.Stat(root)
+	if err1 != nil || err2 != nil || !os.SameFile(held, now) {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", root, errRootGone)
+	}
 	return func() { f.Close() }, nil
 }
+
+// errRootGone: the root was removed while lock waited for it.
+var errRootGone = errors.New("removed while waiting for the lock")
 
 func readManifest(root string) (*Manifest, error) {
 	p := filepath.Join(root, ManifestFile)
@@ -845,6 +891,14 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
+// ownLink says whether the symlink at link is one install makes: to
+// overlays/<hash>/driver.
+func ownLink(link string) bool {
+	t, err := os.Readlink(link)
+	dir, base := filepath.Split(filepath.Dir(t))
+	return err == nil && filepath.Base(t) == "driver" && filepath.Clean(dir) == "overlays" && overlayName.MatchString(base)
+}
+
 func linkIs(link, target string) bool {
 	t, err := os.Readlink(link)
 	return err == nil && t == target
@@ -862,7 +916,7 @@ func fileIs(p string, data []byte) bool {
 
 // stateOK says whether the live state at path is one for gpus GPUs.
 func stateOK(path string, gpus int) bool {
-	f, err := live.Open(path)
+	f, err := live.OpenRead(path) // a read-only root's unchanged install stays one
 	if err != nil {
 		return false
 	}

@@ -733,3 +733,86 @@ func TestHandOverGivesTheInstallToTheDaemonSetThatKeepsIt(t *testing.T) {
 		t.Errorf("nothing installed: %v, %v", ok, err)
 	}
 }
+
+// migCount is how many GPU instances GPU 0 of the state at path has.
+func migCount(t *testing.T, path string) int {
+	t.Helper()
+	st, err := live.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range st.GPUs[0].GIProfile {
+		if p != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// An install killed while it reset the live state (after its switch)
+// leaves the manifest saying so; the next install resets it again rather
+// than call the node unchanged. Found by QA: a killed install left an
+// a100 node without its MIG layout, and installing it again said
+// "unchanged".
+func TestAnInterruptedResetIsRedoneNotCalledUnchanged(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	o := s.options(testenv.Profile(t, "a100", 2), testenv.FakeDriverAssets(t))
+	o.Render.MIG = "all-1g.5gb"
+	install(t, o)
+	statePath := filepath.Join(s.root, hostprep.StateFile)
+	if n := migCount(t, statePath); n != 7 {
+		t.Fatalf("%d GPU instances after install, want 7", n)
+	}
+	// What a kill between the reset's steps leaves.
+	mpath := filepath.Join(s.root, hostprep.ManifestFile)
+	var m hostprep.Manifest
+	b, err := os.ReadFile(mpath)
+	must(t, err)
+	must(t, json.Unmarshal(b, &m))
+	m.Resetting = true
+	b, err = json.Marshal(m)
+	must(t, err)
+	must(t, os.WriteFile(mpath, b, 0o644))
+	must(t, live.Create(statePath, 2, hostprep.StateSeed(node)))
+
+	if res := install(t, o); res.Unchanged {
+		t.Fatal("an install after an interrupted reset said unchanged")
+	}
+	if n := migCount(t, statePath); n != 7 {
+		t.Errorf("%d GPU instances after the repair, want the layout's 7", n)
+	}
+	if !install(t, o).Unchanged {
+		t.Error("the install after the repair is not unchanged")
+	}
+}
+
+// An install of another overlay that fails after it rendered, before its
+// switch (here: the root refuses its manifest), leaves the installed
+// node's live state as it was: the reset comes after the switch. It came
+// before, and a failure there cost the node its MIG layout (QA).
+func TestAFailureBeforeTheSwitchKeepsTheMIGLayout(t *testing.T) {
+	needRoot(t)
+	chattr := testenv.Tool(t, "chattr")
+	s := newSite(t)
+	assets := testenv.FakeDriverAssets(t)
+	o := s.options(testenv.Profile(t, "a100", 2), assets)
+	o.Render.MIG = "all-1g.5gb"
+	first := install(t, o)
+	statePath := filepath.Join(s.root, hostprep.StateFile)
+	if out, err := exec.Command(chattr, "+i", s.root).CombinedOutput(); err != nil {
+		testenv.Missing(t, "chattr +i on %s: %v: %s", s.root, err, out)
+	}
+	_, err := hostprep.Install(s.options(testenv.Profile(t, "a100", 3), assets))
+	exec.Command(chattr, "-i", s.root).Run()
+	if err == nil {
+		t.Fatal("an install into an immutable root went through")
+	}
+	if n := migCount(t, statePath); n != 7 {
+		t.Errorf("%d GPU instances after a failed install of another overlay, want the node's 7", n)
+	}
+	if res := install(t, o); !res.Unchanged || res.Hash != first.Hash {
+		t.Errorf("the first install again: unchanged %v, hash %s; want unchanged %s", res.Unchanged, res.Hash, first.Hash)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nvmock/nvmock/hostprep"
@@ -94,5 +95,82 @@ func TestABoardWithoutInfiniBandLeavesNoSocketDirectory(t *testing.T) {
 	install(t, s.options(testenv.Profile(t, "t4", 1), assets))
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the t4 node kept %s: %v", dir, err)
+	}
+}
+
+// A symlink of the user's where install's driver link goes is refused,
+// as a file or directory there is, and uninstall leaves one it finds.
+func TestAUsersDriverSymlinkIsRefusedAndLeft(t *testing.T) {
+	needRoot(t)
+	assets := testenv.FakeDriverAssets(t)
+	s := newSite(t)
+	link := filepath.Join(s.root, "driver")
+	must(t, os.MkdirAll(s.root, 0o755))
+	must(t, os.Symlink("/opt/my-real-driver", link))
+	_, err := hostprep.Install(s.options(testenv.Profile(t, "a100", 1), assets))
+	if err == nil || !strings.Contains(err.Error(), link+" exists and is not nvmock's symlink; move it away") {
+		t.Errorf("install over a user's symlink: %v", err)
+	}
+	if _, err := hostprep.Uninstall(s.root, nil); err != nil {
+		t.Errorf("uninstall: %v", err)
+	}
+	if got, err := os.Readlink(link); err != nil || got != "/opt/my-real-driver" {
+		t.Errorf("the user's symlink: %q, %v", got, err)
+	}
+}
+
+// An install that waited for an uninstall, which removed the root, makes
+// the root again and records it (QA: it failed writing its manifest into
+// the removed root, or left the root out of the manifest).
+func TestAnInstallAfterAnUninstallThatRemovedTheRoot(t *testing.T) {
+	needRoot(t)
+	assets := testenv.FakeDriverAssets(t)
+	s := newSite(t)
+	o := s.options(testenv.Profile(t, "a100", 1), assets)
+	for i := 0; i < 5; i++ {
+		install(t, o)
+		done := make(chan error, 1)
+		go func() { _, err := hostprep.Uninstall(s.root, nil); done <- err }()
+		if _, err := hostprep.Install(o); err != nil {
+			t.Fatalf("round %d: install beside an uninstall: %v", i, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: uninstall beside an install: %v", i, err)
+		}
+		// Whichever went last, an uninstall now leaves nothing.
+		if _, err := hostprep.Uninstall(s.root, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(s.root); !os.IsNotExist(err) {
+			t.Fatalf("round %d: the root stayed after the last uninstall: %v", i, err)
+		}
+	}
+}
+
+// An install that would change nothing works on a read-only root, and an
+// uninstall there names only what it could not remove.
+func TestAReadOnlyRoot(t *testing.T) {
+	needRoot(t)
+	assets := testenv.FakeDriverAssets(t)
+	s := newSite(t)
+	must(t, os.MkdirAll(s.root, 0o755))
+	if err := syscall.Mount("tmpfs", s.root, "tmpfs", 0, "size=64m"); err != nil {
+		testenv.Missing(t, "a tmpfs at %s: %v", s.root, err)
+	}
+	defer syscall.Unmount(s.root, syscall.MNT_DETACH)
+	o := s.options(testenv.Profile(t, "a100", 1), assets)
+	install(t, o)
+	must(t, syscall.Mount("", s.root, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""))
+	if res, err := hostprep.Install(o); err != nil || !res.Unchanged {
+		t.Errorf("the same install on the read-only root: %+v, %v; want unchanged", res, err)
+	}
+	_, err := hostprep.Uninstall(s.root, nil)
+	if err == nil {
+		t.Fatal("uninstall on a read-only root succeeded")
+	}
+	for _, never := range []string{"xidlog", "ibd.sock", "overlays-in-use"} {
+		if strings.Contains(err.Error(), never) {
+			t.Errorf("uninstall's error names %s, which was never there: %v", never, err)
+		}
 	}
 }
