@@ -119,8 +119,15 @@ func Install(o InstallOptions) (res *Result, err error) {
 	var created []string
 	var unlock func()
 	for try := 0; ; try++ {
-		if created, err = mkdirAll(root); err != nil {
+		c, err := mkdirAll(root)
+		if err != nil {
+			removeEmpty(created)
 			return nil, fmt.Errorf("create root %s: %w", root, err)
+		}
+		for _, d := range c { // parents made in an earlier try may be gone too
+			if !slices.Contains(created, d) {
+				created = append(created, d)
+			}
 		}
 		unlock, err = lock(root)
 		if errors.Is(err, errRootGone) && try < 10 {
@@ -227,7 +234,12 @@ func Install(o InstallOptions) (res *Result, err error) {
 	}
 	res = &Result{Driver: driverLink, Overlay: ov.Dir, Hash: in.hash, CDIFile: cdiPath, NFDFile: nfdPath, GPUs: in.ids}
 
-	if old != nil && old.Overlay == rel && !old.Resetting && old.Owner == o.Owner && linkIs(driverLink, filepath.Join(rel, "driver")) &&
+	// What the driver link points at is installed; the manifest may name
+	// an install that failed before its switch. Its live state is done
+	// unless a reset for it was cut short.
+	installed := linkIs(driverLink, filepath.Join(rel, "driver"))
+	stateDone := old != nil && !(old.Resetting && old.Overlay == rel)
+	if installed && stateDone && old.Overlay == rel && old.Owner == o.Owner &&
 		in.verify(ov.Dir) == nil && slices.Equal(old.Files, []string{cdiPath, nfdPath}) &&
 		fileIs(cdiPath, cdiData) && fileIs(nfdPath, nfdData) && stateOK(statePath, len(in.ids)) {
 		res.Unchanged = true
@@ -321,7 +333,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// InfiniBand ports. The reset comes after the switch, so an install
 	// that fails before it leaves the installed node's state alone.
 	_, ibErr := os.Stat(IBLiveDir(statePath))
-	keepState := old != nil && old.Overlay == rel && !old.Resetting && verr == nil && stateKept && (in.ib == nil || ibErr == nil)
+	keepState := installed && stateDone && verr == nil && stateKept && (in.ib == nil || ibErr == nil)
 	// The fabric daemon's socket directory: GPU containers mount it, so it
 	// must be there before the daemon is.
 	if in.ib != nil {
@@ -519,14 +531,15 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 		return nil, err
 	}
 	if m == nil {
-		unlock()
 		// An install killed before it recorded itself made at most the
-		// root; an empty root is nothing to keep.
+		// root; an empty root is nothing to keep. Removed under the lock,
+		// as below.
 		res := &UninstallResult{Nothing: true}
 		if os.Remove(root) == nil {
 			res.Removed = append(res.Removed, root)
 			log.printf("removed %s: empty", root)
 		}
+		unlock()
 		return res, nil
 	}
 	if owner != "" && m.Owner != "" && m.Owner != owner {
@@ -734,6 +747,9 @@ func (p progress) printf(format string, args ...any) {
 // directory itself, so no lock file is left to clean up).
 func lock(root string) (func(), error) {
 	f, err := os.Open(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("lock %s: %w", root, errRootGone)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", root, err)
 	}

@@ -788,31 +788,47 @@ func TestAnInterruptedResetIsRedoneNotCalledUnchanged(t *testing.T) {
 	}
 }
 
-// An install of another overlay that fails after it rendered, before its
-// switch (here: the root refuses its manifest), leaves the installed
-// node's live state as it was: the reset comes after the switch. It came
-// before, and a failure there cost the node its MIG layout (QA).
-func TestAFailureBeforeTheSwitchKeepsTheMIGLayout(t *testing.T) {
+// An install of another overlay that fails after it rendered and recorded
+// itself, at its switch (here a directory is where it makes its new
+// link), leaves the installed node's live state as it was, and installing
+// that node again keeps it: the reset comes after the switch, and what
+// the driver link points at is what is installed. The reset came before,
+// and a failure there cost the node its MIG layout (QA); then a manifest
+// naming the failed install reset it (review).
+func TestAFailureAtTheSwitchKeepsTheMIGLayout(t *testing.T) {
 	needRoot(t)
-	chattr := testenv.Tool(t, "chattr")
 	s := newSite(t)
 	assets := testenv.FakeDriverAssets(t)
+	three := s.options(testenv.Profile(t, "a100", 3), assets)
+	h3 := install(t, three).Hash
 	o := s.options(testenv.Profile(t, "a100", 2), assets)
 	o.Render.MIG = "all-1g.5gb"
 	first := install(t, o)
 	statePath := filepath.Join(s.root, hostprep.StateFile)
-	if out, err := exec.Command(chattr, "+i", s.root).CombinedOutput(); err != nil {
-		testenv.Missing(t, "chattr +i on %s: %v: %s", s.root, err, out)
+	// One 1g.5gb destroyed since, as nvidia-smi mig -dci/-dgi would: a
+	// reset to the layout would bring it back.
+	lf, err := live.Open(statePath)
+	must(t, err)
+	must(t, lf.Update(func(st *live.State, _ int64) error {
+		st.GPUs[0].GIProfile[13], st.GPUs[0].CISlices[13*live.MaxCIs] = 0, 0
+		return nil
+	}))
+	lf.Close()
+	must(t, os.MkdirAll(filepath.Join(s.root, ".driver-"+h3, "x"), 0o755))
+	if _, err := hostprep.Install(three); err == nil {
+		t.Fatal("an install whose switch cannot be made went through")
 	}
-	_, err := hostprep.Install(s.options(testenv.Profile(t, "a100", 3), assets))
-	exec.Command(chattr, "-i", s.root).Run()
-	if err == nil {
-		t.Fatal("an install into an immutable root went through")
+	if n := migCount(t, statePath); n != 6 {
+		t.Errorf("%d GPU instances after a failed install of another overlay, want the node's 6", n)
 	}
-	if n := migCount(t, statePath); n != 7 {
-		t.Errorf("%d GPU instances after a failed install of another overlay, want the node's 7", n)
+	must(t, os.RemoveAll(filepath.Join(s.root, ".driver-"+h3)))
+	if res := install(t, o); res.Hash != first.Hash {
+		t.Errorf("the first install again: hash %s, want %s", res.Hash, first.Hash)
 	}
-	if res := install(t, o); !res.Unchanged || res.Hash != first.Hash {
-		t.Errorf("the first install again: unchanged %v, hash %s; want unchanged %s", res.Unchanged, res.Hash, first.Hash)
+	if n := migCount(t, statePath); n != 6 {
+		t.Errorf("%d GPU instances after installing the node again, want the 6 it kept", n)
+	}
+	if !install(t, o).Unchanged {
+		t.Error("a third install is not unchanged")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,6 +105,9 @@ func HandOver(rootDir, from, to string) (bool, error) {
 		return false, nil // nothing installed
 	}
 	unlock, err := lock(rootDir)
+	if errors.Is(err, errRootGone) {
+		return false, nil // uninstalled while it waited
+	}
 	if err != nil {
 		return false, err
 	}

@@ -111,6 +111,11 @@ func TestAUsersDriverSymlinkIsRefusedAndLeft(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), link+" exists and is not nvmock's symlink; move it away") {
 		t.Errorf("install over a user's symlink: %v", err)
 	}
+	// One put there after an install is left by uninstall.
+	must(t, os.Remove(link))
+	install(t, s.options(testenv.Profile(t, "a100", 1), assets))
+	must(t, os.Remove(link))
+	must(t, os.Symlink("/opt/my-real-driver", link))
 	if _, err := hostprep.Uninstall(s.root, nil); err != nil {
 		t.Errorf("uninstall: %v", err)
 	}
