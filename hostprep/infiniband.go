@@ -116,6 +116,21 @@ func LoadFabric(overlay string) (*profile.Node, *fabric.Fabric, error) {
 	return node, f, nil
 }
 
+// LiveFabric is the node and fabric of the installed node whose live
+// state is statePath, from its live port state's IBLiveFabric.
+func LiveFabric(statePath string) (*profile.Node, *fabric.Fabric, error) {
+	path := filepath.Join(IBLiveDir(statePath), IBLiveFabric)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	node, f, err := fabricOf(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return node, f, nil
+}
+
 // fabricOf builds the node and fabric a FabricFile's content describes.
 func fabricOf(spec []byte) (*profile.Node, *fabric.Fabric, error) {
 	var s fabricSpec

@@ -499,7 +499,7 @@ ctl ib errors mlx5_0 symbol_error:4; cat $c/symbol_error; perfquery -C mlx5_0 | 
 func TestAStandaloneDaemonFollowsTheNodesFaultsWithState(t *testing.T) {
 	bin := builtNvmock(t)
 	out := nodeOf(t, "h100", fmt.Sprintf(`T=$(mktemp -d)
-%[1]s ibd --profile h100 --socket $T/a.sock --state %[2]s 2>/dev/null & a=$!
+%[1]s ibd --socket $T/a.sock --state %[2]s 2>/dev/null & a=$!
 %[1]s ibd --profile h100 --socket $T/b.sock 2>/dev/null & b=$!
 for i in $(seq 100); do [ -S $T/a.sock ] && [ -S $T/b.sock ] && break; sleep 0.05; done
 %[1]s ctl ib errors mlx5_0 symbol_error:7

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/ibshim/ibd"
 	"github.com/nvmock/nvmock/ibshim/umad"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // ibdCmd runs the node's fabric daemon: `nvmock ibd [--profile P] --socket
@@ -35,7 +37,7 @@ func ibdCmd(args []string) error {
 	pf.add(fs, "")
 	var faults faultFlags
 	fs.Var(&faults, "fault", faultUsage)
-	state := fs.String("state", "", "an installed node's live state file (<root>/live/state): follow the port faults nvmock ctl ib sets there, which replace --fault's")
+	state := fs.String("state", "", "serve the installed node whose live state file this is (<root>/live/state): its fabric, the port faults nvmock ctl ib sets, its ports' counters in sysfs (run it instead of the NRI plugin's daemon, not beside it)")
 	if err := parseFlags(fs, args, os.Stdout, ibdUsage); err != nil {
 		return helpShown(err)
 	}
@@ -51,34 +53,9 @@ func ibdCmd(args []string) error {
 	if err := pf.check(); err != nil {
 		return fmt.Errorf("ibd: %w", err)
 	}
-	faultsFile := ""
-	if *state != "" {
-		dir := hostprep.IBLiveDir(*state)
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return fmt.Errorf("ibd: --state %s: no InfiniBand live state beside it (%s); give the state of a node installed with InfiniBand", *state, dir)
-		}
-		faultsFile = filepath.Join(dir, hostprep.IBLiveFaults)
-	}
-	p, _, err := lf.load(*name)
+	node, f, faultsFile, err := ibdFabric(fs, *state, *name, *host, *slot, lf, faults)
 	if err != nil {
 		return err
-	}
-	node, err := p.Node()
-	if err != nil {
-		return err
-	}
-	if node.IB == nil {
-		return fmt.Errorf("ibd: profile %s has no InfiniBand (no infiniband block)", p.Name)
-	}
-	if *slot < -1 {
-		return fmt.Errorf("ibd: --slot %d: give 0 to the fabric's nodes - 1, or leave it out", *slot)
-	}
-	f, err := fabric.Build(node, nodeNameOr(*host), *slot)
-	if err != nil {
-		return fmt.Errorf("ibd: --slot: %w", err)
-	}
-	if err := f.Apply(faults); err != nil {
-		return fmt.Errorf("ibd: --fault: %w", err)
 	}
 	l, err := ibd.Listen(*socket)
 	if err != nil {
@@ -101,6 +78,53 @@ func ibdCmd(args []string) error {
 	defer stopPeers()
 	log.WithFields(logrus.Fields{"socket": *socket, "host": f.Hosts[f.Local], "slot": f.Local, "listen": pf.listen, "peers": pf.peers, "peersDNS": pf.dns}).Info("fabric daemon serving")
 	return d.Serve(l)
+}
+
+// ibdFabric is the node and fabric ibd serves: an installed node's (state,
+// with the faults file it follows), or the profile's.
+func ibdFabric(fs *flag.FlagSet, state, name, host string, slot int, lf loadFlags, faults faultFlags) (*profile.Node, *fabric.Fabric, string, error) {
+	if state != "" {
+		var set []string
+		fs.Visit(func(fl *flag.Flag) {
+			if fl.Name != "state" && fl.Name != "socket" && !strings.HasPrefix(fl.Name, "listen") && !strings.HasPrefix(fl.Name, "peers") {
+				set = append(set, "--"+fl.Name)
+			}
+		})
+		if len(set) > 0 {
+			return nil, nil, "", fmt.Errorf("ibd: --state serves the installed node's fabric and faults; leave out %s", strings.Join(set, ", "))
+		}
+		dir := hostprep.IBLiveDir(state)
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, nil, "", fmt.Errorf("ibd: --state %s: no InfiniBand live state beside it (%s); give the state of a node installed with InfiniBand", state, dir)
+		}
+		node, f, err := hostprep.LiveFabric(state)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("ibd: --state: %w", err)
+		}
+		return node, f, filepath.Join(dir, hostprep.IBLiveFaults), nil
+	}
+	p, _, err := lf.load(name)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	node, err := p.Node()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if node.IB == nil {
+		return nil, nil, "", fmt.Errorf("ibd: profile %s has no InfiniBand (no infiniband block)", p.Name)
+	}
+	if slot < -1 {
+		return nil, nil, "", fmt.Errorf("ibd: --slot %d: give 0 to the fabric's nodes - 1, or leave it out", slot)
+	}
+	f, err := fabric.Build(node, nodeNameOr(host), slot)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("ibd: --slot: %w", err)
+	}
+	if err := f.Apply(faults); err != nil {
+		return nil, nil, "", fmt.Errorf("ibd: --fault: %w", err)
+	}
+	return node, f, "", nil
 }
 
 // peerFlags say how a node's fabric daemon finds the other real nodes'.

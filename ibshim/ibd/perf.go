@@ -190,7 +190,7 @@ func (d *Daemon) countersToShow() []shownCounters {
 // hostprep.IBLiveDir), which containers and nvmock exec see as their
 // HCAs' sysfs: a real HCA's sysfs counters are its PMA's, which perfquery
 // reads and resets. Each file is replaced in one rename. A node without
-// live ports (nvmock ibd alone) has nowhere to show them.
+// live ports (nvmock ibd without --state) has nowhere to show them.
 func (d *Daemon) showCounters(dir string, shown []shownCounters) {
 	for _, s := range shown {
 		at := filepath.Join(dir, s.hca, "ports", "1", "counters")
