@@ -143,7 +143,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (info->version != nvmlProcessesUtilizationInfo_v1)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-	unsigned n = info->processSamplesCount;
+	unsigned n = info->processSamplesCount < STATE_PROCS ? info->processSamplesCount : STATE_PROCS;
 	nvmlProcessUtilizationSample_t *s = NULL;
 	if (info->procUtilArray != NULL && n > 0 && (s = calloc(n, sizeof *s)) == NULL)
 		return NVML_ERROR_MEMORY;

@@ -230,9 +230,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t 
 	return NVML_SUCCESS;
 }
 
-// LINK validates an NVLink index. Links the board lacks are "not
-// supported", not invalid: nvidia-smi walks all NVML_NVLINK_MAX_LINKS and
-// gives up on any other error.
+// LINK validates an NVLink index: past NVML_NVLINK_MAX_LINKS invalid, past
+// the board's links not supported. The state and capability calls answer
+// links past the board's but below the bound as Blackwell boards do.
 #define LINK(d, link)                                              \
 	do {                                                       \
 		if ((link) >= NVML_NVLINK_MAX_LINKS)               \
