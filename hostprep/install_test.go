@@ -678,32 +678,18 @@ func TestAnInstallThatOnlyChangesHandsKeepsTheLiveState(t *testing.T) {
 	}
 	// One 1g.5gb destroyed by hand, as nvidia-smi mig -dci/-dgi would.
 	change(func(st *live.State) { st.GPUs[0].GIProfile[13], st.GPUs[0].CISlices[13*live.MaxCIs] = 0, 0 })
-	count := func() int {
-		t.Helper()
-		st, err := live.ReadFile(statePath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, p := range st.GPUs[0].GIProfile {
-			if p != 0 {
-				n++
-			}
-		}
-		return n
-	}
-	if n := count(); n != 6 {
+	if n := migCount(t, statePath); n != 6 {
 		t.Fatalf("%d GPU instances before the change of hands, want 6", n)
 	}
 	o.Owner = "nvmock/nvmock-b"
 	install(t, o)
-	if n := count(); n != 6 {
+	if n := migCount(t, statePath); n != 6 {
 		t.Errorf("after the same overlay changed hands: %d GPU instances, want the 6 the node had", n)
 	}
 	o.Render.Profile = testenv.Profile(t, "a100", 1)
 	o.Render.MIG = "all-1g.5gb"
 	install(t, o)
-	if n := count(); n != 7 {
+	if n := migCount(t, statePath); n != 7 {
 		t.Errorf("a new overlay: %d GPU instances, want the layout's 7", n)
 	}
 }
