@@ -26,6 +26,22 @@ func mountNS(pid int) string {
 	return ns
 }
 
+// holdMountNS opens process pid's mount namespace, which keeps it, and so
+// its name, from being freed and reused while the file is open; "", nil if
+// it cannot be opened.
+func holdMountNS(pid int) (string, *os.File) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+	if err != nil {
+		return "", nil
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return "", nil
+	}
+	return fmt.Sprintf("mnt:[%d]", st.Ino), f
+}
+
 // inNamespace lists the live processes in mount namespace ns, with their
 // names. A zombie has no namespace left and is not listed.
 func inNamespace(ns string) map[int]string {

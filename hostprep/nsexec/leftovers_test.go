@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -95,4 +96,37 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// A namespace that is held keeps its name, so the leftovers of a command
+// whose namespace died never take in another exec's: the kernel gives a
+// freed namespace's inode number to the next one made (QA: one exec ended
+// another's processes, and a CI run's).
+func TestAHeldNamespaceIsNeverAnotherExecs(t *testing.T) {
+	needRoot(t)
+	inNewNS := func(args ...string) *exec.Cmd {
+		c := exec.Command(args[0], args[1:]...)
+		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for round := 0; round < 5; round++ {
+		first := inNewNS("sleep", "0.2")
+		ns, f := holdMountNS(first.Process.Pid)
+		if f == nil {
+			t.Fatal("cannot hold the first command's namespace")
+		}
+		_ = first.Wait()
+		time.Sleep(100 * time.Millisecond) // the kernel frees a namespace after its last task
+		other := inNewNS("sleep", "30")
+		endLeftovers(ns, nil)
+		_ = other.Process.Kill()
+		_ = other.Wait()
+		f.Close()
+		if ws := other.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("round %d: another command's process was ended as the first's leftover (%s)", round, ns)
+		}
+	}
 }

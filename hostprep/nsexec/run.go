@@ -54,7 +54,7 @@ type Options struct {
 }
 
 // Forwarded are the signals passed on to the command.
-var Forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+var Forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // fromTerminal says whether sig most likely came from this process's
 // terminal: its keys (^C, ^\) and its hang-up signal the terminal's whole
@@ -243,8 +243,14 @@ func start(o Options, s spec, env []string) (int, error) {
 	}
 	w.Close()
 	// The child is in its namespace from the clone, and takes its setup's
-	// milliseconds before the command can run, let alone exit.
-	ns := mountNS(cmd.Process.Pid)
+	// milliseconds before the command can run, let alone exit. Held open
+	// until the leftovers are ended: a namespace's inode number is reused
+	// as soon as it is freed, and then names another exec's node (QA: one
+	// exec ended another's processes).
+	ns, nsf := holdMountNS(cmd.Process.Pid)
+	if nsf != nil {
+		defer nsf.Close()
+	}
 	if s.UserNS && o.Note != nil {
 		o.Note("no CAP_SYS_ADMIN: running in a user namespace, where /dev/nvidia* are bind mounts of /dev/null (mknod is not allowed there)")
 	}
