@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -296,5 +297,52 @@ func TestExecNotesARealDriver(t *testing.T) {
 	want := "nvmock exec: note: this host has a real NVIDIA driver (/proc/driver/nvidia); the command sees the mock GPUs, not its own"
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Errorf("exec on a host with /proc/driver/nvidia: %v\n%s\nwant %q", err, out, want)
+	}
+}
+
+// A board with InfiniBand runs where /dev/infiniband exists (a real RDMA
+// host, or here another exec's node, gb200's with 8 umad nodes): the
+// overlay's nodes take its place, as the NVIDIA ones do. QA: "mkdir
+// /dev/infiniband: file exists".
+func TestExecReplacesTheHostsInfiniBandNodes(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	inner := execNode(t, cache, tmp, "--profile", "h100", "--gpus", "1", "--", "sh", "-c", "ls /dev/infiniband | grep -c umad")
+	outer := execNode(t, cache, tmp, append([]string{"--profile", "gb200", "--gpus", "1", "--"}, inner.Args...)...)
+	out, err := outer.Output()
+	if err != nil || string(out) != "12\n" {
+		t.Errorf("exec on h100 inside exec on gb200: %v\n%s\nwant h100's 12 umad nodes", err, out)
+	}
+}
+
+// SIGUSR1 and SIGUSR2 sent to exec reach the command, as a container
+// runtime passes them on (QA: they were dropped).
+func TestExecPassesOnSIGUSR1(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	cmd := execNode(t, cache, tmp, "--profile", "t4", "--", "sh", "-c", `trap 'echo got-usr1; exit 4' USR1; echo ready; while :; do sleep 0.05; done`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() || sc.Text() != "ready" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("the command did not start: %q", sc.Text())
+	}
+	// Not passed on, the command would loop forever: end its group.
+	stop := time.AfterFunc(20*time.Second, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	defer stop.Stop()
+	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	var rest []string
+	for sc.Scan() {
+		rest = append(rest, sc.Text())
+	}
+	if code := status(cmd.Wait()); code != 4 || !slices.Equal(rest, []string{"got-usr1"}) {
+		t.Errorf("after SIGUSR1: exit %d, output %q; want 4 and got-usr1", code, rest)
 	}
 }

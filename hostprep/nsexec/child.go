@@ -116,7 +116,11 @@ func setup(s spec) error {
 	// Bound from the mirror's copy: the work directory may be under /dev
 	// (/dev/shm), hidden while the mirror is made.
 	nullDev := "/dev/null"
-	err = mirror("/dev", filepath.Join(s.Work, "stage", "dev"), !s.UserNS, false, func() error {
+	own := map[string]bool{}
+	for _, d := range devs {
+		own[d.Name()] = true
+	}
+	err = mirror("/dev", filepath.Join(s.Work, "stage", "dev"), !s.UserNS, false, own, func() error {
 		for _, d := range devs {
 			if err := devNode(filepath.Join(s.Driver, "dev", d.Name()), filepath.Join("/dev", d.Name()), nullDev, s.UserNS); err != nil {
 				return err
@@ -149,7 +153,7 @@ func setup(s spec) error {
 	if err := loaderCache(s); err != nil {
 		return fmt.Errorf("loader cache: %w", err)
 	}
-	err = mirror("/proc/driver", filepath.Join(s.Work, "stage", "proc"), false, true, func() error {
+	err = mirror("/proc/driver", filepath.Join(s.Work, "stage", "proc"), false, true, nil, func() error {
 		for _, name := range []string{"nvidia", "nvidia-caps"} {
 			src := filepath.Join(s.Driver, "proc", "driver", name)
 			if _, err := os.Stat(src); err != nil && name != "nvidia" {
@@ -218,12 +222,13 @@ func isSysfs(dir string) bool {
 }
 
 // mirror covers dir with a tmpfs holding the same entries (bind mounts of
-// the originals, symlinks copied) except the NVIDIA ones, then lets add put
-// the overlay's in. stage is an empty directory to reach the original
+// the originals, symlinks copied) except the NVIDIA ones and those of the
+// names in own (the overlay's, such as a real RDMA host's infiniband),
+// then lets add put the overlay's in. stage is an empty directory to reach the original
 // through meanwhile. The rest of dir keeps working: /dev/null, /dev/pts,
 // /dev/shm are the host's. devices allows device nodes on the tmpfs;
 // readonly remounts it read-only when done.
-func mirror(dir, stage string, devices, readonly bool, add func() error) error {
+func mirror(dir, stage string, devices, readonly bool, own map[string]bool, add func() error) error {
 	st, err := os.Stat(dir)
 	if err != nil {
 		return err
@@ -259,7 +264,7 @@ func mirror(dir, stage string, devices, readonly bool, add func() error) error {
 	for _, e := range ents {
 		// The overlay defines the NVIDIA set: a real node's extra GPUs
 		// must not show through.
-		if strings.HasPrefix(e.Name(), "nvidia") {
+		if strings.HasPrefix(e.Name(), "nvidia") || own[e.Name()] {
 			continue
 		}
 		if err := copyEntry(filepath.Join(orig, e.Name()), filepath.Join(dir, e.Name()), devices); err != nil {
