@@ -137,8 +137,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlP
 // in a versioned struct, with JPEG and OFA (not modelled: 0).
 NVML_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_t *info)
 {
-	if (!nvmock_ready())
-		return NVML_ERROR_UNINITIALIZED;
+	DEV(device, d);
+	(void)d;
 	if (info == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (info->version != nvmlProcessesUtilizationInfo_v1)
