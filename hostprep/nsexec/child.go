@@ -222,9 +222,9 @@ func isSysfs(dir string) bool {
 }
 
 // mirror covers dir with a tmpfs holding the same entries (bind mounts of
-// the originals, symlinks copied) except the NVIDIA ones and those of the
-// names in own (the overlay's, such as a real RDMA host's infiniband),
-// then lets add put the overlay's in. stage is an empty directory to reach the original
+// the originals, symlinks copied) except the NVIDIA ones and those named
+// in own (the overlay's: a real RDMA host's infiniband), then lets add put
+// the overlay's in. stage is an empty directory to reach the original
 // through meanwhile. The rest of dir keeps working: /dev/null, /dev/pts,
 // /dev/shm are the host's. devices allows device nodes on the tmpfs;
 // readonly remounts it read-only when done.
