@@ -330,10 +330,12 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// installed again (for another owner: a pool renamed, a node moved to
 	// another pool of the same board) keeps it: MIG instances, loads and
 	// processes stay, as on the GPUs, and running containers keep their
-	// InfiniBand ports. The reset comes after the switch, so an install
-	// that fails before it leaves the installed node's state alone.
+	// InfiniBand ports; so does the same overlay rendered again to repair
+	// it (a file of it changed), as a damaged driver file resets no GPU.
+	// The reset comes after the switch, so an install that fails before it
+	// leaves the installed node's state alone.
 	_, ibErr := os.Stat(IBLiveDir(statePath))
-	keepState := installed && stateDone && verr == nil && stateKept && (in.ib == nil || ibErr == nil)
+	keepState := installed && stateDone && stateKept && (in.ib == nil || ibErr == nil)
 	// The fabric daemon's socket directory: GPU containers mount it, so it
 	// must be there before the daemon is.
 	if in.ib != nil {

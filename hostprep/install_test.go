@@ -148,11 +148,25 @@ func TestADamagedOverlayIsRepairedNotCalledUnchanged(t *testing.T) {
 	needRoot(t)
 	s := newSite(t)
 	o := s.options(testenv.Profile(t, "a100", 2), testenv.FakeDriverAssets(t))
+	o.Render.MIG = "all-1g.5gb"
 	first := install(t, o)
+	// The repair keeps the node's live state: one 1g.5gb destroyed since
+	// stays destroyed (QA: a repair reset the MIG layout and processes).
+	statePath := filepath.Join(s.root, hostprep.StateFile)
+	lf, err := live.Open(statePath)
+	must(t, err)
+	must(t, lf.Update(func(st *live.State, _ int64) error {
+		st.GPUs[0].GIProfile[13], st.GPUs[0].CISlices[13*live.MaxCIs] = 0, 0
+		return nil
+	}))
+	lf.Close()
 	must(t, os.Remove(filepath.Join(first.Driver, "dev", "nvidia1")))
 	res := install(t, o)
 	if res.Unchanged {
 		t.Fatal("install called a damaged overlay unchanged")
+	}
+	if n := migCount(t, statePath); n != 6 {
+		t.Errorf("%d GPU instances after the repair, want the 6 the node had", n)
 	}
 	if _, err := os.Stat(filepath.Join(res.Driver, "dev", "nvidia1")); err != nil {
 		t.Errorf("not repaired: %v", err)
