@@ -2,7 +2,9 @@ package hostprep
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -102,31 +104,30 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 // LoadFabric is the node and fabric an overlay was rendered for, from its
 // FabricFile; nil, nil when the overlay has no InfiniBand.
 func LoadFabric(overlay string) (*profile.Node, *fabric.Fabric, error) {
-	b, err := os.ReadFile(filepath.Join(overlay, FabricFile))
-	if os.IsNotExist(err) {
+	node, f, err := readFabric(filepath.Join(overlay, FabricFile), FabricFile)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	node, f, err := fabricOf(b)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", FabricFile, err)
-	}
-	return node, f, nil
+	return node, f, err
 }
 
 // LiveFabric is the node and fabric of the installed node whose live
 // state is statePath, from its live port state's IBLiveFabric.
 func LiveFabric(statePath string) (*profile.Node, *fabric.Fabric, error) {
 	path := filepath.Join(IBLiveDir(statePath), IBLiveFabric)
+	return readFabric(path, path)
+}
+
+// readFabric builds the node and fabric of the FabricFile at path; its
+// errors name the file as name.
+func readFabric(path, name string) (*profile.Node, *fabric.Fabric, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	node, f, err := fabricOf(b)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return node, f, nil
 }

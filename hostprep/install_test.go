@@ -153,13 +153,7 @@ func TestADamagedOverlayIsRepairedNotCalledUnchanged(t *testing.T) {
 	// The repair keeps the node's live state: one 1g.5gb destroyed since
 	// stays destroyed (QA: a repair reset the MIG layout and processes).
 	statePath := filepath.Join(s.root, hostprep.StateFile)
-	lf, err := live.Open(statePath)
-	must(t, err)
-	must(t, lf.Update(func(st *live.State, _ int64) error {
-		st.GPUs[0].GIProfile[13], st.GPUs[0].CISlices[13*live.MaxCIs] = 0, 0
-		return nil
-	}))
-	lf.Close()
+	destroyOneGI(t, statePath)
 	must(t, os.Remove(filepath.Join(first.Driver, "dev", "nvidia1")))
 	res := install(t, o)
 	if res.Unchanged {
@@ -679,19 +673,8 @@ func TestAnInstallThatOnlyChangesHandsKeepsTheLiveState(t *testing.T) {
 	o.Owner = "nvmock/nvmock-a"
 	install(t, o)
 	statePath := filepath.Join(s.root, hostprep.StateFile)
-	change := func(f func(*live.State)) {
-		t.Helper()
-		lf, err := live.Open(statePath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lf.Close()
-		if err := lf.Update(func(st *live.State, _ int64) error { f(st); return nil }); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// One 1g.5gb destroyed by hand, as nvidia-smi mig -dci/-dgi would.
-	change(func(st *live.State) { st.GPUs[0].GIProfile[13], st.GPUs[0].CISlices[13*live.MaxCIs] = 0, 0 })
+	destroyOneGI(t, statePath)
 	if n := migCount(t, statePath); n != 6 {
 		t.Fatalf("%d GPU instances before the change of hands, want 6", n)
 	}
@@ -807,13 +790,7 @@ func TestAFailureAtTheSwitchKeepsTheMIGLayout(t *testing.T) {
 	statePath := filepath.Join(s.root, hostprep.StateFile)
 	// One 1g.5gb destroyed since, as nvidia-smi mig -dci/-dgi would: a
 	// reset to the layout would bring it back.
-	lf, err := live.Open(statePath)
-	must(t, err)
-	must(t, lf.Update(func(st *live.State, _ int64) error {
-		st.GPUs[0].GIProfile[13], st.GPUs[0].CISlices[13*live.MaxCIs] = 0, 0
-		return nil
-	}))
-	lf.Close()
+	destroyOneGI(t, statePath)
 	must(t, os.MkdirAll(filepath.Join(s.root, ".driver-"+h3, "x"), 0o755))
 	if _, err := hostprep.Install(three); err == nil {
 		t.Fatal("an install whose switch cannot be made went through")
@@ -831,4 +808,17 @@ func TestAFailureAtTheSwitchKeepsTheMIGLayout(t *testing.T) {
 	if !install(t, o).Unchanged {
 		t.Error("a third install is not unchanged")
 	}
+}
+
+// destroyOneGI destroys GPU 0's last 1g.5gb instance (id 13) in the state
+// at path, as nvidia-smi mig -dci and -dgi would.
+func destroyOneGI(t *testing.T, path string) {
+	t.Helper()
+	lf, err := live.Open(path)
+	must(t, err)
+	defer lf.Close()
+	must(t, lf.Update(func(st *live.State, _ int64) error {
+		st.GPUs[0].GIProfile[13], st.GPUs[0].CISlices[13*live.MaxCIs] = 0, 0
+		return nil
+	}))
 }
