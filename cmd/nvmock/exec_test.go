@@ -346,3 +346,80 @@ func TestExecPassesOnSIGUSR1(t *testing.T) {
 		t.Errorf("after SIGUSR1: exit %d, output %q; want 4 and got-usr1", code, rest)
 	}
 }
+
+// A SIGKILL of exec itself, or of its whole process group, still ends what
+// the command left running, a daemon in a session of its own included, and
+// removes its temporary directory (QA: they ran on for good).
+func TestExecKilledStillEndsWhatTheCommandLeft(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := execNode(t, cache, tmp, "--profile", "t4", "--", "sh", "-c",
+		`setsid sh -c 'echo $$ > `+pidFile+`.new; mv `+pidFile+`.new `+pidFile+`; exec sleep 1003' &
+		while [ ! -e `+pidFile+` ] || [ "$(cat /proc/$(cat `+pidFile+`)/comm)" != sleep ]; do sleep 0.01; done
+		echo ready; exec sleep 1004`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = errFile
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() || sc.Text() != "ready" {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatalf("the command did not start: %q", sc.Text())
+	}
+	daemon := readPidFile(t, pidFile)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	for end := time.Now().Add(10 * time.Second); processAlive(daemon) && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if processAlive(daemon) {
+		_ = syscall.Kill(daemon, syscall.SIGKILL)
+		t.Fatalf("the command's daemon (%d) still runs 10 s after exec was killed", daemon)
+	}
+	var left []string
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		ents, _ := os.ReadDir(tmp)
+		if left = nil; len(ents) == 0 {
+			break
+		}
+		for _, e := range ents {
+			left = append(left, e.Name())
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+	if b, _ := os.ReadFile(errFile.Name()); !strings.Contains(string(b), "exec was killed; ending 1 process(es) the command left running") {
+		t.Errorf("stderr %q, want a note naming the daemon", b)
+	}
+}
+
+func readPidFile(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	var pid int
+	if _, serr := fmt.Sscan(string(b), &pid); err != nil || serr != nil {
+		t.Fatalf("%s: no pid (%v, %v)", path, err, serr)
+	}
+	return pid
+}
+
+// processAlive says whether pid runs and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

@@ -26,6 +26,9 @@ const (
 // returns only if it was not started by Run; any other failure is reported
 // to Run and ends the process.
 func Child(args []string) error {
+	if len(args) > 0 && args[0] == guardArg {
+		return guard(args[1:])
+	}
 	if len(args) < 2 || args[1] != "--" {
 		return errors.New("nsexec: child started without a specification (it is run by nvmock exec)")
 	}

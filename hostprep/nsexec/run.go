@@ -50,7 +50,8 @@ type Options struct {
 	// Forwarded, by a caller that has work of its own to clean up before
 	// RunRendered starts (a signal then ends the run before the command).
 	Signals     chan os.Signal
-	forceUserNS bool // tests: take the unprivileged path as root
+	forceUserNS bool   // tests: take the unprivileged path as root
+	tmp         string // RunRendered's directory, for the guard to remove
 }
 
 // Forwarded are the signals passed on to the command.
@@ -113,6 +114,7 @@ func RunRendered(render func(dir string) (driver string, err error), o Options) 
 		o.Sys = sys
 	}
 	o.Work = filepath.Join(tmp, "ns")
+	o.tmp = tmp
 	return Run(o)
 }
 
@@ -251,6 +253,7 @@ func start(o Options, s spec, env []string) (int, error) {
 	if nsf != nil {
 		defer nsf.Close()
 	}
+	stopGuard := startGuard(o, nsf, o.tmp)
 	if s.UserNS && o.Note != nil {
 		o.Note("no CAP_SYS_ADMIN: running in a user namespace, where /dev/nvidia* are bind mounts of /dev/null (mknod is not allowed there)")
 	}
@@ -286,6 +289,7 @@ func start(o Options, s spec, env []string) (int, error) {
 	}
 	endLeftovers(ns, o.Note)
 	werr := cmd.Wait()
+	stopGuard()
 	if len(report) > 0 {
 		code, msg, _ := strings.Cut(string(report), " ")
 		n, err := strconv.Atoi(code)

@@ -1,0 +1,81 @@
+package nsexec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+)
+
+// guardArg, in Child's place of the specification, starts the guard.
+const guardArg = "--guard"
+
+// The guard's descriptors: the pipe only Run holds the other end of, and
+// the command's mount namespace.
+const (
+	guardPipeFD = 3
+	guardNSFD   = 4
+)
+
+// startGuard starts a process that ends what the command left running, and
+// removes dir (if set), should this process die without doing it: a SIGKILL
+// leaves no time to, and Pdeathsig reaches the command alone. The guard
+// waits on a pipe whose other end only this process holds; the returned
+// function tells it that all is done. Without a guard (it could not start)
+// the run goes on, as it did before guards.
+func startGuard(o Options, nsf *os.File, dir string) func() {
+	if nsf == nil {
+		return func() {}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return func() {}
+	}
+	defer r.Close()
+	g := exec.Command(o.Self[0], append(append([]string{}, o.Self[1:]...), guardArg, dir)...)
+	g.ExtraFiles = []*os.File{r, nsf}
+	// Another writer would need this process alive to copy to it.
+	if f, ok := o.Stderr.(*os.File); ok {
+		g.Stderr = f
+	} else if o.Stderr == nil {
+		g.Stderr = os.Stderr
+	}
+	// A group of its own: a kill of exec's whole group (timeout(1), a CI
+	// job's end) leaves the guard to end the command's daemons.
+	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := g.Start(); err != nil {
+		w.Close()
+		return func() {}
+	}
+	return func() {
+		_, _ = w.Write([]byte{1})
+		w.Close()
+		_ = g.Wait()
+	}
+}
+
+// guard is the process startGuard starts. It returns only if it was not.
+func guard(args []string) error {
+	var pipeSt, nsSt syscall.Stat_t
+	if len(args) != 1 || syscall.Fstat(guardPipeFD, &pipeSt) != nil || syscall.Fstat(guardNSFD, &nsSt) != nil {
+		return errors.New("nsexec: guard started without its pipe and namespace (it is run by nvmock exec)")
+	}
+	// Signals for exec are exec's to pass on, and it ends the run itself.
+	signal.Ignore(Forwarded...)
+	pipe := os.NewFile(guardPipeFD, "nsexec-guard")
+	var b [1]byte
+	if n, _ := pipe.Read(b[:]); n == 1 {
+		os.Exit(0)
+	}
+	// EOF without the byte: exec died.
+	ns := fmt.Sprintf("mnt:[%d]", nsSt.Ino)
+	endLeftovers(ns, func(s string) { fmt.Fprintln(os.Stderr, "nvmock exec: note: exec was killed;", s) })
+	if dir := args[0]; dir != "" {
+		Sweep(filepath.Dir(dir), func(name string) bool { return name == filepath.Base(dir) })
+	}
+	os.Exit(0)
+	return nil
+}
