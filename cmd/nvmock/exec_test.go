@@ -319,19 +319,7 @@ func TestExecReplacesTheHostsInfiniBandNodes(t *testing.T) {
 func TestExecPassesOnSIGUSR1(t *testing.T) {
 	cache, tmp := t.TempDir(), t.TempDir()
 	cmd := execNode(t, cache, tmp, "--profile", "t4", "--", "sh", "-c", `trap 'echo got-usr1; exit 4' USR1; echo ready; while :; do sleep 0.05; done`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() || sc.Text() != "ready" {
-		_ = cmd.Process.Kill()
-		t.Fatalf("the command did not start: %q", sc.Text())
-	}
+	sc := startReady(t, cmd)
 	// Not passed on, the command would loop forever: end its group.
 	stop := time.AfterFunc(20*time.Second, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	defer stop.Stop()
@@ -357,24 +345,12 @@ func TestExecKilledStillEndsWhatTheCommandLeft(t *testing.T) {
 		`setsid sh -c 'echo $$ > `+pidFile+`.new; mv `+pidFile+`.new `+pidFile+`; exec sleep 1003' &
 		while [ ! -e `+pidFile+` ] || [ "$(cat /proc/$(cat `+pidFile+`)/comm)" != sleep ]; do sleep 0.01; done
 		echo ready; exec sleep 1004`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd.Stderr = errFile
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() || sc.Text() != "ready" {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		t.Fatalf("the command did not start: %q", sc.Text())
-	}
+	startReady(t, cmd)
 	daemon := readPidFile(t, pidFile)
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	_ = cmd.Wait()
@@ -401,6 +377,27 @@ func TestExecKilledStillEndsWhatTheCommandLeft(t *testing.T) {
 	if b, _ := os.ReadFile(errFile.Name()); !strings.Contains(string(b), "exec was killed; ending 1 process(es) the command left running") {
 		t.Errorf("stderr %q, want a note naming the daemon", b)
 	}
+}
+
+// startReady starts cmd in a process group of its own and waits for its
+// first line, "ready"; it returns the rest of its output.
+func startReady(t *testing.T, cmd *exec.Cmd) *bufio.Scanner {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() || sc.Text() != "ready" {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		t.Fatalf("the command did not start: %q", sc.Text())
+	}
+	return sc
 }
 
 func readPidFile(t *testing.T, path string) int {
