@@ -1,0 +1,215 @@
+package hostprep
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"github.com/nvmock/nvmock/live"
+)
+
+// lock serializes installs and uninstalls of one root (flock on the
+// directory itself, so no lock file is left to clean up).
+func lock(root string) (func(), error) {
+	f, err := os.Open(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("lock %s: %w", root, errRootGone)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", root, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", root, err)
+	}
+	// An uninstall that held the lock may have removed the root.
+	held, err1 := f.Stat()
+	now, err2 := os.Stat(root)
+	if err1 != nil || err2 != nil || !os.SameFile(held, now) {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", root, errRootGone)
+	}
+	return func() { f.Close() }, nil
+}
+
+// errRootGone: the root was removed while lock waited for it.
+var errRootGone = errors.New("removed while waiting for the lock")
+
+func readManifest(root string) (*Manifest, error) {
+	p := filepath.Join(root, ManifestFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Version != 1 {
+		return nil, fmt.Errorf("%s is not an nvmock hostprep manifest (version 1); remove it by hand if nvmock did not write it", p)
+	}
+	return &m, nil
+}
+
+// missingDirs are the directories mkdirAll(dir) would create, parents
+// first.
+func missingDirs(dir string) []string {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	slices.Reverse(missing)
+	return missing
+}
+
+// mkdirAll is os.MkdirAll that returns the directories it created, parents
+// first.
+func mkdirAll(dir string) ([]string, error) {
+	var created []string
+	for _, d := range missingDirs(dir) {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) && isDir(d) {
+				continue
+			}
+			removeEmpty(created)
+			return nil, err
+		}
+		created = append(created, d)
+	}
+	return created, nil
+}
+
+// removeEmpty removes the given directories, children first, where empty.
+func removeEmpty(dirs []string) []string {
+	var removed []string
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if os.Remove(dirs[i]) == nil {
+			removed = append(removed, dirs[i])
+		}
+	}
+	return removed
+}
+
+// stagePrefix names the copies of path an install of root stages: they
+// carry the root, so that a later install or uninstall of that root, and
+// of no other sharing the directory, removes those a killed one left.
+func stagePrefix(root, path string) string {
+	h := sha256.Sum256([]byte(root))
+	return "." + filepath.Base(path) + ".nvmock-" + hex.EncodeToString(h[:4]) + "."
+}
+
+// sweepStaged removes root's staged copies of paths and returns them.
+func sweepStaged(root string, paths ...string) []string {
+	var removed []string
+	for _, p := range paths {
+		old, _ := filepath.Glob(filepath.Join(filepath.Dir(p), stagePrefix(root, p)+"*"))
+		for _, f := range old {
+			if os.Remove(f) == nil {
+				removed = append(removed, f)
+			}
+		}
+	}
+	return removed
+}
+
+// sweepManifestTemps removes copies of the manifest a killed write left.
+func sweepManifestTemps(root string) {
+	old, _ := filepath.Glob(filepath.Join(root, "."+ManifestFile+".*"))
+	for _, f := range old {
+		os.Remove(f)
+	}
+}
+
+// sweepRenders removes overlays a killed install was rendering. Under the
+// install lock no render runs.
+func sweepRenders(overlays string) {
+	old, _ := filepath.Glob(filepath.Join(overlays, ".render-*"))
+	for _, d := range old {
+		os.RemoveAll(d)
+	}
+}
+
+// tempFile writes data beside path, under prefix (a name starting with
+// "."), and returns the name.
+func tempFile(path, prefix string, data []byte, mode os.FileMode) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), prefix+"*")
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Name(), nil
+}
+
+// writeAtomic replaces path in one rename, so a reader never sees half a file.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := tempFile(path, "."+filepath.Base(path)+".", data, mode)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// ownLink says whether the symlink at link is one install makes: to
+// overlays/<hash>/driver.
+func ownLink(link string) bool {
+	t, err := os.Readlink(link)
+	dir, base := filepath.Split(filepath.Dir(t))
+	return err == nil && filepath.Base(t) == "driver" && filepath.Clean(dir) == "overlays" && overlayName.MatchString(base)
+}
+
+func linkIs(link, target string) bool {
+	t, err := os.Readlink(link)
+	return err == nil && t == target
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+func fileIs(p string, data []byte) bool {
+	b, err := os.ReadFile(p)
+	return err == nil && bytes.Equal(b, data)
+}
+
+// stateOK says whether the live state at path is one for gpus GPUs.
+func stateOK(path string, gpus int) bool {
+	f, err := live.OpenRead(path) // a read-only root's unchanged install stays one
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := f.Read().Header
+	return h.Version == live.Version && int(h.Gpus) == gpus
+}
