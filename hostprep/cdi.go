@@ -67,5 +67,8 @@ func CDIYAML(s *cdispec.Spec) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode CDI spec: %w", err)
 	}
-	return append([]byte("# Written by nvmock hostprep install; removed by nvmock hostprep uninstall.\n"), b...), nil
+	return append([]byte(cdiHeader), b...), nil
 }
+
+// cdiHeader opens every CDI spec install writes.
+const cdiHeader = "# Written by nvmock hostprep install; removed by nvmock hostprep uninstall.\n"

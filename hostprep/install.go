@@ -295,7 +295,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// another layout is reset only below, once the overlay is there: the
 	// installed overlay links to it too, and keeps it if this install fails.
 	stateKept := stateOK(statePath, len(in.ids))
-	if _, err := os.Lstat(statePath); os.IsNotExist(err) {
+	_, serr := os.Lstat(statePath)
+	newState0 := os.IsNotExist(serr)
+	if newState0 {
 		newState = true
 		if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
 			return nil, err
@@ -404,8 +406,20 @@ func Install(o InstallOptions) (res *Result, err error) {
 	staged = nil
 	if keepState {
 		log.printf("kept the live state %s", statePath)
-	} else if err := resetState(statePath, in, o.Render.NodeName, log); err != nil {
-		return nil, err
+	} else {
+		why := "a new overlay"
+		if !stateKept && !newState0 {
+			why = "it was of another nvmock's layout or GPU count"
+		}
+		if err := resetState(statePath, in, o.Render.NodeName, why, log); err != nil {
+			return nil, err
+		}
+		// A state of another layout is a new file now: the overlay's link
+		// must name it, or the library reads the old one (QA: an upgrade
+		// left MIG off and ctl's loads unseen).
+		if err := relink(filepath.Join(ov.Dir, StatePath), statePath); err != nil {
+			return nil, err
+		}
 	}
 
 	// Only now is the old overlay unreferenced.
@@ -435,11 +449,11 @@ func Install(o InstallOptions) (res *Result, err error) {
 
 // resetState starts the live state afresh for the overlay in: in place,
 // then its MIG layout and InfiniBand ports.
-func resetState(statePath string, in *inputs, nodeName string, log progress) error {
+func resetState(statePath string, in *inputs, nodeName, why string, log progress) error {
 	if err := live.Create(statePath, len(in.ids), StateSeed(nodeName)); err != nil {
 		return err
 	}
-	log.printf("reset the live state %s", statePath)
+	log.printf("reset the live state %s (%s): MIG instances, loads, faults, processes and settings start afresh", statePath, why)
 	if err := in.mig.apply(statePath); err != nil {
 		return err
 	}

@@ -822,3 +822,101 @@ func destroyOneGI(t *testing.T, path string) {
 		return nil
 	}))
 }
+
+// A live state of another layout (an older nvmock's, or one cut short) is
+// replaced by a new file, and the overlay's link names the new one: the
+// library reads the state through it. QA: after an upgrade the overlay
+// still linked the old file, so nvidia-smi saw no MIG layout and ctl's
+// changes never reached it.
+func TestAStateOfAnotherLayoutIsReplacedAndTheOverlayLinksTheNewOne(t *testing.T) {
+	needRoot(t)
+	assets := testenv.FakeDriverAssets(t)
+	for _, gpus := range []int{2, 3} {
+		t.Run(map[int]string{2: "the same overlay", 3: "a new overlay"}[gpus], func(t *testing.T) {
+			s := newSite(t)
+			o := s.options(testenv.Profile(t, "a100", 2), assets)
+			o.Render.MIG = "all-1g.5gb"
+			install(t, o)
+			statePath := filepath.Join(s.root, hostprep.StateFile)
+			// An older layout's size, in the file both names share.
+			must(t, os.Truncate(statePath, 100000))
+
+			o.Render.Profile = testenv.Profile(t, "a100", gpus)
+			res := install(t, o)
+			link := filepath.Join(res.Overlay, hostprep.StatePath)
+			a, err := os.Stat(link)
+			must(t, err)
+			b, err := os.Stat(statePath)
+			must(t, err)
+			if !os.SameFile(a, b) {
+				t.Fatalf("%s is not %s after the install replaced it", link, statePath)
+			}
+			if n := migCount(t, link); n != 7 {
+				t.Errorf("%d GPU instances through the overlay's link, want the layout's 7", n)
+			}
+			if !install(t, o).Unchanged {
+				t.Error("the next install is not unchanged")
+			}
+		})
+	}
+}
+
+// A node installed by an nvmock older than the manifest's checksums is
+// upgraded and uninstalled cleanly: its CDI spec and NFD file are known as
+// nvmock's by their content. A file there that is not such content stays.
+// QA: the new uninstall left both (the node kept its GPU labels), and an
+// install for the chart's owner refused them.
+func TestAnInstallFromBeforeChecksumsIsUpgradedAndUninstalled(t *testing.T) {
+	needRoot(t)
+	assets := testenv.FakeDriverAssets(t)
+	legacy := func(t *testing.T, s site) hostprep.InstallOptions {
+		o := s.options(testenv.Profile(t, "a100", 2), assets)
+		install(t, o)
+		mpath := filepath.Join(s.root, hostprep.ManifestFile)
+		var m map[string]any
+		b, err := os.ReadFile(mpath)
+		must(t, err)
+		must(t, json.Unmarshal(b, &m))
+		delete(m, "sums")
+		delete(m, "owner")
+		b, err = json.Marshal(m)
+		must(t, err)
+		must(t, os.WriteFile(mpath, b, 0o644))
+		return o
+	}
+	cdiFile, nfdFile := func(s site) string { return filepath.Join(s.cdi, hostprep.CDIFile) }, func(s site) string { return filepath.Join(s.nfd, hostprep.NFDFile) }
+
+	t.Run("uninstall", func(t *testing.T) {
+		s := newSite(t)
+		legacy(t, s)
+		if _, err := hostprep.Uninstall(s.root, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{cdiFile(s), nfdFile(s)} {
+			if _, err := os.Stat(f); err == nil {
+				t.Errorf("%s left by uninstall", f)
+			}
+		}
+	})
+	t.Run("install for an owner", func(t *testing.T) {
+		s := newSite(t)
+		o := legacy(t, s)
+		o.Owner = "nvmock/nvmock-default"
+		install(t, o)
+		if b, _ := os.ReadFile(nfdFile(s)); !strings.Contains(string(b), "nvmock/nvmock-default") {
+			t.Errorf("NFD file not rewritten for the owner:\n%s", b)
+		}
+	})
+	t.Run("a user's file stays", func(t *testing.T) {
+		s := newSite(t)
+		legacy(t, s)
+		mine := "# my labels\nexample.com/rack=7\n"
+		must(t, os.WriteFile(nfdFile(s), []byte(mine), 0o644))
+		if _, err := hostprep.Uninstall(s.root, nil); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(nfdFile(s)); string(b) != mine {
+			t.Errorf("the user's NFD file now reads %q", b)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package hostprep
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -73,7 +74,7 @@ func checkOwned(path string, data []byte, old *Manifest, owner string) error {
 	if old == nil || !slices.Contains(old.Files, path) {
 		return fmt.Errorf("%s exists and this install did not write it (another root's, or yours); move it away or pass another directory", path)
 	}
-	if len(old.Sums[path]) == 0 {
+	if len(old.Sums[path]) == 0 && !legacyOwned(path, old) {
 		return fmt.Errorf("%s: the manifest has no checksum for it, so it may not be nvmock's; move it away to let install write it", path)
 	}
 	if !unchanged(path, old) {
@@ -84,11 +85,43 @@ func checkOwned(path string, data []byte, old *Manifest, owner string) error {
 
 // unchanged says whether the file at path is as the manifest recorded it.
 // A file it has no sum for is not known to be nvmock's: kept (a manifest
-// edited by hand, or one older than sums).
+// edited by hand), unless the manifest is older than sums and the file
+// holds what such an install wrote (legacyOwned).
 func unchanged(path string, m *Manifest) bool {
+	if m.Sums == nil {
+		return legacyOwned(path, m)
+	}
 	want := m.Sums[path]
 	b, err := os.ReadFile(path)
 	return err == nil && slices.Contains(want, sum(b))
+}
+
+// legacyOwned says whether path, named by a manifest older than sums
+// (nvmock before 2026-12-04 wrote none), holds what such an install wrote
+// there: the CDI spec under nvmock's header line, or the NFD file of
+// nvidia.com labels alone. Anything else is a user's, and kept. Without
+// this an upgraded node's uninstall left both, with the node's labels.
+func legacyOwned(path string, m *Manifest) bool {
+	if m.Sums != nil || !slices.Contains(m.Files, path) {
+		return false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	switch filepath.Base(path) {
+	case CDIFile:
+		return bytes.Contains(b[:min(len(b), 1024)], []byte(cdiHeader)) // after an owner line, if any
+	case NFDFile:
+		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		for _, l := range lines {
+			if k, _, ok := strings.Cut(l, "="); !ok || !strings.HasPrefix(k, "nvidia.com/") {
+				return false
+			}
+		}
+		return len(b) > 0
+	}
+	return false
 }
 
 func (m *Manifest) write(root string) error {

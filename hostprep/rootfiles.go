@@ -213,3 +213,25 @@ func stateOK(path string, gpus int) bool {
 	h := f.Read().Header
 	return h.Version == live.Version && int(h.Gpus) == gpus
 }
+
+// relink makes link a hard link to target, replacing in one rename
+// whatever it named.
+func relink(link, target string) error {
+	t, err := os.Stat(target)
+	if err != nil {
+		return err
+	}
+	if l, err := os.Stat(link); err == nil && os.SameFile(l, t) {
+		return nil
+	}
+	tmp := link + ".new"
+	os.Remove(tmp)
+	if err := os.Link(target, tmp); err != nil {
+		return fmt.Errorf("link %s: %w", link, err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("link %s: %w", link, err)
+	}
+	return nil
+}

@@ -27,6 +27,7 @@
 static void *live_map, *old_live; // the state mapped, and the one before (see snapshot.c)
 static struct stat live_st;
 static char live_path[PATH_MAX];
+static char refused_path[PATH_MAX]; // a state file there that is not this nvmock's
 static unsigned my_pidns;
 
 // Per-process trigger state: calls made on each GPU, and the faults whose
@@ -88,6 +89,7 @@ void nvmock_live_map(const char *snapshot)
 	// Each init counts this process's calls afresh.
 	memset(calls, 0, sizeof calls);
 	memset(latched, 0, sizeof latched);
+	refused_path[0] = '\0';
 	__atomic_store_n(&mem_cache.generation, UINT64_MAX, __ATOMIC_RELEASE); // another file may count the same generations
 	char path[PATH_MAX];
 	const char *env = getenv("NVMOCK_STATE");
@@ -120,6 +122,7 @@ void nvmock_live_map(const char *snapshot)
 		return;
 	}
 	retire_live();
+	snprintf(refused_path, sizeof refused_path, "%s", path); // until mapped
 	if (ok)
 		m = mmap(NULL, STATE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd);
@@ -140,6 +143,7 @@ void nvmock_live_map(const char *snapshot)
 	}
 	live_map = m;
 	live_st = st;
+	refused_path[0] = '\0';
 	snprintf(live_path, sizeof live_path, "%s", path);
 	my_pidns = read_pidns();
 	live_set(h);
@@ -149,6 +153,13 @@ void nvmock_live_map(const char *snapshot)
 const char *nvmock_live_path(void)
 {
 	return live_map != NULL ? live_path : NULL;
+}
+
+// nvmock_live_refused is the state file the last init found and could not
+// use (another nvmock's layout, another node's), or NULL.
+const char *nvmock_live_refused(void)
+{
+	return live_map == NULL && refused_path[0] != '\0' ? refused_path : NULL;
 }
 
 size_t nvmock_live_size(void)

@@ -142,7 +142,14 @@ unsigned nvmock_mig_gi_id(unsigned start, unsigned size)
 static void warn_state(void)
 {
 	static int once;
-	if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
+	if (__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
+		return;
+	const char *refused = nvmock_live_refused();
+	if (refused != NULL)
+		nvmock_warn("MIG changes and settings are node state, kept in the live state file; %s is not one of "
+			    "this nvmock (another version's or another node's): reinstall the node",
+			    refused);
+	else
 		nvmock_warn("MIG changes and settings are node state, kept in the live state file; this process has none "
 			    "(install the node, or run under nvmock exec)");
 }

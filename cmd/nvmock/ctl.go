@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -621,6 +622,12 @@ func ctlCreate(path string, args []string) error {
 	}
 	if !live.IsState(path) {
 		return fmt.Errorf("%s exists and is not nvmock's live state; move it away or give another --state", path)
+	}
+	// Another layout's state is replaced by a new file, which an
+	// installed overlay's link would not name: install relinks it.
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) == nil && st.Size != live.Size && st.Size != 0 && st.Nlink > 1 {
+		return fmt.Errorf("%s: %d bytes, not a state of this nvmock (%d bytes), and an installed node's; reinstall the node (nvmock hostprep install), which resets it", path, st.Size, live.Size)
 	}
 	n := *gpus
 	given := false

@@ -386,6 +386,17 @@ func TestCtlCreateMakesAStateForTheSnapshotBesideIt(t *testing.T) {
 	if err := run([]string{"ctl", "--state", state, "create", "again"}); err == nil || !strings.Contains(err.Error(), `unexpected argument "again"`) {
 		t.Errorf("create with an argument: %v", err)
 	}
+	// An installed node's state of another layout: a new file would leave
+	// the overlay's link on the old one (QA).
+	if err := os.Truncate(lone, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(lone, lone+".overlay"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"ctl", "--state", lone, "create", "--gpus", "2"}); err == nil || !strings.Contains(err.Error(), "reinstall the node") {
+		t.Errorf("create over an installed node's state of another layout: %v", err)
+	}
 	notes := filepath.Join(t.TempDir(), "notes")
 	if err := os.WriteFile(notes, []byte("my notes\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -177,3 +177,21 @@ func runReadOnly(t *testing.T, smi, snap string, args ...string) (string, int, e
 	return runSMI(t, "unshare", snap, nil, append([]string{"-m", "sh", "-c",
 		`mount --bind -o ro "$1" "$1" && shift && exec "$0" "$@"`, smi, state}, args...)...)
 }
+
+// A state file beside the snapshot that is not this nvmock's (an older
+// layout an upgrade left behind) is named when a change is refused, not
+// called missing (QA: "this process has none (install the node...)" on an
+// installed node).
+func TestAChangeRefusedForAStateOfAnotherLayoutNamesIt(t *testing.T) {
+	s := testenv.NvidiaSMIs(t)[0]
+	snap, _ := testenv.Snapshot(t, "a100", 2)
+	state := filepath.Join(filepath.Dir(snap), "state")
+	if err := os.WriteFile(state, make([]byte, 1000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code, err := runSMI(t, s.Path, snap, nil, "-i", "0", "-mig", "1")
+	if err != nil || code == 0 || !strings.Contains(out, "Insufficient Permissions") ||
+		!strings.Contains(out, state+" is not one of this nvmock") || !strings.Contains(out, "reinstall the node") {
+		t.Errorf("nvidia-smi -mig 1 beside a state of another layout: exit %d, %v\n%s", code, err, out)
+	}
+}
