@@ -28,6 +28,7 @@ type Board struct {
 	IdleTempC uint32
 	SlowdownC uint32 // snapshot.NA: none
 	NVLinks   uint32 // 0: none
+	ECC       uint32 // the ECC mode: 1 on, 0 off, snapshot.NA: no ECC memory
 	// NoEncoder: the board has no video encoder (NVENC), as its whole-GPU
 	// MIG profile shows (A100, H100, B200): encoder utilization stays 0.
 	NoEncoder bool
@@ -35,7 +36,8 @@ type Board struct {
 
 // BoardOf takes the model's numbers from a snapshot record.
 func BoardOf(d *snapshot.Device) Board {
-	b := Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1], NVLinks: d.NvlinkCount}
+	b := Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1], NVLinks: d.NvlinkCount,
+		ECC: d.ECCCurrent}
 	for k := uint32(0); k < d.MIGGICount && k < snapshot.MaxMIGProfiles; k++ {
 		if d.MIGGIComputeSlices[k] == 7 {
 			b.NoEncoder = d.MIGGIEncoders[k] == 0
@@ -65,6 +67,33 @@ func (b Board) CheckLink(gpu int, link uint32) error {
 	}
 	return nil
 }
+
+// CheckFault refuses a fault GPU gpu of board b cannot have: ECC errors,
+// remaps and the XIDs that report them where ECC is off or absent (such a
+// GPU detects none, and XID 48 makes NVIDIA's device plugin mark it
+// unhealthy), and NVLink errors without NVLink.
+func (b Board) CheckFault(gpu int, f Fault) error {
+	kind, what := f.Kind, KindName(f.Kind)
+	if x, ok := XIDFault(f.XID); ok && kind == FaultXID {
+		kind, what = x.Kind, fmt.Sprintf("XID %d (%s)", f.XID, xidWords[f.XID])
+	}
+	switch {
+	case (kind == FaultECC || kind == FaultSBE || kind == FaultRemapFailure) && b.ECC != 1:
+		why := "ECC off (board.modes.ecc.current)"
+		if b.ECC == snapshot.NA {
+			why = "no ECC memory"
+		}
+		return fmt.Errorf("%s: GPU %d has %s, so it detects no ECC errors", what, gpu, why)
+	case kind == FaultNvlinkDown && b.NVLinks == 0:
+		return fmt.Errorf("%s: GPU %d has no NVLink", what, gpu)
+	}
+	return nil
+}
+
+// xidWords name the XIDs that come with a lasting fault (XIDFault).
+var xidWords = map[uint32]string{48: "double-bit ECC error", 63: "row remap recorded", 64: "row remap failure",
+	74: "NVLink error", 79: "fallen off the bus", 92: "high single-bit ECC error rate", 94: "contained ECC error",
+	95: "uncontained ECC error"}
 
 // PowerMW is the mean power at a GPU load in percent: idle to TDP, held
 // to the power limit (never below idle).

@@ -284,6 +284,11 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 					return fmt.Errorf("%s.link: %w", at, err)
 				}
 			}
+			if g < len(boards) {
+				if err := boards[g].CheckFault(g, fault); err != nil {
+					return fmt.Errorf("%s: %w", at, err)
+				}
+			}
 			if err := s.AddFault(g, fault, now); err != nil {
 				return fmt.Errorf("%s: %w", at, err)
 			}

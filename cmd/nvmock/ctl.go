@@ -289,11 +289,11 @@ func ctlFault(f *live.File, args []string) error {
 		return err
 	}
 	fault := live.FaultOf(kind, uint32(*xid), uint32(*count), uint32(*link), uint32(*pid))
-	var boards []live.Board
-	if kind == live.FaultNvlinkDown {
-		if boards, err = live.Boards(f.Path); err != nil {
-			return err
-		}
+	// The boards say which faults a GPU can have; a state without its
+	// snapshot takes any but nvlink_down, whose link needs them.
+	boards, err := live.Boards(f.Path)
+	if err != nil && kind == live.FaultNvlinkDown {
+		return err
 	}
 	return f.Update(func(s *live.State, now int64) error {
 		var err error
@@ -309,8 +309,13 @@ func ctlFault(f *live.File, args []string) error {
 				if g >= len(boards) {
 					return fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards))
 				}
-				if err := boards[g].CheckLink(g, uint32(*link)); err != nil {
-					return fmt.Errorf("--link: %w", err)
+				if kind == live.FaultNvlinkDown {
+					if err := boards[g].CheckLink(g, uint32(*link)); err != nil {
+						return fmt.Errorf("--link: %w", err)
+					}
+				}
+				if err := boards[g].CheckFault(g, fault); err != nil {
+					return err
 				}
 			}
 			if err := s.AddFault(g, fault, now); err != nil {
@@ -333,20 +338,18 @@ func ctlXID(f *live.File, args []string) error {
 	if err != nil || x == 0 || x > live.MaxXID {
 		return fmt.Errorf("XID %q: not an XID (1 to %d)", args[1], live.MaxXID)
 	}
-	var boards []live.Board
-	if x == 74 { // an NVLink error: on a GPU that has NVLink
-		if boards, err = live.Boards(f.Path); err != nil {
-			return err
-		}
-	}
+	// An ECC or NVLink XID on a GPU that has them (with its snapshot).
+	boards, _ := live.Boards(f.Path)
 	return f.Update(func(s *live.State, now int64) error {
 		gpus, err := profile.ParseGPUs(args[0], int(s.Header.Gpus))
 		if err != nil {
 			return err
 		}
 		for _, g := range gpus {
-			if g < len(boards) && boards[g].NVLinks == 0 {
-				return fmt.Errorf("XID 74 (NVLink error): GPU %d has no NVLink", g)
+			if g < len(boards) {
+				if err := boards[g].CheckFault(g, live.Fault{Kind: live.FaultXID, XID: uint32(x)}); err != nil {
+					return err
+				}
 			}
 			if err := s.XID(g, uint32(x), now); err != nil {
 				return err

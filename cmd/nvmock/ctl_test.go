@@ -819,3 +819,44 @@ func TestAnEncoderLoadNeedsAnEncoder(t *testing.T) {
 		t.Errorf("an encoder load on an L40S: %v", err)
 	}
 }
+
+// A GPU with ECC off takes no ECC fault, no ECC XID and no remap failure,
+// by ctl or by a live file; its neighbour with ECC on does. QA: XID 48 on
+// a GPU with ECC off made its device plugin mark it unhealthy.
+func TestECCFaultsNeedECC(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(prof, []byte("base: h100\nname: eccoff\ngpus: 2\ndevices:\n  - index: 1\n    board:\n      modes:\n        ecc: {current: false, pending: false, default: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"profile", "compile", prof, "--seed", "n1", "-o", filepath.Join(dir, "snapshot")}); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	if err := run([]string{"ctl", "--state", state, "create"}); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "live.yaml")
+	if err := os.WriteFile(spec, []byte("faults:\n  - {gpus: \"1\", kind: remap_failure}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fault", "1", "ecc_uncorrectable"}, "ecc_uncorrectable: GPU 1 has ECC off (board.modes.ecc.current), so it detects no ECC errors"},
+		{[]string{"fault", "1", "xid", "--xid", "95"}, "XID 95 (uncontained ECC error): GPU 1 has ECC off"},
+		{[]string{"xid", "1", "48"}, "XID 48 (double-bit ECC error): GPU 1 has ECC off"},
+		{[]string{"apply", spec}, "faults[0]: remap_failure: GPU 1 has ECC off"},
+	} {
+		err := run(append([]string{"ctl", "--state", state}, c.args...))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ctl %s: %v, want %q", strings.Join(c.args, " "), err, c.want)
+		}
+	}
+	for _, args := range [][]string{{"fault", "0", "ecc_uncorrectable"}, {"xid", "0", "48"}, {"fault", "1", "thermal"}} {
+		if err := run(append([]string{"ctl", "--state", state}, args...)); err != nil {
+			t.Errorf("ctl %s: %v", strings.Join(args, " "), err)
+		}
+	}
+}
