@@ -181,9 +181,32 @@ static int mig_trains_links_off(const struct nvmock_dev *d)
 
 // link_active: the board's link is up unless MIG trained it off or a
 // fault took it down.
+// gpu_link_peer is the node index of the GPU that direct link `link` of
+// GPU `self` reaches among n, or -1 (none: the link is down). The GPUs pair
+// off round-robin (the circle method, a bye for an odd count): link l is
+// round l mod (rounds), where each GPU has at most one partner, so both
+// ends of a link name each other, on the same link number.
+static int gpu_link_peer(unsigned self, unsigned n, unsigned link)
+{
+	unsigned m = n + (n & 1);
+	if (m < 2)
+		return -1;
+	unsigned rounds = m - 1, r = link % rounds, peer;
+	if (self == m - 1) {
+		peer = r;
+	} else {
+		unsigned k = (self + rounds - r) % rounds;
+		peer = k == 0 ? m - 1 : (rounds - k + r) % rounds;
+	}
+	return peer < n ? (int)peer : -1;
+}
+
 static int link_active(const struct nvmock_dev *d, unsigned link)
 {
 	if (link >= d->s->nvlink_count || mig_trains_links_off(d))
+		return 0;
+	if (d->s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_GPU &&
+	    gpu_link_peer(d->node_index, nvmock.hdr->device_count, link) < 0)
 		return 0;
 	LIVE(d);
 	return !(live_ && (fx_.links_down >> (link & 31) & 1));
@@ -295,10 +318,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, u
 	LINK(d, link);
 	const struct snap_device *s = d->s;
 	if (s->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_GPU) {
-		// Direct GPU links form a ring over the node's GPUs, whichever this
-		// process sees: link l reaches GPU node_index+1+l/2.
-		unsigned n = nvmock.hdr->device_count;
-		nvmock_pci_info(&nvmock.node[(d->node_index + 1 + link / 2) % n], pci);
+		// Over the node's GPUs, whichever this process sees.
+		int peer = gpu_link_peer(d->node_index, nvmock.hdr->device_count, link);
+		if (peer < 0)
+			return NVML_ERROR_NOT_SUPPORTED;
+		nvmock_pci_info(&nvmock.node[peer], pci);
 		return NVML_SUCCESS;
 	}
 	// An NVSwitch the profile places on the node; switches outside it (an
@@ -307,7 +331,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, u
 	if (a == NA32)
 		return NVML_ERROR_NOT_SUPPORTED;
 	memset(pci, 0, sizeof *pci);
-	pci->domain = a >> 16;
+	// The switches of the GPU's own copy of the tree (profile gpus beyond
+	// its bus ids: domain + 0x10000 each).
+	pci->domain = a >> 16 | (s->pci_domain & 0xffff0000u);
 	pci->bus = a >> 8 & 0xff;
 	pci->device = a >> 3 & 0x1f;
 	pci->pciDeviceId = s->nvlink_remote_device_id;

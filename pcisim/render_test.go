@@ -1,6 +1,7 @@
 package pcisim
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -20,4 +21,26 @@ func render(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// GPUs that share a root bus (a VM's, on bus 0) render under its one host
+// bridge (QA: "write devices/pci0000:00/uevent: file exists").
+func TestGPUsOnOneRootBusRenderUnderItsHostBridge(t *testing.T) {
+	p, err := profile.Parse("vm.yaml", []byte("base: t4\nname: vm\ngpus: 2\ntopology:\n  busIds: [\"0000:00:1d.0\", \"0000:00:1e.0\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "sys")
+	if err := Render(n, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, gpu := range []string{"0000:00:1d.0", "0000:00:1e.0"} {
+		if _, err := os.Stat(filepath.Join(dir, "devices", "pci0000:00", gpu, "vendor")); err != nil {
+			t.Errorf("GPU %s: %v", gpu, err)
+		}
+	}
 }

@@ -48,9 +48,14 @@ func barsOf(f *profile.PCIFunction, n *profile.Node, a *allocator) [6]bar {
 	switch f.Role {
 	case profile.RoleGPU:
 		// BAR0 registers, BAR1 the framebuffer aperture, BAR3 the GPU's
-		// own 32 MiB; BAR1 is the board's BAR1 size rounded to a power of 2.
+		// own 32 MiB; BAR1 is the board's BAR1 size (a power of two), or
+		// 256 MiB, the aperture without resizable BARs, where NVML has N/A.
 		b[0] = a.bar(16*mib, false, false)
-		b[1] = a.bar(pow2(uint64(n.GPUs[f.Index].Board.BAR1.Total), 256*mib), true, true)
+		bar1 := uint64(n.GPUs[f.Index].Board.BAR1.Total)
+		if bar1 == 0 {
+			bar1 = 256 * mib
+		}
+		b[1] = a.bar(bar1, true, true)
 		b[3] = a.bar(32*mib, true, true)
 	case profile.RoleNIC:
 		b[0] = a.bar(32*mib, true, true)
@@ -58,14 +63,6 @@ func barsOf(f *profile.PCIFunction, n *profile.Node, a *allocator) [6]bar {
 		b[0] = a.bar(32*mib, false, false)
 	}
 	return b
-}
-
-func pow2(v, least uint64) uint64 {
-	p := least
-	for p < v {
-		p <<= 1
-	}
-	return p
 }
 
 // Resource flags as the kernel prints them in the resource file.

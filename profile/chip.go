@@ -63,6 +63,9 @@ func (p *Profile) validateNVSwitches(c *checker) {
 		c.fail("topology.nvswitches", "the board's NVLinks do not reach switches (board.nvlink.remote is not \"switch\")")
 		return
 	}
+	if p.PCIe == nil {
+		c.fail("topology.nvswitches", "needs a pcie: tree placing them, with pcie.nvswitchDevice: NVML names each link's switch by its PCI address, which lspci must show; leave them out where the switches are not PCI devices of the node")
+	}
 	if len(t.NVSwitches) > int(nl.Links) {
 		c.fail("topology.nvswitches", "%d switches for %d links per GPU; a switch takes at least one link", len(t.NVSwitches), nl.Links)
 	}

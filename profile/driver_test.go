@@ -109,3 +109,35 @@ func TestBadDriversAreNamed(t *testing.T) {
 		})
 	}
 }
+
+// A board run on an older driver answers as that driver did: no GSP
+// firmware before 510, application clocks and the display mode not yet
+// "deprecated" (QA: a T4 on 418 showed GSP firmware 418.40.04).
+func TestAnOlderDriverAnswersAsDriversDidBeforeTheCapture(t *testing.T) {
+	p, err := Builtin("t4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &p.Board
+	for _, c := range []struct {
+		driver      string
+		gsp         string
+		appsDepr    bool
+		displayMode string
+	}{
+		{"418.40.04", "", false, ""},
+		{"510.39.01", "510.39.01", false, ""},
+		{"570.86.15", "570.86.15", true, ""},
+		{"595.91.07", "595.91.07", true, "Deprecated"},
+	} {
+		if got := b.GSPVersion(c.driver); got != c.gsp {
+			t.Errorf("%s: GSP firmware %q, want %q", c.driver, got, c.gsp)
+		}
+		if got := b.AppClocksDeprecated(c.driver); got != c.appsDepr {
+			t.Errorf("%s: application clocks deprecated %v, want %v", c.driver, got, c.appsDepr)
+		}
+		if got := b.DisplayMode(c.driver); got != c.displayMode {
+			t.Errorf("%s: display mode %q, want %q", c.driver, got, c.displayMode)
+		}
+	}
+}

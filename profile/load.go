@@ -289,12 +289,19 @@ func onBase(name any, top map[string]any) (map[string]any, error) {
 	}
 	// The base's PCIe tree names the base's addresses: a profile that moves
 	// its GPUs or NVSwitches and gives no tree of its own gets the default.
+	// That has no NVSwitches, so the base's go with its tree: NVML must not
+	// name switches lspci lacks.
 	if t, ok := top["topology"].(map[string]any); ok && top["pcie"] == nil {
-		if _, moved := t["busIds"]; moved {
+		_, movedGPUs := t["busIds"]
+		_, movedSwitches := t["nvswitches"]
+		if movedGPUs || movedSwitches {
 			delete(base, "pcie")
 		}
-		if _, moved := t["nvswitches"]; moved {
-			delete(base, "pcie")
+		if bt, ok := base["topology"].(map[string]any); ok && movedGPUs && !movedSwitches {
+			delete(bt, "nvswitches")
+			if _, own := t["linksPerSwitch"]; !own {
+				delete(bt, "linksPerSwitch")
+			}
 		}
 	}
 	// Likewise its InfiniBand names the base's NICs: a profile with NICs of

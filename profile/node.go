@@ -95,6 +95,7 @@ func (p *Profile) Node() (*Node, error) {
 			if err != nil {
 				return nil, fmt.Errorf("topology.nvswitches: %w", err)
 			}
+			s.Domain += uint32(i/len(t.BusIDs)) << 16 // the switches of the GPU's copy of the tree
 			g.NVLinkSwitches = append(g.NVLinkSwitches, s)
 		}
 	}

@@ -247,6 +247,11 @@ func (p *Profile) validatePCIe(c *checker) {
 			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "GPU %s is nowhere in the pcie tree", s)
 		}
 	}
+	for i, s := range p.Topology.NVSwitches {
+		if a, err := ParsePCIAddress(s); err == nil && placed[a] == "" && len(x.RootComplexes) > 0 {
+			c.fail(fmt.Sprintf("topology.nvswitches[%d]", i), "NVSwitch %s is nowhere in the pcie tree", s)
+		}
+	}
 	for i, n := range x.NICs {
 		a, err := ParsePCIAddress(n.BDF)
 		if err == nil && a.Function != 0 {

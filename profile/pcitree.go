@@ -95,15 +95,25 @@ func buildTree(p *Profile, gpus []GPU) (*PCITree, error) {
 	repeats := (len(gpus) + len(p.Topology.BusIDs) - 1) / len(p.Topology.BusIDs)
 	x := p.PCIe
 	if x == nil {
+		// Each GPU on its root bus; GPUs that share one (a VM's on bus 0)
+		// share its host bridge, and so its NUMA node and CPUs.
+		roots := map[[2]uint32]*PCIRoot{}
+		first := map[*PCIRoot]*GPU{}
 		for i := range gpus {
 			g := &gpus[i]
-			r := &PCIRoot{Domain: g.Address.Domain, Bus: g.Address.Bus, NUMANode: g.NUMANode}
-			if g.CPUs != nil {
-				r.CPUs = *g.CPUs
+			key := [2]uint32{g.Address.Domain, g.Address.Bus}
+			r := roots[key]
+			if r == nil {
+				r = &PCIRoot{Domain: g.Address.Domain, Bus: g.Address.Bus, NUMANode: g.NUMANode}
+				if g.CPUs != nil {
+					r.CPUs = *g.CPUs
+				}
+				roots[key], first[r] = r, g
+				t.Roots = append(t.Roots, r)
+			} else if f := first[r]; f.NUMANode != g.NUMANode || (f.CPUs == nil) != (g.CPUs == nil) || (f.CPUs != nil && *f.CPUs != *g.CPUs) {
+				return nil, fmt.Errorf("topology: GPUs %s and %s share root bus %04x:%02x, so its NUMA node and CPUs (topology.numaNodes, cpuAffinity), but are given different ones", f.Address, g.Address, r.Domain, r.Bus)
 			}
-			f := gpuFunction(g, r, nil)
-			r.Functions = []*PCIFunction{f}
-			t.Roots = append(t.Roots, r)
+			r.Functions = append(r.Functions, gpuFunction(g, r, nil))
 		}
 		return t, nil
 	}

@@ -244,3 +244,44 @@ func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
 		})
 	}
 }
+
+// GPUs on one root bus (a VM's, on bus 0) share its host bridge: one root
+// with both, as sysfs has it, not two roots of one name (QA: pcisim could
+// not write them, and NVML called them NODE, not PHB).
+func TestWithoutAPCIeBlockGPUsOnOneRootBusShareIt(t *testing.T) {
+	n := node(t, "x", "base: t4\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:00:1d.0\", \"0000:00:1e.0\"]\n")
+	want := "pci0000:00 numa 0\n  0000:00:1d.0 gpu 10de:1eb8\n  0000:00:1e.0 gpu 10de:1eb8\n"
+	if got := treeText(n.PCIe); got != want {
+		t.Errorf("got\n%swant\n%s", got, want)
+	}
+	_, err := Parse("x.yaml", []byte("base: t4\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:00:1d.0\", \"0000:00:1e.0\"]\n  numaNodes: [0, 1]\n"))
+	if want := "share root bus 0000:00"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("GPUs of one root bus on two NUMA nodes: %v, want %q", err, want)
+	}
+}
+
+// The GPUs of a repeated tree reach the NVSwitches of their own copy, which
+// lspci shows there (QA: GPU 8 of 9 A100s named the first copy's).
+func TestRepeatedGPUsReachTheirCopysNVSwitches(t *testing.T) {
+	n := node(t, "x", "base: a100\nname: x\ngpus: 9\n")
+	if got := n.GPUs[8].NVLinkSwitches[0].String(); got != "10000:c4:00.0" {
+		t.Errorf("GPU 8's first NVLink reaches %s, want 10000:c4:00.0", got)
+	}
+	found := false
+	n.PCIe.Walk(func(f *PCIFunction) {
+		found = found || f.Role == RoleNVSwitch && f.Address.String() == "10000:c4:00.0"
+	})
+	if !found {
+		t.Error("no NVSwitch 10000:c4:00.0 in the tree")
+	}
+}
+
+// A profile that moves its GPUs gets the default tree, which has no
+// NVSwitches: the base's go with the base's tree, and NVLinks name no
+// switch (N/A), rather than one lspci lacks.
+func TestMovedGPUsDropTheBasesNVSwitchesWithItsTree(t *testing.T) {
+	n := node(t, "x", "base: a100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:1b:00.0\", \"0000:43:00.0\"]\n  numaNodes: [0, 0]\n  cpuAffinity: [\"0-63\", \"0-63\"]\n")
+	if s := n.GPUs[0].NVLinkSwitches; s != nil {
+		t.Errorf("GPU 0's NVLinks reach %v, want no switch of the node", s)
+	}
+}

@@ -25,12 +25,14 @@ const (
 	// boards list at most 261 (GB300; 260 on GB200, 247 on B200): 1024
 	// leaves four times that. nvidia-smi 535 shows only lists of up to 256.
 	MaxGraphicsClocks = 1024
-	maxNameLen        = 95
-	maxVersionLen     = 79
-	maxPartLen        = 79
-	maxShortStrLen    = 15
-	maxMidStrLen      = 31
-	maxSerialPrefix   = 12
+	// nvidia-smi reads a GPU's name into NVML_DEVICE_NAME_BUFFER_SIZE
+	// (64): a longer one is "Insufficient Size" in every view.
+	maxNameLen      = 63
+	maxVersionLen   = 79
+	maxPartLen      = 79
+	maxShortStrLen  = 15
+	maxMidStrLen    = 31
+	maxSerialPrefix = 12
 )
 
 var (
@@ -59,7 +61,7 @@ func (c *checker) str(field, v string, maxLen int, required bool) {
 	case required && v == "":
 		c.fail(field, "is required")
 	case len(v) > maxLen:
-		c.fail(field, "%q... is longer than %d characters", v[:maxLen], maxLen)
+		c.fail(field, "%q... is longer than %d bytes", v[:maxLen], maxLen)
 	}
 }
 
@@ -149,8 +151,10 @@ func (b *Board) validate(c *checker) {
 	c.str("board.productName", b.ProductName, maxNameLen, true)
 	c.enum("board.brand", b.Brand, Brands)
 	c.enum("board.architecture", b.Architecture, Architectures)
-	if _, _, err := b.ComputeCapabilityParts(); err != nil {
+	if major, minor, err := b.ComputeCapabilityParts(); err != nil {
 		c.fail("board.computeCapability", "%v", err)
+	} else if ccs, ok := archCapabilities[b.Architecture]; ok && !slices.Contains(ccs, fmt.Sprintf("%d.%d", major, minor)) {
+		c.fail("board.computeCapability", "%d.%d is not among %s GPUs' compute capabilities (%s)", major, minor, b.Architecture, strings.Join(ccs, ", "))
 	}
 	if !digitsRE.MatchString(b.SerialPrefix) || len(b.SerialPrefix) > maxSerialPrefix {
 		c.fail("board.serialPrefix", "%q must be digits, at most %d of them", b.SerialPrefix, maxSerialPrefix)
@@ -167,6 +171,13 @@ func (b *Board) validate(c *checker) {
 	pci := b.PCI
 	if pci.DeviceID&0xffff != 0x10de {
 		c.fail("board.pci.deviceId", "0x%08X does not end in NVIDIA's vendor id 10DE", uint32(pci.DeviceID))
+	}
+	// lspci, hwloc and go-nvlib tell a GPU by its class; sysfs has no N/A.
+	if pci.BaseClass != 3 {
+		c.fail("board.pci.baseClass", "%d: a GPU is a display controller, class 3 (give baseClass: 3)", pci.BaseClass)
+	}
+	if pci.SubClass != 0 && pci.SubClass != 2 {
+		c.fail("board.pci.subClass", "%d: a GPU is a VGA (0) or 3D controller (2)", pci.SubClass)
 	}
 	for _, g := range []struct {
 		f string
@@ -211,6 +222,10 @@ func (b *Board) validate(c *checker) {
 		c.fail("board.memory.reserved", "%s is above total %s", m.Reserved, m.Total)
 	} else if m.Used > m.Total-m.Reserved {
 		c.fail("board.memory.used", "%s is above total minus reserved (%s)", m.Used, m.Total-m.Reserved)
+	}
+	if t := uint64(b.BAR1.Total); t != 0 && (t&(t-1) != 0 || t < 1<<20) {
+		// lspci shows the BAR, whose size is a power of two.
+		c.fail("board.bar1.total", "%s is not a PCI BAR's size: a power of two, 1Mi or more (256Mi, 64Gi, ...)", b.BAR1.Total)
 	}
 	if b.BAR1.Used > b.BAR1.Total {
 		c.fail("board.bar1.used", "%s is above total %s", b.BAR1.Used, b.BAR1.Total)
@@ -353,15 +368,11 @@ func ProductLabel(name string) string {
 // would fail on every try, after the overlay is in place.
 func (b *Board) validateLabel(c *checker) {
 	v := ProductLabel(b.ProductName)
-	if len(content.IsLabelValue(v)) == 0 {
+	// A name short enough for nvidia-smi makes a label short enough.
+	if len(b.ProductName) > maxNameLen || len(content.IsLabelValue(v)) == 0 {
 		return
 	}
-	why, fix := "it must start and end with a letter or digit", "begin and end the name with one"
-	if len(v) > content.LabelValueMaxLength {
-		why = fmt.Sprintf("%d characters; Kubernetes allows at most %d", len(v), content.LabelValueMaxLength)
-		fix = "shorten the name"
-	}
-	c.fail("board.productName", "%q makes the node label nvidia.com/gpu.product=%q, which Kubernetes refuses (%s); %s", b.ProductName, v, why, fix)
+	c.fail("board.productName", "%q makes the node label nvidia.com/gpu.product=%q, which Kubernetes refuses (it must start and end with a letter or digit); begin and end the name with one", b.ProductName, v)
 }
 
 func (pw *Power) validate(c *checker, at string) {
@@ -411,6 +422,10 @@ func (t *Topology) validate(c *checker) {
 		}
 		if seen[a] {
 			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "%q appears twice", s)
+		}
+		if a.Function != 0 {
+			// NVML's PCI info has no function for a GPU.
+			c.fail(fmt.Sprintf("topology.busIds[%d]", i), "%q: a GPU is function 0 of its PCI device (the others are its audio and USB controllers)", s)
 		}
 		seen[a] = true
 	}
@@ -559,4 +574,13 @@ func ParseUUID(s string) ([16]byte, error) {
 		u[i] = byte(v)
 	}
 	return u, nil
+}
+
+// archCapabilities are the compute capabilities each architecture's chips
+// have (CUDA's programming guide; Blackwell's data-center parts 10.x,
+// Thor 11.0, the RTX parts 12.x).
+var archCapabilities = map[string][]string{
+	"Kepler": {"3.0", "3.2", "3.5", "3.7"}, "Maxwell": {"5.0", "5.2", "5.3"}, "Pascal": {"6.0", "6.1", "6.2"},
+	"Volta": {"7.0", "7.2"}, "Turing": {"7.5"}, "Ampere": {"8.0", "8.6", "8.7"}, "Ada Lovelace": {"8.9"},
+	"Hopper": {"9.0"}, "Blackwell": {"10.0", "10.1", "10.3", "11.0", "12.0", "12.1"},
 }

@@ -128,23 +128,62 @@ topology:
   cpuAffinity: ["0-31,64-95", "0-31,64-95", "32-63,96-127", "32-63,96-127"]
 `
 
-// Direct GPU NVLinks form a ring over the node's GPUs; a process that sees
-// only some GPUs still finds each link's far end where it is on the node.
-func TestRingPeersDoNotDependOnVisibility(t *testing.T) {
+// Direct GPU NVLinks pair the node's GPUs: both ends of a link name each
+// other, on the same link number, and no GPU links to itself (QA: a ring
+// whose far ends never pointed back made topo -m lopsided, and 2 GPUs
+// linked to themselves). A process that sees only some GPUs finds each
+// link's far end where it is on the node.
+func TestDirectNVLinksPairTheGPUs(t *testing.T) {
 	yaml := "name: ring\nbase: a100\ntopology: {nvswitches: []}\nboard:\n  nvlink: {version: \"3.1\", links: 12, speedMBps: 25000, remote: gpu}\n"
-	lib, p := startProfile(t, yaml, "nvidiactl", "nvidia2", "nvidia5")
-	n, _ := lib.DeviceGetCount()
-	if n != 2 {
-		t.Fatalf("%d GPUs visible, want 2", n)
+	farEnds := map[[2]int]string{} // of the 8 GPUs, all seen
+	for _, gpus := range []int{2, 3, 8} {
+		t.Run(fmt.Sprint(gpus, " GPUs"), func(t *testing.T) {
+			lib, p := startProfile(t, fmt.Sprintf("%sgpus: %d\n", yaml, gpus))
+			index := map[string]int{}
+			for i := 0; i < gpus; i++ {
+				index[snapshot.BusID(p, i)] = i
+			}
+			far := func(i, link int) int {
+				pci, ret := deviceAt(t, lib, i).GetNvLinkRemotePciInfo(link)
+				if ret == nvml.ERROR_NOT_SUPPORTED {
+					return -1 // no partner on this link
+				}
+				j, ok := index[cstr(pci.BusId[:])]
+				if gpus == 8 {
+					farEnds[[2]int{i, link}] = cstr(pci.BusId[:])
+				}
+				if ret != nvml.SUCCESS || !ok {
+					t.Fatalf("GPU %d link %d: %v, %q is no GPU of the node", i, link, ret, cstr(pci.BusId[:]))
+				}
+				return j
+			}
+			for i := 0; i < gpus; i++ {
+				for link := 0; link < 12; link++ {
+					j := far(i, link)
+					state, _ := deviceAt(t, lib, i).GetNvLinkState(link)
+					switch {
+					case j < 0 && state != nvml.FEATURE_DISABLED:
+						t.Errorf("GPU %d link %d reaches no GPU but is active", i, link)
+					case j == i:
+						t.Errorf("GPU %d link %d reaches itself", i, link)
+					case j >= 0 && far(j, link) != i:
+						t.Errorf("GPU %d link %d reaches GPU %d, whose link %d reaches GPU %d", i, link, j, link, far(j, link))
+					}
+				}
+			}
+		})
 	}
-	for vis, node := range []int{2, 5} {
-		d := deviceAt(t, lib, vis)
-		for link := 0; link < 12; link++ {
-			pci, ret := d.GetNvLinkRemotePciInfo(link)
-			peer := (node + 1 + link/2) % p.GPUs
-			check(t, fmt.Sprintf("GPU %d link %d's far end", node, link), cstr(pci.BusId[:]), ret, snapshot.BusID(p, peer))
+	t.Run("GPUs 2 and 5 seen", func(t *testing.T) {
+		lib, _ := startProfile(t, yaml+"gpus: 8\n", "nvidiactl", "nvidia2", "nvidia5")
+		for vis, node := range []int{2, 5} {
+			for link := 0; link < 12; link++ {
+				pci, _ := deviceAt(t, lib, vis).GetNvLinkRemotePciInfo(link)
+				if got, want := cstr(pci.BusId[:]), farEnds[[2]int{node, link}]; got != want {
+					t.Errorf("GPU %d link %d's far end %q, want %q as with all GPUs seen", node, link, got, want)
+				}
+			}
 		}
-	}
+	})
 }
 
 // What the chip is and what it answers comes from the board, per board.
@@ -240,5 +279,16 @@ func TestFabricHealthIsTheBoards(t *testing.T) {
 			check(t, "fabric health mask", info.HealthMask, ret, c.mask)
 			check(t, "fabric health summary", info.HealthSummary, ret, c.summary)
 		})
+	}
+}
+
+// GPUs of a repeated tree (past the board's bus ids) reach the NVSwitches
+// of their own copy, as lspci shows them (QA: GPU 8 of 9 A100s named the
+// first copy's).
+func TestRepeatedGPUsNameTheirCopysNVSwitches(t *testing.T) {
+	lib, _ := startProfile(t, "name: a100x9\nbase: a100\ngpus: 9\n")
+	for i, want := range map[int]string{0: "00000000:C4:00.0", 8: "00010000:C4:00.0"} {
+		pci, ret := deviceAt(t, lib, i).GetNvLinkRemotePciInfo(0)
+		check(t, fmt.Sprintf("GPU %d link 0's switch", i), cstr(pci.BusId[:]), ret, want)
 	}
 }

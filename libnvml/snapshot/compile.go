@@ -234,7 +234,7 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 	d.Clock = clockSet(c.Current)
 	d.AppClock = clockSet(c.Applications)
 	d.DefaultAppClock = clockSet(c.DefaultApplications)
-	if c.ApplicationsDeprecated {
+	if b.AppClocksDeprecated(p.Driver.Version) {
 		for k := range d.AppClock {
 			d.AppClock[k], d.DefaultAppClock[k] = profile.Deprecated, profile.Deprecated
 		}
@@ -327,8 +327,8 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 		compileMIG(&d, m.MIG)
 	}
 	d.DisplayMode = NA
-	if m.DisplayMode != "" {
-		d.DisplayMode = profile.FeatureStates[m.DisplayMode]
+	if dm := b.DisplayMode(p.Driver.Version); dm != "" {
+		d.DisplayMode = profile.FeatureStates[dm]
 	}
 	d.DisplayActive = bool32(m.DisplayActive)
 	d.VirtualizationMode = profile.VirtualizationModes[m.Virtualization]
@@ -395,7 +395,8 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 		d.NvlinkRemoteAddr[k] = NA
 	}
 	for link, a := range g.NVLinkSwitches {
-		d.NvlinkRemoteAddr[link] = a.Domain<<16 | a.Bus<<8 | a.Device<<3 | a.Function
+		// The library adds the GPU's copy (its domain above ffff).
+		d.NvlinkRemoteAddr[link] = (a.Domain&0xffff)<<16 | a.Bus<<8 | a.Device<<3 | a.Function
 	}
 	d.ClockReasonsSupported = b.ClockEventReasonMask()
 	d.MemoryBusWidth = opt32(b.MemoryBusWidth)
