@@ -92,7 +92,7 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a NUMA node past 63", "numaNodes: [3, 3, 1, 1, 7, 7, 5, 5]", "numaNodes: [3, 3, 1, 1, 7, 7, 5, 64]", []string{"topology.numaNodes[7]", "NUMA node 64: NUMA nodes go up to 63"}},
 		{"a NUMA affinity past node 63", "  sockets:\n", "  numaAffinity: [\"0,64\"]\n  sockets:\n", []string{"topology.numaAffinity[0]", `"0,64" is not a NUMA node list`, "nodes 0 to 63"}},
 		{"a NUMA affinity that is not a list", "  sockets:\n", "  numaAffinity: [\"near\"]\n  sockets:\n", []string{"topology.numaAffinity[0]", `"near" is not a NUMA node list`}},
-		{"a GPU memory NUMA node past 63", "  sockets:\n", "  gpuNumaNodes: [64]\n  sockets:\n", []string{"topology.gpuNumaNodes[0]", "NUMA node 64: NUMA nodes go up to 63"}},
+		{"a GPU memory NUMA node past 63", "  sockets:\n", "  gpuNumaNodes: [64, 1, 2, 3, 4, 5, 6, 7]\n  sockets:\n", []string{"topology.gpuNumaNodes[0]", "NUMA node 64: NUMA nodes go up to 63"}},
 		{"a socket's NUMA node past 63", "numaNodes: [4, 5, 6, 7]}", "numaNodes: [4, 5, 6, 7, 64]}", []string{"topology.sockets[1].numaNodes", "NUMA node 64: NUMA nodes go up to 63"}},
 		{"a socket's CPUs must be a CPU list", `cpus: "0-63,128-191"`, `cpus: "first half"`, []string{"topology.sockets[0].cpus", "not a CPU list"}},
 		{"two sockets cannot share CPUs", `cpus: "64-127,192-255"`, `cpus: "60-127,192-255"`, []string{"topology.sockets[1].cpus", `"60-127,192-255" shares CPUs with sockets[0]`}},

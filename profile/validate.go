@@ -95,6 +95,9 @@ func (p *Profile) Validate() []error {
 	}
 	if p.GPUs < 1 || p.GPUs > MaxGPUs {
 		c.fail("gpus", "%d is out of range; use 1 to %d", p.GPUs, MaxGPUs)
+	} else if n := len(p.Topology.GPUNUMANodes); n > 0 && p.GPUs > n {
+		// A repeat would give two GPUs one memory node.
+		c.fail("gpus", "%d, but topology.gpuNumaNodes lists %d: each GPU of a coherent board has its memory's own NUMA node; list one per GPU", p.GPUs, n)
 	}
 	p.Driver.validate(c)
 	p.validateDriverRunsBoard(c)

@@ -197,7 +197,9 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 	d.CcMajor, d.CcMinor, _ = b.ComputeCapabilityParts()
 	d.Minor = uint32(i)
 	// Real boards' ids follow their PCI address: domain<<16 | bus<<8 | device.
-	d.BoardID = addr.Domain<<16 | addr.Bus<<8 | addr.Device
+	// A copy of the tree (domain + 0x10000) folds its domain's high half
+	// in: its boards stay apart from the first copy's.
+	d.BoardID = addr.Domain<<16 | addr.Bus<<8 | addr.Device ^ addr.Domain>>16
 	if b.BoardID != nil {
 		d.BoardID = *b.BoardID
 	}

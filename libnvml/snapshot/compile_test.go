@@ -242,3 +242,23 @@ func TestSwitchesOfRepeatedTreesDiffer(t *testing.T) {
 		t.Errorf("%d NICs, the 13th in domain %#x; want 24, the second tree's in 0x10000", len(nics), nics[12].PCIDomain)
 	}
 }
+
+// Board ids come from the PCI address, and a repeated tree's GPUs (domain
+// + 0x10000) keep boards of their own (QA: GPU 8 of 9 A100s had GPU 0's).
+func TestRepeatedGPUsKeepBoardIDsOfTheirOwn(t *testing.T) {
+	data, err := Compile(a100(t, 16), Options{Seed: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, devs, _ := decode(t, data)
+	seen := map[uint32]int{}
+	for i, d := range devs {
+		if j, dup := seen[d.BoardID]; dup {
+			t.Errorf("GPUs %d and %d share board id %#x", j, i, d.BoardID)
+		}
+		seen[d.BoardID] = i
+	}
+	if devs[0].BoardID != 0x700 {
+		t.Errorf("GPU 0's board id %#x, want 0x700 from its address 0000:07:00.0", devs[0].BoardID)
+	}
+}
