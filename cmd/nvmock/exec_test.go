@@ -337,45 +337,64 @@ func TestExecPassesOnSIGUSR1(t *testing.T) {
 
 // A SIGKILL of exec itself, or of its whole process group, still ends what
 // the command left running, a daemon in a session of its own included, and
-// removes its temporary directory (QA: they ran on for good).
+// removes its temporary directory (QA: they ran on for good); also when
+// exec's stderr was a pipe whose reader died with it (review: the guard's
+// note would end it by SIGPIPE).
 func TestExecKilledStillEndsWhatTheCommandLeft(t *testing.T) {
-	cache, tmp := t.TempDir(), t.TempDir()
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	cmd := execNode(t, cache, tmp, "--profile", "t4", "--", "sh", "-c",
-		`setsid sh -c 'echo $$ > `+pidFile+`.new; mv `+pidFile+`.new `+pidFile+`; exec sleep 1003' &
-		while [ ! -e `+pidFile+` ] || [ "$(cat /proc/$(cat `+pidFile+`)/comm)" != sleep ]; do sleep 0.01; done
-		echo ready; exec sleep 1004`)
-	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = errFile
-	startReady(t, cmd)
-	daemon := readPidFile(t, pidFile)
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	_ = cmd.Wait()
-	for end := time.Now().Add(10 * time.Second); processAlive(daemon) && time.Now().Before(end); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if processAlive(daemon) {
-		_ = syscall.Kill(daemon, syscall.SIGKILL)
-		t.Fatalf("the command's daemon (%d) still runs 10 s after exec was killed", daemon)
-	}
-	var left []string
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		ents, _ := os.ReadDir(tmp)
-		if left = nil; len(ents) == 0 {
-			break
-		}
-		for _, e := range ents {
-			left = append(left, e.Name())
-		}
-	}
-	if len(left) > 0 {
-		t.Errorf("left in TMPDIR: %v", left)
-	}
-	if b, _ := os.ReadFile(errFile.Name()); !strings.Contains(string(b), "exec was killed; ending 1 process(es) the command left running") {
-		t.Errorf("stderr %q, want a note naming the daemon", b)
+	for _, stderr := range []string{"a file", "a pipe whose reader is gone"} {
+		t.Run(stderr, func(t *testing.T) {
+			cache, tmp := t.TempDir(), t.TempDir()
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			cmd := execNode(t, cache, tmp, "--profile", "t4", "--", "sh", "-c",
+				`setsid sh -c 'echo $$ > `+pidFile+`.new; mv `+pidFile+`.new `+pidFile+`; exec sleep 1003' &
+				while [ ! -e `+pidFile+` ] || [ "$(cat /proc/$(cat `+pidFile+`)/comm)" != sleep ]; do sleep 0.01; done
+				echo ready; exec sleep 1004`)
+			errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = errFile
+			var reader *os.File
+			if stderr != "a file" {
+				if reader, cmd.Stderr, err = os.Pipe(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			startReady(t, cmd)
+			daemon := readPidFile(t, pidFile)
+			if reader != nil {
+				reader.Close()
+				cmd.Stderr.(*os.File).Close()
+			}
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			for end := time.Now().Add(10 * time.Second); processAlive(daemon) && time.Now().Before(end); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if processAlive(daemon) {
+				_ = syscall.Kill(daemon, syscall.SIGKILL)
+				t.Fatalf("the command's daemon (%d) still runs 10 s after exec was killed", daemon)
+			}
+			var left []string
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				ents, _ := os.ReadDir(tmp)
+				if left = nil; len(ents) == 0 {
+					break
+				}
+				for _, e := range ents {
+					left = append(left, e.Name())
+				}
+			}
+			if len(left) > 0 {
+				t.Errorf("left in TMPDIR: %v", left)
+			}
+			if reader != nil {
+				return
+			}
+			if b, _ := os.ReadFile(errFile.Name()); !strings.Contains(string(b), "exec was killed; ending") || !strings.Contains(string(b), fmt.Sprintf("%d (sleep)", daemon)) {
+				t.Errorf("stderr %q, want a note naming the daemon", b)
+			}
+		})
 	}
 }
 

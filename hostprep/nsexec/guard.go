@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // guardArg, in Child's place of the specification, starts the guard.
@@ -48,12 +49,17 @@ func startGuard(o Options, nsf *os.File, dir string) func() {
 	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := g.Start(); err != nil {
 		w.Close()
+		if o.Note != nil {
+			o.Note(fmt.Sprintf("no guard (%v): a SIGKILL of exec would leave the command's other processes running", err))
+		}
 		return func() {}
 	}
 	return func() {
+		// The byte stays in the pipe for a guard still starting; exec
+		// need not wait for it to read it.
 		_, _ = w.Write([]byte{1})
 		w.Close()
-		_ = g.Wait()
+		go func() { _ = g.Wait() }()
 	}
 }
 
@@ -63,8 +69,9 @@ func guard(args []string) error {
 	if len(args) != 1 || syscall.Fstat(guardPipeFD, &pipeSt) != nil || syscall.Fstat(guardNSFD, &nsSt) != nil {
 		return errors.New("nsexec: guard started without its pipe and namespace (it is run by nvmock exec)")
 	}
-	// Signals for exec are exec's to pass on, and it ends the run itself.
-	signal.Ignore(Forwarded...)
+	// Signals for exec are exec's to pass on, and it ends the run itself;
+	// a stderr whose reader died with exec must not end the guard.
+	signal.Ignore(append(Forwarded, syscall.SIGPIPE)...)
 	pipe := os.NewFile(guardPipeFD, "nsexec-guard")
 	var b [1]byte
 	if n, _ := pipe.Read(b[:]); n == 1 {
@@ -72,9 +79,24 @@ func guard(args []string) error {
 	}
 	// EOF without the byte: exec died.
 	ns := fmt.Sprintf("mnt:[%d]", nsSt.Ino)
-	endLeftovers(ns, func(s string) { fmt.Fprintln(os.Stderr, "nvmock exec: note: exec was killed;", s) })
+	// A full stderr nobody reads must not hold up the ending.
+	wrote, noted := make(chan struct{}), false
+	note := func(s string) {
+		noted = true
+		go func() {
+			fmt.Fprintln(os.Stderr, "nvmock exec: note: exec was killed;", s)
+			close(wrote)
+		}()
+	}
+	endLeftovers(ns, note)
 	if dir := args[0]; dir != "" {
 		Sweep(filepath.Dir(dir), func(name string) bool { return name == filepath.Base(dir) })
+	}
+	if noted {
+		select {
+		case <-wrote:
+		case <-time.After(time.Second):
+		}
 	}
 	os.Exit(0)
 	return nil
