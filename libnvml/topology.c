@@ -179,8 +179,6 @@ static int mig_trains_links_off(const struct nvmock_dev *d)
 	return d->s->architecture == NVML_DEVICE_ARCH_AMPERE && nvmock_mig_on(d);
 }
 
-// link_active: the board's link is up unless MIG trained it off or a
-// fault took it down.
 // gpu_link_peer is the node index of the GPU that direct link `link` of
 // GPU `self` reaches among n, or -1 (none: the link is down). The GPUs pair
 // off round-robin (the circle method, a bye for an odd count): link l is
@@ -201,6 +199,8 @@ static int gpu_link_peer(unsigned self, unsigned n, unsigned link)
 	return peer < n ? (int)peer : -1;
 }
 
+// link_active: the board's link is up unless MIG trained it off, a fault
+// took it down, or (a direct GPU link) its round has no partner.
 static int link_active(const struct nvmock_dev *d, unsigned link)
 {
 	if (link >= d->s->nvlink_count || mig_trains_links_off(d))
@@ -225,6 +225,12 @@ static nvmlGpuP2PStatus_t p2p_status(const struct nvmock_dev *da, const struct n
 	if (a == b || nvmock_mig_on(da) || nvmock_mig_on(db))
 		return NVML_P2P_STATUS_NOT_SUPPORTED;
 	int nvlink = a->nvlink_count && b->nvlink_count;
+	if (nvlink && a->nvlink_remote == NVML_NVLINK_DEVICE_TYPE_GPU) {
+		// Direct links: only GPUs a link joins are NVLink peers.
+		nvlink = 0;
+		for (unsigned l = 0; l < a->nvlink_count && !nvlink; l++)
+			nvlink = gpu_link_peer(da->node_index, nvmock.hdr->device_count, l) == (int)db->node_index;
+	}
 	int pcie = nvmock_ancestor(a, b) <= NVML_TOPOLOGY_NODE;
 	switch (i) {
 	case NVML_P2P_CAPS_INDEX_NVLINK:

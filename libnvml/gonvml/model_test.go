@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,9 +158,13 @@ func TestDirectNVLinksPairTheGPUs(t *testing.T) {
 				}
 				return j
 			}
+			pairs := map[[2]int]int{} // links between i and j, i < j
 			for i := 0; i < gpus; i++ {
 				for link := 0; link < 12; link++ {
 					j := far(i, link)
+					if j > i {
+						pairs[[2]int{i, j}]++
+					}
 					state, _ := deviceAt(t, lib, i).GetNvLinkState(link)
 					switch {
 					case j < 0 && state != nvml.FEATURE_DISABLED:
@@ -171,8 +176,35 @@ func TestDirectNVLinksPairTheGPUs(t *testing.T) {
 					}
 				}
 			}
+			// Spread evenly: every pair linked, by counts one apart at most.
+			lo, hi := 12, 0
+			for i := 0; i < gpus; i++ {
+				for j := i + 1; j < gpus; j++ {
+					lo, hi = min(lo, pairs[[2]int{i, j}]), max(hi, pairs[[2]int{i, j}])
+				}
+			}
+			if lo == 0 || hi-lo > 1 {
+				t.Errorf("links per pair of GPUs from %d to %d, want all pairs linked, evenly", lo, hi)
+			}
 		})
 	}
+	t.Run("P2P over NVLink only where a link joins the pair", func(t *testing.T) {
+		lib, _ := startProfile(t, strings.Replace(yaml, "links: 12", "links: 2", 1)+"gpus: 8\n")
+		linked := map[int]bool{}
+		for link := 0; link < 2; link++ {
+			pci, _ := deviceAt(t, lib, 0).GetNvLinkRemotePciInfo(link)
+			for j := 1; j < 8; j++ {
+				if p, _ := deviceAt(t, lib, j).GetPciInfo(); p.BusId == pci.BusId {
+					linked[j] = true
+				}
+			}
+		}
+		for j := 1; j < 8; j++ {
+			st, ret := lib.DeviceGetP2PStatus(deviceAt(t, lib, 0), deviceAt(t, lib, j), nvml.P2P_CAPS_INDEX_NVLINK)
+			want := map[bool]nvml.GpuP2PStatus{true: nvml.P2P_STATUS_OK, false: nvml.P2P_STATUS_NOT_SUPPORTED}[linked[j]]
+			check(t, fmt.Sprintf("NVLink P2P of GPUs 0 and %d (linked %v)", j, linked[j]), st, ret, want)
+		}
+	})
 	t.Run("GPUs 2 and 5 seen", func(t *testing.T) {
 		lib, _ := startProfile(t, yaml+"gpus: 8\n", "nvidiactl", "nvidia2", "nvidia5")
 		for vis, node := range []int{2, 5} {
