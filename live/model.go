@@ -90,6 +90,29 @@ func (b Board) CheckFault(gpu int, f Fault) error {
 	return nil
 }
 
+// CheckFaultOn checks fault f, with its link for nvlink_down, for GPU g of
+// boards: nil boards (a state without its snapshot) check nothing, and a
+// GPU past them is a node that changed. Errors begin with at (a live
+// file's entry; "": none), an error about the link with linkField.
+func CheckFaultOn(boards []Board, g int, f Fault, at, linkField string) error {
+	if boards == nil {
+		return nil
+	}
+	var err error
+	switch {
+	case g >= len(boards):
+		err = fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards))
+	case f.Kind == FaultNvlinkDown && boards[g].CheckLink(g, f.Count) != nil:
+		return fmt.Errorf("%s: %w", linkField, boards[g].CheckLink(g, f.Count))
+	default:
+		err = boards[g].CheckFault(g, f)
+	}
+	if err != nil && at != "" {
+		return fmt.Errorf("%s: %w", at, err)
+	}
+	return err
+}
+
 // xidWords name the XIDs that come with a lasting fault (XIDFault).
 var xidWords = map[uint32]string{48: "double-bit ECC error", 63: "row remap recorded", 64: "row remap failure",
 	74: "NVLink error", 79: "fallen off the bus", 92: "high single-bit ECC error rate", 94: "contained ECC error",

@@ -276,18 +276,8 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		fault := FaultOf(kind, f.XID, count, f.Link, 0)
 		fault.Trigger, fault.Param = trig, param
 		for _, g := range gpus {
-			if kind == FaultNvlinkDown {
-				if g >= len(boards) {
-					return fmt.Errorf("%s: GPU %d is not in the snapshot; reinstall the node", at, g)
-				}
-				if err := boards[g].CheckLink(g, f.Link); err != nil {
-					return fmt.Errorf("%s.link: %w", at, err)
-				}
-			}
-			if g < len(boards) {
-				if err := boards[g].CheckFault(g, fault); err != nil {
-					return fmt.Errorf("%s: %w", at, err)
-				}
+			if err := CheckFaultOn(boards, g, fault, at, at+".link"); err != nil {
+				return err
 			}
 			if err := s.AddFault(g, fault, now); err != nil {
 				return fmt.Errorf("%s: %w", at, err)

@@ -111,7 +111,7 @@ func buildTree(p *Profile, gpus []GPU) (*PCITree, error) {
 				roots[key], first[r] = r, g
 				t.Roots = append(t.Roots, r)
 			} else if f := first[r]; f.NUMANode != g.NUMANode || (f.CPUs == nil) != (g.CPUs == nil) || (f.CPUs != nil && *f.CPUs != *g.CPUs) {
-				return nil, fmt.Errorf("topology: GPUs %s and %s share root bus %04x:%02x, so its NUMA node and CPUs (topology.numaNodes, cpuAffinity), but are given different ones", f.Address, g.Address, r.Domain, r.Bus)
+				return nil, fmt.Errorf("topology: GPUs %s and %s share root bus %04x:%02x, so its NUMA node and CPUs, but are given different ones; give them the same topology.numaNodes and topology.cpuAffinity entries, or a pcie: tree", f.Address, g.Address, r.Domain, r.Bus)
 			}
 			r.Functions = append(r.Functions, gpuFunction(g, r, nil))
 		}

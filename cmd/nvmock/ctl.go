@@ -305,18 +305,8 @@ func ctlFault(f *live.File, args []string) error {
 			return err
 		}
 		for _, g := range gpus {
-			if boards != nil {
-				if g >= len(boards) {
-					return fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards))
-				}
-				if kind == live.FaultNvlinkDown {
-					if err := boards[g].CheckLink(g, uint32(*link)); err != nil {
-						return fmt.Errorf("--link: %w", err)
-					}
-				}
-				if err := boards[g].CheckFault(g, fault); err != nil {
-					return err
-				}
+			if err := live.CheckFaultOn(boards, g, fault, "", "--link"); err != nil {
+				return err
 			}
 			if err := s.AddFault(g, fault, now); err != nil {
 				return err
@@ -346,10 +336,8 @@ func ctlXID(f *live.File, args []string) error {
 			return err
 		}
 		for _, g := range gpus {
-			if g < len(boards) {
-				if err := boards[g].CheckFault(g, live.Fault{Kind: live.FaultXID, XID: uint32(x)}); err != nil {
-					return err
-				}
+			if err := live.CheckFaultOn(boards, g, live.Fault{Kind: live.FaultXID, XID: uint32(x)}, "", ""); err != nil {
+				return err
 			}
 			if err := s.XID(g, uint32(x), now); err != nil {
 				return err
