@@ -408,11 +408,20 @@ func Install(o InstallOptions) (res *Result, err error) {
 		log.printf("kept the live state %s", statePath)
 	} else {
 		why := "a new overlay"
-		if !stateKept && !newState0 {
+		switch {
+		case newState0:
+			why = "a new node"
+		case !stateKept:
 			why = "it was of another nvmock's layout or GPU count"
+		case installed && !stateDone:
+			why = "the last reset was cut short"
 		}
+		before, _ := os.Stat(statePath)
 		if err := resetState(statePath, in, o.Render.NodeName, why, log); err != nil {
 			return nil, err
+		}
+		if after, err := os.Stat(statePath); err == nil && before != nil && !os.SameFile(before, after) {
+			log.printf("the live state is a new file: restart processes that map the old one (a device plugin, an exporter) for them to see it")
 		}
 		// A state of another layout is a new file now: the overlay's link
 		// must name it, or the library reads the old one (QA: an upgrade

@@ -2,6 +2,7 @@ package live
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -80,10 +81,11 @@ func Create(path string, gpus int, seed uint64) error {
 	if err != nil {
 		return fmt.Errorf("state %s: %w", path, err)
 	}
-	if st.Size() != Size {
+	if st.Size() != Size || otherVersion(fd) {
 		if st.Size() != 0 {
-			// Another layout: readers refuse it by its size, so replacing
-			// the inode strands nobody.
+			// Another layout: readers refuse it by its size or version,
+			// so replacing the inode strands nobody, and those still
+			// running an older library keep reading the file they know.
 			if err := os.Remove(path); err != nil {
 				return fmt.Errorf("state %s: %w", path, err)
 			}
@@ -349,4 +351,14 @@ func header(path string) Header {
 		return Header{}
 	}
 	return *(*Header)(unsafe.Pointer(&h[0]))
+}
+
+// otherVersion says whether fd holds a state of another layout version
+// (of the same size: one that reuses a pad field keeps it).
+func otherVersion(fd *os.File) bool {
+	var h [12]byte
+	if n, _ := fd.ReadAt(h[:], 0); n != len(h) || [8]byte(h[:8]) != magic {
+		return false // empty, zeroed, or not ours (IsState decides)
+	}
+	return binary.NativeEndian.Uint32(h[8:]) != Version
 }
