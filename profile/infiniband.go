@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -129,6 +130,7 @@ var (
 	ouiRE      = regexp.MustCompile(`^[0-9a-f]{6}$`)
 	fwRE       = regexp.MustCompile(`^\d+\.\d+\.\d+$`)
 	hostNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
+	hostVerbRE = regexp.MustCompile(`^[^%]*%(0[1-9])?d[^%]*$`) // the node's number, in decimal
 )
 
 // Limits of a modelled fabric: a switch's port numbers are one byte (255
@@ -148,10 +150,16 @@ func (p *Profile) validateInfiniBand(c *checker) {
 		c.fail("infiniband", "needs pcie.nics: the HCAs are PCI functions of the node")
 		return
 	}
-	for id, a := range ib.Adapters {
+	byID := map[uint32]string{} // the keys by the id they spell
+	for _, id := range slices.Sorted(maps.Keys(ib.Adapters)) {
+		a := ib.Adapters[id]
 		at := fmt.Sprintf("infiniband.adapters[%q]", id)
-		if _, err := parseHex(id, 16); err != nil {
+		if n, err := parseHex(id, 16); err != nil {
 			c.fail(at, "the key must be a PCI device id: %v", err)
+		} else if prev, dup := byID[n]; dup {
+			c.fail(at, "device 0x%04x is already infiniband.adapters[%q]", n, prev)
+		} else {
+			byID[n] = id
 		}
 		c.str(at+".hcaType", a.HCAType, maxShortStrLen, true)
 		if !fwRE.MatchString(a.FWVersion) {
@@ -169,14 +177,14 @@ func (p *Profile) validateInfiniBand(c *checker) {
 		c.hex(at+".capabilityMask", a.CapabilityMask, 32, false)
 	}
 	names := map[string]string{} // Mellanox NICs' names: their classes
-	missing := map[string]bool{}
+	missing := map[uint32]bool{}
 	for i, n := range p.PCIe.NICs {
 		if !strings.EqualFold(n.Vendor, "0x15b3") || n.Name == "" {
 			continue
 		}
 		names[n.Name] = n.Class
-		id := strings.ToLower(n.Device)
-		if _, ok := ib.Adapters[id]; !ok && !missing[id] {
+		id, err := parseHex(n.Device, 16)
+		if _, ok := byID[id]; err == nil && !ok && !missing[id] {
 			missing[id] = true // once per kind
 			c.fail(fmt.Sprintf("pcie.nics[%d]", i), "%s (device %s) has no infiniband.adapters entry for its device id", n.Name, n.Device)
 		}
@@ -202,8 +210,7 @@ func (p *Profile) validateInfiniBand(c *checker) {
 	if f.Nodes < 1 || f.Nodes > maxFabricNodes {
 		c.fail("infiniband.fabric.nodes", "%d is out of range; use 1 to %d", f.Nodes, maxFabricNodes)
 	}
-	if strings.Count(f.HostName, "%") != 1 || !strings.Contains(f.HostName, "d") ||
-		!hostNameRE.MatchString(fmt.Sprintf(f.HostName, 1)) {
+	if !hostVerbRE.MatchString(f.HostName) || !hostNameRE.MatchString(fmt.Sprintf(f.HostName, 1)) {
 		c.fail("infiniband.fabric.hostName", "%q must be a host name with one %%d (or %%02d) for the node's number, such as \"dgx%%02d\"", f.HostName)
 	}
 	if f.Spines < 1 || f.Spines > 64 {
@@ -214,6 +221,11 @@ func (p *Profile) validateInfiniBand(c *checker) {
 	c.hex("infiniband.fabric.switch.deviceId", s.DeviceID, 16, true)
 	if s.Ports < 2 || s.Ports > maxSwitchPorts {
 		c.fail("infiniband.fabric.switch.ports", "%d is out of range; use 2 to %d", s.Ports, maxSwitchPorts)
+	}
+	// A switch's NodeDescription, "MF0;<name>-storage-spine01:<model>/U1",
+	// holds 64 bytes: a longer one loses the part that tells switches apart.
+	if d := len("MF0;-storage-spine01:/U1") + len(f.Name) + len(s.Model); d > 64 {
+		c.fail("infiniband.fabric.name", "%q with switch model %q makes switch descriptions of %d bytes, past a NodeDescription's 64; shorten the name", f.Name, s.Model, d)
 	}
 	if !fwRE.MatchString(s.FWVersion) {
 		c.fail("infiniband.fabric.switch.fwVersion", "%q is not a firmware version such as \"31.2012.1068\"", s.FWVersion)
@@ -235,14 +247,15 @@ func (p *Profile) validateInfiniBand(c *checker) {
 func (p *Profile) resolveIB(t *PCITree) (*IB, error) {
 	ib := p.InfiniBand
 	out := &IB{}
-	adapters := map[string]*IBAdapter{}
+	adapters := map[uint32]*IBAdapter{} // by device id
 	for id, a := range ib.Adapters {
 		oui, _ := parseHex("0x"+a.OUI, 24)
 		capMask := uint32(DefaultCapMask)
 		if a.CapabilityMask != "" {
 			capMask, _ = parseHex(a.CapabilityMask, 32)
 		}
-		adapters[strings.ToLower(id)] = &IBAdapter{HCAType: a.HCAType, FWVersion: a.FWVersion, BoardID: a.BoardID,
+		n, _ := parseHex(id, 16) // validated
+		adapters[n] = &IBAdapter{HCAType: a.HCAType, FWVersion: a.FWVersion, BoardID: a.BoardID,
 			Speed: ibSpeeds[a.Speed], OUI: oui, CapMask: capMask}
 	}
 	var nics []*PCIFunction
@@ -256,7 +269,7 @@ func (p *Profile) resolveIB(t *PCITree) (*IB, error) {
 	slices.SortFunc(nics, func(a, b *PCIFunction) int { return a.Index - b.Index })
 	var compute, storage int
 	for _, f := range nics {
-		h := HCA{Name: f.Name, Function: f, Adapter: adapters[fmt.Sprintf("0x%04x", f.Device)], Ethernet: f.Class != ClassIB}
+		h := HCA{Name: f.Name, Function: f, Adapter: adapters[uint32(f.Device)], Ethernet: f.Class != ClassIB}
 		switch {
 		case h.Ethernet:
 		case slices.Contains(ib.Storage, f.Name):

@@ -141,6 +141,9 @@ func (p *Profile) validatePCIe(c *checker) {
 		n.validate(c, at, true)
 		if v, err := parseHex(n.Class, 24); err == nil && v>>16 != 0x02 {
 			c.fail(at+".class", "%s is not a network controller's (0x02xxxx, such as 0x020700 InfiniBand or 0x020000 Ethernet)", n.Class)
+		} else if err == nil && strings.EqualFold(n.Vendor, "0x15b3") && v != ClassIB && v != 0x020000 {
+			// A ConnectX port is one or the other; the HCA's link layer follows.
+			c.fail(at+".class", "%s: a ConnectX function is InfiniBand (0x020700) or Ethernet (0x020000)", n.Class)
 		}
 		a, err := ParsePCIAddress(n.BDF)
 		switch {
