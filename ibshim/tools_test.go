@@ -141,6 +141,21 @@ func TestVerbsToolsOpenEveryHCA(t *testing.T) {
 	}
 }
 
+// A directed route that starts at a switch reached by its LID (iblinkinfo
+// -S GUID) walks from that switch: its ports show the hosts cabled to them
+// (QA: the walk began at the asking port, so leaf02 showed a made-up cable
+// to leaf01 and its other ports timed out).
+func TestAMixedRouteStartsAtTheLIDItWasSentTo(t *testing.T) {
+	out := node(t, `G=$(ibswitches -C mlx5_0 | grep leaf02 | awk '{print $3}'); iblinkinfo -t 500 -C mlx5_0 -S $G`)
+	// 64 ports, and the port after them to the switch's Aggregation Node.
+	if n := strings.Count(out, `LinkUp)==>`); n != 65 || strings.Contains(out, "Port not available") || !strings.Contains(out, ` mlx5_3"`) {
+		t.Errorf("iblinkinfo -S leaf02 shows %d active links, want its 64 ports and its aggregation node's, the hosts' mlx5_3 among them:\n%.3000s", n, out)
+	}
+	if strings.Contains(out, "leaf01") {
+		t.Errorf("iblinkinfo -S leaf02 shows a cable to another leaf:\n%.3000s", out)
+	}
+}
+
 func TestDiscoveryFindsTheWholeModelledFabric(t *testing.T) {
 	f := model(t)
 	out := node(t, "ibnetdiscover -C mlx5_0; echo ==; ibswitches -C mlx5_0 | wc -l; ibhosts -C mlx5_0 | wc -l; echo ==; ibnetdiscover -C mlx5_1 | grep -c '^Ca'; echo ==; iblinkinfo -C mlx5_0")
@@ -626,6 +641,34 @@ func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
 	want := "nvmock exec: fabric daemon: peer claims slot 0, which is this node's"
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Errorf("node-b, claiming node-a's slot: %v\n%s\nwant %q", err, out, want)
+	}
+}
+
+// A peer whose fabric is built from another profile (here two spines, not
+// four) is refused with a warning: every LID would differ (QA: they peered
+// silently and ibping to the peer timed out).
+func TestExecSaysAPeerBuildsAnotherFabric(t *testing.T) {
+	bin := builtNvmock(t)
+	a := freePort(t)
+	assets := filepath.Join(testenv.BuildDir(), "driver")
+	other := filepath.Join(t.TempDir(), "two-spines.yaml")
+	if err := os.WriteFile(other, []byte("base: h100\nname: h100\ninfiniband:\n  fabric: {spines: 2}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	serverOut := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600"))
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", a); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-a does not listen at %s:\n%s", a, serverOut.String())
+		}
+	}
+	out, err := exec.Command(bin, "exec", "--profile", other, "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1", "--ib-peers", a, "--", "sleep", "6").CombinedOutput()
+	want := `peer builds fabric "superpod" from another profile`
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Errorf("node-b, of another fabric model: %v\n%s\nwant %q", err, out, want)
 	}
 }
 

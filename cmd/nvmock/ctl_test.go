@@ -587,7 +587,7 @@ func TestCtlIBRejectsBadArgumentsWithOneLine(t *testing.T) {
 // port stayed down).
 func TestFaultsForOnePortMakeOneThatCtlChanges(t *testing.T) {
 	var flags faultFlags
-	for _, f := range []string{"mlx5_0=symbol_error:1", "mlx5_0=down", "mlx5_0=symbol_error:5", "n2/mlx5_0=down"} {
+	for _, f := range []string{"mlx5_0=symbol_error:5", "mlx5_0=down", "mlx5_0=link_downed:2", "n2/mlx5_0=down"} {
 		if err := flags.Set(f); err != nil {
 			t.Fatal(err)
 		}
@@ -596,8 +596,12 @@ func TestFaultsForOnePortMakeOneThatCtlChanges(t *testing.T) {
 	for _, ft := range flags {
 		got = append(got, ft.String())
 	}
-	if want := []string{"mlx5_0=down,symbol_error:5", "n2/mlx5_0=down"}; !slices.Equal(got, want) {
+	if want := []string{"mlx5_0=down,symbol_error:5,link_downed:2", "n2/mlx5_0=down"}; !slices.Equal(got, want) {
 		t.Errorf("--ib-fault flags made %q, want %q", got, want)
+	}
+	// Two values of one counter leave which is meant open, as in one flag.
+	if err := flags.Set("mlx5_0=symbol_error:1"); err == nil || !strings.Contains(err.Error(), "symbol_error of mlx5_0 is given twice") {
+		t.Errorf("a counter given again in another flag: %v", err)
 	}
 	if err := flags.Set("/mlx5_0=down"); err == nil || !strings.Contains(err.Error(), "no node name before /") {
 		t.Errorf("--ib-fault /mlx5_0=down: %v, want no node name", err)

@@ -227,6 +227,14 @@ func (f *faultFlags) Set(s string) error {
 	if err != nil {
 		return err
 	}
+	// As within one flag: two values of one counter leave which is meant open.
+	for _, old := range *f {
+		for name := range ft.Counters {
+			if _, twice := old.Counters[name]; twice && old.Node == ft.Node && old.HCA == ft.HCA {
+				return fmt.Errorf("%s of %s is given twice", name, ft.HCA)
+			}
+		}
+	}
 	*f = fabric.Merge(*f, ft)
 	return nil
 }

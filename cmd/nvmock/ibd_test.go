@@ -52,6 +52,7 @@ func TestIbdRefusesABoardWithoutInfiniBand(t *testing.T) {
 	}{
 		{[]string{"ibd", "--profile", "l40s", "--socket", t.TempDir() + "/s"}, "ibd: profile l40s has no InfiniBand (no infiniband block)"},
 		{[]string{"ibd", "--profile", "h100", "--socket", t.TempDir() + "/s", "--fault", "mlx5_99=down"}, "ibd: --fault: the node has no InfiniBand HCA mlx5_99"},
+		{[]string{"ibd", "--profile", "h100", "--socket", t.TempDir() + "/s", "--fault", "mlx5_0=symbol_error:3", "--fault", "mlx5_0=symbol_error:5"}, "symbol_error of mlx5_0 is given twice"},
 		{[]string{"ibd", "--socket", t.TempDir() + "/s", "--state", "/nonexistent/live/state"}, "ibd: --state /nonexistent/live/state: no InfiniBand live state beside it (/nonexistent/live/ib)"},
 		{[]string{"ibd", "--profile", "h100", "--slot", "3", "--socket", t.TempDir() + "/s", "--state", "/nonexistent/live/state"}, "ibd: --state serves the installed node's fabric and faults; leave out --profile, --slot"},
 	} {

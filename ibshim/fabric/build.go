@@ -1,7 +1,9 @@
 package fabric
 
 import (
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/nvmock/nvmock/profile"
 )
@@ -27,15 +29,20 @@ func Build(n *profile.Node, host string, slot int) (*Fabric, error) {
 	spec := &n.IB.Fabric
 	if slot < 0 {
 		slot = SlotOf(host, spec.Nodes)
+		for i := range spec.Nodes { // a name the fabric lists takes its slot
+			if fmt.Sprintf(spec.HostName, i+1) == host {
+				slot = i
+			}
+		}
 	}
 	if slot >= spec.Nodes {
 		return nil, fmt.Errorf("slot %d is outside fabric %s, whose %d nodes have slots 0 to %d", slot, spec.Name, spec.Nodes, spec.Nodes-1)
 	}
-	f := &Fabric{Name: spec.Name, Local: slot, Hosts: make([]string, spec.Nodes), HostFormat: spec.HostName}
+	f := &Fabric{Name: spec.Name, Local: slot, Hosts: make([]string, spec.Nodes), HostFormat: spec.HostName, Model: model(spec, n.IB.HCAs)}
 	for i := range f.Hosts {
 		f.Hosts[i] = fmt.Sprintf(spec.HostName, i+1)
 	}
-	f.Hosts[slot] = host
+	f.Place(slot, host)
 	b := builder{f: f, spec: spec, hcas: n.IB.HCAs}
 	if spec.ComputeRails > 0 {
 		f.Subnets = append(f.Subnets, b.subnet("compute", false, spec.ComputeRails, spec.Spines))
@@ -128,12 +135,16 @@ func (b *builder) subnet(name string, storage bool, rails, spines int) *Subnet {
 			s.Nodes = append(s.Nodes, b.aggregationNode(sw))
 		}
 	}
-	speed := profile.SpeedNDR
+	// The switches run at the fastest HCA's speed; each link trains to
+	// its slower end's (Port.ActiveSpeed).
+	speed := profile.IBSpeed(0)
 	for _, nd := range s.Nodes {
 		if nd.Type == CA && nd.Slot >= 0 {
-			speed = nd.Ports[1].Speed
-			break
+			speed = max(speed, nd.Ports[1].Speed)
 		}
+	}
+	if speed == 0 {
+		speed = profile.SpeedNDR
 	}
 	lid := uint16(1)
 	for _, nd := range s.Nodes {
@@ -215,4 +226,15 @@ func CADesc(host, hca string) string {
 		d = d[:64]
 	}
 	return d
+}
+
+// model hashes what a fabric is built from, as every node of it has it.
+func model(spec *profile.IBFabric, hcas []profile.HCA) string {
+	h := fnv.New64a()
+	e := json.NewEncoder(h) // pointers followed, as %v would not
+	_ = e.Encode(spec)
+	for _, c := range hcas {
+		_ = e.Encode([]any{c.Name, c.Ethernet, c.Storage, c.Rail, c.Adapter})
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
 }

@@ -35,6 +35,21 @@ type Fabric struct {
 	HostFormat string   // modelled nodes' names, %d the slot from 1
 	Local      int      // this node's slot
 	Subnets    []*Subnet
+	// Model identifies what the fabric was built from (its block and the
+	// node's HCAs): peers that differ would disagree on every LID.
+	Model string
+}
+
+// Place names slot's node host. A modelled node that had that name takes
+// the slot's modelled one, so no two nodes share a name (a real dgx05 at
+// slot 0 swaps names with the modelled dgx05).
+func (f *Fabric) Place(slot int, host string) {
+	for j, h := range f.Hosts {
+		if j != slot && h == host && h == fmt.Sprintf(f.HostFormat, j+1) {
+			f.Hosts[j] = fmt.Sprintf(f.HostFormat, slot+1)
+		}
+	}
+	f.Hosts[slot] = host
 }
 
 // Subnet is one InfiniBand subnet: its switches and CAs, with one SM.
@@ -84,6 +99,16 @@ type Port struct {
 
 // IsSwitchPort0 says whether the port is a switch's management port.
 func (p *Port) IsSwitchPort0() bool { return p.Node.Type == Switch && p.Num == 0 }
+
+// ActiveSpeed is the speed the port's link trained to: the slower end's,
+// as both ends of a cable agree (IBA 14.2.5.6); a port without a cable,
+// its own.
+func (p *Port) ActiveSpeed() profile.IBSpeed {
+	if p.Peer != nil {
+		return min(p.Speed, p.Peer.Speed)
+	}
+	return p.Speed
+}
 
 // Base is the port through which a node is addressed: a switch's port 0,
 // a CA's own port.

@@ -235,3 +235,59 @@ func TestALongHostNameIsCutAt64Bytes(t *testing.T) {
 		t.Errorf("mlx5_0's description is %q (%d bytes), want the first 64 bytes of the host name", desc, len(desc))
 	}
 }
+
+// A real node named as the fabric names a slot's node takes that slot, and
+// one placed elsewhere swaps names with it: no two hosts share a name (QA:
+// --ib-host dgx05 showed "dgx05 mlx5_0" twice in ibhosts).
+func TestANodeNamedLikeAModelledOneIsNeverTwo(t *testing.T) {
+	n := testenv.Node(t, "h100", 8)
+	f, err := fabric.Build(n, "dgx05", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Local != 4 {
+		t.Errorf("dgx05 at slot %d, want its name's 4", f.Local)
+	}
+	f, err = fabric.Build(n, "dgx05", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Hosts[0] != "dgx05" || f.Hosts[4] != "dgx01" {
+		t.Errorf("dgx05 placed at slot 0: hosts %v, want slot 4 named dgx01", f.Hosts[:6])
+	}
+	seen := map[string]bool{}
+	for _, h := range f.Hosts {
+		if seen[h] {
+			t.Errorf("%s twice among %v", h, f.Hosts)
+		}
+		seen[h] = true
+	}
+}
+
+// Both ends of a cable run at the slower end's speed: an HDR card on a
+// leaf of NDR cards trains its link to HDR, and the switches run at the
+// fastest card's speed (QA: the leaf port said NDR to an HDR card, and
+// every switch took the first card's speed).
+func TestALinkTrainsToItsSlowerEnd(t *testing.T) {
+	n := testenv.Node(t, "h100", 8)
+	var hdr *profile.HCA
+	for i := range n.IB.HCAs {
+		if h := &n.IB.HCAs[i]; !h.Storage && !h.Ethernet && h.Rail == 0 {
+			a := *h.Adapter
+			a.Speed = profile.SpeedHDR
+			h.Adapter, hdr = &a, h
+		}
+	}
+	f, err := fabric.Build(n, "node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	card := f.Find(hdr.Name).Ports[1]
+	leaf := card.Peer
+	if card.ActiveSpeed() != profile.SpeedHDR || leaf.ActiveSpeed() != profile.SpeedHDR {
+		t.Errorf("%s's link: %v at the card, %v at the leaf; want HDR at both", hdr.Name, card.ActiveSpeed(), leaf.ActiveSpeed())
+	}
+	if leaf.Speed != profile.SpeedNDR {
+		t.Errorf("the leaf port runs at %v, want the fastest card's NDR", leaf.Speed)
+	}
+}

@@ -154,7 +154,7 @@ func (d *Daemon) mcJoin(m mad, from *fabric.Port) ([]byte, uint16) {
 		copy(g.rec[:], t)
 		binary.BigEndian.PutUint16(g.rec[36:], mlidOf(mgid))
 		g.rec[38] = 2<<6 | mtu4096
-		g.rec[42] = 2<<6 | rateEnum(from.Speed)
+		g.rec[42] = 2<<6 | rateEnum(from.ActiveSpeed())
 		g.rec[43] = 2<<6 | 18
 		g.rec[47] = 0                     // hop limit: the subnet has no routers
 		g.rec[48] = (mgid[1] & 0x0f) << 4 // scope, from the MGID; join state per member

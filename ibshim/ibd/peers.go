@@ -45,6 +45,7 @@ type hello struct {
 	Fabric string `json:"fabric"`
 	Slot   int    `json:"slot"`
 	Host   string `json:"host"`
+	Model  string `json:"model,omitempty"` // fabric.Fabric.Model; older daemons send none
 }
 
 // peer is a connection to another real node's daemon. Frames go out
@@ -231,7 +232,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 		return true
 	}
 	d.conns[c] = true
-	me, _ := json.Marshal(hello{Fabric: d.fab.Name, Slot: d.fab.Local, Host: d.fab.Hosts[d.fab.Local]})
+	me, _ := json.Marshal(hello{Fabric: d.fab.Name, Slot: d.fab.Local, Host: d.fab.Hosts[d.fab.Local], Model: d.fab.Model})
 	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()
@@ -251,6 +252,10 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	switch {
 	case h.Fabric != d.fab.Name:
 		log.Warnf("peer serves fabric %q, not %q: ignored", h.Fabric, d.fab.Name)
+		return true
+	case h.Model != "" && h.Model != d.fab.Model:
+		// Its LIDs and routes would not be this node's.
+		log.Warnf("peer builds fabric %q from another profile (nodes, spines, switches or HCAs differ): ignored; give every node of a fabric the same profile", h.Fabric)
 		return true
 	case h.Slot == d.fab.Local && h.Host == d.fab.Hosts[d.fab.Local]:
 		return true
@@ -359,11 +364,11 @@ func (d *Daemon) peerFaults(p *peer, body []byte, log *logrus.Entry) {
 // name gives a slot's CAs their host's name, as rdma-ndd sets node
 // descriptions: "<host> <device>".
 func (d *Daemon) name(slot int, host string) {
-	d.fab.Hosts[slot] = host
+	d.fab.Place(slot, host)
 	for _, s := range d.fab.Subnets {
 		for _, nd := range s.Nodes {
-			if nd.Type == fabric.CA && nd.Slot == slot {
-				nd.Desc = fabric.CADesc(host, nd.HCA)
+			if nd.Type == fabric.CA && nd.Slot >= 0 { // a host's (not a switch's aggregation node)
+				nd.Desc = fabric.CADesc(d.fab.Hosts[nd.Slot], nd.HCA)
 			}
 		}
 	}

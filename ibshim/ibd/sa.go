@@ -266,7 +266,7 @@ func (d *Daemon) pathRecords(s *fabric.Subnet, from *fabric.Port, tmpl []byte, m
 		r[49] = 0x80 // reversible
 		put16(r[50:], 0xffff)
 		r[54] = 2<<6 | mtu4096
-		r[55] = 2<<6 | rateEnum(src.Speed)
+		r[55] = 2<<6 | rateEnum(min(src.ActiveSpeed(), dst.ActiveSpeed())) // the path's slowest link
 		r[56] = 2<<6 | 18
 		out = append(out, r)
 	}

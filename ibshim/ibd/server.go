@@ -632,13 +632,24 @@ func (d *Daemon) directed(c *conn, u packet, from *fabric.Port) {
 		d.timeout(c, u)
 		return
 	}
-	at := fabric.Walk(from, m.drPath()[:hops+1])
+	// Sent to a LID, not the permissive one: LID-routed to that node
+	// first, the directed part starts there (iblinkinfo -S GUID), and the
+	// answer comes back from its LID.
+	start, lid := from, uint16(0xffff)
+	if l := u.lid(); l != 0xffff && l != 0 {
+		if start = from.Node.Subnet.Port(l); start == nil || from.Down() {
+			d.timeout(c, u)
+			return
+		}
+		lid = l
+	}
+	at := fabric.Walk(start, m.drPath()[:hops+1])
 	if at == nil {
 		d.timeout(c, u)
 		return
 	}
 	d.exchange(from, at)
-	d.smpAt(c, u, at.Node, at, 0xffff)
+	d.smpAt(c, u, at.Node, at, lid)
 }
 
 func (d *Daemon) smpAt(c *conn, u packet, nd *fabric.Node, in *fabric.Port, lid uint16) {

@@ -180,7 +180,8 @@ func (d *Daemon) portInfo(p, in *fabric.Port, b []byte) {
 	}
 	b[51] = 18 // subnet timeout
 	b[52] = 20 // response time value
-	ext, extSup := extSpeed(p.Speed)
+	_, extSup := extSpeed(p.Speed)
+	ext, _ := extSpeed(p.ActiveSpeed())
 	if up {
 		b[62] = ext<<4 | extSup
 	} else {

@@ -213,7 +213,11 @@ func (r *renderer) ports(dir string, h *profile.HCA, nd *fabric.Node, port0 uint
 // CA; nil: an Ethernet port, whose state is only the link's).
 func (r *renderer) state(port string, a *profile.IBAdapter, nd *fabric.Node) {
 	state, phys := "4: ACTIVE", "5: LinkUp"
-	rate := fmt.Sprintf("%d Gb/sec (4X %s)", a.Speed.Gbps(), a.Speed)
+	speed := a.Speed
+	if nd != nil { // as the link trained: the slower end's
+		speed = nd.Ports[1].ActiveSpeed()
+	}
+	rate := fmt.Sprintf("%d Gb/sec (4X %s)", speed.Gbps(), speed)
 	if nd == nil {
 		r.file(port+"/state", state)
 		r.file(port+"/phys_state", phys)
