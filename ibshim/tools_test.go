@@ -628,15 +628,7 @@ func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
 	assets := filepath.Join(testenv.BuildDir(), "driver")
 	serverOut := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600"))
 	// node-b meets node-a at once: node-a listens first.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", a); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node-a does not listen at %s:\n%s", a, serverOut.String())
-		}
-	}
+	waitListening(t, a, serverOut)
 	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "0", "--ib-peers", a, "--", "sleep", "6").CombinedOutput() // 2 s missed the meeting once under CI's load
 	want := "nvmock exec: fabric daemon: peer claims slot 0, which is this node's"
 	if err != nil || !strings.Contains(string(out), want) {
@@ -656,19 +648,25 @@ func TestExecSaysAPeerBuildsAnotherFabric(t *testing.T) {
 		t.Fatal(err)
 	}
 	serverOut := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600"))
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", a); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node-a does not listen at %s:\n%s", a, serverOut.String())
-		}
-	}
+	waitListening(t, a, serverOut)
 	out, err := exec.Command(bin, "exec", "--profile", other, "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1", "--ib-peers", a, "--", "sleep", "6").CombinedOutput()
 	want := `peer builds fabric "superpod" from another profile`
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Errorf("node-b, of another fabric model: %v\n%s\nwant %q", err, out, want)
+	}
+}
+
+// waitListening waits for an exec'd node's daemon to listen at addr.
+func waitListening(t *testing.T, addr string, out *testenv.SyncBuffer) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node does not listen at %s:\n%s", addr, out.String())
+		}
 	}
 }
 
