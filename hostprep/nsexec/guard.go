@@ -37,6 +37,7 @@ func startGuard(o Options, nsf *os.File, dir string) func() {
 	}
 	defer r.Close()
 	g := exec.Command(o.Self[0], append(append([]string{}, o.Self[1:]...), guardArg, dir)...)
+	g.Args[0] = "nvmock-exec-guard" // what ps shows; Path runs the program
 	g.ExtraFiles = []*os.File{r, nsf}
 	// Another writer would need this process alive to copy to it.
 	if f, ok := o.Stderr.(*os.File); ok {
