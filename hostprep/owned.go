@@ -111,7 +111,7 @@ func legacyOwned(path string, m *Manifest) bool {
 	}
 	switch filepath.Base(path) {
 	case CDIFile:
-		return bytes.Contains(b[:min(len(b), 1024)], []byte(cdiHeader)) // after an owner line, if any
+		return bytes.HasPrefix(b, []byte(cdiHeader)) // those installs wrote no owner line
 	case NFDFile:
 		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 		for _, l := range lines {
