@@ -296,8 +296,8 @@ func Install(o InstallOptions) (res *Result, err error) {
 	// installed overlay links to it too, and keeps it if this install fails.
 	stateKept := stateOK(statePath, len(in.ids))
 	_, serr := os.Lstat(statePath)
-	newState0 := os.IsNotExist(serr)
-	if newState0 {
+	stateMissing := os.IsNotExist(serr)
+	if stateMissing {
 		newState = true
 		if err := live.Create(statePath, len(in.ids), StateSeed(o.Render.NodeName)); err != nil {
 			return nil, err
@@ -409,7 +409,7 @@ func Install(o InstallOptions) (res *Result, err error) {
 	} else {
 		why := "a new overlay"
 		switch {
-		case newState0:
+		case stateMissing:
 			why = "a new node"
 		case !stateKept:
 			why = "it was of another nvmock's layout or GPU count"

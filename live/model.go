@@ -98,19 +98,21 @@ func CheckFaultOn(boards []Board, g int, f Fault, at, linkField string) error {
 	if boards == nil {
 		return nil
 	}
-	var err error
-	switch {
-	case g >= len(boards):
-		err = fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards))
-	case f.Kind == FaultNvlinkDown && boards[g].CheckLink(g, f.Count) != nil:
-		return fmt.Errorf("%s: %w", linkField, boards[g].CheckLink(g, f.Count))
-	default:
-		err = boards[g].CheckFault(g, f)
+	wrap := func(err error) error {
+		if err != nil && at != "" {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		return err
 	}
-	if err != nil && at != "" {
-		return fmt.Errorf("%s: %w", at, err)
+	if g >= len(boards) {
+		return wrap(fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards)))
 	}
-	return err
+	if f.Kind == FaultNvlinkDown {
+		if err := boards[g].CheckLink(g, f.Count); err != nil {
+			return fmt.Errorf("%s: %w", linkField, err)
+		}
+	}
+	return wrap(boards[g].CheckFault(g, f))
 }
 
 // xidWords name the XIDs that come with a lasting fault (XIDFault).
