@@ -2,7 +2,6 @@
 // source, capabilities, margin temperature, dynamic P-state utilization and
 // performance-policy violation time.
 #include <string.h>
-#include <time.h>
 
 #include "nvmock.h"
 
@@ -44,21 +43,38 @@ NVML_API nvmlReturn_t nvmlDeviceGetCapabilities(nvmlDevice_t device, nvmlDeviceC
 
 // The margin is how far the GPU runs below its T.Limit, the same reading
 // nvidia-smi prints as "GPU T.Limit Temp"; boards before Ada have no sensor.
+// T.Limit stays where the capture puts it (its temperature plus its
+// margin), so the margin falls as far as the GPU warms.
+nvmlReturn_t nvmock_margin(const struct nvmock_dev *d, int *margin)
+{
+	const struct snap_device *s = d->s;
+	if (s->temp_tlimit == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*margin = (int)s->temp_tlimit;
+	LIVE(d);
+	if (live_ && s->temp_gpu != NA32)
+		*margin -= (int)nvmock_live_temp(d, &g_, &fx_, now_) - (int)s->temp_gpu;
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTemperature_t *marginTempInfo)
 {
 	DEV(device, d);
 	OUT(marginTempInfo);
 	if (marginTempInfo->version != nvmlMarginTemperature_v1)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-	if (d->s->temp_tlimit == NA32)
-		return NVML_ERROR_NOT_SUPPORTED;
-	marginTempInfo->marginTemperature = (int)d->s->temp_tlimit;
-	return NVML_SUCCESS;
+	int m;
+	nvmlReturn_t r = nvmock_margin(d, &m);
+	if (r == NVML_SUCCESS)
+		marginTempInfo->marginTemperature = m;
+	return r;
 }
 
-// Dynamic P-state utilization by domain (GPU, frame buffer, video, bus):
-// the board's utilization readings; the switching thresholds are not
-// modelled and read 0.
+// Dynamic P-state utilization by domain: the graphics engine's (GPU), the
+// frame buffer's (memory), the video engines' (the busier of encoder and
+// decoder) as the utilization getters read them, live under a load; the
+// bus interface's is not modelled and reads 0, as do the switching
+// thresholds.
 NVML_API nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlGpuDynamicPstatesInfo_t *info)
 {
 	DEV(device, d);
@@ -70,6 +86,14 @@ NVML_API nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlG
 	unsigned enc = s->util_encoder == NA32 ? 0 : s->util_encoder;
 	unsigned dec = s->util_decoder == NA32 ? 0 : s->util_decoder;
 	unsigned pct[4] = {s->util_gpu, s->util_memory == NA32 ? 0 : s->util_memory, enc > dec ? enc : dec, 0};
+	LIVE(d);
+	if (live_) {
+		for (unsigned e = 0; e < 2; e++)
+			pct[e] = nvmock_live_util(d->node_index, &g_, e, now_);
+		enc = nvmock_live_util(d->node_index, &g_, 2, now_);
+		dec = nvmock_live_util(d->node_index, &g_, 3, now_);
+		pct[2] = enc > dec ? enc : dec;
+	}
 	for (unsigned k = 0; k < 4; k++) {
 		info->utilization[k].bIsPresent = 1;
 		info->utilization[k].percentage = pct[k];
@@ -77,19 +101,19 @@ NVML_API nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlG
 	return NVML_SUCCESS;
 }
 
-// No modelled board has been held back by any policy: every violation time
-// is zero, measured up to now.
+// Violation times follow the live state (nvmock_live_violation); a GPU
+// on its capture's readings has been held back by nothing. referenceTime
+// is the node's clock in microseconds, violationTime nanoseconds (nvml.h).
 NVML_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType,
 						   nvmlViolationTime_t *violTime)
 {
 	DEV(device, d);
-	(void)d;
 	OUT(violTime);
 	if ((unsigned)perfPolicyType >= NVML_PERF_POLICY_COUNT)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	violTime->referenceTime = (unsigned long long)ts.tv_sec * 1000000 + (unsigned long long)ts.tv_nsec / 1000;
-	violTime->violationTime = 0;
+	LIVE(d);
+	uint64_t now = live_ ? now_ : nvmock_live_now();
+	violTime->referenceTime = now / 1000;
+	violTime->violationTime = live_ ? nvmock_live_violation(d, &g_, perfPolicyType, now) : 0;
 	return NVML_SUCCESS;
 }

@@ -277,8 +277,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device
 		return NVML_ERROR_NOT_SUPPORTED;
 	*isPending = NVML_FEATURE_DISABLED;
 	LIVE(d);
-	if (live_ && fx_.dbe > 0)
-		*isPending = NVML_FEATURE_ENABLED; // retired at the next driver reload
+	// Retired at the next driver reload; XID 63 records one with no new error.
+	if (live_ && (fx_.dbe > 0 || fx_.remap_pending))
+		*isPending = NVML_FEATURE_ENABLED;
 	return NVML_SUCCESS;
 }
 

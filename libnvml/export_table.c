@@ -277,7 +277,12 @@ static int smi_part_number(nvmlDevice_t device, char *buf, unsigned int len)
 static int smi_tlimit(nvmlDevice_t device, unsigned int *temp)
 {
 	DEV(device, d);
-	return nvmock_u32(d->s->temp_tlimit, temp);
+	OUT(temp);
+	int m;
+	nvmlReturn_t r = nvmock_margin(d, &m);
+	if (r == NVML_SUCCESS)
+		*temp = (unsigned)m;
+	return r;
 }
 
 // 0x790 (535 on): the addressing mode: None, HMM, ATS.

@@ -388,15 +388,17 @@ struct seg {
 	uint32_t temp0;
 	uint64_t e0;
 	uint32_t limit; // the power limit in force (NA32: none)
+	uint64_t v0;	// power violation time at since
 };
 
 static struct seg seg_at(const struct snap_device *s, const struct live_gpu *g, uint64_t t)
 {
 	uint32_t limit = nvmock_power_limit(s, g);
 	if (t >= g->since_ns)
-		return (struct seg){g->load, g->since_ns, g->temp0_mc, g->energy0_mj, limit};
-	return (struct seg){g->prev_load, g->prev_since_ns, g->prev_temp0_mc, g->prev_energy0_mj,
-			    g->prev_power_limit_mw ? g->prev_power_limit_mw : limit};
+		return (struct seg){g->load, g->since_ns, g->temp0_mc, g->energy0_mj, limit, g->viol0_ns};
+	return (struct seg){g->prev_load,	 g->prev_since_ns,
+			    g->prev_temp0_mc,	 g->prev_energy0_mj,
+			    g->prev_power_limit_mw ? g->prev_power_limit_mw : limit, g->prev_viol0_ns};
 }
 
 // util is one engine's utilization at t: the load, with noise that depends
@@ -452,8 +454,10 @@ uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g,
 {
 	double p = g->model ? power_of(d->s, seg_at(d->s, g, t).limit, nvmock_live_util(d->node_index, g, 0, t))
 			    : d->s->power_draw_mw;
-	if (fx->brake && d->s->power_enforced_mw != NA32 && p > d->s->power_enforced_mw / 2.0)
-		p = d->s->power_enforced_mw / 2.0;
+	// The brake halves the limit in force, one set with -pl too.
+	uint32_t limit = nvmock_power_limit(d->s, g);
+	if (fx->brake && limit != NA32 && p > limit / 2.0)
+		p = limit / 2.0;
 	return (uint32_t)(p + 0.5);
 }
 
@@ -480,10 +484,41 @@ uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, 
 		double mc = target + (s.temp0 - target) * exp(-dt / TAU_NS);
 		c = (unsigned)(mc / 1000 + 0.5);
 	}
-	uint32_t slow = d->s->temp_threshold[NVML_TEMPERATURE_THRESHOLD_SLOWDOWN];
-	if (fx->thermal)
+	if (fx->thermal) {
+		uint32_t slow = nvmock_slowdown_c(d->s);
 		c = slow != NA32 ? slow + 1 : d->s->temp_gpu + HEAT_C + 10;
+	}
 	return c;
+}
+
+// nvmock_slowdown_c is the temperature at which the board slows down: its
+// slowdown threshold, or on a board that reports T.Limit instead (Ada and
+// later) where the margin reaches the slowdown T.Limit offset; the higher
+// of the two when it has both.
+uint32_t nvmock_slowdown_c(const struct snap_device *s)
+{
+	uint32_t slow = s->temp_threshold[NVML_TEMPERATURE_THRESHOLD_SLOWDOWN];
+	unsigned k = NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT - NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT;
+	if (s->temp_tlimit != NA32 && s->temp_gpu != NA32 && (s->tlimit_offset_mask >> k & 1)) {
+		long t = (long)s->temp_gpu + (long)s->temp_tlimit - (long)(int32_t)s->tlimit_offset[k];
+		if (t > 0 && (slow == NA32 || (uint32_t)t > slow))
+			slow = (uint32_t)t;
+	}
+	return slow;
+}
+
+// capped says whether a load asks for more power than the limit allows.
+static int capped(const struct snap_device *s, uint32_t limit, unsigned load)
+{
+	return limit != NA32 && demand(s, load) > limit;
+}
+
+// held says whether a load holds the clocks back for power: the SW power
+// cap of the event reasons, from the segment's load without its noise as
+// energy and temperature take it.
+static int held(const struct snap_device *s, uint32_t limit, unsigned load)
+{
+	return load >= 95 || capped(s, limit, load);
 }
 
 // nvmock_live_cut starts a new segment of the same load at now, where the
@@ -501,10 +536,13 @@ void nvmock_live_cut(const struct nvmock_dev *d, struct live_gpu *g, uint64_t no
 	uint64_t e = g->energy0_mj;
 	if (s->power_draw_mw != NA32)
 		e += (uint64_t)(power_of(s, limit, g->load[0]) * dt / 1e9);
+	uint64_t v = g->viol0_ns;
+	if (now > g->since_ns && held(s, limit, g->load[0]))
+		v += now - g->since_ns;
 	memcpy(g->prev_load, g->load, sizeof g->load);
 	g->prev_since_ns = g->since_ns, g->prev_temp0_mc = g->temp0_mc, g->prev_energy0_mj = g->energy0_mj;
-	g->prev_power_limit_mw = limit;
-	g->since_ns = now, g->temp0_mc = (uint32_t)(temp + 0.5), g->energy0_mj = e;
+	g->prev_viol0_ns = g->viol0_ns, g->prev_power_limit_mw = limit;
+	g->since_ns = now, g->temp0_mc = (uint32_t)(temp + 0.5), g->energy0_mj = e, g->viol0_ns = v;
 }
 
 unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t t)
@@ -517,12 +555,6 @@ unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct l
 	struct seg s = seg_at(d->s, g, t);
 	double dt = t > s.since ? (double)(t - s.since) : 0;
 	return s.e0 + (unsigned long long)(power_of(d->s, s.limit, s.load[0]) * dt / 1e9);
-}
-
-// capped says whether a load asks for more power than the limit allows.
-static int capped(const struct snap_device *s, uint32_t limit, unsigned load)
-{
-	return limit != NA32 && demand(s, load) > limit;
 }
 
 // Clocks boost to the maximum under load, give way near the power limit,
@@ -573,6 +605,52 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 	if (fx->thermal || fx->brake)
 		r &= ~(unsigned long long)nvmlClocksEventReasonGpuIdle;
 	return r & d->s->clock_reasons_supported;
+}
+
+// held_ns is how long the load model held the clocks back for power
+// before end: what the segments before had counted (the writers add each
+// segment's as they close it, live/model.go setLoadAt), and this one's.
+static uint64_t held_ns(const struct snap_device *s, const struct live_gpu *g, uint64_t end)
+{
+	if (!g->model)
+		return 0;
+	struct seg x = seg_at(s, g, end);
+	uint64_t n = x.v0;
+	if (end > x.since && held(s, x.limit, x.load[0]))
+		n += end - x.since;
+	return n;
+}
+
+// nvmock_live_violation is the time, in ns up to t, a policy held the GPU
+// below its applications clocks: power while the load meets the SW power
+// cap (nvml.h makes the power policy's counter the SW power cap's), thermal
+// while a thermal slowdown is on, and the longer of the two for the
+// total. It is derived from the state alone (each segment's count at its
+// start, and the faults' start times), so every process reads the same. The model has nothing that sync
+// boost, the board limit, low utilization or reliability would hold back,
+// nor a base clock to fall below: those read 0; a power brake has a
+// field of its own in nvml.h, not one of these policies.
+unsigned long long nvmock_live_violation(const struct nvmock_dev *d, const struct live_gpu *g, nvmlPerfPolicyType_t policy,
+					 uint64_t t)
+{
+	uint64_t thermal = t;
+	for (unsigned i = 0; i < g->faults && i < STATE_FAULTS; i++) {
+		uint64_t since;
+		if (g->fault_kind[i] == LIVE_FAULT_THERMAL && nvmock_live_active(d->node_index, g, i, t, &since) &&
+		    since < thermal)
+			thermal = since;
+	}
+	switch (policy) {
+	case NVML_PERF_POLICY_POWER: return held_ns(d->s, g, t);
+	case NVML_PERF_POLICY_THERMAL: return t - thermal;
+	case NVML_PERF_POLICY_TOTAL_APP_CLOCKS: {
+		// The longer of the two: their union would need the power time
+		// of segments the state no longer keeps; this never goes back.
+		uint64_t p = held_ns(d->s, g, t);
+		return p > t - thermal ? p : t - thermal;
+	}
+	default: return 0;
+	}
 }
 
 // nvmock_live_proc_alive says whether a registered process still runs: one

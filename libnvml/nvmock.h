@@ -75,6 +75,10 @@ nvmlReturn_t nvmock_live_check(const struct nvmock_dev *d);
 unsigned nvmock_live_util(unsigned node, const struct live_gpu *g, unsigned engine, uint64_t t);
 uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t);
 uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t);
+uint32_t nvmock_slowdown_c(const struct snap_device *s);
+nvmlReturn_t nvmock_margin(const struct nvmock_dev *d, int *margin);
+unsigned long long nvmock_live_violation(const struct nvmock_dev *d, const struct live_gpu *g, nvmlPerfPolicyType_t policy,
+					 uint64_t t);
 unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t t);
 uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
 			   nvmlClockType_t type, uint64_t t);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 8
+#define STATE_VERSION 9
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -84,6 +84,8 @@ struct live_gpu {
 	uint64_t prev_since_ns;
 	uint64_t energy0_mj; // energy counter at since_ns
 	uint64_t prev_energy0_mj;
+	uint64_t viol0_ns; // time the load held the clocks back for power, at since_ns
+	uint64_t prev_viol0_ns;
 	uint32_t faults; // fault slots in use, first to last
 	uint32_t ecc_pending; // nvmlEnableState_t: the ECC mode nvidia-smi -e set, from the next boot (a setting, here for the layout)
 	uint32_t fault_kind[8]; // FAULT_*
@@ -114,7 +116,7 @@ struct live_gpu {
 	uint32_t app_clock_mem; // MHz: the applications clocks nvidia-smi -ac set
 	uint32_t app_clock_gfx;
 };
-_Static_assert(sizeof(struct live_gpu) == 1488, "state layout");
+_Static_assert(sizeof(struct live_gpu) == 1504, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
 _Static_assert(offsetof(struct live_gpu, jitter) == 4, "state layout");
 _Static_assert(offsetof(struct live_gpu, load) == 8, "state layout");
@@ -125,35 +127,37 @@ _Static_assert(offsetof(struct live_gpu, since_ns) == 48, "state layout");
 _Static_assert(offsetof(struct live_gpu, prev_since_ns) == 56, "state layout");
 _Static_assert(offsetof(struct live_gpu, energy0_mj) == 64, "state layout");
 _Static_assert(offsetof(struct live_gpu, prev_energy0_mj) == 72, "state layout");
-_Static_assert(offsetof(struct live_gpu, faults) == 80, "state layout");
-_Static_assert(offsetof(struct live_gpu, ecc_pending) == 84, "state layout");
-_Static_assert(offsetof(struct live_gpu, fault_kind) == 88, "state layout");
-_Static_assert(offsetof(struct live_gpu, fault_trigger) == 120, "state layout");
-_Static_assert(offsetof(struct live_gpu, fault_xid) == 152, "state layout");
-_Static_assert(offsetof(struct live_gpu, fault_pid) == 184, "state layout");
-_Static_assert(offsetof(struct live_gpu, fault_count) == 216, "state layout");
-_Static_assert(offsetof(struct live_gpu, fault_id) == 248, "state layout");
-_Static_assert(offsetof(struct live_gpu, fault_param) == 280, "state layout");
-_Static_assert(offsetof(struct live_gpu, mig_set) == 344, "state layout");
-_Static_assert(offsetof(struct live_gpu, mig_current) == 348, "state layout");
-_Static_assert(offsetof(struct live_gpu, mig_pending) == 352, "state layout");
-_Static_assert(offsetof(struct live_gpu, timeslice) == 356, "state layout");
-_Static_assert(offsetof(struct live_gpu, gi_profile) == 360, "state layout");
-_Static_assert(offsetof(struct live_gpu, gi_start) == 420, "state layout");
-_Static_assert(offsetof(struct live_gpu, ci_slices) == 480, "state layout");
-_Static_assert(offsetof(struct live_gpu, ci_start) == 960, "state layout");
-_Static_assert(offsetof(struct live_gpu, cfg_set) == 1440, "state layout");
-_Static_assert(offsetof(struct live_gpu, persistence) == 1444, "state layout");
-_Static_assert(offsetof(struct live_gpu, compute_mode) == 1448, "state layout");
-_Static_assert(offsetof(struct live_gpu, power_limit_mw) == 1452, "state layout");
-_Static_assert(offsetof(struct live_gpu, prev_power_limit_mw) == 1456, "state layout");
-_Static_assert(offsetof(struct live_gpu, gpm_stream) == 1460, "state layout");
-_Static_assert(offsetof(struct live_gpu, gpu_locked_min) == 1464, "state layout");
-_Static_assert(offsetof(struct live_gpu, gpu_locked_max) == 1468, "state layout");
-_Static_assert(offsetof(struct live_gpu, mem_locked_min) == 1472, "state layout");
-_Static_assert(offsetof(struct live_gpu, mem_locked_max) == 1476, "state layout");
-_Static_assert(offsetof(struct live_gpu, app_clock_mem) == 1480, "state layout");
-_Static_assert(offsetof(struct live_gpu, app_clock_gfx) == 1484, "state layout");
+_Static_assert(offsetof(struct live_gpu, viol0_ns) == 80, "state layout");
+_Static_assert(offsetof(struct live_gpu, prev_viol0_ns) == 88, "state layout");
+_Static_assert(offsetof(struct live_gpu, faults) == 96, "state layout");
+_Static_assert(offsetof(struct live_gpu, ecc_pending) == 100, "state layout");
+_Static_assert(offsetof(struct live_gpu, fault_kind) == 104, "state layout");
+_Static_assert(offsetof(struct live_gpu, fault_trigger) == 136, "state layout");
+_Static_assert(offsetof(struct live_gpu, fault_xid) == 168, "state layout");
+_Static_assert(offsetof(struct live_gpu, fault_pid) == 200, "state layout");
+_Static_assert(offsetof(struct live_gpu, fault_count) == 232, "state layout");
+_Static_assert(offsetof(struct live_gpu, fault_id) == 264, "state layout");
+_Static_assert(offsetof(struct live_gpu, fault_param) == 296, "state layout");
+_Static_assert(offsetof(struct live_gpu, mig_set) == 360, "state layout");
+_Static_assert(offsetof(struct live_gpu, mig_current) == 364, "state layout");
+_Static_assert(offsetof(struct live_gpu, mig_pending) == 368, "state layout");
+_Static_assert(offsetof(struct live_gpu, timeslice) == 372, "state layout");
+_Static_assert(offsetof(struct live_gpu, gi_profile) == 376, "state layout");
+_Static_assert(offsetof(struct live_gpu, gi_start) == 436, "state layout");
+_Static_assert(offsetof(struct live_gpu, ci_slices) == 496, "state layout");
+_Static_assert(offsetof(struct live_gpu, ci_start) == 976, "state layout");
+_Static_assert(offsetof(struct live_gpu, cfg_set) == 1456, "state layout");
+_Static_assert(offsetof(struct live_gpu, persistence) == 1460, "state layout");
+_Static_assert(offsetof(struct live_gpu, compute_mode) == 1464, "state layout");
+_Static_assert(offsetof(struct live_gpu, power_limit_mw) == 1468, "state layout");
+_Static_assert(offsetof(struct live_gpu, prev_power_limit_mw) == 1472, "state layout");
+_Static_assert(offsetof(struct live_gpu, gpm_stream) == 1476, "state layout");
+_Static_assert(offsetof(struct live_gpu, gpu_locked_min) == 1480, "state layout");
+_Static_assert(offsetof(struct live_gpu, gpu_locked_max) == 1484, "state layout");
+_Static_assert(offsetof(struct live_gpu, mem_locked_min) == 1488, "state layout");
+_Static_assert(offsetof(struct live_gpu, mem_locked_max) == 1492, "state layout");
+_Static_assert(offsetof(struct live_gpu, app_clock_mem) == 1496, "state layout");
+_Static_assert(offsetof(struct live_gpu, app_clock_gfx) == 1500, "state layout");
 
 // live_event one published event.
 struct live_event {

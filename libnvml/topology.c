@@ -410,9 +410,13 @@ static nvmlReturn_t power_field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	return NVML_SUCCESS;
 }
 
-// memory_field answers the ECC, page retirement and row remapping fields.
-static nvmlReturn_t memory_field(const struct snap_device *s, unsigned id, nvmlFieldValue_t *v)
+// memory_field answers the ECC, page retirement and row remapping fields,
+// from the same readings as the getters (device_memory.c): an injected
+// uncorrectable error retires a page (pending until a driver reload) or
+// leaves a row remap pending.
+static nvmlReturn_t memory_field(const struct nvmock_dev *d, unsigned id, nvmlFieldValue_t *v)
 {
+	const struct snap_device *s = d->s;
 	v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
 	if (id == NVML_FI_DEV_ECC_CURRENT || id == NVML_FI_DEV_ECC_PENDING) {
 		if (s->ecc_current == NA32)
@@ -431,27 +435,37 @@ static nvmlReturn_t memory_field(const struct snap_device *s, unsigned id, nvmlF
 				  nvmock_ecc_count(s, type, counter, NVML_MEMORY_LOCATION_SRAM);
 		return NVML_SUCCESS;
 	}
+	int retire = id == NVML_FI_DEV_RETIRED_SBE || id == NVML_FI_DEV_RETIRED_DBE || id == NVML_FI_DEV_RETIRED_PENDING ||
+		     id == NVML_FI_DEV_RETIRED_PENDING_SBE || id == NVML_FI_DEV_RETIRED_PENDING_DBE;
+	int remap = id >= NVML_FI_DEV_REMAPPED_COR && id <= NVML_FI_DEV_REMAPPED_FAILURE;
+	if (!retire && !remap)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if ((retire && s->retired_pages != 1) || (remap && s->remapped_rows != 1))
+		return NVML_ERROR_NOT_SUPPORTED;
+	struct live_fx none = {0};
+	const struct live_fx *fx = &none;
+	LIVE(d);
+	if (live_)
+		fx = &fx_;
+	unsigned long long n = 0;
 	switch (id) {
-	case NVML_FI_DEV_RETIRED_SBE:
-	case NVML_FI_DEV_RETIRED_DBE:
+	// Pages retire for double-bit errors only (no SBE page is modelled),
+	// pending until the next driver reload, as GetRetiredPagesPendingStatus
+	// has it (XID 63 records one with no new error).
+	case NVML_FI_DEV_RETIRED_DBE: n = fx->dbe; break;
 	case NVML_FI_DEV_RETIRED_PENDING:
-	case NVML_FI_DEV_RETIRED_PENDING_SBE:
-	case NVML_FI_DEV_RETIRED_PENDING_DBE:
-		if (s->retired_pages != 1)
-			return NVML_ERROR_NOT_SUPPORTED;
-		v->value.ullVal = 0;
-		return NVML_SUCCESS;
-	case NVML_FI_DEV_REMAPPED_COR:
-	case NVML_FI_DEV_REMAPPED_UNC:
-	case NVML_FI_DEV_REMAPPED_PENDING:
-	case NVML_FI_DEV_REMAPPED_FAILURE:
-		if (s->remapped_rows != 1)
-			return NVML_ERROR_NOT_SUPPORTED;
-		v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
-		v->value.uiVal = 0;
-		return NVML_SUCCESS;
+	case NVML_FI_DEV_RETIRED_PENDING_DBE: n = fx->dbe > 0 || fx->remap_pending; break;
+	case NVML_FI_DEV_REMAPPED_UNC: n = fx->dbe; break;
+	case NVML_FI_DEV_REMAPPED_PENDING: n = fx->remap_pending != 0; break;
+	case NVML_FI_DEV_REMAPPED_FAILURE: n = fx->remap_failed != 0; break;
 	}
-	return NVML_ERROR_NOT_SUPPORTED;
+	if (remap) {
+		v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+		v->value.uiVal = (unsigned)n;
+	} else {
+		v->value.ullVal = n;
+	}
+	return NVML_SUCCESS;
 }
 
 static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
@@ -461,7 +475,7 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	if (id <= NVML_FI_DEV_ECC_DBE_AGG_TOTAL || (id >= NVML_FI_DEV_RETIRED_SBE && id <= NVML_FI_DEV_RETIRED_PENDING) ||
 	    id == NVML_FI_DEV_RETIRED_PENDING_SBE || id == NVML_FI_DEV_RETIRED_PENDING_DBE ||
 	    (id >= NVML_FI_DEV_REMAPPED_COR && id <= NVML_FI_DEV_REMAPPED_FAILURE))
-		return memory_field(s, id, v);
+		return memory_field(d, id, v);
 	v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
 	if (id == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) {
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;

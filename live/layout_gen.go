@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 8
+const Version = 9
 
 // Capacities of the file.
 const (
@@ -94,6 +94,8 @@ type GPU struct {
 	PrevSinceNS      uint64
 	Energy0MJ        uint64 // energy counter at since_ns
 	PrevEnergy0MJ    uint64
+	Viol0NS          uint64 // time the load held the clocks back for power, at since_ns
+	PrevViol0NS      uint64
 	Faults           uint32    // fault slots in use, first to last
 	ECCPending       uint32    // nvmlEnableState_t: the ECC mode nvidia-smi -e set, from the next boot (a setting, here for the layout)
 	FaultKind        [8]uint32 // FAULT_*
@@ -126,7 +128,7 @@ type GPU struct {
 }
 
 // GPUSize is the size of GPU in the file.
-const GPUSize = 1488
+const GPUSize = 1504
 
 // GPULayout pins each field's offset (checked against the C header by the compiler).
 var GPULayout = []FieldOffset{
@@ -140,35 +142,37 @@ var GPULayout = []FieldOffset{
 	{"prev_since_ns", "PrevSinceNS", 56},
 	{"energy0_mj", "Energy0MJ", 64},
 	{"prev_energy0_mj", "PrevEnergy0MJ", 72},
-	{"faults", "Faults", 80},
-	{"ecc_pending", "ECCPending", 84},
-	{"fault_kind", "FaultKind", 88},
-	{"fault_trigger", "FaultTrigger", 120},
-	{"fault_xid", "FaultXID", 152},
-	{"fault_pid", "FaultPID", 184},
-	{"fault_count", "FaultCount", 216},
-	{"fault_id", "FaultID", 248},
-	{"fault_param", "FaultParam", 280},
-	{"mig_set", "MIGSet", 344},
-	{"mig_current", "MIGCurrent", 348},
-	{"mig_pending", "MIGPending", 352},
-	{"timeslice", "Timeslice", 356},
-	{"gi_profile", "GIProfile", 360},
-	{"gi_start", "GIStart", 420},
-	{"ci_slices", "CISlices", 480},
-	{"ci_start", "CIStart", 960},
-	{"cfg_set", "CfgSet", 1440},
-	{"persistence", "Persistence", 1444},
-	{"compute_mode", "ComputeMode", 1448},
-	{"power_limit_mw", "PowerLimitMW", 1452},
-	{"prev_power_limit_mw", "PrevPowerLimitMW", 1456},
-	{"gpm_stream", "GpmStream", 1460},
-	{"gpu_locked_min", "GPULockedMin", 1464},
-	{"gpu_locked_max", "GPULockedMax", 1468},
-	{"mem_locked_min", "MemLockedMin", 1472},
-	{"mem_locked_max", "MemLockedMax", 1476},
-	{"app_clock_mem", "AppClockMem", 1480},
-	{"app_clock_gfx", "AppClockGfx", 1484},
+	{"viol0_ns", "Viol0NS", 80},
+	{"prev_viol0_ns", "PrevViol0NS", 88},
+	{"faults", "Faults", 96},
+	{"ecc_pending", "ECCPending", 100},
+	{"fault_kind", "FaultKind", 104},
+	{"fault_trigger", "FaultTrigger", 136},
+	{"fault_xid", "FaultXID", 168},
+	{"fault_pid", "FaultPID", 200},
+	{"fault_count", "FaultCount", 232},
+	{"fault_id", "FaultID", 264},
+	{"fault_param", "FaultParam", 296},
+	{"mig_set", "MIGSet", 360},
+	{"mig_current", "MIGCurrent", 364},
+	{"mig_pending", "MIGPending", 368},
+	{"timeslice", "Timeslice", 372},
+	{"gi_profile", "GIProfile", 376},
+	{"gi_start", "GIStart", 436},
+	{"ci_slices", "CISlices", 496},
+	{"ci_start", "CIStart", 976},
+	{"cfg_set", "CfgSet", 1456},
+	{"persistence", "Persistence", 1460},
+	{"compute_mode", "ComputeMode", 1464},
+	{"power_limit_mw", "PowerLimitMW", 1468},
+	{"prev_power_limit_mw", "PrevPowerLimitMW", 1472},
+	{"gpm_stream", "GpmStream", 1476},
+	{"gpu_locked_min", "GPULockedMin", 1480},
+	{"gpu_locked_max", "GPULockedMax", 1484},
+	{"mem_locked_min", "MemLockedMin", 1488},
+	{"mem_locked_max", "MemLockedMax", 1492},
+	{"app_clock_mem", "AppClockMem", 1496},
+	{"app_clock_gfx", "AppClockGfx", 1500},
 }
 
 // Event one published event.

@@ -29,6 +29,8 @@ type Board struct {
 	SlowdownC uint32 // snapshot.NA: none
 	NVLinks   uint32 // 0: none
 	ECC       uint32 // the ECC mode: 1 on, 0 off, snapshot.NA: no ECC memory
+	// RowRemapper: the board remaps rows (Ampere on); others retire pages.
+	RowRemapper bool
 	// NoEncoder: the board has no video encoder (NVENC), as its whole-GPU
 	// MIG profile shows (A100, H100, B200): encoder utilization stays 0.
 	NoEncoder bool
@@ -37,7 +39,7 @@ type Board struct {
 // BoardOf takes the model's numbers from a snapshot record.
 func BoardOf(d *snapshot.Device) Board {
 	b := Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1], NVLinks: d.NvlinkCount,
-		ECC: d.ECCCurrent}
+		ECC: d.ECCCurrent, RowRemapper: d.RemappedRows == 1}
 	for k := uint32(0); k < d.MIGGICount && k < snapshot.MaxMIGProfiles; k++ {
 		if d.MIGGIComputeSlices[k] == 7 {
 			b.NoEncoder = d.MIGGIEncoders[k] == 0
@@ -84,6 +86,8 @@ func (b Board) CheckFault(gpu int, f Fault) error {
 			why = "no ECC memory"
 		}
 		return fmt.Errorf("%s: GPU %d has %s, so it detects no ECC errors", what, gpu, why)
+	case kind == FaultRemapFailure && !b.RowRemapper:
+		return fmt.Errorf("%s: GPU %d retires pages; it has no row remapper to fail", what, gpu)
 	case kind == FaultNvlinkDown && b.NVLinks == 0:
 		return fmt.Errorf("%s: GPU %d has no NVLink", what, gpu)
 	}
@@ -140,6 +144,21 @@ func (b Board) limit() uint32 {
 		return b.LimitMW
 	}
 	return b.TDPMW
+}
+
+// heldBack says whether a load holds the clocks back for power, as the
+// SW power cap reason the library reports (libnvml/live.c held): near
+// full load, or asking for more power than the limit gives.
+func (b Board) heldBack(load uint32) bool {
+	if load >= 95 {
+		return true
+	}
+	demand := float64(b.IdleMW)
+	if b.TDPMW != snapshot.NA && b.TDPMW >= b.IdleMW {
+		demand += float64(b.TDPMW-b.IdleMW) * float64(min(load, 100)) / 100
+	}
+	lim := b.limit()
+	return lim != snapshot.NA && demand > float64(lim)
 }
 
 // under is the board under GPU g's settings: the power limit set there.
@@ -210,17 +229,21 @@ func (s *State) setLoadAt(b Board, gpu int, l Loads, at, start int64) {
 	g := &s.GPUs[gpu]
 	b = b.under(g)
 	var temp0 uint32
-	var e0 uint64
+	var e0, v0 uint64
 	if g.Model == 0 {
 		temp0, e0 = b.IdleTempC*1000, b.staticEnergyMJ()
-		g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ = [4]uint32{}, uint64(at), temp0, e0
+		g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ, g.Viol0NS = [4]uint32{}, uint64(at), temp0, e0, 0
 	} else {
 		temp0, e0 = b.At(g.Load[0], g.Temp0MC, g.Energy0MJ, at-int64(g.SinceNS))
+		v0 = g.Viol0NS
+		if at > int64(g.SinceNS) && b.heldBack(g.Load[0]) {
+			v0 += uint64(at - int64(g.SinceNS))
+		}
 	}
-	g.PrevLoad, g.PrevSinceNS, g.PrevTemp0MC, g.PrevEnergy0MJ = g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ
+	g.PrevLoad, g.PrevSinceNS, g.PrevTemp0MC, g.PrevEnergy0MJ, g.PrevViol0NS = g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ, g.Viol0NS
 	g.PrevPowerLimitMW = b.limit()
 	g.Load = [4]uint32{min(l.GPU, 100), min(l.Memory, 100), min(l.Encoder, 100), min(l.Decoder, 100)}
-	g.SinceNS, g.Temp0MC, g.Energy0MJ = uint64(start), temp0, e0
+	g.SinceNS, g.Temp0MC, g.Energy0MJ, g.Viol0NS = uint64(start), temp0, e0, v0
 	g.Jitter = min(l.Jitter, 100)
 	g.Model = 1
 }
@@ -230,9 +253,18 @@ func (s *State) setLoadAt(b Board, gpu int, l Loads, at, start int64) {
 // thawed from an advanced one): each starts its segment again at the new
 // time, so the energy counter never goes back and temperature does not
 // jump. A clock that goes forward moves them, as time passing does.
+// Timed faults that had fired stay fired: they count from the new time.
 func (s *State) ClockMoved(boards []Board, from, to int64) {
 	if to >= from {
 		return
+	}
+	for gi := 0; gi < int(s.Header.Gpus); gi++ {
+		g := &s.GPUs[gi]
+		for i := uint32(0); i < g.faults(); i++ {
+			if p := g.FaultParam[i]; g.FaultTrigger[i] == TriggerAt && p > uint64(to) && p <= uint64(from) {
+				g.FaultParam[i] = uint64(to)
+			}
+		}
 	}
 	for g := 0; g < int(s.Header.Gpus) && g < len(boards); g++ {
 		if o := &s.GPUs[g]; o.Model != 0 {
@@ -255,5 +287,6 @@ func (s *State) ResetToIdle(b Board, gpu int, now int64) {
 	}
 	g := &s.GPUs[gpu]
 	g.Model, g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ, g.Jitter = o.Model, o.Load, o.SinceNS, o.Temp0MC, o.Energy0MJ, o.Jitter
+	g.Viol0NS = o.Viol0NS
 	s.SetLoad(b, gpu, Loads{}, now)
 }

@@ -89,6 +89,8 @@ func FaultOf(kind, xid, count, link, pid uint32) Fault {
 		f.Count = link
 	case kind == FaultSBE && count == 0:
 		f.Count = 100
+	case kind == FaultECC && count == 0 && xid != 63:
+		f.Count = 1 // XID 63 records a remap: pending, no new error
 	}
 	return f
 }
@@ -159,6 +161,12 @@ func (s *State) ClearFaults(gpu int, kind uint32) int {
 	}
 	g.Faults = n
 	return removed
+}
+
+// KeepFaults gives g the faults of o.
+func (g *GPU) KeepFaults(o *GPU) {
+	g.Faults, g.FaultKind, g.FaultTrigger, g.FaultXID = o.Faults, o.FaultKind, o.FaultTrigger, o.FaultXID
+	g.FaultPID, g.FaultCount, g.FaultID, g.FaultParam = o.FaultPID, o.FaultCount, o.FaultID, o.FaultParam
 }
 
 // Publish adds one event to the ring.

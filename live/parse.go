@@ -61,13 +61,21 @@ func ParseTrigger(after, prob, at, in string, now func() int64, names [4]string)
 		if err != nil {
 			return 0, 0, fmt.Errorf("%s %q: a time in RFC 3339, e.g. 2026-12-01T20:00:00Z", names[2], at)
 		}
+		// The clock counts nanoseconds since 1970 in an int64.
+		if t.Before(time.Unix(0, 0)) || t.After(time.Unix(0, math.MaxInt64)) {
+			return 0, 0, fmt.Errorf("%s %q: a time from 1970 to 2262", names[2], at)
+		}
 		return TriggerAt, uint64(t.UnixNano()), nil
 	case in != "":
 		d, err := time.ParseDuration(in)
 		if err != nil || d < 0 {
 			return 0, 0, fmt.Errorf("%s %q: a duration such as 30s or 5m", names[3], in)
 		}
-		return TriggerAt, uint64(now() + int64(d)), nil
+		n := now()
+		if n > math.MaxInt64-int64(d) {
+			return 0, 0, fmt.Errorf("%s %q: the time would pass 2262", names[3], in)
+		}
+		return TriggerAt, uint64(n + int64(d)), nil
 	}
 	return TriggerAt, uint64(now()), nil
 }

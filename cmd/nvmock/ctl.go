@@ -375,12 +375,18 @@ func ctlClear(f *live.File, args []string) error {
 		}
 		for _, g := range gpus {
 			s.ClearFaults(g, kind)
-			switch {
-			case *load && g < len(boards):
+			if !*load {
+				continue
+			}
+			// Ending the load resets the GPU's readings, faults too: the
+			// faults of other kinds go back.
+			kept := s.GPUs[g]
+			if g < len(boards) {
 				s.ResetToIdle(boards[g], g, now)
-			case *load:
+			} else {
 				s.ResetReadings(g)
 			}
+			s.GPUs[g].KeepFaults(&kept)
 		}
 		return nil
 	})

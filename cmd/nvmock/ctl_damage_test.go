@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +31,8 @@ func TestCtlOnADamagedState(t *testing.T) {
 	if err := run([]string{"ctl", "--state", state, "fault", "1", "thermal"}); err != nil {
 		t.Fatal(err)
 	}
-	poke(t, state, live.HeaderSize+live.GPUSize+80, 200) // GPU 1's fault count
+	i := slices.IndexFunc(live.GPULayout, func(f live.FieldOffset) bool { return f.C == "faults" })
+	poke(t, state, int64(live.HeaderSize+live.GPUSize+live.GPULayout[i].Offset), 200) // GPU 1's fault count
 	if f := ctlStatusJSON(t, state).GPUs[1].Faults; len(f) != live.MaxFaults {
 		t.Errorf("GPU 1 shows %d faults, want the %d slots", len(f), live.MaxFaults)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/ibshim/fabric"
@@ -99,6 +100,15 @@ func TestCtlChangesTheStateAsAsked(t *testing.T) {
 	if f := ctlStatusJSON(t, state).GPUs[3].Faults; len(f) != 1 || f[0].Kind != "lost" {
 		t.Errorf("after clearing xid on GPU 3: %+v", f)
 	}
+	// A kind with --load ends the load and that kind only.
+	for _, args := range [][]string{{"fault", "1", "thermal"}, {"clear", "1", "thermal", "--load"}} {
+		if err := run(append([]string{"ctl", "--state", state}, args...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g := ctlStatusJSON(t, state).GPUs[1]; g.Load != [4]uint32{} || len(g.Faults) != 1 || g.Faults[0].Kind != "ecc_uncorrectable" {
+		t.Errorf("after clear 1 thermal --load: %+v, want idle with its ECC fault", g)
+	}
 	if err := run([]string{"ctl", "--state", state, "clear", "all", "--load"}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +146,8 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"a probability above 1", []string{"fault", "0", "lost", "--probability", "1.5"}, `ctl fault: --probability "1.5": a probability from 0 to 1`},
 		{"a negative probability", []string{"fault", "0", "lost", "--probability", "-0.1"}, `--probability "-0.1": a probability from 0 to 1`},
 		{"two triggers", []string{"fault", "0", "lost", "--in", "5s", "--after-calls", "3"}, "give one trigger"},
+		{"a time before 1970, which never came", []string{"fault", "0", "lost", "--at", "1960-01-01T00:00:00Z"}, `--at "1960-01-01T00:00:00Z": a time from 1970 to 2262`},
+		{"a delay past 2262", []string{"fault", "0", "lost", "--in", "2500000h"}, `--in "2500000h": the time would pass 2262`},
 		{"an unknown kind", []string{"fault", "0", "melted"}, `kind "melted": one of lost, ecc_uncorrectable`},
 		{"an xid fault without its number", []string{"fault", "0", "xid"}, "a fault of kind xid needs --xid N"},
 		{"a GPU named twice", []string{"fault", "0,0", "thermal"}, `GPU 0 is named twice in "0,0"`},
@@ -215,6 +227,20 @@ func TestCtlClockFreezesAndSteps(t *testing.T) {
 	}
 	if s := ctlStatusJSON(t, state); s.Frozen != nil {
 		t.Errorf("still frozen at %v after thaw", s.Frozen)
+	}
+	// A fault that fired on an advanced clock stays fired when it thaws
+	// (QA: the lost GPU came back, then was lost again at the real time).
+	for _, args := range [][]string{{"clock", "freeze", "now"}, {"fault", "0", "lost", "--in", "10s"}, {"clock", "advance", "20s"}, {"clock", "thaw"}} {
+		if err := run(append([]string{"ctl", "--state", state}, args...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := ctlStatusJSON(t, state).GPUs[0].Faults
+	if len(f) != 1 {
+		t.Fatalf("faults after thaw: %+v", f)
+	}
+	if at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0].Trigger, "at ")); err != nil || at.After(time.Now()) {
+		t.Errorf("after thaw the fault fires %q, want a time that has passed", f[0].Trigger)
 	}
 	// The clock is an int64 of nanoseconds since 1970 (review: a time
 	// before 1970 wrapped to near 2^64, where GPM's sampling loop spun).
@@ -773,6 +799,24 @@ func TestCtlStatusNamesAFaultsProcessAndXID74NeedsNVLink(t *testing.T) {
 	err = run([]string{"ctl", "--state", t4, "xid", "0", "74"})
 	if want := "XID 74 (NVLink error): GPU 0 has no NVLink"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("XID 74 on a T4: %v, want %q", err, want)
+	}
+	// A T4 retires pages: no row remapper to fail (QA: taken, and shown
+	// nowhere). XID 63 records a retirement there.
+	for _, c := range []struct{ args []string }{{[]string{"fault", "0", "remap_failure"}}, {[]string{"xid", "0", "64"}}} {
+		err = run(append([]string{"ctl", "--state", t4}, c.args...))
+		if want := "GPU 0 retires pages; it has no row remapper to fail"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ctl %s on a T4: %v, want %q", strings.Join(c.args, " "), err, want)
+		}
+	}
+	// An uncorrectable fault reporting another XID still counts its error
+	// (QA: only XID 48 did); XID 63 counts none.
+	for _, args := range [][]string{{"fault", "0", "ecc_uncorrectable", "--xid", "13"}, {"fault", "0", "ecc_uncorrectable", "--xid", "63"}} {
+		if err := run(append([]string{"ctl", "--state", t4}, args...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fs := ctlStatusJSON(t, t4).GPUs[0].Faults; len(fs) != 2 || fs[0].Count != 1 || fs[1].Count != 0 {
+		t.Errorf("ECC faults with XIDs 13 and 63: %+v, want counts 1 and 0", fs)
 	}
 }
 

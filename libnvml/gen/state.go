@@ -14,7 +14,7 @@ import (
 // with the bit clear reads as before to old and new libraries alike.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 8
+const StateVersion = 9
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -87,6 +87,8 @@ var StateSchema = []Record{
 		{"prev_since_ns", U64, 0, ""},
 		{"energy0_mj", U64, 0, "energy counter at since_ns"},
 		{"prev_energy0_mj", U64, 0, ""},
+		{"viol0_ns", U64, 0, "time the load held the clocks back for power, at since_ns"},
+		{"prev_viol0_ns", U64, 0, ""},
 		{"faults", U32, 0, "fault slots in use, first to last"},
 		{"ecc_pending", U32, 0, "nvmlEnableState_t: the ECC mode nvidia-smi -e set, from the next boot (a setting, here for the layout)"},
 		{"fault_kind", U32s, StateFaults, "FAULT_*"},
