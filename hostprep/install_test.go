@@ -334,7 +334,7 @@ func TestBadInputsLeaveTheOldOverlayIntact(t *testing.T) {
 			must(t, os.WriteFile(f, nil, 0o644))
 			o.CDIDir = filepath.Join(f, "cdi")
 		}, "not a directory"},
-		{"a MIG layout that does not fit", func(t *testing.T, s site, o *hostprep.InstallOptions) { o.Render.MIG = "1=4g.20gb*2" }, "do not fit: no room for 4g.20gb"},
+		{"a MIG layout that does not fit", func(t *testing.T, s site, o *hostprep.InstallOptions) { o.Render.MIG = "1=4g.20gb*2" }, "GPU 1: 2 of 4g.20gb: a GPU holds at most 1"},
 		{"a MIG profile the board lacks", func(t *testing.T, s site, o *hostprep.InstallOptions) { o.Render.MIG = "all-2g.5gb" }, "the board's profiles are 1g.5gb,"},
 		{"a MIG layout for a GPU the node lacks", func(t *testing.T, s site, o *hostprep.InstallOptions) { o.Render.MIG = "3=all-1g.5gb" }, "GPU 3: the node has GPUs 0 to 2"},
 		{"a read-only root", func(t *testing.T, s site, o *hostprep.InstallOptions) {

@@ -76,13 +76,13 @@ void nvmock_mig_clean(const struct snap_device *s, struct live_gpu *g)
 		} else {
 			g->gi_profile[i] = g->gi_start[i] = 0;
 		}
-		// Compute instances: sizes the profile holds, each at a multiple
-		// of its size that fits, one over each slice.
+		// Compute instances: sizes the profile holds, each where one of
+		// its size may start, one over each slice.
 		unsigned whole = ok ? s->mig_gi_compute_slices[p - 1] : 0, cused = 0;
 		for (unsigned c = 0; c < STATE_CIS; c++) {
 			uint32_t *sl = &g->ci_slices[i * STATE_CIS + c], *cs = &g->ci_start[i * STATE_CIS + c];
 			unsigned n = *sl, cbits = n < 32 ? (1u << n) - 1 : 0;
-			if (n != 0 && n <= whole && (s->mig_gi_ci_sizes[p - 1] >> n & 1) && *cs % n == 0 && (uint64_t)*cs + n <= whole &&
+			if (n != 0 && n <= whole && (s->mig_gi_ci_sizes[p - 1] >> n & 1) && *cs % nvmock_mig_ci_step(n) == 0 && (uint64_t)*cs + n <= whole &&
 			    !(cused & cbits << *cs)) {
 				cused |= cbits << *cs;
 				continue;

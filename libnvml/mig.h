@@ -41,6 +41,19 @@ void nvmock_mig_ci_name(const struct snap_device *s, unsigned row, unsigned slic
 unsigned nvmock_mig_gi_id(unsigned start, unsigned size);
 unsigned nvmock_mig_ci_sms(const struct snap_device *s, unsigned row, unsigned slices);
 
+// nvmock_mig_ci_step is where compute instances of c slices may start: at
+// multiples of the power of two that holds c, as GPU instances do. A 3c in
+// a 7g then sits at 0 or 4, so a 4c and a 3c, or a 1c, 2c and 3c, fill
+// it, as real configurations do (at multiples of 3 neither fits). The
+// writer's rule is the same (live/mig.go ciStep).
+static inline unsigned nvmock_mig_ci_step(unsigned c)
+{
+	unsigned p = 1;
+	while (p < c)
+		p <<= 1;
+	return p;
+}
+
 // The compute-instance profile enum of a compute instance of c slices.
 static inline unsigned nvmock_mig_ci_enum(unsigned c)
 {

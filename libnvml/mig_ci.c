@@ -142,11 +142,11 @@ static unsigned used_slices(const uint32_t *slices, const uint32_t *start, unsig
 }
 
 // free_starts are the free placements of a c-slice compute instance in a
-// GPU instance of g slices: multiples of c that fit.
+// GPU instance of g slices.
 static unsigned free_starts(unsigned g, unsigned c, unsigned used)
 {
 	unsigned out = 0;
-	for (unsigned p = 0; p + c <= g; p += c)
+	for (unsigned p = 0; p + c <= g; p += nvmock_mig_ci_step(c))
 		if (!(used & (((1u << c) - 1) << p)))
 			out |= 1u << p;
 	return out;
@@ -200,7 +200,7 @@ NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGp
 		return r;
 	OUT(count);
 	unsigned n = 0;
-	for (unsigned p = 0; p + x.c <= x.g; p += x.c) {
+	for (unsigned p = 0; p + x.c <= x.g; p += nvmock_mig_ci_step(x.c)) {
 		if (placements != NULL)
 			placements[n] = (nvmlComputeInstancePlacement_t){p, x.c};
 		n++;
@@ -245,7 +245,7 @@ static nvmlReturn_t create(nvmlGpuInstance_t gpuInstance, unsigned profileId, co
 	OUT(out);
 	struct create_ci a = {x.gi->id, x.c, x.g, -1, 0};
 	if (pl != NULL) {
-		if (pl->size != x.c || pl->start % x.c != 0 || pl->start + x.c > x.g)
+		if (pl->size != x.c || pl->start % nvmock_mig_ci_step(x.c) != 0 || pl->start + x.c > x.g)
 			return NVML_ERROR_INVALID_ARGUMENT;
 		a.start = (int)pl->start;
 	}

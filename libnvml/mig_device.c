@@ -1,6 +1,7 @@
 // MIG devices: a compute instance seen as an nvmlDevice_t, with the few
 // getters the real driver answers on one; the rest say NOT_SUPPORTED.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -245,11 +246,13 @@ unsigned long long nvmock_mig_gi_used(const struct snap_device *s, unsigned row,
 // which drivers before R470 printed and NVML still takes.
 static nvmlReturn_t mig_by_path(const char *uuid, nvmlDevice_t *device)
 {
-	char gpu[96];
-	unsigned g, c;
+	char gpu[96], gs[3], cs[3];
 	int n = 0;
-	if (sscanf(uuid + 4, "%95[^/]/%u/%u%n", gpu, &g, &c, &n) != 3 || uuid[4 + n] != '\0' || g >= STATE_GIS ||
-	    c >= STATE_CIS)
+	// Ids of two digits at most: %u would wrap 4294967298 to 2.
+	if (sscanf(uuid + 4, "%95[^/]/%2[0-9]/%2[0-9]%n", gpu, gs, cs, &n) != 3 || uuid[4 + n] != '\0')
+		return NVML_ERROR_NOT_FOUND;
+	unsigned g = (unsigned)atoi(gs), c = (unsigned)atoi(cs);
+	if (g >= STATE_GIS || c >= STATE_CIS)
 		return NVML_ERROR_NOT_FOUND;
 	for (unsigned i = 0; i < nvmock.ndevs && i < STATE_GPUS; i++) {
 		if (strcasecmp(nvmock.devs[i].uuid, gpu) != 0)

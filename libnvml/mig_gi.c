@@ -35,7 +35,9 @@ static nvmlGpuInstance_t gi_handle(const struct nvmock_dev *d, unsigned id)
 // 550 they need MIG on, and nvidia-smi lists no profile of such a GPU.
 static nvmlReturn_t profiles_readable(const struct nvmock_dev *d)
 {
-	if (d->s->mig_current == NA32)
+	// A board without MIG tables (gb200, gb300: not known) cannot enter
+	// MIG mode, so it lists no profile at all.
+	if (d->s->mig_current == NA32 || d->s->mig_gi_count == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (nvmock_driver_branch() >= 550)
 		return NVML_SUCCESS;
@@ -278,7 +280,7 @@ static nvmlReturn_t create(nvmlDevice_t device, unsigned profileId, const nvmlGp
 {
 	DEV(device, d);
 	OUT(gpuInstance);
-	if (d->s->mig_current == NA32)
+	if (d->s->mig_current == NA32 || d->s->mig_gi_count == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	struct create_gi a = {nvmock_mig_row_by_id(d->s, profileId), -1, 0};
 	if (a.row < 0)

@@ -108,6 +108,17 @@ func (s *State) CreateGPUInstance(gpu int, d *snapshot.Device, row int) (int, er
 	return id, nil
 }
 
+// ciStep is where compute instances of c slices may start: at multiples of
+// the power of two that holds c, as GPU instances do, so a 3c sits at 0 or
+// 4 of a 7g beside a 4c (libnvml/mig.h nvmock_mig_ci_step).
+func ciStep(c uint32) uint32 {
+	p := uint32(1)
+	for p < c {
+		p <<= 1
+	}
+	return p
+}
+
 // CreateComputeInstance creates a compute instance of c slices in a GPU
 // instance, at its first free placement, and returns its id.
 func (s *State) CreateComputeInstance(gpu, gi int, d *snapshot.Device, c uint32) (int, error) {
@@ -133,7 +144,7 @@ func (s *State) CreateComputeInstance(gpu, gi int, d *snapshot.Device, c uint32)
 			id = k
 		}
 	}
-	for p := uint32(0); p+c <= whole && id >= 0; p += c {
+	for p := uint32(0); p+c <= whole && id >= 0; p += ciStep(c) {
 		if used&((1<<c-1)<<p) == 0 {
 			g.CISlices[gi*MaxCIs+id], g.CIStart[gi*MaxCIs+id] = c, p
 			return id, nil
@@ -211,10 +222,15 @@ func (s *State) applyMIGLayout(devs []snapshot.Device, l *profile.MIGLayout, ski
 		if skipDone && s.hasLayout(i, devs, l) {
 			continue // as mig-parted: a config applied already is done
 		}
+		names := MIGNames(&devs[i])
+		for row, name := range names {
+			if n := uint32(len(slices.DeleteFunc(slices.Clone(g.Instances), func(x string) bool { return x != name }))); n > devs[i].MIGGIInstances[row] {
+				return fmt.Errorf("mig layout %q: GPU %d: %d of %s: a GPU holds at most %d", l.Spec, i, n, name, devs[i].MIGGIInstances[row])
+			}
+		}
 		if err := s.ClearMIG(i, g.Enabled); err != nil {
 			return fmt.Errorf("mig layout %q: %w", l.Spec, err)
 		}
-		names := MIGNames(&devs[i])
 		for _, name := range g.Instances {
 			row := slices.Index(names, name)
 			gi, err := s.CreateGPUInstance(i, &devs[i], row)
@@ -310,4 +326,49 @@ func MIGTable(d *snapshot.Device) *profile.MIG {
 		m.GPUInstances = append(m.GPUInstances, p)
 	}
 	return m
+}
+
+// GPUInstance is a GPU instance as nvmock ctl status lists it.
+type GPUInstance struct {
+	ID      int               `json:"id"`
+	Profile string            `json:"profile"`
+	Start   uint32            `json:"start"` // first memory slice
+	CIs     []ComputeInstance `json:"computeInstances"`
+}
+
+// ComputeInstance is a compute instance of a GPUInstance: a MIG device.
+type ComputeInstance struct {
+	ID     int    `json:"id"`
+	Slices uint32 `json:"slices"`
+	Start  uint32 `json:"start"` // first compute slice in its GPU instance
+}
+
+// MIGMode is a GPU's MIG mode, current and pending (a change waiting for
+// the GPU's processes to end), and its instances, as the library reads
+// them; ok is false for a board without MIG.
+func (s *State) MIGMode(gpu int, d *snapshot.Device) (current, pending bool, gis []GPUInstance, ok bool) {
+	if d.MIGCurrent == snapshot.NA {
+		return false, false, nil, false
+	}
+	g := s.GPUs[gpu]
+	cleanMIG(d, &g)
+	current, pending = migOn(d, &g), d.MIGPending == 1
+	if g.MIGSet != 0 && g.MIGCurrent <= 1 && g.MIGPending <= 1 {
+		pending = g.MIGPending == 1
+	}
+	names := MIGNames(d)
+	for gi := 0; gi < MaxGIs && current; gi++ {
+		p := g.GIProfile[gi]
+		if p == 0 {
+			continue
+		}
+		x := GPUInstance{ID: gi, Profile: names[p-1], Start: g.GIStart[gi], CIs: []ComputeInstance{}}
+		for ci := 0; ci < MaxCIs; ci++ {
+			if n := g.CISlices[gi*MaxCIs+ci]; n != 0 {
+				x.CIs = append(x.CIs, ComputeInstance{ID: ci, Slices: n, Start: g.CIStart[gi*MaxCIs+ci]})
+			}
+		}
+		gis = append(gis, x)
+	}
+	return current, pending, gis, true
 }

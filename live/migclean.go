@@ -30,13 +30,13 @@ func cleanMIG(d *snapshot.Device, g *GPU) {
 		} else {
 			g.GIProfile[i], g.GIStart[i] = 0, 0
 		}
-		// Compute instances: sizes the profile holds, each at a multiple
-		// of its size that fits, one over each slice.
+		// Compute instances: sizes the profile holds, each where one of
+		// its size may start, one over each slice.
 		var cused uint32
 		for c := 0; c < MaxCIs; c++ {
 			n, cs := g.CISlices[i*MaxCIs+c], g.CIStart[i*MaxCIs+c]
 			// In 64 bits: a start near 2^32 must not wrap into range.
-			if n != 0 && n <= whole && d.MIGGICISizes[p-1]>>n&1 != 0 && cs%n == 0 && uint64(cs)+uint64(n) <= uint64(whole) &&
+			if n != 0 && n <= whole && d.MIGGICISizes[p-1]>>n&1 != 0 && cs%ciStep(n) == 0 && uint64(cs)+uint64(n) <= uint64(whole) &&
 				cused&((1<<n-1)<<cs) == 0 {
 				cused |= (1<<n - 1) << cs
 				continue

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -48,6 +49,9 @@ func ParseMIGLayout(spec string, m *MIG, gpus int) (*MIGLayout, error) {
 			}
 		}
 		return l, nil
+	}
+	if strings.TrimSpace(spec) == "" {
+		return nil, errors.New(`mig layout "": empty; give one such as all-balanced, or all-disabled`)
 	}
 	groups := strings.Split(spec, ";")
 	for _, g := range groups {

@@ -52,6 +52,8 @@ func TestMIGLayoutsPartitionTheNamedGPUs(t *testing.T) {
 		{"0=all-balanced,1g.5gb", `"all-balanced,1g.5gb": a layout such as all-balanced stands alone`},
 		{"0=3g.20gb*2;", "an empty group (a ; too many)"},
 		{";;", "an empty group"},
+		{"", `mig layout "": empty; give one such as all-balanced, or all-disabled`},
+		{" ", "empty; give one"},
 		{"all-disabled;2=all-balanced", `"all-disabled" is not GPUS=ITEMS: with several groups each names its GPUs, such as all=all-disabled`},
 	} {
 		if _, err := ParseMIGLayout(c.spec, m, 3); err == nil || !strings.Contains(err.Error(), c.want) {

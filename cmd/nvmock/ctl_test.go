@@ -468,9 +468,18 @@ func TestCtlMIGPartitionsTheGPUs(t *testing.T) {
 	if got := strings.Join(count(1), ","); got != "7g.40gb" {
 		t.Errorf("GPU 1: %s", got)
 	}
+	// ctl status shows them (QA: it showed no MIG at all).
+	if m := ctlStatusJSON(t, state).GPUs[1].MIG; m == nil || !m.Current || len(m.Instances) != 1 || m.Instances[0].Profile != "7g.40gb" ||
+		len(m.Instances[0].CIs) != 1 || m.Instances[0].CIs[0].Slices != 7 {
+		t.Errorf("ctl status's MIG of GPU 1: %+v, want one 7g.40gb with its 7-slice compute instance", m)
+	}
+	var b bytes.Buffer
+	if err := ctlStatus(f, nil, &b); err != nil || !strings.Contains(b.String(), "1    Enabled; GI 0 7g.40gb@0 (0:7c@0)") {
+		t.Errorf("ctl status: %v\n%s\nwant GPU 1's 7g.40gb", err, b.String())
+	}
 	gen := s.Header.Generation
-	err = run([]string{"ctl", "--state", state, "mig", "1=4g.20gb*2"})
-	if err == nil || !strings.Contains(err.Error(), "GPU 1: 4g.20gb, 4g.20gb do not fit") {
+	err = run([]string{"ctl", "--state", state, "mig", "1=4g.20gb,3g.20gb,1g.5gb"})
+	if err == nil || !strings.Contains(err.Error(), "GPU 1: 4g.20gb, 3g.20gb, 1g.5gb do not fit: no room for 1g.5gb") {
 		t.Errorf("a layout that does not fit: %v", err)
 	}
 	if f.Read().Header.Generation != gen {

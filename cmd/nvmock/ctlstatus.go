@@ -36,6 +36,35 @@ type GPUStatus struct {
 	// Settings are those changed with nvidia-smi (-pm, -c, -pl, -e, gpm -s), kept
 	// until the node is reinstalled; nil: none.
 	Settings *GPUSettings `json:"settings,omitempty"`
+	// MIG is the GPU's MIG mode and instances; nil: a board without MIG,
+	// or a state without its snapshot.
+	MIG *MIGStatus `json:"mig,omitempty"`
+}
+
+// MIGStatus is a GPU's MIG mode and its instances.
+type MIGStatus struct {
+	Current   bool               `json:"current"`
+	Pending   bool               `json:"pending"`
+	Instances []live.GPUInstance `json:"instances"`
+}
+
+func (m *MIGStatus) String() string {
+	mode := map[bool]string{true: "Enabled", false: "Disabled"}
+	out := mode[m.Current]
+	if m.Pending != m.Current {
+		out += ", " + mode[m.Pending] + " pending"
+	}
+	for _, gi := range m.Instances {
+		var cis []string
+		for _, ci := range gi.CIs {
+			cis = append(cis, fmt.Sprintf("%d:%dc@%d", ci.ID, ci.Slices, ci.Start))
+		}
+		if len(cis) == 0 {
+			cis = append(cis, "no compute instance")
+		}
+		out += fmt.Sprintf("; GI %d %s@%d (%s)", gi.ID, gi.Profile, gi.Start, strings.Join(cis, " "))
+	}
+	return out
 }
 
 // GPUSettings are the node settings changed on one GPU; unset: the
@@ -180,9 +209,18 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		t := time.Unix(0, int64(s.Header.FrozenNS)).UTC()
 		st.Frozen = &t
 	}
+	devs, _ := live.Snapshot(f.Path) // none: no MIG column
 	for i := 0; i < int(s.Header.Gpus); i++ {
 		g := &s.GPUs[i]
 		gs := GPUStatus{Index: i, Model: g.Model != 0, Load: g.Load, Jitter: g.Jitter, Faults: []FaultStatus{}, Settings: settingsOf(g)}
+		if i < len(devs) {
+			if cur, pend, gis, ok := s.MIGMode(i, &devs[i]); ok {
+				gs.MIG = &MIGStatus{Current: cur, Pending: pend, Instances: gis}
+				if gs.MIG.Instances == nil {
+					gs.MIG.Instances = []live.GPUInstance{}
+				}
+			}
+		}
 		for _, fl := range s.Faults(i) {
 			gs.Faults = append(gs.Faults, FaultStatus{Kind: live.KindName(fl.Kind), XID: fl.XID, Trigger: triggerText(fl), PID: fl.PID, Count: fl.Count})
 		}
@@ -235,6 +273,13 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 	for _, g := range st.GPUs {
 		if g.Settings != nil {
 			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.Settings)
+			head = ""
+		}
+	}
+	head = "\nGPU\tMIG (GPU instance profile@memory slice, compute instances id:slices c@slice)\n"
+	for _, g := range st.GPUs {
+		if g.MIG != nil && (g.MIG.Current || g.MIG.Pending) {
+			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.MIG)
 			head = ""
 		}
 	}

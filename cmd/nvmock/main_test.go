@@ -60,7 +60,7 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 	if err := os.Symlink("real", filepath.Join(linked, "link")); err != nil {
 		t.Fatal(err)
 	}
-	fit := "profile " + crowded + ":6: board.modes.mig.layout: mig layout \"0=3g.20gb*3\": GPU 0: 3g.20gb, 3g.20gb, 3g.20gb do not fit"
+	fit := "profile " + crowded + ":6: board.modes.mig.layout: mig layout \"0=3g.20gb*3\": GPU 0: 3 of 3g.20gb: a GPU holds at most 2"
 	for _, c := range []struct {
 		name string
 		args []string

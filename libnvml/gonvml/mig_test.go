@@ -422,6 +422,9 @@ func TestMIGInstancesAndDevices(t *testing.T) {
 	}
 	_, ret = lib.DeviceGetHandleByUUID("MIG-" + got(dev.GetUUID())(t, "GPU uuid") + "/2/7")
 	wantRet(t, "MIG-GPU-<uuid>/2/7, no such compute instance", ret, nvml.ERROR_NOT_FOUND)
+	// QA: an id past 32 bits wrapped to 2 and found GPU instance 2.
+	_, ret = lib.DeviceGetHandleByUUID("MIG-" + got(dev.GetUUID())(t, "GPU uuid") + "/4294967298/1")
+	wantRet(t, "MIG-GPU-<uuid>/4294967298/1, an id past 32 bits", ret, nvml.ERROR_NOT_FOUND)
 	// A MIG device counts uncorrectable volatile errors outside DRAM only.
 	if n := got(m1.GetMemoryErrorCounter(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC, nvml.MEMORY_LOCATION_SRAM))(t, "SRAM errors"); n != 0 {
 		t.Errorf("MIG SRAM uncorrectable volatile errors %d, want 0", n)

@@ -1,0 +1,92 @@
+//go:build integration
+
+package gonvml
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/live"
+)
+
+// A 7g GPU instance holds a 1c, a 2c and a 3c made in that order (NVIDIA's
+// MIG guide lists such a GPU) and a 4c beside a 3c (a published valid
+// configuration): a 3c starts at 0 or 4. QA: at multiples of 3 neither fit.
+// nvmock's own writer (layouts, ctl) places them as the library does.
+func TestA7gHoldsComputeInstancesOfEverySize(t *testing.T) {
+	lib, f := startMIG(t, 2)
+	devs := snapshotDevices(t)
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "GPU 0")
+	enableMIG(t, dev)
+	p7 := got(dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_7_SLICE))(t, "7g info")
+	for _, order := range [][]int{{1, 2, 3}, {4, 3}, {3, 2, 1}} {
+		gi := got(dev.CreateGpuInstance(&p7))(t, "create 7g")
+		if order[0] == 1 {
+			c3 := got(gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, 0))(t, "3c info")
+			pl := got(gi.GetComputeInstancePossiblePlacements(&c3))(t, "3c placements")
+			if len(pl) != 2 || pl[0].Start != 0 || pl[1].Start != 4 || pl[0].Size != 3 {
+				t.Errorf("3c placements in a 7g: %+v, want {0,4}:3", pl)
+			}
+		}
+		var starts []uint32
+		for _, c := range order {
+			e := map[int]int{1: nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 2: nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE,
+				3: nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, 4: nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE}[c]
+			info := got(gi.GetComputeInstanceProfileInfo(e, 0))(t, "ci profile")
+			ci := got(gi.CreateComputeInstance(&info))(t, "create ci")
+			starts = append(starts, got(ci.GetInfo())(t, "ci info").Placement.Start)
+		}
+		if err := f.Update(func(s *live.State, _ int64) error {
+			if err := s.ClearMIG(1, true); err != nil {
+				return err
+			}
+			g, err := s.CreateGPUInstance(1, &devs[1], slices.Index(live.MIGNames(&devs[1]), "7g.40gb"))
+			if err != nil {
+				return err
+			}
+			for _, c := range order {
+				if _, err := s.CreateComputeInstance(1, g, &devs[1], uint32(c)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("%v by nvmock's writer: %v", order, err)
+		}
+		s := f.Read()
+		if !slices.Equal(s.GPUs[0].CIStart[:8], s.GPUs[1].CIStart[:8]) {
+			t.Errorf("%v: the library placed them at %v, nvmock's writer at %v", order, s.GPUs[0].CIStart[:8], s.GPUs[1].CIStart[:8])
+		}
+		if order[0] == 1 && !slices.Equal(starts, []uint32{0, 2, 4}) {
+			t.Errorf("1c, 2c, 3c at %v, want 0, 2, 4", starts)
+		}
+		update(t, f, func(s *live.State, _ int64) error { return s.ClearMIG(0, true) })
+	}
+}
+
+// A board whose MIG tables are not known (gb200) keeps its captured MIG
+// mode, Disabled, and answers every profile and instance call Not
+// Supported, as a100 with MIG off answers a create (QA: Invalid Argument
+// for a create, Invalid Argument for placements).
+func TestMIGOnABoardWithoutTables(t *testing.T) {
+	path, _ := testenv.Snapshot(t, "gb200", 1)
+	testenv.LiveState(t, path, 1, t0)
+	cleanEnv(t, path)
+	lib := newLib(t)
+	start(t, lib)
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+	if cur, _, ret := dev.GetMigMode(); ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_DISABLE {
+		t.Errorf("GetMigMode: %d, %v; want Disabled as captured", cur, ret)
+	}
+	_, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	wantRet(t, "SetMigMode", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	wantRet(t, "profile info", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.GetGpuInstancePossiblePlacements(&nvml.GpuInstanceProfileInfo{Id: 19})
+	wantRet(t, "placements", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.CreateGpuInstance(&nvml.GpuInstanceProfileInfo{Id: 19})
+	wantRet(t, "create", ret, nvml.ERROR_NOT_SUPPORTED)
+}
