@@ -23,6 +23,38 @@ static uint32_t lowest_gfx(const struct snap_device *s)
 	return low;
 }
 
+// nvmock_gfx_step is graphics clock c on the board's steps: the highest
+// supported graphics clock at or below it (the lowest if none is), as a
+// real GPU's clock generator runs only at those; c itself on a board that
+// lists none.
+uint32_t nvmock_gfx_step(const struct snap_device *s, uint32_t c)
+{
+	uint32_t best = 0;
+	for (unsigned k = 0; k < s->supported_mem_count && k < 8; k++)
+		for (unsigned j = 0; j < s->supported_gfx_count[k]; j++) {
+			uint32_t v = nvmock.pool[s->supported_gfx_first[k] + j];
+			if (v <= c && v > best)
+				best = v;
+		}
+	if (best != 0)
+		return best;
+	uint32_t low = lowest_gfx(s);
+	return low != 0 ? low : c;
+}
+
+// step_up is the lowest supported graphics clock at or above c; 0: none.
+static uint32_t step_up(const struct snap_device *s, uint32_t c)
+{
+	uint32_t best = 0;
+	for (unsigned k = 0; k < s->supported_mem_count && k < 8; k++)
+		for (unsigned j = 0; j < s->supported_gfx_count[k]; j++) {
+			uint32_t v = nvmock.pool[s->supported_gfx_first[k] + j];
+			if (v >= c && (best == 0 || v < best))
+				best = v;
+		}
+	return best;
+}
+
 // nvmock_locked_clock is clock c held in the range nvidia-smi -lgc (graphics
 // and SM clocks) or -lmc (memory) locked, if one is. A range past the
 // board's clocks holds them at its highest and lowest, as a real board
@@ -38,9 +70,10 @@ uint32_t nvmock_locked_clock(const struct nvmock_dev *d, const struct live_gpu *
 			c = g->gpu_locked_max;
 		if (s->max_clock[type] != NA32 && c > s->max_clock[type])
 			c = s->max_clock[type];
-		uint32_t low = lowest_gfx(s);
-		if (c < low)
-			c = low;
+		// On a step inside the range: the one below, else the range's
+		// lowest step.
+		uint32_t v = nvmock_gfx_step(s, c), up = step_up(s, g->gpu_locked_min);
+		c = v < g->gpu_locked_min && up != 0 && up <= g->gpu_locked_max ? up : v;
 	}
 	if (type == NVML_CLOCK_MEM && (g->cfg_set & LIVE_CFG_MEM_LOCKED)) {
 		uint32_t best = 0;

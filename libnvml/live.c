@@ -586,7 +586,7 @@ uint32_t nvmock_live_clock(const struct nvmock_dev *d, const struct live_gpu *g,
 		c = max * 0.5;
 	if (fx->brake && c > max * 0.3)
 		c = max * 0.3;
-	return (uint32_t)c;
+	return type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM ? nvmock_gfx_step(s, (uint32_t)c) : (uint32_t)c;
 }
 
 unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx,
@@ -625,8 +625,10 @@ static uint64_t held_ns(const struct snap_device *s, const struct live_gpu *g, u
 // below its applications clocks: power while the load meets the SW power
 // cap (nvml.h makes the power policy's counter the SW power cap's), thermal
 // while a thermal slowdown is on, and the longer of the two for the
-// total. It is derived from the state alone (each segment's count at its
-// start, and the faults' start times), so every process reads the same. The model has nothing that sync
+// total. It is derived from the state (each segment's count at its start,
+// and the faults' start times), so every process reads the same, but for
+// a fault with a call or probability trigger, which fires per process.
+// The power count never goes back; the thermal one ends with its fault. The model has nothing that sync
 // boost, the board limit, low utilization or reliability would hold back,
 // nor a base clock to fall below: those read 0; a power brake has a
 // field of its own in nvml.h, not one of these policies.
@@ -645,7 +647,7 @@ unsigned long long nvmock_live_violation(const struct nvmock_dev *d, const struc
 	case NVML_PERF_POLICY_THERMAL: return t - thermal;
 	case NVML_PERF_POLICY_TOTAL_APP_CLOCKS: {
 		// The longer of the two: their union would need the power time
-		// of segments the state no longer keeps; this never goes back.
+		// of segments the state no longer keeps.
 		uint64_t p = held_ns(d->s, g, t);
 		return p > t - thermal ? p : t - thermal;
 	}

@@ -90,6 +90,7 @@ const struct live_gpu *nvmock_settings(const struct nvmock_dev *d, struct live_g
 nvmlReturn_t nvmock_change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value);
 nvmlReturn_t nvmock_change_pair(const struct nvmock_dev *d, uint32_t bit, uint32_t a, uint32_t b);
 nvmlReturn_t nvmock_reset_setting(const struct nvmock_dev *d, uint32_t bit);
+uint32_t nvmock_gfx_step(const struct snap_device *s, uint32_t c);
 uint32_t nvmock_locked_clock(const struct nvmock_dev *d, const struct live_gpu *g, nvmlClockType_t type, uint32_t c);
 int nvmock_idle_held(const struct nvmock_dev *d, const struct live_gpu *g);
 uint32_t nvmock_enforced_limit(const struct nvmock_dev *d);

@@ -182,7 +182,8 @@ func TestDynamicPstatesFollowTheLoad(t *testing.T) {
 }
 
 // Violation time counts, in ns of the node's clock, how long the power cap
-// and a thermal slowdown held the GPU back; it only grows.
+// and a thermal slowdown held the GPU back; the power count never goes
+// back, across load changes.
 func TestViolationTimeAccumulates(t *testing.T) {
 	lib, f, boards := startLive(t, 1)
 	d := handle(t, lib, 0)
@@ -264,5 +265,22 @@ func TestPowerBrakeHalvesTheLimitInForce(t *testing.T) {
 	})
 	if r := read(t, d); r.power > 75000 {
 		t.Errorf("80 %% under 150 W with the power brake: %d mW, want at most 75000", r.power)
+	}
+}
+
+// On a running clock an idle GPU's thermal time runs on (review: the
+// library decided it at a cached time, and it stood still).
+func TestThermalTimeRunsOnAnIdleGPU(t *testing.T) {
+	lib, f, _ := startLive(t, 1)
+	update(t, f, func(s *live.State, _ int64) error { s.Header.Frozen, s.Header.FrozenNS = 0, 0; return nil })
+	update(t, f, func(s *live.State, now int64) error { return s.AddFault(0, live.Fault{Kind: live.FaultThermal}, now) })
+	d := handle(t, lib, 0)
+	a, ret := d.GetViolationStatus(nvml.PERF_POLICY_THERMAL)
+	must(t, "GetViolationStatus", ret)
+	time.Sleep(50 * time.Millisecond)
+	b, ret := d.GetViolationStatus(nvml.PERF_POLICY_THERMAL)
+	must(t, "GetViolationStatus", ret)
+	if b.ViolationTime < a.ViolationTime+40e6 || b.ReferenceTime < a.ReferenceTime+40e3 {
+		t.Errorf("50 ms apart: %+v then %+v, want both to move on by 50 ms", a, b)
 	}
 }

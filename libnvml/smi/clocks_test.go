@@ -40,11 +40,12 @@ func TestClockSettingsAreSetForTheNode(t *testing.T) {
 			if out := run("-i", "1", "-ac", "1215,1300"); !strings.Contains(out, `Specified clock combination "(MEM 1215, SM 1300)" is not supported`) {
 				t.Errorf("-ac with a pair the board does not list:\n%s", out)
 			}
-			if got, want := q(), "1000 MHz, 1215 MHz, 1305 MHz, 1215 MHz, Not Active\n1000 MHz, 1215 MHz, 1095 MHz, 1215 MHz, Not Active\n"; got != want {
+			// A locked clock runs on a step inside the range: 1005, above 1000.
+			if got, want := q(), "1005 MHz, 1215 MHz, 1305 MHz, 1215 MHz, Not Active\n1005 MHz, 1215 MHz, 1095 MHz, 1215 MHz, Not Active\n"; got != want {
 				t.Errorf("locked 1000-1400, GPU 0's applications clocks set:\n%swant:\n%s", got, want)
 			}
 			// The clock samples -q shows agree.
-			if out := strings.Join(strings.Fields(run("-i", "0", "-q", "-d", "CLOCK")), " "); !strings.Contains(out, "SM Clock Samples Duration : 0.90 sec Number of Samples : 10 Max : 1000 MHz Min : 1000 MHz Avg : 1000 MHz") {
+			if out := strings.Join(strings.Fields(run("-i", "0", "-q", "-d", "CLOCK")), " "); !strings.Contains(out, "SM Clock Samples Duration : 0.90 sec Number of Samples : 10 Max : 1005 MHz Min : 1005 MHz Avg : 1005 MHz") {
 				t.Errorf("-q -d CLOCK, locked 1000-1400:\n%s", out)
 			}
 			// Under full load the lock's maximum holds the clock.
@@ -58,12 +59,13 @@ func TestClockSettingsAreSetForTheNode(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			// The model runs a full load at 95 per cent of 1410 MHz, in the range.
-			if got := run("-i", "1", "--query-gpu=clocks.sm", "--format=csv,noheader"); got != "1339 MHz\n" {
+			// The model runs a full load at 95 per cent of 1410 MHz, in the
+			// range, on the board's 15 MHz steps.
+			if got := run("-i", "1", "--query-gpu=clocks.sm", "--format=csv,noheader"); got != "1335 MHz\n" {
 				t.Errorf("GPU 1 at full load, locked to 1000-1400: %q", got)
 			}
 			run("-i", "1", "-lgc", "1000,1100")
-			if got := run("-i", "1", "--query-gpu=clocks.sm", "--format=csv,noheader"); got != "1100 MHz\n" {
+			if got := run("-i", "1", "--query-gpu=clocks.sm", "--format=csv,noheader"); got != "1095 MHz\n" {
 				t.Errorf("GPU 1 at full load, locked to 1100 at most: %q", got)
 			}
 			run("-i", "0", "-lgc", "3000")
