@@ -263,6 +263,8 @@ func (s *State) AddProcess(p Process, now int64) error {
 	case m == nil && g.MIGSet == 1 && g.MIGCurrent == 1:
 		return fmt.Errorf("GPU %d is in MIG mode: a process runs on one of its MIG devices (give its GPU instance, as nvidia-smi mig -lci lists them)", p.GPU)
 	case m == nil:
+	case g.MIGSet != 1 || g.MIGCurrent != 1:
+		return fmt.Errorf("GPU %d is not in MIG mode, so it has no GPU instance %d (nvidia-smi -i %d -mig 1 turns it on)", p.GPU, m.GI, p.GPU)
 	case m.GI < 0 || m.GI >= MaxGIs || g.GIProfile[m.GI] == 0:
 		return fmt.Errorf("GPU %d has no GPU instance %d (nvidia-smi mig -lgi lists them)", p.GPU, m.GI)
 	case m.CI < 0 || m.CI >= MaxCIs || g.CISlices[m.GI*MaxCIs+m.CI] == 0:

@@ -10,9 +10,10 @@ import (
 
 // ParsePercent reads a percentage from 0 to 100 ("80" or "80%").
 func ParsePercent(name, s string) (uint32, error) {
-	// Whole, as NVML reports utilization: 50.5 would be read as 51.
-	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
-	if err != nil || v < 0 || v > 100 || math.IsNaN(v) || v != math.Trunc(v) {
+	// Whole, as NVML reports utilization: 50.5 would be read as 51. In
+	// digits only: 1e2 or 0x50 would read as a typo's number.
+	v, err := strconv.ParseUint(strings.TrimSuffix(s, "%"), 10, 32)
+	if err != nil || v > 100 {
 		return 0, fmt.Errorf("%s %q: a whole percentage from 0 to 100", name, s)
 	}
 	return uint32(v), nil

@@ -189,7 +189,7 @@ func SecondDocument(data []byte) int {
 	return second.Content[0].Line
 }
 
-var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+)(?: \S+)? into Go struct field \w+\.(\S+) of type (\S+)`)
+var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+)( \S+)? into Go struct field \w+\.(\S+) of type (\S+)`)
 
 // Parse decodes and validates a profile; file names the source in errors,
 // which carry the line of the field where it can be found.
@@ -368,7 +368,8 @@ func located(file string, data []byte, errs []error) error {
 func DecodeMessage(err error) string {
 	msg := err.Error()
 	if m := jsonTypeErr.FindStringSubmatch(msg); m != nil {
-		return fmt.Sprintf("%s: expected %s, got %s", m[2], kindName(m[3]), m[1])
+		// A number that does not fit says which: "got number -3".
+		return fmt.Sprintf("%s: expected %s, got %s%s", m[3], kindName(m[4]), m[1], m[2])
 	}
 	if i := strings.LastIndex(msg, "json: "); i >= 0 {
 		return msg[i+len("json: "):]
@@ -378,6 +379,8 @@ func DecodeMessage(err error) string {
 
 func kindName(goType string) string {
 	switch {
+	case strings.HasPrefix(goType, "uint"):
+		return "a whole number of 0 or more"
 	case strings.Contains(goType, "int"):
 		return "a whole number"
 	case strings.Contains(goType, "float"):

@@ -397,6 +397,26 @@ var procTypes = map[string]uint32{"compute": 1, "graphics": 2, "both": 3}
 // procTypeNames are the types as nvidia-smi's process table shows them.
 var procTypeNames = map[uint32]string{1: "C", 2: "G", 3: "C+G"}
 
+// wholeLiveProcess refuses a thread's id, which NVML never lists (a
+// driver reports processes), and a zombie, whose GPU context ended with it.
+func wholeLiveProcess(pid uint64) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil // not visible here: the namespace check above decides
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch {
+		case k == "Tgid" && v != strconv.FormatUint(pid, 10):
+			return fmt.Errorf("pid %d is a thread of process %s; register the process", pid, v)
+		case k == "State" && strings.HasPrefix(v, "Z"):
+			return fmt.Errorf("pid %d has exited (a zombie its parent has not reaped)", pid)
+		}
+	}
+	return nil
+}
+
 func ctlProc(f *live.File, args []string) error {
 	if len(args) == 0 {
 		return errors.New("want add or rm")
@@ -442,6 +462,9 @@ func ctlProc(f *live.File, args []string) error {
 		ns := live.PIDNamespace()
 		if live.Dead(live.Process{PID: uint32(pid), PIDNS: ns}) {
 			return fmt.Errorf("pid %d: no such process here (one that has exited is dropped at once)", pid)
+		}
+		if err := wholeLiveProcess(pid); err != nil {
+			return err
 		}
 		switch {
 		case strings.ContainsFunc(*name, unicode.IsControl):
