@@ -15,6 +15,18 @@ int nvmock_is_mig_handle(nvmlDevice_t h)
 	return off < (uintptr_t)n * STATE_GIS * STATE_CIS * sizeof(struct nvmock_ci) && off % sizeof(struct nvmock_ci) == 0;
 }
 
+// nvmock_not_a_gpu is what a GPU's getter answers for a handle that is not
+// a GPU's: Not Supported for a MIG device (a call the driver does not
+// answer on one), Invalid Argument for anything else, a MIG device whose
+// compute instance is gone among them (nvml.h: an invalid device).
+nvmlReturn_t nvmock_not_a_gpu(nvmlDevice_t h)
+{
+	struct mig_dev md;
+	if (!nvmock_is_mig_handle(h))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvmock_mig_of(h, &md) == NVML_SUCCESS ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+}
+
 // nvmock_mig_of validates a MIG device handle, filling what it is.
 nvmlReturn_t nvmock_mig_of(nvmlDevice_t h, struct mig_dev *out)
 {

@@ -120,6 +120,7 @@ extern struct nvmock_state nvmock;
 // A MIG device handle (mig_device.c): calls that are only for GPUs answer
 // it NOT_SUPPORTED.
 int nvmock_is_mig_handle(nvmlDevice_t h);
+nvmlReturn_t nvmock_not_a_gpu(nvmlDevice_t h);
 // nvmock_events_in_child frees event sets' spin flags a thread of the
 // parent held at fork (events.c).
 void nvmock_events_in_child(void);
@@ -147,8 +148,10 @@ static inline nvmlReturn_t nvmock_dev_of(nvmlDevice_t h, const struct nvmock_dev
 	if (!nvmock_ready())
 		return NVML_ERROR_UNINITIALIZED;
 	uintptr_t off = (uintptr_t)h.handle - (uintptr_t)nvmock.devs;
-	if (off >= (uintptr_t)nvmock.ndevs * sizeof(struct nvmock_dev) || off % sizeof(struct nvmock_dev))
-		return nvmock_is_mig_handle(h) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+	if (off >= (uintptr_t)nvmock.ndevs * sizeof(struct nvmock_dev) || off % sizeof(struct nvmock_dev)) {
+		*out = NULL;
+		return nvmock_not_a_gpu(h);
+	}
 	*out = (const struct nvmock_dev *)h.handle;
 	// A GPU with faults counts the call and may refuse it (live.c).
 	if (nvmock.live_gpus != NULL && __atomic_load_n(&nvmock.live_gpus[(*out)->node_index].faults, __ATOMIC_RELAXED) != 0)

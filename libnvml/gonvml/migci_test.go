@@ -90,3 +90,24 @@ func TestMIGOnABoardWithoutTables(t *testing.T) {
 	_, ret = dev.CreateGpuInstance(&nvml.GpuInstanceProfileInfo{Id: 19})
 	wantRet(t, "create", ret, nvml.ERROR_NOT_SUPPORTED)
 }
+
+// A GPU's getter on a MIG device answers Not Supported, and on a MIG device
+// whose compute instance is gone Invalid Argument, as the MIG getters do
+// (QA: Not Supported; nvml.h gives Invalid Argument for an invalid device).
+func TestAGoneMIGDeviceIsAnInvalidHandle(t *testing.T) {
+	lib, _ := startMIG(t, 1)
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "GPU 0")
+	enableMIG(t, dev)
+	p7 := got(dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_7_SLICE))(t, "7g info")
+	gi := got(dev.CreateGpuInstance(&p7))(t, "create 7g")
+	c7 := got(gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE, 0))(t, "7c info")
+	ci := got(gi.CreateComputeInstance(&c7))(t, "create 7c")
+	m := got(dev.GetMigDeviceHandleByIndex(0))(t, "MIG 0")
+	_, ret := m.GetTemperature(nvml.TEMPERATURE_GPU)
+	wantRet(t, "a GPU's getter on a MIG device", ret, nvml.ERROR_NOT_SUPPORTED)
+	wantRet(t, "destroy the compute instance", ci.Destroy(), nvml.SUCCESS)
+	_, ret = m.GetTemperature(nvml.TEMPERATURE_GPU)
+	wantRet(t, "a GPU's getter on a gone MIG device", ret, nvml.ERROR_INVALID_ARGUMENT)
+	_, ret = m.GetName()
+	wantRet(t, "a MIG getter on a gone MIG device", ret, nvml.ERROR_INVALID_ARGUMENT)
+}
