@@ -388,7 +388,7 @@ struct seg {
 	uint32_t temp0;
 	uint64_t e0;
 	uint32_t limit; // the power limit in force (NA32: none)
-	uint64_t v0;	// power violation time at since
+	uint64_t v0;    // power violation time at since
 };
 
 static struct seg seg_at(const struct snap_device *s, const struct live_gpu *g, uint64_t t)
@@ -396,8 +396,7 @@ static struct seg seg_at(const struct snap_device *s, const struct live_gpu *g, 
 	uint32_t limit = nvmock_power_limit(s, g);
 	if (t >= g->since_ns)
 		return (struct seg){g->load, g->since_ns, g->temp0_mc, g->energy0_mj, limit, g->viol0_ns};
-	return (struct seg){g->prev_load,	 g->prev_since_ns,
-			    g->prev_temp0_mc,	 g->prev_energy0_mj,
+	return (struct seg){g->prev_load, g->prev_since_ns, g->prev_temp0_mc, g->prev_energy0_mj,
 			    g->prev_power_limit_mw ? g->prev_power_limit_mw : limit, g->prev_viol0_ns};
 }
 
@@ -628,10 +627,11 @@ static uint64_t held_ns(const struct snap_device *s, const struct live_gpu *g, u
 // total. It is derived from the state (each segment's count at its start,
 // and the faults' start times), so every process reads the same, but for
 // a fault with a call or probability trigger, which fires per process.
-// The power count never goes back; the thermal one ends with its fault. The model has nothing that sync
-// boost, the board limit, low utilization or reliability would hold back,
-// nor a base clock to fall below: those read 0; a power brake has a
-// field of its own in nvml.h, not one of these policies.
+// The power count never goes back; the thermal one ends with its fault.
+// The model has nothing that sync boost, the board limit, low utilization
+// or reliability would hold back, nor a base clock to fall below: those
+// read 0; a power brake has a field of its own in nvml.h, not one of these
+// policies.
 unsigned long long nvmock_live_violation(const struct nvmock_dev *d, const struct live_gpu *g, nvmlPerfPolicyType_t policy,
 					 uint64_t t)
 {

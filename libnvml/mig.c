@@ -82,8 +82,8 @@ void nvmock_mig_clean(const struct snap_device *s, struct live_gpu *g)
 		for (unsigned c = 0; c < STATE_CIS; c++) {
 			uint32_t *sl = &g->ci_slices[i * STATE_CIS + c], *cs = &g->ci_start[i * STATE_CIS + c];
 			unsigned n = *sl, cbits = n < 32 ? (1u << n) - 1 : 0;
-			if (n != 0 && n <= whole && (s->mig_gi_ci_sizes[p - 1] >> n & 1) && *cs % nvmock_mig_ci_step(n) == 0 && (uint64_t)*cs + n <= whole &&
-			    !(cused & cbits << *cs)) {
+			if (n != 0 && n <= whole && (s->mig_gi_ci_sizes[p - 1] >> n & 1) && *cs % nvmock_mig_ci_step(n) == 0 &&
+			    (uint64_t)*cs + n <= whole && !(cused & cbits << *cs)) {
 				cused |= cbits << *cs;
 				continue;
 			}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/live"
 )
 
@@ -72,11 +71,7 @@ func TestA7gHoldsComputeInstancesOfEverySize(t *testing.T) {
 // Supported, as a100 with MIG off answers a create (QA: Invalid Argument
 // for a create, Invalid Argument for placements).
 func TestMIGOnABoardWithoutTables(t *testing.T) {
-	path, _ := testenv.Snapshot(t, "gb200", 1)
-	testenv.LiveState(t, path, 1, t0)
-	cleanEnv(t, path)
-	lib := newLib(t)
-	start(t, lib)
+	lib, _, _ := startLiveOn(t, "gb200", 1)
 	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
 	if cur, _, ret := dev.GetMigMode(); ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_DISABLE {
 		t.Errorf("GetMigMode: %d, %v; want Disabled as captured", cur, ret)
