@@ -8,51 +8,31 @@ static int gpu_held(nvmlClockType_t type)
 	return type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM;
 }
 
-// lowest_gfx is the board's lowest supported graphics clock, or 0 if it
-// lists none. Not its idle reading: T4 and L40S captures idle at their
-// highest clocks, and a lock below that still holds them.
-static uint32_t lowest_gfx(const struct snap_device *s)
+// gfx_steps finds, among the board's supported graphics clocks, the
+// highest at or below c and the lowest at or above it (0: none).
+static void gfx_steps(const struct snap_device *s, uint32_t c, uint32_t *below, uint32_t *above)
 {
-	uint32_t low = 0;
+	*below = *above = 0;
 	for (unsigned k = 0; k < s->supported_mem_count && k < 8; k++)
 		for (unsigned j = 0; j < s->supported_gfx_count[k]; j++) {
 			uint32_t v = nvmock.pool[s->supported_gfx_first[k] + j];
-			if (low == 0 || v < low)
-				low = v;
+			if (v <= c && v > *below)
+				*below = v;
+			if (v >= c && (*above == 0 || v < *above))
+				*above = v;
 		}
-	return low;
 }
 
 // nvmock_gfx_step is graphics clock c on the board's steps: the highest
 // supported graphics clock at or below it (the lowest if none is), as a
 // real GPU's clock generator runs only at those; c itself on a board that
-// lists none.
+// lists none. Not the idle reading as a floor: T4 and L40S captures idle at
+// their highest clocks, and a lock below that still holds them.
 uint32_t nvmock_gfx_step(const struct snap_device *s, uint32_t c)
 {
-	uint32_t best = 0;
-	for (unsigned k = 0; k < s->supported_mem_count && k < 8; k++)
-		for (unsigned j = 0; j < s->supported_gfx_count[k]; j++) {
-			uint32_t v = nvmock.pool[s->supported_gfx_first[k] + j];
-			if (v <= c && v > best)
-				best = v;
-		}
-	if (best != 0)
-		return best;
-	uint32_t low = lowest_gfx(s);
-	return low != 0 ? low : c;
-}
-
-// step_up is the lowest supported graphics clock at or above c; 0: none.
-static uint32_t step_up(const struct snap_device *s, uint32_t c)
-{
-	uint32_t best = 0;
-	for (unsigned k = 0; k < s->supported_mem_count && k < 8; k++)
-		for (unsigned j = 0; j < s->supported_gfx_count[k]; j++) {
-			uint32_t v = nvmock.pool[s->supported_gfx_first[k] + j];
-			if (v >= c && (best == 0 || v < best))
-				best = v;
-		}
-	return best;
+	uint32_t below, above;
+	gfx_steps(s, c, &below, &above);
+	return below != 0 ? below : above != 0 ? above : c;
 }
 
 // nvmock_locked_clock is clock c held in the range nvidia-smi -lgc (graphics
@@ -72,7 +52,8 @@ uint32_t nvmock_locked_clock(const struct nvmock_dev *d, const struct live_gpu *
 			c = s->max_clock[type];
 		// On a step inside the range: the one below, else the range's
 		// lowest step.
-		uint32_t v = nvmock_gfx_step(s, c), up = step_up(s, g->gpu_locked_min);
+		uint32_t v = nvmock_gfx_step(s, c), below, up;
+		gfx_steps(s, g->gpu_locked_min, &below, &up);
 		c = v < g->gpu_locked_min && up != 0 && up <= g->gpu_locked_max ? up : v;
 	}
 	if (type == NVML_CLOCK_MEM && (g->cfg_set & LIVE_CFG_MEM_LOCKED)) {

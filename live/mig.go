@@ -223,8 +223,12 @@ func (s *State) applyMIGLayout(devs []snapshot.Device, l *profile.MIGLayout, ski
 			continue // as mig-parted: a config applied already is done
 		}
 		names := MIGNames(&devs[i])
+		count := map[string]uint32{}
+		for _, name := range g.Instances {
+			count[name]++
+		}
 		for row, name := range names {
-			if n := uint32(len(slices.DeleteFunc(slices.Clone(g.Instances), func(x string) bool { return x != name }))); n > devs[i].MIGGIInstances[row] {
+			if n := count[name]; n > devs[i].MIGGIInstances[row] {
 				return fmt.Errorf("mig layout %q: GPU %d: %d of %s: a GPU holds at most %d", l.Spec, i, n, name, devs[i].MIGGIInstances[row])
 			}
 		}

@@ -212,6 +212,11 @@ func TestViolationTimeAccumulates(t *testing.T) {
 		return c
 	}
 	s := time.Second
+	// load sets a load and lets 5 s pass.
+	load := func(pct uint32) {
+		update(t, f, func(st *live.State, now int64) error { st.SetLoad(boards[0], 0, live.Loads{GPU: pct}, now); return nil })
+		advance(t, f, 5*s)
+	}
 	update(t, f, func(st *live.State, now int64) error { st.SetLoad(boards[0], 0, live.Loads{GPU: 80}, now); return nil })
 	advance(t, f, 10*s)
 	steps := []struct {
@@ -230,20 +235,11 @@ func TestViolationTimeAccumulates(t *testing.T) {
 			})
 			advance(t, f, 5*s)
 		}, counts{power: 15 * s, thermal: 5 * s, total: 15 * s}},
-		{"a new load, still capped", func() {
-			update(t, f, func(st *live.State, now int64) error { st.SetLoad(boards[0], 0, live.Loads{GPU: 50}, now); return nil })
-			advance(t, f, 5*s)
-		}, counts{power: 20 * s, thermal: 10 * s, total: 20 * s}},
+		{"a new load, still capped", func() { load(50) }, counts{power: 20 * s, thermal: 10 * s, total: 20 * s}},
 		// Two load changes later the capped segments are no longer the
 		// state's, and their time still counts: a counter never goes back.
-		{"an idle GPU", func() {
-			update(t, f, func(st *live.State, now int64) error { st.SetLoad(boards[0], 0, live.Loads{}, now); return nil })
-			advance(t, f, 5*s)
-		}, counts{power: 20 * s, thermal: 15 * s, total: 20 * s}},
-		{"a light load", func() {
-			update(t, f, func(st *live.State, now int64) error { st.SetLoad(boards[0], 0, live.Loads{GPU: 10}, now); return nil })
-			advance(t, f, 5*s)
-		}, counts{power: 20 * s, thermal: 20 * s, total: 20 * s}},
+		{"an idle GPU", func() { load(0) }, counts{power: 20 * s, thermal: 15 * s, total: 20 * s}},
+		{"a light load", func() { load(10) }, counts{power: 20 * s, thermal: 20 * s, total: 20 * s}},
 	}
 	for _, st := range steps {
 		st.do()
