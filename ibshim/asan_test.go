@@ -110,7 +110,7 @@ const asanScript = `export LD_PRELOAD="$ASAN:${LD_PRELOAD%%:$ASAN}"
 step() { echo "== $*"; "$@"; echo "exit $?"; }
 nolsan() { ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" "$@"; }
 pair() { $1 -d mlx5_0 -g 0 -c -n 50 -p $2 $3 > /tmp/server.out 2>&1 & srv=$!
-	sleep 0.5; step $1 -d mlx5_0 -g 0 -c -n 50 -p $2 $3 localhost; wait $srv; echo "server exit $?"; cat /tmp/server.out; }
+	waitlisten $2; step $1 -d mlx5_0 -g 0 -c -n 50 -p $2 $3 localhost; wait $srv; echo "server exit $?"; cat /tmp/server.out; }
 step ibstat
 step ibv_devinfo -v
 step smpquery nodeinfo 1
@@ -138,7 +138,7 @@ func TestToolsUnderASan(t *testing.T) {
 	hostile := buildC(t, filepath.Join("testdata", "hostile.c"), strings.Fields(sanitizerFlags)...)
 	rcpair := buildC(t, filepath.Join("testdata", "rcpair.c"))
 	lifecycle := buildC(t, filepath.Join("testdata", "lifecycle.c"))
-	script := fmt.Sprintf(asanScript, madclient, lifecycle, rcpair, modelledLID(t, model(t)), hostile)
+	script := testenv.WaitListen + fmt.Sprintf(asanScript, madclient, lifecycle, rcpair, modelledLID(t, model(t)), hostile)
 
 	run := func(leaks int) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

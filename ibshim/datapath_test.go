@@ -73,9 +73,9 @@ func TestRCQueuePairsMoveDataAndFailAsHCAsDo(t *testing.T) {
 func TestCompletionTimestampsTickWithTheDevicesClock(t *testing.T) {
 	testenv.Tool(t, "ibv_rc_pingpong")
 	for _, flags := range []string{"-t"} {
-		out := node(t, fmt.Sprintf(`ibv_devinfo -v -d mlx5_0 | grep hca_core_clock
+		out := node(t, testenv.WaitListen+fmt.Sprintf(`ibv_devinfo -v -d mlx5_0 | grep hca_core_clock
 ibv_rc_pingpong -d mlx5_0 -g 0 -c %[1]s -n 200 -p 18661 > /tmp/server.out 2>&1 & srv=$!
-sleep 0.5; ibv_rc_pingpong -d mlx5_0 -g 0 -c %[1]s -n 200 -p 18661 localhost; echo "client exit $?"
+waitlisten 18661; ibv_rc_pingpong -d mlx5_0 -g 0 -c %[1]s -n 200 -p 18661 localhost; echo "client exit $?"
 wait $srv; echo "server exit $?"`, flags))
 		clock := regexp.MustCompile(`hca_core_clock:\s*(\d+)kHZ`).FindStringSubmatch(out)
 		iter := regexp.MustCompile(`200 iters in [\d.]+ seconds = ([\d.]+) usec/iter`).FindStringSubmatch(out)
@@ -164,8 +164,8 @@ func TestXRCRequestsReachTheSRQTheyName(t *testing.T) {
 	for _, flags := range []string{"", "-e"} {
 		// A port of its own: nvmock exec shares the host's network, and
 		// the pingpongs' default is everyone's.
-		out := node(t, fmt.Sprintf(`ibv_xsrq_pingpong -d mlx5_0 %[1]s -n 50 -p 18660 > /tmp/server.out 2>&1 & srv=$!
-sleep 0.5; ibv_xsrq_pingpong -d mlx5_0 %[1]s -n 50 -p 18660 localhost; echo "client exit $?"
+		out := node(t, testenv.WaitListen+fmt.Sprintf(`ibv_xsrq_pingpong -d mlx5_0 %[1]s -n 50 -p 18660 > /tmp/server.out 2>&1 & srv=$!
+waitlisten 18660; ibv_xsrq_pingpong -d mlx5_0 %[1]s -n 50 -p 18660 localhost; echo "client exit $?"
 wait $srv; echo "server exit $?"; cat /tmp/server.out`, flags))
 		if strings.Count(out, "success\n") != 2 || !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
 			t.Errorf("ibv_xsrq_pingpong %s, both ends on one node:\n%s\nwant both to succeed", flags, out)
@@ -191,8 +191,8 @@ func TestPingpongsBetweenTwoProgramsCheckTheirData(t *testing.T) {
 		{"ibv_rc_pingpong -O -P", "1638400"}, // an implicit on-demand region, prefetched
 	} {
 		testenv.Tool(t, strings.Fields(c.tool)[0])
-		out := node(t, fmt.Sprintf(`%[1]s -d mlx5_0 -g 0 -c -n 200 > /tmp/server.out 2>&1 & srv=$!
-sleep 0.5; %[1]s -d mlx5_0 -g 0 -c -n 200 localhost; echo "client exit $?"
+		out := node(t, testenv.WaitListen+fmt.Sprintf(`%[1]s -d mlx5_0 -g 0 -c -n 200 > /tmp/server.out 2>&1 & srv=$!
+waitlisten 18515; %[1]s -d mlx5_0 -g 0 -c -n 200 localhost; echo "client exit $?"
 wait $srv; echo "server exit $?"; cat /tmp/server.out`, c.tool))
 		if n := strings.Count(out, c.bytes+" bytes in "); n != 2 || !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
 			t.Errorf("%s -c, both ends on one node:\n%s\nwant both to move %s bytes and exit 0", c.tool, out, c.bytes)
@@ -213,10 +213,10 @@ func TestPerftestRunsBetweenTwoNodes(t *testing.T) {
 	for i, tool := range tools {
 		port := 18515 + i
 		server = append(server, fmt.Sprintf("%s -d mlx5_0 -n 200 -p %d", tool, port))
-		client = append(client, fmt.Sprintf("sleep 0.5; echo '== %s'; %s -d mlx5_0 -n 200 -p %d 127.0.0.1 || echo \"exit $?\"", tool, tool, port))
+		client = append(client, fmt.Sprintf("waitlisten %[2]d; echo '== %[1]s'; %[1]s -d mlx5_0 -n 200 -p %[2]d 127.0.0.1 || echo \"exit $?\"", tool, port))
 	}
 	out, serverOut := twoNodes(t, []string{"sh", "-c", strings.Join(server, " && ")},
-		"sleep 1.5\n"+strings.Join(client, "\n")+"\necho '== counters'; perfquery -x -C mlx5_0")
+		testenv.WaitListen+strings.Join(client, "\n")+"\necho '== counters'; perfquery -x -C mlx5_0")
 	// " 65536      200      peak      average      rate" (4096 for UD)
 	row := regexp.MustCompile(`(?m)^\s*(\d+)\s+200\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s*$`)
 	parts := strings.Split(out, "== ")
@@ -307,9 +307,9 @@ func TestPerftestLatencyToolsRun(t *testing.T) {
 		// Ports of their own: exec shares the host's network with the
 		// other tests' servers.
 		script = append(script, fmt.Sprintf(`%[1]s -d mlx5_0 -n 100 -p %[2]d > /dev/null 2>&1 & srv=$!
-sleep 0.5; echo '== %[1]s'; %[1]s -d mlx5_0 -n 100 -p %[2]d 127.0.0.1 || echo "client exit $?"; wait $srv || echo "server exit $?"`, tool, 18680+i))
+waitlisten %[2]d; echo '== %[1]s'; %[1]s -d mlx5_0 -n 100 -p %[2]d 127.0.0.1 || echo "client exit $?"; wait $srv || echo "server exit $?"`, tool, 18680+i))
 	}
-	parts := strings.Split(node(t, strings.Join(script, "\n")), "== ")
+	parts := strings.Split(node(t, testenv.WaitListen+strings.Join(script, "\n")), "== ")
 	// " 2       100          25.97 ..." (8 bytes for atomics)
 	row := regexp.MustCompile(`(?m)^\s*(2|8)\s+100\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s`)
 	for i, tool := range tools {

@@ -78,7 +78,7 @@ echo '== after a flap'; saquery -C mlx5_0 -g`, bin, builtNvmock(t)))
 func TestPerftestMulticastBetweenTwoNodes(t *testing.T) {
 	testenv.Tool(t, "ib_send_bw")
 	out, serverOut := twoNodes(t, []string{"sh", "-c", `ib_send_bw -c UD -g -d mlx5_0 -n 200 -p 18530; echo "server exit $?"`},
-		`sleep 1; ib_send_bw -c UD -g -d mlx5_0 -n 200 -p 18530 127.0.0.1; echo "client exit $?"; sleep 0.5`)
+		testenv.WaitListen+`waitlisten 18530; ib_send_bw -c UD -g -d mlx5_0 -n 200 -p 18530 127.0.0.1; echo "client exit $?"; sleep 0.5`)
 	row := regexp.MustCompile(`(?m)^\s*4096\s+200\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s*$`)
 	c, s := row.FindStringSubmatch(out), row.FindStringSubmatch(serverOut)
 	if c == nil || s == nil || !strings.Contains(out, "client exit 0") || !strings.Contains(serverOut, "server exit 0") {

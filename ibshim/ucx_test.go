@@ -59,9 +59,9 @@ func TestUCXPerftestMovesTaggedMessages(t *testing.T) {
 	for i, tls := range []string{"ud_verbs,self", "rc_verbs,ud_verbs:aux,self"} {
 		// The client's output comes last, where a failure's report is
 		// read first; the provider's trace says why a post failed.
-		out := node(t, fmt.Sprintf(`export UCX_TLS=%s UCX_NET_DEVICES=mlx5_0:1 NVMOCK_TRACE=1
+		out := node(t, testenv.WaitListen+fmt.Sprintf(`export UCX_TLS=%s UCX_NET_DEVICES=mlx5_0:1 NVMOCK_TRACE=1
 ucx_perftest -t tag_bw -n 500 -s 65536 -p %d > /tmp/server.out 2>&1 & srv=$!
-sleep 1; ucx_perftest -t tag_bw -n 500 -s 65536 -p %[2]d 127.0.0.1 > /tmp/client.out 2>&1; c=$?
+waitlisten %[2]d; ucx_perftest -t tag_bw -n 500 -s 65536 -p %[2]d 127.0.0.1 > /tmp/client.out 2>&1; c=$?
 wait $srv; s=$?; echo "== server:"; cat /tmp/server.out; echo "== client:"; cat /tmp/client.out
 echo "server exit $s"; echo "client exit $c"`, tls, 18620+i))
 		// "Final:   500   overhead...   bandwidth...   rate..."
@@ -89,9 +89,9 @@ echo "server exit $s"; echo "client exit $c"`, tls, 18620+i))
 func TestUCXOneSidedOperationsAreRDMA(t *testing.T) {
 	testenv.Tool(t, "ucx_perftest")
 	for i, c := range []struct{ test, kind string }{{"ucp_put_bw", "write"}, {"ucp_get", "read"}} {
-		out := node(t, fmt.Sprintf(`export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=mlx5_0:1
+		out := node(t, testenv.WaitListen+fmt.Sprintf(`export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=mlx5_0:1
 ucx_perftest -t %s -n 100 -s 65536 -p %d > /tmp/server.out 2>&1 & srv=$!
-sleep 1; NVMOCK_TRACE=1 ucx_perftest -t %[1]s -n 100 -s 65536 -p %[2]d 127.0.0.1 > /tmp/client.out 2>&1; c=$?
+waitlisten %[2]d; NVMOCK_TRACE=1 ucx_perftest -t %[1]s -n 100 -s 65536 -p %[2]d 127.0.0.1 > /tmp/client.out 2>&1; c=$?
 wait $srv; s=$?; echo "== server:"; cat /tmp/server.out; echo "== client:"; cat /tmp/client.out
 echo "server exit $s"; echo "client exit $c"`, c.test, 18640+i))
 		if !strings.Contains(out, "client exit 0") || !strings.Contains(out, "server exit 0") {
@@ -118,10 +118,10 @@ func TestUCXRunsBetweenTwoNodes(t *testing.T) {
 	for i, test := range []string{"tag_bw", "ucp_put_bw"} {
 		port := 18650 + i
 		server = append(server, fmt.Sprintf("ucx_perftest -t %s -n 200 -s 65536 -p %d", test, port))
-		client = append(client, fmt.Sprintf(`sleep 1; echo '== %s'; NVMOCK_TRACE=1 ucx_perftest -t %[1]s -n 200 -s 65536 -p %d 127.0.0.1 2>&1; echo "exit $?"`, test, port))
+		client = append(client, fmt.Sprintf(`waitlisten %[2]d; echo '== %[1]s'; NVMOCK_TRACE=1 ucx_perftest -t %[1]s -n 200 -s 65536 -p %[2]d 127.0.0.1 2>&1; echo "exit $?"`, test, port))
 	}
 	out, serverOut := twoNodes(t, []string{"sh", "-c", env + strings.Join(server, " && ")},
-		"sleep 0.5; "+env+strings.Join(client, "\n"))
+		testenv.WaitListen+env+strings.Join(client, "\n"))
 	final := regexp.MustCompile(`(?m)^Final:\s+200\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+[\d.]+`)
 	parts := strings.Split(out, "== ")
 	for i, kind := range []string{"send", "write"} {

@@ -54,3 +54,13 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// WaitListen defines the shell function waitlisten PORT, which returns
+// once a TCP socket listens on PORT in the caller's network (or fails
+// after 30 s): a client started after it never races its server's
+// start, however loaded the machine.
+const WaitListen = `waitlisten() { n=0; p=$(printf '%04X' "$1")
+	until grep -Eq "^ *[0-9]+: [0-9A-F]+:$p [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+		n=$((n+1)); [ $n -lt 300 ] || { echo "nothing listens on port $1 after 30 s" >&2; return 1; }; sleep 0.1
+	done; }
+`
