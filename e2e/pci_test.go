@@ -24,7 +24,8 @@ func (n *node) nodeTree(t *testing.T) *profile.Node {
 // A container given GPUs sees the node's PCI tree in /sys, set up by the
 // plugin's runtime hook before its process starts: Debian's lspci lists the
 // GPUs nvidia-smi shows, at the same addresses; the host's own PCI devices
-// are not there; hwloc places the GPUs.
+// are not there; hwloc places the GPUs; each GPU's path is found through
+// its bus's class link, as NCCL finds it.
 func TestGlibcContainerSeesTheNodesPCITree(t *testing.T) {
 	n := theNode
 	nd := n.nodeTree(t)
@@ -34,10 +35,13 @@ lspci -D -d 10de::0302 2>/dev/null; echo --
 lspci 2>/dev/null | grep -c Virtio; echo --
 lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'; echo --
 lspci -tv 2>/dev/null | grep -c 'NVIDIA Corporation.*\[.*\(SXM\|PCIe\|HBM\)'; echo --
-lspci -vvv -d 10de::0302 2>/dev/null | grep -c -e 'LnkSta:' -e 'NUMA node:' -e 'Kernel driver in use: nvidia'`
+lspci -vvv -d 10de::0302 2>/dev/null | grep -c -e 'LnkSta:' -e 'NUMA node:' -e 'Kernel driver in use: nvidia'; echo --
+for b in $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | cut -c5- | tr A-F a-f); do
+	[ "$(realpath /sys/class/pci_bus/${b%:*}/../../$b)" = "$(realpath /sys/bus/pci/devices/$b)" ] && echo found
+done`
 	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}})
 	parts := strings.Split(r.out, "--\n")
-	if r.code != 0 || len(parts) != 6 {
+	if r.code != 0 || len(parts) != 7 {
 		t.Fatalf("exited %d:\n%s", r.code, r.out)
 	}
 	var want, smi, lspci []string
@@ -67,6 +71,9 @@ lspci -vvv -d 10de::0302 2>/dev/null | grep -c -e 'LnkSta:' -e 'NUMA node:' -e '
 	}
 	if got := strings.TrimSpace(parts[5]); got != fmt.Sprint(3*len(want)) {
 		t.Errorf("lspci -vvv shows %s link, NUMA and driver lines for the GPUs, want %d", got, 3*len(want))
+	}
+	if got := strings.Count(parts[6], "found\n"); got != len(want) {
+		t.Errorf("%d of %d GPUs are found through /sys/class/pci_bus", got, len(want))
 	}
 }
 

@@ -110,6 +110,10 @@ func configSpace(f *profile.PCIFunction, r *resources, l link, multifunction boo
 	c.w16(p+0x12, linkSta|1<<12)
 	c.w32(p+0x2c, (1<<l.maxGen-1)<<1) // supported link speeds vector
 	c.w16(p+0x30, uint16(l.maxGen))   // target link speed
+	if l.gen >= 3 {
+		// 8 GT/s and faster need equalization, which a trained link has done.
+		c.w16(p+0x32, 0x1e) // equalization complete, phases 1 to 3
+	}
 	return c
 }
 

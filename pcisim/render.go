@@ -5,14 +5,26 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/nvmock/nvmock/profile"
 )
 
-// Drivers bound to each kind of function, as on a real node.
+// Drivers bound to each kind of function, as on a real node; a NIC's is
+// its vendor's.
 var drivers = map[profile.PCIRole]string{
 	profile.RoleRootPort: "pcieport", profile.RoleSwitchUp: "pcieport", profile.RoleSwitchDown: "pcieport",
-	profile.RoleGPU: "nvidia", profile.RoleNVSwitch: "nvidia", profile.RoleNIC: "mlx5_core",
+	profile.RoleGPU: "nvidia", profile.RoleNVSwitch: "nvidia-nvswitch", profile.RoleNIC: "mlx5_core",
+}
+
+// nicDrivers are the drivers of NICs other than ConnectX, by vendor.
+var nicDrivers = map[uint16]string{0x1d0f: "ena"} // Amazon's Elastic Network Adapter
+
+func driverOf(f *profile.PCIFunction) string {
+	if d, ok := nicDrivers[f.Vendor]; ok && f.Role == profile.RoleNIC {
+		return d
+	}
+	return drivers[f.Role]
 }
 
 // File is one entry of the rendered tree, relative to the sysfs root: a
@@ -36,7 +48,15 @@ func Files(n *profile.Node) []File {
 			r.cpus = l + 1
 		}
 	}
-	for _, d := range []string{"pcieport", "nvidia", "mlx5_core"} {
+	// The built-in port driver and nvidia are there on any such node;
+	// the others, where a function of theirs is.
+	used := []string{"pcieport", "nvidia"}
+	n.PCIe.Walk(func(f *profile.PCIFunction) {
+		if d := driverOf(f); !slices.Contains(used, d) {
+			used = append(used, d)
+		}
+	})
+	for _, d := range used {
 		r.file("bus/pci/drivers/"+d+"/bind", "")
 		r.file("bus/pci/drivers/"+d+"/unbind", "")
 	}
@@ -75,13 +95,25 @@ func RootName(root *profile.PCIRoot) string {
 
 func (r *renderer) root(root *profile.PCIRoot) {
 	dir := "devices/" + RootName(root)
-	bus := fmt.Sprintf("%04x:%02x", root.Domain, root.Bus)
 	r.file(dir+"/uevent", "")
-	r.file(dir+"/pci_bus/"+bus+"/cpuaffinity", root.CPUs.Mask(r.cpus)+"\n")
-	r.file(dir+"/pci_bus/"+bus+"/cpulistaffinity", root.CPUs.List()+"\n")
+	r.bus(dir, root.Domain, root.Bus, root)
 	for _, f := range root.Functions {
 		r.function(dir, f, root)
 	}
+}
+
+// bus renders the bus numbered n that the host bridge or bridge at dir
+// leads to, in dir/pci_bus and class/pci_bus, as the kernel has one for
+// every bus: NCCL finds a device's path through its bus's class link.
+func (r *renderer) bus(dir string, domain, n uint32, root *profile.PCIRoot) {
+	name := fmt.Sprintf("%04x:%02x", domain, n)
+	b := dir + "/pci_bus/" + name
+	r.file(b+"/cpuaffinity", root.CPUs.Mask(r.cpus)+"\n")
+	r.file(b+"/cpulistaffinity", root.CPUs.List()+"\n")
+	r.file(b+"/uevent", "")
+	r.link(b+"/device", dir)
+	r.link(b+"/subsystem", "class/pci_bus")
+	r.link("class/pci_bus/"+name, b)
 }
 
 // function renders f under parentDir and everything behind it; its
@@ -122,7 +154,7 @@ func (r *renderer) function(parentDir string, f *profile.PCIFunction, root *prof
 	r.file(dir+"/current_link_width", fmt.Sprintf("%d\n", l.width))
 	r.file(dir+"/max_link_speed", linkSpeed(l.maxGen)+"\n")
 	r.file(dir+"/max_link_width", fmt.Sprintf("%d\n", l.maxWidth))
-	drv := drivers[f.Role]
+	drv := driverOf(f)
 	alias := modalias(f)
 	r.file(dir+"/modalias", alias+"\n")
 	// lspci -v reads it; MSI-capable functions show a vector the kernel gave.
@@ -136,6 +168,7 @@ func (r *renderer) function(parentDir string, f *profile.PCIFunction, root *prof
 	if f.Role.IsBridge() {
 		r.file(dir+"/secondary_bus_number", fmt.Sprintf("%d\n", f.Secondary))
 		r.file(dir+"/subordinate_bus_number", fmt.Sprintf("%d\n", f.Subordinate))
+		r.bus(dir, f.Address.Domain, f.Secondary, root)
 	}
 	r.link(dir+"/subsystem", "bus/pci")
 	r.link("bus/pci/devices/"+bdf, dir)

@@ -38,6 +38,21 @@ var gtPerGen = map[uint32]string{1: "2.5GT/s", 2: "5GT/s", 3: "8GT/s", 4: "16GT/
 // yet: lspci shows "Device [10de:31c2]" for them, as on a real node.
 var unnamedIDs = []string{"[10de:31c2]"} // GB300
 
+// wantDriver is the driver a real node binds to an endpoint: nvidia to
+// GPUs, nvidia-nvswitch to NVSwitches, mlx5_core to ConnectX and ena to
+// Amazon's ENA.
+func wantDriver(f *profile.PCIFunction) string {
+	switch {
+	case f.Role == profile.RoleGPU:
+		return "nvidia"
+	case f.Role == profile.RoleNVSwitch:
+		return "nvidia-nvswitch"
+	case f.Vendor == 0x1d0f:
+		return "ena"
+	}
+	return "mlx5_core"
+}
+
 func TestLspciReadsEveryBoardsTree(t *testing.T) {
 	lspci := testenv.Tool(t, "lspci")
 	type board struct {
@@ -86,7 +101,7 @@ func TestLspciReadsEveryBoardsTree(t *testing.T) {
 						!slices.ContainsFunc(unnamedIDs, func(id string) bool { return strings.Contains(head, id) }) {
 						t.Errorf("%s: pci.ids does not name it: %s", f.Address, strings.SplitN(b, "\n", 2)[0])
 					}
-					if want := "Kernel driver in use: " + drivers[f.Role]; !strings.Contains(b, want) && !f.Unbound {
+					if want := "Kernel driver in use: " + wantDriver(f); !strings.Contains(b, want) && !f.Unbound {
 						t.Errorf("%s: no %q", f.Address, want)
 					}
 					if f.Unbound && strings.Contains(b, "Kernel driver in use") {
@@ -100,6 +115,10 @@ func TestLspciReadsEveryBoardsTree(t *testing.T) {
 				want := fmt.Sprintf("LnkSta:\tSpeed %s", gtPerGen[l.gen])
 				if !strings.Contains(b, want) || !strings.Contains(b, fmt.Sprintf("Width x%d", l.width)) {
 					t.Errorf("%s: link gen %d x%d not shown as %q:\n%s", f.Address, l.gen, l.width, want, b)
+				}
+				// A link at 8 GT/s or more has equalized.
+				if eq := strings.Contains(b, "EqualizationComplete+"); eq != (l.gen >= 3) {
+					t.Errorf("%s: at gen %d, equalization complete is %v:\n%s", f.Address, l.gen, eq, b)
 				}
 			})
 			if len(blocks) != count {

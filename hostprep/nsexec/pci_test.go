@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,4 +223,52 @@ func TestHwlocAttachesEachNVMLGPUToItsPCIDevice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every bus of the tree is in /sys/class/pci_bus, the host's bus there
+// replaced, and a device's path is found through its bus as NCCL finds
+// it (realpath of /sys/class/pci_bus/DDDD:BB/../../DDDD:BB:DD.F): on
+// a100, whose HCAs add classes the host lacks, and l40s, which adds none.
+func TestEveryPCIDeviceIsFoundThroughItsBusClassLink(t *testing.T) {
+	needRoot(t)
+	for _, name := range []string{"a100", "l40s"} {
+		t.Run(name, func(t *testing.T) {
+			n := testenv.Node(t, name, 0)
+			r := run(t, name, 0, true, "sh", "-c", `ls /sys/class/pci_bus; echo --
+for d in /sys/bus/pci/devices/*; do b=${d##*/}
+	echo "$b $(realpath /sys/class/pci_bus/${b%:*}/../../$b) $(realpath $d)"
+done`)
+			if r.err != nil || r.status != 0 {
+				t.Fatalf("status %d, %v\nstdout %s\nstderr %s", r.status, r.err, r.stdout, r.stderr)
+			}
+			buses, paths, _ := strings.Cut(r.stdout, "--\n")
+			want := map[string]bool{}
+			for _, d := range pcisim.Devices(n) {
+				want[d[:7]] = true // DDDD:BB
+			}
+			if got := testenv.Lines(buses); len(got) != len(want) || !all(got, want) {
+				t.Errorf("/sys/class/pci_bus lists %v, want the tree's buses %v", got, slices.Sorted(maps.Keys(want)))
+			}
+			lines := testenv.Lines(paths)
+			if len(lines) != len(pcisim.Devices(n)) {
+				t.Fatalf("%d devices in /sys/bus/pci/devices, the tree has %d:\n%s", len(lines), len(pcisim.Devices(n)), paths)
+			}
+			for _, l := range lines {
+				f := strings.Fields(l)
+				if len(f) != 3 || f[1] != f[2] {
+					t.Errorf("through its bus a device resolves elsewhere than through /sys/bus/pci (address, bus path, device path): %q", l)
+				}
+			}
+		})
+	}
+}
+
+// all says whether every name is in set.
+func all(names []string, set map[string]bool) bool {
+	for _, s := range names {
+		if !set[s] {
+			return false
+		}
+	}
+	return true
 }

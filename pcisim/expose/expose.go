@@ -26,8 +26,8 @@ import (
 //     entries (system, virtual, platform, and host bridges the tree does not
 //     replace, so that links such as /sys/class/net/* still resolve);
 //   - sys/kernel/iommu_groups is the tree's;
-//   - sys/class holds the tree's classes (infiniband, infiniband_mad,
-//     infiniband_verbs) beside the host's others.
+//   - sys/class holds the tree's classes (pci_bus, and infiniband,
+//     infiniband_mad, infiniband_verbs) beside the host's others.
 //
 // Everything shown is read-only. Programs need no preload to see it, so
 // statically linked ones (Go) do too.
@@ -111,6 +111,16 @@ func isDir(p string) bool {
 	return err == nil && fi.IsDir()
 }
 
+// allDirs says whether every name is a directory in dir.
+func allDirs(dir string, names []string) bool {
+	for _, n := range names {
+		if !isDir(filepath.Join(dir, n)) {
+			return false
+		}
+	}
+	return true
+}
+
 // exposeClasses shows the tree's device classes (class/infiniband, ...)
 // in sys/class beside the host's others, replacing a host's own.
 func exposeClasses(sys, tree string) error {
@@ -131,6 +141,16 @@ func exposeClasses(sys, tree string) error {
 		return nil
 	}
 	class := filepath.Join(sys, "class")
+	// Classes the kernel has already (pci_bus) take a bind each; a new one
+	// (an HCA's on a host without RDMA) needs a directory, so a cover.
+	if allDirs(class, names) {
+		for _, n := range names {
+			if err := bindRO(filepath.Join(tree, "class", n), filepath.Join(class, n)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if err := cover(class, names, func() error {
 		for _, n := range names {
 			dst := filepath.Join(class, n)

@@ -192,15 +192,15 @@ func union(a, b []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(a), b...))))
 }
 
-// The tree's InfiniBand classes are in the container's sys/class, read-only,
-// beside the host's others, whose links still resolve; whichever way the
-// runtime runs the hook.
+// The tree's classes, its InfiniBand ones and pci_bus, are in the
+// container's sys/class, read-only, beside the host's others, whose links
+// still resolve; whichever way the runtime runs the hook.
 func TestTheContainersSysClassHoldsTheTreesInfiniBandClassesBesideTheHosts(t *testing.T) {
 	hook := builtHook(t)
 	n := node(t)
 	tr := tree(t, n, true)
 	ibClasses := names(t, filepath.Join(tr, "class"))
-	if !slices.Equal(ibClasses, []string{"infiniband", "infiniband_mad", "infiniband_verbs"}) {
+	if !slices.Equal(ibClasses, []string{"infiniband", "infiniband_mad", "infiniband_verbs", "pci_bus"}) {
 		t.Fatalf("the tree's classes: %v", ibClasses)
 	}
 	guid, err := os.ReadFile(filepath.Join(tr, "class", "infiniband", "mlx5_0", "node_guid"))
@@ -227,7 +227,7 @@ ls rootfs/sys/bus/pci/devices | wc -l`)
 				t.Errorf("sys/class lists %v; want the host's and the tree's: %v", got, want)
 			}
 			var want []string
-			for _, c := range ibClasses {
+			for _, c := range ibClasses[:3] { // the InfiniBand ones
 				want = append(want, names(t, filepath.Join(tr, "class", c))...)
 			}
 			if got := testenv.Lines(p[2]); !slices.Equal(got, want) {
@@ -289,22 +289,27 @@ func TestATreesClassReplacesTheHostsOfTheSameName(t *testing.T) {
 	}
 }
 
-// A tree without InfiniBand classes leaves sys/class the host's sysfs, as
-// before the hook showed classes.
+// A tree without InfiniBand classes has only classes the kernel has
+// (pci_bus): each is bound over the host's, and sys/class stays the host's
+// sysfs, with no cover to make.
 func TestATreeWithoutClassesLeavesSysClassAlone(t *testing.T) {
 	hook := builtHook(t)
 	n := node(t)
 	tr := tree(t, n, false)
 	out := inContainer(t, hook, tr, inRootfs, true, `stat -f -c %T rootfs/sys/class rootfs/sys/devices; echo --
-grep -c " $PWD/rootfs/sys/class" /proc/self/mountinfo; echo --
+grep " $PWD/rootfs/sys/class" /proc/self/mountinfo | cut -d' ' -f5; echo --
 ls -1 rootfs/sys/class; echo --
-ls rootfs/sys/bus/pci/devices | wc -l`)
-	p := sections(t, out, 4)
+ls rootfs/sys/bus/pci/devices | wc -l; echo --
+ls rootfs/sys/class/pci_bus`)
+	p := sections(t, out, 5)
 	if got := testenv.Lines(p[0]); !slices.Equal(got, []string{"sysfs", "tmpfs"}) {
 		t.Errorf("file systems of sys/class and sys/devices: %v, want sysfs (untouched) and tmpfs (covered)", got)
 	}
-	if strings.TrimSpace(p[1]) != "0" {
-		t.Errorf("%s mounts at or below sys/class, want none", strings.TrimSpace(p[1]))
+	if got := testenv.Lines(p[1]); len(got) != 1 || !strings.HasSuffix(got[0], "/rootfs/sys/class/pci_bus") {
+		t.Errorf("mounts at or below sys/class: %v, want sys/class/pci_bus alone", got)
+	}
+	if got, want := testenv.Lines(p[4]), names(t, filepath.Join(tr, "class", "pci_bus")); !slices.Equal(got, want) {
+		t.Errorf("sys/class/pci_bus lists %v, the tree's %v", got, want)
 	}
 	if got, want := testenv.Lines(p[2]), names(t, "/sys/class"); !slices.Equal(got, want) {
 		t.Errorf("sys/class lists %v, the host's %v", got, want)
