@@ -151,12 +151,22 @@ static int app_clocks(const struct snap_device *s)
 	return s->app_clock[NVML_CLOCK_GRAPHICS] != NA32 && s->app_clock[NVML_CLOCK_MEM] != NA32 && s->supported_mem_count > 0;
 }
 
+// app_clocks_gone: where the driver deprecated reading applications
+// clocks (the L40S and T4 captures), it takes none either (nvml.h
+// deprecates the setters with the getters).
+static int app_clocks_gone(const struct snap_device *s)
+{
+	return s->app_clock[NVML_CLOCK_GRAPHICS] == DEP32 || s->app_clock[NVML_CLOCK_MEM] == DEP32;
+}
+
 // Applications clocks are kept and shown; how far they hold a loaded GPU's
 // clocks is not modelled (a real A100 runs at 1410 MHz with its default
 // 1095 MHz applications clocks).
 NVML_API nvmlReturn_t nvmlDeviceSetApplicationsClocks(nvmlDevice_t device, unsigned int memClockMHz, unsigned int graphicsClockMHz)
 {
 	DEV(device, d);
+	if (app_clocks_gone(d->s))
+		return NVML_ERROR_DEPRECATED;
 	if (!app_clocks(d->s))
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (!supported_pair(d->s, memClockMHz, graphicsClockMHz))
@@ -167,6 +177,8 @@ NVML_API nvmlReturn_t nvmlDeviceSetApplicationsClocks(nvmlDevice_t device, unsig
 NVML_API nvmlReturn_t nvmlDeviceResetApplicationsClocks(nvmlDevice_t device)
 {
 	DEV(device, d);
+	if (app_clocks_gone(d->s))
+		return NVML_ERROR_DEPRECATED;
 	if (!app_clocks(d->s))
 		return NVML_ERROR_NOT_SUPPORTED;
 	return nvmock_reset_setting(d, LIVE_CFG_APP_CLOCKS);

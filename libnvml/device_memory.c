@@ -1,7 +1,6 @@
 // Framebuffer and BAR1 memory, ECC and page retirement or row remapping.
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mig.h"
 
@@ -257,15 +256,33 @@ NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRet
 	return NVML_SUCCESS;
 }
 
+// retired_at gives each of the n retired pages the time, in seconds, of
+// the error that retired it: the pages of each active uncorrectable ECC
+// fault in turn, as nvmock_live_fx counts them.
+static void retired_at(const struct nvmock_dev *d, unsigned long long *ts, unsigned n)
+{
+	struct live_gpu g;
+	for (unsigned i = 0; i < n; i++)
+		ts[i] = 0;
+	if (!nvmock_live_read(d->node_index, &g))
+		return;
+	uint64_t now = nvmock_live_now_for(&g), since;
+	unsigned k = 0;
+	for (unsigned i = 0; i < g.faults && i < STATE_FAULTS; i++)
+		if (g.fault_kind[i] == LIVE_FAULT_ECC && nvmock_live_active(d->node_index, &g, i, now, &since))
+			for (unsigned c = 0; c < g.fault_count[i] && k < n; c++)
+				ts[k++] = since / 1000000000ull;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
 						   unsigned int *pageCount, unsigned long long *addresses,
 						   unsigned long long *timestamps)
 {
 	unsigned have = pageCount != NULL ? *pageCount : 0;
 	nvmlReturn_t r = nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
-	if (r == NVML_SUCCESS && timestamps != NULL)
-		for (unsigned i = 0; i < *pageCount && i < have; i++)
-			timestamps[i] = (unsigned long long)time(NULL);
+	const struct nvmock_dev *d;
+	if (r == NVML_SUCCESS && timestamps != NULL && nvmock_dev_of(device, &d) == NVML_SUCCESS)
+		retired_at(d, timestamps, *pageCount < have ? *pageCount : have);
 	return r;
 }
 

@@ -232,11 +232,18 @@ static nvmlReturn_t engine_util(uint32_t v, unsigned int *utilization, unsigned 
 	return NVML_SUCCESS;
 }
 
+// A GPU in MIG mode has no encoder, decoder, JPEG or OFA utilization
+// either (nvidia-smi dmon -h: "not currently supported" there).
+static uint32_t media_v(const struct nvmock_dev *d, uint32_t v)
+{
+	return nvmock_mig_on(d) ? NA32 : v;
+}
+
 // media_util is the encoder (2) or decoder (3) utilization, live or not.
 static nvmlReturn_t media_util(const struct nvmock_dev *d, unsigned engine, uint32_t v, unsigned int *utilization,
 			       unsigned int *period)
 {
-	nvmlReturn_t r = engine_util(v, utilization, period);
+	nvmlReturn_t r = engine_util(media_v(d, v), utilization, period);
 	if (r != NVML_SUCCESS)
 		return r;
 	LIVE(d);
@@ -264,14 +271,14 @@ NVML_API nvmlReturn_t nvmlDeviceGetJpgUtilization(nvmlDevice_t device, unsigned 
 						  unsigned int *samplingPeriodUs)
 {
 	DEV(device, d);
-	return engine_util(d->s->util_jpeg, utilization, samplingPeriodUs);
+	return engine_util(media_v(d, d->s->util_jpeg), utilization, samplingPeriodUs);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetOfaUtilization(nvmlDevice_t device, unsigned int *utilization,
 						  unsigned int *samplingPeriodUs)
 {
 	DEV(device, d);
-	return engine_util(d->s->util_ofa, utilization, samplingPeriodUs);
+	return engine_util(media_v(d, d->s->util_ofa), utilization, samplingPeriodUs);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessionCount,

@@ -302,11 +302,14 @@ static int smi_sparse_mode(nvmlDevice_t device, unsigned int *enabled)
 // 0x7d8 (555): nvidia-smi -pm sets the persistence mode here, not through
 // nvmlDeviceSetPersistenceMode (found by filling the table with probes).
 // The third argument points to an unsigned that nvidia-smi passes
-// uninitialized and whose value changes nothing it prints; left alone.
-static int smi_set_persistence(nvmlDevice_t device, unsigned int mode, unsigned int *unknown)
+// uninitialized and reads back after success: 0 prints "Legacy persistence
+// mode", anything else "persistence mode via daemon". No daemon runs here.
+static int smi_set_persistence(nvmlDevice_t device, unsigned int mode, unsigned int *via_daemon)
 {
-	(void)unknown;
-	return nvmlDeviceSetPersistenceMode(device, (nvmlEnableState_t)mode);
+	int r = nvmlDeviceSetPersistenceMode(device, (nvmlEnableState_t)mode);
+	if (r == NVML_SUCCESS && via_daemon)
+		*via_daemon = 0;
+	return r;
 }
 
 // 0xa0 (all four): whether the GPU is the primary (console) GPU, which

@@ -559,6 +559,20 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		v->value.uiVal = s->nvlink_version;
 		return NVML_SUCCESS;
 	}
+	// A link's error counts (nvlink -e): the data-link layer's replay,
+	// recovery and CRC counters before Blackwell, the link recovery
+	// events from Blackwell on (nvml.h). No error is modelled: 0, as
+	// nvmlDeviceGetNvLinkErrorCounter gives.
+	int blackwell = s->architecture >= NVML_DEVICE_ARCH_BLACKWELL && s->architecture != NVML_DEVICE_ARCH_UNKNOWN;
+	if ((id >= NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY && id <= NVML_FI_DEV_NVLINK_ERROR_DL_CRC && !blackwell) ||
+	    (id >= NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS &&
+	     id <= NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS && blackwell)) {
+		if (v->scopeId >= s->nvlink_count)
+			return NVML_ERROR_INVALID_ARGUMENT;
+		v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+		v->value.ullVal = 0;
+		return NVML_SUCCESS;
+	}
 	return NVML_ERROR_NOT_SUPPORTED;
 }
 

@@ -83,6 +83,23 @@ func TestApplicationsClocksAreTheTarget(t *testing.T) {
 	}
 }
 
+// Where the driver deprecated reading applications clocks (the L40S and
+// T4 captures), setting or resetting them is deprecated too (nvml.h); QA:
+// both were taken and could never be read back.
+func TestApplicationsClocksDeprecatedForReadingAreNotTaken(t *testing.T) {
+	for _, c := range []struct {
+		board    string
+		mem, gfx uint32 // a pair the board lists
+	}{{"l40s", 9001, 2520}, {"t4", 5001, 1530}} {
+		lib, _, _ := startLiveOn(t, c.board, 1)
+		d := handle(t, lib, 0)
+		_, ret := d.GetApplicationsClock(nvml.CLOCK_GRAPHICS)
+		checkRet(t, c.board+" applications clock", ret, nvml.ERROR_DEPRECATED)
+		checkRet(t, c.board+" set, a listed pair", d.SetApplicationsClocks(c.mem, c.gfx), nvml.ERROR_DEPRECATED)
+		checkRet(t, c.board+" reset", d.ResetApplicationsClocks(), nvml.ERROR_DEPRECATED)
+	}
+}
+
 // A memory lock runs memory at the highest clock the board lists in the
 // range (an L40S lists 9001 and 405 MHz).
 func TestMemoryLocksPickAListedClock(t *testing.T) {

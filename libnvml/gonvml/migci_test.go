@@ -106,3 +106,31 @@ func TestAGoneMIGDeviceIsAnInvalidHandle(t *testing.T) {
 	_, ret = m.GetName()
 	wantRet(t, "a MIG getter on a gone MIG device", ret, nvml.ERROR_INVALID_ARGUMENT)
 }
+
+// A GPU in MIG mode has no encoder, decoder, JPEG or OFA utilization, as
+// it has no GPU utilization (nvidia-smi dmon -h: not supported there),
+// whatever load its engines carry. QA: the decoder's load showed.
+func TestAGPUInMIGModeHasNoMediaUtilization(t *testing.T) {
+	lib, f := startMIG(t, 1)
+	boards, err := live.Boards(f.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	update(t, f, func(s *live.State, now int64) error {
+		s.SetLoad(boards[0], 0, live.Loads{GPU: 50, Encoder: 20, Decoder: 30}, now)
+		return nil
+	})
+	dev := got(lib.DeviceGetHandleByIndex(0))(t, "GPU 0")
+	if u, _, ret := dev.GetDecoderUtilization(); ret != nvml.SUCCESS || u != 30 {
+		t.Errorf("decoder utilization with MIG off: %d, %v, want the load's 30", u, ret)
+	}
+	enableMIG(t, dev)
+	for name, call := range map[string]func() (uint32, uint32, nvml.Return){
+		"encoder": dev.GetEncoderUtilization, "decoder": dev.GetDecoderUtilization,
+		"JPEG": dev.GetJpgUtilization, "OFA": dev.GetOfaUtilization,
+	} {
+		if _, _, ret := call(); ret != nvml.ERROR_NOT_SUPPORTED {
+			t.Errorf("%s utilization in MIG mode: %v, want Not Supported", name, ret)
+		}
+	}
+}

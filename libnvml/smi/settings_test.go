@@ -42,6 +42,18 @@ func TestPersistenceAndComputeModeAreSetForTheNode(t *testing.T) {
 				t.Errorf("EXCLUSIVE_THREAD, whose support is removed:\n%s", out)
 			}
 			run("-c", "DEFAULT")
+			// No persistence daemon runs: 555, which reads from its export
+			// table's answer whether one does, says legacy mode each time.
+			want := "Enabled persistence mode for GPU 00000000:07:00.0."
+			if s.Version >= "555" {
+				want = "Enabled Legacy persistence mode for GPU 00000000:07:00.0."
+			}
+			for range 3 {
+				run("-i", "0", "-pm", "0")
+				if out := run("-i", "0", "-pm", "1"); !strings.Contains(out, want) {
+					t.Errorf("nvidia-smi -i 0 -pm 1:\n%s\nwant %q", out, want)
+				}
+			}
 			run("-pm", "1")
 			if got := run("--query-gpu=persistence_mode,compute_mode", "--format=csv,noheader"); got != "Enabled, Default\nEnabled, Default\n" {
 				t.Errorf("after -c DEFAULT and -pm 1: %q", got)
