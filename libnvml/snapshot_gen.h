@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 10
+#define SNAPSHOT_VERSION 11
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 #define SNAPSHOT_MAX_MIG_PROFILES 8
 // The library maps no larger file (libnvml/gen/limits.go).
@@ -175,6 +175,8 @@ struct snap_device {
 	uint32_t addressing_mode; // nvmlDeviceAddressingModeType_t
 	uint32_t sparse_mode; // sparse operation mode: 0 disabled, 1 enabled
 	uint32_t c2c_mode; // chip-to-chip link to the CPU: 0 disabled, 1 enabled
+	uint32_t c2c_links; // active C2C links; not available: not known
+	uint32_t c2c_link_mbps; // each C2C link's bandwidth, MB/s
 	uint32_t pcie_root; // the GPU's PCI host bridge, numbered over the node
 	uint32_t pcie_switch_top; // the top-most PCIe switch above the GPU, numbered over the node; not available: none
 	uint32_t pcie_switch_leaf; // the nearest PCIe switch above the GPU, numbered over the node; not available: none
@@ -195,7 +197,7 @@ struct snap_device {
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
 };
-_Static_assert(sizeof(struct snap_device) == 2344, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 2352, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -324,25 +326,27 @@ _Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1908, "snapsh
 _Static_assert(offsetof(struct snap_device, addressing_mode) == 1980, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, sparse_mode) == 1984, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, c2c_mode) == 1988, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_root) == 1992, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 1996, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 2000, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_numa_node) == 2004, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 2008, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_bus_width) == 2012, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_cores) == 2016, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bus_type) == 2020, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_source) == 2024, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, egm) == 2028, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 2032, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity_socket) == 2160, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_socket_mask) == 2288, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_near_mask) == 2296, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 2304, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 2312, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 2320, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 2328, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 2336, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_links) == 1992, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_link_mbps) == 1996, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_root) == 2000, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 2004, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 2008, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_numa_node) == 2012, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 2016, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_bus_width) == 2020, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_cores) == 2024, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bus_type) == 2028, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_source) == 2032, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, egm) == 2036, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 2040, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity_socket) == 2168, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_socket_mask) == 2296, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_near_mask) == 2304, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 2312, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 2320, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 2328, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 2336, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 2344, "snapshot layout");
 
 // snap_nic one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
 struct snap_nic {

@@ -468,6 +468,23 @@ static nvmlReturn_t memory_field(const struct nvmock_dev *d, unsigned id, nvmlFi
 	return NVML_SUCCESS;
 }
 
+// c2c_field answers the NVLink-C2C fields (nvidia-smi c2c -s, NCCL's
+// GPU-CPU bandwidth): the count, and per link (scopeId) its status and
+// bandwidth in MB/s; every link of the profile's is active.
+static nvmlReturn_t c2c_field(const struct snap_device *s, nvmlFieldValue_t *v)
+{
+	if (s->c2c_mode != 1 || s->c2c_links == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (v->fieldId == NVML_FI_DEV_C2C_LINK_COUNT) {
+		v->value.uiVal = s->c2c_links;
+		return NVML_SUCCESS;
+	}
+	if (v->scopeId >= s->c2c_links)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	v->value.uiVal = v->fieldId == NVML_FI_DEV_C2C_LINK_GET_STATUS ? 1 : s->c2c_link_mbps;
+	return NVML_SUCCESS;
+}
+
 static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 {
 	const struct snap_device *s = d->s;
@@ -509,6 +526,8 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		v->value.siVal = (int)s->tlimit_offset[k];
 		return NVML_SUCCESS;
 	}
+	if (id >= NVML_FI_DEV_C2C_LINK_COUNT && id <= NVML_FI_DEV_C2C_LINK_GET_MAX_BW)
+		return c2c_field(s, v);
 	if (s->nvlink_count == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (id == NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT) {

@@ -99,6 +99,8 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"sockets need the GPUs' NUMA nodes", "  numaNodes: [3, 3, 1, 1, 7, 7, 5, 5]\n", "", []string{"topology.sockets", "needs topology.numaNodes"}},
 		{"a bad device id names the vendor", "deviceId: \"0x20B010DE\"", "deviceId: \"0x20B01234\"", []string{"board.pci.deviceId", "10DE"}},
 		{"broken YAML says so", "gpus: 8", "gpus: [8", []string{"bad.yaml", "not valid YAML"}},
+		{"C2C links need C2C", "  gspFirmware: true\n", "  gspFirmware: true\n  c2cLinks: {count: 5, mbps: 44712}\n", []string{"board.c2cLinks", "needs board.c2c: Enabled"}},
+		{"C2C links are 1 to 16", "  gspFirmware: true\n", "  gspFirmware: true\n  c2c: Enabled\n  c2cLinks: {count: 17, mbps: 44712}\n", []string{"board.c2cLinks.count", "17 is not 1 to 16"}},
 		{"an InfiniBand speed names the ones there are", "speed: HDR", "speed: QDR", []string{`bad.yaml:259: infiniband.adapters["0x101b"].speed`, "not HDR, NDR or XDR"}},
 		{"a storage HCA must be one of the NICs", "storage: [mlx5_4, mlx5_10]", "storage: [mlx5_4, mlx5_99]", []string{"infiniband.storage[1]", `"mlx5_99" is not the name of a Mellanox NIC`}},
 		{"a storage HCA is InfiniBand", "storage: [mlx5_4, mlx5_10]", "storage: [mlx5_4, mlx5_5]", []string{"infiniband.storage[1]", `"mlx5_5" is an Ethernet function (class 0x020000)`}},

@@ -64,6 +64,7 @@ type Board struct {
 	GSPFirmwareVersion string       `json:"gspFirmwareVersion,omitempty"` // another GSP firmware version than the driver's
 	AddressingMode     string       `json:"addressingMode,omitempty"`     // None, HMM, ATS
 	C2C                string       `json:"c2c,omitempty"`                // chip-to-chip link to a Grace CPU: Enabled, Disabled
+	C2CLinks           *C2CLinks    `json:"c2cLinks,omitempty"`           // its links, where known
 	Inforom            Inforom      `json:"inforom"`
 	PCI                PCI          `json:"pci"`
 	Memory             Memory       `json:"memory"`
@@ -326,4 +327,11 @@ type Topology struct {
 	// ModuleIDs are, per GPU (entry i mod len), the baseboard module
 	// nvmlDeviceGetModuleId reports. Empty: not reported (N/A).
 	ModuleIDs []uint32 `json:"moduleIds,omitempty"`
+}
+
+// C2CLinks are the NVLink-C2C links of a GPU to its Grace CPU, as NVML's
+// C2C fields give them (NCCL reads them for the GPU-CPU bandwidth).
+type C2CLinks struct {
+	Count uint32 `json:"count"` // links, all active
+	MBps  uint32 `json:"mbps"`  // each link's bandwidth, MB/s
 }

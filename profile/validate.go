@@ -277,6 +277,16 @@ func (b *Board) validate(c *checker) {
 	if b.C2C != "" {
 		c.enum("board.c2c", b.C2C, FeatureStates)
 	}
+	if l := b.C2CLinks; l != nil {
+		switch {
+		case b.C2C != "Enabled":
+			c.fail("board.c2cLinks", "needs board.c2c: Enabled (a GPU without C2C has no C2C links)")
+		case l.Count == 0 || l.Count > 16:
+			c.fail("board.c2cLinks.count", "%d is not 1 to 16", l.Count)
+		case l.MBps == 0:
+			c.fail("board.c2cLinks.mbps", "must be more than 0")
+		}
+	}
 	if b.AddressingMode != "" {
 		c.enum("board.addressingMode", b.AddressingMode, AddressingModes)
 	}

@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 10
+const SnapshotVersion = 11
 
 // Kind is the storage type of a field.
 type Kind int
@@ -188,6 +188,8 @@ var Schema = []Record{
 		{"addressing_mode", U32, 0, "nvmlDeviceAddressingModeType_t"},
 		{"sparse_mode", U32, 0, "sparse operation mode: 0 disabled, 1 enabled"},
 		{"c2c_mode", U32, 0, "chip-to-chip link to the CPU: 0 disabled, 1 enabled"},
+		{"c2c_links", U32, 0, "active C2C links; not available: not known"},
+		{"c2c_link_mbps", U32, 0, "each C2C link's bandwidth, MB/s"},
 		{"pcie_root", U32, 0, "the GPU's PCI host bridge, numbered over the node"},
 		{"pcie_switch_top", U32, 0, "the top-most PCIe switch above the GPU, numbered over the node; not available: none"},
 		{"pcie_switch_leaf", U32, 0, "the nearest PCIe switch above the GPU, numbered over the node; not available: none"},

@@ -96,3 +96,35 @@ func TestAnNVLinkFaultShowsTheLinkInactive(t *testing.T) {
 		})
 	}
 }
+
+// A Grace-Blackwell GPU's NVLink-C2C links to its CPU show in nvidia-smi
+// c2c -s with every release that has it (535 on), as NCCL's topology
+// dump of a GB300 tray gives them: five links at 44712 MB/s. A board
+// without C2C has none.
+func TestC2CLinksOfAGraceBlackwellGPU(t *testing.T) {
+	for _, s := range testenv.NvidiaSMIs(t) {
+		if major(s.Version) < 535 {
+			continue
+		}
+		t.Run(s.Version, func(t *testing.T) {
+			for _, c := range []struct {
+				board, want string
+			}{{"gb300", strings.Repeat("44.712 GB/s\n", 5)}, {"h100", ""}} {
+				snap, _ := testenv.Snapshot(t, c.board, 1)
+				out := smiRunner(t, s.Path, snap)("c2c", "-s")
+				got := strings.Join(regexp.MustCompile(`(?m)^\s+C2C Link \d: (.*)$`).FindAllString(out, -1), "\n")
+				links := regexp.MustCompile(`(?m)^\s+C2C Link (\d): (.*)$`).FindAllStringSubmatch(out, -1)
+				var speeds strings.Builder
+				for i, l := range links {
+					if l[1] != string(rune('0'+i)) {
+						t.Errorf("%s: link %s listed as the %d-th", c.board, l[1], i)
+					}
+					speeds.WriteString(l[2] + "\n")
+				}
+				if speeds.String() != c.want || (c.want == "" && !strings.Contains(out, "No Devices support C2C.")) {
+					t.Errorf("%s: c2c -s:\n%s\nwant links %q (%s)", c.board, out, c.want, got)
+				}
+			}
+		})
+	}
+}

@@ -370,9 +370,12 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 		d.NUMANode = uint32(g.NUMANode)
 	}
 	d.PcieRoot, d.PcieSwitchTop, d.PcieSwitchLeaf = at(g.Function)
-	d.C2cMode = NA
+	d.C2cMode, d.C2cLinks = NA, NA
 	if b.C2C != "" {
 		d.C2cMode = profile.FeatureStates[b.C2C]
+	}
+	if l := b.C2CLinks; l != nil {
+		d.C2cLinks, d.C2cLinkMbps = l.Count, l.MBps
 	}
 	if g.CPUs != nil {
 		d.CPUAffinity = *g.CPUs

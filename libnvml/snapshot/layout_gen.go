@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 10
+const Version = 11
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -184,6 +184,8 @@ type Device struct {
 	AddressingMode        uint32     // nvmlDeviceAddressingModeType_t
 	SparseMode            uint32     // sparse operation mode: 0 disabled, 1 enabled
 	C2cMode               uint32     // chip-to-chip link to the CPU: 0 disabled, 1 enabled
+	C2cLinks              uint32     // active C2C links; not available: not known
+	C2cLinkMbps           uint32     // each C2C link's bandwidth, MB/s
 	PcieRoot              uint32     // the GPU's PCI host bridge, numbered over the node
 	PcieSwitchTop         uint32     // the top-most PCIe switch above the GPU, numbered over the node; not available: none
 	PcieSwitchLeaf        uint32     // the nearest PCIe switch above the GPU, numbered over the node; not available: none
@@ -206,7 +208,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 2344
+const DeviceSize = 2352
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -338,25 +340,27 @@ var DeviceLayout = []FieldOffset{
 	{"addressing_mode", "AddressingMode", 1980},
 	{"sparse_mode", "SparseMode", 1984},
 	{"c2c_mode", "C2cMode", 1988},
-	{"pcie_root", "PcieRoot", 1992},
-	{"pcie_switch_top", "PcieSwitchTop", 1996},
-	{"pcie_switch_leaf", "PcieSwitchLeaf", 2000},
-	{"gpu_numa_node", "GPUNUMANode", 2004},
-	{"clock_reasons_supported", "ClockReasonsSupported", 2008},
-	{"memory_bus_width", "MemoryBusWidth", 2012},
-	{"gpu_cores", "GPUCores", 2016},
-	{"bus_type", "BusType", 2020},
-	{"power_source", "PowerSource", 2024},
-	{"egm", "Egm", 2028},
-	{"cpu_affinity", "CPUAffinity", 2032},
-	{"cpu_affinity_socket", "CPUAffinitySocket", 2160},
-	{"numa_socket_mask", "NUMASocketMask", 2288},
-	{"numa_near_mask", "NUMANearMask", 2296},
-	{"memory_total", "MemoryTotal", 2304},
-	{"memory_reserved", "MemoryReserved", 2312},
-	{"memory_used", "MemoryUsed", 2320},
-	{"bar1_total", "Bar1Total", 2328},
-	{"bar1_used", "Bar1Used", 2336},
+	{"c2c_links", "C2cLinks", 1992},
+	{"c2c_link_mbps", "C2cLinkMbps", 1996},
+	{"pcie_root", "PcieRoot", 2000},
+	{"pcie_switch_top", "PcieSwitchTop", 2004},
+	{"pcie_switch_leaf", "PcieSwitchLeaf", 2008},
+	{"gpu_numa_node", "GPUNUMANode", 2012},
+	{"clock_reasons_supported", "ClockReasonsSupported", 2016},
+	{"memory_bus_width", "MemoryBusWidth", 2020},
+	{"gpu_cores", "GPUCores", 2024},
+	{"bus_type", "BusType", 2028},
+	{"power_source", "PowerSource", 2032},
+	{"egm", "Egm", 2036},
+	{"cpu_affinity", "CPUAffinity", 2040},
+	{"cpu_affinity_socket", "CPUAffinitySocket", 2168},
+	{"numa_socket_mask", "NUMASocketMask", 2296},
+	{"numa_near_mask", "NUMANearMask", 2304},
+	{"memory_total", "MemoryTotal", 2312},
+	{"memory_reserved", "MemoryReserved", 2320},
+	{"memory_used", "MemoryUsed", 2328},
+	{"bar1_total", "Bar1Total", 2336},
+	{"bar1_used", "Bar1Used", 2344},
 }
 
 // NIC one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
