@@ -180,3 +180,27 @@ NVML_API nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t d
 	*onSameBoard = a == b;
 	return NVML_SUCCESS;
 }
+
+// nvmlDeviceQueryDrainState: nothing drains a mock GPU (taking one out of
+// service, nvmlDeviceModifyDrainState, is not modelled), so every GPU of
+// the node reads not draining. nvidia-smi drain -q gives the address in
+// the numbers of pciInfo; other callers may give only its bus id.
+NVML_API nvmlReturn_t nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t *currentState)
+{
+	if (!nvmock_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (pciInfo == NULL || currentState == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned dom = pciInfo->domain, bus = pciInfo->bus, dev = pciInfo->device, fn = 0;
+	if (dom == 0 && bus == 0 && dev == 0 && pciInfo->busId[0] != '\0' &&
+	    !nvmock_parse_bus_id(pciInfo->busId, &dom, &bus, &dev, &fn))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned i = 0; i < nvmock.ndevs; i++) {
+		const struct snap_device *s = nvmock.devs[i].s;
+		if (s->pci_domain == dom && s->pci_bus == bus && s->pci_device == dev && fn == 0) {
+			*currentState = NVML_FEATURE_DISABLED;
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_INVALID_ARGUMENT; // nvml.h: no such GPU
+}
