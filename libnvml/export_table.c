@@ -134,10 +134,20 @@ static int smi_enforced_limit(nvmlDevice_t device, unsigned int *mw)
 	return nvmock_u32(nvmock_enforced_limit(d), mw);
 }
 
+// nvlink_lanes is the lanes a link of the GPU's NVLink generation has
+// each way: four at 50 Gb/s (NVLink 3), two at 100 or 200 Gb/s (4, 5).
+static unsigned nvlink_lanes(const struct snap_device *s)
+{
+	if (s->nvlink_count == 0 || s->nvlink_version < NVML_NVLINK_VERSION_3_0)
+		return 0;
+	return s->nvlink_version >= NVML_NVLINK_VERSION_4_0 ? 2 : 4;
+}
+
 // 0x528 (all): private field values, laid out as nvmlFieldValue_t. Ids: 1
-// relaxed ordering mode (N/A on every captured board), 2 and 3 NVLink lanes
-// and sublink CRC errors (not modelled), 4 and 5 (555) the GPU reset status
-// nvmlDeviceGetFieldValues gives as fields 226 and 227.
+// relaxed ordering mode (N/A on every captured board), 2 a link's lanes
+// (nvlink -ec, which 470 takes as 4), 3 sublink CRC errors (not modelled),
+// 4 and 5 (555) the GPU reset status nvmlDeviceGetFieldValues gives as
+// fields 226 and 227.
 static int smi_fields(nvmlDevice_t device, unsigned count, nvmlFieldValue_t *values)
 {
 	DEV(device, d);
@@ -146,7 +156,12 @@ static int smi_fields(nvmlDevice_t device, unsigned count, nvmlFieldValue_t *val
 	for (unsigned i = 0; i < count; i++) {
 		nvmlFieldValue_t *v = &values[i];
 		unsigned id = v->fieldId;
-		if (id == 4 || id == 5) {
+		if (id == 2 && nvlink_lanes(d->s) > 0 && v->scopeId < d->s->nvlink_count) {
+			memset(&v->value, 0, sizeof v->value);
+			v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+			v->value.uiVal = nvlink_lanes(d->s);
+			v->nvmlReturn = NVML_SUCCESS;
+		} else if (id == 4 || id == 5) {
 			v->fieldId = id == 4 ? NVML_FI_DEV_RESET_STATUS : NVML_FI_DEV_DRAIN_AND_RESET_STATUS;
 			nvmlDeviceGetFieldValues(nvmock_handle(d), 1, v);
 			v->fieldId = id;

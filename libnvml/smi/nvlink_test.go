@@ -112,7 +112,6 @@ func TestC2CLinksOfAGraceBlackwellGPU(t *testing.T) {
 			}{{"gb300", strings.Repeat("44.712 GB/s\n", 5)}, {"h100", ""}} {
 				snap, _ := testenv.Snapshot(t, c.board, 1)
 				out := smiRunner(t, s.Path, snap)("c2c", "-s")
-				got := strings.Join(regexp.MustCompile(`(?m)^\s+C2C Link \d: (.*)$`).FindAllString(out, -1), "\n")
 				links := regexp.MustCompile(`(?m)^\s+C2C Link (\d): (.*)$`).FindAllStringSubmatch(out, -1)
 				var speeds strings.Builder
 				for i, l := range links {
@@ -122,7 +121,30 @@ func TestC2CLinksOfAGraceBlackwellGPU(t *testing.T) {
 					speeds.WriteString(l[2] + "\n")
 				}
 				if speeds.String() != c.want || (c.want == "" && !strings.Contains(out, "No Devices support C2C.")) {
-					t.Errorf("%s: c2c -s:\n%s\nwant links %q (%s)", c.board, out, c.want, got)
+					t.Errorf("%s: c2c -s:\n%s\nwant links %q", c.board, out, c.want)
+				}
+			}
+		})
+	}
+}
+
+// nvidia-smi nvlink -ec lists each link's lanes: four on an A100 (NVLink
+// 3, as 470 takes them), two on an H100 and a B200 (NVLink 4 and 5).
+// QA: 535 and later printed "Unable to retrieve Num Lanes" for every link
+// (the export table's field 2 went unanswered) and then assumed four.
+func TestNVLinkECCCountsListEachLinksLanes(t *testing.T) {
+	for _, s := range testenv.NvidiaSMIs(t) {
+		if major(s.Version) < 535 {
+			continue
+		}
+		t.Run(s.Version, func(t *testing.T) {
+			for board, lanes := range map[string]int{"a100": 4, "h100": 2, "b200": 2} {
+				snap, _ := testenv.Snapshot(t, board, 1)
+				out := smiRunner(t, s.Path, snap)("nvlink", "-ec")
+				_, after, _ := strings.Cut(out, "Link 0:")
+				link0, _, _ := strings.Cut(after, "Link 1:")
+				if n := strings.Count(link0, "ECC Correction Count: 0"); n != lanes || strings.Contains(out, "Unable to retrieve") {
+					t.Errorf("%s: nvlink -ec shows %d lanes on link 0, want %d:\n%s", board, n, lanes, out)
 				}
 			}
 		})
