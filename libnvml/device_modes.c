@@ -1,5 +1,5 @@
 // Settings and activity: persistence, compute, display and
-// virtualization modes; utilization, encoder/FBC stats, processes, accounting.
+// virtualization modes; utilization, encoder/FBC stats, processes.
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +55,7 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 		g->cfg_set &= ~s->bit; // back to the profile's: nothing left to show
 		return NVML_SUCCESS;
 	}
+	uint32_t was = g->cfg_set & LIVE_CFG_ACCOUNTING ? g->accounting : d->s->accounting_mode == 1;
 	g->cfg_set |= s->bit;
 	if (s->bit == LIVE_CFG_PERSISTENCE)
 		g->persistence = s->value;
@@ -72,6 +73,12 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 		g->mem_locked_min = s->value, g->mem_locked_max = s->value2;
 	else if (s->bit == LIVE_CFG_APP_CLOCKS)
 		g->app_clock_mem = s->value, g->app_clock_gfx = s->value2;
+	else if (s->bit == LIVE_CFG_ACCOUNTING) {
+		// Turning it on starts the record; off clears it (nvml.h).
+		if (s->value != was)
+			g->accounting_since_ns = s->value ? nvmock_live_now() : 0;
+		g->accounting = s->value;
+	}
 	else
 		g->power_limit_mw = s->value;
 	return NVML_SUCCESS;
@@ -124,31 +131,6 @@ NVML_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnable
 {
 	DEV(device, d);
 	return enable_state(d->s->display_active, isActive);
-}
-
-NVML_API nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode)
-{
-	DEV(device, d);
-	return enable_state(d->s->accounting_mode, mode);
-}
-
-NVML_API nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsigned int *bufferSize)
-{
-	DEV(device, d);
-	return nvmock_u32(d->s->accounting_buffer, bufferSize);
-}
-
-NVML_API nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids)
-{
-	(void)pids;
-	DEV(device, d);
-	OUT(count);
-	// Disabled accounting still answers (an empty list, as the captures'
-	// drivers print); a board without accounting does not.
-	if (d->s->accounting_mode == NA32)
-		return NVML_ERROR_NOT_SUPPORTED;
-	*count = 0;
-	return NVML_SUCCESS;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)

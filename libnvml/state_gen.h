@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 9
+#define STATE_VERSION 10
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -31,6 +31,7 @@
 #define LIVE_CFG_GPU_LOCKED 64 // gpu_locked_min and _max hold the locked GPU clocks
 #define LIVE_CFG_MEM_LOCKED 128 // mem_locked_min and _max hold the locked memory clocks
 #define LIVE_CFG_APP_CLOCKS 256 // app_clock_mem and _gfx hold the applications clocks
+#define LIVE_CFG_ACCOUNTING 512 // accounting holds the accounting mode, accounting_since_ns when it was turned on
 #define LIVE_TRIGGER_AT 1 // from time param (ns), node-wide
 #define LIVE_TRIGGER_CALLS 2 // after param calls on the GPU, counted by each process
 #define LIVE_TRIGGER_PROBABILITY 3 // each call with probability param / 2^32, drawn by each process
@@ -115,8 +116,11 @@ struct live_gpu {
 	uint32_t mem_locked_max;
 	uint32_t app_clock_mem; // MHz: the applications clocks nvidia-smi -ac set
 	uint32_t app_clock_gfx;
+	uint64_t accounting_since_ns; // when nvidia-smi -am 1 turned accounting on: processes since are accounted
+	uint32_t accounting; // nvmlEnableState_t: per-process accounting (nvidia-smi -am)
+	uint32_t pad;
 };
-_Static_assert(sizeof(struct live_gpu) == 1504, "state layout");
+_Static_assert(sizeof(struct live_gpu) == 1520, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
 _Static_assert(offsetof(struct live_gpu, jitter) == 4, "state layout");
 _Static_assert(offsetof(struct live_gpu, load) == 8, "state layout");
@@ -158,6 +162,9 @@ _Static_assert(offsetof(struct live_gpu, mem_locked_min) == 1488, "state layout"
 _Static_assert(offsetof(struct live_gpu, mem_locked_max) == 1492, "state layout");
 _Static_assert(offsetof(struct live_gpu, app_clock_mem) == 1496, "state layout");
 _Static_assert(offsetof(struct live_gpu, app_clock_gfx) == 1500, "state layout");
+_Static_assert(offsetof(struct live_gpu, accounting_since_ns) == 1504, "state layout");
+_Static_assert(offsetof(struct live_gpu, accounting) == 1512, "state layout");
+_Static_assert(offsetof(struct live_gpu, pad) == 1516, "state layout");
 
 // live_event one published event.
 struct live_event {

@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 9
+const Version = 10
 
 // Capacities of the file.
 const (
@@ -34,6 +34,7 @@ const (
 	CfgGPULocked       = 64  // gpu_locked_min and _max hold the locked GPU clocks
 	CfgMemLocked       = 128 // mem_locked_min and _max hold the locked memory clocks
 	CfgAppClocks       = 256 // app_clock_mem and _gfx hold the applications clocks
+	CfgAccounting      = 512 // accounting holds the accounting mode, accounting_since_ns when it was turned on
 	TriggerAt          = 1   // from time param (ns), node-wide
 	TriggerCalls       = 2   // after param calls on the GPU, counted by each process
 	TriggerProbability = 3   // each call with probability param / 2^32, drawn by each process
@@ -84,51 +85,54 @@ var HeaderLayout = []FieldOffset{
 
 // GPU the live state of one GPU.
 type GPU struct {
-	Model            uint32    // 1: readings follow the load model; 0: the snapshot's
-	Jitter           uint32    // % amplitude of utilization noise
-	Load             [4]uint32 // % by engine: GPU, memory, encoder, decoder
-	PrevLoad         [4]uint32 // the segment before
-	Temp0MC          uint32    // temperature at since_ns, milli-C
-	PrevTemp0MC      uint32
-	SinceNS          uint64 // when the load was set
-	PrevSinceNS      uint64
-	Energy0MJ        uint64 // energy counter at since_ns
-	PrevEnergy0MJ    uint64
-	Viol0NS          uint64 // time the load held the clocks back for power, at since_ns
-	PrevViol0NS      uint64
-	Faults           uint32    // fault slots in use, first to last
-	ECCPending       uint32    // nvmlEnableState_t: the ECC mode nvidia-smi -e set, from the next boot (a setting, here for the layout)
-	FaultKind        [8]uint32 // FAULT_*
-	FaultTrigger     [8]uint32 // TRIGGER_*
-	FaultXID         [8]uint32 // the XID the fault reports
-	FaultPID         [8]uint32 // 0: node-wide; else the only process it hits
-	FaultCount       [8]uint32 // errors it adds (ECC), or the link (NVLink)
-	FaultID          [8]uint32 // unique per injection
-	FaultParam       [8]uint64 // trigger: time ns, calls, or probability x 2^32
-	MIGSet           uint32    // 1: mig_current and mig_pending hold the modes; 0: the snapshot's
-	MIGCurrent       uint32
-	MIGPending       uint32
-	Timeslice        uint32      // nvidia-smi compute-policy --set-timeslice: 0 default, 1 short, 2 medium, 3 long
-	GIProfile        [15]uint32  // by GPU-instance id: row + 1 of the snapshot's profile table; 0: none
-	GIStart          [15]uint32  // first memory slice
-	CISlices         [120]uint32 // by GPU instance x 8 + compute-instance id: compute slices; 0: none
-	CIStart          [120]uint32 // first compute slice in its GPU instance
-	CfgSet           uint32      // CFG_* bits: the settings below that a setter changed; the others are the snapshot's
-	Persistence      uint32      // nvmlEnableState_t
-	ComputeMode      uint32      // nvmlComputeMode_t
-	PowerLimitMW     uint32      // the power limit a setter asked for
-	PrevPowerLimitMW uint32      // the power limit in force in the segment before; 0: the current one
-	GpmStream        uint32      // nvmlEnableState_t: GPM streaming (nvidia-smi gpm --set-stream-state)
-	GPULockedMin     uint32      // MHz: the GPU clock range nvidia-smi -lgc locked
-	GPULockedMax     uint32
-	MemLockedMin     uint32 // MHz: the memory clock range nvidia-smi -lmc locked
-	MemLockedMax     uint32
-	AppClockMem      uint32 // MHz: the applications clocks nvidia-smi -ac set
-	AppClockGfx      uint32
+	Model             uint32    // 1: readings follow the load model; 0: the snapshot's
+	Jitter            uint32    // % amplitude of utilization noise
+	Load              [4]uint32 // % by engine: GPU, memory, encoder, decoder
+	PrevLoad          [4]uint32 // the segment before
+	Temp0MC           uint32    // temperature at since_ns, milli-C
+	PrevTemp0MC       uint32
+	SinceNS           uint64 // when the load was set
+	PrevSinceNS       uint64
+	Energy0MJ         uint64 // energy counter at since_ns
+	PrevEnergy0MJ     uint64
+	Viol0NS           uint64 // time the load held the clocks back for power, at since_ns
+	PrevViol0NS       uint64
+	Faults            uint32    // fault slots in use, first to last
+	ECCPending        uint32    // nvmlEnableState_t: the ECC mode nvidia-smi -e set, from the next boot (a setting, here for the layout)
+	FaultKind         [8]uint32 // FAULT_*
+	FaultTrigger      [8]uint32 // TRIGGER_*
+	FaultXID          [8]uint32 // the XID the fault reports
+	FaultPID          [8]uint32 // 0: node-wide; else the only process it hits
+	FaultCount        [8]uint32 // errors it adds (ECC), or the link (NVLink)
+	FaultID           [8]uint32 // unique per injection
+	FaultParam        [8]uint64 // trigger: time ns, calls, or probability x 2^32
+	MIGSet            uint32    // 1: mig_current and mig_pending hold the modes; 0: the snapshot's
+	MIGCurrent        uint32
+	MIGPending        uint32
+	Timeslice         uint32      // nvidia-smi compute-policy --set-timeslice: 0 default, 1 short, 2 medium, 3 long
+	GIProfile         [15]uint32  // by GPU-instance id: row + 1 of the snapshot's profile table; 0: none
+	GIStart           [15]uint32  // first memory slice
+	CISlices          [120]uint32 // by GPU instance x 8 + compute-instance id: compute slices; 0: none
+	CIStart           [120]uint32 // first compute slice in its GPU instance
+	CfgSet            uint32      // CFG_* bits: the settings below that a setter changed; the others are the snapshot's
+	Persistence       uint32      // nvmlEnableState_t
+	ComputeMode       uint32      // nvmlComputeMode_t
+	PowerLimitMW      uint32      // the power limit a setter asked for
+	PrevPowerLimitMW  uint32      // the power limit in force in the segment before; 0: the current one
+	GpmStream         uint32      // nvmlEnableState_t: GPM streaming (nvidia-smi gpm --set-stream-state)
+	GPULockedMin      uint32      // MHz: the GPU clock range nvidia-smi -lgc locked
+	GPULockedMax      uint32
+	MemLockedMin      uint32 // MHz: the memory clock range nvidia-smi -lmc locked
+	MemLockedMax      uint32
+	AppClockMem       uint32 // MHz: the applications clocks nvidia-smi -ac set
+	AppClockGfx       uint32
+	AccountingSinceNS uint64 // when nvidia-smi -am 1 turned accounting on: processes since are accounted
+	Accounting        uint32 // nvmlEnableState_t: per-process accounting (nvidia-smi -am)
+	Pad               uint32
 }
 
 // GPUSize is the size of GPU in the file.
-const GPUSize = 1504
+const GPUSize = 1520
 
 // GPULayout pins each field's offset (checked against the C header by the compiler).
 var GPULayout = []FieldOffset{
@@ -173,6 +177,9 @@ var GPULayout = []FieldOffset{
 	{"mem_locked_max", "MemLockedMax", 1492},
 	{"app_clock_mem", "AppClockMem", 1496},
 	{"app_clock_gfx", "AppClockGfx", 1500},
+	{"accounting_since_ns", "AccountingSinceNS", 1504},
+	{"accounting", "Accounting", 1512},
+	{"pad", "Pad", 1516},
 }
 
 // Event one published event.

@@ -342,7 +342,7 @@ func (s *State) ResetReadings(g int) {
 		CfgSet: o.CfgSet, Persistence: o.Persistence, ComputeMode: o.ComputeMode, PowerLimitMW: o.PowerLimitMW,
 		GpmStream: o.GpmStream, ECCPending: o.ECCPending, Timeslice: o.Timeslice,
 		GPULockedMin: o.GPULockedMin, GPULockedMax: o.GPULockedMax, MemLockedMin: o.MemLockedMin, MemLockedMax: o.MemLockedMax,
-		AppClockMem: o.AppClockMem, AppClockGfx: o.AppClockGfx}
+		AppClockMem: o.AppClockMem, AppClockGfx: o.AppClockGfx, Accounting: o.Accounting, AccountingSinceNS: o.AccountingSinceNS}
 }
 
 // Processes lists the registered processes.

@@ -76,6 +76,7 @@ type GPUSettings struct {
 	GPMStream    *bool   `json:"gpmStream,omitempty"`
 	ECCPending   *bool   `json:"eccPending,omitempty"` // from the next boot
 	Timeslice    string  `json:"timeslice,omitempty"`  // the compute policy's
+	Accounting   *bool   `json:"accounting,omitempty"`
 	// Clock ranges and pairs in MHz: -lgc's and -lmc's min and max, -ac's
 	// memory and graphics clocks.
 	LockedGPUClocks    *[2]uint32 `json:"lockedGPUClocks,omitempty"`
@@ -123,6 +124,10 @@ func settingsOf(g *live.GPU) *GPUSettings {
 			st.Timeslice = timeslices[g.Timeslice]
 		}
 	}
+	if g.CfgSet&live.CfgAccounting != 0 {
+		on := g.Accounting != 0
+		st.Accounting = &on
+	}
 	if g.CfgSet&live.CfgGPULocked != 0 {
 		st.LockedGPUClocks = &[2]uint32{g.GPULockedMin, g.GPULockedMax}
 	}
@@ -154,6 +159,9 @@ func (st *GPUSettings) String() string {
 	}
 	if st.Timeslice != "" {
 		out = append(out, "timeslice "+st.Timeslice)
+	}
+	if st.Accounting != nil {
+		out = append(out, map[bool]string{true: "accounting Enabled", false: "accounting Disabled"}[*st.Accounting])
 	}
 	if c := st.LockedGPUClocks; c != nil {
 		out = append(out, fmt.Sprintf("GPU clocks locked %d-%d MHz", c[0], c[1]))
@@ -269,7 +277,7 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d%%\t%d%%\t%d%%\t%d%%\t%s\n", g.Index, load, g.Load[1], g.Load[2], g.Load[3], g.Jitter, faults)
 	}
-	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, -lgc, -lmc, -ac, gpm -s, compute-policy; until reinstalled)\n"
+	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, -am, -lgc, -lmc, -ac, gpm -s, compute-policy; until reinstalled)\n"
 	for _, g := range st.GPUs {
 		if g.Settings != nil {
 			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.Settings)

@@ -14,7 +14,7 @@ import (
 // with the bit clear reads as before to old and new libraries alike.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 9
+const StateVersion = 10
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -50,6 +50,7 @@ var StateEnums = []struct {
 	{"CFG_GPU_LOCKED", 64, "gpu_locked_min and _max hold the locked GPU clocks"},
 	{"CFG_MEM_LOCKED", 128, "mem_locked_min and _max hold the locked memory clocks"},
 	{"CFG_APP_CLOCKS", 256, "app_clock_mem and _gfx hold the applications clocks"},
+	{"CFG_ACCOUNTING", 512, "accounting holds the accounting mode, accounting_since_ns when it was turned on"},
 	{"TRIGGER_AT", 1, "from time param (ns), node-wide"},
 	{"TRIGGER_CALLS", 2, "after param calls on the GPU, counted by each process"},
 	{"TRIGGER_PROBABILITY", 3, "each call with probability param / 2^32, drawn by each process"},
@@ -118,6 +119,9 @@ var StateSchema = []Record{
 		{"mem_locked_max", U32, 0, ""},
 		{"app_clock_mem", U32, 0, "MHz: the applications clocks nvidia-smi -ac set"},
 		{"app_clock_gfx", U32, 0, ""},
+		{"accounting_since_ns", U64, 0, "when nvidia-smi -am 1 turned accounting on: processes since are accounted"},
+		{"accounting", U32, 0, "nvmlEnableState_t: per-process accounting (nvidia-smi -am)"},
+		{"pad", U32, 0, ""},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},

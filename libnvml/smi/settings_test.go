@@ -3,6 +3,7 @@
 package smi
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -205,5 +206,41 @@ func TestAChangeRefusedForAStateOfAnotherLayoutNamesIt(t *testing.T) {
 	if err != nil || code == 0 || !strings.Contains(out, "Insufficient Permissions") ||
 		!strings.Contains(out, state+" is not one of this nvmock") || !strings.Contains(out, "reinstall the node") {
 		t.Errorf("nvidia-smi -mig 1 beside a state of another layout: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// nvidia-smi -am 1 turns per-process accounting on for the node, with
+// every release: a process registered afterwards is listed by
+// --query-accounted-apps, running (no time yet), until -am 0 clears the
+// list. From a read-only view of the state, Insufficient Permissions.
+// QA: -am 1 answered Not Supported on every board.
+func TestAccountingModeListsTheProcessesSince(t *testing.T) {
+	for _, s := range testenv.NvidiaSMIs(t) {
+		t.Run(s.Version, func(t *testing.T) {
+			snap, _ := testenv.Snapshot(t, "a100", 1)
+			f := testenv.LiveState(t, snap, 1, time.Time{})
+			run := smiRunner(t, s.Path, snap)
+			if out := run("-i", "0", "-am", "1"); !strings.Contains(out, "Enabled Accounting Mode for GPU 00000000:07:00.0.") {
+				t.Errorf("-am 1:\n%s", out)
+			}
+			pid := os.Getpid()
+			if err := f.Update(func(st *live.State, now int64) error {
+				return st.AddProcess(live.Process{PID: uint32(pid), GPU: 0, Type: 1, UsedBytes: 1 << 30, Name: "train"}, now)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			query := []string{"--query-accounted-apps=pid,max_memory_usage,time", "--format=csv,noheader"}
+			if got, want := run(query...), fmt.Sprintf("%d, 1024 MiB, 0 ms\n", pid); got != want {
+				t.Errorf("accounted apps: %q, want %q", got, want)
+			}
+			run("-i", "0", "-am", "0")
+			if got := run(query...); got != "" {
+				t.Errorf("accounted apps after -am 0: %q, want none", got)
+			}
+			out, code, err := runReadOnly(t, s.Path, snap, "-i", "0", "-am", "1")
+			if err != nil || code == 0 || !strings.Contains(out, "Insufficient Permissions") {
+				t.Errorf("-am 1 on a read-only state: exit %d, %v\n%s", code, err, out)
+			}
+		})
 	}
 }
