@@ -37,7 +37,7 @@ lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'; echo --
 lspci -tv 2>/dev/null | grep -c 'NVIDIA Corporation.*\[.*\(SXM\|PCIe\|HBM\)'; echo --
 lspci -vvv -d 10de::0302 2>/dev/null | grep -c -e 'LnkSta:' -e 'NUMA node:' -e 'Kernel driver in use: nvidia'; echo --
 for b in $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | cut -c5- | tr A-F a-f); do
-	[ "$(realpath /sys/class/pci_bus/${b%:*}/../../$b)" = "$(realpath /sys/bus/pci/devices/$b)" ] && echo found
+	d=$(realpath /sys/bus/pci/devices/$b) && [ -n "$d" ] && [ "$(realpath /sys/class/pci_bus/${b%:*}/../../$b)" = "$d" ] && echo found
 done`
 	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}})
 	parts := strings.Split(r.out, "--\n")

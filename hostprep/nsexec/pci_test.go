@@ -228,7 +228,8 @@ func TestHwlocAttachesEachNVMLGPUToItsPCIDevice(t *testing.T) {
 // Every bus of the tree is in /sys/class/pci_bus, the host's bus there
 // replaced, and a device's path is found through its bus as NCCL finds
 // it (realpath of /sys/class/pci_bus/DDDD:BB/../../DDDD:BB:DD.F): on
-// a100, whose HCAs add classes the host lacks, and l40s, which adds none.
+// a100, whose HCAs add classes (a cover of /sys/class on a host without
+// RDMA), and l40s, which adds none.
 func TestEveryPCIDeviceIsFoundThroughItsBusClassLink(t *testing.T) {
 	needRoot(t)
 	for _, name := range []string{"a100", "l40s"} {

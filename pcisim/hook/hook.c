@@ -682,31 +682,39 @@ static int show_pci(int rootfd, const char *tree)
 	bind_at(src, sys, "bus/pci", 0, "/sys/bus/pci");
 	/* The tree's device classes (pci_bus, and infiniband, infiniband_mad,
 	 * infiniband_verbs) beside the host's others, replacing a host's own.
-	 * Classes the kernel has already take a bind each; a new one needs a
-	 * directory, so a cover. */
+	 * A class the kernel lacks (an HCA's on a host without RDMA) needs a
+	 * directory, so a cover of /sys/class; else each takes a bind. */
 	char *classes[MAX_NAMES];
 	pathf(src, "%s/class", tree);
 	int nclasses = dir_names(src, "", classes);
 	if (nclasses < 0 && errno != ENOENT)
 		die("rendered PCI tree %s: %s", src, strerror(errno));
-	int known = 0;
+	enum { BIND, ABSENT, BLOCKED } at[MAX_NAMES];
+	int absent = 0;
 	for (int i = 0; i < nclasses; i++) {
 		char rel[PATH_MAX];
 		struct stat st;
 		pathf(rel, "class/%s", classes[i]);
 		int fd = under(sys, rel, 0);
-		known += fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+		at[i] = fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) ? BIND : fd < 0 && errno == ENOENT ? ABSENT : BLOCKED;
+		absent |= at[i] == ABSENT;
 		if (fd >= 0)
 			close(fd);
 	}
-	for (int i = 0; known == nclasses && i < nclasses; i++) {
+	for (int i = 0; !absent && i < nclasses; i++) {
 		char rel[PATH_MAX], what[PATH_MAX], from[PATH_MAX];
-		pathf(rel, "class/%s", classes[i]);
 		pathf(what, "/sys/class/%s", classes[i]);
+		if (at[i] == BLOCKED) {
+			/* A pod's volume or link: what it shows is the pod's own, not
+			 * the node's, so it stays, and the container runs. */
+			fprintf(stderr, "nvmock-hook: %s: a volume or link there (not the kernel's sysfs); left alone\n", what);
+			continue;
+		}
+		pathf(rel, "class/%s", classes[i]);
 		pathf(from, "%s/%s", src, classes[i]);
 		bind_at(from, sys, rel, 0, what);
 	}
-	if (nclasses > 0 && known < nclasses)
+	if (absent)
 		cover(sys, "class", "/sys/class", src, classes, nclasses);
 	/* A kernel without an IOMMU has no directory to show the groups at. */
 	int t = under(sys, "kernel/iommu_groups", 0);
