@@ -229,8 +229,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlE
 	return NVML_SUCCESS;
 }
 
-NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
-						unsigned int *pageCount, unsigned long long *addresses)
+// retired lists the pages uncorrectable errors retired (boards before
+// Ampere), each with the time of its error in seconds, from one read of
+// the live state: the pages of each active uncorrectable ECC fault in
+// turn, as nvmock_live_fx counts them. Addresses are made up, one 4 KiB
+// page apart.
+static nvmlReturn_t retired(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount,
+			    unsigned long long *addresses, unsigned long long *timestamps)
 {
 	DEV(device, d);
 	OUT(pageCount);
@@ -239,8 +244,6 @@ NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRet
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d->s->retired_pages != 1)
 		return NVML_ERROR_NOT_SUPPORTED;
-	// Each uncorrectable error retires the page it hit (boards before
-	// Ampere); addresses are made up, one 4 KiB page apart.
 	unsigned n = 0;
 	LIVE(d);
 	if (live_)
@@ -253,37 +256,28 @@ NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRet
 	for (unsigned i = 0; i < n; i++)
 		addresses[i] = 0x1000ull * (0x10000 + i);
 	*pageCount = n;
+	if (timestamps == NULL || n == 0)
+		return NVML_SUCCESS;
+	uint64_t since;
+	unsigned k = 0;
+	for (unsigned i = 0; i < g_.faults && i < STATE_FAULTS; i++)
+		if (g_.fault_kind[i] == LIVE_FAULT_ECC && nvmock_live_active(d->node_index, &g_, i, now_, &since))
+			for (unsigned c = 0; c < g_.fault_count[i] && k < n; c++)
+				timestamps[k++] = since / 1000000000ull;
 	return NVML_SUCCESS;
 }
 
-// retired_at gives each of the n retired pages the time, in seconds, of
-// the error that retired it: the pages of each active uncorrectable ECC
-// fault in turn, as nvmock_live_fx counts them.
-static void retired_at(const struct nvmock_dev *d, unsigned long long *ts, unsigned n)
+NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
+						unsigned int *pageCount, unsigned long long *addresses)
 {
-	struct live_gpu g;
-	for (unsigned i = 0; i < n; i++)
-		ts[i] = 0;
-	if (!nvmock_live_read(d->node_index, &g))
-		return;
-	uint64_t now = nvmock_live_now_for(&g), since;
-	unsigned k = 0;
-	for (unsigned i = 0; i < g.faults && i < STATE_FAULTS; i++)
-		if (g.fault_kind[i] == LIVE_FAULT_ECC && nvmock_live_active(d->node_index, &g, i, now, &since))
-			for (unsigned c = 0; c < g.fault_count[i] && k < n; c++)
-				ts[k++] = since / 1000000000ull;
+	return retired(device, cause, pageCount, addresses, NULL);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
 						   unsigned int *pageCount, unsigned long long *addresses,
 						   unsigned long long *timestamps)
 {
-	unsigned have = pageCount != NULL ? *pageCount : 0;
-	nvmlReturn_t r = nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
-	const struct nvmock_dev *d;
-	if (r == NVML_SUCCESS && timestamps != NULL && nvmock_dev_of(device, &d) == NVML_SUCCESS)
-		retired_at(d, timestamps, *pageCount < have ? *pageCount : have);
-	return r;
+	return retired(device, cause, pageCount, addresses, timestamps);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)

@@ -402,7 +402,7 @@ static const uint64_t table_535[0x7a8 / 8] = {[0] = sizeof table_535, ALL_FOUR, 
 static const uint64_t table_550[0x7d8 / 8] = {[0] = sizeof table_550, ALL_FOUR, SINCE_535, SINCE_550};
 static const uint64_t table_555[0x7e0 / 8] = {[0] = sizeof table_555, ALL_FOUR, SINCE_535, SINCE_550, ONLY_555};
 static const uint64_t table_generic[0x800 / 8] = {
-	[0] = sizeof table_generic, ALL_FOUR, ONLY_470, SINCE_535, ONLY_535, SINCE_550,
+	[0] = sizeof table_generic, ALL_FOUR, ONLY_470, SINCE_535, ONLY_535, SINCE_550, ONLY_555,
 };
 static const uint64_t table_minimal[1] = {sizeof table_minimal};
 

@@ -130,6 +130,17 @@ int nvmock_parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *d
 	return 0;
 }
 
+// at finds the GPU at a PCI address: NOT_FOUND for none.
+static nvmlReturn_t at(unsigned dom, unsigned bus, unsigned dev, unsigned fn, nvmlDevice_t *device)
+{
+	for (unsigned i = 0; i < nvmock.ndevs; i++) {
+		const struct snap_device *s = nvmock.devs[i].s;
+		if (s->pci_domain == dom && s->pci_bus == bus && s->pci_device == dev && fn == 0)
+			return found(&nvmock.devs[i], device);
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
 {
 	if (!nvmock_ready())
@@ -139,13 +150,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvm
 	unsigned dom, bus, dev, fn;
 	if (!nvmock_parse_bus_id(pciBusId, &dom, &bus, &dev, &fn))
 		return NVML_ERROR_INVALID_ARGUMENT;
-	for (unsigned i = 0; i < nvmock.ndevs; i++) {
-		const struct snap_device *s = nvmock.devs[i].s;
-		if (s->pci_domain == dom && s->pci_bus == bus && s->pci_device == dev && fn == 0) {
-			return found(&nvmock.devs[i], device);
-		}
-	}
-	return NVML_ERROR_NOT_FOUND;
+	return at(dom, bus, dev, fn, device);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
@@ -192,15 +197,16 @@ NVML_API nvmlReturn_t nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo, nvmlEnab
 	if (pciInfo == NULL || currentState == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned dom = pciInfo->domain, bus = pciInfo->bus, dev = pciInfo->device, fn = 0;
-	if (dom == 0 && bus == 0 && dev == 0 && pciInfo->busId[0] != '\0' &&
-	    !nvmock_parse_bus_id(pciInfo->busId, &dom, &bus, &dev, &fn))
-		return NVML_ERROR_INVALID_ARGUMENT;
-	for (unsigned i = 0; i < nvmock.ndevs; i++) {
-		const struct snap_device *s = nvmock.devs[i].s;
-		if (s->pci_domain == dom && s->pci_bus == bus && s->pci_device == dev && fn == 0) {
-			*currentState = NVML_FEATURE_DISABLED;
-			return NVML_SUCCESS;
-		}
+	if (dom == 0 && bus == 0 && dev == 0) {
+		char id[sizeof pciInfo->busId + 1] = {0}; // the caller's may lack its NUL
+		memcpy(id, pciInfo->busId, sizeof pciInfo->busId);
+		if (id[0] != '\0' && !nvmock_parse_bus_id(id, &dom, &bus, &dev, &fn))
+			return NVML_ERROR_INVALID_ARGUMENT;
 	}
-	return NVML_ERROR_INVALID_ARGUMENT; // nvml.h: no such GPU
+	nvmlDevice_t d;
+	nvmlReturn_t r = at(dom, bus, dev, fn, &d);
+	if (r != NVML_SUCCESS)
+		return r == NVML_ERROR_NOT_FOUND ? NVML_ERROR_INVALID_ARGUMENT : r; // nvml.h: no such GPU
+	*currentState = NVML_FEATURE_DISABLED;
+	return NVML_SUCCESS;
 }

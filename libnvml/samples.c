@@ -65,8 +65,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType
 	uint32_t v = sample_value(d->s, type);
 	if (v == NA32 || v == DEP32)
 		return NVML_ERROR_NOT_SUPPORTED;
-	// nvml.h: utilization samples are not supported on MIG-enabled GPUs.
-	if (type >= NVML_GPU_UTILIZATION_SAMPLES && type <= NVML_DEC_UTILIZATION_SAMPLES && nvmock_mig_on(d))
+	// nvml.h: utilization samples are not supported on MIG-enabled GPUs;
+	// nor are the JPEG and OFA engines' (nvidia-smi dmon -h).
+	int util = (type >= NVML_GPU_UTILIZATION_SAMPLES && type <= NVML_DEC_UTILIZATION_SAMPLES) ||
+		   type == NVML_JPG_UTILIZATION_SAMPLES || type == NVML_OFA_UTILIZATION_SAMPLES;
+	if (util && nvmock_mig_on(d))
 		return NVML_ERROR_NOT_SUPPORTED;
 	unsigned long long now = nvmock_live_now() / 1000;
 	now -= now % SAMPLE_PERIOD_US;

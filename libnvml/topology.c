@@ -579,9 +579,10 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		return NVML_SUCCESS;
 	}
 	// A link's error counts (nvlink -e): the data-link layer's replay,
-	// recovery and CRC counters before Blackwell, the link recovery
-	// events from Blackwell on (nvml.h). No error is modelled: 0, as
-	// nvmlDeviceGetNvLinkErrorCounter gives.
+	// recovery and CRC counters before Blackwell (nvml.h: not on Blackwell
+	// and later, which it sends to the link recovery counts). Those are
+	// answered from Blackwell on only: whether earlier GPUs have them is
+	// not known. No error is modelled: 0, as the getter gives.
 	int blackwell = s->architecture >= NVML_DEVICE_ARCH_BLACKWELL && s->architecture != NVML_DEVICE_ARCH_UNKNOWN;
 	if ((id >= NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY && id <= NVML_FI_DEV_NVLINK_ERROR_DL_CRC && !blackwell) ||
 	    (id >= NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS &&

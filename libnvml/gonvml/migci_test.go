@@ -133,4 +133,9 @@ func TestAGPUInMIGModeHasNoMediaUtilization(t *testing.T) {
 			t.Errorf("%s utilization in MIG mode: %v, want Not Supported", name, ret)
 		}
 	}
+	for _, typ := range []nvml.SamplingType{nvml.ENC_UTILIZATION_SAMPLES, nvml.DEC_UTILIZATION_SAMPLES, nvml.JPG_UTILIZATION_SAMPLES, nvml.OFA_UTILIZATION_SAMPLES} {
+		if _, _, ret := dev.GetSamples(typ, 0); ret != nvml.ERROR_NOT_SUPPORTED {
+			t.Errorf("samples of type %d in MIG mode: %v, want Not Supported", typ, ret)
+		}
+	}
 }

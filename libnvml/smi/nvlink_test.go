@@ -4,6 +4,7 @@ package smi
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +116,7 @@ func TestC2CLinksOfAGraceBlackwellGPU(t *testing.T) {
 				links := regexp.MustCompile(`(?m)^\s+C2C Link (\d): (.*)$`).FindAllStringSubmatch(out, -1)
 				var speeds strings.Builder
 				for i, l := range links {
-					if l[1] != string(rune('0'+i)) {
+					if l[1] != strconv.Itoa(i) {
 						t.Errorf("%s: link %s listed as the %d-th", c.board, l[1], i)
 					}
 					speeds.WriteString(l[2] + "\n")

@@ -46,7 +46,7 @@ func TestPersistenceAndComputeModeAreSetForTheNode(t *testing.T) {
 			// No persistence daemon runs: 555, which reads from its export
 			// table's answer whether one does, says legacy mode each time.
 			want := "Enabled persistence mode for GPU 00000000:07:00.0."
-			if s.Version >= "555" {
+			if major(s.Version) >= 555 {
 				want = "Enabled Legacy persistence mode for GPU 00000000:07:00.0."
 			}
 			for range 3 {
