@@ -365,6 +365,11 @@ func (n *NodeState) selectRequest(v string, sel, mig []bool) string {
 		if err != nil || c > len(n.GPUs) {
 			return fmt.Sprintf("asks for more GPUs than the node's %d", len(n.GPUs))
 		}
+		// A GPU in MIG mode runs work on its MIG devices only: a count of
+		// whole GPUs passes it over, as NVIDIA's device plugin does.
+		if whole := len(n.GPUs) - n.inMIGMode(); c > whole {
+			return fmt.Sprintf("asks for %d GPUs; %d of the node's %d are not in MIG mode (ask for MIG devices with mig-<profile>)", c, whole, len(n.GPUs))
+		}
 		n.leastUsed(c, sel)
 	case strings.Contains(v, ",") || hasPrefixFold(v, "GPU-") || strings.HasPrefix(v, "mig-") || isMIGName(v):
 		return n.selectList(v, false, sel, mig)
@@ -374,12 +379,24 @@ func (n *NodeState) selectRequest(v string, sel, mig []bool) string {
 	return ""
 }
 
-// leastUsed marks the c GPUs with the lowest use counts, lower index first.
+// inMIGMode counts the GPUs in MIG mode.
+func (n *NodeState) inMIGMode() int {
+	k := 0
+	for _, on := range n.MIGOn {
+		if on {
+			k++
+		}
+	}
+	return k
+}
+
+// leastUsed marks the c GPUs not in MIG mode with the lowest use counts,
+// lower index first.
 func (n *NodeState) leastUsed(c int, sel []bool) {
 	for k := 0; k < c; k++ {
 		best := -1
 		for i := range sel {
-			if sel[i] {
+			if sel[i] || (i < len(n.MIGOn) && n.MIGOn[i]) {
 				continue
 			}
 			if best < 0 || n.use(i) < n.use(best) {

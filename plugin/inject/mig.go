@@ -25,24 +25,27 @@ type MIGDevice struct {
 
 // ProbeMIG lists the node's MIG devices from its live state, for the
 // GPUs of the snapshot at snap, with their capability nodes in the
-// overlay's dev directory; gen is the state's generation, to re-probe when
-// it moves. No state, or a board without MIG: none.
-func ProbeMIG(statePath string, snap []byte, gpus []GPU, dev string) (migs []MIGDevice, gen uint64, err error) {
+// overlay's dev directory, and which GPUs are in MIG mode (on, by index);
+// gen is the state's generation, to re-probe when it moves. No state, or
+// a board without MIG: none.
+func ProbeMIG(statePath string, snap []byte, gpus []GPU, dev string) (migs []MIGDevice, on []bool, gen uint64, err error) {
 	if statePath == "" {
-		return nil, 0, nil
+		return nil, nil, 0, nil
 	}
 	s, err := live.ReadFile(statePath)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	_, devs, err := snapshot.Read(snap)
 	if err != nil {
-		return nil, 0, fmt.Errorf("snapshot: %w", err)
+		return nil, nil, 0, fmt.Errorf("snapshot: %w", err)
 	}
+	on = make([]bool, len(gpus))
 	for i := range devs {
 		if i >= len(gpus) || i >= int(s.Header.Gpus) || devs[i].MIGCurrent == snapshot.NA {
 			continue
 		}
+		on[i], _, _, _ = s.MIGMode(i, &devs[i])
 		names := live.MIGNames(&devs[i])
 		for k, m := range s.MIGDevices(i, &devs[i]) {
 			d := MIGDevice{GPU: i, Index: k, UUID: live.MIGUUID(gpus[i].UUID, m.GI, m.CI), Profile: names[m.Row], GI: m.GI, CI: m.CI}
@@ -52,13 +55,13 @@ func ProbeMIG(statePath string, snap []byte, gpus []GPU, dev string) (migs []MIG
 			for c, ci := range []int{-1, m.CI} {
 				name := fmt.Sprintf("nvidia-caps/nvidia-cap%d", hostprep.MIGCapMinor(gpus[i].Index, m.GI, ci))
 				if d.Caps[c], err = statNode(dev, name); err != nil {
-					return nil, 0, fmt.Errorf("MIG device %s: %w", d.UUID, err)
+					return nil, nil, 0, fmt.Errorf("MIG device %s: %w", d.UUID, err)
 				}
 			}
 			migs = append(migs, d)
 		}
 	}
-	return migs, s.Header.Generation, nil
+	return migs, on, s.Header.Generation, nil
 }
 
 // lookupMIG finds a MIG device by UUID or by GPU:index.

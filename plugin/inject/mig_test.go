@@ -83,6 +83,20 @@ func TestDecideGivesMIGDevices(t *testing.T) {
 			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=MIG-nope"),
 			err: `pod ml/train container trainer: env NVIDIA_VISIBLE_DEVICES="MIG-nope" names "MIG-nope", no MIG device of this node`},
 	})
+	// A count of whole GPUs passes over the GPUs in MIG mode, as NVIDIA's
+	// device plugin never offers one as nvidia.com/gpu (QA: a count gave
+	// GPUs in MIG mode, which CUDA cannot use whole).
+	mixed := migNode()
+	mixed.MIGOn = []bool{true, true, false, false, false, false, false, false}
+	mixed.InUse = []int{0, 0, 0, 1, 1, 0, 0, 0}
+	runDecide(t, []decideCase{
+		{name: "a count takes the least used GPUs not in MIG mode",
+			cfg: testConfig, node: mixed, pod: pod("ml", GPUsAnnotation, "3"), ctr: ctr,
+			want: gave(mixed, 2, 5, 6), ok: true},
+		{name: "a count past the GPUs not in MIG mode is refused",
+			cfg: testConfig, node: mixed, pod: pod("ml", GPUsAnnotation, "7"), ctr: ctr,
+			err: `pod ml/train container trainer: annotation nvmock.io/gpus="7" asks for 7 GPUs; 6 of the node's 8 are not in MIG mode (ask for MIG devices with mig-<profile>)`},
+	})
 	// A DRA driver's CDI spec for a MIG claim: the GPU's node and the MIG
 	// device's two capability nodes. That MIG device is named, not its GPU.
 	dra := Container{Name: "c", Devices: []DeviceNode{n.GPUs[1].Node, m[2].Caps[0], m[2].Caps[1]}, Env: []string{VisibleDevicesEnv + "=void"}}

@@ -91,7 +91,7 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 			}
 		}
 	}
-	if n.MIG, n.MIGGen, err = ProbeMIG(n.State, data, gpus, dev); err != nil {
+	if n.MIG, n.MIGOn, n.MIGGen, err = ProbeMIG(n.State, data, gpus, dev); err != nil {
 		return NodeState{}, fmt.Errorf("probe overlay in %s: MIG: %w", root, err)
 	}
 	if c, err := statNode(dev, "nvidia-caps/nvidia-cap2"); err == nil {

@@ -105,6 +105,7 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 				want.MIG = append(want.MIG, MIGDevice{GPU: 0, Index: k, UUID: live.MIGUUID(want.GPUs[0].UUID, m.gi, 0), Profile: m.profile, GI: m.gi, Caps: caps})
 			}
 			want.MIGGen = 3
+			want.MIGOn = []bool{true, false, false} // the layout's GPU 0 alone
 			monitor := DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap2", Type: "c", Major: 1, Minor: 3, FileMode: 0o666}
 			if c.real {
 				monitor.Major, monitor.Minor = 509, 2

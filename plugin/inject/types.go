@@ -149,6 +149,9 @@ type NodeState struct {
 	// the library asks of a process that makes or destroys instances.
 	MIGConfig *DeviceNode
 	MIGGen    uint64
+	// MIGOn[i] says GPUs[i] is in MIG mode, where work runs on its MIG
+	// devices only; nil is none.
+	MIGOn []bool
 	// MIGInUse[k] counts the containers given MIG[k]; nil is all zero.
 	MIGInUse []int
 

@@ -96,9 +96,10 @@ func (c *nodeCache) refreshMIG() {
 	data, err := os.ReadFile(n.Snapshot)
 	if err == nil {
 		var migs []inject.MIGDevice
+		var on []bool
 		var gen uint64
-		if migs, gen, err = inject.ProbeMIG(n.State, data, n.GPUs, filepath.Join(n.DriverRoot, "dev")); err == nil {
-			n.MIG, n.MIGGen = migs, gen
+		if migs, on, gen, err = inject.ProbeMIG(n.State, data, n.GPUs, filepath.Join(n.DriverRoot, "dev")); err == nil {
+			n.MIG, n.MIGOn, n.MIGGen = migs, on, gen
 			c.rebuildMIGUse()
 			return
 		}
