@@ -25,7 +25,8 @@ func (n *node) nodeTree(t *testing.T) *profile.Node {
 // plugin's runtime hook before its process starts: Debian's lspci lists the
 // GPUs nvidia-smi shows, at the same addresses; the host's own PCI devices
 // are not there; hwloc places the GPUs; each GPU's path is found through
-// its bus's class link, as NCCL finds it.
+// its bus's class link, as NCCL finds it (realpath; the image has only
+// the shell's cd -P).
 func TestGlibcContainerSeesTheNodesPCITree(t *testing.T) {
 	n := theNode
 	nd := n.nodeTree(t)
@@ -36,8 +37,8 @@ lspci 2>/dev/null | grep -c Virtio; echo --
 lstopo-no-graphics --whole-io 2>/dev/null | grep -c '(3D)'; echo --
 lspci -tv 2>/dev/null | grep -c 'NVIDIA Corporation.*\[.*\(SXM\|PCIe\|HBM\)'; echo --
 lspci -vvv -d 10de::0302 2>/dev/null | grep -c -e 'LnkSta:' -e 'NUMA node:' -e 'Kernel driver in use: nvidia'; echo --
-for b in $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | cut -c5- | tr A-F a-f); do
-	d=$(realpath /sys/bus/pci/devices/$b) && [ -n "$d" ] && [ "$(realpath /sys/class/pci_bus/${b%:*}/../../$b)" = "$d" ] && echo found
+for b in $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | tr A-F a-f); do b=${b#????}
+	d=$(cd -P /sys/bus/pci/devices/$b && pwd -P) && [ -n "$d" ] && [ "$(cd -P /sys/class/pci_bus/${b%:*}/../../$b && pwd -P)" = "$d" ] && echo found
 done`
 	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", script}})
 	parts := strings.Split(r.out, "--\n")
