@@ -55,7 +55,15 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 		g->cfg_set &= ~s->bit; // back to the profile's: nothing left to show
 		return NVML_SUCCESS;
 	}
-	uint32_t was = g->cfg_set & LIVE_CFG_ACCOUNTING ? g->accounting : d->s->accounting_mode == 1;
+	if (s->bit == LIVE_CFG_ACCOUNTING) {
+		// Turning it on starts the record; off clears it (nvml.h).
+		uint32_t was = g->cfg_set & s->bit ? g->accounting : d->s->accounting_mode == 1;
+		if (s->value != was)
+			g->accounting_since_ns = s->value ? nvmock_live_now() : 0;
+		g->cfg_set |= s->bit;
+		g->accounting = s->value;
+		return NVML_SUCCESS;
+	}
 	g->cfg_set |= s->bit;
 	if (s->bit == LIVE_CFG_PERSISTENCE)
 		g->persistence = s->value;
@@ -73,12 +81,6 @@ static nvmlReturn_t set_setting(const struct nvmock_dev *d, struct live_gpu *g, 
 		g->mem_locked_min = s->value, g->mem_locked_max = s->value2;
 	else if (s->bit == LIVE_CFG_APP_CLOCKS)
 		g->app_clock_mem = s->value, g->app_clock_gfx = s->value2;
-	else if (s->bit == LIVE_CFG_ACCOUNTING) {
-		// Turning it on starts the record; off clears it (nvml.h).
-		if (s->value != was)
-			g->accounting_since_ns = s->value ? nvmock_live_now() : 0;
-		g->accounting = s->value;
-	}
 	else
 		g->power_limit_mw = s->value;
 	return NVML_SUCCESS;

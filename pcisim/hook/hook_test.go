@@ -680,21 +680,30 @@ func aVolumeIsNotCovered(t *testing.T, hook string) {
 	if err := os.Symlink(secret, filepath.Join(vol, "shadow")); err != nil {
 		t.Fatal(err)
 	}
+	out := hookOverVolume(t, hook, tr, d, "devices", `echo "binds of the link: $(grep -c shadow /proc/self/mountinfo)"`)
+	if !strings.Contains(out, "is not the kernel's sysfs or procfs") || strings.Contains(out, "hook exit 0") ||
+		!strings.Contains(out, "binds of the link: 0") {
+		t.Errorf("the hook over a volume at /sys/devices:\n%s", out)
+	}
+}
+
+// hookOverVolume runs the hook on tree in bundle dir d, whose sysfs has
+// d/volume bound at sys/rel as a pod's volume would be, then the shell
+// line check; it returns the hook's words, its exit and check's output.
+func hookOverVolume(t *testing.T, hook, tree, d, rel, check string) string {
+	t.Helper()
 	script := `d=$1 hook=$2 tree=$3
 mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
-mount --bind "$d/volume" "$d/rootfs/sys/devices" || exit 9
+mount --bind "$d/volume" "$d/rootfs/sys/` + rel + `" || exit 9
 cd "$d/rootfs" && "$hook" pcisim "$tree" </dev/null
 echo "hook exit $?"
-echo "binds of the link: $(grep -c shadow /proc/self/mountinfo)"
+` + check + `
 true`
-	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook, tr).CombinedOutput()
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook, tree).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "is not the kernel's sysfs or procfs") || strings.Contains(string(out), "hook exit 0") ||
-		!strings.Contains(string(out), "binds of the link: 0") {
-		t.Errorf("the hook over a volume at /sys/devices:\n%s", out)
-	}
+	return string(out)
 }
 
 // A pod's own volume at /sys/class shows nothing of the node's: the hook
@@ -712,17 +721,8 @@ func TestAVolumeAtSysClassIsLeftAlone(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(vol, "pods-own"), []byte("x\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				script := `d=$1 hook=$2 tree=$3
-mount -t sysfs sysfs "$d/rootfs/sys" || exit 9
-mount --bind "$d/volume" "$d/rootfs/sys/class" || exit 9
-cd "$d/rootfs" && "$hook" pcisim "$tree" </dev/null
-echo "hook exit $?"
-ls "$d/rootfs/sys/class"`
-				out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", d, hook, tr).CombinedOutput()
-				if err != nil {
-					t.Fatalf("%v\n%s", err, out)
-				}
-				if !strings.Contains(string(out), "hook exit 0\npods-own\n") || !strings.Contains(string(out), "/sys/class/pci_bus: a volume or link there") {
+				out := hookOverVolume(t, hook, tr, d, "class", `ls "$d/rootfs/sys/class"`)
+				if !strings.Contains(out, "hook exit 0\npods-own\n") || !strings.Contains(out, "/sys/class/pci_bus: a volume or link there") {
 					t.Errorf("the hook over a volume at /sys/class (HCAs %v):\n%s", ib, out)
 				}
 			}
