@@ -629,11 +629,8 @@ func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
 	serverOut := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600"))
 	// node-b meets node-a at once: node-a listens first.
 	waitListening(t, a, serverOut)
-	out, err := exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "0", "--ib-peers", a, "--", "sleep", "6").CombinedOutput() // 2 s missed the meeting once under CI's load
-	want := "nvmock exec: fabric daemon: peer claims slot 0, which is this node's"
-	if err != nil || !strings.Contains(string(out), want) {
-		t.Errorf("node-b, claiming node-a's slot: %v\n%s\nwant %q", err, out, want)
-	}
+	nodeB := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "0", "--ib-peers", a, "--", "sleep", "600"))
+	waitOutput(t, nodeB, "nvmock exec: fabric daemon: peer claims slot 0, which is this node's")
 }
 
 // A peer whose fabric is built from another profile (here two spines, not
@@ -649,10 +646,18 @@ func TestExecSaysAPeerBuildsAnotherFabric(t *testing.T) {
 	}
 	serverOut := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600"))
 	waitListening(t, a, serverOut)
-	out, err := exec.Command(bin, "exec", "--profile", other, "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1", "--ib-peers", a, "--", "sleep", "6").CombinedOutput()
-	want := `peer builds fabric "superpod" from another profile`
-	if err != nil || !strings.Contains(string(out), want) {
-		t.Errorf("node-b, of another fabric model: %v\n%s\nwant %q", err, out, want)
+	nodeB := startNode(t, exec.Command(bin, "exec", "--profile", other, "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1", "--ib-peers", a, "--", "sleep", "600"))
+	waitOutput(t, nodeB, `peer builds fabric "superpod" from another profile`)
+}
+
+// waitOutput waits for an exec'd node to print want: a fixed run of node-b
+// (2 s, then 6 s) ended before its daemon met node-a under CI's load.
+func waitOutput(t *testing.T, out *testenv.SyncBuffer, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(out.String(), want); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("in 60 s the node did not print %q:\n%s", want, out.String())
+		}
 	}
 }
 
