@@ -486,7 +486,9 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel, mig []bool, all bo
 		}
 	}
 
-	// Set even over a CDI spec's void: the library filters on it.
+	// Set even over a CDI spec's void (NVIDIA's runtime leaves void there):
+	// it records what the container holds, which Synchronize reads back
+	// after a restart.
 	adj.Env = make([]EnvVar, 0, 2)
 	adj.Env = append(adj.Env, EnvVar{Key: VisibleDevicesEnv, Value: visible})
 	if _, set := lookupEnv(ctr.Env, SnapshotEnv); !set && firstSnap != "" {
