@@ -96,10 +96,9 @@ deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvt
 	hack/fetch-npd.sh $(CACHE)
 	hack/fetch-gpud.sh $(CACHE)
 
-# lstopo with hwloc's NVML plugin, which Debian's hwloc lacks: built from
-# Debian's source against go-nvml's nvml.h and the built library's soname.
-hwloc-nvml: driver
-	hack/fetch-hwloc.sh $(CACHE) $(NVML_H_DIR) $(LIBDIR)
+# hwloc's NVML plugin from Debian's contrib, for the system's lstopo.
+hwloc-nvml:
+	hack/fetch-hwloc.sh $(CACHE)
 
 k8s-tools: ## build Kubernetes v1.37 (etcd, control plane, kubelet, kubectl, CNI) and NVIDIA's DRA driver with its image into .cache (once per version; 30 min cold, minutes with a warm Go cache)
 	hack/k8s-node.sh build

@@ -178,20 +178,21 @@ type hwlocObj struct {
 	Children []hwlocObj `xml:"object"`
 }
 
-// hwloc with its NVML plugin (Debian's has none; hack/fetch-hwloc.sh builds
-// the same release with it) attaches each NVML GPU to the PCI device of
-// its bus id: NVML's nvmlN is the tree's GPU N, so the library's bus ids and
-// the rendered tree agree for a tool that reads both.
+// hwloc with Debian's NVML plugin (contrib, fetched by hack/fetch-hwloc.sh)
+// attaches each NVML GPU to the PCI device of its bus id: NVML's nvmlN is
+// the tree's GPU N, so the library's bus ids and the rendered tree agree
+// for a tool that reads both.
 func TestHwlocAttachesEachNVMLGPUToItsPCIDevice(t *testing.T) {
 	needRoot(t)
-	lstopo := filepath.Join(testenv.CacheDir(), "bin", "lstopo-nvml")
-	if _, err := os.Stat(lstopo); err != nil {
-		testenv.Missing(t, "%s (make test builds it: hack/fetch-hwloc.sh)", lstopo)
+	lstopo := testenv.Tool(t, "lstopo-no-graphics")
+	plugins := filepath.Join(testenv.CacheDir(), "hwloc-plugins")
+	if _, err := os.Stat(filepath.Join(plugins, "hwloc_nvml.so")); err != nil {
+		testenv.Missing(t, "%s/hwloc_nvml.so (make test fetches it: hack/fetch-hwloc.sh)", plugins)
 	}
 	for _, board := range []string{"a100", "gb200"} {
 		t.Run(board, func(t *testing.T) {
 			n := testenv.Node(t, board, 0)
-			r := run(t, board, 0, false, lstopo, "--whole-io", "--of", "xml", "-")
+			r := run(t, board, 0, false, "env", "HWLOC_PLUGINS_PATH="+plugins, lstopo, "--whole-io", "--of", "xml", "-")
 			if r.err != nil || r.status != 0 {
 				t.Fatalf("status %d, %v\n%s", r.status, r.err, r.stderr)
 			}
