@@ -169,6 +169,26 @@ NVML_API nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPst
 	return NVML_SUCCESS;
 }
 
+// The board's one performance state is the only one the mock shows (it
+// does not move with load), so it is the list: answering NOT_SUPPORTED,
+// which nvml.h keeps for devices without P-state readings, contradicted
+// GetPerformanceState. The rest of the list is UNKNOWN (nvml.h), which has
+// at most NVML_MAX_GPU_PERF_PSTATES entries whatever size says.
+NVML_API nvmlReturn_t nvmlDeviceGetSupportedPerformanceStates(nvmlDevice_t device, nvmlPstates_t *pstates, unsigned int size)
+{
+	DEV(device, d);
+	OUT(pstates);
+	unsigned n = size / sizeof *pstates;
+	if (n < 1)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	if (n > NVML_MAX_GPU_PERF_PSTATES)
+		n = NVML_MAX_GPU_PERF_PSTATES;
+	pstates[0] = (nvmlPstates_t)d->s->performance_state;
+	for (unsigned i = 1; i < n; i++)
+		pstates[i] = NVML_PSTATE_UNKNOWN;
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t *pState)
 {
 	DEV(device, d);

@@ -266,6 +266,8 @@ func TestGettersMatchProfile(t *testing.T) {
 			}
 			ps, ret := d.GetPerformanceState()
 			check(t, "GetPerformanceState", ps, ret, nvml.Pstates(pstate))
+			pss, ret := d.GetSupportedPerformanceStates()
+			check(t, "GetSupportedPerformanceStates", fmt.Sprint(pss), ret, fmt.Sprint([]nvml.Pstates{nvml.Pstates(pstate)}))
 			pm, ret := d.GetPersistenceMode()
 			check(t, "GetPersistenceMode", pm, ret, enableState(m.Persistence))
 			cm, ret := d.GetComputeMode()
