@@ -86,7 +86,7 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	ln -sf $(@F) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
-deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, NVIDIA's tools, nfd-worker, node-problem-detector and gpud into .cache
+deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, nvitop, NVIDIA's tools, nfd-worker, node-problem-detector and gpud into .cache
 	hack/install-deps.sh
 	hack/fetch-nvidia-smi.sh $(CACHE)
 	hack/fetch-pynvml.sh $(CACHE)

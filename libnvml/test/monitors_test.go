@@ -18,12 +18,15 @@ import (
 	"github.com/nvmock/nvmock/live"
 )
 
+var frozenAt = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
 // monitorNode is a two-GPU a100 node whose GPU 0 is under load with one
 // registered process (a sleeping child); it returns the snapshot and pid.
-func monitorNode(t *testing.T) (string, int) {
+// Its clock is frozen unless frozen is zero.
+func monitorNode(t *testing.T, frozen time.Time) (string, int) {
 	t.Helper()
 	snap, _ := testenv.Snapshot(t, "a100", 2)
-	f := testenv.LiveState(t, snap, 2, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	f := testenv.LiveState(t, snap, 2, frozen)
 	boards, err := live.Boards(f.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +57,7 @@ func monitor(t *testing.T, parts ...string) string {
 
 // gpustat, the Python monitor on pynvml, shows the load and the process.
 func TestGpustatShowsTheLoadAndTheProcess(t *testing.T) {
-	snap, pid := monitorNode(t)
+	snap, pid := monitorNode(t, frozenAt)
 	python, env := pynvmlEnv(t, snap)
 	gpustat := monitor(t, "gpustat", "usr", "lib", "python3", "dist-packages")
 	for i, kv := range env {
@@ -91,7 +94,7 @@ func TestGpustatShowsTheLoadAndTheProcess(t *testing.T) {
 // nvtop, the terminal monitor that dlopens the library and calls the
 // unversioned (v1) process lists, shows the process in its list.
 func TestNvtopListsTheProcess(t *testing.T) {
-	snap, pid := monitorNode(t)
+	snap, pid := monitorNode(t, frozenAt)
 	nvtop := monitor(t, "nvtop", "usr", "bin", "nvtop")
 	script := testenv.Tool(t, "script")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -107,6 +110,37 @@ func TestNvtopListsTheProcess(t *testing.T) {
 	t.Logf("nvtop: %s", around(text, strconv.Itoa(pid)))
 	if !strings.Contains(text, "A100") {
 		t.Errorf("nvtop's screen lacks the GPU:\n%s", text)
+	}
+}
+
+// nvitop (trixie's, on trixie's pynvml 12.550) shows each GPU's load and
+// memory, and the process with its memory and utilization.
+func TestNvitopShowsTheLoadAndTheProcess(t *testing.T) {
+	// The wall clock: nvitop asks for process samples since a second ago.
+	snap, pid := monitorNode(t, time.Time{})
+	python, env := pynvmlEnv(t, snap)
+	nvitop := monitor(t, "nvitop", "usr", "lib", "python3", "dist-packages")
+	pynvml := monitor(t, "pynvml12", "usr", "lib", "python3", "dist-packages")
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "PYTHONPATH=") {
+			env[i] = "PYTHONPATH=" + nvitop + ":" + pynvml // its pynvml, not bookworm's
+		}
+	}
+	cmd := exec.Command(python, "-m", "nvitop", "--once")
+	cmd.Env = append(env, "TERM=xterm", "COLUMNS=160", "LINES=50", "HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nvitop --once: %v\n%s", err, out)
+	}
+	text := string(out)
+	// Each GPU's second line: temperature, P-state, power, memory, utilization.
+	rows := regexp.MustCompile(`(?m)^│ N/A +\d+C +P0 +\d+W / 400W │ +(\S+) / 40\.00GiB │ +(\d+)% `).FindAllStringSubmatch(text, -1)
+	if len(rows) != 2 || rows[0][1] != "3072MiB" || rows[0][2] != "60" || rows[1][2] != "0" {
+		t.Errorf("nvitop's GPU rows %q, want GPU 0 at 3072MiB and 60%%, GPU 1 at 0%%:\n%s", rows, text)
+	}
+	proc := regexp.MustCompile(`(?m)^│ +0 +` + strconv.Itoa(pid) + ` C +\S+ +3072MiB +60 +30 `)
+	if !proc.MatchString(text) {
+		t.Errorf("nvitop lists no process %d on GPU 0 with 3072MiB, 60 %%SM and 30 %%GMBW:\n%s", pid, text)
 	}
 }
 
