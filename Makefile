@@ -86,11 +86,12 @@ $(LIB): $(LIB_SRCS) $(LIB_HDRS) $(DEFAULT_SNAPSHOT)
 	ln -sf $(@F) $(LIBDIR)/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $(LIBDIR)/libnvidia-ml.so
 
-deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, nvitop, NVIDIA's tools, nfd-worker, node-problem-detector and gpud into .cache
+deps: ## install missing Debian packages; fetch nvidia-smi, pynvml, gpustat, nvtop, nvitop, slurmd, NVIDIA's tools, nfd-worker, node-problem-detector and gpud into .cache
 	hack/install-deps.sh
 	hack/fetch-nvidia-smi.sh $(CACHE)
 	hack/fetch-pynvml.sh $(CACHE)
 	hack/fetch-monitors.sh $(CACHE)
+	hack/fetch-slurm.sh $(CACHE)
 	hack/fetch-nvidia-tools.sh $(CACHE)
 	hack/fetch-nfd.sh $(CACHE)
 	hack/fetch-npd.sh $(CACHE)
