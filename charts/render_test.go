@@ -32,6 +32,7 @@ type pool struct {
 	faults        string            // the --ib-fault flags it gets, comma-joined (infiniband.faults)
 	peers         string            // the plugin's --ib-peers (infiniband.peers)
 	mig           string            // --mig the install gets
+	hostCPUs      bool              // --host-cpus the install gets
 	annotations   map[string]string // podAnnotations the pod template carries
 	xidlog        bool              // kernelLog.xids: the xidlog container runs
 }
@@ -65,6 +66,7 @@ pools:
         - index: 1
           board:
             thermal: {gpu: 61}
+    hostCPUs: true
     nodeSelector: {nvmock.io/pool: t4, kubernetes.io/arch: amd64}
     tolerations:
       - {key: nvmock.io/t4, operator: Exists, effect: NoSchedule}
@@ -98,7 +100,7 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true, xidlog: true}}},
 		{"fleet", fleetValues, []pool{
 			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers, annotations: fleetAnnotations},
-			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, annotations: fleetAnnotations}, // no InfiniBand: no peers, slots or port faults
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, hostCPUs: true, annotations: fleetAnnotations}, // no InfiniBand: no peers, slots or port faults
 		}},
 	}
 	for _, name := range profile.Builtins() {
@@ -251,6 +253,9 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	}
 	if p.mig != "" {
 		want["mig"] = p.mig
+	}
+	if p.hostCPUs {
+		want["host-cpus"] = "true"
 	}
 	if p.faults != "" {
 		want["ib-fault"] = p.faults

@@ -81,6 +81,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1; -1: from its name")
 	mig := fs.String("mig", "", migFlagHelp)
 	slots := fs.String("fabric-slots", "", "NODE=SLOT,...: the places of named nodes (the chart's infiniband.slots); others take --fabric-slot")
+	hostCPUs := fs.Bool("host-cpus", false, hostCPUsHelp)
 	var faults faultFlags
 	fs.Var(&faults, "ib-fault", faultUsage)
 	if err := parseFlags(fs, args, stdout, "Usage: nvmock hostprep install [flags]\n  Installs the mock node overlay, its CDI spec and NFD file (as root).\n"); err != nil {
@@ -128,6 +129,11 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	}
 	if *mig == "" { // --mig is checked as the install places it
 		if err := fitMIG(*prof, p); err != nil {
+			return fmt.Errorf("hostprep install: %w", err)
+		}
+	}
+	if *hostCPUs {
+		if err := fitHostCPUs(p); err != nil {
 			return fmt.Errorf("hostprep install: %w", err)
 		}
 	}

@@ -103,7 +103,9 @@ type loadFlags struct {
 	gpus   int
 	seed   string
 	driver string
-	fs     *flag.FlagSet
+	// hostCPUs moves the profile's CPUs onto this machine's (FitCPUs).
+	hostCPUs bool
+	fs       *flag.FlagSet
 	// migGiven: a --mig layout takes the place of the profile's own.
 	migGiven bool
 }
@@ -126,6 +128,21 @@ func (l *loadFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&l.gpus, "gpus", 0, "override the profile's GPU count")
 	fs.StringVar(&l.seed, "seed", "", "node seed (default: $NODE_NAME, else /etc/machine-id)")
 	fs.StringVar(&l.driver, "driver-version", "", "override the profile's driver version (CUDA and NVML versions follow it)")
+	fs.BoolVar(&l.hostCPUs, "host-cpus", false, hostCPUsHelp)
+}
+
+const hostCPUsHelp = "give the GPUs this machine's CPUs in place of the modelled node's (its NUMA nodes each take a share),\nfor tools that check them against the host's (Slurm's AutoDetect=nvml)"
+
+// fitHostCPUs moves p's CPUs onto this machine's.
+func fitHostCPUs(p *profile.Profile) error {
+	host, err := profile.OnlineCPUs()
+	if err == nil {
+		err = p.FitCPUs(host)
+	}
+	if err != nil {
+		return fmt.Errorf("--host-cpus: %w", err)
+	}
+	return nil
 }
 
 func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
@@ -154,6 +171,11 @@ func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
 	}
 	if err := fitMIG(name, p); err != nil {
 		return nil, "", err
+	}
+	if l.hostCPUs {
+		if err := fitHostCPUs(p); err != nil {
+			return nil, "", err
+		}
 	}
 	seed := l.seed
 	if seed == "" {
