@@ -33,11 +33,12 @@ for p in slurmd slurm-wlm-basic-plugins slurm-wlm-nvml-plugin libnuma1; do
   deb=$(debapt_download "$p/bookworm")
   debapt_extract "$deb" "$x/$p"
 done
-lib=usr/lib/x86_64-linux-gnu
+lib=$(cd "$x/slurm-wlm-basic-plugins/usr/lib" && echo */slurm-wlm)  # the multiarch directory
+[[ -f $x/slurm-wlm-basic-plugins/usr/lib/$lib/libslurmfull.so ]] || debapt_die "no libslurmfull.so in slurm-wlm-basic-plugins"
 cp "$x/slurmd/usr/sbin/slurmd-wlm" "$out.tmp/sbin/slurmd"
-cp "$x/slurm-wlm-basic-plugins/$lib/slurm-wlm/libslurmfull.so" "$out.tmp/lib/"
-cp -P "$x/libnuma1/$lib"/libnuma.so.1* "$out.tmp/lib/"
-cp "$x/slurm-wlm-basic-plugins/$lib/slurm-wlm/"*.so "$x/slurm-wlm-nvml-plugin/$lib/slurm-wlm/gpu_nvml.so" "$out.tmp/plugins/"
+cp "$x/slurm-wlm-basic-plugins/usr/lib/$lib/libslurmfull.so" "$out.tmp/lib/"
+cp -P "$x/libnuma1/usr/lib/${lib%/*}"/libnuma.so.1* "$out.tmp/lib/"
+cp "$x/slurm-wlm-basic-plugins/usr/lib/$lib/"*.so "$x/slurm-wlm-nvml-plugin/usr/lib/$lib/gpu_nvml.so" "$out.tmp/plugins/"
 rm -f "$out.tmp/plugins/libslurmfull.so"
 rm -rf "$x" "$out"
 # Rename last, so a half-done run never looks complete.

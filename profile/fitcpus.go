@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,8 +15,9 @@ import (
 // it still holds: the CPUs the lists split alike (a NUMA node's, in
 // practice) form groups, in order of their first CPU, and each group takes
 // an even share of host's CPUs in order, or one of them when host has
-// fewer CPUs than there are groups. A host that has every CPU the profile
-// names changes nothing.
+// fewer CPUs than there are groups; within a socket's share where the
+// profile has topology.sockets, which cannot share CPUs. A host that has
+// every CPU the profile names changes nothing. p must be valid.
 func (p *Profile) FitCPUs(host CPUSet) error {
 	var hostCPUs []int
 	for c := 0; c < MaxCPUs; c++ {
@@ -79,13 +81,34 @@ func (p *Profile) FitCPUs(host CPUSet) error {
 		}
 		members[g] = append(members[g], c)
 	}
+	// Sockets cannot share CPUs: each takes its share of the host's, which
+	// its groups share; groups outside every socket share all of them.
+	nsock, h := len(t.Sockets), len(hostCPUs)
+	if nsock > h {
+		return fmt.Errorf("host CPUs: %d online, fewer than the profile's %d topology.sockets, which cannot share one", h, nsock)
+	}
+	parts := make([][]int, nsock+1) // socket -> its groups in order; the last: no socket's
+	for g, cs := range members {
+		part := nsock
+		for s := range nsock {
+			if sets[len(t.CPUAffinity)+s].Has(cs[0]) {
+				part = s
+				break
+			}
+		}
+		parts[part] = append(parts[part], g)
+	}
 	image := make([]CPUSet, len(members))
-	h, k := len(hostCPUs), len(members)
-	for g := range members {
-		lo, hi := g*h/k, (g+1)*h/k
-		hi = max(hi, lo+1)
-		for _, c := range hostCPUs[lo:hi] {
-			image[g][c/64] |= 1 << (c % 64)
+	for part, gs := range parts {
+		hs := hostCPUs
+		if part < nsock {
+			hs = hostCPUs[part*h/nsock : (part+1)*h/nsock]
+		}
+		for j, g := range gs {
+			lo, hi := j*len(hs)/len(gs), (j+1)*len(hs)/len(gs)
+			for _, c := range hs[lo:max(hi, lo+1)] {
+				image[g][c/64] |= 1 << (c % 64)
+			}
 		}
 	}
 	for i, l := range lists {
@@ -100,7 +123,7 @@ func (p *Profile) FitCPUs(host CPUSet) error {
 		*l = out.List()
 	}
 	if errs := p.Validate(); len(errs) > 0 {
-		return fmt.Errorf("host CPUs: %w", errs[0])
+		return fmt.Errorf("host CPUs: %w", errors.Join(errs...))
 	}
 	return nil
 }

@@ -127,7 +127,7 @@ func TestNvitopShowsTheLoadAndTheProcess(t *testing.T) {
 		}
 	}
 	cmd := exec.Command(python, "-m", "nvitop", "--once")
-	cmd.Env = append(env, "TERM=xterm", "COLUMNS=160", "LINES=50", "HOME="+t.TempDir())
+	cmd.Env = append(env, "TERM=xterm", "COLUMNS=160", "LINES=50", "HOME="+t.TempDir(), "PYTHONIOENCODING=utf-8")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("nvitop --once: %v\n%s", err, out)
