@@ -131,7 +131,7 @@ func (l *loadFlags) add(fs *flag.FlagSet) {
 	fs.BoolVar(&l.hostCPUs, "host-cpus", false, hostCPUsHelp)
 }
 
-const hostCPUsHelp = "give the GPUs this machine's CPUs in place of the modelled node's (its NUMA nodes each take a share),\nfor tools that check them against the host's (Slurm's AutoDetect=nvml)"
+const hostCPUsHelp = "give the GPUs this machine's CPUs in place of the modelled node's (each modelled socket, then NUMA node, takes a share),\nfor tools that check them against the host's (Slurm's AutoDetect=nvml)"
 
 // fitHostCPUs moves p's CPUs onto this machine's.
 func fitHostCPUs(p *profile.Profile) error {
