@@ -91,6 +91,12 @@ func guard(args []string) error {
 	}
 	endLeftovers(ns, note)
 	if dir := args[0]; dir != "" {
+		// The pipe's end can be let go before exec's lock on dir: a dying
+		// process's files are released in no set order, and on a busy
+		// machine some time apart (CI: the directory was left).
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end) && exists(dir) && !abandoned(dir); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		Sweep(filepath.Dir(dir), func(name string) bool { return name == filepath.Base(dir) })
 	}
 	if noted {
@@ -101,4 +107,9 @@ func guard(args []string) error {
 	}
 	os.Exit(0)
 	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
