@@ -53,6 +53,7 @@ func execRun(args []string) error {
 	name := fs.String("profile", "a100", "built-in profile name or profile file")
 	assets := fs.String("assets", "", "driver tree holding usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi\n(default $NVMOCK_ASSETS, else ../driver beside this binary)")
 	mig := fs.String("mig", "", migFlagHelp)
+	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511) instead of /dev/null's 1:3, as hostprep install does\n(as root; refused on a host with a real NVIDIA driver, whose GPUs they would open)")
 	var lf loadFlags
 	lf.add(fs)
 	var ib ibFlags
@@ -80,8 +81,18 @@ func execRun(args []string) error {
 	if err != nil {
 		return err
 	}
+	_, err = os.Stat("/proc/driver/nvidia")
+	realDriver := err == nil
+	if *realNumbers {
+		if os.Geteuid() != 0 {
+			return errors.New("exec: --real-device-numbers needs root: a user namespace cannot make device nodes")
+		}
+		if realDriver {
+			return errors.New("exec: --real-device-numbers: this host has a real NVIDIA driver (/proc/driver/nvidia); nodes with its numbers would open its GPUs")
+		}
+	}
 	// The namespace hides the real GPUs; say so, as install refuses to.
-	if _, err := os.Stat("/proc/driver/nvidia"); err == nil {
+	if realDriver {
 		fmt.Fprintln(os.Stderr, "nvmock exec: note: this host has a real NVIDIA driver (/proc/driver/nvidia); the command sees the mock GPUs, not its own")
 	}
 	if *assets, err = assetsDir(*assets); err != nil {
@@ -148,8 +159,9 @@ func execRun(args []string) error {
 			// The fabric as the daemon has it: nvmock ctl ib rebuilds it.
 			FabricHost: nodeNameOr(ib.host), FabricSlot: ib.slot + 1, IBFaults: ib.faults, SharedIBTables: true, Fabric: fab,
 			// Without root the namespace cannot hold device nodes anyway.
-			PlainDevFiles: os.Geteuid() != 0,
-			NoPCI:         true,
+			PlainDevFiles:     os.Geteuid() != 0,
+			RealDeviceNumbers: *realNumbers,
+			NoPCI:             true,
 		})
 		if err != nil {
 			return "", err

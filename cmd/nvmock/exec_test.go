@@ -300,6 +300,39 @@ func TestExecNotesARealDriver(t *testing.T) {
 	}
 }
 
+// --real-device-numbers gives the nodes NVIDIA's numbers, as hostprep
+// install does (nvidia-ctk cdi generate writes them into CDI specs), and
+// refuses where a real driver would answer them. Exec had no such flag.
+func TestExecGivesNVIDIAsDeviceNumbersWhenAsked(t *testing.T) {
+	cache, tmp := t.TempDir(), t.TempDir()
+	nodes := []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}
+	numbers := func(args ...string) string {
+		t.Helper()
+		args = append(append([]string{"--profile", "t4", "--gpus", "2"}, args...), "--", "sh", "-c", `stat -c '%t:%T' "$@" && nvidia-smi -L | wc -l`, "sh")
+		out, err := execNode(t, cache, tmp, append(args, nodes...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("exec %v: %v\n%s", args, err, out)
+		}
+		return strings.Join(strings.Fields(string(out)), " ")
+	}
+	if got, want := numbers(), "1:3 1:3 1:3 1:3 2"; got != want {
+		t.Errorf("device numbers by default: %s, want %s (and nvidia-smi's 2 GPUs)", got, want)
+	}
+	if got, want := numbers("--real-device-numbers"), "c3:0 c3:1 c3:ff 1ff:0 2"; got != want {
+		t.Errorf("--real-device-numbers: %s, want %s (and nvidia-smi's 2 GPUs)", got, want)
+	}
+	cmd := execNode(t, cache, tmp, "--profile", "t4", "--real-device-numbers", "--", "true")
+	args := append([]string{"--mount", "--propagation", "private", "sh", "-c",
+		`mount -t tmpfs tmpfs /proc/driver && mkdir /proc/driver/nvidia && exec "$@"`, "sh"}, cmd.Args...)
+	c := exec.Command(testenv.Tool(t, "unshare"), args...)
+	c.Env = cmd.Env
+	out, err := c.CombinedOutput()
+	want := "nvmock: exec: --real-device-numbers: this host has a real NVIDIA driver (/proc/driver/nvidia); nodes with its numbers would open its GPUs\n"
+	if status(err) != 125 || string(out) != want {
+		t.Errorf("--real-device-numbers on a host with /proc/driver/nvidia: %v\n%s\nwant status 125 and %q", err, out, want)
+	}
+}
+
 // A board with InfiniBand runs where /dev/infiniband exists (a real RDMA
 // host, or here another exec's node, gb200's with 8 umad nodes): the
 // overlay's nodes take its place, as the NVIDIA ones do. QA: "mkdir

@@ -321,7 +321,8 @@ func copyEntry(src, dst string, devices bool) error {
 
 // devNode makes one of the overlay's device nodes at dst: the same node
 // when allowed to make nodes, else a bind mount of /dev/null (its inert
-// numbers), else a plain file, which is all the library checks for.
+// numbers), else a plain file, which is all the library checks for. A node
+// with other numbers (--real-device-numbers) is made as it is, or refused.
 func devNode(src, dst, null string, userns bool) error {
 	fi, err := os.Lstat(src)
 	if err != nil {
@@ -342,9 +343,20 @@ func devNode(src, dst, null string, userns bool) error {
 		}
 		return nil
 	}
-	if st := fi.Sys().(*syscall.Stat_t); !userns && fi.Mode()&os.ModeCharDevice != 0 {
-		if err := syscall.Mknod(dst, st.Mode, int(st.Rdev)); err == nil {
-			return nil
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode()&os.ModeCharDevice != 0 {
+		major, minor := unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		inert := major == 1 && minor == 3
+		if userns && !inert {
+			return fmt.Errorf("%s: a user namespace cannot make device %d:%d; run as root", dst, major, minor)
+		}
+		if !userns {
+			err := syscall.Mknod(dst, st.Mode, int(st.Rdev))
+			if err == nil {
+				return nil
+			}
+			if !inert {
+				return fmt.Errorf("mknod %s %d:%d: %w (needs CAP_MKNOD)", dst, major, minor, err)
+			}
 		}
 	}
 	if err := touch(dst); err != nil {
