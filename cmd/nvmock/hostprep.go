@@ -16,7 +16,6 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
-	"github.com/nvmock/nvmock/profile"
 )
 
 const hostprepUsage = `Usage:
@@ -69,8 +68,6 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	fs := flag.NewFlagSet("hostprep install", flag.ContinueOnError)
 	root := fs.String("root", hostprep.DefaultRoot, "directory that holds the overlays and the driver symlink")
 	prof := fs.String("profile", "a100", "built-in profile NAME or profile FILE")
-	gpus := fs.Int("gpus", 0, "GPUs on the node (default: the profile's)")
-	driver := fs.String("driver-version", "", "the driver version the node reports (default: the profile's; CUDA and NVML versions follow it)")
 	node := fs.String("node-name", "", "node name: its labels, its fabric host and the seed of GPU identities (default: $NODE_NAME, else the hostname, with identities from /etc/machine-id as exec and the library take them)")
 	assets := fs.String("assets", "", "built driver tree with usr/lib64 and usr/bin (default: ../driver next to the nvmock executable)")
 	cdiDir := fs.String("cdi-dir", hostprep.DefaultCDIDir, "directory for the CDI spec "+hostprep.CDIFile)
@@ -81,7 +78,8 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	slot := fs.Int("fabric-slot", -1, "the node's place in its InfiniBand fabric, 0 to nodes-1; -1: from its name")
 	mig := fs.String("mig", "", migFlagHelp)
 	slots := fs.String("fabric-slots", "", "NODE=SLOT,...: the places of named nodes (the chart's infiniband.slots); others take --fabric-slot")
-	hostCPUs := fs.Bool("host-cpus", false, hostCPUsHelp)
+	var lf loadFlags // --gpus, --driver-version, --host-cpus
+	lf.addShape(fs)
 	var faults faultFlags
 	fs.Var(&faults, "ib-fault", faultUsage)
 	if err := parseFlags(fs, args, stdout, "Usage: nvmock hostprep install [flags]\n  Installs the mock node overlay, its CDI spec and NFD file (as root).\n"); err != nil {
@@ -104,38 +102,11 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 	if err := hostprep.CheckDirs(*root, *cdiDir, *nfdDir); err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
 	}
-	p, err := profile.Load(*prof)
+	// A --mig layout takes the place of the profile's, and is checked as the install places it.
+	lf.migGiven = *mig != ""
+	p, err := lf.profile(*prof)
 	if err != nil {
 		return fmt.Errorf("hostprep install: %w", err)
-	}
-	if *mig != "" {
-		dropLayout(p)
-	}
-	gpusSet := false
-	fs.Visit(func(f *flag.Flag) { gpusSet = gpusSet || f.Name == "gpus" })
-	if gpusSet {
-		if *gpus < 1 || *gpus > profile.MaxGPUs {
-			return fmt.Errorf("hostprep install: --gpus %d: a node has 1 to %d GPUs", *gpus, profile.MaxGPUs)
-		}
-		p.GPUs = *gpus
-		if errs := p.Validate(); len(errs) > 0 {
-			return fmt.Errorf("hostprep install: --gpus %d: %w", *gpus, errs[0])
-		}
-	}
-	if *driver != "" {
-		if err := p.SetDriver(*driver); err != nil {
-			return fmt.Errorf("hostprep install: --driver-version: %w", err)
-		}
-	}
-	if *mig == "" { // --mig is checked as the install places it
-		if err := fitMIG(*prof, p); err != nil {
-			return fmt.Errorf("hostprep install: %w", err)
-		}
-	}
-	if *hostCPUs {
-		if err := fitHostCPUs(p); err != nil {
-			return fmt.Errorf("hostprep install: %w", err)
-		}
 	}
 	name := nodeNameOr(*node)
 	if name == "" {

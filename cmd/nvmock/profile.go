@@ -124,9 +124,15 @@ func dropLayout(p *profile.Profile) {
 }
 
 func (l *loadFlags) add(fs *flag.FlagSet) {
+	l.addShape(fs)
+	fs.StringVar(&l.seed, "seed", "", "node seed (default: $NODE_NAME, else /etc/machine-id)")
+}
+
+// addShape adds the flags that change the profile, without --seed
+// (hostprep install takes the node's name instead).
+func (l *loadFlags) addShape(fs *flag.FlagSet) {
 	l.fs = fs
 	fs.IntVar(&l.gpus, "gpus", 0, "override the profile's GPU count")
-	fs.StringVar(&l.seed, "seed", "", "node seed (default: $NODE_NAME, else /etc/machine-id)")
 	fs.StringVar(&l.driver, "driver-version", "", "override the profile's driver version (CUDA and NVML versions follow it)")
 	fs.BoolVar(&l.hostCPUs, "host-cpus", false, hostCPUsHelp)
 }
@@ -146,36 +152,9 @@ func fitHostCPUs(p *profile.Profile) error {
 }
 
 func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
-	p, err := profile.Load(name)
+	p, err := l.profile(name)
 	if err != nil {
 		return nil, "", err
-	}
-	if l.migGiven {
-		dropLayout(p)
-	}
-	given := false
-	l.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gpus" })
-	if given { // --gpus 0 is refused, not the profile's count
-		if l.gpus < 1 || l.gpus > profile.MaxGPUs {
-			return nil, "", fmt.Errorf("--gpus %d: a node has 1 to %d GPUs", l.gpus, profile.MaxGPUs)
-		}
-		p.GPUs = l.gpus
-		if errs := p.Validate(); len(errs) > 0 {
-			return nil, "", fmt.Errorf("--gpus %d: %w", l.gpus, errs[0])
-		}
-	}
-	if l.driver != "" {
-		if err := p.SetDriver(l.driver); err != nil {
-			return nil, "", fmt.Errorf("--driver-version: %w", err)
-		}
-	}
-	if err := fitMIG(name, p); err != nil {
-		return nil, "", err
-	}
-	if l.hostCPUs {
-		if err := fitHostCPUs(p); err != nil {
-			return nil, "", err
-		}
 	}
 	seed := l.seed
 	if seed == "" {
@@ -184,6 +163,42 @@ func (l *loadFlags) load(name string) (*profile.Profile, string, error) {
 		}
 	}
 	return p, seed, nil
+}
+
+// profile loads the profile name and changes it as the flags say.
+func (l *loadFlags) profile(name string) (*profile.Profile, error) {
+	p, err := profile.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	if l.migGiven {
+		dropLayout(p)
+	}
+	given := false
+	l.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gpus" })
+	if given { // --gpus 0 is refused, not the profile's count
+		if l.gpus < 1 || l.gpus > profile.MaxGPUs {
+			return nil, fmt.Errorf("--gpus %d: a node has 1 to %d GPUs", l.gpus, profile.MaxGPUs)
+		}
+		p.GPUs = l.gpus
+		if errs := p.Validate(); len(errs) > 0 {
+			return nil, fmt.Errorf("--gpus %d: %w", l.gpus, errs[0])
+		}
+	}
+	if l.driver != "" {
+		if err := p.SetDriver(l.driver); err != nil {
+			return nil, fmt.Errorf("--driver-version: %w", err)
+		}
+	}
+	if err := fitMIG(name, p); err != nil {
+		return nil, err
+	}
+	if l.hostCPUs {
+		if err := fitHostCPUs(p); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 func profileShow(args []string, w io.Writer) error {
