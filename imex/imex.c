@@ -10,6 +10,7 @@
 // status (-N) and no memory export.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <poll.h>
@@ -50,6 +51,7 @@ struct config {
 	int cmd_port;        // IMEX_CMD_PORT
 	char cmd_unix[108];  // IMEX_CMD_UNIX_DOMAIN_PATH
 	char log_file[4096]; // LOG_FILE_NAME; empty: stderr
+	int daemonize;       // DAEMONIZE: 1, NVIDIA's default, detaches once ready
 };
 
 static const char *prog = "nvidia-imex";
@@ -93,7 +95,7 @@ static int port(const char *what, const char *v, long min)
 	for (const char *d = v; *d >= '0' && *d <= '9' && p <= 65535; d++)
 		p = p * 10 + (*d - '0');
 	if (v[strspn(v, "0123456789")] != '\0' || p < min || p > 65535)
-		die("%s: %s is not a port (%ld to 65535)", what, v, min);
+		die("%s: %.80s is not a port (%ld to 65535)", what, v, min);
 	return (int)p;
 }
 
@@ -108,7 +110,7 @@ static struct addr ip(const char *what, const char *v)
 	else if (inet_pton(AF_INET6, v, &a.v6) == 1)
 		a.family = AF_INET6;
 	else
-		die("%s: %s is not an IPv4 or IPv6 address", what, v);
+		die("%s: %.80s is not an IPv4 or IPv6 address", what, v);
 	return a;
 }
 
@@ -151,6 +153,7 @@ static void read_config(const char *path, struct config *c)
 	strcpy(c->nodes, DEFAULT_NODES);
 	c->server_port = 50000;
 	c->cmd_port = 50005;
+	c->daemonize = 1;
 	FILE *f = fopen(path, "r");
 	if (f == NULL)
 		die("config file %s: %s", path, strerror(errno));
@@ -183,9 +186,13 @@ static void read_config(const char *path, struct config *c)
 		else if (strcmp(k, "SERVER_PORT") == 0 && *v)
 			c->server_port = port(what, v, 0); // 0 to 65535, as NVIDIA documents it
 		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0 && strcmp(v, "0") != 0 && strcmp(v, "1") != 0 && *v)
-			die("%s: %s is not 0 or 1", what, v);
+			die("%s: %.80s is not 0 or 1", what, v);
 		else if (strcmp(k, "IMEX_CMD_ENABLED") == 0)
 			c->cmd_enabled = strcmp(v, "1") == 0;
+		else if (strcmp(k, "DAEMONIZE") == 0 && strcmp(v, "0") != 0 && strcmp(v, "1") != 0 && *v)
+			die("%s: %.80s is not 0 or 1", what, v);
+		else if (strcmp(k, "DAEMONIZE") == 0 && *v)
+			c->daemonize = strcmp(v, "1") == 0;
 		else if (strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP") == 0)
 			c->cmd_ip = ip(what, v);
 		else if (strcmp(k, "IMEX_CMD_PORT") == 0 && *v)
@@ -313,6 +320,29 @@ static void drop_oldest(struct client *cl, int *ncl)
 	cl[oldest] = cl[--*ncl];
 }
 
+// detach runs the daemon on in the background, as DAEMONIZE=1 asks (NVIDIA's
+// default; its DRA driver and containers set 0): the caller gets status 0
+// once the daemon listens, and the daemon keeps no terminal or pipe of the
+// caller's open. The working directory stays: the node file's path may be
+// relative, and SIGUSR1 reads it again.
+static void detach(void)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		die("daemonize: fork: %s", strerror(errno));
+	if (pid > 0)
+		_exit(0);
+	setsid();
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null < 0)
+		die("daemonize: /dev/null: %s", strerror(errno));
+	for (int fd = 0; fd <= 2; fd++)
+		dup2(null, fd);
+	if (null > 2)
+		close(null);
+}
+
 static int daemon_main(const char *cfgpath)
 {
 	struct config c;
@@ -360,6 +390,8 @@ static int daemon_main(const char *cfgpath)
 		logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service off", nodes, c.nodes,
 			c.server_port);
 	}
+	if (c.daemonize)
+		detach();
 	struct client cl[MAX_CLIENTS];
 	int ncl = 0;
 	while (!stop) {
@@ -539,9 +571,9 @@ int main(int argc, char **argv)
 	struct config c;
 	read_config(argv[1], &c);
 	char b1[INET6_ADDRSTRLEN], b2[INET6_ADDRSTRLEN];
-	printf("nodes=%s%cbind_ip=%s%cserver_port=%d%ccmd_enabled=%d%ccmd_ip=%s%ccmd_port=%d%ccmd_unix=%s%clog_file=%s%c",
+	printf("nodes=%s%cbind_ip=%s%cserver_port=%d%ccmd_enabled=%d%ccmd_ip=%s%ccmd_port=%d%ccmd_unix=%s%clog_file=%s%cdaemonize=%d%c",
 		c.nodes, 0, c.bind_ip.family ? show_ip(&c.bind_ip, b1) : "", 0, c.server_port, 0, c.cmd_enabled, 0,
-		c.cmd_ip.family ? show_ip(&c.cmd_ip, b2) : "", 0, c.cmd_port, 0, c.cmd_unix, 0, c.log_file, 0);
+		c.cmd_ip.family ? show_ip(&c.cmd_ip, b2) : "", 0, c.cmd_port, 0, c.cmd_unix, 0, c.log_file, 0, c.daemonize, 0);
 	return 0;
 }
 #else

@@ -14,10 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nvmock/nvmock/internal/testenv"
 )
@@ -248,6 +251,9 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 			{daemon, []string{"--nonsense"}, "unknown argument --nonsense"},
 			{daemon, []string{"-c", longComment}, "GARBAGE: want KEY=VALUE"},
 			{daemon, []string{"-c", t.TempDir()}, "Is a directory"},
+			{daemon, []string{"-c", config(t, "DAEMONIZE=true\n")}, "DAEMONIZE: true is not 0 or 1"},
+			// A value is shown cut, not a megabyte line (QA).
+			{daemon, []string{"-c", config(t, "SERVER_PORT="+strings.Repeat("9", 100000)+"\n")}, "SERVER_PORT: " + strings.Repeat("9", 80) + " is not a port"},
 			{ctl, []string{"-i", "127.0.0.1", "0", "-q"}, "-i IP PORT: 0 is not a port"},
 			{ctl, []string{"-c", missing, "-q"}, "config file " + missing},
 			{ctl, []string{"-c", noEquals, "-i", "127.0.0.1", "1", "-q"}, "only one of -i, -u, or -c"},
@@ -258,6 +264,70 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 			}
 		}
 	})
+}
+
+// DAEMONIZE=1, NVIDIA's default, runs the daemon on in a session of its
+// own once it listens, holding none of the caller's pipes, so systemctl
+// start and a shell return (QA: it stayed in the foreground).
+func TestTheDaemonDetachesAsNVIDIAsDefaultAsks(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		for _, v := range []string{"1", "not given"} {
+			cfg := config(t, "DAEMONIZE=1\n")
+			if v != "1" {
+				data, err := os.ReadFile(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data = []byte(strings.ReplaceAll(string(data), "DAEMONIZE=0\n", ""))
+				if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(string(data), "DAEMONIZE=1\n", "")), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, code := run(t, b, b.daemon, "-c", cfg)
+			pid := findDaemon(t, b.daemon, cfg)
+			if pid == 0 {
+				t.Fatalf("DAEMONIZE=%s: no daemon running after nvidia-imex returned %d:\n%s", v, code, out)
+			}
+			if code != 0 || !strings.Contains(out, "ready:") {
+				t.Errorf("DAEMONIZE=%s: nvidia-imex returned %d, %q; want 0 once ready", v, code, out)
+			}
+			if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
+				t.Errorf("DAEMONIZE=%s: nvidia-imex-ctl -q: exit %d, %q", v, code, out)
+			}
+			if sid, err := unix.Getsid(pid); err != nil || sid != pid {
+				t.Errorf("DAEMONIZE=%s: the daemon's session %d (%v), want its own (%d)", v, sid, err, pid)
+			}
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			for end := time.Now().Add(10 * time.Second); findDaemon(t, b.daemon, cfg) != 0; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(end) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("DAEMONIZE=%s: the daemon still runs 10 s after SIGTERM", v)
+				}
+			}
+		}
+	})
+}
+
+// findDaemon is the pid of bin -c cfg, 0 if none runs (a zombie is none).
+func findDaemon(t *testing.T, bin, cfg string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bin + "\x00-c\x00" + cfg + "\x00"
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && string(b) == want {
+			return pid
+		}
+	}
+	return 0
 }
 
 // Clients that connect and say nothing hold up no one: the DRA driver's

@@ -91,7 +91,7 @@ func parseConfig(t testing.TB, data []byte) (got map[string]string, ok bool) {
 // check, as inet_pton and netip differ at the edges.
 func wantConfig(data []byte) (map[string]string, bool) {
 	w := map[string]string{"nodes": "/etc/nvidia-imex/nodes_config.cfg", "bind_ip": "", "server_port": "50000",
-		"cmd_enabled": "0", "cmd_ip": "", "cmd_port": "50005", "cmd_unix": "", "log_file": ""}
+		"cmd_enabled": "0", "cmd_ip": "", "cmd_port": "50005", "cmd_unix": "", "log_file": "", "daemonize": "1"}
 	lines := strings.SplitAfter(string(data), "\n")
 	for _, line := range lines {
 		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
@@ -141,6 +141,11 @@ func wantConfig(data []byte) (map[string]string, bool) {
 			ok = text("cmd_unix", 107)
 		case "LOG_FILE_NAME":
 			ok = text("log_file", 4095)
+		case "DAEMONIZE": // empty: the default, 1
+			ok = v == "" || v == "0" || v == "1"
+			if v != "" {
+				w["daemonize"] = v
+			}
 		case "BIND_INTERFACE_IP", "IMEX_CMD_BIND_INTERFACE_IP":
 			w[k] = v // checked against what the parser took
 		}
@@ -200,6 +205,7 @@ var seeds = []string{
 	"IMEX_CMD_ENABLED=yes\n", "BIND_INTERFACE_IP=300.1.1.1\n", "GARBAGE\n", "SERVER_PORT=18720\r1\n",
 	"LOG_FILE_NAME=" + strings.Repeat("l", 4096) + "\n", "IMEX_CMD_UNIX_DOMAIN_PATH=/" + strings.Repeat("s", 106) + "\n",
 	"IMEX_CMD_UNIX_DOMAIN_PATH=/" + strings.Repeat("s", 107) + "\n", "# " + strings.Repeat("x", 9000) + "\nSERVER_PORT=2",
+	"DAEMONIZE=1\n", "DAEMONIZE=\n", "DAEMONIZE=0\nDAEMONIZE=yes\n",
 }
 
 func TestTheParserReadsTheGrammar(t *testing.T) {
