@@ -46,12 +46,14 @@ func median(ds []time.Duration) time.Duration {
 
 // BenchmarkCreateStart measures, interleaved in one run, create+start of a
 // container the plugin injects, of one it skips (namespace not opted in),
-// of one given GPUs without InfiniBand (on an InfiniBand node), and of the
-// first with the plugin not running. One iteration is a round:
-// the plugin up, a warm-up container (not measured: a plugin probes the
-// node at its first container, once in its life), then five of each kind
-// with it, in a random order; the plugin down, then five without it. Run
-// with -benchtime=Nx.
+// of one given GPUs without InfiniBand (on an InfiniBand node), of the
+// first with the plugin not running, and, with no plugin, of containers
+// asked through CRI for the GPUs' device nodes and 4 of the plugin's mounts,
+// for each half alone: what the runtime itself charges for them. One
+// iteration is a round: the plugin up, a warm-up container (not measured: a
+// plugin probes the node at its first container, once in its life), then
+// five of each kind with it, in a random order; the plugin down, then five
+// of each kind without it, in a random order. Run with -benchtime=Nx.
 func BenchmarkCreateStart(b *testing.B) {
 	const perRound = 5
 	n := theNode
@@ -60,10 +62,14 @@ func BenchmarkCreateStart(b *testing.B) {
 	out := n.runPod(b, plain, nil)
 	// GPUs without the node's InfiniBand: what the HCAs add.
 	noIB := n.runPod(b, optedIn, map[string]string{"nvmock.io/infiniband": "false"})
-	// The injection's edits asked of CRI directly, with no plugin: what the
-	// runtime itself costs for 8 GPUs' mounts and devices.
+	// Part of the injection's edits asked of CRI directly, with no plugin:
+	// the 8 GPUs' and 3 control devices, and the library, snapshot and
+	// nvidia-smi mounts (the plugin makes 11 on this node, and the hook).
 	byCRI := ctr{image: "glibc", cmd: []string{"true"}, mounts: gpuMounts(n), devices: gpuDevices(n)}
-	var injected, skipped, none, direct, gpusOnly []time.Duration
+	// Each half alone: what the runtime charges for device nodes, and for mounts.
+	devicesOnly := ctr{image: "glibc", cmd: []string{"true"}, devices: gpuDevices(n)}
+	mountsOnly := ctr{image: "glibc", cmd: []string{"true"}, mounts: gpuMounts(n)}
+	var injected, skipped, none, direct, gpusOnly, devs, mounts []time.Duration
 	var decided, decisions float64 // the plugin's own time, from its metrics
 	var nriSum, nriCount float64   // containerd's time for the NRI call, from its metrics
 	b.ResetTimer()
@@ -92,12 +98,17 @@ func BenchmarkCreateStart(b *testing.B) {
 		nriSum, nriCount = nriSum+nsum1-nsum0, nriCount+ncount1-ncount0
 		n.script(b, "plugin", "stop")
 		for k := 0; k < perRound; k++ {
-			if rand.IntN(2) == 0 {
-				none = append(none, createStart(b, in))
-				direct = append(direct, createStartWith(b, in, byCRI))
-			} else {
-				direct = append(direct, createStartWith(b, in, byCRI))
-				none = append(none, createStart(b, in))
+			for _, kind := range rand.Perm(4) {
+				switch kind {
+				case 0:
+					none = append(none, createStart(b, in))
+				case 1:
+					direct = append(direct, createStartWith(b, in, byCRI))
+				case 2:
+					devs = append(devs, createStartWith(b, in, devicesOnly))
+				case 3:
+					mounts = append(mounts, createStartWith(b, in, mountsOnly))
+				}
 			}
 		}
 		n.script(b, "plugin", "start")
@@ -108,7 +119,9 @@ func BenchmarkCreateStart(b *testing.B) {
 	b.ReportMetric(ms(median(skipped)), "ms-skipped")
 	b.ReportMetric(ms(median(gpusOnly)), "ms-injected-without-infiniband")
 	b.ReportMetric(ms(median(none)), "ms-no-plugin")
-	b.ReportMetric(ms(median(direct)), "ms-same-edits-by-CRI")
+	b.ReportMetric(ms(median(direct)), "ms-gpu-edits-by-CRI")
+	b.ReportMetric(ms(median(devs)), "ms-devices-by-CRI")
+	b.ReportMetric(ms(median(mounts)), "ms-mounts-by-CRI")
 	b.ReportMetric(float64(median(injected))/float64(median(none)), "injected/no-plugin")
 	if decisions > 0 && nriCount > 0 {
 		b.ReportMetric(decided/decisions*1e6, "µs-plugin-mean")
