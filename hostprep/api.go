@@ -293,7 +293,7 @@ func (in *inputs) entries() []entry {
 			libName + ".1": "/usr/lib64/" + libName + ".1",
 			libName:        "/usr/lib64/" + libName,
 		}), mode: 0o644},
-		{path: filepath.Join("driver", "proc", "driver", "nvidia", "version"), data: []byte(ProcVersion(p.Driver.Version)), mode: 0o444},
+		{path: filepath.Join("driver", "proc", "driver", "nvidia", "version"), data: []byte(ProcVersion(p.Driver.Version, OpenModules(&p.Board))), mode: 0o444},
 		// What NVIDIA's DRA driver reads of the kernel module (docs/dra.md).
 		{path: filepath.Join("driver", "proc", "devices"), data: []byte(ProcDevices()), mode: 0o444},
 		{path: filepath.Join(caps, "mig", "config"), data: []byte(ProcCapability(capMigConfigMinor, 0o400)), mode: 0o444},

@@ -18,13 +18,25 @@ import (
 const (
 	procBuildDate = "Wed Jul 16 09:52:50 UTC 2025"
 	procGCC       = "gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) "
+	procBuilder   = "dvs-builder@U22-I3-B17-02-5"
 )
 
-// ProcVersion is /proc/driver/nvidia/version as the proprietary kernel
-// module writes it (two spaces around the version; GCC line padded to line
-// up with the NVRM one).
-func ProcVersion(driver string) string {
+// ProcVersion is /proc/driver/nvidia/version as the kernel module writes
+// it (two spaces around the version; GCC line padded to line up with the
+// NVRM one): the proprietary module's, or with open the open module's,
+// which names itself so and its build.
+func ProcVersion(driver string, open bool) string {
+	if open {
+		return fmt.Sprintf("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  (%s)  %s\nGCC version:  %s\n", driver, procBuilder, procBuildDate, procGCC)
+	}
 	return fmt.Sprintf("NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  %s\nGCC version:  %s\n", driver, procBuildDate, procGCC)
+}
+
+// OpenModules says whether a board runs NVIDIA's open kernel modules:
+// Blackwell runs no other (NVIDIA: the proprietary modules do not support
+// it); older boards keep the proprietary ones their captures came from.
+func OpenModules(b *profile.Board) bool {
+	return b.Architecture == "Blackwell"
 }
 
 // ProcBusID is the directory name under /proc/driver/nvidia/gpus: the
