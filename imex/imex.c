@@ -589,6 +589,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
 			cfg = argv[++i];
+		else if (strcmp(argv[i], "-c") == 0)
+			die("-c needs a config path; usage: nvidia-imex [-c <config path>]");
 		else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
 			fprintf(stderr, "Usage: nvidia-imex [-c <config path>] (default %s)\n", DEFAULT_CONFIG);
 			return 0;

@@ -249,6 +249,7 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 			{daemon, []string{"-c", badPort}, "IMEX_CMD_PORT: 70000 is not a port"},
 			{daemon, []string{"-c", noEquals}, "GARBAGE: want KEY=VALUE"},
 			{daemon, []string{"--nonsense"}, "unknown argument --nonsense"},
+			{daemon, []string{"-c"}, "-c needs a config path"},
 			{daemon, []string{"-c", longComment}, "GARBAGE: want KEY=VALUE"},
 			{daemon, []string{"-c", t.TempDir()}, "Is a directory"},
 			{daemon, []string{"-c", config(t, "DAEMONIZE=true\n")}, "DAEMONIZE: true is not 0 or 1"},
