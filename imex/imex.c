@@ -343,10 +343,14 @@ static void detach(void)
 		close(null);
 }
 
-static int daemon_main(const char *cfgpath)
+// daemon_main runs the daemon on cfgpath's config; port, unless -1, takes
+// the place of its SERVER_PORT (-p, as NVIDIA documents the option).
+static int daemon_main(const char *cfgpath, int port)
 {
 	struct config c;
 	read_config(cfgpath, &c);
+	if (port >= 0)
+		c.server_port = port;
 	// As NVIDIA's daemon: a log file it cannot open means the console.
 	logf = stderr;
 	if (c.log_file[0] != '\0' && (logf = fopen(c.log_file, "a")) == NULL) {
@@ -577,6 +581,9 @@ int main(int argc, char **argv)
 	return 0;
 }
 #else
+#define SYNOPSIS "nvidia-imex [-c <config path>] [-p|--port <port>]"
+#define USAGE "usage: " SYNOPSIS
+
 int main(int argc, char **argv)
 {
 	const char *base = strrchr(argv[0], '/');
@@ -586,18 +593,24 @@ int main(int argc, char **argv)
 		return ctl_main(argc, argv);
 	}
 	const char *cfg = DEFAULT_CONFIG;
+	int server_port = -1;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
 			cfg = argv[++i];
 		else if (strcmp(argv[i], "-c") == 0)
-			die("-c needs a config path; usage: nvidia-imex [-c <config path>]");
+			die("%s needs a value; %s", argv[i], USAGE);
+		else if ((strcmp(argv[i], "-p") == 0 || strcmp(argv[i], "--port") == 0) && i + 1 < argc) {
+			server_port = port(argv[i], argv[i + 1], 0);
+			i++;
+		} else if (strcmp(argv[i], "-p") == 0 || strcmp(argv[i], "--port") == 0)
+			die("%s needs a value; %s", argv[i], USAGE);
 		else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-			fprintf(stderr, "Usage: nvidia-imex [-c <config path>] (default %s)\n", DEFAULT_CONFIG);
+			fprintf(stderr, "Usage: " SYNOPSIS " (default config %s)\n", DEFAULT_CONFIG);
 			return 0;
 		} else {
-			die("unknown argument %s; usage: nvidia-imex [-c <config path>]", argv[i]);
+			die("unknown argument %s; %s", argv[i], USAGE);
 		}
 	}
-	return daemon_main(cfg);
+	return daemon_main(cfg, server_port);
 }
 #endif

@@ -206,6 +206,37 @@ func TestTheDaemonAnswersTheDRADriversProbeUntilItStops(t *testing.T) {
 
 // The DRA driver binds the command service to its pod's IP, which is IPv6
 // in an IPv6 cluster.
+// -p and --port take the place of SERVER_PORT, as NVIDIA documents them.
+func TestThePortOptionOverridesTheConfig(t *testing.T) {
+	builds(t, func(t *testing.T, b tools) {
+		for i, opt := range []string{"-p", "--port"} {
+			port := serverPort + 2 + i
+			log := &testenv.SyncBuffer{}
+			cmd := exec.Command(b.daemon, "-c", config(t, ""), opt, fmt.Sprint(port))
+			cmd.Env = append(os.Environ(), b.env...)
+			cmd.Stdout, cmd.Stderr = log, log
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			want := fmt.Sprintf("server port %d,", port)
+			for end := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), want); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(end) {
+					cmd.Process.Kill()
+					t.Fatalf("%s %d: no %q after 10 s:\n%s", opt, port, want, log.String())
+				}
+			}
+			if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+				t.Errorf("%s %d: %v", opt, port, err)
+			} else {
+				c.Close()
+			}
+			stop(t, cmd, log, done)
+		}
+	})
+}
+
 func TestTheDaemonListensOnIPv6(t *testing.T) {
 	builds(t, func(t *testing.T, b tools) {
 		cfg := config(t, "IMEX_CMD_BIND_INTERFACE_IP=::1\n")
@@ -249,7 +280,9 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 			{daemon, []string{"-c", badPort}, "IMEX_CMD_PORT: 70000 is not a port"},
 			{daemon, []string{"-c", noEquals}, "GARBAGE: want KEY=VALUE"},
 			{daemon, []string{"--nonsense"}, "unknown argument --nonsense"},
-			{daemon, []string{"-c"}, "-c needs a config path"},
+			{daemon, []string{"-c"}, "-c needs a value"},
+			{daemon, []string{"-c", config(t, ""), "--port"}, "--port needs a value"},
+			{daemon, []string{"-c", config(t, ""), "-p", "65536"}, "-p: 65536 is not a port"},
 			{daemon, []string{"-c", longComment}, "GARBAGE: want KEY=VALUE"},
 			{daemon, []string{"-c", t.TempDir()}, "Is a directory"},
 			{daemon, []string{"-c", config(t, "DAEMONIZE=true\n")}, "DAEMONIZE: true is not 0 or 1"},
