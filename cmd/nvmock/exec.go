@@ -53,7 +53,7 @@ func execRun(args []string) error {
 	name := fs.String("profile", "a100", "built-in profile name or profile file")
 	assets := fs.String("assets", "", "driver tree holding usr/lib64/libnvidia-ml.so.* and usr/bin/nvidia-smi\n(default $NVMOCK_ASSETS, else ../driver beside this binary)")
 	mig := fs.String("mig", "", migFlagHelp)
-	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511) instead of /dev/null's 1:3, as hostprep install does\n(as root; refused on a host with a real NVIDIA driver, whose GPUs they would open)")
+	realNumbers := fs.Bool("real-device-numbers", false, "give device nodes NVIDIA's majors (195, uvm 511, MIG capabilities 509) instead of /dev/null's 1:3,\nas hostprep install does (as root; refused on a host with NVIDIA GPUs or driver, which they could reach)")
 	var lf loadFlags
 	lf.add(fs)
 	var ib ibFlags
@@ -81,14 +81,17 @@ func execRun(args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = os.Stat("/proc/driver/nvidia")
-	realDriver := err == nil
+	// Inside another exec's node /proc/driver/nvidia is that mock's.
+	realDriver := exists("/proc/driver/nvidia") && !exists(nsexec.NamespaceDriver)
 	if *realNumbers {
-		if os.Geteuid() != 0 {
-			return errors.New("exec: --real-device-numbers needs root: a user namespace cannot make device nodes")
-		}
 		if realDriver {
 			return errors.New("exec: --real-device-numbers: this host has a real NVIDIA driver (/proc/driver/nvidia); nodes with its numbers would open its GPUs")
+		}
+		if !exists(nsexec.NamespaceDriver) && nvidiaGPUs() {
+			return errors.New("exec: --real-device-numbers: this host has NVIDIA GPUs (PCI vendor 10de); opening a node with their numbers could load their driver and reach them")
+		}
+		if os.Geteuid() != 0 {
+			return errors.New("exec: --real-device-numbers needs root: a user namespace cannot make device nodes")
 		}
 	}
 	// The namespace hides the real GPUs; say so, as install refuses to.
@@ -312,4 +315,24 @@ func (f *ibFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&f.slot, "ib-slot", -1, "this node's place in the fabric, 0 to nodes-1; -1: from its host name")
 	f.peers.add(fs, "ib-")
 	fs.Var(&f.faults, "ib-fault", faultUsage)
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// nvidiaGPUs says whether this machine has NVIDIA display controllers
+// (PCI class 03): their driver, installed but not loaded, loads when a
+// node with its major is opened.
+func nvidiaGPUs() bool {
+	devs, _ := filepath.Glob("/sys/bus/pci/devices/*")
+	for _, d := range devs {
+		vendor, _ := os.ReadFile(filepath.Join(d, "vendor"))
+		class, _ := os.ReadFile(filepath.Join(d, "class"))
+		if strings.TrimSpace(string(vendor)) == "0x10de" && strings.HasPrefix(string(class), "0x03") {
+			return true
+		}
+	}
+	return false
 }

@@ -321,6 +321,13 @@ func TestExecGivesNVIDIAsDeviceNumbersWhenAsked(t *testing.T) {
 	if got, want := numbers("--real-device-numbers"), "c3:0 c3:1 c3:ff 1ff:0 2"; got != want {
 		t.Errorf("--real-device-numbers: %s, want %s (and nvidia-smi's 2 GPUs)", got, want)
 	}
+	// Inside another exec's node, whose /proc/driver/nvidia is the mock's
+	// (review: refused as a real driver).
+	inner := execNode(t, cache, tmp, "--profile", "t4", "--gpus", "1", "--real-device-numbers", "--", "stat", "-c", "%t:%T", "/dev/nvidia0")
+	outer := execNode(t, cache, tmp, append([]string{"--profile", "t4", "--gpus", "1", "--"}, inner.Args...)...)
+	if out, err := outer.CombinedOutput(); err != nil || string(out) != "c3:0\n" {
+		t.Errorf("--real-device-numbers in exec inside exec: %v, %q; want c3:0", err, out)
+	}
 	cmd := execNode(t, cache, tmp, "--profile", "t4", "--real-device-numbers", "--", "true")
 	args := append([]string{"--mount", "--propagation", "private", "sh", "-c",
 		`mount -t tmpfs tmpfs /proc/driver && mkdir /proc/driver/nvidia && exec "$@"`, "sh"}, cmd.Args...)

@@ -347,7 +347,7 @@ func devNode(src, dst, null string, userns bool) error {
 		major, minor := unix.Major(st.Rdev), unix.Minor(st.Rdev)
 		inert := major == 1 && minor == 3
 		if userns && !inert {
-			return fmt.Errorf("%s: a user namespace cannot make device %d:%d; run as root", dst, major, minor)
+			return fmt.Errorf("%s: a user namespace cannot make device %d:%d (exec makes nodes only with root's CAP_SYS_ADMIN)", dst, major, minor)
 		}
 		if !userns {
 			err := syscall.Mknod(dst, st.Mode, int(st.Rdev))
