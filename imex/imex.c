@@ -322,10 +322,11 @@ static void drop_oldest(struct client *cl, int *ncl)
 
 // detach runs the daemon on in the background, as DAEMONIZE=1 asks (NVIDIA's
 // default; its DRA driver and containers set 0): the caller gets status 0
-// once the daemon listens, and the daemon keeps no terminal or pipe of the
-// caller's open. The working directory stays: the node file's path may be
+// once the daemon listens, and the daemon keeps no terminal, pipe or other
+// file of the caller's, only its keep[] descriptors (listening sockets, the
+// log file). The working directory stays: the node file's path may be
 // relative, and SIGUSR1 reads it again.
-static void detach(void)
+static void detach(const int *keep, int nkeep)
 {
 	fflush(NULL);
 	pid_t pid = fork();
@@ -339,8 +340,20 @@ static void detach(void)
 		die("daemonize: /dev/null: %s", strerror(errno));
 	for (int fd = 0; fd <= 2; fd++)
 		dup2(null, fd);
-	if (null > 2)
-		close(null);
+	int top = 2;
+	for (int k = 0; k < nkeep; k++)
+		top = keep[k] > top ? keep[k] : top;
+	for (int fd = 3; fd < top; fd++) {
+		int kept = 0;
+		for (int k = 0; k < nkeep; k++)
+			kept |= keep[k] == fd;
+		if (!kept)
+			close(fd);
+	}
+	// Above the last kept one, in one call (an open-file limit can be 2^20).
+	if (close_range(top + 1, ~0U, 0) < 0)
+		for (int fd = top + 1; fd < 65536; fd++)
+			close(fd);
 }
 
 // daemon_main runs the daemon on cfgpath's config; port, unless -1, takes
@@ -394,8 +407,12 @@ static int daemon_main(const char *cfgpath, int port)
 		logline("IMEX daemon (nvmock) ready: %d node(s) in %s, server port %d, command service off", nodes, c.nodes,
 			c.server_port);
 	}
-	if (c.daemonize)
-		detach();
+	if (c.daemonize) {
+		int keep[4];
+		memcpy(keep, lfd, nl * sizeof *lfd);
+		keep[nl] = fileno(logf);
+		detach(keep, nl + 1);
+	}
 	struct client cl[MAX_CLIENTS];
 	int ncl = 0;
 	while (!stop) {

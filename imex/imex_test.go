@@ -9,6 +9,7 @@ package imex
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -301,8 +302,9 @@ func TestBadConfigsAreOneLine(t *testing.T) {
 }
 
 // DAEMONIZE=1, NVIDIA's default, runs the daemon on in a session of its
-// own once it listens, holding none of the caller's pipes, so systemctl
-// start and a shell return (QA: it stayed in the foreground).
+// own once it listens, holding none of the caller's files, so systemctl
+// start and a shell return (QA: it stayed in the foreground; review: it
+// kept the caller's descriptors above stderr).
 func TestTheDaemonDetachesAsNVIDIAsDefaultAsks(t *testing.T) {
 	builds(t, func(t *testing.T, b tools) {
 		for _, v := range []string{"1", "not given"} {
@@ -317,14 +319,37 @@ func TestTheDaemonDetachesAsNVIDIAsDefaultAsks(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			out, code := run(t, b, b.daemon, "-c", cfg)
+			// The sanitizers' reports go to files: the daemon's stderr is
+			// /dev/null once it detaches.
+			reports := t.TempDir()
+			var env []string
+			for _, e := range b.env {
+				if strings.HasPrefix(e, "ASAN_OPTIONS=") || strings.HasPrefix(e, "UBSAN_OPTIONS=") {
+					e += ":log_path=" + filepath.Join(reports, "report")
+				}
+				env = append(env, e)
+			}
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(b.daemon, "-c", cfg)
+			cmd.Env = append(os.Environ(), env...)
+			cmd.ExtraFiles = []*os.File{w} // a file of the caller's, at 3
+			out, err := cmd.CombinedOutput()
+			w.Close()
 			pid := findDaemon(t, b.daemon, cfg)
 			if pid == 0 {
-				t.Fatalf("DAEMONIZE=%s: no daemon running after nvidia-imex returned %d:\n%s", v, code, out)
+				t.Fatalf("DAEMONIZE=%s: no daemon running after nvidia-imex returned (%v):\n%s", v, err, out)
 			}
-			if code != 0 || !strings.Contains(out, "ready:") {
-				t.Errorf("DAEMONIZE=%s: nvidia-imex returned %d, %q; want 0 once ready", v, code, out)
+			if err != nil || !strings.Contains(string(out), "ready:") {
+				t.Errorf("DAEMONIZE=%s: nvidia-imex returned %v, %q; want 0 once ready", v, err, out)
 			}
+			r.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if n, err := r.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+				t.Errorf("DAEMONIZE=%s: the caller's pipe at fd 3: read %d, %v; want EOF (the daemon keeps none of the caller's files)", v, n, err)
+			}
+			r.Close()
 			if out, code := run(t, b, b.ctl, "-c", cfg, "-q"); out != "READY\n" || code != 0 {
 				t.Errorf("DAEMONIZE=%s: nvidia-imex-ctl -q: exit %d, %q", v, code, out)
 			}
@@ -339,6 +364,10 @@ func TestTheDaemonDetachesAsNVIDIAsDefaultAsks(t *testing.T) {
 					syscall.Kill(pid, syscall.SIGKILL)
 					t.Fatalf("DAEMONIZE=%s: the daemon still runs 10 s after SIGTERM", v)
 				}
+			}
+			if ents, _ := os.ReadDir(reports); len(ents) > 0 {
+				data, _ := os.ReadFile(filepath.Join(reports, ents[0].Name()))
+				t.Errorf("DAEMONIZE=%s: a sanitizer's report:\n%s", v, data)
 			}
 		}
 	})
