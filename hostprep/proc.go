@@ -24,7 +24,9 @@ const (
 // ProcVersion is /proc/driver/nvidia/version as the kernel module writes
 // it (two spaces around the version; GCC line padded to line up with the
 // NVRM one): the proprietary module's, or with open the open module's,
-// which names itself so and its build.
+// which names itself so and its build. The architecture named is x86_64,
+// the kernel's the mock runs on, even for a Grace tray, whose own line
+// says aarch64.
 func ProcVersion(driver string, open bool) string {
 	if open {
 		return fmt.Sprintf("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  (%s)  %s\nGCC version:  %s\n", driver, procBuilder, procBuildDate, procGCC)
