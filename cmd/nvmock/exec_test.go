@@ -279,6 +279,17 @@ func TestExecShowsTheDriversMajorsAndDoesWithoutSysfs(t *testing.T) {
 	}
 }
 
+// withRealDriver runs cmd in a mount namespace of the test's own, where
+// /proc/driver/nvidia shows as a loaded driver's would.
+func withRealDriver(t *testing.T, cmd *exec.Cmd) ([]byte, error) {
+	t.Helper()
+	args := append([]string{"--mount", "--propagation", "private", "sh", "-c",
+		`mount -t tmpfs tmpfs /proc/driver && mkdir /proc/driver/nvidia && exec "$@"`, "sh"}, cmd.Args...)
+	c := exec.Command(testenv.Tool(t, "unshare"), args...)
+	c.Env = cmd.Env
+	return c.CombinedOutput()
+}
+
 // On a host with NVIDIA's kernel module the command sees the mock, not
 // the host's GPUs: exec says so (it said nothing; install refuses).
 func TestExecNotesARealDriver(t *testing.T) {
@@ -287,13 +298,7 @@ func TestExecNotesARealDriver(t *testing.T) {
 	if err != nil || strings.Contains(string(plain), "real NVIDIA driver") {
 		t.Errorf("exec on this host (no driver): %v\n%s", err, plain)
 	}
-	cmd := execNode(t, cache, tmp, "--profile", "t4", "--", "true")
-	// The test's own mount namespace, where /proc/driver/nvidia shows.
-	args := append([]string{"--mount", "--propagation", "private", "sh", "-c",
-		`mount -t tmpfs tmpfs /proc/driver && mkdir /proc/driver/nvidia && exec "$@"`, "sh"}, cmd.Args...)
-	c := exec.Command(testenv.Tool(t, "unshare"), args...)
-	c.Env = cmd.Env
-	out, err := c.CombinedOutput()
+	out, err := withRealDriver(t, execNode(t, cache, tmp, "--profile", "t4", "--", "true"))
 	want := "nvmock exec: note: this host has a real NVIDIA driver (/proc/driver/nvidia); the command sees the mock GPUs, not its own"
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Errorf("exec on a host with /proc/driver/nvidia: %v\n%s\nwant %q", err, out, want)
@@ -328,12 +333,7 @@ func TestExecGivesNVIDIAsDeviceNumbersWhenAsked(t *testing.T) {
 	if out, err := outer.CombinedOutput(); err != nil || string(out) != "c3:0\n" {
 		t.Errorf("--real-device-numbers in exec inside exec: %v, %q; want c3:0", err, out)
 	}
-	cmd := execNode(t, cache, tmp, "--profile", "t4", "--real-device-numbers", "--", "true")
-	args := append([]string{"--mount", "--propagation", "private", "sh", "-c",
-		`mount -t tmpfs tmpfs /proc/driver && mkdir /proc/driver/nvidia && exec "$@"`, "sh"}, cmd.Args...)
-	c := exec.Command(testenv.Tool(t, "unshare"), args...)
-	c.Env = cmd.Env
-	out, err := c.CombinedOutput()
+	out, err := withRealDriver(t, execNode(t, cache, tmp, "--profile", "t4", "--real-device-numbers", "--", "true"))
 	want := "nvmock: exec: --real-device-numbers: this host has a real NVIDIA driver (/proc/driver/nvidia); nodes with its numbers would open its GPUs\n"
 	if status(err) != 125 || string(out) != want {
 		t.Errorf("--real-device-numbers on a host with /proc/driver/nvidia: %v\n%s\nwant status 125 and %q", err, out, want)
