@@ -612,7 +612,7 @@ func twoNodes(t *testing.T, cmdA []string, scriptB string) (outB, outA string) {
 			"--ib-listen", listen, "--ib-peers", peer, "--"}
 		return exec.Command(bin, append(args, cmd...)...)
 	}
-	serverOut := startNode(t, node("node-a", "0", a, b, cmdA...))
+	serverOut := &startNode(t, node("node-a", "0", a, b, cmdA...)).out
 	out, err := node("node-b", "1", b, a, "sh", "-c", scriptB).CombinedOutput()
 	if err != nil {
 		t.Fatalf("node-b: %v\n%s\nnode-a:\n%s", err, out, serverOut.String())
@@ -626,7 +626,7 @@ func TestExecSaysTwoNodesClaimOneSlot(t *testing.T) {
 	bin := builtNvmock(t)
 	a := freePort(t)
 	assets := filepath.Join(testenv.BuildDir(), "driver")
-	serverOut := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600"))
+	serverOut := &startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600")).out
 	// node-b meets node-a at once: node-a listens first.
 	waitListening(t, a, serverOut)
 	nodeB := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-b", "--ib-slot", "0", "--ib-peers", a, "--", "sleep", "600"))
@@ -644,19 +644,27 @@ func TestExecSaysAPeerBuildsAnotherFabric(t *testing.T) {
 	if err := os.WriteFile(other, []byte("base: h100\nname: h100\ninfiniband:\n  fabric: {spines: 2}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	serverOut := startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600"))
+	serverOut := &startNode(t, exec.Command(bin, "exec", "--profile", "h100", "--assets", assets, "--ib-host", "node-a", "--ib-slot", "0", "--ib-listen", a, "--", "sleep", "600")).out
 	waitListening(t, a, serverOut)
 	nodeB := startNode(t, exec.Command(bin, "exec", "--profile", other, "--assets", assets, "--ib-host", "node-b", "--ib-slot", "1", "--ib-peers", a, "--", "sleep", "600"))
 	waitOutput(t, nodeB, `peer builds fabric "superpod" from another profile`)
 }
 
 // waitOutput waits for an exec'd node to print want: a fixed run of node-b
-// (2 s, then 6 s) ended before its daemon met node-a under CI's load.
-func waitOutput(t *testing.T, out *testenv.SyncBuffer, want string) {
+// (2 s, then 6 s) ended before its daemon met node-a under CI's load. A
+// node that exits first fails at once, not after the 60 s.
+func waitOutput(t *testing.T, n *runningNode, want string) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(out.String(), want); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(n.out.String(), want); {
+		select {
+		case <-n.done:
+			if !strings.Contains(n.out.String(), want) {
+				t.Fatalf("the node exited without printing %q:\n%s", want, n.out.String())
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("in 60 s the node did not print %q:\n%s", want, out.String())
+			t.Fatalf("in 60 s the node did not print %q:\n%s", want, n.out.String())
 		}
 	}
 }
@@ -675,20 +683,30 @@ func waitListening(t *testing.T, addr string, out *testenv.SyncBuffer) {
 	}
 }
 
+// runningNode is an exec'd node startNode started.
+type runningNode struct {
+	out  testenv.SyncBuffer // what it prints
+	done chan struct{}      // closed once it exits
+}
+
 // startNode starts an exec'd node, ended (SIGINT, as Ctrl-C) when the test
-// ends; it returns what the node prints.
-func startNode(t *testing.T, node *exec.Cmd) *testenv.SyncBuffer {
+// ends.
+func startNode(t *testing.T, node *exec.Cmd) *runningNode {
 	t.Helper()
-	var out testenv.SyncBuffer
-	node.Stdout, node.Stderr = &out, &out
+	n := &runningNode{done: make(chan struct{})}
+	node.Stdout, node.Stderr = &n.out, &n.out
 	if err := node.Start(); err != nil {
 		t.Fatal(err)
 	}
+	go func() {
+		node.Wait()
+		close(n.done)
+	}()
 	t.Cleanup(func() {
 		node.Process.Signal(os.Interrupt)
-		node.Wait()
+		<-n.done
 	})
-	return &out
+	return n
 }
 
 // builtNvmock is the nvmock binary make driver built.
