@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -325,6 +326,23 @@ func TestExecGivesNVIDIAsDeviceNumbersWhenAsked(t *testing.T) {
 	}
 	if got, want := numbers("--real-device-numbers"), "c3:0 c3:1 c3:ff 1ff:0 2"; got != want {
 		t.Errorf("--real-device-numbers: %s, want %s (and nvidia-smi's 2 GPUs)", got, want)
+	}
+	// nvidia-ctk writes the numbers into its CDI spec.
+	ctk := filepath.Join(testenv.CacheDir(), "bin", "nvidia-ctk")
+	if _, err := os.Stat(ctk); err != nil {
+		testenv.Missing(t, "%s (run make deps)", ctk)
+	}
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{{nil, `major: 1\s+minor: 3\s`}, {[]string{"--real-device-numbers"}, `major: 195\s`}} {
+		spec := filepath.Join(t.TempDir(), "nvidia.yaml")
+		args := append(append([]string{"--profile", "t4", "--gpus", "1"}, c.flags...), "--", ctk, "cdi", "generate", "--output", spec)
+		out, err := execNode(t, cache, tmp, args...).CombinedOutput()
+		data, _ := os.ReadFile(spec)
+		if err != nil || !regexp.MustCompile(`- path: /dev/nvidia0\s+`+c.want).Match(data) {
+			t.Errorf("nvidia-ctk cdi generate in exec %v: %v\n%s\nspec:\n%s\nwant /dev/nvidia0 with %s", c.flags, err, out, data, c.want)
+		}
 	}
 	// Inside another exec's node, whose /proc/driver/nvidia is the mock's
 	// (review: refused as a real driver).
