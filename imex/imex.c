@@ -356,14 +356,14 @@ static void detach(const int *keep, int nkeep)
 			close(fd);
 }
 
-// daemon_main runs the daemon on cfgpath's config; port, unless -1, takes
-// the place of its SERVER_PORT (-p, as NVIDIA documents the option).
-static int daemon_main(const char *cfgpath, int port)
+// daemon_main runs the daemon on cfgpath's config; server_port, unless -1,
+// takes the place of its SERVER_PORT (-p, as NVIDIA documents the option).
+static int daemon_main(const char *cfgpath, int server_port)
 {
 	struct config c;
 	read_config(cfgpath, &c);
-	if (port >= 0)
-		c.server_port = port;
+	if (server_port >= 0)
+		c.server_port = server_port;
 	// As NVIDIA's daemon: a log file it cannot open means the console.
 	logf = stderr;
 	if (c.log_file[0] != '\0' && (logf = fopen(c.log_file, "a")) == NULL) {
