@@ -81,13 +81,14 @@ func execRun(args []string) error {
 	if err != nil {
 		return err
 	}
-	// Inside another exec's node /proc/driver/nvidia is that mock's.
-	realDriver := exists("/proc/driver/nvidia") && !exists(nsexec.NamespaceDriver)
+	// Inside another exec's node /proc/driver/nvidia and the PCI devices are that mock's.
+	nested := exists(nsexec.NamespaceDriver)
+	realDriver := exists("/proc/driver/nvidia") && !nested
 	if *realNumbers {
 		if realDriver {
 			return errors.New("exec: --real-device-numbers: this host has a real NVIDIA driver (/proc/driver/nvidia); nodes with its numbers would open its GPUs")
 		}
-		if !exists(nsexec.NamespaceDriver) && nvidiaGPUs() {
+		if !nested && nvidiaGPUs() {
 			return errors.New("exec: --real-device-numbers: this host has NVIDIA GPUs (PCI vendor 10de); opening a node with their numbers could load their driver and reach them")
 		}
 		if os.Geteuid() != 0 {
