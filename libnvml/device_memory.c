@@ -158,18 +158,25 @@ uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t typ
 			  nvmlMemoryLocation_t loc)
 {
 	const uint32_t *c = &s->ecc_count[4 * (counter == NVML_AGGREGATE_ECC) + 2 * (type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)];
-	// Injected errors land in device memory, in both counters.
-	uint32_t added = 0;
+	// Injected errors land in device memory, in both counters; a reset
+	// starts the volatile ones again from zero.
+	uint32_t added = 0, base[2] = {c[0], c[1]};
 	struct live_gpu g;
 	unsigned node = (unsigned)(s - nvmock.node);
-	if (loc == NVML_MEMORY_LOCATION_DRAM && nvmock_live_read(node, &g)) {
+	if (nvmock_live_read(node, &g)) {
 		struct live_fx fx;
 		nvmock_live_fx(node, &g, nvmock_live_now(), &fx);
-		added = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? fx.dbe : fx.sbe;
+		int unc = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED;
+		if (counter == NVML_AGGREGATE_ECC)
+			added = unc ? fx.dbe : fx.sbe;
+		else
+			added = unc ? fx.dbe_vol : fx.sbe_vol;
+		if (counter == NVML_VOLATILE_ECC && g.reset_ns != 0)
+			base[0] = base[1] = 0;
 	}
 	switch (loc) {
-	case NVML_MEMORY_LOCATION_DRAM: return c[0] + added; // also DEVICE_MEMORY
-	case NVML_MEMORY_LOCATION_SRAM: return c[1];
+	case NVML_MEMORY_LOCATION_DRAM: return base[0] + added; // also DEVICE_MEMORY
+	case NVML_MEMORY_LOCATION_SRAM: return base[1];
 	default: return 0;
 	}
 }
@@ -288,8 +295,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device
 		return NVML_ERROR_NOT_SUPPORTED;
 	*isPending = NVML_FEATURE_DISABLED;
 	LIVE(d);
-	// Retired at the next driver reload; XID 63 records one with no new error.
-	if (live_ && (fx_.dbe > 0 || fx_.remap_pending))
+	// Retired at the next reset; XID 63 records one with no new error.
+	if (live_ && fx_.remap_pending)
 		*isPending = NVML_FEATURE_ENABLED;
 	return NVML_SUCCESS;
 }

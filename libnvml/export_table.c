@@ -341,6 +341,54 @@ static int smi_is_primary(nvmlDevice_t device, unsigned int *primary)
 	return NVML_SUCCESS;
 }
 
+// nvidia-smi -r (all four releases; read off 550's call sites, the others
+// match): 0x548 the fabric state, asked once before any reset (a failure
+// prints "fabric state could not be determined", then goes on); 0x5b0,
+// 0x5b8 and 0x5c0 make, list and free the group of GPUs a reset takes
+// with it (device_reset.c; the last argument 1 for a reset, 2 for another
+// operation not modelled); 0x540 resets several GPUs at once, with a
+// result each. A fabric state of 1 has nvidia-smi choose per GPU between
+// 0x540 and a reset of one (0x68) by an RM control (0x100), 0x628 and the
+// architecture; with any other state every GPU goes through 0x540. The
+// mock answers 0, so 0x68, 0x100 and 0x628 stay unserved; which state a
+// real node gives is not known.
+static int smi_fabric_state(unsigned int *state)
+{
+	if (state == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*state = 0;
+	return NVML_SUCCESS;
+}
+
+// 0x540: a GPU that cannot be reset fails the call with UNKNOWN and its own
+// error in results, which nvidia-smi lists under "The following GPUs could
+// not be reset" (exit 255); each GPU is reset on its own, so the others
+// are. The last argument says whether NVSwitches were reset too (no mock
+// node resets one).
+static int smi_reset_gpus(unsigned int n, const nvmlDevice_t *devices, nvmlReturn_t *results, unsigned int *switches)
+{
+	if (devices == NULL || results == NULL || switches == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*switches = 0;
+	int ret = NVML_SUCCESS;
+	for (unsigned i = 0; i < n; i++) {
+		const struct nvmock_dev *d;
+		results[i] = nvmock_dev_of(devices[i], &d);
+		if (results[i] == NVML_SUCCESS)
+			results[i] = nvmock_gpu_reset(d);
+		if (results[i] != NVML_SUCCESS)
+			ret = NVML_ERROR_UNKNOWN;
+	}
+	return ret;
+}
+
+// 0x208 (470): the architecture, as nvmlDeviceGetArchitecture gives it;
+// nvidia-smi -r asks it of every GPU ("Cannot detect chip architecture").
+static int smi_architecture(nvmlDevice_t device, unsigned int *arch)
+{
+	return nvmlDeviceGetArchitecture(device, (nvmlDeviceArchitecture_t *)arch);
+}
+
 // 0x600 and 0x608 (all four): nvidia-smi compute-policy. Set takes
 // {type, value}, get fills {count, {type, value}[32]}; the one type is 0,
 // the timeslice (0 default, 1 short, 2 medium, 3 long), which the DRA
@@ -387,8 +435,10 @@ static int smi_get_policies(nvmlDevice_t device, struct smi_policies *out)
 #define ALL_FOUR                                                                                   \
 	E(0x60, smi_parse_bus_id), E(0xa0, smi_is_primary), E(0xb8, smi_pcie_path), E(0x240, smi_monitoring),                \
 		E(0x258, smi_index_location), E(0x288, smi_index_bus_id), E(0x360, smi_enforced_limit), E(0x528, smi_fields),      \
-		E(0x600, smi_set_policy), E(0x608, smi_get_policies), E(0x680, smi_lane_ecc)
-#define ONLY_470 E(0x678, smi_module_id), E(0x698, smi_gsp_version)
+		E(0x540, smi_reset_gpus), E(0x548, smi_fabric_state), E(0x5b0, nvmock_reset_group),               \
+		E(0x5b8, nvmock_reset_group_members), E(0x5c0, nvmock_reset_group_free), E(0x600, smi_set_policy), \
+		E(0x608, smi_get_policies), E(0x680, smi_lane_ecc)
+#define ONLY_470 E(0x208, smi_architecture), E(0x678, smi_module_id), E(0x698, smi_gsp_version)
 #define SINCE_535                                                                                  \
 	E(0x6a8, smi_compute), E(0x6b0, smi_mps), E(0x6b8, smi_graphics), E(0x6f8, smi_numa_nodes), \
 		E(0x710, smi_atomics), E(0x730, smi_host_max_gen), E(0x738, smi_part_number),           \

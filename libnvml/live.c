@@ -327,13 +327,23 @@ void nvmock_live_fx(unsigned node, const struct live_gpu *g, uint64_t now, struc
 		uint64_t since;
 		if (!nvmock_live_active(node, g, i, now, &since))
 			continue;
+		// Errors by the last reset are in the aggregate counts only, and
+		// their rows were remapped (pages retired) at it.
+		int recent = g->reset_ns == 0 || since > g->reset_ns;
 		switch (g->fault_kind[i]) {
 		case LIVE_FAULT_LOST: fx->lost = 1; break;
 		case LIVE_FAULT_ECC:
 			fx->dbe += g->fault_count[i];
-			fx->remap_pending = 1;
+			if (recent) {
+				fx->dbe_vol += g->fault_count[i];
+				fx->remap_pending = 1;
+			}
 			break;
-		case LIVE_FAULT_SBE: fx->sbe += g->fault_count[i]; break;
+		case LIVE_FAULT_SBE:
+			fx->sbe += g->fault_count[i];
+			if (recent)
+				fx->sbe_vol += g->fault_count[i];
+			break;
 		case LIVE_FAULT_THERMAL: fx->thermal = 1; break;
 		case LIVE_FAULT_POWER_BRAKE: fx->brake = 1; break;
 		case LIVE_FAULT_NVLINK_DOWN: fx->links_down |= 1u << (g->fault_count[i] & 31); break;

@@ -57,6 +57,7 @@ struct live_fx {
 	int lost, thermal, brake, remap_pending, remap_failed;
 	uint32_t links_down; // bit per NVLink
 	uint32_t dbe, sbe;   // errors added to the counters
+	uint32_t dbe_vol, sbe_vol; // of them, those since the GPU's last reset
 };
 
 void nvmock_live_map(const char *snapshot);
@@ -87,6 +88,10 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 uint32_t nvmock_power_limit(const struct snap_device *s, const struct live_gpu *g);
 void nvmock_live_cut(const struct nvmock_dev *d, struct live_gpu *g, uint64_t now);
 const struct live_gpu *nvmock_settings(const struct nvmock_dev *d, struct live_gpu *g);
+nvmlReturn_t nvmock_gpu_reset(const struct nvmock_dev *d);
+int nvmock_reset_group(void **group, const nvmlDevice_t *devices, unsigned n, unsigned kind);
+int nvmock_reset_group_members(void *group, char **bus, unsigned *n);
+int nvmock_reset_group_free(void *group);
 nvmlReturn_t nvmock_change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value);
 nvmlReturn_t nvmock_change_pair(const struct nvmock_dev *d, uint32_t bit, uint32_t a, uint32_t b);
 nvmlReturn_t nvmock_reset_setting(const struct nvmock_dev *d, uint32_t bit);

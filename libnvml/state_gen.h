@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 10
+#define STATE_VERSION 11
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -119,8 +119,9 @@ struct live_gpu {
 	uint64_t accounting_since_ns; // when nvidia-smi -am 1 turned accounting on: processes since are accounted
 	uint32_t accounting; // nvmlEnableState_t: per-process accounting (nvidia-smi -am)
 	uint32_t pad;
+	uint64_t reset_ns; // when nvidia-smi -r last reset the GPU: errors before it leave the volatile counts and their rows are remapped; 0: never
 };
-_Static_assert(sizeof(struct live_gpu) == 1520, "state layout");
+_Static_assert(sizeof(struct live_gpu) == 1528, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
 _Static_assert(offsetof(struct live_gpu, jitter) == 4, "state layout");
 _Static_assert(offsetof(struct live_gpu, load) == 8, "state layout");
@@ -165,6 +166,7 @@ _Static_assert(offsetof(struct live_gpu, app_clock_gfx) == 1500, "state layout")
 _Static_assert(offsetof(struct live_gpu, accounting_since_ns) == 1504, "state layout");
 _Static_assert(offsetof(struct live_gpu, accounting) == 1512, "state layout");
 _Static_assert(offsetof(struct live_gpu, pad) == 1516, "state layout");
+_Static_assert(offsetof(struct live_gpu, reset_ns) == 1520, "state layout");
 
 // live_event one published event.
 struct live_event {

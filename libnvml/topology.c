@@ -450,11 +450,11 @@ static nvmlReturn_t memory_field(const struct nvmock_dev *d, unsigned id, nvmlFi
 	unsigned long long n = 0;
 	switch (id) {
 	// Pages retire for double-bit errors only (no SBE page is modelled),
-	// pending until the next driver reload, as GetRetiredPagesPendingStatus
-	// has it (XID 63 records one with no new error).
+	// pending until the next reset, as GetRetiredPagesPendingStatus has it
+	// (XID 63 records one with no new error).
 	case NVML_FI_DEV_RETIRED_DBE: n = fx->dbe; break;
 	case NVML_FI_DEV_RETIRED_PENDING:
-	case NVML_FI_DEV_RETIRED_PENDING_DBE: n = fx->dbe > 0 || fx->remap_pending; break;
+	case NVML_FI_DEV_RETIRED_PENDING_DBE: n = fx->remap_pending != 0; break;
 	case NVML_FI_DEV_REMAPPED_UNC: n = fx->dbe; break;
 	case NVML_FI_DEV_REMAPPED_PENDING: n = fx->remap_pending != 0; break;
 	case NVML_FI_DEV_REMAPPED_FAILURE: n = fx->remap_failed != 0; break;

@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 10
+const Version = 11
 
 // Capacities of the file.
 const (
@@ -129,10 +129,11 @@ type GPU struct {
 	AccountingSinceNS uint64 // when nvidia-smi -am 1 turned accounting on: processes since are accounted
 	Accounting        uint32 // nvmlEnableState_t: per-process accounting (nvidia-smi -am)
 	Pad               uint32
+	ResetNS           uint64 // when nvidia-smi -r last reset the GPU: errors before it leave the volatile counts and their rows are remapped; 0: never
 }
 
 // GPUSize is the size of GPU in the file.
-const GPUSize = 1520
+const GPUSize = 1528
 
 // GPULayout pins each field's offset (checked against the C header by the compiler).
 var GPULayout = []FieldOffset{
@@ -180,6 +181,7 @@ var GPULayout = []FieldOffset{
 	{"accounting_since_ns", "AccountingSinceNS", 1504},
 	{"accounting", "Accounting", 1512},
 	{"pad", "Pad", 1516},
+	{"reset_ns", "ResetNS", 1520},
 }
 
 // Event one published event.

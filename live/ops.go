@@ -333,8 +333,9 @@ func (s *State) CheckMemory(p Process, devs []snapshot.Device) error {
 
 // ResetReadings returns GPU g to the snapshot's static readings, with no
 // load and no faults. Its MIG mode and instances and the settings made
-// with nvidia-smi stay: they are the node's, not readings, and last until
-// changed (or the node is reinstalled, as a reboot ends them).
+// with nvidia-smi stay, and when it was last reset: they are the node's,
+// not readings, and last until changed (or the node is reinstalled, as a
+// reboot ends them).
 func (s *State) ResetReadings(g int) {
 	o := &s.GPUs[g]
 	s.GPUs[g] = GPU{MIGSet: o.MIGSet, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending,
@@ -342,7 +343,8 @@ func (s *State) ResetReadings(g int) {
 		CfgSet: o.CfgSet, Persistence: o.Persistence, ComputeMode: o.ComputeMode, PowerLimitMW: o.PowerLimitMW,
 		GpmStream: o.GpmStream, ECCPending: o.ECCPending, Timeslice: o.Timeslice,
 		GPULockedMin: o.GPULockedMin, GPULockedMax: o.GPULockedMax, MemLockedMin: o.MemLockedMin, MemLockedMax: o.MemLockedMax,
-		AppClockMem: o.AppClockMem, AppClockGfx: o.AppClockGfx, Accounting: o.Accounting, AccountingSinceNS: o.AccountingSinceNS}
+		AppClockMem: o.AppClockMem, AppClockGfx: o.AppClockGfx, Accounting: o.Accounting, AccountingSinceNS: o.AccountingSinceNS,
+		ResetNS: o.ResetNS}
 }
 
 // Processes lists the registered processes.

@@ -757,6 +757,33 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 	}
 }
 
+// ctl status says when nvidia-smi -r last reset a GPU (the library writes
+// it; here the state is written as it does), so a test can tell that its
+// remediation reset the GPU it meant.
+func TestCtlStatusShowsWhenAGPUWasReset(t *testing.T) {
+	state := ctlNode(t, "2")
+	f, err := live.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	at := time.Date(2026, 12, 6, 21, 0, 0, 5, time.UTC)
+	if err := f.Update(func(s *live.State, _ int64) error { s.GPUs[1].ResetNS = uint64(at.UnixNano()); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := ctlStatus(f, nil, &b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "GPU  LAST RESET (nvidia-smi -r)\n1    2026-12-06T21:00:00.000000005Z\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("ctl status:\n%s\nwant a part:\n%s", b.String(), want)
+	}
+	s := ctlStatusJSON(t, state)
+	if s.GPUs[0].ResetAt != nil || s.GPUs[1].ResetAt == nil || !s.GPUs[1].ResetAt.Equal(at) {
+		t.Errorf("resetAt: GPU 0 %v, GPU 1 %v; want none and %v", s.GPUs[0].ResetAt, s.GPUs[1].ResetAt, at)
+	}
+}
+
 // A process that exited holds no memory: status stops listing it at once,
 // and a new one may take its memory (review: the check counted it until
 // the next write).

@@ -39,6 +39,8 @@ type GPUStatus struct {
 	// MIG is the GPU's MIG mode and instances; nil: a board without MIG,
 	// or a state without its snapshot.
 	MIG *MIGStatus `json:"mig,omitempty"`
+	// ResetAt is when nvidia-smi -r last reset the GPU; nil: never.
+	ResetAt *time.Time `json:"resetAt,omitempty"`
 }
 
 // MIGStatus is a GPU's MIG mode and its instances.
@@ -229,6 +231,10 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 				}
 			}
 		}
+		if g.ResetNS != 0 {
+			t := time.Unix(0, int64(g.ResetNS)).UTC()
+			gs.ResetAt = &t
+		}
 		for _, fl := range s.Faults(i) {
 			gs.Faults = append(gs.Faults, FaultStatus{Kind: live.KindName(fl.Kind), XID: fl.XID, Trigger: triggerText(fl), PID: fl.PID, Count: fl.Count})
 		}
@@ -288,6 +294,13 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 	for _, g := range st.GPUs {
 		if g.MIG != nil && (g.MIG.Current || g.MIG.Pending) {
 			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.MIG)
+			head = ""
+		}
+	}
+	head = "\nGPU\tLAST RESET (nvidia-smi -r)\n"
+	for _, g := range st.GPUs {
+		if g.ResetAt != nil {
+			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.ResetAt.Format(time.RFC3339Nano))
 			head = ""
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // with the bit clear reads as before to old and new libraries alike.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 10
+const StateVersion = 11
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -122,6 +122,7 @@ var StateSchema = []Record{
 		{"accounting_since_ns", U64, 0, "when nvidia-smi -am 1 turned accounting on: processes since are accounted"},
 		{"accounting", U32, 0, "nvmlEnableState_t: per-process accounting (nvidia-smi -am)"},
 		{"pad", U32, 0, ""},
+		{"reset_ns", U64, 0, "when nvidia-smi -r last reset the GPU: errors before it leave the volatile counts and their rows are remapped; 0: never"},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},

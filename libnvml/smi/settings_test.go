@@ -160,25 +160,6 @@ func TestECCModeIsPendingUntilReboot(t *testing.T) {
 	}
 }
 
-// nvidia-smi -r asks, through its export table's entry 0xa0, whether the
-// GPU is the console's (a data-centre board never is); answered, it goes
-// on to the fabric state and the group of devices to reset, which the
-// mock does not answer: Not Supported, exit 3, for every release. Without
-// 0xa0 it stopped at "could not be determined if GPU ... is the primary
-// GPU".
-func TestGPUResetIsNotSupported(t *testing.T) {
-	for _, s := range testenv.NvidiaSMIs(t) {
-		t.Run(s.Version, func(t *testing.T) {
-			snap, _ := testenv.Snapshot(t, "a100", 2)
-			out, code, err := runSMI(t, s.Path, snap, nil, "-r", "-i", "0")
-			want := "GPU Reset couldn't run because fabric state could not be determined: Not Supported"
-			if err != nil || code != 3 || !strings.Contains(out, want) || strings.Contains(out, "primary GPU") {
-				t.Errorf("nvidia-smi -r -i 0: exit %d, %v\n%s\nwant exit 3 and %q", code, err, out, want)
-			}
-		})
-	}
-}
-
 // runReadOnly runs nvidia-smi with the node's state bound read-only in a
 // mount namespace of its own, as a GPU container sees it (root only).
 func runReadOnly(t *testing.T, smi, snap string, args ...string) (string, int, error) {

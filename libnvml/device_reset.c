@@ -1,0 +1,95 @@
+// GPU reset (nvidia-smi -r, --gpu-reset), which nvidia-smi asks of the
+// private table (export_table.c): the reset itself and the group of GPUs
+// that must be reset together. NVML has no public reset call.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mig.h"
+#include "nvmock.h"
+
+// reset ends what the driver ends at a reset: the volatile ECC counts start
+// again from zero, the rows of earlier uncorrectable errors are remapped
+// (pages retired), and a pending MIG mode takes effect. The driver refuses
+// a GPU that a process holds, or one with MIG instances, as "In use by
+// another client", and one in persistence mode: it counts as a client
+// (NVSentinel's remediation failed so until it turned persistence off;
+// nvidia-smi 470 turns it off around a reset itself). Settings made with
+// nvidia-smi (clocks, power limit) are left as they are: whether a reset
+// ends them was not found.
+static nvmlReturn_t reset(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
+{
+	(void)arg;
+	uint32_t persistence = g->cfg_set & LIVE_CFG_PERSISTENCE ? g->persistence : d->s->persistence_mode;
+	if (persistence == NVML_FEATURE_ENABLED || nvmock_live_procs_in(procs, d->node_index, LIVE_ANY, LIVE_ANY) > 0)
+		return NVML_ERROR_IN_USE;
+	for (unsigned i = 0; i < STATE_GIS; i++)
+		if (g->gi_profile[i] != 0)
+			return NVML_ERROR_IN_USE;
+	if (g->mig_set)
+		g->mig_current = g->mig_pending;
+	g->reset_ns = nvmock_live_now();
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmock_gpu_reset(const struct nvmock_dev *d)
+{
+	// A GPU off the bus does not come back from a reset (XID 79 needs a
+	// reboot); DEV's lookup answers GPU_IS_LOST for it before this.
+	return nvmock_live_update(d, reset, NULL);
+}
+
+// A reset group names the GPUs a reset takes with it. Every GPU of the
+// built-in boards is reset alone, as NVIDIA's fault remediation
+// (NVSentinel) resets one GPU of a node with nvidia-smi -r -i; which
+// baseboards tie GPUs' resets together was not found.
+struct reset_group {
+	unsigned n;
+	char bus[][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+};
+
+enum { GROUP_RESET = 1 };
+
+int nvmock_reset_group(void **group, const nvmlDevice_t *devices, unsigned n, unsigned kind)
+{
+	if (group == NULL || (devices == NULL && n > 0))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (kind != GROUP_RESET)
+		return NVML_ERROR_NOT_SUPPORTED;
+	struct reset_group *g = calloc(1, sizeof *g + (size_t)n * sizeof g->bus[0]);
+	if (g == NULL)
+		return NVML_ERROR_MEMORY;
+	for (unsigned i = 0; i < n; i++) {
+		const struct nvmock_dev *d = NULL;
+		nvmlReturn_t r = nvmock_dev_of(devices[i], &d);
+		if (r != NVML_SUCCESS) {
+			free(g);
+			return r;
+		}
+		snprintf(g->bus[i], sizeof g->bus[i], "%s", d->s->pci_bus_id);
+	}
+	g->n = n;
+	*group = g;
+	return NVML_SUCCESS;
+}
+
+// nvidia-smi hands as many buffers as the node has GPUs, each of 32 bytes.
+int nvmock_reset_group_members(void *group, char **bus, unsigned *n)
+{
+	struct reset_group *g = group;
+	if (g == NULL || bus == NULL || n == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned i = 0; i < g->n; i++) {
+		if (bus[i] == NULL)
+			return NVML_ERROR_INVALID_ARGUMENT;
+		snprintf(bus[i], 32, "%s", g->bus[i]);
+	}
+	*n = g->n;
+	return NVML_SUCCESS;
+}
+
+int nvmock_reset_group_free(void *group)
+{
+	free(group);
+	return NVML_SUCCESS;
+}
