@@ -348,6 +348,12 @@ void nvmock_live_fx(unsigned node, const struct live_gpu *g, uint64_t now, struc
 		case LIVE_FAULT_POWER_BRAKE: fx->brake = 1; break;
 		case LIVE_FAULT_NVLINK_DOWN: fx->links_down |= 1u << (g->fault_count[i] & 31); break;
 		case LIVE_FAULT_REMAP_FAILURE: fx->remap_failed = 1; break;
+		case LIVE_FAULT_XID:
+			// XID 154's text names the action: "changed from 0x0 (None)
+			// to 0x1 (GPU Reset Required)".
+			if (g->fault_xid[i] == 154 && recent)
+				fx->recovery = NVML_GPU_RECOVERY_ACTION_GPU_RESET;
+			break;
 		}
 	}
 }

@@ -58,6 +58,7 @@ struct live_fx {
 	uint32_t links_down; // bit per NVLink
 	uint32_t dbe, sbe;   // errors added to the counters
 	uint32_t dbe_vol, sbe_vol; // of them, those since the GPU's last reset
+	uint32_t recovery;         // nvmlDeviceGpuRecoveryAction_t
 };
 
 void nvmock_live_map(const char *snapshot);

@@ -512,6 +512,15 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 		v->value.uiVal = 0;
 		return NVML_SUCCESS;
 	}
+	if (id == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+		// From driver 570 on, where it replaces the reset status (the
+		// captures' "GPU Recovery Action: None").
+		if (nvmock_driver_branch() < 570)
+			return NVML_ERROR_NOT_SUPPORTED;
+		LIVE(d);
+		v->value.uiVal = live_ ? fx_.recovery : NVML_GPU_RECOVERY_ACTION_NONE;
+		return NVML_SUCCESS;
+	}
 	if (id == NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER || id == NVML_FI_DEV_PCIE_REPLAY_COUNTER) {
 		v->value.uiVal = 0;
 		return NVML_SUCCESS;

@@ -75,6 +75,8 @@ func XIDFault(xid uint32) (f Fault, ok bool) {
 		return Fault{Kind: FaultNvlinkDown, XID: 74}, true
 	case 92:
 		return Fault{Kind: FaultSBE, XID: 92, Count: 100}, true
+	case 154: // the recovery action its text names, GPU reset, until one
+		return Fault{Kind: FaultXID, XID: 154}, true
 	}
 	return Fault{}, false
 }
@@ -213,11 +215,13 @@ func (s *State) XID(gpu int, xid uint32, now int64) error {
 }
 
 // active finds a node-wide fault of a kind and XID in force on a GPU at
-// now: -1 for none.
+// now and since its last reset (which ended what the ones before did to
+// the volatile counts): -1 for none.
 func (s *State) active(gpu int, kind, xid uint32, now int64) int {
 	g := &s.GPUs[gpu]
 	for i := uint32(0); i < g.faults(); i++ {
-		if g.FaultKind[i] == kind && g.FaultXID[i] == xid && g.FaultTrigger[i] == TriggerAt && g.FaultPID[i] == 0 && g.FaultParam[i] <= uint64(now) {
+		if g.FaultKind[i] == kind && g.FaultXID[i] == xid && g.FaultTrigger[i] == TriggerAt && g.FaultPID[i] == 0 && g.FaultParam[i] <= uint64(now) &&
+			(g.ResetNS == 0 || g.FaultParam[i] > g.ResetNS) {
 			return int(i)
 		}
 	}
