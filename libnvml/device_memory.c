@@ -163,7 +163,9 @@ uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t typ
 	uint32_t added = 0, base[2] = {c[0], c[1]};
 	struct live_gpu g;
 	unsigned node = (unsigned)(s - nvmock.node);
-	if (nvmock_live_read(node, &g)) {
+	// Read whole: nvmock_live_read passes over a GPU with no load and no
+	// faults, whose reset still zeroes the capture's volatile counts.
+	if (nvmock.live != NULL && node < STATE_GPUS && nvmock_live_copy(&g, &nvmock.live_gpus[node], sizeof g)) {
 		struct live_fx fx;
 		nvmock_live_fx(node, &g, nvmock_live_now(), &fx);
 		int unc = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED;

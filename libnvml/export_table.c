@@ -367,9 +367,10 @@ static int smi_fabric_state(unsigned int *state)
 // node resets one).
 static int smi_reset_gpus(unsigned int n, const nvmlDevice_t *devices, nvmlReturn_t *results, unsigned int *switches)
 {
-	if (devices == NULL || results == NULL || switches == NULL)
+	if (devices == NULL || results == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*switches = 0;
+	if (switches != NULL)
+		*switches = 0;
 	int ret = NVML_SUCCESS;
 	for (unsigned i = 0; i < n; i++) {
 		const struct nvmock_dev *d;

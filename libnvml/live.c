@@ -319,6 +319,18 @@ int nvmock_live_active(unsigned node, const struct live_gpu *g, unsigned i, uint
 	}
 }
 
+// nvmock_before_reset says whether fault slot i, in force since since,
+// came by the GPU's last reset; of faults at the reset's very time (a
+// frozen clock), those added before it, by id.
+int nvmock_before_reset(const struct live_gpu *g, unsigned i, uint64_t since)
+{
+	if (g->reset_ns == 0)
+		return 0;
+	if (since != g->reset_ns)
+		return since < g->reset_ns;
+	return (int32_t)(g->fault_id[i] - g->reset_fault_id) <= 0;
+}
+
 // nvmock_live_fx sums what the active faults do to a GPU.
 void nvmock_live_fx(unsigned node, const struct live_gpu *g, uint64_t now, struct live_fx *fx)
 {
@@ -329,7 +341,7 @@ void nvmock_live_fx(unsigned node, const struct live_gpu *g, uint64_t now, struc
 			continue;
 		// Errors by the last reset are in the aggregate counts only, and
 		// their rows were remapped (pages retired) at it.
-		int recent = g->reset_ns == 0 || since > g->reset_ns;
+		int recent = !nvmock_before_reset(g, i, since);
 		switch (g->fault_kind[i]) {
 		case LIVE_FAULT_LOST: fx->lost = 1; break;
 		case LIVE_FAULT_ECC:

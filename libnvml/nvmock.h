@@ -71,6 +71,7 @@ uint64_t nvmock_live_now_for(const struct live_gpu *g);
 int nvmock_live_read(unsigned node, struct live_gpu *g);
 int nvmock_live_active(unsigned node, const struct live_gpu *g, unsigned i, uint64_t now, uint64_t *since);
 void nvmock_live_fx(unsigned node, const struct live_gpu *g, uint64_t now, struct live_fx *fx);
+int nvmock_before_reset(const struct live_gpu *g, unsigned i, uint64_t since);
 int nvmock_live_lost(unsigned node);
 struct nvmock_dev;
 nvmlReturn_t nvmock_live_check(const struct nvmock_dev *d);

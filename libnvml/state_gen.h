@@ -118,8 +118,8 @@ struct live_gpu {
 	uint32_t app_clock_gfx;
 	uint64_t accounting_since_ns; // when nvidia-smi -am 1 turned accounting on: processes since are accounted
 	uint32_t accounting; // nvmlEnableState_t: per-process accounting (nvidia-smi -am)
-	uint32_t pad;
-	uint64_t reset_ns; // when nvidia-smi -r last reset the GPU: errors before it leave the volatile counts and their rows are remapped; 0: never
+	uint32_t reset_fault_id; // the last fault id when it was reset: of faults at reset_ns itself, those up to it came before the reset
+	uint64_t reset_ns; // when nvidia-smi -r last reset the GPU: errors by then leave the volatile counts and their rows are remapped; 0: never
 };
 _Static_assert(sizeof(struct live_gpu) == 1528, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
@@ -165,7 +165,7 @@ _Static_assert(offsetof(struct live_gpu, app_clock_mem) == 1496, "state layout")
 _Static_assert(offsetof(struct live_gpu, app_clock_gfx) == 1500, "state layout");
 _Static_assert(offsetof(struct live_gpu, accounting_since_ns) == 1504, "state layout");
 _Static_assert(offsetof(struct live_gpu, accounting) == 1512, "state layout");
-_Static_assert(offsetof(struct live_gpu, pad) == 1516, "state layout");
+_Static_assert(offsetof(struct live_gpu, reset_fault_id) == 1516, "state layout");
 _Static_assert(offsetof(struct live_gpu, reset_ns) == 1520, "state layout");
 
 // live_event one published event.

@@ -77,3 +77,58 @@ func TestResettingReadingsKeepsTheSettings(t *testing.T) {
 		t.Errorf("after the reset:\n%+v\nwant the settings kept:\n%+v", s.GPUs[0], want)
 	}
 }
+
+// The chart applies its live values at every pod start: a fault the file
+// lists that the GPU had already keeps its time and id, so a GPU reset in
+// between holds (review: the re-added fault read as a new error, with its
+// volatile count and pending remap back) and its XID is not new. A fault
+// the file adds is new.
+func TestApplyingAFileAgainKeepsItsFaultsAsTheyWere(t *testing.T) {
+	s := &State{}
+	s.Header.Gpus = 2
+	count := uint64(2)
+	sp := &Spec{Faults: []FaultSpec{{GPUs: "all", Kind: "ecc_uncorrectable", Count: &count}}}
+	if err := sp.Apply(s, nil, 100); err != nil {
+		t.Fatal(err)
+	}
+	first := s.GPUs[0]
+	s.GPUs[0].ResetNS, s.GPUs[0].ResetFaultID = 150, uint32(s.Header.Generation)
+	sp.Faults = append(sp.Faults, FaultSpec{GPUs: "1", Kind: "xid", XID: 154})
+	if err := sp.Apply(s, nil, 200); err != nil {
+		t.Fatal(err)
+	}
+	g := &s.GPUs[0]
+	if g.Faults != 1 || g.FaultParam[0] != first.FaultParam[0] || g.FaultID[0] != first.FaultID[0] || !g.BeforeReset(0, g.FaultParam[0]) {
+		t.Errorf("GPU 0's fault after the second apply: at %d id %d (before the reset: %v); want the first's, at %d id %d",
+			g.FaultParam[0], g.FaultID[0], g.BeforeReset(0, g.FaultParam[0]), first.FaultParam[0], first.FaultID[0])
+	}
+	if g := &s.GPUs[1]; g.Faults != 2 || g.FaultParam[0] != 100 || g.FaultParam[1] != 200 {
+		t.Errorf("GPU 1's faults %d at %v, want the ECC one at 100 and XID 154 at 200", g.Faults, g.FaultParam[:g.Faults])
+	}
+}
+
+// A clock set back before a reset moves the reset with the faults it
+// pulls back: those from before it stay before it, those after it after
+// (review: ResetNS stayed ahead, and the later faults read as settled).
+func TestAClockSetBackKeepsFaultsOnTheirSideOfAReset(t *testing.T) {
+	s := &State{}
+	s.Header.Gpus = 1
+	if err := s.XID(0, 48, 100); err != nil {
+		t.Fatal(err)
+	}
+	s.GPUs[0].ResetNS, s.GPUs[0].ResetFaultID = 150, uint32(s.Header.Generation)
+	if err := s.XID(0, 48, 200); err != nil {
+		t.Fatal(err)
+	}
+	g := &s.GPUs[0]
+	if g.Faults != 2 {
+		t.Fatalf("XID 48 after a reset: %d faults, want a second one (the first was settled)", g.Faults)
+	}
+	s.ClockMoved(nil, 300, 50)
+	if g.ResetNS != 50 || g.FaultParam[0] != 50 || g.FaultParam[1] != 50 {
+		t.Fatalf("clock set back to 50: reset at %d, faults at %v", g.ResetNS, g.FaultParam[:2])
+	}
+	if !g.BeforeReset(0, g.FaultParam[0]) || g.BeforeReset(1, g.FaultParam[1]) {
+		t.Errorf("before the reset: first %v, second %v; want true, false", g.BeforeReset(0, g.FaultParam[0]), g.BeforeReset(1, g.FaultParam[1]))
+	}
+}

@@ -128,8 +128,8 @@ type GPU struct {
 	AppClockGfx       uint32
 	AccountingSinceNS uint64 // when nvidia-smi -am 1 turned accounting on: processes since are accounted
 	Accounting        uint32 // nvmlEnableState_t: per-process accounting (nvidia-smi -am)
-	Pad               uint32
-	ResetNS           uint64 // when nvidia-smi -r last reset the GPU: errors before it leave the volatile counts and their rows are remapped; 0: never
+	ResetFaultID      uint32 // the last fault id when it was reset: of faults at reset_ns itself, those up to it came before the reset
+	ResetNS           uint64 // when nvidia-smi -r last reset the GPU: errors by then leave the volatile counts and their rows are remapped; 0: never
 }
 
 // GPUSize is the size of GPU in the file.
@@ -180,7 +180,7 @@ var GPULayout = []FieldOffset{
 	{"app_clock_gfx", "AppClockGfx", 1500},
 	{"accounting_since_ns", "AccountingSinceNS", 1504},
 	{"accounting", "Accounting", 1512},
-	{"pad", "Pad", 1516},
+	{"reset_fault_id", "ResetFaultID", 1516},
 	{"reset_ns", "ResetNS", 1520},
 }
 

@@ -253,7 +253,9 @@ func (s *State) setLoadAt(b Board, gpu int, l Loads, at, start int64) {
 // thawed from an advanced one): each starts its segment again at the new
 // time, so the energy counter never goes back and temperature does not
 // jump. A clock that goes forward moves them, as time passing does.
-// Timed faults that had fired stay fired: they count from the new time.
+// Timed faults that had fired stay fired: they count from the new time,
+// and a reset after it moves to it too (their ids still say which came
+// first).
 func (s *State) ClockMoved(boards []Board, from, to int64) {
 	if to >= from {
 		return
@@ -264,6 +266,9 @@ func (s *State) ClockMoved(boards []Board, from, to int64) {
 			if p := g.FaultParam[i]; g.FaultTrigger[i] == TriggerAt && p > uint64(to) && p <= uint64(from) {
 				g.FaultParam[i] = uint64(to)
 			}
+		}
+		if g.ResetNS > uint64(to) {
+			g.ResetNS = uint64(to)
 		}
 	}
 	for g := 0; g < int(s.Header.Gpus) && g < len(boards); g++ {

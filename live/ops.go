@@ -214,14 +214,34 @@ func (s *State) XID(gpu int, xid uint32, now int64) error {
 	return s.AddFault(gpu, f, now) // its events come from the fault
 }
 
+// resetSettles says whether a GPU reset ends what faults of a kind do: the
+// volatile counts of ECC errors and XID 154's recovery action, not
+// conditions such as a link down.
+func resetSettles(kind uint32) bool {
+	return kind == FaultECC || kind == FaultSBE || kind == FaultXID
+}
+
+// BeforeReset says whether fault i, in force since since, came by the
+// GPU's last reset; of faults at the reset's very time (a frozen clock),
+// those added before it, by id (libnvml/live.c nvmock_before_reset).
+func (g *GPU) BeforeReset(i uint32, since uint64) bool {
+	if g.ResetNS == 0 {
+		return false
+	}
+	if since != g.ResetNS {
+		return since < g.ResetNS
+	}
+	return int32(g.FaultID[i]-g.ResetFaultID) <= 0
+}
+
 // active finds a node-wide fault of a kind and XID in force on a GPU at
-// now and since its last reset (which ended what the ones before did to
-// the volatile counts): -1 for none.
+// now, and not one a reset has settled (a new error after it counts
+// again): -1 for none.
 func (s *State) active(gpu int, kind, xid uint32, now int64) int {
 	g := &s.GPUs[gpu]
 	for i := uint32(0); i < g.faults(); i++ {
 		if g.FaultKind[i] == kind && g.FaultXID[i] == xid && g.FaultTrigger[i] == TriggerAt && g.FaultPID[i] == 0 && g.FaultParam[i] <= uint64(now) &&
-			(g.ResetNS == 0 || g.FaultParam[i] > g.ResetNS) {
+			!(resetSettles(kind) && g.BeforeReset(i, g.FaultParam[i])) {
 			return int(i)
 		}
 	}
@@ -348,7 +368,7 @@ func (s *State) ResetReadings(g int) {
 		GpmStream: o.GpmStream, ECCPending: o.ECCPending, Timeslice: o.Timeslice,
 		GPULockedMin: o.GPULockedMin, GPULockedMax: o.GPULockedMax, MemLockedMin: o.MemLockedMin, MemLockedMax: o.MemLockedMax,
 		AppClockMem: o.AppClockMem, AppClockGfx: o.AppClockGfx, Accounting: o.Accounting, AccountingSinceNS: o.AccountingSinceNS,
-		ResetNS: o.ResetNS}
+		ResetNS: o.ResetNS, ResetFaultID: o.ResetFaultID}
 }
 
 // Processes lists the registered processes.

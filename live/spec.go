@@ -190,6 +190,9 @@ func (sp *Spec) NeedsBoards() bool {
 // keeps the state it had.
 func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 	n := int(s.Header.Gpus)
+	old := make([]GPU, n)
+	copy(old, s.GPUs[:n])
+	kept := make([][MaxFaults]bool, n)
 	for g := 0; g < n; g++ {
 		if g < len(boards) {
 			s.ResetToIdle(boards[g], g, now)
@@ -275,6 +278,7 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		}
 		fault := FaultOf(kind, f.XID, count, f.Link, 0)
 		fault.Trigger, fault.Param = trig, param
+		untimed := f.At == "" && f.In == ""
 		for _, g := range gpus {
 			if err := CheckFaultOn(boards, g, fault, at, at+".link"); err != nil {
 				return err
@@ -282,7 +286,29 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 			if err := s.AddFault(g, fault, now); err != nil {
 				return fmt.Errorf("%s: %w", at, err)
 			}
+			keepOld(&s.GPUs[g], &old[g], &kept[g], untimed, now)
 		}
 	}
 	return nil
+}
+
+// keepOld gives the fault just added to g the time and id of the same
+// fault it had before the apply, if any: applying a file again (the chart
+// does at each pod start) must not make its faults new, which would undo
+// a GPU reset since and report their XIDs again. untimed: the entry gave
+// no time, so any time of the old one's up to now matches.
+func keepOld(g, o *GPU, used *[MaxFaults]bool, untimed bool, now int64) {
+	i := g.Faults - 1
+	for j := uint32(0); j < o.faults(); j++ {
+		if used[j] || o.FaultKind[j] != g.FaultKind[i] || o.FaultXID[j] != g.FaultXID[i] || o.FaultCount[j] != g.FaultCount[i] ||
+			o.FaultPID[j] != g.FaultPID[i] || o.FaultTrigger[j] != g.FaultTrigger[i] {
+			continue
+		}
+		if o.FaultParam[j] != g.FaultParam[i] && (g.FaultTrigger[i] != TriggerAt || !untimed || o.FaultParam[j] > uint64(now)) {
+			continue
+		}
+		used[j] = true
+		g.FaultParam[i], g.FaultID[i] = o.FaultParam[j], o.FaultID[j]
+		return
+	}
 }

@@ -121,8 +121,8 @@ var StateSchema = []Record{
 		{"app_clock_gfx", U32, 0, ""},
 		{"accounting_since_ns", U64, 0, "when nvidia-smi -am 1 turned accounting on: processes since are accounted"},
 		{"accounting", U32, 0, "nvmlEnableState_t: per-process accounting (nvidia-smi -am)"},
-		{"pad", U32, 0, ""},
-		{"reset_ns", U64, 0, "when nvidia-smi -r last reset the GPU: errors before it leave the volatile counts and their rows are remapped; 0: never"},
+		{"reset_fault_id", U32, 0, "the last fault id when it was reset: of faults at reset_ns itself, those up to it came before the reset"},
+		{"reset_ns", U64, 0, "when nvidia-smi -r last reset the GPU: errors by then leave the volatile counts and their rows are remapped; 0: never"},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},

@@ -136,3 +136,46 @@ func TestNvidiaSMIResetInAReadOnlyViewIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// Resets on a frozen clock, where a reset and the errors around it share
+// one time: the errors after a reset still count (review: they read as
+// settled by it), and the errors each reset settles share a fault slot,
+// so a GPU reset after every error never runs out of its 8.
+func TestResetsOnAFrozenClockKeepCountingAndFreeTheirSlots(t *testing.T) {
+	smis := testenv.NvidiaSMIs(t)
+	s := smis[len(smis)-1]
+	snap, _ := testenv.Snapshot(t, "a100", 1)
+	f := testenv.LiveState(t, snap, 1, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	if err := f.Update(func(st *live.State, _ int64) error {
+		st.GPUs[0].CfgSet, st.GPUs[0].Persistence = live.CfgPersistence, 0
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ecc := func() string {
+		out, _, _ := runSMI(t, s.Path, snap, nil, "--query-gpu=ecc.errors.uncorrected.volatile.total,ecc.errors.uncorrected.aggregate.total", "--format=csv,noheader")
+		return strings.TrimSpace(out)
+	}
+	for i := 1; i <= 10; i++ {
+		if err := f.Update(func(st *live.State, now int64) error {
+			if err := st.XID(0, 154, now); err != nil {
+				return err
+			}
+			return st.XID(0, 48, now)
+		}); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if got, want := ecc(), fmt.Sprintf("1, %d", i); got != want {
+			t.Fatalf("round %d, after XID 48: counts %q, want %q", i, got, want)
+		}
+		if out, code, err := runSMI(t, s.Path, snap, nil, "-r", "-i", "0"); err != nil || code != 0 {
+			t.Fatalf("round %d: -r: exit %d (%v):\n%s", i, code, err, out)
+		}
+		if got, want := ecc(), fmt.Sprintf("0, %d", i); got != want {
+			t.Errorf("round %d, after the reset: counts %q, want %q", i, got, want)
+		}
+		if n := f.Read().GPUs[0].Faults; n > 2 {
+			t.Errorf("round %d: %d fault slots in use, want the settled ones merged into 2", i, n)
+		}
+	}
+}
