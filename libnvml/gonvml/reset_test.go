@@ -37,12 +37,7 @@ func TestAResetEndsTheRecoveryActionAndTheVolatileCounts(t *testing.T) {
 	}
 	a, ret := recovery()
 	check(t, "recovery action of a quiet GPU", a, ret, uint32(nvml.GPU_RECOVERY_ACTION_NONE))
-	update(t, f, func(s *live.State, now int64) error {
-		if err := s.XID(0, 154, now); err != nil {
-			return err
-		}
-		return s.XID(0, 48, now)
-	})
+	update(t, f, xids154And48)
 	a, ret = recovery()
 	check(t, "recovery action after XID 154", a, ret, uint32(nvml.GPU_RECOVERY_ACTION_GPU_RESET))
 	counts("after XID 48", 1, 1)
@@ -60,15 +55,19 @@ func TestAResetEndsTheRecoveryActionAndTheVolatileCounts(t *testing.T) {
 	check(t, "remap pending after a reset", isPending, ret, false)
 
 	advance(t, f, time.Minute)
-	update(t, f, func(s *live.State, now int64) error {
-		if err := s.XID(0, 154, now); err != nil {
-			return err
-		}
-		return s.XID(0, 48, now)
-	})
+	update(t, f, xids154And48)
 	a, ret = recovery()
 	check(t, "recovery action after XID 154 again", a, ret, uint32(nvml.GPU_RECOVERY_ACTION_GPU_RESET))
 	counts("after XID 48 again", 1, 2)
 	_, _, isPending, _, ret = d.GetRemappedRows()
 	check(t, "remap pending after XID 48 again", isPending, ret, true)
+}
+
+// xids154And48 reports a recovery action of GPU reset and a double-bit
+// ECC error on GPU 0.
+func xids154And48(s *live.State, now int64) error {
+	if err := s.XID(0, 154, now); err != nil {
+		return err
+	}
+	return s.XID(0, 48, now)
 }
