@@ -85,10 +85,11 @@ nvmlReturn_t nvmock_gpu_reset(const struct nvmock_dev *d)
 	return nvmock_live_update(d, reset, NULL);
 }
 
-// A reset group names the GPUs a reset takes with it. Every GPU of the
-// built-in boards is reset alone, as NVIDIA's fault remediation
-// (NVSentinel) resets one GPU of a node with nvidia-smi -r -i; which
-// baseboards tie GPUs' resets together was not found.
+// A reset group names the GPUs a reset takes with it. nvidia-smi's manual
+// (-r): from Ampere on, GPUs with NVLink are reset individually (Ampere
+// NVSwitch systems through Fabric Manager, which a DGX A100 runs; Hopper
+// and later without it); before Ampere, a GPU's NVLink peers go with it.
+// No built-in board has NVLink before Ampere: each GPU is its own group.
 struct reset_group {
 	unsigned n;
 	char bus[][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
