@@ -243,3 +243,22 @@ func TestOnlyAPrivilegedContainerChangesTheComputeMode(t *testing.T) {
 		t.Errorf("after the privileged container, GPU 2's compute mode is %q, want Exclusive_Process", m)
 	}
 }
+
+// A privileged container resets a GPU as NVIDIA's fault remediation does
+// (persistence off, then nvidia-smi -r); another container is refused with
+// Insufficient Permissions, as the driver refuses one without
+// CAP_SYS_ADMIN.
+func TestOnlyAPrivilegedContainerResetsAGPU(t *testing.T) {
+	n := theNode
+	t.Cleanup(func() { _ = exec.Command(n.env["NVIDIA_SMI"], "-i", "6", "-pm", "1").Run() })
+	all := map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}
+	reset := []string{"sh", "-c", "nvidia-smi -i 6 -pm 0 >/dev/null; nvidia-smi -r -i 6"}
+	r := n.run(t, n.runPod(t, optedIn, nil), ctr{image: "glibc", cmd: reset, env: all})
+	if r.code != 255 || !strings.Contains(r.out, "Insufficient Permissions") {
+		t.Errorf("a container that is not privileged: exit %d\n%s\nwant exit 255 and Insufficient Permissions", r.code, r.out)
+	}
+	r = n.run(t, n.runPrivilegedPod(t, optedIn), ctr{image: "glibc", cmd: reset, env: all, privileged: true})
+	if r.code != 0 || !strings.Contains(r.out, "was successfully reset.") {
+		t.Errorf("a privileged container: exit %d\n%s", r.code, r.out)
+	}
+}
