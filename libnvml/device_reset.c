@@ -51,10 +51,10 @@ static void merge_settled(struct live_gpu *g)
 // (pages retired), and a pending MIG mode takes effect. The driver refuses
 // a GPU that a process holds, or one with MIG instances, as "In use by
 // another client", and one in persistence mode: it counts as a client
-// (NVSentinel's remediation failed so until it turned persistence off;
-// nvidia-smi 470 turns it off around a reset itself). Settings made with
-// nvidia-smi (clocks, power limit) are left as they are: whether a reset
-// ends them was not found.
+// (NVSentinel's remediation failed so until it turned persistence off, and
+// nvml.h answers IN_USE for it when a drain state changes). Settings made
+// with nvidia-smi (clocks, power limit) are left as they are: whether a
+// reset ends them was not found.
 static nvmlReturn_t reset(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
 	(void)arg;
