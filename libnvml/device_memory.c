@@ -166,15 +166,17 @@ uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t typ
 	// Read whole: nvmock_live_read passes over a GPU with no load and no
 	// faults, whose reset still zeroes the capture's volatile counts.
 	if (nvmock.live != NULL && node < STATE_GPUS && nvmock_live_copy(&g, &nvmock.live_gpus[node], sizeof g)) {
-		struct live_fx fx;
-		nvmock_live_fx(node, &g, nvmock_live_now(), &fx);
-		int unc = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED;
-		if (counter == NVML_AGGREGATE_ECC)
-			added = unc ? fx.dbe : fx.sbe;
-		else
-			added = unc ? fx.dbe_vol : fx.sbe_vol;
 		if (counter == NVML_VOLATILE_ECC && g.reset_ns != 0)
 			base[0] = base[1] = 0;
+		if (loc == NVML_MEMORY_LOCATION_DRAM) {
+			struct live_fx fx;
+			nvmock_live_fx(node, &g, nvmock_live_now(), &fx);
+			int unc = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED;
+			if (counter == NVML_AGGREGATE_ECC)
+				added = unc ? fx.dbe : fx.sbe;
+			else
+				added = unc ? fx.dbe_vol : fx.sbe_vol;
+		}
 	}
 	switch (loc) {
 	case NVML_MEMORY_LOCATION_DRAM: return base[0] + added; // also DEVICE_MEMORY

@@ -26,14 +26,20 @@ const struct live_gpu *nvmock_settings(const struct nvmock_dev *d, struct live_g
 	return g;
 }
 
+// nvmock_persistence is the persistence mode in force: the one a setter
+// left in the GPU's live record g (NULL: none), else the snapshot's.
+uint32_t nvmock_persistence(const struct nvmock_dev *d, const struct live_gpu *g)
+{
+	if (g != NULL && (g->cfg_set & LIVE_CFG_PERSISTENCE) && d->s->persistence_mode != NA32)
+		return g->persistence;
+	return d->s->persistence_mode;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
 	DEV(device, d);
 	struct live_gpu g;
-	const struct live_gpu *set = nvmock_settings(d, &g);
-	if (set != NULL && (set->cfg_set & LIVE_CFG_PERSISTENCE) && d->s->persistence_mode != NA32)
-		return enable_state(set->persistence, mode);
-	return enable_state(d->s->persistence_mode, mode);
+	return enable_state(nvmock_persistence(d, nvmock_settings(d, &g)), mode);
 }
 
 struct setting {

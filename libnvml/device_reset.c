@@ -58,8 +58,7 @@ static void merge_settled(struct live_gpu *g)
 static nvmlReturn_t reset(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
 	(void)arg;
-	uint32_t persistence = g->cfg_set & LIVE_CFG_PERSISTENCE ? g->persistence : d->s->persistence_mode;
-	if (persistence == NVML_FEATURE_ENABLED || nvmock_live_procs_in(procs, d->node_index, LIVE_ANY, LIVE_ANY) > 0)
+	if (nvmock_persistence(d, g) == NVML_FEATURE_ENABLED || nvmock_live_procs_in(procs, d->node_index, LIVE_ANY, LIVE_ANY) > 0)
 		return NVML_ERROR_IN_USE;
 	for (unsigned i = 0; i < STATE_GIS; i++)
 		if (g->gi_profile[i] != 0)

@@ -90,6 +90,7 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 uint32_t nvmock_power_limit(const struct snap_device *s, const struct live_gpu *g);
 void nvmock_live_cut(const struct nvmock_dev *d, struct live_gpu *g, uint64_t now);
 const struct live_gpu *nvmock_settings(const struct nvmock_dev *d, struct live_gpu *g);
+uint32_t nvmock_persistence(const struct nvmock_dev *d, const struct live_gpu *g);
 nvmlReturn_t nvmock_gpu_reset(const struct nvmock_dev *d);
 int nvmock_reset_group(void **group, const nvmlDevice_t *devices, unsigned n, unsigned kind);
 int nvmock_reset_group_members(void *group, char **bus, unsigned *n);
