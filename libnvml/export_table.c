@@ -15,7 +15,8 @@
 // A release is recognised by its version string in the calling executable.
 // Any other caller gets the generic table. Across the four releases a slot
 // has only ever been added or retired, never given another meaning (every
-// offset two releases read has the same arguments and context in both), so
+// offset two releases read has the same arguments and context in both, but
+// pmon's samples, 0x488, which the generic table leaves out), so
 // the generic table is the union of the four, larger than any of them: what
 // an unknown release reads past them is NULL ("N/A"), never "Uninitialized".
 // Every view of the four releases works on it too (tested by forcing it with
@@ -429,6 +430,23 @@ static int smi_get_policies(nvmlDevice_t device, struct smi_policies *out)
 	return NVML_SUCCESS;
 }
 
+// 0x488 (all four): pmon's samples, 100 ms each: the time, then per engine
+// {util %, ?, pid, 68 bytes} (0x50 bytes); 470 and 535 have four engines
+// (sm, mem, enc, dec), 550 and 555 six (jpg, ofa). Arguments: device, the
+// time (µs) of the last sample seen, an int pmon never reads, the count
+// (in: 100), the samples. Read off each release's call site.
+static int smi_pmon4(nvmlDevice_t device, unsigned long long since_us, unsigned *unread, unsigned *count, void *samples)
+{
+	(void)unread;
+	return nvmock_pmon_samples(device, since_us, count, samples, 4);
+}
+
+static int smi_pmon6(nvmlDevice_t device, unsigned long long since_us, unsigned *unread, unsigned *count, void *samples)
+{
+	(void)unread;
+	return nvmock_pmon_samples(device, since_us, count, samples, 6);
+}
+
 #define E(off, fn) [(off) / 8] = (uint64_t)(uintptr_t)(fn)
 
 // Entries by the releases that read them (each table is as large as its
@@ -448,10 +466,15 @@ static int smi_get_policies(nvmlDevice_t device, struct smi_policies *out)
 #define SINCE_550 E(0x7c8, smi_sparse_mode)
 #define ONLY_555 E(0x7d8, smi_set_persistence)
 
-static const uint64_t table_470[0x6a0 / 8] = {[0] = sizeof table_470, ALL_FOUR, ONLY_470};
-static const uint64_t table_535[0x7a8 / 8] = {[0] = sizeof table_535, ALL_FOUR, SINCE_535, ONLY_535};
-static const uint64_t table_550[0x7d8 / 8] = {[0] = sizeof table_550, ALL_FOUR, SINCE_535, SINCE_550};
-static const uint64_t table_555[0x7e0 / 8] = {[0] = sizeof table_555, ALL_FOUR, SINCE_535, SINCE_550, ONLY_555};
+// pmon's samples grew two engines in 550: the one slot whose meaning
+// changed, so the generic table leaves it out (pmon then prints "-").
+#define PMON_4 E(0x488, smi_pmon4)
+#define PMON_6 E(0x488, smi_pmon6)
+
+static const uint64_t table_470[0x6a0 / 8] = {[0] = sizeof table_470, ALL_FOUR, ONLY_470, PMON_4};
+static const uint64_t table_535[0x7a8 / 8] = {[0] = sizeof table_535, ALL_FOUR, SINCE_535, ONLY_535, PMON_4};
+static const uint64_t table_550[0x7d8 / 8] = {[0] = sizeof table_550, ALL_FOUR, SINCE_535, SINCE_550, PMON_6};
+static const uint64_t table_555[0x7e0 / 8] = {[0] = sizeof table_555, ALL_FOUR, SINCE_535, SINCE_550, ONLY_555, PMON_6};
 static const uint64_t table_generic[0x800 / 8] = {
 	[0] = sizeof table_generic, ALL_FOUR, ONLY_470, SINCE_535, ONLY_535, SINCE_550, ONLY_555,
 };

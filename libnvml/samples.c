@@ -2,6 +2,8 @@
 // driver buffers them. A steady GPU gives the same value in each; one under
 // a live load gives the model's value at each sample's time.
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "nvmock.h"
 
@@ -157,4 +159,73 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
 			.smUtil = s[i].smUtil, .memUtil = s[i].memUtil, .encUtil = s[i].encUtil, .decUtil = s[i].decUtil};
 	free(s);
 	return r;
+}
+
+// nvidia-smi pmon's own samples (export table 0x488): each 100 ms sample
+// its time and, per engine, the utilization and the process the driver
+// found on the engine (~0: none, which pmon prints as "-"). pmon averages
+// a process's values over the samples. nvidia-smi reads only util and pid.
+struct smi_engine_sample {
+	uint32_t util, unread0, pid;
+	char unread[68];
+};
+_Static_assert(sizeof(struct smi_engine_sample) == 0x50, "pmon engine sample");
+
+#define NO_PROCESS 0xffffffffu
+
+// The engines in pmon's order: sm, mem, enc, dec, then (550 on) jpg, ofa.
+static const nvmlSamplingType_t pmon_engines[] = {NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES,
+						 NVML_ENC_UTILIZATION_SAMPLES,  NVML_DEC_UTILIZATION_SAMPLES,
+						 NVML_JPG_UTILIZATION_SAMPLES,  NVML_OFA_UTILIZATION_SAMPLES};
+
+// nvmock_pmon_samples fills *count samples of 8 + engines * 0x50 bytes
+// newer than since_us. The model knows a GPU's load, not who makes it, so
+// the registered processes take the engines in turn, one a sample: over
+// a second each gets its share, as nvmlDeviceGetProcessUtilization gives
+// it. A GPU in MIG mode has none (nvmlDeviceGetProcessUtilization).
+int nvmock_pmon_samples(nvmlDevice_t device, unsigned long long since_us, unsigned *count, void *buf, unsigned engines)
+{
+	DEV(device, d);
+	if (count == NULL || (buf == NULL && *count > 0) || engines > sizeof pmon_engines / sizeof pmon_engines[0])
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (nvmock_mig_on(d))
+		return NVML_ERROR_NOT_SUPPORTED;
+	unsigned long long now = nvmock_live_now() / 1000;
+	// pmon asks for the last interval by its own clock; a frozen state
+	// clock (tests, replays) gets the same interval before its time.
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	unsigned long long wall = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000;
+	if (since_us <= wall)
+		since_us = now > wall - since_us ? now - (wall - since_us) : 0;
+	now -= now % SAMPLE_PERIOD_US;
+	unsigned n = 0;
+	for (unsigned k = 0; k < SAMPLES; k++)
+		n += now - (SAMPLES - 1 - k) * SAMPLE_PERIOD_US > since_us;
+	if (n > *count)
+		n = *count;
+	*count = n;
+	if (n == 0)
+		return NVML_ERROR_NOT_FOUND;
+	unsigned np;
+	struct live_proc *p = nvmock_live_procs(d->node_index, 3, &np);
+	size_t size = 8 + engines * sizeof(struct smi_engine_sample);
+	for (unsigned k = 0; k < n; k++) {
+		unsigned char *e = (unsigned char *)buf + k * size;
+		uint64_t t = now - (n - 1 - k) * SAMPLE_PERIOD_US;
+		memset(e, 0, size);
+		memcpy(e, &t, sizeof t);
+		uint32_t pid = np > 0 ? p[t / SAMPLE_PERIOD_US % np].pid : NO_PROCESS;
+		for (unsigned i = 0; i < engines; i++) {
+			struct smi_engine_sample s = {.pid = NO_PROCESS};
+			uint32_t v = sample_value(d->s, pmon_engines[i]);
+			if (v != NA32 && v != DEP32)
+				s.util = live_sample(d, pmon_engines[i], v, t);
+			if (s.util > 0)
+				s.pid = pid; // an idle engine holds no process
+			memcpy(e + 8 + i * sizeof s, &s, sizeof s);
+		}
+	}
+	free(p);
+	return NVML_SUCCESS;
 }
