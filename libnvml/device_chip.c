@@ -107,6 +107,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlG
 NVML_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType,
 						   nvmlViolationTime_t *violTime)
 {
+	return nvmock_violation(device, perfPolicyType, violTime);
+}
+
+// nvmock_violation is nvmlDeviceGetViolationStatus (deprecated in nvml.h)
+// for the library's own callers.
+nvmlReturn_t nvmock_violation(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType, nvmlViolationTime_t *violTime)
+{
 	DEV(device, d);
 	OUT(violTime);
 	if ((unsigned)perfPolicyType >= NVML_PERF_POLICY_COUNT)

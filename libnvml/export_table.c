@@ -430,6 +430,15 @@ static int smi_get_policies(nvmlDevice_t device, struct smi_policies *out)
 	return NVML_SUCCESS;
 }
 
+// 0x450 (all four): the thermal violation time, as
+// nvmlDeviceGetViolationStatus gives it: dmon -s v prints tviol 1 while
+// it grows between samples (470, 535 and 555 also while the GPU is at its
+// slowdown temperature).
+static int smi_thermal_violation(nvmlDevice_t device, nvmlViolationTime_t *t)
+{
+	return nvmock_violation(device, NVML_PERF_POLICY_THERMAL, t);
+}
+
 // 0x488 (all four): pmon's samples, 100 ms each: the time, then per engine
 // {util %, ?, pid, 68 bytes} (0x50 bytes); 470 and 535 have four engines
 // (sm, mem, enc, dec), 550 and 555 six (jpg, ofa). Arguments: device, the
@@ -453,7 +462,7 @@ static int smi_pmon6(nvmlDevice_t device, unsigned long long since_us, unsigned 
 // release's largest size check, plus the entry).
 #define ALL_FOUR                                                                                   \
 	E(0x60, smi_parse_bus_id), E(0xa0, smi_is_primary), E(0xb8, smi_pcie_path), E(0x240, smi_monitoring),                \
-		E(0x258, smi_index_location), E(0x288, smi_index_bus_id), E(0x360, smi_enforced_limit), E(0x528, smi_fields),      \
+		E(0x258, smi_index_location), E(0x288, smi_index_bus_id), E(0x360, smi_enforced_limit), E(0x450, smi_thermal_violation), E(0x528, smi_fields),      \
 		E(0x540, smi_reset_gpus), E(0x548, smi_fabric_state), E(0x5b0, nvmock_reset_group),               \
 		E(0x5b8, nvmock_reset_group_members), E(0x5c0, nvmock_reset_group_free), E(0x600, smi_set_policy), \
 		E(0x608, smi_get_policies), E(0x680, smi_lane_ecc)

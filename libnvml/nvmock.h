@@ -95,6 +95,7 @@ nvmlReturn_t nvmock_gpu_reset(const struct nvmock_dev *d);
 int nvmock_reset_group(void **group, const nvmlDevice_t *devices, unsigned n, unsigned kind);
 int nvmock_reset_group_members(void *group, char **bus, unsigned *n);
 int nvmock_reset_group_free(void *group);
+nvmlReturn_t nvmock_violation(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType, nvmlViolationTime_t *violTime);
 int nvmock_pmon_samples(nvmlDevice_t device, unsigned long long since_us, unsigned *count, void *buf, unsigned engines);
 nvmlReturn_t nvmock_change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value);
 nvmlReturn_t nvmock_change_pair(const struct nvmock_dev *d, uint32_t bit, uint32_t a, uint32_t b);
