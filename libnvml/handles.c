@@ -185,28 +185,3 @@ NVML_API nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t d
 	*onSameBoard = a == b;
 	return NVML_SUCCESS;
 }
-
-// nvmlDeviceQueryDrainState: nothing drains a mock GPU (taking one out of
-// service, nvmlDeviceModifyDrainState, is not modelled), so every GPU of
-// the node reads not draining. nvidia-smi drain -q gives the address in
-// the numbers of pciInfo; other callers may give only its bus id.
-NVML_API nvmlReturn_t nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t *currentState)
-{
-	if (!nvmock_ready())
-		return NVML_ERROR_UNINITIALIZED;
-	if (pciInfo == NULL || currentState == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	unsigned dom = pciInfo->domain, bus = pciInfo->bus, dev = pciInfo->device, fn = 0;
-	if (dom == 0 && bus == 0 && dev == 0) {
-		char id[sizeof pciInfo->busId + 1] = {0}; // the caller's may lack its NUL
-		memcpy(id, pciInfo->busId, sizeof pciInfo->busId);
-		if (id[0] != '\0' && !nvmock_parse_bus_id(id, &dom, &bus, &dev, &fn))
-			return NVML_ERROR_INVALID_ARGUMENT;
-	}
-	nvmlDevice_t d;
-	nvmlReturn_t r = at(dom, bus, dev, fn, &d);
-	if (r != NVML_SUCCESS)
-		return r == NVML_ERROR_NOT_FOUND ? NVML_ERROR_INVALID_ARGUMENT : r; // nvml.h: no such GPU
-	*currentState = NVML_FEATURE_DISABLED;
-	return NVML_SUCCESS;
-}

@@ -199,6 +199,15 @@ static nvmlReturn_t build_devices(void)
 			goto out;
 	}
 
+	// A drained GPU takes no new clients: a process that starts after
+	// the drain does not see it (drain.c).
+	uint64_t reach = 0;
+	for (unsigned i = 0; i < count; i++) {
+		if (keep[i] && i < 64)
+			reach |= 1ull << i;
+		if (keep[i] && nvmock_drained(i))
+			keep[i] = 0;
+	}
 	unsigned n = 0;
 	for (unsigned i = 0; i < count; i++)
 		n += keep[i];
@@ -226,6 +235,7 @@ static nvmlReturn_t build_devices(void)
 		nvmock.devs = devs;
 		nvmock.ndevs = total;
 	}
+	nvmock.reach = reach;
 	nvmock_mig_init();
 	ret = NVML_SUCCESS;
 out:

@@ -34,6 +34,9 @@ struct nvmock_state {
 	const uint32_t *pool;
 	struct nvmock_dev *devs; // visible devices
 	unsigned ndevs;
+	// The node's GPUs (by node index, the first 64) this process has
+	// device nodes for: the visible ones and those left out as drained.
+	uint64_t reach;
 	int trace;
 	int pid; // getpid(), kept current across fork
 	// The live state (live.c); NULL: static readings.
@@ -95,6 +98,7 @@ nvmlReturn_t nvmock_gpu_reset(const struct nvmock_dev *d);
 int nvmock_reset_group(void **group, const nvmlDevice_t *devices, unsigned n, unsigned kind);
 int nvmock_reset_group_members(void *group, char **bus, unsigned *n);
 int nvmock_reset_group_free(void *group);
+int nvmock_drained(unsigned node);
 nvmlReturn_t nvmock_violation(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType, nvmlViolationTime_t *violTime);
 int nvmock_pmon_samples(nvmlDevice_t device, unsigned long long since_us, unsigned *count, void *buf, unsigned engines);
 nvmlReturn_t nvmock_change_setting(const struct nvmock_dev *d, uint32_t bit, uint32_t value);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STATE_VERSION 11
+#define STATE_VERSION 12
 #define STATE_GPUS 64
 #define STATE_FAULTS 8
 #define STATE_EVENTS 256
@@ -32,6 +32,7 @@
 #define LIVE_CFG_MEM_LOCKED 128 // mem_locked_min and _max hold the locked memory clocks
 #define LIVE_CFG_APP_CLOCKS 256 // app_clock_mem and _gfx hold the applications clocks
 #define LIVE_CFG_ACCOUNTING 512 // accounting holds the accounting mode, accounting_since_ns when it was turned on
+#define LIVE_CFG_DRAIN 1024 // drain holds the drain state
 #define LIVE_TRIGGER_AT 1 // from time param (ns), node-wide
 #define LIVE_TRIGGER_CALLS 2 // after param calls on the GPU, counted by each process
 #define LIVE_TRIGGER_PROBABILITY 3 // each call with probability param / 2^32, drawn by each process
@@ -120,8 +121,10 @@ struct live_gpu {
 	uint32_t accounting; // nvmlEnableState_t: per-process accounting (nvidia-smi -am)
 	uint32_t reset_fault_id; // the last fault id when it was reset: of faults at reset_ns itself, those up to it came before the reset
 	uint64_t reset_ns; // when nvidia-smi -r last reset the GPU: errors by then leave the volatile counts and their rows are remapped; 0: never
+	uint32_t drain; // nvmlEnableState_t: nvidia-smi drain -m 1; a drained GPU is left out of the processes that start after
+	uint32_t pad;
 };
-_Static_assert(sizeof(struct live_gpu) == 1528, "state layout");
+_Static_assert(sizeof(struct live_gpu) == 1536, "state layout");
 _Static_assert(offsetof(struct live_gpu, model) == 0, "state layout");
 _Static_assert(offsetof(struct live_gpu, jitter) == 4, "state layout");
 _Static_assert(offsetof(struct live_gpu, load) == 8, "state layout");
@@ -167,6 +170,8 @@ _Static_assert(offsetof(struct live_gpu, accounting_since_ns) == 1504, "state la
 _Static_assert(offsetof(struct live_gpu, accounting) == 1512, "state layout");
 _Static_assert(offsetof(struct live_gpu, reset_fault_id) == 1516, "state layout");
 _Static_assert(offsetof(struct live_gpu, reset_ns) == 1520, "state layout");
+_Static_assert(offsetof(struct live_gpu, drain) == 1528, "state layout");
+_Static_assert(offsetof(struct live_gpu, pad) == 1532, "state layout");
 
 // live_event one published event.
 struct live_event {

@@ -65,10 +65,10 @@ func TestResettingReadingsKeepsTheSettings(t *testing.T) {
 	s := &State{}
 	s.Header.Gpus = 1
 	g := &s.GPUs[0]
-	g.CfgSet = CfgPersistence | CfgComputeMode | CfgPowerLimit | CfgGpmStream | CfgECCPending | CfgTimeslice | CfgGPULocked | CfgMemLocked | CfgAppClocks | CfgAccounting
+	g.CfgSet = CfgPersistence | CfgComputeMode | CfgPowerLimit | CfgGpmStream | CfgECCPending | CfgTimeslice | CfgGPULocked | CfgMemLocked | CfgAppClocks | CfgAccounting | CfgDrain
 	g.Persistence, g.ComputeMode, g.PowerLimitMW, g.GpmStream, g.ECCPending, g.Timeslice = 1, 3, 250000, 1, 1, 3
 	g.GPULockedMin, g.GPULockedMax, g.MemLockedMin, g.MemLockedMax, g.AppClockMem, g.AppClockGfx = 1000, 1400, 1215, 1215, 1215, 1095
-	g.Accounting, g.AccountingSinceNS = 1, 1e18
+	g.Accounting, g.AccountingSinceNS, g.Drain = 1, 1e18, 1
 	g.Load = [4]uint32{80}
 	want := *g
 	want.Load = [4]uint32{}

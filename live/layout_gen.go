@@ -3,7 +3,7 @@
 package live
 
 // Version is the state layout version.
-const Version = 11
+const Version = 12
 
 // Capacities of the file.
 const (
@@ -17,27 +17,28 @@ const (
 
 // Fault kinds, setting bits and triggers.
 const (
-	FaultLost          = 1   // every call on the GPU answers GPU_IS_LOST
-	FaultECC           = 2   // uncorrectable ECC errors: counts, remaps or retired pages
-	FaultThermal       = 3   // thermal slowdown
-	FaultPowerBrake    = 4   // power brake slowdown
-	FaultNvlinkDown    = 5   // an NVLink goes down
-	FaultXID           = 6   // an XID event and nothing more
-	FaultSBE           = 7   // correctable ECC errors
-	FaultRemapFailure  = 8   // a row remapping failed
-	CfgPersistence     = 1   // persistence holds the persistence mode
-	CfgComputeMode     = 2   // compute_mode holds the compute mode
-	CfgPowerLimit      = 4   // power_limit_mw holds the power limit
-	CfgGpmStream       = 8   // gpm_stream holds the GPM stream state
-	CfgECCPending      = 16  // ecc_pending holds the pending ECC mode
-	CfgTimeslice       = 32  // timeslice holds the compute policy's timeslice
-	CfgGPULocked       = 64  // gpu_locked_min and _max hold the locked GPU clocks
-	CfgMemLocked       = 128 // mem_locked_min and _max hold the locked memory clocks
-	CfgAppClocks       = 256 // app_clock_mem and _gfx hold the applications clocks
-	CfgAccounting      = 512 // accounting holds the accounting mode, accounting_since_ns when it was turned on
-	TriggerAt          = 1   // from time param (ns), node-wide
-	TriggerCalls       = 2   // after param calls on the GPU, counted by each process
-	TriggerProbability = 3   // each call with probability param / 2^32, drawn by each process
+	FaultLost          = 1    // every call on the GPU answers GPU_IS_LOST
+	FaultECC           = 2    // uncorrectable ECC errors: counts, remaps or retired pages
+	FaultThermal       = 3    // thermal slowdown
+	FaultPowerBrake    = 4    // power brake slowdown
+	FaultNvlinkDown    = 5    // an NVLink goes down
+	FaultXID           = 6    // an XID event and nothing more
+	FaultSBE           = 7    // correctable ECC errors
+	FaultRemapFailure  = 8    // a row remapping failed
+	CfgPersistence     = 1    // persistence holds the persistence mode
+	CfgComputeMode     = 2    // compute_mode holds the compute mode
+	CfgPowerLimit      = 4    // power_limit_mw holds the power limit
+	CfgGpmStream       = 8    // gpm_stream holds the GPM stream state
+	CfgECCPending      = 16   // ecc_pending holds the pending ECC mode
+	CfgTimeslice       = 32   // timeslice holds the compute policy's timeslice
+	CfgGPULocked       = 64   // gpu_locked_min and _max hold the locked GPU clocks
+	CfgMemLocked       = 128  // mem_locked_min and _max hold the locked memory clocks
+	CfgAppClocks       = 256  // app_clock_mem and _gfx hold the applications clocks
+	CfgAccounting      = 512  // accounting holds the accounting mode, accounting_since_ns when it was turned on
+	CfgDrain           = 1024 // drain holds the drain state
+	TriggerAt          = 1    // from time param (ns), node-wide
+	TriggerCalls       = 2    // after param calls on the GPU, counted by each process
+	TriggerProbability = 3    // each call with probability param / 2^32, drawn by each process
 )
 
 // Header starts the file.
@@ -130,10 +131,12 @@ type GPU struct {
 	Accounting        uint32 // nvmlEnableState_t: per-process accounting (nvidia-smi -am)
 	ResetFaultID      uint32 // the last fault id when it was reset: of faults at reset_ns itself, those up to it came before the reset
 	ResetNS           uint64 // when nvidia-smi -r last reset the GPU: errors by then leave the volatile counts and their rows are remapped; 0: never
+	Drain             uint32 // nvmlEnableState_t: nvidia-smi drain -m 1; a drained GPU is left out of the processes that start after
+	Pad               uint32
 }
 
 // GPUSize is the size of GPU in the file.
-const GPUSize = 1528
+const GPUSize = 1536
 
 // GPULayout pins each field's offset (checked against the C header by the compiler).
 var GPULayout = []FieldOffset{
@@ -182,6 +185,8 @@ var GPULayout = []FieldOffset{
 	{"accounting", "Accounting", 1512},
 	{"reset_fault_id", "ResetFaultID", 1516},
 	{"reset_ns", "ResetNS", 1520},
+	{"drain", "Drain", 1528},
+	{"pad", "Pad", 1532},
 }
 
 // Event one published event.

@@ -368,7 +368,7 @@ func (s *State) ResetReadings(g int) {
 		GpmStream: o.GpmStream, ECCPending: o.ECCPending, Timeslice: o.Timeslice,
 		GPULockedMin: o.GPULockedMin, GPULockedMax: o.GPULockedMax, MemLockedMin: o.MemLockedMin, MemLockedMax: o.MemLockedMax,
 		AppClockMem: o.AppClockMem, AppClockGfx: o.AppClockGfx, Accounting: o.Accounting, AccountingSinceNS: o.AccountingSinceNS,
-		ResetNS: o.ResetNS, ResetFaultID: o.ResetFaultID}
+		ResetNS: o.ResetNS, ResetFaultID: o.ResetFaultID, Drain: o.Drain}
 }
 
 // Processes lists the registered processes.

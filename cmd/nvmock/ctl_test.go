@@ -724,6 +724,8 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 		s.GPUs[0].CfgSet, s.GPUs[0].PowerLimitMW, s.GPUs[0].Timeslice = live.CfgPowerLimit|live.CfgTimeslice, 250000, 3
 		s.GPUs[2].CfgSet, s.GPUs[2].Persistence, s.GPUs[2].ComputeMode = live.CfgPersistence|live.CfgComputeMode|live.CfgAccounting, 0, 3
 		s.GPUs[2].Accounting = 1
+		s.GPUs[2].CfgSet |= live.CfgDrain
+		s.GPUs[2].Drain = 1
 		s.GPUs[1].CfgSet, s.GPUs[1].GpmStream, s.GPUs[1].ECCPending = live.CfgGpmStream|live.CfgECCPending, 1, 0
 		g := &s.GPUs[1]
 		g.CfgSet |= live.CfgGPULocked | live.CfgMemLocked | live.CfgAppClocks
@@ -736,9 +738,9 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 	if err := ctlStatus(f, nil, &b); err != nil {
 		t.Fatal(err)
 	}
-	want := "GPU  SETTINGS (nvidia-smi -pm, -c, -pl, -e, -am, -lgc, -lmc, -ac, gpm -s, compute-policy; until reinstalled)\n0    power limit 250.00 W, timeslice Long\n" +
+	want := "GPU  SETTINGS (nvidia-smi -pm, -c, -pl, -e, -am, -lgc, -lmc, -ac, gpm -s, compute-policy, drain; until reinstalled)\n0    power limit 250.00 W, timeslice Long\n" +
 		"1    ECC Disabled at next boot, GPM streaming Enabled, GPU clocks locked 1000-1400 MHz, memory clocks locked 1215-1215 MHz, applications clocks memory 1215 MHz, graphics 1095 MHz\n" +
-		"2    persistence Disabled, compute mode Exclusive_Process, accounting Enabled\n"
+		"2    persistence Disabled, compute mode Exclusive_Process, accounting Enabled, draining (left out of new processes)\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("ctl status:\n%s\nwant a part:\n%s", b.String(), want)
 	}
@@ -752,7 +754,7 @@ func TestCtlStatusShowsTheSettingsNvidiaSMIChanged(t *testing.T) {
 		g.ApplicationsClocks == nil || *g.ApplicationsClocks != [2]uint32{1215, 1095} {
 		t.Errorf("GPU 1 clock settings %v %v %v", g.LockedGPUClocks, g.LockedMemoryClocks, g.ApplicationsClocks)
 	}
-	if g := s.GPUs[2].Settings; g == nil || g.Persistence == nil || *g.Persistence || g.ComputeMode != "Exclusive_Process" || g.Accounting == nil || !*g.Accounting {
+	if g := s.GPUs[2].Settings; g == nil || g.Persistence == nil || *g.Persistence || g.ComputeMode != "Exclusive_Process" || g.Accounting == nil || !*g.Accounting || !g.Draining {
 		t.Errorf("GPU 2 settings %+v", g)
 	}
 }

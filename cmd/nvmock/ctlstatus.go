@@ -79,6 +79,7 @@ type GPUSettings struct {
 	ECCPending   *bool   `json:"eccPending,omitempty"` // from the next boot
 	Timeslice    string  `json:"timeslice,omitempty"`  // the compute policy's
 	Accounting   *bool   `json:"accounting,omitempty"`
+	Draining     bool    `json:"draining,omitempty"` // nvidia-smi drain -m 1: new processes do not see it
 	// Clock ranges and pairs in MHz: -lgc's and -lmc's min and max, -ac's
 	// memory and graphics clocks.
 	LockedGPUClocks    *[2]uint32 `json:"lockedGPUClocks,omitempty"`
@@ -130,6 +131,7 @@ func settingsOf(g *live.GPU) *GPUSettings {
 		on := g.Accounting != 0
 		st.Accounting = &on
 	}
+	st.Draining = g.CfgSet&live.CfgDrain != 0 && g.Drain != 0
 	if g.CfgSet&live.CfgGPULocked != 0 {
 		st.LockedGPUClocks = &[2]uint32{g.GPULockedMin, g.GPULockedMax}
 	}
@@ -164,6 +166,9 @@ func (st *GPUSettings) String() string {
 	}
 	if st.Accounting != nil {
 		out = append(out, map[bool]string{true: "accounting Enabled", false: "accounting Disabled"}[*st.Accounting])
+	}
+	if st.Draining {
+		out = append(out, "draining (left out of new processes)")
 	}
 	if c := st.LockedGPUClocks; c != nil {
 		out = append(out, fmt.Sprintf("GPU clocks locked %d-%d MHz", c[0], c[1]))
@@ -283,7 +288,7 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d%%\t%d%%\t%d%%\t%d%%\t%s\n", g.Index, load, g.Load[1], g.Load[2], g.Load[3], g.Jitter, faults)
 	}
-	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, -am, -lgc, -lmc, -ac, gpm -s, compute-policy; until reinstalled)\n"
+	head := "\nGPU\tSETTINGS (nvidia-smi -pm, -c, -pl, -e, -am, -lgc, -lmc, -ac, gpm -s, compute-policy, drain; until reinstalled)\n"
 	for _, g := range st.GPUs {
 		if g.Settings != nil {
 			fmt.Fprintf(tw, "%s%d\t%s\n", head, g.Index, g.Settings)

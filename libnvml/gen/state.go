@@ -14,7 +14,7 @@ import (
 // with the bit clear reads as before to old and new libraries alike.
 
 // StateVersion is the layout version written into every state file.
-const StateVersion = 11
+const StateVersion = 12
 
 // The state file has fixed capacities, so it never changes size under a
 // reader (a shrinking mapping would fault in every process).
@@ -51,6 +51,7 @@ var StateEnums = []struct {
 	{"CFG_MEM_LOCKED", 128, "mem_locked_min and _max hold the locked memory clocks"},
 	{"CFG_APP_CLOCKS", 256, "app_clock_mem and _gfx hold the applications clocks"},
 	{"CFG_ACCOUNTING", 512, "accounting holds the accounting mode, accounting_since_ns when it was turned on"},
+	{"CFG_DRAIN", 1024, "drain holds the drain state"},
 	{"TRIGGER_AT", 1, "from time param (ns), node-wide"},
 	{"TRIGGER_CALLS", 2, "after param calls on the GPU, counted by each process"},
 	{"TRIGGER_PROBABILITY", 3, "each call with probability param / 2^32, drawn by each process"},
@@ -123,6 +124,8 @@ var StateSchema = []Record{
 		{"accounting", U32, 0, "nvmlEnableState_t: per-process accounting (nvidia-smi -am)"},
 		{"reset_fault_id", U32, 0, "the last fault id when it was reset: of faults at reset_ns itself, those up to it came before the reset"},
 		{"reset_ns", U64, 0, "when nvidia-smi -r last reset the GPU: errors by then leave the volatile counts and their rows are remapped; 0: never"},
+		{"drain", U32, 0, "nvmlEnableState_t: nvidia-smi drain -m 1; a drained GPU is left out of the processes that start after"},
+		{"pad", U32, 0, ""},
 	}},
 	{Name: "event", Doc: "one published event", Fields: []Field{
 		{"serial", U64, 0, "ring position + 1; 0: never written"},

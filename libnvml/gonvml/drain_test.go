@@ -10,9 +10,8 @@ import (
 	"github.com/nvmock/nvmock/live"
 )
 
-// nvidia-smi drain -q: every GPU of the node reads not draining (QA:
-// "Failed to query the GPU drain state"); an address with no GPU is an
-// invalid argument.
+// nvidia-smi drain -q: every GPU of the node reads not draining until
+// drained; an address with no GPU is an invalid argument.
 func TestEveryGPUReadsNotDraining(t *testing.T) {
 	lib, _, _ := startLiveOn(t, "h100", 2)
 	pci := got(handle(t, lib, 1).GetPciInfo())(t, "PCI info")
@@ -21,6 +20,7 @@ func TestEveryGPUReadsNotDraining(t *testing.T) {
 	pci.Bus = 0x99
 	_, ret = lib.DeviceQueryDrainState(&pci)
 	checkRet(t, "drain state of no GPU", ret, nvml.ERROR_INVALID_ARGUMENT)
+	checkRet(t, "draining no GPU", lib.DeviceModifyDrainState(&pci, nvml.FEATURE_ENABLED), nvml.ERROR_INVALID_ARGUMENT)
 }
 
 // A caller that gives only the bus id is answered the same; a lost GPU is
@@ -37,4 +37,62 @@ func TestTheDrainStateByBusIdAndOfALostGPU(t *testing.T) {
 	})
 	_, ret = lib.DeviceQueryDrainState(&pci)
 	checkRet(t, "drain state of a lost GPU", ret, nvml.ERROR_GPU_IS_LOST)
+}
+
+// A drained GPU takes no new clients: a process that starts after the
+// drain (here, NVML initialized again) does not see it, while one running
+// since before keeps its handle, as NVIDIA's device plugin kept listing
+// a drained GPU (its issue #451). Persistence mode must be off first
+// (nvml.h: IN_USE); undraining brings the GPU back to new processes.
+func TestADrainedGPUIsLeftOutOfNewProcesses(t *testing.T) {
+	lib, f, _ := startLive(t, 4)
+	d2 := handle(t, lib, 2)
+	pci := got(d2.GetPciInfo())(t, "PCI info")
+	uuid := got(d2.GetUUID())(t, "UUID")
+	checkRet(t, "draining a GPU in persistence mode", lib.DeviceModifyDrainState(&pci, nvml.FEATURE_ENABLED), nvml.ERROR_IN_USE)
+	checkRet(t, "a bad drain state", lib.DeviceModifyDrainState(&pci, 2), nvml.ERROR_INVALID_ARGUMENT)
+	checkRet(t, "persistence off", d2.SetPersistenceMode(nvml.FEATURE_DISABLED), nvml.SUCCESS)
+	checkRet(t, "draining GPU 2", lib.DeviceModifyDrainState(&pci, nvml.FEATURE_ENABLED), nvml.SUCCESS)
+	state, ret := lib.DeviceQueryDrainState(&pci)
+	check(t, "drain state of GPU 2", state, ret, nvml.FEATURE_ENABLED)
+	n, ret := lib.DeviceGetCount()
+	check(t, "GPUs of the process that drained it", n, ret, 4)
+	name, ret := d2.GetName()
+	check(t, "the drained GPU's name, through the handle from before", name, ret, "NVIDIA A100-SXM4-40GB")
+	if s := f.Read(); s.GPUs[2].CfgSet&live.CfgDrain == 0 || s.GPUs[2].Drain != 1 {
+		t.Errorf("the state holds no drain of GPU 2: %+v", s.GPUs[2].CfgSet)
+	}
+
+	restart(t, lib)
+	n, ret = lib.DeviceGetCount()
+	check(t, "GPUs of a process started after the drain", n, ret, 3)
+	for i := range 3 {
+		if u := got(handle(t, lib, i).GetUUID())(t, "UUID"); u == uuid {
+			t.Errorf("GPU %d of the new process is the drained one, %s", i, u)
+		}
+	}
+	_, ret = lib.DeviceGetHandleByUUID(uuid)
+	checkRet(t, "the drained GPU by UUID", ret, nvml.ERROR_NOT_FOUND)
+	state, ret = lib.DeviceQueryDrainState(&pci)
+	check(t, "drain state, asked by a new process", state, ret, nvml.FEATURE_ENABLED)
+
+	checkRet(t, "undraining GPU 2", lib.DeviceModifyDrainState(&pci, nvml.FEATURE_DISABLED), nvml.SUCCESS)
+	restart(t, lib)
+	n, ret = lib.DeviceGetCount()
+	check(t, "GPUs after the GPU was undrained", n, ret, 4)
+	if s := f.Read(); s.GPUs[2].CfgSet&live.CfgDrain != 0 {
+		t.Errorf("undrained, the state still shows the drain")
+	}
+}
+
+// restart shuts NVML down and initializes it again: it enumerates the
+// GPUs afresh, as a new process does.
+func restart(t *testing.T, lib nvml.Interface) {
+	t.Helper()
+	if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+		t.Fatalf("nvmlShutdown: %v", ret)
+	}
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		t.Fatalf("nvmlInit: %v", ret)
+	}
 }
