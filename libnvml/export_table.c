@@ -15,9 +15,9 @@
 // A release is recognised by its version string in the calling executable.
 // Any other caller gets the generic table. Across the four releases a slot
 // has only ever been added or retired, never given another meaning (every
-// offset two releases read has the same arguments and context in both, but
-// pmon's samples, 0x488, which the generic table leaves out), so
-// the generic table is the union of the four, larger than any of them: what
+// offset two releases read has the same arguments and context in both),
+// but for pmon's samples (0x488). So the generic table is the union of the
+// four but 0x488, larger than any of them: what
 // an unknown release reads past them is NULL ("N/A"), never "Uninitialized".
 // Every view of the four releases works on it too (tested by forcing it with
 // NVMOCK_SMI_TABLE=generic). Should an unknown release read a slot with a
@@ -441,9 +441,10 @@ static int smi_thermal_violation(nvmlDevice_t device, nvmlViolationTime_t *t)
 
 // 0x488 (all four): pmon's samples, 100 ms each: the time, then per engine
 // {util %, ?, pid, 68 bytes} (0x50 bytes); 470 and 535 have four engines
-// (sm, mem, enc, dec), 550 and 555 six (jpg, ofa). Arguments: device, the
-// time (µs) of the last sample seen, an int pmon never reads, the count
-// (in: 100), the samples. Read off each release's call site.
+// (sm, mem, enc, dec), 550 and 555 six (jpg, ofa). Arguments: device, a
+// time in µs (pmon's clock at its whole second, less its interval), an
+// int pmon never reads, the count (in: 100), the samples. Read off each
+// release's call site.
 static int smi_pmon4(nvmlDevice_t device, unsigned long long since_us, unsigned *unread, unsigned *count, void *samples)
 {
 	(void)unread;
@@ -462,7 +463,8 @@ static int smi_pmon6(nvmlDevice_t device, unsigned long long since_us, unsigned 
 // release's largest size check, plus the entry).
 #define ALL_FOUR                                                                                   \
 	E(0x60, smi_parse_bus_id), E(0xa0, smi_is_primary), E(0xb8, smi_pcie_path), E(0x240, smi_monitoring),                \
-		E(0x258, smi_index_location), E(0x288, smi_index_bus_id), E(0x360, smi_enforced_limit), E(0x450, smi_thermal_violation), E(0x528, smi_fields),      \
+		E(0x258, smi_index_location), E(0x288, smi_index_bus_id), E(0x360, smi_enforced_limit),                    \
+		E(0x450, smi_thermal_violation), E(0x528, smi_fields),                                                     \
 		E(0x540, smi_reset_gpus), E(0x548, smi_fabric_state), E(0x5b0, nvmock_reset_group),               \
 		E(0x5b8, nvmock_reset_group_members), E(0x5c0, nvmock_reset_group_free), E(0x600, smi_set_policy), \
 		E(0x608, smi_get_policies), E(0x680, smi_lane_ecc)

@@ -173,30 +173,35 @@ _Static_assert(sizeof(struct smi_engine_sample) == 0x50, "pmon engine sample");
 
 #define NO_PROCESS 0xffffffffu
 
-// The engines in pmon's order: sm, mem, enc, dec, then (550 on) jpg, ofa.
-static const nvmlSamplingType_t pmon_engines[] = {NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES,
-						 NVML_ENC_UTILIZATION_SAMPLES,  NVML_DEC_UTILIZATION_SAMPLES,
-						 NVML_JPG_UTILIZATION_SAMPLES,  NVML_OFA_UTILIZATION_SAMPLES};
+// The engines in pmon's order: sm, mem, enc, dec (the model's 0-3), then
+// (550 on) jpg, ofa.
+enum { PMON_ENGINES = 6 };
 
-// nvmock_pmon_samples fills *count samples of 8 + engines * 0x50 bytes
-// newer than since_us. The model knows a GPU's load, not who makes it, so
-// the registered processes take the engines in turn, one a sample: over
-// a second each gets its share, as nvmlDeviceGetProcessUtilization gives
-// it. A GPU in MIG mode has none (nvmlDeviceGetProcessUtilization).
+// nvmock_pmon_samples fills *count samples of 8 + engines * 0x50 bytes,
+// those of the last interval by the caller's clock (since_us: pmon asks
+// for its last second). The model knows a GPU's load, not who makes it,
+// so the registered processes take the engines in turn, one a sample, as
+// the driver finds one context on an engine when it samples: a process's
+// average over a second is its share in tenths (two at 80 %: 40 each;
+// three: 32, 24 and 24, turning), and beyond ten processes some sit out
+// a second. JPEG and OFA are not modelled (0), and a GPU in MIG mode has
+// none, as with nvmlDeviceGetProcessUtilization.
 int nvmock_pmon_samples(nvmlDevice_t device, unsigned long long since_us, unsigned *count, void *buf, unsigned engines)
 {
 	DEV(device, d);
-	if (count == NULL || (buf == NULL && *count > 0) || engines > sizeof pmon_engines / sizeof pmon_engines[0])
+	if (count == NULL || (buf == NULL && *count > 0) || engines > PMON_ENGINES)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (nvmock_mig_on(d))
 		return NVML_ERROR_NOT_SUPPORTED;
 	unsigned long long now = nvmock_live_now() / 1000;
-	// pmon asks for the last interval by its own clock; a frozen state
-	// clock (tests, replays) gets the same interval before its time.
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	unsigned long long wall = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000;
-	if (since_us <= wall)
+	// A frozen state clock (tests, replays) gives the same interval before
+	// its own time.
+	if (since_us > wall)
+		since_us = ~0ull;
+	else if (nvmock.live != NULL && __atomic_load_n(&nvmock.live->frozen, __ATOMIC_ACQUIRE))
 		since_us = now > wall - since_us ? now - (wall - since_us) : 0;
 	now -= now % SAMPLE_PERIOD_US;
 	unsigned n = 0;
@@ -209,6 +214,7 @@ int nvmock_pmon_samples(nvmlDevice_t device, unsigned long long since_us, unsign
 		return NVML_ERROR_NOT_FOUND;
 	unsigned np;
 	struct live_proc *p = nvmock_live_procs(d->node_index, 3, &np);
+	LIVE(d);
 	size_t size = 8 + engines * sizeof(struct smi_engine_sample);
 	for (unsigned k = 0; k < n; k++) {
 		unsigned char *e = (unsigned char *)buf + k * size;
@@ -218,9 +224,8 @@ int nvmock_pmon_samples(nvmlDevice_t device, unsigned long long since_us, unsign
 		uint32_t pid = np > 0 ? p[t / SAMPLE_PERIOD_US % np].pid : NO_PROCESS;
 		for (unsigned i = 0; i < engines; i++) {
 			struct smi_engine_sample s = {.pid = NO_PROCESS};
-			uint32_t v = sample_value(d->s, pmon_engines[i]);
-			if (v != NA32 && v != DEP32)
-				s.util = live_sample(d, pmon_engines[i], v, t);
+			if (live_ && i < 4)
+				s.util = nvmock_live_util(d->node_index, &g_, i, t * 1000);
 			if (s.util > 0)
 				s.pid = pid; // an idle engine holds no process
 			memcpy(e + 8 + i * sizeof s, &s, sizeof s);

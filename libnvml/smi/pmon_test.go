@@ -17,26 +17,35 @@ import (
 
 // pmon shows each registered process's share of its GPU's load, engine by
 // engine, on every release: two processes on a GPU at 80 % take 40 % each,
-// and an engine that does nothing, or a GPU without a load, prints "-".
+// three take a second's samples 4, 3 and 3, and an engine that does
+// nothing, or a GPU without a load, prints "-".
 func TestEveryNvidiaSMIPmonSharesTheLoadAmongProcesses(t *testing.T) {
-	snap, _ := testenv.Snapshot(t, "a100", 2)
-	f := testenv.LiveState(t, snap, 2, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	snap, _ := testenv.Snapshot(t, "a100", 3)
+	f := testenv.LiveState(t, snap, 3, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	boards, err := live.Boards(f.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := exec.Command("sleep", "120")
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
+	var pids []uint32
+	for range 2 {
+		other := exec.Command("sleep", "120")
+		if err := other.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+		pids = append(pids, uint32(other.Process.Pid))
 	}
-	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
-	self, second := uint32(os.Getpid()), uint32(other.Process.Pid)
+	self, second, third := uint32(os.Getpid()), pids[0], pids[1]
 	err = f.Update(func(s *live.State, now int64) error {
 		s.SetLoad(boards[0], 0, live.Loads{GPU: 80, Memory: 40, Decoder: 30}, now)
+		s.SetLoad(boards[2], 2, live.Loads{GPU: 60}, now)
 		for _, p := range []live.Process{
 			{PID: self, GPU: 0, Type: 1, UsedBytes: 1 << 30, Name: "python3"},
 			{PID: second, GPU: 0, Type: 1, UsedBytes: 1 << 30, Name: "train"},
 			{PID: second, GPU: 1, Type: 1, UsedBytes: 1 << 30, Name: "train"},
+			{PID: self, GPU: 2, Type: 1, UsedBytes: 1 << 30, Name: "python3"},
+			{PID: second, GPU: 2, Type: 1, UsedBytes: 1 << 30, Name: "train"},
+			{PID: third, GPU: 2, Type: 1, UsedBytes: 1 << 30, Name: "eval"},
 		} {
 			p.PIDNS = live.PIDNamespace()
 			if err := s.AddProcess(p, now); err != nil {
@@ -69,6 +78,22 @@ func TestEveryNvidiaSMIPmonSharesTheLoadAmongProcesses(t *testing.T) {
 				if err != nil || code != 0 || !regexp.MustCompile(want).MatchString(out) {
 					t.Errorf("pmon: exit %d (%v), want a line matching %s:\n%s", code, err, want, out)
 				}
+			}
+			// Three processes share a second's ten samples 4, 3, 3:
+			// 24 or 18 % of 60 each, 60 in all.
+			sum := 0
+			for _, pid := range []uint32{self, second, third} {
+				m := regexp.MustCompile(fmt.Sprintf(`(?m)^\s+2\s+%d\s+C\s+(\d+)\s`, pid)).FindStringSubmatch(out)
+				if m == nil || (m[1] != "24" && m[1] != "18") {
+					t.Errorf("pmon: process %d on GPU 2 at 60 %% with two others: %v, want 24 or 18:\n%s", pid, m, out)
+					continue
+				}
+				var v int
+				fmt.Sscan(m[1], &v)
+				sum += v
+			}
+			if sum != 60 && !t.Failed() {
+				t.Errorf("pmon: GPU 2's processes take %d %%, want its 60:\n%s", sum, out)
 			}
 			// The one private entry whose layout changed between
 			// releases is left out of the table for unknown ones.
