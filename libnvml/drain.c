@@ -10,6 +10,8 @@
 
 #include "mig.h"
 
+_Static_assert(STATE_GPUS <= 64, "nvmock.reach holds a bit a GPU");
+
 // nvmock_drained says whether node GPU node is drained.
 int nvmock_drained(unsigned node)
 {
@@ -20,7 +22,8 @@ int nvmock_drained(unsigned node)
 }
 
 // drain_target finds the node GPU at pciInfo's address among those this
-// process has device nodes for, drained ones included. nvidia-smi gives
+// process may see (its device nodes, or NVMOCK_VISIBLE_DEVICES), drained
+// ones included. nvidia-smi gives
 // the address in pciInfo's numbers; other callers may give only its bus id.
 static nvmlReturn_t drain_target(const nvmlPciInfo_t *pciInfo, struct nvmock_dev *out)
 {
@@ -35,10 +38,12 @@ static nvmlReturn_t drain_target(const nvmlPciInfo_t *pciInfo, struct nvmock_dev
 		if (id[0] != '\0' && !nvmock_parse_bus_id(id, &dom, &bus, &dev, &fn))
 			return NVML_ERROR_INVALID_ARGUMENT;
 	}
-	for (unsigned i = 0; i < nvmock.hdr->device_count && i < 64; i++) {
+	uint64_t reach = __atomic_load_n(&nvmock.reach, __ATOMIC_ACQUIRE);
+	for (unsigned i = 0; i < nvmock.hdr->device_count && i < STATE_GPUS; i++) {
 		const struct snap_device *s = &nvmock.node[i];
-		if ((nvmock.reach >> i & 1) && s->pci_domain == dom && s->pci_bus == bus && s->pci_device == dev && fn == 0) {
-			*out = (struct nvmock_dev){.s = s, .index = i, .node_index = i};
+		if ((reach >> i & 1) && s->pci_domain == dom && s->pci_bus == bus && s->pci_device == dev && fn == 0) {
+			// A drained GPU has no index in this process.
+			*out = (struct nvmock_dev){.s = s, .index = ~0u, .node_index = i};
 			return nvmock.live != NULL && nvmock_live_lost(i) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 		}
 	}
@@ -61,8 +66,10 @@ static nvmlReturn_t set_drain(const struct nvmock_dev *d, struct live_gpu *g, co
 {
 	(void)procs;
 	uint32_t state = *(const uint32_t *)arg;
-	// nvml.h: persistence mode must be off first (IN_USE).
-	if (nvmock_persistence(d, g) == NVML_FEATURE_ENABLED)
+	// nvml.h: persistence mode must be off to drain (IN_USE). Undraining
+	// asks nothing: a process from before the drain may have turned it on
+	// again, and none after can reach the GPU to turn it off.
+	if (state == NVML_FEATURE_ENABLED && nvmock_persistence(d, g) == NVML_FEATURE_ENABLED)
 		return NVML_ERROR_IN_USE;
 	if (state == NVML_FEATURE_DISABLED) {
 		g->cfg_set &= ~LIVE_CFG_DRAIN; // the board's own: not draining

@@ -203,7 +203,7 @@ static nvmlReturn_t build_devices(void)
 	// the drain does not see it (drain.c).
 	uint64_t reach = 0;
 	for (unsigned i = 0; i < count; i++) {
-		if (keep[i] && i < 64)
+		if (keep[i] && i < STATE_GPUS)
 			reach |= 1ull << i;
 		if (keep[i] && nvmock_drained(i))
 			keep[i] = 0;
@@ -235,7 +235,7 @@ static nvmlReturn_t build_devices(void)
 		nvmock.devs = devs;
 		nvmock.ndevs = total;
 	}
-	nvmock.reach = reach;
+	__atomic_store_n(&nvmock.reach, reach, __ATOMIC_RELEASE);
 	nvmock_mig_init();
 	ret = NVML_SUCCESS;
 out:

@@ -34,8 +34,8 @@ struct nvmock_state {
 	const uint32_t *pool;
 	struct nvmock_dev *devs; // visible devices
 	unsigned ndevs;
-	// The node's GPUs (by node index, the first 64) this process has
-	// device nodes for: the visible ones and those left out as drained.
+	// The node's GPUs (by node index) this process may see (device
+	// nodes, or NVMOCK_VISIBLE_DEVICES): visible, or left out as drained.
 	uint64_t reach;
 	int trace;
 	int pid; // getpid(), kept current across fork

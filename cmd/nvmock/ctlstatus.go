@@ -131,7 +131,7 @@ func settingsOf(g *live.GPU) *GPUSettings {
 		on := g.Accounting != 0
 		st.Accounting = &on
 	}
-	st.Draining = g.CfgSet&live.CfgDrain != 0 && g.Drain != 0
+	st.Draining = g.CfgSet&live.CfgDrain != 0 && g.Drain == 1 // NVML_FEATURE_ENABLED, as the library reads it
 	if g.CfgSet&live.CfgGPULocked != 0 {
 		st.LockedGPUClocks = &[2]uint32{g.GPULockedMin, g.GPULockedMax}
 	}

@@ -85,6 +85,33 @@ func TestADrainedGPUIsLeftOutOfNewProcesses(t *testing.T) {
 	}
 }
 
+// Undraining asks nothing of persistence mode: a process from before the
+// drain may turn it on again through its handle, and no process after can
+// reach the GPU to turn it off (review: the GPU stayed drained for good).
+// A process that may not see a GPU (NVMOCK_VISIBLE_DEVICES, as its device
+// nodes in a container) cannot drain it.
+func TestADrainedGPUCanBeUndrainedWhateverItsPersistence(t *testing.T) {
+	lib, _, _ := startLive(t, 4)
+	d2 := handle(t, lib, 2)
+	pci := got(d2.GetPciInfo())(t, "PCI info")
+	checkRet(t, "persistence off", d2.SetPersistenceMode(nvml.FEATURE_DISABLED), nvml.SUCCESS)
+	checkRet(t, "draining GPU 2", lib.DeviceModifyDrainState(&pci, nvml.FEATURE_ENABLED), nvml.SUCCESS)
+	checkRet(t, "persistence on again, through the handle from before", d2.SetPersistenceMode(nvml.FEATURE_ENABLED), nvml.SUCCESS)
+
+	t.Setenv("NVMOCK_VISIBLE_DEVICES", "0,1")
+	restart(t, lib)
+	_, ret := lib.DeviceQueryDrainState(&pci)
+	checkRet(t, "the drain state of a GPU the process may not see", ret, nvml.ERROR_INVALID_ARGUMENT)
+	checkRet(t, "undraining a GPU the process may not see", lib.DeviceModifyDrainState(&pci, nvml.FEATURE_DISABLED), nvml.ERROR_INVALID_ARGUMENT)
+
+	t.Setenv("NVMOCK_VISIBLE_DEVICES", "")
+	restart(t, lib)
+	checkRet(t, "undraining GPU 2 in persistence mode", lib.DeviceModifyDrainState(&pci, nvml.FEATURE_DISABLED), nvml.SUCCESS)
+	restart(t, lib)
+	n, ret := lib.DeviceGetCount()
+	check(t, "GPUs after the GPU was undrained", n, ret, 4)
+}
+
 // restart shuts NVML down and initializes it again: it enumerates the
 // GPUs afresh, as a new process does.
 func restart(t *testing.T, lib nvml.Interface) {
