@@ -23,8 +23,8 @@ int nvmock_drained(unsigned node)
 
 // drain_target finds the node GPU at pciInfo's address among those this
 // process may see (its device nodes, or NVMOCK_VISIBLE_DEVICES), drained
-// ones included. nvidia-smi gives
-// the address in pciInfo's numbers; other callers may give only its bus id.
+// ones included. nvidia-smi gives the address in pciInfo's numbers; other
+// callers may give only its bus id.
 static nvmlReturn_t drain_target(const nvmlPciInfo_t *pciInfo, struct nvmock_dev *out)
 {
 	if (!nvmock_ready())
