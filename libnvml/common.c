@@ -25,6 +25,14 @@ int nvmock_driver_branch(void)
 	return atoi(nvmock.hdr->driver_version);
 }
 
+// nvmock_since answers for a call that came with driver branch first: a
+// driver before it has no such symbol, which go-nvml and pynvml report as
+// FUNCTION_NOT_FOUND; the mock exports every symbol, so it says so itself.
+nvmlReturn_t nvmock_since(int first)
+{
+	return nvmock_driver_branch() < first ? NVML_ERROR_FUNCTION_NOT_FOUND : NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmock_not_supported(const char *fn)
 {
 	if (!nvmock_ready())

@@ -318,9 +318,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, u
 	return nvmock_device_energy(d, energy);
 }
 
-NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
+static nvmlReturn_t temperature(const struct nvmock_dev *d, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
 {
-	DEV(device, d);
 	if (sensorType != NVML_TEMPERATURE_GPU)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	nvmlReturn_t r = nvmock_u32(d->s->temp_gpu, temp);
@@ -330,6 +329,30 @@ NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperat
 	if (live_)
 		*temp = nvmock_live_temp(d, &g_, &fx_, now_);
 	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
+{
+	DEV(device, d);
+	return temperature(d, sensorType, temp);
+}
+
+// The versioned call that replaces it (deprecated from CUDA 13.0) came with
+// R565: R550's nvml.h has no such call, R575's has.
+NVML_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *t)
+{
+	DEV(device, d);
+	nvmlReturn_t r = nvmock_since(565);
+	if (r != NVML_SUCCESS)
+		return r;
+	OUT(t);
+	if (t->version != nvmlTemperature_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	unsigned v;
+	r = temperature(d, t->sensorType, &v);
+	if (r == NVML_SUCCESS)
+		t->temperature = (int)v;
+	return r;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType,

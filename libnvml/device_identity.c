@@ -20,6 +20,23 @@ NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigne
 	return nvmock_str(uuid, length, d->uuid);
 }
 
+// The PDI call came with R580 (absent from R575's nvml.h); boards from
+// Pascal on have one, and every captured board on R580 or later shows it.
+NVML_API nvmlReturn_t nvmlDeviceGetPdi(nvmlDevice_t device, nvmlPdi_t *pdi)
+{
+	DEV(device, d);
+	nvmlReturn_t r = nvmock_since(580);
+	if (r != NVML_SUCCESS)
+		return r;
+	OUT(pdi);
+	if (pdi->version != nvmlPdi_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (d->s->architecture == NA32 || d->s->architecture < NVML_DEVICE_ARCH_PASCAL)
+		return NVML_ERROR_NOT_SUPPORTED;
+	pdi->value = nvmock_pdi(d->uuid);
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
 {
 	DEV(device, d);

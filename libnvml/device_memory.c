@@ -336,6 +336,41 @@ NVML_API nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvm
 	return NVML_SUCCESS;
 }
 
+// Channel and TPC repair (Ampere on, nvml.h) and the unrepairable-memory
+// flag (Hopper on) came with R580 (absent from R575's nvml.h). Every
+// captured board that has them shows nothing pending and its memory
+// repairable (nvidia-smi -q "No"; R580.105's does not print the flag yet);
+// no fault moves them.
+NVML_API nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus)
+{
+	DEV(device, d);
+	nvmlReturn_t r = nvmock_since(580);
+	if (r != NVML_SUCCESS)
+		return r;
+	OUT(repairStatus);
+	if (repairStatus->version != nvmlRepairStatus_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (d->s->architecture == NA32 || d->s->architecture < NVML_DEVICE_ARCH_AMPERE)
+		return NVML_ERROR_NOT_SUPPORTED;
+	repairStatus->bChannelRepairPending = 0;
+	repairStatus->bTpcRepairPending = 0;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(nvmlDevice_t device,
+							     nvmlUnrepairableMemoryStatus_v1_t *unrepairableMemoryStatus)
+{
+	DEV(device, d);
+	nvmlReturn_t r = nvmock_since(580);
+	if (r != NVML_SUCCESS)
+		return r;
+	OUT(unrepairableMemoryStatus);
+	if (d->s->architecture == NA32 || d->s->architecture < NVML_DEVICE_ARCH_HOPPER)
+		return NVML_ERROR_NOT_SUPPORTED;
+	unrepairableMemoryStatus->bUnrepairableMemory = 0;
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device, nvmlMemory_t *memory)
 {
 	DEV(device, d);

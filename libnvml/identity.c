@@ -27,6 +27,14 @@ static uint64_t fnv64a(const char *const *parts, int n)
 	return h;
 }
 
+// nvmock_pdi is a GPU's per-device identifier, fused into a real chip:
+// here a hash of its UUID, so it is as unique and as stable as the UUID.
+uint64_t nvmock_pdi(const char *uuid)
+{
+	const char *p[] = {uuid, "pdi"};
+	return fnv64a(p, 2);
+}
+
 void nvmock_derive_identity(const char *profile, const char *seed, unsigned index,
 			    const char *serial_prefix, char uuid[96], char serial[32])
 {

@@ -248,10 +248,12 @@ nvmlReturn_t nvmock_str(char *dst, unsigned int len, const char *src);
 // Some answers changed with a branch (MIG queries with MIG off in 550, MIG
 // BAR1 in 580, the reset status field in 570).
 int nvmock_driver_branch(void);
+nvmlReturn_t nvmock_since(int first);
 nvmlReturn_t nvmock_not_supported(const char *fn);
 nvmlReturn_t nvmock_not_supported_dev(const char *fn, nvmlDevice_t h);
 nvmlReturn_t nvmock_init(unsigned int flags);
 nvmlReturn_t nvmock_load(void);
+uint64_t nvmock_pdi(const char *uuid);
 void nvmock_derive_identity(const char *profile, const char *seed, unsigned index,
 			    const char *serial_prefix, char uuid[96], char serial[32]);
 void nvmock_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -27,6 +27,11 @@ GPU set: a count with no array: Invalid Argument
 retired pages: a count with no array: Invalid Argument
 threshold past the enum: Invalid Argument
 threshold acoustic max: Not Supported
+versioned temperature of a later version: Argument version mismatch
+versioned temperature past the sensors: Invalid Argument
+PDI of version 0: Argument version mismatch
+repair status of version 0: Argument version mismatch
+unrepairable memory flag with no struct: Invalid Argument
 processes' utilization of a later version: Argument version mismatch
 processes' utilization, none running: Not Found
 process detail list of version 0: Invalid Argument

@@ -43,6 +43,16 @@ int main(void)
 	say("threshold past the enum", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_COUNT, &temp));
 	say("threshold acoustic max", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MAX, &temp));
 
+	nvmlTemperature_t tv = {.version = nvmlTemperature_v1 + 1};
+	say("versioned temperature of a later version", nvmlDeviceGetTemperatureV(d, &tv));
+	tv = (nvmlTemperature_t){.version = nvmlTemperature_v1, .sensorType = NVML_TEMPERATURE_COUNT};
+	say("versioned temperature past the sensors", nvmlDeviceGetTemperatureV(d, &tv));
+	nvmlPdi_t pdi = {.version = 0};
+	say("PDI of version 0", nvmlDeviceGetPdi(d, &pdi));
+	nvmlRepairStatus_t rs = {.version = 0};
+	say("repair status of version 0", nvmlDeviceGetRepairStatus(d, &rs));
+	say("unrepairable memory flag with no struct", nvmlDeviceGetUnrepairableMemoryFlag_v1(d, NULL));
+
 	nvmlProcessesUtilizationInfo_t pu = {.version = nvmlProcessesUtilizationInfo_v1 + 1};
 	say("processes' utilization of a later version", nvmlDeviceGetProcessesUtilizationInfo(d, &pu));
 	pu.version = nvmlProcessesUtilizationInfo_v1;
