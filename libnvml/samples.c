@@ -12,6 +12,16 @@
 
 static uint32_t sample_value(const struct snap_device *s, nvmlSamplingType_t type);
 
+// newer counts the samples of the last second, the newest at now, taken
+// after since (µs).
+static unsigned newer(unsigned long long now, unsigned long long since)
+{
+	unsigned n = 0;
+	for (unsigned k = 0; k < SAMPLES; k++)
+		n += now - (SAMPLES - 1 - k) * SAMPLE_PERIOD_US > since;
+	return n;
+}
+
 // live_sample is the model's reading at t (µs), or the static one; clocks
 // within any locked range, as nvmlDeviceGetClockInfo answers them.
 static uint32_t live_sample(const struct nvmock_dev *d, nvmlSamplingType_t type, uint32_t v, unsigned long long t_us)
@@ -75,10 +85,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType
 		return NVML_ERROR_NOT_SUPPORTED;
 	unsigned long long now = nvmock_live_now() / 1000;
 	now -= now % SAMPLE_PERIOD_US;
-	// The samples newer than lastSeenTimeStamp, oldest first.
-	unsigned n = 0;
-	for (unsigned k = 0; k < SAMPLES; k++)
-		n += now - (SAMPLES - 1 - k) * SAMPLE_PERIOD_US > lastSeenTimeStamp;
+	unsigned n = newer(now, lastSeenTimeStamp); // filled oldest first
 	*sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
 	if (samples == NULL) {
 		*sampleCount = SAMPLES; // the buffer size to allocate
@@ -204,9 +211,7 @@ int nvmock_pmon_samples(nvmlDevice_t device, unsigned long long since_us, unsign
 	else if (nvmock.live != NULL && __atomic_load_n(&nvmock.live->frozen, __ATOMIC_ACQUIRE))
 		since_us = now > wall - since_us ? now - (wall - since_us) : 0;
 	now -= now % SAMPLE_PERIOD_US;
-	unsigned n = 0;
-	for (unsigned k = 0; k < SAMPLES; k++)
-		n += now - (SAMPLES - 1 - k) * SAMPLE_PERIOD_US > since_us;
+	unsigned n = newer(now, since_us);
 	if (n > *count)
 		n = *count;
 	*count = n;
