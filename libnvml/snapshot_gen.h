@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 11
+#define SNAPSHOT_VERSION 12
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 #define SNAPSHOT_MAX_MIG_PROFILES 8
 // The library maps no larger file (libnvml/gen/limits.go).
@@ -172,6 +172,9 @@ struct snap_device {
 	uint32_t nvlink_remote; // nvmlIntNvLinkDeviceType_t
 	uint32_t nvlink_remote_device_id; // PCI id of the peer (switch)
 	uint32_t nvlink_remote_addr[18]; // per link: the NVSwitch's domain<<16 | bus<<8 | device<<3 | function; not available: not on the node
+	uint32_t nvlink_fw_count; // NVLink firmware images (nvmlDeviceGetNvLinkInfo); 0: the call is not supported
+	uint32_t nvlink_nvle; // NVLink encryption: 0 disabled, 1 enabled
+	uint32_t nvlink_fw[32]; // per image: ucode type, major, minor, subminor
 	uint32_t addressing_mode; // nvmlDeviceAddressingModeType_t
 	uint32_t sparse_mode; // sparse operation mode: 0 disabled, 1 enabled
 	uint32_t c2c_mode; // chip-to-chip link to the CPU: 0 disabled, 1 enabled
@@ -197,7 +200,7 @@ struct snap_device {
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
 };
-_Static_assert(sizeof(struct snap_device) == 2352, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 2488, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -323,30 +326,33 @@ _Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1896, "snapsho
 _Static_assert(offsetof(struct snap_device, nvlink_remote) == 1900, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1904, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1908, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, addressing_mode) == 1980, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, sparse_mode) == 1984, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_mode) == 1988, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_links) == 1992, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_link_mbps) == 1996, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_root) == 2000, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 2004, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 2008, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_numa_node) == 2012, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 2016, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_bus_width) == 2020, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_cores) == 2024, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bus_type) == 2028, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_source) == 2032, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, egm) == 2036, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 2040, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity_socket) == 2168, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_socket_mask) == 2296, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_near_mask) == 2304, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 2312, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 2320, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 2328, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 2336, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 2344, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_fw_count) == 1980, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_nvle) == 1984, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_fw) == 1988, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, addressing_mode) == 2116, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, sparse_mode) == 2120, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_mode) == 2124, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_links) == 2128, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_link_mbps) == 2132, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_root) == 2136, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 2140, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 2144, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_numa_node) == 2148, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 2152, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_bus_width) == 2156, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_cores) == 2160, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bus_type) == 2164, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_source) == 2168, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, egm) == 2172, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 2176, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity_socket) == 2304, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_socket_mask) == 2432, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_near_mask) == 2440, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 2448, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 2456, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 2464, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 2472, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 2480, "snapshot layout");
 
 // snap_nic one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
 struct snap_nic {

@@ -294,6 +294,37 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned i
 	return NVML_SUCCESS;
 }
 
+// NVLink encryption and firmware images came with R580 (absent from R575's
+// nvml.h); a board answers them where its profile lists the images. v1
+// asks NVLE alone.
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, nvmlNvLinkInfo_t *info)
+{
+	DEV(device, d);
+	nvmlReturn_t r = nvmock_since(580);
+	if (r != NVML_SUCCESS)
+		return r;
+	OUT(info);
+	if (info->version != nvmlNvLinkInfo_v1 && info->version != nvmlNvLinkInfo_v2)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	const struct snap_device *s = d->s;
+	if (s->nvlink_fw_count == 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	info->isNvleEnabled = s->nvlink_nvle;
+	if (info->version == nvmlNvLinkInfo_v1)
+		return NVML_SUCCESS;
+	nvmlNvlinkFirmwareInfo_t *fw = &info->firmwareInfo;
+	memset(fw, 0, sizeof *fw);
+	for (unsigned i = 0; i < s->nvlink_fw_count && i < sizeof s->nvlink_fw / sizeof s->nvlink_fw[0] / 4; i++) {
+		const uint32_t *e = &s->nvlink_fw[4 * i];
+		fw->firmwareVersion[i].ucodeType = (unsigned char)e[0];
+		fw->firmwareVersion[i].major = e[1];
+		fw->firmwareVersion[i].minor = e[2];
+		fw->firmwareVersion[i].subMinor = e[3];
+		fw->numValidEntries = i + 1;
+	}
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link, nvmlNvLinkCapability_t capability,
 						    unsigned int *capResult)
 {

@@ -39,6 +39,8 @@ var (
 	NVLinkVersions = map[string]uint32{
 		"1.0": 1, "2.0": 2, "2.2": 3, "3.0": 4, "3.1": 5, "4.0": 6, "5.0": 7, "6.0": 8,
 	}
+	// NVLinkUcodes are NVML_NVLINK_FIRMWARE_UCODE_TYPE_* by nvidia-smi's names.
+	NVLinkUcodes = map[string]uint32{"MSE": 1, "NETIR": 2, "NETIR UPHY": 3, "NETIR CLN": 4, "NETIR DLN": 5}
 )
 
 // Chip facts by NVML's names.

@@ -295,6 +295,22 @@ type NVLink struct {
 	Remote    string `json:"remote"`    // switch or gpu
 	// RemoteDeviceID is the PCI id of the NVSwitch the links reach.
 	RemoteDeviceID Hex32 `json:"remoteDeviceId,omitempty"`
+	// Firmware are the NVLink firmware images nvmlDeviceGetNvLinkInfo
+	// reports (R580 on; nvidia-smi nvlink -info), in its order. Absent:
+	// the call answers Not Supported. Encryption is NVLE's state.
+	Firmware   []NVLinkFirmware `json:"firmware,omitempty"`
+	Encryption bool             `json:"encryption,omitempty"`
+}
+
+// MaxNVLinkFirmware bounds board.nvlink.firmware (the snapshot's room; a
+// real GB200 reports five).
+const MaxNVLinkFirmware = 8
+
+// NVLinkFirmware is one NVLink firmware image: its ucode by nvidia-smi's
+// name and its version, major.minor.subminor (nvidia-smi prints colons).
+type NVLinkFirmware struct {
+	Ucode   string `json:"ucode"`   // MSE, NETIR, NETIR UPHY, NETIR CLN, NETIR DLN
+	Version string `json:"version"` // e.g. 36.2014.1862
 }
 
 // Socket is one CPU socket: its CPUs and NUMA nodes.

@@ -318,7 +318,41 @@ func (b *Board) validate(c *checker) {
 		}
 		c.enum("board.nvlink.version", l.Version, NVLinkVersions)
 		c.enum("board.nvlink.remote", l.Remote, NVLinkRemotes)
+		c.nvlinkFirmware(l)
 	}
+}
+
+func (c *checker) nvlinkFirmware(l *NVLink) {
+	if len(l.Firmware) > MaxNVLinkFirmware {
+		c.fail("board.nvlink.firmware", "%d images; at most %d", len(l.Firmware), MaxNVLinkFirmware)
+	}
+	if l.Encryption && len(l.Firmware) == 0 {
+		c.fail("board.nvlink.encryption", "needs board.nvlink.firmware (both come from one call)")
+	}
+	for i, f := range l.Firmware {
+		field := fmt.Sprintf("board.nvlink.firmware[%d]", i)
+		c.enum(field+".ucode", f.Ucode, NVLinkUcodes)
+		if _, ok := FirmwareVersion(f.Version); !ok {
+			c.fail(field+".version", "%q is not major.minor.subminor, such as \"36.2014.1862\"", f.Version)
+		}
+	}
+}
+
+// FirmwareVersion parses an NVLink firmware version, major.minor.subminor.
+func FirmwareVersion(v string) ([3]uint32, bool) {
+	var out [3]uint32
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return out, false
+	}
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return out, false
+		}
+		out[i] = uint32(n)
+	}
+	return out, true
 }
 
 func (cl *Clocks) validate(c *checker) {

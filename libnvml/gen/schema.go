@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 11
+const SnapshotVersion = 12
 
 // Kind is the storage type of a field.
 type Kind int
@@ -36,6 +36,10 @@ type Record struct {
 // MaxMemClocks bounds the supported memory clocks per device; graphics
 // clock lists live in the file's clock pool.
 const MaxMemClocks = 8
+
+// MaxNVLinkFirmware bounds a board's NVLink firmware images
+// (profile.MaxNVLinkFirmware).
+const MaxNVLinkFirmware = 8
 
 // MaxMIGProfiles bounds a board's GPU-instance profiles (profile.MIGMaxProfiles).
 const MaxMIGProfiles = 8
@@ -185,6 +189,9 @@ var Schema = []Record{
 		{"nvlink_remote", U32, 0, "nvmlIntNvLinkDeviceType_t"},
 		{"nvlink_remote_device_id", U32, 0, "PCI id of the peer (switch)"},
 		{"nvlink_remote_addr", U32s, 18, "per link: the NVSwitch's domain<<16 | bus<<8 | device<<3 | function; not available: not on the node"},
+		{"nvlink_fw_count", U32, 0, "NVLink firmware images (nvmlDeviceGetNvLinkInfo); 0: the call is not supported"},
+		{"nvlink_nvle", U32, 0, "NVLink encryption: 0 disabled, 1 enabled"},
+		{"nvlink_fw", U32s, 4 * MaxNVLinkFirmware, "per image: ucode type, major, minor, subminor"},
 		{"addressing_mode", U32, 0, "nvmlDeviceAddressingModeType_t"},
 		{"sparse_mode", U32, 0, "sparse operation mode: 0 disabled, 1 enabled"},
 		{"c2c_mode", U32, 0, "chip-to-chip link to the CPU: 0 disabled, 1 enabled"},

@@ -395,6 +395,14 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 		d.NvlinkSpeedMbps = l.SpeedMBps
 		d.NvlinkRemote = profile.NVLinkRemotes[l.Remote]
 		d.NvlinkRemoteDeviceID = uint32(l.RemoteDeviceID)
+		d.NvlinkFwCount = uint32(len(l.Firmware))
+		if l.Encryption {
+			d.NvlinkNvle = 1
+		}
+		for i, f := range l.Firmware {
+			v, _ := profile.FirmwareVersion(f.Version)
+			copy(d.NvlinkFw[4*i:], []uint32{profile.NVLinkUcodes[f.Ucode], v[0], v[1], v[2]})
+		}
 	}
 	for k := range d.NvlinkRemoteAddr {
 		d.NvlinkRemoteAddr[k] = NA

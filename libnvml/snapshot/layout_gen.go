@@ -3,7 +3,7 @@
 package snapshot
 
 // Version is the snapshot layout version.
-const Version = 11
+const Version = 12
 
 // MaxMemClocks bounds the supported memory clocks per device.
 const MaxMemClocks = 8
@@ -181,6 +181,9 @@ type Device struct {
 	NvlinkRemote          uint32     // nvmlIntNvLinkDeviceType_t
 	NvlinkRemoteDeviceID  uint32     // PCI id of the peer (switch)
 	NvlinkRemoteAddr      [18]uint32 // per link: the NVSwitch's domain<<16 | bus<<8 | device<<3 | function; not available: not on the node
+	NvlinkFwCount         uint32     // NVLink firmware images (nvmlDeviceGetNvLinkInfo); 0: the call is not supported
+	NvlinkNvle            uint32     // NVLink encryption: 0 disabled, 1 enabled
+	NvlinkFw              [32]uint32 // per image: ucode type, major, minor, subminor
 	AddressingMode        uint32     // nvmlDeviceAddressingModeType_t
 	SparseMode            uint32     // sparse operation mode: 0 disabled, 1 enabled
 	C2cMode               uint32     // chip-to-chip link to the CPU: 0 disabled, 1 enabled
@@ -208,7 +211,7 @@ type Device struct {
 }
 
 // DeviceSize is the size of Device in the file.
-const DeviceSize = 2352
+const DeviceSize = 2488
 
 // DeviceLayout pins each field's offset (checked against the C header by the compiler).
 var DeviceLayout = []FieldOffset{
@@ -337,30 +340,33 @@ var DeviceLayout = []FieldOffset{
 	{"nvlink_remote", "NvlinkRemote", 1900},
 	{"nvlink_remote_device_id", "NvlinkRemoteDeviceID", 1904},
 	{"nvlink_remote_addr", "NvlinkRemoteAddr", 1908},
-	{"addressing_mode", "AddressingMode", 1980},
-	{"sparse_mode", "SparseMode", 1984},
-	{"c2c_mode", "C2cMode", 1988},
-	{"c2c_links", "C2cLinks", 1992},
-	{"c2c_link_mbps", "C2cLinkMbps", 1996},
-	{"pcie_root", "PcieRoot", 2000},
-	{"pcie_switch_top", "PcieSwitchTop", 2004},
-	{"pcie_switch_leaf", "PcieSwitchLeaf", 2008},
-	{"gpu_numa_node", "GPUNUMANode", 2012},
-	{"clock_reasons_supported", "ClockReasonsSupported", 2016},
-	{"memory_bus_width", "MemoryBusWidth", 2020},
-	{"gpu_cores", "GPUCores", 2024},
-	{"bus_type", "BusType", 2028},
-	{"power_source", "PowerSource", 2032},
-	{"egm", "Egm", 2036},
-	{"cpu_affinity", "CPUAffinity", 2040},
-	{"cpu_affinity_socket", "CPUAffinitySocket", 2168},
-	{"numa_socket_mask", "NUMASocketMask", 2296},
-	{"numa_near_mask", "NUMANearMask", 2304},
-	{"memory_total", "MemoryTotal", 2312},
-	{"memory_reserved", "MemoryReserved", 2320},
-	{"memory_used", "MemoryUsed", 2328},
-	{"bar1_total", "Bar1Total", 2336},
-	{"bar1_used", "Bar1Used", 2344},
+	{"nvlink_fw_count", "NvlinkFwCount", 1980},
+	{"nvlink_nvle", "NvlinkNvle", 1984},
+	{"nvlink_fw", "NvlinkFw", 1988},
+	{"addressing_mode", "AddressingMode", 2116},
+	{"sparse_mode", "SparseMode", 2120},
+	{"c2c_mode", "C2cMode", 2124},
+	{"c2c_links", "C2cLinks", 2128},
+	{"c2c_link_mbps", "C2cLinkMbps", 2132},
+	{"pcie_root", "PcieRoot", 2136},
+	{"pcie_switch_top", "PcieSwitchTop", 2140},
+	{"pcie_switch_leaf", "PcieSwitchLeaf", 2144},
+	{"gpu_numa_node", "GPUNUMANode", 2148},
+	{"clock_reasons_supported", "ClockReasonsSupported", 2152},
+	{"memory_bus_width", "MemoryBusWidth", 2156},
+	{"gpu_cores", "GPUCores", 2160},
+	{"bus_type", "BusType", 2164},
+	{"power_source", "PowerSource", 2168},
+	{"egm", "Egm", 2172},
+	{"cpu_affinity", "CPUAffinity", 2176},
+	{"cpu_affinity_socket", "CPUAffinitySocket", 2304},
+	{"numa_socket_mask", "NUMASocketMask", 2432},
+	{"numa_near_mask", "NUMANearMask", 2440},
+	{"memory_total", "MemoryTotal", 2448},
+	{"memory_reserved", "MemoryReserved", 2456},
+	{"memory_used", "MemoryUsed", 2464},
+	{"bar1_total", "Bar1Total", 2472},
+	{"bar1_used", "Bar1Used", 2480},
 }
 
 // NIC one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.

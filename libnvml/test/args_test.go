@@ -32,6 +32,8 @@ versioned temperature past the sensors: Invalid Argument
 PDI of version 0: Argument version mismatch
 repair status of version 0: Argument version mismatch
 unrepairable memory flag with no struct: Invalid Argument
+NVLink information of a later version: Argument version mismatch
+NVLink information, no firmware known: Not Supported
 processes' utilization of a later version: Argument version mismatch
 processes' utilization, none running: Not Found
 process detail list of version 0: Invalid Argument

@@ -52,6 +52,10 @@ int main(void)
 	nvmlRepairStatus_t rs = {.version = 0};
 	say("repair status of version 0", nvmlDeviceGetRepairStatus(d, &rs));
 	say("unrepairable memory flag with no struct", nvmlDeviceGetUnrepairableMemoryFlag_v1(d, NULL));
+	nvmlNvLinkInfo_t nli = {.version = nvmlNvLinkInfo_v2 + 1};
+	say("NVLink information of a later version", nvmlDeviceGetNvLinkInfo(d, &nli));
+	nli.version = nvmlNvLinkInfo_v2;
+	say("NVLink information, no firmware known", nvmlDeviceGetNvLinkInfo(d, &nli));
 
 	nvmlProcessesUtilizationInfo_t pu = {.version = nvmlProcessesUtilizationInfo_v1 + 1};
 	say("processes' utilization of a later version", nvmlDeviceGetProcessesUtilizationInfo(d, &pu));
