@@ -26,8 +26,9 @@ int nvmock_driver_branch(void)
 }
 
 // nvmock_since answers for a call that came with driver branch first: a
-// driver before it has no such symbol, which go-nvml and pynvml report as
-// FUNCTION_NOT_FOUND; the mock exports every symbol, so it says so itself.
+// driver before it has no such symbol, which pynvml reports as
+// FUNCTION_NOT_FOUND (a go-nvml program calling it dies of an unresolved
+// symbol). The mock exports every symbol, so it answers that error itself.
 nvmlReturn_t nvmock_since(int first)
 {
 	return nvmock_driver_branch() < first ? NVML_ERROR_FUNCTION_NOT_FOUND : NVML_SUCCESS;

@@ -337,8 +337,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperat
 	return temperature(d, sensorType, temp);
 }
 
-// The versioned call that replaces it (deprecated from CUDA 13.0) came with
-// R565: R550's nvml.h has no such call, R575's has.
+// The versioned call that replaces it (deprecated from CUDA 13.0): R550's
+// nvml.h has no such call, R575's has; R565, as a client's note says.
 NVML_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *t)
 {
 	DEV(device, d);

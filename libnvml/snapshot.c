@@ -96,6 +96,8 @@ static const char *snap_check(const unsigned char *p, size_t len)
 				return "supported clocks out of range";
 		if (!mig_ok(&d[i]))
 			return "MIG profile table out of range";
+		if (d[i].nvlink_fw_count > SNAPSHOT_MAX_NVLINK_FIRMWARE)
+			return "NVLink firmware list out of range";
 	}
 	return NULL;
 }

@@ -9,6 +9,7 @@
 #define SNAPSHOT_VERSION 12
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 #define SNAPSHOT_MAX_MIG_PROFILES 8
+#define SNAPSHOT_MAX_NVLINK_FIRMWARE 8
 // The library maps no larger file (libnvml/gen/limits.go).
 #define SNAPSHOT_MAX_BYTES 8388608
 

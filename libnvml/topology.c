@@ -314,7 +314,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, nvmlNvLinkInf
 		return NVML_SUCCESS;
 	nvmlNvlinkFirmwareInfo_t *fw = &info->firmwareInfo;
 	memset(fw, 0, sizeof *fw);
-	for (unsigned i = 0; i < s->nvlink_fw_count && i < sizeof s->nvlink_fw / sizeof s->nvlink_fw[0] / 4; i++) {
+	for (unsigned i = 0; i < s->nvlink_fw_count && i < SNAPSHOT_MAX_NVLINK_FIRMWARE; i++) {
 		const uint32_t *e = &s->nvlink_fw[4 * i];
 		fw->firmwareVersion[i].ucodeType = (unsigned char)e[0];
 		fw->firmwareVersion[i].major = e[1];

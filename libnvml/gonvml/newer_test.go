@@ -23,7 +23,7 @@ type newerCalls struct {
 // Calls that newer drivers added answer as the captures show them on each
 // board (nvidia-smi 580 and 595 print them: PDI, "Channel Repair Pending",
 // "TPC Repair Pending", "Unrepairable Memory"), and a driver from before a
-// call reports it missing, as go-nvml does for a symbol the library lacks.
+// call reports it missing, as pynvml does for a symbol the library lacks.
 func TestCallsOfNewerDrivers(t *testing.T) {
 	const (
 		ok      = nvml.SUCCESS
@@ -59,6 +59,11 @@ func TestCallsOfNewerDrivers(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkNewerCalls(t, p, newerCalls{ok, ok, ok, no, no}) // repair from Ampere, the flag from Hopper
+	})
+	t.Run("gb200 with NVLink encryption on", func(t *testing.T) {
+		p, _ := profile.Builtin("gb200")
+		p.Board.NVLink.Encryption = true
+		checkNewerCalls(t, p, boards["gb200"])
 	})
 	t.Run("h100 on driver 550", func(t *testing.T) {
 		p, _ := profile.Builtin("h100")

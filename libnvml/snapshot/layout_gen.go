@@ -11,6 +11,9 @@ const MaxMemClocks = 8
 // MaxMIGProfiles bounds a board's GPU-instance profiles.
 const MaxMIGProfiles = 8
 
+// MaxNVLinkFirmware bounds a board's NVLink firmware images.
+const MaxNVLinkFirmware = 8
+
 // MaxBytes bounds a snapshot file: Compile writes and the library maps no
 // larger one (libnvml/gen/limits.go).
 const MaxBytes = 8388608

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"reflect"
 	"testing"
+
+	"github.com/nvmock/nvmock/profile"
 )
 
 // The generated C header asserts the same sizes and offsets at compile time,
@@ -44,5 +46,22 @@ func TestGoLayoutMatchesSchema(t *testing.T) {
 func TestLayoutIsPinned(t *testing.T) {
 	if Version != 12 || HeaderSize != 272 || DeviceSize != 2488 || NICSize != 24 {
 		t.Errorf("layout v%d header %d device %d NIC %d changed; bump the version and update this test", Version, HeaderSize, DeviceSize, NICSize)
+	}
+}
+
+// What a valid profile may hold fits the snapshot's room: Compile copies
+// without checking again.
+func TestProfileBoundsFitTheLayout(t *testing.T) {
+	for _, c := range []struct {
+		what              string
+		profile, snapshot int
+	}{
+		{"memory clocks", profile.MaxMemClocks, MaxMemClocks},
+		{"MIG profiles", profile.MIGMaxProfiles, MaxMIGProfiles},
+		{"NVLink firmware images", profile.MaxNVLinkFirmware, MaxNVLinkFirmware},
+	} {
+		if c.profile != c.snapshot {
+			t.Errorf("%s: a profile may hold %d, the snapshot %d", c.what, c.profile, c.snapshot)
+		}
 	}
 }

@@ -67,6 +67,9 @@ func check(d *Device, pool uint32) error {
 	if !migOK(d) {
 		return errors.New("MIG profile table out of range")
 	}
+	if d.NvlinkFwCount > MaxNVLinkFirmware {
+		return errors.New("NVLink firmware list out of range")
+	}
 	return nil
 }
 

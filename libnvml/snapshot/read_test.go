@@ -89,6 +89,7 @@ func TestReadRefusesWhatTheLibraryRefuses(t *testing.T) {
 		{"a placement past slice 7", "MIG profile table", device(func(d *Device) { d.MIGGIPlacements[2] = 0x100 })},
 		{"compute instances of 9 slices", "MIG profile table", device(func(d *Device) { d.MIGGICISizes[0] = 0x200 })},
 		{"nine instances of a profile", "MIG profile table", device(func(d *Device) { d.MIGGIInstances[0] = 9 })},
+		{"nine NVLink firmware images", "NVLink firmware list", device(func(d *Device) { d.NvlinkFwCount = MaxNVLinkFirmware + 1 })},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, _, err := Read(c.data)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/profile"
 )
 
 // Arguments go-nvml never sends, through the C ABI, answered as nvml.h
@@ -17,7 +18,15 @@ func TestArgumentsAreAnsweredAsNVMLSays(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "args")
 	gcc(t, "-O1", "-I"+testenv.NVMLHeaderDir(t), "-o", bin, filepath.Join(testDir(), "args.c"),
 		"-L"+testenv.LibDir(t), "-l:libnvidia-ml.so.1")
-	snap, _ := testenv.Snapshot(t, "h100", 2)
+	p, err := profile.Builtin("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.GPUs = 2
+	// Given NVLink firmware images, so that a v1 caller's struct is one the
+	// library could overrun.
+	p.Board.NVLink.Firmware = []profile.NVLinkFirmware{{Ucode: "MSE", Version: "1.2.3"}, {Ucode: "NETIR", Version: "4.5.6"}}
+	snap := testenv.SnapshotOf(t, p)
 	out, code := run(t, time.Minute, testenv.Env(t, snap), bin)
 	want := `handle by domain:bus:device: Success, GPU 0
 nearest GPUs: a count with no array: Invalid Argument
@@ -32,8 +41,9 @@ versioned temperature past the sensors: Invalid Argument
 PDI of version 0: Argument version mismatch
 repair status of version 0: Argument version mismatch
 unrepairable memory flag with no struct: Invalid Argument
+NVLink information v1: Success, nothing written past it
 NVLink information of a later version: Argument version mismatch
-NVLink information, no firmware known: Not Supported
+NVLink information v2: Success, 2 images
 processes' utilization of a later version: Argument version mismatch
 processes' utilization, none running: Not Found
 process detail list of version 0: Invalid Argument

@@ -52,10 +52,17 @@ int main(void)
 	nvmlRepairStatus_t rs = {.version = 0};
 	say("repair status of version 0", nvmlDeviceGetRepairStatus(d, &rs));
 	say("unrepairable memory flag with no struct", nvmlDeviceGetUnrepairableMemoryFlag_v1(d, NULL));
+	struct {
+		nvmlNvLinkInfo_v1_t info;
+		unsigned canary;
+	} v1 = {.info.version = nvmlNvLinkInfo_v1, .canary = 0xc0ffee};
+	r = nvmlDeviceGetNvLinkInfo(d, (nvmlNvLinkInfo_t *)&v1.info);
+	printf("NVLink information v1: %s, %s\n", nvmlErrorString(r), v1.canary == 0xc0ffee ? "nothing written past it" : "written past it");
 	nvmlNvLinkInfo_t nli = {.version = nvmlNvLinkInfo_v2 + 1};
 	say("NVLink information of a later version", nvmlDeviceGetNvLinkInfo(d, &nli));
 	nli.version = nvmlNvLinkInfo_v2;
-	say("NVLink information, no firmware known", nvmlDeviceGetNvLinkInfo(d, &nli));
+	r = nvmlDeviceGetNvLinkInfo(d, &nli);
+	printf("NVLink information v2: %s, %u images\n", nvmlErrorString(r), nli.firmwareInfo.numValidEntries);
 
 	nvmlProcessesUtilizationInfo_t pu = {.version = nvmlProcessesUtilizationInfo_v1 + 1};
 	say("processes' utilization of a later version", nvmlDeviceGetProcessesUtilizationInfo(d, &pu));
