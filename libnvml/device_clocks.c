@@ -342,14 +342,12 @@ NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperat
 NVML_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *t)
 {
 	DEV(device, d);
-	nvmlReturn_t r = nvmock_since(565);
-	if (r != NVML_SUCCESS)
-		return r;
+	SINCE(565);
 	OUT(t);
 	if (t->version != nvmlTemperature_v1)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
 	unsigned v;
-	r = temperature(d, t->sensorType, &v);
+	nvmlReturn_t r = temperature(d, t->sensorType, &v);
 	if (r == NVML_SUCCESS)
 		t->temperature = (int)v;
 	return r;

@@ -25,9 +25,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigne
 NVML_API nvmlReturn_t nvmlDeviceGetPdi(nvmlDevice_t device, nvmlPdi_t *pdi)
 {
 	DEV(device, d);
-	nvmlReturn_t r = nvmock_since(580);
-	if (r != NVML_SUCCESS)
-		return r;
+	SINCE(580);
 	OUT(pdi);
 	if (pdi->version != nvmlPdi_v1)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;

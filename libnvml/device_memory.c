@@ -344,9 +344,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvm
 NVML_API nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus)
 {
 	DEV(device, d);
-	nvmlReturn_t r = nvmock_since(580);
-	if (r != NVML_SUCCESS)
-		return r;
+	SINCE(580);
 	OUT(repairStatus);
 	if (repairStatus->version != nvmlRepairStatus_v1)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
@@ -361,9 +359,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(nvmlDevice_t device
 							     nvmlUnrepairableMemoryStatus_v1_t *unrepairableMemoryStatus)
 {
 	DEV(device, d);
-	nvmlReturn_t r = nvmock_since(580);
-	if (r != NVML_SUCCESS)
-		return r;
+	SINCE(580);
 	OUT(unrepairableMemoryStatus);
 	if (d->s->architecture == NA32 || d->s->architecture < NVML_DEVICE_ARCH_HOPPER)
 		return NVML_ERROR_NOT_SUPPORTED;

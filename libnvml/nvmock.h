@@ -223,6 +223,14 @@ static inline int nvmock_mig_aggregate_denied(const struct nvmock_dev *d)
 		nvmock_live_fx((d)->node_index, &g_, now_, &fx_);                   \
 	}
 
+// SINCE returns nvmock_since's answer for a call that came with branch first.
+#define SINCE(first)                                             \
+	do {                                                     \
+		nvmlReturn_t s_ = nvmock_since(first);           \
+		if (s_ != NVML_SUCCESS)                          \
+			return s_;                               \
+	} while (0)
+
 // OUT checks an output pointer.
 #define OUT(p)                                                   \
 	do {                                                     \

@@ -300,9 +300,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned i
 NVML_API nvmlReturn_t nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, nvmlNvLinkInfo_t *info)
 {
 	DEV(device, d);
-	nvmlReturn_t r = nvmock_since(580);
-	if (r != NVML_SUCCESS)
-		return r;
+	SINCE(580);
 	OUT(info);
 	if (info->version != nvmlNvLinkInfo_v1 && info->version != nvmlNvLinkInfo_v2)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
@@ -314,13 +312,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, nvmlNvLinkInf
 		return NVML_SUCCESS;
 	nvmlNvlinkFirmwareInfo_t *fw = &info->firmwareInfo;
 	memset(fw, 0, sizeof *fw);
-	for (unsigned i = 0; i < s->nvlink_fw_count && i < SNAPSHOT_MAX_NVLINK_FIRMWARE; i++) {
+	fw->numValidEntries = s->nvlink_fw_count; // at most SNAPSHOT_MAX_NVLINK_FIRMWARE (snap_check)
+	for (unsigned i = 0; i < fw->numValidEntries; i++) {
 		const uint32_t *e = &s->nvlink_fw[4 * i];
 		fw->firmwareVersion[i].ucodeType = (unsigned char)e[0];
 		fw->firmwareVersion[i].major = e[1];
 		fw->firmwareVersion[i].minor = e[2];
 		fw->firmwareVersion[i].subMinor = e[3];
-		fw->numValidEntries = i + 1;
 	}
 	return NVML_SUCCESS;
 }
