@@ -65,6 +65,17 @@ nvmlReturn_t nvmock_energy_mj(const struct snap_device *s, unsigned long long *m
 	return NVML_SUCCESS;
 }
 
+// nvmock_boot_time_us is when the node booted, in microseconds since the
+// epoch, in whole seconds so that every process reads the same.
+int nvmock_boot_time_us(unsigned long long *us)
+{
+	struct timespec real, boot;
+	if (clock_gettime(CLOCK_REALTIME, &real) != 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
+		return 0;
+	*us = (unsigned long long)(real.tv_sec - boot.tv_sec - (real.tv_nsec < boot.tv_nsec)) * 1000000;
+	return 1;
+}
+
 // nvmock_warn writes one line to stderr; stdout belongs to the caller.
 void nvmock_warn(const char *fmt, ...)
 {

@@ -77,6 +77,30 @@ NVML_API nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device)
 	return d->s->inforom_image[0] ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
 
+// The BBX (black box) object is flushed once in the mock's run: at driver
+// load, which is the node's boot (as for the energy counter), one GPU after
+// another, each taking its board's duration. Real boards flush their GPUs
+// within seconds to minutes of each other, hours before the captures.
+NVML_API nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device, unsigned long long *timestamp,
+						    unsigned long *durationUs)
+{
+	DEV(device, d);
+	if (timestamp == NULL || durationUs == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	uint32_t us = d->s->inforom_bbx_flush_us;
+	if (us == NA32)
+		return NVML_ERROR_NOT_SUPPORTED;
+	unsigned long long at;
+	if (!nvmock_boot_time_us(&at))
+		return NVML_ERROR_UNKNOWN;
+	for (uint32_t i = 0; i < d->node_index; i++)
+		if (nvmock.node[i].inforom_bbx_flush_us != NA32)
+			at += nvmock.node[i].inforom_bbx_flush_us;
+	*timestamp = at;
+	*durationUs = us;
+	return NVML_SUCCESS;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
 {
 	DEV(device, d);

@@ -284,6 +284,7 @@ uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t typ
 void nvmock_pci_info(const struct snap_device *s, nvmlPciInfo_t *pci);
 int nvmock_parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn);
 nvmlReturn_t nvmock_energy_mj(const struct snap_device *s, unsigned long long *mj);
+int nvmock_boot_time_us(unsigned long long *us);
 nvmlReturn_t nvmock_device_energy(const struct nvmock_dev *d, unsigned long long *mj);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNAPSHOT_VERSION 12
+#define SNAPSHOT_VERSION 13
 #define SNAPSHOT_MAX_MEM_CLOCKS 8
 #define SNAPSHOT_MAX_MIG_PROFILES 8
 #define SNAPSHOT_MAX_NVLINK_FIRMWARE 8
@@ -109,6 +109,8 @@ struct snap_device {
 	uint32_t temp_tlimit; // C below T.Limit; not available: no T.Limit sensor
 	uint32_t tlimit_offset_mask; // bit k: tlimit_offset[k] is set
 	uint32_t tlimit_offset[4]; // int32 C relative to T.Limit: shutdown, slowdown, mem max, gpu max
+	uint32_t memory_power_average_mw; // the GPU memory's 1 s average power; not available: none
+	uint32_t inforom_bbx_flush_us; // duration of the BBX object's flush at driver load; not available: not supported
 	uint32_t module_power_draw_mw; // module (GPU+CPU+memory) power; not available: none
 	uint32_t module_power_limit_mw;
 	uint32_t module_power_default_mw;
@@ -201,7 +203,7 @@ struct snap_device {
 	uint64_t bar1_total; // bytes
 	uint64_t bar1_used; // bytes
 };
-_Static_assert(sizeof(struct snap_device) == 2488, "snapshot layout");
+_Static_assert(sizeof(struct snap_device) == 2496, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, name) == 0, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, uuid) == 96, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, serial) == 192, "snapshot layout");
@@ -263,97 +265,99 @@ _Static_assert(offsetof(struct snap_device, temp_threshold) == 864, "snapshot la
 _Static_assert(offsetof(struct snap_device, temp_tlimit) == 928, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, tlimit_offset_mask) == 932, "snapshot layout");
 _Static_assert(offsetof(struct snap_device, tlimit_offset) == 936, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_draw_mw) == 952, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_limit_mw) == 956, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_default_mw) == 960, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_min_mw) == 964, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, module_power_max_mw) == 968, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_state) == 972, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_status) == 976, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_clique) == 980, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_cluster_uuid) == 984, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_health_mask) == 1000, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fabric_health_summary) == 1004, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, persistence_mode) == 1008, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, compute_mode) == 1012, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_current) == 1016, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_pending) == 1020, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_default) == 1024, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_current) == 1028, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_pending) == 1032, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, max_mig_devices) == 1036, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_count) == 1040, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_id) == 1044, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_nvml) == 1076, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_memory_slices) == 1108, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_compute_slices) == 1140, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_instances) == 1172, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_memory_mib) == 1204, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_sms) == 1236, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_copy_engines) == 1268, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_decoders) == 1300, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_encoders) == 1332, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_jpegs) == 1364, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_ofas) == 1396, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_placements) == 1428, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_ci_sizes) == 1460, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_ci_sms) == 1492, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_bar1_mib) == 1524, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_used_mib) == 1556, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_gi_names) == 1588, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, mig_pad) == 1780, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_mode) == 1784, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, display_active) == 1788, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1792, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, performance_state) == 1796, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_state) == 1800, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, fan_speed) == 1804, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_gpu) == 1808, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_memory) == 1812, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_encoder) == 1816, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_decoder) == 1820, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_jpeg) == 1824, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, util_ofa) == 1828, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, ecc_count) == 1832, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, retired_pages) == 1864, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapped_rows) == 1868, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, remapper_banks) == 1872, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_mode) == 1876, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1880, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_node) == 1884, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_count) == 1888, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_version) == 1892, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1896, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1900, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1904, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1908, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_fw_count) == 1980, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_nvle) == 1984, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, nvlink_fw) == 1988, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, addressing_mode) == 2116, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, sparse_mode) == 2120, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_mode) == 2124, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_links) == 2128, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, c2c_link_mbps) == 2132, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_root) == 2136, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 2140, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 2144, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_numa_node) == 2148, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 2152, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_bus_width) == 2156, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, gpu_cores) == 2160, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bus_type) == 2164, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, power_source) == 2168, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, egm) == 2172, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity) == 2176, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, cpu_affinity_socket) == 2304, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_socket_mask) == 2432, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, numa_near_mask) == 2440, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_total) == 2448, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_reserved) == 2456, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, memory_used) == 2464, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_total) == 2472, "snapshot layout");
-_Static_assert(offsetof(struct snap_device, bar1_used) == 2480, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_power_average_mw) == 952, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, inforom_bbx_flush_us) == 956, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_draw_mw) == 960, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_limit_mw) == 964, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_default_mw) == 968, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_min_mw) == 972, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, module_power_max_mw) == 976, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_state) == 980, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_status) == 984, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_clique) == 988, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_cluster_uuid) == 992, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_health_mask) == 1008, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fabric_health_summary) == 1012, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, persistence_mode) == 1016, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, compute_mode) == 1020, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_current) == 1024, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_pending) == 1028, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_default) == 1032, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_current) == 1036, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_pending) == 1040, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, max_mig_devices) == 1044, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_count) == 1048, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_id) == 1052, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_nvml) == 1084, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_memory_slices) == 1116, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_compute_slices) == 1148, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_instances) == 1180, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_memory_mib) == 1212, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_sms) == 1244, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_copy_engines) == 1276, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_decoders) == 1308, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_encoders) == 1340, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_jpegs) == 1372, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_ofas) == 1404, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_placements) == 1436, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_ci_sizes) == 1468, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_ci_sms) == 1500, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_bar1_mib) == 1532, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_used_mib) == 1564, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_gi_names) == 1596, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, mig_pad) == 1788, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_mode) == 1792, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, display_active) == 1796, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, virtualization_mode) == 1800, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, performance_state) == 1804, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_state) == 1808, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, fan_speed) == 1812, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_gpu) == 1816, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_memory) == 1820, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_encoder) == 1824, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_decoder) == 1828, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_jpeg) == 1832, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, util_ofa) == 1836, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, ecc_count) == 1840, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, retired_pages) == 1872, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapped_rows) == 1876, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, remapper_banks) == 1880, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_mode) == 1884, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, accounting_buffer) == 1888, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_node) == 1892, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_count) == 1896, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_version) == 1900, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_speed_mbps) == 1904, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote) == 1908, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_device_id) == 1912, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_remote_addr) == 1916, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_fw_count) == 1988, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_nvle) == 1992, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, nvlink_fw) == 1996, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, addressing_mode) == 2124, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, sparse_mode) == 2128, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_mode) == 2132, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_links) == 2136, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, c2c_link_mbps) == 2140, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_root) == 2144, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_top) == 2148, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, pcie_switch_leaf) == 2152, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_numa_node) == 2156, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, clock_reasons_supported) == 2160, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_bus_width) == 2164, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, gpu_cores) == 2168, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bus_type) == 2172, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, power_source) == 2176, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, egm) == 2180, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity) == 2184, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, cpu_affinity_socket) == 2312, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_socket_mask) == 2440, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, numa_near_mask) == 2448, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_total) == 2456, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_reserved) == 2464, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, memory_used) == 2472, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_total) == 2480, "snapshot layout");
+_Static_assert(offsetof(struct snap_device, bar1_used) == 2488, "snapshot layout");
 
 // snap_nic one NIC function: where it sits, for the PCIe path nvidia-smi topo -m asks between a GPU and a NIC.
 struct snap_nic {
@@ -390,7 +394,7 @@ __attribute__((unused)) static const struct snap_string snap_device_strings[] = 
 	{480, 16}, // inforom_power
 	{496, 40}, // gsp_firmware
 	{536, 32}, // pci_bus_id
-	{1588, 192}, // mig_gi_names
+	{1596, 192}, // mig_gi_names
 	{0, 0},
 };
 

@@ -397,12 +397,19 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsig
 }
 
 // power_field answers the power fields nvidia-smi 535 reads for -q, for the
-// GPU scope and, on Grace boards, the module scope (GPU, CPU and memory).
+// GPU scope, on Grace boards the module scope (GPU, CPU and memory), and on
+// HBM boards the memory scope, whose average alone boards report.
 // The GPU's draw, energy and limits are what the getters give: the load
 // model's and the limit set with nvidia-smi -pl.
 static nvmlReturn_t power_field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 {
 	const struct snap_device *s = d->s;
+	if (v->scopeId == NVML_POWER_SCOPE_MEMORY) {
+		if (v->fieldId != NVML_FI_DEV_POWER_AVERAGE || s->memory_power_average_mw == NA32)
+			return NVML_ERROR_NOT_SUPPORTED;
+		v->value.uiVal = s->memory_power_average_mw;
+		return NVML_SUCCESS;
+	}
 	int module = v->scopeId == NVML_POWER_SCOPE_MODULE;
 	if (v->scopeId != NVML_POWER_SCOPE_GPU && !module)
 		return NVML_ERROR_NOT_SUPPORTED;

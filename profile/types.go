@@ -76,6 +76,7 @@ type Board struct {
 	Utilization        Utilization  `json:"utilization"`
 	MemoryErrors       MemoryErrors `json:"memoryErrors"`
 	NVLink             *NVLink      `json:"nvlink,omitempty"`
+	MemoryPower        *MemoryPower `json:"memoryPower,omitempty"` // the GPU memory's own (HBM boards)
 	ModulePower        *Power       `json:"modulePower,omitempty"` // Grace boards: GPU+CPU+memory
 	Fabric             *Fabric      `json:"fabric,omitempty"`      // NVLink fabric (NVSwitch, NVL72)
 	// What the chip is, from public specifications; absent: N/A.
@@ -110,6 +111,15 @@ type Inforom struct {
 	OEM   string `json:"oem,omitempty"`
 	ECC   string `json:"ecc,omitempty"`
 	Power string `json:"power,omitempty"`
+	// The duration of the BBX (black box) object's flush, which the mock
+	// makes at driver load; absent: the board does not report it.
+	BBXFlushUs *uint32 `json:"bbxFlushUs,omitempty"`
+}
+
+// MemoryPower is the GPU memory's draw in watts, as nvidia-smi's "GPU
+// Memory Power Readings" shows it: its 1 s average.
+type MemoryPower struct {
+	Average *float64 `json:"average,omitempty"`
 }
 
 // PCI identity and link state.

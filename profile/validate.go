@@ -44,6 +44,10 @@ var (
 
 type checker struct{ errs []error }
 
+// maxBBXFlushUs bounds the BBX flush: real boards take 24 to 134 ms
+// (the captures); 10 s catches a value given in the wrong unit.
+const maxBBXFlushUs = 10_000_000
+
 // maxModuleID bounds module ids: a baseboard's slots count from 1 (8 on
 // HGX, 4 on an NVL72 tray).
 const maxModuleID = 64
@@ -170,6 +174,9 @@ func (b *Board) validate(c *checker) {
 	c.str("board.inforom.oem", b.Inforom.OEM, maxShortStrLen, false)
 	c.str("board.inforom.ecc", b.Inforom.ECC, maxShortStrLen, false)
 	c.str("board.inforom.power", b.Inforom.Power, maxShortStrLen, false)
+	if f := b.Inforom.BBXFlushUs; f != nil && (*f == 0 || *f > maxBBXFlushUs) {
+		c.fail("board.inforom.bbxFlushUs", "%d us is out of range; use 1 to %d", *f, maxBBXFlushUs)
+	}
 
 	pci := b.PCI
 	if pci.DeviceID&0xffff != 0x10de {
@@ -239,6 +246,9 @@ func (b *Board) validate(c *checker) {
 	b.Power.validate(c, "board.power.")
 	if b.ModulePower != nil {
 		b.ModulePower.validate(c, "board.modulePower.")
+	}
+	if mp := b.MemoryPower; mp != nil && mp.Average != nil && (*mp.Average < 0 || *mp.Average > 100000) {
+		c.fail("board.memoryPower.average", "%g W is out of range; use 0 to 100000", *mp.Average)
 	}
 	if f := b.Fabric; f != nil {
 		c.enum("board.fabric.state", f.State, FabricStates)
@@ -426,7 +436,7 @@ func (pw *Power) validate(c *checker, at string) {
 	for _, f := range []struct {
 		n string
 		v *float64
-	}{{"draw", pw.Draw}, {"limit", pw.Limit}, {"enforcedLimit", pw.EnforcedLimit}, {"defaultLimit", pw.DefaultLimit}, {"minLimit", pw.MinLimit}, {"maxLimit", pw.MaxLimit}} {
+	}{{"draw", pw.Draw}, {"average", pw.Average}, {"limit", pw.Limit}, {"enforcedLimit", pw.EnforcedLimit}, {"defaultLimit", pw.DefaultLimit}, {"minLimit", pw.MinLimit}, {"maxLimit", pw.MaxLimit}} {
 		if f.v != nil && (*f.v < 0 || *f.v > 100000) {
 			c.fail(at+f.n, "%g W is out of range; use 0 to 100000", *f.v)
 		}

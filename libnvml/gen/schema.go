@@ -5,7 +5,7 @@ package gen
 // cannot drift. Bump SnapshotVersion on any change.
 
 // SnapshotVersion is the layout version written into every snapshot.
-const SnapshotVersion = 12
+const SnapshotVersion = 13
 
 // Kind is the storage type of a field.
 type Kind int
@@ -125,6 +125,8 @@ var Schema = []Record{
 		{"temp_tlimit", U32, 0, "C below T.Limit; not available: no T.Limit sensor"},
 		{"tlimit_offset_mask", U32, 0, "bit k: tlimit_offset[k] is set"},
 		{"tlimit_offset", U32s, 4, "int32 C relative to T.Limit: shutdown, slowdown, mem max, gpu max"},
+		{"memory_power_average_mw", U32, 0, "the GPU memory's 1 s average power; not available: none"},
+		{"inforom_bbx_flush_us", U32, 0, "duration of the BBX object's flush at driver load; not available: not supported"},
 		{"module_power_draw_mw", U32, 0, "module (GPU+CPU+memory) power; not available: none"},
 		{"module_power_limit_mw", U32, 0, ""},
 		{"module_power_default_mw", U32, 0, ""},

@@ -187,6 +187,7 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 	put(d.InforomOem[:], b.Inforom.OEM)
 	put(d.InforomECC[:], b.Inforom.ECC)
 	put(d.InforomPower[:], b.Inforom.Power)
+	d.InforomBbxFlushUs = opt32(b.Inforom.BBXFlushUs)
 	put(d.GspFirmware[:], b.GSPVersion(p.Driver.Version))
 
 	addr := g.Address
@@ -292,6 +293,10 @@ func device(p *profile.Profile, g *profile.GPU, at func(*profile.PCIFunction) (u
 				d.TlimitOffset[k] = uint32(*v)
 			}
 		}
+	}
+	d.MemoryPowerAverageMW = NA
+	if mp := b.MemoryPower; mp != nil {
+		d.MemoryPowerAverageMW = milliwatts(mp.Average)
 	}
 	d.ModulePowerDrawMW, d.ModulePowerLimitMW, d.ModulePowerDefaultMW, d.ModulePowerMinMW, d.ModulePowerMaxMW = NA, NA, NA, NA, NA
 	if mp := b.ModulePower; mp != nil {

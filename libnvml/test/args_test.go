@@ -41,6 +41,8 @@ versioned temperature past the sensors: Invalid Argument
 PDI of version 0: Argument version mismatch
 repair status of version 0: Argument version mismatch
 unrepairable memory flag with no struct: Invalid Argument
+BBX flush time with no duration: Invalid Argument
+memory power limit: Not Supported
 NVLink information v1: Success, nothing written past it
 NVLink information of a later version: Argument version mismatch
 NVLink information v2: Success, 2 images

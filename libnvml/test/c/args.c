@@ -52,6 +52,11 @@ int main(void)
 	nvmlRepairStatus_t rs = {.version = 0};
 	say("repair status of version 0", nvmlDeviceGetRepairStatus(d, &rs));
 	say("unrepairable memory flag with no struct", nvmlDeviceGetUnrepairableMemoryFlag_v1(d, NULL));
+	unsigned long long flushed;
+	say("BBX flush time with no duration", nvmlDeviceGetLastBBXFlushTime(d, &flushed, NULL));
+	nvmlFieldValue_t mp = {.fieldId = NVML_FI_DEV_POWER_CURRENT_LIMIT, .scopeId = NVML_POWER_SCOPE_MEMORY};
+	nvmlDeviceGetFieldValues(d, 1, &mp);
+	say("memory power limit", mp.nvmlReturn);
 	struct {
 		nvmlNvLinkInfo_v1_t info;
 		unsigned canary;
