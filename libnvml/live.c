@@ -648,6 +648,19 @@ static uint64_t held_ns(const struct snap_device *s, const struct live_gpu *g, u
 	return n;
 }
 
+// nvmock_live_slowdown is how long, in ns up to t, a slowdown fault of a
+// kind (thermal, power brake) has held the GPU: since the earliest active.
+unsigned long long nvmock_live_slowdown(const struct nvmock_dev *d, const struct live_gpu *g, unsigned kind, uint64_t t)
+{
+	uint64_t first = t;
+	for (unsigned i = 0; i < g->faults && i < STATE_FAULTS; i++) {
+		uint64_t since;
+		if (g->fault_kind[i] == kind && nvmock_live_active(d->node_index, g, i, t, &since) && since < first)
+			first = since;
+	}
+	return t - first;
+}
+
 // nvmock_live_violation is the time, in ns up to t, a policy held the GPU
 // below its applications clocks: power while the load meets the SW power
 // cap (nvml.h makes the power policy's counter the SW power cap's), thermal
@@ -663,21 +676,14 @@ static uint64_t held_ns(const struct snap_device *s, const struct live_gpu *g, u
 unsigned long long nvmock_live_violation(const struct nvmock_dev *d, const struct live_gpu *g, nvmlPerfPolicyType_t policy,
 					 uint64_t t)
 {
-	uint64_t thermal = t;
-	for (unsigned i = 0; i < g->faults && i < STATE_FAULTS; i++) {
-		uint64_t since;
-		if (g->fault_kind[i] == LIVE_FAULT_THERMAL && nvmock_live_active(d->node_index, g, i, t, &since) &&
-		    since < thermal)
-			thermal = since;
-	}
 	switch (policy) {
 	case NVML_PERF_POLICY_POWER: return held_ns(d->s, g, t);
-	case NVML_PERF_POLICY_THERMAL: return t - thermal;
+	case NVML_PERF_POLICY_THERMAL: return nvmock_live_slowdown(d, g, LIVE_FAULT_THERMAL, t);
 	case NVML_PERF_POLICY_TOTAL_APP_CLOCKS: {
 		// The longer of the two: their union would need the power time
 		// of segments the state no longer keeps.
-		uint64_t p = held_ns(d->s, g, t);
-		return p > t - thermal ? p : t - thermal;
+		uint64_t p = held_ns(d->s, g, t), th = nvmock_live_slowdown(d, g, LIVE_FAULT_THERMAL, t);
+		return p > th ? p : th;
 	}
 	default: return 0;
 	}

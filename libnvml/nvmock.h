@@ -83,6 +83,7 @@ uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g,
 uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t);
 uint32_t nvmock_slowdown_c(const struct snap_device *s);
 nvmlReturn_t nvmock_margin(const struct nvmock_dev *d, int *margin);
+unsigned long long nvmock_live_slowdown(const struct nvmock_dev *d, const struct live_gpu *g, unsigned kind, uint64_t t);
 unsigned long long nvmock_live_violation(const struct nvmock_dev *d, const struct live_gpu *g, nvmlPerfPolicyType_t policy,
 					 uint64_t t);
 unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t t);

@@ -521,6 +521,39 @@ static nvmlReturn_t c2c_field(const struct snap_device *s, nvmlFieldValue_t *v)
 	return NVML_SUCCESS;
 }
 
+// clock_event_field answers the clock event reason counters, in ns. nvml.h
+// makes them the violation times by other names (the SW power cap's is the
+// power policy's field, the SW thermal slowdown's the thermal policy's),
+// which CUDA 13 clients read instead of nvmlDeviceGetViolationStatus; R575
+// added the SW thermal slowdown's and the two hardware slowdowns' fields.
+// The thermal fault is both thermal slowdowns, as its event reasons are.
+static nvmlReturn_t clock_event_field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
+{
+	unsigned id = v->fieldId, brake = id == NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN;
+	nvmlPerfPolicyType_t policy;
+	if (id >= NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN) {
+		if (nvmock_driver_branch() < 575)
+			return NVML_ERROR_NOT_SUPPORTED;
+		policy = NVML_PERF_POLICY_THERMAL;
+	} else if (id == NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS) {
+		policy = NVML_PERF_POLICY_TOTAL_APP_CLOCKS;
+	} else if (id == NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS) {
+		policy = NVML_PERF_POLICY_TOTAL_BASE_CLOCKS;
+	} else {
+		policy = (nvmlPerfPolicyType_t)(id - NVML_FI_DEV_PERF_POLICY_POWER); // 74..79: POWER..RELIABILITY
+	}
+	v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+	v->value.ullVal = 0;
+	LIVE(d);
+	if (live_) {
+		// As nvmlDeviceGetViolationStatus: the counts run on to the clock.
+		uint64_t now = nvmock_live_now();
+		v->value.ullVal = brake ? nvmock_live_slowdown(d, &g_, LIVE_FAULT_POWER_BRAKE, now)
+					: nvmock_live_violation(d, &g_, policy, now);
+	}
+	return NVML_SUCCESS;
+}
+
 static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 {
 	const struct snap_device *s = d->s;
@@ -563,6 +596,10 @@ static nvmlReturn_t field(const struct nvmock_dev *d, nvmlFieldValue_t *v)
 	}
 	if (id >= NVML_FI_DEV_POWER_AVERAGE && id <= NVML_FI_DEV_POWER_REQUESTED_LIMIT)
 		return power_field(d, v);
+	if ((id >= NVML_FI_DEV_PERF_POLICY_POWER && id <= NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS) ||
+	    (id >= NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN &&
+	     id <= NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN))
+		return clock_event_field(d, v);
 	if (id >= NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT && id <= NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT) {
 		unsigned k = id - NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT;
 		if (!(s->tlimit_offset_mask >> k & 1))
