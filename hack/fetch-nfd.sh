@@ -3,15 +3,18 @@
 # cache dir, static (CGO_ENABLED=0) as its image ships it, for the test that
 # it labels a mock node from the PCI tree alone (pcisim), with no feature file.
 # Usage: hack/fetch-nfd.sh [CACHE_DIR]   (default: <repo>/.cache)
-# Result: CACHE_DIR/bin/nfd-worker. Idempotent: a binary that answers
-# -version is kept.
+# Result: CACHE_DIR/bin/nfd-worker. Idempotent: a binary that reports
+# NFD_VERSION is kept.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib/gomod.sh source-path=SCRIPTDIR
 . "$here/lib/gomod.sh"
 
 NFD_MODULE=sigs.k8s.io/node-feature-discovery
-NFD_VERSION=v0.18.2
+NFD_VERSION=v0.20.1
+# v0.20 needs Go 1.27: the go command fetches that toolchain from the module
+# proxy (about 76 MB, once per machine), for this build alone.
+export GOTOOLCHAIN=go1.27.3
 
 log() { echo "fetch-nfd: $*" >&2; }
 die() { echo "fetch-nfd: error: $*" >&2; exit 1; }
@@ -22,7 +25,7 @@ bin=$cache/bin
 mkdir -p "$bin"
 command -v go >/dev/null || die "go not found in PATH"
 
-if [ -x "$bin/nfd-worker" ] && "$bin/nfd-worker" -version >/dev/null 2>&1; then
+if [ -x "$bin/nfd-worker" ] && [ "$("$bin/nfd-worker" -version 2>&1)" = "nfd-worker $NFD_VERSION" ]; then
   log "already present: $bin/nfd-worker"
   exit 0
 fi
@@ -39,5 +42,6 @@ if ! env -C "$src" GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 \
   die "go build nfd-worker failed: $(grep -v '^[[:space:]]*$' "$logf" | tail -n 1) (full log: $logf)"
 fi
 mv "$bin/nfd-worker.tmp" "$bin/nfd-worker"
-"$bin/nfd-worker" -version >/dev/null 2>&1 || die "$bin/nfd-worker was built but does not answer -version"
+[ "$("$bin/nfd-worker" -version 2>&1)" = "nfd-worker $NFD_VERSION" ] ||
+  die "$bin/nfd-worker was built but does not report $NFD_VERSION: $("$bin/nfd-worker" -version 2>&1 | head -n 1)"
 log "done: $bin/nfd-worker"

@@ -17,7 +17,7 @@ import (
 // node-feature-discovery: network and display classes, labelled by vendor.
 const nfdPCIOptions = `{"sources": {"pci": {"deviceClassWhitelist": ["02", "0200", "0207", "0300", "0302"], "deviceLabelFields": ["vendor"]}}}`
 
-// node-feature-discovery's nfd-worker (static Go, v0.18.2) labels the mock
+// node-feature-discovery's nfd-worker (static Go, v0.20.1) labels the mock
 // node from its PCI source alone, with no feature file: the GPUs' vendor,
 // and Mellanox where the board's system has ConnectX NICs, which its
 // custom source's built-in rule also labels RDMA capable.
