@@ -203,6 +203,9 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 	loaded := map[int]int{} // GPU: the entry that loads it
 	for i, l := range sp.Loads {
 		at := fmt.Sprintf("loads[%d]", i)
+		if l.GPUs == "" {
+			return fmt.Errorf("%s.gpus: is required (all, or GPUs such as 0,2-3)", at)
+		}
 		gpus, err := profile.ParseGPUs(l.GPUs, n)
 		if err != nil {
 			return fmt.Errorf("%s.gpus: %w", at, err)
@@ -216,7 +219,7 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		var ld Loads
 		var errs []error
 		pct := func(field string, v float64) uint32 {
-			p, err := ParsePercent(at+"."+field, strconv.FormatFloat(v, 'f', -1, 64))
+			p, err := ParsePercent(at+"."+field, strconv.FormatFloat(v, 'g', -1, 64))
 			errs = append(errs, err)
 			return p
 		}
@@ -244,6 +247,9 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 	}
 	for i, f := range sp.Faults {
 		at := fmt.Sprintf("faults[%d]", i)
+		if f.GPUs == "" {
+			return fmt.Errorf("%s.gpus: is required (all, or GPUs such as 0,2-3)", at)
+		}
 		gpus, err := profile.ParseGPUs(f.GPUs, n)
 		if err != nil {
 			return fmt.Errorf("%s.gpus: %w", at, err)
@@ -252,7 +258,10 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 		if !ok {
 			return fmt.Errorf("%s.kind: %q is not one of lost, ecc_uncorrectable, ecc_correctable, thermal, power_brake, nvlink_down, remap_failure, xid", at, f.Kind)
 		}
-		if f.XID > MaxXID || kind == FaultXID && f.XID == 0 {
+		if kind == FaultXID && f.XID == 0 {
+			return fmt.Errorf("%s.xid: kind xid needs its XID (1 to %d)", at, MaxXID)
+		}
+		if f.XID > MaxXID {
 			return fmt.Errorf("%s.xid: %d is not an XID (1 to %d)", at, f.XID, MaxXID)
 		}
 		var after, prob string

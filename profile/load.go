@@ -94,6 +94,9 @@ func isSnapshot(path string) bool {
 
 // LoadFile reads a profile from a YAML file, whatever its name.
 func LoadFile(nameOrFile string) (*Profile, error) {
+	if nameOrFile == "" {
+		return nil, errors.New("read profile: the file name is empty")
+	}
 	data, err := ReadLimited(nameOrFile)
 	if err != nil {
 		return nil, fmt.Errorf("read profile: %w", err)
@@ -190,6 +193,9 @@ func SecondDocument(data []byte) int {
 }
 
 var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+)( \S+)? into Go struct field \w+\.(\S+) of type (\S+)`)
+
+// jsonValueErr is the same error for a whole value (a list's entry).
+var jsonValueErr = regexp.MustCompile(`cannot unmarshal (\w+)( \S+)? into Go value of type (\S+)`)
 
 // Parse decodes and validates a profile; file names the source in errors,
 // which carry the line of the field where it can be found.
@@ -370,6 +376,9 @@ func DecodeMessage(err error) string {
 	if m := jsonTypeErr.FindStringSubmatch(msg); m != nil {
 		// A number that does not fit says which: "got number -3".
 		return fmt.Sprintf("%s: expected %s, got %s%s", m[3], kindName(m[4]), m[1], m[2])
+	}
+	if m := jsonValueErr.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("expected %s, got %s%s", kindName(m[3]), m[1], m[2])
 	}
 	if i := strings.LastIndex(msg, "json: "); i >= 0 {
 		return msg[i+len("json: "):]

@@ -105,6 +105,8 @@ func TestBadProfilesGiveOneClearErrorNamingFileAndField(t *testing.T) {
 		{"a BBX flush takes some time", "    ecc: \"6.16\"\n", "    ecc: \"6.16\"\n    bbxFlushUs: 0\n", []string{"board.inforom.bbxFlushUs", "0 us is out of range; use 1 to 10000000"}},
 		{"a BBX flush in milliseconds would be too long", "    ecc: \"6.16\"\n", "    ecc: \"6.16\"\n    bbxFlushUs: 93088000\n", []string{"board.inforom.bbxFlushUs", "93088000 us is out of range"}},
 		{"memory power is not negative", "  thermal:\n", "  memoryPower: {average: -1}\n  thermal:\n", []string{"board.memoryPower.average", "-1 W is out of range; use 0 to 100000"}},
+		{"an average power is within the limit", "  power:\n", "  power:\n    average: 99999\n", []string{"board.power.average", "99999 W is above enforcedLimit 400 W"}},
+		{"memory draws part of the board's power", "  thermal:\n", "  memoryPower: {average: 99999}\n  thermal:\n", []string{"board.memoryPower.average", "99999 W is above the board's power.enforcedLimit 400 W"}},
 		{"an average power is in range", "  power:\n", "  power:\n    average: 1e12\n", []string{"board.power.average", "1e+12 W is out of range"}},
 		{"NVLink encryption needs the firmware", "    remote: switch\n", "    remote: switch\n    encryption: true\n", []string{"board.nvlink.encryption", "needs board.nvlink.firmware"}},
 		{"C2C links need C2C", "  gspFirmware: true\n", "  gspFirmware: true\n  c2cLinks: {count: 5, mbps: 44712}\n", []string{"board.c2cLinks", "needs board.c2c: Enabled"}},

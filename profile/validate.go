@@ -247,8 +247,13 @@ func (b *Board) validate(c *checker) {
 	if b.ModulePower != nil {
 		b.ModulePower.validate(c, "board.modulePower.")
 	}
-	if mp := b.MemoryPower; mp != nil && mp.Average != nil && (*mp.Average < 0 || *mp.Average > 100000) {
-		c.fail("board.memoryPower.average", "%g W is out of range; use 0 to 100000", *mp.Average)
+	if mp := b.MemoryPower; mp != nil && mp.Average != nil {
+		// The memory draws its share of the board's power.
+		if a := *mp.Average; a < 0 || a > 100000 {
+			c.fail("board.memoryPower.average", "%g W is out of range; use 0 to 100000", a)
+		} else if l := b.Power.EnforcedLimit; l != nil && a > *l {
+			c.fail("board.memoryPower.average", "%g W is above the board's power.enforcedLimit %g W", a, *l)
+		}
 	}
 	if f := b.Fabric; f != nil {
 		c.enum("board.fabric.state", f.State, FabricStates)
@@ -442,13 +447,18 @@ func (pw *Power) validate(c *checker, at string) {
 		}
 	}
 	// A reading above the limit the GPU enforces is one no GPU gives.
-	for _, l := range []struct {
+	for _, r := range []struct {
 		n string
 		v *float64
-	}{{"enforcedLimit", pw.EnforcedLimit}, {"limit", pw.Limit}} {
-		if pw.Draw != nil && l.v != nil && *pw.Draw > *l.v {
-			c.fail(at+"draw", "%g W is above %s %g W", *pw.Draw, l.n, *l.v)
-			break
+	}{{"draw", pw.Draw}, {"average", pw.Average}} {
+		for _, l := range []struct {
+			n string
+			v *float64
+		}{{"enforcedLimit", pw.EnforcedLimit}, {"limit", pw.Limit}} {
+			if r.v != nil && l.v != nil && *r.v > *l.v && *r.v <= 100000 { // past that, out of range above
+				c.fail(at+r.n, "%g W is above %s %g W", *r.v, l.n, *l.v)
+				break
+			}
 		}
 	}
 	if pw.MinLimit != nil && pw.MaxLimit != nil {

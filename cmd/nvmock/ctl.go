@@ -93,6 +93,9 @@ func ctlCmd(args []string) error {
 		}
 		return fmt.Errorf("ctl: %w", err)
 	}
+	if err := refuseEmpty(fs); err != nil {
+		return fmt.Errorf("ctl: %w (see nvmock ctl --help)", err)
+	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		fmt.Fprint(os.Stderr, ctlUsage)

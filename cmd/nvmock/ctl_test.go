@@ -315,6 +315,13 @@ faults:
 		{"loads:\n  - gpus: all\n", "loads[0].percent: is required"},
 		{"loads: []\nloads: []\n", `not valid YAML: unmarshal errors: line 2: mapping key "loads" already defined`},
 		{"faults:\n  - gpus: \"0\"\n    kind: ecc_correctable\n    count: 99999999999999\n", "faults[0].count: 99999999999999 is out of range"},
+		// Review: Go's type names, and values the user did not write.
+		{"faults: [[1]]\n", `bad.yaml:1: faults[0]: expected an object, got array`},
+		{"loads: [5]\n", `bad.yaml:1: loads[0]: expected an object, got number`},
+		{"faults:\n  - kind: lost\n", "faults[0].gpus: is required (all, or GPUs such as 0,2-3)"},
+		{"loads:\n  - percent: 5\n", "loads[0].gpus: is required"},
+		{"faults:\n  - gpus: all\n    kind: xid\n", "faults[0].xid: kind xid needs its XID (1 to 255)"},
+		{"loads:\n  - gpus: all\n    percent: 1e30\n", `loads[0].percent "1e+30": a whole percentage from 0 to 100`},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		os.WriteFile(bad, []byte(c.yaml), 0o644)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 )
 
 // version is set by the build (-ldflags "-X main.version=...").
@@ -116,7 +117,29 @@ func parseFlags(fs *flag.FlagSet, args []string, w io.Writer, usage string) erro
 	case err != nil:
 		return fmt.Errorf("%s: %w (see nvmock %s --help)", fs.Name(), err, fs.Name())
 	}
+	if err := refuseEmpty(fs); err != nil {
+		return fmt.Errorf("%s: %w (see nvmock %s --help)", fs.Name(), err, fs.Name())
+	}
 	return nil
+}
+
+// emptyRefused are flags whose empty value is a slip (an unset variable in
+// --seed "$SEED"), never a choice: left out, each has its default.
+var emptyRefused = []string{"seed", "driver-version", "state", "profile", "o"}
+
+// refuseEmpty names the first of emptyRefused given empty.
+func refuseEmpty(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err == nil && f.Value.String() == "" && slices.Contains(emptyRefused, f.Name) {
+			dash := "--"
+			if len(f.Name) == 1 {
+				dash = "-"
+			}
+			err = fmt.Errorf("%s%s is empty; give a value or leave the flag out", dash, f.Name)
+		}
+	})
+	return err
 }
 
 // helpShown is err, but nil for flag.ErrHelp: the help was printed, as asked.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/nvmock/nvmock/libnvml/snapshot"
@@ -92,7 +91,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, usage string) ([]string,
 			return nil, err
 		}
 		if fs.NArg() == 0 {
-			return pos, nil
+			return pos, refuseEmpty(fs)
 		}
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
@@ -263,31 +262,4 @@ func badFlag(fs *flag.FlagSet, err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w (see nvmock %s --help)", fs.Name(), err, fs.Name())
-}
-
-// writeAtomic replaces path in one rename, so a reader never sees half a file.
-func writeAtomic(path string, data []byte) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("write %s: it is a directory; give a file name", path)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
