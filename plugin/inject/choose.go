@@ -13,6 +13,10 @@ import (
 const (
 	CDIKindMock   = "nvmock.io/gpu"
 	CDIKindNVIDIA = "nvidia.com/gpu"
+	// CDIKindRuntime is the kind of the devices NVIDIA's runtime makes a
+	// spec for itself (its jit-cdi mode): NVIDIA_VISIBLE_DEVICES may name
+	// them so.
+	CDIKindRuntime = "runtime.nvidia.com/gpu"
 )
 
 // source is where choose found what the container gets.
@@ -134,8 +138,9 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 	}
 
 	annotation := strings.TrimSpace(pod.Annotations[GPUsAnnotation])
-	if v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv); ok && (special(v) != "all" || annotation == "") {
-		switch special(v) {
+	v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv)
+	if list := unqualify(v); ok && (special(list) != "all" || annotation == "") {
+		switch special(list) {
 		case "void":
 		case "all":
 			setAll(sel)
@@ -146,7 +151,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 			if path.Clean(strings.TrimSpace(v)) == DeviceListRoot {
 				return false, false, fromEnv, fmt.Sprintf("env %s=%s names the volume-mounts device list, but no device is mounted under it", VisibleDevicesEnv, quote(v))
 			}
-			if why := node.selectList(v, true, sel, mig); why != "" {
+			if why := node.selectList(list, true, sel, mig); why != "" {
 				return false, all, fromEnv, fmt.Sprintf("env %s=%s %s", VisibleDevicesEnv, quote(v), why)
 			}
 		}
@@ -213,6 +218,28 @@ func MountedList(mounts []string) string {
 	return strings.Join(names, ",")
 }
 
+// unqualify reads the fully qualified CDI names NVIDIA's runtime takes in
+// NVIDIA_VISIBLE_DEVICES (nvidia.com/gpu=0, runtime.nvidia.com/gpu=all,
+// beside plain entries) as the devices they name. Names of other kinds (an
+// IMEX channel) are no GPU of this node: they are left out, and the
+// runtime gives them.
+func unqualify(v string) string {
+	if !strings.Contains(v, "=") {
+		return v
+	}
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		kind, dev, qualified := strings.Cut(strings.TrimSpace(e), "=")
+		switch {
+		case !qualified:
+			out = append(out, e)
+		case kind == CDIKindNVIDIA || kind == CDIKindRuntime || kind == CDIKindMock:
+			out = append(out, dev)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
 // special reads NVIDIA_VISIBLE_DEVICES as NVIDIA's toolkit does (its
 // image.NewVisibleDevices): void when the list is empty or has void
 // anywhere, else the first all or none in it; "" for a list of devices.
@@ -268,9 +295,10 @@ func (n *NodeState) byPath(p string) int {
 }
 
 // lookup finds a GPU by node index, UUID or, unless whole, unique UUID
-// prefix, ignoring case as nvidia-container-cli does. NVIDIA's interfaces
-// (the variable, device-list mounts, CDI names) take whole UUIDs only: its
-// runtime refuses a prefix ("identifier is not a valid UUID or index").
+// prefix, ignoring case. NVIDIA's interfaces (the variable, device-list
+// mounts, CDI names) take whole UUIDs only, starting GPU- as written: its
+// runtime (v1.20: jit-cdi by default) refuses others ("identifier is not a
+// valid UUID or index").
 func (n *NodeState) lookup(s string, whole bool) (int, string) {
 	if digits(s) {
 		v, err := strconv.Atoi(s)
@@ -278,6 +306,10 @@ func (n *NodeState) lookup(s string, whole bool) (int, string) {
 			return -1, fmt.Sprintf("names index %s; the node has GPUs 0-%d", quote(s), len(n.GPUs)-1)
 		}
 		return v, ""
+	}
+	if whole && hasPrefixFold(s, "GPU-") && !strings.HasPrefix(s, "GPU-") {
+		// go-nvlib's IsGpuUUID, which NVIDIA's runtime reads names with.
+		return -1, fmt.Sprintf("names %s; NVIDIA's runtime takes UUIDs that start GPU- in capitals", quote(s))
 	}
 	if hasPrefixFold(s, "GPU-") {
 		found := -1
@@ -329,6 +361,9 @@ func (n *NodeState) selectList(list string, nvidia bool, sel, mig []bool) string
 			continue
 		}
 		if isMIGName(e) {
+			if nvidia && hasPrefixFold(e, "MIG-") && !strings.HasPrefix(e, "MIG-") {
+				return fmt.Sprintf("names %s; NVIDIA's runtime takes MIG UUIDs that start MIG- in capitals", quote(e))
+			}
 			k, why := n.lookupMIG(e)
 			if why != "" {
 				return why

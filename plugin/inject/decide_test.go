@@ -308,8 +308,23 @@ func TestDecideWhichGPUs(t *testing.T) {
 		// (a) the environment
 		{name: "NVIDIA_VISIBLE_DEVICES with node indices gives those GPUs",
 			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=3,1"), want: gave(n8, 1, 3), ok: true},
-		{name: "NVIDIA_VISIBLE_DEVICES with UUIDs in any case gives those GPUs",
+		{name: "NVIDIA_VISIBLE_DEVICES with UUIDs, hex in any case, gives those GPUs",
 			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+uuid(5)+", "+strings.ToUpper(uuid(2))), want: gave(n8, 2, 5), ok: true},
+		// Review: NVIDIA's runtime reads names with go-nvlib, which wants GPU-
+		// as written, and takes CDI names in the variable (its cdi and jit-cdi
+		// modes); nvmock refused those containers.
+		{name: "a UUID that starts gpu- is refused, as NVIDIA's runtime refuses it",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+strings.ToLower(uuid(2))),
+			err: e(`env NVIDIA_VISIBLE_DEVICES="` + strings.ToLower(uuid(2)) + `" names "` + strings.ToLower(uuid(2)) + `"; NVIDIA's runtime takes UUIDs that start GPU- in capitals`)},
+		{name: "CDI names in NVIDIA_VISIBLE_DEVICES give their GPUs",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,runtime.nvidia.com/gpu="+uuid(3)+",5"), want: gave(n8, 1, 3, 5), ok: true},
+		{name: "nvidia.com/gpu=all in NVIDIA_VISIBLE_DEVICES gives every GPU",
+			cfg: defNone, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"), want: gave(n8, all(8)...), ok: true},
+		{name: "a CDI name of another kind is no GPU: the runtime gives it",
+			cfg: testConfig, node: n8, pod: gpus("all"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=nvidia.com/imex-channel=0")},
+		{name: "a CDI name of a GPU the node lacks is refused",
+			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=9"),
+			err: e(`env NVIDIA_VISIBLE_DEVICES="nvidia.com/gpu=9" names index "9"; the node has GPUs 0-7`)},
 		// NVIDIA's runtime refuses a prefix and a profile name; nvmock's
 		// annotation takes both.
 		{name: "a UUID prefix in NVIDIA_VISIBLE_DEVICES is refused",

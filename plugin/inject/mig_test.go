@@ -64,9 +64,14 @@ func TestDecideGivesMIGDevices(t *testing.T) {
 		{name: "a CDI name GPU:index gives that MIG device",
 			cfg: testConfig, node: n, pod: pod("ml"), ctr: Container{Name: "c", CDIDevices: []string{"nvidia.com/gpu=1:0"}},
 			want: gaveMIG(n, nil, 0), ok: true},
-		{name: "a MIG UUID in lower case gives that MIG device, as nvidia-container-cli matches it",
-			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+strings.ToLower(m[1].UUID)),
+		// NVIDIA's runtime (v1.20, jit-cdi by default) reads names with
+		// go-nvlib's IsMigUUID: MIG- as written, hex in any case.
+		{name: "a MIG UUID with its hex in capitals gives that MIG device",
+			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=MIG-"+strings.ToUpper(m[1].UUID[len("MIG-"):])),
 			want: gaveMIG(n, nil, 1), ok: true},
+		{name: "a MIG UUID in lower case is refused, as NVIDIA's runtime refuses it",
+			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+strings.ToLower(m[1].UUID)),
+			err: `pod ml/train container trainer: env NVIDIA_VISIBLE_DEVICES="` + strings.ToLower(m[1].UUID) + `" names "` + strings.ToLower(m[1].UUID) + `"; NVIDIA's runtime takes MIG UUIDs that start MIG- in capitals`},
 		{name: "MIG devices and a whole GPU together",
 			cfg: testConfig, node: n, pod: pod("ml"), ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=3,"+m[2].UUID+","+m[0].UUID),
 			want: gaveMIG(n, []int{3}, 0, 2), ok: true},
