@@ -46,12 +46,12 @@ const DeviceListRoot = "/var/run/nvidia-container-devices"
 //     accepts device lists as volume mounts; none, or void among them,
 //     falls through.
 //  3. NVIDIA_VISIBLE_DEVICES: all; none (the driver without GPUs); void
-//     (nothing); node indices and UUIDs (or unique UUID prefixes, as the
-//     library accepts), read as NVIDIA's toolkit reads it: set but empty
-//     is void, and all, none or void anywhere in a list counts. Unset
-//     falls through. An "all" gives way to the annotation: CUDA images
-//     set it in their environment, where a device plugin's list would
-//     replace it.
+//     (nothing); node indices, whole UUIDs, MIG devices and CDI names of
+//     the GPU kinds, read as NVIDIA's toolkit reads it: set but empty is
+//     void, and all, none or void anywhere in a list counts. Unset falls
+//     through, but in a legacy CUDA image, where the toolkit takes all.
+//     An "all" gives way to the annotation: CUDA images set it in their
+//     environment, where a device plugin's list would replace it.
 //  4. The pod annotation nvmock.io/gpus (request grammar, selectRequest);
 //     none is the driver without GPUs, like the variable's none.
 //  5. Config.DefaultGPUs, "all" when empty; its none is nothing at all, since
@@ -138,7 +138,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 	}
 
 	annotation := strings.TrimSpace(pod.Annotations[GPUsAnnotation])
-	v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv)
+	v, ok := visibleDevices(ctr.Env)
 	if list := unqualify(v); ok && (special(list) != "all" || annotation == "") {
 		switch special(list) {
 		case "void":

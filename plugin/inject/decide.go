@@ -120,9 +120,24 @@ func byNvidiaRuntime(cfg *Config, pod *Pod, ctr *Container) bool {
 	if !nvidiaHandler(cfg, pod) {
 		return false
 	}
-	v, ok := lookupEnv(ctr.Env, VisibleDevicesEnv)
+	v, ok := visibleDevices(ctr.Env)
 	v = strings.TrimSpace(v)
 	return ok && v != "" && v != "void"
+}
+
+// visibleDevices is NVIDIA_VISIBLE_DEVICES as NVIDIA's runtime reads it:
+// unset in a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA,
+// its image.CUDA.IsLegacy) it is all.
+func visibleDevices(env []string) (string, bool) {
+	if v, ok := lookupEnv(env, VisibleDevicesEnv); ok {
+		return v, true
+	}
+	cuda, _ := lookupEnv(env, "CUDA_VERSION")
+	require, _ := lookupEnv(env, "NVIDIA_REQUIRE_CUDA")
+	if cuda != "" && require == "" {
+		return "all", true
+	}
+	return "", false
 }
 
 // nvidiaHandler says the pod runs under one of NVIDIA's runtime handlers.
