@@ -71,8 +71,18 @@ func (c *checker) str(field, v string, maxLen int, required bool) {
 
 func (c *checker) enum(field, v string, m map[string]uint32) {
 	if _, ok := m[v]; !ok {
-		c.fail(field, "%q is not one of %s", v, keys(m))
+		c.fail(field, "%s is not one of %s", clipped(v), keys(m))
 	}
+}
+
+// clipped quotes v for a message, its first 64 bytes if it is longer
+// (review: a 3 MB value made a 3 MB line).
+func clipped(v string) string {
+	const most = 64
+	if len(v) <= most {
+		return strconv.Quote(v)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", v[:most], len(v))
 }
 
 func (c *checker) percent(field string, v *uint32) {
