@@ -543,10 +543,20 @@ func CheckDirs(root, cdiDir, nfdDir string) error {
 	if err != nil {
 		return err
 	}
+	if root == "/" {
+		// Its driver, overlays and live directories are nvmock's to replace.
+		return fmt.Errorf("the root is /; give a directory of nvmock's own (default %s)", DefaultRoot)
+	}
 	for _, d := range [][2]string{{"CDI", cdiDir}, {"NFD", nfdDir}} {
 		if a, err := realPath(d[1]); err == nil && (a == root || strings.HasPrefix(a, root+"/")) {
 			return fmt.Errorf("the %s directory %s is inside the root %s; give one outside it", d[0], d[1], root)
 		}
+	}
+	cdi, err1 := realPath(cdiDir)
+	nfd, err2 := realPath(nfdDir)
+	if err1 == nil && err2 == nil && cdi == nfd {
+		// nfd-worker reads every file in features.d as feature lines.
+		return fmt.Errorf("the CDI directory and the NFD directory are both %s; give each its own", cdiDir)
 	}
 	return nil
 }

@@ -179,3 +179,13 @@ func TestAReadOnlyRoot(t *testing.T) {
 		}
 	}
 }
+
+// The filesystem's root is never nvmock's root: install would replace its
+// driver, overlays and live directories (review: it was accepted).
+func TestTheRootIsNeverSlash(t *testing.T) {
+	d := t.TempDir()
+	err := hostprep.CheckDirs("/", filepath.Join(d, "cdi"), filepath.Join(d, "nfd"))
+	if err == nil || !strings.Contains(err.Error(), "the root is /; give a directory of nvmock's own") {
+		t.Errorf("CheckDirs(/): %v", err)
+	}
+}

@@ -84,6 +84,9 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"a CDI directory that is a file", []string{"hostprep", "install", "--root", filepath.Join(t.TempDir(), "r"), "--cdi-dir", bad, "--node-name", "n1"}, "the CDI directory " + bad + " is not a directory"},
 		{"a fabric slot past the fabric names the flag", []string{"hostprep", "install", "--root", filepath.Join(t.TempDir(), "r"), "--profile", "h100", "--fabric-slots", "n1=999", "--node-name", "n1"},
 			"hostprep install: --fabric-slot(s): slot 999 is outside fabric"},
+		// Review: both were accepted.
+		{"the CDI and NFD directories are one", []string{"hostprep", "install", "--root", filepath.Join(t.TempDir(), "r"), "--cdi-dir", filepath.Join(dir, "shared"), "--nfd-dir", filepath.Join(dir, "shared") + "/", "--node-name", "n1"},
+			"the CDI directory and the NFD directory are both " + filepath.Join(dir, "shared") + "; give each its own"},
 		{"a CDI directory in the root is refused", []string{"hostprep", "install", "--root", "/tmp/r", "--cdi-dir", "/tmp/r/driver", "--node-name", "n1"}, "the CDI directory /tmp/r/driver is inside the root /tmp/r; give one outside it"},
 		{"a driver block without its version", []string{"profile", "validate", driverOnly}, "profile " + driverOnly + ":2: driver: gives no version; a driver block takes the place of the base's (570.148.08) whole"},
 		{"an override without its GPU", []string{"profile", "validate", noIndex}, "profile " + noIndex + ":3: devices[0]: gives no index"},
