@@ -53,6 +53,9 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 		mig = make([]bool, len(node.MIG))
 	}
 	driver, all, src, bad := choose(&cfg, &node, &pod, &ctr, sel, mig)
+	if all {
+		skipIdleMIG(&node, sel)
+	}
 	if bad != "" && src == fromDefault {
 		// The plugin's own default, which the node cannot meet: not the
 		// pod's doing, so it runs, without GPUs.
@@ -123,6 +126,23 @@ func byNvidiaRuntime(cfg *Config, pod *Pod, ctr *Container) bool {
 	v, ok := visibleDevices(ctr.Env)
 	v = strings.TrimSpace(v)
 	return ok && v != "" && v != "void"
+}
+
+// skipIdleMIG leaves a GPU in MIG mode with no MIG device out of all, as
+// NVIDIA's runtime's all device does (v1.20: whole GPUs not in MIG mode,
+// and every MIG device with its GPU's node; nvcdi's lib-nvml.go): such a
+// GPU runs no work.
+func skipIdleMIG(node *NodeState, sel []bool) {
+	for i, on := range node.MIGOn {
+		if !on || i >= len(sel) {
+			continue
+		}
+		has := false
+		for k := range node.MIG {
+			has = has || node.MIG[k].GPU == i
+		}
+		sel[i] = has
+	}
 }
 
 // visibleDevices is NVIDIA_VISIBLE_DEVICES as NVIDIA's runtime reads it:

@@ -220,3 +220,35 @@ func envStrings(env []EnvVar) []string {
 	}
 	return out
 }
+
+// NVIDIA's runtime's all device (v1.20, nvcdi's lib-nvml.go) is every
+// whole GPU not in MIG mode and every MIG device: a GPU in MIG mode with
+// no MIG device yet (-mig 1 before -cgi) is not among them, while one
+// with MIG devices comes with its node (review: nvmock gave both).
+func TestAllLeavesOutAGPUInMIGModeWithoutMIGDevices(t *testing.T) {
+	n := migNode()
+	n.MIGOn = make([]bool, len(n.GPUs))
+	n.MIGOn[1], n.MIGOn[5] = true, true // GPU 1 has MIG devices, GPU 5 none
+	for _, c := range []struct {
+		name string
+		pod  Pod
+		ctr  Container
+	}{
+		{"NVIDIA_VISIBLE_DEVICES=all", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all")},
+		{"the annotation all", pod("ml", GPUsAnnotation, "all"), ctr},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			adj, ok, err := Decide(testConfig, n, c.pod, c.ctr)
+			if err != nil || !ok {
+				t.Fatalf("ok %v, err %v", ok, err)
+			}
+			has := func(i int) bool { return slices.Contains(adj.Devices, n.GPUs[i].Node) }
+			if has(5) || slices.Contains(adj.GPUs, 5) {
+				t.Errorf("GPU 5, in MIG mode with no MIG device, was given: GPUs %v", adj.GPUs)
+			}
+			if !has(1) || !has(0) || !has(7) {
+				t.Errorf("GPUs 0, 1 (its MIG devices') and 7 not all given: GPUs %v", adj.GPUs)
+			}
+		})
+	}
+}
