@@ -67,7 +67,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 	found := false
 	for _, name := range ctr.CDIDevices {
 		kind, dev, _ := strings.Cut(name, "=")
-		if kind != CDIKindMock && kind != CDIKindNVIDIA {
+		if !gpuKind(kind) {
 			continue
 		}
 		found = true
@@ -180,6 +180,12 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 	return false, all, fromDefault, ""
 }
 
+// gpuKind says whether CDI devices of kind name this node's GPUs in a
+// spec or a device plugin's list. The runtime's own kind is only read in
+// NVIDIA_VISIBLE_DEVICES: no spec file has it (the runtime makes its
+// spec after containerd's CDI resolution and NRI).
+func gpuKind(kind string) bool { return kind == CDIKindMock || kind == CDIKindNVIDIA }
+
 // MountedList reads a device plugin's volume-mounts list as NVIDIA's
 // runtime does: each mount under DeviceListRoot names one device (a CDI
 // name of a GPU kind under cdi/); "" for none, void among them, or names
@@ -206,7 +212,7 @@ func MountedList(mounts []string) string {
 				}
 			}
 			kind, dev, _ := strings.Cut(cdi, "=")
-			if kind != CDIKindNVIDIA && kind != CDIKindMock {
+			if !gpuKind(kind) {
 				continue
 			}
 			rest = dev
@@ -233,7 +239,7 @@ func unqualify(v string) string {
 		switch {
 		case !qualified:
 			out = append(out, e)
-		case kind == CDIKindNVIDIA || kind == CDIKindRuntime || kind == CDIKindMock:
+		case gpuKind(kind) || kind == CDIKindRuntime:
 			out = append(out, dev)
 		}
 	}
