@@ -387,6 +387,15 @@ func DecodeMessage(err error) string {
 }
 
 func kindName(goType string) string {
+	// A sized type says its range: 5000000000 is 0 or more, yet no uint32.
+	switch goType {
+	case "uint8", "uint16", "uint32":
+		bits, _ := strconv.Atoi(goType[4:])
+		return fmt.Sprintf("a whole number from 0 to %d", uint64(1)<<bits-1)
+	case "int8", "int16", "int32":
+		bits, _ := strconv.Atoi(goType[3:])
+		return fmt.Sprintf("a whole number from %d to %d", -(int64(1) << (bits - 1)), int64(1)<<(bits-1)-1)
+	}
 	switch {
 	case strings.HasPrefix(goType, "uint"):
 		return "a whole number of 0 or more"

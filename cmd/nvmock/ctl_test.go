@@ -307,6 +307,7 @@ faults:
 		{"loads:\n  - gpus: all\n    percnt: 30\n", `bad.yaml:3: loads[0]: unknown field "percnt"`},
 		{"loads:\n  - gpus: all\n    percent: high\n", `bad.yaml:2: loads[0]: percent: expected a number, got string`},
 		{"faults:\n  - gpus: all\n    kind: ecc_correctable\n    count: -3\n", `faults[0]: count: expected a whole number of 0 or more, got number -3`},
+		{"faults:\n  - gpus: all\n    kind: xid\n    xid: 5000000000\n", `faults[0]: xid: expected a whole number from 0 to 4294967295, got number 5000000000`},
 		{"loads:\n  - gpus: \"0\"\n    percent: 5\n  - gpus: \"1\"\n    percent: [5]\n", `bad.yaml:4: loads[1]: percent: expected a number, got array`},
 		{"faults:\n  - gpus: \"0\"\n    kind: nvlink_down\n    link: 12\n", "faults[0].link: 12 is not a link of GPU 0, which has NVLinks 0 to 11"},
 		{"faults:\n  - gpus: \"0\"\n    kind: ecc_correctable\n    count: 0\n", "faults[0].count: 0 is out of range; give 1 to 4294967295"},
