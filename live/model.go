@@ -111,12 +111,16 @@ func CheckFaultOn(boards []Board, g int, f Fault, at, linkField string) error {
 	if g >= len(boards) {
 		return wrap(fmt.Errorf("GPU %d: the snapshot has %d GPUs; reinstall the node", g, len(boards)))
 	}
+	// The fault first: a GPU without NVLink is no bad --link's fault.
+	if err := boards[g].CheckFault(g, f); err != nil {
+		return wrap(err)
+	}
 	if f.Kind == FaultNvlinkDown {
 		if err := boards[g].CheckLink(g, f.Count); err != nil {
 			return fmt.Errorf("%s: %w", linkField, err)
 		}
 	}
-	return wrap(boards[g].CheckFault(g, f))
+	return nil
 }
 
 // xidWords name the XIDs that come with a lasting fault (XIDFault).

@@ -849,6 +849,11 @@ func TestCtlStatusNamesAFaultsProcessAndXID74NeedsNVLink(t *testing.T) {
 	if want := "XID 74 (NVLink error): GPU 0 has no NVLink"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("XID 74 on a T4: %v, want %q", err, want)
 	}
+	// Not a --link it was not given (review).
+	err = run([]string{"ctl", "--state", t4, "fault", "0", "nvlink_down"})
+	if want := "ctl fault: nvlink_down: GPU 0 has no NVLink"; err == nil || err.Error() != want {
+		t.Errorf("nvlink_down on a T4: %v, want %q", err, want)
+	}
 	// A T4 retires pages: no row remapper to fail (QA: taken, and shown
 	// nowhere). XID 63 records a retirement there.
 	for _, c := range []struct{ args []string }{{[]string{"fault", "0", "remap_failure"}}, {[]string{"xid", "0", "64"}}} {
