@@ -54,10 +54,12 @@ type Options struct {
 	// out of the live InfiniBand ports, for a sysfs view that shows the
 	// tree's there: nvmock exec, which would write them on every run.
 	SharedIBTables bool
-	// LazyMIG leaves the MIG capability files and nodes (hundreds) out
-	// unless the node starts with MIG on: nvmock exec, where they would
-	// double the start time of every run.
-	LazyMIG bool
+	// SharedMIGProc leaves the MIG capability files of /proc out, and
+	// SharedMIGNodes the capability nodes (hundreds each, the same on
+	// every node of a board), for a caller that shows RenderMIGCaps' from
+	// a cache: nvmock exec, where making them would be half of every
+	// run's start.
+	SharedMIGProc, SharedMIGNodes bool
 	// MIG partitions the GPUs at install (profile.MIGLayout); "" takes
 	// the profile's board.modes.mig.layout.
 	MIG string
@@ -275,12 +277,23 @@ type entry struct {
 	plain bool     // node as an empty regular file
 }
 
+// capsDir holds the capability files, MIG's and the others.
+var capsDir = filepath.Join("driver", "proc", "driver", "nvidia", "capabilities")
+
+// controlCapEntries are the capability files every node has.
+func controlCapEntries() []entry {
+	return []entry{
+		{path: filepath.Join(capsDir, "mig", "config"), data: []byte(ProcCapability(capMigConfigMinor, 0o400)), mode: 0o444},
+		{path: filepath.Join(capsDir, "mig", "monitor"), data: []byte(ProcCapability(capMigMonitorMinor, 0o444)), mode: 0o444},
+		{path: filepath.Join(capsDir, "fabric-imex-mgmt"), data: []byte(ProcCapability(capFabricIMEXMinor, 0o400)), mode: 0o444},
+	}
+}
+
 // entries lists the tree, parents before children.
 func (in *inputs) entries() []entry {
 	p := in.opt.Profile
 	lib64 := filepath.Join("driver", "usr", "lib64")
 	versioned := libName + "." + p.Driver.Version
-	caps := filepath.Join("driver", "proc", "driver", "nvidia", "capabilities")
 	es := []entry{
 		{path: filepath.Join(lib64, versioned), data: in.lib, mode: 0o755},
 		{path: filepath.Join(lib64, libName+".1"), link: versioned},
@@ -296,15 +309,14 @@ func (in *inputs) entries() []entry {
 		{path: filepath.Join("driver", "proc", "driver", "nvidia", "version"), data: []byte(ProcVersion(p.Driver.Version, OpenModules(&p.Board))), mode: 0o444},
 		// What NVIDIA's DRA driver reads of the kernel module (docs/dra.md).
 		{path: filepath.Join("driver", "proc", "devices"), data: []byte(ProcDevices()), mode: 0o444},
-		{path: filepath.Join(caps, "mig", "config"), data: []byte(ProcCapability(capMigConfigMinor, 0o400)), mode: 0o444},
-		{path: filepath.Join(caps, "mig", "monitor"), data: []byte(ProcCapability(capMigMonitorMinor, 0o444)), mode: 0o444},
-		{path: filepath.Join(caps, "fabric-imex-mgmt"), data: []byte(ProcCapability(capFabricIMEXMinor, 0o400)), mode: 0o444},
 	}
+	es = append(es, controlCapEntries()...)
 	if m := p.Board.Modes.MIG; m != nil && len(m.GPUInstances) > 0 {
-		if !in.opt.LazyMIG || in.mig != nil || m.Current {
-			es = append(es, migEntries(m, p.GPUs, in.opt.RealDeviceNumbers, in.opt.PlainDevFiles)...)
-		} else {
-			es = append(es, migControlEntries(in.opt.RealDeviceNumbers, in.opt.PlainDevFiles)...)
+		if !in.opt.SharedMIGProc {
+			es = append(es, migProcEntries(m, p.GPUs)...)
+		}
+		if !in.opt.SharedMIGNodes {
+			es = append(es, migNodeEntries(m, p.GPUs, in.opt.RealDeviceNumbers, in.opt.PlainDevFiles)...)
 		}
 	}
 	for i, id := range in.ids {

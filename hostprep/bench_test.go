@@ -27,7 +27,7 @@ func BenchmarkRenderForExec(b *testing.B) {
 			for b.Loop() {
 				out := filepath.Join(dir, strconv.Itoa(i))
 				if _, err := hostprep.Render(out, hostprep.Options{
-					Profile: p, NodeName: "bench", Assets: assets, LazyMIG: true,
+					Profile: p, NodeName: "bench", Assets: assets, SharedMIGProc: true, SharedMIGNodes: true,
 					SharedIBTables: true, NoPCI: true,
 				}); err != nil {
 					b.Fatal(err)

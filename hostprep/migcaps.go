@@ -54,13 +54,11 @@ func MIGMinors() string {
 	return b.String()
 }
 
-// migEntries are the MIG capability files and nodes of a node of gpus
-// GPUs (minors 0 to gpus-1) of board m: those of the instances its
-// profiles can make (a GPU instance of c compute slices holds c compute
-// instances at most), 44 per GPU on an A100.
-func migEntries(m *profile.MIG, gpus int, real, plain bool) []entry {
-	capsDir := filepath.Join("driver", "proc", "driver", "nvidia", "capabilities")
-	node := func(minor int) entry { return capNode(minor, real, plain) }
+// migInstances calls f for each GPU instance (ci < 0) and compute
+// instance a GPU of the node can hold, on GPUs of minors 0 to gpus-1 of
+// board m: those its profiles can make (a GPU instance of c compute slices
+// holds c compute instances at most), 42 per GPU on an A100.
+func migInstances(m *profile.MIG, gpus int, f func(g, gi, ci int)) {
 	var cis [migGIs]int // compute instances a GPU instance of each id can hold
 	for _, p := range m.GPUInstances {
 		for _, start := range p.Placements {
@@ -68,24 +66,66 @@ func migEntries(m *profile.MIG, gpus int, real, plain bool) []entry {
 			cis[id] = max(cis[id], int(p.ComputeSlices()))
 		}
 	}
-	es := append([]entry{
-		{path: filepath.Join("driver", "proc", "driver", "nvidia-caps", "mig-minors"), data: []byte(MIGMinors()), mode: 0o444},
-	}, migControlEntries(real, plain)...)
 	for g := 0; g < gpus; g++ {
 		for gi := 0; gi < migGIs; gi++ {
 			if cis[gi] == 0 {
 				continue
 			}
-			dir := filepath.Join(capsDir, fmt.Sprintf("gpu%d", g), "mig", fmt.Sprintf("gi%d", gi))
-			es = append(es, entry{path: filepath.Join(dir, "access"), data: []byte(ProcCapability(MIGCapMinor(g, gi, -1), 0o444)), mode: 0o444},
-				node(MIGCapMinor(g, gi, -1)))
+			f(g, gi, -1)
 			for ci := 0; ci < cis[gi]; ci++ {
-				es = append(es, entry{path: filepath.Join(dir, fmt.Sprintf("ci%d", ci), "access"), data: []byte(ProcCapability(MIGCapMinor(g, gi, ci), 0o444)), mode: 0o444},
-					node(MIGCapMinor(g, gi, ci)))
+				f(g, gi, ci)
 			}
 		}
 	}
+}
+
+// migCapFile is the /proc capability file of a GPU or compute instance.
+func migCapFile(g, gi, ci int) string {
+	dir := filepath.Join(capsDir, fmt.Sprintf("gpu%d", g), "mig", fmt.Sprintf("gi%d", gi))
+	if ci >= 0 {
+		dir = filepath.Join(dir, fmt.Sprintf("ci%d", ci))
+	}
+	return filepath.Join(dir, "access")
+}
+
+// migProcEntries are the MIG capability files of /proc: mig-minors and
+// one file per instance.
+func migProcEntries(m *profile.MIG, gpus int) []entry {
+	es := []entry{{path: filepath.Join("driver", "proc", "driver", "nvidia-caps", "mig-minors"), data: []byte(MIGMinors()), mode: 0o444}}
+	migInstances(m, gpus, func(g, gi, ci int) {
+		es = append(es, entry{path: migCapFile(g, gi, ci), data: []byte(ProcCapability(MIGCapMinor(g, gi, ci), 0o444)), mode: 0o444})
+	})
 	return es
+}
+
+// migNodeEntries are the MIG capability nodes: the config and monitor
+// capabilities' and one per instance.
+func migNodeEntries(m *profile.MIG, gpus int, real, plain bool) []entry {
+	es := migControlEntries(real, plain)
+	migInstances(m, gpus, func(g, gi, ci int) {
+		es = append(es, capNode(MIGCapMinor(g, gi, ci), real, plain))
+	})
+	return es
+}
+
+// RenderMIGCaps writes the /proc capability files of profile p's node
+// (proc/driver/nvidia/capabilities and proc/driver/nvidia-caps) into dir
+// and, if nodes, its inert capability nodes (dev/nvidia-caps), for a
+// caller that renders with Options.SharedMIGProc and SharedMIGNodes.
+// Every node of a board has the same: nvmock exec keeps them in its cache.
+func RenderMIGCaps(dir string, p *profile.Profile, nodes bool) error {
+	m := p.Board.Modes.MIG
+	if m == nil || len(m.GPUInstances) == 0 {
+		return fmt.Errorf("profile %s: board has no MIG", p.Name)
+	}
+	es := append(controlCapEntries(), migProcEntries(m, p.GPUs)...)
+	if nodes {
+		es = append(es, migNodeEntries(m, p.GPUs, false, false)...)
+	}
+	for i := range es {
+		es[i].path = strings.TrimPrefix(es[i].path, "driver"+string(filepath.Separator))
+	}
+	return writeEntries(dir, es)
 }
 
 // capNode is the inert (or, real, NVIDIA's) node of a capability minor.
@@ -100,8 +140,7 @@ func capNode(minor int, real, plain bool) entry {
 // migControlEntries are the nodes of the MIG config and monitor
 // capabilities, which a MIG-capable host has (nvidia-modprobe makes them):
 // with the monitor's, a process on the node sees every MIG device, as root
-// does on a real one, also when the instances' own nodes are left out
-// (LazyMIG).
+// does on a real one.
 func migControlEntries(real, plain bool) []entry {
 	return []entry{capNode(capMigConfigMinor, real, plain), capNode(capMigMonitorMinor, real, plain)}
 }

@@ -182,3 +182,97 @@ func TestRenderGivesTheNodeItsPortFaults(t *testing.T) {
 		t.Errorf("a fault on a node without InfiniBand: %v, want it refused", err)
 	}
 }
+
+// nvmock exec shows the MIG capability files (and, as root, nodes) from a
+// rendering of its cache: with RenderMIGCaps' files, an overlay rendered
+// without them is the whole overlay, file for file and node for node, and
+// nothing else is left out.
+func TestSharedMIGLeavesOutWhatRenderMIGCapsWrites(t *testing.T) {
+	p := testenv.Profile(t, "a100", 2)
+	for _, nodes := range []bool{false, true} {
+		if nodes {
+			needRoot(t)
+		}
+		render := func(shared bool) map[string]string {
+			t.Helper()
+			ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
+				Profile: p, NodeName: node, Assets: testenv.FakeDriverAssets(t), PlainDevFiles: !nodes, NoPCI: true,
+				SharedMIGProc: shared, SharedMIGNodes: shared && nodes,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return files(t, ov.Driver())
+		}
+		whole, shared := render(false), render(true)
+		dir := t.TempDir()
+		if err := hostprep.RenderMIGCaps(dir, p, nodes); err != nil {
+			t.Fatal(err)
+		}
+		cached := files(t, dir)
+		if inst := 2 * 42; !nodes && len(cached) != inst+4 || nodes && len(cached) != 2*inst+6 {
+			t.Fatalf("nodes %v: RenderMIGCaps wrote %d entries, want those of two A100s' instances", nodes, len(cached))
+		}
+		for name, data := range whole {
+			if got, ok := shared[name]; ok && !strings.HasPrefix(name, "proc/driver/nvidia/capabilities/") {
+				if got != data {
+					t.Errorf("nodes %v: %s differs in the overlay without MIG's", nodes, name)
+				}
+				continue
+			}
+			if got, ok := cached[name]; !ok || got != data {
+				t.Errorf("nodes %v: %s: left out of the overlay and not RenderMIGCaps' (or not the same)", nodes, name)
+			}
+		}
+		for name := range cached {
+			if _, ok := whole[name]; !ok {
+				t.Errorf("nodes %v: RenderMIGCaps wrote %s, which the overlay does not have", nodes, name)
+			}
+		}
+		for name := range shared {
+			if _, ok := whole[name]; !ok {
+				t.Errorf("nodes %v: %s: only in the overlay without MIG's", nodes, name)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, "proc", "driver", "nvidia-caps", "mig-minors")); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := hostprep.RenderMIGCaps(t.TempDir(), testenv.Profile(t, "t4", 1), false); err == nil || !strings.Contains(err.Error(), "no MIG") {
+		t.Errorf("RenderMIGCaps of a board without MIG: %v, want refused", err)
+	}
+}
+
+// files maps the paths of the regular files below dir, and of its device
+// nodes and links, to their contents and modes.
+func files(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		data := ""
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			data = string(b)
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode()&fs.ModeDevice != 0 {
+			data = fmt.Sprintf("%d:%d", st.Rdev>>8&0xfff, st.Rdev&0xff|st.Rdev>>12&0xfff00)
+		}
+		out[rel] = fmt.Sprintf("%v %q", fi.Mode(), data)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

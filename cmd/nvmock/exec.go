@@ -137,6 +137,26 @@ func execRun(args []string) error {
 	if err != nil {
 		return fmt.Errorf("exec: PCI tree: %w", err)
 	}
+	// So are MIG's capability files: hundreds, the same for every run of
+	// the board, and there from the start as on a real node, whether the
+	// GPUs start in MIG mode or nvidia-smi turns it on later. Their nodes
+	// too where the cache can hold them: made by root, with /dev/null's
+	// numbers (NVIDIA's stay in the namespace's own /dev).
+	var migCaps string
+	migNodes := os.Geteuid() == 0 && !*realNumbers
+	if m := p.Board.Modes.MIG; m != nil && len(m.GPUInstances) > 0 {
+		key, err := exeKey(struct {
+			MIG   *profile.MIG
+			GPUs  int
+			Nodes bool
+		}{m, p.GPUs, migNodes})
+		if err == nil {
+			migCaps, err = nsexec.Cached("mig-"+key, func(dir string) error { return hostprep.RenderMIGCaps(dir, p, migNodes) })
+		}
+		if err != nil {
+			return fmt.Errorf("exec: MIG capabilities: %w", err)
+		}
+	}
 	// From here a signal ends the run cleanly: the fabric's and the
 	// rendering's files are removed (nsexec passes later ones on).
 	sigs := make(chan os.Signal, 4)
@@ -159,7 +179,8 @@ func execRun(args []string) error {
 	}
 	render := func(dir string) (string, error) {
 		ov, err := hostprep.Render(dir, hostprep.Options{
-			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig, LazyMIG: true,
+			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig,
+			SharedMIGProc: migCaps != "", SharedMIGNodes: migCaps != "" && migNodes,
 			// The fabric as the daemon has it: nvmock ctl ib rebuilds it.
 			FabricHost: nodeNameOr(ib.host), FabricSlot: ib.slot + 1, IBFaults: ib.faults, SharedIBTables: true, Fabric: fab,
 			// Without root the namespace cannot hold device nodes anyway.
@@ -179,6 +200,7 @@ func execRun(args []string) error {
 		Args:    fs.Args(),
 		Env:     env,
 		Sys:     sys,
+		MIG:     migCaps,
 		Self:    []string{"/proc/self/exe", execChildArg},
 		Note:    func(s string) { fmt.Fprintln(os.Stderr, "nvmock exec: note:", s) },
 		Signals: sigs,
@@ -221,17 +243,25 @@ func buildFabric(node *profile.Node, assets string, ib *ibFlags) (*fabric.Fabric
 // tree), the profile, and the node's place and faults in its fabric.
 // Rendering the tree in memory to hash it was a good part of every run.
 func treeKey(p *profile.Profile, ib *ibFlags) (string, error) {
+	return exeKey(struct {
+		Profile *profile.Profile
+		Host    string
+		Slot    int
+		Faults  []fabric.Fault
+	}{p, nodeNameOr(ib.host), ib.slot, ib.faults})
+}
+
+// exeKey names a cached rendering by this program's file (another build
+// may render otherwise) and what it is rendered from, v.
+func exeKey(v any) (string, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
 		return "", err
 	}
 	js, err := json.Marshal(struct {
-		Exe     [5]int64
-		Profile *profile.Profile
-		Host    string
-		Slot    int
-		Faults  []fabric.Fault
-	}{[5]int64{int64(st.Dev), int64(st.Ino), st.Size, st.Mtim.Nano(), st.Ctim.Nano()}, p, nodeNameOr(ib.host), ib.slot, ib.faults})
+		Exe  [5]int64
+		From any
+	}{[5]int64{int64(st.Dev), int64(st.Ino), st.Size, st.Mtim.Nano(), st.Ctim.Nano()}, v})
 	if err != nil {
 		return "", err
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
 )
 
@@ -355,6 +356,52 @@ func TestExecGivesNVIDIAsDeviceNumbersWhenAsked(t *testing.T) {
 	want := "nvmock: exec: --real-device-numbers: this host has a real NVIDIA driver (/proc/driver/nvidia); nodes with its numbers would open its GPUs\n"
 	if status(err) != 125 || string(out) != want {
 		t.Errorf("--real-device-numbers on a host with /proc/driver/nvidia: %v\n%s\nwant status 125 and %q", err, out, want)
+	}
+}
+
+// A node started without a MIG layout has MIG's capability files and nodes
+// from the start, as a real node has: nvidia-ctk lists a MIG device made
+// later with nvidia-smi (it failed: "error getting MIG capability device
+// paths"). They come from the cache, rendered once for the board.
+func TestExecHasMIGCapabilitiesForInstancesMadeLater(t *testing.T) {
+	ctk := filepath.Join(testenv.CacheDir(), "bin", "nvidia-ctk")
+	if _, err := os.Stat(ctk); err != nil {
+		testenv.Missing(t, "%s (run make deps)", ctk)
+	}
+	cache, tmp := t.TempDir(), t.TempDir()
+	spec := filepath.Join(t.TempDir(), "nvidia.yaml")
+	// h100's 1g.10gb is profile 19.
+	script := `nvidia-smi -i 0 -mig 1 >/dev/null && out=$(nvidia-smi mig -i 0 -cgi 19 -C) &&
+		gi=$(echo "$out" | sed -n 's/.*created GPU instance ID *\([0-9]*\).*/\1/p') && echo "gi $gi" &&
+		cat /proc/driver/nvidia/capabilities/gpu0/mig/gi$gi/access /proc/driver/nvidia/capabilities/gpu0/mig/gi$gi/ci0/access &&
+		"$1" cdi generate --output "$2" >/dev/null 2>&1`
+	for run := 1; run <= 2; run++ {
+		out, err := execNode(t, cache, tmp, "--profile", "h100", "--gpus", "2", "--", "sh", "-c", script, "sh", ctk, spec).CombinedOutput()
+		var gi int
+		if err != nil || func() bool { _, e := fmt.Sscanf(string(out), "gi %d", &gi); return e != nil }() {
+			t.Fatalf("run %d: MIG instance made in exec: %v\n%s", run, err, out)
+		}
+		giMinor, ciMinor := hostprep.MIGCapMinor(0, gi, -1), hostprep.MIGCapMinor(0, gi, 0)
+		data, _ := os.ReadFile(spec)
+		node := regexp.MustCompile(fmt.Sprintf(`name: "?0:0"?\s+containerEdits:\s+deviceNodes:\s+- path: /dev/nvidia0\s[^-]*- path: /dev/nvidia-caps/nvidia-cap%d\s[^-]*- path: /dev/nvidia-caps/nvidia-cap%d\s`, giMinor, ciMinor))
+		if !strings.Contains(string(out), fmt.Sprintf("DeviceFileMinor: %d\n", giMinor)) || !strings.Contains(string(out), fmt.Sprintf("DeviceFileMinor: %d\n", ciMinor)) || !node.Match(data) {
+			t.Fatalf("run %d: GPU instance %d made in exec:\n%s\nspec:\n%s\nwant capability files of minors %d and %d, and MIG device 0:0 with their nodes", run, gi, out, data, giMinor, ciMinor)
+		}
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(cache, "nvmock", "mig-*[0-9a-f]")); len(dirs) != 1 {
+		t.Errorf("MIG capability files in the cache after two runs: %v, want one rendering", dirs)
+	}
+	// The cache's nodes have /dev/null's numbers; NVIDIA's are made in
+	// the namespace, never cached.
+	minor := hostprep.MIGCapMinor(1, 13, 0)
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{{nil, "1:3"}, {[]string{"--real-device-numbers"}, fmt.Sprintf("1fd:%x", minor)}} {
+		args := append(append([]string{"--profile", "h100", "--gpus", "2"}, c.flags...), "--", "stat", "-c", "%t:%T", fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor))
+		if out, err := execNode(t, cache, tmp, args...).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != c.want {
+			t.Errorf("capability node %d in exec %v: %v, %q; want %s", minor, c.flags, err, out, c.want)
+		}
 	}
 }
 

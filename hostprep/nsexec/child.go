@@ -129,6 +129,11 @@ func setup(s spec) error {
 				return err
 			}
 		}
+		if caps := filepath.Join(s.MIG, "dev", "nvidia-caps"); s.MIG != "" && isDir(caps) {
+			if err := bindNodes(caps, "/dev/nvidia-caps"); err != nil {
+				return err
+			}
+		}
 		// The driver root at a fixed place, for the loader cache.
 		if err := os.MkdirAll(NamespaceDriver, 0o755); err != nil {
 			return err
@@ -159,6 +164,9 @@ func setup(s spec) error {
 	err = mirror("/proc/driver", filepath.Join(s.Work, "stage", "proc"), false, true, nil, func() error {
 		for _, name := range []string{"nvidia", "nvidia-caps"} {
 			src := filepath.Join(s.Driver, "proc", "driver", name)
+			if s.MIG != "" && name == "nvidia-caps" {
+				src = filepath.Join(s.MIG, "proc", "driver", name)
+			}
 			if _, err := os.Stat(src); err != nil && name != "nvidia" {
 				continue // MIG's, on MIG boards only
 			}
@@ -169,7 +177,11 @@ func setup(s spec) error {
 				return err
 			}
 		}
-		return nil
+		if s.MIG == "" {
+			return nil
+		}
+		caps := filepath.Join("proc", "driver", "nvidia", "capabilities")
+		return bind(filepath.Join(s.MIG, caps), filepath.Join("/", caps), true)
 	})
 	if err != nil {
 		return fmt.Errorf("/proc/driver: %w", err)
@@ -374,6 +386,27 @@ func touch(path string) error {
 	return f.Close()
 }
 
+// bindNodes shows the directory of device nodes src at dst (made here),
+// read-only, with its nodes usable where it may: src is in a cache that
+// may be on a nodev file system, whose flag root may clear (in a user
+// namespace the nodes still count as present).
+func bindNodes(src, dst string) error {
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+	}
+	err := syscall.Mount("", dst, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NOEXEC, "")
+	if errors.Is(err, syscall.EPERM) {
+		return bindReadOnly(dst)
+	}
+	if err != nil {
+		return fmt.Errorf("make %s read-only: %w", dst, err)
+	}
+	return nil
+}
+
 // bind mounts src on dst (recursively), read-only if asked.
 func bind(src, dst string, ro bool) error {
 	if err := syscall.Mount(src, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
@@ -382,6 +415,11 @@ func bind(src, dst string, ro bool) error {
 	if !ro {
 		return nil
 	}
+	return bindReadOnly(dst)
+}
+
+// bindReadOnly makes the bind mount at dst read-only.
+func bindReadOnly(dst string) error {
 	// A user namespace may not clear the flags of the mount it binds
 	// from (a /dev/shm with nosuid,nodev): keep them. (statfs's ST_
 	// flags have the MS_ values.)

@@ -38,6 +38,10 @@ type Options struct {
 	Work   string   // scratch directory (loader cache, mount staging); the caller removes it
 	Args   []string // the command and its arguments
 	Env    []string // the command's environment; nil means this process's
+	// MIG holds the MIG capability files (hostprep.RenderMIGCaps) to show
+	// over the driver root's, and its nodes if it has them; "": the
+	// driver root's own.
+	MIG string
 	// Self re-executes this program into Child, e.g.
 	// {"/proc/self/exe", "__exec-child"}; the program's main must pass the
 	// arguments that follow to Child before doing anything else.
@@ -126,6 +130,7 @@ type spec struct {
 	CacheConf string `json:"cacheConf"` // ldconfig's configuration to make it from
 	Ldconfig  string `json:"ldconfig"`
 	Sys       string `json:"sys"`
+	MIG       string `json:"mig"`
 	UserNS    bool   `json:"userns"`
 	StatusFD  int    `json:"statusFD"` // the child's descriptor of the status pipe
 }
@@ -169,7 +174,7 @@ func Run(o Options) (int, error) {
 
 	userns := os.Geteuid() != 0 || o.forceUserNS
 	if !userns {
-		plan.Driver, plan.Work, plan.Sys = o.Driver, o.Work, o.Sys
+		plan.Driver, plan.Work, plan.Sys, plan.MIG = o.Driver, o.Work, o.Sys, o.MIG
 		status, err := start(o, plan, env)
 		// Root without CAP_SYS_ADMIN (an unprivileged container) may still
 		// own a user namespace.
@@ -178,7 +183,7 @@ func Run(o Options) (int, error) {
 		}
 		userns = true
 	}
-	plan.Driver, plan.Work, plan.Sys, plan.UserNS = o.Driver, o.Work, o.Sys, true
+	plan.Driver, plan.Work, plan.Sys, plan.MIG, plan.UserNS = o.Driver, o.Work, o.Sys, o.MIG, true
 	status, err := start(o, plan, env)
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EACCES) {
 		return StatusSetup, fmt.Errorf("cannot create a private mount namespace: run as root, or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1, kernel.apparmor_restrict_unprivileged_userns=0): %w", err)
