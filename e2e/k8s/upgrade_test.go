@@ -319,10 +319,18 @@ func TestPodsCreatedThroughARollingUpgradeGetTheirGPUs(t *testing.T) {
 	stop, done := make(chan struct{}), make(chan []string)
 	go func() {
 		var names []string
-		for i := 0; ; i++ {
-			p := c.pod(fmt.Sprintf("roll-%d", i), "nvidia-smi -L", 0)
-			if _, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err == nil {
-				names = append(names, p.Name)
+		for i := 0; ; {
+			// A pod every 300 ms, but no more than 8 unfinished: on a
+			// slow node a longer upgrade made more pods, which slowed
+			// it further (962 pods, past helm's timeout, on a VM 3x
+			// slower one day).
+			busy, err := c.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed"})
+			if err == nil && len(busy.Items) < 8 {
+				p := c.pod(fmt.Sprintf("roll-%d", i), "nvidia-smi -L", 0)
+				if _, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err == nil {
+					names = append(names, p.Name)
+					i++
+				}
 			}
 			select {
 			case <-stop:
