@@ -20,11 +20,12 @@ const (
 	prCapAmbientClearAll = 4  // PR_CAP_AMBIENT_CLEAR_ALL
 )
 
-// Child is the re-executed half of Run, already in its new mount
-// namespace: it makes the overlay appear and executes the command in place
-// of itself, so signals and the exit status are the command's own. It
-// returns only if it was not started by Run; any other failure is reported
-// to Run and ends the process.
+// Child is the re-executed half of Run for a user namespace (root's runs
+// do this in a thread: startInThread), already in its new namespaces: it
+// makes the overlay appear and executes the command in place of itself, so
+// signals and the exit status are the command's own. It returns only if it
+// was not started by Run; any other failure is reported to Run and ends
+// the process.
 func Child(args []string) error {
 	if len(args) > 0 && args[0] == guardArg {
 		return guard(args[1:])
@@ -52,12 +53,13 @@ func Child(args []string) error {
 	// The nodes and directories made keep the overlay's modes; the
 	// command gets the caller's umask back.
 	umask := syscall.Umask(0)
+	s.warn = os.Stderr
 	if err := setup(s); err != nil {
 		fail(StatusSetup, err)
 	}
 	syscall.Umask(umask)
 	argv := args[2:]
-	path, code, err := lookPath(argv[0])
+	path, code, err := lookPath(argv[0], os.Getenv("PATH"))
 	if err != nil {
 		fail(code, err)
 	}
@@ -77,18 +79,23 @@ func Child(args []string) error {
 }
 
 // lookPath finds the command as a shell does: a name without a slash on
-// PATH (an entry "." or "" included, which Go's LookPath refuses), with
-// the shell's statuses and words for what it cannot run.
-func lookPath(name string) (string, int, error) {
-	path, err := exec.LookPath(name)
-	if errors.Is(err, exec.ErrDot) {
-		err = nil
-	}
-	if err == nil {
-		return path, 0, nil
-	}
-	if !strings.Contains(name, "/") && errors.Is(err, exec.ErrNotFound) {
+// pathList (an entry "." or "" included, which Go's LookPath refuses; and
+// the command's PATH, which need not be this process's), with the shell's
+// statuses and words for what it cannot run.
+func lookPath(name, pathList string) (string, int, error) {
+	if !strings.Contains(name, "/") {
+		for _, dir := range filepath.SplitList(pathList) {
+			if dir == "" {
+				dir = "."
+			}
+			if p := filepath.Join(dir, name); executable(p) {
+				return p, 0, nil
+			}
+		}
 		return "", StatusNotFound, fmt.Errorf("%s: command not found", name)
+	}
+	if executable(name) {
+		return name, 0, nil
 	}
 	fi, serr := os.Stat(name)
 	switch {
@@ -100,6 +107,20 @@ func lookPath(name string) (string, int, error) {
 		return "", StatusNotRunnable, fmt.Errorf("%s: permission denied", name)
 	}
 	return "", StatusNotRunnable, fmt.Errorf("%s: %w", name, serr)
+}
+
+// executable says whether this process may execute file p, as Go's
+// LookPath decides it.
+func executable(p string) bool {
+	fi, err := os.Stat(p)
+	if err != nil || fi.IsDir() {
+		return false
+	}
+	err = unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS)
+	if err == nil || (err != syscall.ENOSYS && err != syscall.EPERM) {
+		return err == nil
+	}
+	return fi.Mode()&0o111 != 0
 }
 
 // setup makes the overlay appear at the standard places in this namespace.
@@ -190,7 +211,7 @@ func setup(s spec) error {
 		return fmt.Errorf("/proc/devices: %w", err)
 	}
 	if s.Sys != "" && !isSysfs("/sys") {
-		fmt.Fprintln(os.Stderr, "nvmock: exec: /sys is not the kernel's sysfs here: the mock PCI tree is not shown there")
+		fmt.Fprintln(s.warn, "nvmock: exec: /sys is not the kernel's sysfs here: the mock PCI tree is not shown there")
 	} else if s.Sys != "" {
 		if err := expose.Expose("/sys", s.Sys); err != nil {
 			return fmt.Errorf("/sys: %w", err)
@@ -442,7 +463,7 @@ func loaderCache(s spec) error {
 		if err := os.MkdirAll(filepath.Dir(s.Cache), 0o755); err != nil {
 			return err
 		}
-		tmp := fmt.Sprintf("%s.%d", s.Cache, os.Getpid())
+		tmp := fmt.Sprintf("%s.%d.%d", s.Cache, os.Getpid(), unix.Gettid())
 		// -X: leave the library directories' links alone.
 		if out, err := exec.Command(s.Ldconfig, "-X", "-C", tmp, "-f", s.CacheConf).CombinedOutput(); err != nil {
 			os.Remove(tmp)

@@ -50,17 +50,33 @@ func scanInherited() []*os.File {
 
 // extraFiles lays out the child's descriptors from 3 on: the inherited
 // ones at their numbers, then status. It returns the list for
-// exec.Cmd.ExtraFiles and status's number in the child.
+// exec.Cmd.ExtraFiles and status's number in the child. Where that number
+// would pass the open-file limit (which the fork must keep to), status
+// takes the lowest number no inherited one has, and only those below it
+// are listed: the others reach the child as they are, having no
+// close-on-exec flag (an entry left out would be closed).
 func extraFiles(status *os.File) ([]*os.File, int) {
 	inheritedOnce.Do(func() { inherited = scanInherited() })
 	top := 2
 	for _, f := range inherited {
 		top = max(top, int(f.Fd()))
 	}
-	files := make([]*os.File, top-2+1)
-	for _, f := range inherited {
-		files[int(f.Fd())-3] = f
+	slot := top + 1
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && uint64(slot) >= lim.Cur {
+		slot = 3
+		for _, f := range inherited { // sorted
+			if int(f.Fd()) == slot {
+				slot++
+			}
+		}
 	}
-	files[top-2] = status
-	return files, top + 1
+	files := make([]*os.File, slot-3+1)
+	for _, f := range inherited {
+		if n := int(f.Fd()); n < slot {
+			files[n-3] = f
+		}
+	}
+	files[slot-3] = status
+	return files, slot
 }

@@ -56,11 +56,15 @@ func startGuard(o Options, nsf *os.File, dir string) func() {
 		return func() {}
 	}
 	return func() {
-		// The byte stays in the pipe for a guard still starting; exec
-		// need not wait for it to read it.
+		// The run is over and the guard has nothing left to do. One still
+		// starting would outlive exec by its start-up, a process left
+		// behind (an exec in another's namespace found it among the
+		// command's leftovers): end it. The byte first, so that it never
+		// reads the pipe's end as exec's death.
 		_, _ = w.Write([]byte{1})
+		_ = g.Process.Kill()
+		_ = g.Wait()
 		w.Close()
-		go func() { _ = g.Wait() }()
 	}
 }
 

@@ -21,6 +21,10 @@ const nobodyHelperEnv = "NVMOCK_NSEXEC_NOBODY_HELPER"
 type nobodyHelper struct {
 	Driver string   `json:"driver"`
 	Args   []string `json:"args"`
+	// FD100, if set, is a file the helper opens as descriptor 100 before
+	// lowering its open-file limit to 64, as a shell's `100>FILE` and
+	// `ulimit -n 64` would.
+	FD100 string `json:"fd100"`
 }
 
 // TestExecAsNobodyHelper is not a test: run with nobodyHelperEnv set, it is
@@ -34,6 +38,19 @@ func TestExecAsNobodyHelper(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &h); err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		os.Exit(2)
+	}
+	if h.FD100 != "" {
+		f, err := os.OpenFile(h.FD100, os.O_WRONLY|os.O_APPEND, 0)
+		if err == nil {
+			err = syscall.Dup2(int(f.Fd()), 100) // without close-on-exec: inherited
+		}
+		if err == nil {
+			err = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 64, Max: 64})
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(2)
+		}
 	}
 	status, err := RunRendered(func(string) (string, error) { return h.Driver, nil }, Options{
 		Args: h.Args, Self: []string{"/proc/self/exe", childArg}, Stdin: strings.NewReader(""),
@@ -120,5 +137,44 @@ func TestExecWorksForAUserWithoutAWritableHome(t *testing.T) {
 	// Each run's directory (and a cache made in it) is gone.
 	if ents, _ := os.ReadDir(tmp); len(ents) != 1 {
 		t.Errorf("left in TMPDIR: %v", ents)
+	}
+}
+
+// A descriptor the caller passed above the open-file limit reaches the
+// command, for root and in a user namespace. The child's status pipe used
+// to be laid out after the highest inherited descriptor, which the child
+// could not have ("fork/exec /proc/self/exe: bad file descriptor").
+func TestExecPassesADescriptorAboveTheOpenFileLimit(t *testing.T) {
+	needRoot(t)
+	const nobody = 65534
+	base, err := os.MkdirTemp("", "nsexec-fd-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	must(t, os.Chmod(base, 0o755))
+	driver := fixture(t, base, "t4", 0)
+	for _, user := range []struct {
+		name string
+		cred *syscall.Credential
+	}{{"root", nil}, {"nobody", &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}} {
+		t.Run(user.name, func(t *testing.T) {
+			out := filepath.Join(base, "out-"+user.name)
+			must(t, os.WriteFile(out, nil, 0o666))
+			must(t, os.Chmod(out, 0o666))
+			tmp := filepath.Join(base, "tmp-"+user.name)
+			must(t, os.Mkdir(tmp, 0o1777))
+			must(t, os.Chmod(tmp, 0o1777))
+			spec, _ := json.Marshal(nobodyHelper{Driver: driver, Args: []string{"bash", "-c", "echo on-100 >&100"}, FD100: out})
+			cmd := exec.Command("/proc/self/exe", "-test.run=^TestExecAsNobodyHelper$")
+			cmd.Env = append(cleanEnv(), nobodyHelperEnv+"="+string(spec), "TMPDIR="+tmp, "XDG_CACHE_HOME="+tmp)
+			cmd.Dir = "/"
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user.cred}
+			b, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, b)
+			}
+			if got, _ := os.ReadFile(out); string(got) != "on-100\n" {
+				t.Errorf("descriptor 100 got %q\n%s", got, b)
+			}
+		})
 	}
 }

@@ -10,10 +10,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
@@ -23,6 +26,10 @@ import (
 
 const childArg = "__nsexec-child"
 
+// The main goroutine starts on the process's main thread, for
+// probeOnOtherThread.
+func init() { runtime.LockOSThread() }
+
 // TestMain doubles as the child Run re-executes, as nvmock's main does.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == childArg {
@@ -30,7 +37,29 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(StatusSetup)
 	}
+	probeTID = probeOnOtherThread()
 	os.Exit(m.Run())
+}
+
+// probeTID is the thread onOtherThread ran a function on when called from
+// the main thread, which it had just freed: the goroutine onOtherThread
+// starts then lands there as soon as the caller waits.
+var probeTID int
+
+func probeOnOtherThread() int {
+	runtime.UnlockOSThread()
+	got := make(chan int)
+	onOtherThread(func() { got <- unix.Gettid() })
+	return <-got
+}
+
+// The thread that makes root's namespace is never the main one: the
+// process's /proc/PID/ns/mnt would then be the command's, and
+// endLeftovers and the guard would end exec with the command's leftovers.
+func TestNamespaceThreadIsNotTheMainThread(t *testing.T) {
+	if probeTID == 0 || probeTID == os.Getpid() {
+		t.Fatalf("onOtherThread ran on thread %d; the main thread is %d", probeTID, os.Getpid())
+	}
 }
 
 func needRoot(t *testing.T) {

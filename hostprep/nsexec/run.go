@@ -43,8 +43,9 @@ type Options struct {
 	// driver root's own.
 	MIG string
 	// Self re-executes this program into Child, e.g.
-	// {"/proc/self/exe", "__exec-child"}; the program's main must pass the
-	// arguments that follow to Child before doing anything else.
+	// {"/proc/self/exe", "__exec-child"}, for a user namespace and for the
+	// guard; the program's main must pass the arguments that follow to
+	// Child before doing anything else.
 	Self           []string
 	Stdin          io.Reader    // nil: this process's
 	Stdout, Stderr io.Writer    // nil: this process's
@@ -124,15 +125,16 @@ func RunRendered(render func(dir string) (driver string, err error), o Options) 
 
 // spec is what the parent hands the child on its command line.
 type spec struct {
-	Driver    string `json:"driver"`
-	Work      string `json:"work"`
-	Cache     string `json:"cache"`     // the loader cache to show, made on first use
-	CacheConf string `json:"cacheConf"` // ldconfig's configuration to make it from
-	Ldconfig  string `json:"ldconfig"`
-	Sys       string `json:"sys"`
-	MIG       string `json:"mig"`
-	UserNS    bool   `json:"userns"`
-	StatusFD  int    `json:"statusFD"` // the child's descriptor of the status pipe
+	Driver    string    `json:"driver"`
+	Work      string    `json:"work"`
+	Cache     string    `json:"cache"`     // the loader cache to show, made on first use
+	CacheConf string    `json:"cacheConf"` // ldconfig's configuration to make it from
+	Ldconfig  string    `json:"ldconfig"`
+	Sys       string    `json:"sys"`
+	MIG       string    `json:"mig"`
+	UserNS    bool      `json:"userns"`
+	StatusFD  int       `json:"statusFD"` // the child's descriptor of the status pipe
+	warn      io.Writer // where setup's warnings go
 }
 
 // Run runs o.Args in a private mount namespace showing the overlay and
@@ -191,24 +193,12 @@ func Run(o Options) (int, error) {
 	return status, err
 }
 
-// start runs the child once; a clone failure comes back unwrapped enough
-// for errors.Is.
+// start starts the command once in its namespace, made by a thread of
+// this process (root) or by a re-executed child (a user namespace, which a
+// process with threads cannot enter), and waits for it. A failure to make
+// the namespace comes back unwrapped enough for errors.Is.
 func start(o Options, s spec, env []string) (int, error) {
-	// The child reports a setup failure on this pipe; it closes on exec.
-	r, w, err := os.Pipe()
-	if err != nil {
-		return StatusSetup, err
-	}
-	defer r.Close()
-	cmd := exec.Command(o.Self[0])
-	cmd.ExtraFiles, s.StatusFD = extraFiles(w)
-	js, err := json.Marshal(s)
-	if err != nil {
-		return StatusSetup, err
-	}
-	cmd.Args = append(append(append([]string{o.Self[0]}, o.Self[1:]...), string(js), "--"), o.Args...)
-	cmd.Env = env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
+	cmd := &exec.Cmd{Args: o.Args, Env: env, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}
 	if cmd.Stdin == nil {
 		cmd.Stdin = os.Stdin
 	}
@@ -218,15 +208,7 @@ func start(o Options, s spec, env []string) (int, error) {
 	if cmd.Stderr == nil {
 		cmd.Stderr = os.Stderr
 	}
-	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	if s.UserNS {
-		uid, gid := os.Geteuid(), os.Getegid()
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
-		attr.AmbientCaps = []uintptr{capSysAdmin}
-	}
-	cmd.SysProcAttr = attr
+	s.warn = cmd.Stderr
 
 	// Pdeathsig follows the thread that started the child; keep it.
 	runtime.LockOSThread()
@@ -239,21 +221,34 @@ func start(o Options, s spec, env []string) (int, error) {
 	}
 	select {
 	case s := <-sigs: // while rendering
-		w.Close()
 		return 128 + int(s.(syscall.Signal)), fmt.Errorf("interrupted by %v", s)
 	default:
 	}
 
-	if err := cmd.Start(); err != nil {
-		w.Close()
-		return StatusSetup, err
+	// The child's report of a failed setup, read once it has executed the
+	// command (which closes the pipe) or died.
+	report := func() []byte { return nil }
+	if s.UserNS {
+		r, err := startChild(o, s, cmd)
+		if err != nil {
+			return StatusSetup, err
+		}
+		defer r.Close()
+		report = func() []byte {
+			b, _ := io.ReadAll(r)
+			return b
+		}
+	} else {
+		release, status, err := startInThread(s, cmd)
+		if err != nil {
+			return status, err
+		}
+		defer release()
 	}
-	w.Close()
-	// The child is in its namespace from the clone, and takes its setup's
-	// milliseconds before the command can run, let alone exit. Held open
-	// until the leftovers are ended: a namespace's inode number is reused
-	// as soon as it is freed, and then names another exec's node (QA: one
-	// exec ended another's processes).
+	// The command is in its namespace, or the child that becomes it is,
+	// from the clone on. Held open until the leftovers are ended: a
+	// namespace's inode number is reused as soon as it is freed, and then
+	// names another exec's node (QA: one exec ended another's processes).
 	ns, nsf := holdMountNS(cmd.Process.Pid)
 	if nsf != nil {
 		defer nsf.Close()
@@ -281,7 +276,7 @@ func start(o Options, s spec, env []string) (int, error) {
 			}
 		}
 	}()
-	report, _ := io.ReadAll(r)
+	failed := report()
 	// Processes the command left running may hold its output open, which
 	// Wait waits for: end them once the command has exited, before it is
 	// reaped.
@@ -295,8 +290,8 @@ func start(o Options, s spec, env []string) (int, error) {
 	endLeftovers(ns, o.Note)
 	werr := cmd.Wait()
 	stopGuard()
-	if len(report) > 0 {
-		code, msg, _ := strings.Cut(string(report), " ")
+	if len(failed) > 0 {
+		code, msg, _ := strings.Cut(string(failed), " ")
 		n, err := strconv.Atoi(code)
 		if err != nil {
 			n = StatusSetup
@@ -312,6 +307,39 @@ func start(o Options, s spec, env []string) (int, error) {
 		return 128 + int(ws.Signal()), nil
 	}
 	return ws.ExitStatus(), nil
+}
+
+// startChild starts this program again as Child, in a new mount and user
+// namespace, to set up the namespace and execute the command in its place
+// (cmd then stands for the command); it returns the status pipe's end that
+// reports a failed setup.
+func startChild(o Options, s spec, cmd *exec.Cmd) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	cmd.Path = o.Self[0]
+	cmd.ExtraFiles, s.StatusFD = extraFiles(w)
+	js, err := json.Marshal(s)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	cmd.Args = append(append(append([]string{o.Self[0]}, o.Self[1:]...), string(js), "--"), o.Args...)
+	uid, gid := os.Geteuid(), os.Getegid()
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWNS | syscall.CLONE_NEWUSER,
+		Pdeathsig:   syscall.SIGKILL,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+		AmbientCaps: []uintptr{capSysAdmin},
+	}
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // CommandEnv is the command's environment: the overlay's bin directory
