@@ -37,17 +37,13 @@ func Child(args []string) error {
 	if err := json.Unmarshal([]byte(args[0]), &s); err != nil {
 		return fmt.Errorf("nsexec: bad child specification: %w", err)
 	}
-	// The status pipe: reported by a setup failure, closed by the exec.
-	if s.StatusFD < 3 {
-		return errors.New("nsexec: child started without its status pipe (it is run by nvmock exec)")
+	// A setup failure is reported in the work directory, which Run reads
+	// once this process has ended.
+	if !isDir(s.Work) {
+		return errors.New("nsexec: child started without its work directory (it is run by nvmock exec)")
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/self/fd/%d", s.StatusFD)); err != nil {
-		return errors.New("nsexec: child started without its status pipe (it is run by nvmock exec)")
-	}
-	syscall.CloseOnExec(s.StatusFD)
-	status := os.NewFile(uintptr(s.StatusFD), "nsexec-status")
 	fail := func(code int, err error) {
-		fmt.Fprintf(status, "%d %v", code, err)
+		_ = os.WriteFile(statusFile(s.Work), []byte(fmt.Sprintf("%d %v", code, err)), 0o600)
 		os.Exit(code)
 	}
 	// The nodes and directories made keep the overlay's modes; the

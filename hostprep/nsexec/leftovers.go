@@ -26,11 +26,11 @@ func mountNS(pid int) string {
 	return ns
 }
 
-// holdMountNS opens process pid's mount namespace, which keeps it, and so
-// its name, from being freed and reused while the file is open; "", nil if
-// it cannot be opened.
-func holdMountNS(pid int) (string, *os.File) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+// holdMountNS opens a mount namespace (path: a process's or a thread's
+// ns/mnt), which keeps it, and so its name, from being freed and reused
+// while the file is open; "", nil if it cannot be opened.
+func holdMountNS(path string) (string, *os.File) {
+	f, err := os.Open(path)
 	if err != nil {
 		return "", nil
 	}

@@ -114,7 +114,7 @@ func TestAHeldNamespaceIsNeverAnotherExecs(t *testing.T) {
 	}
 	for round := 0; round < 5; round++ {
 		first := inNewNS("sleep", "0.2")
-		ns, f := holdMountNS(first.Process.Pid)
+		ns, f := holdMountNS("/proc/" + strconv.Itoa(first.Process.Pid) + "/ns/mnt")
 		if f == nil {
 			t.Fatal("cannot hold the first command's namespace")
 		}

@@ -319,16 +319,57 @@ func TestExitStatusPassesThrough(t *testing.T) {
 		{"a file that is not a program is 126 and an error", []string{"/etc/hostname"}, StatusNotRunnable, true},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := run(t, "t4", 0, false, tc.args...)
-			if r.status != tc.want {
-				t.Errorf("status %d (%v), want %d; stderr %q", r.status, r.err, tc.want, r.stderr)
+		for _, userns := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, user namespace %v", tc.name, userns), func(t *testing.T) {
+				r := run(t, "t4", 0, userns, tc.args...)
+				if r.status != tc.want {
+					t.Errorf("status %d (%v), want %d; stderr %q", r.status, r.err, tc.want, r.stderr)
+				}
+				if tc.wantErr != (r.err != nil) {
+					t.Errorf("error %v for status %d", r.err, r.status)
+				}
+				if len(r.tmpLeft) != 0 {
+					t.Errorf("temp dir left behind: %v", r.tmpLeft)
+				}
+			})
+		}
+	}
+}
+
+// A signal that comes while the node is being set up ends the run before
+// the command starts, with 128+n, as it ended the child that did the setup
+// (review: the thread started the command, which never saw a terminal's
+// ^C). The setup is made slow by an ldconfig that sleeps first, with no
+// loader cache yet.
+func TestASignalDuringTheSetupEndsTheRunBeforeTheCommand(t *testing.T) {
+	needRoot(t)
+	ldconfig, err := findLdconfig()
+	must(t, err)
+	bin := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(bin, "ldconfig"), []byte("#!/bin/sh\nsleep 1\nexec "+ldconfig+" \"$@\"\n"), 0o755))
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	for _, userns := range []bool{false, true} {
+		t.Run(fmt.Sprintf("user namespace %v", userns), func(t *testing.T) {
+			t.Setenv("XDG_CACHE_HOME", t.TempDir())
+			var out, errb bytes.Buffer
+			sigs := make(chan os.Signal, 4)
+			o := Options{
+				Args: []string{"sh", "-c", "echo ran"}, Env: cleanEnv(), Self: []string{"/proc/self/exe", childArg},
+				Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
+				TempDir: t.TempDir(), forceUserNS: userns, Signals: sigs,
 			}
-			if tc.wantErr != (r.err != nil) {
-				t.Errorf("error %v for status %d", r.err, r.status)
-			}
-			if len(r.tmpLeft) != 0 {
-				t.Errorf("temp dir left behind: %v", r.tmpLeft)
+			rendered := make(chan struct{})
+			go func() {
+				<-rendered
+				time.Sleep(300 * time.Millisecond) // into ldconfig's second
+				sigs <- syscall.SIGINT
+			}()
+			status, err := RunRendered(func(dir string) (string, error) {
+				defer close(rendered)
+				return fixture(t, dir, "t4", 0), nil
+			}, o)
+			if status != 128+2 || out.String() != "" {
+				t.Errorf("status %d (%v), stdout %q, stderr %q; want 130 and no command run", status, err, out.String(), errb.String())
 			}
 		})
 	}

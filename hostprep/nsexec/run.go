@@ -133,9 +133,13 @@ type spec struct {
 	Sys       string    `json:"sys"`
 	MIG       string    `json:"mig"`
 	UserNS    bool      `json:"userns"`
-	StatusFD  int       `json:"statusFD"` // the child's descriptor of the status pipe
 	warn      io.Writer // where setup's warnings go
 }
+
+// statusFile is where the child reports a failed setup, in its work
+// directory: a file rather than a descriptor, which would need a number
+// of its own beside those the command inherits.
+func statusFile(work string) string { return filepath.Join(work, "child-status") }
 
 // Run runs o.Args in a private mount namespace showing the overlay and
 // waits for it. It returns the command's exit status (128+n if signal n
@@ -225,31 +229,30 @@ func start(o Options, s spec, env []string) (int, error) {
 	default:
 	}
 
-	// The child's report of a failed setup, read once it has executed the
-	// command (which closes the pipe) or died.
-	report := func() []byte { return nil }
+	// The namespace, held open until the leftovers are ended: a
+	// namespace's inode number is reused as soon as it is freed, and then
+	// names another exec's node (QA: one exec ended another's processes).
+	var (
+		ns  string
+		nsf *os.File
+	)
 	if s.UserNS {
-		r, err := startChild(o, s, cmd)
-		if err != nil {
+		if err := startChild(o, s, cmd); err != nil {
 			return StatusSetup, err
 		}
-		defer r.Close()
-		report = func() []byte {
-			b, _ := io.ReadAll(r)
-			return b
-		}
+		// In its namespace from the clone on, with its setup to do
+		// before the command can run, let alone exit.
+		ns, nsf = holdMountNS("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/mnt")
 	} else {
-		release, status, err := startInThread(s, cmd)
+		var release func()
+		var status int
+		var err error
+		release, ns, nsf, status, err = startInThread(s, cmd, sigs)
 		if err != nil {
 			return status, err
 		}
 		defer release()
 	}
-	// The command is in its namespace, or the child that becomes it is,
-	// from the clone on. Held open until the leftovers are ended: a
-	// namespace's inode number is reused as soon as it is freed, and then
-	// names another exec's node (QA: one exec ended another's processes).
-	ns, nsf := holdMountNS(cmd.Process.Pid)
 	if nsf != nil {
 		defer nsf.Close()
 	}
@@ -276,7 +279,6 @@ func start(o Options, s spec, env []string) (int, error) {
 			}
 		}
 	}()
-	failed := report()
 	// Processes the command left running may hold its output open, which
 	// Wait waits for: end them once the command has exited, before it is
 	// reaped.
@@ -286,6 +288,10 @@ func start(o Options, s spec, env []string) (int, error) {
 		if err != syscall.EINTR {
 			break
 		}
+	}
+	var failed []byte
+	if s.UserNS {
+		failed, _ = os.ReadFile(statusFile(s.Work))
 	}
 	endLeftovers(ns, o.Note)
 	werr := cmd.Wait()
@@ -311,20 +317,13 @@ func start(o Options, s spec, env []string) (int, error) {
 
 // startChild starts this program again as Child, in a new mount and user
 // namespace, to set up the namespace and execute the command in its place
-// (cmd then stands for the command); it returns the status pipe's end that
-// reports a failed setup.
-func startChild(o Options, s spec, cmd *exec.Cmd) (*os.File, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer w.Close()
+// (cmd then stands for the command). The caller's descriptors reach it,
+// and the command, as they are.
+func startChild(o Options, s spec, cmd *exec.Cmd) error {
 	cmd.Path = o.Self[0]
-	cmd.ExtraFiles, s.StatusFD = extraFiles(w)
 	js, err := json.Marshal(s)
 	if err != nil {
-		r.Close()
-		return nil, err
+		return err
 	}
 	cmd.Args = append(append(append([]string{o.Self[0]}, o.Self[1:]...), string(js), "--"), o.Args...)
 	uid, gid := os.Geteuid(), os.Getegid()
@@ -335,11 +334,7 @@ func startChild(o Options, s spec, cmd *exec.Cmd) (*os.File, error) {
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
 		AmbientCaps: []uintptr{capSysAdmin},
 	}
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
+	return cmd.Start()
 }
 
 // CommandEnv is the command's environment: the overlay's bin directory

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -19,18 +20,25 @@ import (
 // of an exec on a100. The thread lives, and keeps the namespace and the
 // command's Pdeathsig, until release is called once the command is reaped;
 // then it ends (Go ends a thread whose goroutine exits locked to it), and
-// no other goroutine ever runs in the namespace. A failure comes back as
-// Child reports one, with unshare's own error so that Run can tell EPERM.
-func startInThread(s spec, cmd *exec.Cmd) (release func(), status int, err error) {
+// no other goroutine ever runs in the namespace. It returns the namespace
+// held open (holdMountNS): the command may be gone before the caller could
+// open it through the command. A signal on sigs during the setup ends the
+// run before the command starts, as it ended the child that did the setup.
+// A failure comes back as Child reports one, as text but for unshare's, so
+// that Run can tell its EPERM.
+func startInThread(s spec, cmd *exec.Cmd, sigs <-chan os.Signal) (release func(), ns string, nsf *os.File, status int, err error) {
 	type result struct {
+		ns     string
+		nsf    *os.File
 		status int
 		err    error
 	}
 	res := make(chan result, 1)
 	rel := make(chan struct{})
 	onOtherThread(func() {
+		fail := func(status int, err error) { res <- result{status: status, err: err} }
 		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			res <- result{StatusSetup, err}
+			fail(StatusSetup, fmt.Errorf("make a private mount namespace: %w", err))
 			return
 		}
 		// CLONE_NEWNS gave this thread its own umask too: the nodes and
@@ -40,17 +48,30 @@ func startInThread(s spec, cmd *exec.Cmd) (release func(), status int, err error
 		err := setup(s)
 		syscall.Umask(umask)
 		if err != nil {
-			res <- result{StatusSetup, errors.New(err.Error())}
+			fail(StatusSetup, errors.New(err.Error()))
 			return
 		}
 		path, code, err := lookPath(cmd.Args[0], pathOf(cmd.Env))
 		if err != nil {
-			res <- result{code, err}
+			fail(code, err)
 			return
+		}
+		ns, nsf := holdMountNS("/proc/thread-self/ns/mnt")
+		select {
+		case sig := <-sigs:
+			if nsf != nil {
+				nsf.Close()
+			}
+			fail(128+int(sig.(syscall.Signal)), fmt.Errorf("interrupted by %v", sig))
+			return
+		default:
 		}
 		cmd.Path = path
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
+			if nsf != nil {
+				nsf.Close()
+			}
 			code := StatusNotRunnable
 			if errors.Is(err, syscall.ENOENT) {
 				code = StatusNotFound
@@ -59,17 +80,17 @@ func startInThread(s spec, cmd *exec.Cmd) (release func(), status int, err error
 			if errors.As(err, &pe) {
 				err = pe.Err
 			}
-			res <- result{code, fmt.Errorf("%s: %w", cmd.Args[0], err)}
+			fail(code, fmt.Errorf("%s: %v", cmd.Args[0], err))
 			return
 		}
-		res <- result{}
+		res <- result{ns: ns, nsf: nsf}
 		<-rel
 	})
 	r := <-res
 	if r.err != nil {
-		return nil, r.status, r.err
+		return nil, "", nil, r.status, r.err
 	}
-	return func() { close(rel) }, 0, nil
+	return func() { close(rel) }, r.ns, r.nsf, 0, nil
 }
 
 // onOtherThread runs f in a goroutine locked to a thread that is not the
