@@ -63,16 +63,23 @@ func TestExecAsNobodyHelper(t *testing.T) {
 
 // nobody's HOME is /nonexistent: exec used to fail making its loader cache
 // there ("mkdir /nonexistent: permission denied").
-func TestExecWorksForAUserWithoutAWritableHome(t *testing.T) {
+const nobody = 65534
+
+// nobodyFixture is a t4 overlay (its driver root) in base, a directory
+// others may enter: everything nobody reads must be under one, and
+// t.TempDir's are not.
+func nobodyFixture(t *testing.T) (base, driver string) {
+	t.Helper()
 	needRoot(t)
-	const nobody = 65534
-	// Everything nobody reads is under a directory others may enter;
-	// t.TempDir's are not.
 	base, err := os.MkdirTemp("", "nsexec-nobody-")
 	must(t, err)
 	t.Cleanup(func() { os.RemoveAll(base) })
 	must(t, os.Chmod(base, 0o755))
-	driver := fixture(t, base, "t4", 0)
+	return base, fixture(t, base, "t4", 0)
+}
+
+func TestExecWorksForAUserWithoutAWritableHome(t *testing.T) {
+	base, driver := nobodyFixture(t)
 	run := func(t *testing.T) (status int, stdout, stderr string) {
 		t.Helper()
 		tmp := filepath.Join(base, "tmp") // nobody's TMPDIR
@@ -145,13 +152,7 @@ func TestExecWorksForAUserWithoutAWritableHome(t *testing.T) {
 // to be laid out after the highest inherited descriptor, which the child
 // could not have ("fork/exec /proc/self/exe: bad file descriptor").
 func TestExecPassesADescriptorAboveTheOpenFileLimit(t *testing.T) {
-	needRoot(t)
-	const nobody = 65534
-	base, err := os.MkdirTemp("", "nsexec-fd-")
-	must(t, err)
-	t.Cleanup(func() { os.RemoveAll(base) })
-	must(t, os.Chmod(base, 0o755))
-	driver := fixture(t, base, "t4", 0)
+	base, driver := nobodyFixture(t)
 	for _, user := range []struct {
 		name string
 		cred *syscall.Credential
