@@ -20,8 +20,11 @@ import (
 
 // Options say what to render.
 type Options struct {
-	Profile  *profile.Profile // validated; GPUs already applied
-	NodeName string           // the node's name: its labels, its fabric host
+	Profile *profile.Profile // validated; GPUs already applied
+	// Node is Profile.Node(), from a caller that has it already (nvmock
+	// exec); nil: made here.
+	Node     *profile.Node
+	NodeName string // the node's name: its labels, its fabric host
 	// Seed makes the GPUs' identities; "": NodeName. nvmock hostprep
 	// gives snapshot.NodeSeed when the node has no name of its own, so
 	// that exec and the library agree with an install on the same host.
@@ -32,6 +35,10 @@ type Options struct {
 	// for renders without CAP_MKNOD (an unprivileged `nvmock exec`): the
 	// library only checks that a node exists.
 	PlainDevFiles bool
+	// BindAssets leaves the overlay's copies of the assets' programs and
+	// libraries empty, and names them in Overlay.Bound, for a caller that
+	// binds the assets over them: nvmock exec's namespace.
+	BindAssets bool
 	// NoPCI leaves the PCI tree (sysfs/) out, for renders that keep one of
 	// their own: nvmock exec caches it, as it depends only on the profile.
 	NoPCI bool
@@ -106,6 +113,7 @@ type Overlay struct {
 	GPUs     []snapshot.Identity // what each GPU is called on this node
 	DevNodes []DevNode           // the nodes under driver/dev
 	Snapshot []byte              // the compiled snapshot as written
+	Bound    []Bound             // with Options.BindAssets
 }
 
 // Driver is the driver root inside the overlay.
@@ -141,10 +149,10 @@ func Render(dir string, o Options) (*Overlay, error) {
 // inputs is everything an overlay derives from, read once.
 type inputs struct {
 	opt      Options
-	lib, smi []byte
+	lib, smi asset
 	hook     []byte
-	imex     []byte   // nil: no NVLink domain
-	mps      [][]byte // MPSBinaries; none: assets without them
+	imex     *asset  // nil: no NVLink domain
+	mps      []asset // MPSBinaries; none: assets without them
 	snap     []byte
 	ids      []snapshot.Identity
 	nodes    []DevNode
@@ -168,7 +176,8 @@ func gather(o Options) (*inputs, error) {
 	}
 	in := &inputs{opt: o}
 	var err error
-	if in.lib, in.smi, err = readAssets(o.Assets); err != nil {
+	read := assetReader(o.Assets, o.BindAssets)
+	if in.lib, in.smi, err = readAssets(o.Assets, read); err != nil {
 		return nil, err
 	}
 	seed := o.Seed
@@ -183,18 +192,20 @@ func gather(o Options) (*inputs, error) {
 			return nil, fmt.Errorf("render overlay: runtime hook: %w", err)
 		}
 	}
-	if in.imex, err = readIMEX(o.Assets, p); err != nil {
+	if in.imex, err = readIMEX(o.Assets, p, read); err != nil {
 		return nil, err
 	}
-	if in.mps, err = readMPS(o.Assets); err != nil {
+	if in.mps, err = readMPS(o.Assets, read); err != nil {
 		return nil, err
 	}
 	in.ids = snapshot.Identities(p, seed)
 	in.boards, _ = p.Boards() // validated above
 	in.nodes = DevNodes(p.GPUs, o.RealDeviceNumbers)
-	node, err := p.Node()
-	if err != nil {
-		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+	node := o.Node
+	if node == nil {
+		if node, err = p.Node(); err != nil {
+			return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+		}
 	}
 	var pci *[]pcisim.File
 	if !o.NoPCI {
@@ -202,7 +213,7 @@ func gather(o Options) (*inputs, error) {
 		pci = &in.pci
 	}
 	if node.IB != nil {
-		if in.ib, err = gatherIB(o, node, pci); err != nil {
+		if in.ib, err = gatherIB(o, node, pci, read); err != nil {
 			return nil, err
 		}
 	} else {
@@ -224,44 +235,57 @@ func gather(o Options) (*inputs, error) {
 // from it; the same one leaves the node's state alone.
 func (in *inputs) inputsHash() string {
 	o := in.opt
-	return Hash(renderFormat, in.snap, in.lib, in.smi, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec(), in.imex, mpsHash(in.mps))
+	var imex []byte
+	if in.imex != nil {
+		imex = in.imex.data
+	}
+	return Hash(renderFormat, in.snap, in.lib.data, in.smi.data, fmt.Sprint(o.RealDeviceNumbers, o.PlainDevFiles), pcisim.Hash(in.pci), in.hook, in.ib.hashed(), in.mig.spec(), imex, mpsHash(in.mps))
 }
 
 // readAssets reads the library (through its symlink chain) and nvidia-smi
 // from a built driver tree.
-func readAssets(assets string) (lib, smi []byte, err error) {
+func readAssets(assets string, read func(string) (asset, error)) (lib, smi asset, err error) {
 	if assets == "" {
-		return nil, nil, errors.New("render overlay: no assets directory (a built driver tree; run make build)")
+		return lib, smi, errors.New("render overlay: no assets directory (a built driver tree; run make build)")
 	}
 	so1 := filepath.Join(assets, "usr", "lib64", libName+".1")
 	file, err := filepath.EvalSymlinks(so1)
 	if err != nil {
-		return nil, nil, fmt.Errorf("assets %s: no %s (run make build, or pass --assets): %w", assets, so1, errors.Unwrap(err))
+		return lib, smi, fmt.Errorf("assets %s: no %s (run make build, or pass --assets): %w", assets, so1, errors.Unwrap(err))
 	}
-	if lib, err = os.ReadFile(file); err != nil {
-		return nil, nil, fmt.Errorf("assets %s: read library: %w", assets, err)
+	if lib, err = read(file); err != nil {
+		return lib, smi, fmt.Errorf("assets %s: read library: %w", assets, err)
 	}
 	smiPath := filepath.Join(assets, "usr", "bin", "nvidia-smi")
-	if smi, err = os.ReadFile(smiPath); err != nil {
-		return nil, nil, fmt.Errorf("assets %s: no usr/bin/nvidia-smi (run hack/package-driver.sh): %w", assets, errors.Unwrap(err))
+	if smi, err = read(smiPath); err != nil {
+		return lib, smi, fmt.Errorf("assets %s: no usr/bin/nvidia-smi (run hack/package-driver.sh): %w", assets, errors.Unwrap(err))
 	}
-	if err := checkRPath(smiPath, smi); err != nil {
-		return nil, nil, err
+	if err := checkRPath(smi); err != nil {
+		return lib, smi, err
 	}
 	return lib, smi, nil
 }
 
 // checkRPath refuses an ELF nvidia-smi that would not find the mock library
 // next to it: it would run against the built-in default, silently.
-func checkRPath(path string, data []byte) error {
-	f, err := elf.NewFile(bytes.NewReader(data))
+func checkRPath(smi asset) error {
+	var r io.ReaderAt = bytes.NewReader(smi.data)
+	if smi.bound { // only its headers are read
+		file, err := os.Open(smi.path)
+		if err != nil {
+			return fmt.Errorf("assets: %w", err)
+		}
+		defer file.Close()
+		r = file
+	}
+	f, err := elf.NewFile(r)
 	if err != nil {
 		return nil // not ELF (a wrapper script): it finds the library its own way
 	}
 	defer f.Close()
 	rp, _ := f.DynString(elf.DT_RPATH)
 	if len(rp) != 1 || rp[0] != SMIRPath {
-		return fmt.Errorf("assets: %s has RPATH %q, want %q; rebuild it with hack/package-driver.sh", path, strings.Join(rp, ":"), SMIRPath)
+		return fmt.Errorf("assets: %s has RPATH %q, want %q; rebuild it with hack/package-driver.sh", smi.path, strings.Join(rp, ":"), SMIRPath)
 	}
 	return nil
 }
@@ -271,6 +295,7 @@ type entry struct {
 	path  string // relative to the overlay dir
 	data  []byte
 	mode  os.FileMode
+	from  string   // an asset to bind here (Options.BindAssets): left empty
 	link  string   // symlink target
 	hard  string   // hard link target
 	node  *DevNode // device node
@@ -295,10 +320,10 @@ func (in *inputs) entries() []entry {
 	lib64 := filepath.Join("driver", "usr", "lib64")
 	versioned := libName + "." + p.Driver.Version
 	es := []entry{
-		{path: filepath.Join(lib64, versioned), data: in.lib, mode: 0o755},
+		in.lib.entry(filepath.Join(lib64, versioned)),
 		{path: filepath.Join(lib64, libName+".1"), link: versioned},
 		{path: filepath.Join(lib64, libName), link: libName + ".1"},
-		{path: filepath.Join("driver", "usr", "bin", "nvidia-smi"), data: in.smi, mode: 0o755},
+		in.smi.entry(filepath.Join("driver", "usr", "bin", "nvidia-smi")),
 		{path: filepath.Join("driver", "etc", "nvmock", "snapshot"), data: in.snap, mode: 0o644},
 		// A loader cache as a real driver root has, for tools that read it (nvidia-ctk).
 		{path: filepath.Join("driver", "etc", "ld.so.conf"), data: []byte("/usr/lib64\n"), mode: 0o644},
@@ -332,8 +357,8 @@ func (in *inputs) entries() []entry {
 			es = append(es, entry{path: filepath.Join("driver", "dev", ib.nodes[i].Name), node: &ib.nodes[i], plain: in.opt.PlainDevFiles, mode: 0o666})
 		}
 		es = append(es,
-			entry{path: UmadShimPath, data: ib.shim, mode: 0o755},
-			entry{path: ProviderPath, data: ib.provider, mode: 0o755},
+			ib.shim.entry(UmadShimPath),
+			ib.provider.entry(ProviderPath),
 			entry{path: FabricFile, data: ib.spec, mode: 0o644})
 	}
 	// The PCI tree, and what else hwloc reads, so that HWLOC_FSROOT=sysfs
@@ -368,8 +393,15 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 			return nil, fmt.Errorf("render overlay in %s: PCI tree: %w", dir, err)
 		}
 	}
-	if err := writeEntries(dir, in.entries()); err != nil {
+	es := in.entries()
+	if err := writeEntries(dir, es); err != nil {
 		return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
+	}
+	var bound []Bound
+	for _, e := range es {
+		if e.from != "" {
+			bound = append(bound, Bound{Path: e.path, Asset: e.from})
+		}
 	}
 	if in.opt.StateLink == "" {
 		if err := live.Create(filepath.Join(dir, StatePath), len(in.ids), StateSeed(in.opt.NodeName)); err != nil {
@@ -384,7 +416,7 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 			}
 		}
 	}
-	return &Overlay{Dir: dir, GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap}, nil
+	return &Overlay{Dir: dir, GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap, Bound: bound}, nil
 }
 
 // StateSeed seeds a node's reading noise from its name, so a node gives

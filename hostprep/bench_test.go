@@ -28,7 +28,7 @@ func BenchmarkRenderForExec(b *testing.B) {
 				out := filepath.Join(dir, strconv.Itoa(i))
 				if _, err := hostprep.Render(out, hostprep.Options{
 					Profile: p, NodeName: "bench", Assets: assets, SharedMIGProc: true, SharedMIGNodes: true,
-					SharedIBTables: true, NoPCI: true,
+					SharedIBTables: true, NoPCI: true, BindAssets: true,
 				}); err != nil {
 					b.Fatal(err)
 				}

@@ -3,7 +3,6 @@ package hostprep
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/nvmock/nvmock/profile"
@@ -28,27 +27,24 @@ func HasClique(p *profile.Profile) bool {
 
 // readIMEX reads nvidia-imex from the assets for a board with a clique;
 // nil for the others.
-func readIMEX(assets string, p *profile.Profile) ([]byte, error) {
+func readIMEX(assets string, p *profile.Profile, read func(string) (asset, error)) (*asset, error) {
 	if !HasClique(p) {
 		return nil, nil
 	}
-	data, err := os.ReadFile(filepath.Join(assets, IMEXPath))
+	a, err := read(filepath.Join(assets, IMEXPath))
 	if err != nil {
 		return nil, fmt.Errorf("assets %s: no %s, which %s's NVLink domain runs (run make build): %w", assets, IMEXPath, p.Name, errors.Unwrap(err))
 	}
-	return data, nil
+	return &a, nil
 }
 
 // imexEntries install nvidia-imex and nvidia-imex-ctl in the driver root,
 // where nvidia-ctk and the DRA driver find the driver's binaries. Two
 // copies, not links: CDI mounts each file by itself.
-func imexEntries(data []byte) []entry {
-	if data == nil {
+func imexEntries(a *asset) []entry {
+	if a == nil {
 		return nil
 	}
 	bin := filepath.Join("driver", IMEXPath)
-	return []entry{
-		{path: bin, data: data, mode: 0o755},
-		{path: filepath.Join(filepath.Dir(bin), "nvidia-imex-ctl"), data: data, mode: 0o755},
-	}
+	return []entry{a.entry(bin), a.entry(filepath.Join(filepath.Dir(bin), "nvidia-imex-ctl"))}
 }

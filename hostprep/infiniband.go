@@ -40,7 +40,7 @@ type fabricSpec struct {
 
 // ibInputs are an InfiniBand node's parts of the overlay.
 type ibInputs struct {
-	shim, provider []byte
+	shim, provider asset
 	spec           []byte // FabricFile
 	nodes          []DevNode
 	node           *profile.Node
@@ -50,7 +50,7 @@ type ibInputs struct {
 
 // gatherIB builds the node's fabric and reads the planes' libraries from
 // the assets; pci gets the HCAs' sysfs.
-func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, error) {
+func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File, read func(string) (asset, error)) (*ibInputs, error) {
 	p := o.Profile
 	host := o.FabricHost
 	if host == "" {
@@ -75,9 +75,9 @@ func gatherIB(o Options, node *profile.Node, pci *[]pcisim.File) (*ibInputs, err
 	in := &ibInputs{node: node, fab: f, faults: faults}
 	for _, a := range []struct {
 		rel string
-		out *[]byte
+		out *asset
 	}{{ibshim.UmadShim, &in.shim}, {ibshim.VerbsProvider + ibshim.ProviderSuffix, &in.provider}} {
-		if *a.out, err = os.ReadFile(filepath.Join(o.Assets, a.rel)); err != nil {
+		if *a.out, err = read(filepath.Join(o.Assets, a.rel)); err != nil {
 			return nil, fmt.Errorf("assets %s: no %s, which a node with InfiniBand needs (run make driver)", o.Assets, a.rel)
 		}
 	}
@@ -158,5 +158,5 @@ func (in *ibInputs) hashed() []byte {
 	if in == nil {
 		return nil
 	}
-	return append(append(append([]byte{}, in.shim...), in.provider...), in.spec...)
+	return append(append(append([]byte{}, in.shim.data...), in.provider.data...), in.spec...)
 }

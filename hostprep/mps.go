@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 )
 
@@ -17,17 +16,17 @@ var MPSBinaries = []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}
 
 // readMPS reads the MPS binaries from the assets' usr/bin: both, or neither
 // for assets without them (a driver tree built before they were added).
-func readMPS(assets string) ([][]byte, error) {
-	var out [][]byte
+func readMPS(assets string, read func(string) (asset, error)) ([]asset, error) {
+	var out []asset
 	for _, name := range MPSBinaries {
-		data, err := os.ReadFile(filepath.Join(assets, "usr", "bin", name))
+		a, err := read(filepath.Join(assets, "usr", "bin", name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("assets %s: %w", assets, err)
 		}
-		out = append(out, data)
+		out = append(out, a)
 	}
 	if len(out) != 0 && len(out) != len(MPSBinaries) {
 		return nil, fmt.Errorf("assets %s: usr/bin has one of %v without the other (run hack/package-driver.sh)", assets, MPSBinaries)
@@ -36,19 +35,19 @@ func readMPS(assets string) ([][]byte, error) {
 }
 
 // mpsEntries install the MPS binaries in the driver root's usr/bin.
-func mpsEntries(data [][]byte) []entry {
+func mpsEntries(as []asset) []entry {
 	var es []entry
-	for i, d := range data {
-		es = append(es, entry{path: filepath.Join("driver", "usr", "bin", MPSBinaries[i]), data: d, mode: 0o755})
+	for i, a := range as {
+		es = append(es, a.entry(filepath.Join("driver", "usr", "bin", MPSBinaries[i])))
 	}
 	return es
 }
 
 // mpsHash stands for the MPS binaries in an overlay's hash.
-func mpsHash(data [][]byte) string {
-	parts := make([]any, len(data))
-	for i, d := range data {
-		parts[i] = d
+func mpsHash(as []asset) string {
+	parts := make([]any, len(as))
+	for i, a := range as {
+		parts[i] = a.data
 	}
 	return Hash(parts...)
 }

@@ -177,9 +177,9 @@ func execRun(args []string) error {
 			fab = nil
 		}
 	}
-	render := func(dir string) (string, error) {
+	render := func(dir string) (string, []nsexec.Bind, error) {
 		ov, err := hostprep.Render(dir, hostprep.Options{
-			Profile: p, NodeName: seed, Assets: *assets, MIG: *mig,
+			Profile: p, Node: node, NodeName: seed, Assets: *assets, BindAssets: true, MIG: *mig,
 			SharedMIGProc: migCaps != "", SharedMIGNodes: migCaps != "" && migNodes,
 			// The fabric as the daemon has it: nvmock ctl ib rebuilds it.
 			FabricHost: nodeNameOr(ib.host), FabricSlot: ib.slot + 1, IBFaults: ib.faults, SharedIBTables: true, Fabric: fab,
@@ -189,12 +189,20 @@ func execRun(args []string) error {
 			NoPCI:             true,
 		})
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if daemon != nil { // nvmock ctl ib in the namespace changes these
 			daemon.FollowFaults(filepath.Join(hostprep.IBLiveDir(filepath.Join(ov.Dir, hostprep.StatePath)), hostprep.IBLiveFaults))
 		}
-		return filepath.Join(ov.Dir, "driver"), nil
+		var binds []nsexec.Bind
+		for _, b := range ov.Bound {
+			dst, err := filepath.Rel("driver", b.Path)
+			if err != nil || strings.HasPrefix(dst, "..") {
+				return "", nil, fmt.Errorf("overlay: %s is outside the driver root", b.Path)
+			}
+			binds = append(binds, nsexec.Bind{Src: b.Asset, Dst: dst})
+		}
+		return ov.Driver(), binds, nil
 	}
 	status, err := nsexec.RunRendered(render, nsexec.Options{
 		Args:    fs.Args(),

@@ -151,6 +151,13 @@ func setup(s spec) error {
 				return err
 			}
 		}
+		// The assets over their empty files, where nvidia-smi on PATH
+		// runs from too; the driver root's bind below carries them.
+		for _, b := range s.Binds {
+			if err := bind(b.Src, filepath.Join(s.Driver, b.Dst), true); err != nil {
+				return err
+			}
+		}
 		// The driver root at a fixed place, for the loader cache.
 		if err := os.MkdirAll(NamespaceDriver, 0o755); err != nil {
 			return err

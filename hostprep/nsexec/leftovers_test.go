@@ -43,7 +43,7 @@ func TestProcessesTheCommandLeftRunningEndWithIt(t *testing.T) {
 				Note: func(s string) { notes = append(notes, s) },
 			}
 			start := time.Now()
-			status, err := RunRendered(func(d string) (string, error) { return fixture(t, d, "t4", 0), nil }, o)
+			status, err := RunRendered(func(d string) (string, []Bind, error) { return fixture(t, d, "t4", 0), nil, nil }, o)
 			took := time.Since(start)
 			if status != 5 || err != nil {
 				t.Fatalf("status %d, %v; want the command's 5\n%s", status, err, errb.String())

@@ -52,7 +52,7 @@ func TestExecAsNobodyHelper(t *testing.T) {
 			os.Exit(2)
 		}
 	}
-	status, err := RunRendered(func(string) (string, error) { return h.Driver, nil }, Options{
+	status, err := RunRendered(func(string) (string, []Bind, error) { return h.Driver, nil, nil }, Options{
 		Args: h.Args, Self: []string{"/proc/self/exe", childArg}, Stdin: strings.NewReader(""),
 	})
 	if err != nil {

@@ -197,7 +197,7 @@ func runIn(t *testing.T, tmp, name string, gpus int, userns bool, args ...string
 		Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
 		TempDir: tmp, forceUserNS: userns,
 	}
-	status, err := RunRendered(func(dir string) (string, error) { return fixture(t, dir, name, gpus), nil }, o)
+	status, err := RunRendered(func(dir string) (string, []Bind, error) { return fixture(t, dir, name, gpus), nil, nil }, o)
 	left, _ := filepath.Glob(filepath.Join(tmp, "*"))
 	return result{status, err, out.String(), errb.String(), left}
 }
@@ -364,9 +364,9 @@ func TestASignalDuringTheSetupEndsTheRunBeforeTheCommand(t *testing.T) {
 				time.Sleep(300 * time.Millisecond) // into ldconfig's second
 				sigs <- syscall.SIGINT
 			}()
-			status, err := RunRendered(func(dir string) (string, error) {
+			status, err := RunRendered(func(dir string) (string, []Bind, error) {
 				defer close(rendered)
-				return fixture(t, dir, "t4", 0), nil
+				return fixture(t, dir, "t4", 0), nil, nil
 			}, o)
 			if status != 128+2 || out.String() != "" {
 				t.Errorf("status %d (%v), stdout %q, stderr %q; want 130 and no command run", status, err, out.String(), errb.String())
@@ -393,7 +393,7 @@ func TestSIGTERMReachesTheCommand(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		s, err := RunRendered(func(dir string) (string, error) { return fixture(t, dir, "t4", 0), nil }, o)
+		s, err := RunRendered(func(dir string) (string, []Bind, error) { return fixture(t, dir, "t4", 0), nil, nil }, o)
 		pw.Close()
 		done <- res{s, err}
 	}()

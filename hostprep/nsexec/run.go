@@ -34,6 +34,7 @@ const capSysAdmin = 21
 // Options say what to run and over which overlay.
 type Options struct {
 	Driver string   // rendered driver root: usr/lib64, usr/bin, dev, proc/driver/nvidia
+	Binds  []Bind   // files to show over the driver root's in the namespace
 	Sys    string   // rendered PCI tree (pcisim) to show at /sys; "": the host's
 	Work   string   // scratch directory (loader cache, mount staging); the caller removes it
 	Args   []string // the command and its arguments
@@ -59,6 +60,13 @@ type Options struct {
 	tmp         string // RunRendered's directory, for the guard to remove
 }
 
+// Bind is a file shown, read-only, over one of the driver root's
+// (hostprep.Bound: the assets' programs and libraries, not copied).
+type Bind struct {
+	Src string `json:"src"`
+	Dst string `json:"dst"` // relative to the driver root
+}
+
 // Forwarded are the signals passed on to the command.
 var Forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
@@ -82,10 +90,10 @@ func fromTerminal(sig os.Signal, hadTTY bool) bool {
 }
 
 // RunRendered makes a private temporary directory, has render write an
-// overlay into dir (absent) and return its driver root, runs o.Args over it
-// as Run does, and removes the directory afterwards, also when a signal
-// ended the command.
-func RunRendered(render func(dir string) (driver string, err error), o Options) (int, error) {
+// overlay into dir (absent) and return its driver root and the files to
+// bind over it, runs o.Args over it as Run does, and removes the directory
+// afterwards, also when a signal ended the command.
+func RunRendered(render func(dir string) (driver string, binds []Bind, err error), o Options) (int, error) {
 	parent := o.TempDir
 	if parent == "" {
 		parent = TempDir()
@@ -110,7 +118,7 @@ func RunRendered(render func(dir string) (driver string, err error), o Options) 
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return StatusSetup, fmt.Errorf("make temp dir: %w", err)
 	}
-	o.Driver, err = render(filepath.Join(tmp, "overlay"))
+	o.Driver, o.Binds, err = render(filepath.Join(tmp, "overlay"))
 	if err != nil {
 		return StatusSetup, err
 	}
@@ -126,6 +134,7 @@ func RunRendered(render func(dir string) (driver string, err error), o Options) 
 // spec is what the parent hands the child on its command line.
 type spec struct {
 	Driver    string    `json:"driver"`
+	Binds     []Bind    `json:"binds,omitempty"`
 	Work      string    `json:"work"`
 	Cache     string    `json:"cache"`     // the loader cache to show, made on first use
 	CacheConf string    `json:"cacheConf"` // ldconfig's configuration to make it from
@@ -180,7 +189,7 @@ func Run(o Options) (int, error) {
 
 	userns := os.Geteuid() != 0 || o.forceUserNS
 	if !userns {
-		plan.Driver, plan.Work, plan.Sys, plan.MIG = o.Driver, o.Work, o.Sys, o.MIG
+		plan.Driver, plan.Binds, plan.Work, plan.Sys, plan.MIG = o.Driver, o.Binds, o.Work, o.Sys, o.MIG
 		status, err := start(o, plan, env)
 		// Root without CAP_SYS_ADMIN (an unprivileged container) may still
 		// own a user namespace.
@@ -189,7 +198,7 @@ func Run(o Options) (int, error) {
 		}
 		userns = true
 	}
-	plan.Driver, plan.Work, plan.Sys, plan.MIG, plan.UserNS = o.Driver, o.Work, o.Sys, o.MIG, true
+	plan.Driver, plan.Binds, plan.Work, plan.Sys, plan.MIG, plan.UserNS = o.Driver, o.Binds, o.Work, o.Sys, o.MIG, true
 	status, err := start(o, plan, env)
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EACCES) {
 		return StatusSetup, fmt.Errorf("cannot create a private mount namespace: run as root, or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1, kernel.apparmor_restrict_unprivileged_userns=0): %w", err)

@@ -1,0 +1,86 @@
+package hostprep_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/internal/testenv"
+)
+
+// With BindAssets the overlay names each of the assets' programs and
+// libraries it would hold, leaves the file empty for the caller to bind
+// over, and holds the same copies otherwise.
+func TestBoundAssetsAreEmptyAndNamed(t *testing.T) {
+	assets := testenv.FakeDriverAssets(t)
+	lib, smi := filepath.Join(assets, "usr/lib64/libnvidia-ml.so.535.261.03"), filepath.Join(assets, "usr/bin/nvidia-smi")
+	umad, provider := filepath.Join(assets, "usr/lib64/nvmock/libnvmock-umad.so"), filepath.Join(assets, "usr/lib64/libibverbs/libnvmock-rdmav34.so")
+	imex := filepath.Join(assets, "usr/bin/nvidia-imex")
+	ib := []hostprep.Bound{{Path: hostprep.UmadShimPath, Asset: umad}, {Path: hostprep.ProviderPath, Asset: provider}}
+	for _, tc := range []struct {
+		profile string
+		more    []hostprep.Bound // beside the library and nvidia-smi
+	}{
+		{"t4", nil},
+		{"h100", ib},
+		{"gb200", append(ib, hostprep.Bound{Path: "driver/usr/bin/nvidia-imex", Asset: imex}, hostprep.Bound{Path: "driver/usr/bin/nvidia-imex-ctl", Asset: imex})},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			p := testenv.Profile(t, tc.profile, 1)
+			want := append([]hostprep.Bound{{Path: "driver/usr/lib64/libnvidia-ml.so." + p.Driver.Version, Asset: lib}, {Path: "driver/usr/bin/nvidia-smi", Asset: smi}}, tc.more...)
+			o := hostprep.Options{Profile: p, NodeName: node, Assets: assets, PlainDevFiles: true, NoPCI: true}
+			copied, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), o)
+			must(t, err)
+			o.BindAssets = true
+			bound, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), o)
+			must(t, err)
+			if copied.Bound != nil {
+				t.Errorf("without BindAssets: bound %v", copied.Bound)
+			}
+			sortBound := func(bs []hostprep.Bound) {
+				slices.SortFunc(bs, func(a, b hostprep.Bound) int { return strings.Compare(a.Path, b.Path) })
+			}
+			sortBound(bound.Bound)
+			sortBound(want)
+			if !slices.Equal(bound.Bound, want) {
+				t.Fatalf("bound %v\nwant  %v", bound.Bound, want)
+			}
+			for _, b := range bound.Bound {
+				want, err := os.ReadFile(b.Asset)
+				must(t, err)
+				if got, err := os.ReadFile(filepath.Join(copied.Dir, b.Path)); err != nil || string(got) != string(want) {
+					t.Errorf("%s copied: %q (%v), want the asset's %q", b.Path, got, err, want)
+				}
+				fi, err := os.Stat(filepath.Join(bound.Dir, b.Path))
+				if err != nil || fi.Size() != 0 || fi.Mode().Perm() != 0o755 {
+					t.Errorf("%s left for the bind: %v, %v; want an empty file of mode 0755", b.Path, fi, err)
+				}
+			}
+		})
+	}
+}
+
+// Assets on a noexec mount are copied all the same: bound, nvidia-smi
+// would keep the flag and not run.
+func TestAssetsOnANoexecMountAreCopied(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	must(t, syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOEXEC, "size=4m"))
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	assets := filepath.Join(dir, "assets")
+	must(t, os.CopyFS(assets, os.DirFS(testenv.FakeDriverAssets(t))))
+	ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
+		Profile: testenv.Profile(t, "t4", 1), NodeName: node, Assets: assets, PlainDevFiles: true, NoPCI: true, BindAssets: true,
+	})
+	must(t, err)
+	if ov.Bound != nil {
+		t.Errorf("bound %v from a noexec mount", ov.Bound)
+	}
+	if b, err := os.ReadFile(filepath.Join(ov.Driver(), "usr/bin/nvidia-smi")); err != nil || len(b) == 0 {
+		t.Errorf("nvidia-smi not copied: %q, %v", b, err)
+	}
+}
