@@ -112,8 +112,9 @@ IMAGE ?= ghcr.io/nvmock/nvmock:$(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/
 image: driver ## the nvmock image as an OCI archive, build/nvmock-image.tar (no Docker; the Dockerfile builds the same)
 	hack/image.sh $(BUILD) $(IMAGE)
 
-generate: ## regenerate code from go-nvml's nvml.h and the snapshot schema
+generate: ## regenerate code from go-nvml's nvml.h, the snapshot schema and the built-in profiles
 	$(GO) run ./libnvml/gen/nvmlgen -header $(NVML_H_DIR)/nvml.h -out libnvml
+	$(GO) test -count=1 -run '^TestGeneratedBuiltins$$' ./profile/ -update
 
 TEST_ENV = NVMOCK_BUILD=$(BUILD) NVMOCK_CACHE=$(CACHE) NVML_H_DIR=$(NVML_H_DIR)
 
@@ -150,7 +151,7 @@ lint: ## gofmt, go vet, C warnings as errors, generate-diff check
 	$(GO) vet -tags e2e ./e2e/
 	$(GO) vet -tags k8s ./e2e/k8s/
 	$(MAKE) -B lib
-	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/
+	$(GO) test -count=1 -run 'TestGenerated' ./libnvml/gen/ ./profile/
 
 demo: deps driver image ## the real nvidia-smi on mock GPUs: 8 A100s, an H100 node through nvmock exec, then (as root) in a real container
 	hack/demo.sh $(BUILD) $(NVIDIA_SMI)

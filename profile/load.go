@@ -41,7 +41,24 @@ func Builtin(name string) (*Profile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no built-in profile %q; choose one of %s", name, strings.Join(Builtins(), ", "))
 	}
-	return parseBuiltin("builtin/"+name+".yaml", data)
+	file := "builtin/" + name + ".yaml"
+	if j, ok := builtinJSON[name]; ok {
+		return decodeBuiltin(file, data, j)
+	}
+	return parseBuiltin(file, data)
+}
+
+// decodeBuiltin decodes a built-in profile from its JSON (builtin_gen.go,
+// TestGeneratedBuiltins): converting the YAML was most of a fresh
+// process's profile loading (7-9 ms of a100's, against 1.5 ms).
+func decodeBuiltin(file string, data []byte, j string) (*Profile, error) {
+	var p Profile
+	d := json.NewDecoder(strings.NewReader(j))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&p); err != nil {
+		return nil, fmt.Errorf("profile %s: generated JSON: %w (run make generate)", file, err)
+	}
+	return finishBuiltin(file, data, &p)
 }
 
 // parseBuiltin decodes a built-in profile straight into a Profile. Parse's
@@ -54,11 +71,16 @@ func parseBuiltin(file string, data []byte) (*Profile, error) {
 	if err := yaml.UnmarshalStrict(data, &p); err != nil {
 		return nil, fmt.Errorf("profile %s: %s", file, DecodeMessage(err))
 	}
+	return finishBuiltin(file, data, &p)
+}
+
+// finishBuiltin completes a decoded built-in profile and checks it.
+func finishBuiltin(file string, data []byte, p *Profile) (*Profile, error) {
 	p.Driver.resolve()
 	if errs := p.Validate(); len(errs) > 0 {
 		return nil, located(file, data, errs)
 	}
-	return &p, nil
+	return p, nil
 }
 
 // Load reads a profile by built-in name or from a YAML file. A bare name

@@ -35,13 +35,52 @@ func TestBuiltinsDecodeAsParseDoes(t *testing.T) {
 			t.Errorf("%s: Parse: %v", name, err)
 			continue
 		}
+		yamlPath, err := parseBuiltin(name+".yaml", data)
+		if err != nil {
+			t.Errorf("%s: parseBuiltin: %v", name, err)
+			continue
+		}
+		if !reflect.DeepEqual(yamlPath, want) {
+			t.Errorf("%s: parseBuiltin and Parse disagree:\n%+v\n%+v", name, yamlPath, want)
+		}
 		got, err := Builtin(name)
 		if err != nil {
 			t.Errorf("%s: Builtin: %v", name, err)
 			continue
 		}
+		// From the generated JSON an empty list (devices: []) comes back
+		// as none, which every use takes alike.
+		emptyToNil(reflect.ValueOf(want))
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: Builtin and Parse disagree:\n%+v\n%+v", name, got, want)
+		}
+	}
+}
+
+// emptyToNil sets the empty slices reachable from v to nil.
+func emptyToNil(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			emptyToNil(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			emptyToNil(v.Field(i))
+		}
+	case reflect.Slice:
+		if v.Len() == 0 && !v.IsNil() && v.CanSet() {
+			v.SetZero()
+		}
+		for i := range v.Len() {
+			emptyToNil(v.Index(i))
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(v.MapIndex(k))
+			emptyToNil(e)
+			v.SetMapIndex(k, e)
 		}
 	}
 }
