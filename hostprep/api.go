@@ -176,7 +176,7 @@ func gather(o Options) (*inputs, error) {
 	}
 	in := &inputs{opt: o}
 	var err error
-	read := assetReader(o.Assets, o.BindAssets)
+	read := assetReader(o.BindAssets)
 	if in.lib, in.smi, err = readAssets(o.Assets, read); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/nvmock/nvmock/hostprep"
@@ -64,23 +63,42 @@ func TestBoundAssetsAreEmptyAndNamed(t *testing.T) {
 	}
 }
 
-// Assets on a noexec mount are copied all the same: bound, nvidia-smi
-// would keep the flag and not run.
-func TestAssetsOnANoexecMountAreCopied(t *testing.T) {
-	needRoot(t)
-	dir := t.TempDir()
-	must(t, syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOEXEC, "size=4m"))
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	assets := filepath.Join(dir, "assets")
-	must(t, os.CopyFS(assets, os.DirFS(testenv.FakeDriverAssets(t))))
-	ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
-		Profile: testenv.Profile(t, "t4", 1), NodeName: node, Assets: assets, PlainDevFiles: true, NoPCI: true, BindAssets: true,
-	})
-	must(t, err)
-	if ov.Bound != nil {
-		t.Errorf("bound %v from a noexec mount", ov.Bound)
+// An asset bound keeps its own mode, where its copy has 0755: one that not
+// everyone may read and run is copied (review: a 0644 nvidia-smi was not
+// found, and a library only root could read failed in the command, not in
+// exec).
+func TestAssetsNotEveryoneMayRunAreCopied(t *testing.T) {
+	for _, mode := range []os.FileMode{0o644, 0o750, 0o711} {
+		t.Run(mode.String(), func(t *testing.T) {
+			assets := testenv.FakeDriverAssets(t)
+			smi := filepath.Join(assets, "usr/bin/nvidia-smi")
+			must(t, os.Chmod(smi, mode))
+			ov, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), hostprep.Options{
+				Profile: testenv.Profile(t, "t4", 1), NodeName: node, Assets: assets, PlainDevFiles: true, NoPCI: true, BindAssets: true,
+			})
+			must(t, err)
+			want := []hostprep.Bound{{Path: "driver/usr/lib64/libnvidia-ml.so." + testenv.Profile(t, "t4", 1).Driver.Version, Asset: filepath.Join(assets, "usr/lib64/libnvidia-ml.so.535.261.03")}}
+			if !slices.Equal(ov.Bound, want) {
+				t.Errorf("bound %v, want the library alone", ov.Bound)
+			}
+			fi, err := os.Stat(filepath.Join(ov.Driver(), "usr/bin/nvidia-smi"))
+			if err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o755 {
+				t.Errorf("nvidia-smi not copied with mode 0755: %v, %v", fi, err)
+			}
+		})
 	}
-	if b, err := os.ReadFile(filepath.Join(ov.Driver(), "usr/bin/nvidia-smi")); err != nil || len(b) == 0 {
-		t.Errorf("nvidia-smi not copied: %q, %v", b, err)
+}
+
+// An install copies the assets: its overlay outlives any namespace that
+// could bind them, and its hash stands for their bytes.
+func TestAnInstallRefusesToBindAssets(t *testing.T) {
+	s := newSite(t)
+	o := s.options(testenv.Profile(t, "t4", 1), testenv.FakeDriverAssets(t))
+	o.Render.BindAssets = true
+	if _, err := hostprep.Install(o); err == nil || !strings.Contains(err.Error(), "an install copies the assets") {
+		t.Errorf("install with BindAssets: %v", err)
+	}
+	if _, err := os.Stat(s.root); err == nil {
+		t.Errorf("install with BindAssets made %s", s.root)
 	}
 }

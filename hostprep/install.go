@@ -102,6 +102,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if err := checkMajors(o.ProcRoot); err != nil {
 		return nil, err
 	}
+	if o.Render.BindAssets { // the overlay would hold empty files, and its hash miss the assets
+		return nil, errors.New("hostprep install: BindAssets is for a namespace that binds them; an install copies the assets")
+	}
 	// Overlays come and go; the live state stays in the root.
 	o.Render.StateLink = filepath.Join(root, StateFile)
 	in, err := gather(o.Render)
