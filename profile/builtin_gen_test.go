@@ -93,8 +93,10 @@ func TestABuiltinEditedSinceGenerationIsReadFromItsYAML(t *testing.T) {
 	} {
 		builtinJSON["t4"] = generated{yamlSum: tc.sum, json: more}
 		p, err := Builtin("t4")
-		if err != nil || p.GPUs != tc.gpus {
-			t.Errorf("%s: %d GPUs (%v), want %d", tc.name, p.GPUs, err, tc.gpus)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		} else if p.GPUs != tc.gpus {
+			t.Errorf("%s: %d GPUs, want %d", tc.name, p.GPUs, tc.gpus)
 		}
 	}
 }
