@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nvmock/nvmock/hostprep/nsexec"
 	"github.com/nvmock/nvmock/ibshim/fabric"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/live"
@@ -113,7 +114,9 @@ type Overlay struct {
 	GPUs     []snapshot.Identity // what each GPU is called on this node
 	DevNodes []DevNode           // the nodes under driver/dev
 	Snapshot []byte              // the compiled snapshot as written
-	Bound    []Bound             // with Options.BindAssets
+	// Bound are the assets left empty in the driver root with
+	// Options.BindAssets, for nsexec to bind over them.
+	Bound []nsexec.Bind
 }
 
 // Driver is the driver root inside the overlay.
@@ -397,11 +400,16 @@ func (in *inputs) render(dir string) (*Overlay, error) {
 	if err := writeEntries(dir, es); err != nil {
 		return nil, fmt.Errorf("render overlay in %s: %w", dir, err)
 	}
-	var bound []Bound
+	var bound []nsexec.Bind
 	for _, e := range es {
-		if e.from != "" {
-			bound = append(bound, Bound{Path: e.path, Asset: e.from})
+		if e.from == "" {
+			continue
 		}
+		dst, err := filepath.Rel("driver", e.path)
+		if err != nil || !filepath.IsLocal(dst) { // only the driver root's are assets
+			return nil, fmt.Errorf("render overlay in %s: %s is outside the driver root", dir, e.path)
+		}
+		bound = append(bound, nsexec.Bind{Src: e.from, Dst: dst})
 	}
 	if in.opt.StateLink == "" {
 		if err := live.Create(filepath.Join(dir, StatePath), len(in.ids), StateSeed(in.opt.NodeName)); err != nil {

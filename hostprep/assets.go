@@ -28,13 +28,6 @@ func (a asset) entry(path string) entry {
 	return e
 }
 
-// Bound is an asset left empty in the overlay (Options.BindAssets), for the
-// caller to bind over it.
-type Bound struct {
-	Path  string // relative to Overlay.Dir
-	Asset string
-}
-
 // assetReader reads the files of the assets, or, with bind, only checks
 // them: nvmock exec binds them, and copying about 1.3 MB into every run's
 // overlay was a sixth of its time.

@@ -70,7 +70,7 @@ func noexecAssets(t *testing.T) {
 		must(t, os.Remove(smi))
 		must(t, os.Symlink(target, smi))
 		ov := render(t, assets)
-		if len(ov.Bound) != 1 || filepath.Base(ov.Bound[0].Path) == "nvidia-smi" {
+		if len(ov.Bound) != 1 || filepath.Base(ov.Bound[0].Dst) == "nvidia-smi" {
 			t.Errorf("bound %v; want the library alone", ov.Bound)
 		}
 		copied(t, ov, "usr/bin/nvidia-smi")

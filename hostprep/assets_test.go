@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvmock/nvmock/hostprep"
+	"github.com/nvmock/nvmock/hostprep/nsexec"
 	"github.com/nvmock/nvmock/internal/testenv"
 )
 
@@ -19,18 +20,19 @@ func TestBoundAssetsAreEmptyAndNamed(t *testing.T) {
 	lib, smi := filepath.Join(assets, "usr/lib64/libnvidia-ml.so.535.261.03"), filepath.Join(assets, "usr/bin/nvidia-smi")
 	umad, provider := filepath.Join(assets, "usr/lib64/nvmock/libnvmock-umad.so"), filepath.Join(assets, "usr/lib64/libibverbs/libnvmock-rdmav34.so")
 	imex := filepath.Join(assets, "usr/bin/nvidia-imex")
-	ib := []hostprep.Bound{{Path: hostprep.UmadShimPath, Asset: umad}, {Path: hostprep.ProviderPath, Asset: provider}}
+	inDriver := func(p string) string { return strings.TrimPrefix(p, "driver/") }
+	ib := []nsexec.Bind{{Dst: inDriver(hostprep.UmadShimPath), Src: umad}, {Dst: inDriver(hostprep.ProviderPath), Src: provider}}
 	for _, tc := range []struct {
 		profile string
-		more    []hostprep.Bound // beside the library and nvidia-smi
+		more    []nsexec.Bind // beside the library and nvidia-smi
 	}{
 		{"t4", nil},
 		{"h100", ib},
-		{"gb200", append(ib, hostprep.Bound{Path: "driver/usr/bin/nvidia-imex", Asset: imex}, hostprep.Bound{Path: "driver/usr/bin/nvidia-imex-ctl", Asset: imex})},
+		{"gb200", append(ib, nsexec.Bind{Dst: "usr/bin/nvidia-imex", Src: imex}, nsexec.Bind{Dst: "usr/bin/nvidia-imex-ctl", Src: imex})},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			p := testenv.Profile(t, tc.profile, 1)
-			want := append([]hostprep.Bound{{Path: "driver/usr/lib64/libnvidia-ml.so." + p.Driver.Version, Asset: lib}, {Path: "driver/usr/bin/nvidia-smi", Asset: smi}}, tc.more...)
+			want := append([]nsexec.Bind{{Dst: "usr/lib64/libnvidia-ml.so." + p.Driver.Version, Src: lib}, {Dst: "usr/bin/nvidia-smi", Src: smi}}, tc.more...)
 			o := hostprep.Options{Profile: p, NodeName: node, Assets: assets, PlainDevFiles: true, NoPCI: true}
 			copied, err := hostprep.Render(filepath.Join(t.TempDir(), "ov"), o)
 			must(t, err)
@@ -40,8 +42,8 @@ func TestBoundAssetsAreEmptyAndNamed(t *testing.T) {
 			if copied.Bound != nil {
 				t.Errorf("without BindAssets: bound %v", copied.Bound)
 			}
-			sortBound := func(bs []hostprep.Bound) {
-				slices.SortFunc(bs, func(a, b hostprep.Bound) int { return strings.Compare(a.Path, b.Path) })
+			sortBound := func(bs []nsexec.Bind) {
+				slices.SortFunc(bs, func(a, b nsexec.Bind) int { return strings.Compare(a.Dst, b.Dst) })
 			}
 			sortBound(bound.Bound)
 			sortBound(want)
@@ -49,14 +51,14 @@ func TestBoundAssetsAreEmptyAndNamed(t *testing.T) {
 				t.Fatalf("bound %v\nwant  %v", bound.Bound, want)
 			}
 			for _, b := range bound.Bound {
-				want, err := os.ReadFile(b.Asset)
+				want, err := os.ReadFile(b.Src)
 				must(t, err)
-				if got, err := os.ReadFile(filepath.Join(copied.Dir, b.Path)); err != nil || string(got) != string(want) {
-					t.Errorf("%s copied: %q (%v), want the asset's %q", b.Path, got, err, want)
+				if got, err := os.ReadFile(filepath.Join(copied.Driver(), b.Dst)); err != nil || string(got) != string(want) {
+					t.Errorf("%s copied: %q (%v), want the asset's %q", b.Dst, got, err, want)
 				}
-				fi, err := os.Stat(filepath.Join(bound.Dir, b.Path))
+				fi, err := os.Stat(filepath.Join(bound.Driver(), b.Dst))
 				if err != nil || fi.Size() != 0 || fi.Mode().Perm() != 0o755 {
-					t.Errorf("%s left for the bind: %v, %v; want an empty file of mode 0755", b.Path, fi, err)
+					t.Errorf("%s left for the bind: %v, %v; want an empty file of mode 0755", b.Dst, fi, err)
 				}
 			}
 		})
@@ -77,7 +79,7 @@ func TestAssetsNotEveryoneMayRunAreCopied(t *testing.T) {
 				Profile: testenv.Profile(t, "t4", 1), NodeName: node, Assets: assets, PlainDevFiles: true, NoPCI: true, BindAssets: true,
 			})
 			must(t, err)
-			want := []hostprep.Bound{{Path: "driver/usr/lib64/libnvidia-ml.so." + testenv.Profile(t, "t4", 1).Driver.Version, Asset: filepath.Join(assets, "usr/lib64/libnvidia-ml.so.535.261.03")}}
+			want := []nsexec.Bind{{Dst: "usr/lib64/libnvidia-ml.so." + testenv.Profile(t, "t4", 1).Driver.Version, Src: filepath.Join(assets, "usr/lib64/libnvidia-ml.so.535.261.03")}}
 			if !slices.Equal(ov.Bound, want) {
 				t.Errorf("bound %v, want the library alone", ov.Bound)
 			}

@@ -194,15 +194,7 @@ func execRun(args []string) error {
 		if daemon != nil { // nvmock ctl ib in the namespace changes these
 			daemon.FollowFaults(filepath.Join(hostprep.IBLiveDir(filepath.Join(ov.Dir, hostprep.StatePath)), hostprep.IBLiveFaults))
 		}
-		var binds []nsexec.Bind
-		for _, b := range ov.Bound {
-			dst, err := filepath.Rel("driver", b.Path)
-			if err != nil || strings.HasPrefix(dst, "..") {
-				return "", nil, fmt.Errorf("overlay: %s is outside the driver root", b.Path)
-			}
-			binds = append(binds, nsexec.Bind{Src: b.Asset, Dst: dst})
-		}
-		return ov.Driver(), binds, nil
+		return ov.Driver(), ov.Bound, nil
 	}
 	status, err := nsexec.RunRendered(render, nsexec.Options{
 		Args:    fs.Args(),

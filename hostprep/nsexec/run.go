@@ -61,7 +61,8 @@ type Options struct {
 }
 
 // Bind is a file shown, read-only, over one of the driver root's
-// (hostprep.Bound: the assets' programs and libraries, not copied).
+// (hostprep's Overlay.Bound: the assets' programs and libraries, not
+// copied).
 type Bind struct {
 	Src string `json:"src"`
 	Dst string `json:"dst"` // relative to the driver root
