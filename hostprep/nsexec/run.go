@@ -188,18 +188,16 @@ func Run(o Options) (int, error) {
 		}
 	}
 
-	userns := os.Geteuid() != 0 || o.forceUserNS
-	if !userns {
-		plan.Driver, plan.Binds, plan.Work, plan.Sys, plan.MIG = o.Driver, o.Binds, o.Work, o.Sys, o.MIG
+	plan.Driver, plan.Binds, plan.Work, plan.Sys, plan.MIG = o.Driver, o.Binds, o.Work, o.Sys, o.MIG
+	if os.Geteuid() == 0 && !o.forceUserNS {
 		status, err := start(o, plan, env)
 		// Root without CAP_SYS_ADMIN (an unprivileged container) may still
 		// own a user namespace.
 		if !errors.Is(err, syscall.EPERM) {
 			return status, err
 		}
-		userns = true
 	}
-	plan.Driver, plan.Binds, plan.Work, plan.Sys, plan.MIG, plan.UserNS = o.Driver, o.Binds, o.Work, o.Sys, o.MIG, true
+	plan.UserNS = true
 	status, err := start(o, plan, env)
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EACCES) {
 		return StatusSetup, fmt.Errorf("cannot create a private mount namespace: run as root, or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1, kernel.apparmor_restrict_unprivileged_userns=0): %w", err)
