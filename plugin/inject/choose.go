@@ -123,7 +123,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		return false, all, fromSpec, ""
 	}
 
-	if list := MountedList(ctr.Mounts); list != "" {
+	if list := MountedList(ctr.NullMounts); list != "" {
 		switch special(list) {
 		case "all":
 			setAll(sel)
@@ -187,10 +187,9 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 func gpuKind(kind string) bool { return kind == CDIKindMock || kind == CDIKindNVIDIA }
 
 // MountedList reads a device plugin's volume-mounts list as NVIDIA's
-// runtime does: each mount under DeviceListRoot names one device (a CDI
-// name of a GPU kind under cdi/); "" for none, void among them, or names
-// only of other kinds. Only destinations reach the plugin: the runtime
-// also checks the source is /dev/null.
+// runtime does: each mount of /dev/null under DeviceListRoot (mounts, their
+// destinations) names one device (a CDI name of a GPU kind under cdi/); ""
+// for none, void among them, or names only of other kinds.
 func MountedList(mounts []string) string {
 	var names []string
 	for _, m := range mounts {

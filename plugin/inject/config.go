@@ -3,6 +3,7 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -23,6 +24,12 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("library paths: empty; leave unset for the defaults"))
 	}
 	for i, p := range c.LibraryPaths {
+		// NRI refuses an adjustment with two mounts at one place: every
+		// GPU container would fail.
+		if j := slices.Index(c.LibraryPaths[:i], p); j >= 0 {
+			errs = append(errs, fmt.Errorf("library paths[%d]: %q repeats library paths[%d]", i, p, j))
+			continue
+		}
 		if !strings.HasPrefix(p, "/") || !strings.HasSuffix(p, "/libnvidia-ml.so.1") || strings.Contains(p, "/../") || strings.Contains(p, "/./") || strings.Contains(p, "//") {
 			errs = append(errs, fmt.Errorf("library paths[%d]: %q is not a clean absolute path ending in /libnvidia-ml.so.1", i, p))
 			continue

@@ -50,6 +50,14 @@ func withMounts(c Container, dsts ...string) Container {
 	return c
 }
 
+// withNullMounts mounts /dev/null at each of dsts, as a device plugin's
+// volume-mounts list does.
+func withNullMounts(c Container, dsts ...string) Container {
+	c = withMounts(c, dsts...)
+	c.NullMounts = append(slices.Clone(c.NullMounts), dsts...)
+	return c
+}
+
 func pod(ns string, ann ...string) Pod {
 	p := Pod{Namespace: ns, Name: "train", Annotations: map[string]string{}}
 	for i := 0; i+1 < len(ann); i += 2 {
@@ -163,7 +171,7 @@ func checkInvariants(t *testing.T, node NodeState, a Adjustment, ok bool) {
 		t.Errorf("ok = %v but Empty() = %v", ok, a.Empty())
 	}
 	for _, e := range a.Env {
-		shim := e.Key == "LD_PRELOAD" && node.IB != nil && strings.SplitN(e.Value, ":", 2)[0] == ibShimPath
+		shim := e.Key == "LD_PRELOAD" && node.IB != nil && slices.Contains(strings.FieldsFunc(e.Value, func(r rune) bool { return r == ':' || r == ' ' }), ibShimPath)
 		if strings.HasPrefix(e.Key, "LD_") && !shim {
 			t.Errorf("sets %s: a musl or static image could break", e.Key)
 		}
@@ -387,19 +395,23 @@ func TestDecideWhichGPUs(t *testing.T) {
 
 		// A device plugin's volume-mounts list, as NVIDIA's runtime reads it.
 		{name: "mounts under the device list directory name the GPUs",
-			cfg: testConfig, node: n8, pod: gpus("all"), ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
-				DeviceListRoot+"/"+uuid(3), DeviceListRoot+"/1", "/data"), want: gave(n8, 1, 3), ok: true},
+			cfg: testConfig, node: n8, pod: gpus("all"), ctr: withMounts(withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
+				DeviceListRoot+"/"+uuid(3), DeviceListRoot+"/1"), "/data"), want: gave(n8, 1, 3), ok: true},
 		{name: "CDI names in the device list, in both forms",
-			cfg: testConfig, node: n8, pod: ml, ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
+			cfg: testConfig, node: n8, pod: ml, ctr: withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
 				DeviceListRoot+"/cdi/nvidia.com/gpu/2", DeviceListRoot+"/cdi/nvidia.com/gpu=5", DeviceListRoot+"/imex/channel0"), want: gave(n8, 2, 5), ok: true},
 		{name: "void in the device list falls back to the variable",
-			cfg: testConfig, node: n8, pod: ml, ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=4"), DeviceListRoot+"/void", DeviceListRoot+"/1"),
+			cfg: testConfig, node: n8, pod: ml, ctr: withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=4"), DeviceListRoot+"/void", DeviceListRoot+"/1"),
 			want: gave(n8, 4), ok: true},
+		// Review: NVIDIA's runtime reads only mounts of /dev/null as the list.
+		{name: "a file mounted under the device list directory names no device",
+			cfg: testConfig, node: n8, pod: ml, ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1"), DeviceListRoot+"/config.yaml"),
+			want: gave(n8, 1), ok: true},
 		{name: "the device list directory with nothing mounted under it is refused",
 			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
 			err: e(`env NVIDIA_VISIBLE_DEVICES="/var/run/nvidia-container-devices" names the volume-mounts device list, but no device is mounted under it`)},
 		{name: "a device list naming a GPU the node lacks is refused",
-			cfg: testConfig, node: n8, pod: ml, ctr: withMounts(ctr, DeviceListRoot+"/9"),
+			cfg: testConfig, node: n8, pod: ml, ctr: withNullMounts(ctr, DeviceListRoot+"/9"),
 			err: e(`mounts under /var/run/nvidia-container-devices name "9": names index "9"; the node has GPUs 0-7`)},
 
 		// (a) CDI devices and device nodes already in the spec
@@ -726,6 +738,9 @@ func TestConfigValidate(t *testing.T) {
 				"library paths[2]", "extensions[0]: needs a name and an Apply function"}},
 		{name: "a default list with a bad entry is refused", cfg: Config{DefaultGPUs: "0,x"}, want: []string{`entry "x"`}},
 		{name: "an empty library path list is refused", cfg: Config{LibraryPaths: []string{}}, want: []string{"library paths: empty"}},
+		// Review: NRI refused the two mounts at one place in every GPU container.
+		{name: "a library path named twice is refused", cfg: Config{LibraryPaths: []string{"/usr/lib64/libnvidia-ml.so.1", "/lib64/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}},
+			want: []string{`library paths[2]: "/usr/lib64/libnvidia-ml.so.1" repeats library paths[0]`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.cfg.Validate()

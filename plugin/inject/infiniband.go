@@ -52,21 +52,44 @@ func applyInfiniBand(in Input, adj *Adjustment) error {
 		adj.DeviceRules = append(adj.DeviceRules, DeviceRule{Allow: true, Type: "c", Major: 1, Minor: 3, Access: "rwm"})
 	}
 	opts := slices.Clone(bindOptions[:])
-	adj.Mounts = append(adj.Mounts,
+	for _, m := range []Mount{
 		// Device nodes: no nodev. Read-only stops nothing a device does.
-		Mount{Source: ib.DevDir, Destination: "/dev/infiniband", Type: "bind", Options: []string{"rbind", "ro", "nosuid"}},
-		Mount{Source: ib.Shim, Destination: ibShimPath, Type: "bind", Options: opts},
-		Mount{Source: ib.Provider, Destination: ibProviderDir + "/" + filepath.Base(ib.Provider), Type: "bind", Options: slices.Clone(opts)},
-		Mount{Source: ib.SocketDir, Destination: ibSocketDir, Type: "bind", Options: slices.Clone(opts)})
-	preload := ibShimPath
-	if old, ok := lookupEnv(in.Ctr.Env, "LD_PRELOAD"); ok && old != "" {
-		preload += ":" + old
+		{Source: ib.DevDir, Destination: "/dev/infiniband", Type: "bind", Options: []string{"rbind", "ro", "nosuid"}},
+		{Source: ib.Shim, Destination: ibShimPath, Type: "bind", Options: opts},
+		{Source: ib.Provider, Destination: ibProviderDir + "/" + filepath.Base(ib.Provider), Type: "bind", Options: slices.Clone(opts)},
+		{Source: ib.SocketDir, Destination: ibSocketDir, Type: "bind", Options: slices.Clone(opts)},
+	} {
+		// NRI takes a plugin's mount as replacing the spec's at its
+		// destination: an RDMA pod's own /dev/infiniband stays.
+		if !slices.Contains(in.Ctr.Mounts, m.Destination) {
+			adj.Mounts = append(adj.Mounts, m)
+		}
+	}
+	old, _ := lookupEnv(in.Ctr.Env, "LD_PRELOAD")
+	// rdma-core reads IBV_DRIVERS only without RDMAV_DRIVERS, which the
+	// provider is named in: the image's list follows it in either.
+	drivers, ok := lookupEnv(in.Ctr.Env, "RDMAV_DRIVERS")
+	if !ok {
+		drivers, _ = lookupEnv(in.Ctr.Env, "IBV_DRIVERS")
 	}
 	adj.Env = append(adj.Env,
-		EnvVar{Key: "LD_PRELOAD", Value: preload},
+		EnvVar{Key: "LD_PRELOAD", Value: prependList(ibShimPath, old, ": ")},
 		EnvVar{Key: umad.SocketEnv, Value: ibSocketDir + "/" + filepath.Base(hostprep.IBSocket)},
-		EnvVar{Key: "RDMAV_DRIVERS", Value: ibProviderDir + "/" + filepath.Base(ibshim.VerbsProvider)})
+		EnvVar{Key: "RDMAV_DRIVERS", Value: prependList(ibProviderDir+"/"+filepath.Base(ibshim.VerbsProvider), drivers, ":;")})
 	return nil
+}
+
+// prependList puts e ahead of list, a list split on any of seps (glibc's
+// LD_PRELOAD on spaces and colons, libibverbs' drivers on colons and
+// semicolons), unless the list has it already.
+func prependList(e, list, seps string) string {
+	if slices.Contains(strings.FieldsFunc(list, func(r rune) bool { return strings.ContainsRune(seps, r) }), e) {
+		return list
+	}
+	if strings.Trim(list, seps) == "" {
+		return e
+	}
+	return e + seps[:1] + list
 }
 
 // probeIB finds the overlay's InfiniBand planes; nil without them (a

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -112,6 +113,43 @@ func (n *NodeState) migUse(k int) int {
 		return 0
 	}
 	return n.MIGInUse[k]
+}
+
+// Named reads an NVIDIA_VISIBLE_DEVICES value as the decision reads
+// NVIDIA's interfaces (CDI names, indices, UUIDs, MIG UUIDs and GPU:index,
+// all, none, void), for a restarted plugin's use counts: the node's GPUs it
+// names, a MIG device's GPU too, ascending, and the MIG devices (indices in
+// MIG). Entries naming nothing of the node are left out.
+func (n *NodeState) Named(visible string) (gpus, migs []int) {
+	add := func(s []int, i int) []int {
+		if !slices.Contains(s, i) {
+			s = append(s, i)
+		}
+		return s
+	}
+	v := unqualify(visible)
+	switch special(v) {
+	case "all":
+		for i := range n.GPUs {
+			gpus = append(gpus, i)
+		}
+		return gpus, nil
+	case "none", "void":
+		return nil, nil
+	}
+	for _, e := range strings.Split(v, ",") {
+		e = strings.TrimSpace(e)
+		if isMIGName(e) {
+			if k, why := n.lookupMIG(e); why == "" {
+				migs = add(migs, k)
+				gpus = add(gpus, n.MIG[k].GPU)
+			}
+		} else if i, why := n.lookup(e, true); why == "" {
+			gpus = add(gpus, i)
+		}
+	}
+	slices.Sort(gpus)
+	return gpus, migs
 }
 
 // MIGIndex is the index in MIG of the MIG device with a UUID, or -1.

@@ -252,3 +252,29 @@ func TestAllLeavesOutAGPUInMIGModeWithoutMIGDevices(t *testing.T) {
 		})
 	}
 }
+
+// Named reads back every form the decision takes from NVIDIA's interfaces,
+// for a restarted plugin's counts (review: CDI names and GPU:index were
+// dropped, and a count request then got a busy GPU).
+func TestNamedReadsWhatNVIDIAsRuntimeReads(t *testing.T) {
+	n := migNode()
+	for _, c := range []struct {
+		visible    string
+		gpus, migs []int
+	}{
+		{"nvidia.com/gpu=0", []int{0}, nil},
+		{"runtime.nvidia.com/gpu=3,nvidia.com/imex-channel=0", []int{3}, nil},
+		{" 5 , " + n.GPUs[2].UUID + ",5", []int{2, 5}, nil},
+		{"1:2,nvidia.com/gpu=1:0", []int{1}, []int{2, 0}},
+		{n.MIG[1].UUID + ",7", []int{1, 7}, []int{1}},
+		{"all", []int{0, 1, 2, 3, 4, 5, 6, 7}, nil},
+		{"0,none", nil, nil},
+		{"void", nil, nil},
+		{"9,gpu-x,GPU-nope,1:9", nil, nil},
+	} {
+		gpus, migs := n.Named(c.visible)
+		if !slices.Equal(gpus, c.gpus) || !slices.Equal(migs, c.migs) {
+			t.Errorf("Named(%q) = %v, %v; want %v, %v", c.visible, gpus, migs, c.gpus, c.migs)
+		}
+	}
+}

@@ -185,7 +185,11 @@ type Container struct {
 	// Mounts are the container paths of mounts already in the spec (a CDI
 	// spec's library and nvidia-smi, say): build adds only what is missing.
 	Mounts []string
-	Args   []string // the process it runs, for the name it shows as (Processes)
+	// NullMounts are the destinations of those whose source is /dev/null:
+	// NVIDIA's runtime reads a device plugin's volume-mounts list from
+	// these alone.
+	NullMounts []string
+	Args       []string // the process it runs, for the name it shows as (Processes)
 	// Privileged: the spec allows every device (containerd's allow-all
 	// device rule for a privileged container).
 	Privileged bool

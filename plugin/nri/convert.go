@@ -24,7 +24,8 @@ func toPod(pod *api.PodSandbox) inject.Pod {
 }
 
 // toContainer is the decision's view of an NRI container: its env, the
-// device nodes and mount destinations already in its spec, the CDI devices
+// device nodes and mount destinations already in its spec (those of
+// /dev/null apart too), the CDI devices
 // it asked for (from the CRI request or cdi.k8s.io annotations on it) and
 // whether it is privileged.
 func toContainer(ctr *api.Container) inject.Container {
@@ -33,6 +34,9 @@ func toContainer(ctr *api.Container) inject.Container {
 		c.Mounts = make([]string, len(ms))
 		for i, m := range ms {
 			c.Mounts[i] = m.GetDestination()
+			if m.GetSource() == "/dev/null" {
+				c.NullMounts = append(c.NullMounts, m.GetDestination())
+			}
 		}
 	}
 	if devs := ctr.GetLinux().GetDevices(); len(devs) > 0 {

@@ -413,7 +413,9 @@ func (p *Plugin) synchronize(ctrs []*api.Container) {
 			// A device plugin's volume-mounts list, which NVIDIA's runtime read.
 			var dsts []string
 			for _, m := range ctr.GetMounts() {
-				dsts = append(dsts, m.GetDestination())
+				if m.GetSource() == "/dev/null" {
+					dsts = append(dsts, m.GetDestination())
+				}
 			}
 			v = inject.MountedList(dsts)
 		}

@@ -5,8 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -118,10 +116,9 @@ func (c *nodeCache) rebuildMIGUse() {
 	}
 	n.MIGInUse = make([]int, len(n.MIG))
 	for _, g := range c.gpus {
-		for _, u := range strings.Split(g.visible, ",") {
-			if k := n.MIGIndex(strings.TrimSpace(u)); k >= 0 {
-				n.MIGInUse[k]++
-			}
+		_, migs := n.Named(g.visible)
+		for _, k := range migs {
+			n.MIGInUse[k]++
 		}
 	}
 }
@@ -193,43 +190,12 @@ func (c *nodeCache) forget(id string) bool {
 
 // indicesOf maps an NVIDIA_VISIBLE_DEVICES value to the node's GPU
 // indices, a MIG device's to its GPU's, in ascending order: UUIDs (as the
-// plugin sets and records it), or indices or all (as a device plugin sets
-// it for NVIDIA's runtime); entries naming nothing of the node are dropped.
+// plugin sets and records it), or whatever NVIDIA's runtime reads there (a
+// device plugin's indices, CDI names the plugin left for the runtime);
+// entries naming nothing of the node are dropped.
 func indicesOf(node *inject.NodeState, visible string) []int {
-	var out []int
-	add := func(i int) {
-		if !slices.Contains(out, i) {
-			out = append(out, i)
-		}
-	}
-	for _, u := range strings.Split(visible, ",") {
-		u = strings.TrimSpace(u)
-		if u == "" {
-			continue
-		}
-		if k := node.MIGIndex(u); k >= 0 {
-			add(node.MIG[k].GPU)
-			continue
-		}
-		if u == "all" {
-			for i := range node.GPUs {
-				add(i)
-			}
-			continue
-		}
-		if i, err := strconv.Atoi(u); err == nil && i >= 0 && i < len(node.GPUs) && u == strconv.Itoa(i) {
-			add(i)
-			continue
-		}
-		for i := range node.GPUs {
-			if node.GPUs[i].UUID == u {
-				add(i)
-				break
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
+	gpus, _ := node.Named(visible)
+	return gpus
 }
 
 // lastEnv is the value of the last KEY=value of key in env.

@@ -151,6 +151,7 @@ func TestToContainerReadsTheSpec(t *testing.T) {
 		Mounts: []*api.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
 			{Destination: "/usr/lib64/libnvidia-ml.so.535.261.03", Type: "bind", Source: "/var/lib/nvmock/driver/usr/lib64/libnvidia-ml.so.535.261.03"},
+			{Destination: "/var/run/nvidia-container-devices/0", Type: "bind", Source: "/dev/null"},
 		},
 		Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
 			{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: api.FileMode(uint32(0o666))}}},
@@ -159,7 +160,8 @@ func TestToContainerReadsTheSpec(t *testing.T) {
 	want := inject.Container{Name: "c", Env: []string{"A=1"},
 		CDIDevices: []string{"nvidia.com/gpu=1"},
 		Devices:    []inject.DeviceNode{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1, FileMode: 0o666}},
-		Mounts:     []string{"/proc", "/usr/lib64/libnvidia-ml.so.535.261.03"},
+		Mounts:     []string{"/proc", "/usr/lib64/libnvidia-ml.so.535.261.03", "/var/run/nvidia-container-devices/0"},
+		NullMounts: []string{"/var/run/nvidia-container-devices/0"},
 	}
 	if got := toContainer(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("toContainer:\n got %+v\nwant %+v", got, want)
@@ -280,18 +282,22 @@ var injected = map[string]string{InjectedAnnotation: "node-a"}
 
 // Synchronize counts only what nvmock's plugins gave (a CUDA image's all
 // elsewhere holds nothing: review), and reads a device plugin's
-// volume-mounts list as create did (review: it read only the variable).
+// volume-mounts list as create did (review: it read only the variable),
+// of /dev/null only, and the CDI names left for NVIDIA's runtime (review:
+// a restart forgot them, and a count request got a busy GPU).
 func TestSynchronizeCountsWhatThePluginGave(t *testing.T) {
-	p := fakePlugin(t, 4, inject.Config{Namespaces: []string{"*"}})
+	p := fakePlugin(t, 5, inject.Config{Namespaces: []string{"*"}})
 	running := api.ContainerState_CONTAINER_RUNNING
 	p.synchronize([]*api.Container{
 		{Id: "cuda", State: running, Env: []string{inject.VisibleDevicesEnv + "=all"}},
 		{Id: "list", State: running, Env: []string{inject.VisibleDevicesEnv + "=" + inject.DeviceListRoot}, Annotations: injected,
-			Mounts: []*api.Mount{{Source: "/dev/null", Destination: inject.DeviceListRoot + "/2"}}},
+			Mounts: []*api.Mount{{Source: "/dev/null", Destination: inject.DeviceListRoot + "/2"}, {Source: "/etc/cfg", Destination: inject.DeviceListRoot + "/1"}}},
+		{Id: "cdi", State: running, Env: []string{inject.VisibleDevicesEnv + "=nvidia.com/gpu=0"}, Annotations: injected},
+		{Id: "runtime", State: running, Env: []string{inject.VisibleDevicesEnv + "=runtime.nvidia.com/gpu=3, nvidia.com/imex-channel=0"}, Annotations: injected},
 	})
 	p.node.mu.Lock()
 	defer p.node.mu.Unlock()
-	if want := []int{0, 0, 1, 0}; !reflect.DeepEqual(p.node.node.InUse, want) {
+	if want := []int{1, 0, 1, 1, 0}; !reflect.DeepEqual(p.node.node.InUse, want) {
 		t.Errorf("use counts %v, want %v", p.node.node.InUse, want)
 	}
 }
