@@ -116,6 +116,22 @@ func TestVisibleDevicesUUIDShowsExactlyThatGPUAsIndexZero(t *testing.T) {
 	}
 }
 
+// A pod with a user namespace of its own (hostUsers: false) runs
+// nvidia-smi on the GPU it was given. runc cannot make device nodes there
+// and binds each from the same path on the host, where a mock node has
+// none (review: such a container was never created); the plugin binds the
+// overlay's.
+func TestAUserNamespacedPodRunsNvidiaSMI(t *testing.T) {
+	n := theNode
+	p := n.runUserNSPod(t, optedIn, nil)
+	r := n.run(t, p, ctr{image: "glibc", cmd: []string{"sh", "-c", "cat /proc/self/uid_map; nvidia-smi -L"},
+		env: map[string]string{"NVIDIA_VISIBLE_DEVICES": n.uuid(2)}})
+	lines := testenv.Lines(r.out)
+	if r.code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "0 524288 65536" || lines[1] != n.smiLine(2, 0) {
+		t.Errorf("a user-namespaced container given GPU 2: exit %d\n%s\nwant its uid map (0 524288 65536), then only:\n%s", r.code, r.out, n.smiLine(2, 0))
+	}
+}
+
 // NVIDIA's device plugin with deviceListStrategy volume-mounts names the
 // GPUs it allocates as /dev/null mounts under
 // /var/run/nvidia-container-devices, and NVIDIA_VISIBLE_DEVICES that

@@ -136,7 +136,24 @@ func (n *node) runPrivilegedPod(t testing.TB, ns string) *pod {
 	return n.startPod(t, ns, nil, "", true)
 }
 
+// runUserNSPod starts a pod with a user namespace of its own, as kubelet
+// asks for one with hostUsers: false: container root is host uid 524288.
+// Its handler's runc has idmapped mounts, which containerd needs for it
+// (hack/e2e-node.sh).
+func (n *node) runUserNSPod(t testing.TB, ns string, annotations map[string]string) *pod {
+	t.Helper()
+	ids := []*cri.IDMapping{{HostId: 524288, ContainerId: 0, Length: 65536}}
+	return n.startPodWith(t, ns, annotations, "runc-userns", func(sc *cri.LinuxSandboxSecurityContext) {
+		sc.NamespaceOptions.UsernsOptions = &cri.UserNamespace{Mode: cri.NamespaceMode_POD, Uids: ids, Gids: ids}
+	})
+}
+
 func (n *node) startPod(t testing.TB, ns string, annotations map[string]string, handler string, privileged bool) *pod {
+	t.Helper()
+	return n.startPodWith(t, ns, annotations, handler, func(sc *cri.LinuxSandboxSecurityContext) { sc.Privileged = privileged })
+}
+
+func (n *node) startPodWith(t testing.TB, ns string, annotations map[string]string, handler string, security func(*cri.LinuxSandboxSecurityContext)) *pod {
 	t.Helper()
 	name := fmt.Sprintf("p%d-%d", os.Getpid(), seq.Add(1))
 	cfg := &cri.PodSandboxConfig{
@@ -144,8 +161,9 @@ func (n *node) startPod(t testing.TB, ns string, annotations map[string]string, 
 		LogDirectory: filepath.Join(n.env["POD_LOG_DIR"], name),
 		Annotations:  annotations,
 		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
-			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}, Privileged: privileged}},
+			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
 	}
+	security(cfg.Linux.SecurityContext)
 	r, err := n.rt.RunPodSandbox(ctx(t), &cri.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
 	if err != nil {
 		t.Fatalf("run pod in %s: %v", ns, err)
@@ -210,6 +228,10 @@ func (n *node) tryCreate(t testing.TB, p *pod, c ctr) (string, error) {
 	}
 	if c.privileged {
 		cfg.Linux.SecurityContext = &cri.LinuxContainerSecurityContext{Privileged: true}
+	}
+	// kubelet gives each container its pod's user namespace.
+	if u := p.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions(); u != nil {
+		cfg.Linux.SecurityContext = &cri.LinuxContainerSecurityContext{NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, UsernsOptions: u}}
 	}
 	r, err := n.rt.CreateContainer(ctx(t), &cri.CreateContainerRequest{PodSandboxId: p.id, Config: cfg, SandboxConfig: p.cfg})
 	if err != nil {

@@ -25,6 +25,10 @@ repo=$(cd "$here/.." && pwd)
 
 CONTAINERD_VERSION=v2.4.2
 CRICTL_VERSION=v1.37.0
+# Debian 12's runc (1.1.5) runs the node's containers; containerd runs a pod
+# with a user namespace of its own only on a runc with idmapped mounts
+# (1.2+), so that handler, runc-userns, runs this one.
+RUNC_USERNS_VERSION=v1.4.4
 W=${NVMOCK_E2E_DIR:-/tmp/nvmock-e2e}
 CACHE=${NVMOCK_CACHE:-$repo/.cache}
 BUILD=${NVMOCK_BUILD:-$repo/build}
@@ -100,6 +104,13 @@ install_tools() {
     touch "$bin/.containerd-$CONTAINERD_VERSION"
     log "containerd built in $(ms "$t") ms"
   fi
+  if [ ! -f "$bin/.runc-$RUNC_USERNS_VERSION" ]; then
+    log "building runc $RUNC_USERNS_VERSION for user-namespaced pods (go install)"
+    env -C / GOBIN="$bin/runc-userns" GOWORK=off CGO_ENABLED=1 go install -ldflags "-X main.version=${RUNC_USERNS_VERSION#v}" \
+      github.com/opencontainers/runc@$RUNC_USERNS_VERSION \
+      >"$CACHE/e2e/runc.build.log" 2>&1 || die "go install runc failed (log: $CACHE/e2e/runc.build.log)"
+    touch "$bin/.runc-$RUNC_USERNS_VERSION"
+  fi
   if [ ! -f "$bin/.crictl-$CRICTL_VERSION" ]; then
     log "building crictl $CRICTL_VERSION (go install)"
     env -C / GOBIN="$bin" GOWORK=off CGO_ENABLED=0 go install sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION \
@@ -171,6 +182,12 @@ state = '$W/state'
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
       BinaryName = '$(command -v runc)'
       Root = '$W/state/runc'
+      SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc-userns]
+    runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc-userns.options]
+      BinaryName = '$bin/runc-userns/runc'
+      Root = '$W/state/runc-userns'
       SystemdCgroup = false
 $nvidia
   [plugins.'io.containerd.cri.v1.runtime'.cni]

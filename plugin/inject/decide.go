@@ -520,6 +520,16 @@ func build(cfg *Config, node *NodeState, ctr *Container, sel, mig []bool, all bo
 			adj.DeviceRules = append(adj.DeviceRules, DeviceRule{Allow: true, Type: d.Type, Major: d.Major, Minor: d.Minor, Access: "rwm"})
 		}
 	}
+	if ctr.UserNS {
+		// runc cannot mknod in a user namespace: it binds each node from
+		// the same path on the host, where a mock node has none (review).
+		// The overlay's own are bound instead; the cgroup rules stay.
+		// Read-only: a device node's writes do not go to its mount.
+		for _, d := range adj.Devices {
+			adj.Mounts = append(adj.Mounts, Mount{Source: path.Join(node.DriverRoot, d.Path), Destination: d.Path, Type: "bind", Options: []string{"bind", "ro", "nosuid"}})
+		}
+		adj.Devices = nil
+	}
 
 	// Set even over a CDI spec's void (NVIDIA's runtime leaves void there):
 	// it records what the container holds, which Synchronize reads back

@@ -193,6 +193,9 @@ type Container struct {
 	// Privileged: the spec allows every device (containerd's allow-all
 	// device rule for a privileged container).
 	Privileged bool
+	// UserNS: the container has a user namespace of its own (a pod with
+	// hostUsers: false).
+	UserNS bool
 }
 
 // Mount is a bind mount into the container.

@@ -56,6 +56,11 @@ func toContainer(ctr *api.Container) inject.Container {
 	}
 	// Not the pod's: containerd applies only the container's (WithCDI).
 	c.CDIDevices = appendCDIAnnotations(c.CDIDevices, ctr.GetAnnotations())
+	for _, ns := range ctr.GetLinux().GetNamespaces() {
+		if ns.GetType() == "user" {
+			c.UserNS = true
+		}
+	}
 	for _, r := range ctr.GetLinux().GetResources().GetDevices() {
 		if r.GetAllow() && (r.GetType() == "" || r.GetType() == "a") && r.GetMajor() == nil && r.GetMinor() == nil {
 			c.Privileged = true

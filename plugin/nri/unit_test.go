@@ -169,6 +169,10 @@ func TestToContainerReadsTheSpec(t *testing.T) {
 	if got := toContainer(&api.Container{Name: "c"}); got.Mounts != nil {
 		t.Errorf("a spec without mounts gave %q", got.Mounts)
 	}
+	userns := &api.Container{Name: "c", Linux: &api.LinuxContainer{Namespaces: []*api.LinuxNamespace{{Type: "mount"}, {Type: "user", Path: "/proc/7/ns/user"}}}}
+	if !toContainer(userns).UserNS || toContainer(c).UserNS {
+		t.Errorf("user namespace: with one %v, without %v; want true, false", toContainer(userns).UserNS, toContainer(c).UserNS)
+	}
 	// containerd's rule for a privileged container: every device.
 	priv := &api.Container{Name: "c", Linux: &api.LinuxContainer{Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}}}}
 	deny := &api.Container{Name: "c", Linux: &api.LinuxContainer{Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{
