@@ -67,6 +67,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInfor
 	case NVML_INFOROM_OEM: return nvmock_str(version, length, d->s->inforom_oem);
 	case NVML_INFOROM_ECC: return nvmock_str(version, length, d->s->inforom_ecc);
 	case NVML_INFOROM_POWER: return nvmock_str(version, length, d->s->inforom_power);
+	// The DRAM encryption object: no capture shows one (nvml.h: absent
+	// objects are NOT_SUPPORTED; review).
+	case NVML_INFOROM_DEN: return version == NULL ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
 	default: return NVML_ERROR_INVALID_ARGUMENT;
 	}
 }

@@ -333,6 +333,8 @@ nvmlReturn_t nvmock_procs_of(nvmlDevice_t device, unsigned mask, unsigned *count
 			return NVML_ERROR_NO_PERMISSION;
 	}
 	OUT(count);
+	if (!has_buffer && *count != 0) // nvml.h: only the size query may pass no array (review)
+		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned n;
 	*p = nvmock_live_procs_on(node, gi, ci, mask, &n);
 	if (n > *count || (n > 0 && !has_buffer)) {

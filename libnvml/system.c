@@ -104,6 +104,61 @@ NVML_API nvmlReturn_t nvmlUnitGetCount(unsigned int *unitCount)
 	return NVML_SUCCESS;
 }
 
+// No node has an S-class unit: every index and every unit handle is
+// invalid, as nvml.h answers for those (review: they said NOT_SUPPORTED).
+static nvmlReturn_t no_unit(void)
+{
+	return nvmock_ready() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
+}
+
+NVML_API nvmlReturn_t nvmlUnitGetHandleByIndex(unsigned int index, nvmlUnit_t *unit)
+{
+	(void)index, (void)unit;
+	return no_unit();
+}
+
+NVML_API nvmlReturn_t nvmlUnitGetUnitInfo(nvmlUnit_t unit, nvmlUnitInfo_t *info)
+{
+	(void)unit, (void)info;
+	return no_unit();
+}
+
+NVML_API nvmlReturn_t nvmlUnitGetLedState(nvmlUnit_t unit, nvmlLedState_t *state)
+{
+	(void)unit, (void)state;
+	return no_unit();
+}
+
+NVML_API nvmlReturn_t nvmlUnitGetPsuInfo(nvmlUnit_t unit, nvmlPSUInfo_t *psu)
+{
+	(void)unit, (void)psu;
+	return no_unit();
+}
+
+NVML_API nvmlReturn_t nvmlUnitGetTemperature(nvmlUnit_t unit, unsigned int type, unsigned int *temp)
+{
+	(void)unit, (void)type, (void)temp;
+	return no_unit();
+}
+
+NVML_API nvmlReturn_t nvmlUnitGetFanSpeedInfo(nvmlUnit_t unit, nvmlUnitFanSpeeds_t *fanSpeeds)
+{
+	(void)unit, (void)fanSpeeds;
+	return no_unit();
+}
+
+NVML_API nvmlReturn_t nvmlUnitGetDevices(nvmlUnit_t unit, unsigned int *deviceCount, nvmlDevice_t *devices)
+{
+	(void)unit, (void)deviceCount, (void)devices;
+	return no_unit();
+}
+
+NVML_API nvmlReturn_t nvmlUnitSetLedState(nvmlUnit_t unit, nvmlLedColor_t color)
+{
+	(void)unit, (void)color;
+	return no_unit();
+}
+
 NVML_API const char *nvmlErrorString(nvmlReturn_t result)
 {
 	switch (result) {

@@ -162,7 +162,8 @@ NVML_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsign
 			deviceArray[n] = nvmock_handle(o);
 		n++;
 	}
-	if (deviceArray != NULL && *count < n) {
+	// nvml.h: a count of 0 asks the size, array or not (review).
+	if (deviceArray != NULL && *count != 0 && *count < n) {
 		*count = n;
 		return NVML_ERROR_INSUFFICIENT_SIZE;
 	}

@@ -33,6 +33,15 @@ nearest GPUs: a count with no array: Invalid Argument
 nearest GPUs: level 35: Invalid Argument
 nearest GPUs: the size: Success, 1
 GPU set: a count with no array: Invalid Argument
+GPU set: a count of 0 with an array: Success, 2
+GPU set: an array too small: Insufficient Size, 2
+compute processes: a count with no array: Invalid Argument
+graphics processes v1: a count with no array: Invalid Argument
+MPS processes: the size: Success, 0
+inforom DRAM encryption object: Not Supported
+inforom object past the enum: Invalid Argument
+unit 0 of none: Invalid Argument
+unit information of no unit: Invalid Argument
 retired pages: a count with no array: Invalid Argument
 threshold past the enum: Invalid Argument
 threshold acoustic max: Not Supported
@@ -51,6 +60,7 @@ processes' utilization, none running: Not Found
 process detail list of version 0: Invalid Argument
 process detail list of mode max: Invalid Argument
 process detail list, none running: Success, 0
+process detail list: a count with no array: Invalid Argument
 state of the last link: Success
 state past the links: Invalid Argument
 state past NVML_NVLINK_MAX_LINKS: Invalid Argument

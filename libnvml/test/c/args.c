@@ -34,6 +34,29 @@ int main(void)
 	printf("nearest GPUs: the size: %s, %u\n", nvmlErrorString(r), count);
 	count = 2;
 	say("GPU set: a count with no array", nvmlSystemGetTopologyGpuSet(0, &count, NULL));
+	nvmlDevice_t set[1];
+	count = 0;
+	r = nvmlSystemGetTopologyGpuSet(0, &count, set);
+	printf("GPU set: a count of 0 with an array: %s, %u\n", nvmlErrorString(r), count);
+	count = 1;
+	r = nvmlSystemGetTopologyGpuSet(0, &count, set);
+	printf("GPU set: an array too small: %s, %u\n", nvmlErrorString(r), count);
+
+	unsigned procs = 4;
+	say("compute processes: a count with no array", nvmlDeviceGetComputeRunningProcesses_v3(d, &procs, NULL));
+	procs = 4;
+	say("graphics processes v1: a count with no array", nvmlDeviceGetGraphicsRunningProcesses(d, &procs, NULL));
+	procs = 0;
+	r = nvmlDeviceGetMPSComputeRunningProcesses_v3(d, &procs, NULL);
+	printf("MPS processes: the size: %s, %u\n", nvmlErrorString(r), procs);
+
+	char ver[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE];
+	say("inforom DRAM encryption object", nvmlDeviceGetInforomVersion(d, NVML_INFOROM_DEN, ver, sizeof ver));
+	say("inforom object past the enum", nvmlDeviceGetInforomVersion(d, NVML_INFOROM_COUNT, ver, sizeof ver));
+	nvmlUnit_t unit = {0};
+	say("unit 0 of none", nvmlUnitGetHandleByIndex(0, &unit));
+	nvmlUnitInfo_t ui;
+	say("unit information of no unit", nvmlUnitGetUnitInfo(unit, &ui));
 
 	count = 2;
 	say("retired pages: a count with no array",
@@ -80,6 +103,8 @@ int main(void)
 	pl.mode = NVML_PROCESS_MODE_ALL;
 	r = nvmlDeviceGetRunningProcessDetailList(d, &pl);
 	printf("process detail list, none running: %s, %u\n", nvmlErrorString(r), pl.numProcArrayEntries);
+	pl.numProcArrayEntries = 3;
+	say("process detail list: a count with no array", nvmlDeviceGetRunningProcessDetailList(d, &pl));
 
 	unsigned links = 0;
 	nvmlFieldValue_t fv = {.fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT};
