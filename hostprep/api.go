@@ -212,7 +212,9 @@ func gather(o Options) (*inputs, error) {
 	}
 	var pci *[]pcisim.File
 	if !o.NoPCI {
-		in.pci = pcisim.Files(node)
+		if in.pci, err = pcisim.Files(node); err != nil {
+			return nil, fmt.Errorf("profile %s: PCI tree: %w", p.Name, err)
+		}
 		pci = &in.pci
 	}
 	if node.IB != nil {

@@ -10,7 +10,9 @@ import (
 func BenchmarkFiles(b *testing.B) {
 	n := builtinNode(b, "a100", 0)
 	for b.Loop() {
-		Files(n)
+		if _, err := Files(n); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

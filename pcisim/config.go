@@ -99,7 +99,10 @@ func configSpace(f *profile.PCIFunction, r *resources, l link, multifunction boo
 	c.w16(p+0x02, flags)
 	c.w32(p+0x04, 0x00008fc1) // MaxPayload 256, unlimited L0s/L1 latency, role-based errors
 	c.w16(p+0x08, 0x2030)     // MaxPayload 256, MaxReadReq 512, relaxed ordering
-	linkCap := l.maxGen | l.maxWidth<<4 | uint32(f.Address.Device)<<24
+	linkCap := l.maxGen | l.maxWidth<<4
+	if f.Role.IsBridge() { // a port's number; an endpoint's is 0 (review)
+		linkCap |= uint32(f.Address.Device) << 24
+	}
 	linkSta := uint16(l.gen | l.width<<4)
 	if f.Role == profile.RoleRootPort || f.Role == profile.RoleSwitchDown {
 		linkCap |= 1 << 20 // data link layer active reporting

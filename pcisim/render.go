@@ -40,8 +40,8 @@ const Mode = 0o444
 
 // Files lists the node's PCI tree as the kernel lays it out in /sys:
 // devices/pciDDDD:BB/..., bus/pci/{devices,drivers} and
-// kernel/iommu_groups.
-func Files(n *profile.Node) []File {
+// kernel/iommu_groups. A tree whose memory does not fit is an error.
+func Files(n *profile.Node) ([]File, error) {
 	r := &renderer{n: n, alloc: allocator{next32: mmio32Base, next64: mmio64Base}, cpus: 1}
 	for _, root := range n.PCIe.Roots {
 		if l := root.CPUs.Last(); l+1 > r.cpus {
@@ -64,11 +64,20 @@ func Files(n *profile.Node) []File {
 	for _, root := range n.PCIe.Roots {
 		r.root(root)
 	}
-	return r.out
+	if err := r.alloc.check(); err != nil {
+		return nil, err
+	}
+	return r.out, nil
 }
 
 // Render writes the node's Files into dir, which must not exist yet.
-func Render(n *profile.Node, dir string) error { return Write(Files(n), dir) }
+func Render(n *profile.Node, dir string) error {
+	fs, err := Files(n)
+	if err != nil {
+		return err
+	}
+	return Write(fs, dir)
+}
 
 type renderer struct {
 	n     *profile.Node

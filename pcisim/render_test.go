@@ -3,6 +3,7 @@ package pcisim
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nvmock/nvmock/internal/testenv"
@@ -42,5 +43,18 @@ func TestGPUsOnOneRootBusRenderUnderItsHostBridge(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "devices", "pci0000:00", gpu, "vendor")); err != nil {
 			t.Errorf("GPU %s: %v", gpu, err)
 		}
+	}
+}
+
+// 32-bit BARs and windows decode nothing above 4 GiB: a tree whose 32-bit
+// memory does not fit below the IOAPIC's range is refused (review: an a100
+// node of 48 GPUs put NVSwitch BARs at 4 GiB, and config space said 0).
+func TestA32BitMemoryThatDoesNotFitIsRefused(t *testing.T) {
+	if _, err := Files(builtinNode(t, "a100", 40)); err != nil {
+		t.Fatalf("a100 with 40 GPUs: %v", err)
+	}
+	_, err := Files(builtinNode(t, "a100", 48))
+	if err == nil || !strings.Contains(err.Error(), "more than the 1772 MiB below 4 GiB; give the node fewer GPUs") {
+		t.Fatalf("a100 with 48 GPUs: %v; want the 32-bit memory refused", err)
 	}
 }

@@ -21,14 +21,27 @@ type resources struct {
 }
 
 // Where the address allocator starts: 32-bit MMIO below 4 GiB as firmware
-// places it, 64-bit prefetchable above 2 TiB.
+// places it, 64-bit prefetchable above 2 TiB. 32-bit MMIO ends where the
+// IOAPIC's and the firmware's ranges start.
 const (
 	mmio32Base = 0x9000_0000
+	mmio32End  = 0xfec0_0000
 	mmio64Base = 0x200_0000_0000
 	mib        = 1 << 20
 )
 
 type allocator struct{ next32, next64 uint64 }
+
+// check says whether the 32-bit memory fits below mmio32End: a 32-bit BAR
+// or bridge window decodes nothing above 4 GiB (review: an a100 node of
+// more than 40 GPUs put NVSwitch BARs there).
+func (a *allocator) check() error {
+	if a.next32 > mmio32End {
+		return fmt.Errorf("its 32-bit memory (GPUs' and NVSwitches' BAR0) needs %d MiB, more than the %d MiB below 4 GiB; give the node fewer GPUs",
+			(a.next32-mmio32Base)/mib, (mmio32End-mmio32Base)/mib)
+	}
+	return nil
+}
 
 func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
 

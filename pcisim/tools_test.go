@@ -116,6 +116,15 @@ func TestLspciReadsEveryBoardsTree(t *testing.T) {
 				if !strings.Contains(b, want) || !strings.Contains(b, fmt.Sprintf("Width x%d", l.width)) {
 					t.Errorf("%s: link gen %d x%d not shown as %q:\n%s", f.Address, l.gen, l.width, want, b)
 				}
+				// Only a port has a number; an endpoint's is 0 (review: the T4
+				// on a VM's bus 0 said Port #30).
+				port := uint32(0)
+				if f.Role.IsBridge() {
+					port = f.Address.Device
+				}
+				if want := fmt.Sprintf("LnkCap:\tPort #%d,", port); !strings.Contains(b, want) {
+					t.Errorf("%s: no %q in\n%s", f.Address, want, b)
+				}
 				// A link at 8 GT/s or more has equalized.
 				if eq := strings.Contains(b, "EqualizationComplete+"); eq != (l.gen >= 3) {
 					t.Errorf("%s: at gen %d, equalization complete is %v:\n%s", f.Address, l.gen, eq, b)
@@ -123,6 +132,9 @@ func TestLspciReadsEveryBoardsTree(t *testing.T) {
 			})
 			if len(blocks) != count {
 				t.Errorf("lspci lists %d functions, the tree has %d", len(blocks), count)
+			}
+			if i := strings.Index(string(out), "!!!"); i >= 0 {
+				t.Errorf("lspci complains: %s", strings.SplitN(string(out[i:]), "\n", 2)[0])
 			}
 		})
 	}

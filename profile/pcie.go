@@ -90,7 +90,7 @@ func (m *PCIModel) validate(c *checker, at string, needClass bool) {
 func (c *checker) hex(field, v string, bits int, required bool) {
 	if v == "" {
 		if required {
-			c.fail(field, "is required (hex, such as \"0x10de\")")
+			c.fail(field, "is required (hex, such as %q)", hexExample(bits))
 		}
 		return
 	}
@@ -103,9 +103,22 @@ func parseHex(v string, bits int) (uint32, error) {
 	digits, ok := strings.CutPrefix(strings.ToLower(v), "0x")
 	n, err := strconv.ParseUint(digits, 16, bits)
 	if !ok || err != nil || digits == "" {
-		return 0, fmt.Errorf("%q is not a %d-bit hex id such as \"0x%0*x\"", v, bits, bits/4, 0x10de&(1<<bits-1))
+		return 0, fmt.Errorf("%q is not a %d-bit hex id such as %q", v, bits, hexExample(bits))
 	}
 	return uint32(n), nil
+}
+
+// hexExample is an id of the width: a vendor's, a class's (an InfiniBand
+// NIC's, the class most written), a revision's (review: a class was shown
+// "0x0010de").
+func hexExample(bits int) string {
+	switch bits {
+	case 24:
+		return "0x020700"
+	case 8:
+		return "0xa1"
+	}
+	return "0x10de"
 }
 
 // validatePCIe checks the block alone and against the GPUs, NICs and
@@ -116,11 +129,22 @@ func (p *Profile) validatePCIe(c *checker) {
 		return
 	}
 	for _, m := range []struct {
-		at string
-		m  *PCIModel
-	}{{"pcie.rootPort", x.RootPort}, {"pcie.switch", x.Switch}, {"pcie.nvswitchDevice", x.NVSwitchDevice}} {
-		if m.m != nil {
-			m.m.validate(c, m.at, false)
+		at     string
+		m      *PCIModel
+		bridge bool
+	}{{"pcie.rootPort", x.RootPort, true}, {"pcie.switch", x.Switch, true}, {"pcie.nvswitchDevice", x.NVSwitchDevice, false}} {
+		if m.m == nil {
+			continue
+		}
+		m.m.validate(c, m.at, false)
+		// pcisim gives ports a bridge's header (type 1), others type 0;
+		// lspci calls any other pairing an invalid class (review).
+		if v, err := parseHex(m.m.Class, 24); m.m.Class != "" && err == nil && (v>>8 == ClassBridgePCI>>8) != m.bridge {
+			if m.bridge {
+				c.fail(m.at+".class", "%s: a root or switch port is a PCI-to-PCI bridge (0x0604xx)", m.m.Class)
+			} else {
+				c.fail(m.at+".class", "%s: an NVSwitch is no PCI-to-PCI bridge (such as 0x068000)", m.m.Class)
+			}
 		}
 	}
 	// What an endpoint address may name.
@@ -181,10 +205,17 @@ func (p *Profile) validatePCIe(c *checker) {
 		} else {
 			roots[[2]uint32{dom, bus}] = i
 		}
+		if rc.NUMANode != nil && *rc.NUMANode > maxNUMANode {
+			c.fail(at+".numaNode", "NUMA node %d: NUMA nodes go up to %d", *rc.NUMANode, maxNUMANode)
+		}
 		if rc.CPUs != "" {
 			if _, err := ParseCPUList(rc.CPUs); err != nil {
 				c.fail(at+".cpus", "%v", err)
 			}
+		}
+		// A device number has 5 bits; root ports are devices 1 and up.
+		if len(rc.Ports) > maxPCIDevice {
+			c.fail(at+".ports", "%d root ports; a root bus has devices 1 to %d for them", len(rc.Ports), maxPCIDevice)
 		}
 		if len(rc.Devices) == 0 && len(rc.Ports) == 0 {
 			c.fail(at, "has neither devices nor ports")
@@ -217,6 +248,10 @@ func (p *Profile) validatePCIe(c *checker) {
 		}
 		for k, d := range rc.Devices {
 			place(fmt.Sprintf("%s.devices[%d]", at, k), d)
+			// Review: this passed validation and failed in pcisim.
+			if a, err := ParsePCIAddress(d); err == nil && a.Bus == bus && a.Device >= 1 && int(a.Device) <= len(rc.Ports) {
+				c.fail(fmt.Sprintf("%s.devices[%d]", at, k), "%s is device %02x of the root bus, root port ports[%d]'s (root ports are devices 01 to %02x in order)", d, a.Device, a.Device-1, len(rc.Ports))
+			}
 		}
 		var walk func(at string, ports []PCIePort)
 		walk = func(at string, ports []PCIePort) {
@@ -233,6 +268,9 @@ func (p *Profile) validatePCIe(c *checker) {
 					if x.Switch == nil {
 						c.fail(pat+".switch", "needs pcie.switch (the switch's PCI ids)")
 					}
+					if len(pt.Switch) > maxPCIDevice+1 {
+						c.fail(pat+".switch", "%d downstream ports; a switch's internal bus has devices 0 to %d for them", len(pt.Switch), maxPCIDevice)
+					}
 					walk(pat+".switch", pt.Switch)
 				}
 			}
@@ -242,6 +280,7 @@ func (p *Profile) validatePCIe(c *checker) {
 		}
 		walk(at+".ports", rc.Ports)
 	}
+	x.validateBusRanges(c, placed)
 	for i, s := range p.Topology.BusIDs {
 		if i >= p.GPUs {
 			break // not a GPU of this node: gpus is below the list's length
@@ -268,6 +307,52 @@ func (p *Profile) validatePCIe(c *checker) {
 		}
 		if err == nil && placed[a] == "" && len(x.RootComplexes) > 0 {
 			c.fail(fmt.Sprintf("pcie.nics[%d].bdf", i), "NIC %s is nowhere in the pcie tree", n.BDF)
+		}
+	}
+}
+
+// maxPCIDevice is the largest device number (5 bits).
+const maxPCIDevice = 31
+
+// validateBusRanges checks that no root complex's bus lies within another's
+// buses in its domain (its root bus to the last of its endpoints' buses):
+// firmware gives each host bridge a range of its own, and lspci and hwloc
+// would hang one's devices under the other's bridges (review).
+func (x *PCIe) validateBusRanges(c *checker, placed map[PCIAddress]string) {
+	type span struct{ dom, lo, hi uint32 }
+	spans := make([]*span, len(x.RootComplexes))
+	for i, rc := range x.RootComplexes {
+		dom, bus, err := parseRootBus(rc.Bus)
+		if err != nil {
+			continue
+		}
+		s := &span{dom, bus, bus}
+		var walk func([]PCIePort)
+		at := fmt.Sprintf("pcie.rootComplexes[%d].", i)
+		grow := func(d string) { // an endpoint placed twice is named already
+			if a, err := ParsePCIAddress(d); err == nil && a.Domain == dom && strings.HasPrefix(placed[a], at) {
+				s.hi = max(s.hi, a.Bus)
+			}
+		}
+		walk = func(ports []PCIePort) {
+			for _, pt := range ports {
+				if pt.Device != "" {
+					grow(pt.Device)
+				}
+				walk(pt.Switch)
+			}
+		}
+		for _, d := range rc.Devices {
+			grow(d)
+		}
+		walk(rc.Ports)
+		spans[i] = s
+	}
+	for i, s := range spans {
+		for j, o := range spans {
+			if s != nil && o != nil && i != j && s.dom == o.dom && s.lo > o.lo && s.lo <= o.hi {
+				c.fail(fmt.Sprintf("pcie.rootComplexes[%d].bus", i), "%s lies within pcie.rootComplexes[%d]'s buses %02x-%02x; each host bridge has a bus range of its own", x.RootComplexes[i].Bus, j, o.lo, o.hi)
+			}
 		}
 	}
 }

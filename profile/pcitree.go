@@ -242,11 +242,16 @@ func buildRoot(p *Profile, gpus []GPU, rc *RootComplex, shift uint32, eps map[PC
 	case cpus != nil:
 		r.CPUs = *cpus
 	default:
-		r.CPUs = nodeCPUs(gpus, r.NUMANode)
+		r.CPUs = nodeCPUs(gpus, r.NUMANode, true)
 	}
 	// sysfs gives every device of the root its CPUs; NVML each GPU's own.
 	if err := sameCPUs(r, gpus); err != nil {
 		return nil, err
+	}
+	// The kernel gives a device its node's CPUs (review: a root without
+	// GPUs could have another node's).
+	if own := nodeCPUs(gpus, r.NUMANode, false); rc.CPUs != "" && own != (CPUSet{}) && r.CPUs != own {
+		return nil, fmt.Errorf("cpus %s are not those of NUMA node %d, %s (its GPUs' topology.cpuAffinity)", r.CPUs.List(), r.NUMANode, own.List())
 	}
 	var numa func(fs []*PCIFunction)
 	numa = func(fs []*PCIFunction) {
@@ -259,8 +264,9 @@ func buildRoot(p *Profile, gpus []GPU, rc *RootComplex, shift uint32, eps map[PC
 	return r, nil
 }
 
-// nodeCPUs are the CPUs of a NUMA node's GPUs, else of all GPUs.
-func nodeCPUs(gpus []GPU, node int) CPUSet {
+// nodeCPUs are the CPUs of a NUMA node's GPUs, else, with orAll, of all
+// GPUs.
+func nodeCPUs(gpus []GPU, node int, orAll bool) CPUSet {
 	var own, all CPUSet
 	for i := range gpus {
 		if gpus[i].CPUs == nil {
@@ -273,7 +279,7 @@ func nodeCPUs(gpus []GPU, node int) CPUSet {
 			}
 		}
 	}
-	if own != (CPUSet{}) {
+	if own != (CPUSet{}) || !orAll {
 		return own
 	}
 	return all

@@ -216,10 +216,11 @@ func TestATreeNeedsOnlyTheNodesGPUs(t *testing.T) {
 func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
 	const head = "base: h100\nname: x\ngpus: 1\ntopology:\n  busIds: [\"0000:53:00.0\"]\n  numaNodes: [0]\npcie:\n"
 	const ids = "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  switch: {vendor: \"0x1000\", device: \"0xc030\"}\n  nics: []\n"
+	const two = "base: h100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:53:00.0\", \"0000:58:00.0\"]\n  numaNodes: [0, 0]\npcie:\n"
 	for _, c := range []struct{ name, src, want string }{
 		{"a device that is not in the GPU list", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:54:00.0\"\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:14: pcie.rootComplexes[0].ports[0].device: 0000:54:00.0 is not a GPU (topology.busIds), NIC (pcie.nics) or NVSwitch (topology.nvswitches) of the profile"},
-		{"a GPU under two root complexes", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n    - bus: \"0000:52\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+		{"a GPU under two root complexes", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n    - bus: \"0000:40\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:17: pcie.rootComplexes[1].ports[0].device: 0000:53:00.0 is already placed at pcie.rootComplexes[0].ports[0].device"},
 		{"a GPU nowhere in the tree", "base: h100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:53:00.0\", \"0000:64:00.0\"]\n  numaNodes: [0, 0]\npcie:\n" + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:5: topology.busIds[1]: GPU 0000:64:00.0 is nowhere in the pcie tree"},
@@ -237,6 +238,23 @@ func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
 			"profile x.yaml:15: pcie.rootComplexes[0].ports[1]: leads nowhere: give a device, or a switch with its downstream ports"},
 		{"a root complex whose CPUs are not its GPU's", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      cpus: \"0-55\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:12: pcie.rootComplexes[0]: GPU 0000:53:00.0 has CPUs 0-55,112-167 (topology.cpuAffinity), its root complex 0-55"},
+		// Review: these passed validation.
+		{"a root complex inside another's buses", two + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:58:00.0\"\n    - bus: \"0000:50\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:15: pcie.rootComplexes[1].bus: 0000:50 lies within pcie.rootComplexes[0]'s buses 4d-58; each host bridge has a bus range of its own"},
+		{"a root-bus device where a root port goes", "base: h100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:4d:01.0\", \"0000:53:00.0\"]\n  numaNodes: [0, 0]\npcie:\n" + ids +
+			"  rootComplexes:\n    - bus: \"0000:4d\"\n      devices: [\"0000:4d:01.0\"]\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:13: pcie.rootComplexes[0].devices[0]: 0000:4d:01.0 is device 01 of the root bus, root port ports[0]'s (root ports are devices 01 to 01 in order)"},
+		{"a NIC class that is not hex", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:50:00.0\", vendor: \"0x15b3\", device: \"0x1021\", class: \"ib\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n        - device: \"0000:50:00.0\"\n",
+			`profile x.yaml:10: pcie.nics[0].class: "ib" is not a 24-bit hex id such as "0x020700"`},
+		{"a root port that is no bridge", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\", class: \"0x030200\"}\n  nics: []\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:8: pcie.rootPort.class: 0x030200: a root or switch port is a PCI-to-PCI bridge (0x0604xx)"},
+		{"an NVSwitch function with a bridge's class", head + ids + "  nvswitchDevice: {vendor: \"0x10de\", device: \"0x22a3\", class: \"0x060400\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:11: pcie.nvswitchDevice.class: 0x060400: an NVSwitch is no PCI-to-PCI bridge (such as 0x068000)"},
+		{"a root complex's NUMA node out of range", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      numaNode: 4000000000\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:13: pcie.rootComplexes[0].numaNode: NUMA node 4000000000: NUMA nodes go up to 63"},
+		{"a root complex with another node's CPUs", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:55:00.0\", vendor: \"0x15b3\", device: \"0x1021\", class: \"0x020700\"}\n" +
+			"  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n    - bus: \"0000:54\"\n      numaNode: 0\n      cpus: \"56-60\"\n      ports:\n        - device: \"0000:55:00.0\"\n",
+			"profile x.yaml:15: pcie.rootComplexes[1]: cpus 56-60 are not those of NUMA node 0, 0-55,112-167 (its GPUs' topology.cpuAffinity)"},
 		{"a NIC function without function 0", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:50:00.1\", vendor: \"0x15b3\", device: \"0x1021\", class: \"0x020700\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:10: pcie.nics[0].bdf: NIC function 0000:50:00.1 needs function 0 of its device among pcie.nics"},
 	} {
@@ -290,5 +308,29 @@ func TestMovedGPUsDropTheBasesNVSwitchesWithItsTree(t *testing.T) {
 	n := node(t, "x", "base: a100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:1b:00.0\", \"0000:43:00.0\"]\n  numaNodes: [0, 0]\n  cpuAffinity: [\"0-63\", \"0-63\"]\n")
 	if s := n.GPUs[0].NVLinkSwitches; s != nil {
 		t.Errorf("GPU 0's NVLinks reach %v, want no switch of the node", s)
+	}
+}
+
+// A device number has 5 bits: 31 root ports at most (devices 1-31), 32
+// downstream ports of a switch (review: 0000:00:20.0 was rendered).
+func TestPortsPastTheDeviceNumbersAreRefused(t *testing.T) {
+	ports := func(indent string, n int) string {
+		return strings.Repeat(indent+"- device: \"0000:53:00.0\"\n", n)
+	}
+	const head = "base: h100\nname: x\ngpus: 1\ntopology:\n  busIds: [\"0000:53:00.0\"]\n  numaNodes: [0]\npcie:\n" +
+		"  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  switch: {vendor: \"0x1000\", device: \"0xc030\"}\n  nics: []\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n"
+	for _, c := range []struct{ src, want string }{
+		{head + ports("        ", 32), "pcie.rootComplexes[0].ports: 32 root ports; a root bus has devices 1 to 31 for them"},
+		{head + "        - switch:\n" + ports("            ", 33), "pcie.rootComplexes[0].ports[0].switch: 33 downstream ports; a switch's internal bus has devices 0 to 31 for them"},
+	} {
+		_, err := Parse("x.yaml", []byte(c.src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v\nwant an error with %q", err, c.want)
+		}
+	}
+	for _, ok := range []string{head + ports("        ", 31), head + "        - switch:\n" + ports("            ", 32)} {
+		if _, err := Parse("x.yaml", []byte(ok)); err != nil && strings.Contains(err.Error(), "for them") {
+			t.Errorf("the last device number refused: %v", err)
+		}
 	}
 }

@@ -128,7 +128,10 @@ func execRun(args []string) error {
 		return fmt.Errorf("exec: PCI tree: %w", err)
 	}
 	sys, err := nsexec.Cached("pci-"+key, func(dir string) error {
-		pci := pcisim.Files(node)
+		pci, err := pcisim.Files(node)
+		if err != nil {
+			return err
+		}
 		if fab != nil {
 			pci = append(pci, ibsysfs.Files(node, fab)...)
 		}

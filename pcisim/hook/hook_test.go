@@ -40,7 +40,7 @@ func node(t *testing.T) *profile.Node {
 // plus extra files, into a new directory.
 func tree(t *testing.T, n *profile.Node, ib bool, extra ...pcisim.File) string {
 	t.Helper()
-	files := pcisim.Files(n)
+	files := pciFiles(t, n)
 	if ib {
 		f, err := fabric.Build(n, "node-a", 0)
 		if err != nil {
@@ -511,7 +511,7 @@ func BenchmarkHook(b *testing.B) {
 	n := testenv.Node(b, "h100", 8)
 	dir := b.TempDir()
 	tr := filepath.Join(dir, "sys")
-	if err := pcisim.Write(pcisim.Files(n), tr); err != nil {
+	if err := pcisim.Write(pciFiles(b, n), tr); err != nil {
 		b.Fatal(err)
 	}
 	proc := filepath.Join(dir, "proc")
@@ -532,7 +532,7 @@ func BenchmarkHook(b *testing.B) {
 		b.Fatal(err)
 	}
 	trIB, live := filepath.Join(dir, "sys-ib"), filepath.Join(dir, "ib")
-	if err := pcisim.Write(append(pcisim.Files(n), sysfs.Files(n, f)...), trIB); err != nil {
+	if err := pcisim.Write(append(pciFiles(b, n), sysfs.Files(n, f)...), trIB); err != nil {
 		b.Fatal(err)
 	}
 	if err := pcisim.Write(sysfs.LivePorts(n, f, true), live); err != nil {
@@ -776,7 +776,7 @@ func mountsStayInTheContainer(t *testing.T, hook string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pcisim.Write(append(pcisim.Files(n), sysfs.Files(n, f)...), filepath.Join(h, "tree")); err != nil {
+	if err := pcisim.Write(append(pciFiles(t, n), sysfs.Files(n, f)...), filepath.Join(h, "tree")); err != nil {
 		t.Fatal(err)
 	}
 	if err := pcisim.Write(sysfs.LivePorts(n, f, true), filepath.Join(h, "ib")); err != nil {
@@ -922,4 +922,14 @@ echo "container: $(ls "$d/rootfs/sys/bus/pci/devices" | wc -l), other: $(grep -c
 	if strings.TrimSpace(string(out)) != want {
 		t.Errorf("got %q, want %q (the tree in the container's /sys, only the test's own sysfs mount in the other)", out, want)
 	}
+}
+
+// pciFiles is the node's PCI tree, which the tests' nodes always fit.
+func pciFiles(t testing.TB, n *profile.Node) []pcisim.File {
+	t.Helper()
+	fs, err := pcisim.Files(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
 }
