@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -294,6 +295,7 @@ func (p *Profile) validatePCIe(c *checker) {
 			c.fail(fmt.Sprintf("topology.nvswitches[%d]", i), "NVSwitch %s is nowhere in the pcie tree", s)
 		}
 	}
+	var unplaced []int // NICs nowhere in the tree
 	for i, n := range x.NICs {
 		a, err := ParsePCIAddress(n.BDF)
 		if err == nil && a.Function != 0 {
@@ -306,8 +308,27 @@ func (p *Profile) validatePCIe(c *checker) {
 			continue
 		}
 		if err == nil && placed[a] == "" && len(x.RootComplexes) > 0 {
-			c.fail(fmt.Sprintf("pcie.nics[%d].bdf", i), "NIC %s is nowhere in the pcie tree", n.BDF)
+			unplaced = append(unplaced, i)
 		}
+	}
+	// A profile's own tree keeps its base's NICs: one line for them all,
+	// saying so (review: ten lines, one per h100 NIC, and no way out).
+	hint := ""
+	if len(unplaced) > 0 && p.Base != "" {
+		if b, err := Builtin(p.Base); err == nil && b.PCIe != nil && reflect.DeepEqual(b.PCIe.NICs, x.NICs) {
+			hint = fmt.Sprintf("; a profile keeps its base %s's pcie.nics unless it gives its own (nics: [] for none)", p.Base)
+		}
+	}
+	switch {
+	case len(unplaced) == 1:
+		i := unplaced[0]
+		c.fail(fmt.Sprintf("pcie.nics[%d].bdf", i), "NIC %s is nowhere in the pcie tree%s", x.NICs[i].BDF, hint)
+	case len(unplaced) > 1:
+		bdfs := make([]string, len(unplaced))
+		for k, i := range unplaced {
+			bdfs[k] = x.NICs[i].BDF
+		}
+		c.fail("pcie.nics", "NICs %s are nowhere in the pcie tree%s", strings.Join(bdfs, ", "), hint)
 	}
 }
 

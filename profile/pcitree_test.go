@@ -255,6 +255,10 @@ func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
 		{"a root complex with another node's CPUs", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:55:00.0\", vendor: \"0x15b3\", device: \"0x1021\", class: \"0x020700\"}\n" +
 			"  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n    - bus: \"0000:54\"\n      numaNode: 0\n      cpus: \"56-60\"\n      ports:\n        - device: \"0000:55:00.0\"\n",
 			"profile x.yaml:15: pcie.rootComplexes[1]: cpus 56-60 are not those of NUMA node 0, 0-55,112-167 (its GPUs' topology.cpuAffinity)"},
+		{"a tree of its own that keeps the base's NICs", "base: h100\nname: x\ngpus: 1\npcie:\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:4: pcie.nics: NICs 0000:50:00.0, 0000:55:00.0, 0000:61:00.0, 0000:72:00.0, 0000:83:00.0, 0000:94:00.0, 0000:99:00.0, 0000:a5:00.0, 0000:b6:00.0, 0000:c7:00.0 are nowhere in the pcie tree; a profile keeps its base h100's pcie.nics unless it gives its own (nics: [] for none)"},
+		{"one NIC nowhere", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:50:00.0\", vendor: \"0x15b3\", device: \"0x1021\", class: \"0x020700\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
+			"profile x.yaml:10: pcie.nics[0].bdf: NIC 0000:50:00.0 is nowhere in the pcie tree"},
 		{"a NIC function without function 0", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:50:00.1\", vendor: \"0x15b3\", device: \"0x1021\", class: \"0x020700\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
 			"profile x.yaml:10: pcie.nics[0].bdf: NIC function 0000:50:00.1 needs function 0 of its device among pcie.nics"},
 	} {
