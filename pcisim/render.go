@@ -43,9 +43,25 @@ const Mode = 0o444
 // kernel/iommu_groups. A tree whose memory does not fit is an error.
 func Files(n *profile.Node) ([]File, error) {
 	r := &renderer{n: n, alloc: allocator{next32: mmio32Base, next64: mmio64Base}, cpus: 1}
+	// The kernel prints every CPU mask as wide as the node's CPUs: the
+	// highest the node knows, not only its roots' (review: a100 with
+	// --gpus 2 printed 7 words, with 8 8).
+	last := func(s *profile.CPUSet) {
+		if s != nil && s.Last()+1 > r.cpus {
+			r.cpus = s.Last() + 1
+		}
+	}
 	for _, root := range n.PCIe.Roots {
-		if l := root.CPUs.Last(); l+1 > r.cpus {
-			r.cpus = l + 1
+		last(&root.CPUs)
+	}
+	for i := range n.GPUs {
+		last(n.GPUs[i].CPUs)
+		last(n.GPUs[i].SocketCPUs)
+	}
+	for _, s := range n.Profile.Topology.Sockets { // those without the node's GPUs too
+		if m, err := profile.ParseCPUList(s.CPUs); err == nil {
+			cs := profile.CPUSet(m)
+			last(&cs)
 		}
 	}
 	// The built-in port driver and nvidia are there on any such node;

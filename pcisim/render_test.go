@@ -58,3 +58,21 @@ func TestA32BitMemoryThatDoesNotFitIsRefused(t *testing.T) {
 		t.Fatalf("a100 with 48 GPUs: %v; want the 32-bit memory refused", err)
 	}
 }
+
+// The kernel prints CPU masks as wide as the node's CPUs, whatever the
+// node's GPU count (review: a100 with 2 GPUs printed 7 words, with 8 8).
+func TestCPUMasksAreAsWideAsTheNodesCPUs(t *testing.T) {
+	for _, gpus := range []int{2, 8} {
+		fs, err := Files(builtinNode(t, "a100", gpus))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			if strings.HasSuffix(f.Path, "/0000:07:00.0/local_cpus") {
+				if words := strings.Count(string(f.Data), ",") + 1; words != 8 {
+					t.Errorf("a100 with %d GPUs: local_cpus %q has %d words; want 8 (256 CPUs)", gpus, f.Data, words)
+				}
+			}
+		}
+	}
+}
