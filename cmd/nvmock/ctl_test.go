@@ -146,6 +146,11 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"a probability above 1", []string{"fault", "0", "lost", "--probability", "1.5"}, `ctl fault: --probability "1.5": a probability from 0 to 1`},
 		{"a negative probability", []string{"fault", "0", "lost", "--probability", "-0.1"}, `--probability "-0.1": a probability from 0 to 1`},
 		{"two triggers", []string{"fault", "0", "lost", "--in", "5s", "--after-calls", "3"}, "give one trigger"},
+		// Review: an empty trigger (an unset variable) fired the fault at once, node-wide.
+		{"an empty call trigger", []string{"fault", "0", "lost", "--after-calls", ""}, "ctl fault: --after-calls is empty; give a value or leave the flag out"},
+		{"an empty delay", []string{"fault", "0", "lost", "--in", ""}, "ctl fault: --in is empty"},
+		{"an empty probability", []string{"fault", "0", "lost", "--probability", ""}, "ctl fault: --probability is empty"},
+		{"an empty time", []string{"fault", "0", "lost", "--at", ""}, "ctl fault: --at is empty"},
 		{"a time before 1970, which never came", []string{"fault", "0", "lost", "--at", "1960-01-01T00:00:00Z"}, `--at "1960-01-01T00:00:00Z": a time from 1970 to 2262`},
 		{"a delay past 2262", []string{"fault", "0", "lost", "--in", "2500000h"}, `--in "2500000h": the time would pass 2262`},
 		{"an unknown kind", []string{"fault", "0", "melted"}, `kind "melted": one of lost, ecc_uncorrectable`},

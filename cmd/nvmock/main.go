@@ -125,7 +125,8 @@ func parseFlags(fs *flag.FlagSet, args []string, w io.Writer, usage string) erro
 
 // emptyRefused are flags whose empty value is a slip (an unset variable in
 // --seed "$SEED"), never a choice: left out, each has its default.
-var emptyRefused = []string{"seed", "driver-version", "state", "profile", "o"}
+// A fault's empty trigger would fire it at once, node-wide (review).
+var emptyRefused = []string{"seed", "driver-version", "state", "profile", "o", "after-calls", "probability", "at", "in"}
 
 // refuseEmpty names the first of emptyRefused given empty.
 func refuseEmpty(fs *flag.FlagSet) error {
