@@ -93,12 +93,20 @@ func (x *XIDLog) logf(format string, args ...any) {
 
 // follow logs from one state file and snapshot until stop, or until either
 // is replaced.
-func (x *XIDLog) follow(kmsg bool, p *place, stop <-chan struct{}) error {
+func (x *XIDLog) follow(kmsg bool, p *place, stop <-chan struct{}) (err error) {
 	f, err := OpenRead(x.State)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	// A state cut short under the mapping is one that cannot be read, tried
+	// again (review: xidlog died of the SIGBUS).
+	defer GuardFaults()()
+	defer func() {
+		if r := recover(); r != nil {
+			err = FaultError(r, x.State)
+		}
+	}()
 	snap, err := snapshotPath(x.State)
 	if err != nil {
 		return err

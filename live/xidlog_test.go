@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -469,5 +470,44 @@ func BenchmarkXIDToTheLog(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A state cut short under xidlog's mapping is one it cannot read: it says
+// so and tries again (review: it died of the SIGBUS with a stack trace).
+func TestXIDLogOutlivesAStateCutShortUnderIt(t *testing.T) {
+	f, _ := xidNode(t)
+	var mu sync.Mutex
+	var logs []string
+	x := &XIDLog{State: f.Path, Out: filepath.Join(t.TempDir(), "log")}
+	x.Logf = func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, fmt.Sprintf(format, a...))
+	}
+	x.Started = func() {
+		if err := os.Truncate(f.Path, 4096); err != nil {
+			t.Error(err)
+		}
+	}
+	quit, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- x.Run(quit) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		told := slices.ContainsFunc(logs, func(l string) bool {
+			return strings.Contains(l, "cut short while in use") && strings.HasSuffix(l, "trying again each second")
+		})
+		mu.Unlock()
+		if told {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			t.Fatalf("xidlog did not say the state was cut short; it logged %q", logs)
+		}
+	}
+	close(quit)
+	if err := <-done; err != nil {
+		t.Errorf("xidlog: %v", err)
 	}
 }

@@ -82,7 +82,7 @@ func ctlSubUsage(name string) string {
 // ctlCommands are ctl's commands, known before a state is looked for.
 var ctlCommands = []string{"create", "load", "fault", "xid", "clear", "proc", "status", "clock", "apply", "mig", "ib"}
 
-func ctlCmd(args []string) error {
+func ctlCmd(args []string) (err error) {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	statePath := fs.String("state", "", "state file")
@@ -130,6 +130,13 @@ func ctlCmd(args []string) error {
 		return fmt.Errorf("ctl: %w", err)
 	}
 	defer f.Close()
+	// Review: a state cut short under the mapping ended ctl with a stack.
+	defer live.GuardFaults()()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("ctl: %w", live.FaultError(r, path))
+		}
+	}()
 	cmd, cargs := rest[0], rest[1:]
 	switch cmd {
 	case "load":
