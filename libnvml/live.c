@@ -3,6 +3,7 @@
 // read-only beside the snapshot. Readers take no lock: each copies what it
 // needs inside a seqlock, so a fork at any moment leaves nothing held.
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -691,14 +692,17 @@ unsigned long long nvmock_live_violation(const struct nvmock_dev *d, const struc
 
 // nvmock_live_proc_alive says whether a registered process still runs: one
 // registered from this pid namespace is checked in /proc; others are kept
-// until their writer removes them.
+// until their writer removes them. A zombie's GPU contexts ended with it,
+// as its address space did: its exe link is gone (ENOENT) where another
+// user's running process only refuses it (EACCES; review: zombies stayed
+// listed, memory and all).
 static int proc_alive(const struct live_proc *p)
 {
 	if (p->pidns == 0 || p->pidns != my_pidns)
 		return 1;
-	char path[32];
-	snprintf(path, sizeof path, "/proc/%u", p->pid);
-	return access(path, F_OK) == 0;
+	char path[32], target[1];
+	snprintf(path, sizeof path, "/proc/%u/exe", p->pid);
+	return readlink(path, target, sizeof target) >= 0 || errno != ENOENT;
 }
 
 // proc_table copies the process table (malloc'd; the caller frees it).

@@ -1,7 +1,9 @@
 package live
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"reflect"
@@ -414,13 +416,15 @@ func PIDNamespace() uint32 {
 	return uint32(v)
 }
 
-// Dead says whether a process registered from this pid namespace has exited.
+// Dead says whether a process registered from this pid namespace has
+// exited: a zombie has (its exe link is gone; another user's running
+// process only refuses it), as libnvml/live.c's proc_alive reads it.
 func Dead(p Process) bool {
 	if p.PIDNS == 0 || p.PIDNS != PIDNamespace() {
 		return false
 	}
-	_, err := os.Stat("/proc/" + strconv.Itoa(int(p.PID)))
-	return os.IsNotExist(err)
+	_, err := os.Readlink("/proc/" + strconv.Itoa(int(p.PID)) + "/exe")
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 func cstr(b []byte) string {

@@ -812,7 +812,20 @@ func TestAnExitedProcessFreesItsMemory(t *testing.T) {
 	if err := ctl("proc", "add", "0", strconv.Itoa(sleep.Process.Pid), "--memory", "39GiB"); err != nil {
 		t.Fatal(err)
 	}
+	// A zombie's GPU context ended with it, before its parent reaps it
+	// (review: it stayed listed with its memory).
 	sleep.Process.Kill()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(sleep.Process.Pid) + "/stat"); strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed process is no zombie in 10 s")
+		}
+	}
+	if p := ctlStatusJSON(t, state).Processes; len(p) != 0 {
+		t.Errorf("status lists the exited process, a zombie: %+v", p)
+	}
 	sleep.Wait()
 	if p := ctlStatusJSON(t, state).Processes; len(p) != 0 {
 		t.Errorf("status lists the exited process: %+v", p)

@@ -444,8 +444,21 @@ func TestRegisteredProcessesAppearAndUseMemory(t *testing.T) {
 		t.Errorf("GetProcessUtilization since the last sample: %v, want NOT_FOUND", ret)
 	}
 
-	// A process that exits leaves the list, without anyone removing it.
+	// A process that exits leaves the list, without anyone removing it:
+	// at once, a zombie not yet reaped (review: it stayed, memory and all).
 	sleeper.Process.Kill()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", other)); strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed sleeper is no zombie in 10 s")
+		}
+	}
+	procs, ret = d.GetGraphicsRunningProcesses()
+	if ret != nvml.SUCCESS || len(procs) != 0 {
+		t.Errorf("after the sleeper exited, a zombie: %+v (%v), want none", procs, ret)
+	}
 	sleeper.Wait()
 	procs, ret = d.GetGraphicsRunningProcesses()
 	if ret != nvml.SUCCESS || len(procs) != 0 {
