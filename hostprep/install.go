@@ -176,6 +176,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 	}
 	rel := filepath.Join("overlays", in.hash)
 	statePath := filepath.Join(root, StateFile)
+	if err := checkOwnTrees(root, statePath, old == nil); err != nil {
+		return nil, err
+	}
 	if !live.IsState(statePath) {
 		return nil, fmt.Errorf("%s exists and is not nvmock's live state; move it away", statePath)
 	}
@@ -601,4 +604,28 @@ func (p progress) printf(format string, args ...any) {
 	if p.w != nil {
 		fmt.Fprintf(p.w, "hostprep: "+format+"\n", args...)
 	}
+}
+
+// checkOwnTrees refuses what install would write, replace or remove
+// through but did not make (review: symlinks planted in the root led
+// install and uninstall out of it, and a first install emptied trees it
+// had never made): a symlink at live, its state, its InfiniBand ports or
+// overlays, and, where no install is recorded (first), entries already in
+// overlays or the ports' tree.
+func checkOwnTrees(root, statePath string, first bool) error {
+	ib, overlays := IBLiveDir(statePath), filepath.Join(root, "overlays")
+	for _, p := range []string{filepath.Dir(statePath), statePath, ib, overlays, StartedDir(statePath)} {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symlink, not nvmock's; move it away", p)
+		}
+	}
+	if !first {
+		return nil
+	}
+	for _, d := range []string{overlays, ib} {
+		if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
+			return fmt.Errorf("%s holds %s, and no install of nvmock is recorded in %s; move it away", d, ents[0].Name(), root)
+		}
+	}
+	return nil
 }

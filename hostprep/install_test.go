@@ -234,6 +234,21 @@ func TestUninstallRemovesExactlyWhatInstallCreated(t *testing.T) {
 	}
 }
 
+// Uninstall of a root nvmock never installed keeps it, empty or not
+// (review: a user's empty directory was removed).
+func TestUninstallOfARootNeverInstalledKeepsIt(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	must(t, os.MkdirAll(s.root, 0o700))
+	res, err := hostprep.Uninstall(s.root, nil)
+	if err != nil || !res.Nothing || len(res.Removed) != 0 {
+		t.Errorf("uninstall: %+v, %v; want nothing to do", res, err)
+	}
+	if fi, err := os.Stat(s.root); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the root after uninstall: %v, %v; want it kept, mode 0700", fi, err)
+	}
+}
+
 func TestInstallRefusesANodeWithARealDriverUnlessForced(t *testing.T) {
 	needRoot(t)
 	assets := testenv.FakeDriverAssets(t)
@@ -283,6 +298,8 @@ func TestInstallRefusesANodeWhereAnotherDriverHoldsTheIMEXMajors(t *testing.T) {
 		{"another driver at 509 is refused", "Character devices:\n509 gdrdrv\n\nBlock devices:\n", "major 509 is gdrdrv's"},
 		// nvidia-uvm's (found in review: only 509 and 510 were checked).
 		{"another driver at 511 is refused", "Character devices:\n511 bardrv\n\nBlock devices:\n", "major 511 is bardrv's; the overlay names it for NVIDIA's nvidia-uvm"},
+		// Review: NVIDIA's own made --force fail on most real nodes.
+		{"NVIDIA's own at their majors install", "Character devices:\n195 nvidia-frontend\n509 nvidia-caps\n510 nvidia-caps-imex-channels\n511 nvidia-uvm\n\nBlock devices:\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSite(t)
@@ -919,4 +936,89 @@ func TestAnInstallFromBeforeChecksumsIsUpgradedAndUninstalled(t *testing.T) {
 			t.Errorf("the user's NFD file now reads %q", b)
 		}
 	})
+}
+
+// Install writes nothing through a symlink planted in the root, and a first
+// install empties no tree it did not make (review: both wrote, replaced
+// or removed files outside the root or the user's own).
+func TestInstallRefusesSymlinksAndTreesItDidNotMake(t *testing.T) {
+	needRoot(t)
+	assets := testenv.FakeDriverAssets(t)
+	for _, tc := range []struct {
+		name string
+		plant func(root, outside string)
+		want string
+	}{
+		{"live a symlink", func(root, outside string) { must(t, os.Symlink(outside, filepath.Join(root, "live"))) }, "/live is a symlink, not nvmock's"},
+		{"the state a symlink", func(root, outside string) {
+			must(t, os.MkdirAll(filepath.Join(root, "live"), 0o755))
+			must(t, os.WriteFile(filepath.Join(outside, "empty"), nil, 0o644))
+			must(t, os.Symlink(filepath.Join(outside, "empty"), filepath.Join(root, "live", "state")))
+		}, "/live/state is a symlink, not nvmock's"},
+		{"overlays a symlink", func(root, outside string) { must(t, os.Symlink(outside, filepath.Join(root, "overlays"))) }, "/overlays is a symlink"},
+		{"the ports a symlink", func(root, outside string) {
+			must(t, os.MkdirAll(filepath.Join(root, "live"), 0o755))
+			must(t, os.Symlink(outside, filepath.Join(root, "live", "ib")))
+		}, "/live/ib is a symlink"},
+		{"an overlay nvmock did not make", func(root, _ string) {
+			must(t, os.MkdirAll(filepath.Join(root, "overlays", "0123456789abcdef"), 0o755))
+		}, "/overlays holds 0123456789abcdef, and no install of nvmock is recorded in"},
+		{"ports nvmock did not make", func(root, _ string) {
+			must(t, os.MkdirAll(filepath.Join(root, "live", "ib"), 0o755))
+			must(t, os.WriteFile(filepath.Join(root, "live", "ib", "notes"), []byte("mine\n"), 0o644))
+		}, "/live/ib holds notes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSite(t)
+			outside := t.TempDir()
+			must(t, os.WriteFile(filepath.Join(outside, "keep"), []byte("mine\n"), 0o644))
+			must(t, os.MkdirAll(s.root, 0o755))
+			tc.plant(s.root, outside)
+			before := tree(t, s.root, outside)
+			_, err := hostprep.Install(s.options(testenv.Profile(t, "a100", 2), assets))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "move it away") {
+				t.Fatalf("install: %v; want an error with %q", err, tc.want)
+			}
+			after := tree(t, s.root, outside)
+			for p, v := range before {
+				if after[p] != v {
+					t.Errorf("%s: %s -> %s", p, v, after[p])
+				}
+			}
+			for p := range after {
+				if _, ok := before[p]; !ok {
+					t.Errorf("%s made by a refused install", p)
+				}
+			}
+		})
+	}
+}
+
+// Uninstall removes nothing through a symlink planted in the root after
+// install (review: it emptied the link's target of started/ and state).
+func TestUninstallFollowsNoPlantedSymlink(t *testing.T) {
+	needRoot(t)
+	s := newSite(t)
+	install(t, s.options(testenv.Profile(t, "t4", 1), testenv.FakeDriverAssets(t)))
+	outside := t.TempDir()
+	for _, d := range []string{"started", "overlays/0123456789abcdef"} {
+		must(t, os.MkdirAll(filepath.Join(outside, d), 0o755))
+		must(t, os.WriteFile(filepath.Join(outside, d, "mine"), []byte("mine\n"), 0o644))
+	}
+	must(t, os.WriteFile(filepath.Join(outside, "state"), []byte("mine\n"), 0o644))
+	for _, name := range []string{"live", "overlays"} {
+		must(t, os.RemoveAll(filepath.Join(s.root, name)))
+	}
+	must(t, os.Symlink(outside, filepath.Join(s.root, "live")))
+	must(t, os.Symlink(filepath.Join(outside, "overlays"), filepath.Join(s.root, "overlays")))
+	before := tree(t, outside)
+	if _, err := hostprep.Uninstall(s.root, nil); err != nil {
+		t.Fatal(err)
+	}
+	after := tree(t, outside)
+	for p, v := range before {
+		if after[p] != v {
+			t.Errorf("%s: %s -> %s", p, v, after[p])
+		}
+	}
 }

@@ -156,7 +156,9 @@ func checkMajors(procRoot string) error {
 			continue
 		}
 		names := map[int]string{capsMajor: "nvidia-caps", imexChannelsMajor: "nvidia-caps-imex-channels", uvmMajor: "nvidia-uvm"}
-		if n, err := strconv.Atoi(f[0]); err == nil && names[n] != "" {
+		// NVIDIA's own driver at its own major (a real node installed
+		// with --force: nvidia-uvm at 511 most often) is no conflict.
+		if n, err := strconv.Atoi(f[0]); err == nil && names[n] != "" && f[1] != names[n] {
 			return fmt.Errorf("%s: major %d is %s's; the overlay names it for NVIDIA's %s, so containers would open %s's devices through nodes made from it", p, n, f[1], names[n], f[1])
 		}
 	}

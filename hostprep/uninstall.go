@@ -61,16 +61,11 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 		return nil, err
 	}
 	if m == nil {
-		// An install killed before it recorded itself made at most the
-		// root; an empty root is nothing to keep. Removed under the lock,
-		// as below.
-		res := &UninstallResult{Nothing: true}
-		if os.Remove(root) == nil {
-			res.Removed = append(res.Removed, root)
-			log.printf("removed %s: empty", root)
-		}
+		// Nothing says nvmock made the root (an install killed before it
+		// recorded itself leaves it empty): it stays (review: a user's
+		// empty directory was removed).
 		unlock()
-		return res, nil
+		return &UninstallResult{Nothing: true}, nil
 	}
 	if owner != "" && m.Owner != "" && m.Owner != owner {
 		unlock()
@@ -123,14 +118,28 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 	} else if err == nil {
 		log.printf("left %s: nvmock did not make it", driverLink)
 	}
+	// A symlink planted at overlays or live would lead out of the root
+	// (review): it is left, and nothing is removed through it.
+	planted := func(p string) bool {
+		fi, err := os.Lstat(p)
+		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			log.printf("left %s: a symlink nvmock did not make", p)
+			return true
+		}
+		return false
+	}
 	overlays := filepath.Join(root, "overlays")
-	ents, _ := os.ReadDir(overlays)
+	var ents []os.DirEntry
+	link := planted(overlays)
+	if !link {
+		ents, _ = os.ReadDir(overlays)
+	}
 	for _, e := range ents {
 		if overlayName.MatchString(e.Name()) {
 			rm(filepath.Join(overlays, e.Name()), true)
 		}
 	}
-	if os.Remove(overlays) == nil { // install's own, wherever it was made
+	if !link && os.Remove(overlays) == nil { // install's own, wherever it was made
 		res.Removed = append(res.Removed, overlays)
 		log.printf("removed %s", overlays)
 	}
@@ -138,8 +147,10 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 		res.Removed = append(res.Removed, p)
 		log.printf("removed %s: staged by an install that did not finish", p)
 	}
-	for _, p := range stateFiles(root) {
-		rm(p.path, p.all)
+	if !planted(filepath.Join(root, "live")) {
+		for _, p := range stateFiles(root) {
+			rm(p.path, p.all)
+		}
 	}
 	// The directories install made, the CDI and NFD ones among them,
 	// before the manifest that names them (a kill between leaves them
