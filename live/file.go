@@ -86,11 +86,20 @@ func Create(path string, gpus int, seed uint64) error {
 			// Another layout: readers refuse it by its size or version,
 			// so replacing the inode strands nobody, and those still
 			// running an older library keep reading the file they know.
-			if err := os.Remove(path); err != nil {
+			err := os.Remove(path)
+			if err == nil {
+				fd.Close()
+				return Create(path, gpus, seed)
+			}
+			// A read-only directory (nvmock exec's driver root), the file
+			// writable: reset in place, as nothing there maps a file of
+			// another size (review: it could not be repaired there).
+			if !errors.Is(err, syscall.EROFS) {
 				return fmt.Errorf("state %s: %w", path, err)
 			}
-			fd.Close()
-			return Create(path, gpus, seed)
+			if err := fd.Truncate(0); err != nil {
+				return fmt.Errorf("state %s: %w", path, err)
+			}
 		}
 		// Allocated, not truncated to size: a full disk is an error here,
 		// where the map's first store to a hole would be SIGBUS. Zeroed
@@ -182,7 +191,7 @@ func mapFile(path string, fd *os.File) (*File, error) {
 		return nil, fmt.Errorf("state %s: %w", path, err)
 	}
 	if st.Size() != Size {
-		return nil, fmt.Errorf("state %s: %d bytes, not a state file of this nvmock (%d bytes); reinstall the node", path, st.Size(), Size)
+		return nil, fmt.Errorf("state %s: %d bytes, not a state file of this nvmock (%d bytes); make it again (nvmock ctl create) or reinstall the node", path, st.Size(), Size)
 	}
 	mem, err := unix.Mmap(int(fd.Fd()), 0, Size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -323,7 +332,7 @@ func OpenRead(path string) (*File, error) {
 		return nil, fmt.Errorf("state %s: %w", path, err)
 	}
 	if st.Size() != Size {
-		return nil, fmt.Errorf("state %s: %d bytes, not a state file of this nvmock (%d bytes); reinstall the node", path, st.Size(), Size)
+		return nil, fmt.Errorf("state %s: %d bytes, not a state file of this nvmock (%d bytes); make it again (nvmock ctl create) or reinstall the node", path, st.Size(), Size)
 	}
 	mem, err := unix.Mmap(int(fd.Fd()), 0, Size, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/live"
 )
 
 // execNode runs the built nvmock exec on a t4 node with a cache and a
@@ -543,4 +544,22 @@ func processAlive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// A state cut short in exec, where its directory is read-only, is made
+// again in place by nvmock ctl create (review: "remove ...: read-only file
+// system", and advice to reinstall, which exec cannot).
+func TestExecRepairsAStateCutShort(t *testing.T) {
+	script := `S=/dev/.nvmock/driver/etc/nvmock/state; truncate -s 4096 $S &&
+		{ nvmock ctl status 2>&1 | grep -o 'make it again (nvmock ctl create)'; } &&
+		nvmock ctl create && nvmock ctl load 0 50 && nvmock ctl status | sed -n 3p | tr -s ' ' | cut -d' ' -f1-2 &&
+		stat -c %s $S`
+	self := filepath.Join(testenv.BuildDir(), "bin")
+	cmd := execNode(t, t.TempDir(), t.TempDir(), "--profile", "t4", "--", "sh", "-c", script)
+	cmd.Env = append(cmd.Env, "PATH="+self+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	want := fmt.Sprintf("make it again (nvmock ctl create)\n0 50%%\n%d\n", live.Size)
+	if err != nil || string(out) != want {
+		t.Errorf("exec: %v\n%s\nwant:\n%s", err, out, want)
+	}
 }
