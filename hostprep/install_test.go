@@ -945,9 +945,9 @@ func TestInstallRefusesSymlinksAndTreesItDidNotMake(t *testing.T) {
 	needRoot(t)
 	assets := testenv.FakeDriverAssets(t)
 	for _, tc := range []struct {
-		name string
+		name  string
 		plant func(root, outside string)
-		want string
+		want  string
 	}{
 		{"live a symlink", func(root, outside string) { must(t, os.Symlink(outside, filepath.Join(root, "live"))) }, "/live is a symlink, not nvmock's"},
 		{"the state a symlink", func(root, outside string) {
