@@ -154,6 +154,10 @@ func Open(path string) (*File, error) {
 	return f, nil
 }
 
+// Check says whether the state, as Read gave it, is one this nvmock wrote
+// (a status must not show a state of no GPUs as a healthy node; review).
+func (f *File) Check(s *State) error { return checkHeader(f.Path, &s.Header) }
+
 // checkHeader refuses a header this nvmock did not write, or a damaged
 // one, as the library does (libnvml/live.c): its readers would index
 // past the GPU table.
@@ -170,7 +174,7 @@ func checkHeader(path string, h *Header) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("state %s: %s; reinstall the node", path, what)
+	return fmt.Errorf("state %s: %s; make it again (nvmock ctl create) or reinstall the node", path, what)
 }
 
 // openError says what to do about a state file that does not open.

@@ -470,11 +470,12 @@ func ctlProc(f *live.File, args []string) error {
 			return fmt.Errorf("--type %q: compute, graphics or both", *typ)
 		}
 		ns := live.PIDNamespace()
-		if live.Dead(live.Process{PID: uint32(pid), PIDNS: ns}) {
-			return fmt.Errorf("pid %d: no such process here (one that has exited is dropped at once)", pid)
-		}
+		// A zombie is named as one before Dead counts it with the gone.
 		if err := wholeLiveProcess(pid); err != nil {
 			return err
+		}
+		if live.Dead(live.Process{PID: uint32(pid), PIDNS: ns}) {
+			return fmt.Errorf("pid %d: no such process here (one that has exited is dropped at once)", pid)
 		}
 		switch {
 		case strings.ContainsFunc(*name, unicode.IsControl):

@@ -48,3 +48,18 @@ func TestCtlOnADamagedState(t *testing.T) {
 		t.Errorf("status: %v, want one line naming %s and the GPU count", err, state)
 	}
 }
+
+// ctl status on a state of zeros says so, as writes do (review: it showed
+// a node of no GPUs and exited 0).
+func TestCtlStatusOfAZeroedStateIsAnError(t *testing.T) {
+	state := ctlNode(t, "2")
+	if err := os.WriteFile(state, make([]byte, live.Size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"load", "0", "10"}} {
+		err := run(append([]string{"ctl", "--state", state}, args...))
+		if err == nil || !strings.Contains(err.Error(), "not initialised by this nvmock; make it again (nvmock ctl create) or reinstall the node") {
+			t.Errorf("ctl %v on a zeroed state: %v", args, err)
+		}
+	}
+}

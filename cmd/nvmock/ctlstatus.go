@@ -214,6 +214,9 @@ func ctlStatus(f *live.File, args []string, w io.Writer) error {
 		return fmt.Errorf("%q: status takes no argument (only --json)", pos[0])
 	}
 	s := f.Read()
+	if err := f.Check(s); err != nil {
+		return err
+	}
 	// An exited process is gone, as the library shows it, until the next
 	// write removes it from the state.
 	st := Status{State: f.Path, Processes: slices.DeleteFunc(s.Processes(), live.Dead)}
