@@ -160,7 +160,7 @@ static void fill(nvmlEventData_t *out, const struct nvmock_dev *d, unsigned long
 }
 
 // from_ring takes the next published event this set registered for.
-static int from_ring(struct nvmlEventSet_st *s, uint64_t now, nvmlEventData_t *out)
+static int from_ring(struct nvmlEventSet_st *s, nvmlEventData_t *out)
 {
 	uint32_t n = __atomic_load_n(&nvmock.live->ring, __ATOMIC_ACQUIRE);
 	if (n - s->ring_seen > STATE_EVENTS) // overrun: the oldest are gone
@@ -170,8 +170,9 @@ static int from_ring(struct nvmlEventSet_st *s, uint64_t now, nvmlEventData_t *o
 		struct live_event e;
 		if (!nvmock_live_copy(&e, &nvmock.live_events[k % STATE_EVENTS], sizeof e))
 			return 0;
-		if (e.time_ns > now)
-			return 0; // published for later: wait
+		// Not held back by its time: one published when the state's clock
+		// stood later (frozen ahead, then thawed) happened, and those
+		// after it with it (review).
 		s->ring_seen = k + 1;
 		if (e.serial != (uint64_t)k + 1 || e.gpu >= STATE_GPUS || !(__atomic_load_n(&s->mask[e.gpu], __ATOMIC_ACQUIRE) & e.type))
 			continue;
@@ -269,7 +270,7 @@ NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
 		uint32_t wake_word = __atomic_load_n(&live->wake, __ATOMIC_ACQUIRE);
 		uint64_t now = nvmock_live_now(), next = UINT64_MAX;
 		set_lock(s);
-		int got = from_ring(s, now, data) || from_faults(s, now, data, &next);
+		int got = from_ring(s, data) || from_faults(s, now, data, &next);
 		set_unlock(s);
 		if (got)
 			return NVML_SUCCESS;

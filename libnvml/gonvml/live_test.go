@@ -650,3 +650,27 @@ func TestADeadWriterLeavesStaticReadingsNotAHang(t *testing.T) {
 		t.Errorf("after the next write: %+v, want the load back", r)
 	}
 }
+
+// An XID published when the state's clock stood later (frozen ahead, then
+// thawed) is delivered, and holds back none published after it (review:
+// the ring stopped at it until the wall clock came that far).
+func TestAnEventStampedAheadHoldsBackNoOther(t *testing.T) {
+	lib, f, _ := startLive(t, 2)
+	set, ret := lib.EventSetCreate()
+	must(t, "EventSetCreate", ret)
+	defer lib.EventSetFree(set)
+	for i := 0; i < 2; i++ {
+		must(t, "RegisterEvents", handle(t, lib, i).RegisterEvents(nvml.EventTypeXidCriticalError, set))
+	}
+	update(t, f, func(s *live.State, now int64) error {
+		s.Publish(0, live.EventXID, 13, now+int64(time.Hour))
+		s.Publish(1, live.EventXID, 31, now)
+		return nil
+	})
+	for _, want := range []uint64{13, 31} {
+		e, ret := lib.EventSetWait(set, 1000)
+		if ret != nvml.SUCCESS || e.EventData != want {
+			t.Fatalf("event %+v (%v), want XID %d at once", e, ret, want)
+		}
+	}
+}
