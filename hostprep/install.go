@@ -170,19 +170,6 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if old, err = readManifest(root); err != nil {
 		return nil, err
 	}
-	driverLink := filepath.Join(root, "driver")
-	if fi, err := os.Lstat(driverLink); err == nil && (fi.Mode()&fs.ModeSymlink == 0 || !ownLink(driverLink)) {
-		return nil, fmt.Errorf("%s exists and is not nvmock's symlink; move it away", driverLink)
-	}
-	rel := filepath.Join("overlays", in.hash)
-	statePath := filepath.Join(root, StateFile)
-	if err := checkOwnTrees(root, statePath, old == nil); err != nil {
-		return nil, err
-	}
-	if !live.IsState(statePath) {
-		return nil, fmt.Errorf("%s exists and is not nvmock's live state; move it away", statePath)
-	}
-	ov := &Overlay{Dir: filepath.Join(root, rel), GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap}
 	cdiPath := filepath.Join(o.CDIDir, CDIFile)
 	nfdPath := filepath.Join(o.NFDDir, NFDFile)
 	if cdiPath, err = filepath.Abs(cdiPath); err != nil {
@@ -191,22 +178,11 @@ func Install(o InstallOptions) (res *Result, err error) {
 	if nfdPath, err = filepath.Abs(nfdPath); err != nil {
 		return nil, err
 	}
-	cdiData, err := CDIYAML(CDISpec(ov, driverLink))
-	cdiData = append([]byte(ownerLine(root, o.Owner)), cdiData...)
-	if err != nil {
-		return nil, err
-	}
-	nfdData := []byte(ownerLine(root, o.Owner) + NFDFeatures(o.Render.Profile))
-	// What an install killed before left: staged copies, renders.
-	staging := []string{cdiPath, nfdPath}
-	if old != nil {
-		staging = append(append(staging, old.Files...), old.Pending...)
-	}
-	sweepStaged(root, staging...)
-	sweepRenders(filepath.Join(root, "overlays"))
 	// An install records what it is about to make (directories, staged
 	// copies beside these paths) before it makes it, so that uninstall
-	// finds what one killed midway (SIGKILL, Ctrl-C) left.
+	// finds what one killed midway (SIGKILL, Ctrl-C) left: a first one at
+	// once, so that the root it made is on record (uninstall keeps a root
+	// no manifest names).
 	recordPending := func() error {
 		p := Manifest{Version: 1, Owner: o.Owner}
 		if old != nil {
@@ -232,6 +208,32 @@ func Install(o InstallOptions) (res *Result, err error) {
 			return nil, err
 		}
 	}
+	driverLink := filepath.Join(root, "driver")
+	if fi, err := os.Lstat(driverLink); err == nil && (fi.Mode()&fs.ModeSymlink == 0 || !ownLink(driverLink)) {
+		return nil, fmt.Errorf("%s exists and is not nvmock's symlink; move it away", driverLink)
+	}
+	rel := filepath.Join("overlays", in.hash)
+	statePath := filepath.Join(root, StateFile)
+	if err := checkOwnTrees(root, statePath, old == nil); err != nil {
+		return nil, err
+	}
+	if !live.IsState(statePath) {
+		return nil, fmt.Errorf("%s exists and is not nvmock's live state; move it away", statePath)
+	}
+	ov := &Overlay{Dir: filepath.Join(root, rel), GPUs: in.ids, DevNodes: in.nodes, Snapshot: in.snap}
+	cdiData, err := CDIYAML(CDISpec(ov, driverLink))
+	cdiData = append([]byte(ownerLine(root, o.Owner)), cdiData...)
+	if err != nil {
+		return nil, err
+	}
+	nfdData := []byte(ownerLine(root, o.Owner) + NFDFeatures(o.Render.Profile))
+	// What an install killed before left: staged copies, renders.
+	staging := []string{cdiPath, nfdPath}
+	if old != nil {
+		staging = append(append(staging, old.Files...), old.Pending...)
+	}
+	sweepStaged(root, staging...)
+	sweepRenders(filepath.Join(root, "overlays"))
 	res = &Result{Driver: driverLink, Overlay: ov.Dir, Hash: in.hash, CDIFile: cdiPath, NFDFile: nfdPath, GPUs: in.ids}
 
 	// What the driver link points at is installed; the manifest may name

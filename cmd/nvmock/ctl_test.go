@@ -173,7 +173,11 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		{"a probability that never fires", []string{"fault", "0", "lost", "--probability", "0"}, `--probability "0": never fires`},
 		{"a probability below the draw", []string{"fault", "0", "lost", "--probability", "1e-12"}, `--probability "1e-12": never fires; the least is 1/2^32`},
 		{"xid 0 given", []string{"fault", "0", "lost", "--xid", "0"}, "--xid 0: not an XID"},
-		{"an unknown flag of xid", []string{"xid", "2", "79", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"an unknown flag of xid", []string{"xid", "2", "79", "--bogus"}, "ctl xid: unknown flag --bogus (see nvmock ctl help)"},
+		{"an unknown flag of status", []string{"status", "--bogus"}, "unknown flag --bogus (see nvmock ctl help)"},
+		// Review: the last of two silently won.
+		{"a flag given twice", []string{"load", "all", "50", "--jitter", "5", "--jitter", "0"}, "ctl load: --jitter is given twice; give it once"},
+		{"a count given twice", []string{"fault", "3", "ecc_uncorrectable", "--count", "5", "--count=1"}, "--count is given twice"},
 		{"status with an argument", []string{"status", "extra"}, `"extra": status takes no argument`},
 		{"a bad memory size", []string{"proc", "add", "0", "5", "--memory", "lots"}, `--memory: "lots" is not a quantity`},
 		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
