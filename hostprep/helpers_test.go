@@ -79,6 +79,22 @@ func tree(t *testing.T, dirs ...string) map[string]string {
 	return walk(t, true, dirs...)
 }
 
+// sameTree reports what changed between two trees, and what appeared
+// (called so).
+func sameTree(t *testing.T, before, after map[string]string, appeared string) {
+	t.Helper()
+	for p, v := range before {
+		if after[p] != v {
+			t.Errorf("%s: %s -> %s", p, v, after[p])
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			t.Errorf("%s %s", p, appeared)
+		}
+	}
+}
+
 // contents is tree without directories' mtimes, which move when a temporary
 // file comes and goes.
 func contents(t *testing.T, dirs ...string) map[string]string {

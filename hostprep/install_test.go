@@ -90,17 +90,7 @@ func TestInstallingTheSameInputsTwiceChangesNothing(t *testing.T) {
 	if second.Hash != first.Hash {
 		t.Errorf("hash changed: %s then %s", first.Hash, second.Hash)
 	}
-	after := tree(t, s.root, s.cdi, s.nfd)
-	for p, v := range before {
-		if after[p] != v {
-			t.Errorf("%s changed: %s -> %s", p, v, after[p])
-		}
-	}
-	for p := range after {
-		if _, ok := before[p]; !ok {
-			t.Errorf("%s appeared", p)
-		}
-	}
+	sameTree(t, before, tree(t, s.root, s.cdi, s.nfd), "appeared")
 }
 
 func TestInstallingWithNewInputsReplacesTheOverlay(t *testing.T) {
@@ -371,17 +361,7 @@ func TestBadInputsLeaveTheOldOverlayIntact(t *testing.T) {
 			if strings.Contains(err.Error(), "\n") {
 				t.Errorf("error is not one line: %q", err)
 			}
-			after := contents(t, s.root, s.cdi, s.nfd)
-			for p, v := range before {
-				if after[p] != v {
-					t.Errorf("%s: %s -> %s", p, v, after[p])
-				}
-			}
-			for p := range after {
-				if _, ok := before[p]; !ok {
-					t.Errorf("%s left behind", p)
-				}
-			}
+			sameTree(t, before, contents(t, s.root, s.cdi, s.nfd), "left behind")
 			if target, _ := os.Readlink(filepath.Join(s.root, "driver")); target != filepath.Join("overlays", good.Hash, "driver") {
 				t.Errorf("driver -> %s, want the old overlay %s", target, good.Hash)
 			}
@@ -981,17 +961,7 @@ func TestInstallRefusesSymlinksAndTreesItDidNotMake(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "move it away") {
 				t.Fatalf("install: %v; want an error with %q", err, tc.want)
 			}
-			after := contents(t, s.root, outside)
-			for p, v := range before {
-				if after[p] != v {
-					t.Errorf("%s: %s -> %s", p, v, after[p])
-				}
-			}
-			for p := range after {
-				if _, ok := before[p]; !ok {
-					t.Errorf("%s made by a refused install", p)
-				}
-			}
+			sameTree(t, before, contents(t, s.root, outside), "made by a refused install")
 		})
 	}
 }
@@ -1017,10 +987,5 @@ func TestUninstallFollowsNoPlantedSymlink(t *testing.T) {
 	if _, err := hostprep.Uninstall(s.root, nil); err != nil {
 		t.Fatal(err)
 	}
-	after := tree(t, outside)
-	for p, v := range before {
-		if after[p] != v {
-			t.Errorf("%s: %s -> %s", p, v, after[p])
-		}
-	}
+	sameTree(t, before, tree(t, outside), "made by uninstall")
 }

@@ -82,7 +82,7 @@ func ctlSubUsage(name string) string {
 // ctlCommands are ctl's commands, known before a state is looked for.
 var ctlCommands = []string{"create", "load", "fault", "xid", "clear", "proc", "status", "clock", "apply", "mig", "ib"}
 
-func ctlCmd(args []string) (err error) {
+func ctlCmd(args []string) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	statePath := fs.String("state", "", "state file")
@@ -130,6 +130,11 @@ func ctlCmd(args []string) (err error) {
 		return fmt.Errorf("ctl: %w", err)
 	}
 	defer f.Close()
+	return ctlOn(f, path, rest[0], rest[1:])
+}
+
+// ctlOn runs one command on the state f maps.
+func ctlOn(f *live.File, path, cmd string, cargs []string) (err error) {
 	// Review: a state cut short under the mapping ended ctl with a stack.
 	defer live.GuardFaults()()
 	defer func() {
@@ -137,7 +142,6 @@ func ctlCmd(args []string) (err error) {
 			err = fmt.Errorf("ctl: %w", live.FaultError(r, path))
 		}
 	}()
-	cmd, cargs := rest[0], rest[1:]
 	switch cmd {
 	case "load":
 		err = ctlLoad(f, cargs)

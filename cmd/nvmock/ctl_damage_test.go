@@ -63,3 +63,21 @@ func TestCtlStatusOfAZeroedStateIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// A state cut short under ctl's mapping is an error naming it, not a
+// SIGBUS and a stack (review).
+func TestCtlOnAStateCutShortUnderItIsAnError(t *testing.T) {
+	state := ctlNode(t, "2")
+	f, err := live.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Truncate(state, 4096); err != nil {
+		t.Fatal(err)
+	}
+	err = ctlOn(f, state, "status", nil)
+	if err == nil || !strings.Contains(err.Error(), "ctl: state "+state+": cut short while in use") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("ctl status on a state cut short: %v; want one line saying so", err)
+	}
+}
