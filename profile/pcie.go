@@ -61,6 +61,26 @@ type RootComplex struct {
 type PCIePort struct {
 	Device string     `json:"device,omitempty"`
 	Switch []PCIePort `json:"switch,omitempty"`
+	// Slot is the port's own device and function on its bus, as lspci
+	// prints them ("00.0" for a Grace root port, "01.1" for an AMD GPP
+	// bridge). Default: by position, root ports from 01.0 and a switch's
+	// downstream ports from 00.0.
+	Slot string `json:"slot,omitempty"`
+}
+
+// slotOf is port k's device and function among its siblings, which
+// number from first by position unless the port gives its slot.
+func (pt *PCIePort) slotOf(k int, first uint32) (dev, fn uint32, err error) {
+	if pt.Slot == "" {
+		return first + uint32(k), 0, nil
+	}
+	d, f, ok := strings.Cut(pt.Slot, ".")
+	dv, err1 := strconv.ParseUint(d, 16, 8)
+	fv, err2 := strconv.ParseUint(f, 8, 8)
+	if !ok || len(d) != 2 || len(f) != 1 || err1 != nil || err2 != nil || dv > maxPCIDevice || fv > 7 {
+		return 0, 0, fmt.Errorf("%q is not a slot: device.function in hex as lspci prints them, 00.0 to 1f.7 (e.g. 01.1)", pt.Slot)
+	}
+	return uint32(dv), uint32(fv), nil
 }
 
 // Class codes of the functions pcisim renders.
@@ -247,11 +267,14 @@ func (p *Profile) validatePCIe(c *checker) {
 				c.fail(field, "%s is in PCI domain %04x, its root complex %s in %04x", s, a.Domain, rc.Bus, dom)
 			}
 		}
+		rootSlots := checkSlots(c, at+".ports", rc.Ports, 1)
 		for k, d := range rc.Devices {
 			place(fmt.Sprintf("%s.devices[%d]", at, k), d)
 			// Review: this passed validation and failed in pcisim.
-			if a, err := ParsePCIAddress(d); err == nil && a.Bus == bus && a.Device >= 1 && int(a.Device) <= len(rc.Ports) {
-				c.fail(fmt.Sprintf("%s.devices[%d]", at, k), "%s is device %02x of the root bus, root port ports[%d]'s (root ports are devices 01 to %02x in order)", d, a.Device, a.Device-1, len(rc.Ports))
+			if a, err := ParsePCIAddress(d); err == nil && a.Bus == bus {
+				if j, taken := rootSlots[[2]uint32{a.Device, a.Function}]; taken {
+					c.fail(fmt.Sprintf("%s.devices[%d]", at, k), "%s is root port ports[%d]'s place on the root bus (%02x.%x; without a slot, root ports are 01.0, 02.0 and on in order)", d, j, a.Device, a.Function)
+				}
 			}
 		}
 		var walk func(at string, ports []PCIePort)
@@ -272,6 +295,7 @@ func (p *Profile) validatePCIe(c *checker) {
 					if len(pt.Switch) > maxPCIDevice+1 {
 						c.fail(pat+".switch", "%d downstream ports; a switch's internal bus has devices 0 to %d for them", len(pt.Switch), maxPCIDevice)
 					}
+					checkSlots(c, pat+".switch", pt.Switch, 0)
 					walk(pat+".switch", pt.Switch)
 				}
 			}
@@ -330,6 +354,28 @@ func (p *Profile) validatePCIe(c *checker) {
 		}
 		c.fail("pcie.nics", "NICs %s are nowhere in the pcie tree%s", strings.Join(bdfs, ", "), hint)
 	}
+}
+
+// checkSlots checks the ports' slots and that no two share one; it
+// returns each slot's port.
+func checkSlots(c *checker, at string, ports []PCIePort, first uint32) map[[2]uint32]int {
+	taken := map[[2]uint32]int{}
+	for k := range ports {
+		d, f, err := ports[k].slotOf(k, first)
+		if err != nil {
+			c.fail(fmt.Sprintf("%s[%d].slot", at, k), "%v", err)
+			continue
+		}
+		if d > maxPCIDevice {
+			continue // the count check names it
+		}
+		if j, dup := taken[[2]uint32{d, f}]; dup {
+			c.fail(fmt.Sprintf("%s[%d]", at, k), "is at %02x.%x, as [%d] is; give one of them another slot", d, f, j)
+			continue
+		}
+		taken[[2]uint32{d, f}] = k
+	}
+	return taken
 }
 
 // maxPCIDevice is the largest device number (5 bits).

@@ -198,7 +198,8 @@ func buildRoot(p *Profile, gpus []GPU, rc *RootComplex, shift uint32, eps map[PC
 	}
 	b := &busNumbers{next: bus + 1, root: bus}
 	for k, pt := range rc.Ports {
-		rp := modelFunction(x.RootPort, PCIAddress{Domain: r.Domain, Bus: bus, Device: uint32(k + 1)}, RoleRootPort, ClassBridgePCI)
+		d, fn, _ := pt.slotOf(k, 1) // validated
+		rp := modelFunction(x.RootPort, PCIAddress{Domain: r.Domain, Bus: bus, Device: d, Function: fn}, RoleRootPort, ClassBridgePCI)
 		used, err := b.port(rp, pt, place, x)
 		if err != nil {
 			return nil, fmt.Errorf("ports[%d]: %w", k, err)
@@ -317,7 +318,8 @@ func (b *busNumbers) port(br *PCIFunction, pt PCIePort, place func(string) *PCIF
 	us := modelFunction(x.Switch, PCIAddress{Domain: br.Address.Domain, Bus: up}, RoleSwitchUp, ClassBridgePCI)
 	us.Secondary = internal
 	for k, down := range pt.Switch {
-		ds := modelFunction(x.Switch, PCIAddress{Domain: br.Address.Domain, Bus: internal, Device: uint32(k)}, RoleSwitchDown, ClassBridgePCI)
+		d, fn, _ := down.slotOf(k, 0) // validated
+		ds := modelFunction(x.Switch, PCIAddress{Domain: br.Address.Domain, Bus: internal, Device: d, Function: fn}, RoleSwitchDown, ClassBridgePCI)
 		u, err := b.port(ds, down, place, x)
 		if err != nil {
 			return false, fmt.Errorf("switch[%d]: %w", k, err)

@@ -147,6 +147,26 @@ func TestBuiltinTreesAreTheRealSystems(t *testing.T) {
 	}
 }
 
+// A GB300 tray's GPU domain as an NVIDIA engineer posted it to the Linux
+// iommu list (2025-04-25): the Grace root port at 00.0, and the
+// ConnectX-8's switch reaching the GPU through its downstream port 03.0.
+func TestGB300DomainIsThePostedHierarchy(t *testing.T) {
+	n := node(t, "gb300", "base: gb300\nname: x\ngpus: 1\n")
+	want := `pci0008:00 numa 0
+  0008:00:00.0 root-port 10de:22b1 [01-06]
+    0008:01:00.0 switch-up 15b3:197c [02-06]
+      0008:02:00.0 switch-down 15b3:197c [03-03]
+        0008:03:00.0 nic 15b3:1023
+      0008:02:03.0 switch-down 15b3:197c [04-06]
+        0008:04:00.0 switch-up 15b3:197c [05-06]
+          0008:05:00.0 switch-down 15b3:197c [06-06]
+            0008:06:00.0 gpu 10de:31c2
+`
+	if got, _, _ := strings.Cut(treeText(n.PCIe), "pci0009"); got != want {
+		t.Errorf("got\n%swant\n%s", got, want)
+	}
+}
+
 // shared names the deepest thing two endpoints have in common, from their
 // parent chains, not from Placement, so that it checks Placement's input.
 func shared(a, b *PCIFunction) string {
@@ -243,7 +263,18 @@ func TestBadPCIeTreesAreNamedWithFileLineAndField(t *testing.T) {
 			"profile x.yaml:15: pcie.rootComplexes[1].bus: 0000:50 lies within pcie.rootComplexes[0]'s buses 4d-58; each host bridge has a bus range of its own"},
 		{"a root-bus device where a root port goes", "base: h100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:4d:01.0\", \"0000:53:00.0\"]\n  numaNodes: [0, 0]\npcie:\n" + ids +
 			"  rootComplexes:\n    - bus: \"0000:4d\"\n      devices: [\"0000:4d:01.0\"]\n      ports:\n        - device: \"0000:53:00.0\"\n",
-			"profile x.yaml:13: pcie.rootComplexes[0].devices[0]: 0000:4d:01.0 is device 01 of the root bus, root port ports[0]'s (root ports are devices 01 to 01 in order)"},
+			"profile x.yaml:13: pcie.rootComplexes[0].devices[0]: 0000:4d:01.0 is root port ports[0]'s place on the root bus (01.0; without a slot, root ports are 01.0, 02.0 and on in order)"},
+		{"a root-bus device at a root port's slot", "base: h100\nname: x\ngpus: 2\ntopology:\n  busIds: [\"0000:4d:00.0\", \"0000:53:00.0\"]\n  numaNodes: [0, 0]\npcie:\n" + ids +
+			"  rootComplexes:\n    - bus: \"0000:4d\"\n      devices: [\"0000:4d:00.0\"]\n      ports:\n        - {slot: \"00.0\", device: \"0000:53:00.0\"}\n",
+			"profile x.yaml:13: pcie.rootComplexes[0].devices[0]: 0000:4d:00.0 is root port ports[0]'s place on the root bus (00.0; without a slot, root ports are 01.0, 02.0 and on in order)"},
+		{"a slot that is no slot", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - {slot: \"1.1\", device: \"0000:53:00.0\"}\n",
+			`profile x.yaml:14: pcie.rootComplexes[0].ports[0].slot: "1.1" is not a slot: device.function in hex as lspci prints them, 00.0 to 1f.7 (e.g. 01.1)`},
+		{"a function past 7", head + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - {slot: \"01.8\", device: \"0000:53:00.0\"}\n",
+			`profile x.yaml:14: pcie.rootComplexes[0].ports[0].slot: "01.8" is not a slot: device.function in hex as lspci prints them, 00.0 to 1f.7 (e.g. 01.1)`},
+		{"two root ports at one slot", two + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n        - {slot: \"01.0\", device: \"0000:58:00.0\"}\n",
+			"profile x.yaml:15: pcie.rootComplexes[0].ports[1]: is at 01.0, as [0] is; give one of them another slot"},
+		{"two downstream ports at one slot", two + ids + "  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - switch:\n            - {slot: \"03.0\", device: \"0000:53:00.0\"}\n            - {slot: \"03.0\", device: \"0000:58:00.0\"}\n",
+			"profile x.yaml:16: pcie.rootComplexes[0].ports[0].switch[1]: is at 03.0, as [0] is; give one of them another slot"},
 		{"a NIC class that is not hex", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\"}\n  nics:\n    - {bdf: \"0000:50:00.0\", vendor: \"0x15b3\", device: \"0x1021\", class: \"ib\"}\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n        - device: \"0000:50:00.0\"\n",
 			`profile x.yaml:10: pcie.nics[0].class: "ib" is not a 24-bit hex id such as "0x020700"`},
 		{"a root port that is no bridge", head + "  rootPort: {vendor: \"0x8086\", device: \"0x352a\", class: \"0x030200\"}\n  nics: []\n  rootComplexes:\n    - bus: \"0000:4d\"\n      ports:\n        - device: \"0000:53:00.0\"\n",
