@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,11 +162,49 @@ func TestABareProfileNameIsAFileOnlyWhenNoBuiltinHasIt(t *testing.T) {
 }
 
 func TestHelpIsAnAnswerNotAnError(t *testing.T) {
-	for _, args := range [][]string{{"version", "-h"}, {"profile", "show", "--help"}, {"profile", "compile", "-h"}, {"profile", "validate", "--help"}, {"profile", "list", "--help"}} {
-		if err := run(args); err != nil {
-			t.Errorf("%v: %v, want the help and no error", args, err)
+	for _, c := range []struct {
+		args []string
+		want []string // lines of the help, in order
+	}{
+		{[]string{"version", "-h"}, []string{"Usage: nvmock version"}},
+		{[]string{"profile", "show", "--help"}, []string{"Usage: nvmock profile show NAME|FILE [flags]", "  -driver-version string"}},
+		{[]string{"profile", "compile", "-h"}, []string{"Usage: nvmock profile compile NAME|FILE -o SNAPSHOT [flags]", "  -o string"}},
+		{[]string{"profile", "validate", "--help"}, []string{"Usage: nvmock profile validate FILE"}},
+		{[]string{"profile", "list", "--help"}, []string{"Usage: nvmock profile list"}},
+	} {
+		var err error
+		out := captured(t, &os.Stdout, func() { err = run(c.args) })
+		if err != nil {
+			t.Errorf("%v: %v, want the help and no error", c.args, err)
+		}
+		rest := out
+		for _, line := range c.want {
+			i := strings.Index(rest, line+"\n")
+			if i < 0 {
+				t.Errorf("%v: the help lacks %q (or has it out of order):\n%s", c.args, line, out)
+				break
+			}
+			rest = rest[i+len(line):]
 		}
 	}
+}
+
+// captured runs fn and returns what it printed on *f (&os.Stdout,
+// &os.Stderr).
+func captured(t *testing.T, f **os.File, fn func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := *f
+	*f = w
+	done := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); done <- b }()
+	fn()
+	*f = saved
+	w.Close()
+	return string(<-done)
 }
 
 func TestProfileShowListsTheGPUsOfThisNode(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"testing"
 )
 
-// nobodyHelperEnv makes TestExecAsNobodyHelper, in a re-executed test
-// binary, run a command the way nvmock exec does.
+// nobodyHelperEnv makes a re-executed test binary run a command the way
+// nvmock exec does (execAsNobody).
 const nobodyHelperEnv = "NVMOCK_NSEXEC_NOBODY_HELPER"
 
 type nobodyHelper struct {
@@ -27,13 +27,10 @@ type nobodyHelper struct {
 	FD100 string `json:"fd100"`
 }
 
-// TestExecAsNobodyHelper is not a test: run with nobodyHelperEnv set, it is
-// the process the test below starts as nobody.
-func TestExecAsNobodyHelper(t *testing.T) {
-	spec := os.Getenv(nobodyHelperEnv)
-	if spec == "" {
-		return
-	}
+// execAsNobody is the process the tests below start as nobody: TestMain
+// runs it where nobodyHelperEnv is set (review: as a test of its own it
+// passed, checking nothing, in every run).
+func execAsNobody(spec string) {
 	var h nobodyHelper
 	if err := json.Unmarshal([]byte(spec), &h); err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
@@ -85,7 +82,7 @@ func TestExecWorksForAUserWithoutAWritableHome(t *testing.T) {
 		tmp := filepath.Join(base, "tmp") // nobody's TMPDIR
 		spec, _ := json.Marshal(nobodyHelper{Driver: driver, Args: []string{"nvidia-smi", "-L"}})
 		// /proc/self/exe: nobody may not search go test's build directory.
-		cmd := exec.Command("/proc/self/exe", "-test.run=^TestExecAsNobodyHelper$")
+		cmd := exec.Command("/proc/self/exe")
 		cmd.Env = append(cleanEnv(), nobodyHelperEnv+"="+string(spec), "HOME=/nonexistent", "XDG_CACHE_HOME=", "TMPDIR="+tmp, "USER=nobody")
 		cmd.Dir = "/"
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}
@@ -165,7 +162,7 @@ func TestExecPassesADescriptorAboveTheOpenFileLimit(t *testing.T) {
 			must(t, os.Mkdir(tmp, 0o1777))
 			must(t, os.Chmod(tmp, 0o1777))
 			spec, _ := json.Marshal(nobodyHelper{Driver: driver, Args: []string{"bash", "-c", "echo on-100 >&100"}, FD100: out})
-			cmd := exec.Command("/proc/self/exe", "-test.run=^TestExecAsNobodyHelper$")
+			cmd := exec.Command("/proc/self/exe")
 			cmd.Env = append(cleanEnv(), nobodyHelperEnv+"="+string(spec), "TMPDIR="+tmp, "XDG_CACHE_HOME="+tmp)
 			cmd.Dir = "/"
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user.cred}

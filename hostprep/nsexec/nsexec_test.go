@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 		os.Exit(StatusSetup)
 	}
 	probeTID = probeOnOtherThread()
+	if spec := os.Getenv(nobodyHelperEnv); spec != "" {
+		execAsNobody(spec) // as it ran when it was a test
+	}
 	os.Exit(m.Run())
 }
 

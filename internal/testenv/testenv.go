@@ -59,6 +59,16 @@ func LibDir(t testing.TB) string {
 	return d
 }
 
+// NvmockBin is the built nvmock (make cli).
+func NvmockBin(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(BuildDir(), "bin", "nvmock")
+	if _, err := os.Stat(bin); err != nil {
+		Missing(t, "nvmock %s (run make cli)", bin)
+	}
+	return bin
+}
+
 // Lib is the path of the built libnvidia-ml.so.1.
 func Lib(t testing.TB) string {
 	t.Helper()

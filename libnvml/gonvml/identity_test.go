@@ -177,7 +177,7 @@ func TestBuiltinDefaultDerivesIdentityAtInit(t *testing.T) {
 	// <driver root>/usr/lib64 -> <driver root>/etc/nvmock/snapshot would replace the default.
 	installed := filepath.Join(filepath.Dir(filepath.Dir(libDir)), "etc", "nvmock", "snapshot")
 	if _, err := os.Stat(installed); err == nil {
-		t.Skipf("%s exists, so the library loads it instead of its built-in default; remove it to run this test", installed)
+		testenv.Missing(t, "%s exists, so the library loads it instead of its built-in default; remove it to run this test", installed)
 	}
 	p, err := profile.Builtin("a100")
 	if err != nil {
@@ -235,7 +235,7 @@ func TestBuiltinDefaultDerivesIdentityAtInit(t *testing.T) {
 		unsetenv(t, "NODE_NAME")
 		seed, err := snapshot.NodeSeed()
 		if err != nil {
-			t.Skipf("no machine id here: %v", err)
+			testenv.Missing(t, "no machine id here: %v", err)
 		}
 		for i, g := range initDefault(t, "") {
 			if want := nodeGPU(p, seed, i); g != want {

@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -75,6 +77,8 @@ func scoreEveryProfile(t *testing.T, builds []smiBuild) {
 		}
 		captures[board] = capture
 	}
+	counted := readFieldCounts(t)
+	fields := map[string]int{}
 	scores := map[smiBuild]map[string]float64{}
 	for _, build := range builds {
 		scores[build] = map[string]float64{}
@@ -83,11 +87,62 @@ func scoreEveryProfile(t *testing.T, builds []smiBuild) {
 				t.Run(board, func(t *testing.T) {
 					r := scoreProfile(t, build, snapshots[board], captures[board])
 					scores[build][board] = r.Score
+					key := build.version + " " + board
+					fields[key] = r.Static.Total()
+					// The score counts only fields both print: one the
+					// mock stops printing would raise it (review).
+					if n, ok := counted[key]; ok && r.Static.Total() < n && !*update {
+						t.Errorf("%d static fields of the capture scored, %d before (%s): the mock's nvidia-smi -q -x no longer prints some; if that is right, run with -update", r.Static.Total(), n, fieldCountsFile)
+					}
 				})
 			}
 		})
 	}
 	t.Log(scoreTable(builds, boards, scores))
+	if *update {
+		writeFieldCounts(t, fields)
+	}
+}
+
+// fieldCountsFile records, per nvidia-smi and board, how many static
+// fields of the capture the mock's -q -x prints too.
+const fieldCountsFile = "testdata/fidelity-fields.txt"
+
+func readFieldCounts(t *testing.T) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(fieldCountsFile)
+	if err != nil && *update {
+		return nil // about to be made
+	}
+	if err != nil {
+		t.Fatalf("%v (run with -update to make it)", err)
+	}
+	counts := map[string]int{}
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var version, board string
+		var n int
+		if _, err := fmt.Sscanf(line, "%s %s %d", &version, &board, &n); err != nil {
+			t.Fatalf("%s:%d: %q is not \"VERSION BOARD COUNT\": %v", fieldCountsFile, i+1, line, err)
+		}
+		counts[version+" "+board] = n
+	}
+	return counts
+}
+
+func writeFieldCounts(t *testing.T, fields map[string]int) {
+	t.Helper()
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s %d\n", k, fields[k])
+	}
+	if err := os.WriteFile(fieldCountsFile, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // scoreProfile renders a snapshot with one nvidia-smi, scores its first GPU

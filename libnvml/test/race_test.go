@@ -3,6 +3,7 @@
 package test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,11 +47,10 @@ func tsanWorks(t *testing.T) {
 // changeLiveState runs nvmock ctl against a state file until stop closes,
 // as an operator or a test harness on the node would: loads, faults of
 // most kinds on every GPU, XIDs, processes and MIG layouts. It returns
-// how many commands ran.
-func changeLiveState(state string, stop <-chan struct{}) int {
-	nvmock := filepath.Join(testenv.BuildDir(), "bin", "nvmock")
+// how many commands ran, and the first failure of one that cannot fail
+// by design (review: with no writer at all the test passed).
+func changeLiveState(nvmock, state string, stop <-chan struct{}) (n int, failed error) {
 	pid := strconv.Itoa(os.Getpid()) // a live process, for the process table
-	n := 0
 	for i := 0; ; i++ {
 		g := strconv.Itoa(i % gpus)
 		for _, c := range []string{
@@ -70,12 +70,17 @@ func changeLiveState(state string, stop <-chan struct{}) int {
 		} {
 			select {
 			case <-stop:
-				return n
+				return n, failed
 			default:
 			}
-			// Some fail by design (a MIG layout on a GPU with processes).
-			_ = exec.Command(nvmock, append([]string{"ctl", "--state", state}, strings.Fields(c)...)...).Run()
+			out, err := exec.Command(nvmock, append([]string{"ctl", "--state", state}, strings.Fields(c)...)...).CombinedOutput()
 			n++
+			// MIG layouts and processes fail by design at times: a layout
+			// on a GPU with processes, a process on a GPU race.c put in
+			// MIG mode.
+			if err != nil && failed == nil && !strings.HasPrefix(c, "mig ") && !strings.HasPrefix(c, "proc ") {
+				failed = fmt.Errorf("nvmock ctl %s: %v\n%s", c, err, out)
+			}
 		}
 	}
 }
@@ -87,19 +92,24 @@ func runRace(t *testing.T, bin, libDir string, extra ...string) string {
 	t.Helper()
 	snap, _ := testenv.Snapshot(t, "a100", gpus)
 	testenv.LiveState(t, snap, gpus, time.Time{})
+	nvmock := testenv.NvmockBin(t)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var changes int
+	var failed error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		changes = changeLiveState(filepath.Join(filepath.Dir(snap), "state"), stop)
+		changes, failed = changeLiveState(nvmock, filepath.Join(filepath.Dir(snap), "state"), stop)
 	}()
 	env := testenv.Env(t, snap, append([]string{"LD_LIBRARY_PATH=" + libDir}, extra...)...)
 	out, code := run(t, 2*time.Minute, env, bin, strconv.Itoa(raceSeconds))
 	close(stop)
 	wg.Wait()
 	t.Logf("%d nvmock ctl commands ran meanwhile", changes)
+	if failed != nil {
+		t.Fatalf("the writer failed, so no state changed under the readers: %v", failed)
+	}
 	if strings.Contains(out, "WARNING: ThreadSanitizer") {
 		t.Fatalf("ThreadSanitizer report (exit %d); output:\n%s", code, out)
 	}
