@@ -1,4 +1,5 @@
 // Framebuffer and BAR1 memory, ECC and page retirement or row remapping.
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,13 +155,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnabl
 
 // ecc_count reads the profile's counters: DRAM (device memory) and SRAM;
 // the board's other memories (caches, register files) count nothing.
-uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
+uint64_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
 			  nvmlMemoryLocation_t loc)
 {
 	const uint32_t *c = &s->ecc_count[4 * (counter == NVML_AGGREGATE_ECC) + 2 * (type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)];
 	// Injected errors land in device memory, in both counters; a reset
 	// starts the volatile ones again from zero.
-	uint32_t added = 0, base[2] = {c[0], c[1]};
+	uint64_t added = 0, base[2] = {c[0], c[1]};
 	struct live_gpu g;
 	unsigned node = (unsigned)(s - nvmock.node);
 	// Read whole: nvmock_live_read passes over a GPU with no load and no
@@ -240,6 +241,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlE
 	return NVML_SUCCESS;
 }
 
+// clamp_uint is a count as an unsigned int can hold it.
+static unsigned clamp_uint(uint64_t n) { return n > UINT_MAX ? UINT_MAX : (unsigned)n; }
+
 // retired lists the pages uncorrectable errors retired (boards before
 // Ampere), each with the time of its error in seconds, from one read of
 // the live state: the pages of each active uncorrectable ECC fault in
@@ -258,7 +262,7 @@ static nvmlReturn_t retired(nvmlDevice_t device, nvmlPageRetirementCause_t cause
 	unsigned n = 0;
 	LIVE(d);
 	if (live_)
-		n = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? fx_.dbe : 0;
+		n = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? clamp_uint(fx_.dbe) : 0;
 	if (addresses == NULL || *pageCount < n) {
 		unsigned have = *pageCount;
 		*pageCount = n;
@@ -311,14 +315,14 @@ NVML_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned in
 	DEV(device, d);
 	if (corrRows == NULL || uncRows == NULL || isPending == NULL || failureOccurred == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (d->s->remapped_rows != 1)
+	if (d->s->remapped_rows != 1 || nvmock_mig_instances(d))
 		return NVML_ERROR_NOT_SUPPORTED;
 	*corrRows = *uncRows = *isPending = *failureOccurred = 0;
 	// An uncorrectable error remaps its row at the next GPU reset: pending
 	// until then (nvidia-smi -q "Pending: Yes").
 	LIVE(d);
 	if (live_) {
-		*uncRows = fx_.dbe;
+		*uncRows = clamp_uint(fx_.dbe);
 		*isPending = fx_.remap_pending;
 		*failureOccurred = fx_.remap_failed;
 	}

@@ -150,6 +150,18 @@ static const struct nvmock_dev *visible(unsigned node)
 	return NULL;
 }
 
+// channel_xid says whether an XID is an error of a process's channel,
+// which the driver charges to that process: live/xidtext.go's
+// channelXIDs, which xidlog logs with the process's instances.
+static int channel_xid(unsigned long long xid)
+{
+	static const unsigned short ids[] = {13, 31, 32, 43, 45, 68, 69, 109};
+	for (unsigned i = 0; i < sizeof ids / sizeof ids[0]; i++)
+		if (xid == ids[i])
+			return 1;
+	return 0;
+}
+
 static void fill(nvmlEventData_t *out, const struct nvmock_dev *d, unsigned long long type, unsigned long long data)
 {
 	out->device = nvmock_handle(d);
@@ -157,6 +169,19 @@ static void fill(nvmlEventData_t *out, const struct nvmock_dev *d, unsigned long
 	out->eventData = data;
 	out->gpuInstanceId = 0xffffffffu; // not attributable to a MIG instance
 	out->computeInstanceId = 0xffffffffu;
+	if (type != nvmlEventTypeXidCriticalError || !channel_xid(data))
+		return;
+	// A channel error is the first process's on the GPU, as xidlog charges
+	// it (live.ChargedTo); on a MIG device, its instances (nvml.h: ids of
+	// an XID attributable to a GPU instance; review: the log named them,
+	// the event did not).
+	unsigned n;
+	struct live_proc *p = nvmock_live_procs(d->node_index, 3, &n);
+	if (n > 0 && p[0].mig_gi != 0) {
+		out->gpuInstanceId = p[0].mig_gi - 1;
+		out->computeInstanceId = p[0].mig_ci;
+	}
+	free(p);
 }
 
 // from_ring takes the next published event this set registered for.

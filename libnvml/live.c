@@ -478,28 +478,70 @@ static double power_of(const struct snap_device *s, uint32_t limit, double load)
 	return p;
 }
 
+// braked is power p under a power brake: at most half the limit in force,
+// one set with -pl too.
+static double braked(double p, uint32_t limit)
+{
+	return limit != NA32 && p > limit / 2.0 ? limit / 2.0 : p;
+}
+
 uint32_t nvmock_live_power(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t)
 {
 	double p = g->model ? power_of(d->s, seg_at(d->s, g, t).limit, nvmock_live_util(d->node_index, g, 0, t))
 			    : d->s->power_draw_mw;
-	// The brake halves the limit in force, one set with -pl too.
-	uint32_t limit = nvmock_power_limit(d->s, g);
-	if (fx->brake && limit != NA32 && p > limit / 2.0)
-		p = limit / 2.0;
+	if (fx->brake)
+		p = braked(p, nvmock_power_limit(d->s, g));
 	return (uint32_t)(p + 0.5);
 }
 
-// target_mc: HEAT_C above idle at the board's TDP, in proportion below it
-// (a lowered limit keeps the GPU cooler).
-static double target_mc(const struct snap_device *s, uint32_t limit, uint32_t load)
+// target_of: HEAT_C above idle at the board's TDP, in proportion to the
+// power drawn below it (a lowered limit or a brake keeps the GPU cooler).
+static double target_of(const struct snap_device *s, double p)
 {
 	double t = s->temp_gpu * 1000.0;
 	if (s->power_enforced_mw != NA32 && s->power_enforced_mw > s->power_draw_mw)
-		t += HEAT_C * 1000 * (power_of(s, limit, load) - s->power_draw_mw) / (s->power_enforced_mw - s->power_draw_mw);
+		t += HEAT_C * 1000 * (p - s->power_draw_mw) / (s->power_enforced_mw - s->power_draw_mw);
 	uint32_t slow = s->temp_threshold[NVML_TEMPERATURE_THRESHOLD_SLOWDOWN];
 	if (slow != NA32 && t > (slow - 3) * 1000.0)
 		t = (slow - 3) * 1000.0;
 	return t;
+}
+
+// brake_ns is how long before t a power brake has held the GPU, within
+// the segment from since: the energy and heat of that stretch are the
+// braked power's. The writers reckon the same when they start a segment
+// (live/model.go brakeSince), for the node-wide timed brakes they see.
+static uint64_t brake_ns(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t since, uint64_t t)
+{
+	if (g->faults == 0 || t <= since)
+		return 0;
+	uint64_t b = nvmock_live_slowdown(d, g, LIVE_FAULT_POWER_BRAKE, t);
+	return b < t - since ? b : t - since;
+}
+
+// at_seg is the temperature (milli-C) and energy (mJ) of segment x at t,
+// the stretch under a brake at the braked power: as live/model.go's
+// Board.at reckons them, step for step, so a segment the writer starts
+// where the readings stand reads the same.
+static void at_seg(const struct nvmock_dev *d, const struct live_gpu *g, const struct seg *x, uint64_t t, double *mc,
+		   uint64_t *mj)
+{
+	const struct snap_device *s = d->s;
+	uint64_t dt = t > x->since ? t - x->since : 0;
+	uint64_t b = x->since == g->since_ns ? brake_ns(d, g, x->since, t) : 0; // the segment before: as it ran
+	double p = power_of(s, x->limit, x->load[0]);
+	double target = target_of(s, p);
+	*mc = target + (x->temp0 - target) * exp(-(double)(dt - b) / TAU_NS);
+	*mj = x->e0;
+	if (s->power_draw_mw != NA32)
+		*mj += (uint64_t)(p * (double)(dt - b) / 1e9);
+	if (b > 0) {
+		double pb = braked(p, x->limit);
+		double tb = target_of(s, pb);
+		*mc = tb + (*mc - tb) * exp(-(double)b / TAU_NS);
+		if (s->power_draw_mw != NA32)
+			*mj += (uint64_t)(pb * (double)b / 1e9);
+	}
 }
 
 uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, const struct live_fx *fx, uint64_t t)
@@ -507,9 +549,9 @@ uint32_t nvmock_live_temp(const struct nvmock_dev *d, const struct live_gpu *g, 
 	unsigned c = d->s->temp_gpu;
 	if (g->model) {
 		struct seg s = seg_at(d->s, g, t);
-		double target = target_mc(d->s, s.limit, s.load[0]);
-		double dt = t > s.since ? (double)(t - s.since) : 0;
-		double mc = target + (s.temp0 - target) * exp(-dt / TAU_NS);
+		double mc;
+		uint64_t mj;
+		at_seg(d, g, &s, t, &mc, &mj);
 		c = (unsigned)(mc / 1000 + 0.5);
 	}
 	if (fx->thermal) {
@@ -557,16 +599,14 @@ void nvmock_live_cut(const struct nvmock_dev *d, struct live_gpu *g, uint64_t no
 	if (!g->model)
 		return;
 	const struct snap_device *s = d->s;
-	double dt = now > g->since_ns ? (double)(now - g->since_ns) : 0;
 	uint32_t limit = nvmock_power_limit(s, g);
-	double target = target_mc(s, limit, g->load[0]);
-	double temp = target + ((double)g->temp0_mc - target) * exp(-dt / TAU_NS);
-	uint64_t e = g->energy0_mj;
-	if (s->power_draw_mw != NA32)
-		e += (uint64_t)(power_of(s, limit, g->load[0]) * dt / 1e9);
+	struct seg x = {g->load, g->since_ns, g->temp0_mc, g->energy0_mj, limit, g->viol0_ns};
+	double temp;
+	uint64_t e;
+	at_seg(d, g, &x, now, &temp, &e);
 	uint64_t v = g->viol0_ns;
 	if (now > g->since_ns && held(s, limit, g->load[0]))
-		v += now - g->since_ns;
+		v += now - g->since_ns - brake_ns(d, g, g->since_ns, now);
 	memcpy(g->prev_load, g->load, sizeof g->load);
 	g->prev_since_ns = g->since_ns, g->prev_temp0_mc = g->temp0_mc, g->prev_energy0_mj = g->energy0_mj;
 	g->prev_viol0_ns = g->viol0_ns, g->prev_power_limit_mw = limit;
@@ -581,8 +621,10 @@ unsigned long long nvmock_live_energy(const struct nvmock_dev *d, const struct l
 		return mj;
 	}
 	struct seg s = seg_at(d->s, g, t);
-	double dt = t > s.since ? (double)(t - s.since) : 0;
-	return s.e0 + (unsigned long long)(power_of(d->s, s.limit, s.load[0]) * dt / 1e9);
+	double mc;
+	uint64_t mj;
+	at_seg(d, g, &s, t, &mc, &mj);
+	return mj;
 }
 
 // Clocks boost to the maximum under load, give way near the power limit,
@@ -624,8 +666,8 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 	unsigned u = nvmock_live_util(d->node_index, g, 0, t);
 	if (u == 0 && !nvmock_idle_held(d, g))
 		r |= nvmlClocksEventReasonGpuIdle;
-	else if (u >= 95 || capped(d->s, seg_at(d->s, g, t).limit, u))
-		r |= nvmlClocksEventReasonSwPowerCap;
+	else if (!fx->brake && (u >= 95 || capped(d->s, seg_at(d->s, g, t).limit, u)))
+		r |= nvmlClocksEventReasonSwPowerCap; // a brake keeps power well under the cap
 	if (fx->thermal)
 		r |= nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksEventReasonSwThermalSlowdown | nvmlClocksThrottleReasonHwSlowdown;
 	if (fx->brake)
@@ -638,14 +680,15 @@ unsigned long long nvmock_live_reasons(const struct nvmock_dev *d, const struct 
 // held_ns is how long the load model held the clocks back for power
 // before end: what the segments before had counted (the writers add each
 // segment's as they close it, live/model.go setLoadAt), and this one's.
-static uint64_t held_ns(const struct snap_device *s, const struct live_gpu *g, uint64_t end)
+static uint64_t held_ns(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t end)
 {
+	const struct snap_device *s = d->s;
 	if (!g->model)
 		return 0;
 	struct seg x = seg_at(s, g, end);
 	uint64_t n = x.v0;
 	if (end > x.since && held(s, x.limit, x.load[0]))
-		n += end - x.since;
+		n += end - x.since - (x.since == g->since_ns ? brake_ns(d, g, x.since, end) : 0);
 	return n;
 }
 
@@ -678,12 +721,12 @@ unsigned long long nvmock_live_violation(const struct nvmock_dev *d, const struc
 					 uint64_t t)
 {
 	switch (policy) {
-	case NVML_PERF_POLICY_POWER: return held_ns(d->s, g, t);
+	case NVML_PERF_POLICY_POWER: return held_ns(d, g, t);
 	case NVML_PERF_POLICY_THERMAL: return nvmock_live_slowdown(d, g, LIVE_FAULT_THERMAL, t);
 	case NVML_PERF_POLICY_TOTAL_APP_CLOCKS: {
 		// The longer of the two: their union would need the power time
 		// of segments the state no longer keeps.
-		uint64_t p = held_ns(d->s, g, t), th = nvmock_live_slowdown(d, g, LIVE_FAULT_THERMAL, t);
+		uint64_t p = held_ns(d, g, t), th = nvmock_live_slowdown(d, g, LIVE_FAULT_THERMAL, t);
 		return p > th ? p : th;
 	}
 	default: return 0;

@@ -244,6 +244,22 @@ static int has_instances(const struct live_gpu *g)
 	return 0;
 }
 
+// nvmock_mig_instances says whether a GPU is in MIG mode with GPU
+// instances: nvml.h's remapped-row queries are not supported then.
+int nvmock_mig_instances(const struct nvmock_dev *d)
+{
+	if (!nvmock_mig_on(d))
+		return 0;
+	struct mig_state m;
+	nvmock_mig_read(d, &m);
+	if (m.current != NVML_DEVICE_MIG_ENABLE)
+		return 0;
+	for (unsigned i = 0; i < STATE_GIS; i++)
+		if (m.gi_profile[i] != 0)
+			return 1;
+	return 0;
+}
+
 struct set_mode {
 	unsigned mode;
 	nvmlReturn_t activation;

@@ -59,8 +59,10 @@ struct nvmock_state {
 struct live_fx {
 	int lost, thermal, brake, remap_pending, remap_failed;
 	uint32_t links_down; // bit per NVLink
-	uint32_t dbe, sbe;   // errors added to the counters
-	uint32_t dbe_vol, sbe_vol; // of them, those since the GPU's last reset
+	// Errors added to the counters, and of them those since the GPU's
+	// last reset: 64 bits, as NVML's counters are, since each of the
+	// faults' 32-bit counts may be full (review: the sum wrapped).
+	uint64_t dbe, sbe, dbe_vol, sbe_vol;
 	uint32_t recovery;         // nvmlDeviceGpuRecoveryAction_t
 };
 
@@ -135,6 +137,7 @@ extern struct nvmock_state nvmock;
 // A MIG device handle (mig_device.c): calls that are only for GPUs answer
 // it NOT_SUPPORTED.
 int nvmock_is_mig_handle(nvmlDevice_t h);
+int nvmock_mig_instances(const struct nvmock_dev *d);
 nvmlReturn_t nvmock_not_a_gpu(nvmlDevice_t h);
 // nvmock_events_in_child frees event sets' spin flags a thread of the
 // parent held at fork (events.c).
@@ -280,7 +283,7 @@ nvmlGpuTopologyLevel_t nvmock_ancestor(const struct snap_device *a, const struct
 // nvmock_gpu_place is a GPU's place; a coherent board's GPU is in its own
 // memory's NUMA node.
 struct pci_place nvmock_gpu_place(const struct snap_device *s);
-uint32_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
+uint64_t nvmock_ecc_count(const struct snap_device *s, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
 			  nvmlMemoryLocation_t loc);
 void nvmock_pci_info(const struct snap_device *s, nvmlPciInfo_t *pci);
 int nvmock_parse_bus_id(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn);

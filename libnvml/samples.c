@@ -13,12 +13,13 @@
 static uint32_t sample_value(const struct snap_device *s, nvmlSamplingType_t type);
 
 // newer counts the samples of the last second, the newest at now, taken
-// after since (µs).
+// after since (µs); none before 1970, where a clock frozen near it would
+// wrap them to 2^64 (review).
 static unsigned newer(unsigned long long now, unsigned long long since)
 {
 	unsigned n = 0;
 	for (unsigned k = 0; k < SAMPLES; k++)
-		n += now - (SAMPLES - 1 - k) * SAMPLE_PERIOD_US > since;
+		n += (SAMPLES - 1 - k) * SAMPLE_PERIOD_US <= now && now - (SAMPLES - 1 - k) * SAMPLE_PERIOD_US > since;
 	return n;
 }
 

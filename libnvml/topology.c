@@ -1,5 +1,6 @@
 // Where GPUs sit: CPU and NUMA affinity, PCIe ancestry, P2P, NVLink and the
 // field values that report NVLink and memory temperature.
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -477,7 +478,7 @@ static nvmlReturn_t memory_field(const struct nvmock_dev *d, unsigned id, nvmlFi
 	int remap = id >= NVML_FI_DEV_REMAPPED_COR && id <= NVML_FI_DEV_REMAPPED_FAILURE;
 	if (!retire && !remap)
 		return NVML_ERROR_NOT_SUPPORTED;
-	if ((retire && s->retired_pages != 1) || (remap && s->remapped_rows != 1))
+	if ((retire && s->retired_pages != 1) || (remap && (s->remapped_rows != 1 || nvmock_mig_instances(d))))
 		return NVML_ERROR_NOT_SUPPORTED;
 	struct live_fx none = {0};
 	const struct live_fx *fx = &none;
@@ -498,7 +499,7 @@ static nvmlReturn_t memory_field(const struct nvmock_dev *d, unsigned id, nvmlFi
 	}
 	if (remap) {
 		v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
-		v->value.uiVal = (unsigned)n;
+		v->value.uiVal = n > UINT_MAX ? UINT_MAX : (unsigned)n;
 	} else {
 		v->value.ullVal = n;
 	}

@@ -34,12 +34,18 @@ type Board struct {
 	// NoEncoder: the board has no video encoder (NVENC), as its whole-GPU
 	// MIG profile shows (A100, H100, B200): encoder utilization stays 0.
 	NoEncoder bool
+	// Idle: its static readings are an idle board's (no utilization), so
+	// the model at no load reads the same.
+	Idle bool
 }
 
 // BoardOf takes the model's numbers from a snapshot record.
 func BoardOf(d *snapshot.Device) Board {
 	b := Board{IdleMW: d.PowerDrawMW, TDPMW: d.PowerEnforcedMW, IdleTempC: d.TempGPU, SlowdownC: d.TempThreshold[1], NVLinks: d.NvlinkCount,
-		ECC: d.ECCCurrent, RowRemapper: d.RemappedRows == 1}
+		ECC: d.ECCCurrent, RowRemapper: d.RemappedRows == 1, Idle: true}
+	for _, u := range []uint32{d.UtilGPU, d.UtilMemory, d.UtilEncoder, d.UtilDecoder} {
+		b.Idle = b.Idle && (u == 0 || u == snapshot.NA)
+	}
 	for k := uint32(0); k < d.MIGGICount && k < snapshot.MaxMIGProfiles; k++ {
 		if d.MIGGIComputeSlices[k] == 7 {
 			b.NoEncoder = d.MIGGIEncoders[k] == 0
@@ -175,10 +181,13 @@ func (b Board) under(g *GPU) Board {
 
 // TargetMC is the temperature a GPU settles at under a load, in milli-C:
 // HeatC above idle at TDP, kept 3 C under the slowdown threshold.
-func (b Board) TargetMC(load uint32) float64 {
+func (b Board) TargetMC(load uint32) float64 { return b.targetOf(b.PowerMW(load)) }
+
+// targetOf is the temperature a GPU settles at drawing p mW.
+func (b Board) targetOf(p float64) float64 {
 	t := float64(b.IdleTempC) * 1000
 	if b.IdleMW != snapshot.NA && b.TDPMW != snapshot.NA && b.TDPMW > b.IdleMW {
-		t += HeatC * 1000 * (b.PowerMW(load) - float64(b.IdleMW)) / float64(b.TDPMW-b.IdleMW)
+		t += HeatC * 1000 * (p - float64(b.IdleMW)) / float64(b.TDPMW-b.IdleMW)
 	}
 	if b.SlowdownC != snapshot.NA && t > float64(b.SlowdownC-3)*1000 {
 		t = float64(b.SlowdownC-3) * 1000
@@ -186,19 +195,73 @@ func (b Board) TargetMC(load uint32) float64 {
 	return t
 }
 
+// braked is power p under a power brake: at most half the limit in force.
+func (b Board) braked(p float64) float64 {
+	if l := b.limit(); l != snapshot.NA && p > float64(l)/2 {
+		return float64(l) / 2
+	}
+	return p
+}
+
 // At is the temperature (milli-C) and energy counter (mJ) t ns into a
 // segment that started at temp0 and e0 under load.
 func (b Board) At(load uint32, temp0 uint32, e0 uint64, dt int64) (uint32, uint64) {
-	if dt < 0 {
-		dt = 0
-	}
-	target := b.TargetMC(load)
-	temp := target + (float64(temp0)-target)*math.Exp(-float64(dt)/TauNS)
+	return b.at(load, temp0, e0, dt, 0)
+}
+
+// at is At with the last brake ns of dt under a power brake, at the
+// braked power, step for step as libnvml/live.c at_seg reckons it: a
+// segment started where the readings stand reads the same as before.
+func (b Board) at(load uint32, temp0 uint32, e0 uint64, dt, brake int64) (uint32, uint64) {
+	dt = max(dt, 0)
+	brake = min(max(brake, 0), dt)
+	p := b.PowerMW(load)
+	target := b.targetOf(p)
+	temp := target + (float64(temp0)-target)*math.Exp(-float64(dt-brake)/TauNS)
 	e := e0
 	if b.IdleMW != snapshot.NA {
-		e += uint64(b.PowerMW(load) * float64(dt) / 1e9)
+		e += uint64(p * float64(dt-brake) / 1e9)
+	}
+	if brake > 0 {
+		pb := b.braked(p)
+		tb := b.targetOf(pb)
+		temp = tb + (temp-tb)*math.Exp(-float64(brake)/TauNS)
+		if b.IdleMW != snapshot.NA {
+			e += uint64(pb * float64(brake) / 1e9)
+		}
 	}
 	return uint32(temp + 0.5), e
+}
+
+// brakeNS is how long before at a power brake has held GPU g within its
+// segment from since: of the node-wide timed brakes, which every process
+// sees alike, the earliest in force (libnvml/live.c brake_ns). A brake of
+// one process, or fired by calls, is that process's alone.
+func (g *GPU) brakeNS(since, at int64) int64 {
+	first := at
+	for i := uint32(0); i < g.faults(); i++ {
+		if g.FaultKind[i] == FaultPowerBrake && g.FaultPID[i] == 0 && g.FaultTrigger[i] == TriggerAt && g.FaultParam[i] <= uint64(at) {
+			first = min(first, int64(g.FaultParam[i]))
+		}
+	}
+	if at <= since {
+		return 0
+	}
+	return min(at-first, at-since)
+}
+
+// Cut starts a new segment of the same load at now, where the readings
+// stand, on a GPU the model runs: before a brake's fault is cleared, so
+// that the time it held stays counted at the braked power.
+func (s *State) Cut(b Board, gpu int, now int64) {
+	if g := &s.GPUs[gpu]; g.Model != 0 {
+		s.setLoadAt(b, gpu, g.loads(), now, now)
+	}
+}
+
+// loads are the loads a GPU the model runs is under.
+func (g *GPU) loads() Loads {
+	return Loads{GPU: g.Load[0], Memory: g.Load[1], Encoder: g.Load[2], Decoder: g.Load[3], Jitter: g.Jitter}
 }
 
 // staticEnergyMJ is the counter of a GPU on its snapshot readings: its
@@ -238,10 +301,11 @@ func (s *State) setLoadAt(b Board, gpu int, l Loads, at, start int64) {
 		temp0, e0 = b.IdleTempC*1000, b.staticEnergyMJ()
 		g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ, g.Viol0NS = [4]uint32{}, uint64(at), temp0, e0, 0
 	} else {
-		temp0, e0 = b.At(g.Load[0], g.Temp0MC, g.Energy0MJ, at-int64(g.SinceNS))
+		brake := g.brakeNS(int64(g.SinceNS), at)
+		temp0, e0 = b.at(g.Load[0], g.Temp0MC, g.Energy0MJ, at-int64(g.SinceNS), brake)
 		v0 = g.Viol0NS
 		if at > int64(g.SinceNS) && b.heldBack(g.Load[0]) {
-			v0 += uint64(at - int64(g.SinceNS))
+			v0 += uint64(at - int64(g.SinceNS) - brake) // a brake holds power well under the cap
 		}
 	}
 	g.PrevLoad, g.PrevSinceNS, g.PrevTemp0MC, g.PrevEnergy0MJ, g.PrevViol0NS = g.Load, g.SinceNS, g.Temp0MC, g.Energy0MJ, g.Viol0NS
@@ -250,6 +314,19 @@ func (s *State) setLoadAt(b Board, gpu int, l Loads, at, start int64) {
 	g.SinceNS, g.Temp0MC, g.Energy0MJ, g.Viol0NS = uint64(start), temp0, e0, v0
 	g.Jitter = min(l.Jitter, 100)
 	g.Model = 1
+}
+
+// FollowClock makes the readings of idle GPUs the model does not run yet
+// follow the state's clock from now: each starts it at no load, where its
+// static readings stand, which read the same. Before, an idle GPU's energy
+// counter kept the wall clock under a frozen or advanced one, apart from
+// a loaded GPU's (review).
+func (s *State) FollowClock(boards []Board, now int64) {
+	for g := 0; g < int(s.Header.Gpus) && g < len(boards); g++ {
+		if s.GPUs[g].Model == 0 && boards[g].Idle && boards[g].IdleMW != snapshot.NA {
+			s.SetLoad(boards[g], g, Loads{}, now)
+		}
+	}
 }
 
 // ClockMoved keeps the readings of the GPUs the model runs where they
@@ -277,8 +354,7 @@ func (s *State) ClockMoved(boards []Board, from, to int64) {
 	}
 	for g := 0; g < int(s.Header.Gpus) && g < len(boards); g++ {
 		if o := &s.GPUs[g]; o.Model != 0 {
-			l := Loads{GPU: o.Load[0], Memory: o.Load[1], Encoder: o.Load[2], Decoder: o.Load[3], Jitter: o.Jitter}
-			s.setLoadAt(boards[g], g, l, from, to)
+			s.setLoadAt(boards[g], g, o.loads(), from, to)
 		}
 	}
 }
@@ -289,6 +365,7 @@ func (s *State) ClockMoved(boards []Board, from, to int64) {
 // whose work ends: the static readings' counter, power since boot, would
 // be lower than one that ran a load.
 func (s *State) ResetToIdle(b Board, gpu int, now int64) {
+	s.Cut(b, gpu, now) // what its faults did so far stays
 	o := s.GPUs[gpu]
 	s.ResetReadings(gpu)
 	if o.Model == 0 {

@@ -295,6 +295,9 @@ func (s *State) AddProcess(p Process, now int64) error {
 		return fmt.Errorf("GPU %d has no GPU instance %d (nvidia-smi mig -lgi lists them)", p.GPU, m.GI)
 	case m.CI < 0 || m.CI >= MaxCIs || g.CISlices[m.GI*MaxCIs+m.CI] == 0:
 		return fmt.Errorf("GPU %d: GPU instance %d has no compute instance %d (nvidia-smi mig -lci lists them)", p.GPU, m.GI, m.CI)
+	case p.Type&2 != 0:
+		// The MIG user guide: graphics contexts are not supported (review).
+		return fmt.Errorf("GPU %d: a MIG device runs no graphics (OpenGL, Vulkan), only compute; give a compute process", p.GPU)
 	default:
 		q.MIGGI, q.MIGCI = uint32(m.GI)+1, uint32(m.CI)
 	}

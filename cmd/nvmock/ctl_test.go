@@ -100,6 +100,12 @@ func TestCtlChangesTheStateAsAsked(t *testing.T) {
 	if f := ctlStatusJSON(t, state).GPUs[3].Faults; len(f) != 1 || f[0].Kind != "lost" {
 		t.Errorf("after clearing xid on GPU 3: %+v", f)
 	}
+	// Clearing what is not there succeeds, and says so (review).
+	var err error
+	msg := captured(t, &os.Stderr, func() { err = run([]string{"ctl", "--state", state, "clear", "3", "xid"}) })
+	if err != nil || msg != "nvmock ctl clear: no xid fault on GPUs 3, so none cleared (nvmock ctl status lists their faults)\n" {
+		t.Errorf("clearing xid again: %v, said %q", err, msg)
+	}
 	// A kind with --load ends the load and that kind only.
 	for _, args := range [][]string{{"fault", "1", "thermal"}, {"clear", "1", "thermal", "--load"}} {
 		if err := run(append([]string{"ctl", "--state", state}, args...)); err != nil {
