@@ -234,6 +234,23 @@ func TestBadRequestsGetOneLine(t *testing.T) {
 	if n := s.ClearFaults(2, 0); n != MaxFaults || s.GPUs[2].Faults != 0 {
 		t.Errorf("clear all removed %d, %d left", n, s.GPUs[2].Faults)
 	}
+	// A link down already is named, not given a second slot (review);
+	// another link, or a later time for one not down yet, is taken.
+	down := Fault{Kind: FaultNvlinkDown, Count: 3}
+	if err := s.AddFault(1, down, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddFault(1, down, 20); err == nil || err.Error() != "GPU 1: NVLink 3 is down already" {
+		t.Errorf("link 3 down twice: %v", err)
+	}
+	for _, f := range []Fault{{Kind: FaultNvlinkDown, Count: 4}, {Kind: FaultNvlinkDown, Count: 3, PID: 99}} {
+		if err := s.AddFault(1, f, 20); err != nil {
+			t.Errorf("%+v: %v", f, err)
+		}
+	}
+	if s.GPUs[1].Faults != 3 {
+		t.Errorf("%d faults on GPU 1, want 3", s.GPUs[1].Faults)
+	}
 }
 
 func TestProcessesAreReplacedByPidAndGPUAndPrunedWhenDead(t *testing.T) {

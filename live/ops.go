@@ -124,6 +124,14 @@ func (s *State) AddFault(gpu int, f Fault, now int64) error {
 	if f.Trigger == 0 {
 		f.Trigger, f.Param = TriggerAt, uint64(now)
 	}
+	// A link already down stays down: a second fault would only take one
+	// of the GPU's 8 slots (review).
+	for i := uint32(0); i < g.faults() && f.Kind == FaultNvlinkDown && f.Trigger == TriggerAt; i++ {
+		if g.FaultKind[i] == FaultNvlinkDown && g.FaultCount[i] == f.Count && g.FaultPID[i] == f.PID &&
+			g.FaultTrigger[i] == TriggerAt && g.FaultParam[i] <= f.Param {
+			return fmt.Errorf("GPU %d: NVLink %d is down already", gpu, f.Count)
+		}
+	}
 	i := g.Faults
 	s.Header.Generation++ // ids stay unique across clears
 	g.FaultKind[i], g.FaultXID[i], g.FaultTrigger[i], g.FaultParam[i] = f.Kind, f.XID, f.Trigger, f.Param
