@@ -111,7 +111,7 @@ func TestGPUFeatureDiscoveryLabelsTheMIGDevices(t *testing.T) {
 		{"mixed", "0=all-balanced;1=7g.40gb", map[string]string{
 			"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig.capable": "true",
 			"nvidia.com/mig-1g.5gb.count": "2", "nvidia.com/mig-2g.10gb.count": "1", "nvidia.com/mig-3g.20gb.count": "1", "nvidia.com/mig-7g.40gb.count": "1",
-			"nvidia.com/mig-3g.20gb.memory": "19968", "nvidia.com/mig-3g.20gb.multiprocessors": "42", "nvidia.com/mig-3g.20gb.slices.gi": "3",
+			"nvidia.com/mig-3g.20gb.memory": "20096", "nvidia.com/mig-3g.20gb.multiprocessors": "42", "nvidia.com/mig-3g.20gb.slices.gi": "3",
 			"nvidia.com/mig-3g.20gb.slices.ci": "3", "nvidia.com/mig-3g.20gb.engines.copy": "3", "nvidia.com/mig-3g.20gb.engines.decoder": "2",
 			"nvidia.com/mig-7g.40gb.engines.jpeg": "1", "nvidia.com/mig-7g.40gb.engines.ofa": "1", "nvidia.com/mig-1g.5gb.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
 		}},

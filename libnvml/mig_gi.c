@@ -255,6 +255,30 @@ struct create_gi {
 	unsigned id;
 };
 
+// pick_start is where the driver puts a GPU instance given no placement:
+// the profile's last placement, else outward from it, the other half of
+// each ever larger block of memory slices around it in turn, lowest
+// first. Real drivers from R450 to R580 put seven 1g instances at 6, 4,
+// 5, 0, 1, 2, 3, a 2g.10gb and then 1g ones at 4:2, 6, 0, 1, and after a
+// 3g at 4:4 a 1g, a 2g and a 1g at 0, 2:2 and 1 (NVIDIA's MIG guide,
+// docs/mig.md). live/mig.go picks the same.
+static int pick_start(unsigned valid, unsigned free, unsigned size)
+{
+	if (valid == 0 || size == 0)
+		return -1;
+	unsigned top = 31u - (unsigned)__builtin_clz(valid);
+	if (free >> top & 1)
+		return (int)top;
+	for (unsigned blk = size * 2; blk <= 8; blk *= 2) {
+		unsigned base = top / blk * blk, half = blk / 2;
+		unsigned other = top - base < half ? base + half : base;
+		for (unsigned p = other; p < other + half; p++)
+			if (free >> p & 1)
+				return (int)p;
+	}
+	return -1;
+}
+
 static nvmlReturn_t create_gi(const struct nvmock_dev *d, struct live_gpu *g, const struct live_proc *procs, void *arg)
 {
 	(void)procs;
@@ -266,10 +290,12 @@ static nvmlReturn_t create_gi(const struct nvmock_dev *d, struct live_gpu *g, co
 		f &= 1u << a->start;
 	if (f == 0)
 		return NVML_ERROR_INSUFFICIENT_RESOURCES;
-	// The driver fills from the top of memory: the first 3g instance
-	// takes slices 4-7 and the first 1g slice 6, as on real boards.
-	unsigned p = 31u - (unsigned)__builtin_clz(f);
-	a->id = nvmock_mig_gi_id(p, d->s->mig_gi_memory_slices[a->row]);
+	unsigned size = d->s->mig_gi_memory_slices[a->row];
+	int q = pick_start(d->s->mig_gi_placements[a->row], f, size);
+	if (q < 0)
+		return NVML_ERROR_INSUFFICIENT_RESOURCES;
+	unsigned p = (unsigned)q;
+	a->id = nvmock_mig_gi_id(p, size);
 	g->gi_profile[a->id] = (uint32_t)a->row + 1;
 	g->gi_start[a->id] = p;
 	return NVML_SUCCESS;

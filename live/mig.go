@@ -101,11 +101,40 @@ func (s *State) CreateGPUInstance(gpu int, d *snapshot.Device, row int) (int, er
 	if free == 0 {
 		return 0, fmt.Errorf("GPU %d: no room for %s", gpu, MIGNames(d)[row])
 	}
-	// From the top of memory, as the library does.
-	start := uint32(31 - bits.LeadingZeros32(free))
+	start, ok := pickStart(d.MIGGIPlacements[row], free, size)
+	if !ok {
+		return 0, fmt.Errorf("GPU %d: no room for %s", gpu, MIGNames(d)[row])
+	}
 	id := MIGGIID(start, size)
 	g.GIProfile[id], g.GIStart[id] = uint32(row)+1, start
 	return id, nil
+}
+
+// pickStart is where the driver puts a GPU instance given no placement:
+// the profile's last placement, else outward from it, the other half of
+// each ever larger block of memory slices around it in turn, lowest
+// first (libnvml/mig_gi.c pick_start, which says what real drivers do).
+func pickStart(valid, free, size uint32) (uint32, bool) {
+	if valid == 0 || size == 0 {
+		return 0, false
+	}
+	top := uint32(31 - bits.LeadingZeros32(valid))
+	if free>>top&1 != 0 {
+		return top, true
+	}
+	for blk := size * 2; blk <= 8; blk *= 2 {
+		base, half := top/blk*blk, blk/2
+		other := base
+		if top-base < half {
+			other = base + half
+		}
+		for p := other; p < other+half; p++ {
+			if free>>p&1 != 0 {
+				return p, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // ciStep is where compute instances of c slices may start: at multiples of

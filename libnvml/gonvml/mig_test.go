@@ -87,11 +87,11 @@ func TestMIGModeAndProfiles(t *testing.T) {
 	want := map[int][11]uint64{ // enum: id, slices, instances, SMs, CE, DEC, ENC, JPEG, OFA, MiB, P2P
 		nvml.GPU_INSTANCE_PROFILE_1_SLICE:      {19, 1, 7, 14, 1, 0, 0, 0, 0, 4864, 0},
 		nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: {20, 1, 1, 14, 1, 1, 0, 1, 1, 4864, 0},
-		nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: {15, 1, 4, 14, 1, 1, 0, 0, 0, 9856, 0},
-		nvml.GPU_INSTANCE_PROFILE_2_SLICE:      {14, 2, 3, 28, 2, 1, 0, 0, 0, 9856, 0},
-		nvml.GPU_INSTANCE_PROFILE_3_SLICE:      {9, 3, 2, 42, 3, 2, 0, 0, 0, 19968, 0},
-		nvml.GPU_INSTANCE_PROFILE_4_SLICE:      {5, 4, 1, 56, 4, 2, 0, 0, 0, 19968, 0},
-		nvml.GPU_INSTANCE_PROFILE_7_SLICE:      {0, 7, 1, 98, 7, 5, 0, 1, 1, 40192, 0},
+		nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: {15, 1, 4, 14, 1, 1, 0, 0, 0, 9984, 0},
+		nvml.GPU_INSTANCE_PROFILE_2_SLICE:      {14, 2, 3, 28, 2, 1, 0, 0, 0, 9984, 0},
+		nvml.GPU_INSTANCE_PROFILE_3_SLICE:      {9, 3, 2, 42, 3, 2, 0, 0, 0, 20096, 0},
+		nvml.GPU_INSTANCE_PROFILE_4_SLICE:      {5, 4, 1, 56, 4, 2, 0, 0, 0, 20096, 0},
+		nvml.GPU_INSTANCE_PROFILE_7_SLICE:      {0, 7, 1, 98, 7, 5, 0, 1, 1, 40320, 0},
 	}
 	for e := 0; e < nvml.GPU_INSTANCE_PROFILE_COUNT; e++ {
 		info, ret := dev.GetGpuInstanceProfileInfo(e)
@@ -153,7 +153,7 @@ func TestMIGProfilesWithMIGOff(t *testing.T) {
 			dev := startOneGPU(t, "a100", c.driver)
 			info, ret := dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
 			wantRet(t, "profile info", ret, c.want)
-			if ret == nvml.SUCCESS && (info.Id != 9 || info.MemorySizeMB != 19968 || info.MultiprocessorCount != 42) {
+			if ret == nvml.SUCCESS && (info.Id != 9 || info.MemorySizeMB != 20096 || info.MultiprocessorCount != 42) {
 				t.Errorf("3g profile with MIG off: %+v, want the 3g.20gb row", info)
 			}
 			v2, ret := dev.GetGpuInstanceProfileInfoV(nvml.GPU_INSTANCE_PROFILE_3_SLICE).V2()
@@ -439,10 +439,10 @@ func TestMIGInstancesAndDevices(t *testing.T) {
 		t.Errorf("live.MIGUUID(GPU 0, 2, 1) = %s, the library says %s", w, uuid)
 	}
 	a := got(m1.GetAttributes())(t, "attributes")
-	if a.MultiprocessorCount != 14 || a.GpuInstanceSliceCount != 3 || a.ComputeInstanceSliceCount != 1 || a.MemorySizeMB != 19968 || a.SharedDecoderCount != 2 {
+	if a.MultiprocessorCount != 14 || a.GpuInstanceSliceCount != 3 || a.ComputeInstanceSliceCount != 1 || a.MemorySizeMB != 20096 || a.SharedDecoderCount != 2 {
 		t.Errorf("attributes %+v", a)
 	}
-	if mem := got(m1.GetMemoryInfo())(t, "memory"); mem.Total != 19968<<20 {
+	if mem := got(m1.GetMemoryInfo())(t, "memory"); mem.Total != 20096<<20 {
 		t.Errorf("MIG memory %+v", mem)
 	}
 	_, ret = m1.GetTemperature(nvml.TEMPERATURE_GPU)
@@ -615,9 +615,9 @@ func devNodes(t *testing.T, root string, names ...string) {
 // and the two capability nodes): that one, as MIG device 0 of its GPU.
 func TestMIGDevicesAreThoseWhoseCapabilityNodesTheProcessHas(t *testing.T) {
 	root := cleanEnv(t, balancedA100(t))
-	// GPU 1's 2g.10gb: GPU instance 4 (slices 2-3), compute instance 0.
-	devNodes(t, root, "nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap"+strconv.Itoa(hostprep.MIGCapMinor(1, 4, -1)),
-		"nvidia-caps/nvidia-cap"+strconv.Itoa(hostprep.MIGCapMinor(1, 4, 0)))
+	// GPU 1's 2g.10gb: GPU instance 3 (slices 0-1), compute instance 0.
+	devNodes(t, root, "nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap"+strconv.Itoa(hostprep.MIGCapMinor(1, 3, -1)),
+		"nvidia-caps/nvidia-cap"+strconv.Itoa(hostprep.MIGCapMinor(1, 3, 0)))
 	lib := newLib(t)
 	start(t, lib)
 	if n := got(lib.DeviceGetCount())(t, "count"); n != 1 {

@@ -26,9 +26,9 @@ func TestAMIGModeGPUsAggregatesNeedTheMonitorCapability(t *testing.T) {
 	for _, monitor := range []bool{false, true} {
 		t.Run("monitor="+strconv.FormatBool(monitor), func(t *testing.T) {
 			root := cleanEnv(t, balancedA100(t))
-			// GPU 1's 2g.10gb: GPU instance 4, compute instance 0.
-			nodes := []string{"nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(1, 4, -1)),
-				"nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(1, 4, 0))}
+			// GPU 1's 2g.10gb: GPU instance 3, compute instance 0.
+			nodes := []string{"nvidiactl", "nvidia1", "nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(1, 3, -1)),
+				"nvidia-caps/nvidia-cap" + strconv.Itoa(hostprep.MIGCapMinor(1, 3, 0))}
 			if monitor {
 				nodes = append(nodes, "nvidia-caps/nvidia-cap2")
 			}
@@ -53,15 +53,15 @@ func TestAMIGModeGPUsAggregatesNeedTheMonitorCapability(t *testing.T) {
 			// capability, one of four with it.
 			var mig nvml.Device
 			for i := 0; mig == nil && i < 4; i++ {
-				if m, ret := dev.GetMigDeviceHandleByIndex(i); ret == nvml.SUCCESS && got(m.GetGpuInstanceId())(t, "GPU instance") == 4 {
+				if m, ret := dev.GetMigDeviceHandleByIndex(i); ret == nvml.SUCCESS && got(m.GetGpuInstanceId())(t, "GPU instance") == 3 {
 					mig = m
 				}
 			}
 			if mig == nil {
-				t.Fatal("no MIG device of GPU instance 4")
+				t.Fatal("no MIG device of GPU instance 3")
 			}
-			if m := got(mig.GetMemoryInfo())(t, "the MIG device's memory"); m.Total != 9856<<20 {
-				t.Errorf("the MIG device's memory: %d bytes, want the 2g.10gb's 9856 MiB", m.Total)
+			if m := got(mig.GetMemoryInfo())(t, "the MIG device's memory"); m.Total != 9984<<20 {
+				t.Errorf("the MIG device's memory: %d bytes, want the 2g.10gb's 9984 MiB", m.Total)
 			}
 			if ps := got(mig.GetComputeRunningProcesses())(t, "the MIG device's processes"); len(ps) != 0 {
 				t.Errorf("the MIG device's processes: %v", ps)

@@ -143,6 +143,7 @@ func TestMIGListingsMatchARealH100(t *testing.T) {
 var (
 	smiMIGRow  = regexp.MustCompile(`(?m)^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|[^|\n]*\|\s+(\d+)\s+\d+\s+\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|$`)
 	smiMIGBAR1 = regexp.MustCompile(`(?m)^\|\s+\|\s+\d+MiB /\s+(\d+)MiB\s+\|`)
+	smiMIGMem  = regexp.MustCompile(`(?m)^\|\s+\d+\s+\d+\s+\d+\s+\d+\s+\|\s+\d+MiB /\s+(\d+)MiB`)
 )
 
 // wantFreeCounts compares the free counts of -lgip output with a real
@@ -177,12 +178,11 @@ func without(rows []string, i int) []string {
 // Every nvidia-smi, making on a mock a100 on driver 580.126.09 what a real
 // R580 A100-SXM4-40GB was made into (testdata/hardware/*-a100-r580.txt: a
 // 4g.20gb, a 2g.10gb with two 1c compute instances, a 1g.5gb, one by one),
-// lists it as the real one did: the free counts, placements, compute
-// profiles, compute instances (in order and placement), MIG device names,
-// SMs, engines and BAR1.
+// lists it as the real one did: the profile table, free counts,
+// placements, compute profiles, compute instances (in order and
+// placement), MIG device names, memory, SMs, engines and BAR1.
 // Excepted, and in docs/mig.md: the GPU-instance ids (the real 2, 3, 9
-// are not placement-derived), the memory sizes (the profile's are the
-// guide's) and idle use.
+// are not placement-derived) and idle use.
 func TestMIGListingsMatchARealA100OnR580(t *testing.T) {
 	p, err := profile.Builtin("a100")
 	if err != nil {
@@ -194,13 +194,16 @@ func TestMIGListingsMatchARealA100OnR580(t *testing.T) {
 	}
 	snap := testenv.SnapshotOf(t, p)
 	rowsOf := func(re *regexp.Regexp, name string) []string { return rows(re, capture(t, name)) }
-	_, wantFree := lgip(capture(t, "lgip-a100-r580.txt"))
+	wantProfiles, wantFree := lgip(capture(t, "lgip-a100-r580.txt"))
 	wantGI := without(rowsOf(lgiRow, "lgi-a100-r580.txt"), 2)
 	wantCIP4, wantCIP2 := without(rowsOf(lcipRow, "lcip-4g-a100-r580.txt"), 0), without(rowsOf(lcipRow, "lcip-2g-a100-r580.txt"), 0)
 	wantCI := without(rowsOf(lciRow, "lci-a100-r580.txt"), 0)
 	wantList, wantSMI := rowsOf(listMIG, "list-a100-r580.txt"), without(rowsOf(smiMIGRow, "smi-a100-r580.txt"), 1)
 	wantBAR1 := slices.Compact(rowsOf(smiMIGBAR1, "smi-a100-r580.txt"))
-	if len(wantFree) != 7 || len(wantGI) != 3 || len(wantCIP4) != 3 || len(wantCIP2) != 2 || len(wantCI) != 4 || len(wantList) != 4 || len(wantSMI) != 4 || len(wantBAR1) != 3 {
+	// Once a GPU instance: R580's nvidia-smi repeats it on each compute
+	// instance's row, earlier ones merge the rows.
+	wantMem := slices.Compact(rowsOf(smiMIGMem, "smi-a100-r580.txt"))
+	if len(wantFree) != 7 || len(wantProfiles) != 7 || len(wantMem) != 3 || len(wantGI) != 3 || len(wantCIP4) != 3 || len(wantCIP2) != 2 || len(wantCI) != 4 || len(wantList) != 4 || len(wantSMI) != 4 || len(wantBAR1) != 3 {
 		t.Fatalf("captures parse to %v, %v, %v, %v, %v, %v, %v, %v", wantFree, wantGI, wantCIP4, wantCIP2, wantCI, wantList, wantSMI, wantBAR1)
 	}
 	for _, s := range testenv.NvidiaSMIs(t) {
@@ -210,7 +213,17 @@ func TestMIGListingsMatchARealA100OnR580(t *testing.T) {
 			run("-i", "0", "-mig", "1")
 			run("mig", "-cgi", "5")
 			run("mig", "-cgi", "14")
-			wantFreeCounts(t, s.Version, run("mig", "-lgip"), wantFree, "1g.10gb")
+			out := run("mig", "-lgip")
+			wantFreeCounts(t, s.Version, out, wantFree, "1g.10gb")
+			// The table but for its free counts: memory, SMs, engines;
+			// 470 lists no 1g.10gb (docs/mig.md).
+			want := wantProfiles
+			if strings.HasPrefix(s.Version, "470.") {
+				want = slices.DeleteFunc(slices.Clone(want), func(r string) bool { return strings.HasPrefix(r, "1g.10gb ") })
+			}
+			if got, _ := lgip(out); !slices.Equal(got, want) {
+				t.Errorf("-lgip rows %q, want the real A100's %q", got, want)
+			}
 			run("mig", "-cgi", "19")
 			gis := rows(lgiRow, run("mig", "-lgi"))
 			if got := without(gis, 2); !slices.Equal(got, wantGI) {
@@ -240,6 +253,9 @@ func TestMIGListingsMatchARealA100OnR580(t *testing.T) {
 			def := run()
 			if got := without(rows(smiMIGRow, def), 1); !slices.Equal(got, wantSMI) {
 				t.Errorf("MIG devices table %q, want the real A100's %q (GPU-instance ids aside)", got, wantSMI)
+			}
+			if got := slices.Compact(rows(smiMIGMem, def)); !slices.Equal(got, wantMem) {
+				t.Errorf("MIG devices' memory totals %q, want the real A100's %q", got, wantMem)
 			}
 			if got := slices.Compact(rows(smiMIGBAR1, def)); !slices.Equal(got, wantBAR1) {
 				t.Errorf("MIG devices' BAR1 totals %q, want the real A100's %q", got, wantBAR1)

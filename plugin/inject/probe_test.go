@@ -88,12 +88,13 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 			}
 			want.Control = []DeviceNode{node(nums[3]), node(nums[4]), node(nums[5])}
 			// GPU 0's MIG devices, by GPU instance: 3g at slices 4-7 (2), 2g
-			// at 2-3 (4), 1g at 1 (8) and 0 (7). Three writes: the state made
-			// for the overlay to link to, reset, partitioned.
+			// at 0-1 (3), 1g at 2 (9) and 3 (10), as mig-parted's balanced
+			// layout sits on a real A100. Three writes: the state made for
+			// the overlay to link to, reset, partitioned.
 			for k, m := range []struct {
 				gi      int
 				profile string
-			}{{2, "3g.40gb"}, {4, "2g.20gb"}, {7, "1g.10gb"}, {8, "1g.10gb"}} {
+			}{{2, "3g.40gb"}, {3, "2g.20gb"}, {9, "1g.10gb"}, {10, "1g.10gb"}} {
 				caps := [2]DeviceNode{}
 				for i, ci := range []int{-1, 0} {
 					minor := hostprep.MIGCapMinor(0, m.gi, ci)
