@@ -322,6 +322,19 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 			t.Errorf("%s: preStop removes files in %s, which the uninstall container does not mount", ds.Name, dir)
 		}
 	}
+	// The preStop runs beside the plugin's end (KEP-753): it waits on the
+	// port the plugin itself listens on, in the pod's network namespace.
+	var listen string
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--listen="); ok && c.Name == "nri" {
+				listen = v
+			}
+		}
+	}
+	if _, port, _ := strings.Cut(listen, ":"); listen == "" || un["after-plugin"] != "127.0.0.1:"+port {
+		t.Errorf("%s: uninstall --after-plugin %q, want the plugin's own --listen %q on 127.0.0.1", ds.Name, un["after-plugin"], listen)
+	}
 
 	// Least privilege: each container mounts read-write only what it (or
 	// its hook) writes. hostprep install writes the overlay, the CDI spec

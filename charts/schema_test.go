@@ -46,11 +46,14 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 		{"an NFD directory with a colon", `nfdDir: "/etc/a: b"`, []string{"/nfdDir"}},
 		{"an NRI socket in the host's root", "nri: {socketPath: /nri.sock}", []string{"/nri/socketPath"}},
 		{"a three-digit plugin index", `nri: {pluginIndex: "100"}`, []string{"/nri/pluginIndex"}},
+		{"a plugin index past 99", `nri: {pluginIndex: 100}`, []string{"/nri/pluginIndex"}},
+		{"a one-digit plugin index string", `nri: {pluginIndex: "5"}`, []string{"/nri/pluginIndex"}},
 		{"default GPUs as a boolean", "injection: {defaultGPUs: true}", []string{"/injection/defaultGPUs"}},
 		{"a namespace label key with a space", `injection: {namespaceLabel: {key: "nvmock inject"}}`, []string{"/injection/namespaceLabel/key"}},
 		{"a runtime handler in capitals", "injection: {nvidiaRuntimeHandlers: [Nvidia]}", []string{"/injection/nvidiaRuntimeHandlers/0"}},
 		{"runtime handlers as one string", "injection: {nvidiaRuntimeHandlers: nvidia}", []string{"/injection/nvidiaRuntimeHandlers", "array"}},
 		{"a fabric peer without a port", "infiniband: {peers: [10.0.0.5]}", []string{"/infiniband/peers/0"}},
+		{"a fabric source that is no CIDR", "infiniband: {allowFrom: [10.0.1.5]}", []string{"/infiniband/allowFrom/0"}},
 		{"fabric peers as one string", `infiniband: {peers: "10.0.0.5:4791,10.0.0.6:4791"}`, []string{"/infiniband/peers", "array"}},
 		{"a digest in the tag's place", `image: {tag: "@sha256:0123"}`, []string{"/image/tag"}},
 		{"a digest in the repository", `image: {repository: "ghcr.io/nvmock/nvmock@sha256:0123"}`, []string{"/image/repository"}},
@@ -58,6 +61,10 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 		{"a live fault of kind xid without its XID", "live: {faults: [{gpus: all, kind: xid}]}", []string{"/live/faults/0", "xid"}},
 		{"a live fault with two triggers", "live: {faults: [{gpus: all, kind: lost, probability: 0.5, afterCalls: 3}]}", []string{"/live/faults/0"}},
 		{"a toleration with an unknown operator", "pools: [{name: a, profile: a100, tolerations: [{operator: Maybe}]}]", []string{"/pools/0/tolerations/0/operator"}},
+		// Review: these passed the schema, and the API server refuses them.
+		{"a toleration of any value with a value", "pools: [{name: a, profile: a100, tolerations: [{key: x, operator: Exists, value: v}]}]", []string{"/pools/0/tolerations/0"}},
+		{"a toleration of no key but a value", "pools: [{name: a, profile: a100, tolerations: [{operator: Equal, value: v}]}]", []string{"/pools/0/tolerations/0"}},
+		{"toleration seconds on another effect", "pools: [{name: a, profile: a100, tolerations: [{key: x, operator: Exists, effect: NoSchedule, tolerationSeconds: 5}]}]", []string{"/pools/0/tolerations/0"}},
 		// Each value valid, together contradictory: the templates say so.
 		{"two pools with one name", "pools: [" + a100 + ", {name: a, profile: t4, nodeSelector: {pool: b}}]",
 			[]string{`pools[1]: name "a" is already pools[0]'s`}},
@@ -74,6 +81,12 @@ func TestBadValuesAreRejectedNamingTheField(t *testing.T) {
 			[]string{"pools[0] (a).slots: profile t4 has no InfiniBand, so its nodes take no fabric slots"}},
 		{"the chart's own rollout checksum among the pod annotations", "podAnnotations: {checksum/profile: x}",
 			[]string{"podAnnotations: checksum/profile is the chart's own"}},
+		// Review: these rendered, and no pod could start.
+		{"the overlay over the image's nvmock", "overlayRoot: /opt/nvmock", []string{`overlayRoot: "/opt/nvmock" would be mounted over the image's /opt/nvmock`}},
+		{"the overlay over all of /opt", "overlayRoot: /opt", []string{`overlayRoot: "/opt" would be mounted over the image's /opt/nvmock`}},
+		{"the NFD files in the image's configuration", "nfdDir: /etc/nvmock", []string{`nfdDir: "/etc/nvmock" would be mounted over the image's /etc/nvmock`}},
+		{"CDI and NFD in one directory", "cdiDir: /etc/kubernetes/node-feature-discovery/features.d", []string{"cdiDir and nfdDir: both are /etc/kubernetes/node-feature-discovery/features.d"}},
+		{"a path with a .. part", "overlayRoot: /var/lib/../nvmock", []string{`overlayRoot: "/var/lib/../nvmock" has a . or .. part`}},
 		{"a pool selecting every node of another", "pools: [{name: a, profile: a100, nodeSelector: {gpu: mock}}, {name: b, profile: t4, nodeSelector: {gpu: mock, board: t4}}]",
 			[]string{`pools[0] (a): its nodeSelector {"gpu":"mock"} also selects every node of pools[1] (b`}},
 	}
@@ -379,5 +392,91 @@ live: {faults: [{gpus: "3", kind: lost}]}
 	}
 	if strings.Contains(got["small"], "lost") || !strings.Contains(got["small"], "percent: 10") {
 		t.Errorf("pool small's live.yaml:\n%s\nwant its own load", got["small"])
+	}
+}
+
+// A release name YAML would read as another type (on, yes, 123) stays a
+// string in every label and selector (review: they came back a bool or a
+// number, which no label takes).
+func TestReleaseNamesYAMLWouldRetypeStayStrings(t *testing.T) {
+	for _, c := range []struct{ release, values string }{
+		{"on", ""},
+		{"yes", ""},
+		{"123", "pools: [{name: t4, profile: t4}]"},
+	} {
+		files, err := renderRelease(t, c.release, c.values, false)
+		if err != nil {
+			t.Fatalf("release %s: %v", c.release, err)
+		}
+		o := decode(t, files)
+		for _, ds := range o.daemonSets {
+			if got := ds.Spec.Selector.MatchLabels["app.kubernetes.io/instance"]; got != c.release {
+				t.Errorf("release %s: DaemonSet %s selects instance %q", c.release, ds.Name, got)
+			}
+		}
+		for _, j := range o.hooks.jobs {
+			if got := j.Spec.Template.Labels["app.kubernetes.io/instance"]; got != c.release {
+				t.Errorf("release %s: Job %s labelled instance %q", c.release, j.Name, got)
+			}
+		}
+	}
+}
+
+// --set nri.pluginIndex=5 gives a number: taken, as two digits (review:
+// only --set-string passed the schema).
+func TestAPluginIndexMayBeANumber(t *testing.T) {
+	for values, want := range map[string]string{`nri: {pluginIndex: 5}`: "--idx=05", `nri: {pluginIndex: 20}`: "--idx=20", `nri: {pluginIndex: "07"}`: "--idx=07"} {
+		files, err := render(t, values)
+		if err != nil {
+			t.Fatalf("%s: %v", values, err)
+		}
+		if ds := files["nvmock/templates/daemonset.yaml"]; !strings.Contains(ds, "- "+want+"\n") {
+			t.Errorf("%s: the plugin has no %s", values, want)
+		}
+	}
+}
+
+// The tolerations the API server takes pass the schema's rules for them.
+func TestTolerationsThePodSpecTakesPass(t *testing.T) {
+	for _, v := range []string{
+		"pools: [{name: a, profile: a100, tolerations: [{key: x, operator: Equal, value: vv, effect: NoSchedule}]}]",
+		"pools: [{name: a, profile: a100, tolerations: [{key: x, operator: Exists}]}]",
+		"pools: [{name: a, profile: a100, tolerations: [{operator: Exists}]}]",
+		"pools: [{name: a, profile: a100, tolerations: [{key: x, value: vv}]}]",
+		"pools: [{name: a, profile: a100, tolerations: [{key: x, operator: Exists, effect: NoExecute, tolerationSeconds: 30}]}]",
+	} {
+		if _, err := render(t, v); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+}
+
+// infiniband.allowFrom admits another cluster's nodes to the fabric port
+// (review: the policy admitted the pool's own pods only, so two clusters
+// running the chart could not join their fabrics).
+func TestAllowFromAdmitsOtherNodesToTheFabricPort(t *testing.T) {
+	files, err := render(t, "infiniband: {allowFrom: [10.0.1.0/24, \"fd00::/64\"]}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := decode(t, files)
+	if len(o.policies) != 1 {
+		t.Fatalf("%d NetworkPolicies, want the default pool's", len(o.policies))
+	}
+	var cidrs []string
+	for _, rule := range o.policies[0].Spec.Ingress {
+		if len(rule.Ports) == 0 || rule.Ports[0].Port.String() != "fabric" {
+			continue
+		}
+		for _, from := range rule.From {
+			if from.IPBlock != nil {
+				cidrs = append(cidrs, from.IPBlock.CIDR)
+			} else if from.PodSelector == nil {
+				t.Errorf("a source %+v that is neither the pool's pods nor a CIDR", from)
+			}
+		}
+	}
+	if strings.Join(cidrs, ",") != "10.0.1.0/24,fd00::/64" {
+		t.Errorf("the fabric port admits CIDRs %q, want 10.0.1.0/24 and fd00::/64", cidrs)
 	}
 }

@@ -588,13 +588,23 @@ func realPath(p string) (string, error) {
 	}
 }
 
-// checkNoRealDriver refuses to shadow a loaded NVIDIA kernel module.
-func checkNoRealDriver(procRoot string, force bool) error {
+// LoadedDriver is where a loaded NVIDIA kernel module shows
+// (procRoot/driver/nvidia; "" procRoot is /proc), or "" for none.
+func LoadedDriver(procRoot string) string {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
 	p := filepath.Join(procRoot, "driver", "nvidia")
-	if _, err := os.Stat(p); err != nil || force {
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// checkNoRealDriver refuses to shadow a loaded NVIDIA kernel module.
+func checkNoRealDriver(procRoot string, force bool) error {
+	p := LoadedDriver(procRoot)
+	if p == "" || force {
 		return nil
 	}
 	return fmt.Errorf("a real NVIDIA driver is loaded (%s exists); installing the mock would shadow it; pass --force to install anyway", p)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -47,7 +48,7 @@ func hostprepRun(args []string, stdout, stderr io.Writer, procRoot string) error
 	case "install":
 		err = hostprepInstall(args[1:], stdout, stderr, procRoot)
 	case "uninstall":
-		err = hostprepUninstall(args[1:], stdout, stderr)
+		err = hostprepUninstall(args[1:], stdout, stderr, procRoot)
 	case "wait":
 		err = hostprepWait(args[1:])
 	case "pre-delete":
@@ -201,7 +202,7 @@ func validNodeName(n string) bool {
 	return true
 }
 
-func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
+func hostprepUninstall(args []string, stdout, stderr io.Writer, procRoot string) error {
 	fs := flag.NewFlagSet("hostprep uninstall", flag.ContinueOnError)
 	root := fs.String("root", hostprep.DefaultRoot, "directory install used")
 	// Install's flags: the root's manifest says what install wrote, and
@@ -211,6 +212,7 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	nfdDir := fs.String("nfd-dir", "", "with --unless-daemonset: where this pod's install wrote the NFD file")
 	node := fs.String("node-name", "", "node whose labels to remove in a cluster (default: $NODE_NAME, else the hostname)")
 	unless := fs.String("unless-daemonset", "", "NAMESPACE/NAME: in a cluster, keep everything while this DaemonSet still runs on the node (its pod is restarting, not leaving)")
+	afterPlugin := fs.String("after-plugin", "", "HOST:PORT where the pod's NRI plugin listens: first wait (at most 20s) until it no longer does, so that no container is injected from an overlay being removed")
 	if err := parseFlags(fs, args, stdout, "Usage: nvmock hostprep uninstall [flags]\n  Removes what install made, as the manifest in the root lists it.\n"); err != nil {
 		return err
 	}
@@ -243,6 +245,11 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 	}
+	if *afterPlugin != "" {
+		// A sidecar's preStop runs as the pod starts ending, beside the
+		// plugin, not after it (KEP-753; review).
+		waitClosed(*afterPlugin, 20*time.Second, stderr)
+	}
 	// Under the install lock: a pod of another DaemonSet (the node moved
 	// pools) may have installed while this one waited to leave.
 	res, err := hostprep.UninstallOwned(*root, *unless, stderr)
@@ -256,6 +263,16 @@ func hostprepUninstall(args []string, stdout, stderr io.Writer) error {
 	if res.TakenOver != "" {
 		fmt.Fprintf(stdout, "uninstalled from %s: removed %d paths; the node's labels stay with the install at %s\n", *root, len(res.Removed), res.TakenOver)
 		return nil
+	}
+	if res.Nothing {
+		// The labels are GFD's too: on a node with a real driver, where
+		// install refused, they are its (review: a pool pod leaving such a
+		// node took them away). Elsewhere they go, as an uninstall whose
+		// labels could not be removed left them.
+		if drv := hostprep.LoadedDriver(procRoot); drv != "" {
+			fmt.Fprintf(stdout, "nothing to uninstall: no %s in %s; node %s's labels are left, as a real NVIDIA driver is loaded (%s)\n", hostprep.ManifestFile, *root, name, drv)
+			return nil
+		}
 	}
 	labelled := false
 	if err := nodeLabels(name, stderr, func(c *hostprep.KubeClient) error {
@@ -338,12 +355,27 @@ func hostprepPreDelete(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("hostprep pre-delete: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
+	deadline := time.Now().Add(*timeout)
 	for _, s := range sets {
 		ns, name, _ := strings.Cut(s, "/")
 		start := time.Now()
-		if err := c.DeleteDaemonSetAndWait(ctx, ns, name, 500*time.Millisecond); err != nil {
+		// What is left of the time; once it is out (a pool before would
+		// not end), a little to ask for this one's deletion all the same.
+		end := deadline
+		if !end.After(start) {
+			end = start.Add(10 * time.Second)
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		err := c.DeleteDaemonSetAndWait(ctx, ns, name, 500*time.Millisecond)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			// A pod that cannot end (its node NotReady) would fail the hook,
+			// and helm uninstall with it (review): the rest goes on; that
+			// node keeps its overlay and labels until its pod's preStop runs.
+			fmt.Fprintf(stderr, "warning: %v after %s; going on: a pod still ending keeps its node's overlay and labels until its preStop runs (hostprep uninstall on the node removes them)\n", err, *timeout)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("hostprep pre-delete: %w", err)
 		}
 		fmt.Fprintf(stdout, "deleted DaemonSet %s and its pods in %s\n", s, time.Since(start).Round(100*time.Millisecond))
@@ -454,4 +486,22 @@ func slotOf(node, list string, def int) (int, error) {
 		}
 	}
 	return slot, nil
+}
+
+// waitClosed waits until nothing listens at addr, or for at most limit,
+// when it warns and goes on.
+func waitClosed(addr string, limit time.Duration, stderr io.Writer) {
+	end := time.Now().Add(limit)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(end) {
+			fmt.Fprintf(stderr, "warning: the plugin at %s still listens after %s; uninstalling all the same\n", addr, limit)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

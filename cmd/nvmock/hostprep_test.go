@@ -5,6 +5,7 @@ import (
 	"encoding/pem"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -335,5 +336,124 @@ func TestAKilledInstallLeavesNothingUninstallMisses(t *testing.T) {
 				t.Errorf("install killed at %d ms (%s), then uninstall: left %v", after, mode, left)
 			}
 		}
+	}
+}
+
+// A pool pod leaving a node where install did nothing (the DaemonSet gone)
+// leaves the node's nvidia.com labels where a real NVIDIA driver is
+// loaded: they are GFD's there (review: they were removed). Where none is,
+// it removes them, as an uninstall that could not left them.
+func TestUninstallWithNothingInstalledLeavesARealGPUNodesLabels(t *testing.T) {
+	for _, real := range []bool{true, false} {
+		var paths []string
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			paths = append(paths, r.Method+" "+r.URL.Path)
+			w.Header().Set("Content-Type", "application/json")
+			switch {
+			case r.Method == http.MethodPatch && r.URL.Path == "/api/v1/nodes/gpu-node":
+				w.Write([]byte("{}"))
+			default:
+				http.NotFound(w, r) // the DaemonSet is gone
+			}
+		}))
+		defer srv.Close()
+		defer func(f func() (*hostprep.KubeClient, bool, error)) { inClusterClient = f }(inClusterClient)
+		inClusterClient = func() (*hostprep.KubeClient, bool, error) {
+			c, err := hostprep.NewKubeClient(&rest.Config{Host: srv.URL,
+				TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}})
+			return c, true, err
+		}
+		proc := filepath.Join(t.TempDir(), "proc")
+		if real {
+			if err := os.MkdirAll(filepath.Join(proc, "driver", "nvidia"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out, errs bytes.Buffer
+		err := hostprepRun([]string{"uninstall", "--root=" + t.TempDir(), "--node-name=gpu-node", "--unless-daemonset=nvmock/nvmock-default"}, &out, &errs, proc)
+		if err != nil {
+			t.Fatalf("real driver %v: uninstall: %v\n%s", real, err, errs.String())
+		}
+		patched := strings.Contains(strings.Join(paths, ","), "PATCH /api/v1/nodes/gpu-node")
+		if patched == real {
+			t.Errorf("real driver %v: requests %q (labels removed: %v); output %q", real, paths, patched, out.String())
+		}
+		if real && !strings.Contains(out.String(), "labels are left, as a real NVIDIA driver is loaded") {
+			t.Errorf("output %q does not say why the labels stay", out.String())
+		}
+	}
+}
+
+// A pool's DaemonSet whose pod cannot end (its node NotReady) does not
+// fail the pre-delete hook, which would fail helm uninstall (review): it
+// warns and goes on to the next.
+func TestPreDeleteGoesOnPastADaemonSetStillEnding(t *testing.T) {
+	var paths []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/daemonsets/stuck"):
+			// Deleting, never gone.
+			w.Write([]byte(`{"metadata":{"name":"stuck","deletionTimestamp":"2026-12-07T00:00:00Z"}}`))
+		default:
+			http.NotFound(w, r) // gone at once
+		}
+	}))
+	defer srv.Close()
+	defer func(f func() (*hostprep.KubeClient, bool, error)) { inClusterClient = f }(inClusterClient)
+	inClusterClient = func() (*hostprep.KubeClient, bool, error) {
+		c, err := hostprep.NewKubeClient(&rest.Config{Host: srv.URL,
+			TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}})
+		return c, true, err
+	}
+	var out, errs bytes.Buffer
+	err := hostprepRun([]string{"pre-delete", "--daemonset", "nvmock/stuck", "--daemonset", "nvmock/other", "--timeout", "1s"}, &out, &errs, "")
+	if err != nil {
+		t.Fatalf("pre-delete: %v, want a warning and no error\n%s", err, errs.String())
+	}
+	if !strings.Contains(errs.String(), "warning: DaemonSet nvmock/stuck is still being deleted") {
+		t.Errorf("stderr %q lacks the warning", errs.String())
+	}
+	if !strings.Contains(strings.Join(paths, ","), "DELETE /apis/apps/v1/namespaces/nvmock/daemonsets/other") {
+		t.Errorf("requests %q: the second DaemonSet was not deleted", paths)
+	}
+}
+
+// With --after-plugin, a leaving pod's uninstall waits until its plugin
+// no longer listens (a sidecar's preStop runs beside the plugin's end,
+// KEP-753; review: the overlay went while the plugin still injected).
+func TestUninstallWaitsForThePluginToStop(t *testing.T) {
+	root, args := installed(t)
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	closed := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		closed <- time.Now() // before: the wait cannot end earlier
+		l.Close()
+	}()
+	var out, errs bytes.Buffer
+	if err := hostprepRun(append([]string{"uninstall", "--after-plugin=" + l.Addr().String()}, args...), &out, &errs, ""); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, errs.String())
+	}
+	done := time.Now()
+	if at := <-closed; done.Before(at) {
+		t.Errorf("uninstalled at %v, before the plugin stopped listening at %v", done, at)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "driver")); err == nil {
+		t.Error("the driver symlink is still there")
 	}
 }

@@ -40,6 +40,25 @@ one another. Each failure names the field and the fix.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* The node paths each become a hostPath mount (review: these passed
+the schema and the pod could not start). hostprep checks the rest. */ -}}
+{{- $paths := list (list "overlayRoot" .Values.overlayRoot) (list "cdiDir" .Values.cdiDir) (list "nfdDir" .Values.nfdDir) (list "nri.socketPath's directory" (dir .Values.nri.socketPath)) -}}
+{{- range $i, $a := $paths -}}
+{{- $p := index $a 1 -}}
+{{- if regexMatch "(^|/)\\.\\.?(/|$)" $p -}}
+{{- fail (printf "%s: %q has a . or .. part, which no hostPath takes; give the path plainly" (index $a 0) $p) -}}
+{{- end -}}
+{{- range $img := list "/opt/nvmock" "/etc/nvmock" -}}
+{{- if or (eq $p $img) (hasPrefix (printf "%s/" $img) $p) (hasPrefix (printf "%s/" $p) $img) -}}
+{{- fail (printf "%s: %q would be mounted over the image's %s, where nvmock itself is; give another path" (index $a 0) $p $img) -}}
+{{- end -}}
+{{- end -}}
+{{- range $j, $b := $paths -}}
+{{- if and (lt $i $j) (eq $p (index $b 1)) -}}
+{{- fail (printf "%s and %s: both are %s; give each its own directory" (index $a 0) (index $b 0) $p) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- range $k, $v := .Values.podAnnotations | default dict -}}
 {{- if hasPrefix "checksum/" $k -}}
 {{- fail (printf "podAnnotations: %s is the chart's own (it rolls the pods when their configuration changes); name yours otherwise" $k) -}}
