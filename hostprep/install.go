@@ -115,8 +115,9 @@ func Install(o InstallOptions) (res *Result, err error) {
 
 	var created []string
 	var unlock func()
+	sweepRootTemps(root)
 	for try := 0; ; try++ {
-		c, err := mkdirAll(root)
+		c, err := makeRoot(root, o.Owner)
 		if err != nil {
 			removeEmpty(created)
 			return nil, fmt.Errorf("create root %s: %w", root, err)
@@ -169,6 +170,17 @@ func Install(o InstallOptions) (res *Result, err error) {
 	sweepManifestTemps(root)
 	if old, err = readManifest(root); err != nil {
 		return nil, err
+	}
+	if old != nil && old.rootOnly() {
+		// The root a killed install made and nothing since: this is the
+		// first install, which made those directories too.
+		for _, d := range old.Dirs {
+			if !slices.Contains(created, d) {
+				created = append(created, d)
+			}
+		}
+		slices.SortStableFunc(created, func(a, b string) int { return len(a) - len(b) }) // parents first
+		old = nil
 	}
 	cdiPath := filepath.Join(o.CDIDir, CDIFile)
 	nfdPath := filepath.Join(o.NFDDir, NFDFile)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/nvmock/nvmock/live"
@@ -91,6 +93,65 @@ func mkdirAll(dir string) ([]string, error) {
 		created = append(created, d)
 	}
 	return created, nil
+}
+
+// makeRoot makes the root, if missing, with a manifest of the directories
+// it made already in it: made beside it and renamed into place, so that an
+// install killed at any point leaves a root uninstall knows is nvmock's
+// (review: one killed between making it and recording itself left an
+// empty root, which uninstall keeps, as it may be a user's).
+func makeRoot(root, owner string) ([]string, error) {
+	if isDir(root) {
+		return nil, nil
+	}
+	created, err := mkdirAll(filepath.Dir(root))
+	if err != nil {
+		return nil, err
+	}
+	tmp := newRootTemp(root, os.Getpid())
+	os.RemoveAll(tmp) // a killed install's of a reused pid
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		removeEmpty(created)
+		return nil, err
+	}
+	m := Manifest{Version: 1, Owner: owner, Dirs: append(slices.Clone(created), root)}
+	if err := m.write(tmp); err != nil {
+		os.RemoveAll(tmp)
+		removeEmpty(created)
+		return nil, err
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		os.RemoveAll(tmp)
+		if isDir(root) {
+			return created, nil // another install made it meanwhile
+		}
+		removeEmpty(created)
+		return nil, err
+	}
+	return append(created, root), nil
+}
+
+// newRootTemp is where a pid's install makes a missing root before
+// renaming it into place.
+func newRootTemp(root string, pid int) string {
+	return filepath.Join(filepath.Dir(root), fmt.Sprintf(".%s.nvmock-new-%d", filepath.Base(root), pid))
+}
+
+// sweepRootTemps removes the roots killed installs were making beside
+// root; not one whose install still runs.
+func sweepRootTemps(root string) {
+	old, _ := filepath.Glob(filepath.Join(filepath.Dir(root), "."+filepath.Base(root)+".nvmock-new-*"))
+	for _, d := range old {
+		pid, err := strconv.Atoi(d[strings.LastIndex(d, "-")+1:])
+		if err == nil && pid > 0 && pid != os.Getpid() && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
+}
+
+// rootOnly says whether m records no more than a root makeRoot made.
+func (m *Manifest) rootOnly() bool {
+	return m.Overlay == "" && len(m.Files) == 0 && len(m.Pending) == 0
 }
 
 // removeEmpty removes the given directories, children first, where empty.

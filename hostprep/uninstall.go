@@ -44,6 +44,7 @@ func UninstallOwned(rootDir, owner string, progressTo io.Writer) (*UninstallResu
 	if err != nil {
 		return nil, fmt.Errorf("root %s: %w", rootDir, err)
 	}
+	sweepRootTemps(root)
 	if !isDir(root) {
 		return &UninstallResult{Nothing: true}, nil
 	}
