@@ -128,13 +128,7 @@ func TestUninstallUnlessDaemonSetInACluster(t *testing.T) {
 					http.NotFound(w, r)
 				}
 			}))
-			defer srv.Close()
-			defer func(f func() (*hostprep.KubeClient, bool, error)) { inClusterClient = f }(inClusterClient)
-			inClusterClient = func() (*hostprep.KubeClient, bool, error) {
-				c, err := hostprep.NewKubeClient(&rest.Config{Host: srv.URL, BearerToken: "secret",
-					TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}})
-				return c, true, err
-			}
+			useAPIServer(t, srv, "secret")
 
 			var out, errs bytes.Buffer
 			if err := hostprepRun(append([]string{"uninstall", "--unless-daemonset=nvmock/nvmock-default"}, args...), &out, &errs, ""); err != nil {
@@ -356,13 +350,7 @@ func TestUninstallWithNothingInstalledLeavesARealGPUNodesLabels(t *testing.T) {
 				http.NotFound(w, r) // the DaemonSet is gone
 			}
 		}))
-		defer srv.Close()
-		defer func(f func() (*hostprep.KubeClient, bool, error)) { inClusterClient = f }(inClusterClient)
-		inClusterClient = func() (*hostprep.KubeClient, bool, error) {
-			c, err := hostprep.NewKubeClient(&rest.Config{Host: srv.URL,
-				TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}})
-			return c, true, err
-		}
+		useAPIServer(t, srv, "")
 		proc := filepath.Join(t.TempDir(), "proc")
 		if real {
 			if err := os.MkdirAll(filepath.Join(proc, "driver", "nvidia"), 0o755); err != nil {
@@ -400,13 +388,7 @@ func TestPreDeleteGoesOnPastADaemonSetStillEnding(t *testing.T) {
 			http.NotFound(w, r) // gone at once
 		}
 	}))
-	defer srv.Close()
-	defer func(f func() (*hostprep.KubeClient, bool, error)) { inClusterClient = f }(inClusterClient)
-	inClusterClient = func() (*hostprep.KubeClient, bool, error) {
-		c, err := hostprep.NewKubeClient(&rest.Config{Host: srv.URL,
-			TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}})
-		return c, true, err
-	}
+	useAPIServer(t, srv, "")
 	var out, errs bytes.Buffer
 	err := hostprepRun([]string{"pre-delete", "--daemonset", "nvmock/stuck", "--daemonset", "nvmock/other", "--timeout", "1s"}, &out, &errs, "")
 	if err != nil {
@@ -455,5 +437,19 @@ func TestUninstallWaitsForThePluginToStop(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(root, "driver")); err == nil {
 		t.Error("the driver symlink is still there")
+	}
+}
+
+// useAPIServer makes commands run against srv, a stand-in API server, as
+// in a cluster, with token (none: ""), until the test ends; it closes srv
+// then.
+func useAPIServer(t *testing.T, srv *httptest.Server, token string) {
+	t.Helper()
+	saved := inClusterClient
+	t.Cleanup(func() { inClusterClient = saved; srv.Close() })
+	inClusterClient = func() (*hostprep.KubeClient, bool, error) {
+		c, err := hostprep.NewKubeClient(&rest.Config{Host: srv.URL, BearerToken: token,
+			TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}})
+		return c, true, err
 	}
 }

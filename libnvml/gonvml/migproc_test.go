@@ -22,13 +22,7 @@ import (
 // devices', as a real R580 H100 shows (research/mig.md 9). A compute
 // instance a process runs on cannot be destroyed.
 func TestProcessesOnMIGDevices(t *testing.T) {
-	path, _ := testenv.Snapshot(t, "h100", 1)
-	f := testenv.LiveState(t, path, 1, t0)
-	cleanEnv(t, path)
-	lib := newLib(t)
-	start(t, lib)
-	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
-	enableMIG(t, dev)
+	_, f, dev := startMIGH100(t)
 	var cis []nvml.ComputeInstance
 	for _, e := range []int{nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE} {
 		p := got(dev.GetGpuInstanceProfileInfo(e))(t, "profile")
@@ -132,13 +126,7 @@ func TestProcessesOnMIGDevices(t *testing.T) {
 // 0xFFFFFFFF otherwise or for an XID of no channel (review: the log named
 // the instances, the event did not).
 func TestAChannelXIDOnAMIGDeviceNamesItsInstances(t *testing.T) {
-	path, _ := testenv.Snapshot(t, "h100", 1)
-	f := testenv.LiveState(t, path, 1, t0)
-	cleanEnv(t, path)
-	lib := newLib(t)
-	start(t, lib)
-	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
-	enableMIG(t, dev)
+	lib, f, dev := startMIGH100(t)
 	var gis []int
 	for _, e := range []int{nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE} {
 		p := got(dev.GetGpuInstanceProfileInfo(e))(t, "profile")
@@ -192,12 +180,7 @@ func TestAChannelXIDOnAMIGDeviceNamesItsInstances(t *testing.T) {
 // supported, the call and the field values alike (review: the counts
 // showed). MIG mode alone, with no instance yet, still answers.
 func TestRemappedRowsAreNotSupportedWithMIGInstances(t *testing.T) {
-	path, _ := testenv.Snapshot(t, "h100", 1)
-	f := testenv.LiveState(t, path, 1, t0)
-	cleanEnv(t, path)
-	lib := newLib(t)
-	start(t, lib)
-	dev := got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+	_, f, dev := startH100(t)
 	update(t, f, func(s *live.State, now int64) error {
 		return s.AddFault(0, live.Fault{Kind: live.FaultECC, Count: 1}, now)
 	})
@@ -243,4 +226,24 @@ func TestECCCountsOfFullFaultsAddUp(t *testing.T) {
 			t.Errorf("counter %d: %d (%v), want at least 3 x %d", c, n, ret, uint64(math.MaxUint32))
 		}
 	}
+}
+
+// startH100 starts the library on one h100 GPU with a live state, and
+// returns it, the state and the GPU.
+func startH100(t *testing.T) (nvml.Interface, *live.File, nvml.Device) {
+	t.Helper()
+	path, _ := testenv.Snapshot(t, "h100", 1)
+	f := testenv.LiveState(t, path, 1, t0)
+	cleanEnv(t, path)
+	lib := newLib(t)
+	start(t, lib)
+	return lib, f, got(lib.DeviceGetHandleByIndex(0))(t, "handle")
+}
+
+// startMIGH100 is startH100 with the GPU in MIG mode.
+func startMIGH100(t *testing.T) (nvml.Interface, *live.File, nvml.Device) {
+	t.Helper()
+	lib, f, dev := startH100(t)
+	enableMIG(t, dev)
+	return lib, f, dev
 }

@@ -6,10 +6,11 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,13 +132,8 @@ func readFieldCounts(t *testing.T) map[string]int {
 
 func writeFieldCounts(t *testing.T, fields map[string]int) {
 	t.Helper()
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		fmt.Fprintf(&b, "%s %d\n", k, fields[k])
 	}
 	if err := os.WriteFile(fieldCountsFile, []byte(b.String()), 0o644); err != nil {
