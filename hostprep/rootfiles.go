@@ -138,13 +138,19 @@ func newRootTemp(root string, pid int) string {
 }
 
 // sweepRootTemps removes the roots killed installs were making beside
-// root; not one whose install still runs.
+// root, and the parents their manifests say they made; not one whose
+// install still runs.
 func sweepRootTemps(root string) {
 	old, _ := filepath.Glob(filepath.Join(filepath.Dir(root), "."+filepath.Base(root)+".nvmock-new-*"))
 	for _, d := range old {
 		pid, err := strconv.Atoi(d[strings.LastIndex(d, "-")+1:])
-		if err == nil && pid > 0 && pid != os.Getpid() && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			os.RemoveAll(d)
+		if err != nil || pid <= 0 || pid == os.Getpid() || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue
+		}
+		m, _ := readManifest(d)
+		os.RemoveAll(d)
+		if m != nil {
+			removeEmpty(m.Dirs) // the root among them is not there: no matter
 		}
 	}
 }

@@ -43,21 +43,29 @@ func TestARootIsMadeOnRecord(t *testing.T) {
 }
 
 // What a killed install was making beside the root, before renaming it
-// into place, goes at the next uninstall; one whose install still runs
-// stays.
+// into place, goes at the next uninstall with the parents it made; one
+// whose install still runs stays.
 func TestRootsKilledInstallsWereMakingAreSwept(t *testing.T) {
 	d := t.TempDir()
-	root := filepath.Join(d, "nvmock")
+	parent := filepath.Join(d, "var", "lib")
+	root := filepath.Join(parent, "nvmock")
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
 	gone, running := newRootTemp(root, dead.Process.Pid), newRootTemp(root, os.Getppid())
-	for _, p := range []string{gone, running} {
+	m := Manifest{Version: 1, Dirs: []string{filepath.Join(d, "var"), parent, root}}
+	made := func(p string) {
+		t.Helper()
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		if err := m.write(p); err != nil {
+			t.Fatal(err)
+		}
 	}
+	made(gone)
+	made(running)
 	if _, err := Uninstall(root, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -66,5 +74,16 @@ func TestRootsKilledInstallsWereMakingAreSwept(t *testing.T) {
 	}
 	if _, err := os.Stat(running); err != nil {
 		t.Errorf("%s of a running install was removed: %v", running, err)
+	}
+	// Alone, the ended one's parents go with it.
+	if err := os.RemoveAll(running); err != nil {
+		t.Fatal(err)
+	}
+	made(gone)
+	if _, err := Uninstall(root, nil); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(d); len(left) != 0 {
+		t.Errorf("left %v: the parents a killed install made", left)
 	}
 }

@@ -510,7 +510,7 @@ static double target_of(const struct snap_device *s, double p)
 // brake_ns is how long before t a power brake has held the GPU, within
 // the segment from since: the energy and heat of that stretch are the
 // braked power's. The writers reckon the same when they start a segment
-// (live/model.go brakeSince), for the node-wide timed brakes they see.
+// (live/model.go brakeNS), for the node-wide timed brakes they see.
 static uint64_t brake_ns(const struct nvmock_dev *d, const struct live_gpu *g, uint64_t since, uint64_t t)
 {
 	if (g->faults == 0 || t <= since)
