@@ -251,10 +251,11 @@ func (g *GPU) brakeNS(since, at int64) int64 {
 }
 
 // Cut starts a new segment of the same load at now, where the readings
-// stand, on a GPU the model runs: before a brake's fault is cleared, so
-// that the time it held stays counted at the braked power.
+// stand, on a GPU the model runs under a power brake: before its fault is
+// cleared, so that the time it held stays counted at the braked power.
+// Without one there is nothing to keep, and the segment before stays.
 func (s *State) Cut(b Board, gpu int, now int64) {
-	if g := &s.GPUs[gpu]; g.Model != 0 {
+	if g := &s.GPUs[gpu]; g.Model != 0 && g.brakeNS(int64(g.SinceNS), now) > 0 {
 		s.setLoadAt(b, gpu, g.loads(), now, now)
 	}
 }
