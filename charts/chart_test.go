@@ -49,12 +49,17 @@ func renderWith(t *testing.T, values string, skipSchema bool) (map[string]string
 // renderRelease is renderWith for a release of another name.
 func renderRelease(t *testing.T, release, values string, skipSchema bool) (map[string]string, error) {
 	t.Helper()
+	return renderIn(t, release, releaseNS, values, skipSchema)
+}
+
+func renderIn(t *testing.T, release, namespace, values string, skipSchema bool) (map[string]string, error) {
+	t.Helper()
 	c := loadChart(t)
 	vals, err := chartutil.ReadValues([]byte(values))
 	if err != nil {
 		t.Fatalf("test values are not YAML: %v", err)
 	}
-	opts := chartutil.ReleaseOptions{Name: release, Namespace: releaseNS, Revision: 1, IsInstall: true}
+	opts := chartutil.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}
 	rv, err := chartutil.ToRenderValuesWithSchemaValidation(c, vals, opts, chartutil.DefaultCapabilities, skipSchema)
 	if err != nil {
 		return nil, err

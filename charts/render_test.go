@@ -670,3 +670,44 @@ func checkFabric(t *testing.T, o objects) {
 		}
 	}
 }
+
+// maxSurge rolls more nodes at once; maxUnavailable stays 0 whatever it is.
+func TestMaxSurge(t *testing.T) {
+	for _, c := range []struct{ values, want string }{
+		{"maxSurge: 3", "3"},
+		{`maxSurge: "25%"`, "25%"},
+	} {
+		files, err := render(t, c.values)
+		if err != nil {
+			t.Fatalf("%s: %v", c.values, err)
+		}
+		for _, ds := range decode(t, files).daemonSets {
+			u := ds.Spec.UpdateStrategy.RollingUpdate
+			if u == nil || u.MaxSurge == nil || u.MaxSurge.String() != c.want || u.MaxUnavailable == nil || u.MaxUnavailable.IntValue() != 0 {
+				t.Errorf("%s: %s updateStrategy %+v, want maxSurge %s and maxUnavailable 0", c.values, ds.Name, ds.Spec.UpdateStrategy, c.want)
+			}
+		}
+	}
+}
+
+// Two releases of one name in two namespaces share no cluster-scoped object
+// (helm refuses to install the second over the first's).
+func TestClusterObjectsNamedByNamespace(t *testing.T) {
+	names := map[string]string{}
+	for _, ns := range []string{"team-a", "team-b"} {
+		files, err := renderIn(t, releaseName, ns, "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := decode(t, files)
+		for _, n := range []string{"ClusterRole " + o.roles[0].Name, "ClusterRoleBinding " + o.roleBindings[0].Name} {
+			if other, ok := names[n]; ok {
+				t.Errorf("release %s in %s and in %s both make the cluster object %s", releaseName, other, ns, n)
+			}
+			names[n] = ns
+		}
+		if b := o.roleBindings[0]; b.RoleRef.Name != o.roles[0].Name || b.Subjects[0].Namespace != ns {
+			t.Errorf("%s: binding %+v", ns, b)
+		}
+	}
+}

@@ -8,6 +8,11 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Cluster-scoped objects: the name and the release namespace. */}}
+{{- define "nvmock.clusterName" -}}
+{{- printf "%s-%s" (include "nvmock.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
 {{- define "nvmock.labels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
