@@ -217,7 +217,7 @@ func gpuDevices(n *node) [][2]string {
 	for i := range n.gpus {
 		ds = append(ds, [2]string{filepath.Join(dev, "nvidia"+itoa(i)), "/dev/nvidia" + itoa(i)})
 	}
-	for _, c := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
+	for _, c := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"} {
 		ds = append(ds, [2]string{filepath.Join(dev, c), "/dev/" + c})
 	}
 	return ds

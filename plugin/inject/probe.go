@@ -17,8 +17,10 @@ import (
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 )
 
-// ControlNodes are the overlay's nodes every container with a GPU gets.
-var ControlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+// ControlNodes are the overlay's nodes every container with a GPU gets:
+// NVIDIA's runtime gives nvidia-modeset too where the node has it (its CDI
+// spec's common device nodes), as the overlay does.
+var ControlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
 
 // NodeStateFromOverlay reads the overlay that `nvmock hostprep install`
 // put under root (default /var/lib/nvmock): the GPUs from its snapshot and
@@ -105,6 +107,9 @@ func NodeStateFromOverlay(root string) (NodeState, error) {
 	}
 	for _, name := range ControlNodes {
 		c, err := statNode(dev, name)
+		if name == "nvidia-modeset" && errors.Is(err, fs.ErrNotExist) {
+			continue // as the runtime, where the node has none
+		}
 		if err != nil {
 			return NodeState{}, fmt.Errorf("probe overlay in %s: %w", root, err)
 		}

@@ -86,7 +86,7 @@ func TestNodeStateFromOverlayReadsAnInstalledOverlay(t *testing.T) {
 			for _, id := range snapshot.Identities(p, probeNode) {
 				want.GPUs = append(want.GPUs, GPU{Index: id.Index, UUID: id.UUID, Node: node(nums[id.Index])})
 			}
-			want.Control = []DeviceNode{node(nums[3]), node(nums[4]), node(nums[5])}
+			want.Control = []DeviceNode{node(nums[3]), node(nums[4]), node(nums[5]), node(nums[6])}
 			// GPU 0's MIG devices, by GPU instance: 3g at slices 4-7 (2), 2g
 			// at 0-1 (3), 1g at 2 (9) and 3 (10), as mig-parted's balanced
 			// layout sits on a real A100. Three writes: the state made for

@@ -138,7 +138,7 @@ type NodeState struct {
 	IB *IBNode
 
 	GPUs    []GPU        // in index order
-	Control []DeviceNode // nvidiactl, nvidia-uvm, nvidia-uvm-tools: given with any GPU
+	Control []DeviceNode // nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset: given with any GPU
 	// MIG is the node's MIG devices (ProbeMIG), MIGGen the live state's
 	// generation they were read at.
 	MIG []MIGDevice

@@ -24,6 +24,7 @@ func syntheticNode(gpus int) inject.NodeState {
 			{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255, FileMode: 0o666},
 			{Path: "/dev/nvidia-uvm", Type: "c", Major: 511, Minor: 0, FileMode: 0o666},
 			{Path: "/dev/nvidia-uvm-tools", Type: "c", Major: 511, Minor: 1, FileMode: 0o666},
+			{Path: "/dev/nvidia-modeset", Type: "c", Major: 195, Minor: 254, FileMode: 0o666},
 		},
 	}
 	for i := 0; i < gpus; i++ {

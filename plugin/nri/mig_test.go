@@ -58,4 +58,16 @@ func TestAMIGDeviceMadeAfterTheProbeIsGiven(t *testing.T) {
 	if c.node.MIGInUse[3] != 0 || c.node.InUse[2] != 0 {
 		t.Errorf("after it ended: MIG use %v, GPU use %v", c.node.MIGInUse, c.node.InUse)
 	}
+	// Given in another form (a device plugin's GPU:MIG, a CDI name), its
+	// end frees it too (review: only MIG- UUIDs were freed).
+	for _, v := range []string{"2:3", "nvidia.com/gpu=" + c.node.MIG[3].UUID} {
+		c.record("c2", []int{2}, v)
+		if c.node.MIGInUse[3] != 1 {
+			t.Errorf("%s: given, MIG use %v", v, c.node.MIGInUse)
+		}
+		c.forget("c2")
+		if c.node.MIGInUse[3] != 0 || c.node.InUse[2] != 0 {
+			t.Errorf("%s: after it ended, MIG use %v, GPU use %v", v, c.node.MIGInUse, c.node.InUse)
+		}
+	}
 }

@@ -62,7 +62,7 @@ func TestPluginInjectsContainersThroughTheRuntime(t *testing.T) {
 			t.Errorf("device %s: type %q mode %o, want c 0666", d.Path, d.Type, d.GetFileMode().GetValue())
 		}
 	}
-	wantDevs := []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+	wantDevs := []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}
 	if !slices.Equal(devs, wantDevs) {
 		t.Errorf("devices %v, want %v", devs, wantDevs)
 	}
@@ -127,8 +127,8 @@ func TestPluginProbesAgainWhenTheOverlaySwitches(t *testing.T) {
 	p := startPlugin(t, Options{Socket: sock, OverlayRoot: root, Inject: inject.Config{Namespaces: []string{"*"}}})
 	registered(t, p, r)
 	jobs := pod("gpu-jobs", "train", nil)
-	if n := len(create(t, r, jobs, ctr(jobs, "c0")).GetLinux().GetDevices()); n != 4+3 {
-		t.Fatalf("%d devices, want 4 GPUs and 3 control nodes", n)
+	if n := len(create(t, r, jobs, ctr(jobs, "c0")).GetLinux().GetDevices()); n != 4+4 {
+		t.Fatalf("%d devices, want 4 GPUs and 4 control nodes", n)
 	}
 	for i, next := range []struct {
 		profile string
@@ -137,9 +137,9 @@ func TestPluginProbesAgainWhenTheOverlaySwitches(t *testing.T) {
 		reinstall(t, root, next.profile, next.gpus)
 		adj := create(t, r, jobs, ctr(jobs, fmt.Sprint("c", i+1)))
 		want := strings.Join(nodeUUIDs(t, root), ",")
-		if v, _ := envOf(adj, inject.VisibleDevicesEnv); v != want || len(adj.GetLinux().GetDevices()) != next.gpus+3 {
+		if v, _ := envOf(adj, inject.VisibleDevicesEnv); v != want || len(adj.GetLinux().GetDevices()) != next.gpus+4 {
 			t.Errorf("right after switching to %d %s GPUs: %s=%q and %d devices; want %q and %d", next.gpus, next.profile,
-				inject.VisibleDevicesEnv, v, len(adj.GetLinux().GetDevices()), want, next.gpus+3)
+				inject.VisibleDevicesEnv, v, len(adj.GetLinux().GetDevices()), want, next.gpus+4)
 		}
 	}
 }

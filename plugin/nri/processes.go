@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/fsnotify/fsnotify"
@@ -57,7 +58,9 @@ func (p *Plugin) showProcess(pod *api.PodSandbox, ctr *api.Container, req inject
 
 // follow starts watching dir, once, until the plugin's Run ends, or again
 // if it went (an uninstall). Files there from before (a plugin that went
-// away) are removed: their containers' requests went with it.
+// away) are removed: their containers' requests went with it. Only old
+// ones: in a rolling update the other pod's plugin follows dir too, and a
+// file it has yet to read is milliseconds old.
 func (p *Plugin) follow(dir string) error {
 	s := &p.starts
 	s.mu.Lock()
@@ -78,7 +81,9 @@ func (p *Plugin) follow(dir string) error {
 	}
 	if ents, err := os.ReadDir(dir); err == nil {
 		for _, e := range ents {
-			os.Remove(filepath.Join(dir, e.Name()))
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > leftoverAge {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
 		}
 	}
 	if s.w != nil {
@@ -131,7 +136,13 @@ func (p *Plugin) unfollow(w *fsnotify.Watcher, path string) bool {
 	return true
 }
 
+// leftoverAge: a pid file this old was never read by a live plugin.
+const leftoverAge = time.Minute
+
 func (p *Plugin) pidFile(path string) {
+	if _, ok := p.procs.Load(filepath.Base(path)); !ok {
+		return // the other plugin's in a rolling update (it reads it), or stopped already
+	}
 	data, err := os.ReadFile(path)
 	os.Remove(path)
 	if err != nil {
@@ -186,7 +197,11 @@ func (p *Plugin) stopped(pod *api.PodSandbox, ctr *api.Container) {
 	// or not at all.
 	p.procMu.Lock()
 	defer p.procMu.Unlock()
-	p.procs.Delete(ctr.GetId())
+	if v, ok := p.procs.LoadAndDelete(ctr.GetId()); ok {
+		// Its pid file, if the hook wrote it before this plugin read it:
+		// no plugin reads it now.
+		os.Remove(filepath.Join(hostprep.StartedDir(v.(procStart).state), ctr.GetId()))
+	}
 	p.node.mu.Lock()
 	state := p.node.node.State
 	p.node.mu.Unlock()

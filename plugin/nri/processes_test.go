@@ -76,6 +76,10 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 	started := hostprep.StartedDir(filepath.Join(root, hostprep.StateFile))
 	must(t, os.MkdirAll(started, 0o700))
 	must(t, os.WriteFile(filepath.Join(started, "gone"), []byte("1\n"), 0o644))
+	old := time.Now().Add(-2 * leftoverAge)
+	must(t, os.Chtimes(filepath.Join(started, "gone"), old, old))
+	// One just written is the other plugin's in a rolling update: it stays.
+	must(t, os.WriteFile(filepath.Join(started, "theirs"), []byte("1\n"), 0o644))
 
 	train := pod("ml", "train", map[string]string{inject.GPUMemoryAnnotation: "20GiB", inject.GPUsAnnotation: "2"})
 	c := ctr(train, "c1")
@@ -101,8 +105,8 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 			t.Errorf("process %+v, want pid %d, 20 GiB, python3, owned by container:c1, compute", q, pid)
 		}
 	}
-	if ents, _ := os.ReadDir(started); len(ents) != 0 {
-		t.Errorf("%d pid files left after registering", len(ents))
+	if ents, _ := os.ReadDir(started); len(ents) != 1 || ents[0].Name() != "theirs" {
+		t.Errorf("pid files %v left after registering, want only the other plugin's", ents)
 	}
 
 	bad := pod("ml", "bad", map[string]string{inject.GPUMemoryAnnotation: "lots"})
@@ -143,18 +147,24 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 	_, err = r.StopContainer(ctx, &api.StopContainerRequest{Pod: train, Container: again})
 	must(t, err)
 
-	// A container stopped before its pid came in shows nothing.
+	// A container stopped before its pid came in shows nothing, and a pid
+	// file the other plugin's hook writes (a rolling update's other pod)
+	// stays for it (review: both plugins saw it, and the one that had not
+	// asked could take it first).
 	late := ctr(train, "c3")
 	lateAdj := create(t, r, train, late)
 	_, err = r.StopContainer(ctx, &api.StopContainerRequest{Pod: train, Container: late})
 	must(t, err)
 	hookReports(t, lateAdj, pid)
-	deadline := time.Now().Add(wait)
-	for ents, _ := os.ReadDir(started); len(ents) != 0 && time.Now().Before(deadline); ents, _ = os.ReadDir(started) {
-		time.Sleep(5 * time.Millisecond)
+	must(t, os.WriteFile(filepath.Join(started, "theirs.tmp"), []byte("1\n"), 0o644))
+	must(t, os.Rename(filepath.Join(started, "theirs.tmp"), filepath.Join(started, "theirs")))
+	next := ctr(train, "c5")
+	hookReports(t, create(t, r, train, next), pid) // its event comes after theirs
+	if got := waitProcesses(t, root, 2); len(got) != 2 || got[0].Owner != "container:c5" || got[1].Owner != "container:c5" {
+		t.Errorf("a pid reported after its container stopped: processes %+v, want c5's only", got)
 	}
-	if got := processes(t, root); len(got) != 0 {
-		t.Errorf("a pid reported after its container stopped registered %+v", got)
+	if _, err := os.Stat(filepath.Join(started, "theirs")); err != nil {
+		t.Errorf("the other plugin's pid file: %v", err)
 	}
 }
 

@@ -159,14 +159,16 @@ func (c *nodeCache) record(id string, idx []int, visible string) {
 }
 
 // countMIG adds delta to the use counts of the MIG devices a visible value
-// names. The caller holds mu.
+// names, in any form rebuildMIGUse reads (a UUID, GPU:MIG, a CDI name), so
+// a container's end frees what its start counted. The caller holds mu.
 func (c *nodeCache) countMIG(visible string, delta int) {
 	n := &c.node
-	if len(n.MIGInUse) != len(n.MIG) || !strings.Contains(visible, "MIG-") {
+	if len(n.MIGInUse) != len(n.MIG) || len(n.MIG) == 0 {
 		return
 	}
-	for _, u := range strings.Split(visible, ",") {
-		if k := n.MIGIndex(strings.TrimSpace(u)); k >= 0 && n.MIGInUse[k]+delta >= 0 {
+	_, migs := n.Named(visible)
+	for _, k := range migs {
+		if n.MIGInUse[k]+delta >= 0 {
 			n.MIGInUse[k] += delta
 		}
 	}

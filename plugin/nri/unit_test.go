@@ -213,7 +213,7 @@ func TestTheDriverAloneHoldsNoGPU(t *testing.T) {
 	for _, d := range adj.GetLinux().GetDevices() {
 		paths = append(paths, d.GetPath())
 	}
-	if want := []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}; !reflect.DeepEqual(paths, want) {
+	if want := []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}; !reflect.DeepEqual(paths, want) {
 		t.Errorf("devices %q, want the control nodes alone", paths)
 	}
 	inUse(1, 1, 0, 0)
