@@ -85,6 +85,9 @@ func Decide(cfg Config, node NodeState, pod Pod, ctr Container) (Adjustment, boo
 		migConfig(&node, &ctr, &adj, all)
 		return adj, !adj.Empty(), nil
 	}
+	if why := migCapsRefused(&ctr, migs > 0 && !all); why != "" {
+		return Adjustment{}, false, &RequestError{fmt.Sprintf("pod %s/%s container %s: %s", pod.Namespace, pod.Name, ctr.Name, why)}
+	}
 	// Under NVIDIA's runtime the variable is left as it stands when it
 	// decided (not an image's all the annotation overrode); a request the
 	// runtime cannot read (the annotation, the default) is handed to it as

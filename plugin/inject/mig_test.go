@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -147,8 +148,6 @@ func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
 		{"the config capability with one GPU", pod("ml", GPUsAnnotation, "1,"), withEnv(privileged, MIGConfigEnv+"=all"), append(slices.Clone(every), monitor, config)},
 		{"not the config capability unprivileged", pod("ml", GPUsAnnotation, "1,"), withEnv(ctr, MIGConfigEnv+"=all"), nil},
 		{"the MIG devices with the monitor capability", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all", MIGMonitorEnv+"=all"), append(slices.Clone(every), monitor)},
-		{"not the monitor capability with some MIG devices", pod("ml"), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGMonitorEnv+"=all"), []DeviceNode{n.MIG[0].Caps[0], n.MIG[0].Caps[1]}},
-		{"not the config capability with some MIG devices", pod("ml"), withEnv(privileged, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGConfigEnv+"=all"), append(slices.Clone(every), monitor)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adj, ok, err := Decide(testConfig, n, c.pod, c.ctr)
@@ -175,6 +174,34 @@ func TestDecideGivesMIGCapabilitiesAsNVIDIAsToolkit(t *testing.T) {
 				t.Errorf("MIG UUIDs named in %s: %v (the MIG devices given by all are not counted as in use)", VisibleDevicesEnv, adj.Env)
 			}
 		})
+	}
+}
+
+// A container given GPUs that asks for a MIG capability NVIDIA's runtime
+// will not give fails, as under the runtime (its CDI mode validates the
+// request); void asks the runtime for nothing, so it runs with a warning
+// (review: all of them ran, with a warning).
+func TestMIGCapabilityRequestsNVIDIAsRuntimeRefuses(t *testing.T) {
+	n := migNode()
+	privileged := ctr
+	privileged.Privileged = true
+	for _, c := range []struct {
+		name string
+		ctr  Container
+		want string // "" runs
+	}{
+		{"monitor, some MIG devices", withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGMonitorEnv+"=all"), "NVIDIA_MIG_MONITOR_DEVICES=all in a container given some MIG devices"},
+		{"config, some MIG devices", withEnv(privileged, "NVIDIA_VISIBLE_DEVICES="+n.MIG[0].UUID, MIGConfigEnv+"=all"), "NVIDIA_MIG_CONFIG_DEVICES=all in a container given some MIG devices"},
+		{"monitor, a GPU index", withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=0", MIGMonitorEnv+"=0"), `NVIDIA_MIG_MONITOR_DEVICES="0": only all is supported`},
+		{"config, yes", withEnv(privileged, "NVIDIA_VISIBLE_DEVICES=all", MIGConfigEnv+"=yes"), `NVIDIA_MIG_CONFIG_DEVICES="yes": only all is supported`},
+		{"config, void", withEnv(privileged, "NVIDIA_VISIBLE_DEVICES=void", MIGConfigEnv+"=yes"), ""},
+		{"monitor, all MIG devices", withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all", MIGMonitorEnv+"=all"), ""},
+	} {
+		_, _, err := Decide(testConfig, n, pod("ml"), c.ctr)
+		var re *RequestError
+		if c.want == "" && err != nil || c.want != "" && (!errors.As(err, &re) || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
 	}
 }
 

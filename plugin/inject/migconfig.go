@@ -65,3 +65,22 @@ func migCapability(ctr *Container, adj *Adjustment, all bool, env string) (ok bo
 	}
 	return true, ""
 }
+
+// migCapsRefused says why NVIDIA's runtime (CDI mode) fails a container it
+// gives GPUs that asks for a MIG capability: a value other than all, or all
+// in a container given some MIG devices; "" if it does not. Privilege is
+// left to migCapability: the runtime asks for CAP_SYS_ADMIN, which does not
+// reach NRI.
+func migCapsRefused(ctr *Container, someMIG bool) string {
+	for _, env := range []string{MIGConfigEnv, MIGMonitorEnv} {
+		v, _ := lookupEnv(ctr.Env, env)
+		switch v = strings.TrimSpace(v); {
+		case v == "":
+		case !strings.EqualFold(v, "all"):
+			return fmt.Sprintf("env %s=%s: only all is supported; NVIDIA's runtime fails the container", env, quote(v))
+		case someMIG:
+			return fmt.Sprintf("env %s=all in a container given some MIG devices: NVIDIA's runtime fails the container", env)
+		}
+	}
+	return ""
+}
