@@ -221,11 +221,11 @@ func TestBadRequestsGetOneLine(t *testing.T) {
 		}
 	}
 	for i := 0; i < MaxFaults; i++ {
-		if err := s.AddFault(2, Fault{Kind: FaultThermal}, 0); err != nil {
+		if err := s.AddFault(2, Fault{Kind: FaultECC, Count: 1}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.AddFault(2, Fault{Kind: FaultThermal}, 0); err == nil || !strings.Contains(err.Error(), "clear some first") {
+	if err := s.AddFault(2, Fault{Kind: FaultECC, Count: 1}, 0); err == nil || !strings.Contains(err.Error(), "clear some first") {
 		t.Errorf("a ninth fault: %v", err)
 	}
 	if n := s.ClearFaults(2, FaultLost); n != 0 || s.GPUs[2].Faults != MaxFaults {
@@ -234,8 +234,17 @@ func TestBadRequestsGetOneLine(t *testing.T) {
 	if n := s.ClearFaults(2, 0); n != MaxFaults || s.GPUs[2].Faults != 0 {
 		t.Errorf("clear all removed %d, %d left", n, s.GPUs[2].Faults)
 	}
-	// A link down already is named, not given a second slot (review);
+	// A condition on already is named, not given a second slot (review),
+	// nor a link down already;
 	// another link, or a later time for one not down yet, is taken.
+	for _, k := range []uint32{FaultLost, FaultThermal, FaultPowerBrake, FaultRemapFailure} {
+		if err := s.AddFault(3, Fault{Kind: k}, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddFault(3, Fault{Kind: k}, 20); err == nil || !strings.Contains(err.Error(), "is on already") {
+			t.Errorf("%s twice: %v", KindName(k), err)
+		}
+	}
 	down := Fault{Kind: FaultNvlinkDown, Count: 3}
 	if err := s.AddFault(1, down, 10); err != nil {
 		t.Fatal(err)

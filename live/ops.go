@@ -124,12 +124,16 @@ func (s *State) AddFault(gpu int, f Fault, now int64) error {
 	if f.Trigger == 0 {
 		f.Trigger, f.Param = TriggerAt, uint64(now)
 	}
-	// A link already down stays down: a second fault would only take one
-	// of the GPU's 8 slots (review).
-	for i := uint32(0); i < g.faults() && f.Kind == FaultNvlinkDown && f.Trigger == TriggerAt; i++ {
-		if g.FaultKind[i] == FaultNvlinkDown && g.FaultCount[i] == f.Count && g.FaultPID[i] == f.PID &&
+	// A condition already on (a link down, a lost GPU, a slowdown) stays
+	// on: a second fault would only take one of the GPU's 8 slots
+	// (review). Counts and XIDs add up, so they may repeat.
+	for i := uint32(0); i < g.faults() && isCondition(f.Kind) && f.Trigger == TriggerAt; i++ {
+		if g.FaultKind[i] == f.Kind && g.FaultCount[i] == f.Count && g.FaultPID[i] == f.PID && g.FaultXID[i] == f.XID &&
 			g.FaultTrigger[i] == TriggerAt && g.FaultParam[i] <= f.Param {
-			return fmt.Errorf("GPU %d: NVLink %d is down already", gpu, f.Count)
+			if f.Kind == FaultNvlinkDown {
+				return fmt.Errorf("GPU %d: NVLink %d is down already", gpu, f.Count)
+			}
+			return fmt.Errorf("GPU %d: %s is on already (nvmock ctl clear %d %s ends it)", gpu, KindName(f.Kind), gpu, KindName(f.Kind))
 		}
 	}
 	i := g.Faults
@@ -138,6 +142,16 @@ func (s *State) AddFault(gpu int, f Fault, now int64) error {
 	g.FaultPID[i], g.FaultCount[i], g.FaultID[i] = f.PID, f.Count, uint32(s.Header.Generation)
 	g.Faults++
 	return nil
+}
+
+// isCondition says whether a fault kind is a state the GPU is in, which a
+// second such fault does not deepen.
+func isCondition(kind uint32) bool {
+	switch kind {
+	case FaultLost, FaultThermal, FaultPowerBrake, FaultNvlinkDown, FaultRemapFailure:
+		return true
+	}
+	return false
 }
 
 // faults is the number of fault slots in use, clamped as the library

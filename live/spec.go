@@ -63,7 +63,9 @@ func ReadSpec(path string) (*Spec, error) {
 		return nil, fmt.Errorf("%s:%d: a second YAML document; the loads and faults are one", path, line)
 	}
 	if len(doc.Content) == 0 {
-		return &Spec{}, nil
+		// An empty file is a slip (a wrong path, a file not yet written),
+		// not a wish to clear the node (review: it cleared).
+		return nil, fmt.Errorf("%s: empty; to clear the loads and faults, give loads: [] and faults: []", path)
 	}
 	top := doc.Content[0]
 	if top.Kind == yaml3.MappingNode && len(top.Content) == 2 && top.Content[0].Value == "live" {

@@ -192,28 +192,14 @@ func ctlFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 	}
 	fs.SetOutput(io.Discard)
-	// Each flag once (review: the last of two silently won).
-	var twice []string
-	seen := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) {
-		f.Value = &onceValue{Value: f.Value, set: func() {
-			if seen[f.Name] && !slices.Contains(twice, f.Name) {
-				twice = append(twice, f.Name)
-			}
-			seen[f.Name] = true
-		}}
-	})
-	pos, err := parseInterspersed(fs, args, ctlUsage)
+	pos, err := parseInterspersed(fs, args, ctlUsage) // each flag once
 	if m := unknownFlagErr.FindStringSubmatch(fmt.Sprint(err)); m != nil {
 		return nil, fmt.Errorf("unknown flag --%s (see nvmock ctl help)", m[1])
-	}
-	if err == nil && len(twice) > 0 {
-		return nil, fmt.Errorf("--%s is given twice; give it once", twice[0])
 	}
 	if m := flagValueErr.FindStringSubmatch(fmt.Sprint(err)); m != nil {
 		// The flag package's own words name the flag with one dash.
 		what := "not a valid value"
-		if f := fs.Lookup(m[2]); f != nil && strings.Contains(fmt.Sprintf("%T", f.Value.(*onceValue).Value), "uint") {
+		if f := fs.Lookup(m[2]); f != nil && strings.Contains(fmt.Sprintf("%T", f.Value), "uint") {
 			what = "not a whole number of 0 or more"
 		}
 		return nil, fmt.Errorf("--%s %q: %s", m[2], m[1], what)
@@ -228,24 +214,6 @@ var (
 	flagValueErr   = regexp.MustCompile(`invalid value "(.*)" for flag -(\S+): `)
 	unknownFlagErr = regexp.MustCompile(`^flag provided but not defined: -+(\S+)`)
 )
-
-// onceValue is a flag's value that tells each Set, to find a flag given
-// twice.
-type onceValue struct {
-	flag.Value
-	set func()
-}
-
-func (v *onceValue) Set(s string) error {
-	v.set()
-	return v.Value.Set(s)
-}
-
-// IsBoolFlag keeps a bool flag one that takes no argument.
-func (v *onceValue) IsBoolFlag() bool {
-	b, ok := v.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
 
 func ctlLoad(f *live.File, args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)

@@ -184,6 +184,9 @@ func TestCtlRejectsBadArgumentsWithOneLine(t *testing.T) {
 		// Review: the last of two silently won.
 		{"a flag given twice", []string{"load", "all", "50", "--jitter", "5", "--jitter", "0"}, "ctl load: --jitter is given twice; give it once"},
 		{"a count given twice", []string{"fault", "3", "ecc_uncorrectable", "--count", "5", "--count=1"}, "--count is given twice"},
+		// Review: an empty value was the default's, a second lost took a slot.
+		{"an empty memory share", []string{"load", "0", "50", "--memory", ""}, "--memory is empty"},
+		{"an empty process name", []string{"proc", "add", "0", "1", "--name", ""}, "--name is empty"},
 		{"status with an argument", []string{"status", "extra"}, `"extra": status takes no argument`},
 		{"a bad memory size", []string{"proc", "add", "0", "5", "--memory", "lots"}, `--memory: "lots" is not a quantity`},
 		{"an unknown command", []string{"melt"}, `unknown command "melt"`},
@@ -338,6 +341,9 @@ faults:
 		{"loads:\n  - percent: 5\n", "loads[0].gpus: is required"},
 		{"faults:\n  - gpus: all\n    kind: xid\n", "faults[0].xid: kind xid needs its XID (1 to 255)"},
 		{"loads:\n  - gpus: all\n    percent: 1e30\n", `loads[0].percent "1e+30": a whole percentage from 0 to 100`},
+		// Review: an empty file, or one of comments, cleared the node.
+		{"", "empty; to clear the loads and faults, give loads: [] and faults: []"},
+		{"# nothing yet\n", "empty; to clear"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		os.WriteFile(bad, []byte(c.yaml), 0o644)
@@ -379,7 +385,7 @@ func TestCtlApplyTakesTheChartsLiveBlock(t *testing.T) {
 	}
 	// Empty values, which the chart renders as null, clear (review: every
 	// pool's init container failed on them).
-	for _, empty := range []string{"live:\n", "live: null\n", "null\n", ""} {
+	for _, empty := range []string{"live:\n", "live: null\n", "null\n", "{}\n"} {
 		os.WriteFile(file, []byte(empty), 0o644)
 		if err := run([]string{"ctl", "--state", state, "apply", file}); err != nil {
 			t.Errorf("apply %q: %v", empty, err)

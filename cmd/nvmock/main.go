@@ -92,6 +92,9 @@ func run(args []string) error {
 	case execChildArg: // hidden: nvmock exec's child, already in its new mount namespace
 		return execChild(args[1:])
 	case "help", "-h", "--help":
+		if len(args) > 1 {
+			return fmt.Errorf("help: unexpected argument %q (each command's --help tells of it)", args[1])
+		}
 		fmt.Print(usage)
 		return nil
 	}
@@ -109,7 +112,7 @@ func printHelp(w io.Writer, fs *flag.FlagSet, usage string) {
 // on w and returns flag.ErrHelp; a bad flag is one line naming the help.
 func parseFlags(fs *flag.FlagSet, args []string, w io.Writer, usage string) error {
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
+	err := onceEach(fs, func() error { return fs.Parse(args) })
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		printHelp(w, fs, usage)
@@ -123,21 +126,73 @@ func parseFlags(fs *flag.FlagSet, args []string, w io.Writer, usage string) erro
 	return nil
 }
 
+// onceEach runs parse, refusing a flag given twice (the last would win
+// silently; review), but those that take one value each time. The flags
+// are put back after, so that their help reads their own types.
+func onceEach(fs *flag.FlagSet, parse func() error) error {
+	n := map[string]int{}
+	fs.VisitAll(func(f *flag.Flag) {
+		f.Value = &onceValue{Value: f.Value, set: func() { n[f.Name]++ }}
+	})
+	err := parse()
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := f.Value.(*onceValue); ok {
+			f.Value = v.Value
+		}
+	})
+	if err != nil {
+		return err
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if err == nil && n[f.Name] > 1 && !slices.Contains(repeatable, f.Name) {
+			err = fmt.Errorf("%s is given twice; give it once", dashed(f.Name))
+		}
+	})
+	return err
+}
+
+// repeatable are the flags that add one value each time they are given.
+var repeatable = []string{"ib-fault", "fault", "daemonset"}
+
+// onceValue is a flag's value that tells each Set.
+type onceValue struct {
+	flag.Value
+	set func()
+}
+
+func (v *onceValue) Set(s string) error {
+	v.set()
+	return v.Value.Set(s)
+}
+
+// IsBoolFlag keeps a bool flag one that takes no argument.
+func (v *onceValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// dashed is a flag's name as a user types it.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
 // emptyRefused are flags whose empty value is a slip (an unset variable in
 // --seed "$SEED"), never a choice: left out, each has its default.
 // A fault's empty trigger would fire it at once, node-wide (review).
-var emptyRefused = []string{"seed", "driver-version", "state", "profile", "o", "after-calls", "probability", "at", "in"}
+// So are a layout, a name or a share given empty (review: each was the
+// default's).
+var emptyRefused = []string{"seed", "driver-version", "state", "profile", "o", "after-calls", "probability", "at", "in",
+	"mig", "node-name", "assets", "ib-host", "host", "name", "memory", "encoder", "decoder", "jitter"}
 
 // refuseEmpty names the first of emptyRefused given empty.
 func refuseEmpty(fs *flag.FlagSet) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		if err == nil && f.Value.String() == "" && slices.Contains(emptyRefused, f.Name) {
-			dash := "--"
-			if len(f.Name) == 1 {
-				dash = "-"
-			}
-			err = fmt.Errorf("%s%s is empty; give a value or leave the flag out", dash, f.Name)
+			err = fmt.Errorf("%s is empty; give a value or leave the flag out", dashed(f.Name))
 		}
 	})
 	return err

@@ -46,6 +46,7 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		return p
 	}
 	bad := file("bad.yaml", "name: x\ngpus: 1\nbord: {}\n")
+	good := file("good.yaml", "base: t4\n")
 	// Parses, but three halves of one GPU cannot be placed.
 	crowded := file("crowded.yaml", "base: a100\nname: x\nboard:\n  modes:\n    mig:\n      layout: 0=3g.20gb*3\n")
 	twoDocs := file("two.yaml", "base: t4\nname: x\n---\ngpus: 5\n")
@@ -112,6 +113,14 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"an output in no directory names no temporary file", []string{"profile", "compile", "t4", "--seed", "s", "-o", filepath.Join(dir, "none", "snap")},
 			"write " + filepath.Join(dir, "none", "snap") + ": directory " + filepath.Join(dir, "none") + " does not exist"},
 		{"list takes no argument", []string{"profile", "list", "extra"}, `profile list: unexpected argument "extra"`},
+		// Review: each was silently the default's, or the last one's.
+		{"nor does help", []string{"help", "extra"}, `help: unexpected argument "extra"`},
+		{"compile over its profile", []string{"profile", "compile", good, "--seed", "s", "-o", good}, "profile compile: -o " + good + ": a file that is not a snapshot is there, and would be lost"},
+		{"a flag given twice", []string{"exec", "--profile", "h100", "--profile", "a100", "--", "true"}, "exec: --profile is given twice; give it once"},
+		{"-o given twice", []string{"profile", "compile", "t4", "-o", "/dev/null", "-o", "/dev/null"}, "profile compile: -o is given twice"},
+		{"an empty layout", []string{"exec", "--mig", "", "--", "true"}, "exec: --mig is empty"},
+		{"an empty node name", []string{"hostprep", "install", "--root", filepath.Join(t.TempDir(), "r"), "--node-name", ""}, "hostprep install: --node-name is empty"},
+		{"empty assets", []string{"exec", "--assets", "", "--", "true"}, "exec: --assets is empty"},
 		{"a driver of a branch nvmock does not know", []string{"profile", "compile", "a100", "--driver-version", "600.10.01", "--seed", "s", "-o", "/dev/null"},
 			`driver 600.10.01 is of no branch nvmock knows the CUDA version of; give driver: {version: "600.10.01", cudaVersion: ...} in a profile file`},
 	} {

@@ -3,9 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/nvmock/nvmock/libnvml/snapshot"
 )
 
 // writeAtomic writes a command's output file as a user expects of -o.
@@ -85,4 +88,34 @@ func pathless(err error) error {
 		return le.Err
 	}
 	return err
+}
+
+// sameFile says whether two paths name one file: the same path, or, where
+// both exist, the same inode.
+func sameFile(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// notLost refuses an output path that holds a regular file compile would
+// not write (a profile, the input itself given as -o): it would be lost.
+// A snapshot, an empty file or none may be replaced.
+func notLost(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil // none; writeAtomic says what else is wrong
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return nil
+	}
+	magic := make([]byte, len(snapshot.Magic))
+	if _, err := io.ReadFull(f, magic); err == nil && string(magic) == snapshot.Magic {
+		return nil
+	}
+	return fmt.Errorf("-o %s: a file that is not a snapshot is there, and would be lost; remove it or give another name", path)
 }

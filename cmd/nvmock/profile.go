@@ -83,19 +83,25 @@ const (
 func parseInterspersed(fs *flag.FlagSet, args []string, usage string) ([]string, error) {
 	fs.SetOutput(io.Discard) // one line for a bad flag
 	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printHelp(os.Stdout, fs, usage)
+	err := onceEach(fs, func() error {
+		for {
+			if err := fs.Parse(args); err != nil {
+				return err
 			}
-			return nil, err
+			if fs.NArg() == 0 {
+				return nil
+			}
+			pos = append(pos, fs.Arg(0))
+			args = fs.Args()[1:]
 		}
-		if fs.NArg() == 0 {
-			return pos, refuseEmpty(fs)
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	})
+	if errors.Is(err, flag.ErrHelp) {
+		printHelp(os.Stdout, fs, usage)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return pos, refuseEmpty(fs)
 }
 
 type loadFlags struct {
@@ -248,6 +254,9 @@ func profileCompile(args []string) error {
 	p, seed, err := lf.load(pos[0])
 	if err != nil {
 		return err
+	}
+	if err := notLost(*out); err != nil {
+		return fmt.Errorf("profile compile: %w", err)
 	}
 	data, err := snapshot.Compile(p, snapshot.Options{Seed: seed, Unseeded: *unseeded})
 	if err != nil {

@@ -32,6 +32,16 @@ func xidlogCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("xidlog: %w", err)
 	}
+	// One file in two roles: the cursor would overwrite the lines, or the
+	// lines the state (review: the lines were lost).
+	files := []struct{ flag, path string }{{"--out", *out}, {"--cursor", *cursor}, {"the state", path}}
+	for i, a := range files {
+		for _, b := range files[i+1:] {
+			if a.path != "" && b.path != "" && sameFile(a.path, b.path) {
+				return fmt.Errorf("xidlog: %s and %s are one file, %s; give each its own", a.flag, b.flag, a.path)
+			}
+		}
+	}
 	log := logrus.New()
 	stop := make(chan struct{})
 	sigs := make(chan os.Signal, 1)

@@ -28,7 +28,7 @@ func Compile(p *profile.Profile, opt Options) ([]byte, error) {
 		DeviceCount: uint32(p.GPUs),
 		CudaVersion: cuda,
 	}
-	copy(h.Magic[:], "NVMOCKSS")
+	copy(h.Magic[:], Magic)
 	put(h.DriverVersion[:], p.Driver.Version)
 	put(h.NvmlVersion[:], p.Driver.NVMLVersion)
 	put(h.Profile[:], p.Name)

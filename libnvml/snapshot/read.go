@@ -7,6 +7,9 @@ import (
 	"reflect"
 )
 
+// Magic opens every snapshot.
+const Magic = "NVMOCKSS"
+
 // Read parses a compiled snapshot back into its header and devices, for
 // nvmock's tools that need the board's numbers (the live-state model, the
 // NRI plugin's MIG devices). It refuses what the library refuses
@@ -14,7 +17,7 @@ import (
 // a file the library would not map; the caller names the file.
 func Read(data []byte) (Header, []Device, error) {
 	var h Header
-	if len(data) < len(h.Magic) || string(data[:len(h.Magic)]) != "NVMOCKSS" {
+	if len(data) < len(h.Magic) || string(data[:len(h.Magic)]) != Magic {
 		return h, nil, errors.New("not an nvmock snapshot (bad magic)")
 	}
 	if len(data) < HeaderSize {
