@@ -46,6 +46,13 @@ func (p *Profile) Boards() ([]Board, []error) {
 			errs = append(errs, fmt.Errorf("%s.board: expected an object of board fields", at))
 			continue
 		}
+		if m, _ := patch["modes"].(map[string]any); m != nil {
+			if mig, _ := m["mig"].(map[string]any); mig != nil && mig["layout"] != nil {
+				// Review: it was dropped, silently.
+				errs = append(errs, fmt.Errorf("%s.board.modes.mig.layout: the layout is the node's; give it as board.modes.mig.layout with this GPU's index, such as \"%d=all-balanced\"", at, o.Index))
+				continue
+			}
+		}
 		merged, _ := json.Marshal(mergeMaps(baseMap, patch))
 		var b Board
 		if err := yaml.UnmarshalStrict(merged, &b); err != nil {

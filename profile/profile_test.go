@@ -318,6 +318,16 @@ func TestBadOverridesAndBasesAreNamedWithTheirLine(t *testing.T) {
 		{"a null board", "base: h100\nname: x\nboard: ~\n", []string{"x.yaml:3: board: null; give a value, or leave the field out"}},
 		{"a null count", "base: a100\nname: x\ngpus: null\n", []string{"x.yaml:3: gpus: null; give a value, or leave the field out"}},
 		{"a null in a list", "base: a100\nname: x\ntopology:\n  moduleIds: [1, ~]\n", []string{"topology.moduleIds[1]: null"}},
+		// Review: each validated, and the second of a pair was never shown
+		// (a layout, a memory clock), or the name printed blank.
+		{"a MIG layout in an override", "base: a100\nname: x\ndevices:\n  - index: 3\n    board: {modes: {mig: {layout: all-balanced}}}\n", []string{"devices[0].board.modes.mig.layout: the layout is the node's", `"3=all-balanced"`}},
+		{"one memory clock twice", "base: h100\nname: x\nboard:\n  clocks:\n    supported: [{memory: 2619, graphics: [1980]}, {memory: 2619, graphics: [1000]}]\n", []string{"board.clocks.supported[1].memory: 2619 MHz is supported[0]'s already"}},
+		{"one graphics clock twice", "base: h100\nname: x\nboard:\n  clocks:\n    supported: [{memory: 2619, graphics: [1980, 1980]}]\n", []string{"board.clocks.supported[0].graphics[1]: 1980 MHz is listed twice"}},
+		{"a module id twice", "base: a100\nname: x\ntopology:\n  moduleIds: [1, 1, 2, 3, 4, 5, 6, 7]\n", []string{"topology.moduleIds[1]: 1 is GPU 0's already"}},
+		{"a blank name", "base: t4\nname: \"  \"\n", []string{`name: "  " is blank`}},
+		{"a name with spaces at its ends", "base: t4\nname: \" x \"\n", []string{`name: " x " begins or ends with a space`}},
+		{"a blank product name", "base: t4\nname: x\nboard:\n  productName: \"   \"\n", []string{`board.productName: "   " is blank`}},
+		{"a product name of no label letters", "base: t4\nname: x\nboard:\n  productName: \"ＮＶＩＤＩＡ\"\n", []string{"board.productName: \"ＮＶＩＤＩＡ\" makes an empty node label"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("x.yaml", []byte(c.src))

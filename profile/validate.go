@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/validate/content"
 )
@@ -64,8 +65,16 @@ func (c *checker) str(field, v string, maxLen int, required bool) {
 	switch {
 	case required && v == "":
 		c.fail(field, "is required")
+	case required && strings.TrimSpace(v) == "":
+		c.fail(field, "%q is blank", v)
+	case required && strings.TrimSpace(v) != v:
+		c.fail(field, "%q begins or ends with a space", v)
 	case len(v) > maxLen:
-		c.fail(field, "%q... is longer than %d bytes", v[:maxLen], maxLen)
+		n := maxLen
+		for n > 0 && !utf8.RuneStart(v[n]) {
+			n-- // not in the middle of a character
+		}
+		c.fail(field, "%q... is longer than %d bytes", v[:n], maxLen)
 	}
 }
 
@@ -390,10 +399,23 @@ func (cl *Clocks) validate(c *checker) {
 	if len(cl.Supported) > MaxMemClocks {
 		c.fail("board.clocks.supported", "has %d memory clocks; at most %d", len(cl.Supported), MaxMemClocks)
 	}
+	firstMem := map[uint32]int{}
 	for i, s := range cl.Supported {
 		f := fmt.Sprintf("board.clocks.supported[%d]", i)
 		if s.Memory == 0 {
 			c.fail(f+".memory", "is required")
+		}
+		// Review: a second entry for one memory clock was never shown.
+		if j, ok := firstMem[s.Memory]; ok && s.Memory != 0 {
+			c.fail(f+".memory", "%d MHz is supported[%d]'s already; list its graphics clocks there", s.Memory, j)
+		}
+		firstMem[s.Memory] = i
+		seen := map[uint32]bool{}
+		for k, g := range s.Graphics {
+			if seen[g] {
+				c.fail(fmt.Sprintf("%s.graphics[%d]", f, k), "%d MHz is listed twice", g)
+			}
+			seen[g] = true
 		}
 		ranged := s.Max != 0 || s.Min != 0 || s.Step != 0
 		switch {
@@ -440,6 +462,10 @@ func ProductLabel(name string) string {
 // would fail on every try, after the overlay is in place.
 func (b *Board) validateLabel(c *checker) {
 	v := ProductLabel(b.ProductName)
+	if v == "" && strings.TrimSpace(b.ProductName) != "" {
+		c.fail("board.productName", "%q makes an empty node label nvidia.com/gpu.product (a label keeps ASCII letters, digits, '-', '_' and '.'); give a name with some", b.ProductName)
+		return
+	}
 	// A name short enough for nvidia-smi makes a label short enough.
 	if len(b.ProductName) > maxNameLen || len(content.IsLabelValue(v)) == 0 {
 		return
@@ -506,10 +532,15 @@ func (t *Topology) validate(c *checker) {
 		}
 		seen[a] = true
 	}
+	firstModule := map[uint32]int{}
 	for i, m := range t.ModuleIDs {
 		if m < 1 || m > maxModuleID {
 			c.fail(fmt.Sprintf("topology.moduleIds[%d]", i), "%d: module ids are 1 to %d", m, maxModuleID)
 		}
+		if j, ok := firstModule[m]; ok {
+			c.fail(fmt.Sprintf("topology.moduleIds[%d]", i), "%d is GPU %d's already; each GPU sits in a module of its own", m, j)
+		}
+		firstModule[m] = i
 	}
 	for i, s := range t.CPUAffinity {
 		if _, err := ParseCPUList(s); err != nil {

@@ -65,7 +65,7 @@ func execRun(args []string) error {
 		return fmt.Errorf("exec: %w", err)
 	}
 	if ib.host != "" && !validNodeName(ib.host) {
-		return fmt.Errorf("exec: --ib-host %q: a host name has letters, digits, '-', '.' and '_'", ib.host)
+		return fmt.Errorf("exec: --ib-host %q: %s", ib.host, hostNameRule)
 	}
 	if ib.slot < -1 {
 		return fmt.Errorf("exec: --ib-slot %d: give 0 to the fabric's nodes - 1, or leave it out", ib.slot)
@@ -80,6 +80,10 @@ func execRun(args []string) error {
 	p, seed, err := lf.load(*name)
 	if err != nil {
 		return err
+	}
+	if n := os.Getenv("NODE_NAME"); p.InfiniBand != nil && ib.host == "" && n != "" && !validNodeName(n) {
+		// It names the node in the fabric (review: a newline split node_desc).
+		return fmt.Errorf("exec: $NODE_NAME %q, the node's fabric host name without --ib-host: %s", n, hostNameRule)
 	}
 	// Inside another exec's node /proc/driver/nvidia and the PCI devices are that mock's.
 	nested := exists(nsexec.NamespaceDriver)
@@ -138,7 +142,7 @@ func execRun(args []string) error {
 		return pcisim.Write(pci, dir)
 	})
 	if err != nil {
-		return fmt.Errorf("exec: PCI tree: %w", err)
+		return fmt.Errorf("exec: profile %s of %d GPUs: PCI tree: %w", *name, p.GPUs, err)
 	}
 	// So are MIG's capability files: hundreds, the same for every run of
 	// the board, and there from the start as on a real node, whether the

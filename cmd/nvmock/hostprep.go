@@ -114,7 +114,7 @@ func hostprepInstall(args []string, stdout, stderr io.Writer, procRoot string) e
 		return fmt.Errorf("hostprep install: no node name: pass --node-name or set NODE_NAME")
 	}
 	if !validNodeName(name) {
-		return fmt.Errorf("hostprep install: node name %q: a host name has at most 253 letters, digits, '-', '.' and '_'", name)
+		return fmt.Errorf("hostprep install: node name %q: %s", name, hostNameRule)
 	}
 	seed, err := identitySeed(*node)
 	if err != nil {
@@ -429,6 +429,9 @@ func nodeLabels(node string, progress io.Writer, do func(*hostprep.KubeClient) e
 	return do(c)
 }
 
+// hostNameRule is what validNodeName takes.
+const hostNameRule = "a host name has at most 253 letters, digits, '-', '.' and '_'"
+
 // nodeNameOr is name, else $NODE_NAME, else the hostname.
 func nodeNameOr(name string) string {
 	if name != "" {
@@ -469,7 +472,7 @@ func hookBinary() string {
 // slotOf is node's fabric slot: its own in list ("NODE=SLOT,..."), else
 // def. Two nodes on one slot are refused: they could not share a fabric.
 func slotOf(node, list string, def int) (int, error) {
-	taken := map[int]string{}
+	taken, given := map[int]string{}, map[string]int{}
 	slot := def
 	for _, kv := range splitList(list) {
 		n, v, ok := strings.Cut(kv, "=")
@@ -480,7 +483,10 @@ func slotOf(node, list string, def int) (int, error) {
 		if other, dup := taken[s]; dup {
 			return 0, fmt.Errorf("--fabric-slots: nodes %s and %s both take slot %d", other, n, s)
 		}
-		taken[s] = n
+		if first, dup := given[n]; dup {
+			return 0, fmt.Errorf("--fabric-slots: node %s is given twice, slots %d and %d", n, first, s)
+		}
+		taken[s], given[n] = n, s
 		if n == node {
 			slot = s
 		}

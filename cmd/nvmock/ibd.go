@@ -45,7 +45,10 @@ func ibdCmd(args []string) error {
 		return fmt.Errorf("ibd: unexpected argument %q", fs.Arg(0))
 	}
 	if *host != "" && !validNodeName(*host) {
-		return fmt.Errorf("ibd: --host %q: a host name has letters, digits, '-', '.' and '_'", *host)
+		return fmt.Errorf("ibd: --host %q: %s", *host, hostNameRule)
+	}
+	if n := os.Getenv("NODE_NAME"); *host == "" && n != "" && !validNodeName(n) {
+		return fmt.Errorf("ibd: $NODE_NAME %q, the node's fabric host name without --host: %s", n, hostNameRule)
 	}
 	if *socket == "" {
 		return errors.New("ibd: --socket is empty; give the path the umad shim connects to")

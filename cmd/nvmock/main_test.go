@@ -47,6 +47,7 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 	}
 	bad := file("bad.yaml", "name: x\ngpus: 1\nbord: {}\n")
 	good := file("good.yaml", "base: t4\n")
+	huge := file("huge.yaml", "base: a100\ngpus: 64\n")
 	// Parses, but three halves of one GPU cannot be placed.
 	crowded := file("crowded.yaml", "base: a100\nname: x\nboard:\n  modes:\n    mig:\n      layout: 0=3g.20gb*3\n")
 	twoDocs := file("two.yaml", "base: t4\nname: x\n---\ngpus: 5\n")
@@ -115,6 +116,9 @@ func TestProfileCommandsRejectBadInputWithOneLine(t *testing.T) {
 		{"list takes no argument", []string{"profile", "list", "extra"}, `profile list: unexpected argument "extra"`},
 		// Review: each was silently the default's, or the last one's.
 		{"nor does help", []string{"help", "extra"}, `help: unexpected argument "extra"`},
+		{"a node given two fabric slots", []string{"hostprep", "install", "--root", filepath.Join(t.TempDir(), "r"), "--profile", "h100", "--fabric-slots", "n1=3,n1=4", "--node-name", "n1"}, "--fabric-slots: node n1 is given twice, slots 3 and 4"},
+		{"a PCI tree that cannot be laid out fails validate", []string{"profile", "validate", huge}, "profile " + huge + ":2: gpus: 64 GPUs: PCI tree: its 32-bit memory"},
+		{"and compile", []string{"profile", "compile", huge, "--seed", "s", "-o", "/dev/null"}, "profile " + huge + ":2: gpus: 64 GPUs: PCI tree"},
 		{"compile over its profile", []string{"profile", "compile", good, "--seed", "s", "-o", good}, "profile compile: -o " + good + ": a file that is not a snapshot is there, and would be lost"},
 		{"a flag given twice", []string{"exec", "--profile", "h100", "--profile", "a100", "--", "true"}, "exec: --profile is given twice; give it once"},
 		{"-o given twice", []string{"profile", "compile", "t4", "-o", "/dev/null", "-o", "/dev/null"}, "profile compile: -o is given twice"},
@@ -250,6 +254,24 @@ func TestAGivenMIGLayoutReplacesTheProfiles(t *testing.T) {
 			t.Errorf("with --mig the profile's layout %q stayed", p.Board.Modes.MIG.Layout)
 		case !migGiven && (err == nil || !strings.Contains(err.Error(), "GPU 7: the node has GPUs 0 to 1")):
 			t.Errorf("without --mig: %v", err)
+		}
+	}
+}
+
+// $NODE_NAME names the node in its fabric when --ib-host does not: a
+// value no host name has is refused as the flag's is (review: a newline
+// split the node's description in two).
+func TestABadNodeNameIsNotTheFabricsHostName(t *testing.T) {
+	t.Setenv("NODE_NAME", "bad\nname")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"exec", "--profile", "h100", "--", "true"}, `exec: $NODE_NAME "bad\nname", the node's fabric host name without --ib-host: a host name has`},
+		{[]string{"ibd", "--profile", "h100"}, `ibd: $NODE_NAME "bad\nname", the node's fabric host name without --host`},
+	} {
+		if err := run(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("nvmock %s: %v, want %q", strings.Join(c.args, " "), err, c.want)
 		}
 	}
 }
