@@ -226,6 +226,35 @@ func SecondDocument(data []byte) int {
 	return second.Content[0].Line
 }
 
+// badKey is the line of the first mapping key that is no string (null, a
+// list, a mapping), and what it is; 0 if none.
+func badKey(data []byte) (int, string) {
+	var doc yaml3.Node
+	if yaml3.Unmarshal(data, &doc) != nil {
+		return 0, ""
+	}
+	var walk func(n *yaml3.Node) (int, string)
+	walk = func(n *yaml3.Node) (int, string) {
+		for i, c := range n.Content {
+			if n.Kind == yaml3.MappingNode && i%2 == 0 {
+				switch {
+				case c.Kind == yaml3.ScalarNode && c.Tag == "!!null":
+					return c.Line, "a null"
+				case c.Kind == yaml3.SequenceNode:
+					return c.Line, "a list"
+				case c.Kind == yaml3.MappingNode:
+					return c.Line, "a mapping"
+				}
+			}
+			if line, what := walk(c); line > 0 {
+				return line, what
+			}
+		}
+		return 0, ""
+	}
+	return walk(&doc)
+}
+
 var jsonTypeErr = regexp.MustCompile(`cannot unmarshal (\w+)( \S+)? into Go struct field \w+\.(\S+) of type (\S+)`)
 
 // jsonValueErr is the same error for a whole value (a list's entry).
@@ -234,10 +263,20 @@ var jsonValueErr = regexp.MustCompile(`cannot unmarshal (\w+)( \S+)? into Go val
 // Parse decodes and validates a profile; file names the source in errors,
 // which carry the line of the field where it can be found.
 func Parse(file string, data []byte) (*Profile, error) {
+	switch {
+	case bytes.HasPrefix(data, []byte("NVMOCKSS")):
+		return nil, fmt.Errorf("profile %s: a compiled snapshot, not a profile; give the profile it was compiled from", file)
+	case bytes.HasPrefix(data, []byte{0x1f, 0x8b}):
+		return nil, fmt.Errorf("profile %s: compressed (gzip); give the YAML itself", file)
+	}
 	var raw any
 	if err := yaml.Unmarshal(data, &raw); err != nil {
 		if field, line := NotANumber(data); line > 0 {
 			return nil, fmt.Errorf("profile %s:%d: %s: not a number (.nan and .inf are not values)", file, line, field)
+		}
+		if line, what := badKey(data); line > 0 {
+			// Review: the library's words printed Go's %!s(<nil>).
+			return nil, fmt.Errorf("profile %s:%d: %s as a key; keys are field names", file, line, what)
 		}
 		return nil, fmt.Errorf("profile %s: not valid YAML: %s", file, OneLine(strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")))
 	}
