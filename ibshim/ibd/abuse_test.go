@@ -353,3 +353,50 @@ func TestQueuedAnswersAreBoundedInBytes(t *testing.T) {
 		t.Errorf("%d MiB queued for a program that does not read, want at most %d", q>>20, madQueueBytes>>20)
 	}
 }
+
+// A MAD longer than one MAD that is not an RMPP transfer is dropped, as the
+// kernel refuses its write: handed on, a 4 KiB request ended ibping -S's
+// loop (review). The server gets the ordinary ping sent after it, first.
+func TestAnOversizedMADReachesNoProgram(t *testing.T) {
+	_, sock, f := daemonOf(t)
+	own := f.Find("mlx5_0").Ports[1].LID
+	server := pingServer(t, sock, own)
+	client := dial(t, sock, helloMsg(umad.KindUMAD))
+	register(t, client, 1, vendorIBPing, ouiOpenFabric)
+	big := append(ping(own, 1, 1000), make([]byte, 4096)...)
+	big.setLength(len(big))
+	for _, u := range []packet{big, ping(own, 2, 1000)} {
+		if _, err := client.Write(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := read(t, server, 5*time.Second)
+	if req == nil || len(req) != umadHdrLen+madLen || uint32(req.mad().tid()) != 2 {
+		t.Errorf("the server got %d bytes first (want the 256-byte ping, TID 2)", len(req))
+	}
+}
+
+// A MAD of a base version the MAD layer does not know is dropped (the
+// asker times out), and one of a class version the agent does not speak
+// is answered "bad version", as an SMA and a PMA answer it (review: both
+// were answered as version 1).
+func TestVersionsAreChecked(t *testing.T) {
+	c, f := serve(t)
+	lid := f.Find("mlx5_0").Ports[1].LID
+	base := packet(smp(lid, 1))
+	base.mad()[0] = 0x99
+	class := packet(smp(lid, 2))
+	class.mad()[2] = 0x42
+	for _, u := range []packet{base, class} {
+		if _, err := c.Write(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := read(t, c, 5*time.Second)
+	if r == nil || uint32(r.mad().tid()) != 2 || r.mad().status() != statusBadVersion {
+		t.Fatalf("first back: %v, want the class version 0x42 SMP answered with status %#x", r, statusBadVersion)
+	}
+	if r := read(t, c, 5*time.Second); r == nil || uint32(r.mad().tid()) != 1 || binary.LittleEndian.Uint32(r[4:]) != etimedout {
+		t.Errorf("base version 0x99: %v, want it timed out", r)
+	}
+}

@@ -1,6 +1,7 @@
 package ibd
 
 import (
+	"errors"
 	"net"
 	"os"
 	"syscall"
@@ -13,21 +14,7 @@ import (
 // back, as credits hold a real one. Dropped, a UC message was lost for good
 // and perftest's UC test hung in CI.
 func TestAProgramBrieflyBehindLosesNoRelayedPacket(t *testing.T) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := make([]*net.UnixConn, 2)
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = c.(*net.UnixConn)
-		defer c.Close()
-	}
+	conns := seqpacketPair(t)
 	c := &conn{uc: conns[0], gone: make(chan struct{})}
 	defer close(c.gone)
 	const n = 3 * peerInQueue
@@ -52,5 +39,59 @@ func TestAProgramBrieflyBehindLosesNoRelayedPacket(t *testing.T) {
 	<-sent
 	if got != n {
 		t.Errorf("the program got %d of %d packets", got, n)
+	}
+}
+
+// seqpacketPair is a connected pair of sockets as a program and the
+// daemon have, closed when the test ends.
+func seqpacketPair(t *testing.T) [2]*net.UnixConn {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns [2]*net.UnixConn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c.(*net.UnixConn)
+		t.Cleanup(func() { c.Close() })
+	}
+	return conns
+}
+
+// A program that never reads holds up no one sending to it: a MAD for it
+// is lost after dataWait, and a packet for its QP after that (review: the
+// MAD's write waited for ever holding the writer's lock, and with it every
+// sender of a packet to that program). The bound tells a wait of seconds
+// from one for ever.
+func TestAProgramThatNeverReadsHoldsNoSenderUp(t *testing.T) {
+	conns := seqpacketPair(t)
+	c := &conn{uc: conns[0], gone: make(chan struct{})}
+	defer close(c.gone)
+	done := make(chan error, 1)
+	go func() {
+		mad := make(packet, 256)
+		for {
+			if err := c.send(mad); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for _, what := range []string{"a MAD", "a packet to its QP"} {
+		select {
+		case err := <-done:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("%s for a program that never reads: %v, want it lost at the deadline", what, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s for a program that never reads waited 30 s", what)
+		}
+		go func() { done <- c.sendData(make([]byte, 2048)) }()
 	}
 }

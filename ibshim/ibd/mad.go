@@ -29,6 +29,7 @@ const (
 
 // MAD status codes (IBA 13.4.7): bits 2-4 say what was wrong.
 const (
+	statusBadVersion    = 1 << 2
 	statusBadMethod     = 2 << 2
 	statusBadMethodAttr = 3 << 2
 	statusBadValue      = 7 << 2
@@ -106,3 +107,11 @@ func put16(b []byte, v uint16) { binary.BigEndian.PutUint16(b, v) }
 func put32(b []byte, v uint32) { binary.BigEndian.PutUint32(b, v) }
 func put64(b []byte, v uint64) { binary.BigEndian.PutUint64(b, v) }
 func put24(b []byte, v uint32) { b[0], b[1], b[2] = byte(v>>16), byte(v>>8), byte(v) }
+
+// oversized says whether a MAD is longer than one MAD without being an RMPP
+// transfer, which the kernel's write refuses (ib_create_send_mad, EINVAL):
+// handed on, it ended the receiver's loop (ibping -S: "recv failed: No
+// space left on device"; review).
+func oversized(u packet) bool {
+	return len(u) > umadHdrLen+madLen && u[umadHdrLen+26]&1 == 0
+}

@@ -81,6 +81,9 @@ func (d *Daemon) peerGroups(p *peer, body []byte, log *logrus.Entry) {
 			continue
 		}
 		g := &mcGroup{rec: w.Rec, members: map[[16]byte]byte{}}
+		if l := mlidOfRec(g); l < 0xc000 || l == 0xffff {
+			continue // no multicast LID (review: MulticastFDBTop wrapped)
+		}
 		for _, m := range w.Members {
 			if g.members[m.GID] == 0 && m.Join != 0 {
 				g.order = append(g.order, m.GID)

@@ -28,7 +28,12 @@ func TestAPeersMembershipsLastAsLongAsItsLink(t *testing.T) {
 		w.Members = append(w.Members, wireMember{portGID(p), joinFull})
 		leaf = p.Peer.Node
 	}
-	body, _ := json.Marshal([]wireGroup{w})
+	// A group whose LID is no multicast LID is not taken (review: the
+	// switches' MulticastFDBTop wrapped).
+	bad := w
+	bad.MGID[15] = 0x45
+	binary.BigEndian.PutUint16(bad.Rec[36:], 0x0001)
+	body, _ := json.Marshal([]wireGroup{w, bad})
 	if _, err := conn.Write(frame(frameGroups, [][]byte{body})); err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +51,12 @@ func TestAPeersMembershipsLastAsLongAsItsLink(t *testing.T) {
 		if n, mask := state(); n == 2 {
 			if len(mask) == 0 || mask[0] != 1<<2|1<<3 {
 				t.Fatalf("the leaf's mask for the group: %v, want ports 2 and 3", mask)
+			}
+			d.mu.Lock()
+			taken := d.subnetGroups(s)[bad.MGID] != nil
+			d.mu.Unlock()
+			if taken {
+				t.Error("a group of unicast LID 1 was taken")
 			}
 			break
 		}

@@ -327,7 +327,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 			d.verbsFromPeer(body)
 			continue
 		}
-		if typ != frameMAD || len(body) < 5+umadHdrLen+madLen || int(body[0]) >= len(d.fab.Subnets) {
+		if typ != frameMAD || len(body) < 5+umadHdrLen+madLen || int(body[0]) >= len(d.fab.Subnets) || oversized(packet(body[5:])) {
 			continue
 		}
 		for _, o := range d.fromPeer(p, int(body[0]), binary.BigEndian.Uint16(body[1:]), binary.BigEndian.Uint16(body[3:]), packet(body[5:])) {
@@ -406,6 +406,9 @@ func (d *Daemon) fromPeer(p *peer, subnet int, from, to uint16, u packet) []outg
 		return nil // a LID this node does not know, or a port of it that is down
 	}
 	m := u.mad()
+	if m[0] != 1 {
+		return nil // dropped as handle drops it; the asker's daemon times it out
+	}
 	if m.isResponse() {
 		d.answered(src, u)
 		return d.out

@@ -78,6 +78,9 @@ func (d *Daemon) counter(p *fabric.Port) *counters {
 // perf answers a PerfMgt Get or Set (a reset) at the port a LID reached:
 // req is the request's data, data the answer's.
 func (d *Daemon) perf(m mad, at *fabric.Port, req, data []byte) uint16 {
+	if m[2] != 1 {
+		return statusBadVersion
+	}
 	if m.attr() == attrClassInfo {
 		if m.method() != methodGet {
 			return statusBadMethodAttr

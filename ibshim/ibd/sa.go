@@ -76,6 +76,9 @@ var records = map[uint16]recordKind{
 // response's SA data (records laid out at the attribute offset) and status.
 func (d *Daemon) sa(m mad, from *fabric.Port) (out []byte, attrOffset int, status uint16) {
 	s := from.Node.Subnet
+	if m[2] != 2 {
+		return nil, 0, statusBadVersion // SA is class version 2
+	}
 	if m.attr() == attrClassInfo {
 		if m.method() != methodGet {
 			return nil, 0, statusBadMethodAttr

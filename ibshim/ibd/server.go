@@ -138,12 +138,11 @@ type conn struct {
 	gone      chan struct{} // closed when the program's connection ends
 }
 
-func (c *conn) send(u packet) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_, err := c.uc.Write(u)
-	return err
-}
+// send writes a MAD to the program. A program that does not read loses it
+// after dataWait, as sendData's packets: the writer holds wmu, and a
+// sender of a packet to the program's QP waits for it (review: one that
+// never read held such senders forever).
+func (c *conn) send(u packet) error { return c.sendData(u) }
 
 // Bounds on what one program may hold in the daemon, so that a program
 // that stops reading, or floods it, costs only itself: MADs queued for it,
@@ -463,6 +462,9 @@ func (d *Daemon) serveConn(c *conn) {
 		if n < umadHdrLen+madLen {
 			msg = append(msg, make([]byte, umadHdrLen+madLen-n)...) // and zero-fills the rest
 		}
+		if oversized(packet(msg)) {
+			continue // the shim's write refused it (EINVAL): a raw client's
+		}
 		for _, o := range d.handle(c, packet(msg)) {
 			d.sendOut(o)
 		}
@@ -561,6 +563,12 @@ func (d *Daemon) handle(c *conn, u packet) []outgoing {
 	from := c.port
 	if from == nil {
 		// An Ethernet port has no subnet to send into.
+		d.timeout(c, u)
+		return d.out
+	}
+	if m[0] != 1 {
+		// The receiver's MAD layer drops a base version it does not know
+		// (validate_mad): the asker times out (review: it was answered).
 		d.timeout(c, u)
 		return d.out
 	}

@@ -47,6 +47,9 @@ const (
 // sma answers a subnet management Get at node, which the SMP reached
 // through port in; it fills data and returns the MAD status.
 func (d *Daemon) sma(m mad, nd *fabric.Node, in *fabric.Port, data []byte) uint16 {
+	if m[2] != 1 {
+		return statusBadVersion // review: answered as version 1
+	}
 	if m.method() != methodGet {
 		// The fabric is configured by its own SM; a second one may look,
 		// not change.

@@ -756,6 +756,12 @@ static ssize_t shim_write(int fd, const void *buf, size_t n)
 		errno = EIO;
 		return -1;
 	}
+	/* More than one MAD only as an RMPP transfer (its header's active
+	 * flag), as the kernel's ib_create_send_mad refuses it. */
+	if (n > NVMOCK_UMAD_HDR_SIZE + NVMOCK_UMAD_MAD_SIZE && !(p[NVMOCK_UMAD_HDR_SIZE + 26] & 1)) {
+		errno = EINVAL;
+		return -1;
+	}
 	/* Another thread reviving the fd is done in a moment: the request
 	 * goes where it puts the fd, not to a socket it is replacing. */
 	while (kind_of(fd) == FD_DEAD && revive(fd) == -2)

@@ -615,6 +615,21 @@ func TestAReadOnADeadDeviceReturnsEINTR(t *testing.T) {
 	}
 }
 
+// A write of more than one MAD that is no RMPP transfer fails with EINVAL,
+// as the kernel's does (review: the daemon handed it on, and it ended an
+// ibping server's loop).
+func TestAnOversizedWriteIsEINVAL(t *testing.T) {
+	bin := cc(t, "gcc", "madclient.c")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "big")
+	cmd.Env = append(os.Environ(), preload(t, filepath.Join(t.TempDir(), "absent.sock"))...)
+	out, stderr, err := run(t, cmd)
+	if err != nil || !strings.Contains(out, "write: -1, EINVAL") {
+		t.Errorf("madclient big: %v\n%s%s", err, out, stderr)
+	}
+}
+
 // A server waiting in poll (ibping -S: libibumad polls before it reads)
 // comes back with a new daemon too, and answers again.
 func TestIbpingServerComesBackWithANewDaemon(t *testing.T) {

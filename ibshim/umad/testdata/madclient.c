@@ -176,6 +176,15 @@ int main(int argc, char **argv)
 		ssize_t n = read(fd, in, sizeof in);
 		printf("read: %zd, %s\n", n, n < 0 && errno == EINTR ? "EINTR" : "not EINTR");
 		bad |= !(n < 0 && errno == EINTR);
+	} else if (strcmp(argv[1], "big") == 0) {
+		/* More than one MAD that is not an RMPP transfer: the kernel's
+		 * write says EINVAL. */
+		static uint8_t out[64 + 4096];
+		struct ib_user_mad *u = (struct ib_user_mad *)out;
+		u->hdr.id = agent;
+		ssize_t n = write(fd, out, sizeof out);
+		printf("write: %zd, %s\n", n, n < 0 && errno == EINVAL ? "EINVAL" : "not EINVAL");
+		bad |= !(n < 0 && errno == EINVAL);
 	} else {
 		return 2;
 	}
