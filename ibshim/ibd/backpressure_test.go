@@ -1,12 +1,15 @@
 package ibd
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"os"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nvmock/nvmock/ibshim/umad"
 )
 
 // A program that falls behind for a moment (descheduled on a busy node)
@@ -93,5 +96,37 @@ func TestAProgramThatNeverReadsHoldsNoSenderUp(t *testing.T) {
 			t.Fatalf("%s for a program that never reads waited 30 s", what)
 		}
 		go func() { done <- c.sendData(make([]byte, 2048)) }()
+	}
+}
+
+// A peer's packet of more payload than a packet carries is dropped: no
+// provider sends one (review: 1 MiB packets queued for a program that did
+// not read held 1 GB). The program gets the ordinary one sent after it.
+func TestAnOversizedPacketFromAPeerIsDropped(t *testing.T) {
+	d, f := quietDaemon(t)
+	conns := seqpacketPair(t)
+	c := &conn{uc: conns[0], gone: make(chan struct{})}
+	defer close(c.gone)
+	s := f.Subnets[0]
+	dst := s.LocalCAs(f.Local)["mlx5_0"].Ports[1]
+	src := s.LocalCAs(1)["mlx5_0"].Ports[1]
+	d.mu.Lock()
+	d.qpns[qpnBlock{dst, 7}] = c
+	d.mu.Unlock()
+	packetOf := func(payload int) []byte {
+		b := make([]byte, 1+umad.PktSize+payload)
+		msg := b[1:]
+		binary.LittleEndian.PutUint16(msg[umad.PktDLIDOffset:], dst.LID)
+		binary.LittleEndian.PutUint16(msg[umad.PktSLIDOffset:], src.LID)
+		binary.LittleEndian.PutUint32(msg[umad.PktDQPNOffset:], 7*umad.QPNBlock+1)
+		return b
+	}
+	d.verbsFromPeer(packetOf(umad.PktMaxPayload + 1))
+	d.verbsFromPeer(packetOf(100))
+	conns[1].SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64<<10)
+	n, err := conns[1].Read(buf)
+	if err != nil || n != umad.PktSize+100 {
+		t.Errorf("the program got %d bytes (%v) first, want the 100-byte packet", n, err)
 	}
 }

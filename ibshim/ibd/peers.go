@@ -2,6 +2,7 @@ package ibd
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -158,10 +159,13 @@ func readFrame(r *bufio.Reader) (byte, []byte, error) {
 	if n < 1 || n > maxFrame {
 		return 0, nil, fmt.Errorf("frame of %d bytes", n)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	// Grown as the bytes come: a length alone holds no memory (review: 500
+	// links each announcing 1 MiB and sending nothing held 500 MB).
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, r, int64(n)); err != nil {
 		return 0, nil, err
 	}
+	b := buf.Bytes()
 	return b[0], b[1:], nil
 }
 
@@ -176,9 +180,20 @@ func (d *Daemon) ServePeers(l net.Listener) error {
 			}
 			return err
 		}
+		d.mu.Lock()
+		full := len(d.conns) >= maxLinks(len(d.fab.Hosts))
+		d.mu.Unlock()
+		if full {
+			c.Close() // review: links were unbounded
+			continue
+		}
 		go d.peerConn(c)
 	}
 }
+
+// maxLinks bounds the links a daemon holds, of a fabric of n nodes: each
+// other node dials it and is dialled, and some are on their way out.
+func maxLinks(n int) int { return 4*n + 16 }
 
 // DialPeers keeps a connection to every address addrs gives (rereading it
 // every second: a headless Service's endpoints change) until stop closes.
@@ -198,8 +213,17 @@ func (d *Daemon) DialPeers(addrs func() []string, stop <-chan struct{}) {
 			go func(a string) {
 				c, err := net.DialTimeout("tcp", a, 2*time.Second)
 				if err == nil {
-					if hopeless := d.peerConn(c); hopeless {
+					switch d.peerConn(c) {
+					case linkSelf:
 						return // stays busy: never dialled again
+					case linkRefused:
+						// Another node's slot, fabric or profile: it may be
+						// mended (review: a slot held a moment by another
+						// was never dialled again).
+						select {
+						case <-stop:
+						case <-time.After(refusedWait):
+						}
 					}
 				}
 				mu.Lock()
@@ -215,10 +239,21 @@ func (d *Daemon) DialPeers(addrs func() []string, stop <-chan struct{}) {
 	}
 }
 
+// How a link ended, for DialPeers.
+type linkEnd int
+
+const (
+	linkEnded   linkEnd = iota // dial again
+	linkRefused                // another fabric, profile or a slot taken: dial again later
+	linkSelf                   // this daemon itself: never again
+)
+
+// refusedWait is how long a refused peer waits to be dialled again.
+var refusedWait = 30 * time.Second
+
 // peerConn greets the daemon at the other end of c and serves its frames
-// until the connection ends. It says whether dialling it again is
-// hopeless: it is this daemon itself, or one it cannot be in a fabric with.
-func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
+// until the connection ends. It says how, for dialling it again.
+func (d *Daemon) peerConn(c net.Conn) linkEnd {
 	p := newPeer(c)
 	defer func() { close(p.done); c.Close() }()
 	defer func() {
@@ -229,7 +264,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return true
+		return linkSelf
 	}
 	d.conns[c] = true
 	me, _ := json.Marshal(hello{Fabric: d.fab.Name, Slot: d.fab.Local, Host: d.fab.Hosts[d.fab.Local], Model: d.fab.Model})
@@ -246,29 +281,29 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	c.SetReadDeadline(time.Time{})
 	var h hello
 	if err != nil || typ != frameHello || json.Unmarshal(body, &h) != nil {
-		return false
+		return linkEnded
 	}
 	log := d.log.WithFields(logrus.Fields{"component": "ibd", "peer": c.RemoteAddr().String(), "host": h.Host, "slot": h.Slot})
 	switch {
 	case h.Fabric != d.fab.Name:
 		log.Warnf("peer serves fabric %q, not %q: ignored", h.Fabric, d.fab.Name)
-		return true
+		return linkRefused
 	case h.Model != "" && h.Model != d.fab.Model:
 		// Its LIDs and routes would not be this node's.
 		log.Warnf("peer builds fabric %q from another profile (nodes, spines, switches or HCAs differ): ignored; give every node of a fabric the same profile", h.Fabric)
-		return true
+		return linkRefused
 	case h.Slot == d.fab.Local && h.Host == d.fab.Hosts[d.fab.Local]:
-		return true
+		return linkSelf
 	case h.Slot == d.fab.Local || h.Slot < 0 || h.Slot >= len(d.fab.Hosts):
 		log.Warnf("peer claims slot %d, which is this node's or none of the fabric's %d; give the nodes slots of their own", h.Slot, len(d.fab.Hosts))
-		return true
+		return linkRefused
 	}
 	p.slot, p.host = h.Slot, h.Host
 	d.mu.Lock()
 	if old := d.peers[p.slot]; old != nil && old.host != p.host {
 		d.mu.Unlock()
 		log.Warnf("peer claims slot %d, which %s holds; give the nodes slots of their own", h.Slot, old.host)
-		return true
+		return linkRefused
 	}
 	if old := d.peers[p.slot]; old != nil {
 		p.groups = old.groups // until this link brings the node's own
@@ -313,7 +348,7 @@ func (d *Daemon) peerConn(c net.Conn) (hopeless bool) {
 	for {
 		typ, body, err := readFrame(r)
 		if err != nil {
-			return false
+			return linkEnded
 		}
 		if typ == frameFaults {
 			d.peerFaults(p, body, log)

@@ -2,10 +2,13 @@ package ibd
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -140,4 +143,93 @@ func nodeBLink(t *testing.T, d *Daemon, f *fabric.Fabric) (net.Conn, *bufio.Read
 		t.Fatal(err)
 	}
 	return ours, r
+}
+
+// A frame's length alone holds no memory: it grows as its bytes come
+// (review: 500 links announcing 1 MiB each and sending nothing held 500 MB).
+func TestAFramesLengthAloneHoldsNoMemory(t *testing.T) {
+	var in bytes.Buffer
+	binary.Write(&in, binary.BigEndian, uint32(maxFrame))
+	in.WriteString("0123456789") // then the link goes quiet, or away
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err := readFrame(bufio.NewReader(&in))
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		t.Fatal("a frame cut short was read")
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > maxFrame/4 {
+		t.Errorf("reading 10 bytes of a %d-byte frame allocated %d bytes", maxFrame, got)
+	}
+}
+
+// Past maxLinks a connection is closed at once (review: links were
+// unbounded, each one held until its hello's 5 s ran out, or for ever).
+func TestLinksAreBounded(t *testing.T) {
+	d, f := quietDaemon(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go d.ServePeers(l)
+	most := maxLinks(len(f.Hosts))
+	dialed := func() net.Conn {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for range most {
+		dialed()
+	}
+	waitFor("every link held", t, func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.conns) == most
+	})
+	c := dialed()
+	c.SetReadDeadline(time.Now().Add(4 * time.Second)) // before the hello's 5 s
+	if n, err := c.Read(make([]byte, 64)); err != io.EOF {
+		t.Errorf("link %d: read %d bytes, %v; want it closed at once", most+1, n, err)
+	}
+}
+
+// A peer refused (another fabric here; a slot another node held a moment)
+// is dialled again later, not never (review: never again).
+func TestARefusedPeerIsDialledAgain(t *testing.T) {
+	d, _ := quietDaemon(t)
+	refusedWait = 50 * time.Millisecond
+	t.Cleanup(func() { refusedWait = 30 * time.Second })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	accepts := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepts <- struct{}{}
+			body, _ := json.Marshal(hello{Fabric: "another-fabric", Slot: 1, Host: "node-b"})
+			c.Write(frame(frameHello, [][]byte{body}))
+			io.Copy(io.Discard, c) // until the daemon hangs up
+			c.Close()
+		}
+	}()
+	stop := make(chan struct{})
+	defer close(stop)
+	go d.DialPeers(func() []string { return []string{l.Addr().String()} }, stop)
+	for i := range 2 {
+		select {
+		case <-accepts:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("dialled %d times in 20 s, want again after a refusal", i)
+		}
+	}
 }

@@ -108,7 +108,9 @@ func (d *Daemon) verbsPacket(c *conn, msg []byte) {
 
 // verbsFromPeer delivers a packet another node's daemon relayed.
 func (d *Daemon) verbsFromPeer(body []byte) {
-	if len(body) < 1+umad.PktSize || int(body[0]) >= len(d.fab.Subnets) {
+	// No provider sends, or takes, more than one packet's payload (review:
+	// 1 MiB packets queued for a program that did not read held 1 GB).
+	if len(body) < 1+umad.PktSize || len(body) > 1+umad.PktSize+umad.PktMaxPayload || int(body[0]) >= len(d.fab.Subnets) {
 		return
 	}
 	le := binary.LittleEndian

@@ -41,16 +41,17 @@ const (
 
 	VerbsHelloSize   = 80
 	VerbsWelcomeSize = 16
-	QPNBlock         = 1024 // QPNs per verbs context
-	PktSize          = 80   // the packet header
-	PktDLIDOffset    = 8    // u16 destination LID
-	PktSLIDOffset    = 10   // u16 source LID, which the daemon sets
-	PktDQPNOffset    = 12   // u32 destination QPN
-	PktSQPNOffset    = 16   // u32 source QPN, which must be the sender's
-	PktKindOffset    = 20   // u8 kind
-	PktFlagsOffset   = 21   // u8 flags
-	PktUDSend        = 6    // the kind of a datagram
-	PktMcast         = 32   // flag: a datagram to a group, its destination GID leading the payload
+	QPNBlock         = 1024  // QPNs per verbs context
+	PktSize          = 80    // the packet header
+	PktDLIDOffset    = 8     // u16 destination LID
+	PktSLIDOffset    = 10    // u16 source LID, which the daemon sets
+	PktDQPNOffset    = 12    // u32 destination QPN
+	PktSQPNOffset    = 16    // u32 source QPN, which must be the sender's
+	PktKindOffset    = 20    // u8 kind
+	PktFlagsOffset   = 21    // u8 flags
+	PktUDSend        = 6     // the kind of a datagram
+	PktMcast         = 32    // flag: a datagram to a group, its destination GID leading the payload
+	PktMaxPayload    = 32768 // payload per packet: a message is cut into packets of at most this
 
 	UMADHeaderSize = 64  // struct ib_user_mad with the P_Key index (ABI 5)
 	MADSize        = 256 // one MAD; a reassembled RMPP response is longer

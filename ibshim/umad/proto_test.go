@@ -71,6 +71,7 @@ func TestProtoMatchesHeader(t *testing.T) {
 		{"NVMOCK_PKT_UD_SEND", PktUDSend},
 		{"NVMOCK_IBD_PKT_FLAGS_OFF", PktFlagsOffset},
 		{"NVMOCK_PKT_MCAST", PktMcast},
+		{"NVMOCK_PKT_MAX_PAYLOAD", PktMaxPayload},
 		{"NVMOCK_UMAD_HDR_SIZE", UMADHeaderSize},
 		{"NVMOCK_UMAD_MAD_SIZE", MADSize},
 		{"NVMOCK_UMAD_STATUS_OFF", StatusOffset},
