@@ -14,6 +14,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device, unsigned 
 NVML_API nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores)
 {
 	DEV(device, d);
+	OUT(numCores);
+	// nvml.h: "On MIG-enabled GPUs, querying the device's core count is
+	// currently not supported" (review: it answered).
+	if (nvmock_mig_on(d))
+		return NVML_ERROR_NOT_SUPPORTED;
 	return nvmock_u32(d->s->gpu_cores, numCores);
 }
 
@@ -116,7 +121,9 @@ nvmlReturn_t nvmock_violation(nvmlDevice_t device, nvmlPerfPolicyType_t perfPoli
 {
 	DEV(device, d);
 	OUT(violTime);
-	if ((unsigned)perfPolicyType >= NVML_PERF_POLICY_COUNT)
+	// The enum skips 6 to 9 (review: they answered).
+	if ((unsigned)perfPolicyType >= NVML_PERF_POLICY_COUNT ||
+	    (perfPolicyType > NVML_PERF_POLICY_RELIABILITY && perfPolicyType < NVML_PERF_POLICY_TOTAL_APP_CLOCKS))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	LIVE(d);
 	// The clock itself: a time late enough to decide the faults (now_) may

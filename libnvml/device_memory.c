@@ -222,7 +222,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlM
 	OUT(count);
 	if (bad)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (d->s->ecc_current != 1)
+	// nvml.h: on a MIG-enabled GPU, "querying volatile errors using device
+	// handles is currently not supported" (review: it answered 0).
+	if (d->s->ecc_current != 1 || (counterType == NVML_VOLATILE_ECC && nvmock_mig_on(d)))
 		return NVML_ERROR_NOT_SUPPORTED;
 	*count = nvmock_ecc_count(d->s, errorType, counterType, locationType);
 	return NVML_SUCCESS;

@@ -48,8 +48,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *
 {
 	if (!nvmock_ready())
 		return NVML_ERROR_UNINITIALIZED;
-	if (uuid == NULL || device == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
+	if (uuid == NULL || device == NULL || uuid[0] == '\0')
+		return NVML_ERROR_INVALID_ARGUMENT; // nvml.h: "uuid is invalid"
 	if (strncasecmp(uuid, "MIG-", 4) == 0)
 		return nvmock_mig_by_uuid(uuid, device);
 	for (unsigned i = 0; i < nvmock.ndevs; i++) {

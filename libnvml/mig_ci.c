@@ -14,6 +14,9 @@ nvmlReturn_t nvmock_ci_of(nvmlComputeInstance_t h, const struct nvmock_ci **out,
 	if (off >= (uintptr_t)n * STATE_GIS * STATE_CIS * sizeof(struct nvmock_ci) || off % sizeof(struct nvmock_ci))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	const struct nvmock_ci *ci = (const struct nvmock_ci *)h.handle;
+	nvmlReturn_t r = nvmock_dev_faults(ci->dev);
+	if (r != NVML_SUCCESS)
+		return r;
 	nvmock_mig_read(ci->dev, m);
 	if (m->current != NVML_DEVICE_MIG_ENABLE || m->gi_profile[ci->gi] == 0 ||
 	    m->ci_slices[ci->gi * STATE_CIS + ci->id] == 0)

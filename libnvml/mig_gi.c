@@ -14,6 +14,9 @@ nvmlReturn_t nvmock_gi_of(nvmlGpuInstance_t h, const struct nvmock_gi **out, str
 	if (off >= (uintptr_t)n * STATE_GIS * sizeof(struct nvmock_gi) || off % sizeof(struct nvmock_gi))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	const struct nvmock_gi *gi = (const struct nvmock_gi *)h.handle;
+	nvmlReturn_t r = nvmock_dev_faults(gi->dev);
+	if (r != NVML_SUCCESS)
+		return r;
 	nvmock_mig_read(gi->dev, m);
 	if (m->current != NVML_DEVICE_MIG_ENABLE || m->gi_profile[gi->id] == 0)
 		return NVML_ERROR_INVALID_ARGUMENT; // destroyed since

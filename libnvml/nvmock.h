@@ -159,6 +159,16 @@ static inline int nvmock_ready(void)
 	return __atomic_load_n(&nvmock.ready, __ATOMIC_ACQUIRE);
 }
 
+// nvmock_dev_faults: a GPU with faults counts the call and may refuse it
+// (live.c); a call on its MIG devices and instances is the GPU's too (a
+// lost GPU's answered, before: review).
+static inline nvmlReturn_t nvmock_dev_faults(const struct nvmock_dev *d)
+{
+	if (nvmock.live_gpus != NULL && __atomic_load_n(&nvmock.live_gpus[d->node_index].faults, __ATOMIC_RELAXED) != 0)
+		return nvmock_live_check(d);
+	return NVML_SUCCESS;
+}
+
 // nvmock_dev_of is the one handle validator: a handle is ours only if it
 // points exactly at an entry of the visible-device table.
 static inline nvmlReturn_t nvmock_dev_of(nvmlDevice_t h, const struct nvmock_dev **out)
@@ -171,10 +181,7 @@ static inline nvmlReturn_t nvmock_dev_of(nvmlDevice_t h, const struct nvmock_dev
 		return nvmock_not_a_gpu(h);
 	}
 	*out = (const struct nvmock_dev *)h.handle;
-	// A GPU with faults counts the call and may refuse it (live.c).
-	if (nvmock.live_gpus != NULL && __atomic_load_n(&nvmock.live_gpus[(*out)->node_index].faults, __ATOMIC_RELAXED) != 0)
-		return nvmock_live_check(*out);
-	return NVML_SUCCESS;
+	return nvmock_dev_faults(*out);
 }
 
 static inline nvmlDevice_t nvmock_handle(const struct nvmock_dev *d)

@@ -58,10 +58,10 @@ NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
 
 NVML_API nvmlReturn_t nvmlSystemGetHicVersion(unsigned int *hwbcCount, nvmlHwbcEntry_t *hwbcEntries)
 {
-	(void)hwbcEntries;
 	if (!nvmock_ready())
 		return NVML_ERROR_UNINITIALIZED;
 	OUT(hwbcCount);
+	OUT(hwbcEntries); // nvml.h: either NULL is INVALID_ARGUMENT (review)
 	*hwbcCount = 0;
 	return NVML_SUCCESS;
 }

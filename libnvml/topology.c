@@ -138,11 +138,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvml
 			deviceArray[n] = nvmock_handle(o);
 		n++;
 	}
-	if (deviceArray == NULL || *count < n) {
-		nvmlReturn_t r = (*count == 0 || deviceArray == NULL) ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
-		*count = n;
-		return r;
-	}
+	// nvml.h: a count of 0 is set to the number; another fills that many
+	// (at most), with SUCCESS: INSUFFICIENT_SIZE is not among its answers
+	// (review).
+	if (deviceArray != NULL && *count != 0 && *count < n)
+		n = *count;
 	*count = n;
 	return NVML_SUCCESS;
 }
@@ -163,11 +163,10 @@ NVML_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsign
 			deviceArray[n] = nvmock_handle(o);
 		n++;
 	}
-	// nvml.h: a count of 0 asks the size, array or not (review).
-	if (deviceArray != NULL && *count != 0 && *count < n) {
-		*count = n;
-		return NVML_ERROR_INSUFFICIENT_SIZE;
-	}
+	// nvml.h: a count of 0 asks the size, array or not (review); another
+	// fills that many at most, with SUCCESS, as nvmlDeviceGetTopologyNearestGpus.
+	if (deviceArray != NULL && *count != 0 && *count < n)
+		n = *count;
 	*count = n;
 	return NVML_SUCCESS;
 }

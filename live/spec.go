@@ -257,6 +257,9 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 			return fmt.Errorf("%s.gpus: %w", at, err)
 		}
 		kind, ok := Kinds[f.Kind]
+		if f.Kind == "" {
+			return fmt.Errorf("%s.kind: is required: lost, ecc_uncorrectable, ecc_correctable, thermal, power_brake, nvlink_down, remap_failure or xid", at)
+		}
 		if !ok {
 			return fmt.Errorf("%s.kind: %q is not one of lost, ecc_uncorrectable, ecc_correctable, thermal, power_brake, nvlink_down, remap_failure, xid", at, f.Kind)
 		}

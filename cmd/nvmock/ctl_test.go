@@ -338,6 +338,7 @@ faults:
 		{"faults: [[1]]\n", `bad.yaml:1: faults[0]: expected an object, got array`},
 		{"loads: [5]\n", `bad.yaml:1: loads[0]: expected an object, got number`},
 		{"faults:\n  - kind: lost\n", "faults[0].gpus: is required (all, or GPUs such as 0,2-3)"},
+		{"faults:\n  - gpus: all\n", "faults[0].kind: is required: lost, "},
 		{"loads:\n  - percent: 5\n", "loads[0].gpus: is required"},
 		{"faults:\n  - gpus: all\n    kind: xid\n", "faults[0].xid: kind xid needs its XID (1 to 255)"},
 		{"loads:\n  - gpus: all\n    percent: 1e30\n", `loads[0].percent "1e+30": a whole percentage from 0 to 100`},

@@ -336,7 +336,7 @@ func TestFaultsChangeWhatTheGPUAnswers(t *testing.T) {
 		}
 	}
 
-	fault(4, live.Fault{Kind: live.FaultPowerBrake})
+	// GPU 4's brake, on since the loop above.
 	if r := read(t, d[4]); r.reasons != uint64(nvml.ClocksThrottleReasonHwSlowdown|nvml.ClocksThrottleReasonHwPowerBrakeSlowdown) {
 		t.Errorf("power brake: reasons %#x", r.reasons)
 	}

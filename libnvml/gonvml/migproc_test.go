@@ -247,3 +247,30 @@ func startMIGH100(t *testing.T) (nvml.Interface, *live.File, nvml.Device) {
 	enableMIG(t, dev)
 	return lib, f, dev
 }
+
+// A GPU in MIG mode answers through its own handle what nvml.h says it
+// does (review: both answered): no core count, no volatile ECC counts;
+// and a lost GPU's MIG devices and instances are lost with it (review:
+// they answered).
+func TestAMIGGPUAnswersAsNVMLSays(t *testing.T) {
+	_, f, dev := startMIGH100(t)
+	_, ret := dev.GetNumGpuCores()
+	wantRet(t, "GetNumGpuCores in MIG mode", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.GetMemoryErrorCounter(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC, nvml.MEMORY_LOCATION_DRAM)
+	wantRet(t, "volatile ECC count in MIG mode", ret, nvml.ERROR_NOT_SUPPORTED)
+	_, ret = dev.GetMemoryErrorCounter(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC, nvml.MEMORY_LOCATION_DRAM)
+	wantRet(t, "aggregate ECC count in MIG mode", ret, nvml.SUCCESS)
+
+	info := got(dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE))(t, "GPU instance profile")
+	gi := got(dev.CreateGpuInstance(&info))(t, "create GPU instance")
+	ciInfo := got(gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))(t, "compute instance profile")
+	ci := got(gi.CreateComputeInstance(&ciInfo))(t, "create compute instance")
+	mig := got(dev.GetMigDeviceHandleByIndex(0))(t, "MIG device")
+	update(t, f, func(s *live.State, now int64) error { return s.AddFault(0, live.Fault{Kind: live.FaultLost}, now) })
+	_, ret = mig.GetName()
+	wantRet(t, "a lost GPU's MIG device's name", ret, nvml.ERROR_GPU_IS_LOST)
+	_, ret = gi.GetInfo()
+	wantRet(t, "a lost GPU's GPU instance", ret, nvml.ERROR_GPU_IS_LOST)
+	_, ret = ci.GetInfo()
+	wantRet(t, "a lost GPU's compute instance", ret, nvml.ERROR_GPU_IS_LOST)
+}

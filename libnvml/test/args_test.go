@@ -22,7 +22,7 @@ func TestArgumentsAreAnsweredAsNVMLSays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.GPUs = 2
+	p.GPUs = 3
 	// Given NVLink firmware images, so that a v1 caller's struct is one the
 	// library could overrun.
 	p.Board.NVLink.Firmware = []profile.NVLinkFirmware{{Ucode: "MSE", Version: "1.2.3"}, {Ucode: "NETIR", Version: "4.5.6"}}
@@ -31,10 +31,11 @@ func TestArgumentsAreAnsweredAsNVMLSays(t *testing.T) {
 	want := `handle by domain:bus:device: Success, GPU 0
 nearest GPUs: a count with no array: Invalid Argument
 nearest GPUs: level 35: Invalid Argument
-nearest GPUs: the size: Success, 1
+nearest GPUs: the size: Success, 2
+nearest GPUs: an array too small: Success, 1
 GPU set: a count with no array: Invalid Argument
-GPU set: a count of 0 with an array: Success, 2
-GPU set: an array too small: Insufficient Size, 2
+GPU set: a count of 0 with an array: Success, 3
+GPU set: an array too small: Success, 1
 compute processes: a count with no array: Invalid Argument
 graphics processes v1: a count with no array: Invalid Argument
 MPS processes: the size: Success, 0
@@ -61,6 +62,9 @@ process detail list of version 0: Invalid Argument
 process detail list of mode max: Invalid Argument
 process detail list, none running: Success, 0
 process detail list: a count with no array: Invalid Argument
+HIC versions with no array: Invalid Argument
+violation of policy 6, none in the enum: Invalid Argument
+handle by an empty UUID: Invalid Argument
 state of the last link: Success
 state past the links: Invalid Argument
 state past NVML_NVLINK_MAX_LINKS: Invalid Argument

@@ -32,6 +32,10 @@ int main(void)
 	count = 0;
 	r = nvmlDeviceGetTopologyNearestGpus(d, NVML_TOPOLOGY_SYSTEM, &count, NULL);
 	printf("nearest GPUs: the size: %s, %u\n", nvmlErrorString(r), count);
+	nvmlDevice_t near[1];
+	count = 1;
+	r = nvmlDeviceGetTopologyNearestGpus(d, NVML_TOPOLOGY_SYSTEM, &count, near);
+	printf("nearest GPUs: an array too small: %s, %u\n", nvmlErrorString(r), count);
 	count = 2;
 	say("GPU set: a count with no array", nvmlSystemGetTopologyGpuSet(0, &count, NULL));
 	nvmlDevice_t set[1];
@@ -105,6 +109,15 @@ int main(void)
 	printf("process detail list, none running: %s, %u\n", nvmlErrorString(r), pl.numProcArrayEntries);
 	pl.numProcArrayEntries = 3;
 	say("process detail list: a count with no array", nvmlDeviceGetRunningProcessDetailList(d, &pl));
+
+	unsigned hic = 64;
+	say("HIC versions with no array", nvmlSystemGetHicVersion(&hic, NULL));
+	nvmlViolationTime_t vt;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* deprecated, still called (DCGM, nvidia-smi) */
+	say("violation of policy 6, none in the enum", nvmlDeviceGetViolationStatus(d, 6, &vt));
+#pragma GCC diagnostic pop
+	say("handle by an empty UUID", nvmlDeviceGetHandleByUUID("", &h));
 
 	unsigned links = 0;
 	nvmlFieldValue_t fv = {.fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT};
