@@ -193,15 +193,19 @@ func TestGPUCountAnnotationGivesTwoContainersDisjointGPUs(t *testing.T) {
 	}
 }
 
-// A request the node cannot meet is refused at creation with its reason,
-// as NVIDIA's runtime refuses a device it cannot resolve; in a namespace
-// that did not opt in, the same container is created untouched.
-func TestARequestTheNodeCannotMeetFailsTheContainersCreation(t *testing.T) {
+// A request the node cannot meet fails the container's start with its
+// reason, where NVIDIA's runtime fails a device it cannot resolve (runc
+// create); in a namespace that did not opt in, the same container runs.
+func TestARequestTheNodeCannotMeetFailsTheContainersStart(t *testing.T) {
 	n := theNode
 	bad := ctr{image: "glibc", cmd: []string{"true"}, env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "99"}}
-	_, err := n.tryCreate(t, n.runPod(t, optedIn, nil), bad)
+	id, err := n.tryCreate(t, n.runPod(t, optedIn, nil), bad)
+	if err != nil {
+		t.Fatalf("NVIDIA_VISIBLE_DEVICES=99: created? %v; want created, then its start failed", err)
+	}
+	_, err = n.rt.StartContainer(ctx(t), &cri.StartContainerRequest{ContainerId: id})
 	if err == nil || !strings.Contains(err.Error(), `nvmock: pod `) || !strings.Contains(err.Error(), `names index "99"; the node has GPUs`) {
-		t.Errorf("NVIDIA_VISIBLE_DEVICES=99 on a node of %d GPUs: %v; want the creation refused with the reason", len(n.gpus), err)
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=99 on a node of %d GPUs: start %v; want it failed with the reason", len(n.gpus), err)
 	}
 	if _, err := n.tryCreate(t, n.runPod(t, plain, nil), bad); err != nil {
 		t.Errorf("the same container where nobody opted in: %v", err)

@@ -604,29 +604,28 @@ func TestADeviceRevivesOnlyAfterItsTimeoutsAreRead(t *testing.T) {
 // EINTR to a signal, as the kernel's read does (review: it went on
 // waiting, for ever).
 func TestAReadOnADeadDeviceReturnsEINTR(t *testing.T) {
-	bin := cc(t, "gcc", "madclient.c")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "intr")
-	cmd.Env = append(os.Environ(), preload(t, filepath.Join(t.TempDir(), "absent.sock"))...)
-	out, stderr, err := run(t, cmd)
-	if err != nil || !strings.Contains(out, "read: -1, EINTR") {
-		t.Errorf("madclient intr: %v\n%s%s", err, out, stderr)
-	}
+	madclientWithoutDaemon(t, "intr", "read: -1, EINTR")
 }
 
 // A write of more than one MAD that is no RMPP transfer fails with EINVAL,
 // as the kernel's does (review: the daemon handed it on, and it ended an
 // ibping server's loop).
 func TestAnOversizedWriteIsEINVAL(t *testing.T) {
+	madclientWithoutDaemon(t, "big", "write: -1, EINVAL")
+}
+
+// madclientWithoutDaemon runs testdata/madclient.c's mode with the shim and
+// no daemon, and wants want in its output.
+func madclientWithoutDaemon(t *testing.T, mode, want string) {
+	t.Helper()
 	bin := cc(t, "gcc", "madclient.c")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "big")
+	cmd := exec.CommandContext(ctx, bin, mode)
 	cmd.Env = append(os.Environ(), preload(t, filepath.Join(t.TempDir(), "absent.sock"))...)
 	out, stderr, err := run(t, cmd)
-	if err != nil || !strings.Contains(out, "write: -1, EINVAL") {
-		t.Errorf("madclient big: %v\n%s%s", err, out, stderr)
+	if err != nil || !strings.Contains(out, want) {
+		t.Errorf("madclient %s: %v\n%s%s", mode, err, out, stderr)
 	}
 }
 

@@ -955,6 +955,13 @@ int main(int argc, char **argv)
 #else
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "refuse") == 0) {
+		/* A request the node cannot meet fails the container as it
+		 * starts, where NVIDIA's runtime fails it: runc names the hook
+		 * and prints this. */
+		fprintf(stderr, "%s\n", argv[2]);
+		return 1;
+	}
 	if (argc < 3 || argc > 6 || strcmp(argv[1], "pcisim") != 0)
 		die("usage: nvmock-hook pcisim TREE [PROC|- [IBLIVE|- [PIDFILE]]] (an OCI createContainer hook)");
 

@@ -7,6 +7,7 @@
 package hook
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -932,4 +933,18 @@ func pciFiles(t testing.TB, n *profile.Node) []pcisim.File {
 		t.Fatal(err)
 	}
 	return fs
+}
+
+// refuse fails the container's start with the plugin's reason, which runc
+// prints after the hook's name, as NVIDIA's runtime fails a request the
+// node cannot meet.
+func TestRefuseFailsWithTheReason(t *testing.T) {
+	cmd := exec.Command(builtHook(t), "refuse", `nvmock: pod ml/p container c: env NVIDIA_VISIBLE_DEVICES="9" names index "9"`)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || stderr.String() != "nvmock: pod ml/p container c: env NVIDIA_VISIBLE_DEVICES=\"9\" names index \"9\"\n" {
+		t.Errorf("nvmock-hook refuse: %v, stderr %q; want exit 1 and the reason", err, stderr.String())
+	}
 }

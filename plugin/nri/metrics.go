@@ -47,7 +47,7 @@ func newMetrics() *metrics {
 		warnings: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "warnings_total",
 			Help: "Warnings from the decision (a default GPU request the node cannot meet, say)."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "refused_total",
-			Help: "Containers not created: their pod asked for GPUs the node does not have."}),
+			Help: "Containers failed as they start (or are created, on an older overlay): their pod asked for GPUs the node does not have."}),
 		decision: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "decision_seconds",
 			Help:    "Time to handle one CreateContainer: decision and NRI adjustment.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),

@@ -381,6 +381,14 @@ func (h handler) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	return nil
 }
 
+// refusal is an adjustment whose runtime hook fails the container's start
+// with msg.
+func refusal(hook, msg string) *api.ContainerAdjustment {
+	adj := &api.ContainerAdjustment{}
+	adj.AddHooks(&api.Hooks{CreateContainer: []*api.Hook{{Path: hook, Args: []string{"nvmock-hook", "refuse", msg}}}})
+	return adj
+}
+
 func (p *Plugin) release(id string) {
 	p.node.mu.Lock()
 	p.node.forget(id)
@@ -502,6 +510,12 @@ func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.Conta
 	if re := (*inject.RequestError)(nil); errors.As(err, &re) {
 		p.metrics.refused.Inc()
 		p.fields(pod, ctr).WithError(err).Warn("refused the container")
+		if node.Hook != "" {
+			// As NVIDIA's runtime: the container is created and fails to
+			// start (runc create), so a pod that never restarts fails
+			// instead of waiting for ever to be created.
+			return refusal(node.Hook, "nvmock: "+err.Error()), nil
+		}
 		return nil, fmt.Errorf("nvmock: %w", err)
 	}
 	if err != nil {

@@ -84,9 +84,28 @@ func TestARealDriverLoadedLaterStopsInjection(t *testing.T) {
 	}
 }
 
-// A pod's request the node cannot meet fails the container's creation
-// with the reason, as NVIDIA's runtime fails it; a default the node cannot
-// meet is the plugin's own, and only warned about.
+// A pod's request the node cannot meet fails the container as it starts
+// (its runtime hook), with the reason, as NVIDIA's runtime fails it there
+// (review: refused at creation, a pod that never restarts waited for
+// ever); on an overlay without the hook, its creation.
+func TestARequestTheNodeCannotMeetFailsTheContainersStart(t *testing.T) {
+	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}})
+	n := syntheticNode(2)
+	n.Hook = "/o/bin/nvmock-hook"
+	p.node.probe = func(string) (inject.NodeState, error) { return n, nil }
+	pd := &api.PodSandbox{Name: "p", Namespace: "ml"}
+	adj, err := p.create(pd, &api.Container{Id: "c", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=9"}})
+	want := &api.ContainerAdjustment{}
+	want.AddHooks(&api.Hooks{CreateContainer: []*api.Hook{{Path: n.Hook, Args: []string{"nvmock-hook", "refuse",
+		`nvmock: pod ml/p container c: env NVIDIA_VISIBLE_DEVICES="9" names index "9"; the node has GPUs 0-1`}}}})
+	if err != nil || !proto.Equal(adj, want) {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=9:\n got %v, %v\nwant %v", adj, err, want)
+	}
+}
+
+// Without the hook (an older overlay), a request the node cannot meet
+// fails the container's creation with the reason; a default the node
+// cannot meet is the plugin's own, and only warned about.
 func TestCreateRefusesABadRequestAndWarnsOfABadDefault(t *testing.T) {
 	p := fakePlugin(t, 2, inject.Config{Namespaces: []string{"*"}})
 	pd := &api.PodSandbox{Name: "p", Namespace: "ml", Annotations: map[string]string{inject.GPUsAnnotation: "lots"}}
