@@ -5,8 +5,11 @@ package k8s
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestNamespaceOptInTakesEffectOnTheNextPods(t *testing.T) {
@@ -46,5 +49,27 @@ func (c *cluster) untilPods(t *testing.T, ns, phase string, want func(string) bo
 	}
 	if r := c.run(t, ns, c.pod(phase+"-after", probeScript, 0)); !want(r.out) {
 		t.Errorf("namespace %s: a later pod printed:\n%s", phase, r.out)
+	}
+}
+
+// A pod asking for a GPU the node does not have fails, as on a real node,
+// where NVIDIA's runtime fails its container's start: with restartPolicy
+// Never it ends Failed, its reason in the container's status (review: the
+// creation was refused, and the pod waited for ever to be created).
+func TestAPodAskingForAGPUTheNodeLacksFails(t *testing.T) {
+	c := theCluster
+	ns := c.namespace(t, true)
+	p := c.pod("lacks", "echo ran", 0)
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "99"}}
+	c.create(t, ns, p)
+	failed := func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodFailed, nil }
+	got, err := c.watchPod(ns, p.Name, 2*time.Minute, failed)
+	if err != nil {
+		t.Fatalf("the pod did not fail: %v%s", err, c.describe(ns, p.Name))
+	}
+	for _, s := range got.Status.ContainerStatuses {
+		if term := s.State.Terminated; term == nil || !strings.Contains(term.Message, `names index "99"`) {
+			t.Errorf("container %s: %+v; want it terminated with nvmock's reason", s.Name, s.State)
+		}
 	}
 }
