@@ -694,17 +694,20 @@ func TestMaxSurge(t *testing.T) {
 // (helm refuses to install the second over the first's).
 func TestClusterObjectsNamedByNamespace(t *testing.T) {
 	names := map[string]string{}
-	for _, ns := range []string{"team-a", "team-b"} {
-		files, err := renderIn(t, releaseName, ns, "", false)
+	// And release a in b-c and a-nvmock-b in c (review: joined by "-",
+	// both were a-nvmock-b-c).
+	for _, r := range [][2]string{{releaseName, "team-a"}, {releaseName, "team-b"}, {"a", "b-c"}, {"a-nvmock-b", "c"}} {
+		release, ns := r[0], r[1]
+		files, err := renderIn(t, release, ns, "", false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		o := decode(t, files)
 		for _, n := range []string{"ClusterRole " + o.roles[0].Name, "ClusterRoleBinding " + o.roleBindings[0].Name} {
 			if other, ok := names[n]; ok {
-				t.Errorf("release %s in %s and in %s both make the cluster object %s", releaseName, other, ns, n)
+				t.Errorf("release %s in %s and %s both make the cluster object %s", release, ns, other, n)
 			}
-			names[n] = ns
+			names[n] = release + " in " + ns
 		}
 		if b := o.roleBindings[0]; b.RoleRef.Name != o.roles[0].Name || b.Subjects[0].Namespace != ns {
 			t.Errorf("%s: binding %+v", ns, b)

@@ -24,7 +24,14 @@ nvmlReturn_t nvmock_not_a_gpu(nvmlDevice_t h)
 	struct mig_dev md;
 	if (!nvmock_is_mig_handle(h))
 		return NVML_ERROR_INVALID_ARGUMENT;
-	return nvmock_mig_of(h, &md) == NVML_SUCCESS ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+	switch (nvmock_mig_of(h, &md)) {
+	case NVML_SUCCESS:
+		return NVML_ERROR_NOT_SUPPORTED;
+	case NVML_ERROR_GPU_IS_LOST:
+		return NVML_ERROR_GPU_IS_LOST; // its GPU's (review)
+	default:
+		return NVML_ERROR_INVALID_ARGUMENT;
+	}
 }
 
 // nvmock_mig_of validates a MIG device handle, filling what it is.

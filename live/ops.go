@@ -131,9 +131,9 @@ func (s *State) AddFault(gpu int, f Fault, now int64) error {
 		if g.FaultKind[i] == f.Kind && g.FaultCount[i] == f.Count && g.FaultPID[i] == f.PID && g.FaultXID[i] == f.XID &&
 			g.FaultTrigger[i] == TriggerAt && g.FaultParam[i] <= f.Param {
 			if f.Kind == FaultNvlinkDown {
-				return fmt.Errorf("GPU %d: NVLink %d is down already", gpu, f.Count)
+				return &OnAlready{fmt.Sprintf("GPU %d: NVLink %d is down already", gpu, f.Count)}
 			}
-			return fmt.Errorf("GPU %d: %s is on already (nvmock ctl clear %d %s ends it)", gpu, KindName(f.Kind), gpu, KindName(f.Kind))
+			return &OnAlready{fmt.Sprintf("GPU %d: %s is on already", gpu, KindName(f.Kind))}
 		}
 	}
 	i := g.Faults
@@ -143,6 +143,13 @@ func (s *State) AddFault(gpu int, f Fault, now int64) error {
 	g.Faults++
 	return nil
 }
+
+// OnAlready is AddFault's answer for a condition the GPU is in already:
+// nothing changed. Callers that name several GPUs, or a file of faults,
+// go on past it.
+type OnAlready struct{ msg string }
+
+func (e *OnAlready) Error() string { return e.msg }
 
 // isCondition says whether a fault kind is a state the GPU is in, which a
 // second such fault does not deepen.

@@ -298,6 +298,9 @@ func (sp *Spec) Apply(s *State, boards []Board, now int64) error {
 				return err
 			}
 			if err := s.AddFault(g, fault, now); err != nil {
+				if oa := (*OnAlready)(nil); errors.As(err, &oa) {
+					continue // two entries give it one GPU: it has it
+				}
 				return fmt.Errorf("%s: %w", at, err)
 			}
 			keepOld(&s.GPUs[g], &old[g], &kept[g], untimed, now)

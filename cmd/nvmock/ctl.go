@@ -86,7 +86,7 @@ func ctlCmd(args []string) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	statePath := fs.String("state", "", "state file")
-	if err := fs.Parse(args); err != nil {
+	if err := onceEach(fs, func() error { return fs.Parse(args) }); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(ctlUsage)
 			return nil
@@ -315,7 +315,9 @@ func ctlFault(f *live.File, args []string) error {
 	if err != nil && kind == live.FaultNvlinkDown {
 		return err
 	}
-	return f.Update(func(s *live.State, now int64) error {
+	var already []string
+	err = f.Update(func(s *live.State, now int64) error {
+		already = nil
 		var err error
 		if fault.Trigger, fault.Param, err = live.ParseTrigger(*after, *prob, *at, *in, func() int64 { return now }, live.TriggerFlags); err != nil {
 			return err
@@ -329,11 +331,25 @@ func ctlFault(f *live.File, args []string) error {
 				return err
 			}
 			if err := s.AddFault(g, fault, now); err != nil {
-				return err
+				oa := (*live.OnAlready)(nil)
+				if !errors.As(err, &oa) {
+					return err
+				}
+				already = append(already, err.Error())
 			}
+		}
+		if len(already) == len(gpus) {
+			// Nothing changed: say so as an error (review: a second slot).
+			return fmt.Errorf("%s; nvmock ctl clear ends it", already[0])
 		}
 		return nil
 	})
+	if err == nil {
+		for _, a := range already {
+			fmt.Fprintf(os.Stderr, "nvmock ctl: %s; left as it is\n", a)
+		}
+	}
+	return err
 }
 
 func ctlXID(f *live.File, args []string) error {

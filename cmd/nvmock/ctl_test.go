@@ -997,3 +997,30 @@ func TestECCFaultsNeedECC(t *testing.T) {
 		}
 	}
 }
+
+// A condition given twice (overlapping entries of a file, a range over a
+// GPU that has it) is on once; only a request that changes nothing is an
+// error (review: the whole apply failed, and the chart's live init
+// container with it).
+func TestAConditionGivenTwiceIsOnOnce(t *testing.T) {
+	state := ctlNode(t, "2")
+	file := filepath.Join(t.TempDir(), "live.yaml")
+	os.WriteFile(file, []byte("faults:\n  - {gpus: all, kind: thermal}\n  - {gpus: \"1\", kind: thermal}\n"), 0o644)
+	if err := run([]string{"ctl", "--state", state, "apply", file}); err != nil {
+		t.Fatalf("apply of overlapping entries: %v", err)
+	}
+	if err := run([]string{"ctl", "--state", state, "fault", "0", "lost"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"ctl", "--state", state, "fault", "0-1", "lost"}); err != nil {
+		t.Errorf("a range over a GPU lost already: %v", err)
+	}
+	if err := run([]string{"ctl", "--state", state, "fault", "1", "lost"}); err == nil || !strings.Contains(err.Error(), "GPU 1: lost is on already") {
+		t.Errorf("lost again on GPU 1 alone: %v, want it said that nothing changed", err)
+	}
+	for _, g := range ctlStatusJSON(t, state).GPUs {
+		if len(g.Faults) != 2 {
+			t.Errorf("GPU %d: faults %+v, want thermal and lost once each", g.Index, g.Faults)
+		}
+	}
+}

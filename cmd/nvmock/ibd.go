@@ -47,7 +47,7 @@ func ibdCmd(args []string) error {
 	if *host != "" && !validNodeName(*host) {
 		return fmt.Errorf("ibd: --host %q: %s", *host, hostNameRule)
 	}
-	if n := os.Getenv("NODE_NAME"); *host == "" && n != "" && !validNodeName(n) {
+	if n := os.Getenv("NODE_NAME"); *host == "" && *state == "" && n != "" && !validNodeName(n) {
 		return fmt.Errorf("ibd: $NODE_NAME %q, the node's fabric host name without --host: %s", n, hostNameRule)
 	}
 	if *socket == "" {

@@ -399,4 +399,29 @@ func TestVersionsAreChecked(t *testing.T) {
 	if r := read(t, c, 5*time.Second); r == nil || uint32(r.mad().tid()) != 1 || binary.LittleEndian.Uint32(r[4:]) != etimedout {
 		t.Errorf("base version 0x99: %v, want it timed out", r)
 	}
+	// The PMA speaks class version 1, the SA 2 (libibmad's), and answers
+	// the other "bad version"; its own, the request.
+	sm := f.Subnets[0].SM.LID
+	for _, c2 := range []struct {
+		name           string
+		lid            uint16
+		class, version byte
+		want           uint16
+	}{
+		{"PMA version 2", lid, classPerf, 2, statusBadVersion},
+		{"SA version 1", sm, classSA, 1, statusBadVersion},
+		{"PMA version 1", lid, classPerf, 1, 0},
+		{"SA version 2", sm, classSA, 2, 0},
+	} {
+		u := packet(smp(c2.lid, 3))
+		m := u.mad()
+		m[1], m[2] = c2.class, c2.version
+		put16(m[16:], attrClassInfo)
+		if _, err := c.Write(u); err != nil {
+			t.Fatal(err)
+		}
+		if r := read(t, c, 5*time.Second); r == nil || r.mad().status() != c2.want {
+			t.Errorf("%s: %v, want status %#x", c2.name, r, c2.want)
+		}
+	}
 }

@@ -162,6 +162,7 @@ func readFrame(r *bufio.Reader) (byte, []byte, error) {
 	// Grown as the bytes come: a length alone holds no memory (review: 500
 	// links each announcing 1 MiB and sending nothing held 500 MB).
 	var buf bytes.Buffer
+	buf.Grow(int(min(n, 64<<10))) // a packet's frame in one allocation
 	if _, err := io.CopyN(&buf, r, int64(n)); err != nil {
 		return 0, nil, err
 	}
@@ -180,19 +181,22 @@ func (d *Daemon) ServePeers(l net.Listener) error {
 			}
 			return err
 		}
-		d.mu.Lock()
-		full := len(d.conns) >= maxLinks(len(d.fab.Hosts))
-		d.mu.Unlock()
-		if full {
-			c.Close() // review: links were unbounded
+		// Counted here, not in peerConn, so that a burst of connections is
+		// bounded too (review: links were unbounded).
+		if d.accepted.Add(1) > int64(maxLinks(len(d.fab.Hosts))) {
+			d.accepted.Add(-1)
+			c.Close()
 			continue
 		}
-		go d.peerConn(c)
+		go func() {
+			defer d.accepted.Add(-1)
+			d.peerConn(c)
+		}()
 	}
 }
 
-// maxLinks bounds the links a daemon holds, of a fabric of n nodes: each
-// other node dials it and is dialled, and some are on their way out.
+// maxLinks bounds the links other daemons make to a daemon of a fabric of
+// n nodes: each other node dials it, and some are on their way out.
 func maxLinks(n int) int { return 4*n + 16 }
 
 // DialPeers keeps a connection to every address addrs gives (rereading it

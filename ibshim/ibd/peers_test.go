@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,8 +165,9 @@ func TestAFramesLengthAloneHoldsNoMemory(t *testing.T) {
 	}
 }
 
-// Past maxLinks a connection is closed at once (review: links were
-// unbounded, each one held until its hello's 5 s ran out, or for ever).
+// Past maxLinks a connection is closed at once, however many come at once
+// (review: links were unbounded, each one held until its hello's 5 s ran
+// out; then a burst got past a count taken before each link was served).
 func TestLinksAreBounded(t *testing.T) {
 	d, f := quietDaemon(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -174,26 +177,30 @@ func TestLinksAreBounded(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	go d.ServePeers(l)
 	most := maxLinks(len(f.Hosts))
-	dialed := func() net.Conn {
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
+	const extra = 20
+	var held, closed atomic.Int64
+	var wg sync.WaitGroup
+	for range most + extra {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			c.SetReadDeadline(time.Now().Add(4 * time.Second)) // before the hello's 5 s
+			if _, err := c.Read(make([]byte, 64)); err == io.EOF {
+				closed.Add(1)
+			} else if err == nil {
+				held.Add(1) // greeted
+			}
+		}()
 	}
-	for range most {
-		dialed()
-	}
-	waitFor("every link held", t, func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return len(d.conns) == most
-	})
-	c := dialed()
-	c.SetReadDeadline(time.Now().Add(4 * time.Second)) // before the hello's 5 s
-	if n, err := c.Read(make([]byte, 64)); err != io.EOF {
-		t.Errorf("link %d: read %d bytes, %v; want it closed at once", most+1, n, err)
+	wg.Wait()
+	if held.Load() > int64(most) || closed.Load() < extra {
+		t.Errorf("%d links at once: %d greeted, %d closed; want at most %d greeted", most+extra, held.Load(), closed.Load(), most)
 	}
 }
 

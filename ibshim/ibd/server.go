@@ -45,6 +45,7 @@ type Daemon struct {
 	links    map[*peer]bool // every link to them: two nodes that dialled each other have two
 	async    map[*conn]bool // verbs contexts' async fds
 	conns    map[net.Conn]bool
+	accepted atomic.Int64 // links ServePeers took and has not seen end
 	closed   bool
 	issm     map[*fabric.Port]int // programs holding the port's issm open
 	out      []outgoing           // what handle decided to send, sent once mu is free

@@ -269,6 +269,8 @@ func TestAMIGGPUAnswersAsNVMLSays(t *testing.T) {
 	update(t, f, func(s *live.State, now int64) error { return s.AddFault(0, live.Fault{Kind: live.FaultLost}, now) })
 	_, ret = mig.GetName()
 	wantRet(t, "a lost GPU's MIG device's name", ret, nvml.ERROR_GPU_IS_LOST)
+	_, ret = mig.GetPowerUsage() // a GPU's getter: NOT_SUPPORTED on a MIG device, before
+	wantRet(t, "a lost GPU's MIG device's power", ret, nvml.ERROR_GPU_IS_LOST)
 	_, ret = gi.GetInfo()
 	wantRet(t, "a lost GPU's GPU instance", ret, nvml.ERROR_GPU_IS_LOST)
 	_, ret = ci.GetInfo()

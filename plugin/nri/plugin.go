@@ -453,9 +453,10 @@ func (p *Plugin) synchronize(ctrs []*api.Container) {
 	}
 }
 
-// create is CreateContainer's body: a pod's bad request is an error, which
-// fails the container's creation with its message (as NVIDIA's runtime
-// fails it); any other failure leaves the container untouched (nil
+// create is CreateContainer's body: a pod's bad request fails the
+// container as it starts, through the overlay's runtime hook (refusal),
+// where NVIDIA's runtime fails it; without the hook, its creation (an
+// error). Any other failure leaves the container untouched (nil
 // adjustment), logged and counted.
 func (p *Plugin) create(pod *api.PodSandbox, ctr *api.Container) (out *api.ContainerAdjustment, refused error) {
 	start := time.Now()

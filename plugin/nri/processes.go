@@ -79,13 +79,7 @@ func (p *Plugin) follow(dir string) error {
 		w.Close()
 		return fmt.Errorf("GPU processes: watch %s: %w", dir, err)
 	}
-	if ents, err := os.ReadDir(dir); err == nil {
-		for _, e := range ents {
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > leftoverAge {
-				os.Remove(filepath.Join(dir, e.Name()))
-			}
-		}
-	}
+	sweep(dir)
 	if s.w != nil {
 		s.w.Close()
 	}
@@ -139,12 +133,28 @@ func (p *Plugin) unfollow(w *fsnotify.Watcher, path string) bool {
 // leftoverAge: a pid file this old was never read by a live plugin.
 const leftoverAge = time.Minute
 
+// sweep removes dir's leftover pid files: at the first container that asks,
+// and at each report after (review: a plugin that restarted between a
+// hook's write and its read left the file for good).
+func sweep(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > leftoverAge {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
 func (p *Plugin) pidFile(path string) {
 	if _, ok := p.procs.Load(filepath.Base(path)); !ok {
 		return // the other plugin's in a rolling update (it reads it), or stopped already
 	}
 	data, err := os.ReadFile(path)
 	os.Remove(path)
+	sweep(filepath.Dir(path))
 	if err != nil {
 		return // gone already: a leftover removed at start
 	}

@@ -158,6 +158,10 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 	hookReports(t, lateAdj, pid)
 	must(t, os.WriteFile(filepath.Join(started, "theirs.tmp"), []byte("1\n"), 0o644))
 	must(t, os.Rename(filepath.Join(started, "theirs.tmp"), filepath.Join(started, "theirs")))
+	// A leftover from before a restart of this plugin goes at a later
+	// report (review: it stayed for good).
+	must(t, os.WriteFile(filepath.Join(started, "stale"), []byte("1\n"), 0o644))
+	must(t, os.Chtimes(filepath.Join(started, "stale"), old, old))
 	next := ctr(train, "c5")
 	hookReports(t, create(t, r, train, next), pid) // its event comes after theirs
 	if got := waitProcesses(t, root, 2); len(got) != 2 || got[0].Owner != "container:c5" || got[1].Owner != "container:c5" {
@@ -165,6 +169,9 @@ func TestContainersShowAsGPUProcessesWhileTheyRun(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(started, "theirs")); err != nil {
 		t.Errorf("the other plugin's pid file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(started, "stale")); !os.IsNotExist(err) {
+		t.Errorf("a leftover pid file a minute old stayed: %v", err)
 	}
 }
 

@@ -8,9 +8,11 @@
 {{- end -}}
 {{- end -}}
 
-{{/* Cluster-scoped objects: the name and the release namespace. */}}
+{{/* Cluster-scoped objects: the name and the release namespace, joined by
+a colon, which neither has (with "-", release a in namespace b-c and
+release a-nvmock-b in c met). */}}
 {{- define "nvmock.clusterName" -}}
-{{- printf "%s-%s" (include "nvmock.fullname" .) .Release.Namespace -}}
+{{- printf "%s:%s" (include "nvmock.fullname" .) .Release.Namespace -}}
 {{- end -}}
 
 {{- define "nvmock.labels" -}}
