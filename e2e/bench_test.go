@@ -63,7 +63,7 @@ func BenchmarkCreateStart(b *testing.B) {
 	// GPUs without the node's InfiniBand: what the HCAs add.
 	noIB := n.runPod(b, optedIn, map[string]string{"nvmock.io/infiniband": "false"})
 	// Part of the injection's edits asked of CRI directly, with no plugin:
-	// the 8 GPUs' and 3 control devices, and the library, snapshot and
+	// the 8 GPUs' and 4 control devices, and the library, snapshot and
 	// nvidia-smi mounts (the plugin makes 11 on this node, and the hook).
 	byCRI := ctr{image: "glibc", cmd: []string{"true"}, mounts: gpuMounts(n), devices: gpuDevices(n)}
 	// Each half alone: what the runtime charges for device nodes, and for mounts.

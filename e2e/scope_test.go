@@ -93,7 +93,7 @@ func TestStaticGoImageRunsItsOwnEntrypointWhenInjected(t *testing.T) {
 	if len(got.Args) != 1 || got.Args[0] != "/probe" || got.Preload != "/usr/lib/nvmock/libnvmock-umad.so" || got.LibraryPath != "" {
 		t.Errorf("entrypoint ran as %v with LD_PRELOAD=%q LD_LIBRARY_PATH=%q; want /probe, only the shim preloaded", got.Args, got.Preload, got.LibraryPath)
 	}
-	if !got.SMI || !got.Lib || len(got.Nodes) != len(n.gpus)+3 || strings.Count(got.Visible, "GPU-") != len(n.gpus) {
-		t.Errorf("injected static container: %+v; want nvidia-smi, the library, %d GPU nodes + 3 control nodes, %d UUIDs", got, len(n.gpus), len(n.gpus))
+	if !got.SMI || !got.Lib || len(got.Nodes) != len(n.gpus)+4 || strings.Count(got.Visible, "GPU-") != len(n.gpus) {
+		t.Errorf("injected static container: %+v; want nvidia-smi, the library, %d GPU nodes + 4 control nodes, %d UUIDs", got, len(n.gpus), len(n.gpus))
 	}
 }
