@@ -338,7 +338,7 @@ func ctlFault(f *live.File, args []string) error {
 				already = append(already, err.Error())
 			}
 		}
-		if len(already) == len(gpus) {
+		if len(already) > 0 && len(already) == len(gpus) {
 			// Nothing changed: say so as an error (review: a second slot).
 			return fmt.Errorf("%s; nvmock ctl clear ends it", already[0])
 		}

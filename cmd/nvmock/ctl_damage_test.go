@@ -81,3 +81,14 @@ func TestCtlOnAStateCutShortUnderItIsAnError(t *testing.T) {
 		t.Errorf("ctl status on a state cut short: %v; want one line saying so", err)
 	}
 }
+
+// A header of no GPUs (the header check takes 0) with a fault for all of
+// them is no panic (reread: every GPU "had it already" indexed an empty
+// list).
+func TestCtlFaultOnAStateOfNoGPUs(t *testing.T) {
+	state := ctlNode(t, "2")
+	poke(t, state, 28, 0) // the header's GPU count
+	if err := run([]string{"ctl", "--state", state, "fault", "all", "lost"}); err != nil && strings.Contains(err.Error(), "\n") {
+		t.Errorf("fault on no GPUs: %v", err)
+	}
+}
