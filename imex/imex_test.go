@@ -359,7 +359,7 @@ func TestTheDaemonDetachesAsNVIDIAsDefaultAsks(t *testing.T) {
 			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			for end := time.Now().Add(10 * time.Second); findDaemon(t, b.daemon, cfg) != 0; time.Sleep(20 * time.Millisecond) {
+			for end := time.Now().Add(10 * time.Second); !exited(pid); time.Sleep(20 * time.Millisecond) {
 				if time.Now().After(end) {
 					syscall.Kill(pid, syscall.SIGKILL)
 					t.Fatalf("DAEMONIZE=%s: the daemon still runs 10 s after SIGTERM", v)
@@ -371,6 +371,19 @@ func TestTheDaemonDetachesAsNVIDIAsDefaultAsks(t *testing.T) {
 			}
 		}
 	})
+}
+
+// exited says whether pid has closed its files: it is gone or a zombie.
+// An exiting process's cmdline reads empty before its sockets close, so
+// findDaemon said none ran while its port was still bound (CI: the next
+// daemon's listen failed, "Address already in use").
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // findDaemon is the pid of bin -c cfg, 0 if none runs (a zombie is none).
