@@ -2,6 +2,7 @@ package ibd
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -424,4 +425,29 @@ func TestVersionsAreChecked(t *testing.T) {
 			t.Errorf("%s: %v, want status %#x", c2.name, r, c2.want)
 		}
 	}
+}
+
+// Programs connected at once are bounded; one turned away loses only its
+// connection, and a place freed is taken again (review: unbounded).
+func TestProgramsAreBounded(t *testing.T) {
+	maxPrograms = 3
+	t.Cleanup(func() { maxPrograms = 4096 })
+	d, sock, f := daemonOf(t)
+	lid := f.Find("mlx5_0").Ports[1].LID
+	var cs []*net.UnixConn
+	for range 3 {
+		c := dial(t, sock, helloMsg(umad.KindUMAD))
+		settled(t, c, lid)
+		cs = append(cs, c)
+	}
+	over := dial(t, sock)
+	over.Write(helloMsg(umad.KindUMAD)) // may find it closed already
+	over.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := over.Read(make([]byte, 64)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a fourth program of three allowed: read %d bytes, %v; want its connection closed", n, err)
+	}
+	settled(t, cs[0], lid)
+	cs[1].Close()
+	waitFor("the closed program's place freed", t, func() bool { return d.programs.Load() == 2 })
+	settled(t, dial(t, sock, helloMsg(umad.KindUMAD)), lid)
 }

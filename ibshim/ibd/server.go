@@ -46,6 +46,8 @@ type Daemon struct {
 	async    map[*conn]bool // verbs contexts' async fds
 	conns    map[net.Conn]bool
 	accepted atomic.Int64 // links ServePeers took and has not seen end
+	programs atomic.Int64 // connections Serve took and has not seen end
+	fullSaid atomic.Int64 // when a program was last refused for maxPrograms (unix ns)
 	closed   bool
 	issm     map[*fabric.Port]int // programs holding the port's issm open
 	out      []outgoing           // what handle decided to send, sent once mu is free
@@ -388,9 +390,36 @@ func (d *Daemon) Serve(l *net.UnixListener) error {
 			}
 			return err
 		}
+		if d.programs.Add(1) > maxPrograms {
+			d.programs.Add(-1)
+			uc.Close()
+			d.refuseProgram()
+			continue
+		}
 		bigSends(uc)
-		go d.serveConn(&conn{uc: uc, gone: make(chan struct{})})
+		go func() {
+			defer d.programs.Add(-1)
+			d.serveConn(&conn{uc: uc, gone: make(chan struct{})})
+		}()
 	}
+}
+
+// maxPrograms bounds the programs connected at once: the socket is every
+// local program's (mode 0666) and each costs the daemon some 70 KB, where
+// a node runs a few fabric tools at a time, and a verbs program one or two
+// connections a device it uses (a port's traffic, its async events). Review:
+// unbounded, a program could exhaust the daemon's memory. A var for tests.
+var maxPrograms int64 = 4096
+
+// refuseProgram says, at most once a minute, that a program was turned
+// away: its MADs time out, as with no daemon.
+func (d *Daemon) refuseProgram() {
+	now := time.Now().UnixNano()
+	last := d.fullSaid.Load()
+	if now-last < int64(time.Minute) || !d.fullSaid.CompareAndSwap(last, now) {
+		return
+	}
+	d.log.Warnf("ibd: %d programs are connected already; a new one is refused and its MADs time out", maxPrograms)
 }
 
 // sendOut hands an answer to its program's writer. One too big for the
