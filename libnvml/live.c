@@ -135,10 +135,16 @@ void nvmock_live_map(const char *snapshot)
 	const struct live_header *h = m;
 	if (memcmp(h->magic, "NVMOCKLV", 8) != 0 || h->version != STATE_VERSION ||
 	    h->header_size != sizeof *h || h->gpu_size != sizeof(struct live_gpu) ||
-	    h->event_size != sizeof(struct live_event) || h->proc_size != sizeof(struct live_proc) ||
-	    h->gpus != nvmock.hdr->device_count) {
+	    h->event_size != sizeof(struct live_event) || h->proc_size != sizeof(struct live_proc)) {
 		if (env != NULL && env[0] != '\0')
 			nvmock_warn("state %s: made for another node or nvmock; readings stay static", path);
+		munmap(m, STATE_SIZE);
+		return;
+	}
+	if (h->gpus != nvmock.hdr->device_count) {
+		if (env != NULL && env[0] != '\0')
+			nvmock_warn("state %s: made for %u GPUs, the snapshot has %u; readings stay static",
+				    path, (unsigned)h->gpus, (unsigned)nvmock.hdr->device_count);
 		munmap(m, STATE_SIZE);
 		return;
 	}

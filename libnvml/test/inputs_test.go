@@ -523,3 +523,18 @@ func TestDamagedSnapshotFile(t *testing.T) {
 		return "neither read nor refused with a warning"
 	})
 }
+
+// A state made for another GPU count than its snapshot's is named so, with
+// both counts, rather than as another node's.
+func TestAStateOfAnotherGPUCountSaysSo(t *testing.T) {
+	snap, _ := testenv.Snapshot(t, "t4", 1)
+	st := filepath.Join(t.TempDir(), "state")
+	if err := live.Create(st, 8, 1); err != nil {
+		t.Fatal(err)
+	}
+	out, why := runDamaged(30*time.Second, testenv.Env(t, snap, "NVMOCK_STATE="+st), testenv.NvidiaSMI(t), "-L")
+	want := "state " + st + ": made for 8 GPUs, the snapshot has 1; readings stay static"
+	if why != "" || !strings.Contains(out, want) || !strings.Contains(out, "GPU 0: Tesla T4") {
+		t.Errorf("nvidia-smi -L with a state of 8 GPUs beside a snapshot of 1: %s\n%s\nwant the GPU listed and %q", why, out, want)
+	}
+}
