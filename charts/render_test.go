@@ -35,6 +35,7 @@ type pool struct {
 	hostCPUs      bool              // --host-cpus the install gets
 	annotations   map[string]string // podAnnotations the pod template carries
 	xidlog        bool              // kernelLog.xids: the xidlog container runs
+	volumeMounts  bool              // injection.acceptVolumeMounts: the plugin reads volume-mounts lists
 }
 
 // liveValues set a load and faults at install (nvmock ctl apply).
@@ -73,6 +74,7 @@ pools:
 injection:
   namespaces: [ml, ci]
   defaultGPUs: "1"
+  acceptVolumeMounts: true
 infiniband:
   slots: {gpu-b: 1, gpu-a: 0}
   faults: {gpu-b: [mlx5_0=symbol_error:12], gpu-a: [mlx5_3=down, "mlx5_4=link_downed:1"]}
@@ -99,8 +101,8 @@ func TestChartRendersAndMatchesGoldens(t *testing.T) {
 		{"default", "", []pool{{name: "default", profile: "a100", gpus: 8}}},
 		{"live", liveValues, []pool{{name: "default", profile: "a100", gpus: 8, live: true, xidlog: true}}},
 		{"fleet", fleetValues, []pool{
-			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers, annotations: fleetAnnotations},
-			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, hostCPUs: true, annotations: fleetAnnotations}, // no InfiniBand: no peers, slots or port faults
+			{name: "a100", profile: "a100", gpus: 8, selector: map[string]string{"nvmock.io/pool": "a100"}, slots: "gpu-a=0,gpu-b=1", mig: "0-3=all-1g.5gb;4-7=all-balanced", faults: fleetFaults, peers: fleetPeers, annotations: fleetAnnotations, volumeMounts: true},
+			{name: "t4", profile: "t4", gpus: 2, selector: map[string]string{"nvmock.io/pool": "t4", "kubernetes.io/arch": "amd64"}, overridden: true, hostCPUs: true, annotations: fleetAnnotations, volumeMounts: true}, // no InfiniBand: no peers, slots or port faults
 		}},
 	}
 	for _, name := range profile.Builtins() {
@@ -280,6 +282,9 @@ func checkDaemonSet(t *testing.T, p pool, ds appsv1.DaemonSet) {
 	nri := parseArgs(t, "main container", sourceFlags(t, "nri.go", "nriCmd"), main.Args[1:])
 	if nri["namespace-label"] != "nvmock.io/inject=enabled" || nri["plugin-namespace"] != "$(POD_NAMESPACE)" {
 		t.Errorf("%s: nri flags %v", ds.Name, nri)
+	}
+	if got := nri["accept-volume-mounts"] == "true"; got != p.volumeMounts {
+		t.Errorf("%s: nri --accept-volume-mounts %v, want %v", ds.Name, got, p.volumeMounts)
 	}
 	if nri["ib-peers"] != p.peers {
 		t.Errorf("%s: nri --ib-peers %q, want %q", ds.Name, nri["ib-peers"], p.peers)

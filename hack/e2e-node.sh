@@ -278,6 +278,7 @@ pools:
     profile: $PROFILE
 injection:
   namespaces: [${NAMESPACES//,/, }]
+  acceptVolumeMounts: true
 nri:
   socketPath: $W/nri/nri.sock
 # Port faults on the storage HCAs, which the e2e InfiniBand tests of the

@@ -27,7 +27,8 @@ const nriUsage = `Usage:
   nvmock nri [--socket PATH] [--idx NN] [--overlay-root DIR]
              [--namespace-label KEY=VALUE] [--namespaces NS,NS|*]
              [--default-gpus all|none|N|LIST] [--plugin-namespace NS]
-             [--allow-real-driver] [--listen ADDR] [--log-level LEVEL]
+             [--allow-real-driver] [--accept-volume-mounts]
+             [--listen ADDR] [--log-level LEVEL]
              [--ib-listen ADDR] [--ib-peers ADDR,...] [--ib-peers-dns NAME]
 `
 
@@ -44,6 +45,8 @@ func nriCmd(args []string) error {
 	realDriver := fs.Bool("allow-real-driver", false, "inject even where a real NVIDIA driver is loaded")
 	nvRuntimes := fs.String("nvidia-runtime-handlers", strings.Join(inject.DefaultNvidiaRuntimeHandlers, ","),
 		"comma list of runtime handlers that run NVIDIA's container runtime in CDI mode: their pods get only the snapshot from the plugin; empty: none")
+	volumeMounts := fs.Bool("accept-volume-mounts", false,
+		"read a device plugin's volume-mounts list (/dev/null mounts under /var/run/nvidia-container-devices), as NVIDIA's runtime does with accept-nvidia-visible-devices-as-volume-mounts")
 	listen := fs.String("listen", ":9464", "address for /healthz, /readyz and /metrics; empty disables")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	// Named here, not by peerFlags.add: the chart's tests read nri's flags
@@ -79,6 +82,7 @@ func nriCmd(args []string) error {
 		// Not splitList's nil for "": an empty flag means no handler at all.
 		NvidiaRuntimeHandlers: append([]string{}, splitList(*nvRuntimes)...),
 		Extensions:            []inject.Extension{inject.InfiniBand},
+		AcceptVolumeMounts:    *volumeMounts,
 	}
 	opt := nriplugin.Options{Socket: *socket, PluginIdx: *idx, OverlayRoot: *root, Inject: cfg, NamespaceLabel: *nsLabel, Log: log}
 	kube, inCluster, err := hostprep.InClusterClient()

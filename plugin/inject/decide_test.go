@@ -44,6 +44,9 @@ func uuid(i int) string { return snapshot.UUID("a100", testSeed, i) }
 
 var testConfig = Config{OwnNamespace: "nvmock"}
 
+// volConfig reads device plugins' volume-mounts lists.
+var volConfig = Config{OwnNamespace: "nvmock", AcceptVolumeMounts: true}
+
 // withMounts is c with mounts at those container paths in its spec.
 func withMounts(c Container, dsts ...string) Container {
 	c.Mounts = append(slices.Clone(c.Mounts), dsts...)
@@ -394,26 +397,36 @@ func TestDecideWhichGPUs(t *testing.T) {
 		{name: "an image's all without the annotation is all",
 			cfg: defTwo, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=all"), want: gave(n8, all(8)...), ok: true},
 
-		// A device plugin's volume-mounts list, as NVIDIA's runtime reads it.
+		// A device plugin's volume-mounts list, as NVIDIA's runtime reads it
+		// with accept-nvidia-visible-devices-as-volume-mounts.
 		{name: "mounts under the device list directory name the GPUs",
-			cfg: testConfig, node: n8, pod: gpus("all"), ctr: withMounts(withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
+			cfg: volConfig, node: n8, pod: gpus("all"), ctr: withMounts(withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
 				DeviceListRoot+"/"+uuid(3), DeviceListRoot+"/1"), "/data"), want: gave(n8, 1, 3), ok: true},
 		{name: "CDI names in the device list, in both forms",
-			cfg: testConfig, node: n8, pod: ml, ctr: withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
+			cfg: volConfig, node: n8, pod: ml, ctr: withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
 				DeviceListRoot+"/cdi/nvidia.com/gpu/2", DeviceListRoot+"/cdi/nvidia.com/gpu=5", DeviceListRoot+"/imex/channel0"), want: gave(n8, 2, 5), ok: true},
 		{name: "void in the device list falls back to the variable",
-			cfg: testConfig, node: n8, pod: ml, ctr: withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=4"), DeviceListRoot+"/void", DeviceListRoot+"/1"),
+			cfg: volConfig, node: n8, pod: ml, ctr: withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=4"), DeviceListRoot+"/void", DeviceListRoot+"/1"),
 			want: gave(n8, 4), ok: true},
 		// Review: NVIDIA's runtime reads only mounts of /dev/null as the list.
 		{name: "a file mounted under the device list directory names no device",
-			cfg: testConfig, node: n8, pod: ml, ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1"), DeviceListRoot+"/config.yaml"),
+			cfg: volConfig, node: n8, pod: ml, ctr: withMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=1"), DeviceListRoot+"/config.yaml"),
 			want: gave(n8, 1), ok: true},
 		{name: "the device list directory with nothing mounted under it is refused",
-			cfg: testConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
+			cfg: volConfig, node: n8, pod: ml, ctr: withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot),
 			err: e(`env NVIDIA_VISIBLE_DEVICES="/var/run/nvidia-container-devices" names the volume-mounts device list, but no device is mounted under it`)},
 		{name: "a device list naming a GPU the node lacks is refused",
-			cfg: testConfig, node: n8, pod: ml, ctr: withNullMounts(ctr, DeviceListRoot+"/9"),
+			cfg: volConfig, node: n8, pod: ml, ctr: withNullMounts(ctr, DeviceListRoot+"/9"),
 			err: e(`mounts under /var/run/nvidia-container-devices name "9": names index "9"; the node has GPUs 0-7`)},
+
+		// Without it (its default) the mounts are no list and the variable
+		// names a device no node has: the container fails.
+		{name: "a volume-mounts list on a node that does not read them is refused",
+			cfg: testConfig, node: n8, pod: ml, ctr: withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot), DeviceListRoot+"/1"),
+			err: e(`env NVIDIA_VISIBLE_DEVICES="/var/run/nvidia-container-devices" names a device plugin's volume-mounts list, which this node does not read (NVIDIA's runtime reads it only with accept-nvidia-visible-devices-as-volume-mounts; here the chart's injection.acceptVolumeMounts, nvmock nri --accept-volume-mounts)`)},
+		{name: "mounts under the device list directory are no list on a node that does not read them",
+			cfg: testConfig, node: n8, pod: ml, ctr: withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=4"), DeviceListRoot+"/1"),
+			want: gave(n8, 4), ok: true},
 
 		// (a) CDI devices and device nodes already in the spec
 		{name: "a CDI nvidia.com/gpu device by index gives that GPU despite the spec's void",

@@ -65,6 +65,10 @@ type Config struct {
 	// devices, library and nvidia-smi after the plugin has run, so the
 	// plugin adds only the snapshot. nil means DefaultNvidiaRuntimeHandlers.
 	NvidiaRuntimeHandlers []string
+	// AcceptVolumeMounts reads a device plugin's volume-mounts list, as
+	// NVIDIA's runtime does only with accept-nvidia-visible-devices-as-
+	// volume-mounts set (its default: not).
+	AcceptVolumeMounts bool
 }
 
 // DefaultNvidiaRuntimeHandlers are the handlers the GPU operator and
