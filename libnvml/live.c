@@ -188,16 +188,17 @@ static uint64_t mono_ns(void)
 // nvmock_live_copy copies n bytes of the state inside the seqlock. A writer
 // the scheduler took off the CPU inside holds it for milliseconds on a busy
 // node, so past a short spin the reader sleeps, up to 100 ms as the Go
-// readers wait (live.File.Read); a seq held longer is a writer that died
-// inside, and it returns 0: the caller then uses static readings.
+// readers wait (live.File.Read); a seq held longer is taken for a writer
+// that died inside, and the state is read as it lies, as live.File.Read
+// does. It returned 0 there, and callers fell back to the snapshot: the
+// node's MIG devices, settings and faults vanished until the next write
+// (review).
 int nvmock_live_copy(void *dst, const void *src, size_t n)
 {
 	uint64_t deadline = 0;
 	for (unsigned tries = 0;; tries++) {
 		uint32_t s = __atomic_load_n(&nvmock.live->seq, __ATOMIC_ACQUIRE);
-		if (s & 1) {
-			if (s == __atomic_load_n(&stuck_seq, __ATOMIC_RELAXED))
-				return 0;
+		if (s & 1 && s != __atomic_load_n(&stuck_seq, __ATOMIC_RELAXED)) {
 			if (tries < 1000) {
 				nvmock_relax();
 				continue;
@@ -205,13 +206,16 @@ int nvmock_live_copy(void *dst, const void *src, size_t n)
 			uint64_t now = mono_ns();
 			if (deadline == 0)
 				deadline = now + 100000000ull;
-			if (now >= deadline) {
-				__atomic_store_n(&stuck_seq, s, __ATOMIC_RELAXED);
-				return 0;
+			if (now < deadline) {
+				struct timespec ts = {0, 50000};
+				nanosleep(&ts, NULL);
+				continue;
 			}
-			struct timespec ts = {0, 50000};
-			nanosleep(&ts, NULL);
-			continue;
+			__atomic_store_n(&stuck_seq, s, __ATOMIC_RELAXED);
+		}
+		if (s & 1) {
+			memcpy(dst, src, n);
+			return 1;
 		}
 		memcpy(dst, src, n);
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);

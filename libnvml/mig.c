@@ -203,8 +203,10 @@ nvmlReturn_t nvmock_live_update(const struct nvmock_dev *d, live_change fn, void
 	ret = fn(d, &g, procs, arg);
 	if (ret == NVML_SUCCESS) {
 		uint32_t seq = __atomic_load_n(&h->seq, __ATOMIC_RELAXED);
-		if (seq & 1)
+		if (seq & 1) {
 			seq++; // a writer died inside; its lock went with it
+			nvmock_warn("state %s: a writer died while changing it; its change may be partly applied", path);
+		}
 		__atomic_store_n(&h->seq, seq + 1, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_RELEASE);
 		*rec = g;

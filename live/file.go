@@ -55,6 +55,19 @@ func IsState(path string) bool {
 	return errors.Is(err, io.EOF) || err == nil && (m == magic || m == [len(magic)]byte{})
 }
 
+// zero empties fd: zeroed in place at the size readers map, as they may
+// have it mapped; cut to nothing at any other size, which none maps.
+func zero(fd *os.File, size int64) error {
+	if size != Size {
+		return fd.Truncate(0)
+	}
+	err := unix.Fallocate(int(fd.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, 0, Size)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		_, err = fd.WriteAt(make([]byte, Size), 0)
+	}
+	return err
+}
+
 // Create makes the state file for a node of gpus GPUs at path, or resets the
 // one there in place: processes that mapped it keep the same inode and see
 // the fresh state. The file is never resized once made.
@@ -97,7 +110,9 @@ func Create(path string, gpus int, seed uint64) error {
 			if !errors.Is(err, syscall.EROFS) {
 				return fmt.Errorf("state %s: %w", path, err)
 			}
-			if err := fd.Truncate(0); err != nil {
+			// Zeroed, not cut short, when of the size a reader maps:
+			// its map past the end would be SIGBUS (review).
+			if err := zero(fd, st.Size()); err != nil {
 				return fmt.Errorf("state %s: %w", path, err)
 			}
 		}
@@ -245,6 +260,10 @@ func (f *File) Read() *State {
 	}
 }
 
+// Warn says what a writer found and went on from, on stderr as the library
+// says it (the plugin's stderr is its container's log). A var for tests.
+var Warn = func(msg string) { fmt.Fprintln(os.Stderr, "nvmock: "+msg) }
+
 // ErrUnchanged, returned by an Update's function, ends the update without
 // publishing it: no new generation, no waiter woken.
 var ErrUnchanged = errors.New("state unchanged")
@@ -259,9 +278,14 @@ func (f *File) Update(fn func(s *State, now int64) error) error {
 		return fmt.Errorf("state %s: lock: %w", f.Path, err)
 	}
 	defer unix.Flock(int(f.f.Fd()), unix.LOCK_UN)
-	// Under the lock no writer is inside: an odd seq is a dead one's.
+	// Under the lock no writer is inside: an odd seq is a dead one's, and
+	// what it copied in so far is published with this change (one copy of
+	// the state: no earlier one to go back to), so that is said.
 	c := *f.state()
 	s := &c
+	if c.Header.Seq&1 != 0 {
+		Warn(fmt.Sprintf("state %s: a writer died while changing it; its change may be partly applied", f.Path))
+	}
 	if err := checkHeader(f.Path, &s.Header); err != nil {
 		return err
 	}

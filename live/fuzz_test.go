@@ -1,12 +1,17 @@
 package live
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nvmock/nvmock/libnvml/snapshot"
 	"github.com/nvmock/nvmock/profile"
@@ -261,6 +266,9 @@ func oneLine(t *testing.T, path string, err error) {
 func TestADeadWritersStateReads(t *testing.T) {
 	f := newState(t, 2)
 	f.state().Header.Seq = 7
+	var said []string
+	Warn = func(msg string) { said = append(said, msg) }
+	t.Cleanup(func() { Warn = func(msg string) { fmt.Fprintln(os.Stderr, "nvmock: "+msg) } })
 	start := time.Now()
 	if s, err := ReadFile(f.Path); err != nil || s.Header.Gpus != 2 {
 		t.Fatalf("ReadFile: %v", err)
@@ -273,5 +281,47 @@ func TestADeadWritersStateReads(t *testing.T) {
 	}
 	if s := f.Read(); s.Header.Seq&1 != 0 || s.GPUs[1].Faults != 1 {
 		t.Errorf("after a write: seq %d, %d faults", s.Header.Seq, s.GPUs[1].Faults)
+	}
+	if want := "state " + f.Path + ": a writer died while changing it; its change may be partly applied"; !slices.Equal(said, []string{want}) {
+		t.Errorf("the writer after a dead one said %q, want %q", said, want)
+	}
+}
+
+// A state reset in place keeps its size: a reader's map of it stays
+// whole (review: cut to nothing and allocated again, a reader's next
+// load was SIGBUS).
+func TestZeroKeepsTheMapWhole(t *testing.T) {
+	f := newState(t, 2)
+	fd, err := os.OpenFile(f.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	m, err := unix.Mmap(int(fd.Fd()), 0, Size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	stop := make(chan struct{})
+	done := make(chan byte)
+	go func() { // a reader reading the last page throughout
+		var b byte
+		for {
+			select {
+			case <-stop:
+				done <- b
+				return
+			default:
+				b |= m[Size-1]
+			}
+		}
+	}()
+	if err := zero(fd, Size); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-done
+	if st, err := fd.Stat(); err != nil || st.Size() != Size || !bytes.Equal(m[:64], make([]byte, 64)) {
+		t.Errorf("after zero: size %v (%v), header %x; want %d bytes of zeros", st.Size(), err, m[:16], Size)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nvmock/nvmock/internal/testenv"
 	"github.com/nvmock/nvmock/libnvml/snapshot"
@@ -536,5 +537,42 @@ func TestAStateOfAnotherGPUCountSaysSo(t *testing.T) {
 	want := "state " + st + ": made for 8 GPUs, the snapshot has 1; readings stay static"
 	if why != "" || !strings.Contains(out, want) || !strings.Contains(out, "GPU 0: Tesla T4") {
 		t.Errorf("nvidia-smi -L with a state of 8 GPUs beside a snapshot of 1: %s\n%s\nwant the GPU listed and %q", why, out, want)
+	}
+}
+
+// A writer that died inside the seqlock leaves it odd: readers take the
+// state as it lies, as the Go readers do, where they fell back to the
+// snapshot and the node's MIG devices vanished (review); the next writer
+// says what it found.
+func TestAStateADeadWriterLeftIsReadAsItLies(t *testing.T) {
+	snap, data := migNode(t)
+	seqAt := int(unsafe.Offsetof(live.State{}.Header) + unsafe.Offsetof(live.Header{}.Seq))
+	smi := testenv.NvidiaSMI(t)
+	list := func(what string) string {
+		out, why := runDamaged(30*time.Second, testenv.Env(t, snap), smi, "-L")
+		if why != "" {
+			t.Fatalf("%s: nvidia-smi -L: %s\n%s", what, why, out)
+		}
+		return out
+	}
+	want := list("a whole state")
+	if strings.Count(want, "MIG ") != 3 {
+		t.Fatalf("the node's 3 MIG devices are not listed:\n%s", want)
+	}
+	odd := slices.Clone(data)
+	binary.LittleEndian.PutUint32(odd[seqAt:], binary.LittleEndian.Uint32(odd[seqAt:])|1)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(snap), "state"), odd, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := list("an odd seq"); got != want {
+		t.Errorf("nvidia-smi -L with a dead writer's odd seq:\n%s\nwant as before:\n%s", got, want)
+	}
+	out, why := runDamaged(30*time.Second, testenv.Env(t, snap), smi, "-i", "1", "-c", "EXCLUSIVE_PROCESS")
+	if why != "" || !strings.Contains(out, "a writer died while changing it; its change may be partly applied") {
+		t.Errorf("the next writer (nvidia-smi -c): %s\n%s\nwant it to say a writer died", why, out)
+	}
+	st, err := os.ReadFile(filepath.Join(filepath.Dir(snap), "state"))
+	if err != nil || binary.LittleEndian.Uint32(st[seqAt:])&1 != 0 {
+		t.Errorf("the seq is still odd after a write (%v)", err)
 	}
 }
