@@ -95,3 +95,24 @@ func readSnapshotAt(p string) (snapshot.Header, []snapshot.Device, error) {
 	}
 	return h, devs, nil
 }
+
+// AgreesWithSnapshot says when the snapshot that goes with the state at
+// path has another GPU count than the state's header h: the library then
+// leaves the state unread, and a change to it would do nothing (review:
+// ctl took it silently). A damaged header, no snapshot found, or one
+// unreadable, is nil: the commands say what they find of those.
+func AgreesWithSnapshot(path string, h *Header) error {
+	if checkHeader(path, h) != nil {
+		return nil
+	}
+	gpus := h.Gpus
+	p, err := snapshotPath(path)
+	if err != nil {
+		return nil
+	}
+	_, devs, err := readSnapshotAt(p)
+	if err != nil || len(devs) == int(gpus) {
+		return nil
+	}
+	return fmt.Errorf("state %s: made for %d GPUs, the snapshot %s has %d, so the library leaves it unread; make it again (nvmock ctl create) or reinstall the node", path, gpus, p, len(devs))
+}

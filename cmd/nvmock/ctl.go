@@ -142,6 +142,9 @@ func ctlOn(f *live.File, path, cmd string, cargs []string) (err error) {
 			err = fmt.Errorf("ctl: %w", live.FaultError(r, path))
 		}
 	}()
+	if err := live.AgreesWithSnapshot(path, &f.Read().Header); err != nil && cmd != "ib" {
+		return fmt.Errorf("ctl: %w", err)
+	}
 	switch cmd {
 	case "load":
 		err = ctlLoad(f, cargs)

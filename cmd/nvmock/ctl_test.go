@@ -470,6 +470,28 @@ func TestCtlCreateMakesAStateForTheSnapshotBesideIt(t *testing.T) {
 	}
 }
 
+// A state of another GPU count than the snapshot beside it is one the
+// library leaves unread: ctl says so rather than change it for nothing
+// (review: status listed 4 of 8 GPUs, a fault on GPU 1 took).
+func TestCtlRefusesAStateTheLibraryLeavesUnread(t *testing.T) {
+	state := ctlNode(t, "8")
+	if err := live.Create(state, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := "ctl: state " + state + ": made for 4 GPUs, the snapshot " + filepath.Join(filepath.Dir(state), "snapshot") + " has 8, so the library leaves it unread; make it again (nvmock ctl create) or reinstall the node"
+	for _, args := range [][]string{{"status"}, {"fault", "1", "lost"}, {"load", "0", "30"}} {
+		if err := run(append([]string{"ctl", "--state", state}, args...)); err == nil || err.Error() != want {
+			t.Errorf("ctl %v on a 4-GPU state beside an 8-GPU snapshot: %v\nwant %s", args, err, want)
+		}
+	}
+	if err := run([]string{"ctl", "--state", state, "create"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"ctl", "--state", state, "fault", "1", "lost"}); err != nil {
+		t.Errorf("after create: %v", err)
+	}
+}
+
 // ctl mig partitions the GPUs as an install layout does, and refuses one
 // that does not fit without changing anything.
 func TestCtlMIGPartitionsTheGPUs(t *testing.T) {
