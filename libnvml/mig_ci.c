@@ -213,7 +213,7 @@ NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGp
 }
 
 struct create_ci {
-	unsigned gi, c, g;
+	unsigned gi, row, c, g;
 	int start; // -1: the first free
 	unsigned id;
 };
@@ -222,7 +222,10 @@ static nvmlReturn_t create_ci(const struct nvmock_dev *d, struct live_gpu *g, co
 {
 	(void)d, (void)procs;
 	struct create_ci *a = arg;
-	if (g->gi_profile[a->gi] == 0)
+	// Checked again under the lock: the GPU instance may have gone, and
+	// another of another profile taken its id, since ctx_of read it
+	// (review: a 4-slice CI was made in a 3-slice GI).
+	if (g->gi_profile[a->gi] != a->row + 1)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned f = free_starts(a->g, a->c, used_slices(g->ci_slices, g->ci_start, a->gi));
 	if (a->start >= 0)
@@ -246,7 +249,7 @@ static nvmlReturn_t create(nvmlGpuInstance_t gpuInstance, unsigned profileId, co
 	if (r != NVML_SUCCESS)
 		return r;
 	OUT(out);
-	struct create_ci a = {x.gi->id, x.c, x.g, -1, 0};
+	struct create_ci a = {x.gi->id, x.row, x.c, x.g, -1, 0};
 	if (pl != NULL) {
 		if (pl->size != x.c || pl->start % nvmock_mig_ci_step(x.c) != 0 || pl->start + x.c > x.g)
 			return NVML_ERROR_INVALID_ARGUMENT;

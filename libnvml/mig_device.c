@@ -75,8 +75,16 @@ NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsign
 {
 	DEV(device, d);
 	OUT(count);
-	// nvidia-ctk treats an error here as fatal; boards without MIG say 0.
-	*count = d->s->max_mig_devices;
+	// nvidia-ctk treats an error here as fatal; boards without MIG say 0,
+	// and so does one with MIG off or only pending on (nvml.h: "zero if
+	// MIG is not supported or enabled"; review: it said 7).
+	*count = 0;
+	if (d->s->mig_current != NA32) {
+		struct mig_state m;
+		nvmock_mig_read(d, &m);
+		if (m.current == NVML_DEVICE_MIG_ENABLE)
+			*count = d->s->max_mig_devices;
+	}
 	return NVML_SUCCESS;
 }
 

@@ -286,7 +286,11 @@ func TestGettersMatchProfile(t *testing.T) {
 				check(t, "GetMaxMigDeviceCount", maxMig, retMax, 0)
 			} else {
 				check(t, "GetMigMode", [2]int{migCur, migPend}, ret, [2]int{boolInt(m.MIG.Current), boolInt(m.MIG.Pending)})
-				check(t, "GetMaxMigDeviceCount", maxMig, retMax, int(m.MIG.MaxDevices))
+				want := 0 // nvml.h: zero unless MIG is enabled
+				if m.MIG.Current {
+					want = int(m.MIG.MaxDevices)
+				}
+				check(t, "GetMaxMigDeviceCount", maxMig, retMax, want)
 			}
 			isMig, ret := d.IsMigDeviceHandle()
 			check(t, "IsMigDeviceHandle", isMig, ret, false)

@@ -74,6 +74,10 @@ func TestMIGModeAndProfiles(t *testing.T) {
 	wantRet(t, "create with MIG off", ret, nvml.ERROR_NOT_SUPPORTED)
 	_, ret = dev.SetMigMode(2)
 	wantRet(t, "SetMigMode(2)", ret, nvml.ERROR_INVALID_ARGUMENT)
+	// nvml.h: "zero if MIG is not supported or enabled" (review: 7).
+	if n := got(dev.GetMaxMigDeviceCount())(t, "max with MIG off"); n != 0 {
+		t.Errorf("max MIG devices with MIG off: %d, want 0", n)
+	}
 
 	enableMIG(t, dev)
 	if cur, pend, _ := dev.GetMigMode(); cur != 1 || pend != 1 {

@@ -4,11 +4,13 @@ package test
 
 import (
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nvmock/nvmock/internal/testenv"
+	"github.com/nvmock/nvmock/live"
 )
 
 // The first placements call writes no more than the profile's instance
@@ -26,5 +28,26 @@ func TestPlacementsV1StayInTheCallersBuffer(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
+	}
+}
+
+// A GPU instance replaced by one of another profile between a compute
+// instance create's lookup and its lock is not the one the handle named:
+// the create fails, where it made a 4-slice CI in a 3-slice GI (review).
+func TestACIIsNotMadeInAGPUInstanceReplacedMeanwhile(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cirace")
+	gcc(t, "-O1", "-I"+testenv.NVMLHeaderDir(t), "-o", bin, filepath.Join(testDir(), "cirace.c"),
+		"-L"+testenv.LibDir(t), "-l:libnvidia-ml.so.1", "-ldl")
+	snap, _ := testenv.Snapshot(t, "a100", 1)
+	f := testenv.LiveState(t, snap, 1, time.Time{})
+	if err := f.Update(func(s *live.State, _ int64) error { return s.SetMIGMode(0, true) }); err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, time.Minute, testenv.Env(t, snap, "NVMOCK_STATE="+f.Path), bin)
+	if code != 0 || !strings.Contains(out, "3g: Success, Success") || !regexp.MustCompile(`GI \d+: 3g`).MatchString(out) {
+		t.Fatalf("cirace exited %d; the GPU instance was not replaced by a 3g one as the test needs:\n%s", code, out)
+	}
+	if !strings.Contains(out, "4c.4g create: Invalid Argument") {
+		t.Errorf("a 4-slice CI through a handle to a replaced GI, want Invalid Argument:\n%s", out)
 	}
 }
