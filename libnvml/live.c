@@ -231,8 +231,13 @@ static uint64_t last_now;
 
 uint64_t nvmock_live_now(void)
 {
-	if (nvmock.live != NULL && __atomic_load_n(&nvmock.live->frozen, __ATOMIC_ACQUIRE))
-		return __atomic_load_n(&nvmock.live->frozen_ns, __ATOMIC_RELAXED);
+	if (nvmock.live != NULL && __atomic_load_n(&nvmock.live->frozen, __ATOMIC_ACQUIRE)) {
+		// Both fields of one write: a freeze's flag with the time before
+		// it would be 1970 (review, from reading).
+		struct live_header h;
+		if (nvmock_live_copy(&h, nvmock.live, sizeof h) && h.frozen)
+			return h.frozen_ns;
+	}
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
