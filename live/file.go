@@ -274,7 +274,7 @@ func (f *File) Update(fn func(s *State, now int64) error) error {
 	if f.f == nil {
 		return fmt.Errorf("state %s: opened for reading only", f.Path)
 	}
-	if err := unix.Flock(int(f.f.Fd()), unix.LOCK_EX); err != nil {
+	if err := lock(f.Path, int(f.f.Fd())); err != nil {
 		return fmt.Errorf("state %s: lock: %w", f.Path, err)
 	}
 	defer unix.Flock(int(f.f.Fd()), unix.LOCK_UN)
