@@ -19,6 +19,7 @@ import (
 	"github.com/nvmock/nvmock/hostprep"
 	"github.com/nvmock/nvmock/ibshim/ibd"
 	"github.com/nvmock/nvmock/ibshim/umad"
+	"github.com/nvmock/nvmock/live"
 	"github.com/nvmock/nvmock/plugin/inject"
 	nriplugin "github.com/nvmock/nvmock/plugin/nri"
 )
@@ -46,7 +47,7 @@ func nriCmd(args []string) error {
 	nvRuntimes := fs.String("nvidia-runtime-handlers", strings.Join(inject.DefaultNvidiaRuntimeHandlers, ","),
 		"comma list of runtime handlers that run NVIDIA's container runtime in CDI mode: their pods get only the snapshot from the plugin; empty: none")
 	volumeMounts := fs.Bool("accept-volume-mounts", false,
-		"read a device plugin's volume-mounts list (/dev/null mounts under /var/run/nvidia-container-devices), as NVIDIA's runtime does with accept-nvidia-visible-devices-as-volume-mounts")
+		"read a device plugin's volume-mounts list (/dev/null mounts under /var/run/nvidia-container-devices), as NVIDIA's runtime does with accept-nvidia-visible-devices-as-volume-mounts (pods of --nvidia-runtime-handlers: always; their runtime decides)")
 	listen := fs.String("listen", ":9464", "address for /healthz, /readyz and /metrics; empty disables")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	// Named here, not by peerFlags.add: the chart's tests read nri's flags
@@ -73,6 +74,7 @@ func nriCmd(args []string) error {
 	}
 	logger.SetLevel(lvl)
 	log := logrus.NewEntry(logger).WithField("component", "nri")
+	live.Warn = func(msg string) { log.Warn(msg) }
 
 	cfg := inject.Config{
 		Namespaces:          splitList(*namespaces),

@@ -43,8 +43,10 @@ const DeviceListRoot = "/var/run/nvidia-container-devices"
 //     /dev/nvidiaN nodes (together). They come before the environment
 //     because a CDI spec sets NVIDIA_VISIBLE_DEVICES=void beside its nodes.
 //  2. Mounts under DeviceListRoot, as NVIDIA's runtime reads them when it
-//     accepts device lists as volume mounts (Config.AcceptVolumeMounts);
-//     none, or void among them, falls through.
+//     accepts device lists as volume mounts (Config.AcceptVolumeMounts; a
+//     pod under NVIDIA's runtime always, as that runtime decides by its
+//     own setting, which the plugin cannot see); none, or void among them,
+//     falls through.
 //  3. NVIDIA_VISIBLE_DEVICES: all; none (the driver without GPUs); void
 //     (nothing); node indices, whole UUIDs, MIG devices and CDI names of
 //     the GPU kinds, read as NVIDIA's toolkit reads it: set but empty is
@@ -123,7 +125,8 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 		return false, all, fromSpec, ""
 	}
 
-	if list := MountedList(ctr.NullMounts); list != "" && cfg.AcceptVolumeMounts {
+	volumes := cfg.AcceptVolumeMounts || nvidiaHandler(cfg, pod)
+	if list := MountedList(ctr.NullMounts); list != "" && volumes {
 		switch special(list) {
 		case "all":
 			setAll(sel)
@@ -149,7 +152,7 @@ func choose(cfg *Config, node *NodeState, pod *Pod, ctr *Container, sel, mig []b
 			return true, all, fromEnv, ""
 		default:
 			if path.Clean(strings.TrimSpace(v)) == DeviceListRoot {
-				if !cfg.AcceptVolumeMounts {
+				if !volumes {
 					// NVIDIA's runtime takes the path for a device name and fails.
 					return false, false, fromEnv, fmt.Sprintf("env %s=%s names a device plugin's volume-mounts list, which this node does not read (NVIDIA's runtime reads it only with accept-nvidia-visible-devices-as-volume-mounts; here the chart's injection.acceptVolumeMounts, nvmock nri --accept-volume-mounts)", VisibleDevicesEnv, quote(v))
 				}

@@ -859,6 +859,11 @@ func TestDecideLeavesGPUsToNvidiasRuntime(t *testing.T) {
 		{"a legacy CUDA image's all is the runtime's to give",
 			testConfig, nvidia(pod("ml")), withEnv(ctr, "CUDA_VERSION=8.0.61"),
 			Adjustment{GPUs: all(8), Mounts: []Mount{snap}}, true},
+		// Its own setting decides, which the plugin cannot see: the list is
+		// read, and the runtime left to judge it (review: refused).
+		{"a volume-mounts list is the runtime's to read, whatever the plugin's setting",
+			testConfig, nvidia(pod("ml")), withNullMounts(withEnv(ctr, "NVIDIA_VISIBLE_DEVICES="+DeviceListRoot), DeviceListRoot+"/1"),
+			Adjustment{GPUs: []int{1}, Mounts: []Mount{snap}}, true},
 		{"void under the nvidia handler leaves the container untouched",
 			testConfig, nvidia(pod("ml")), withEnv(ctr, "NVIDIA_VISIBLE_DEVICES=void"), Adjustment{}, false},
 		{"another handler is the plugin's to equip",
