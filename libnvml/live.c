@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -29,6 +30,7 @@ static void *live_map, *old_live; // the state mapped, and the one before (see s
 static struct stat live_st;
 static char live_path[PATH_MAX];
 static char refused_path[PATH_MAX]; // a state file there that is not this nvmock's
+static unsigned refused_gpus;      // its GPU count, when only that differs from the snapshot's
 static unsigned my_pidns;
 
 // Per-process trigger state: calls made on each GPU, and the faults whose
@@ -91,6 +93,7 @@ void nvmock_live_map(const char *snapshot)
 	memset(calls, 0, sizeof calls);
 	memset(latched, 0, sizeof latched);
 	refused_path[0] = '\0';
+	refused_gpus = 0;
 	__atomic_store_n(&mem_cache.generation, UINT64_MAX, __ATOMIC_RELEASE); // another file may count the same generations
 	char path[PATH_MAX];
 	const char *env = getenv("NVMOCK_STATE");
@@ -142,6 +145,7 @@ void nvmock_live_map(const char *snapshot)
 		return;
 	}
 	if (h->gpus != nvmock.hdr->device_count) {
+		refused_gpus = h->gpus;
 		if (env != NULL && env[0] != '\0')
 			nvmock_warn("state %s: made for %u GPUs, the snapshot has %u; readings stay static",
 				    path, (unsigned)h->gpus, (unsigned)nvmock.hdr->device_count);
@@ -169,14 +173,34 @@ const char *nvmock_live_refused(void)
 	return live_map == NULL && refused_path[0] != '\0' ? refused_path : NULL;
 }
 
+// nvmock_live_refused_gpus is the GPU count of the refused state file when
+// only that differs from the snapshot's; 0 otherwise.
+unsigned nvmock_live_refused_gpus(void)
+{
+	return nvmock_live_refused() != NULL ? refused_gpus : 0;
+}
+
 size_t nvmock_live_size(void)
 {
 	return STATE_SIZE;
 }
 
 // A seq value a writer left odd (it died inside): readers stop waiting
-// for it; the next write moves on from it (live.File.publish).
-static uint32_t stuck_seq = 1;
+// for it; the next write moves on from it (live.File.publish). 0, which
+// no writer leaves, for none (it was 1, a fresh state's first publish).
+static uint32_t stuck_seq;
+
+// writer_alive says whether a process holds the writers' lock on the
+// mapped state: one inside the seqlock does, a dead one's lock went with it.
+static int writer_alive(void)
+{
+	int fd = live_path[0] != '\0' ? open(live_path, O_RDONLY | O_CLOEXEC) : -1;
+	if (fd < 0)
+		return 0;
+	int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+	close(fd); // drops the lock if it was taken
+	return held;
+}
 
 static uint64_t mono_ns(void)
 {
@@ -188,14 +212,16 @@ static uint64_t mono_ns(void)
 // nvmock_live_copy copies n bytes of the state inside the seqlock. A writer
 // the scheduler took off the CPU inside holds it for milliseconds on a busy
 // node, so past a short spin the reader sleeps, up to 100 ms as the Go
-// readers wait (live.File.Read); a seq held longer is taken for a writer
-// that died inside, and the state is read as it lies, as live.File.Read
-// does. It returned 0 there, and callers fell back to the snapshot: the
-// node's MIG devices, settings and faults vanished until the next write
-// (review).
+// readers wait (live.File.Read); then, unless a live writer holds the lock
+// (stopped or throttled: up to 1 s in all), the seq is taken for a dead
+// writer's and the state read as it lies, as live.File.Read does, by this
+// call and, at once, the next ones until a write moves it on. It returned
+// 0 there, and callers fell back to the snapshot: the node's MIG devices,
+// settings and faults vanished until the next write (review).
 int nvmock_live_copy(void *dst, const void *src, size_t n)
 {
 	uint64_t deadline = 0;
+	int extended = 0;
 	for (unsigned tries = 0;; tries++) {
 		uint32_t s = __atomic_load_n(&nvmock.live->seq, __ATOMIC_ACQUIRE);
 		if (s & 1 && s != __atomic_load_n(&stuck_seq, __ATOMIC_RELAXED)) {
@@ -206,6 +232,10 @@ int nvmock_live_copy(void *dst, const void *src, size_t n)
 			uint64_t now = mono_ns();
 			if (deadline == 0)
 				deadline = now + 100000000ull;
+			if (now >= deadline && !extended && writer_alive()) {
+				deadline += 900000000ull;
+				extended = 1;
+			}
 			if (now < deadline) {
 				struct timespec ts = {0, 50000};
 				nanosleep(&ts, NULL);

@@ -145,7 +145,12 @@ static void warn_state(void)
 	if (__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
 		return;
 	const char *refused = nvmock_live_refused();
-	if (refused != NULL)
+	unsigned gpus = nvmock_live_refused_gpus();
+	if (gpus != 0)
+		nvmock_warn("MIG changes and settings are node state, kept in the live state file; %s was made for %u "
+			    "GPUs, the snapshot has %u: reinstall the node",
+			    refused, gpus, (unsigned)nvmock.hdr->device_count);
+	else if (refused != NULL)
 		nvmock_warn("MIG changes and settings are node state, kept in the live state file; %s is not one of "
 			    "this nvmock (another version's or another node's): reinstall the node",
 			    refused);

@@ -69,6 +69,7 @@ struct live_fx {
 void nvmock_live_map(const char *snapshot);
 const char *nvmock_live_path(void);
 const char *nvmock_live_refused(void);
+unsigned nvmock_live_refused_gpus(void);
 size_t nvmock_live_size(void);
 int nvmock_live_copy(void *dst, const void *src, size_t n);
 uint64_t nvmock_live_now(void);

@@ -56,7 +56,9 @@ func IsState(path string) bool {
 }
 
 // zero empties fd: zeroed in place at the size readers map, as they may
-// have it mapped; cut to nothing at any other size, which none maps.
+// have it mapped; cut to nothing at any other size, which only another
+// version's library maps (it dies of SIGBUS then: in a read-only directory
+// no new file can take this one's place).
 func zero(fd *os.File, size int64) error {
 	if size != Size {
 		return fd.Truncate(0)
@@ -260,8 +262,8 @@ func (f *File) Read() *State {
 	}
 }
 
-// Warn says what a writer found and went on from, on stderr as the library
-// says it (the plugin's stderr is its container's log). A var for tests.
+// Warn says what a writer found and went on from: on stderr, as the
+// library says it; the NRI plugin sends it to its log.
 var Warn = func(msg string) { fmt.Fprintln(os.Stderr, "nvmock: "+msg) }
 
 // ErrUnchanged, returned by an Update's function, ends the update without

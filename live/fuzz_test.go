@@ -2,7 +2,6 @@ package live
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -267,8 +266,9 @@ func TestADeadWritersStateReads(t *testing.T) {
 	f := newState(t, 2)
 	f.state().Header.Seq = 7
 	var said []string
+	old := Warn
 	Warn = func(msg string) { said = append(said, msg) }
-	t.Cleanup(func() { Warn = func(msg string) { fmt.Fprintln(os.Stderr, "nvmock: "+msg) } })
+	t.Cleanup(func() { Warn = old })
 	start := time.Now()
 	if s, err := ReadFile(f.Path); err != nil || s.Header.Gpus != 2 {
 		t.Fatalf("ReadFile: %v", err)

@@ -38,10 +38,9 @@ func TestAWriterSaysWhomItWaitsFor(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var said []string
+	oldWait, oldWarn := lockWait, Warn
 	lockWait, Warn = 50*time.Millisecond, func(msg string) { mu.Lock(); said = append(said, msg); mu.Unlock() }
-	t.Cleanup(func() {
-		lockWait, Warn = 2*time.Second, func(msg string) { fmt.Fprintln(os.Stderr, "nvmock: "+msg) }
-	})
+	t.Cleanup(func() { lockWait, Warn = oldWait, oldWarn })
 	done := make(chan error, 1)
 	go func() { done <- f.Update(func(*State, int64) error { return nil }) }()
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {

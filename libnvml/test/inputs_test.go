@@ -538,6 +538,11 @@ func TestAStateOfAnotherGPUCountSaysSo(t *testing.T) {
 	if why != "" || !strings.Contains(out, want) || !strings.Contains(out, "GPU 0: Tesla T4") {
 		t.Errorf("nvidia-smi -L with a state of 8 GPUs beside a snapshot of 1: %s\n%s\nwant the GPU listed and %q", why, out, want)
 	}
+	// A change refused for it says the same (review: "another version's or another node's").
+	out, _ = runDamaged(30*time.Second, testenv.Env(t, snap, "NVMOCK_STATE="+st), testenv.NvidiaSMI(t), "-c", "EXCLUSIVE_PROCESS")
+	if want := st + " was made for 8 GPUs, the snapshot has 1: reinstall the node"; !strings.Contains(out, want) {
+		t.Errorf("nvidia-smi -c with that state:\n%s\nwant %q", out, want)
+	}
 }
 
 // A writer that died inside the seqlock leaves it odd: readers take the
@@ -566,6 +571,20 @@ func TestAStateADeadWriterLeftIsReadAsItLies(t *testing.T) {
 	}
 	if got := list("an odd seq"); got != want {
 		t.Errorf("nvidia-smi -L with a dead writer's odd seq:\n%s\nwant as before:\n%s", got, want)
+	}
+	// A live writer holding the lock (here util-linux's flock(1)) is waited
+	// for longer, then read past the same way.
+	hold := exec.Command("flock", filepath.Join(filepath.Dir(snap), "state"), "sleep", "30")
+	hold.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := hold.Start(); err != nil {
+		t.Fatalf("flock(1) from util-linux: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // flock(1) takes the lock
+	got := list("an odd seq under a held lock")
+	syscall.Kill(-hold.Process.Pid, syscall.SIGKILL)
+	hold.Wait()
+	if got != want {
+		t.Errorf("nvidia-smi -L with an odd seq and the lock held:\n%s\nwant as before:\n%s", got, want)
 	}
 	out, why := runDamaged(30*time.Second, testenv.Env(t, snap), smi, "-i", "1", "-c", "EXCLUSIVE_PROCESS")
 	if why != "" || !strings.Contains(out, "a writer died while changing it; its change may be partly applied") {
