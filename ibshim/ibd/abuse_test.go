@@ -451,3 +451,33 @@ func TestProgramsAreBounded(t *testing.T) {
 	waitFor("the closed program's place freed", t, func() bool { return d.programs.Load() == 2 })
 	settled(t, dial(t, sock, helloMsg(umad.KindUMAD)), lid)
 }
+
+// fdShortListener fails its first accept for want of file descriptors,
+// then gives one connection, then is closed.
+type fdShortListener struct {
+	net.Listener
+	calls int
+}
+
+func (l *fdShortListener) Accept() (net.Conn, error) {
+	l.calls++
+	switch l.calls {
+	case 1:
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	case 2:
+		a, b := net.Pipe()
+		b.Close()
+		return a, nil
+	}
+	return nil, net.ErrClosed
+}
+
+// Out of file descriptors, the daemon waits and accepts again, as servers
+// do; it stopped serving for good (review).
+func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
+	d, _, _ := daemonOf(t)
+	l := &fdShortListener{}
+	if err := d.ServePeers(l); err != nil || l.calls != 3 {
+		t.Errorf("ServePeers = %v after %d accepts; want nil after 3 (EMFILE, a link, closed)", err, l.calls)
+	}
+}

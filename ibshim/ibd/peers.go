@@ -173,14 +173,19 @@ func readFrame(r *bufio.Reader) (byte, []byte, error) {
 // ServePeers takes the connections other daemons make to l until it is
 // closed.
 func (d *Daemon) ServePeers(l net.Listener) error {
+	var backoff time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
+			if d.acceptFailed(err, &backoff) {
+				continue
+			}
 			return err
 		}
+		backoff = 0
 		// Counted here, not in peerConn, so that a burst of connections is
 		// bounded too (review: links were unbounded).
 		if d.accepted.Add(1) > int64(maxLinks(len(d.fab.Hosts))) {

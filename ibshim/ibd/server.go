@@ -382,14 +382,19 @@ func Listen(path string) (*net.UnixListener, error) {
 
 // Serve answers the connections of l until it is closed.
 func (d *Daemon) Serve(l *net.UnixListener) error {
+	var backoff time.Duration
 	for {
 		uc, err := l.AcceptUnix()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
+			if d.acceptFailed(err, &backoff) {
+				continue
+			}
 			return err
 		}
+		backoff = 0
 		if d.programs.Add(1) > maxPrograms {
 			d.programs.Add(-1)
 			uc.Close()
@@ -404,11 +409,31 @@ func (d *Daemon) Serve(l *net.UnixListener) error {
 	}
 }
 
+// acceptFailed waits after an accept that failed for want of resources (no
+// file descriptor left: EMFILE, ENFILE; memory) and says whether to try
+// again, as net/http's server does; it returned, and the daemon's socket
+// went unserved for good while the process lived on (review).
+func (d *Daemon) acceptFailed(err error, backoff *time.Duration) bool {
+	if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) &&
+		!errors.Is(err, syscall.ENOBUFS) && !errors.Is(err, syscall.ENOMEM) && !errors.Is(err, syscall.ECONNABORTED) {
+		return false
+	}
+	if *backoff == 0 {
+		*backoff = 5 * time.Millisecond
+		d.log.Warnf("ibd: accept: %v; trying again", err)
+	} else if *backoff *= 2; *backoff > time.Second {
+		*backoff = time.Second
+	}
+	time.Sleep(*backoff)
+	return true
+}
+
 // maxPrograms bounds the programs connected at once: the socket is every
-// local program's (mode 0666) and each costs the daemon some 70 KB, where
-// a node runs a few fabric tools at a time, and a verbs program one or two
-// connections a device it uses (a port's traffic, its async events). Review:
-// unbounded, a program could exhaust the daemon's memory. A var for tests.
+// local program's (mode 0666) and each costs the daemon some 70 KB idle
+// (its queue bounds the rest: madQueueBytes), where a node runs a few
+// fabric tools at a time, and a verbs program one or two connections a
+// device it uses (a port's traffic, its async events). Review: unbounded.
+// A var for tests.
 var maxPrograms int64 = 4096
 
 // refuseProgram says, at most once a minute, that a program was turned
@@ -419,7 +444,7 @@ func (d *Daemon) refuseProgram() {
 	if now-last < int64(time.Minute) || !d.fullSaid.CompareAndSwap(last, now) {
 		return
 	}
-	d.log.Warnf("ibd: %d programs are connected already; a new one is refused and its MADs time out", maxPrograms)
+	d.log.Warnf("ibd: %d programs are connected already; a new one is refused (its MADs time out, its verbs reach no fabric)", maxPrograms)
 }
 
 // sendOut hands an answer to its program's writer. One too big for the
