@@ -194,11 +194,12 @@ static uint32_t stuck_seq;
 // mapped state: one inside the seqlock does, a dead one's lock went with it.
 static int writer_alive(void)
 {
+	int saved = errno; // the caller's program may read it after an NVML call
 	int fd = live_path[0] != '\0' ? open(live_path, O_RDONLY | O_CLOEXEC) : -1;
-	if (fd < 0)
-		return 0;
-	int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-	close(fd); // drops the lock if it was taken
+	int held = fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+	if (fd >= 0)
+		close(fd); // drops the lock if it was taken
+	errno = saved;
 	return held;
 }
 
